@@ -1,0 +1,41 @@
+"""attention: every mechanism of the textbook, from the functional building blocks to the modules.
+
+Notation used across the package (see CONTRIBUTING.md): b batch size, t tokens (t_q, t_k for
+queries and keys), d_in input width, d_out output width, h heads, d_h = d_out / h head width,
+d_k width of queries and keys.
+"""
+
+from .causal import CausalAttention
+from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
+from .functional import (
+    additive_causal_mask,
+    attention_weights,
+    causal_mask,
+    scaled_dot_product_attention,
+    softmax,
+    softmax_naive,
+)
+from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from .plotting import plot_attention
+from .self_attention import SelfAttentionV1, SelfAttentionV2
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "JOURNEY_TOKENS",
+    "CausalAttention",
+    "FusedMultiHeadAttention",
+    "MultiHeadAttention",
+    "MultiHeadAttentionWrapper",
+    "SelfAttentionV1",
+    "SelfAttentionV2",
+    "additive_causal_mask",
+    "attention_weights",
+    "causal_mask",
+    "journey_batch",
+    "journey_inputs",
+    "plot_attention",
+    "scaled_dot_product_attention",
+    "softmax",
+    "softmax_naive",
+]

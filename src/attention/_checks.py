@@ -1,0 +1,66 @@
+"""Shared input checks for every module of the package.
+
+Each helper raises ``ValueError`` with a message that names the expected and the actual value,
+and is called where the value enters: in a constructor or at the start of ``forward``. Modules
+of the package (self_attention, causal, multihead, encoder, additive, flash, ...) import these
+instead of writing their own.
+
+Notation: b batch size, t tokens, d_in input width, d_out output width, h heads.
+"""
+
+from collections.abc import Sequence
+
+from torch import Size, Tensor
+
+
+def check_dropout(p: float, name: str = "dropout") -> None:
+    """Require a dropout probability in [0, 1)."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {p}")
+
+
+def check_heads(d_out: int, num_heads: int) -> None:
+    """Require ``num_heads >= 1`` dividing ``d_out`` (each head gets d_h = d_out / h columns)."""
+    if num_heads < 1:
+        raise ValueError(f"num_heads must be at least 1, got {num_heads}")
+    if d_out % num_heads != 0:
+        raise ValueError(
+            f"d_out must be divisible by num_heads, got d_out={d_out} and num_heads={num_heads}"
+        )
+
+
+def check_rank(x: Tensor, ranks: Sequence[int] = (2, 3), name: str = "input") -> None:
+    """Require ``x.dim()`` to be one of ``ranks``."""
+    if x.dim() not in ranks:
+        expected = " or ".join(f"{r}-d" for r in ranks)
+        raise ValueError(
+            f"{name} must be {expected}, got a {x.dim()}-d tensor of shape {tuple(x.shape)}"
+        )
+
+
+def check_input(x: Tensor, d_in: int, ranks: Sequence[int] = (2, 3), name: str = "input") -> None:
+    """Require a token tensor of rank in ``ranks`` whose last dimension is ``d_in``."""
+    check_rank(x, ranks, name)
+    if x.shape[-1] != d_in:
+        raise ValueError(
+            f"{name} must have last dimension d_in={d_in}, got {x.shape[-1]} "
+            f"(shape {tuple(x.shape)})"
+        )
+
+
+def check_context_length(t: int, context_length: int) -> None:
+    """Require a sequence no longer than the module's ``context_length``."""
+    if t > context_length:
+        raise ValueError(
+            f"sequence length must be at most context_length={context_length}, got {t}"
+        )
+
+
+def check_mask(mask: Tensor, scores_shape: Size, name: str = "attn_mask") -> None:
+    """Require a mask that broadcasts to the scores' shape (..., t_q, t_k) without growing it."""
+    pairs = zip(reversed(mask.shape), reversed(scores_shape))
+    if mask.dim() > len(scores_shape) or any(m not in (1, s) for m, s in pairs):
+        raise ValueError(
+            f"{name} must broadcast to the scores' shape {tuple(scores_shape)}, "
+            f"got shape {tuple(mask.shape)}"
+        )

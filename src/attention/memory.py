@@ -1,0 +1,75 @@
+"""Count the bytes that PyTorch operations allocate, deterministically, on any device.
+
+Wall-clock memory readings (peak RSS, allocator statistics) depend on the allocator's caching and
+on whatever else the process did before. To compare *algorithms*, we want a number that depends
+only on the tensors an algorithm creates. :class:`MemoryTracker` sees every ATen operation
+through a ``TorchDispatchMode`` and keeps a running total of the bytes held by the tensors those
+operations created and that are still alive:
+
+- ``peak_bytes``: the most bytes alive at once (the algorithm's working set);
+- ``largest_bytes``: the largest single tensor created (e.g. a ``(b, h, t, t)`` score matrix).
+
+Outputs that share storage with an input (views such as ``transpose``) allocate nothing; a view
+keeps its storage counted as alive for as long as the view lives. Use it under ``torch.no_grad()``: tensors that autograd saves for backward are freed by
+autograd, not by Python, and would be released from the count too early.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["MemoryTracker"]
+
+
+class MemoryTracker(TorchDispatchMode):
+    """Context manager that records the peak live bytes and the largest tensor created inside it.
+
+    Example::
+
+        with torch.no_grad(), MemoryTracker() as mem:
+            out = flash_attention(q, k, v)
+        print(mem.peak_bytes, mem.largest_bytes)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.current_bytes = 0
+        self.peak_bytes = 0
+        self.largest_bytes = 0
+        self._refs: dict[int, int] = {}  # storage address -> number of live tensors using it
+        self._sizes: dict[int, int] = {}  # storage address -> bytes
+
+    def _release(self, key: int) -> None:
+        self._refs[key] -= 1
+        if self._refs[key] == 0:
+            self.current_bytes -= self._sizes.pop(key)
+            del self._refs[key]
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor)
+        }
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            key, nbytes = storage.data_ptr(), storage.nbytes()
+            if key not in self._refs:
+                if key in inputs or nbytes == 0:
+                    continue  # a view of an untracked input, or empty: nothing was allocated
+                self._refs[key] = 0
+                self._sizes[key] = nbytes
+                self.current_bytes += nbytes
+                self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+                self.largest_bytes = max(self.largest_bytes, nbytes)
+            self._refs[key] += 1
+            weakref.finalize(t, self._release, key)
+        return out

@@ -1,0 +1,64 @@
+"""Heatmaps of attention weights, for the chapters' figures.
+
+Notation: t_q number of queries (rows of the heatmap), t_k number of keys (columns).
+matplotlib is imported inside the function, so ``import attention`` does not need it.
+"""
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+
+def plot_attention(
+    weights: Tensor,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    ax: "Axes | None" = None,
+    title: str | None = None,
+    annotate: bool = True,
+    cmap: str = "Blues",
+) -> "Axes":
+    """Draw a (t_q, t_k) weight matrix as a heatmap: row i is query i, column j is key j.
+
+    The colour scale starts at 0 and ends at 1 (or at the largest weight, if dropout pushed one
+    above 1), so figures of different chapters can be compared. With ``annotate`` each cell
+    shows its weight to two decimals; without it a colour bar gives the scale. Masked weights
+    (exact zeros) are drawn like any other zero. Returns the Axes drawn on; a new figure is
+    made when ``ax`` is None.
+    """
+    matrix = torch.as_tensor(weights).detach().cpu().float()
+    if matrix.dim() != 2:
+        raise ValueError(
+            f"weights must be a 2-d (t_q, t_k) matrix, got shape {tuple(matrix.shape)}"
+        )
+    t_q, t_k = matrix.shape
+    for name, labels, n in (("row_labels", row_labels, t_q), ("col_labels", col_labels, t_k)):
+        if labels is not None and len(labels) != n:
+            raise ValueError(f"{name} must have {n} entries, got {len(labels)}")
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(0.6 * t_k + 1.5, 0.6 * t_q + 1.0), layout="constrained")
+    vmax = max(1.0, matrix.max().item())
+    image = ax.imshow(matrix.numpy(), cmap=cmap, vmin=0.0, vmax=vmax)
+    ax.set_xticks(range(t_k), labels=col_labels if col_labels is not None else range(t_k))
+    ax.set_yticks(range(t_q), labels=row_labels if row_labels is not None else range(t_q))
+    ax.tick_params(axis="x", labelrotation=45 if col_labels is not None else 0)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    if title is not None:
+        ax.set_title(title)
+    if annotate:
+        for i in range(t_q):
+            for j in range(t_k):
+                value = matrix[i, j].item()
+                color = "white" if value > 0.6 * vmax else "black"
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=color, fontsize=8)
+    else:
+        ax.figure.colorbar(image, ax=ax)
+    return ax

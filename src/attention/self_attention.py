@@ -1,0 +1,65 @@
+"""Self-attention with trainable weights, the book's first two versions.
+
+Notation (see CONTRIBUTING.md):
+    b      batch size (optional: both classes accept (t, d_in) and (b, t, d_in))
+    t      number of tokens
+    d_in   width of an input token vector
+    d_out  width of queries, keys, values and context vectors; d_k = d_out
+
+    Q = X W_q,  K = X W_k,  V = X W_v          (..., t, d_out)
+    A = softmax(Q K^T / sqrt(d_k))             (..., t, t)
+    Z = A V                                    (..., t, d_out)
+
+``SelfAttentionV1`` stores W_q, W_k, W_v as (d_in, d_out) parameters and multiplies x @ W.
+``SelfAttentionV2`` uses ``nn.Linear``, which stores the transposed (d_out, d_in) weight and
+initialises it better; copying ``linear.weight.T`` into V1 makes both compute the same thing.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_input
+
+
+class SelfAttentionV1(nn.Module):
+    """Self-attention with weight matrices of shape (d_in, d_out) drawn from U[0, 1)."""
+
+    def __init__(self, d_in: int, d_out: int) -> None:
+        super().__init__()
+        self.d_in = d_in
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Context vectors (..., t, d_out) of the tokens x (..., t, d_in)."""
+        check_input(x, self.d_in)
+        queries = x @ self.W_query  # (..., t, d_out)
+        keys = x @ self.W_key  # (..., t, d_out)
+        values = x @ self.W_value  # (..., t, d_out)
+        attn_scores = queries @ keys.transpose(-2, -1)  # (..., t, t)
+        d_k = keys.shape[-1]
+        attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)
+        return attn_weights @ values  # (..., t, d_out)
+
+
+class SelfAttentionV2(nn.Module):
+    """Self-attention with ``nn.Linear`` projections (bias only if ``qkv_bias``)."""
+
+    def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False) -> None:
+        super().__init__()
+        self.d_in = d_in
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Context vectors (..., t, d_out) of the tokens x (..., t, d_in)."""
+        check_input(x, self.d_in)
+        queries = self.W_query(x)  # (..., t, d_out)
+        keys = self.W_key(x)  # (..., t, d_out)
+        values = self.W_value(x)  # (..., t, d_out)
+        attn_scores = queries @ keys.transpose(-2, -1)  # (..., t, t)
+        d_k = keys.shape[-1]
+        attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)
+        return attn_weights @ values  # (..., t, d_out)

@@ -1,0 +1,120 @@
+"""Every bad input raises ValueError naming the expected and the actual value."""
+
+import re
+
+import pytest
+import torch
+
+from attention import (
+    CausalAttention,
+    FusedMultiHeadAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    SelfAttentionV1,
+    SelfAttentionV2,
+    attention_weights,
+    plot_attention,
+    scaled_dot_product_attention,
+)
+
+MULTIHEAD_CLASSES = [MultiHeadAttention, FusedMultiHeadAttention, MultiHeadAttentionWrapper]
+CAUSAL_CLASSES = [CausalAttention, *MULTIHEAD_CLASSES]
+
+
+def _build(cls: type, context_length: int = 6, dropout: float = 0.0) -> torch.nn.Module:
+    """A module of class ``cls`` with d_in = 3, d_out = 4 (and 2 heads where it has heads)."""
+    if cls is CausalAttention:
+        return cls(3, 4, context_length, dropout)
+    return cls(3, 4, context_length, dropout, num_heads=2)
+
+
+@pytest.mark.parametrize("cls", [MultiHeadAttention, FusedMultiHeadAttention])
+def test_d_out_not_divisible_by_num_heads(cls: type) -> None:
+    with pytest.raises(ValueError, match=r"divisible by num_heads, got d_out=10 and num_heads=4"):
+        cls(3, 10, 6, 0.0, num_heads=4)
+
+
+@pytest.mark.parametrize("cls", MULTIHEAD_CLASSES)
+def test_no_heads(cls: type) -> None:
+    with pytest.raises(ValueError, match=r"num_heads must be at least 1, got 0"):
+        cls(3, 4, 6, 0.0, num_heads=0)
+
+
+@pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5])
+@pytest.mark.parametrize("cls", CAUSAL_CLASSES)
+def test_dropout_outside_unit_interval(cls: type, dropout: float) -> None:
+    with pytest.raises(ValueError, match=rf"dropout must be in \[0, 1\), got {dropout}"):
+        _build(cls, dropout=dropout)
+
+
+@pytest.mark.parametrize("dropout_p", [-0.5, 1.0])
+def test_functional_dropout_p_outside_unit_interval(dropout_p: float) -> None:
+    x = torch.randn(2, 4, 3)
+    with pytest.raises(ValueError, match=rf"dropout_p must be in \[0, 1\), got {dropout_p}"):
+        scaled_dot_product_attention(x, x, x, dropout_p=dropout_p)
+
+
+@pytest.mark.parametrize("cls", CAUSAL_CLASSES)
+def test_sequence_longer_than_context_length(cls: type) -> None:
+    module = _build(cls, context_length=6)
+    with pytest.raises(ValueError, match=r"at most context_length=6, got 7"):
+        module(torch.randn(2, 7, 3))
+
+
+@pytest.mark.parametrize("cls", [*CAUSAL_CLASSES, SelfAttentionV1, SelfAttentionV2])
+def test_last_dimension_not_d_in(cls: type) -> None:
+    module = cls(3, 4) if cls in (SelfAttentionV1, SelfAttentionV2) else _build(cls)
+    with pytest.raises(ValueError, match=r"last dimension d_in=3, got 5"):
+        module(torch.randn(2, 4, 5))
+
+
+@pytest.mark.parametrize(
+    ("module", "x", "message"),
+    [
+        (SelfAttentionV1(3, 2), torch.randn(3), r"2-d or 3-d, got a 1-d tensor of shape \(3,\)"),
+        (SelfAttentionV2(3, 2), torch.randn(1, 2, 4, 3), r"2-d or 3-d, got a 4-d tensor"),
+        (CausalAttention(3, 2, 6, 0.0), torch.randn(1, 1, 4, 3), r"2-d or 3-d, got a 4-d tensor"),
+        (MultiHeadAttention(3, 4, 6, 0.0, 2), torch.randn(4, 3), r"must be 3-d, got a 2-d tensor"),
+        (FusedMultiHeadAttention(3, 4, 6, 0.0, 2), torch.randn(4, 3), r"3-d, got a 2-d tensor"),
+    ],
+    ids=["V1", "V2", "causal", "multihead", "fused"],
+)
+def test_wrong_rank(module: torch.nn.Module, x: torch.Tensor, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        module(x)
+
+
+@pytest.mark.parametrize(
+    ("mask_shape", "scores_shape"),
+    [((4, 5), (2, 3, 5, 7)), ((5, 1, 7), (2, 3, 5, 7)), ((1, 2, 3, 5, 7), (2, 3, 5, 7))],
+)
+def test_mask_that_cannot_broadcast_to_the_scores(mask_shape: tuple, scores_shape: tuple) -> None:
+    b, h, t_q, t_k = scores_shape
+    q, k = torch.randn(b, h, t_q, 8), torch.randn(b, h, t_k, 8)
+    expected = re.escape(f"broadcast to the scores' shape {scores_shape}, got shape {mask_shape}")
+    for mask in (torch.ones(mask_shape, dtype=torch.bool), torch.zeros(mask_shape)):
+        with pytest.raises(ValueError, match=expected):
+            scaled_dot_product_attention(q, k, k, attn_mask=mask)
+
+
+def test_mismatched_query_key_value() -> None:
+    with pytest.raises(ValueError, match=r"same last dimension d_k, got 4 and 5"):
+        attention_weights(torch.randn(3, 4), torch.randn(3, 5))
+    with pytest.raises(ValueError, match=r"same number of tokens t_k, got 3 and 2"):
+        scaled_dot_product_attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4))
+    expected = re.escape("query must have at least 2 dimensions (..., t, d_k)")
+    with pytest.raises(ValueError, match=expected):
+        attention_weights(torch.randn(4), torch.randn(3, 4))
+
+
+def test_mask_with_is_causal() -> None:
+    x = torch.randn(4, 3)
+    with pytest.raises(ValueError, match=r"attn_mask must be None when is_causal=True"):
+        scaled_dot_product_attention(x, x, x, attn_mask=torch.ones(4, 4) > 0, is_causal=True)
+
+
+def test_plot_attention_bad_input() -> None:
+    with pytest.raises(ValueError, match=r"2-d \(t_q, t_k\) matrix, got shape \(2, 3, 3\)"):
+        plot_attention(torch.rand(2, 3, 3))
+    with pytest.raises(ValueError, match=r"col_labels must have 3 entries, got 2"):
+        plot_attention(torch.rand(2, 3), col_labels=["a", "b"])

@@ -1,0 +1,246 @@
+"""attention.functional: softmax, masks and scaled dot-product attention vs the book and torch."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.autograd import gradcheck
+
+from attention import (
+    SelfAttentionV1,
+    SelfAttentionV2,
+    additive_causal_mask,
+    attention_weights,
+    causal_mask,
+    journey_inputs,
+    scaled_dot_product_attention,
+    softmax,
+    softmax_naive,
+)
+
+# Reference figures printed in the book's notebook (/work/shared/seeds/001_*.txt, "Approach #1"
+# and "Approach #3"), typed in here to 4 decimals.
+BOOK_SIMPLE_WEIGHTS = torch.tensor(
+    [
+        [0.2098, 0.2006, 0.1981, 0.1242, 0.1220, 0.1452],
+        [0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581],
+        [0.1390, 0.2369, 0.2326, 0.1242, 0.1108, 0.1565],
+        [0.1435, 0.2074, 0.2046, 0.1462, 0.1263, 0.1720],
+        [0.1526, 0.1958, 0.1975, 0.1367, 0.1879, 0.1295],
+        [0.1385, 0.2184, 0.2128, 0.1420, 0.0988, 0.1896],
+    ]
+)
+BOOK_SIMPLE_CONTEXT = torch.tensor(
+    [
+        [0.4421, 0.5931, 0.5790],
+        [0.4419, 0.6515, 0.5683],
+        [0.4431, 0.6496, 0.5671],
+        [0.4304, 0.6298, 0.5510],
+        [0.4671, 0.5910, 0.5266],
+        [0.4177, 0.6503, 0.5645],
+    ]
+)
+BOOK_CAUSAL_WEIGHTS = torch.tensor(
+    [
+        [1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+        [0.5517, 0.4483, 0.0000, 0.0000, 0.0000, 0.0000],
+        [0.3800, 0.3097, 0.3103, 0.0000, 0.0000, 0.0000],
+        [0.2758, 0.2460, 0.2462, 0.2319, 0.0000, 0.0000],
+        [0.2175, 0.1983, 0.1984, 0.1888, 0.1971, 0.0000],
+        [0.1935, 0.1663, 0.1666, 0.1542, 0.1666, 0.1529],
+    ]
+)
+BOOK_CAUSAL_WEIGHTS_DROPOUT = torch.tensor(
+    [
+        [2.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+        [0.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
+        [0.7599, 0.6194, 0.6206, 0.0000, 0.0000, 0.0000],
+        [0.0000, 0.4921, 0.4925, 0.0000, 0.0000, 0.0000],
+        [0.0000, 0.3966, 0.0000, 0.3775, 0.0000, 0.0000],
+        [0.0000, 0.3327, 0.3331, 0.3084, 0.3331, 0.0000],
+    ]
+)
+BOOK_CAUSAL_CONTEXT = torch.tensor(
+    [
+        [0.1855, 0.8812],
+        [0.2795, 0.9361],
+        [0.3133, 0.9508],
+        [0.2994, 0.8595],
+        [0.2702, 0.7554],
+        [0.2772, 0.7618],
+    ]
+)
+
+
+def book_causal_qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries and keys of seed-789 SelfAttentionV2, values of seed-123 SelfAttentionV1.
+
+    The book's causal example mixes them this way, so its printed context vectors do too.
+    """
+    inputs = journey_inputs()
+    torch.manual_seed(123)
+    v1 = SelfAttentionV1(3, 2)
+    torch.manual_seed(789)
+    v2 = SelfAttentionV2(3, 2)
+    with torch.no_grad():
+        return v2.W_query(inputs), v2.W_key(inputs), inputs @ v1.W_value
+
+
+# --- softmax ---------------------------------------------------------------------------------
+
+
+def test_softmax_naive_matches_book_on_small_scores() -> None:
+    inputs = journey_inputs()
+    scores = inputs @ inputs[1]  # the book's omega_2
+    expected = torch.tensor([0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581])
+    torch.testing.assert_close(softmax_naive(scores, dim=0), expected, atol=1e-4, rtol=0)
+
+
+def test_naive_softmax_overflows_where_stable_softmax_does_not() -> None:
+    logits = torch.tensor([1000.0, 1001.0, 1002.0])
+    assert torch.isnan(softmax_naive(logits, dim=0)).all()
+    stable = softmax(logits, dim=0)
+    assert torch.isfinite(stable).all()
+    torch.testing.assert_close(stable, torch.softmax(logits, dim=0))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax_equals_torch(dim: int) -> None:
+    x = torch.randn(4, 5, 6, dtype=torch.float64) * 30
+    torch.testing.assert_close(softmax(x, dim=dim), torch.softmax(x, dim=dim))
+
+
+def test_softmax_of_all_minus_inf_row_is_zero_with_finite_gradient() -> None:
+    x = torch.tensor([[1.0, 2.0, float("-inf")], [float("-inf")] * 3], requires_grad=True)
+    out = softmax(x, dim=-1)
+    torch.testing.assert_close(out[1], torch.zeros(3))
+    torch.testing.assert_close(out[0], torch.softmax(x[0].detach(), dim=-1))
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+# --- masks -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("t_q", "t_k"), [(4, 4), (3, 5), (5, 3), (1, 4)])
+def test_causal_mask_aligned_like_torch_is_causal(t_q: int, t_k: int) -> None:
+    q, k, v = (torch.randn(2, t, 4, dtype=torch.float64) for t in (t_q, t_k, t_k))
+    mask = causal_mask(t_q, t_k)
+    assert mask.dtype == torch.bool and mask.shape == (t_q, t_k)
+    torch.testing.assert_close(
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+        F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    )
+
+
+def test_additive_causal_mask_is_zero_where_allowed_and_minus_inf_elsewhere() -> None:
+    m = additive_causal_mask(4, 6, dtype=torch.float64)
+    allowed = causal_mask(4, 6)
+    assert m.dtype == torch.float64 and m.shape == (4, 6)
+    assert (m[allowed] == 0).all() and (m[~allowed] == float("-inf")).all()
+    assert torch.equal(causal_mask(5), torch.ones(5, 5, dtype=torch.bool).tril())
+
+
+# --- the book's figures ----------------------------------------------------------------------
+
+
+def test_simplified_attention_reproduces_book() -> None:
+    inputs = journey_inputs()
+    weights = attention_weights(inputs, inputs, scale=1.0)
+    context = scaled_dot_product_attention(inputs, inputs, inputs, scale=1.0)
+    torch.testing.assert_close(weights, BOOK_SIMPLE_WEIGHTS, atol=1e-4, rtol=0)
+    torch.testing.assert_close(context, BOOK_SIMPLE_CONTEXT, atol=1e-4, rtol=0)
+
+
+def test_causal_attention_reproduces_book() -> None:
+    queries, keys, values = book_causal_qkv()
+    weights = attention_weights(queries, keys, is_causal=True)
+    torch.testing.assert_close(weights, BOOK_CAUSAL_WEIGHTS, atol=1e-4, rtol=0)
+    context = scaled_dot_product_attention(queries, keys, values, is_causal=True)
+    torch.testing.assert_close(context, BOOK_CAUSAL_CONTEXT, atol=1e-4, rtol=0)
+    torch.manual_seed(123)  # the book seeds its dropout with 123
+    dropped = attention_weights(queries, keys, is_causal=True, dropout_p=0.5)
+    torch.testing.assert_close(dropped, BOOK_CAUSAL_WEIGHTS_DROPOUT, atol=1e-4, rtol=0)
+
+
+# --- equal to torch's scaled_dot_product_attention --------------------------------------------
+
+
+def _f64(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, dtype=torch.float64)
+
+
+SDPA_CASES = {
+    "no mask, 4-d": dict(q=(2, 3, 5, 8), k=(2, 3, 7, 8), v=(2, 3, 7, 4)),
+    "3-d": dict(q=(2, 5, 8), k=(2, 7, 8), v=(2, 7, 8)),
+    "2-d": dict(q=(5, 8), k=(7, 8), v=(7, 3)),
+    "bool mask (t_q, t_k)": dict(q=(2, 3, 5, 8), k=(2, 3, 7, 8), v=(2, 3, 7, 8), bool_mask=(5, 7)),
+    "bool mask (b, 1, 1, t_k)": dict(
+        q=(2, 3, 5, 8), k=(2, 3, 7, 8), v=(2, 3, 7, 8), bool_mask=(2, 1, 1, 7)
+    ),
+    "float mask (b, h, t_q, t_k)": dict(
+        q=(2, 3, 5, 8), k=(2, 3, 7, 8), v=(2, 3, 7, 8), float_mask=(2, 3, 5, 7)
+    ),
+    "float mask (1, t_k)": dict(q=(2, 5, 8), k=(2, 7, 8), v=(2, 7, 8), float_mask=(1, 7)),
+    "causal": dict(q=(2, 3, 6, 8), k=(2, 3, 6, 8), v=(2, 3, 6, 8), is_causal=True),
+    "causal t_q < t_k": dict(q=(2, 3, 4, 8), k=(2, 3, 9, 8), v=(2, 3, 9, 8), is_causal=True),
+    "causal t_q > t_k": dict(q=(2, 3, 9, 8), k=(2, 3, 4, 8), v=(2, 3, 4, 8), is_causal=True),
+    "custom scale": dict(q=(2, 5, 8), k=(2, 7, 8), v=(2, 7, 8), scale=0.37),
+    "causal, custom scale": dict(q=(3, 5, 8), k=(3, 5, 8), v=(3, 5, 8), is_causal=True, scale=2.0),
+}
+
+
+@pytest.mark.parametrize("case", SDPA_CASES.values(), ids=SDPA_CASES.keys())
+def test_sdpa_equals_torch_in_float64(case: dict) -> None:
+    torch.manual_seed(0)
+    q, k, v = _f64(*case["q"]), _f64(*case["k"]), _f64(*case["v"])
+    kwargs = {"is_causal": case.get("is_causal", False), "scale": case.get("scale")}
+    if "bool_mask" in case:
+        kwargs["attn_mask"] = torch.rand(case["bool_mask"]) > 0.3
+    if "float_mask" in case:
+        kwargs["attn_mask"] = _f64(*case["float_mask"])
+    ours = scaled_dot_product_attention(q, k, v, **kwargs)
+    theirs = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_fully_masked_rows_give_zeros_not_nan() -> None:
+    q, k, v = _f64(2, 4, 8), _f64(2, 5, 8), _f64(2, 5, 8)
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    mask[2] = False  # query 2 may see no key
+    out = scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert not torch.isnan(out).any()
+    torch.testing.assert_close(out[:, 2], torch.zeros(2, 8, dtype=torch.float64))
+    float_mask = torch.zeros(4, 5, dtype=torch.float64).masked_fill(~mask, float("-inf"))
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, attn_mask=float_mask), out)
+
+
+def test_attention_weights_are_what_sdpa_applies_to_the_values() -> None:
+    q, k, v = _f64(2, 3, 5, 8), _f64(2, 3, 5, 8), _f64(2, 3, 5, 4)
+    weights = attention_weights(q, k, is_causal=True)
+    assert weights.shape == (2, 3, 5, 5)
+    torch.testing.assert_close(weights @ v, scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_dropout_is_applied_whenever_dropout_p_is_positive() -> None:
+    q, k, v = _f64(1, 16, 8), _f64(1, 16, 8), _f64(1, 16, 8)
+    torch.manual_seed(1)
+    first = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    second = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert not torch.allclose(first, second)
+    torch.manual_seed(1)
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, dropout_p=0.5), first)
+
+
+def test_sdpa_gradcheck_float64() -> None:
+    q = _f64(2, 4, 3).requires_grad_()
+    k = _f64(2, 5, 3).requires_grad_()
+    v = _f64(2, 5, 2).requires_grad_()
+    mask = _f64(4, 5).requires_grad_()
+    def masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    def causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    assert gradcheck(masked, (q, k, v, mask))
+    assert gradcheck(causal, (q, k, v))

@@ -1,0 +1,32 @@
+"""MemoryTracker counts the bytes that operations allocate, and frees them when tensors die."""
+
+import torch
+
+from attention.memory import MemoryTracker
+
+MiB = 2**20
+
+
+def test_counts_allocations_and_frees():
+    a = torch.zeros(256, 1024)  # 1 MiB, created outside: not counted
+    with torch.no_grad(), MemoryTracker() as mem:
+        b = a + 1  # 1 MiB
+        c = b * 2  # 1 MiB, both alive
+        del b
+        d = c.t()  # a view: nothing new
+        e = c + 1  # 1 MiB: b's MiB was freed, so 2 MiB alive again
+    assert mem.peak_bytes == 2 * MiB
+    assert mem.largest_bytes == MiB
+    assert mem.current_bytes == 2 * MiB  # c (kept alive also by its view d) and e
+    del c, e
+    assert mem.current_bytes == MiB  # d still holds c's storage
+    del d
+    assert mem.current_bytes == 0
+
+
+def test_score_matrix_is_the_largest_tensor_of_naive_attention():
+    b, h, t, d_h = 1, 2, 256, 16
+    q = torch.randn(b, h, t, d_h)
+    with torch.no_grad(), MemoryTracker() as mem:
+        torch.softmax(q @ q.transpose(-2, -1), dim=-1) @ q
+    assert mem.largest_bytes == b * h * t * t * 4  # float32 (b, h, t, t)

@@ -1,0 +1,78 @@
+"""SelfAttentionV1 and V2: the book's printed tensors, weight transfer, batching, gradients."""
+
+import torch
+from _gradcheck import module_gradcheck
+
+from attention import SelfAttentionV1, SelfAttentionV2, attention_weights, journey_inputs
+
+# Reference figures printed in the book's notebook (/work/shared/seeds/001_*.txt,
+# "Approach #2"), typed in here to 4 decimals.
+BOOK_V1_W_QUERY = torch.tensor([[0.2961, 0.5166], [0.2517, 0.6886], [0.0740, 0.8665]])
+BOOK_V1_WEIGHTS_2 = torch.tensor([0.1500, 0.2264, 0.2199, 0.1311, 0.0906, 0.1820])
+BOOK_V1_OUTPUT = torch.tensor(
+    [
+        [0.2996, 0.8053],
+        [0.3061, 0.8210],
+        [0.3058, 0.8203],
+        [0.2948, 0.7939],
+        [0.2927, 0.7891],
+        [0.2990, 0.8040],
+    ]
+)
+BOOK_V2_W_KEY = torch.tensor([[0.4058, -0.4704, 0.2368], [0.2134, -0.2601, -0.5105]])
+BOOK_V2_OUTPUT = torch.tensor(
+    [
+        [-0.0739, 0.0713],
+        [-0.0748, 0.0703],
+        [-0.0749, 0.0702],
+        [-0.0760, 0.0685],
+        [-0.0763, 0.0679],
+        [-0.0754, 0.0693],
+    ]
+)
+
+
+def test_v1_reproduces_book_with_seed_123() -> None:
+    torch.manual_seed(123)
+    sa_v1 = SelfAttentionV1(3, 2)
+    inputs = journey_inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(sa_v1.W_query, BOOK_V1_W_QUERY, atol=1e-4, rtol=0)
+        query_2 = inputs[1] @ sa_v1.W_query  # "journey", x^(2)
+        weights_2 = attention_weights(query_2[None], inputs @ sa_v1.W_key)[0]
+        torch.testing.assert_close(weights_2, BOOK_V1_WEIGHTS_2, atol=1e-4, rtol=0)
+        torch.testing.assert_close(sa_v1(inputs), BOOK_V1_OUTPUT, atol=1e-4, rtol=0)
+
+
+def test_v2_reproduces_book_with_seed_789() -> None:
+    torch.manual_seed(789)
+    sa_v2 = SelfAttentionV2(3, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(sa_v2.W_key.weight, BOOK_V2_W_KEY, atol=1e-4, rtol=0)
+        torch.testing.assert_close(sa_v2(journey_inputs()), BOOK_V2_OUTPUT, atol=1e-4, rtol=0)
+    assert sa_v2.W_key.bias is None
+
+
+def test_v1_with_v2_weights_transposed_equals_v2() -> None:
+    sa_v1, sa_v2 = SelfAttentionV1(3, 2), SelfAttentionV2(3, 2)
+    with torch.no_grad():
+        for name in ("W_query", "W_key", "W_value"):
+            getattr(sa_v1, name).copy_(getattr(sa_v2, name).weight.T)
+        inputs = journey_inputs()
+        torch.testing.assert_close(sa_v1(inputs), sa_v2(inputs))
+
+
+def test_batched_input_equals_each_sequence_alone() -> None:
+    batch = torch.rand(3, 5, 4)
+    for module in (SelfAttentionV1(4, 2), SelfAttentionV2(4, 2, qkv_bias=True)):
+        with torch.no_grad():
+            out = module(batch)
+            assert out.shape == (3, 5, 2)
+            for i in range(3):
+                torch.testing.assert_close(out[i], module(batch[i]))
+
+
+def test_gradcheck_float64() -> None:
+    x = torch.rand(2, 4, 3)
+    assert module_gradcheck(SelfAttentionV1(3, 2), x)
+    assert module_gradcheck(SelfAttentionV2(3, 2, qkv_bias=True), x)
