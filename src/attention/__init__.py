@@ -5,8 +5,11 @@ queries and keys), d_in input width, d_out output width, h heads, d_h = d_out / 
 d_k width of queries and keys.
 """
 
+from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
 from .causal import CausalAttention
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
+from .encoder import BidirectionalSelfAttention, CrossAttention
+from .flash import flash_attention
 from .functional import (
     additive_causal_mask,
     attention_weights,
@@ -23,15 +26,22 @@ __version__ = "0.1.0"
 
 __all__ = [
     "JOURNEY_TOKENS",
+    "AdditiveAttention",
+    "AttentionDecoder",
+    "BidirectionalSelfAttention",
     "CausalAttention",
+    "CrossAttention",
     "FusedMultiHeadAttention",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
     "SelfAttentionV1",
     "SelfAttentionV2",
+    "Seq2Seq",
+    "Seq2SeqEncoder",
     "additive_causal_mask",
     "attention_weights",
     "causal_mask",
+    "flash_attention",
     "journey_batch",
     "journey_inputs",
     "plot_attention",

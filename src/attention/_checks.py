@@ -38,12 +38,21 @@ def check_rank(x: Tensor, ranks: Sequence[int] = (2, 3), name: str = "input") ->
         )
 
 
-def check_input(x: Tensor, d_in: int, ranks: Sequence[int] = (2, 3), name: str = "input") -> None:
-    """Require a token tensor of rank in ``ranks`` whose last dimension is ``d_in``."""
+def check_input(
+    x: Tensor,
+    d_in: int,
+    ranks: Sequence[int] = (2, 3),
+    name: str = "input",
+    width_name: str = "d_in",
+) -> None:
+    """Require a token tensor of rank in ``ranks`` whose last dimension is ``d_in``.
+
+    ``width_name`` is the width's name in the message (``d_in``, ``d_kv``, ``d_key``, ...).
+    """
     check_rank(x, ranks, name)
     if x.shape[-1] != d_in:
         raise ValueError(
-            f"{name} must have last dimension d_in={d_in}, got {x.shape[-1]} "
+            f"{name} must have last dimension {width_name}={d_in}, got {x.shape[-1]} "
             f"(shape {tuple(x.shape)})"
         )
 

@@ -10,8 +10,9 @@ operations created and that are still alive:
 - ``largest_bytes``: the largest single tensor created (e.g. a ``(b, h, t, t)`` score matrix).
 
 Outputs that share storage with an input (views such as ``transpose``) allocate nothing; a view
-keeps its storage counted as alive for as long as the view lives. Use it under ``torch.no_grad()``: tensors that autograd saves for backward are freed by
-autograd, not by Python, and would be released from the count too early.
+keeps its storage counted as alive for as long as the view lives. Use it under
+``torch.no_grad()``: tensors that autograd saves for backward are freed by autograd, not by
+Python, and would be released from the count too early.
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ class MemoryTracker(TorchDispatchMode):
             self.current_bytes -= self._sizes.pop(key)
             del self._refs[key]
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         out = func(*args, **(kwargs or {}))
         inputs = {
             t.untyped_storage().data_ptr()

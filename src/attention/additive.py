@@ -1,0 +1,174 @@
+"""Bahdanau's additive attention and a small GRU encoder-decoder that uses it.
+
+Notation (see CONTRIBUTING.md): b batch size, t number of keys (source tokens), t_tgt number of
+target tokens, d_query / d_key / d_value widths of a query, a key and a value, d_attn width of
+the hidden layer of the score, d_emb token-embedding width, d_hidden GRU state width.
+
+Bahdanau, Cho and Bengio (2014) score a query q (the decoder state) against each key k_j (the
+encoder's annotation of source token j) with a one-hidden-layer network instead of a dot product:
+
+    ω_j = vᵀ tanh(W₁ q + W₂ k_j),    α = softmax(ω),    c = Σ_j α_j v_j,
+
+where v here is the learned score vector (not a value). In the code W₁ is ``W_query``, W₂ is
+``W_key`` and v is ``v``; as everywhere in the book, ``nn.Linear`` applies them to row vectors.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_input, check_mask, check_rank
+from .functional import softmax
+
+__all__ = ["AdditiveAttention", "Seq2SeqEncoder", "AttentionDecoder", "Seq2Seq"]
+
+
+class AdditiveAttention(nn.Module):
+    """Additive (Bahdanau) attention of one query per batch element over a sequence of keys."""
+
+    def __init__(self, d_query: int, d_key: int, d_hidden: int) -> None:
+        """Create W₁ = ``W_query`` (d_query → d_hidden), W₂ = ``W_key`` (d_key → d_hidden), v."""
+        super().__init__()
+        self.W_query = nn.Linear(d_query, d_hidden, bias=False)
+        self.W_key = nn.Linear(d_key, d_hidden, bias=False)
+        self.v = nn.Linear(d_hidden, 1, bias=False)
+        self.d_query, self.d_key = d_query, d_key
+
+    def forward(
+        self, query: Tensor, keys: Tensor, values: Tensor | None = None, mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Return the context vector c (b, d_value) and the attention weights α (b, t).
+
+        Args:
+            query: (b, d_query), one query per batch element.
+            keys: (b, t, d_key).
+            values: (b, t, d_value); defaults to ``keys``, as in Bahdanau's model.
+            mask: (b, t) bool, True where the query MAY attend (padding is False). A row with
+                no True gets zero weights and a zero context vector.
+        """
+        check_input(query, self.d_query, (2,), "query", "d_query")
+        check_input(keys, self.d_key, (3,), "keys", "d_key")
+        values = keys if values is None else values
+        check_rank(values, (3,), "values")
+        if keys.shape[0] != query.shape[0] or values.shape[:2] != keys.shape[:2]:
+            raise ValueError(
+                "query (b, d_query), keys (b, t, d_key) and values (b, t, d_value) must agree "
+                f"on b and t, got shapes {tuple(query.shape)}, {tuple(keys.shape)}, "
+                f"{tuple(values.shape)}"
+            )
+        hidden = torch.tanh(self.W_query(query)[:, None, :] + self.W_key(keys))  # (b, t, d_hidden)
+        attn_scores = self.v(hidden).squeeze(-1)  # (b, t)
+        if mask is not None:
+            if mask.dtype != torch.bool:
+                raise ValueError(
+                    f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}"
+                )
+            check_mask(mask, attn_scores.shape, "mask")
+            attn_scores = attn_scores.masked_fill(~mask, float("-inf"))
+        attn_weights = softmax(attn_scores, dim=-1)  # (b, t)
+        context = (attn_weights[:, :, None] * values).sum(dim=1)  # (b, d_value)
+        return context, attn_weights
+
+
+class Seq2SeqEncoder(nn.Module):
+    """Bidirectional GRU encoder: one annotation per source token, of width 2·d_hidden."""
+
+    def __init__(self, vocab_size: int, d_emb: int, d_hidden: int) -> None:
+        """Embedding (vocab_size → d_emb), a bidirectional GRU and the decoder's initial state."""
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_emb)
+        self.rnn = nn.GRU(d_emb, d_hidden, batch_first=True, bidirectional=True)
+        self.init_state = nn.Linear(d_hidden, d_hidden)
+        self.d_hidden = d_hidden
+
+    def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """Encode src (b, t) token ids: annotations (b, t, 2·d_hidden), a state (b, d_hidden).
+
+        Annotation j joins the forward state after token j with the backward state after token j
+        (reading right to left), so it describes token j in the context of the whole sentence.
+        The decoder starts from tanh(W h←), h← being the backward GRU's state at token 0.
+        """
+        check_rank(src, (2,), "src")
+        annotations, last = self.rnn(self.embedding(src))  # (b, t, 2·d_hidden), (2, b, d_hidden)
+        state = torch.tanh(self.init_state(last[1]))  # (b, d_hidden), from the backward GRU
+        return annotations, state
+
+
+class AttentionDecoder(nn.Module):
+    """GRU decoder that attends over the encoder's annotations at every step (Bahdanau style)."""
+
+    def __init__(self, vocab_size: int, d_emb: int, d_hidden: int, d_attn: int) -> None:
+        """Embedding, attention over 2·d_hidden-wide annotations, a GRU cell, an output layer."""
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_emb)
+        self.attention = AdditiveAttention(d_hidden, 2 * d_hidden, d_attn)
+        self.cell = nn.GRUCell(d_emb + 2 * d_hidden, d_hidden)
+        self.out = nn.Linear(d_hidden + 2 * d_hidden, vocab_size)
+        self.d_hidden = d_hidden
+
+    def step(
+        self, token: Tensor, state: Tensor, annotations: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One step: last token (b,), state (b, d_hidden) → logits (b, vocab), state, α (b, t)."""
+        context, attn_weights = self.attention(state, annotations)  # (b, 2·d_hidden), (b, t)
+        rnn_input = torch.cat([self.embedding(token), context], dim=-1)  # (b, d_emb + 2·d_hidden)
+        state = self.cell(rnn_input, state)  # (b, d_hidden)
+        logits = self.out(torch.cat([state, context], dim=-1))  # (b, vocab)
+        return logits, state, attn_weights
+
+    def forward(self, tgt_in: Tensor, state: Tensor, annotations: Tensor) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: feed tgt_in (b, t_tgt) → logits (b, t_tgt, vocab), α (b, t_tgt, t)."""
+        check_rank(tgt_in, (2,), "tgt_in")
+        all_logits, all_weights = [], []
+        for i in range(tgt_in.shape[1]):
+            logits, state, attn_weights = self.step(tgt_in[:, i], state, annotations)
+            all_logits.append(logits)
+            all_weights.append(attn_weights)
+        logits = torch.stack(all_logits, dim=1)  # (b, t_tgt, vocab)
+        return logits, torch.stack(all_weights, dim=1)  # ..., (b, t_tgt, t)
+
+
+class Seq2Seq(nn.Module):
+    """Encoder-decoder with additive attention: the model of Bahdanau et al. in miniature."""
+
+    def __init__(self, encoder: Seq2SeqEncoder, decoder: AttentionDecoder) -> None:
+        """Join an encoder and a decoder whose GRU states have the same width d_hidden."""
+        super().__init__()
+        if encoder.d_hidden != decoder.d_hidden:
+            raise ValueError(
+                "encoder and decoder must share d_hidden, "
+                f"got {encoder.d_hidden} and {decoder.d_hidden}"
+            )
+        self.encoder, self.decoder = encoder, decoder
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+        """src (b, t), tgt_in (b, t_tgt) (targets shifted right, starting with BOS).
+
+        Returns logits (b, t_tgt, vocab) and attention weights (b, t_tgt, t).
+        """
+        check_rank(tgt_in, (2,), "tgt_in")
+        if src.shape[0] != tgt_in.shape[0]:
+            raise ValueError(
+                "src and tgt_in must have the same batch size b, "
+                f"got {src.shape[0]} and {tgt_in.shape[0]}"
+            )
+        annotations, state = self.encoder(src)  # (b, t, 2·d_hidden), (b, d_hidden)
+        return self.decoder(tgt_in, state, annotations)
+
+    @torch.no_grad()
+    def greedy_decode(self, src: Tensor, max_len: int, bos: int) -> tuple[Tensor, Tensor]:
+        """Decode max_len tokens, each step feeding back the most likely token.
+
+        Returns tokens (b, max_len) and attention weights (b, max_len, t).
+        """
+        if max_len < 1:
+            raise ValueError(f"max_len must be at least 1, got {max_len}")
+        annotations, state = self.encoder(src)  # (b, t, 2·d_hidden), (b, d_hidden)
+        token = torch.full((src.shape[0],), bos, dtype=torch.long, device=src.device)  # (b,)
+        tokens, all_weights = [], []
+        for _ in range(max_len):
+            logits, state, attn_weights = self.decoder.step(token, state, annotations)
+            token = logits.argmax(dim=-1)  # (b,)
+            tokens.append(token)
+            all_weights.append(attn_weights)
+        tokens = torch.stack(tokens, dim=1)  # (b, max_len)
+        return tokens, torch.stack(all_weights, dim=1)  # ..., (b, max_len, t)

@@ -1,0 +1,132 @@
+"""Encoder-style attention without a causal mask: cross-attention and bidirectional self-attention.
+
+Notation (see CONTRIBUTING.md): b batch size, t_q number of queries (tokens of x), t_k number of
+keys and values (tokens of the context), d_q / d_kv widths of x / of the context (d_in for
+self-attention), d_out output width, h heads, d_h = d_out / h width of one head.
+
+Cross-attention lets every token of one sequence x (say, a decoder's) look at every token of
+another sequence, the context (say, an encoder's output), which may differ in length and width:
+
+    Q = x W_q,   K = context W_k,   V = context W_v,   Z = softmax(Q Kᵀ / sqrt(d_h)) V,
+
+per head, followed by the output projection that mixes the heads. Self-attention is the special
+case context = x. Unlike the causal modules, nothing hides later tokens: each token sees the
+whole sequence in both directions, as in an encoder (BERT, the Transformer's encoder).
+
+Padding: a ``key_padding_mask`` of shape (b, t_k) marks PADDING with True, the convention of
+``torch.nn.MultiheadAttention``, which is the OPPOSITE of ``attn_mask`` in
+``scaled_dot_product_attention`` (where True means "may attend").
+"""
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_dropout, check_heads, check_input
+from .functional import attention_weights
+
+__all__ = ["CrossAttention", "BidirectionalSelfAttention"]
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention with queries from x and keys and values from a separate context."""
+
+    def __init__(
+        self,
+        d_q: int,
+        d_kv: int,
+        d_out: int,
+        dropout: float,
+        num_heads: int,
+        qkv_bias: bool = False,
+    ) -> None:
+        """Create ``W_query`` (d_q → d_out), ``W_key``, ``W_value`` (d_kv → d_out), ``out_proj``.
+
+        Args:
+            d_q: width of the tokens of x, which give the queries.
+            d_kv: width of the tokens of the context, which give the keys and values.
+            d_out: output width, split into num_heads heads of width d_h = d_out / num_heads.
+            dropout: probability of dropping an attention weight while training, in [0, 1).
+            num_heads: number of heads h; must divide d_out.
+            qkv_bias: give W_query, W_key and W_value a bias (out_proj always has one).
+        """
+        super().__init__()
+        check_heads(d_out, num_heads)
+        check_dropout(dropout)
+        self.d_q, self.d_kv, self.d_out = d_q, d_kv, d_out
+        self.num_heads, self.d_h = num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_q, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_kv, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_kv, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor,
+        key_padding_mask: Tensor | None = None,
+        return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend from x (b, t_q, d_q) to context (b, t_k, d_kv).
+
+        Args:
+            x: the sequence that asks, (b, t_q, d_q).
+            context: the sequence that answers, (b, t_k, d_kv).
+            key_padding_mask: (b, t_k) bool, **True marks a PADDING token** of the context (as
+                in ``torch.nn.MultiheadAttention``); padded keys get attention weight 0. A query
+                whose keys are all padding gets a zero context vector before ``out_proj``.
+            return_weights: also return the attention weights (after dropout).
+
+        Returns:
+            (b, t_q, d_out), or that and the weights (b, h, t_q, t_k) if ``return_weights``.
+        """
+        check_input(x, self.d_q, (3,), "x", "d_q")
+        check_input(context, self.d_kv, (3,), "context", "d_kv")
+        (b, t_q, _), t_k = x.shape, context.shape[1]
+        if context.shape[0] != b:
+            raise ValueError(
+                f"x and context must have the same batch size b, got {b} and {context.shape[0]}"
+            )
+        attn_mask = None
+        if key_padding_mask is not None:
+            if key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (b, t_k):
+                raise ValueError(
+                    f"key_padding_mask must be a bool tensor of shape (b, t_k) = {(b, t_k)}, got "
+                    f"{key_padding_mask.dtype} of shape {tuple(key_padding_mask.shape)}"
+                )
+            attn_mask = ~key_padding_mask[:, None, None, :]  # (b, 1, 1, t_k), True = may attend
+        h, d_h = self.num_heads, self.d_h
+        queries = self.W_query(x).view(b, t_q, h, d_h).transpose(1, 2)  # (b, h, t_q, d_h)
+        keys = self.W_key(context).view(b, t_k, h, d_h).transpose(1, 2)  # (b, h, t_k, d_h)
+        values = self.W_value(context).view(b, t_k, h, d_h).transpose(1, 2)  # (b, h, t_k, d_h)
+        attn_weights = self.dropout(attention_weights(queries, keys, attn_mask))  # (b, h, t_q, t_k)
+        context_vecs = (attn_weights @ values).transpose(1, 2)  # (b, t_q, h, d_h)
+        out = self.out_proj(context_vecs.reshape(b, t_q, self.d_out))  # (b, t_q, d_out)
+        return (out, attn_weights) if return_weights else out
+
+
+class BidirectionalSelfAttention(CrossAttention):
+    """Encoder multi-head self-attention: every token attends to every (non-padding) token.
+
+    It is :class:`CrossAttention` with the sequence as its own context, so it has the same
+    parameters as the book's ``MultiHeadAttention`` (``W_query``, ``W_key``, ``W_value``,
+    ``out_proj``) but no causal mask and no context_length.
+    """
+
+    def __init__(
+        self, d_in: int, d_out: int, dropout: float, num_heads: int, qkv_bias: bool = False
+    ) -> None:
+        """Projections d_in → d_out split into num_heads heads; see :class:`CrossAttention`."""
+        super().__init__(d_in, d_in, d_out, dropout, num_heads, qkv_bias)
+        self.d_in = d_in
+
+    def forward(  # type: ignore[override]
+        self, x: Tensor, key_padding_mask: Tensor | None = None, return_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Self-attention over x (b, t, d_in) → (b, t, d_out) [, weights (b, h, t, t)].
+
+        ``key_padding_mask`` is (b, t) bool with **True marking PADDING** (torch's
+        ``nn.MultiheadAttention`` convention, not "may attend"): padded tokens get weight 0 as
+        keys, so they cannot change the outputs of real tokens.
+        """
+        return super().forward(x, x, key_padding_mask, return_weights)

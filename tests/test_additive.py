@@ -1,0 +1,147 @@
+"""Additive (Bahdanau) attention: the score formula, masking, and a seq2seq model that learns."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.autograd import gradcheck
+from torch.func import functional_call
+
+from attention.additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
+
+BOS = 10  # digits 0-9 are tokens 0-9, the start token is 10: vocabulary of 11
+
+
+def test_weights_are_a_distribution_and_masked_keys_get_zero():
+    torch.manual_seed(0)
+    attention = AdditiveAttention(d_query=4, d_key=3, d_hidden=5)
+    mask = torch.tensor([[True, True, False, True, False], [True] * 5, [False] * 5])
+    context, weights = attention(torch.randn(3, 4), torch.randn(3, 5, 3), mask=mask)
+    assert context.shape == (3, 3) and weights.shape == (3, 5)
+    assert torch.all(weights >= 0)
+    torch.testing.assert_close(weights[:2].sum(-1), torch.ones(2))
+    assert torch.all(weights[0, ~mask[0]] == 0)
+    assert torch.all(weights[2] == 0) and torch.all(context[2] == 0)  # nothing to attend: zeros
+
+
+def test_score_formula_against_a_hand_loop():
+    torch.manual_seed(0)
+    attention = AdditiveAttention(d_query=4, d_key=3, d_hidden=5).double()
+    query, keys = torch.randn(2, 4, dtype=torch.float64), torch.randn(2, 6, 3, dtype=torch.float64)
+    values = torch.randn(2, 6, 2, dtype=torch.float64)
+    with torch.no_grad():
+        context, weights = attention(query, keys, values)
+    W1 = attention.W_query.weight.detach()  # (d_hidden, d_query)
+    W2 = attention.W_key.weight.detach()  # (d_hidden, d_key)
+    v = attention.v.weight.detach()[0]  # (d_hidden,)
+    for b in range(2):
+        scores = [float(v @ torch.tanh(W1 @ query[b] + W2 @ keys[b, j])) for j in range(6)]
+        total = sum(math.exp(s) for s in scores)
+        expected_weights = [math.exp(s) / total for s in scores]
+        expected_context = sum(a * values[b, j] for j, a in enumerate(expected_weights))
+        torch.testing.assert_close(weights[b], torch.tensor(expected_weights, dtype=torch.float64))
+        torch.testing.assert_close(context[b], expected_context)
+
+
+def test_values_default_to_keys():
+    torch.manual_seed(0)
+    attention = AdditiveAttention(2, 3, 4)
+    query, keys = torch.randn(2, 2), torch.randn(2, 5, 3)
+    torch.testing.assert_close(attention(query, keys)[0], attention(query, keys, keys)[0])
+
+
+def test_additive_attention_gradcheck():
+    torch.manual_seed(0)
+    attention = AdditiveAttention(2, 3, 4).double()
+    names, params = zip(*attention.named_parameters())
+    leaves = tuple(p.detach().requires_grad_() for p in params)
+    query = torch.randn(2, 2, dtype=torch.float64, requires_grad=True)
+    keys = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[True, True, True, False], [True, False, True, True]])
+
+    def run(query, keys, *ps):
+        return functional_call(attention, dict(zip(names, ps)), (query, keys), {"mask": mask})
+
+    assert gradcheck(run, (query, keys, *leaves))
+
+
+def small_model(seed: int = 123) -> Seq2Seq:
+    torch.manual_seed(seed)
+    return Seq2Seq(Seq2SeqEncoder(11, 16, 32), AttentionDecoder(11, 16, 32, 32))
+
+
+def reversal_batch(b: int, t: int = 6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random digits src (b, t), their reversal tgt (b, t) and tgt_in = [BOS, tgt[:-1]]."""
+    src = torch.randint(0, 10, (b, t))
+    tgt = src.flip(1)
+    tgt_in = torch.cat([torch.full((b, 1), BOS), tgt[:, :-1]], dim=1)
+    return src, tgt, tgt_in
+
+
+def test_seq2seq_shapes_and_attention_rows():
+    model = small_model()
+    src, _, tgt_in = reversal_batch(3, 7)
+    logits, attn = model(src, tgt_in[:, :5])
+    assert logits.shape == (3, 5, 11) and attn.shape == (3, 5, 7)
+    torch.testing.assert_close(attn.sum(-1), torch.ones(3, 5))
+
+
+def test_greedy_decode_equals_teacher_forcing_on_its_own_output():
+    model = small_model()
+    src, _, _ = reversal_batch(4)
+    tokens, attn = model.greedy_decode(src, max_len=5, bos=BOS)
+    assert tokens.shape == (4, 5) and attn.shape == (4, 5, 6)
+    tgt_in = torch.cat([torch.full((4, 1), BOS), tokens[:, :-1]], dim=1)
+    with torch.no_grad():
+        logits, forced_attn = model(src, tgt_in)
+    assert torch.equal(logits.argmax(-1), tokens)
+    torch.testing.assert_close(forced_attn, attn)
+
+
+@pytest.fixture
+def one_thread():
+    """Run on one CPU thread (fastest for these tiny matrices), then restore the setting."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_seq2seq_learns_reversal_with_anti_diagonal_attention(one_thread):
+    model = small_model(seed=123)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.005)
+    for _ in range(100):
+        src, tgt, tgt_in = reversal_batch(64)
+        logits, _ = model(src, tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    src, tgt, _ = reversal_batch(200)
+    tokens, attn = model.greedy_decode(src, max_len=6, bos=BOS)
+    assert (tokens == tgt).float().mean() > 0.9
+    # Output i copies source token 5 - i, and that is where the decoder looks.
+    looks_at = attn.argmax(dim=-1)  # (b, t_tgt)
+    assert (looks_at == torch.arange(5, -1, -1)).float().mean() > 0.9
+
+
+def test_bad_input_raises():
+    attention = AdditiveAttention(4, 3, 5)
+    query, keys = torch.randn(2, 4), torch.randn(2, 6, 3)
+    with pytest.raises(ValueError, match="query must be 2-d, got a 3-d"):
+        attention(query[:, None], keys)
+    with pytest.raises(ValueError, match="d_key=3, got 2"):
+        attention(query, keys[..., :2])
+    with pytest.raises(ValueError, match="must agree on b and t"):
+        attention(query, keys, torch.randn(2, 5, 3))
+    with pytest.raises(
+        ValueError, match=r"broadcast to the scores' shape \(2, 6\), got shape \(2, 5\)"
+    ):
+        attention(query, keys, mask=torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool tensor"):
+        attention(query, keys, mask=torch.ones(2, 6))
+    with pytest.raises(ValueError, match="share d_hidden, got 32 and 16"):
+        Seq2Seq(Seq2SeqEncoder(11, 16, 32), AttentionDecoder(11, 16, 16, 32))
+    with pytest.raises(ValueError, match="max_len must be at least 1, got 0"):
+        small_model().greedy_decode(torch.zeros(1, 6, dtype=torch.long), max_len=0, bos=BOS)

@@ -1,0 +1,201 @@
+"""Encoder attention: equals torch.nn.MultiheadAttention, padding hides keys, nothing is causal."""
+
+import pytest
+import torch
+from _gradcheck import module_gradcheck
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.autograd import gradcheck
+from torch.func import functional_call
+
+from attention.encoder import BidirectionalSelfAttention, CrossAttention
+
+PADDING = torch.tensor([[False, False, False, True, True], [False, False, False, False, False]])
+
+
+def torch_mha_like(module: CrossAttention) -> torch.nn.MultiheadAttention:
+    """A torch.nn.MultiheadAttention holding the same weights as ``module`` (float64)."""
+    ref = torch.nn.MultiheadAttention(
+        module.d_out, module.num_heads, kdim=module.d_kv, vdim=module.d_kv, batch_first=True
+    ).double()
+    projections = (module.W_query, module.W_key, module.W_value)
+    with torch.no_grad():
+        if ref.in_proj_weight is not None:  # same widths: torch packs W_q, W_k, W_v in one matrix
+            ref.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))
+        else:
+            for name, p in zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), projections):
+                getattr(ref, name).copy_(p.weight)
+        biases = [torch.zeros(module.d_out) if p.bias is None else p.bias for p in projections]
+        ref.in_proj_bias.copy_(torch.cat(biases))
+        ref.out_proj.weight.copy_(module.out_proj.weight)
+        ref.out_proj.bias.copy_(module.out_proj.bias)
+    return ref
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True])
+@pytest.mark.parametrize("padding", [None, PADDING])
+def test_self_attention_equals_torch_multihead_attention(qkv_bias, padding):
+    torch.manual_seed(0)
+    module = BidirectionalSelfAttention(6, 6, 0.0, num_heads=3, qkv_bias=qkv_bias).double()
+    x = torch.randn(2, 5, 6, dtype=torch.float64)
+    out, weights = module(x, key_padding_mask=padding, return_weights=True)
+    ref_out, ref_weights = torch_mha_like(module)(
+        x, x, x, key_padding_mask=padding, average_attn_weights=False
+    )
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-12)
+
+
+def test_padded_keys_get_zero_weight_and_cannot_change_real_tokens():
+    torch.manual_seed(0)
+    module = BidirectionalSelfAttention(4, 6, 0.0, num_heads=2)
+    x = torch.randn(2, 5, 4)
+    out, weights = module(x, key_padding_mask=PADDING, return_weights=True)
+    assert weights.shape == (2, 2, 5, 5)
+    assert torch.all(weights[0, :, :, 3:] == 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 5))
+    x_changed = x.clone()
+    x_changed[0, 3:] = 100 * torch.randn(2, 4)  # rewrite the padding tokens of sequence 0
+    out_changed = module(x_changed, key_padding_mask=PADDING)
+    torch.testing.assert_close(out_changed[0, :3], out[0, :3], rtol=0, atol=0)
+    torch.testing.assert_close(out_changed[1], out[1], rtol=0, atol=0)
+
+
+def test_all_padding_gives_finite_output():
+    module = BidirectionalSelfAttention(4, 4, 0.0, num_heads=2)
+    out = module(torch.randn(1, 3, 4), key_padding_mask=torch.ones(1, 3, dtype=torch.bool))
+    torch.testing.assert_close(
+        out, module.out_proj.bias.expand(1, 3, 4)
+    )  # zero context, then out_proj
+
+
+def test_every_token_sees_later_tokens():
+    torch.manual_seed(0)
+    module = BidirectionalSelfAttention(4, 4, 0.0, num_heads=2)
+    x = torch.randn(1, 6, 4)
+    x_changed = x.clone()
+    x_changed[0, -1] += 1.0  # change only the LAST token
+    difference = (module(x_changed) - module(x)).abs().amax(dim=-1)  # (1, t)
+    assert torch.all(difference > 1e-4)  # ... and every output moves, the first one included
+
+
+@settings(max_examples=15, deadline=None)
+@given(t=st.integers(1, 7), num_heads=st.sampled_from([1, 2, 4]), seed=st.integers(0, 1000))
+def test_permutation_equivariance(t, num_heads, seed):
+    torch.manual_seed(seed)
+    module = BidirectionalSelfAttention(3, 4, 0.0, num_heads).double()
+    x = torch.randn(2, t, 3, dtype=torch.float64)
+    perm = torch.randperm(t)
+    torch.testing.assert_close(module(x[:, perm]), module(x)[:, perm], rtol=0, atol=1e-12)
+
+
+def test_self_attention_gradcheck():
+    torch.manual_seed(0)
+    assert module_gradcheck(
+        BidirectionalSelfAttention(3, 4, 0.0, num_heads=2, qkv_bias=True), torch.randn(2, 3, 3)
+    )
+
+
+def test_dropout_drops_weights_in_training_only():
+    torch.manual_seed(0)
+    module = BidirectionalSelfAttention(4, 4, 0.5, num_heads=2)
+    x = torch.randn(2, 5, 4)
+    module.eval()
+    _, clean = module(x, return_weights=True)
+    module.train()
+    _, dropped = module(x, return_weights=True)
+    assert torch.any(dropped == 0)
+    survivors = dropped != 0
+    torch.testing.assert_close(dropped[survivors], 2 * clean[survivors])  # rescaled by 1 / (1 - p)
+
+
+def test_cross_attention_shapes_for_different_lengths_and_widths():
+    module = CrossAttention(d_q=3, d_kv=5, d_out=8, dropout=0.0, num_heads=4)
+    out, weights = module(torch.randn(2, 4, 3), torch.randn(2, 7, 5), return_weights=True)
+    assert out.shape == (2, 4, 8)
+    assert weights.shape == (2, 4, 4, 7)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 4))
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True])
+def test_cross_attention_equals_torch_multihead_attention(qkv_bias):
+    torch.manual_seed(0)
+    module = CrossAttention(
+        d_q=6, d_kv=5, d_out=6, dropout=0.0, num_heads=2, qkv_bias=qkv_bias
+    ).double()
+    x, context = (
+        torch.randn(2, 3, 6, dtype=torch.float64),
+        torch.randn(2, 5, 5, dtype=torch.float64),
+    )
+    out, weights = module(x, context, key_padding_mask=PADDING, return_weights=True)
+    ref_out, ref_weights = torch_mha_like(module)(
+        x, context, context, key_padding_mask=PADDING, average_attn_weights=False
+    )
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-12)
+
+
+def test_cross_attention_padding_hides_context_tokens():
+    torch.manual_seed(0)
+    module = CrossAttention(3, 5, 4, 0.0, num_heads=2)
+    x, context = torch.randn(2, 4, 3), torch.randn(2, 5, 5)
+    out, weights = module(x, context, key_padding_mask=PADDING, return_weights=True)
+    assert torch.all(weights[0, :, :, 3:] == 0)
+    context_changed = context.clone()
+    context_changed[0, 3:] = 100 * torch.randn(2, 5)
+    torch.testing.assert_close(
+        module(x, context_changed, key_padding_mask=PADDING), out, rtol=0, atol=0
+    )
+
+
+def test_cross_attention_gradcheck():
+    torch.manual_seed(0)
+    module = CrossAttention(3, 2, 4, 0.0, num_heads=2, qkv_bias=True).double()
+    names, params = zip(*module.named_parameters())
+    leaves = tuple(p.detach().requires_grad_() for p in params)
+    x = torch.randn(2, 3, 3, dtype=torch.float64, requires_grad=True)
+    context = torch.randn(2, 4, 2, dtype=torch.float64, requires_grad=True)
+
+    def run(x, context, *ps):
+        return functional_call(module, dict(zip(names, ps)), (x, context, PADDING[:, 1:]))
+
+    assert gradcheck(run, (x, context, *leaves))
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: BidirectionalSelfAttention(4, 6, 0.0, num_heads=4), "d_out=6 and num_heads=4"),
+        (
+            lambda: BidirectionalSelfAttention(4, 4, 1.0, num_heads=2),
+            r"dropout must be in \[0, 1\), got 1.0",
+        ),
+        (lambda: CrossAttention(4, 3, 4, -0.1, num_heads=2), r"\[0, 1\), got -0.1"),
+        (lambda: CrossAttention(4, 3, 4, 0.0, num_heads=0), "num_heads must be at least 1, got 0"),
+    ],
+)
+def test_bad_construction_raises(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_bad_self_attention_input_raises():
+    module = BidirectionalSelfAttention(4, 4, 0.0, num_heads=2)
+    with pytest.raises(ValueError, match="3-d, got a 2-d"):
+        module(torch.randn(5, 4))
+    with pytest.raises(ValueError, match="d_q=4, got 3"):
+        module(torch.randn(2, 5, 3))
+    with pytest.raises(
+        ValueError, match=r"shape \(b, t_k\) = \(2, 5\), got torch.bool of shape \(2, 4\)"
+    ):
+        module(torch.randn(2, 5, 4), key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool tensor"):
+        module(torch.randn(2, 5, 4), key_padding_mask=torch.zeros(2, 5))
+
+
+def test_bad_cross_attention_input_raises():
+    module = CrossAttention(3, 5, 4, 0.0, num_heads=2)
+    with pytest.raises(ValueError, match="context must have last dimension d_kv=5, got 3"):
+        module(torch.randn(2, 4, 3), torch.randn(2, 7, 3))
+    with pytest.raises(ValueError, match="same batch size b, got 2 and 1"):
+        module(torch.randn(2, 4, 3), torch.randn(1, 7, 5))
