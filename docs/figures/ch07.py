@@ -1,0 +1,173 @@
+"""Figures of chapter 7: what attention costs, how tiling avoids the score matrix, and why IO matters.
+
+Notation: b batch size, h heads, t tokens (t_q, t_k for queries and keys), d_h width of one head,
+B the block size of the tiled kernel (B_r rows of queries per tile), T = t / B the number of
+blocks along each side, s the bytes of one number (4 in float32, 2 in float16 and bfloat16).
+"""
+
+from collections.abc import Callable
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, Polygon, Rectangle
+from torch.utils.flop_counter import FlopCounterMode
+
+from attention import flash_attention, scaled_dot_product_attention
+from attention.memory import MemoryTracker
+
+NAIVE_COLOR = "#d95f02"
+FLASH_COLOR = "#1b9e77"
+SKIPPED_COLOR = "0.93"
+
+# NVIDIA's datasheet for the H100 SXM: 989.5 TFLOP/s dense BF16 on tensor cores (the datasheet
+# quotes 1,979 with sparsity) and 3.35 TB/s of HBM3 bandwidth.
+H100_PEAK_FLOPS = 989.5e12
+H100_HBM_BYTES_PER_S = 3.35e12
+
+
+def _peak_bytes(fn: Callable[..., object], *args: object, **kwargs: object) -> tuple[int, int]:
+    """Peak live bytes and largest tensor that ``fn(*args, **kwargs)`` allocates."""
+    with torch.no_grad(), MemoryTracker() as mem:
+        fn(*args, **kwargs)
+    return mem.peak_bytes, mem.largest_bytes
+
+
+def memory_vs_t() -> Figure:
+    """Peak live bytes of naive and tiled causal attention, one head of width 64, t from 128 to 2048."""
+    torch.manual_seed(123)
+    lengths = [128, 256, 512, 1024, 2048]
+    naive, flash = [], []
+    for t in lengths:
+        q, k, v = torch.randn(3, 1, 1, t, 64).unbind(0)  # (b, h, t, d_h) each
+        naive.append(_peak_bytes(scaled_dot_product_attention, q, k, v, is_causal=True))
+        flash.append(_peak_bytes(flash_attention, q, k, v, is_causal=True, block_size=128))
+    kib = 1024.0
+
+    fig, ax = plt.subplots(figsize=(6.8, 4.4), layout="constrained")
+    for rows, color, name in ((naive, NAIVE_COLOR, "naive"), (flash, FLASH_COLOR, "flash_attention")):
+        ax.plot(lengths, [p / kib for p, _ in rows], "o-", color=color, label=f"{name}: peak live bytes")
+        ax.plot(lengths, [g / kib for _, g in rows], "s--", color=color, alpha=0.7,
+                label=f"{name}: largest tensor")
+    ratio = naive[-1][0] / flash[-1][0]
+    ax.annotate(f"peak {ratio:.0f}x smaller at t = {lengths[-1]}", (lengths[-1], flash[-1][0] / kib),
+                xytext=(-6, 10), textcoords="offset points", ha="right", fontsize=9)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xticks(lengths, labels=[str(t) for t in lengths])
+    ticks = [64, 256, 1024, 4096, 16384, 65536]
+    ax.set_yticks(ticks, labels=[f"{k} KiB" if k < 1024 else f"{k // 1024} MiB" for k in ticks])
+    ax.set_ylim(40, 100 * 1024)
+    ax.set_xlabel("sequence length $t$")
+    ax.set_ylabel("bytes (MemoryTracker, float32)")
+    ax.set_title("Memory of causal attention, one head, $d_h = 64$")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(frameon=False, loc="upper left", fontsize=8.5)
+    return fig
+
+
+def _visited_tiles(blocks: int, block_size: int, is_causal: bool) -> int:
+    """Tiles that flash_attention computes, counted from its FLOPs: each tile costs 4 B^2 d_h."""
+    t, d_h = blocks * block_size, 2
+    q = torch.randn(1, t, d_h)  # (b, t, d_h)
+    with FlopCounterMode(display=False) as counter:
+        flash_attention(q, q, q, is_causal=is_causal, block_size=block_size)
+    return counter.get_total_flops() // (4 * block_size * block_size * d_h)
+
+
+def _draw_grid(ax: Axes, blocks: int, is_causal: bool, highlight_row: int) -> None:
+    """Draw a blocks x blocks grid of tiles: query blocks down, key blocks across."""
+    for i in range(blocks):
+        for j in range(blocks):
+            if is_causal and j > i:
+                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=SKIPPED_COLOR, edgecolor="0.75",
+                                       hatch="///", linewidth=0.6))
+                continue
+            color = FLASH_COLOR if i == highlight_row else "#a6d8c8"
+            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=color, edgecolor="white", linewidth=1.2))
+            if is_causal and i == j:  # a diagonal tile: computed, then masked above its diagonal
+                ax.add_patch(Polygon([(j, i), (j + 1, i), (j + 1, i + 1)], closed=True,
+                                     facecolor="white", alpha=0.75, edgecolor="none"))
+    ax.set_xlim(0, blocks)
+    ax.set_ylim(blocks, 0)
+    ax.set_aspect("equal")
+    ax.set_xticks([j + 0.5 for j in range(blocks)], labels=[f"$K_{j + 1}$" for j in range(blocks)])
+    ax.set_yticks([i + 0.5 for i in range(blocks)], labels=[f"$Q_{i + 1}$" for i in range(blocks)])
+    ax.tick_params(length=0)
+    ax.xaxis.set_ticks_position("top")
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+def tiling() -> Figure:
+    """The grid of (B, B) score tiles that flash_attention visits, without and with a causal mask."""
+    torch.manual_seed(123)
+    blocks, block_size, row = 8, 4, 5
+    fig, axes = plt.subplots(1, 2, figsize=(8.6, 4.9), layout="constrained")
+    for ax, is_causal in zip(axes, (False, True)):
+        _draw_grid(ax, blocks, is_causal, row)
+        last = row + 1 if is_causal else blocks
+        ax.add_patch(FancyArrowPatch((0.15, row + 0.68), (last - 0.15, row + 0.68), arrowstyle="-|>",
+                                     mutation_scale=14, color="black", linewidth=1.4))
+        visited = _visited_tiles(blocks, block_size, is_causal)
+        title = "causal: skip tiles above the diagonal" if is_causal else "full attention"
+        ax.set_title(f"{title}\n{visited} of {blocks * blocks} tiles computed", fontsize=11)
+        ax.set_xlabel("key blocks $K_j$, $V_j$ (streamed through SRAM)", labelpad=8)
+    axes[0].set_ylabel("query blocks $Q_i$ (one per thread block)")
+    axes[0].text(blocks / 2, row + 0.3, "inner loop: update $m$, $\\ell$, $o$ tile by tile",
+                 ha="center", va="center", fontsize=8.5, color="white")
+    axes[1].annotate("diagonal tiles: computed,\nthen masked inside", (blocks - 1.5, blocks - 1.5),
+                     xytext=(blocks - 0.2, blocks - 5.6), ha="right", fontsize=9,
+                     bbox={"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "none"},
+                     arrowprops={"arrowstyle": "->", "color": "0.3", "linewidth": 0.8})
+    return fig
+
+
+def roofline() -> Figure:
+    """Attainable throughput min(P, I * beta) on an H100 SXM, with the attention kernels placed on it."""
+    d_h, s, t = 64, 2, 4096
+    kernels = {
+        "softmax pass\n(5 FLOPs per score)": 5 / (2 * s),
+        "naive attention\n(whole)": 4 * t * t * d_h / (s * (4 * t * d_h + 4 * t * t)),
+        "tiled, $B_r = 64$": 4 * t * t * d_h / (s * (2 * t * d_h + 2 * t * d_h * t / 64)),
+        "tiled, $B_r = 128$": 4 * t * t * d_h / (s * (2 * t * d_h + 2 * t * d_h * t / 128)),
+    }
+    ridge = H100_PEAK_FLOPS / H100_HBM_BYTES_PER_S
+    intensities = torch.logspace(-1, 4, 200)
+    attainable = torch.minimum(torch.full_like(intensities, H100_PEAK_FLOPS),
+                               intensities * H100_HBM_BYTES_PER_S) / 1e12
+
+    fig, ax = plt.subplots(figsize=(7.2, 4.6), layout="constrained")
+    ax.plot(intensities.numpy(), attainable.numpy(), color="0.2", linewidth=1.8)
+    ax.axvline(ridge, color="0.6", linestyle=":", linewidth=1)
+    ax.annotate(f"ridge point\n{ridge:.0f} FLOP/byte", (ridge, 12), xytext=(6, 0),
+                textcoords="offset points", fontsize=8.5, color="0.35")
+    ax.annotate("memory-bound: $I \\cdot \\beta$", (0.5, 0.5 * H100_HBM_BYTES_PER_S / 1e12), rotation=31,
+                xytext=(-6, 14), textcoords="offset points", fontsize=9, color="0.3")
+    ax.annotate("compute-bound: $P$", (1500, H100_PEAK_FLOPS / 1e12), xytext=(0, 6),
+                textcoords="offset points", ha="center", fontsize=9, color="0.3")
+    offsets = [(8, -14), (8, -22), (-10, 10), (8, -12)]
+    for (name, intensity), offset in zip(kernels.items(), offsets):
+        color = FLASH_COLOR if name.startswith("tiled") else NAIVE_COLOR
+        bound = min(H100_PEAK_FLOPS, intensity * H100_HBM_BYTES_PER_S) / 1e12
+        ax.plot([intensity], [bound], "o", color=color, markersize=7)
+        ax.annotate(f"{name}: {intensity:.0f}" if intensity >= 10 else f"{name}: {intensity:.2f}",
+                    (intensity, bound), xytext=offset, textcoords="offset points", fontsize=8.5,
+                    color=color, ha="left" if offset[0] > 0 else "right", va="center")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(0.1, 1e4)
+    ax.set_ylim(0.3, 3000)
+    ax.set_xlabel("arithmetic intensity $I$ (FLOP per byte of HBM traffic)")
+    ax.set_ylabel("attainable TFLOP/s")
+    ax.set_title(f"Roofline of an H100 SXM (BF16), attention with $t = {t}$, $d_h = {d_h}$")
+    ax.spines[["top", "right"]].set_visible(False)
+    return fig
+
+
+FIGURES = {
+    "ch07-memory-vs-t": memory_vs_t,
+    "ch07-tiling": tiling,
+    "ch07-roofline": roofline,
+}
