@@ -1,0 +1,117 @@
+"""Fixtures of the browser tests: one headless chromium, one server of the built site, a few
+desktop and phone tabs, and the crawl of the whole site, each made once per session.
+
+The tests need Debian's chromium at /usr/bin/chromium (``playwright install`` is not used). Where
+it is missing they skip, with one line saying how to install it; in CI (``CI=true``) they fail.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, sync_playwright
+
+from tests.browser.checks import (
+    CHROMIUM, DESKTOP, PHONE, SiteServer, Snapshot, Tab, crawl, launch,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOTS = REPO / "artifacts" / "screenshots"
+# Pages loaded side by side: the browser's work (MathJax above all) spreads over the cores.
+PARALLEL = max(2, min(4, os.cpu_count() or 2))
+
+
+def in_ci() -> bool:
+    """True on a CI runner (GitHub Actions sets CI=true)."""
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def missing_chromium(what: str) -> str:
+    """The one line that says why the browser tests did not run, and how to make them run."""
+    return (
+        f"{what}: {CHROMIUM} not found; enable them with "
+        "`sudo apt-get install -y chromium chromium-driver` (bash .ci/run does it)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without chromium, outside CI: one browser test carries the skip, the others are
+    deselected, so that the run shows one line about them instead of one per test."""
+    if CHROMIUM.exists() or in_ci():
+        return
+    here = Path(__file__).parent
+    browser = [item for item in items if here in item.path.parents]
+    if not browser:
+        return
+    reason = missing_chromium(f"browser tests skipped ({len(browser)})")
+    browser[0].add_marker(pytest.mark.skip(reason=reason))
+    dropped = {id(item) for item in browser[1:]}
+    config.hook.pytest_deselected(items=browser[1:])
+    items[:] = [item for item in items if id(item) not in dropped]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's chromium; without it the browser tests skip, and in CI they fail."""
+    if not CHROMIUM.exists():
+        if in_ci():
+            pytest.fail(missing_chromium("browser tests cannot run in CI"), pytrace=False)
+        pytest.skip(missing_chromium("browser tests skipped"))
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def browser(chromium: Path) -> Iterator[Browser]:
+    """One headless chromium for the whole session."""
+    with sync_playwright() as playwright:
+        browser = launch(playwright, chromium)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="session")
+def desktops(browser: Browser) -> Iterator[list[Tab]]:
+    """1280x800 tabs in the light scheme, with clipboard access, that load pages side by side."""
+    tabs = [Tab(browser, DESKTOP) for _ in range(PARALLEL)]
+    yield tabs
+    for tab in tabs:
+        tab.close()
+
+
+@pytest.fixture(scope="session")
+def desktop(desktops: list[Tab]) -> Tab:
+    """The desktop tab that interactive checks drive."""
+    return desktops[0]
+
+
+@pytest.fixture(scope="session")
+def phones(browser: Browser) -> Iterator[list[Tab]]:
+    """390x844 touch tabs, the size of a current phone."""
+    tabs = [Tab(browser, PHONE, phone=True) for _ in range(PARALLEL)]
+    yield tabs
+    for tab in tabs:
+        tab.close()
+
+
+@pytest.fixture(scope="session")
+def site(chromium: Path, built_site: Path) -> Iterator[SiteServer]:
+    """The built site (``built_site`` from tests/conftest.py), served on localhost."""
+    with SiteServer(built_site) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def pages(site: SiteServer, desktops: list[Tab]) -> dict[str, Snapshot]:
+    """Every page reachable from the home page, visited once on a desktop tab."""
+    return crawl(desktops, site.url("/"))
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    """The folder CI keeps (artifacts/ is uploaded by .github/workflows/test.yml)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
