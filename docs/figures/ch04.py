@@ -32,7 +32,7 @@ def running_example_scores() -> torch.Tensor:
 
 
 def plot_scores(scores: torch.Tensor, ax: Axes, title: str) -> None:
-    """Draw scores as an annotated heatmap; -inf cells are grey and labelled with -inf."""
+    """Draw scores as an annotated heatmap; -inf cells are gray and labeled with -inf."""
     values = scores.numpy()
     finite = np.ma.masked_invalid(np.where(np.isinf(values), np.nan, values))
     cmap = plt.get_cmap("Oranges").with_extremes(bad="0.88")

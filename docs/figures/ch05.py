@@ -51,7 +51,7 @@ def per_head_weights() -> Figure:
     return fig
 
 
-# Fill colours by kind of step: projections, reshapes, products and the softmax.
+# Fill colors by kind of step: projections, reshapes, products and the softmax.
 _COLORS = {
     "input": "#f0f0f0",
     "linear": "#c6dbef",
@@ -122,7 +122,7 @@ def shape_flow() -> Figure:
             arrowprops={"arrowstyle": "-|>", "color": "#4d4d4d", "linewidth": 0.9,
                         "shrinkA": 0, "shrinkB": 0},
         )
-    ax.text(-0.2, 11.0, "bold: legend letters\ngrey: running example\n"
+    ax.text(-0.2, 11.0, "bold: legend letters\ngray: running example\n"
             "b=2, t=6, d_in=3,\nd_out=2, h=2, d_h=1",
             ha="left", va="center", fontsize=8, color="#636363")
     ax.set_xlim(-0.3, 7.5)

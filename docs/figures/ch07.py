@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from attention import flash_attention, scaled_dot_product_attention
 from attention.memory import MemoryTracker
 
-NAIVE_COLOR = "#d95f02"
+EXPLICIT_COLOR = "#d95f02"
 FLASH_COLOR = "#1b9e77"
 SKIPPED_COLOR = "0.93"
 
@@ -35,22 +35,23 @@ def _peak_bytes(fn: Callable[..., object], *args: object, **kwargs: object) -> t
 
 
 def memory_vs_t() -> Figure:
-    """Peak live bytes of naive and tiled causal attention, one head of width 64, t from 128 to 2048."""
+    """Peak live bytes of explicit and tiled causal attention, one head of width 64, t from 128 to 2048."""
     torch.manual_seed(123)
     lengths = [128, 256, 512, 1024, 2048]
-    naive, flash = [], []
+    explicit, flash = [], []
     for t in lengths:
         q, k, v = torch.randn(3, 1, 1, t, 64).unbind(0)  # (b, h, t, d_h) each
-        naive.append(_peak_bytes(scaled_dot_product_attention, q, k, v, is_causal=True))
+        explicit.append(_peak_bytes(scaled_dot_product_attention, q, k, v, is_causal=True))
         flash.append(_peak_bytes(flash_attention, q, k, v, is_causal=True, block_size=128))
     kib = 1024.0
 
     fig, ax = plt.subplots(figsize=(6.8, 4.4), layout="constrained")
-    for rows, color, name in ((naive, NAIVE_COLOR, "naive"), (flash, FLASH_COLOR, "flash_attention")):
+    curves = ((explicit, EXPLICIT_COLOR, "explicit"), (flash, FLASH_COLOR, "flash_attention"))
+    for rows, color, name in curves:
         ax.plot(lengths, [p / kib for p, _ in rows], "o-", color=color, label=f"{name}: peak live bytes")
         ax.plot(lengths, [g / kib for _, g in rows], "s--", color=color, alpha=0.7,
                 label=f"{name}: largest tensor")
-    ratio = naive[-1][0] / flash[-1][0]
+    ratio = explicit[-1][0] / flash[-1][0]
     ax.annotate(f"peak {ratio:.0f}x smaller at t = {lengths[-1]}", (lengths[-1], flash[-1][0] / kib),
                 xytext=(-6, 10), textcoords="offset points", ha="right", fontsize=9)
     ax.set_xscale("log", base=2)
@@ -129,7 +130,7 @@ def roofline() -> Figure:
     d_h, s, t = 64, 2, 4096
     kernels = {
         "softmax pass\n(5 FLOPs per score)": 5 / (2 * s),
-        "naive attention\n(whole)": 4 * t * t * d_h / (s * (4 * t * d_h + 4 * t * t)),
+        "explicit attention\n(whole)": 4 * t * t * d_h / (s * (4 * t * d_h + 4 * t * t)),
         "tiled, $B_r = 64$": 4 * t * t * d_h / (s * (2 * t * d_h + 2 * t * d_h * t / 64)),
         "tiled, $B_r = 128$": 4 * t * t * d_h / (s * (2 * t * d_h + 2 * t * d_h * t / 128)),
     }
@@ -149,7 +150,7 @@ def roofline() -> Figure:
                 textcoords="offset points", ha="center", fontsize=9, color="0.3")
     offsets = [(8, -14), (8, -22), (-10, 10), (8, -12)]
     for (name, intensity), offset in zip(kernels.items(), offsets):
-        color = FLASH_COLOR if name.startswith("tiled") else NAIVE_COLOR
+        color = FLASH_COLOR if name.startswith("tiled") else EXPLICIT_COLOR
         bound = min(H100_PEAK_FLOPS, intensity * H100_HBM_BYTES_PER_S) / 1e12
         ax.plot([intensity], [bound], "o", color=color, markersize=7)
         ax.annotate(f"{name}: {intensity:.0f}" if intensity >= 10 else f"{name}: {intensity:.2f}",
