@@ -18,6 +18,7 @@ from .functional import (
     softmax,
     softmax_naive,
 )
+from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
 from .plotting import plot_attention
 from .self_attention import SelfAttentionV1, SelfAttentionV2
@@ -25,6 +26,7 @@ from .self_attention import SelfAttentionV1, SelfAttentionV2
 __version__ = "0.1.0"
 
 __all__ = [
+    "MemoryTracker",
     "JOURNEY_TOKENS",
     "AdditiveAttention",
     "AttentionDecoder",

@@ -1,0 +1,23 @@
+"""Benchmark harness for the appendix: ``python -m attention.bench --help``.
+
+Notation (see CONTRIBUTING.md): b batch size, t tokens, h heads, d_h head width, d = h * d_h
+model width (d_in = d_out = d).
+
+Modules, in the order a measurement flows through them:
+
+- :mod:`~attention.bench.variants`: the implementations, at two levels (whole layers, bare
+  attention kernels), and the float64 reference each is checked against before it is timed;
+- :mod:`~attention.bench.timing`: timers (torch.utils.benchmark on CPU, CUDA events with an L2
+  flush on GPU), peak memory, and the profiler check of which kernel actually ran;
+- :mod:`~attention.bench.memprobe`: peak resident memory on CPU, in a fresh process (memory goal);
+- :mod:`~attention.bench.flops`: FLOP counts and documented device peaks;
+- :mod:`~attention.bench.sweep`, :mod:`~attention.bench.goals`: the sweep and the goals of issue 5;
+- :mod:`~attention.bench.provenance`, :mod:`~attention.bench.schema`: what a results file
+  records about its run, and the validator of its shape;
+- :mod:`~attention.bench.cli`: the command line.
+"""
+
+from .flops import attention_flops, device_peak, projection_flops
+from .schema import validate_results
+
+__all__ = ["attention_flops", "device_peak", "projection_flops", "validate_results"]

@@ -1,0 +1,5 @@
+"""``python -m attention.bench``: run the benchmark (see ``--help``)."""
+
+from .cli import main
+
+main()

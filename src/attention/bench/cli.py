@@ -1,0 +1,174 @@
+"""Command line of the benchmark: ``python -m attention.bench --help`` lists every option."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from .goals import memory_goal, speed_goals
+from .provenance import command_line, load_average
+from .schema import validate_results
+from .sweep import DTYPES, PASSES, Settings, run_sweep
+from .variants import LEVELS, VARIANTS
+
+CPU_SEQ_LENS = (128, 256, 512, 1024, 2048, 4096)
+GPU_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
+
+EPILOG = """
+defaults depend on the device: on CPU t = 128 ... 4096, float32, 4096 tokens per batch, 7
+repeats; on CUDA t = 512 ... 16384, float32/bfloat16/float16, 16384 tokens per batch, 50 repeats.
+
+examples:
+  python -m attention.bench --output docs/appendix/results/cpu.json
+  python -m attention.bench --device cuda --output docs/appendix/results/cuda.json
+  python -m attention.bench --levels kernel --seq-lens 128 256 --no-compile --no-memory-goal
+
+variants: """ + ", ".join(v.name for v in VARIANTS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (its --help is the benchmark's documentation)."""
+    ap = argparse.ArgumentParser(
+        prog="python -m attention.bench",
+        description="Time and measure attention implementations, check each against a float64 "
+        "reference first, and write the results as JSON for the appendix page.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add, on_off = ap.add_argument, argparse.BooleanOptionalAction
+    add("--device", choices=("auto", "cpu", "cuda"), default="auto",
+        help="where to run (auto: cuda if available, else cpu)")
+    add("--output", "-o", type=Path,
+        help="results JSON to write (default: bench-<device>.json in the current directory)")
+    add("--levels", nargs="+", choices=LEVELS, default=list(LEVELS),
+        help="layer: whole layers on x (b, t, d); kernel: attention on Q, K, V (b, h, t, d_h)")
+    add("--seq-lens", nargs="+", type=int, help="sequence lengths t to sweep")
+    add("--d-model", type=int, default=768,
+        help="model width d = d_in = d_out (default: 768, GPT-2 small)")
+    add("--heads", type=int, default=12, help="heads h of the layers (default: 12)")
+    add("--head-dims", nargs="+", type=int, default=[64, 128],
+        help="head widths d_h of the kernels, each with h = d_model / d_h heads (default: 64 128)")
+    add("--tokens", type=int, help="tokens per batch: b = tokens // t, at least 1")
+    add("--batch", type=int, help="a fixed batch size b instead of --tokens")
+    add("--dtypes", nargs="+", choices=tuple(DTYPES), help="data types")
+    add("--passes", nargs="+", choices=tuple(PASSES), default=list(PASSES),
+        help="forward (no autograd) and/or forward+backward")
+    add("--variants", nargs="+", metavar="NAME", help="only these variants (listed below)")
+    add("--compile", action=on_off, default=True,
+        help="include the torch.compile variants and FlexAttention (seconds of compiling per shape)")
+    add("--memory", action=on_off, default=True,
+        help="measure peak memory (CPU: the allocator's count; GPU: one more call)")
+    add("--memory-goal", action=on_off, default=True,
+        help="measure the memory goal: flash_attention against the explicit path, forward, float32 "
+        "(CPU: peak RSS, each in a fresh process)")
+    add("--memory-goal-shape", nargs=4, type=int, default=[8192, 1, 8, 64],
+        metavar=("T", "B", "H", "D_H"),
+        help="shape of the memory goal (default: 8192 1 8 64, about 6.5 GB for the explicit path)")
+    add("--speed-goal-t", type=int, default=1024,
+        help="t at which the speed goal is read off the sweep (default: 1024)")
+    add("--repeats", type=int, help="timed repeats per measurement (the IQR is over these)")
+    add("--min-time", type=float, default=0.3, help="CPU: seconds each measurement runs at least")
+    add("--max-time", type=float, default=4.0,
+        help="seconds of timed calls per measurement, at most (but at least 3 calls on CPU, 5 on GPU)")
+    add("--threads", type=int, help="torch.set_num_threads before running (default: torch's choice)")
+    add("--tf32", action=on_off, default=False,
+        help="CUDA: allow TF32 for float32 matmuls (recorded; the peak used follows it)")
+    add("--peak-tflops", type=float, help="peak TFLOP/s to compare with (overrides the GPU table)")
+    add("--peak-source", help="where --peak-tflops comes from (printed next to it)")
+    add("--seed", type=int, default=123, help="seed of the random inputs and weights")
+    add("--no-progress", action="store_true", help="no progress bar")
+    return ap
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Settings with the device-dependent defaults filled in; bad values raise ValueError."""
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda needs a CUDA device, got torch.cuda.is_available() == False")
+    gpu = device.type == "cuda"
+    if args.d_model % args.heads:
+        raise ValueError(f"--d-model must be divisible by --heads, got {args.d_model} and {args.heads}")
+    if any(args.d_model % d_h for d_h in args.head_dims):
+        raise ValueError(
+            f"--d-model must be divisible by every --head-dims, got {args.d_model} and {args.head_dims}"
+        )
+    unknown = sorted(set(args.variants or []) - {v.name for v in VARIANTS})
+    if unknown:
+        raise ValueError(f"--variants must be among the names listed in --help, got {unknown}")
+    for name in ("seq_lens", "head_dims"):
+        if any(n < 1 for n in getattr(args, name) or []):
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    return Settings(
+        device=device,
+        levels=tuple(args.levels),
+        seq_lens=tuple(args.seq_lens or (GPU_SEQ_LENS if gpu else CPU_SEQ_LENS)),
+        d_model=args.d_model,
+        heads=args.heads,
+        head_dims=tuple(args.head_dims),
+        tokens=args.tokens or (16384 if gpu else 4096),
+        batch=args.batch,
+        dtypes=tuple(args.dtypes or (("fp32", "bf16", "fp16") if gpu else ("fp32",))),
+        passes=tuple(args.passes),
+        variants=tuple(args.variants) if args.variants else None,
+        compile=args.compile,
+        memory=args.memory,
+        repeats=args.repeats or (50 if gpu else 7),
+        min_time=args.min_time,
+        max_time=args.max_time,
+        seed=args.seed,
+        peak_tflops=args.peak_tflops,
+        peak_source=args.peak_source,
+        progress=not args.no_progress,
+    )
+
+
+def methods(device: torch.device) -> dict[str, str]:
+    """How the numbers were obtained, in words, for the page."""
+    if device.type == "cuda":
+        timing = ("CUDA events around each call, after one checked call and a warm-up, with a 256 MiB "
+                  "buffer zeroed before each call (L2 flush)")
+        memory = "torch.cuda.max_memory_allocated during one call minus memory_allocated before it"
+    else:
+        timing = ("torch.utils.benchmark.Timer.blocked_autorange (blocks of calls, torch's thread count), "
+                  "after one checked call and one profiled call")
+        memory = ("PyTorch's CPU allocator, as reported to the profiler (profile_memory=True) during one "
+                  "warm call: the most tensor bytes alive at once above those alive before the call; memory "
+                  "that libraries such as oneDNN allocate on their own is not counted")
+    flops = ("attention 4*b*h*t^2*d_h forward, halved for causal, backward 2.5 times the forward; a layer "
+             "adds 2*b*t*d_in*d_out per projection (Q, K, V and output; the wrapper has no output "
+             "projection), whose backward costs twice its forward")
+    return {"timing": f"{timing}; median and IQR over repeats", "memory": memory, "flops": flops}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark described by ``argv``, write the JSON file and return its contents."""
+    args = build_parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        settings = settings_from_args(args)
+    except ValueError as error:
+        build_parser().error(str(error))
+    if settings.device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    doc = run_sweep(settings, command_line(argv))
+    goal_memory = None
+    if args.memory_goal:
+        t, b, h, d_h = args.memory_goal_shape
+        goal_memory = memory_goal(settings.device, t, b, h, d_h, settings.seed)
+    speed = speed_goals(doc["results"], args.speed_goal_t, settings.d_model, settings.heads)
+    doc["goals"] = {"speed": speed, "memory": goal_memory}
+    doc["methods"] = methods(settings.device)
+    doc["provenance"]["load_average_end"] = load_average()
+    validate_results(doc)
+    output = args.output or Path(f"bench-{settings.device.type}.json")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(doc, indent=1) + "\n")
+    ok = sum(row["status"] == "ok" for row in doc["results"])
+    print(f"wrote {output}: {ok} of {len(doc['results'])} rows ok", file=sys.stderr)
+    return doc

@@ -1,0 +1,85 @@
+"""The shape of a results file, and a validator that names the first thing out of place.
+
+A results file is one JSON object::
+
+    {"schema": "attention-bench/1",
+     "provenance": {...},                 # where and how: see attention.bench.provenance
+     "settings": {...},                   # the sweep's options
+     "methods": {"timing": str, "memory": str, "flops": str},
+     "peaks": {dtype: {"tflops": float | null, "source": str}},   # the peak each % is of
+     "goals": {"speed": [...], "memory": {...} | null},
+     "results": [row, ...]}
+
+Each row is one (variant, problem) pair; ``status`` is "ok" (then the time, FLOPs and TFLOP/s
+are numbers) or "skipped", "unsupported", "failed" (then ``reason`` says why and there is no
+time). The appendix page is generated from these files only.
+"""
+
+SCHEMA = "attention-bench/1"
+STATUSES = ("ok", "skipped", "unsupported", "failed")
+GOAL_STATUSES = ("met", "missed", "not measured")
+
+_PROVENANCE = {
+    "date_utc": str, "command": str, "git": dict, "torch": str, "cpu_model": str, "cpu_count": int,
+    "torch_threads": int, "device_type": str, "device_name": str, "load_average_start": list,
+    "load_average_end": list, "float32_matmul_precision": str,
+}
+_ROW = {
+    "level": str, "variant": str, "summary": str, "pass": str, "b": int, "t": int, "h": int, "d_h": int,
+    "d": int, "dtype": str, "status": str, "ops": list,
+}
+_OK_NUMBERS = ("median_s", "iqr_s", "flops", "tflops")
+_CUDA_ONLY = ("cuda", "driver", "tf32_matmul", "tf32_cudnn", "compute_capability")
+
+
+def _require(mapping: dict, fields: dict, where: str) -> None:
+    for key, kind in fields.items():
+        if key not in mapping:
+            raise ValueError(f"{where}: expected key {key!r}, got keys {sorted(mapping)}")
+        if not isinstance(mapping[key], kind) or (kind is int and isinstance(mapping[key], bool)):
+            actual = type(mapping[key]).__name__
+            raise ValueError(f"{where}.{key}: expected {kind.__name__}, got {actual}")
+
+
+def validate_results(doc: object) -> None:
+    """Raise ValueError naming the first field of ``doc`` that does not follow the schema."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"results: expected a JSON object, got {type(doc).__name__}")
+    _require(doc, {"schema": str, "provenance": dict, "settings": dict, "methods": dict, "goals": dict,
+                   "peaks": dict, "results": list}, "results")
+    if doc["schema"] != SCHEMA:
+        raise ValueError(f"results.schema: expected {SCHEMA!r}, got {doc['schema']!r}")
+    _require(doc["provenance"], _PROVENANCE, "provenance")
+    if doc["provenance"]["device_type"] == "cuda":
+        missing = [key for key in _CUDA_ONLY if key not in doc["provenance"]]
+        if missing:
+            raise ValueError(f"provenance: expected GPU fields {missing} for a cuda run, got none")
+    _require(doc["methods"], {"timing": str, "memory": str, "flops": str}, "methods")
+    for dtype, peak in doc["peaks"].items():
+        _require(peak, {"source": str}, f"peaks.{dtype}")
+    _require(doc["goals"], {"speed": list}, "goals")
+    memory = [doc["goals"]["memory"]] if doc["goals"].get("memory") else []
+    for i, goal in enumerate([*doc["goals"]["speed"], *memory]):
+        if goal.get("status") not in GOAL_STATUSES:
+            status = goal.get("status")
+            raise ValueError(f"goals[{i}].status: expected one of {GOAL_STATUSES}, got {status!r}")
+    for i, row in enumerate(doc["results"]):
+        where = f"results[{i}]"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
+        _require(row, _ROW, where)
+        if row["status"] not in STATUSES:
+            raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row['status']!r}")
+        if row["status"] == "ok":
+            for key in _OK_NUMBERS:
+                value = row.get(key)
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                    raise ValueError(f"{where}.{key}: expected a number >= 0 for an ok row, got {value!r}")
+            if row["median_s"] <= 0:
+                raise ValueError(f"{where}.median_s: expected a positive time, got {row['median_s']}")
+            if not isinstance(row.get("backend"), str):
+                raise ValueError(f"{where}.backend: expected the kernel that ran, got {row.get('backend')!r}")
+        elif not isinstance(row.get("reason"), str) or not row["reason"]:
+            reason = row.get("reason")
+            status = row["status"]
+            raise ValueError(f"{where}.reason: expected why a {status} row has no time, got {reason!r}")

@@ -1,0 +1,217 @@
+"""Run the sweep: every problem, every variant; check, time, measure memory; collect JSON rows.
+
+Notation (see CONTRIBUTING.md): b batch size, t tokens, h heads, d_h head width, d = h * d_h.
+
+For each problem (level, t, dtype, pass) the inputs and a float64 reference are made once. Each
+variant is then built and run once (compiling it, if it is compiled) and that output is compared
+with the reference; a second call runs under the profiler, which records the kernels that
+actually ran and the peak of tensor memory; then, if the check passed, the variant is timed. A
+variant that cannot run gets a row with its status and the reason instead of a number.
+"""
+
+import gc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from .flops import attention_flops, device_peak, projection_flops
+from .provenance import load_average, provenance
+from .schema import SCHEMA
+from .timing import cuda_peak_bytes, profiled_call, time_cpu, time_cuda
+from .variants import (
+    Inputs, Problem, Unsupported, Variant, make_call, make_inputs, reference, variants_for,
+)
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TOLERANCE = {torch.float32: 2e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}
+PASSES = {"forward": False, "forward+backward": True}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that defines a sweep (the command-line options, parsed)."""
+
+    device: torch.device
+    levels: tuple[str, ...]
+    seq_lens: tuple[int, ...]
+    d_model: int
+    heads: int
+    head_dims: tuple[int, ...]
+    tokens: int
+    batch: int | None
+    dtypes: tuple[str, ...]
+    passes: tuple[str, ...]
+    variants: tuple[str, ...] | None
+    compile: bool
+    memory: bool
+    repeats: int
+    min_time: float
+    max_time: float
+    seed: int
+    peak_tflops: float | None = None
+    peak_source: str | None = None
+    progress: bool = True
+
+    def batch_for(self, t: int) -> int:
+        """b for sequence length t: ``batch`` if given, else ``tokens // t`` (at least 1)."""
+        return self.batch if self.batch is not None else max(1, self.tokens // t)
+
+
+def problems(settings: Settings) -> Iterator[Problem]:
+    """Every problem of the sweep: levels × head widths × dtypes × passes × sequence lengths.
+
+    Layers use ``heads`` heads of width d_model / heads; kernels keep d = h * d_h = d_model, so
+    every head width gets d_model / d_h heads and the same FLOPs.
+    """
+    s = settings
+    for level in s.levels:
+        if level == "layer":
+            shapes = [(s.heads, s.d_model // s.heads)]
+        else:
+            shapes = [(s.d_model // d_h, d_h) for d_h in s.head_dims]
+        for h, d_h in shapes:
+            for dtype in s.dtypes:
+                for pass_name in s.passes:
+                    for t in s.seq_lens:
+                        b, backward = s.batch_for(t), PASSES[pass_name]
+                        yield Problem(level, b, t, h, d_h, DTYPES[dtype], s.device, backward)
+
+
+def problem_flops(problem: Problem, out_proj: bool) -> float:
+    """FLOPs of one call: attention core, plus the projections for a layer."""
+    p = problem
+    flops = attention_flops(p.b, p.h, p.t, p.d_h, causal=True, backward=p.backward)
+    if p.level == "layer":
+        flops += projection_flops(p.b, p.t, p.d, p.d, out_proj=out_proj, backward=p.backward)
+    return flops
+
+
+def _precision(problem: Problem) -> str:
+    if problem.dtype == torch.float32:
+        tf32 = problem.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+        return "tf32" if tf32 else "fp32"
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}[problem.dtype]
+
+
+def _peak(settings: Settings, problem: Problem, device_name: str) -> dict[str, object]:
+    if settings.peak_tflops is not None:
+        source = settings.peak_source or "given on the command line"
+        return {"tflops": settings.peak_tflops, "source": source}
+    peak = device_peak(device_name, _precision(problem))
+    if peak is None:
+        return {"tflops": None, "source": "peak unknown: no documented peak for this device is on file"}
+    return {"tflops": peak.tflops, "source": peak.source}
+
+
+def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30))
+
+
+def _error_reason(error: BaseException) -> tuple[str, str]:
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if isinstance(error, torch.OutOfMemoryError) or "out of memory" in message.lower():
+        return "skipped", f"out of memory: {message}"
+    return "unsupported", f"{type(error).__name__}: {message}"
+
+
+def measure(
+    variant: Variant, problem: Problem, inputs: Inputs, refs: dict, settings: Settings, peak: dict
+) -> dict:
+    """One result row: check the variant against the reference, then profile, time, measure.
+
+    ``refs`` caches the problem's reference (see :func:`~attention.bench.variants.reference`).
+    """
+    p = problem
+    row: dict[str, object] = {
+        "level": p.level, "variant": variant.name, "summary": variant.summary,
+        "pass": "forward+backward" if p.backward else "forward",
+        "b": p.b, "t": p.t, "h": p.h, "d_h": p.d_h, "d": p.d,
+        "dtype": str(p.dtype).removeprefix("torch."),
+        "status": "ok", "reason": None, "backend": None, "ops": [], "max_rel_err": None,
+        "median_s": None, "iqr_s": None, "repeats": None, "number": None, "flops": None, "tflops": None,
+        "peak_tflops": peak["tflops"], "pct_of_peak": None, "peak_bytes": None,
+    }
+    if variant.compiled and not settings.compile:
+        return row | {"status": "skipped", "reason": "torch.compile turned off (--no-compile)"}
+    cuda = p.device.type == "cuda"
+    try:
+        built = variant.build(p, inputs)
+        call = make_call(built, p, inputs)
+        for tensor in inputs.tensors:
+            tensor.grad = None
+        out = call()  # the first call: compiles what is compiled, and is the one checked
+        if not refs:
+            refs |= reference(p, inputs)
+        want_out, want_grads = refs[built.out_proj]
+        errors = [_relative_error(out, want_out)]
+        errors += [_relative_error(x.grad, g) for x, g in zip(inputs.tensors, want_grads)]
+        del out
+        row["max_rel_err"] = max(errors)
+        _, seen, seconds, peak_bytes = profiled_call(call, memory=settings.memory and not cuda)
+        row |= {"backend": seen["sdpa_backend"] or variant.path, "ops": seen["ops"], "peak_bytes": peak_bytes}
+        if row["max_rel_err"] > TOLERANCE[p.dtype]:
+            reason = f"relative error {max(errors):.2e} > {TOLERANCE[p.dtype]:.0e}"
+            return row | {"status": "failed", "reason": reason}
+        if variant.compiled and not seen["compiled"]:
+            return row | {"status": "failed", "reason": "no torch.compile region ran"}
+        if cuda:
+            timing = time_cuda(call, seconds, settings.repeats, settings.max_time)
+            row["peak_bytes"] = cuda_peak_bytes(call) if settings.memory else None
+        else:
+            timing = time_cpu(call, seconds, settings.repeats, settings.min_time, settings.max_time)
+    except Unsupported as reason:
+        return row | {"status": "unsupported", "reason": str(reason)}
+    except Exception as error:  # recorded in the results, never hidden
+        status, reason = _error_reason(error)
+        return row | {"status": status, "reason": reason}
+    flops = problem_flops(p, built.out_proj)
+    tflops = flops / timing.median_s / 1e12
+    return row | {
+        "median_s": timing.median_s, "iqr_s": timing.iqr_s,
+        "repeats": timing.repeats, "number": timing.number,
+        "flops": flops, "tflops": tflops,
+        "pct_of_peak": None if peak["tflops"] is None else 100 * tflops / peak["tflops"],
+    }
+
+
+def run_sweep(settings: Settings, command: str) -> dict:
+    """Run the whole sweep and return the results document (see :mod:`attention.bench.schema`).
+
+    ``command`` is the command line that asked for it, recorded with the results.
+    """
+    load_start = load_average()
+    record = provenance(settings.device, command)
+    names = list(settings.variants) if settings.variants else None
+    todo = [(p, variants_for(p.level, names)) for p in problems(settings)]
+    rows: list[dict] = []
+    peaks: dict[str, dict] = {}
+    bar = tqdm(total=sum(len(v) for _, v in todo), disable=not settings.progress, unit="variant")
+    for problem, variants in todo:
+        inputs, refs = make_inputs(problem, settings.seed), {}
+        peak = _peak(settings, problem, str(record["device_name"]))
+        peaks[str(problem.dtype).removeprefix("torch.")] = peak
+        new = []
+        for variant in variants:
+            bar.set_description(f"{problem.level} t={problem.t} {variant.name}")
+            new.append(measure(variant, problem, inputs, refs, settings, peak))
+            bar.update()
+        del inputs, refs
+        gc.collect()
+        if problem.device.type == "cuda":
+            torch.cuda.empty_cache()
+        rows.extend(new)
+    bar.close()
+    record["load_average_start"], record["load_average_end"] = load_start, load_average()
+    return {"schema": SCHEMA, "provenance": record, "settings": settings_dict(settings), "peaks": peaks,
+            "results": rows}
+
+
+def settings_dict(settings: Settings) -> dict[str, object]:
+    """The settings as JSON-ready values."""
+    out = {k: v for k, v in settings.__dict__.items() if k != "progress"}
+    out["device"] = str(settings.device)
+    for key in ("levels", "seq_lens", "head_dims", "dtypes", "passes", "variants"):
+        out[key] = None if out[key] is None else list(out[key])
+    return out

@@ -1,0 +1,194 @@
+"""The benchmark harness: its FLOP formulas, its timer, its memory probe, its correctness gate,
+and a tiny real sweep whose JSON must follow the schema the appendix page is generated from."""
+
+import copy
+import json
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from attention import FusedMultiHeadAttention, flash
+from attention.bench import attention_flops, device_peak, projection_flops, validate_results
+from attention.bench.cli import main
+from attention.bench.memprobe import measure_in_subprocess
+from attention.bench.sweep import Settings, measure
+from attention.bench.timing import profiled_call, time_cpu
+from attention.bench import variants
+from attention.bench.variants import Built, Problem, Variant, make_inputs
+from attention.functional import scaled_dot_product_attention as explicit_attention
+
+CPU = torch.device("cpu")
+
+
+def count_flops(fn) -> int:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def test_forward_flops_are_the_two_matrix_products():
+    b, h, t, d_h = 2, 3, 16, 8
+    q, k, v = (torch.randn(b, h, t, d_h) for _ in range(3))
+    counted = count_flops(lambda: explicit_attention(q, k, v))  # Ω = Q Kᵀ and Z = A V, no mask
+    assert attention_flops(b, h, t, d_h, causal=False) == counted == 4 * b * h * t * t * d_h
+
+
+def test_causal_halves_and_backward_is_flashattention_count():
+    b, h, t, d_h = 1, 2, 32, 16
+    full = attention_flops(b, h, t, d_h, causal=False)
+    assert attention_flops(b, h, t, d_h, causal=True) == full / 2
+    # FlashAttention's backward recomputes Ω and does four more products: five in all, 2.5x the
+    # forward's two. Our flash_attention, on one tile (block_size >= t), does exactly that.
+    q, k, v = (torch.randn(b, h, t, d_h, requires_grad=True) for _ in range(3))
+    out = flash.flash_attention(q, k, v, block_size=t)
+    backward = count_flops(lambda: out.backward(torch.ones_like(out)))
+    assert backward == 2.5 * full
+    assert attention_flops(b, h, t, d_h, causal=False, backward=True) == full + backward
+
+
+def test_layer_flops_add_the_projections():
+    b, t, d, h = 2, 12, 16, 4
+    torch.manual_seed(0)
+    layer = FusedMultiHeadAttention(d, d, t, 0.0, h, use_sdpa=False)
+    x = torch.randn(b, t, d)
+    counted = count_flops(lambda: layer(x))  # explicit path: full (t, t) products, then masked
+    assert counted == projection_flops(b, t, d, d) + attention_flops(b, h, t, d // h, causal=False)
+    assert projection_flops(b, t, d, d, out_proj=False) == 3 * 2 * b * t * d * d
+    with pytest.raises(ValueError, match="t must be a positive integer, got 0"):
+        attention_flops(1, 1, 0, 8)
+
+
+def test_device_peaks_are_documented_or_unknown():
+    peak = device_peak("NVIDIA H100 80GB HBM3", "bf16")
+    assert peak.tflops > 0 and peak.source.startswith("https://www.nvidia.com/")
+    assert device_peak("Intel(R) Xeon(R) Processor", "fp32") is None  # never a guessed peak
+    with pytest.raises(ValueError, match="precision must be one of"):
+        device_peak("NVIDIA H200", "int8")
+
+
+def test_timer_reports_median_and_spread():
+    x = torch.randn(64, 64)
+    timing = time_cpu(lambda: x @ x, estimate=1e-5, repeats=5, min_time=0.02)
+    assert timing.median_s > 0 and timing.iqr_s >= 0 and timing.repeats >= 3 and timing.number >= 1
+    with pytest.raises(ValueError, match="repeats must be at least 3"):
+        time_cpu(lambda: x @ x, estimate=1e-5, repeats=2)
+
+
+def _settings(**changes) -> Settings:
+    base = Settings(CPU, ("kernel",), (32,), 32, 2, (16,), 64, None, ("fp32",), ("forward",), None,
+                    compile=False, memory=False, repeats=3, min_time=0.01, max_time=1.0, seed=0,
+                    progress=False)
+    return Settings(**{**base.__dict__, **changes})
+
+
+def test_reference_is_exact_attention_block_by_block(monkeypatch):
+    monkeypatch.setattr(variants, "REFERENCE_ROWS", 16)  # 50 queries: blocks of 16, 16, 16, 2
+    q, k, v = (torch.randn(2, 3, 50, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    got = variants.exact_causal_attention(q, k, v)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(got, want)
+    grads = torch.autograd.grad(got.sum(), (q, k, v)), torch.autograd.grad(want.sum(), (q, k, v))
+    for g, w in zip(*grads):
+        torch.testing.assert_close(g, w)
+
+
+def test_a_wrong_variant_fails_the_check_and_is_not_timed():
+    problem = Problem("kernel", 1, 32, 2, 16, torch.float32, CPU, backward=False)
+    inputs = make_inputs(problem)
+    q, k, v = inputs.tensors
+    unmasked = Built(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    not_causal = Variant("not-causal", "kernel", "forgets the mask", lambda p, i: unmasked)
+    row = measure(not_causal, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
+    assert row["status"] == "failed" and row["reason"].startswith("relative error")
+    assert row["median_s"] is None
+
+
+B, H, T, D_H = 1, 4, 512, 32
+SCORES = B * H * T * T * 4  # bytes of one float32 (b, h, t, t) matrix: 4 MiB
+
+
+def test_allocator_count_sees_the_score_matrix_only_where_it_exists():
+    q, k, v = (torch.randn(B, H, T, D_H) for _ in range(3))
+    explicit = profiled_call(lambda: explicit_attention(q, k, v, is_causal=True), memory=True)[3]
+    tiled = profiled_call(lambda: flash.flash_attention(q, k, v, is_causal=True), memory=True)[3]
+    assert explicit >= 2 * SCORES  # scores, masked scores, exponentials, ... coexist
+    assert tiled < SCORES / 4  # (64, 64) tiles and the output only
+
+
+def test_resident_memory_in_a_fresh_process_agrees():
+    problem = Problem("kernel", B, T, H, D_H, torch.float32, CPU, backward=False)
+    peaks = measure_in_subprocess(problem, "explicit", seed=0)
+    assert peaks["rss_peak_bytes"] >= 2 * SCORES
+    assert abs(peaks["rss_peak_bytes"] - peaks["allocator_peak_bytes"]) < SCORES / 4
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> dict:
+    """A real sweep, as small as it gets: one t, both levels, both passes, no compile."""
+    out = tmp_path_factory.mktemp("bench") / "tiny.json"
+    main([
+        "--device", "cpu", "--seq-lens", "32", "--speed-goal-t", "32", "--d-model", "32", "--heads", "2",
+        "--head-dims", "16", "--tokens", "64", "--repeats", "3", "--min-time", "0.01",
+        "--variants", "wrapper", "mha", "fused-sdpa", "torch-mha", "compiled-mha", "explicit",
+        "sdpa[flash]", "sdpa[efficient]", "flash_attention", "triton",
+        "--no-compile", "--no-memory-goal", "--no-progress", "--output", str(out),
+    ])
+    return json.loads(out.read_text())
+
+
+def test_tiny_sweep_writes_valid_json_with_provenance(tiny_run):
+    validate_results(tiny_run)
+    prov = tiny_run["provenance"]
+    assert "--seq-lens 32" in prov["command"] and prov["torch"] == torch.__version__
+    assert prov["torch_threads"] == torch.get_num_threads() and len(prov["load_average_end"]) == 3
+    rows = {(r["variant"], r["pass"]): r for r in tiny_run["results"]}
+    assert len(rows) == 10 * 2  # every requested variant, forward and forward+backward
+    for row in tiny_run["results"]:
+        if row["status"] == "ok":
+            assert row["max_rel_err"] < 2e-3
+            assert row["tflops"] == pytest.approx(row["flops"] / row["median_s"] / 1e12)
+            assert isinstance(row["peak_bytes"], int) and row["peak_bytes"] > 0
+
+
+def test_tiny_sweep_records_what_ran_and_why_not(tiny_run):
+    rows = {(r["variant"], r["pass"]): r for r in tiny_run["results"]}
+    assert rows["fused-sdpa", "forward"]["backend"].startswith("sdpa: ")  # read from the profiler
+    assert rows["mha", "forward"]["backend"] == "explicit: matmul, mask, softmax"
+    assert rows["compiled-mha", "forward"]["status"] == "skipped"
+    assert rows["triton", "forward"]["status"] == "unsupported"
+    if not torch.cuda.is_available():
+        assert "no CUDA" in rows["triton", "forward"]["reason"]
+        assert rows["sdpa[efficient]", "forward"]["status"] == "unsupported"
+    goal = tiny_run["goals"]["speed"][0]
+    assert goal["ratio_fused_sdpa_to_torch_mha"] == pytest.approx(goal["fused_sdpa_s"] / goal["torch_mha_s"])
+
+
+def test_schema_names_the_field_out_of_place(tiny_run):
+    broken = copy.deepcopy(tiny_run)
+    ok_row = next(r for r in broken["results"] if r["status"] == "ok")
+    ok_row["median_s"] = None
+    with pytest.raises(ValueError, match=r"results\[\d+\]\.median_s"):
+        validate_results(broken)
+    broken = copy.deepcopy(tiny_run)
+    del broken["provenance"]["torch"]
+    with pytest.raises(ValueError, match="provenance: expected key 'torch'"):
+        validate_results(broken)
+    broken = copy.deepcopy(tiny_run)
+    next(r for r in broken["results"] if r["status"] != "ok")["reason"] = None
+    with pytest.raises(ValueError, match="reason"):
+        validate_results(broken)
+
+
+def test_bad_options_are_rejected(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["--variants", "no-such-variant", "--output", str(tmp_path / "x.json")])
+    with pytest.raises(SystemExit):
+        main(["--d-model", "30", "--heads", "4", "--output", str(tmp_path / "x.json")])
+
+
+def test_problem_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="level must be one of"):
+        Problem("block", 1, 8, 2, 4, torch.float32, CPU, False)
+    with pytest.raises(ValueError, match="t must be at least 1, got 0"):
+        Problem("kernel", 1, 0, 2, 4, torch.float32, CPU, False)

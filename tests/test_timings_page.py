@@ -1,0 +1,152 @@
+"""The appendix page generator (docs/hooks/timings.py), on a results file from a real tiny run.
+
+The fixture tests/fixtures/bench/cpu-tiny.json was written by ``python -m attention.bench`` on the
+project's 2-core CPU machine with tiny shapes (its "command" field says exactly how): its numbers
+mean nothing, but it has every kind of row the page must render: ok, skipped, unsupported,
+forward and forward+backward, layers and kernels, goals, and peak memory.
+"""
+
+import copy
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import Files
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests/fixtures/bench"
+
+
+def load_hook():
+    """Import docs/hooks/timings.py as a module (it is not part of a package)."""
+    spec = importlib.util.spec_from_file_location("book_timings_hook", REPO / "docs/hooks/timings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hook = load_hook()
+
+
+@pytest.fixture(scope="module")
+def runs() -> list[tuple[str, dict]]:
+    return hook.load_results(FIXTURES)
+
+
+@pytest.fixture(scope="module")
+def markdown(runs) -> str:
+    return hook.page_markdown(runs)
+
+
+@pytest.fixture(scope="module")
+def svgs(runs) -> dict[str, bytes]:
+    """Every plot of the fixture, rendered once (matplotlib takes a while)."""
+    return {name: svg for stem, doc in runs for name, svg in hook.figures(stem, doc).items()}
+
+
+def test_page_says_no_gpu_results_and_how_to_make_them(markdown):
+    assert "No GPU results have been measured yet" in markdown
+    assert hook.GPU_COMMAND in markdown
+
+
+def test_every_table_names_hardware_and_versions(runs, markdown):
+    doc = runs[0][1]
+    machine = hook.hardware(doc)
+    assert doc["provenance"]["torch"] in machine and doc["provenance"]["device_name"] in machine
+    tables = re.findall(r"^ *\| variant \|", markdown, flags=re.MULTILINE)
+    captions = re.findall(r"^ *\*.*" + re.escape(machine), markdown, flags=re.MULTILINE)
+    assert tables and len(captions) >= len(tables)
+
+
+def test_time_table_has_ratio_to_fastest(runs):
+    rows = [r for r in runs[0][1]["results"] if r["level"] == "kernel" and r["pass"] == "forward"]
+    table = hook.time_table(rows, "caption")
+    t = rows[0]["t"]
+    ok = [r for r in rows if r["t"] == t and r["status"] == "ok"]
+    fastest = min(ok, key=lambda r: r["median_s"])
+    slowest = max(ok, key=lambda r: r["median_s"])
+    assert f"| `{fastest['variant']}` | **" in table and "(1.00×)**" in table
+    ratio = slowest["median_s"] / fastest["median_s"]
+    assert hook._ratio(ratio) in table.split(f"`{slowest['variant']}`")[1].splitlines()[0]
+
+
+def test_goals_report_the_measured_ratios(runs, markdown):
+    goal = runs[0][1]["goals"]["speed"][0]
+    assert f"**{goal['ratio_fused_sdpa_to_torch_mha']:.3f}**" in markdown
+    assert hook._ratio(goal["ratio_mha_to_fused_sdpa"]) in markdown
+
+
+def test_a_missed_speed_goal_says_what_the_measurements_show(runs):
+    goal = dict(runs[0][1]["goals"]["speed"][0])  # real backends; only the verdict logic is under test
+    goal |= {"status": "missed", "fused_sdpa_s": 1.2, "torch_mha_s": 1.0}
+    goal |= {"fused_sdpa_iqr_s": 0.01, "torch_mha_iqr_s": 0.01}
+    assert "outside the attention kernel" in hook._speed_verdict(goal)  # same kernel ran in both
+    goal |= {"fused_sdpa_iqr_s": 0.3}
+    assert "run-to-run spread" in hook._speed_verdict(goal)
+
+
+def test_every_plot_linked_from_the_page_is_generated(svgs, markdown):
+    made = set(svgs)
+    linked = set(re.findall(r"\]\(timings/([^)]+\.svg)\)", markdown))
+    assert linked and linked == made
+    images = [line for line in markdown.splitlines() if "](timings/" in line]
+    assert all(re.search(r"!\[[^\]]{20,}\]\(timings/", line) for line in images)  # with alt text
+
+
+def test_plots_are_reproducible_svg(runs, svgs):
+    stem, doc = runs[0]
+    key, rows = next(iter(hook.groups(doc).items()))
+    title = f"{hook.group_title(key, rows)} — {doc['provenance']['device_name']}"
+    again = hook.plot(rows, "time", title)
+    assert again == svgs[f"{stem}-{hook.group_slug(key)}-time.svg"]  # same bytes: no date, fixed ids
+    assert all(svg.startswith(b"<?xml") and b"<svg" in svg for svg in svgs.values())
+
+
+def test_variants_that_did_not_run_are_listed_with_reasons(markdown):
+    assert "`triton` (unsupported): no CUDA device" in markdown
+    assert "(skipped): torch.compile turned off (--no-compile)" in markdown
+
+
+def test_a_gpu_results_file_removes_the_notice(runs):
+    stem, doc = runs[0]
+    gpu = copy.deepcopy(doc)  # only the page logic is under test: no number here is shown as measured
+    gpu["provenance"] |= {"device_type": "cuda", "device_name": "a GPU", "cuda": "12.8", "driver": "570",
+                          "tf32_matmul": False, "tf32_cudnn": True, "compute_capability": "9.0"}
+    assert "No GPU results" not in hook.page_markdown([(stem, doc), ("gpu", gpu)])
+
+
+def test_malformed_results_stop_the_build(tmp_path):
+    doc = json.loads((FIXTURES / "cpu-tiny.json").read_text())
+    del doc["results"][0]["t"]
+    (tmp_path / "broken.json").write_text(json.dumps(doc))
+    with pytest.raises(PluginError, match=r"broken\.json: results\[0\]: expected key 't'"):
+        hook.load_results(tmp_path)
+
+
+def test_hook_fills_the_marker_on_the_appendix_page_only(tmp_path, runs, svgs, monkeypatch):
+    # The plots were rendered (and checked) once already: hand the hook those instead of redrawing.
+    monkeypatch.setattr(hook, "figures", lambda stem, doc: {n: s for n, s in svgs.items() if n.startswith(stem)})
+    docs = tmp_path / "docs"
+    shutil.copytree(FIXTURES, docs / hook.RESULTS)
+    config = MkDocsConfig()
+    config.load_dict({"site_name": "test", "docs_dir": str(docs), "site_dir": str(tmp_path / "site")})
+    errors, _ = config.validate()
+    assert not errors
+    config.plugins._current_plugin = "timings"  # what MkDocs sets while it runs a hook's event
+    files = hook.on_files(Files([]), config)
+    assert {f.src_uri: f.content_bytes for f in files} == {f"{hook.FIGURES}/{n}": s for n, s in svgs.items()}
+    page = (REPO / "docs" / hook.PAGE).read_text()
+    assert hook.MARKER in page
+    appendix = SimpleNamespace(file=SimpleNamespace(src_uri=hook.PAGE))
+    filled = hook.on_page_markdown(page, appendix, config, files)
+    assert hook.MARKER not in filled and "### Goals" in filled
+    other = SimpleNamespace(file=SimpleNamespace(src_uri="index.md"))
+    assert hook.on_page_markdown(hook.MARKER, other, config, files) == hook.MARKER
+    with pytest.raises(PluginError, match="expected the marker"):
+        hook.on_page_markdown("# no marker", appendix, config, files)
