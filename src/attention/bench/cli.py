@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="shape of the memory goal (default: 8192 1 8 64, about 6.5 GB for the explicit path)")
     add("--speed-goal-t", type=int, default=1024,
         help="t at which the speed goal is read off the sweep (default: 1024)")
-    add("--repeats", type=int, help="timed repeats per measurement (the IQR is over these)")
+    add("--repeats", type=int,
+        help="CPU: time about this many calls per measurement; GPU: timed calls (the IQR is over them)")
     add("--min-time", type=float, default=0.3, help="CPU: seconds each measurement runs at least")
     add("--max-time", type=float, default=4.0,
         help="seconds of timed calls per measurement, at most (but at least 3 calls on CPU, 5 on GPU)")
@@ -130,12 +131,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def methods(device: torch.device) -> dict[str, str]:
     """How the numbers were obtained, in words, for the page."""
     if device.type == "cuda":
-        timing = ("CUDA events around each call, after one checked call and a warm-up, with a 256 MiB "
-                  "buffer zeroed before each call (L2 flush)")
+        timing = ("CUDA events around each call, after the checked and profiled first call and a warm-up, "
+                  "with a 256 MiB buffer zeroed before each call (L2 flush)")
         memory = "torch.cuda.max_memory_allocated during one call minus memory_allocated before it"
     else:
         timing = ("torch.utils.benchmark.Timer.blocked_autorange (blocks of calls, torch's thread count), "
-                  "after one checked call and one profiled call")
+                  "after the checked and profiled first call (for a compiled variant, after compiling)")
         memory = ("PyTorch's CPU allocator, as reported to the profiler (profile_memory=True) during one "
                   "warm call: the most tensor bytes alive at once above those alive before the call; memory "
                   "that libraries such as oneDNN allocate on their own is not counted")

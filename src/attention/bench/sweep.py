@@ -3,12 +3,14 @@
 Notation (see CONTRIBUTING.md): b batch size, t tokens, h heads, d_h head width, d = h * d_h.
 
 For each problem (level, t, dtype, pass) the inputs and a float64 reference are made once. Each
-variant is then built and run once (compiling it, if it is compiled) and that output is compared
-with the reference; a second call runs under the profiler, which records the kernels that
-actually ran and the peak of tensor memory; then, if the check passed, the variant is timed. A
-variant that cannot run gets a row with its status and the reason instead of a number.
+variant is then built and its first call, run under the profiler, is compared with the reference;
+the profiler records the kernels that actually ran and the peak of tensor memory. (A compiled
+variant's first call compiles it, so a second call is profiled.) Gradients are allocated, as zeros,
+before that call, so that its memory is that of any later call. If the check passed, the variant
+is timed. A variant that cannot run gets a row with its status and the reason instead of a number.
 """
 
+import functools
 import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -139,9 +141,13 @@ def measure(
     try:
         built = variant.build(p, inputs)
         call = make_call(built, p, inputs)
-        for tensor in inputs.tensors:
-            tensor.grad = None
-        out = call()  # the first call: compiles what is compiled, and is the one checked
+        for tensor in (*inputs.tensors, *built.params):  # gradients exist before any call, as zeros
+            tensor.grad = torch.zeros_like(tensor) if p.backward else None
+        profile = functools.partial(profiled_call, call, memory=settings.memory and not cuda)
+        if variant.compiled:
+            out = call()  # the first call compiles: it is checked, and a second one is profiled
+        else:
+            out, seen, seconds, peak_bytes = profile()  # checked and profiled at once
         if not refs:
             refs |= reference(p, inputs)
         want_out, want_grads = refs[built.out_proj]
@@ -149,7 +155,8 @@ def measure(
         errors += [_relative_error(x.grad, g) for x, g in zip(inputs.tensors, want_grads)]
         del out
         row["max_rel_err"] = max(errors)
-        _, seen, seconds, peak_bytes = profiled_call(call, memory=settings.memory and not cuda)
+        if variant.compiled:
+            _, seen, seconds, peak_bytes = profile()
         row |= {"backend": seen["sdpa_backend"] or variant.path, "ops": seen["ops"], "peak_bytes": peak_bytes}
         if row["max_rel_err"] > TOLERANCE[p.dtype]:
             reason = f"relative error {max(errors):.2e} > {TOLERANCE[p.dtype]:.0e}"
@@ -192,16 +199,14 @@ def run_sweep(settings: Settings, command: str) -> dict:
         inputs, refs = make_inputs(problem, settings.seed), {}
         peak = _peak(settings, problem, str(record["device_name"]))
         peaks[str(problem.dtype).removeprefix("torch.")] = peak
-        new = []
         for variant in variants:
             bar.set_description(f"{problem.level} t={problem.t} {variant.name}")
-            new.append(measure(variant, problem, inputs, refs, settings, peak))
+            rows.append(measure(variant, problem, inputs, refs, settings, peak))
+            if problem.device.type == "cuda":
+                torch.cuda.empty_cache()  # what a variant (or its out-of-memory error) left cached
             bar.update()
         del inputs, refs
         gc.collect()
-        if problem.device.type == "cuda":
-            torch.cuda.empty_cache()
-        rows.extend(new)
     bar.close()
     record["load_average_start"], record["load_average_end"] = load_start, load_average()
     return {"schema": SCHEMA, "provenance": record, "settings": settings_dict(settings), "peaks": peaks,

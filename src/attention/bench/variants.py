@@ -79,10 +79,11 @@ class Inputs:
 @dataclass
 class Built:
     """A ready-to-run variant: ``forward()`` returns its output; ``out_proj`` says whether it
-    applies the output projection (the book's wrapper does not)."""
+    applies the output projection (the book's wrapper does not); ``params`` are its weights."""
 
     forward: Callable[[], Tensor]
     out_proj: bool = True
+    params: tuple[Tensor, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -215,12 +216,12 @@ def _wrapper(p: Problem, inp: Inputs) -> Built:
             head.W_key.weight.copy_(inp.mha.W_key.weight[rows])  # (d_h, d)
             head.W_value.weight.copy_(inp.mha.W_value.weight[rows])  # (d_h, d)
     module = _train_or_eval(wrapper, p)
-    return Built(lambda: module(inp.tensors[0]), out_proj=False)
+    return Built(lambda: module(inp.tensors[0]), out_proj=False, params=tuple(module.parameters()))
 
 
 def _book_mha(p: Problem, inp: Inputs) -> Built:
     module = _train_or_eval(inp.mha, p)
-    return Built(lambda: module(inp.tensors[0]))
+    return Built(lambda: module(inp.tensors[0]), params=tuple(module.parameters()))
 
 
 def _fused(use_sdpa: bool, backend: str | None = None) -> Callable[[Problem, Inputs], Built]:
@@ -229,13 +230,13 @@ def _fused(use_sdpa: bool, backend: str | None = None) -> Callable[[Problem, Inp
         fused.use_sdpa = use_sdpa
         module, x = _train_or_eval(fused, p), inp.tensors[0]
         if backend is None:
-            return Built(lambda: module(x))
+            return Built(lambda: module(x), params=tuple(module.parameters()))
 
         def forward() -> Tensor:
             with sdpa_kernel(SDPA_BACKENDS[backend]):
                 return module(x)
 
-        return Built(forward)
+        return Built(forward, params=tuple(module.parameters()))
 
     return build
 
@@ -250,7 +251,11 @@ def _torch_mha(p: Problem, inp: Inputs) -> Built:
         torch_mha.out_proj.load_state_dict(mha.out_proj.state_dict())
     module, x = _train_or_eval(torch_mha, p), inp.tensors[0]
     mask = nn.Transformer.generate_square_subsequent_mask(p.t, device=p.device, dtype=p.dtype)  # (t, t)
-    return Built(lambda: module(x, x, x, attn_mask=mask, need_weights=False, is_causal=True)[0])
+
+    def forward() -> Tensor:
+        return module(x, x, x, attn_mask=mask, need_weights=False, is_causal=True)[0]
+
+    return Built(forward, params=tuple(module.parameters()))
 
 
 def _compiled(build: Callable[[Problem, Inputs], Built]) -> Callable[[Problem, Inputs], Built]:
@@ -259,7 +264,8 @@ def _compiled(build: Callable[[Problem, Inputs], Built]) -> Callable[[Problem, I
     def build_compiled(p: Problem, inp: Inputs) -> Built:
         torch._dynamo.reset()  # a fresh compile per shape, never a silent fallback to eager
         built = build(p, inp)
-        return Built(torch.compile(built.forward, dynamic=False, fullgraph=True), built.out_proj)
+        compiled = torch.compile(built.forward, dynamic=False, fullgraph=True)
+        return Built(compiled, built.out_proj, built.params)
 
     return build_compiled
 
@@ -344,18 +350,15 @@ VARIANTS: tuple[Variant, ...] = (
 )
 
 
-def variants_for(level: str, names: list[str] | None = None, compile: bool = True) -> list[Variant]:
-    """The variants of a level, optionally only those named, without compiled ones if asked."""
+def variants_for(level: str, names: list[str] | None = None) -> list[Variant]:
+    """The variants of a level, in the order of :data:`VARIANTS`; only those named, if given."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     known = {v.name for v in VARIANTS}
     unknown = sorted(set(names or []) - known)
     if unknown:
         raise ValueError(f"variant names must be among {sorted(known)}, got unknown {unknown}")
-    return [
-        v for v in VARIANTS
-        if v.level == level and (names is None or v.name in names) and (compile or not v.compiled)
-    ]
+    return [v for v in VARIANTS if v.level == level and (names is None or v.name in names)]
 
 
 def get_variant(name: str) -> Variant:
