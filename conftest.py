@@ -4,27 +4,80 @@ Loads the book's page runner (tests/markdown_runner): every Python fence of ever
 docs/ runs and its printed output is checked against the page. ``pytester`` drives the runner's
 own tests in tests/doctests/.
 
-The suite runs on two processes (pytest-xdist, ``-n 2 --dist loadgroup`` in pyproject.toml).
-Tests that must share a process are grouped here: all fences of one page or notebook (a
-continuation chain reuses its namespace, and ``--update-outputs`` rewrites each file from one
-process), and all tests of the built site (one ``mkdocs build`` and one browser per session).
+The suite runs on two processes (pytest-xdist, ``-n 2 --dist loadgroup --no-loadscope-reorder``
+in pyproject.toml). Tests that must share a process are grouped here: all fences of one page or
+notebook (a continuation chain reuses its namespace, and ``--update-outputs`` rewrites each file
+from one process), and each browser test module (one chromium and one set of page visits per
+process). The order is chosen here too, so that neither process sits idle: the crawl of the site
+in a browser goes first (its first test builds the site, which every site test then shares), the
+other browser modules last, by when the build is long done.
 """
+
+import os
+import sys
 
 import pytest
 
 pytest_plugins = ["pytester", "tests.markdown_runner.plugin"]
 
 SITE_FIXTURES = {"built_site", "site_build"}
+# Browser test modules: their xdist group, and their place in the run (see schedule_rank).
+BROWSER = {
+    "test_reader_experience.py": ("browser-crawl", 0),
+    "test_desktop_reader.py": ("browser-desktop", 3),
+    "test_checks_catch_breakage.py": ("browser-probe", 4),
+}
+
+
+def schedule_rank(item: pytest.Item) -> int:
+    """Where a test goes in the run: 0 the crawl of the site in a browser (its first test builds
+    the site: the longest chain goes first), 1 the tests that need no site, 2 the other tests of
+    the built site, then the desktop and probe-page browser tests, by when the build is done."""
+    if item.path.name in BROWSER:
+        return BROWSER[item.path.name][1]
+    return 2 if SITE_FIXTURES & set(getattr(item, "fixturenames", ())) else 1
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put a page's fences in one xdist group, and every test of the built site in another."""
+    """Group a page's fences and each browser module, and put the tests in schedule order."""
     for item in items:
-        if SITE_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("built-site"))
+        if item.path.name in BROWSER:
+            item.add_marker(pytest.mark.xdist_group(BROWSER[item.path.name][0]))
         elif item.path.suffix in {".md", ".ipynb"}:
             item.add_marker(pytest.mark.xdist_group(f"page:{item.path}"))
+    items.sort(key=schedule_rank)  # stable: the collection order within each rank
+
+
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """Stop the run when xdist's ``loadgroup`` would silently ignore the groups.
+
+    A worker marks each grouped test by adding ``@<group>`` to its id, which the scheduler reads.
+    pytest 9.2 made test ids immutable, so the groups were dropped without a word
+    (pytest-dev/pytest-xdist#1386): pages' fences then ran on both processes, and the site was
+    built, and chromium started, twice. requirements.txt pins a pytest on which grouping works;
+    this check keeps a future upgrade from losing it silently.
+    """
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    # Every fence of a page is grouped (see pytest_collection_modifyitems).
+    lost = [nodeid for nodeid in ids if nodeid.startswith("docs/") and "@" not in nodeid]
+    if lost:
+        pytest.exit(
+            f"expected every grouped test id to end in @<group> under --dist loadgroup, found "
+            f"{len(lost)} without, e.g. {lost[0]}: this pytest and pytest-xdist do not group "
+            "tests (pytest-dev/pytest-xdist#1386); install the versions in requirements.txt",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # One thread per process: the two test processes, chromium and the site build already share
+    # the two cores, and more threads than cores only spin and wait (subprocesses inherit this).
+    # Set before the test processes start, and before any test module imports torch.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,8 +1,15 @@
 """Fixtures shared by the tests of the built site (tests/test_site.py, tests/test_figures.py and
-the browser tests): the site is built once per session, with ``mkdocs build --strict``."""
+the browser tests): the site is built once per run, with ``mkdocs build --strict``.
+
+Under pytest-xdist the processes of one run share that build: the first one that needs the site
+builds it, behind a file lock, into the run's common temporary folder, and the others wait for it
+and read the same result. conftest.py at the repository root schedules a test that needs the
+site first, so that the build overlaps the other tests instead of holding them up.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,10 +31,8 @@ class SiteBuild:
     log: str
 
 
-@pytest.fixture(scope="session")
-def site_build(tmp_path_factory: pytest.TempPathFactory) -> SiteBuild:
-    """Build the site once per session into a temporary folder, exactly as CI does."""
-    site_dir = tmp_path_factory.mktemp("site")
+def build_site(site_dir: Path) -> SiteBuild:
+    """Run ``mkdocs build --strict`` into ``site_dir``, exactly as CI does."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
@@ -36,6 +42,21 @@ def site_build(tmp_path_factory: pytest.TempPathFactory) -> SiteBuild:
         text=True,
     )
     return SiteBuild(site_dir, result.returncode, result.stdout + result.stderr)
+
+
+@pytest.fixture(scope="session")
+def site_build(tmp_path_factory: pytest.TempPathFactory) -> SiteBuild:
+    """The run's one build of the site, made by whichever process asks first."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the folder every worker of this run has in common
+    record = shared / "site-build.json"
+    with FileLock(shared / "site-build.lock"):
+        if not record.exists():
+            build = build_site(shared / "site")
+            record.write_text(json.dumps({"returncode": build.returncode, "log": build.log}))
+    done = json.loads(record.read_text())
+    return SiteBuild(shared / "site", done["returncode"], done["log"])
 
 
 @pytest.fixture(scope="session")
