@@ -12,8 +12,9 @@ Two kinds of checks:
 - ``check_*(tab, ...)`` drive a live page: click a copy button, type into the search box, flip
   the light/dark toggle, download a notebook.
 
-Pages are served on localhost by :class:`SiteServer`; a :class:`Tab` blocks and records every
-request to any other host, so a page that would fetch anything from the internet fails.
+Pages are served on localhost by :class:`SiteServer`. The browser can reach no other host (its
+proxy is a closed local port and its resolver knows only localhost), and a :class:`Tab` records
+every request to another host, so a page that would fetch anything from the internet fails.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -33,7 +35,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from playwright.sync_api import (
-    Browser, BrowserContext, ConsoleMessage, Page, Playwright, Request, Response, Route,
+    Browser, BrowserContext, ConsoleMessage, Page, Playwright, Request, Response,
 )
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -42,10 +44,14 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--no-first-run", "--disable-sync",
-    # Belt and braces: even a request that escaped the route handler could not resolve a host.
+    # With DEAD_PROXY below: no host but localhost resolves, should a request bypass the proxy.
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
 ]
 LOCAL_HOSTS = {"localhost", "127.0.0.1"}
+# Every request to another host goes to this proxy, a port nothing listens on, and fails. (Blocking
+# through Playwright's request routing would stop every request of every page in Python: a fifth of
+# the suite's browser time.)
+DEAD_PROXY = {"server": "http://127.0.0.1:9", "bypass": ",".join(sorted(LOCAL_HOSTS))}
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 MATH_TIMEOUT_MS = 20_000  # MathJax typesets a long chapter in a few seconds on two slow cores
@@ -56,10 +62,13 @@ class SiteServer:
 
     ``overrides`` maps a URL path to the bytes served for it (a page broken on purpose), and a
     path in ``hidden`` answers 404 (a file deleted on purpose); the site folder is never touched.
+    Like GitHub Pages, the server lets the browser reuse a file for ten minutes without asking
+    again; with ``revalidate`` the browser asks every time (the answer may have changed).
     """
 
-    def __init__(self, root: Path, base: str = "/") -> None:
+    def __init__(self, root: Path, base: str = "/", revalidate: bool = False) -> None:
         self.root, self.base = root, base
+        self.cache_control = "no-cache" if revalidate else "max-age=600"
         self.overrides: dict[str, bytes] = {}
         self.hidden: set[str] = set()
         handler = functools.partial(_Handler, self, directory=str(root))
@@ -110,8 +119,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         return super().translate_path("/" + path[len(self.site.base) :])
 
     def end_headers(self) -> None:
-        # Like GitHub Pages: the browser may reuse a file for ten minutes without asking again.
-        self.send_header("Cache-Control", "max-age=600")
+        self.send_header("Cache-Control", self.site.cache_control)
         super().end_headers()
 
     def log_message(self, format: str, *args: object) -> None:
@@ -120,7 +128,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 def launch(playwright: Playwright, executable: Path = CHROMIUM) -> Browser:
     """Start Debian's headless chromium with the arguments the tests rely on."""
-    return playwright.chromium.launch(executable_path=str(executable), args=CHROMIUM_ARGS)
+    return playwright.chromium.launch(
+        executable_path=str(executable), args=CHROMIUM_ARGS, proxy=DEAD_PROXY
+    )
 
 
 def is_local(url: str) -> bool:
@@ -130,8 +140,8 @@ def is_local(url: str) -> bool:
 
 
 class Tab:
-    """One browser page in its own context, with every request to another host blocked and
-    recorded, and the console errors, uncaught exceptions and failed requests of each visit."""
+    """One browser page in its own context, recording each visit's requests to other hosts
+    (which fail: see :func:`launch`), console errors, uncaught exceptions and failed requests."""
 
     def __init__(self, browser: Browser, viewport: dict[str, int], phone: bool = False) -> None:
         self.context: BrowserContext = browser.new_context(
@@ -143,7 +153,6 @@ class Tab:
             permissions=["clipboard-read", "clipboard-write"],
             accept_downloads=True,
         )
-        self.context.route("**/*", self._route)
         self.context.on("request", self._on_request)
         self.context.on("requestfinished", self._on_done)
         self.context.on("requestfailed", self._on_failed)
@@ -164,7 +173,7 @@ class Tab:
 
     def reset(self) -> None:
         """Forget what earlier visits recorded."""
-        self.offhost: list[str] = []  # requests to other hosts (blocked)
+        self.offhost: list[str] = []  # requests to other hosts (they fail)
         self.console_errors: list[str] = []
         self.page_errors: list[str] = []  # uncaught exceptions
         self.failed: list[str] = []  # local requests that failed or answered 4xx/5xx
@@ -175,25 +184,19 @@ class Tab:
         """Close the page and its context."""
         self.context.close()
 
-    def _route(self, route: Route) -> None:
-        url = route.request.url
-        if is_local(url):
-            route.continue_()
-        else:
-            self.offhost.append(url)
-            route.abort("blockedbyclient")
-
     def _on_request(self, request: Request) -> None:
         if is_local(request.url):
             self.requested.append(request.url)
             self._pending.add(request)
+        else:
+            self.offhost.append(request.url)
 
     def _on_done(self, request: Request) -> None:
         self._pending.discard(request)
 
     def _on_failed(self, request: Request) -> None:
         self._pending.discard(request)
-        # A blocked off-host request is already recorded; ERR_ABORTED is a request cancelled by
+        # An off-host request is already recorded; ERR_ABORTED is a request cancelled by
         # the next navigation or turned into a download, not a missing file (that answers 404).
         if is_local(request.url) and "ERR_ABORTED" not in (request.failure or ""):
             self.failed.append(f"{request.url} ({request.failure})")
@@ -361,14 +364,21 @@ def visit(tab: Tab, url: str) -> Snapshot:
     return visit_all([tab], [url])[0]
 
 
+OnVisit = Callable[[Tab, "Snapshot"], None]
+
+
 def visit_all(
-    tabs: list[Tab], urls: list[str], math_timeout_ms: int = MATH_TIMEOUT_MS
+    tabs: list[Tab],
+    urls: list[str],
+    math_timeout_ms: int = MATH_TIMEOUT_MS,
+    on_visit: OnVisit | None = None,
 ) -> list[Snapshot]:
     """Visit ``urls``, as many at a time as there are tabs; the snapshots come in URL order.
 
     URL i goes to tab i % len(tabs). A navigation is started (up to the first response) as soon
     as its tab is free, so the browser loads and typesets that many pages side by side while
-    the page before is being recorded.
+    the page before is being recorded. ``on_visit(tab, snapshot)``, if given, is called while
+    each page is still open in its tab (to take a screenshot, say).
     """
     started: dict[int, Response | None] = {}
 
@@ -395,6 +405,8 @@ def visit_all(
             failed=list(tab.failed),
             offhost=list(tab.offhost),
         ))
+        if on_visit:
+            on_visit(tab, snaps[-1])
         if i + len(tabs) < len(urls):
             start(i + len(tabs))
     return snaps
@@ -409,19 +421,20 @@ def is_page_link(url: str, origin: str) -> bool:
     )
 
 
-def crawl(tabs: list[Tab], home: str) -> dict[str, Snapshot]:
+def crawl(tabs: list[Tab], home: str, on_visit: OnVisit | None = None) -> dict[str, Snapshot]:
     """Visit every page reachable by links from the page ``home``; return the snapshots by
     page path.
 
     Pages are visited breadth first, each wave of newly found pages spread over ``tabs``. A link
-    to a page that does not answer 200 is not followed (check_links reports it).
+    to a page that does not answer 200 is not followed (check_links reports it). ``on_visit`` is
+    passed to :func:`visit_all`.
     """
     origin = "{0.scheme}://{0.netloc}".format(urlsplit(home))
     pages: dict[str, Snapshot] = {}
     wave, queued = [home], {page_key(home)}
     while wave:
         found = []
-        for snap in visit_all(tabs, wave):
+        for snap in visit_all(tabs, wave, on_visit=on_visit):
             if snap.status != 200:
                 continue
             pages[snap.path] = snap
@@ -482,6 +495,57 @@ def _without_fragment(url: str) -> str:
     parts = urlsplit(url)
     path = page_key(url)
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# What the built site holds, read from its files
+
+def built_pages(site: Path) -> set[str]:
+    """The URL path of every HTML page of the built site (404.html is served for missing URLs, at
+    any depth, and is not a page a link leads to)."""
+    return {
+        page_key("/" + path.relative_to(site).as_posix())
+        for path in site.rglob("*.html")
+        if path.name != "404.html"
+    }
+
+
+def notebook_pages(site: Path) -> list[str]:
+    """Pages rendered from a notebook: mkdocs-jupyter puts the .ipynb next to the page."""
+    found = sorted(
+        page_key("/" + path.parent.relative_to(site).as_posix() + "/")
+        for path in site.rglob("*.ipynb")
+    )
+    if not found:
+        raise ValueError(f"expected notebook pages (.ipynb files) in {site}, found none")
+    return found
+
+
+def chapter_pages(site: Path) -> dict[str, str]:
+    """The HTML of every chapter page of the built site, by URL path."""
+    found = {
+        page_key("/" + path.relative_to(site).as_posix()): path.read_text(encoding="utf-8")
+        for path in sorted((site / "chapters").glob("*/index.html"))
+    }
+    if not found:
+        raise ValueError(f"expected chapter pages in {site / 'chapters'}, found none")
+    return found
+
+
+def headings(html: str) -> list[str]:
+    """The text of the h1, h2 and h3 headings of a page's article."""
+    article = html[html.find("<article"):]
+    return [
+        re.sub(r"<[^>]+>", "", text).replace("\u00b6", "").strip()
+        for text in re.findall(r"<h[1-3][^>]*>(.*?)</h[1-3]>", article, flags=re.DOTALL)
+    ]
+
+
+def showcase_chapter(site: Path) -> str:
+    """The chapter with the most math and code: it shows the most of the book's look."""
+    pages = chapter_pages(site)
+    return max(pages, key=lambda path: pages[path].count('class="arithmatex"')
+               + pages[path].count("<pre"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -646,9 +710,12 @@ def check_search(tab: Tab, home: str, query: str, expected: set[str]) -> list[st
     if hit is not None:
         results.nth(hit).click()
         try:
-            page.wait_for_url(lambda url: page_key(url) == found[hit], timeout=10_000)
+            page.wait_for_url(
+                lambda url: page_key(url) == found[hit], wait_until="commit", timeout=10_000
+            )
         except PlaywrightTimeout:
             problems.append(f"the search result for {found[hit]} left the tab at {page.url}")
+        tab.blank()  # the page opened: no need to let it typeset its math
     return problems
 
 
@@ -696,10 +763,13 @@ def check_palette_toggle(tab: Tab, shoot: Callable[[str], None] | None = None) -
     return problems
 
 
-def check_notebook(tab: Tab, url: str, downloads: Path) -> list[str]:
-    """A notebook page renders its cells and its download button saves a valid .ipynb."""
+def check_notebook(tab: Tab, url: str, downloads: Path, load: bool = True) -> list[str]:
+    """A notebook page renders its cells and its download button saves a valid .ipynb.
+
+    With ``load=False`` the tab already shows the page at ``url``."""
     page, where = tab.page, page_key(url)
-    page.goto(url, wait_until="load")
+    if load:
+        page.goto(url, wait_until="load")
     cells = page.locator(".jupyter-wrapper .jp-Cell").count()
     problems = [] if cells else [f"{where}: notebook not rendered (no cell in .jupyter-wrapper)"]
     link = page.locator('a[download][href$=".ipynb"]')

@@ -1,5 +1,5 @@
 """Fixtures of the browser tests: one headless chromium, one server of the built site, a few
-desktop and phone tabs, and the crawl of the whole site, each made once per session.
+desktop and phone tabs, and the crawl of the whole site on a phone, each made once per session.
 
 The tests need Debian's chromium at /usr/bin/chromium (``playwright install`` is not used). Where
 it is missing they skip, with one line saying how to install it; in CI (``CI=true``) they fail.
@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, sync_playwright
 
 from tests.browser.checks import (
-    CHROMIUM, DESKTOP, PHONE, SiteServer, Snapshot, Tab, crawl, launch,
+    CHROMIUM, DESKTOP, PHONE, SiteServer, Snapshot, Tab, crawl, launch, page_key,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,14 +104,26 @@ def site(chromium: Path, built_site: Path) -> Iterator[SiteServer]:
 
 
 @pytest.fixture(scope="session")
-def pages(site: SiteServer, desktops: list[Tab]) -> dict[str, Snapshot]:
-    """Every page reachable from the home page, visited once on a desktop tab."""
-    return crawl(desktops, site.url("/"))
-
-
-@pytest.fixture(scope="session")
 def screenshots() -> Path:
     """The folder CI keeps (artifacts/ is uploaded by .github/workflows/test.yml)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS
+
+
+def phone_screenshot(path: str) -> str:
+    """The file name of a page's phone screenshot: ``/chapters/04-causal-attention/`` gives
+    ``phone-chapters-04-causal-attention.png``, the home page ``phone-home.png``."""
+    return "phone-" + (page_key(path).strip("/").replace("/", "-") or "home") + ".png"
+
+
+@pytest.fixture(scope="session")
+def pages(site: SiteServer, phones: list[Tab], screenshots: Path) -> dict[str, Snapshot]:
+    """Every page reachable from the home page, visited once on a phone-sized tab, with a
+    screenshot of each. Every check of a snapshot thus runs on every page at phone width (the
+    narrowest a reader has); the desktop layout is visited by the interactive tests."""
+
+    def shoot(tab: Tab, snap: Snapshot) -> None:
+        tab.page.screenshot(path=str(screenshots / phone_screenshot(snap.path)))
+
+    return crawl(phones, site.url("/"), on_visit=shoot)
 

@@ -1,0 +1,129 @@
+"""The built book in a real browser, as a reader at a desktop uses it: search, copy buttons, the
+light/dark toggle and the notebook downloads, with screenshots for people to look at.
+
+Each page is loaded once on a desktop tab (a chapter costs the browser seconds to typeset), and
+every check that applies runs while it is open; the tests then read what the visits recorded.
+Pages are chosen from the built site's files, so this module needs no crawl and runs beside
+test_reader_experience.py. Screenshots go to artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.browser.checks import (
+    DESKTOP, SNAPSHOT_CHECKS, SiteServer, Tab, chapter_pages, check_copy_button_copies,
+    check_fits_width, check_notebook, check_palette_toggle, check_search, headings,
+    notebook_pages, showcase_chapter, visit,
+)
+
+
+@pytest.mark.parametrize("query", ["softmax", "causal"])
+def test_search_finds_the_chapters_about(query: str, site: SiteServer, desktop: Tab) -> None:
+    # The right pages: the chapters with a heading about the query.
+    expected = {
+        path
+        for path, html in chapter_pages(site.root).items()
+        if any(query in heading.lower() for heading in headings(html))
+    }
+    assert expected, f"no chapter has a heading about {query!r}: nothing to search for"
+    assert check_search(desktop, site.url("/"), query, expected) == []
+
+
+@dataclass
+class Tour:
+    """What the desktop tour recorded: the problems each check found, and what it looked at."""
+
+    visited: list[str] = field(default_factory=list)
+    snapshot: list[str] = field(default_factory=list)  # every snapshot check, at desktop width
+    widths: set[int] = field(default_factory=set)
+    palette: list[str] = field(default_factory=list)
+    copied: list[str] = field(default_factory=list)  # pages whose copy button was clicked
+    copy: list[str] = field(default_factory=list)
+    notebooks: list[str] = field(default_factory=list)
+    notebook: list[str] = field(default_factory=list)
+    screenshots: list[Path] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def tour(
+    site: SiteServer, desktop: Tab, screenshots: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Tour:
+    """The home page, the showcase chapter, every notebook page and the appendix, each loaded
+    once on the desktop tab; while a page is open, every check that applies runs on it: the
+    snapshot checks, light/dark with screenshots, a copy button, the notebook download. (One
+    load per page: a chapter costs the browser seconds to typeset.)"""
+    appendix = sorted(f"/appendix/{page.parent.name}/" for page in
+                      (site.root / "appendix").glob("*/index.html"))
+    assert appendix, "the built site has no appendix page"
+    notebooks = notebook_pages(site.root)
+    shown = {
+        "home": "/",
+        "chapter": showcase_chapter(site.root),
+        **{("notebook" if i == 0 else f"notebook-{i + 1}"): nb for i, nb in enumerate(notebooks)},
+        "appendix": appendix[0],
+    }
+    page, found = desktop.page, Tour()
+    downloads = tmp_path_factory.mktemp("downloads")
+
+    def shoot(name: str, scheme: str) -> None:
+        light_or_dark = {"default": "light", "slate": "dark"}[scheme]
+        page.evaluate("window.scrollTo(0, 0)")
+        page.wait_for_timeout(300)  # Material's header title slides back as the h1 returns
+        found.screenshots.append(screenshots / f"{name}-{light_or_dark}.png")
+        page.screenshot(path=str(found.screenshots[-1]))
+        code = page.locator(".highlight:has(+ .highlight.output)")
+        if name == "chapter" and code.count():  # a code block and its output panel
+            code.first.evaluate("block => block.scrollIntoView({block: 'center'})")
+            page.wait_for_timeout(300)
+            found.screenshots.append(screenshots / f"{name}-code-{light_or_dark}.png")
+            page.screenshot(path=str(found.screenshots[-1]))
+
+    for name, path in shown.items():
+        url = site.url(path)
+        snap = visit(desktop, url)
+        found.visited.append(path)
+        found.snapshot += [problem for check in SNAPSHOT_CHECKS for problem in check(snap)]
+        found.snapshot += check_fits_width(snap)
+        found.widths.add(snap.dom["overflow"]["clientWidth"])
+        # Screenshots first: the copy button leaves a "Copied" note on the page for a while.
+        shots = None if name.startswith("notebook-") else name
+        found.palette += check_palette_toggle(
+            desktop, (lambda scheme, shots=shots: shoot(shots, scheme)) if shots else None
+        )
+        if name == "chapter" or path in notebooks:
+            found.copied.append(path)
+            found.copy += check_copy_button_copies(desktop)
+        if path in notebooks:
+            found.notebooks.append(path)
+            found.notebook += check_notebook(desktop, url, downloads, load=False)
+    return found
+
+
+def test_desktop_pages_pass_every_snapshot_check(tour: Tour) -> None:
+    assert not tour.snapshot, "\n".join(tour.snapshot)
+    assert tour.widths == {DESKTOP["width"]}, f"the desktop tab laid pages out {tour.widths} px"
+    assert "/" in tour.visited and len(tour.visited) >= 4, tour.visited
+
+
+def test_copy_button_copies_the_code(tour: Tour) -> None:
+    assert not tour.copy, "\n".join(tour.copy)
+    assert any(path.startswith("/chapters/") for path in tour.copied), tour.copied
+
+
+def test_notebook_pages_render_download_and_copy(tour: Tour, site: SiteServer) -> None:
+    assert not tour.notebook, "\n".join(tour.notebook)
+    assert tour.notebooks == notebook_pages(site.root)
+    assert set(tour.notebooks) <= set(tour.copied)
+
+
+def test_light_dark_toggle_with_screenshots(tour: Tour) -> None:
+    assert not tour.palette, "\n".join(tour.palette)
+    names = {shot.name for shot in tour.screenshots}
+    for name in ("home", "chapter", "chapter-code", "notebook", "appendix"):
+        assert {f"{name}-light.png", f"{name}-dark.png"} <= names, f"{name} screenshots missing"
+    for shot in tour.screenshots:
+        assert shot.stat().st_size > 10_000, f"{shot} looks empty"
