@@ -34,6 +34,12 @@ window.MathJax = {
     webFont: "STIX-Web",
     imageFont: null,
     linebreaks: { automatic: true },
+    // One pass over all of a page's math (our longest chapter has under 300 formulas) instead of
+    // chunks of 50 shown as they finish: every chunk relays out the whole page, and one pass
+    // took 17% less CPU on the longest chapter at phone width (headless Chromium, 2-core VM).
+    EqnChunk: 500,
+    EqnChunkFactor: 1,
+    EqnChunkDelay: 0,
     // MathJax tests web fonts against a blank font at url('about:blank'), which Chromium reports
     // as a failed request; a missing local font gives the same fallback without the error.
     styles: { "@font-face": { "font-family": "MathJax_Blank", src: "local('MathJax_Blank')" } },
