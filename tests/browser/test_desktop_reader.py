@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.browser.checks import (
-    DESKTOP, SNAPSHOT_CHECKS, SiteServer, Tab, chapter_pages, check_copy_button_copies,
-    check_fits_width, check_notebook, check_palette_toggle, check_search, headings,
-    notebook_pages, showcase_chapter, visit,
+    DESKTOP, SNAPSHOT_CHECKS, SiteServer, Tab, built_pages, chapter_pages,
+    check_copy_button_copies, check_fits_width, check_notebook, check_palette_toggle, check_search,
+    headings, notebook_pages, showcase_chapter, visit,
 )
 
 
@@ -56,8 +56,7 @@ def tour(
     once on the desktop tab; while a page is open, every check that applies runs on it: the
     snapshot checks, light/dark with screenshots, a copy button, the notebook download. (One
     load per page: a chapter costs the browser seconds to typeset.)"""
-    appendix = sorted(f"/appendix/{page.parent.name}/" for page in
-                      (site.root / "appendix").glob("*/index.html"))
+    appendix = sorted(path for path in built_pages(site.root) if path.startswith("/appendix/"))
     assert appendix, "the built site has no appendix page"
     notebooks = notebook_pages(site.root)
     shown = {
