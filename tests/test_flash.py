@@ -97,6 +97,23 @@ def test_gradcheck(is_causal, block_size, t_q, t_k):
     assert gradcheck(lambda q, k, v: flash_attention(q, k, v, is_causal, block_size), (q, k, v))
 
 
+def test_second_derivatives_are_refused_not_silently_wrong():
+    """The hand-written backward is not differentiable itself: a double backward must raise."""
+    q, k, v = random_qkv((2,), 5, 6, 3, 2, requires_grad=True)
+    out = flash_attention(q, k, v, block_size=2)
+    grads = torch.autograd.grad(out.pow(2).sum(), (q, k, v), create_graph=True)
+    expected = torch.autograd.grad(scaled_dot_product_attention(q, k, v).pow(2).sum(), (q, k, v))
+    for grad, grad_expected in zip(grads, expected):  # first order still right under create_graph
+        torch.testing.assert_close(grad, grad_expected, rtol=0, atol=1e-10)
+    for second in (
+        lambda: torch.autograd.grad(grads[0].sum(), q),
+        lambda: torch.autograd.grad(grads[2].sum(), (q, k, v), allow_unused=True),
+        lambda: torch.autograd.gradgradcheck(lambda *x: flash_attention(*x, False, 2), (q, k, v)),
+    ):
+        with pytest.raises(RuntimeError, match="flash_attention has first derivatives only"):
+            second()
+
+
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("block_size", [1, 7, 64])
 def test_backward_equals_autograd_through_reference(is_causal, block_size):

@@ -132,12 +132,14 @@ def test_causal_mask_aligned_like_torch_is_causal(t_q: int, t_k: int) -> None:
     )
 
 
-def test_additive_causal_mask_is_zero_where_allowed_and_minus_inf_elsewhere() -> None:
-    m = additive_causal_mask(4, 6, dtype=torch.float64)
-    allowed = causal_mask(4, 6)
-    assert m.dtype == torch.float64 and m.shape == (4, 6)
-    assert (m[allowed] == 0).all() and (m[~allowed] == float("-inf")).all()
-    assert torch.equal(causal_mask(5), torch.ones(5, 5, dtype=torch.bool).tril())
+@pytest.mark.parametrize(("t_q", "t_k"), [(4, 6), (6, 4), (5, 5), (1, 3)])
+def test_masks_equal_the_definition_j_at_most_i(t_q: int, t_k: int) -> None:
+    """Query i may attend to key j exactly when j <= i, written out entry by entry."""
+    expected = [[j <= i for j in range(t_k)] for i in range(t_q)]
+    assert causal_mask(t_q, t_k).tolist() == expected
+    m = additive_causal_mask(t_q, t_k, dtype=torch.float64)
+    assert m.dtype == torch.float64 and m.shape == (t_q, t_k)
+    assert m.tolist() == [[0.0 if ok else float("-inf") for ok in row] for row in expected]
 
 
 # --- the book's figures ----------------------------------------------------------------------

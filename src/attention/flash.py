@@ -28,13 +28,22 @@ D = rowsum(dO ∘ O) (equal to rowsum(P ∘ dP), since O = P V) it accumulates, 
 
     dV += Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP - D),   dQ += scale · dS K,   dK += scale · dSᵀ Q
 
-so memory stays O(t · d) in both passes instead of O(t_q · t_k).
+so memory stays O(t · d) in both passes instead of O(t_q · t_k). A row that meets no finite
+score (t_k = 0, or all its scores -inf) gets output 0 and L = +inf, so that its P = 0 backward:
+FlashAttention-2's convention, where exp(-inf - (-inf)) would otherwise give nan.
+
+Precision, as in fused kernels: for float16 and bfloat16 inputs every statistic and accumulator
+(S, m, l, acc and L forward; D, P, dP, dS and the dQ, dK, dV sums backward) is float32. Each tile
+is upcast as it is read, and each result is rounded to the input dtype once, when it is written.
+Rounding acc and l to 8 or 11 bits after every key block instead would add an error per block.
 """
 
 import math
 
 import torch
 from torch import Tensor
+
+from .functional import _accumulation_dtype
 
 __all__ = ["flash_attention"]
 
@@ -62,32 +71,43 @@ def _score_tile(
 def _flash_forward(
     query: Tensor, key: Tensor, value: Tensor, is_causal: bool, block_size: int, scale: float
 ) -> tuple[Tensor, Tensor]:
-    """Tiled forward pass: returns the output (..., t_q, d_v) and the log-sum-exp L (..., t_q)."""
+    """Tiled forward pass: returns the output (..., t_q, d_v) and the log-sum-exp L (..., t_q).
+
+    m, l, acc and L are kept in the accumulation dtype (float32 for half inputs); each tile is
+    upcast as it is read and each output row is rounded once, when it is written.
+    """
+    acc_dtype = _accumulation_dtype(query.dtype)
     t_q, t_k = query.shape[-2], key.shape[-2]
-    out = query.new_zeros(*query.shape[:-1], value.shape[-1])  # (..., t_q, d_v)
-    lse = query.new_full(query.shape[:-1], float("-inf"))  # (..., t_q)
+    out = query.new_empty(*query.shape[:-1], value.shape[-1])  # (..., t_q, d_v)
+    lse = query.new_empty(query.shape[:-1], dtype=acc_dtype)  # (..., t_q)
     for q_start in range(0, t_q, block_size):
-        q_blk = query[..., q_start : q_start + block_size, :]  # (..., n_q, d_k)
+        q_blk = query[..., q_start : q_start + block_size, :].to(acc_dtype)  # (..., n_q, d_k)
         n_q = q_blk.shape[-2]
-        m = query.new_full((*query.shape[:-2], n_q), float("-inf"))  # (..., n_q)
-        l = query.new_zeros((*query.shape[:-2], n_q))  # (..., n_q)
-        acc = query.new_zeros((*query.shape[:-2], n_q, value.shape[-1]))  # (..., n_q, d_v)
+        m = q_blk.new_full((*query.shape[:-2], n_q), float("-inf"))  # (..., n_q)
+        l = q_blk.new_zeros((*query.shape[:-2], n_q))  # (..., n_q)
+        acc = q_blk.new_zeros((*query.shape[:-2], n_q, value.shape[-1]))  # (..., n_q, d_v)
         for k_start in range(0, t_k, block_size):
             if is_causal and k_start > q_start + n_q - 1:
                 break  # this key block and all later ones lie above the diagonal
-            k_blk = key[..., k_start : k_start + block_size, :]  # (..., n_k, d_k)
-            v_blk = value[..., k_start : k_start + block_size, :]  # (..., n_k, d_v)
+            k_blk = key[..., k_start : k_start + block_size, :].to(acc_dtype)  # (..., n_k, d_k)
+            v_blk = value[..., k_start : k_start + block_size, :].to(acc_dtype)  # (..., n_k, d_v)
             s = _score_tile(q_blk, k_blk, scale, is_causal, q_start, k_start)  # (..., n_q, n_k)
-            m_new = torch.maximum(m, s.amax(dim=-1))  # (..., n_q), finite: every row sees a key
-            p = torch.exp(s - m_new[..., None])  # (..., n_q, n_k), 0 where masked
-            rescale = torch.exp(m - m_new)  # (..., n_q), 0 on the first block (m = -inf)
+            m_new = torch.maximum(m, s.amax(dim=-1))  # (..., n_q)
+            # A row whose scores are all -inf so far is shifted by 0, not by -inf: its
+            # exp(-inf - 0) = 0 instead of exp(-inf + inf) = nan (FlashAttention-2 does the same).
+            shift = m_new.masked_fill(m_new == float("-inf"), 0.0)  # (..., n_q)
+            p = torch.exp(s - shift[..., None])  # (..., n_q, n_k), 0 where masked
+            rescale = torch.exp(m - shift)  # (..., n_q), 0 while m = -inf
             l = rescale * l + p.sum(dim=-1)
             acc = rescale[..., None] * acc + p @ v_blk  # (..., n_q, d_v)
             m = m_new
-        # l >= 1 once a row has seen a key (its maximum contributes exp(0) = 1); a row that saw
-        # none (only when t_k = 0) has l = 0 and acc = 0, so clamping leaves its output at 0.
-        out[..., q_start : q_start + n_q, :] = acc / l.clamp_min(1.0)[..., None]
-        lse[..., q_start : q_start + n_q] = m + torch.log(l)
+        # l >= 1 once a row has met a finite score (its maximum contributes exp(0) = 1). A row
+        # that met none (t_k = 0, or only -inf scores) has l = 0 and acc = 0: its output is 0,
+        # and L = +inf, as FlashAttention-2 stores it, so that the backward's P = exp(S - L) = 0.
+        no_mass = l == 0  # (..., n_q)
+        z = acc / l.masked_fill(no_mass, 1.0)[..., None]  # (..., n_q, d_v)
+        out[..., q_start : q_start + n_q, :] = z  # rounded to the input dtype, once
+        lse[..., q_start : q_start + n_q] = (m + torch.log(l)).masked_fill(no_mass, float("inf"))
     return out, lse
 
 
@@ -102,18 +122,25 @@ def _flash_backward(
     block_size: int,
     scale: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Tiled backward pass: recomputes each tile's weights from L and returns dQ, dK, dV."""
+    """Tiled backward pass: recomputes each tile's weights from L and returns dQ, dK, dV.
+
+    D, P, dP, dS and the dQ, dK, dV accumulators are in the accumulation dtype (float32 for half
+    inputs); each gradient is rounded to its input's dtype once, at the end.
+    """
+    acc_dtype = lse.dtype
     t_q, t_k = query.shape[-2], key.shape[-2]
-    grad_q, grad_k, grad_v = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
-    d = (grad_out * out).sum(dim=-1)  # (..., t_q), the D of the docstring
+    grad_q = torch.zeros_like(query, dtype=acc_dtype)  # (..., t_q, d_k)
+    grad_k = torch.zeros_like(key, dtype=acc_dtype)  # (..., t_k, d_k)
+    grad_v = torch.zeros_like(value, dtype=acc_dtype)  # (..., t_k, d_v)
+    d = (grad_out.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)  # (..., t_q), the D above
     for k_start in range(0, t_k, block_size):
-        k_blk = key[..., k_start : k_start + block_size, :]  # (..., n_k, d_k)
-        v_blk = value[..., k_start : k_start + block_size, :]  # (..., n_k, d_v)
+        k_blk = key[..., k_start : k_start + block_size, :].to(acc_dtype)  # (..., n_k, d_k)
+        v_blk = value[..., k_start : k_start + block_size, :].to(acc_dtype)  # (..., n_k, d_v)
         first_q = k_start if is_causal else 0  # query blocks before k_start lie above the diagonal
         for q_start in range(first_q, t_q, block_size):
-            q_blk = query[..., q_start : q_start + block_size, :]  # (..., n_q, d_k)
-            do_blk = grad_out[..., q_start : q_start + block_size, :]  # (..., n_q, d_v)
+            q_blk = query[..., q_start : q_start + block_size, :].to(acc_dtype)  # (..., n_q, d_k)
             n_q = q_blk.shape[-2]
+            do_blk = grad_out[..., q_start : q_start + n_q, :].to(acc_dtype)  # (..., n_q, d_v)
             s = _score_tile(q_blk, k_blk, scale, is_causal, q_start, k_start)  # (..., n_q, n_k)
             p = torch.exp(s - lse[..., q_start : q_start + n_q, None])  # (..., n_q, n_k)
             grad_v[..., k_start : k_start + block_size, :] += (
@@ -125,7 +152,7 @@ def _flash_backward(
             grad_k[..., k_start : k_start + block_size, :] += (
                 scale * ds.transpose(-2, -1) @ q_blk
             )  # (..., n_k, d_k)
-    return grad_q, grad_k, grad_v
+    return grad_q.to(query.dtype), grad_k.to(key.dtype), grad_v.to(value.dtype)
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -141,10 +168,30 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         query, key, value, out, lse = ctx.saved_tensors
-        grads = _flash_backward(
-            query, key, value, out, lse, grad_out, ctx.is_causal, ctx.block_size, ctx.scale
+        grads = _FlashAttentionBackward.apply(
+            grad_out, query, key, value, out, lse, ctx.is_causal, ctx.block_size, ctx.scale
         )
         return *grads, None, None, None
+
+
+class _FlashAttentionBackward(torch.autograd.Function):
+    """The tiled backward as a graph node of its own, so that differentiating it raises.
+
+    O and L come out of the forward as constants, so autograd could not differentiate the tiled
+    backward correctly. ``once_differentiable`` is not enough: its error node is detached from
+    Q, K and V, so ``torch.autograd.grad(dq.sum(), q, allow_unused=True)`` returns None, a zero.
+    """
+
+    @staticmethod
+    def forward(ctx, grad_out, query, key, value, out, lse, *args):  # type: ignore[override]
+        return _flash_backward(query, key, value, out, lse, grad_out, *args)  # dQ, dK, dV
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        raise RuntimeError(
+            "flash_attention has first derivatives only: its tiled backward cannot be "
+            "differentiated again; for second derivatives use scaled_dot_product_attention"
+        )
 
 
 def flash_attention(
@@ -169,13 +216,20 @@ def flash_attention(
         scale: multiplies the scores; defaults to 1/sqrt(d_k).
 
     Returns:
-        (..., t_q, d_v), equal to scaled dot-product attention up to rounding. With no keys
-        (t_k = 0) every row is zero, as in torch.
+        (..., t_q, d_v), equal to scaled dot-product attention up to rounding (float32
+        statistics for half inputs, see the module docstring). With no keys (t_k = 0) every row
+        is zero, as in torch. A nan or inf in a query, or in a key or value the query may see,
+        propagates as in :func:`attention.scaled_dot_product_attention`; a key that causality
+        hides never reaches the row, and whether a nan in a hidden value does depends on the
+        tiling (0 · nan = nan inside a tile that crosses the diagonal, nothing from a skipped tile).
+
+    Gradients are first-order only: the backward is hand-written and itself not differentiable,
+    so a second derivative raises a RuntimeError instead of returning a wrong value.
 
     Raises:
         ValueError: a tensor with fewer than 2 dimensions, query and key of different widths,
-            key and value of different lengths, leading dimensions that do not broadcast,
-            mixed dtypes, or block_size < 1.
+            d_k = 0, key and value of different lengths, leading dimensions that do not
+            broadcast, mixed dtypes, or block_size < 1.
     """
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if tensor.dim() < 2:
@@ -186,6 +240,8 @@ def flash_attention(
         raise ValueError(
             f"query and key must have the same width d_k, got {query.shape[-1]} and {key.shape[-1]}"
         )
+    if query.shape[-1] == 0:
+        raise ValueError("d_k must be at least 1 (the scale is 1 / sqrt(d_k)), got d_k = 0")
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(
             f"key and value must have the same length t_k, "

@@ -37,8 +37,10 @@ def softmax(x: Tensor, dim: int) -> Tensor:
 
     Subtracting the row maximum leaves the result unchanged (the factor exp(-max) cancels) and
     keeps every exponent at most 0, so nothing overflows. A row that is entirely -inf (a query
-    allowed to see no key) gives zeros instead of nan.
+    allowed to see no key) gives zeros instead of nan; an empty dimension gives an empty result.
     """
+    if x.shape[dim] == 0:
+        return torch.exp(x)  # an empty row has nothing to normalise (and amax would raise)
     row_max = x.amax(dim=dim, keepdim=True)
     row_max = row_max.masked_fill(row_max == float("-inf"), 0.0)  # all -inf row: exp(-inf) = 0
     exp_x = torch.exp(x - row_max)
@@ -69,6 +71,83 @@ def additive_causal_mask(
     )
 
 
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype statistics are kept in: float32 for float16 / bfloat16 inputs, else the input's.
+
+    Fused kernels (FlashAttention, torch's) read half-precision tiles but compute scores, softmax
+    and sums in float32, rounding once at the end; the functions here do the same.
+    """
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _check_inputs(query: Tensor, key: Tensor, value: Tensor | None = None) -> None:
+    """Ranks, widths, lengths and dtypes of query (..., t_q, d_k), key (..., t_k, d_k), value."""
+    named = [("query", query), ("key", key)] + ([("value", value)] if value is not None else [])
+    for name, tensor in named:
+        if tensor.dim() < 2:
+            raise ValueError(
+                f"{name} must have at least 2 dimensions (..., t, d), "
+                f"got a {tensor.dim()}-d tensor of shape {tuple(tensor.shape)}"
+            )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"query and key must have the same last dimension d_k, "
+            f"got {query.shape[-1]} and {key.shape[-1]}"
+        )
+    if query.shape[-1] == 0:
+        raise ValueError("d_k must be at least 1 (the scale is 1 / sqrt(d_k)), got d_k = 0")
+    if value is not None and key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"key and value must have the same number of tokens t_k, "
+            f"got {key.shape[-2]} and {value.shape[-2]}"
+        )
+    if len({tensor.dtype for _, tensor in named}) > 1:
+        raise ValueError(
+            f"{', '.join(name for name, _ in named)} must share one dtype, "
+            f"got {', '.join(str(tensor.dtype) for _, tensor in named)}"
+        )
+
+
+def _check_mask_dtype(attn_mask: Tensor, query_dtype: torch.dtype) -> None:
+    """torch's rule: a mask is bool, float32 or the query's dtype (an int 0/1 mask is refused)."""
+    if attn_mask.dtype not in (torch.bool, torch.float32, query_dtype):
+        raise ValueError(
+            f"attn_mask must be bool (True = may attend) or a float added to the scores, of dtype "
+            f"torch.float32 or the query's {query_dtype}, got {attn_mask.dtype}"
+        )
+
+
+def _weights(
+    query: Tensor,
+    key: Tensor,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+) -> Tensor:
+    """Attention weights (..., t_q, t_k) in the accumulation dtype (float32 for half inputs)."""
+    acc_dtype = _accumulation_dtype(query.dtype)
+    t_q, t_k = query.shape[-2], key.shape[-2]
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    # (..., t_q, t_k); the .to() are no-ops unless the inputs are half precision
+    attn_scores = query.to(acc_dtype) @ key.to(acc_dtype).transpose(-2, -1) * scale
+    if is_causal:
+        if attn_mask is not None:
+            raise ValueError("attn_mask must be None when is_causal=True, got a tensor")
+        attn_mask = causal_mask(t_q, t_k, device=query.device)  # (t_q, t_k)
+    if attn_mask is not None:
+        _check_mask_dtype(attn_mask, query.dtype)
+        check_mask(attn_mask, attn_scores.shape)
+        if attn_mask.dtype == torch.bool:
+            attn_scores = attn_scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            attn_scores = attn_scores + attn_mask.to(acc_dtype)
+    attn_weights = softmax(attn_scores, dim=-1)
+    if dropout_p > 0.0:
+        attn_weights = F.dropout(attn_weights, p=dropout_p, training=True)
+    return attn_weights
+
+
 def attention_weights(
     query: Tensor,
     key: Tensor,
@@ -80,45 +159,22 @@ def attention_weights(
     """Attention weights A of shape (..., t_q, t_k): scores -> scale -> mask -> softmax -> dropout.
 
     Args:
-        query: (..., t_q, d_k).
-        key: (..., t_k, d_k).
-        attn_mask: broadcastable to (..., t_q, t_k); boolean (True = may attend) or float
-            (added to the scaled scores, like M).
+        query: (..., t_q, d_k), d_k >= 1.
+        key: (..., t_k, d_k), same dtype as query.
+        attn_mask: broadcastable to (..., t_q, t_k); ``bool`` (True = may attend) or a float
+            added to the scaled scores, like M, of dtype float32 or the query's (torch's rule;
+            an integer 0/1 mask is a ValueError, not silently added).
         dropout_p: dropout probability, applied whenever it is > 0 (as torch's SDPA does).
         is_causal: apply :func:`causal_mask`; cannot be combined with ``attn_mask``.
         scale: factor on the scores; defaults to 1 / sqrt(d_k).
 
-    Rows whose keys are all masked give zeros.
+    Rows whose keys are all masked give zeros; with no keys (t_k = 0) A is empty. For float16 and
+    bfloat16 inputs the scores and the softmax are computed in float32 and A is rounded once, to
+    the input dtype.
     """
     check_dropout(dropout_p, "dropout_p")
-    for name, tensor in (("query", query), ("key", key)):
-        if tensor.dim() < 2:
-            raise ValueError(
-                f"{name} must have at least 2 dimensions (..., t, d_k), "
-                f"got a {tensor.dim()}-d tensor of shape {tuple(tensor.shape)}"
-            )
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query and key must have the same last dimension d_k, "
-            f"got {query.shape[-1]} and {key.shape[-1]}"
-        )
-    t_q, t_k = query.shape[-2], key.shape[-2]
-    scale = query.shape[-1] ** -0.5 if scale is None else scale
-    attn_scores = query @ key.transpose(-2, -1) * scale  # (..., t_q, t_k)
-    if is_causal:
-        if attn_mask is not None:
-            raise ValueError("attn_mask must be None when is_causal=True, got a tensor")
-        attn_mask = causal_mask(t_q, t_k, device=query.device)  # (t_q, t_k)
-    if attn_mask is not None:
-        check_mask(attn_mask, attn_scores.shape)
-        if attn_mask.dtype == torch.bool:
-            attn_scores = attn_scores.masked_fill(~attn_mask, float("-inf"))
-        else:
-            attn_scores = attn_scores + attn_mask.to(attn_scores.dtype)
-    attn_weights = softmax(attn_scores, dim=-1)
-    if dropout_p > 0.0:
-        attn_weights = F.dropout(attn_weights, p=dropout_p, training=True)
-    return attn_weights
+    _check_inputs(query, key)
+    return _weights(query, key, attn_mask, dropout_p, is_causal, scale).to(query.dtype)
 
 
 def scaled_dot_product_attention(
@@ -133,16 +189,19 @@ def scaled_dot_product_attention(
     """Context vectors Z = A V of shape (..., t_q, d_v), written out explicitly.
 
     Same arguments and semantics as ``torch.nn.functional.scaled_dot_product_attention``:
-    query (..., t_q, d_k), key (..., t_k, d_k), value (..., t_k, d_v); see
+    query (..., t_q, d_k), key (..., t_k, d_k), value (..., t_k, d_v), all of one dtype; see
     :func:`attention_weights` for the mask, dropout, causal and scale arguments.
 
-    A query whose keys are all masked gets a zero context vector, never nan. PyTorch's CPU
-    reference does the same, but its fused GPU kernels may return nan for such rows.
+    A query whose keys are all masked gets a zero context vector, never nan, and with no keys
+    (t_k = 0) every context vector is zero; PyTorch's CPU reference does the same, but its fused
+    GPU kernels may return nan for such rows. A nan or inf in a query, or in a key or value the
+    query may see, propagates as in torch. The score of a key that a bool or causal mask hides
+    is replaced by -inf, nan included, so a nan in a hidden key leaves the row finite (torch's
+    math backend adds -inf to it and returns nan); a nan in a hidden value still reaches the row,
+    through 0 · nan = nan in A V. Half-precision inputs: A and A V are computed in float32 and Z
+    is rounded once.
     """
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"key and value must have the same number of tokens t_k, "
-            f"got {key.shape[-2]} and {value.shape[-2]}"
-        )
-    attn_weights = attention_weights(query, key, attn_mask, dropout_p, is_causal, scale)
-    return attn_weights @ value  # (..., t_q, d_v)
+    check_dropout(dropout_p, "dropout_p")
+    _check_inputs(query, key, value)
+    attn_weights = _weights(query, key, attn_mask, dropout_p, is_causal, scale)  # (..., t_q, t_k)
+    return (attn_weights @ value.to(attn_weights.dtype)).to(value.dtype)  # (..., t_q, d_v)
