@@ -2,16 +2,23 @@
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
 from attention import (
+    AdditiveAttention,
+    AttentionDecoder,
+    BidirectionalSelfAttention,
     CausalAttention,
+    CrossAttention,
     FusedMultiHeadAttention,
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
     SelfAttentionV1,
     SelfAttentionV2,
+    Seq2Seq,
+    Seq2SeqEncoder,
     attention_weights,
     plot_attention,
     scaled_dot_product_attention,
@@ -102,7 +109,7 @@ def test_mismatched_query_key_value() -> None:
         attention_weights(torch.randn(3, 4), torch.randn(3, 5))
     with pytest.raises(ValueError, match=r"same number of tokens t_k, got 3 and 2"):
         scaled_dot_product_attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4))
-    expected = re.escape("query must have at least 2 dimensions (..., t, d_k)")
+    expected = r"query must have at least 2 dimensions .*got a 1-d tensor of shape \(4,\)"
     with pytest.raises(ValueError, match=expected):
         attention_weights(torch.randn(4), torch.randn(3, 4))
 
@@ -118,3 +125,115 @@ def test_plot_attention_bad_input() -> None:
         plot_attention(torch.rand(2, 3, 3))
     with pytest.raises(ValueError, match=r"col_labels must have 3 entries, got 2"):
         plot_attention(torch.rand(2, 3), col_labels=["a", "b"])
+
+
+@pytest.mark.parametrize("context_length", [0, -1])
+@pytest.mark.parametrize("cls", CAUSAL_CLASSES)
+def test_context_length_below_one(cls: type, context_length: int) -> None:
+    expected = f"context_length must be at least 1, got {context_length}"
+    with pytest.raises(ValueError, match=expected):
+        _build(cls, context_length=context_length)
+
+
+HEADED_BUILDERS = {
+    "multihead": lambda h: MultiHeadAttention(3, 4, 6, 0.0, h),
+    "fused": lambda h: FusedMultiHeadAttention(3, 4, 6, 0.0, h),
+    "wrapper": lambda h: MultiHeadAttentionWrapper(3, 4, 6, 0.0, h),
+    "cross": lambda h: CrossAttention(3, 5, 4, 0.0, h),
+    "bidirectional": lambda h: BidirectionalSelfAttention(3, 4, 0.0, h),
+}
+
+
+@pytest.mark.parametrize(
+    ("num_heads", "message"),
+    [(2.0, "2.0 of type float"), ("2", "'2' of type str"), (True, "True of type bool")],
+)
+@pytest.mark.parametrize("name", HEADED_BUILDERS)
+def test_num_heads_not_an_integer(name: str, num_heads: object, message: str) -> None:
+    with pytest.raises(ValueError, match=f"num_heads must be an integer, got {message}"):
+        HEADED_BUILDERS[name](num_heads)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: SelfAttentionV1(3, 0), "d_out must be at least 1, got 0"),
+        (lambda: SelfAttentionV2(3, 0), "d_out must be at least 1, got 0"),
+        (lambda: CausalAttention(3, 0, 6, 0.0), "d_out must be at least 1, got 0"),
+        (lambda: MultiHeadAttentionWrapper(3, 0, 6, 0.0, 2), "d_out must be at least 1, got 0"),
+        (lambda: MultiHeadAttention(3, 0, 6, 0.0, 2), "d_out must be at least 1, got 0"),
+        (lambda: FusedMultiHeadAttention(3, 0, 6, 0.0, 2), "d_out must be at least 1, got 0"),
+        (lambda: CrossAttention(3, 5, 0, 0.0, 2), "d_out must be at least 1, got 0"),
+        (lambda: BidirectionalSelfAttention(3, 0, 0.0, 2), "d_out must be at least 1, got 0"),
+        (lambda: SelfAttentionV1(3.0, 4), "d_in must be an integer, got 3.0 of type float"),
+        (lambda: SelfAttentionV2(3, 4.0), "d_out must be an integer, got 4.0 of type float"),
+        (lambda: MultiHeadAttention(0, 4, 6, 0.0, 2), "d_in must be at least 1, got 0"),
+        (lambda: BidirectionalSelfAttention(0, 4, 0.0, 2), "d_in must be at least 1, got 0"),
+        (lambda: CrossAttention(3, 0, 4, 0.0, 2), "d_kv must be at least 1, got 0"),
+        (lambda: CausalAttention(3, 4, 6.0, 0.0), "context_length must be an integer, got 6.0"),
+        (lambda: AdditiveAttention(3, 5, 0), "d_attn must be at least 1, got 0"),
+        (lambda: Seq2SeqEncoder(11, 4, 0), "d_hidden must be at least 1, got 0"),
+        (lambda: AttentionDecoder(0, 4, 6, 5), "vocab_size must be at least 1, got 0"),
+    ],
+)
+def test_sizes_not_positive_integers(build, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build()
+
+
+def test_sizes_of_any_integer_type_are_accepted() -> None:
+    mha = MultiHeadAttention(np.int64(3), 4, 6, 0.0, num_heads=np.int32(2))
+    assert mha(torch.randn(1, 5, 3)).shape == (1, 5, 4)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0])
+@pytest.mark.parametrize("cls", [MultiHeadAttention, FusedMultiHeadAttention])
+def test_proj_dropout_outside_unit_interval(cls: type, p: float) -> None:
+    with pytest.raises(ValueError, match=rf"proj_dropout must be in \[0, 1\), got {p}"):
+        cls(3, 4, 6, 0.0, 2, proj_dropout=p)
+
+
+def test_dropout_not_a_number() -> None:
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got '0.1'"):
+        CausalAttention(3, 4, 6, "0.1")
+
+
+def _seq2seq() -> Seq2Seq:
+    return Seq2Seq(Seq2SeqEncoder(11, 4, 6), AttentionDecoder(11, 4, 6, 5))
+
+
+@pytest.mark.parametrize(
+    ("src", "message"),
+    [
+        (torch.tensor([1, 2, 3]), "src must be 2-d, got a 1-d tensor of shape (3,)"),
+        (torch.tensor(4), "src must be 2-d, got a 0-d tensor of shape ()"),
+        (torch.ones(2, 3, 1, dtype=torch.long), "src must be 2-d, got a 3-d tensor"),
+        (torch.ones(2, 3), "src must hold integer token ids (torch.int64 or torch.int32)"),
+        (torch.ones(2, 0, dtype=torch.long), "src must have at least 1 token, got shape (2, 0)"),
+    ],
+    ids=["1-d", "0-d", "3-d", "float", "empty"],
+)
+def test_seq2seq_bad_source(src: torch.Tensor, message: str) -> None:
+    model = _seq2seq()
+    tgt_in = torch.zeros(2, 4, dtype=torch.long)
+    for call in (lambda: model(src, tgt_in), lambda: model.greedy_decode(src, 3, bos=0)):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            call()
+
+
+def test_seq2seq_bad_target() -> None:
+    model = _seq2seq()
+    src = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(ValueError, match=re.escape("tgt_in must be 2-d, got a 1-d tensor")):
+        model(src, torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="same batch size b, got 2 and 3"):
+        model(src, torch.zeros(3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_len must be at least 1, got 0"):
+        model.greedy_decode(src, 0, bos=0)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0)])
+def test_plot_attention_empty_matrix(shape: tuple[int, int]) -> None:
+    expected = re.escape(f"at least one row (query) and one column (key), got shape {shape}")
+    with pytest.raises(ValueError, match=expected):
+        plot_attention(torch.rand(shape))

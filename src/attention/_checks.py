@@ -9,20 +9,36 @@ Notation: b batch size, t tokens, d_in input width, d_out output width, h heads.
 """
 
 from collections.abc import Sequence
+from numbers import Integral, Real
 
+import torch
 from torch import Size, Tensor
 
 
 def check_dropout(p: float, name: str = "dropout") -> None:
-    """Require a dropout probability in [0, 1)."""
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {p}")
+    """Require a dropout probability: a number in [0, 1)."""
+    if isinstance(p, bool) or not isinstance(p, Real) or not 0.0 <= p < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {p!r}")
+
+
+def check_sizes(**sizes: int) -> None:
+    """Require each named size (``d_in=3``, ``context_length=6``, ...) to be an integer >= 1.
+
+    A bool or a float such as 2.0 is refused, even where it would compare equal to an integer:
+    a size is a count, and PyTorch's layers (``nn.Linear``, ``Tensor.view``) take only integers.
+    """
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, Integral):
+            raise ValueError(
+                f"{name} must be an integer, got {value!r} of type {type(value).__name__}"
+            )
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
 
 
 def check_heads(d_out: int, num_heads: int) -> None:
-    """Require ``num_heads >= 1`` dividing ``d_out`` (each head gets d_h = d_out / h columns)."""
-    if num_heads < 1:
-        raise ValueError(f"num_heads must be at least 1, got {num_heads}")
+    """Require an integer ``num_heads >= 1`` that divides d_out (head width d_h = d_out / h)."""
+    check_sizes(num_heads=num_heads)
     if d_out % num_heads != 0:
         raise ValueError(
             f"d_out must be divisible by num_heads, got d_out={d_out} and num_heads={num_heads}"
@@ -54,6 +70,15 @@ def check_input(
         raise ValueError(
             f"{name} must have last dimension {width_name}={d_in}, got {x.shape[-1]} "
             f"(shape {tuple(x.shape)})"
+        )
+
+
+def check_token_ids(x: Tensor, name: str) -> None:
+    """Require a (b, t) tensor of integer token ids, what ``nn.Embedding`` looks up."""
+    check_rank(x, (2,), name)
+    if x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            f"{name} must hold integer token ids (torch.int64 or torch.int32), got {x.dtype}"
         )
 
 

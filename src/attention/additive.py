@@ -16,7 +16,7 @@ where v here is the learned score vector (not a value). In the code W₁ is ``W_
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_input, check_mask, check_rank
+from ._checks import check_input, check_mask, check_rank, check_sizes, check_token_ids
 from .functional import softmax
 
 __all__ = ["AdditiveAttention", "Seq2SeqEncoder", "AttentionDecoder", "Seq2Seq"]
@@ -25,12 +25,17 @@ __all__ = ["AdditiveAttention", "Seq2SeqEncoder", "AttentionDecoder", "Seq2Seq"]
 class AdditiveAttention(nn.Module):
     """Additive (Bahdanau) attention of one query per batch element over a sequence of keys."""
 
-    def __init__(self, d_query: int, d_key: int, d_hidden: int) -> None:
-        """Create W₁ = ``W_query`` (d_query → d_hidden), W₂ = ``W_key`` (d_key → d_hidden), v."""
+    def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:
+        """Create W₁ = ``W_query`` (d_query → d_attn), W₂ = ``W_key`` (d_key → d_attn), v.
+
+        ``d_attn`` is the width of the score network's hidden layer tanh(W₁ q + W₂ k_j), the
+        length of v; it is unrelated to the GRU state width ``d_hidden`` of the encoder-decoder.
+        """
         super().__init__()
-        self.W_query = nn.Linear(d_query, d_hidden, bias=False)
-        self.W_key = nn.Linear(d_key, d_hidden, bias=False)
-        self.v = nn.Linear(d_hidden, 1, bias=False)
+        check_sizes(d_query=d_query, d_key=d_key, d_attn=d_attn)
+        self.W_query = nn.Linear(d_query, d_attn, bias=False)
+        self.W_key = nn.Linear(d_key, d_attn, bias=False)
+        self.v = nn.Linear(d_attn, 1, bias=False)
         self.d_query, self.d_key = d_query, d_key
 
     def forward(
@@ -44,6 +49,10 @@ class AdditiveAttention(nn.Module):
             values: (b, t, d_value); defaults to ``keys``, as in Bahdanau's model.
             mask: (b, t) bool, True where the query MAY attend (padding is False). A row with
                 no True gets zero weights and a zero context vector.
+
+        No keys (t = 0) leave nothing to attend to: the weights are empty (b, 0) and the
+        context vector is zero, what ``F.scaled_dot_product_attention`` gives a query with no
+        keys.
         """
         check_input(query, self.d_query, (2,), "query", "d_query")
         check_input(keys, self.d_key, (3,), "keys", "d_key")
@@ -55,7 +64,7 @@ class AdditiveAttention(nn.Module):
                 f"on b and t, got shapes {tuple(query.shape)}, {tuple(keys.shape)}, "
                 f"{tuple(values.shape)}"
             )
-        hidden = torch.tanh(self.W_query(query)[:, None, :] + self.W_key(keys))  # (b, t, d_hidden)
+        hidden = torch.tanh(self.W_query(query)[:, None, :] + self.W_key(keys))  # (b, t, d_attn)
         attn_scores = self.v(hidden).squeeze(-1)  # (b, t)
         if mask is not None:
             if mask.dtype != torch.bool:
@@ -65,7 +74,7 @@ class AdditiveAttention(nn.Module):
             check_mask(mask, attn_scores.shape, "mask")
             attn_scores = attn_scores.masked_fill(~mask, float("-inf"))
         attn_weights = softmax(attn_scores, dim=-1)  # (b, t)
-        context = (attn_weights[:, :, None] * values).sum(dim=1)  # (b, d_value)
+        context = (attn_weights[:, :, None] * values).sum(dim=1)  # (b, d_value); 0 if t = 0
         return context, attn_weights
 
 
@@ -75,6 +84,7 @@ class Seq2SeqEncoder(nn.Module):
     def __init__(self, vocab_size: int, d_emb: int, d_hidden: int) -> None:
         """Embedding (vocab_size → d_emb), a bidirectional GRU and the decoder's initial state."""
         super().__init__()
+        check_sizes(vocab_size=vocab_size, d_emb=d_emb, d_hidden=d_hidden)
         self.embedding = nn.Embedding(vocab_size, d_emb)
         self.rnn = nn.GRU(d_emb, d_hidden, batch_first=True, bidirectional=True)
         self.init_state = nn.Linear(d_hidden, d_hidden)
@@ -86,8 +96,13 @@ class Seq2SeqEncoder(nn.Module):
         Annotation j joins the forward state after token j with the backward state after token j
         (reading right to left), so it describes token j in the context of the whole sentence.
         The decoder starts from tanh(W h←), h← being the backward GRU's state at token 0.
+
+        An empty source (t = 0) is refused with a ``ValueError``: there is no token 0 to take
+        that state from, and ``nn.GRU`` itself rejects sequences of length 0.
         """
-        check_rank(src, (2,), "src")
+        check_token_ids(src, "src")
+        if src.shape[1] == 0:
+            raise ValueError(f"src must have at least 1 token, got shape {tuple(src.shape)}")
         annotations, last = self.rnn(self.embedding(src))  # (b, t, 2·d_hidden), (2, b, d_hidden)
         state = torch.tanh(self.init_state(last[1]))  # (b, d_hidden), from the backward GRU
         return annotations, state
@@ -97,8 +112,13 @@ class AttentionDecoder(nn.Module):
     """GRU decoder that attends over the encoder's annotations at every step (Bahdanau style)."""
 
     def __init__(self, vocab_size: int, d_emb: int, d_hidden: int, d_attn: int) -> None:
-        """Embedding, attention over 2·d_hidden-wide annotations, a GRU cell, an output layer."""
+        """Embedding, attention over 2·d_hidden-wide annotations, a GRU cell, an output layer.
+
+        ``d_hidden`` is the width of the GRU state, ``d_attn`` that of the hidden layer of the
+        additive attention's score network (two different widths).
+        """
         super().__init__()
+        check_sizes(vocab_size=vocab_size, d_emb=d_emb, d_hidden=d_hidden, d_attn=d_attn)
         self.embedding = nn.Embedding(vocab_size, d_emb)
         self.attention = AdditiveAttention(d_hidden, 2 * d_hidden, d_attn)
         self.cell = nn.GRUCell(d_emb + 2 * d_hidden, d_hidden)
@@ -116,10 +136,17 @@ class AttentionDecoder(nn.Module):
         return logits, state, attn_weights
 
     def forward(self, tgt_in: Tensor, state: Tensor, annotations: Tensor) -> tuple[Tensor, Tensor]:
-        """Teacher forcing: feed tgt_in (b, t_tgt) → logits (b, t_tgt, vocab), α (b, t_tgt, t)."""
-        check_rank(tgt_in, (2,), "tgt_in")
+        """Teacher forcing: feed tgt_in (b, t_tgt) → logits (b, t_tgt, vocab), α (b, t_tgt, t).
+
+        No target tokens (t_tgt = 0) give empty logits (b, 0, vocab) and weights (b, 0, t).
+        """
+        check_token_ids(tgt_in, "tgt_in")
+        b, t_tgt = tgt_in.shape
+        if t_tgt == 0:
+            vocab_size, t = self.out.out_features, annotations.shape[1]
+            return state.new_zeros(b, 0, vocab_size), state.new_zeros(b, 0, t)
         all_logits, all_weights = [], []
-        for i in range(tgt_in.shape[1]):
+        for i in range(t_tgt):
             logits, state, attn_weights = self.step(tgt_in[:, i], state, annotations)
             all_logits.append(logits)
             all_weights.append(attn_weights)
@@ -145,7 +172,8 @@ class Seq2Seq(nn.Module):
 
         Returns logits (b, t_tgt, vocab) and attention weights (b, t_tgt, t).
         """
-        check_rank(tgt_in, (2,), "tgt_in")
+        check_token_ids(src, "src")
+        check_token_ids(tgt_in, "tgt_in")
         if src.shape[0] != tgt_in.shape[0]:
             raise ValueError(
                 "src and tgt_in must have the same batch size b, "
@@ -160,8 +188,7 @@ class Seq2Seq(nn.Module):
 
         Returns tokens (b, max_len) and attention weights (b, max_len, t).
         """
-        if max_len < 1:
-            raise ValueError(f"max_len must be at least 1, got {max_len}")
+        check_sizes(max_len=max_len)
         annotations, state = self.encoder(src)  # (b, t, 2·d_hidden), (b, d_hidden)
         token = torch.full((src.shape[0],), bos, dtype=torch.long, device=src.device)  # (b,)
         tokens, all_weights = [], []

@@ -17,7 +17,7 @@ state dict, but is not a trainable parameter.
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_context_length, check_dropout, check_input
+from ._checks import check_context_length, check_dropout, check_input, check_sizes
 
 
 class CausalAttention(nn.Module):
@@ -27,6 +27,7 @@ class CausalAttention(nn.Module):
         self, d_in: int, d_out: int, context_length: int, dropout: float, qkv_bias: bool = False
     ) -> None:
         super().__init__()
+        check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_dropout(dropout)
         self.d_in = d_in
         self.d_out = d_out

@@ -21,7 +21,7 @@ Padding: a ``key_padding_mask`` of shape (b, t_k) marks PADDING with True, the c
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_dropout, check_heads, check_input
+from ._checks import check_dropout, check_heads, check_input, check_sizes
 from .functional import attention_weights
 
 __all__ = ["CrossAttention", "BidirectionalSelfAttention"]
@@ -50,6 +50,7 @@ class CrossAttention(nn.Module):
             qkv_bias: give W_query, W_key and W_value a bias (out_proj always has one).
         """
         super().__init__()
+        check_sizes(d_q=d_q, d_kv=d_kv, d_out=d_out)
         check_heads(d_out, num_heads)
         check_dropout(dropout)
         self.d_q, self.d_kv, self.d_out = d_q, d_kv, d_out
@@ -79,6 +80,10 @@ class CrossAttention(nn.Module):
 
         Returns:
             (b, t_q, d_out), or that and the weights (b, h, t_q, t_k) if ``return_weights``.
+
+        Empty sequences get PyTorch's answer (``nn.MultiheadAttention``'s): an empty context
+        (t_k = 0) leaves nothing to attend to, so every query gets a zero context vector and
+        the output is ``out_proj``'s bias; no queries (t_q = 0) give an empty (b, 0, d_out).
         """
         check_input(x, self.d_q, (3,), "x", "d_q")
         check_input(context, self.d_kv, (3,), "context", "d_kv")
@@ -117,6 +122,7 @@ class BidirectionalSelfAttention(CrossAttention):
         self, d_in: int, d_out: int, dropout: float, num_heads: int, qkv_bias: bool = False
     ) -> None:
         """Projections d_in → d_out split into num_heads heads; see :class:`CrossAttention`."""
+        check_sizes(d_in=d_in)
         super().__init__(d_in, d_in, d_out, dropout, num_heads, qkv_bias)
         self.d_in = d_in
 
@@ -127,6 +133,7 @@ class BidirectionalSelfAttention(CrossAttention):
 
         ``key_padding_mask`` is (b, t) bool with **True marking PADDING** (torch's
         ``nn.MultiheadAttention`` convention, not "may attend"): padded tokens get weight 0 as
-        keys, so they cannot change the outputs of real tokens.
+        keys, so they cannot change the outputs of real tokens. No tokens (t = 0) give an empty
+        (b, 0, d_out) and weights (b, h, 0, 0).
         """
         return super().forward(x, x, key_padding_mask, return_weights)

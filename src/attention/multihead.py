@@ -14,13 +14,28 @@ columns into h heads of width d_h, attends within each head in one batched matmu
 heads back and mixes them with an output projection. ``FusedMultiHeadAttention`` computes the
 same thing with one (d_in, 3 * d_out) projection for queries, keys and values, as GPT-2 does,
 and can hand the attention itself to ``torch.nn.functional.scaled_dot_product_attention``.
+
+Two dropouts, both active only in training mode, as GPT-2's ``attn_dropout`` and
+``resid_dropout``:
+
+    dropout       drops attention weights A (b, h, t, t): a query ignores some keys
+    proj_dropout  drops entries of the projected output out_proj(Z) (b, t, d_out)
+
+``proj_dropout`` defaults to 0 (off), so that the book's printed outputs stay those of the
+modules without it.
 """
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_context_length, check_dropout, check_heads, check_input
+from ._checks import (
+    check_context_length,
+    check_dropout,
+    check_heads,
+    check_input,
+    check_sizes,
+)
 from .causal import CausalAttention
 
 
@@ -37,8 +52,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         qkv_bias: bool = False,
     ) -> None:
         super().__init__()
-        if num_heads < 1:
-            raise ValueError(f"num_heads must be at least 1, got {num_heads}")
+        check_sizes(num_heads=num_heads)
         self.heads = nn.ModuleList(
             CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
             for _ in range(num_heads)
@@ -60,10 +74,19 @@ class MultiHeadAttention(nn.Module):
         dropout: float,
         num_heads: int,
         qkv_bias: bool = False,
+        proj_dropout: float = 0.0,
     ) -> None:
+        """Projections d_in → d_out split into num_heads heads, and the output projection.
+
+        ``dropout`` is the probability of dropping an attention weight, ``proj_dropout`` that
+        of dropping an entry of the output projection's result; both in [0, 1), used only in
+        training mode. ``context_length`` (at least 1) is the longest sequence accepted.
+        """
         super().__init__()
+        check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_heads(d_out, num_heads)
         check_dropout(dropout)
+        check_dropout(proj_dropout, "proj_dropout")
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
@@ -73,7 +96,8 @@ class MultiHeadAttention(nn.Module):
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)  # on the attention weights
+        self.proj_dropout = nn.Dropout(proj_dropout)  # on out_proj's output
         self.register_buffer(
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
         )
@@ -98,7 +122,7 @@ class MultiHeadAttention(nn.Module):
         attn_weights = self.dropout(attn_weights)
         context = (attn_weights @ values).transpose(1, 2)  # (b, t, h, d_h)
         context = context.contiguous().view(b, t, self.d_out)  # (b, t, d_out)
-        out = self.out_proj(context)  # (b, t, d_out)
+        out = self.proj_dropout(self.out_proj(context))  # (b, t, d_out)
         return (out, attn_weights) if return_weights else out
 
 
@@ -119,10 +143,17 @@ class FusedMultiHeadAttention(nn.Module):
         num_heads: int,
         qkv_bias: bool = False,
         use_sdpa: bool = True,
+        proj_dropout: float = 0.0,
     ) -> None:
+        """One fused (d_in, 3 d_out) projection and the output projection.
+
+        Arguments as in :class:`MultiHeadAttention`; ``use_sdpa`` picks the attention's path.
+        """
         super().__init__()
+        check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_heads(d_out, num_heads)
         check_dropout(dropout)
+        check_dropout(proj_dropout, "proj_dropout")
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
@@ -131,7 +162,8 @@ class FusedMultiHeadAttention(nn.Module):
         self.use_sdpa = use_sdpa
         self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)  # on the attention weights
+        self.proj_dropout = nn.Dropout(proj_dropout)  # on out_proj's output
         self.register_buffer(
             "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
         )
@@ -158,15 +190,16 @@ class FusedMultiHeadAttention(nn.Module):
             attn_weights = self.dropout(torch.softmax(attn_scores / d_h**0.5, dim=-1))
             context = attn_weights @ values  # (b, h, t, d_h)
         context = context.transpose(1, 2).contiguous().view(b, t, self.d_out)  # (b, t, d_out)
-        return self.out_proj(context)  # (b, t, d_out)
+        return self.proj_dropout(self.out_proj(context))  # (b, t, d_out)
 
     @classmethod
     def from_multihead(cls, mha: MultiHeadAttention) -> "FusedMultiHeadAttention":
         """A fused module computing exactly what ``mha`` computes (its weights, stacked).
 
         The fused weight is W_query, W_key and W_value stacked along the output dimension, so
-        that ``qkv(x)`` splits into the three projections. Draws (and discards) a fresh random
-        initialisation first, so it advances the global random number generator.
+        that ``qkv(x)`` splits into the three projections; both dropout probabilities and the
+        training mode are carried over. Draws (and discards) a fresh random initialisation
+        first, so it advances the global random number generator.
         """
         fused = cls(
             mha.d_in,
@@ -175,6 +208,7 @@ class FusedMultiHeadAttention(nn.Module):
             mha.dropout.p,
             mha.num_heads,
             qkv_bias=mha.W_query.bias is not None,
+            proj_dropout=mha.proj_dropout.p,
         ).to(device=mha.W_query.weight.device, dtype=mha.W_query.weight.dtype)
         projections = (mha.W_query, mha.W_key, mha.W_value)
         with torch.no_grad():

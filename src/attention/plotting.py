@@ -29,7 +29,8 @@ def plot_attention(
     above 1), so figures of different chapters can be compared. With ``annotate`` each cell
     shows its weight to two decimals; without it a colour bar gives the scale. Masked weights
     (exact zeros) are drawn like any other zero. Returns the Axes drawn on; a new figure is
-    made when ``ax`` is None.
+    made when ``ax`` is None. An empty matrix (no query or no key) has nothing to draw and is
+    refused with a ``ValueError``.
     """
     matrix = torch.as_tensor(weights).detach().cpu().float()
     if matrix.dim() != 2:
@@ -37,6 +38,11 @@ def plot_attention(
             f"weights must be a 2-d (t_q, t_k) matrix, got shape {tuple(matrix.shape)}"
         )
     t_q, t_k = matrix.shape
+    if t_q == 0 or t_k == 0:
+        raise ValueError(
+            "weights must have at least one row (query) and one column (key), "
+            f"got shape {tuple(matrix.shape)}"
+        )
     for name, labels, n in (("row_labels", row_labels, t_q), ("col_labels", col_labels, t_k)):
         if labels is not None and len(labels) != n:
             raise ValueError(f"{name} must have {n} entries, got {len(labels)}")

@@ -18,7 +18,7 @@ initialises it better; copying ``linear.weight.T`` into V1 makes both compute th
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_input
+from ._checks import check_input, check_sizes
 
 
 class SelfAttentionV1(nn.Module):
@@ -26,6 +26,7 @@ class SelfAttentionV1(nn.Module):
 
     def __init__(self, d_in: int, d_out: int) -> None:
         super().__init__()
+        check_sizes(d_in=d_in, d_out=d_out)
         self.d_in = d_in
         self.W_query = nn.Parameter(torch.rand(d_in, d_out))
         self.W_key = nn.Parameter(torch.rand(d_in, d_out))
@@ -48,6 +49,7 @@ class SelfAttentionV2(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False) -> None:
         super().__init__()
+        check_sizes(d_in=d_in, d_out=d_out)
         self.d_in = d_in
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
