@@ -5,17 +5,28 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.autograd import gradcheck
-from torch.func import functional_call
 
 from attention.additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
 
 BOS = 10  # digits 0-9 are tokens 0-9, the start token is 10: vocabulary of 11
 
 
+def hand_weights(attention: AdditiveAttention, query: torch.Tensor, keys: torch.Tensor) -> list:
+    """α_j = softmax_j(vᵀ tanh(W₁ q + W₂ k_j)) per batch element, one key at a time."""
+    W1 = attention.W_query.weight.detach()  # (d_attn, d_query)
+    W2 = attention.W_key.weight.detach()  # (d_attn, d_key)
+    v = attention.v.weight.detach()[0]  # (d_attn,)
+    alphas = []
+    for b in range(query.shape[0]):
+        scores = [float(v @ torch.tanh(W1 @ query[b] + W2 @ k)) for k in keys[b]]
+        total = sum(math.exp(s) for s in scores)
+        alphas.append([math.exp(s) / total for s in scores])
+    return alphas
+
+
 def test_weights_are_a_distribution_and_masked_keys_get_zero():
     torch.manual_seed(0)
-    attention = AdditiveAttention(d_query=4, d_key=3, d_hidden=5)
+    attention = AdditiveAttention(4, 3, 5)  # d_query=4, d_key=3, d_attn=5
     mask = torch.tensor([[True, True, False, True, False], [True] * 5, [False] * 5])
     context, weights = attention(torch.randn(3, 4), torch.randn(3, 5, 3), mask=mask)
     assert context.shape == (3, 3) and weights.shape == (3, 5)
@@ -27,43 +38,34 @@ def test_weights_are_a_distribution_and_masked_keys_get_zero():
 
 def test_score_formula_against_a_hand_loop():
     torch.manual_seed(0)
-    attention = AdditiveAttention(d_query=4, d_key=3, d_hidden=5).double()
+    attention = AdditiveAttention(4, 3, 5).double()  # d_query=4, d_key=3, d_attn=5
     query, keys = torch.randn(2, 4, dtype=torch.float64), torch.randn(2, 6, 3, dtype=torch.float64)
     values = torch.randn(2, 6, 2, dtype=torch.float64)
     with torch.no_grad():
         context, weights = attention(query, keys, values)
-    W1 = attention.W_query.weight.detach()  # (d_hidden, d_query)
-    W2 = attention.W_key.weight.detach()  # (d_hidden, d_key)
-    v = attention.v.weight.detach()[0]  # (d_hidden,)
-    for b in range(2):
-        scores = [float(v @ torch.tanh(W1 @ query[b] + W2 @ keys[b, j])) for j in range(6)]
-        total = sum(math.exp(s) for s in scores)
-        expected_weights = [math.exp(s) / total for s in scores]
-        expected_context = sum(a * values[b, j] for j, a in enumerate(expected_weights))
-        torch.testing.assert_close(weights[b], torch.tensor(expected_weights, dtype=torch.float64))
+    for b, alpha in enumerate(hand_weights(attention, query, keys)):
+        expected_context = sum(a * values[b, j] for j, a in enumerate(alpha))
+        torch.testing.assert_close(weights[b], torch.tensor(alpha, dtype=torch.float64))
         torch.testing.assert_close(context[b], expected_context)
 
 
-def test_values_default_to_keys():
+def test_context_mixes_the_values_given_and_the_keys_by_default():
     torch.manual_seed(0)
-    attention = AdditiveAttention(2, 3, 4)
-    query, keys = torch.randn(2, 2), torch.randn(2, 5, 3)
-    torch.testing.assert_close(attention(query, keys)[0], attention(query, keys, keys)[0])
-
-
-def test_additive_attention_gradcheck():
-    torch.manual_seed(0)
-    attention = AdditiveAttention(2, 3, 4).double()
-    names, params = zip(*attention.named_parameters())
-    leaves = tuple(p.detach().requires_grad_() for p in params)
-    query = torch.randn(2, 2, dtype=torch.float64, requires_grad=True)
-    keys = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
-    mask = torch.tensor([[True, True, True, False], [True, False, True, True]])
-
-    def run(query, keys, *ps):
-        return functional_call(attention, dict(zip(names, ps)), (query, keys), {"mask": mask})
-
-    assert gradcheck(run, (query, keys, *leaves))
+    attention = AdditiveAttention(2, 3, 4).double()  # d_query=2, d_key=3, d_attn=4
+    query, keys = torch.randn(2, 2, dtype=torch.float64), torch.randn(2, 5, 3, dtype=torch.float64)
+    values = torch.randn(2, 5, 6, dtype=torch.float64)  # d_value = 6, not d_key
+    with torch.no_grad():
+        context_v, weights_v = attention(query, keys, values)
+        context_k, weights_k = attention(query, keys)
+    assert context_v.shape == (2, 6) and context_k.shape == (2, 3)
+    for b, alpha in enumerate(hand_weights(attention, query, keys)):
+        # the weights come from the query and the keys only, whatever the values
+        expected_weights = torch.tensor(alpha, dtype=torch.float64)
+        torch.testing.assert_close(weights_v[b], expected_weights)
+        torch.testing.assert_close(weights_k[b], expected_weights)
+        # Bahdanau's model: without values, the annotations (keys) are what is mixed
+        torch.testing.assert_close(context_v[b], sum(a * values[b, j] for j, a in enumerate(alpha)))
+        torch.testing.assert_close(context_k[b], sum(a * keys[b, j] for j, a in enumerate(alpha)))
 
 
 def small_model(seed: int = 123) -> Seq2Seq:

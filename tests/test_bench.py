@@ -2,10 +2,12 @@
 and a tiny real sweep whose JSON must follow the schema the appendix page is generated from."""
 
 import copy
+import functools
 import json
 
 import pytest
 import torch
+from torch.utils import benchmark
 from torch.utils.flop_counter import FlopCounterMode
 
 from attention import FusedMultiHeadAttention, flash
@@ -14,7 +16,7 @@ from attention.bench.cli import main
 from attention.bench.memprobe import measure_in_subprocess
 from attention.bench.sweep import Settings, measure
 from attention.bench.timing import profiled_call, time_cpu
-from attention.bench import variants
+from attention.bench import timing, variants
 from attention.bench.variants import Built, Problem, Variant, make_inputs
 from attention.functional import scaled_dot_product_attention as explicit_attention
 
@@ -67,12 +69,41 @@ def test_device_peaks_are_documented_or_unknown():
         device_peak("NVIDIA H200", "int8")
 
 
-def test_timer_reports_median_and_spread():
-    x = torch.randn(64, 64)
-    timing = time_cpu(lambda: x @ x, estimate=1e-5, repeats=5, min_time=0.02)
-    assert timing.median_s > 0 and timing.iqr_s >= 0 and timing.repeats >= 3 and timing.number >= 1
+@pytest.mark.parametrize(
+    "seconds, estimate, blocks",
+    [
+        (1e-6, 1e-6, None),  # fast: blocks of many calls, as many blocks as 0.3 s holds
+        (2.0, 2.0, 3),  # slower than max_time / 3: still 3 blocks, of one call each
+        (3.0, 1.0, 3),  # slower than estimated: too few blocks at first, then measured again
+    ],
+)
+def test_timer_reports_seconds_per_call_on_a_known_clock(monkeypatch, seconds, estimate, blocks):
+    # Each call moves a fake clock on by exactly `seconds`, so the time per call is known and no
+    # load on the machine can change it: a median per block instead of per call, or in
+    # milliseconds, cannot pass.
+    clock = [0.0]
+
+    def call() -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr(
+        timing.benchmark, "Timer", functools.partial(benchmark.Timer, timer=lambda: clock[0])
+    )
+    measured = time_cpu(call, estimate=estimate, repeats=7, min_time=0.3, max_time=4.0)
+    assert measured.median_s == pytest.approx(seconds, rel=1e-9)
+    assert measured.iqr_s == pytest.approx(0.0, abs=1e-9 * seconds)
+    if blocks is None:  # blocks of many calls, for at least min_time = 0.3 s in all
+        assert measured.number > 1 and measured.repeats * measured.number * seconds >= 0.3
+    else:
+        assert measured.repeats == blocks and measured.number == 1
     with pytest.raises(ValueError, match="repeats must be at least 3"):
-        time_cpu(lambda: x @ x, estimate=1e-5, repeats=2)
+        time_cpu(call, estimate=seconds, repeats=2)
+
+
+def test_median_and_iqr_of_known_times():
+    # Quartiles of 1 ... 9 (inclusive method): Q1 = 3, median 5, Q3 = 7; one outlier moves neither.
+    assert timing._quartiles([9.0, 1.0, 5.0, 3.0, 7.0, 2.0, 8.0, 4.0, 6.0]) == (5.0, 4.0)
+    assert timing._quartiles([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 900.0]) == (5.0, 4.0)
 
 
 def _settings(**changes) -> Settings:
@@ -137,6 +168,29 @@ def tiny_run(tmp_path_factory) -> dict:
     return json.loads(out.read_text())
 
 
+def expected_flops(row: dict) -> float:
+    """FLOPs of one call, counted here from the shapes: each (m, k) @ (k, n) product is 2 m k n.
+
+    Causal attention computes half of Q Kᵀ and half of A V: 2 * (2 t² d_h) / 2 per head. A layer
+    adds its projections of x (b, t, d) to width d: Q, K, V and the output (the wrapper has no
+    output projection). Backward, as the benchmark counts it: 2.5x the attention's forward (the
+    FlashAttention count) and 2x each projection's (gradients of its input and of its weight).
+    """
+    b, t, h, d_h, d = row["b"], row["t"], row["h"], row["d_h"], row["d"]
+    attention = 2 * b * h * t * t * d_h
+    projections = 0
+    if row["level"] == "layer":
+        projections = (3 if row["variant"] == "wrapper" else 4) * 2 * b * t * d * d
+    if row["pass"] == "forward":
+        return attention + projections
+    return 3.5 * attention + 3 * projections
+
+
+# On a CPU, what the tiny sweep below can run: all but the GPU-only kernels and compiled code
+KERNELS_ON_CPU = {"explicit", "sdpa[flash]", "flash_attention"}
+RUNS_ON_CPU = {"wrapper", "mha", "fused-sdpa", "torch-mha"} | KERNELS_ON_CPU
+
+
 def test_tiny_sweep_writes_valid_json_with_provenance(tiny_run):
     validate_results(tiny_run)
     prov = tiny_run["provenance"]
@@ -144,11 +198,16 @@ def test_tiny_sweep_writes_valid_json_with_provenance(tiny_run):
     assert prov["torch_threads"] == torch.get_num_threads() and len(prov["load_average_end"]) == 3
     rows = {(r["variant"], r["pass"]): r for r in tiny_run["results"]}
     assert len(rows) == 10 * 2  # every requested variant, forward and forward+backward
-    for row in tiny_run["results"]:
-        if row["status"] == "ok":
-            assert row["max_rel_err"] < 2e-3
-            assert row["tflops"] == pytest.approx(row["flops"] / row["median_s"] / 1e12)
-            assert isinstance(row["peak_bytes"], int) and row["peak_bytes"] > 0
+    ok = {key: row for key, row in rows.items() if row["status"] == "ok"}
+    assert set(ok) == {(v, p) for v in RUNS_ON_CPU for p in ("forward", "forward+backward")}
+    for (variant, pass_name), row in ok.items():
+        assert (row["b"], row["t"], row["h"], row["d_h"], row["d"]) == (2, 32, 2, 16, 32)
+        assert row["level"] == ("kernel" if variant in KERNELS_ON_CPU else "layer")
+        assert 0 <= row["max_rel_err"] < 2e-3
+        assert row["flops"] == expected_flops(row), (variant, pass_name)
+        assert row["tflops"] == pytest.approx(row["flops"] / row["median_s"] / 1e12)
+        assert 0 < row["median_s"] < 1 and row["iqr_s"] >= 0
+        assert isinstance(row["peak_bytes"], int) and row["peak_bytes"] > 0
 
 
 def test_tiny_sweep_records_what_ran_and_why_not(tiny_run):

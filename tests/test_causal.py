@@ -1,7 +1,6 @@
-"""CausalAttention: the book's printed tensor, the mask, dropout, batching, gradients."""
+"""CausalAttention: the book's printed tensor, the mask, dropout, batching."""
 
 import torch
-from _gradcheck import module_gradcheck
 
 from attention import CausalAttention, causal_mask, journey_batch, scaled_dot_product_attention
 
@@ -66,7 +65,3 @@ def test_dropout_only_in_training_mode() -> None:
     torch.testing.assert_close(first, second)
     assert not torch.allclose(first, dropped)
 
-
-def test_gradcheck_float64() -> None:
-    ca = CausalAttention(3, 2, context_length=5, dropout=0.0)
-    assert module_gradcheck(ca, torch.rand(2, 4, 3))

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from _gradcheck import module_gradcheck
 
 from attention import (
@@ -37,7 +38,6 @@ BOOK_MHA_OUTPUT = torch.tensor(
         [0.2575, 0.4028],
     ]
 )
-GPT2_SMALL_MHA_PARAMETERS = 2_360_064
 
 
 def test_wrapper_reproduces_book_with_seed_123() -> None:
@@ -56,20 +56,68 @@ def test_multihead_reproduces_book_with_seed_123() -> None:
     torch.testing.assert_close(out, BOOK_MHA_OUTPUT.expand(2, 6, 2), atol=1e-4, rtol=0)
 
 
-def test_gpt2_small_parameter_count() -> None:
-    gpt2 = MultiHeadAttention(768, 768, context_length=1024, dropout=0.0, num_heads=12)
-    assert sum(p.numel() for p in gpt2.parameters()) == GPT2_SMALL_MHA_PARAMETERS
-    # 3 projections of 768 x 768 without bias, plus the output projection with its bias
-    assert GPT2_SMALL_MHA_PARAMETERS == 4 * 768 * 768 + 768
+def expected_parameters(d_in: int, d_out: int, qkv_bias: bool) -> int:
+    """Equation (5.9), written out by role: W_query, W_key, W_value (d_in -> d_out, biases only
+    with qkv_bias) and the output projection (d_out -> d_out, always with a bias)."""
+    return 3 * (d_in * d_out + qkv_bias * d_out) + d_out * d_out + d_out
 
 
-def test_wrapper_registers_its_heads_and_equals_a_loop_over_them() -> None:
-    wrapper = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0.0, num_heads=3)
-    assert len(list(wrapper.parameters())) == 3 * 3  # W_query, W_key, W_value per head
-    x = torch.randn(2, 5, 3)
+@pytest.mark.parametrize("qkv_bias", [False, True])
+@pytest.mark.parametrize(
+    "d_in, d_out, num_heads, context_length",
+    [(768, 768, 12, 1024), (5, 8, 2, 3), (5, 8, 4, 50), (7, 6, 1, 6)],
+)
+def test_parameter_count_is_equation_5_9(
+    d_in: int, d_out: int, num_heads: int, context_length: int, qkv_bias: bool
+) -> None:
+    # Independent of the number of heads (they split d_out) and of context_length (the mask is a
+    # buffer); d_in != d_out catches a projection built the wrong way round.
+    # The fused module stacks the same three projections into one: the same count.
+    expected = expected_parameters(d_in, d_out, qkv_bias)
+    for cls in (MultiHeadAttention, FusedMultiHeadAttention):
+        module = cls(d_in, d_out, context_length, 0.0, num_heads, qkv_bias=qkv_bias)
+        assert sum(p.numel() for p in module.parameters()) == expected, cls.__name__
+
+
+def test_gpt2_small_parameter_count_against_torch_and_the_gpt2_checkpoint() -> None:
+    mha = MultiHeadAttention(768, 768, context_length=1024, dropout=0.0, num_heads=12)
+    with_bias = MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12, qkv_bias=True)
+    count = sum(p.numel() for p in mha.parameters())
+    count_with_bias = sum(p.numel() for p in with_bias.parameters())
+    assert count == 2_360_064  # the exercise's answer (chapter 5, exercise 5.2)
+    # torch.nn.MultiheadAttention(bias=True) has biases on all four projections, like qkv_bias=True;
+    # with bias=False it drops the output projection's bias too, which ours always has.
+    torch_count = {
+        bias: sum(p.numel() for p in torch.nn.MultiheadAttention(768, 12, bias=bias).parameters())
+        for bias in (False, True)
+    }
+    assert count_with_bias == torch_count[True] and count == torch_count[False] + 768
+    # GPT-2 small's attention per layer, from the shapes of the released weights (as Hugging
+    # Face's "gpt2" stores them): c_attn (768, 2304) with bias (2304,), c_proj (768, 768) with
+    # bias (768,). The real GPT-2 has qkv_bias=True.
+    assert count_with_bias == 768 * 2304 + 2304 + 768 * 768 + 768
+
+
+def test_wrapper_has_independent_heads_each_a_causal_attention() -> None:
+    d_in, d_out, h, t = 3, 2, 3, 5
+    torch.manual_seed(0)
+    wrapper = MultiHeadAttentionWrapper(d_in, d_out, context_length=6, dropout=0.0, num_heads=h)
+    # h heads, each with its own W_query, W_key and W_value of d_in x d_out, registered (so an
+    # optimizer sees them) and not one module repeated h times.
+    assert sum(p.numel() for p in wrapper.parameters()) == h * 3 * d_in * d_out
+    assert len({id(head) for head in wrapper.heads}) == h
+    queries = [head.W_query.weight for head in wrapper.heads]
+    assert not any(torch.equal(queries[0], w) for w in queries[1:])
+    x = torch.randn(2, t, d_in)
     with torch.no_grad():
-        expected = torch.cat([head(x) for head in wrapper.heads], dim=-1)
-        torch.testing.assert_close(wrapper(x), expected)
+        out = wrapper(x)
+        assert out.shape == (2, t, h * d_out)
+        for i, head in enumerate(wrapper.heads):
+            # columns i * d_out ... (i + 1) * d_out are head i: causal attention, computed here by
+            # torch's own kernel from the head's projections
+            q, k, v = head.W_query(x), head.W_key(x), head.W_value(x)  # (b, t, d_out) each
+            expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, t, d_out)
+            torch.testing.assert_close(out[..., i * d_out : (i + 1) * d_out], expected)
 
 
 def test_single_head_multihead_is_causal_attention_plus_output_projection() -> None:
@@ -136,10 +184,9 @@ def test_fused_paths_agree_and_ignore_dropout_in_eval() -> None:
 
 
 def test_gradcheck_float64() -> None:
+    """Smoke test, the only gradcheck of a module: MultiHeadAttention is plain PyTorch, so this
+    checks that its gradients reach the input and every parameter (nothing detached or
+    non-differentiable on the way), not our own backward. The hand-written backward of
+    flash_attention is gradchecked in tests/test_flash.py."""
     x = torch.rand(2, 4, 3)
     assert module_gradcheck(MultiHeadAttention(3, 4, context_length=5, dropout=0.0, num_heads=2), x)
-    fused = FusedMultiHeadAttention(3, 4, context_length=5, dropout=0.0, num_heads=2)
-    fused.use_sdpa = False
-    assert module_gradcheck(fused, x)
-    wrapper = MultiHeadAttentionWrapper(3, 2, context_length=5, dropout=0.0, num_heads=2)
-    assert module_gradcheck(wrapper, x)

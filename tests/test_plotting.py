@@ -1,10 +1,16 @@
-"""plot_attention: one annotated cell per weight, queries as rows and keys as columns."""
+"""plot_attention: one annotated cell per weight, queries as rows and keys as columns.
+
+The matrices below are not square and not symmetric, and their entries are all different, so a
+transposed image, swapped tick labels or an annotation in the wrong cell cannot go unnoticed.
+"""
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from attention import (  # noqa: E402
@@ -14,33 +20,128 @@ from attention import (  # noqa: E402
     plot_attention,
 )
 
+# (t_q, t_k) = (3, 4): rows sum to 1, twelve different values
+WEIGHTS = torch.tensor(
+    [
+        [0.05, 0.10, 0.25, 0.60],
+        [0.70, 0.20, 0.06, 0.04],
+        [0.15, 0.35, 0.42, 0.08],
+    ]
+)
+QUERIES = ("I", "like", "tea")
+KEYS = ("Ich", "trinke", "gern", "Tee")
 
-def test_heatmap_of_causal_weights() -> None:
-    inputs = journey_inputs()
-    weights = attention_weights(inputs, inputs, is_causal=True)
-    ax = plot_attention(weights, JOURNEY_TOKENS, JOURNEY_TOKENS, title="causal")
+
+def tick_labels(ticks: list) -> list[str]:
+    return [t.get_text() for t in ticks]
+
+
+def annotations(ax) -> dict[tuple[int, int], matplotlib.text.Text]:
+    """Cell (row, column) -> its annotation; matplotlib places a text at (x, y) = (column, row)."""
+    return {(round(t.get_position()[1]), round(t.get_position()[0])): t for t in ax.texts}
+
+
+@pytest.mark.parametrize(
+    "weights, queries, keys",
+    [(WEIGHTS, QUERIES, KEYS), (WEIGHTS[:, 1:], QUERIES, KEYS[1:])],
+    ids=["3x4", "3x3"],  # square too: swapped tick labels would raise no error there
+)
+def test_rows_are_queries_and_columns_are_keys(
+    weights: torch.Tensor, queries: tuple[str, ...], keys: tuple[str, ...]
+) -> None:
+    t_q, t_k = weights.shape
+    ax = plot_attention(weights, queries, keys, title="queries by keys")
     try:
-        assert ax.get_title() == "causal"
-        assert ax.get_ylabel() == "query" and ax.get_xlabel() == "key"
-        assert [t.get_text() for t in ax.get_yticklabels()] == list(JOURNEY_TOKENS)
-        # cell (row, column) -> its annotation; a text sits at (x, y) = (column, row)
-        cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text()
-                 for t in ax.texts}
-        assert len(cells) == 36
-        assert cells[(0, 0)] == "1.00" and cells[(0, 5)] == "0.00"  # "Your" sees only itself
-        assert cells[(5, 1)] == f"{weights[5, 1]:.2f}"
-        image = ax.get_images()[0]
-        assert image.get_array().shape == (6, 6)
+        assert ax.get_title() == "queries by keys"
+        (image,) = ax.get_images()
+        # pixel (i, j) of the image is weight (i, j): row i = query i, column j = key j
+        np.testing.assert_array_equal(np.ma.getdata(image.get_array()), weights.numpy())
+        assert not np.ma.is_masked(image.get_array())  # zeros and all: every cell is drawn
+        assert ax.yaxis_inverted()  # the first query is the top row, as in the matrix
+        assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query"
+        assert list(ax.get_xticks()) == list(range(t_k))
+        assert tick_labels(ax.get_xticklabels()) == list(keys)
+        assert list(ax.get_yticks()) == list(range(t_q))
+        assert tick_labels(ax.get_yticklabels()) == list(queries)
+        cells = annotations(ax)
+        assert sorted(cells) == [(i, j) for i in range(t_q) for j in range(t_k)]
+        for (i, j), text in cells.items():
+            value = weights[i, j].item()
+            assert text.get_text() == f"{value:.2f}", (i, j)
+            if value >= 0.7 or value <= 0.3:  # dark cells get white text, light ones black
+                assert text.get_color() == ("white" if value >= 0.7 else "black"), (i, j)
         assert image.get_clim() == (0.0, 1.0)
     finally:
         plt.close(ax.figure)
 
 
-def test_draws_on_a_given_axes_without_annotations() -> None:
+def test_default_tick_labels_are_positions() -> None:
+    ax = plot_attention(WEIGHTS)
+    try:
+        assert tick_labels(ax.get_xticklabels()) == ["0", "1", "2", "3"]
+        assert tick_labels(ax.get_yticklabels()) == ["0", "1", "2"]
+    finally:
+        plt.close(ax.figure)
+
+
+@pytest.mark.parametrize(
+    "weights, vmax",
+    [
+        (0.5 * WEIGHTS, 1.0),  # small weights: the scale still ends at 1, not at their maximum
+        (2 * WEIGHTS, 1.4),  # dropout's survivors doubled: the scale reaches the largest, 1.4
+    ],
+    ids=["max 0.35", "max 1.4"],
+)
+def test_colour_scale_is_0_to_1_or_to_the_largest_weight(
+    weights: torch.Tensor, vmax: float
+) -> None:
+    ax = plot_attention(weights, annotate=False)
+    try:
+        (image,) = ax.get_images()
+        low, high = image.get_clim()
+        assert low == 0.0 and high == pytest.approx(vmax)
+        assert image.colorbar.vmin == 0.0 and image.colorbar.vmax == pytest.approx(vmax)
+    finally:
+        plt.close(ax.figure)
+
+
+def test_heatmap_of_causal_weights() -> None:
+    inputs = journey_inputs()
+    weights = attention_weights(inputs, inputs, is_causal=True)  # (t, t), zero above the diagonal
+    ax = plot_attention(weights, JOURNEY_TOKENS, JOURNEY_TOKENS, title="causal")
+    try:
+        (image,) = ax.get_images()
+        drawn = np.ma.getdata(image.get_array())
+        np.testing.assert_array_equal(drawn, weights.numpy())
+        assert np.all(np.triu(drawn, k=1) == 0)  # transposed, the zeros would be below
+        assert tick_labels(ax.get_yticklabels()) == list(JOURNEY_TOKENS)
+        assert tick_labels(ax.get_xticklabels()) == list(JOURNEY_TOKENS)
+        cells = annotations(ax)
+        assert len(cells) == 36
+        # "Your" sees only itself
+        assert cells[0, 0].get_text() == "1.00" and cells[0, 5].get_text() == "0.00"
+        assert cells[5, 1].get_text() == f"{weights[5, 1]:.2f}" != f"{weights[1, 5]:.2f}"
+        assert image.get_clim() == (0.0, 1.0)
+    finally:
+        plt.close(ax.figure)
+
+
+def test_draws_on_a_given_axes_with_a_colour_bar_instead_of_annotations() -> None:
     fig, (left, right) = plt.subplots(1, 2)
     try:
-        ax = plot_attention(torch.rand(3, 4), ax=right, annotate=False)
-        assert ax is right and not ax.texts and not left.get_images()
-        assert len(fig.axes) == 3  # the two panels and a colour bar for the unannotated one
+        ax = plot_attention(WEIGHTS, QUERIES, KEYS, ax=right, annotate=False)
+        assert ax is right and not ax.texts
+        assert not left.get_images() and not left.texts  # nothing drawn on the other panel
+        (image,) = right.get_images()
+        np.testing.assert_array_equal(np.ma.getdata(image.get_array()), WEIGHTS.numpy())
+        # the only axes added is the colour bar, and it shows this image's scale, 0 to 1
+        assert image.colorbar is not None and fig.axes == [left, right, image.colorbar.ax]
+        assert (image.colorbar.vmin, image.colorbar.vmax) == (0.0, 1.0)
+    finally:
+        plt.close(fig)
+    fig, ax = plt.subplots()
+    try:
+        plot_attention(WEIGHTS, ax=ax)  # annotated: the numbers give the scale, no colour bar
+        assert ax.get_images()[0].colorbar is None and fig.axes == [ax] and len(ax.texts) == 12
     finally:
         plt.close(fig)

@@ -1,7 +1,6 @@
-"""SelfAttentionV1 and V2: the book's printed tensors, weight transfer, batching, gradients."""
+"""SelfAttentionV1 and V2: the book's printed tensors, weight transfer, batching."""
 
 import torch
-from _gradcheck import module_gradcheck
 
 from attention import SelfAttentionV1, SelfAttentionV2, attention_weights, journey_inputs
 
@@ -71,8 +70,3 @@ def test_batched_input_equals_each_sequence_alone() -> None:
             for i in range(3):
                 torch.testing.assert_close(out[i], module(batch[i]))
 
-
-def test_gradcheck_float64() -> None:
-    x = torch.rand(2, 4, 3)
-    assert module_gradcheck(SelfAttentionV1(3, 2), x)
-    assert module_gradcheck(SelfAttentionV2(3, 2, qkv_bias=True), x)

@@ -10,6 +10,7 @@ import copy
 import importlib.util
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +19,8 @@ import pytest
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
+
+from attention.bench.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests/fixtures/bench"
@@ -50,9 +53,51 @@ def svgs(runs) -> dict[str, bytes]:
     return {name: svg for stem, doc in runs for name, svg in hook.figures(stem, doc).items()}
 
 
-def test_page_says_no_gpu_results_and_how_to_make_them(markdown):
-    assert "No GPU results have been measured yet" in markdown
-    assert hook.GPU_COMMAND in markdown
+def test_gpu_notice_gives_a_command_that_writes_where_the_page_reads(markdown):
+    # The notice comes first, and its command, as the reader copies it from the page, is a valid
+    # benchmark command line that measures on CUDA and writes a file this hook then loads.
+    assert markdown.startswith('!!! warning "No GPU results have been measured yet"')
+    (command,) = re.findall(r"```bash\n\s*(.+?)\n\s*```", markdown)
+    words = shlex.split(command)
+    assert words[:3] == ["python", "-m", "attention.bench"]
+    args = build_parser().parse_args(words[3:])
+    assert args.device == "cuda"
+    output = (REPO / args.output).resolve()  # run "from the repository root", the notice says
+    assert output.parent == (REPO / "docs" / hook.RESULTS).resolve() and output.suffix == ".json"
+
+
+# What the notice calls the GPU variants, and the names of those variants in a results file
+GPU_VARIANTS = {
+    "the Triton kernel": "triton",
+    "SDPA's flash": "sdpa[flash]",
+    "memory-efficient": "sdpa[efficient]",
+    "cuDNN": "sdpa[cudnn]",
+}
+
+
+@pytest.mark.parametrize(
+    "results", [FIXTURES, REPO / "docs" / hook.RESULTS], ids=["fixture", "book"]
+)
+def test_gpu_notice_says_only_true_things_about_the_cpu_results(results):
+    # "The GPU-only variants (...) are listed as unsupported there": every variant the notice
+    # names so must be unsupported in every row of every CPU results file, the book's own
+    # included; and if it says what `sdpa[flash]` ran on the CPU, the profiler must have seen it.
+    runs = [(stem, doc) for stem, doc in hook.load_results(results)
+            if doc["provenance"]["device_type"] == "cpu"]
+    assert runs
+    notice = " ".join(hook.page_markdown(runs).split("```bash")[0].split())  # on one line
+    named = [variant for phrase, variant in GPU_VARIANTS.items() if phrase in notice]
+    assert named, "the notice names no GPU variant"
+    for stem, doc in runs:
+        for row in doc["results"]:
+            if row["variant"] in named:
+                assert row["status"] == "unsupported", (
+                    f"{stem}: {row['variant']} ({row['pass']}, t={row['t']}) is {row['status']} "
+                    "on CPU, but the GPU notice says it is listed as unsupported"
+                )
+            if "`sdpa[flash]` ran PyTorch's CPU flash kernel" in notice:
+                if row["variant"] == "sdpa[flash]" and row["status"] == "ok":
+                    assert row["backend"] == "sdpa: flash (CPU kernel)", (stem, row["backend"])
 
 
 def test_every_table_names_hardware_and_versions(runs, markdown):
