@@ -1,7 +1,8 @@
 """Figures of chapter 1: why attention.
 
-Notation: b batch size, t tokens, d_in token width, d_hidden RNN state width; the reversal model
-maps a source of t = 6 digits to the same digits in reverse order.
+Notation: b batch size, t tokens, d_in token width, d_hidden RNN state width, d_attn width of the
+additive attention's hidden layer; the reversal model maps a source of t = 6 digits to the same
+digits in reverse order. The gradient figure uses an untrained RNN and weight-free attention.
 """
 
 import matplotlib.pyplot as plt
@@ -23,7 +24,9 @@ BOS = 10  # start token; digits are tokens 0-9
 def _train_reverser() -> Seq2Seq:
     """The chapter's recipe: 100 Adam steps on batches of 64 random 6-digit sequences."""
     torch.manual_seed(123)
-    model = Seq2Seq(Seq2SeqEncoder(11, 16, 32), AttentionDecoder(11, 16, 32, 32))
+    encoder = Seq2SeqEncoder(vocab_size=11, d_emb=16, d_hidden=32)
+    decoder = AttentionDecoder(vocab_size=11, d_emb=16, d_hidden=32, d_attn=32)
+    model = Seq2Seq(encoder, decoder)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.005)
     for _ in range(100):
         src = torch.randint(0, 10, (64, 6))  # (b, t)
@@ -78,9 +81,9 @@ def gradient_paths() -> Figure:
     positions = range(1, 31)
     fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
     ax.semilogy(positions, rnn_norms.numpy(), "o-", color="#d94801", markersize=4,
-                label="RNN: final state $h^{(30)}$")
+                label="untrained RNN: final state $h^{(30)}$")
     ax.semilogy(positions, attn_norms.numpy(), "s-", color="#2171b5", markersize=4,
-                label="self-attention: last context vector $z^{(30)}$")
+                label="weight-free self-attention: last context vector $z^{(30)}$")
     ax.set_xlabel("input token $j$")
     ax.set_ylabel(r"gradient norm $\Vert \partial\,\mathrm{output} / \partial x^{(j)} \Vert$")
     ax.set_title("How strongly each of 30 tokens reaches the last output")

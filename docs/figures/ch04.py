@@ -65,6 +65,7 @@ def causal_mask_steps() -> Figure:
     plot_scores(masked, axes[1], "2. Masked scores $\\Omega / \\sqrt{d_k} + M$")
     plot_attention(weights, JOURNEY_TOKENS, JOURNEY_TOKENS, ax=axes[2],
                    title="3. Weights $\\mathrm{softmax}(\\Omega / \\sqrt{d_k} + M)$")
+    fig.suptitle("Causal mask on the running example (untrained SelfAttentionV2, seed 789)")
     return fig
 
 
@@ -78,6 +79,7 @@ def dropout_weights() -> Figure:
                    title="Causal weights (rows sum to 1)")
     plot_attention(dropped, JOURNEY_TOKENS, JOURNEY_TOKENS, ax=axes[1],
                    title="After dropout, $p = 0.5$ (survivors doubled)")
+    fig.suptitle("Dropout on causal weights (untrained SelfAttentionV2, seed 789)")
     return fig
 
 

@@ -47,7 +47,7 @@ def per_head_weights() -> Figure:
     axes[2].set_ylabel("query")
     axes[2].set_title("head 1 minus head 2")
     fig.colorbar(image, ax=axes[2], shrink=0.8)
-    fig.suptitle("Causal attention weights per head (seed 123, $h = 2$, $d_h = 1$)")
+    fig.suptitle("Causal attention weights per head, untrained (seed 123, $h = 2$, $d_h = 1$)")
     return fig
 
 

@@ -40,7 +40,8 @@ def padding_mask() -> Figure:
     for column in range(3, 6):
         axes[1].axvspan(column - 0.5, column + 0.5, facecolor="none", edgecolor="#cb181d",
                         hatch="///", linewidth=0.0, alpha=0.35)
-    fig.suptitle("Bidirectional self-attention with a key padding mask (head 1, seed 123)")
+    fig.suptitle("Untrained bidirectional self-attention with a key padding mask"
+                 " (head 1, seed 123)")
     return fig
 
 
@@ -58,7 +59,8 @@ def cross_attention() -> Figure:
                        title=f"head {head + 1}")
         ax.set_xlabel("key: source token (encoder)")
         ax.set_ylabel("query: target token (decoder)")
-    fig.suptitle("Cross-attention weights, $t_q = 4$ decoder tokens by $t_k = 6$ source tokens")
+    fig.suptitle("Untrained cross-attention weights,"
+                 " $t_q = 4$ decoder tokens by $t_k = 6$ source tokens")
     return fig
 
 
