@@ -1,8 +1,9 @@
 """Figures of chapter 7: what attention costs, how tiling avoids the score matrix, and why IO matters.
 
 Notation: b batch size, h heads, t tokens (t_q, t_k for queries and keys), d_h width of one head,
-B the block size of the tiled kernel (B_r rows of queries per tile), T = t / B the number of
-blocks along each side, s the bytes of one number (4 in float32, 2 in float16 and bfloat16).
+B the block size of the tiled kernel (``block_size``: B queries and B keys per tile), T = t / B the
+number of blocks along each side, s the bytes of one number (4 in float32, 2 in float16 and
+bfloat16).
 """
 
 from collections.abc import Callable
@@ -25,6 +26,8 @@ SKIPPED_COLOR = "0.93"
 # quotes 1,979 with sparsity) and 3.35 TB/s of HBM3 bandwidth.
 H100_PEAK_FLOPS = 989.5e12
 H100_HBM_BYTES_PER_S = 3.35e12
+# FlashAttention-3's reported FP16 throughput on an H100 (Shah et al., 2024): a cited figure.
+FA3_FP16_FLOPS = 740e12
 
 
 def _peak_bytes(fn: Callable[..., object], *args: object, **kwargs: object) -> tuple[int, int]:
@@ -126,40 +129,58 @@ def tiling() -> Figure:
 
 
 def roofline() -> Figure:
-    """Attainable throughput min(P, I * beta) on an H100 SXM, with the attention kernels placed on it."""
-    d_h, s, t = 64, 2, 4096
-    kernels = {
-        "softmax pass\n(5 FLOPs per score)": 5 / (2 * s),
-        "explicit attention\n(whole)": 4 * t * t * d_h / (s * (4 * t * d_h + 4 * t * t)),
-        "tiled, $B_r = 64$": 4 * t * t * d_h / (s * (2 * t * d_h + 2 * t * d_h * t / 64)),
-        "tiled, $B_r = 128$": 4 * t * t * d_h / (s * (2 * t * d_h + 2 * t * d_h * t / 128)),
-    }
-    ridge = H100_PEAK_FLOPS / H100_HBM_BYTES_PER_S
-    intensities = torch.logspace(-1, 4, 200)
-    attainable = torch.minimum(torch.full_like(intensities, H100_PEAK_FLOPS),
-                               intensities * H100_HBM_BYTES_PER_S) / 1e12
+    """Attainable throughput min(P, I * beta) on an H100 SXM, with the attention kernels placed on it.
 
-    fig, ax = plt.subplots(figsize=(7.2, 4.6), layout="constrained")
+    The tiled kernel is placed twice: with K and V read from HBM once per query block (the
+    two-level count, equation (7.12)) and once per head, shared through the L2 cache (7.14).
+    """
+    d_h, s, t = 64, 2, 4096
+    flops = 4 * t * t * d_h  # equation (7.1), one head
+    explicit_kernels = {  # name: (intensity, label offset in points)
+        "decode, $t_q = 1$": (4 * t * d_h / (s * (2 * t * d_h + 2 * d_h)), (10, -12)),
+        "softmax pass": (5 / (2 * s), (-10, 12)),  # 5 FLOPs per score, 2s bytes
+        "explicit attention\n(whole)": (flops / (s * (4 * t * d_h + 4 * t * t)), (8, -16)),
+    }
+    tiled_kernels = {
+        "tiled, $B = 64$": (flops / (s * (2 * t * d_h + 2 * t * d_h * t / 64)), (-10, 10)),
+        "tiled, $B = 128$,\n$K, V$ once per query block": (
+            flops / (s * (2 * t * d_h + 2 * t * d_h * t / 128)), (8, -30)),
+        "tiled, $K, V$ once per head\n(shared through L2)": (flops / (s * 4 * t * d_h), (0, -30)),
+    }
+    beta = H100_HBM_BYTES_PER_S
+    ridge = H100_PEAK_FLOPS / beta
+    intensities = torch.logspace(-1, 4, 200)
+    attainable = torch.minimum(torch.full_like(intensities, H100_PEAK_FLOPS), intensities * beta) / 1e12
+
+    fig, ax = plt.subplots(figsize=(7.6, 4.9), layout="constrained")
     ax.plot(intensities.numpy(), attainable.numpy(), color="0.2", linewidth=1.8)
     ax.axvline(ridge, color="0.6", linestyle=":", linewidth=1)
-    ax.annotate(f"ridge point\n{ridge:.0f} FLOP/byte", (ridge, 12), xytext=(6, 0),
+    ax.annotate(f"ridge point\n{ridge:.0f} FLOP/byte", (ridge, 1.2), xytext=(6, 0),
                 textcoords="offset points", fontsize=8.5, color="0.35")
-    ax.annotate("memory-bound: $I \\cdot \\beta$", (0.5, 0.5 * H100_HBM_BYTES_PER_S / 1e12), rotation=31,
-                xytext=(-6, 14), textcoords="offset points", fontsize=9, color="0.3")
-    ax.annotate("compute-bound: $P$", (1500, H100_PEAK_FLOPS / 1e12), xytext=(0, 6),
+    ax.annotate("memory-bound: $I \\cdot \\beta$", (0.12, 0.12 * beta / 1e12), rotation=29,
+                xytext=(-2, 10), textcoords="offset points", fontsize=9, color="0.3")
+    ax.annotate("compute-bound: $P$", (4000, H100_PEAK_FLOPS / 1e12), xytext=(0, 6),
                 textcoords="offset points", ha="center", fontsize=9, color="0.3")
-    offsets = [(8, -14), (8, -22), (-10, 10), (8, -12)]
-    for (name, intensity), offset in zip(kernels.items(), offsets):
-        color = FLASH_COLOR if name.startswith("tiled") else EXPLICIT_COLOR
-        bound = min(H100_PEAK_FLOPS, intensity * H100_HBM_BYTES_PER_S) / 1e12
-        ax.plot([intensity], [bound], "o", color=color, markersize=7)
-        ax.annotate(f"{name}: {intensity:.0f}" if intensity >= 10 else f"{name}: {intensity:.2f}",
-                    (intensity, bound), xytext=offset, textcoords="offset points", fontsize=8.5,
-                    color=color, ha="left" if offset[0] > 0 else "right", va="center")
+    needed = FA3_FP16_FLOPS / beta  # the intensity at which I * beta reaches 740 TFLOP/s
+    ax.axhline(FA3_FP16_FLOPS / 1e12, color=FLASH_COLOR, linestyle="--", linewidth=1)
+    ax.plot([needed], [FA3_FP16_FLOPS / 1e12], "|", color=FLASH_COLOR, markersize=12)
+    ax.annotate(f"FlashAttention-3, FP16, reported: {FA3_FP16_FLOPS / 1e12:.0f} TFLOP/s;"
+                f" needs $I \\geq$ {needed:.0f} FLOP/byte", (0.12, FA3_FP16_FLOPS / 1e12),
+                xytext=(0, 5), textcoords="offset points", ha="left", va="bottom", fontsize=8.5,
+                color=FLASH_COLOR)
+    for kernels, color in ((explicit_kernels, EXPLICIT_COLOR), (tiled_kernels, FLASH_COLOR)):
+        for name, (intensity, offset) in kernels.items():
+            bound = min(H100_PEAK_FLOPS, intensity * beta) / 1e12
+            ax.plot([intensity], [bound], "o", color=color, markersize=7)
+            value = f"{intensity:.0f}" if intensity >= 10 else f"{intensity:.2f}"
+            ax.annotate(f"{name}: {value}", (intensity, bound), xytext=offset,
+                        textcoords="offset points", fontsize=8.5, color=color,
+                        ha={1: "left", 0: "center", -1: "right"}[(offset[0] > 0) - (offset[0] < 0)],
+                        va="center")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(0.1, 1e4)
-    ax.set_ylim(0.3, 3000)
+    ax.set_ylim(0.1, 3000)
     ax.set_xlabel("arithmetic intensity $I$ (FLOP per byte of HBM traffic)")
     ax.set_ylabel("attainable TFLOP/s")
     ax.set_title(f"Roofline of an H100 SXM (BF16), attention with $t = {t}$, $d_h = {d_h}$")

@@ -316,9 +316,11 @@ def page_markdown(runs: list[tuple[str, dict]]) -> str:
     if not any(doc["provenance"]["device_type"] == "cuda" for _, doc in runs):
         out += [
             '!!! warning "No GPU results have been measured yet"', "",
-            "    Every number on this page comes from a CPU. The GPU variants (the Triton kernel, SDPA's",
-            "    flash, memory-efficient and cuDNN backends) are listed as unsupported there. To measure",
-            "    them, run on a machine with an NVIDIA GPU, from the repository root:", "",
+            "    Every number on this page comes from a CPU. The GPU-only variants (the Triton kernel and",
+            "    SDPA's memory-efficient and cuDNN backends) are listed as unsupported there, and the",
+            "    variant `sdpa[flash]` ran PyTorch's CPU flash kernel, not the FlashAttention-2 kernels",
+            "    that SDPA runs on NVIDIA GPUs. To measure those, run on a machine with an NVIDIA GPU,",
+            "    from the repository root:", "",
             "    ```bash", f"    {GPU_COMMAND}", "    ```", "",
             "    and rebuild the site: this page picks up every file in `docs/appendix/results/`.", "",
         ]

@@ -1,0 +1,67 @@
+"""Rules every page of the book keeps: citations that resolve both ways, no private torch API.
+
+A citation is a link ``references.md#key``; docs/references.md gives each entry an id with
+attr_list (``{: #key }``). The strict build fails on a link to a missing id; these tests also
+catch an entry nobody cites, a key defined twice, and teaching code that reaches into torch's
+private modules (``torch.utils._python_dispatch``, ``Tensor._materialize``), which any release
+may rename.
+"""
+
+import re
+from collections import Counter
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+REFERENCES = DOCS / "references.md"
+ENTRY_ID = re.compile(r"^\{: #([\w-]+) \}$", re.MULTILINE)
+CITATION = re.compile(r"references\.md#([\w-]+)")
+PRIVATE_TORCH = re.compile(r"torch(?:\.\w+)*\._\w+|\.\s*_materialize\b|from torch[\w.]* import _\w+")
+
+
+def citing_files() -> list[Path]:
+    """Pages, notebooks and the hooks that write page text: everything that may cite."""
+    files = [*DOCS.rglob("*.md"), *DOCS.rglob("*.ipynb"), *(DOCS / "hooks").glob("*.py")]
+    return [f for f in files if f != REFERENCES]
+
+
+def citations() -> Counter:
+    return Counter(key for f in citing_files() for key in CITATION.findall(f.read_text()))
+
+
+def test_every_entry_has_one_id() -> None:
+    ids = Counter(ENTRY_ID.findall(REFERENCES.read_text()))
+    assert len(ids) >= 30, f"expected the bibliography's entries, found {len(ids)} ids"
+    assert [key for key, n in ids.items() if n > 1] == []
+
+
+def test_every_citation_names_an_entry_and_every_entry_is_cited() -> None:
+    entries = set(ENTRY_ID.findall(REFERENCES.read_text()))
+    cited = citations()
+    assert sorted(set(cited) - entries) == [], "cited but missing from docs/references.md"
+    assert sorted(entries - set(cited)) == [], "listed in docs/references.md but cited nowhere"
+
+
+def test_every_chapter_cites_its_sources() -> None:
+    for chapter in sorted((DOCS / "chapters").glob("*.md")):
+        assert CITATION.search(chapter.read_text()), f"{chapter.name} cites no work"
+
+
+def test_pages_use_no_private_torch_api() -> None:
+    pages = [f for f in citing_files() if f.suffix in {".md", ".ipynb"}]
+    found = [
+        f"{f.relative_to(DOCS)}: {m.group(0)}"
+        for f in pages
+        for m in PRIVATE_TORCH.finditer(f.read_text())
+    ]
+    assert found == []
+
+
+def test_private_api_pattern_catches_what_it_should() -> None:
+    for text in (
+        "from torch.utils._python_dispatch import TorchDispatchMode",
+        "mask._materialize()",
+        "torch._C._set_grad_enabled(True)",
+    ):
+        assert PRIVATE_TORCH.search(text), text
+    for text in ("torch.nn.functional.scaled_dot_product_attention", "x.masked_fill(m, 0)"):
+        assert not PRIVATE_TORCH.search(text), text
