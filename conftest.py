@@ -5,15 +5,19 @@ docs/ runs and its printed output is checked against the page. ``pytester`` driv
 own tests in tests/doctests/.
 
 The suite runs on two processes (pytest-xdist, ``-n 2 --dist loadgroup --no-loadscope-reorder``
-in pyproject.toml). Tests that must share a process are grouped here: all fences of one page or
-notebook (a continuation chain reuses its namespace, and ``--update-outputs`` rewrites each file
-from one process), and each browser test module (one chromium and one set of page visits per
-process). The order is chosen here too, so that neither process sits idle: the crawl of the site
-in a browser goes first (its first test builds the site, which every site test then shares), the
-other browser modules last, by when the build is long done.
+in pyproject.toml). Tests that must share a process are grouped: all fences of one page or
+notebook by the runner itself (a continuation chain reuses its namespace, and
+``--update-outputs`` rewrites each file from one process), each browser test module here (one
+chromium and one set of page visits per process). xdist reports a grouped test's id with its
+group appended (``...::test_x@browser-crawl``); such an id, copied from a FAILED line, is
+accepted on the command line (here for browser groups, by the runner for pages). The order is
+chosen here too, so that neither process sits idle: the crawl of the site in a browser goes first
+(its first test builds the site, which every site test then shares), the other browser modules
+last, by when the build is long done.
 """
 
 import os
+import re
 import sys
 
 import pytest
@@ -27,6 +31,14 @@ BROWSER = {
     "test_desktop_reader.py": ("browser-desktop", 3),
     "test_checks_catch_breakage.py": ("browser-probe", 4),
 }
+_BROWSER_GROUP_SUFFIX = re.compile(
+    "@(?:" + "|".join(re.escape(group) for group, _ in BROWSER.values()) + ")$"
+)
+
+
+def without_browser_group(arg: str) -> str:
+    """A test id as xdist prints it (``...::test_x@browser-crawl``), without the group."""
+    return _BROWSER_GROUP_SUFFIX.sub("", arg) if "::" in arg else arg
 
 
 def schedule_rank(item: pytest.Item) -> int:
@@ -40,12 +52,11 @@ def schedule_rank(item: pytest.Item) -> int:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group a page's fences and each browser module, and put the tests in schedule order."""
+    """Group each browser module (the runner groups each page's fences), and put the tests in
+    schedule order."""
     for item in items:
         if item.path.name in BROWSER:
             item.add_marker(pytest.mark.xdist_group(BROWSER[item.path.name][0]))
-        elif item.path.suffix in {".md", ".ipynb"}:
-            item.add_marker(pytest.mark.xdist_group(f"page:{item.path}"))
     items.sort(key=schedule_rank)  # stable: the collection order within each rank
 
 
@@ -60,7 +71,7 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     """
     if node.config.getvalue("dist") != "loadgroup":
         return
-    # Every fence of a page is grouped (see pytest_collection_modifyitems).
+    # Every fence of a page is grouped (by tests/markdown_runner/plugin.py).
     lost = [nodeid for nodeid in ids if nodeid.startswith("docs/") and "@" not in nodeid]
     if lost:
         pytest.exit(
@@ -72,6 +83,8 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Accept browser test ids as xdist prints them; one thread per process."""
+    config.args[:] = [without_browser_group(arg) for arg in config.args]
     # One thread per process: the two test processes, chromium and the site build already share
     # the two cores, and more threads than cores only spin and wait (subprocesses inherit this).
     # Set before the test processes start, and before any test module imports torch.

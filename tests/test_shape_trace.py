@@ -18,6 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from attention import MultiHeadAttention
+from tests.markdown_runner.pages import read_page
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "chapters" / "05-multi-head-attention.md"
 HEADER = "| step | code | shape | running example |"
@@ -138,12 +139,11 @@ def test_every_reshape_of_the_forward_pass_is_in_the_table():
 
 
 def test_printed_trace_on_the_page_equals_the_table():
-    text = PAGE.read_text(encoding="utf-8")
-    fence = text.index('show("x", x)')
-    block = re.search(r"```\{\.text \.output\}\n(.*?)```", text[fence:], re.DOTALL)
+    # The page runner's scanner finds the fence and its output block (the one fence scanner).
+    fences = [fence for fence in read_page(PAGE).fences if 'show("x", x)' in fence.source]
+    assert len(fences) == 1, "one fence of the page traces the shapes with show(...)"
+    block = fences[0].output
     assert block is not None, "the trace snippet must be followed by its output block"
-    printed = [
-        parse_shape(match)
-        for match in re.findall(r"(\(\d+(?:, \d+)*\))$", block.group(1), re.MULTILINE)
-    ]
+    shapes = re.findall(r"(\(\d+(?:, \d+)*\))$", block.text, re.MULTILINE)
+    printed = [parse_shape(shape) for shape in shapes]
     assert printed == [parse_shape(row["running example"]) for row in read_table()]

@@ -14,6 +14,8 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
+from tests.markdown_runner.pages import read_page
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 
@@ -155,22 +157,10 @@ def built_page(site: Path, source: Path) -> Path:
     return site / source.with_suffix("") / "index.html"
 
 
-def output_fences(markdown: str) -> int:
-    """Count the ```{.text .output} fences of a page, skipping fences shown inside other fences."""
-    count, fence = 0, None  # fence: the marker that closes the fence we are in
-    for line in markdown.splitlines():
-        stripped = line.strip()
-        if fence is not None:
-            if stripped.startswith(fence) and set(stripped) == {fence[0]}:
-                fence = None
-            continue
-        opening = re.match(r"(`{3,}|~{3,})\s*(.*)$", stripped)
-        if opening:
-            fence = opening.group(1)
-            info = opening.group(2)
-            if re.fullmatch(r"\{[^}]*\.output\b[^}]*\}", info):
-                count += 1
-    return count
+def output_fences(source: Path) -> int:
+    """The number of ```{.text .output} blocks of a page, found by the page runner's scanner (the
+    one fence scanner of the repository: fences shown inside other fences are not counted)."""
+    return len(read_page(source).outputs)
 
 
 def test_strict_build_has_no_warnings(site_build) -> None:
@@ -253,7 +243,7 @@ def test_every_page_loads_the_local_mathjax_once(built_site: Path, kind: str) ->
 def test_output_blocks_are_no_copy_panels(built_site: Path) -> None:
     expected_total = 0
     for source in sorted(DOCS.rglob("*.md")):
-        expected = output_fences(source.read_text(encoding="utf-8"))
+        expected = output_fences(source)
         expected_total += expected
         page = built_page(built_site, source.relative_to(DOCS))
         found = scan(page)
@@ -278,3 +268,19 @@ def test_notebook_pages_offer_the_ipynb(built_site: Path) -> None:
         links = scan(page).download_links
         assert links == [notebook.name], page
         assert resolves_to(built_site, page, links[0]).read_bytes() == notebook.read_bytes()
+
+
+def test_every_page_shows_the_licences_in_its_footer(built_site: Path) -> None:
+    """mkdocs.yml's ``copyright``: the text's licence and the code's, in every page's footer."""
+    footer = re.compile(
+        r'<div class="md-copyright__highlight">\s*Text and figures: '
+        r'<a href="https://creativecommons.org/licenses/by/4.0/">CC BY 4.0</a>\.\s*'
+        r'Code: <a href="[^"]+/LICENSE">MIT</a>\.'
+    )
+    pages = html_pages(built_site)
+    missing = [
+        str(page.relative_to(built_site))
+        for page in pages
+        if not footer.search(page.read_text(encoding="utf-8"))
+    ]
+    assert pages and missing == [], f"no licence notice in the footer of: {missing}"

@@ -12,15 +12,28 @@ the bfloat16 path runs on a GPU.
 import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
+
+
+def why_no_triton() -> str:
+    """Why Triton is not installed here (requirements.txt installs it only where it has wheels)."""
+    here = f"{platform.system()} {platform.machine()}"
+    if here in ("Linux x86_64", "Linux aarch64"):
+        return f"Triton is not installed: pip install -r requirements.txt installs it on {here}"
+    return f"Triton has no wheels for {here}, only for Linux x86_64 and aarch64: not installed"
+
+
+# Skipped where Triton is not installed; an installed but broken Triton fails the tests instead.
 needs_triton = pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None, reason="Triton is not installed: pip install triton==3.9.0"
+    importlib.util.find_spec("triton") is None, reason=why_no_triton()
 )
 
 
@@ -124,3 +137,39 @@ def test_without_triton_the_error_says_why():
     )
     assert result["available"][0] is False and "Triton is not installed" in result["available"][1]
     assert result["message"].startswith("triton_flash_attention cannot run here: Triton is not installed")
+
+
+def test_without_triton_the_kernel_tests_are_skipped_with_the_reason(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This module, collected where Triton is not installed (macOS, Windows): its three kernel
+    tests are skipped, each saying why. (Deselected here: the test of the package's message
+    without Triton, which starts a Python process, and the tests of the skip itself.)"""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name.split(".")[0] == "triton" else find_spec(name, *args),
+    )
+    pytester.makefile(".py", test_kernel=Path(__file__).read_text(encoding="utf-8"))
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
+        "-k", "not without_triton and not skip_reason",
+    )
+    result.assert_outcomes(skipped=3)
+    skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]
+    assert len(skips) == 3 and all(line.endswith(f": {why_no_triton()}") for line in skips), skips
+
+
+@pytest.mark.parametrize(
+    ("system", "machine", "reason"),
+    [
+        ("Linux", "x86_64", "Triton is not installed: pip install -r requirements.txt installs it"),
+        ("Darwin", "arm64", "Triton has no wheels for Darwin arm64, only for Linux x86_64 and"),
+        ("Windows", "AMD64", "Triton has no wheels for Windows AMD64, only for Linux x86_64 and"),
+    ],
+)
+def test_the_skip_reason_names_the_platform(monkeypatch, system, machine, reason):
+    monkeypatch.setattr(platform, "system", lambda: system)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    assert why_no_triton().startswith(reason)

@@ -20,6 +20,7 @@ from markdown_it import MarkdownIt
 from tests.markdown_runner.pages import parse_page, rewrite_outputs
 
 FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -65,12 +66,31 @@ def test_a_changed_digit_fails_naming_both_lines_with_a_diff(book: pytest.Pytest
         [
             "docs/basic.md:5: the printed output differs from the output shown at "
             f"docs/basic.md:{block}",
-            "first difference, line 1 of the output block: expected 0.2449, got 0.2447*",
+            f"first difference at docs/basic.md:{block + 1} (line 1 of the output block): "
+            "expected 0.2449, got 0.2447*",
             f"--- shown at docs/basic.md:{block}",
             "+++ printed by the fence at docs/basic.md:5",
             "-tensor([[0.0900, 0.2449, 0.6652],",
             "+tensor([[0.0900, 0.2447, 0.6652],",
         ]
+    )
+
+
+def test_the_first_difference_is_named_by_its_page_line(book: pytest.Pytester) -> None:
+    add_page(book, "basic.md", "[0.1543, 0.1543, 0.6914]", "[0.1543, 0.1543, 0.6918]")
+    add_page(book, "containers.md", "[0.25, 0.5, 1.0]", "[0.25, 0.5, 1.2]")
+    result = book.runpytest()
+    result.assert_outcomes(passed=8, failed=2)
+    second_row = line_of("basic.md", "[0.1543, 0.1543, 0.6914]")
+    nested = line_of("containers.md", "    [0.25, 0.5, 1.0]")
+    result.stdout.fnmatch_lines(
+        [
+            f"first difference at docs/basic.md:{second_row} (line 2 of the output block): "
+            "expected 0.6918, got 0.6914*",
+            f"first difference at docs/containers.md:{nested} (line 1 of the output block): "
+            "expected 1.2, got 1.0*",
+        ],
+        consecutive=False,
     )
 
 
@@ -240,14 +260,22 @@ def test_notebook_outputs_are_checked(book: pytest.Pytester) -> None:
 
 
 def test_a_changed_digit_in_a_stored_notebook_output_fails(book: pytest.Pytester) -> None:
-    changes = [("0.2814", "0.2841", 2), ('"tensor(1.)"', '"tensor(2.)"', 3), ('"3"', '"4"', 5)]
-    for old, new, cell in changes:
+    changes = [
+        ("0.2814", "0.2841", 2, 1),
+        ('"tensor(1.)"', '"tensor(2.)"', 3, 1),
+        ('"3"', '"4"', 5, 2),
+    ]
+    for old, new, cell, _ in changes:
         add_page(book, "notebook.ipynb", old, new, as_name=f"cell{cell}.ipynb")
     result = book.runpytest()
     result.assert_outcomes(passed=9, failed=3)
-    for _, _, cell in changes:
+    for _, _, cell, line in changes:
         result.stdout.fnmatch_lines(
-            [f"docs/cell{cell}.ipynb, cell {cell}: the printed output differs*"]
+            [
+                f"docs/cell{cell}.ipynb, cell {cell}: the printed output differs*",
+                f"first difference at line {line} of the stored outputs of "
+                f"docs/cell{cell}.ipynb, cell {cell}: *",
+            ]
         )
 
 
@@ -308,6 +336,17 @@ def test_an_output_with_grad_fn_fails(book: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["docs/grad_fn.md:3: the output shows a tensor's grad_fn=*"])
 
 
+def test_every_page_item_carries_the_markdown_docs_marker(book: pytest.Pytester) -> None:
+    for name in ("basic.md", "problems.md", "notebook.ipynb"):
+        add_page(book, name)
+    book.runpytest("-m", "markdown-docs", "--collect-only", "-q").stdout.fnmatch_lines(
+        ["12 tests collected*"]
+    )
+    book.runpytest("-m", "not markdown-docs", "--collect-only", "-q").stdout.fnmatch_lines(
+        ["no tests collected (12 deselected)*"]
+    )
+
+
 def test_the_stock_plugin_collection_is_refused(book: pytest.Pytester) -> None:
     add_page(book, "basic.md")
     result = book.runpytest("--markdown-docs")
@@ -336,3 +375,25 @@ def test_fences_shown_as_examples_are_neither_run_nor_flagged() -> None:
     assert [fence.source for fence in page.fences] == ["print(1)\n", "print(2)\n"]
     assert [fence.prefix for fence in page.fences] == ["    ", "> "]
     assert page.problems == []
+
+
+def test_under_xdist_the_count_adds_up_the_workers_and_a_failed_id_runs_again_as_printed(
+    book: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two xdist papercuts, in one run of two worker processes (a few seconds: each worker
+    imports torch). The controller executes nothing, so the count line must add up what the
+    workers report; and the id in a FAILED line carries xdist's ``@page:...`` group, which the
+    runner must accept on the command line."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the workers import tests.markdown_runner
+    monkeypatch.setenv("CHAIN_LOG", str(book.path / "runs.log"))
+    add_page(book, "basic.md", "0.2447", "0.2449")
+    add_page(book, "chain_count.md")
+    # Hypothesis' plugin costs each worker a second or two at start, and no page needs it.
+    result = book.runpytest("-n", "2", "--dist", "loadgroup", "-p", "no:hypothesispytest")
+    result.assert_outcomes(passed=8, failed=1)
+    result.stdout.fnmatch_lines(["book pages: 9 fences and cells executed, 0 of them replays*"])
+    failed = [line.split()[1] for line in result.stdout.lines if line.startswith("FAILED ")]
+    assert failed == ["docs/basic.md::line-5@page:docs/basic.md"]
+    again = book.runpytest(failed[0])
+    again.assert_outcomes(failed=1)
+    again.stdout.fnmatch_lines(["docs/basic.md:5: the printed output differs*"])

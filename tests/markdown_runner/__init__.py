@@ -1,7 +1,10 @@
 """The book's doc-test runner: every Python fence on every page runs, and its output is checked.
 
-A pytest plugin built on pytest-markdown-docs 0.9.2 (pinned exactly in requirements.txt, because
-the parts reused here are its internals, not a public API).
+A pytest plugin on pytest's own hooks and markdown-it-py. Of pytest-markdown-docs it uses only
+what that plugin documents, named in one module, ``upstream`` (the ``markdown-docs`` marker, the
+``pytest_markdown_docs_markdown_it`` hook, the ``--markdown-docs`` flag it refuses), and imports
+none of its modules; tests/doctests/test_upstream.py checks those names against the installed
+version.
 
 Modules:
 
@@ -12,28 +15,26 @@ Modules:
 - ``execution``: runs chains of fences in linear time, in a deterministic state, and formats
   tracebacks with page line numbers.
 - ``notebooks``: code cells of ``.ipynb`` files and their stored outputs.
-- ``plugin``: the pytest hooks, collectors and items; the ``--update-outputs`` option.
+- ``plugin``: the pytest hooks, collectors and items; the ``--update-outputs`` option; the
+  pytest-xdist grouping of a page's items, and the count of executed fences across workers.
+- ``upstream``: the documented names of pytest-markdown-docs the runner relies on, and the
+  Markdown parser (CommonMark unless a conftest's ``pytest_markdown_docs_markdown_it`` says
+  otherwise).
 
-Reused from pytest-markdown-docs, and why:
+Written here rather than taken from pytest-markdown-docs, and why:
 
-- ``parse_superfences_block_info``: it reads the ``{.python continuation}`` brace syntax of
-  pymdownx.superfences (which Material renders), so both tools agree on what a fence says.
-- the ``pytest_markdown_docs_markdown_it`` hook: the same markdown-it parser (CommonMark), which
-  a conftest can still reconfigure in one place.
-- ``MarkdownInlinePythonItem`` (subclassed) and ``FenceTestDefinition``: items keep the
-  ``markdown-docs`` marker (``pytest -m markdown-docs`` selects page tests) and the fence's code
-  in their user properties, as the stock plugin reports them.
-
-Replaced, and why:
-
-- ``extract_fence_tests``: it builds each continuation fence's source by prepending every
-  earlier fence of the chain, so a chain of N fences executes N(N+1)/2 fences; it knows nothing
-  of output blocks; and it only sees fences markdown-it parses, missing those indented 4 spaces
-  inside admonitions, ``???`` blocks and tabs. ``pages.parse_page`` walks those containers.
-- the item's ``runtest``/``repr_failure`` and the ``DefaultRunner``: fences here must capture
-  stdout, share one namespace along a chain (replaying earlier fences only when needed), reset
-  print options and threads per chain, compare with the output block, and report diffs and
-  tracebacks at page lines; the stock runner does none of this.
-- the stock collection (``--markdown-docs``): it would also collect every docstring in every .py
+- the fence info string: ``pages.info_words`` reads both ``python continuation`` and the brace
+  syntax of pymdownx.superfences, ``{.python continuation}``, which Material renders;
+- the collection: pytest-markdown-docs' ``extract_fence_tests`` builds each continuation fence's
+  source by prepending every earlier fence of the chain, so a chain of N fences executes
+  N(N+1)/2 fences; it knows nothing of output blocks; and it only sees fences markdown-it parses,
+  missing those indented 4 spaces inside admonitions, ``???`` blocks and tabs.
+  ``pages.parse_page`` walks those containers, and it is the repository's one fence scanner: the
+  site and shape-trace tests read pages with ``pages.read_page`` too;
+- the items and their run: fences here must capture stdout, share one namespace along a chain
+  (replaying earlier fences only when needed), reset print options and threads per chain,
+  compare with the output block, and report diffs and tracebacks at page lines; the stock items
+  do none of this;
+- the stock collection (``--markdown-docs``) would also collect every docstring in every .py
   file and run each fence a second time, so the plugin refuses that flag.
 """

@@ -55,9 +55,11 @@ class Difference:
     actual: str
     reason: str
 
-    def describe(self) -> str:
-        """One line for a failure message."""
-        return f"first difference, line {self.line} of the output block: {self.reason}"
+    def describe(self, where: str = "") -> str:
+        """One line for a failure message; ``where`` says where line ``self.line`` of the block
+        is for readers (``docs/x.md:53``), by default "line N of the output block"."""
+        place = where or f"line {self.line} of the output block"
+        return f"first difference at {place}: {self.reason}"
 
 
 def tokenize(text: str) -> list[Token]:

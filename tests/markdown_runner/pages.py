@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_markdown_docs.plugin import parse_superfences_block_info
+from .upstream import markdown_parser
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -89,11 +90,14 @@ class ParsedPage:
     """Everything the runner needs from one page.
 
     ``chains`` holds, for each fence in page order, the index of the fence that starts its chain
-    (itself for a ```` ```python ```` fence). ``column_shift`` maps a 0-based page line inside a
-    fence to the number of characters the fence's code was dedented by on that line.
+    (itself for a ```` ```python ```` fence). ``outputs`` holds every output block of the page,
+    at any level, in page order (those that follow no Python fence too). ``column_shift`` maps a
+    0-based page line inside a fence to the number of characters the fence's code was dedented
+    by on that line.
     """
 
     fences: list[Fence] = field(default_factory=list)
+    outputs: list[OutputBlock] = field(default_factory=list)
     chains: list[int] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     column_shift: dict[int, int] = field(default_factory=dict)
@@ -104,13 +108,28 @@ def split_lines(text: str) -> list[str]:
     return re.findall(r"[^\n]*\n|[^\n]+$", text)
 
 
-def _info_words(info: str) -> list[str]:
-    return parse_superfences_block_info(info) if info.strip() else []
+def info_words(info: str) -> list[str]:
+    """The words of a fence's info string, the language first.
+
+    Two syntaxes: CommonMark's ``python continuation`` (the first word is the language) and the
+    braces of pymdownx.superfences, which Material renders, ``{.python continuation}``: there the
+    language is the first word that starts with a dot, and it comes back first, without the dot.
+    Other words keep their order (``{.text .output}`` gives ``["text", ".output"]``).
+    """
+    info = info.strip()
+    if not info.startswith("{"):
+        return info.split()
+    words = info.strip("{}").split()
+    language = next((word for word in words if word.startswith(".")), None)
+    if language is not None:
+        words.remove(language)
+        words.insert(0, language[1:])
+    return words
 
 
 def is_output_info(info: str) -> bool:
     """Whether a fence's info string marks it as an output block (``{.text .output}``)."""
-    words = _info_words(info)
+    words = info_words(info)
     return bool(words) and (words[0] == "output" or ".output" in words[1:])
 
 
@@ -139,6 +158,7 @@ class _PageParser:
         self._check_escaped_fences()
         self._check_orphan_outputs()
         self._link_chains()
+        self.page.outputs = sorted(self.outputs, key=lambda block: block.start)
         self.page.problems.sort(key=lambda problem: problem.line)
         return self.page
 
@@ -158,7 +178,7 @@ class _PageParser:
             if is_output_info(token.info):
                 self.outputs.append(OutputBlock(start, end, token.content))
                 continue
-            words = _info_words(token.info)
+            words = info_words(token.info)
             if not words or words[0].lower() not in PYTHON_LANGUAGES:
                 continue
             following = tokens[i + 1] if i + 1 < len(tokens) else None
@@ -250,9 +270,16 @@ class _PageParser:
             self.page.chains.append(chain_start)
 
 
-def parse_page(text: str, md: MarkdownIt) -> ParsedPage:
-    """Parse the Markdown ``text`` of a page with the markdown-it parser ``md``."""
-    return _PageParser(text, md).parse()
+def parse_page(text: str, md: MarkdownIt | None = None) -> ParsedPage:
+    """Parse the Markdown ``text`` of a page with the markdown-it parser ``md`` (default: the
+    runner's, CommonMark)."""
+    return _PageParser(text, md if md is not None else markdown_parser()).parse()
+
+
+def read_page(path: Path) -> ParsedPage:
+    """Parse the page at ``path`` as the runner does: the one fence scanner of the repository,
+    used by the site and shape-trace tests too."""
+    return parse_page(path.read_bytes().decode("utf-8"))
 
 
 def _newline_of(lines: list[str]) -> str:

@@ -4,18 +4,23 @@ Loaded by the repository's root ``conftest.py``. Every ``.md`` page and ``.ipynb
 the directories of the ``book_pages`` ini option (default ``docs``) is collected: one item per
 Python fence (``docs/x.md::line-42``) or code cell (``docs/x.ipynb::cell-3``), plus one failing
 item per problem found on a page (``docs/x.md::problem-line-7``).
+
+Under pytest-xdist (``--dist loadgroup``) all items of a page form one group, ``page:docs/x.md``,
+run by one process: a chain reuses its namespace, and ``--update-outputs`` rewrites a file from one
+process. xdist appends the group to the ids it reports (``docs/x.md::line-42@page:docs/x.md``);
+such an id, copied from a FAILED line, is accepted on the command line. Each worker sends its
+execution counts to the controller, which prints the run's total.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from pytest_markdown_docs.definitions import FenceTestDefinition
-from pytest_markdown_docs.plugin import MARKER_NAME, MarkdownInlinePythonItem
 
 from .compare import first_difference, unified_diff
 from .execution import (
@@ -29,9 +34,14 @@ from .execution import (
 )
 from .notebooks import Cell, read_cells, rewrite_cells
 from .pages import Fence, parse_page, rewrite_outputs
+from .upstream import MARKER, markdown_parser, stock_collection_requested
 
 PAGE_SUFFIXES = (".md", ".ipynb")
 UPDATE_HINT = "Rewrite output blocks from the real output with: pytest {path} --update-outputs"
+GROUP_PREFIX = "page:"
+# What xdist appends to a page item's id under --dist loadgroup: "@page:" and the page's path.
+_GROUP_SUFFIX = re.compile(r"@" + re.escape(GROUP_PREFIX) + r"[^@]*$")
+COUNTS_KEY = "book_pages_counts"
 
 
 class OutputMismatch(Exception):
@@ -62,6 +72,9 @@ class Runtime:
         self.column_shifts: dict[str, dict[int, int]] = {}
         self.pending: dict[Path, _PendingFile] = {}
         self.changes: list[str] = []
+        # Counts reported by xdist workers (the controller executes nothing itself).
+        self.worker_executions = 0
+        self.worker_replays = 0
 
     def is_page(self, path: Path) -> bool:
         """Whether ``path`` is a page or notebook the runner executes."""
@@ -117,7 +130,19 @@ def _runtime(config: pytest.Config) -> Runtime:
     return config.stash[RUNTIME]
 
 
-class _CheckedItem(MarkdownInlinePythonItem):
+def group_item(item: pytest.Item, page: pytest.File) -> None:
+    """Put ``item`` in its page's xdist group and mark it as a page test (``-m markdown-docs``)."""
+    item.add_marker(MARKER)
+    if item.config.pluginmanager.hasplugin("xdist"):
+        item.add_marker(pytest.mark.xdist_group(GROUP_PREFIX + page.nodeid))
+
+
+def without_group(arg: str) -> str:
+    """A test id as xdist reports it under ``--dist loadgroup``, without the page's group."""
+    return _GROUP_SUFFIX.sub("", arg) if "::" in arg else arg
+
+
+class _CheckedItem(pytest.Item):
     """Runs one unit of a chain through the engine and checks what it printed.
 
     Subclasses say where the unit and its shown output are, and how to record a rewrite.
@@ -150,6 +175,10 @@ class _CheckedItem(MarkdownInlinePythonItem):
     @property
     def shown_where(self) -> str:
         """Where the shown output is, for messages."""
+        raise NotImplementedError
+
+    def shown_line(self, line: int) -> str:
+        """Where line ``line`` (1-based) of the shown output is, for messages."""
         raise NotImplementedError
 
     @property
@@ -205,7 +234,9 @@ class _CheckedItem(MarkdownInlinePythonItem):
         else:
             difference = first_difference(shown, actual)
             head = f"{self.where}: the printed output differs from the output shown at "
-            head += f"{self.shown_where}\n{difference.describe() if difference else ''}"
+            head += self.shown_where
+            if difference is not None:
+                head += "\n" + difference.describe(self.shown_line(difference.line))
             diff = unified_diff(shown, actual, f"shown at {self.shown_where}", printed_by)
         hint = UPDATE_HINT.format(path=_runtime(self.config).relative(self.path))
         return f"{head}\n{diff}\n{hint}"
@@ -255,6 +286,13 @@ class FenceItem(_CheckedItem):
         path = _runtime(self.config).relative(self.path)
         return f"{path}:{block.line}" if block else "(no output block)"
 
+    def shown_line(self, line: int) -> str:
+        block = self.fence.output
+        if block is None:
+            return ""
+        path = _runtime(self.config).relative(self.path)
+        return f"{path}:{block.start + 1 + line} (line {line} of the output block)"
+
     @property
     def missing_text(self) -> str:
         return "no ```{.text .output} block follows it"
@@ -284,6 +322,9 @@ class CellItem(_CheckedItem):
     def shown_where(self) -> str:
         return f"{self.where} (stored outputs)"
 
+    def shown_line(self, line: int) -> str:
+        return f"line {line} of the stored outputs of {self.where}"
+
     @property
     def missing_text(self) -> str:
         return "its stored outputs show nothing"
@@ -305,7 +346,6 @@ class ProblemItem(pytest.Item):
     def __init__(self, *, where: str, message: str, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self.where, self.message = where, message
-        self.add_marker(MARKER_NAME)
 
     def runtest(self) -> None:
         """Fail with the problem."""
@@ -320,16 +360,6 @@ class ProblemItem(pytest.Item):
         return self.path, 0, self.where
 
 
-def _markdown_parser(config: pytest.Config):
-    """The parser pytest-markdown-docs configures (CommonMark unless a hook changes it)."""
-    hook = getattr(config.hook, "pytest_markdown_docs_markdown_it", None)
-    if hook is not None:
-        return hook()
-    from markdown_it import MarkdownIt
-
-    return MarkdownIt("commonmark")
-
-
 class MarkdownPage(pytest.File):
     """A Markdown page: its fences, chained, and its problems."""
 
@@ -337,7 +367,7 @@ class MarkdownPage(pytest.File):
         """One item per Python fence and one per problem, in page order."""
         runtime = _runtime(self.config)
         text = self.path.read_bytes().decode("utf-8")
-        page = parse_page(text, _markdown_parser(self.config))
+        page = parse_page(text, markdown_parser(self.config))
         shown, filename = runtime.relative(self.path), str(self.path)
         runtime.shown_names[filename] = shown
         runtime.column_shifts[filename] = page.column_shift
@@ -358,17 +388,9 @@ class MarkdownPage(pytest.File):
             items.append((problem.line, item))
         for index, fence in enumerate(page.fences):
             chain = members[page.chains[index]]
-            definition = FenceTestDefinition(
-                source=fence.source,
-                fixture_names=(),
-                start_line=fence.start + 1,
-                source_path=self.path,
-                runner_name=None,
-            )
             item = FenceItem.from_parent(
                 self,
                 name=f"line-{fence.line}",
-                test_definition=definition,
                 fence=fence,
                 units=[units[i] for i in chain],
                 index=chain.index(index),
@@ -376,6 +398,8 @@ class MarkdownPage(pytest.File):
                 original=text,
             )
             items.append((fence.line, item))
+        for _, item in items:
+            group_item(item, self)
         return [item for _, item in sorted(items, key=lambda pair: pair[0])]
 
 
@@ -395,31 +419,31 @@ class NotebookPage(pytest.File):
             runtime.shown_names[filename] = filename
             runtime.column_shifts[filename] = dict.fromkeys(range(cell.source.count("\n") + 1), 0)
             units.append(CodeUnit(cell.source, filename, 1, f"{shown}, cell {cell.number}", True))
+        items: list[pytest.Item] = []
         for number, message in problems:
-            yield ProblemItem.from_parent(
-                self,
-                name=f"problem-cell-{number}",
-                where=f"{shown}, cell {number}",
-                message=message,
+            items.append(
+                ProblemItem.from_parent(
+                    self,
+                    name=f"problem-cell-{number}",
+                    where=f"{shown}, cell {number}",
+                    message=message,
+                )
             )
         for index, cell in enumerate(cells):
-            definition = FenceTestDefinition(
-                source=cell.source,
-                fixture_names=(),
-                start_line=0,
-                source_path=self.path,
-                runner_name=None,
+            items.append(
+                CellItem.from_parent(
+                    self,
+                    name=f"cell-{cell.number}",
+                    cell=cell,
+                    units=units,
+                    index=index,
+                    chain=(str(self.path), 0),
+                    original=text,
+                )
             )
-            yield CellItem.from_parent(
-                self,
-                name=f"cell-{cell.number}",
-                test_definition=definition,
-                cell=cell,
-                units=units,
-                index=index,
-                chain=(str(self.path), 0),
-                original=text,
-            )
+        for item in items:
+            group_item(item, self)
+        return items
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -442,8 +466,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Refuse the stock plugin's collection (it would run every fence twice); set up state."""
-    if getattr(config.option, "markdowndocs", False):
+    """Refuse the stock plugin's collection (it would run every fence twice); accept test ids
+    copied from xdist's reports; set up state."""
+    if stock_collection_requested(config):
         raise pytest.UsageError(
             "--markdown-docs is replaced by the book's runner (tests/markdown_runner): "
             "run plain `pytest` or `pytest docs`"
@@ -451,7 +476,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["MPLBACKEND"] = "Agg"
     if "matplotlib" in sys.modules:
         sys.modules["matplotlib"].use("Agg")
-    config.addinivalue_line("markers", f"{MARKER_NAME}: a fence or cell of a book page")
+    config.addinivalue_line("markers", f"{MARKER}: a fence or cell of a book page")
+    config.args[:] = [without_group(arg) for arg in config.args]
     config.stash[RUNTIME] = Runtime(config)
 
 
@@ -472,21 +498,35 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Apply pending rewrites and remove the working directories."""
+    """Apply pending rewrites, remove the working directories; an xdist worker sends its counts."""
     runtime = _runtime(session.config)
     if runtime.update:
         runtime.apply_updates()
     runtime.engine.close()
+    workeroutput = getattr(session.config, "workeroutput", None)  # set on xdist workers only
+    if workeroutput is not None:
+        workeroutput[COUNTS_KEY] = [runtime.engine.executions, runtime.engine.replays]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error: object) -> None:
+    """On the xdist controller: add up the counts a worker sent when it finished."""
+    counts = getattr(node, "workeroutput", {}).get(COUNTS_KEY)
+    if counts is not None:
+        runtime = _runtime(node.config)
+        runtime.worker_executions += counts[0]
+        runtime.worker_replays += counts[1]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """Count the executed fences and cells; list what ``--update-outputs`` changed."""
     runtime = _runtime(config)
-    engine = runtime.engine
-    if engine.executions:
+    executions = runtime.engine.executions + runtime.worker_executions
+    replays = runtime.engine.replays + runtime.worker_replays
+    if executions:
         terminalreporter.write_line(
-            f"book pages: {engine.executions} fences and cells executed, "
-            f"{engine.replays} of them replays of earlier fences for fences run alone"
+            f"book pages: {executions} fences and cells executed, "
+            f"{replays} of them replays of earlier fences for fences run alone"
         )
     if not runtime.update:
         return
