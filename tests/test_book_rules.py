@@ -7,6 +7,7 @@ private modules (``torch.utils._python_dispatch``, ``Tensor._materialize``), whi
 may rename.
 """
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -14,7 +15,8 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 REFERENCES = DOCS / "references.md"
 ENTRY_ID = re.compile(r"^\{: #([\w-]+) \}$", re.MULTILINE)
-CITATION = re.compile(r"references\.md#([\w-]+)")
+# Markdown pages link references.md#key; notebooks (rendered one level deeper) link references/#key.
+CITATION = re.compile(r"references(?:\.md|/)#([\w-]+)")
 PRIVATE_TORCH = re.compile(r"torch(?:\.\w+)*\._\w+|\.\s*_materialize\b|from torch[\w.]* import _\w+")
 
 
@@ -65,3 +67,22 @@ def test_private_api_pattern_catches_what_it_should() -> None:
         assert PRIVATE_TORCH.search(text), text
     for text in ("torch.nn.functional.scaled_dot_product_attention", "x.masked_fill(m, 0)"):
         assert not PRIVATE_TORCH.search(text), text
+
+
+# Sentences of chapter 7 that are true only while the appendix has no GPU results.
+NO_GPU_CLAIMS = ("It has no GPU measurements yet", "has CPU measurements only")
+
+
+def gpu_results() -> list[str]:
+    """Results files under docs/appendix/results measured on a CUDA device."""
+    files = sorted((DOCS / "appendix" / "results").glob("*.json"))
+    return [f.name for f in files if json.loads(f.read_text())["provenance"]["device_type"] == "cuda"]
+
+
+def test_chapter_7_says_what_the_appendix_has() -> None:
+    text = (DOCS / "chapters" / "07-fast-attention.md").read_text()
+    claims = [claim for claim in NO_GPU_CLAIMS if claim in text]
+    if gpu_results():
+        assert claims == [], f"GPU results exist ({gpu_results()}): chapter 7 still says {claims}"
+    else:
+        assert claims, "no GPU results: chapter 7 must say its timings are CPU-only"

@@ -85,7 +85,7 @@ def gradient_paths() -> Figure:
     ax.semilogy(positions, attn_norms.numpy(), "s-", color="#2171b5", markersize=4,
                 label="weight-free self-attention: last context vector $z^{(30)}$")
     ax.set_xlabel("input token $j$")
-    ax.set_ylabel(r"gradient norm $\Vert \partial\,\mathrm{output} / \partial x^{(j)} \Vert$")
+    ax.set_ylabel(r"$\Vert \partial\,(\mathrm{sum\ of\ output}) / \partial x^{(j)} \Vert$")
     ax.set_title("How strongly each of 30 tokens reaches the last output")
     ax.set_xlim(0.5, 30.5)
     ax.spines[["top", "right"]].set_visible(False)

@@ -32,6 +32,7 @@ def weights_heatmap() -> Figure:
         ax=ax_weights,
         title="Weights $A = \\mathrm{softmax}(\\Omega)$, rows sum to 1",
     )
+    fig.suptitle("Weight-free attention on the running example: nothing is trained")
     return fig
 
 
@@ -53,7 +54,7 @@ def query2_weights() -> Figure:
     ax.set_xlabel("key $x^{(j)}$")
     ax.set_ylabel("attention weight $\\alpha_{2j}$")
     ax.set_ylim(0, 0.28)
-    ax.set_title('Weights of the query "journey"')
+    ax.set_title('Weights of the query "journey" (weight-free attention, nothing trained)')
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(frameon=False, loc="upper right")
     return fig

@@ -89,6 +89,7 @@ def softmax_saturation() -> Figure:
     right.set_title("Size of the softmax Jacobian")
     for ax in (left, right):
         ax.spines[["top", "right"]].set_visible(False)
+    fig.suptitle("Scores of the untrained $W_q$, $W_k$ of section 3.2 (seed 123), scaled by $c$")
     return fig
 
 

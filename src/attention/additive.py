@@ -4,12 +4,12 @@ Notation (see CONTRIBUTING.md): b batch size, t number of keys (source tokens), 
 target tokens, d_query / d_key / d_value widths of a query, a key and a value, d_attn width of
 the hidden layer of the score, d_emb token-embedding width, d_hidden GRU state width.
 
-Bahdanau, Cho and Bengio (2014) score a query q (the decoder state) against each key k_j (the
+Bahdanau, Cho and Bengio (ICLR 2015; arXiv 2014) score a query q (the decoder state) against each key k_j (the
 encoder's annotation of source token j) with a one-hidden-layer network instead of a dot product:
 
-    ω_j = vᵀ tanh(W₁ q + W₂ k_j),    α = softmax(ω),    c = Σ_j α_j v_j,
+    ω_j = vᵀ tanh(W₁ q + W₂ k_j),    α = softmax(ω),    z = Σ_j α_j v_j,
 
-where v here is the learned score vector (not a value). In the code W₁ is ``W_query``, W₂ is
+where v here is the learned score vector (not a value v_j) and z is the context vector. In the code W₁ is ``W_query``, W₂ is
 ``W_key`` and v is ``v``; as everywhere in the book, ``nn.Linear`` applies them to row vectors.
 """
 
@@ -95,7 +95,7 @@ class Seq2SeqEncoder(nn.Module):
 
         Annotation j joins the forward state after token j with the backward state after token j
         (reading right to left), so it describes token j in the context of the whole sentence.
-        The decoder starts from tanh(W h←), h← being the backward GRU's state at token 0.
+        The decoder starts from tanh(W h← + b), h← being the backward GRU's state at token 0.
 
         An empty source (t = 0) is refused with a ``ValueError``: there is no token 0 to take
         that state from, and ``nn.GRU`` itself rejects sequences of length 0.

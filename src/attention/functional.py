@@ -193,8 +193,8 @@ def scaled_dot_product_attention(
     :func:`attention_weights` for the mask, dropout, causal and scale arguments.
 
     A query whose keys are all masked gets a zero context vector, never nan, and with no keys
-    (t_k = 0) every context vector is zero; PyTorch's CPU reference does the same, but its fused
-    GPU kernels may return nan for such rows. A nan or inf in a query, or in a key or value the
+    (t_k = 0) every context vector is zero; PyTorch's SDPA on the CPU does the same (its GPU
+    kernels were not checked here). A nan or inf in a query, or in a key or value the
     query may see, propagates as in torch. The score of a key that a bool or causal mask hides
     is replaced by -inf, nan included, so a nan in a hidden key leaves the row finite (torch's
     math backend adds -inf to it and returns nan); a nan in a hidden value still reaches the row,
