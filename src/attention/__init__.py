@@ -21,7 +21,24 @@ from .functional import (
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
 from .plotting import plot_attention
+from .positions import (
+    LearnedPositions,
+    RotaryEmbedding,
+    alibi_bias,
+    alibi_slopes,
+    rotary_permutation,
+    sinusoidal_positions,
+)
 from .self_attention import SelfAttentionV1, SelfAttentionV2
+from .transformer import (
+    TinyTransformer,
+    TransformerBlock,
+    head_scores,
+    induction_data,
+    lookback_data,
+    next_token_accuracy,
+    train_lm,
+)
 
 __version__ = "0.1.0"
 
@@ -34,20 +51,33 @@ __all__ = [
     "CausalAttention",
     "CrossAttention",
     "FusedMultiHeadAttention",
+    "LearnedPositions",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
+    "RotaryEmbedding",
     "SelfAttentionV1",
     "SelfAttentionV2",
     "Seq2Seq",
     "Seq2SeqEncoder",
+    "TinyTransformer",
+    "TransformerBlock",
     "additive_causal_mask",
+    "alibi_bias",
+    "alibi_slopes",
     "attention_weights",
     "causal_mask",
     "flash_attention",
+    "head_scores",
+    "induction_data",
     "journey_batch",
     "journey_inputs",
+    "lookback_data",
+    "next_token_accuracy",
     "plot_attention",
+    "rotary_permutation",
     "scaled_dot_product_attention",
+    "sinusoidal_positions",
     "softmax",
     "softmax_naive",
+    "train_lm",
 ]

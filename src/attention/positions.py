@@ -1,0 +1,209 @@
+"""Where is each token? Absolute, rotary and linear-bias position information.
+
+Notation (see CONTRIBUTING.md):
+    b      batch size (any number of leading dimensions is written ``...``)
+    t      number of tokens (t_q queries, t_k keys)
+    d      width of a token vector (``d_model``); p a position, counted from 0
+    h      number of heads, d_h width of one head (queries and keys are rotated per head)
+
+Four ways to tell attention where a token is:
+
+    sinusoidal_positions   PE[p, 2i] = sin(p ω_i), PE[p, 2i+1] = cos(p ω_i),
+                           ω_i = 10000^(-2i/d), added to the token embeddings (Vaswani et al.)
+    LearnedPositions       one trained vector per position, added to the embeddings (GPT-2)
+    RotaryEmbedding        rotate each pair of query/key features by the angle p θ_i,
+                           θ_i = base^(-2i/d_h) (Su et al., RoFormer)
+    alibi_bias             add -m_h (i - j) to the score of query i against key j, one slope m_h
+                           per head (Press et al., ALiBi)
+
+The tables are computed in float64 and returned in torch's default dtype (float32 unless changed).
+"""
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_context_length, check_input, check_sizes
+
+__all__ = [
+    "LearnedPositions",
+    "RotaryEmbedding",
+    "alibi_bias",
+    "alibi_slopes",
+    "rotary_permutation",
+    "sinusoidal_positions",
+]
+
+
+def _check_even(name: str, value: int) -> None:
+    """Require an even width: features are rotated or paired two by two."""
+    if value % 2 != 0:
+        raise ValueError(f"{name} must be even (features come in pairs), got {value}")
+
+
+def _check_start(start: int) -> None:
+    """Require a first position that is an integer >= 0."""
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise ValueError(f"start must be an integer >= 0, got {start!r}")
+
+
+def _frequencies(d: int, base: float) -> Tensor:
+    """The d / 2 frequencies base^(-2i/d), i = 0 .. d/2 - 1, in float64: shape (d/2,)."""
+    return base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+
+
+def sinusoidal_positions(t: int, d: int) -> Tensor:
+    """The sinusoidal position table of Vaswani et al. (2017), shape (t, d).
+
+    Row p is the position vector of token p (p = 0 .. t-1): PE[p, 2i] = sin(p / 10000^(2i/d))
+    and PE[p, 2i+1] = cos(p / 10000^(2i/d)). ``d`` must be even. Any t works: the table has
+    no parameters and no longest length.
+    """
+    check_sizes(t=t, d=d)
+    _check_even("d", d)
+    angles = torch.arange(t, dtype=torch.float64)[:, None] * _frequencies(d, 10000.0)  # (t, d/2)
+    table = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (t, d/2, 2)
+    return table.reshape(t, d).to(torch.get_default_dtype())  # (t, d): sin, cos, sin, cos, ...
+
+
+class LearnedPositions(nn.Module):
+    """Learned absolute positions, as in GPT-2: an ``nn.Embedding`` of positions.
+
+    ``forward(x, start=0)`` returns x + P[start : start + t] for tokens x (b, t, d), P the
+    (context_length, d) table: the vectors of positions start .. start + t - 1 are added to the
+    token embeddings. A position past ``context_length - 1`` has no vector to look up: a
+    ValueError.
+    """
+
+    def __init__(self, context_length: int, d: int) -> None:
+        """One trainable vector of width ``d`` for each of ``context_length`` positions."""
+        super().__init__()
+        check_sizes(context_length=context_length, d=d)
+        self.context_length = context_length
+        self.d = d
+        self.embedding = nn.Embedding(context_length, d)  # weight (context_length, d)
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """x (b, t, d) plus the vectors of positions start .. start + t - 1: shape (b, t, d)."""
+        check_input(x, self.d, ranks=(3,), width_name="d")
+        _check_start(start)
+        check_context_length(start + x.shape[1], self.context_length)
+        positions = torch.arange(start, start + x.shape[1], device=x.device)  # (t,)
+        return x + self.embedding(positions)  # (b, t, d) + (t, d)
+
+
+def rotary_permutation(d_h: int) -> Tensor:
+    """The feature order that turns interleaved pairs into halves: shape (d_h,).
+
+    ``perm = [0, 2, 4, ..., d_h-2, 1, 3, ..., d_h-1]`` sends feature 2i to place i and feature
+    2i+1 to place i + d_h/2, so that the interleaved pair (2i, 2i+1) becomes the halves pair
+    (i, i + d_h/2). Hence, for any x (..., t, d_h),
+
+        RotaryEmbedding(d_h, interleaved=False)(x[..., perm])
+            == RotaryEmbedding(d_h, interleaved=True)(x)[..., perm]
+
+    and, since a dot product does not change when both vectors are permuted alike, permuting
+    the query and key output features of each head (the rows of W_q and W_k in ``nn.Linear``)
+    turns a model trained with one pairing into the same model with the other.
+    """
+    check_sizes(d_h=d_h)
+    _check_even("d_h", d_h)
+    return torch.cat([torch.arange(0, d_h, 2), torch.arange(1, d_h, 2)])  # (d_h,)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (RoPE, Su et al.), applied to queries or keys of width d_h.
+
+    Feature pair i of the token at position p is rotated by the angle p θ_i, with
+    θ_i = base^(-2i/d_h), i = 0 .. d_h/2 - 1:
+
+        (x_a, x_b) -> (x_a cos(p θ_i) - x_b sin(p θ_i),  x_a sin(p θ_i) + x_b cos(p θ_i))
+
+    ``interleaved=True`` pairs features (2i, 2i+1), as in the RoFormer paper and Meta's Llama
+    code; ``interleaved=False`` (the default) pairs (i, i + d_h/2), the two halves, as in
+    GPT-NeoX and Hugging Face's Llama. The two are the same up to a permutation of the features
+    (:func:`rotary_permutation`). The module has no parameters.
+    """
+
+    def __init__(self, d_h: int, base: float = 10000.0, interleaved: bool = False) -> None:
+        """Rotations for heads of width ``d_h`` (even) with frequencies base^(-2i/d_h)."""
+        super().__init__()
+        check_sizes(d_h=d_h)
+        _check_even("d_h", d_h)
+        if isinstance(base, bool) or not isinstance(base, int | float) or not base > 1.0:
+            raise ValueError(f"base must be a number > 1, got {base!r}")
+        self.d_h = d_h
+        self.base = float(base)
+        self.interleaved = interleaved
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """x (..., t, d_h) with token i rotated by its position start + i: shape (..., t, d_h)."""
+        if x.dim() < 2 or x.shape[-1] != self.d_h:
+            raise ValueError(
+                f"x must have shape (..., t, d_h) with d_h={self.d_h}, got shape {tuple(x.shape)}"
+            )
+        _check_start(start)
+        t = x.shape[-2]
+        positions = torch.arange(start, start + t, dtype=torch.float64, device=x.device)  # (t,)
+        freqs = _frequencies(self.d_h, self.base).to(x.device)  # (d_h/2,)
+        angles = positions[:, None] * freqs  # (t, d_h/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (t, d_h/2) each
+        if self.interleaved:
+            x_a, x_b = x[..., 0::2], x[..., 1::2]  # (..., t, d_h/2) each
+        else:
+            x_a, x_b = x[..., : self.d_h // 2], x[..., self.d_h // 2 :]  # (..., t, d_h/2) each
+        rot_a = x_a * cos - x_b * sin  # (..., t, d_h/2)
+        rot_b = x_a * sin + x_b * cos  # (..., t, d_h/2)
+        if self.interleaved:
+            return torch.stack([rot_a, rot_b], dim=-1).flatten(-2)  # (..., t, d_h)
+        return torch.cat([rot_a, rot_b], dim=-1)  # (..., t, d_h)
+
+
+def alibi_slopes(num_heads: int) -> Tensor:
+    """The ALiBi slope m_h of each head (Press et al., 2022): shape (h,).
+
+    For h a power of two the slopes are the geometric sequence that starts at 2^(-8/h) with
+    that ratio: 2^(-8/h), 2^(-16/h), ..., 2^(-8) (for 8 heads 1/2, 1/4, ..., 1/256). Otherwise,
+    as in the authors' code: the h' slopes of the largest power of two h' < h, followed by the
+    first h - h' of the odd-numbered slopes (1st, 3rd, 5th, ...) of the sequence for 2h' heads.
+    For 12 heads: 1/2, ..., 1/256, then 2^(-0.5), 2^(-1.5), 2^(-2.5), 2^(-3.5).
+    """
+    return _alibi_slopes64(num_heads).to(torch.get_default_dtype())  # (h,)
+
+
+def _alibi_slopes64(num_heads: int) -> Tensor:
+    """:func:`alibi_slopes` in float64."""
+    check_sizes(num_heads=num_heads)
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+
+    lower = 2 ** int(math.floor(math.log2(num_heads)))  # largest power of two <= h
+    slopes = power_of_two(lower) + power_of_two(2 * lower)[0::2][: num_heads - lower]
+    return torch.tensor(slopes, dtype=torch.float64)  # (h,)
+
+
+def alibi_bias(num_heads: int, t_q: int, t_k: int) -> Tensor:
+    """ALiBi's additive bias -m_h (i - j) of query i against key j, shape (h, t_q, t_k).
+
+    Positions are aligned bottom-right, as when a model decodes with a cache of keys: the last
+    query and the last key share a position, so query i (0 .. t_q-1) sits at t_k - t_q + i
+    and t_q must be at most t_k. With t_q = t_k, query i is at position i. Keys after their
+    query (j > i) get a positive bias: ALiBi is meant for causal attention, whose mask hides
+    them. (The package's :func:`~attention.causal_mask` aligns top-left, so for t_q < t_k use
+    a bottom-right mask with this bias.)
+    """
+    check_sizes(num_heads=num_heads, t_q=t_q, t_k=t_k)
+    if t_q > t_k:
+        raise ValueError(
+            f"t_q must be at most t_k (queries are the last t_q positions), got t_q={t_q} "
+            f"and t_k={t_k}"
+        )
+    query_pos = torch.arange(t_k - t_q, t_k, dtype=torch.float64)  # (t_q,)
+    key_pos = torch.arange(t_k, dtype=torch.float64)  # (t_k,)
+    offset = key_pos[None, :] - query_pos[:, None]  # (t_q, t_k), j - i = -(i - j)
+    slopes = _alibi_slopes64(num_heads)  # (h,)
+    return (slopes[:, None, None] * offset).to(torch.get_default_dtype())  # (h, t_q, t_k)
+
+

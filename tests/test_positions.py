@@ -1,0 +1,216 @@
+"""Positions: the sinusoidal table, learned positions, RoPE and ALiBi, against their formulas."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attention import (
+    LearnedPositions,
+    RotaryEmbedding,
+    alibi_bias,
+    alibi_slopes,
+    rotary_permutation,
+    sinusoidal_positions,
+)
+
+FAST = settings(max_examples=25, deadline=None)
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
+
+
+def _randn(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# --- sinusoidal table -------------------------------------------------------------------------
+
+
+def test_sinusoidal_table_is_the_formula_of_vaswani_et_al() -> None:
+    t, d = 7, 6
+    expected = [
+        [
+            math.sin(p / 10000 ** (k / d)) if k % 2 == 0 else math.cos(p / 10000 ** ((k - 1) / d))
+            for k in range(d)
+        ]
+        for p in range(t)
+    ]
+    table = sinusoidal_positions(t, d)
+    assert table.shape == (t, d) and table.dtype == torch.get_default_dtype()
+    expected = torch.tensor(expected, dtype=torch.float64)
+    torch.testing.assert_close(table.double(), expected, atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_shifting_a_position_by_k_is_one_linear_map_for_every_position(k: int) -> None:
+    """PE(p + k) = PE(p) M_k, M_k block-diagonal with the rotations [[cos, -sin], [sin, cos]]."""
+    t, d = 40, 8
+    table = sinusoidal_positions(t + k, d).double()
+    m_k = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(d // 2):
+        angle = k / 10000 ** (2 * i / d)
+        c, s = math.cos(angle), math.sin(angle)
+        m_k[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, -s], [s, c]])
+    torch.testing.assert_close(table[:t] @ m_k, table[k:], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("t", "d", "message"),
+    [(4, 5, r"d must be even .* got 5"), (0, 4, r"t must be at least 1, got 0"),
+     (4, 2.0, r"d must be an integer, got 2.0")],
+)
+def test_sinusoidal_bad_sizes(t: int, d: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        sinusoidal_positions(t, d)
+
+
+# --- learned positions ------------------------------------------------------------------------
+
+
+def test_learned_positions_add_one_trained_row_per_position() -> None:
+    torch.manual_seed(0)
+    positions = LearnedPositions(context_length=6, d=4)
+    x = torch.randn(2, 3, 4)
+    table = positions.embedding.weight.detach()  # (6, 4)
+    torch.testing.assert_close(positions(x).detach(), x + table[:3])
+    torch.testing.assert_close(positions(x, start=3).detach(), x + table[3:6])
+
+
+def test_learned_positions_refuse_positions_past_the_table() -> None:
+    positions = LearnedPositions(context_length=6, d=4)
+    with pytest.raises(ValueError, match=r"at most context_length=6, got 7"):
+        positions(torch.zeros(1, 7, 4))
+    with pytest.raises(ValueError, match=r"at most context_length=6, got 8"):
+        positions(torch.zeros(1, 3, 4), start=5)
+    with pytest.raises(ValueError, match=r"last dimension d=4, got 5"):
+        positions(torch.zeros(1, 3, 5))
+    with pytest.raises(ValueError, match=r"start must be an integer >= 0, got -1"):
+        positions(torch.zeros(1, 3, 4), start=-1)
+
+
+# --- rotary embeddings ------------------------------------------------------------------------
+
+
+def _rotate_pairs_by_hand(x: list[float], p: int, interleaved: bool, base: float) -> list[float]:
+    """Rotate feature pair i of one token at position p by p base^(-2i/d), pair by pair."""
+    d = len(x)
+    out = list(x)
+    for i in range(d // 2):
+        a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + d // 2)
+        angle = p * base ** (-2 * i / d)
+        out[a] = x[a] * math.cos(angle) - x[b] * math.sin(angle)
+        out[b] = x[a] * math.sin(angle) + x[b] * math.cos(angle)
+    return out
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rope_rotates_each_pair_by_position_times_frequency(interleaved: bool) -> None:
+    x = _randn(0, 5, 6)
+    rope = RotaryEmbedding(6, base=100.0, interleaved=interleaved)
+    expected = [_rotate_pairs_by_hand(x[p].tolist(), p + 2, interleaved, 100.0) for p in range(5)]
+    torch.testing.assert_close(rope(x, start=2), torch.tensor(expected, dtype=torch.float64))
+
+
+@FAST
+@given(m=st.integers(0, 200), n=st.integers(0, 200), shift=st.integers(0, 500), seed=seeds,
+       interleaved=st.booleans())
+def test_rope_score_depends_only_on_the_offset_m_minus_n(
+    m: int, n: int, shift: int, seed: int, interleaved: bool
+) -> None:
+    """<R_m q, R_n k> = <R_(m+s) q, R_(n+s) k>: the score sees m - n only."""
+    rope = RotaryEmbedding(8, interleaved=interleaved)
+    q, k = _randn(seed, 1, 8), _randn(seed + 1, 1, 8)
+    score = (rope(q, start=m) * rope(k, start=n)).sum()
+    shifted = (rope(q, start=m + shift) * rope(k, start=n + shift)).sum()
+    torch.testing.assert_close(score, shifted, atol=1e-9, rtol=1e-9)
+
+
+def test_rope_start_continues_the_positions() -> None:
+    rope = RotaryEmbedding(8)
+    x = _randn(1, 2, 3, 10, 8)  # (b, h, t, d_h)
+    torch.testing.assert_close(rope(x)[..., 4:, :], rope(x[..., 4:, :], start=4))
+
+
+def test_the_two_pairings_are_the_same_up_to_a_permutation() -> None:
+    halves, interleaved = RotaryEmbedding(8), RotaryEmbedding(8, interleaved=True)
+    perm = rotary_permutation(8)
+    assert perm.tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    x = _randn(2, 2, 5, 8)
+    torch.testing.assert_close(halves(x[..., perm]), interleaved(x)[..., perm])
+    assert not torch.allclose(halves(x), interleaved(x))  # the pairing does matter
+
+
+def test_permuting_query_and_key_weights_turns_one_pairing_into_the_other() -> None:
+    """A model trained with interleaved pairs equals one with halves, W_q, W_k rows permuted."""
+    tokens = _randn(3, 6, 5)  # (t, d_in)
+    w_q, w_k = _randn(4, 8, 5), _randn(5, 8, 5)  # nn.Linear layout: (d_h, d_in)
+    halves, interleaved = RotaryEmbedding(8), RotaryEmbedding(8, interleaved=True)
+    perm = rotary_permutation(8)
+    scores = interleaved(tokens @ w_q.T) @ interleaved(tokens @ w_k.T).T  # (t, t)
+    permuted = halves(tokens @ w_q[perm].T) @ halves(tokens @ w_k[perm].T).T  # (t, t)
+    torch.testing.assert_close(permuted, scores)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: RotaryEmbedding(7), r"d_h must be even .* got 7"),
+        (lambda: RotaryEmbedding(8, base=1.0), r"base must be a number > 1, got 1.0"),
+        (lambda: RotaryEmbedding(8)(torch.zeros(3, 6)), r"d_h=8, got shape \(3, 6\)"),
+        (lambda: RotaryEmbedding(8)(torch.zeros(8)), r"d_h=8, got shape \(8,\)"),
+        (lambda: RotaryEmbedding(8)(torch.zeros(3, 8), start=1.5), r"start must be .* 1.5"),
+        (lambda: rotary_permutation(3), r"d_h must be even .* got 3"),
+    ],
+)
+def test_rope_bad_input(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]
+
+
+# --- ALiBi ------------------------------------------------------------------------------------
+
+# Press et al. (2022): 2^(-8/n), 2^(-16/n), ... for n a power of two; otherwise the slopes of the
+# largest power of two below n, then every other slope of twice that many heads.
+EXPECTED_SLOPES = {
+    1: [1 / 256],
+    3: [1 / 16, 1 / 256, 1 / 4],
+    8: [1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256],
+    12: [1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, 1 / 128, 1 / 256]
+    + [2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5],
+    16: [2 ** (-k / 2) for k in range(1, 17)],
+}
+
+
+@pytest.mark.parametrize("num_heads", sorted(EXPECTED_SLOPES))
+def test_alibi_slopes_follow_the_papers_recipe(num_heads: int) -> None:
+    expected = torch.tensor(EXPECTED_SLOPES[num_heads], dtype=torch.float64)
+    torch.testing.assert_close(alibi_slopes(num_heads).double(), expected, rtol=1e-6, atol=0)
+
+
+def test_alibi_bias_is_minus_slope_times_distance() -> None:
+    bias = alibi_bias(2, 4, 4)  # slopes 1/16, 1/256
+    assert bias.shape == (2, 4, 4)
+    for h, slope in enumerate([1 / 16, 1 / 256]):
+        for i in range(4):
+            for j in range(4):
+                assert bias[h, i, j].item() == pytest.approx(-slope * (i - j))
+
+
+def test_alibi_queries_are_the_last_positions_when_fewer_than_keys() -> None:
+    full = alibi_bias(3, 7, 7)
+    torch.testing.assert_close(alibi_bias(3, 2, 7), full[:, 5:, :])
+    torch.testing.assert_close(alibi_bias(3, 1, 7)[:, 0, -1], torch.zeros(3))  # same position
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: alibi_slopes(0), r"num_heads must be at least 1, got 0"),
+        (lambda: alibi_bias(2, 5, 3), r"t_q must be at most t_k .* got t_q=5 and t_k=3"),
+        (lambda: alibi_bias(2, 0, 3), r"t_q must be at least 1, got 0"),
+    ],
+)
+def test_alibi_bad_input(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]

@@ -1,0 +1,307 @@
+"""The Transformer block equals PyTorch's; the tiny model, its training and its head scores."""
+
+import pytest
+import torch
+from torch import nn
+
+from attention import (
+    RotaryEmbedding,
+    TinyTransformer,
+    TransformerBlock,
+    alibi_bias,
+    head_scores,
+    induction_data,
+    lookback_data,
+    next_token_accuracy,
+    train_lm,
+)
+
+POSITIONS = [None, "learned", "sinusoidal", "rope", "alibi"]
+
+
+def _torch_layer(norm_first: bool, activation: str, dropout: float = 0.0) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.TransformerEncoderLayer(
+        8, 2, 16, dropout=dropout, activation=activation, batch_first=True,
+        norm_first=norm_first, dtype=torch.float64,
+    )
+
+
+def _causal_src_mask(t: int) -> torch.Tensor:
+    return nn.Transformer.generate_square_subsequent_mask(t, dtype=torch.float64)
+
+
+# --- the block against torch.nn.TransformerEncoderLayer ----------------------------------------
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_block_equals_torch_encoder_layer(norm_first: bool, causal: bool, activation: str) -> None:
+    layer = _torch_layer(norm_first, activation, dropout=0.1).eval()
+    block = TransformerBlock.from_torch(layer, causal=causal)
+    assert not block.training and block.norm_first == norm_first
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    mask = _causal_src_mask(5) if causal else None
+    with torch.no_grad():
+        expected = layer(x, src_mask=mask, is_causal=causal)
+        torch.testing.assert_close(block(x), expected, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_block_drops_what_torch_drops_in_training(
+    norm_first: bool, causal: bool, activation: str
+) -> None:
+    """Same seed, same four dropout masks (attention weights, both residual branches, FFN).
+
+    One sequence (b = 1): torch's attention output is laid out (t, b, d) in memory and its
+    dropout mask is drawn in that order, which for b = 1 is our (b, t, d) order.
+    """
+    layer = _torch_layer(norm_first, activation, dropout=0.2)
+    block = TransformerBlock.from_torch(layer, causal=causal)
+    assert block.training
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    mask = _causal_src_mask(6) if causal else None
+    torch.manual_seed(5)
+    expected = layer(x, src_mask=mask, is_causal=causal)
+    torch.manual_seed(5)
+    ours = block(x)
+    torch.testing.assert_close(ours, expected, atol=1e-10, rtol=0)
+    torch.testing.assert_close(block.eval()(x), layer.eval()(x, src_mask=mask, is_causal=causal))
+    assert not torch.allclose(ours, block(x))  # dropout was on in training mode
+
+
+def test_attention_weights_are_torchs_per_head_weights() -> None:
+    layer = _torch_layer(True, "gelu").eval()
+    block = TransformerBlock.from_torch(layer, causal=True)
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    _, weights = block(x, return_weights=True)
+    normed = layer.norm1(x)
+    _, expected = layer.self_attn(
+        normed, normed, normed, attn_mask=_causal_src_mask(5), average_attn_weights=False
+    )
+    assert weights.shape == (2, 2, 5, 5)
+    torch.testing.assert_close(weights, expected, atol=1e-10, rtol=0)
+
+
+def test_a_float_mask_is_added_per_head_as_torch_adds_it() -> None:
+    """ALiBi's bias (h, t, t) as attn_mask equals torch's layer given the same (b h, t, t) mask.
+
+    Outside ``torch.no_grad()``: torch's inference fast path does not apply a 3-d mask per head
+    (pytorch/pytorch#102333), its reference path does.
+    """
+    layer = _torch_layer(True, "gelu").eval()
+    block = TransformerBlock.from_torch(layer, causal=True)
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    bias = alibi_bias(2, 5, 5).double() * 8  # (h, t, t), steep enough to matter
+    torch_mask = (bias + _causal_src_mask(5)).repeat(3, 1, 1)  # (b h, t, t)
+    expected = layer(x, src_mask=torch_mask).detach()
+    torch.testing.assert_close(block(x, attn_mask=bias).detach(), expected, atol=1e-10, rtol=0)
+    assert not torch.allclose(block(x).detach(), expected)
+
+
+def test_a_bool_mask_keeps_what_is_true_and_adds_to_the_causal_mask() -> None:
+    block = TransformerBlock(8, 2, 16, causal=True).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    keep = torch.ones(5, 5, dtype=torch.bool)
+    keep[:, 0] = False  # nobody may look at token 0 ...
+    keep[0, 0] = True  # ... except token 0 itself
+    _, weights = block(x, attn_mask=keep, return_weights=True)
+    assert (weights[..., 1:, 0] == 0).all() and (weights.triu(1) == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 5, dtype=torch.float64))
+
+
+def test_self_attention_without_positions_is_permutation_equivariant() -> None:
+    torch.manual_seed(0)
+    x, perm = torch.randn(2, 6, 8), torch.randperm(6)
+    plain = TransformerBlock(8, 2, 16).eval()
+    torch.testing.assert_close(plain(x[:, perm]), plain(x)[:, perm], atol=1e-6, rtol=0)
+    for block in (
+        TransformerBlock(8, 2, 16, causal=True),  # the mask breaks it ...
+        TransformerBlock(8, 2, 16, rotary=RotaryEmbedding(4)),  # ... and so do rotations
+    ):
+        block.load_state_dict(plain.state_dict())
+        assert not torch.allclose(block.eval()(x[:, perm]), block(x)[:, perm], atol=1e-3)
+
+
+def test_an_attention_only_block_has_no_feed_forward_network() -> None:
+    torch.manual_seed(0)
+    block = TransformerBlock(8, 2, 16, mlp=False).eval()
+    assert not hasattr(block, "linear1")
+    x = torch.randn(2, 4, 8)
+    torch.testing.assert_close(block(x), x + block.attend(block.norm1(x))[0])
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: TransformerBlock(10, 4, 16), r"d_model=10 and num_heads=4"),
+        (lambda: TransformerBlock(8, 2, 0), r"d_ff must be at least 1, got 0"),
+        (lambda: TransformerBlock(8, 2, 16, dropout=1.0), r"dropout must be in \[0, 1\)"),
+        (lambda: TransformerBlock(8, 2, 16, activation="tanh"), r"'gelu' or 'relu', got 'tanh'"),
+        (lambda: TransformerBlock(8, 2, 16, rotary=RotaryEmbedding(8)), r"d_h=4, got d_h=8"),
+        (lambda: TransformerBlock(8, 2, 16)(torch.zeros(2, 4, 6)), r"d_model=8, got 6"),
+        (lambda: TransformerBlock.from_torch(nn.Linear(2, 2)), r"TransformerEncoderLayer, got"),
+        (
+            lambda: TransformerBlock.from_torch(nn.TransformerEncoderLayer(8, 2, 16)),
+            r"batch_first=True .* got False",
+        ),
+        (
+            lambda: TransformerBlock.from_torch(
+                nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, bias=False)
+            ),
+            r"must have biases",
+        ),
+        (
+            lambda: TransformerBlock.from_torch(
+                nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, activation=torch.tanh)
+            ),
+            r"gelu or relu, got",
+        ),
+    ],
+)
+def test_block_bad_input(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]
+
+
+# --- the tiny language model ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_tiny_transformer_is_causal(positions: str | None) -> None:
+    """Changing the tokens after position 3 leaves the logits up to position 3 unchanged."""
+    torch.manual_seed(0)
+    model = TinyTransformer(11, 8, 2, 2, context_length=8, positions=positions).eval()
+    idx = torch.randint(11, (2, 8))
+    other = idx.clone()
+    other[:, 4:] = (other[:, 4:] + 1) % 11
+    logits, weights = model(idx, return_weights=True)
+    assert logits.shape == (2, 8, 11) and [w.shape for w in weights] == [(2, 2, 8, 8)] * 2
+    torch.testing.assert_close(model(other)[:, :4], logits[:, :4])
+    assert not torch.allclose(model(other)[:, 4:], logits[:, 4:])
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_only_learned_positions_stop_at_the_context_length(positions: str | None) -> None:
+    model = TinyTransformer(11, 8, 2, 1, context_length=4, positions=positions)
+    idx = torch.zeros(1, 6, dtype=torch.long)
+    if positions == "learned":
+        with pytest.raises(ValueError, match=r"at most context_length=4, got 6"):
+            model(idx)
+    else:
+        assert model(idx).shape == (1, 6, 11)
+
+
+def test_positions_tell_tokens_apart_only_when_there_are_some() -> None:
+    """With no positions and the same token everywhere, every position gets the same logits."""
+    idx = torch.full((1, 5), 3)
+    schemes = [(None, True), ("learned", False), ("sinusoidal", False), ("rope", True)]
+    for positions, same in [*schemes, ("alibi", True)]:  # rope, alibi: where to look, not what
+        torch.manual_seed(0)
+        logits = TinyTransformer(11, 8, 2, 1, 5, positions=positions).eval()(idx)
+        assert torch.allclose(logits, logits[:, :1].expand_as(logits), atol=1e-6) == same
+
+
+@pytest.mark.parametrize("positions", POSITIONS[1:])
+def test_each_scheme_changes_the_logits(positions: str) -> None:
+    """The same weights without positions give other logits: the scheme is used."""
+    torch.manual_seed(0)
+    model = TinyTransformer(11, 8, 2, 2, 6, positions=positions).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_()  # scores far from 0, so that attention is far from uniform
+    plain = TinyTransformer(11, 8, 2, 2, 6, positions=None).eval()
+    plain.load_state_dict(model.state_dict(), strict=False)  # all but a learned table
+    idx = torch.randint(11, (2, 6))
+    assert not torch.allclose(model(idx), plain(idx), atol=1e-4)
+
+
+def test_train_lm_is_deterministic_and_learns_to_look_back() -> None:
+    def run(seed: int = 0) -> tuple[list[float], TinyTransformer]:
+        torch.manual_seed(0)
+        model = TinyTransformer(8, 16, 2, 1, context_length=8, positions="rope", mlp=False)
+        losses = train_lm(model, lambda g: lookback_data(16, 8, 8, g), 60, lr=1e-2, seed=seed)
+        return losses, model
+
+    losses, model = run()
+    assert losses == run()[0] and len(losses) == 60 and not model.training
+    assert run(seed=1)[0][0] != losses[0]  # the seed draws the batches
+    assert losses[-1] < 0.3 * losses[0]
+    test = lookback_data(64, 8, 8, torch.Generator().manual_seed(1))
+    assert next_token_accuracy(model, *test) > 0.9
+
+
+def test_induction_data_repeats_a_segment_and_scores_only_the_repeat() -> None:
+    inputs, targets = induction_data(50, 12, 10, torch.Generator().manual_seed(0), 3, 6)
+    assert inputs.shape == targets.shape == (50, 12)
+    periods = set()
+    for row, target in zip(inputs.tolist(), targets.tolist(), strict=True):
+        period = row.index(row[0], 1)  # where the segment starts again
+        periods.add(period)
+        assert len(set(row[:period])) == period and 3 <= period <= 6
+        assert all(row[i] == row[i % period] for i in range(12))
+        assert target[:period] == [-100] * period
+        assert target[period:] == [row[(i + 1) % period] for i in range(period, 12)]
+    assert periods == {3, 4, 5, 6}
+
+
+def test_lookback_data_targets_are_the_earlier_tokens() -> None:
+    inputs, targets = lookback_data(4, 7, 5, torch.Generator().manual_seed(0), offset=2)
+    assert (targets[:, :2] == -100).all() and (targets[:, 2:] == inputs[:, :-2]).all()
+
+
+class _FixedAttention(nn.Module):
+    """A stand-in model whose single layer attends with a given pattern (t, t)."""
+
+    def __init__(self, pattern: torch.Tensor) -> None:
+        super().__init__()
+        self.pattern = pattern
+
+    def forward(self, idx: torch.Tensor, return_weights: bool = False) -> object:
+        b, t = idx.shape
+        return None, [self.pattern.expand(b, 1, t, t)]
+
+
+def test_head_scores_recognise_previous_token_and_induction_patterns() -> None:
+    tokens = torch.tensor([[5, 1, 7, 2, 5, 1, 7, 2]])  # period 4
+    previous = torch.eye(8).roll(-1, dims=1).tril()  # query i on key i - 1 (query 0 on itself)
+    previous[0, 0] = 1.0
+    induction = torch.zeros(8, 8)
+    for i in range(4, 8):
+        induction[i, i - 3] = 1.0  # token i occurred at i - 4: look at what came next
+    induction[:4] = previous[:4]
+    prev_scores, ind_scores = head_scores(_FixedAttention(previous), tokens)
+    assert prev_scores.tolist() == [[1.0]] and ind_scores.tolist() == [[0.0]]
+    prev_scores, ind_scores = head_scores(_FixedAttention(induction), tokens)
+    assert ind_scores.tolist() == [[1.0]] and prev_scores.item() == pytest.approx(3 / 7)
+    with pytest.raises(ValueError, match=r"must repeat a token"):
+        head_scores(_FixedAttention(previous), torch.arange(8)[None])
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: TinyTransformer(11, 8, 2, 1, 4, positions="absolute"), r"got 'absolute'"),
+        (lambda: TinyTransformer(11, 8, 3, 1, 4), r"d_model=8 and num_heads=3"),
+        (lambda: TinyTransformer(11, 8, 2, 1, 4)(torch.zeros(1, 3)), r"idx must hold integer"),
+        (lambda: TinyTransformer(11, 8, 2, 1, 4)(torch.tensor([[1, 11]])), r"from 1 to 11"),
+        (lambda: train_lm(nn.Linear(2, 2), lambda g: None, steps=0), r"steps must be at least 1"),
+        (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, lr=0), r"lr must be .* got 0"),
+        (lambda: induction_data(4, 12, 5, max_period=6), r"max_period=6, vocab_size=5"),
+        (lambda: induction_data(4, 12, 16, min_period=5, max_period=4), r"min_period=5"),
+        (lambda: lookback_data(4, 3, 5, offset=3), r"offset must be less than seq_len=3, got 3"),
+        (
+            lambda: next_token_accuracy(
+                TinyTransformer(5, 8, 2, 1, 4), torch.zeros(1, 3, dtype=torch.long),
+                torch.full((1, 3), -100),
+            ),
+            r"with 0 scored",
+        ),
+    ],
+)
+def test_model_and_training_bad_input(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]
