@@ -30,15 +30,8 @@ from .positions import (
     sinusoidal_positions,
 )
 from .self_attention import SelfAttentionV1, SelfAttentionV2
-from .transformer import (
-    TinyTransformer,
-    TransformerBlock,
-    head_scores,
-    induction_data,
-    lookback_data,
-    next_token_accuracy,
-    train_lm,
-)
+from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
+from .transformer import TinyTransformer, TransformerBlock
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,6 @@
-"""The Transformer block, a tiny decoder-only language model, and the experiments of the book.
+"""The Transformer block and a tiny decoder-only language model built from it.
+
+Training and the experiments of the book are in :mod:`attention.training`.
 
 Notation (see CONTRIBUTING.md):
     b        batch size
@@ -32,15 +34,7 @@ from ._checks import check_dropout, check_input, check_sizes, check_token_ids
 from .functional import additive_causal_mask, attention_weights
 from .positions import LearnedPositions, RotaryEmbedding, alibi_bias, sinusoidal_positions
 
-__all__ = [
-    "TinyTransformer",
-    "TransformerBlock",
-    "head_scores",
-    "induction_data",
-    "lookback_data",
-    "next_token_accuracy",
-    "train_lm",
-]
+__all__ = ["TinyTransformer", "TransformerBlock"]
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "relu": F.relu}
 POSITIONS = (None, "learned", "sinusoidal", "rope", "alibi")
@@ -272,133 +266,3 @@ class TinyTransformer(nn.Module):
             all_weights.append(attn_weights)  # (b, h, t, t)
         logits = self.lm_head(self.final_norm(x))  # (b, t, V)
         return (logits, all_weights) if return_weights else logits
-
-
-def train_lm(
-    model: nn.Module,
-    data: Callable[[torch.Generator], tuple[Tensor, Tensor]],
-    steps: int,
-    lr: float = 1e-3,
-    seed: int = 0,
-) -> list[float]:
-    """Train ``model`` with AdamW on next-token cross-entropy; return the loss of each step.
-
-    ``data(generator)`` returns a batch (inputs (b, t), targets (b, t)); a target of -100 is
-    not scored. The batches are drawn from a generator seeded with ``seed``, so the same model
-    initialisation, data and seed give the same losses. The model is left in eval mode.
-    """
-    check_sizes(steps=steps)
-    if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:
-        raise ValueError(f"lr must be a number > 0, got {lr!r}")
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    model.train()
-    losses = []
-    for _ in range(steps):
-        inputs, targets = data(generator)  # (b, t), (b, t)
-        logits = model(inputs)  # (b, t, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
-
-
-def induction_data(
-    batch_size: int,
-    seq_len: int,
-    vocab_size: int,
-    generator: torch.Generator | None = None,
-    min_period: int = 2,
-    max_period: int | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Repeated random segments: inputs (b, seq_len) and next-token targets (b, seq_len).
-
-    Each row repeats a segment of P distinct random tokens, P drawn per row from
-    [min_period, max_period] (default max: min(vocab_size, seq_len // 2)), until it is
-    seq_len + 1 tokens long; inputs are its first seq_len tokens, targets its last seq_len.
-    From i = P on, token i occurred before, at i - P, and its target is the token that followed
-    it there: an induction head can copy it (Olsson et al., 2022). Earlier targets cannot be
-    predicted and are -100 (not scored). P varies, so no fixed offset finds the earlier copy.
-    """
-    check_sizes(
-        batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, min_period=min_period
-    )
-    max_period = min(vocab_size, seq_len // 2) if max_period is None else max_period
-    check_sizes(max_period=max_period)
-    if not min_period <= max_period <= min(vocab_size, seq_len - 1):
-        raise ValueError(
-            f"need min_period <= max_period <= min(vocab_size, seq_len - 1), got "
-            f"min_period={min_period}, max_period={max_period}, vocab_size={vocab_size}, "
-            f"seq_len={seq_len}"
-        )
-    periods = torch.randint(min_period, max_period + 1, (batch_size, 1), generator=generator)
-    segments = torch.rand(batch_size, vocab_size, generator=generator).argsort(dim=1)  # (b, V)
-    positions = torch.arange(seq_len + 1)[None, :]  # (1, seq_len + 1)
-    sequence = segments.gather(1, positions % periods)  # (b, seq_len + 1)
-    inputs, targets = sequence[:, :-1], sequence[:, 1:]  # (b, seq_len) each
-    targets = targets.masked_fill(positions[:, :-1] < periods, -100)  # first copy: unscored
-    return inputs, targets
-
-
-def lookback_data(
-    batch_size: int,
-    seq_len: int,
-    vocab_size: int,
-    generator: torch.Generator | None = None,
-    offset: int = 1,
-) -> tuple[Tensor, Tensor]:
-    """Random tokens (b, seq_len) and targets (b, seq_len): target i is token i - offset.
-
-    A task that only positions can solve: the answer's content is random, only its place is
-    fixed. The first ``offset`` targets have nothing to look back at and are -100 (not scored).
-    """
-    check_sizes(batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, offset=offset)
-    if offset >= seq_len:
-        raise ValueError(f"offset must be less than seq_len={seq_len}, got {offset}")
-    inputs = torch.randint(vocab_size, (batch_size, seq_len), generator=generator)  # (b, t)
-    targets = torch.full_like(inputs, -100)  # (b, t)
-    targets[:, offset:] = inputs[:, :-offset]
-    return inputs, targets
-
-
-@torch.no_grad()
-def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> float:
-    """The fraction of scored targets (not -100) that the model's argmax predicts."""
-    scored = targets != -100  # (b, t)
-    if targets.shape != inputs.shape or not scored.any():
-        raise ValueError(
-            f"targets must have the inputs' shape {tuple(inputs.shape)} and a scored entry "
-            f"(not -100), got shape {tuple(targets.shape)} with {int(scored.sum())} scored"
-        )
-    model.eval()
-    predictions = model(inputs).argmax(dim=-1)  # (b, t)
-    return (predictions[scored] == targets[scored]).double().mean().item()
-
-
-@torch.no_grad()
-def head_scores(model: TinyTransformer, inputs: Tensor) -> tuple[Tensor, Tensor]:
-    """Previous-token and induction scores of every head: two tensors (num_layers, h).
-
-    Previous-token score: the mean attention weight of query i on key i - 1 (i >= 1).
-    Induction score (Olsson et al., 2022): for each query i whose token occurred before, at
-    j < i, the total weight on the keys j + 1 that follow those earlier occurrences; averaged
-    over such queries. ``model(inputs, return_weights=True)`` must return (logits, weights),
-    weights a list of one (b, h, t, t) tensor per layer, as :class:`TinyTransformer` does.
-    """
-    model.eval()
-    _, all_weights = model(inputs, return_weights=True)
-    attn = torch.stack(all_weights, dim=1)  # (b, L, h, t, t)
-    same = inputs[:, :, None] == inputs[:, None, :]  # (b, t, t): token i == token j
-    earlier = same & torch.ones_like(same).tril(-1)  # (b, t, t): j < i
-    after = torch.zeros_like(earlier)
-    after[:, :, 1:] = earlier[:, :, :-1]  # (b, t, t): key j + 1 follows an earlier copy j
-    queries = after.any(dim=2)  # (b, t): queries with an earlier occurrence
-    if not queries.any():
-        raise ValueError("inputs must repeat a token (an induction score needs one), got none")
-    induction = (attn * after[:, None, None]).sum(-1)  # (b, L, h, t)
-    induction = (induction * queries[:, None, None]).sum((0, 3)) / queries.sum()  # (L, h)
-    previous = attn.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 3))  # (L, h)
-    return previous, induction
