@@ -205,3 +205,16 @@ def test_plus_inf_in_an_additive_mask_makes_its_row_nan_like_torch() -> None:
     torch.testing.assert_close(
         scaled_dot_product_attention(q, k, v, attn_mask=mask), expected, equal_nan=True
     )
+
+
+@pytest.mark.parametrize("bad", [NAN, INF])
+@pytest.mark.parametrize("block_size", [1, 2, 4, 64])
+def test_a_bad_value_hidden_by_causality_reaches_every_row_in_both(bad, block_size) -> None:
+    """In A V a hidden value meets a weight of exactly 0, and 0 · nan = 0 · inf = nan; flash
+    must not lose it by skipping the tiles above the diagonal, whatever the tiling."""
+    q, k, v = (x.detach() for x in qkv(1, 6, 6))
+    v[0, 4, 1] = bad
+    expected = scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.isnan(expected[0, :4, 1]).all()  # rows 0-3 cannot see key 4: weight 0
+    out = flash_attention(q, k, v, is_causal=True, block_size=block_size)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12, equal_nan=True)

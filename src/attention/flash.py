@@ -78,6 +78,9 @@ def _flash_forward(
     """
     acc_dtype = _accumulation_dtype(query.dtype)
     t_q, t_k = query.shape[-2], key.shape[-2]
+    # Tiles above the diagonal are skipped, unless a value is nan or inf: then every tile is
+    # visited, so that 0 · nan = nan reaches each row exactly as it does in A V.
+    skip_above = is_causal and bool(torch.isfinite(value).all())
     out = query.new_empty(*query.shape[:-1], value.shape[-1])  # (..., t_q, d_v)
     lse = query.new_empty(query.shape[:-1], dtype=acc_dtype)  # (..., t_q)
     for q_start in range(0, t_q, block_size):
@@ -87,7 +90,7 @@ def _flash_forward(
         l = q_blk.new_zeros((*query.shape[:-2], n_q))  # (..., n_q)
         acc = q_blk.new_zeros((*query.shape[:-2], n_q, value.shape[-1]))  # (..., n_q, d_v)
         for k_start in range(0, t_k, block_size):
-            if is_causal and k_start > q_start + n_q - 1:
+            if skip_above and k_start > q_start + n_q - 1:
                 break  # this key block and all later ones lie above the diagonal
             k_blk = key[..., k_start : k_start + block_size, :].to(acc_dtype)  # (..., n_k, d_k)
             v_blk = value[..., k_start : k_start + block_size, :].to(acc_dtype)  # (..., n_k, d_v)
@@ -219,9 +222,9 @@ def flash_attention(
         (..., t_q, d_v), equal to scaled dot-product attention up to rounding (float32
         statistics for half inputs, see the module docstring). With no keys (t_k = 0) every row
         is zero, as in torch. A nan or inf in a query, or in a key or value the query may see,
-        propagates as in :func:`attention.scaled_dot_product_attention`; a key that causality
-        hides never reaches the row, and whether a nan in a hidden value does depends on the
-        tiling (0 · nan = nan inside a tile that crosses the diagonal, nothing from a skipped tile).
+        propagates as in :func:`attention.scaled_dot_product_attention`: a key that causality
+        hides never reaches the row, and a nan or inf in a hidden value does, through
+        0 · nan = nan, as in A V (tiles above the diagonal are then visited, not skipped).
 
     Gradients are first-order only: the backward is hand-written and itself not differentiable,
     so a second derivative raises a RuntimeError instead of returning a wrong value.
