@@ -79,8 +79,10 @@ def _flash_forward(
     acc_dtype = _accumulation_dtype(query.dtype)
     t_q, t_k = query.shape[-2], key.shape[-2]
     # Tiles above the diagonal are skipped, unless a value is nan or inf: then every tile is
-    # visited, so that 0 · nan = nan reaches each row exactly as it does in A V.
-    skip_above = is_causal and bool(torch.isfinite(value).all())
+    # visited, so that 0 · nan = nan reaches each row exactly as it does in A V. A finite sum
+    # means every value is finite (an overflowing sum of finite values only costs the skipping),
+    # and the sum allocates no (t_k, d_v) temporary, which isfinite(value) would.
+    skip_above = is_causal and bool(torch.isfinite(value.sum(dtype=acc_dtype)))
     out = query.new_empty(*query.shape[:-1], value.shape[-1])  # (..., t_q, d_v)
     lse = query.new_empty(query.shape[:-1], dtype=acc_dtype)  # (..., t_q)
     for q_start in range(0, t_q, block_size):
