@@ -201,3 +201,22 @@ def test_hook_rejects_a_function_that_returns_no_figure(tmp_path: Path) -> None:
     assert hook.render_svg("ch01-a", figures["ch01-a"]).lstrip().startswith(b"<?xml")
     with pytest.raises(PluginError, match="'ch01-b': expected a matplotlib Figure, got NoneType"):
         hook.render_svg("ch01-b", figures["ch01-b"])
+
+
+def test_trained_heatmaps_show_a_previous_token_head_and_an_induction_head(draw) -> None:
+    # The chapter 9 model, trained once by the figure script: on a sequence of period P = 6,
+    # layer 0 head 0 looks one token back, layer 1 head 0 at the token after the earlier copy of
+    # the current one, i - P + 1, which is 5 places left of the diagonal.
+    fig = draw("ch09-induction-heads")
+    previous, induction = heatmap(fig, 0), heatmap(fig, 1)
+    t = previous.shape[0]
+    for weights in (previous, induction):
+        assert weights.shape == (t, t) and np.all(np.triu(weights, k=1) == 0)
+        np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
+    assert np.diagonal(previous, offset=-1).mean() > 0.5
+    # each query i >= 6 puts most of its weight on the keys after the earlier copies, i - 5,
+    # i - 11, ... (the stripes 5, 11, ... places left of the diagonal)
+    after_copies = [sum(induction[i, j] for j in range(i - 5, 0, -6)) for i in range(6, t)]
+    assert np.mean(after_copies) > 0.8
+    tokens, _ = tick_labels(fig.axes[0])
+    assert [tokens[i] for i in range(6, t)] == [tokens[i - 6] for i in range(6, t)]  # period 6

@@ -40,7 +40,7 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     allowed to see no key) gives zeros instead of nan; an empty dimension gives an empty result.
     """
     if x.shape[dim] == 0:
-        return torch.exp(x)  # an empty row has nothing to normalise (and amax would raise)
+        return torch.exp(x)  # an empty row has nothing to normalize (and amax would raise)
     row_max = x.amax(dim=dim, keepdim=True)
     row_max = row_max.masked_fill(row_max == float("-inf"), 0.0)  # all -inf row: exp(-inf) = 0
     exp_x = torch.exp(x - row_max)

@@ -198,7 +198,7 @@ class FusedMultiHeadAttention(nn.Module):
 
         The fused weight is W_query, W_key and W_value stacked along the output dimension, so
         that ``qkv(x)`` splits into the three projections; both dropout probabilities and the
-        training mode are carried over. Draws (and discards) a fresh random initialisation
+        training mode are carried over. Draws (and discards) a fresh random initialization
         first, so it advances the global random number generator.
         """
         fused = cls(

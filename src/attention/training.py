@@ -34,7 +34,7 @@ def train_lm(
 
     ``data(generator)`` returns a batch (inputs (b, t), targets (b, t)); a target of -100 is
     not scored. The batches are drawn from a generator seeded with ``seed``, so the same model
-    initialisation, data and seed give the same losses. The model is left in eval mode.
+    initialization, data and seed give the same losses. The model is left in eval mode.
     """
     check_sizes(steps=steps)
     if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:

@@ -4,7 +4,7 @@ Notation (see CONTRIBUTING.md): b batch size, h heads, t_q / t_k number of queri
 d_h head width (d_k = d_v = d_h), BLOCK_M query rows and BLOCK_N key rows per tile.
 
 Each program instance owns one block of BLOCK_M queries of one (batch, head) pair. It keeps
-the running maximum m, the running sum l and the unnormalised output acc of its rows in
+the running maximum m, the running sum l and the unnormalized output acc of its rows in
 registers and walks over the keys BLOCK_N at a time, exactly as :func:`attention.flash_attention`
 does in PyTorch (see that module for the online-softmax update). Two details differ:
 

@@ -1,0 +1,119 @@
+"""Figures of chapter 8: where is each token? Absolute, rotary, linear-bias and bucketed positions.
+
+Notation: t tokens, d width of a position vector, p a position counted from 0, i the position of a
+query and j that of a key, so that j - i is the key's offset from its query (negative: the key
+comes first); h heads, m_h the ALiBi slope of head h. Nothing here is trained: every figure is a
+formula or a table of the package, drawn.
+"""
+
+import math
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
+
+from attention import alibi_slopes, sinusoidal_positions
+
+
+def sinusoidal_table() -> Figure:
+    """The sinusoidal table PE (t, d) for t = 64, d = 64, and the dot products PE PE^T (t, t)."""
+    t, d = 64, 64
+    table = sinusoidal_positions(t, d)  # (t, d)
+    dots = table @ table.T  # (t, t): PE(p) . PE(q), a function of p - q only
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.6), layout="constrained")
+    image = axes[0].imshow(table.numpy(), cmap="RdBu_r", vmin=-1.0, vmax=1.0, aspect="auto")
+    axes[0].set_xlabel("feature $k$ (even: sin, odd: cos; frequency falls to the right)")
+    axes[0].set_ylabel("position $p$")
+    axes[0].set_title(f"$PE[p, k]$, $t = {t}$, $d = {d}$")
+    fig.colorbar(image, ax=axes[0], shrink=0.85)
+    image = axes[1].imshow(dots.numpy(), cmap="viridis", aspect="auto")
+    axes[1].set_xlabel("position $q$")
+    axes[1].set_ylabel("position $p$")
+    axes[1].set_title(r"$PE(p) \cdot PE(q)$: constant along each diagonal")
+    fig.colorbar(image, ax=axes[1], shrink=0.85)
+    fig.suptitle("The sinusoidal position table of Vaswani et al. (2017)")
+    return fig
+
+
+def alibi_biases() -> Figure:
+    """ALiBi's bias -m_h (i - j) against the distance i - j for the 12 slopes of 12 heads.
+
+    The first 8 are the slopes of 8 heads; of the 4 added for 12 heads (dashed), 2^-0.5 is the
+    steepest of all and the others lie between the first four.
+    """
+    num_heads = 12
+    distance = torch.arange(0, 33)  # i - j = 0 .. 32: keys at or before their query
+    slopes = alibi_slopes(num_heads).double()  # (h,)
+    fig, ax = plt.subplots(figsize=(8.8, 4.4), layout="constrained")
+    colors = plt.get_cmap("viridis")(torch.linspace(0.0, 0.9, 8).numpy())
+    for head, slope in enumerate(slopes.tolist()):
+        exponent = math.log2(slope)
+        # the heads added past the power of two are dashed, colored like the next gentler solid line
+        color = colors[head] if head < 8 else colors[round(-exponent - 0.5)]
+        style = "-" if head < 8 else "--"
+        label = f"head {head + 1}: $m = 2^{{{exponent:g}}}$"
+        ax.plot(distance, -slope * distance, style, color=color, label=label)
+    ax.set_xlabel("distance $i - j$ (key $j$ at or before query $i$)")
+    ax.set_ylabel("bias added to the score, $-m_h (i - j)$")
+    ax.set_ylim(-8.5, 0.5)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(frameon=False, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.set_title("ALiBi's fixed slopes for 12 heads; heads 1-8 are those of 8 heads "
+                 "(Press et al., 2022)")
+    return fig
+
+
+def t5_bucket(offset: int, bidirectional: bool, num_buckets: int = 32,
+              max_distance: int = 128) -> int:
+    """The bucket of T5's relative bias for a key at ``offset = j - i`` from its query.
+
+    Offsets 0 .. E-1 (E = half the buckets of a direction) get a bucket each; larger distances
+    share log-spaced buckets up to ``max_distance``, and every distance past it the last bucket.
+    A bidirectional (encoder) model gives half of the buckets to keys after the query.
+    """
+    first = 0
+    if bidirectional:
+        num_buckets //= 2  # buckets per direction
+        first = num_buckets if offset > 0 else 0  # keys after the query: the upper half
+        distance = abs(offset)
+    else:
+        distance = max(-offset, 0)  # causal: keys after the query are masked anyway
+    exact = num_buckets // 2
+    if distance < exact:
+        return first + distance
+    log_ratio = math.log(distance / exact) / math.log(max_distance / exact)  # 0 .. 1 up to max
+    return first + min(num_buckets - 1, exact + int(log_ratio * (num_buckets - exact)))
+
+
+def relative_buckets() -> Figure:
+    """Which learned relative embedding a key uses: Shaw et al.'s clipping and T5's buckets."""
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.2), layout="constrained",
+                             gridspec_kw={"width_ratios": [1, 2]})
+    k = 4
+    near = list(range(-10, 11))
+    axes[0].step(near, [max(-k, min(k, n)) for n in near], where="mid", color="#1b9e77")
+    axes[0].plot(near, [max(-k, min(k, n)) for n in near], "o", color="#1b9e77", markersize=3)
+    axes[0].set_xlabel("offset $j - i$")
+    axes[0].set_ylabel("index of the learned vector, clip$(j - i, k)$")
+    axes[0].set_title(f"Shaw et al. (2018), $k = {k}$: {2 * k + 1} vectors")
+    for bidirectional, color, name in ((True, "#7570b3", "encoder (both directions)"),
+                                       (False, "#d95f02", "decoder (causal: keys up to $i$)")):
+        offsets = list(range(-160, 161 if bidirectional else 1))
+        buckets = [t5_bucket(n, bidirectional) for n in offsets]
+        axes[1].step(offsets, buckets, where="mid", color=color, label=name)
+    for x in (-128, 128):
+        axes[1].axvline(x, color="0.6", linewidth=0.8, linestyle=":")
+    axes[1].set_xlabel("offset $j - i$ (negative: the key comes before its query)")
+    axes[1].set_ylabel("bucket")
+    axes[1].set_title("T5 (Raffel et al., 2020): 32 buckets, log-spaced up to 128")
+    axes[1].legend(frameon=False, loc="center right")
+    for ax in axes:
+        ax.spines[["top", "right"]].set_visible(False)
+    return fig
+
+
+FIGURES = {
+    "ch08-sinusoidal-table": sinusoidal_table,
+    "ch08-alibi-biases": alibi_biases,
+    "ch08-relative-buckets": relative_buckets,
+}
