@@ -18,6 +18,14 @@ from .functional import (
     softmax,
     softmax_naive,
 )
+from .io_model import (
+    IOCount,
+    TwoLevelMemory,
+    standard_attention_io,
+    standard_io_formula,
+    tiled_attention_io,
+    tiled_io_formula,
+)
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
 from .plotting import plot_attention
@@ -44,6 +52,7 @@ __all__ = [
     "CausalAttention",
     "CrossAttention",
     "FusedMultiHeadAttention",
+    "IOCount",
     "LearnedPositions",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
@@ -54,6 +63,7 @@ __all__ = [
     "Seq2SeqEncoder",
     "TinyTransformer",
     "TransformerBlock",
+    "TwoLevelMemory",
     "additive_causal_mask",
     "alibi_bias",
     "alibi_slopes",
@@ -72,5 +82,9 @@ __all__ = [
     "sinusoidal_positions",
     "softmax",
     "softmax_naive",
+    "standard_attention_io",
+    "standard_io_formula",
+    "tiled_attention_io",
+    "tiled_io_formula",
     "train_lm",
 ]
