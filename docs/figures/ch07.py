@@ -133,7 +133,7 @@ def roofline() -> Figure:
     """Attainable throughput min(P, I * beta) on an H100 SXM, with the attention kernels placed on it.
 
     The tiled kernel is placed twice: with K and V read from HBM once per query block (the
-    two-level count, equation (7.12)) and once per head, shared through the L2 cache (7.14).
+    two-level count, equation (7.16)) and once per head, shared through the L2 cache (7.18).
     """
     d_h, s, t = 64, 2, 4096
     flops = 4 * t * t * d_h  # equation (7.1), one head
