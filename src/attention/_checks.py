@@ -36,12 +36,16 @@ def check_sizes(**sizes: int) -> None:
             raise ValueError(f"{name} must be at least 1, got {value}")
 
 
-def check_heads(d_out: int, num_heads: int) -> None:
-    """Require an integer ``num_heads >= 1`` that divides d_out (head width d_h = d_out / h)."""
+def check_heads(d_out: int, num_heads: int, width_name: str = "d_out") -> None:
+    """Require an integer ``num_heads >= 1`` that divides d_out (head width d_h = d_out / h).
+
+    ``width_name`` is the width's name in the message (``d_out``, ``d_model``).
+    """
     check_sizes(num_heads=num_heads)
     if d_out % num_heads != 0:
         raise ValueError(
-            f"d_out must be divisible by num_heads, got d_out={d_out} and num_heads={num_heads}"
+            f"{width_name} must be divisible by num_heads, got {width_name}={d_out} and "
+            f"num_heads={num_heads}"
         )
 
 

@@ -15,8 +15,8 @@ heads back and mixes them with an output projection. ``FusedMultiHeadAttention``
 same thing with one (d_in, 3 * d_out) projection for queries, keys and values, as GPT-2 does,
 and can hand the attention itself to ``torch.nn.functional.scaled_dot_product_attention``.
 
-Two dropouts, both active only in training mode, as GPT-2's ``attn_dropout`` and
-``resid_dropout``:
+Two dropouts, both active only in training mode, as in Hugging Face's GPT-2 (``attn_dropout``
+and ``resid_dropout``; OpenAI's released GPT-2 code has no dropout):
 
     dropout       drops attention weights A (b, h, t, t): a query ignores some keys
     proj_dropout  drops entries of the projected output out_proj(Z) (b, t, d_out)

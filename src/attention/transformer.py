@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_dropout, check_input, check_sizes, check_token_ids
+from ._checks import check_dropout, check_heads, check_input, check_sizes, check_token_ids
 from .functional import additive_causal_mask, attention_weights
 from .positions import LearnedPositions, RotaryEmbedding, alibi_bias, sinusoidal_positions
 
@@ -38,16 +38,6 @@ __all__ = ["TinyTransformer", "TransformerBlock"]
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "relu": F.relu}
 POSITIONS = (None, "learned", "sinusoidal", "rope", "alibi")
-
-
-def _check_heads(d_model: int, num_heads: int) -> None:
-    """Require num_heads >= 1 dividing d_model (each head gets d_h = d_model / h features)."""
-    check_sizes(d_model=d_model, num_heads=num_heads)
-    if d_model % num_heads != 0:
-        raise ValueError(
-            f"d_model must be divisible by num_heads, got d_model={d_model} and "
-            f"num_heads={num_heads}"
-        )
 
 
 class TransformerBlock(nn.Module):
@@ -74,7 +64,8 @@ class TransformerBlock(nn.Module):
     ) -> None:
         """Attention with h heads of width d_model / h, and an FFN d_model -> d_ff -> d_model."""
         super().__init__()
-        _check_heads(d_model, num_heads)
+        check_sizes(d_model=d_model)
+        check_heads(d_model, num_heads, width_name="d_model")
         check_sizes(d_ff=d_ff)
         check_dropout(dropout)
         if activation not in ACTIVATIONS:
@@ -218,8 +209,11 @@ class TinyTransformer(nn.Module):
     ) -> None:
         """Every weight drawn from N(0, 0.02²), biases zero, as in GPT-2; d_ff = 4 d by default."""
         super().__init__()
-        check_sizes(vocab_size=vocab_size, num_layers=num_layers, context_length=context_length)
-        _check_heads(d_model, num_heads)
+        check_sizes(
+            vocab_size=vocab_size, num_layers=num_layers, context_length=context_length,
+            d_model=d_model,
+        )
+        check_heads(d_model, num_heads, width_name="d_model")
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.vocab_size, self.num_heads, self.positions = vocab_size, num_heads, positions
