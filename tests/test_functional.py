@@ -246,3 +246,69 @@ def test_sdpa_gradcheck_float64() -> None:
 
     assert gradcheck(masked, (q, k, v, mask))
     assert gradcheck(causal, (q, k, v))
+
+
+# --- grouped-query attention (enable_gqa) and bottom-right causal alignment --------------------
+
+
+@pytest.mark.parametrize(("h_k", "h_v"), [(6, 6), (3, 3), (1, 1), (2, 3)])
+def test_enable_gqa_equals_torch(h_k: int, h_v: int) -> None:
+    """Key and value heads each divide the query's 6; torch repeats each separately too."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 6, 4, 5, dtype=torch.float64)
+    k = torch.randn(2, h_k, 7, 5, dtype=torch.float64)
+    v = torch.randn(2, h_v, 7, 3, dtype=torch.float64)
+    mask = torch.randn(6, 4, 7, dtype=torch.float64)  # a float mask with one row per query head
+    for kwargs in ({}, {"is_causal": True}, {"attn_mask": mask}):
+        expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kwargs)
+        ours = scaled_dot_product_attention(q, k, v, enable_gqa=True, **kwargs)
+        torch.testing.assert_close(ours, expected, atol=1e-12, rtol=0)
+    weights = attention_weights(q, k, enable_gqa=True)  # (2, 6, 4, 7)
+    for i in range(6):  # query head i uses key head i // (6 / h_k)
+        expected = attention_weights(q[:, i], k[:, i // (6 // h_k)])
+        torch.testing.assert_close(weights[:, i], expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("q_shape", "k_shape", "message"),
+    [
+        ((2, 6, 4, 5), (2, 4, 7, 5), r"key's number of heads \(dim -3\) must divide .* h=6, got 4"),
+        ((6, 4, 5), (4, 7, 5), r"must divide the query's h=6, got 4"),
+        ((4, 5), (7, 5), r"query must have at least 3 dimensions \(\.\.\., heads, t, d\), got"),
+    ],
+)
+def test_enable_gqa_bad_heads(q_shape: tuple, k_shape: tuple, message: str) -> None:
+    q, k = torch.randn(q_shape), torch.randn(k_shape)
+    with pytest.raises(ValueError, match=message):
+        scaled_dot_product_attention(q, k, k, enable_gqa=True)
+    with pytest.raises(ValueError, match=message):
+        attention_weights(q, k, enable_gqa=True)
+
+
+@pytest.mark.parametrize(("t_q", "t_k"), [(3, 5), (5, 3), (4, 4), (1, 6)])
+def test_bottom_right_causal_mask_puts_the_queries_last(t_q: int, t_k: int) -> None:
+    """The t_q queries are the last t_q of t_k positions (torch's ``causal_lower_right``).
+
+    For t_q <= t_k that is torch's ``is_causal=True`` over all t_k positions, keeping the last
+    t_q rows. (``torch.nn.attention.bias`` itself is not imported: it loads torch._dynamo, ~3 s.)
+    """
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, t, 4, dtype=torch.float64) for t in (t_q, t_k, t_k))
+    mask = causal_mask(t_q, t_k, alignment="bottom_right")
+    if t_q <= t_k:
+        earlier = torch.randn(2, t_k - t_q, 4, dtype=torch.float64)  # queries before ours
+        full = F.scaled_dot_product_attention(torch.cat([earlier, q], 1), k, v, is_causal=True)
+        torch.testing.assert_close(
+            scaled_dot_product_attention(q, k, v, attn_mask=mask), full[:, -t_q:], atol=1e-12,
+            rtol=0,
+        )
+    i, j = torch.arange(t_q)[:, None], torch.arange(t_k)
+    assert torch.equal(mask, j <= t_k - t_q + i)  # t_q > t_k: the first rows see no key
+    assert torch.equal(causal_mask(t_q, t_k), j <= i)  # top-left, as is_causal=True
+    assert torch.equal(additive_causal_mask(t_q, t_k, alignment="bottom_right") == 0, mask)
+
+
+def test_causal_mask_bad_alignment() -> None:
+    expected = r"alignment must be one of \('top_left', 'bottom_right'\), got 'left'"
+    with pytest.raises(ValueError, match=expected):
+        causal_mask(3, 5, alignment="left")

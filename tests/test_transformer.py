@@ -5,12 +5,14 @@ import torch
 from torch import nn
 
 from attention import (
+    KVCache,
     RotaryEmbedding,
     TinyTransformer,
     TransformerBlock,
     alibi_bias,
     head_scores,
     induction_data,
+    kv_cache_bytes,
     lookback_data,
     next_token_accuracy,
     train_lm,
@@ -303,5 +305,85 @@ def test_head_scores_recognise_previous_token_and_induction_patterns() -> None:
     ],
 )
 def test_model_and_training_bad_input(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]
+
+
+# --- decoding with a KV cache --------------------------------------------------------------------
+
+
+def _decoder(positions: str | None, dtype: torch.dtype = torch.float64) -> TinyTransformer:
+    torch.manual_seed(0)
+    model = TinyTransformer(11, 8, 2, 2, context_length=9, positions=positions).to(dtype).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_()  # far from uniform attention, so that positions matter
+    return model
+
+
+@pytest.mark.parametrize("chunks", [(3, 1, 1, 1, 1, 1, 1), (4, 5)])
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_cached_forward_equals_the_full_pass(positions: str | None, chunks: tuple) -> None:
+    model = _decoder(positions)
+    idx = torch.randint(11, (2, 9))
+    full, full_weights = model(idx, return_weights=True)
+    cache = model.new_cache(2, 9)
+    outputs = []
+    for part in idx.split(chunks, dim=1):
+        logits, weights = model(part, return_weights=True, cache=cache)
+        outputs.append(logits)
+    torch.testing.assert_close(torch.cat(outputs, dim=1), full, atol=1e-10, rtol=0)
+    t = chunks[-1]  # the last chunk's weights are the last t rows of the full ones: (b, h, t, 9)
+    for ours, expected in zip(weights, full_weights):
+        torch.testing.assert_close(ours, expected[:, :, -t:], atol=1e-10, rtol=0)
+    assert cache.length == 9
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_generate_gives_the_same_tokens_with_and_without_the_cache(positions: str | None) -> None:
+    model = _decoder(positions, torch.float32)
+    prompt = torch.randint(11, (3, 2))
+    cached = model.generate(prompt, 7)
+    assert cached.shape == (3, 9) and torch.equal(cached[:, :2], prompt)
+    assert torch.equal(cached, model.generate(prompt, 7, use_cache=False))
+    assert torch.equal(model.generate(prompt, 0), prompt)
+    assert len(cached.unique()) > 3  # not one token repeated
+
+
+def _cache(batch_size: int, max_tokens: int) -> object:
+    return _decoder(None).new_cache(batch_size, max_tokens)
+
+
+def test_model_cache_memory_is_the_formula() -> None:
+    model = TinyTransformer(11, 8, 2, 3, context_length=9)
+    cache = model.new_cache(2, 7)
+    assert all(isinstance(layer, KVCache) for layer in cache.layers)
+    assert cache.nbytes == kv_cache_bytes(2, 7, 3, 2, 4, 4) == 2 * 2 * 7 * 3 * 2 * 4 * 4
+    model(torch.zeros(2, 3, dtype=torch.long), cache=cache)
+    cache.reset()
+    assert cache.length == 0
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: _decoder("learned").generate(torch.zeros(1, 3, dtype=torch.long), 8),
+         r"context_length=9 with learned positions, got 3 \+ 8 - 1 = 10"),
+        (lambda: _decoder("learned").new_cache(1, 10), r"max_tokens must be at most context_len"),
+        (lambda: _decoder(None).generate(torch.zeros(1, 3, dtype=torch.long), -1),
+         r"max_new_tokens must be an integer >= 0, got -1"),
+        (lambda: _decoder(None).generate(torch.zeros(1, 0, dtype=torch.long), 2),
+         r"at least one token per sequence, got shape \(1, 0\)"),
+        (lambda: _decoder(None)(torch.zeros(1, 4, dtype=torch.long), cache=_cache(1, 3)),
+         r"max_tokens=3 tokens, got 4"),
+        (lambda: _decoder(None)(torch.zeros(2, 1, dtype=torch.long), cache=_cache(1, 3)),
+         r"\(1, 2, t, 4\), got \(2, 2, 1, 4\)"),
+        (lambda: _decoder(None)(torch.zeros(1, 1, dtype=torch.long), cache=KVCache(1, 2, 3, 4)),
+         r"cache must be a ModelKVCache of 2 layers"),
+        (lambda: TransformerBlock(8, 2, 16)(torch.randn(1, 2, 8), cache=KVCache(1, 2, 3, 4)),
+         r"a cache needs a causal block \(causal=True\), got causal=False"),
+    ],
+)
+def test_cache_bad_input(make: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()  # type: ignore[operator]

@@ -5,6 +5,7 @@ Notation (see CONTRIBUTING.md):
     t_q   number of queries, t_k number of keys and values (t_q = t_k = t in self-attention)
     d_k   width of queries and keys, the d_k in the scale 1 / sqrt(d_k)
     d_v   width of values (d_v = d_k in every module of the book)
+    h     heads of queries, h_kv heads of keys and values (fewer with ``enable_gqa``)
 
 Scaled dot-product attention, with an additive mask M (0 where allowed, -inf where not):
 
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_dropout, check_mask
+from ._checks import check_dropout, check_mask, check_sizes
 
 
 def softmax_naive(x: Tensor, dim: int) -> Tensor:
@@ -48,14 +49,49 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     return exp_x / total.masked_fill(total == 0, 1.0)  # 0 / 1 = 0 for an all -inf row
 
 
-def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | None = None) -> Tensor:
-    """Boolean causal mask of shape (t_q, t_k): True where query i may attend to key j (j <= i).
+ALIGNMENTS = ("top_left", "bottom_right")
 
-    Aligned top-left, as ``F.scaled_dot_product_attention(..., is_causal=True)`` aligns it:
-    ``torch.ones(t_q, t_k).tril()``, also when t_q != t_k.
+
+def _check_alignment(alignment: str) -> None:
+    """Require one of the two ways to line up t_q queries against t_k keys."""
+    if alignment not in ALIGNMENTS:
+        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+
+
+def causal_mask(
+    t_q: int,
+    t_k: int | None = None,
+    device: torch.device | None = None,
+    alignment: str = "top_left",
+) -> Tensor:
+    """Boolean causal mask of shape (t_q, t_k): True where query i may attend to key j.
+
+    ``alignment="top_left"`` (the default) lets query i see keys j <= i, as
+    ``F.scaled_dot_product_attention(..., is_causal=True)`` aligns it: ``torch.ones(t_q,
+    t_k).tril()``, also when t_q != t_k. ``alignment="bottom_right"`` puts query i at position
+    t_k - t_q + i, as when the queries are the newest t_q of t_k cached tokens: it sees keys
+    j <= t_k - t_q + i, as ``torch.nn.attention.bias.causal_lower_right``. With t_q = t_k the
+    two are the same mask.
     """
+    _check_alignment(alignment)
     t_k = t_q if t_k is None else t_k
-    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril()  # (t_q, t_k)
+    offset = t_k - t_q if alignment == "bottom_right" else 0
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(offset)  # (t_q, t_k)
+
+
+def sliding_window_mask(
+    t_q: int, t_k: int, window: int, device: torch.device | None = None
+) -> Tensor:
+    """Boolean mask (t_q, t_k) of causal attention over the last ``window`` tokens.
+
+    Aligned bottom-right: query i sits at position p = t_k - t_q + i and sees the keys j with
+    p - window < j <= p, itself and the window - 1 tokens before it (Longformer's and Mistral's
+    sliding window). With window >= t_k it is ``causal_mask(t_q, t_k, alignment="bottom_right")``.
+    """
+    check_sizes(t_q=t_q, t_k=t_k, window=window)
+    key_pos = torch.arange(t_k, device=device)  # (t_k,)
+    query_pos = torch.arange(t_k - t_q, t_k, device=device)[:, None]  # (t_q, 1)
+    return (key_pos <= query_pos) & (key_pos > query_pos - window)  # (t_q, t_k)
 
 
 def additive_causal_mask(
@@ -63,9 +99,13 @@ def additive_causal_mask(
     t_k: int | None = None,
     dtype: torch.dtype = torch.float32,
     device: torch.device | None = None,
+    alignment: str = "top_left",
 ) -> Tensor:
-    """The additive mask M of shape (t_q, t_k): 0 where attending is allowed, -inf where not."""
-    allowed = causal_mask(t_q, t_k, device=device)  # (t_q, t_k)
+    """The additive mask M of shape (t_q, t_k): 0 where attending is allowed, -inf where not.
+
+    ``alignment`` as in :func:`causal_mask`.
+    """
+    allowed = causal_mask(t_q, t_k, device=device, alignment=alignment)  # (t_q, t_k)
     return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
         ~allowed, float("-inf")
     )
@@ -106,6 +146,27 @@ def _check_inputs(query: Tensor, key: Tensor, value: Tensor | None = None) -> No
             f"{', '.join(name for name, _ in named)} must share one dtype, "
             f"got {', '.join(str(tensor.dtype) for _, tensor in named)}"
         )
+
+
+def _repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
+    """``enable_gqa``: kv (..., h_kv, t_k, d) with each head repeated h / h_kv times.
+
+    Query head i then meets key/value head i // (h / h_kv), as ``repeat_interleave`` on dim -3
+    in PyTorch's ``scaled_dot_product_attention(..., enable_gqa=True)``.
+    """
+    for tensor_name, tensor in (("query", query), (name, kv)):
+        if tensor.dim() < 3:
+            raise ValueError(
+                f"with enable_gqa=True, {tensor_name} must have at least 3 dimensions "
+                f"(..., heads, t, d), got shape {tuple(tensor.shape)}"
+            )
+    h, h_kv = query.shape[-3], kv.shape[-3]
+    if h_kv == 0 or h % h_kv != 0:
+        raise ValueError(
+            f"with enable_gqa=True, {name}'s number of heads (dim -3) must divide the query's "
+            f"h={h}, got {h_kv}"
+        )
+    return kv if h == h_kv else kv.repeat_interleave(h // h_kv, dim=-3)  # (..., h, t_k, d)
 
 
 def _check_mask_dtype(attn_mask: Tensor, query_dtype: torch.dtype) -> None:
@@ -155,6 +216,7 @@ def attention_weights(
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> Tensor:
     """Attention weights A of shape (..., t_q, t_k): scores -> scale -> mask -> softmax -> dropout.
 
@@ -167,6 +229,8 @@ def attention_weights(
         dropout_p: dropout probability, applied whenever it is > 0 (as torch's SDPA does).
         is_causal: apply :func:`causal_mask`; cannot be combined with ``attn_mask``.
         scale: factor on the scores; defaults to 1 / sqrt(d_k).
+        enable_gqa: grouped-query attention, as in PyTorch: key (..., h_kv, t_k, d_k) with h_kv
+            dividing the query's h (dim -3); query head i uses key head i // (h / h_kv).
 
     Rows whose keys are all masked give zeros; with no keys (t_k = 0) A is empty. For float16 and
     bfloat16 inputs the scores and the softmax are computed in float32 and A is rounded once, to
@@ -174,6 +238,8 @@ def attention_weights(
     """
     check_dropout(dropout_p, "dropout_p")
     _check_inputs(query, key)
+    if enable_gqa:
+        key = _repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
     return _weights(query, key, attn_mask, dropout_p, is_causal, scale).to(query.dtype)
 
 
@@ -185,12 +251,15 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> Tensor:
     """Context vectors Z = A V of shape (..., t_q, d_v), written out explicitly.
 
     Same arguments and semantics as ``torch.nn.functional.scaled_dot_product_attention``:
     query (..., t_q, d_k), key (..., t_k, d_k), value (..., t_k, d_v), all of one dtype; see
-    :func:`attention_weights` for the mask, dropout, causal and scale arguments.
+    :func:`attention_weights` for the mask, dropout, causal, scale and ``enable_gqa`` arguments
+    (with ``enable_gqa=True``, key and value (..., h_kv, t_k, d) may each have fewer heads than
+    the query, a number that divides h).
 
     A query whose keys are all masked gets a zero context vector, never nan, and with no keys
     (t_k = 0) every context vector is zero; PyTorch's SDPA on the CPU does the same (its GPU
@@ -203,5 +272,8 @@ def scaled_dot_product_attention(
     """
     check_dropout(dropout_p, "dropout_p")
     _check_inputs(query, key, value)
+    if enable_gqa:
+        key = _repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
+        value = _repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
     attn_weights = _weights(query, key, attn_mask, dropout_p, is_causal, scale)  # (..., t_q, t_k)
     return (attn_weights @ value.to(attn_weights.dtype)).to(value.dtype)  # (..., t_q, d_v)

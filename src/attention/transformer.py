@@ -22,6 +22,11 @@ One block, pre-LN (``norm_first=True``) or post-LN, as ``torch.nn.TransformerEnc
 Dropout sits where PyTorch puts it, all with probability ``dropout`` and only in training mode:
 on the attention weights A, on the two residual branches SA(x) and FFN(x), and on the FFN's
 hidden activations. M is the causal mask of a decoder block, plus any mask passed in.
+
+Decoding with a KV cache (:mod:`attention.inference`): ``forward(idx, cache=cache)`` takes only
+the t new tokens, which sit at positions n .. n + t - 1 after the n cached ones; each block
+appends their keys and values to its layer's cache and the causal mask of t queries against
+n + t keys is aligned bottom-right. Every position scheme is shifted by n.
 """
 
 from collections.abc import Callable
@@ -32,6 +37,7 @@ from torch import Tensor, nn
 
 from ._checks import check_dropout, check_heads, check_input, check_sizes, check_token_ids
 from .functional import additive_causal_mask, attention_weights
+from .inference import Cache, KVCache, ModelKVCache
 from .positions import LearnedPositions, RotaryEmbedding, alibi_bias, sinusoidal_positions
 
 __all__ = ["TinyTransformer", "TransformerBlock"]
@@ -90,30 +96,44 @@ class TransformerBlock(nn.Module):
             self.linear2 = nn.Linear(d_ff, d_model)
             self.ffn_dropout = nn.Dropout(dropout)  # on the FFN's output (torch's dropout2)
 
-    def _mask(self, t: int, attn_mask: Tensor | None, x: Tensor) -> Tensor | None:
-        """The additive mask M (..., t, t): the causal mask plus ``attn_mask``, if any."""
+    def _mask(self, t: int, t_k: int, attn_mask: Tensor | None, x: Tensor) -> Tensor | None:
+        """The additive mask M (..., t, t_k): the causal mask plus ``attn_mask``, if any.
+
+        The causal mask is aligned bottom-right: the t queries are the last t of the t_k keys.
+        """
         if not self.causal:
             return attn_mask
-        causal = additive_causal_mask(t, dtype=x.dtype, device=x.device)  # (t, t)
+        causal = additive_causal_mask(
+            t, t_k, dtype=x.dtype, device=x.device, alignment="bottom_right"
+        )  # (t, t_k)
         if attn_mask is None:
             return causal
         if attn_mask.dtype == torch.bool:
             attn_mask = torch.zeros_like(causal).masked_fill(~attn_mask, float("-inf"))
-        return causal + attn_mask  # (..., t, t)
+        return causal + attn_mask  # (..., t, t_k)
 
-    def attend(self, x: Tensor, attn_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """SA(x) (b, t, d) and the attention weights A (b, h, t, t) it applied to the values."""
+    def attend(
+        self, x: Tensor, attn_mask: Tensor | None = None, cache: Cache | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """SA(x) (b, t, d) and the attention weights A (b, h, t, t_k) it applied to the values.
+
+        Without a cache t_k = t; with one, x's keys and values are appended to it and the t
+        queries attend to all t_k = n + t cached tokens.
+        """
         b, t, _ = x.shape
         h, d_h = self.num_heads, self.d_h
         queries, keys, values = self.qkv(x).split(self.d_model, dim=2)  # 3 x (b, t, d)
         queries = queries.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         keys = keys.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         values = values.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        start = 0 if cache is None else cache.length  # position of x's first token
         if self.rotary is not None:
-            queries, keys = self.rotary(queries), self.rotary(keys)  # (b, h, t, d_h) each
+            queries, keys = self.rotary(queries, start), self.rotary(keys, start)  # (b,h,t,d_h)
+        if cache is not None:
+            keys, values = cache.append(keys, values)  # (b, h, t_k, d_h) each
         dropout_p = self.dropout if self.training else 0.0
-        mask = self._mask(t, attn_mask, x)
-        attn_weights = attention_weights(queries, keys, mask, dropout_p)  # (b, h, t, t)
+        mask = self._mask(t, keys.shape[2], attn_mask, x)
+        attn_weights = attention_weights(queries, keys, mask, dropout_p)  # (b, h, t, t_k)
         context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b,t,d)
         return self.proj_dropout(self.out_proj(context)), attn_weights
 
@@ -123,7 +143,11 @@ class TransformerBlock(nn.Module):
         return self.ffn_dropout(self.linear2(hidden))  # (b, t, d)
 
     def forward(
-        self, x: Tensor, attn_mask: Tensor | None = None, return_weights: bool = False
+        self,
+        x: Tensor,
+        attn_mask: Tensor | None = None,
+        return_weights: bool = False,
+        cache: Cache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """The block's output (b, t, d) for tokens x (b, t, d).
 
@@ -131,15 +155,19 @@ class TransformerBlock(nn.Module):
         (the package's convention, the opposite of ``nn.MultiheadAttention``'s), or a float
         added to the scaled scores (such as :func:`~attention.alibi_bias`); the causal mask, if
         the block is causal, is added to it. ``return_weights=True`` also returns A (b, h, t, t).
+        ``cache`` (a causal block only, e.g. a :class:`~attention.inference.KVCache`): x holds
+        the t newest tokens; A and ``attn_mask`` are then (b, h, t, n + t).
         """
         check_input(x, self.d_model, ranks=(3,), width_name="d_model")
+        if cache is not None and not self.causal:
+            raise ValueError("a cache needs a causal block (causal=True), got causal=False")
         if self.norm_first:
-            attended, attn_weights = self.attend(self.norm1(x), attn_mask)
+            attended, attn_weights = self.attend(self.norm1(x), attn_mask, cache)
             x = x + attended  # (b, t, d)
             if self.mlp:
                 x = x + self.feed_forward(self.norm2(x))  # (b, t, d)
         else:
-            attended, attn_weights = self.attend(x, attn_mask)
+            attended, attn_weights = self.attend(x, attn_mask, cache)
             x = self.norm1(x + attended)  # (b, t, d)
             if self.mlp:
                 x = self.norm2(x + self.feed_forward(x))  # (b, t, d)
@@ -192,7 +220,7 @@ class TinyTransformer(nn.Module):
     ``"alibi"`` biases on the scores, or ``None`` (only the causal mask tells positions apart).
     ``context_length`` bounds the sequences of the learned table only: the other schemes take
     any length, which is what a length-extrapolation experiment needs. ``mlp=False`` builds an
-    attention-only model.
+    attention-only model. :meth:`generate` decodes greedily, with or without a KV cache.
     """
 
     def __init__(
@@ -217,6 +245,7 @@ class TinyTransformer(nn.Module):
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.vocab_size, self.num_heads, self.positions = vocab_size, num_heads, positions
+        self.context_length = context_length
         self.tok_emb = nn.Embedding(vocab_size, d_model)  # (V, d)
         self.pos_emb = LearnedPositions(context_length, d_model) if positions == "learned" else None
         rotary = RotaryEmbedding(d_model // num_heads) if positions == "rope" else None
@@ -233,13 +262,34 @@ class TinyTransformer(nn.Module):
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
+    def new_cache(self, batch_size: int, max_tokens: int) -> ModelKVCache:
+        """An empty KV cache for ``max_tokens`` tokens: one :class:`KVCache` per layer.
+
+        On the model's device and dtype; 2 · b · max_tokens · n_layers · h · d_h values. With
+        learned positions, max_tokens must be at most ``context_length``.
+        """
+        if self.positions == "learned":
+            check_sizes(max_tokens=max_tokens)
+            if max_tokens > self.context_length:
+                raise ValueError(
+                    f"max_tokens must be at most context_length={self.context_length} with "
+                    f"learned positions, got {max_tokens}"
+                )
+        weight = self.lm_head.weight
+        return ModelKVCache([
+            KVCache(batch_size, block.num_heads, max_tokens, block.d_h, weight.dtype, weight.device)
+            for block in self.blocks
+        ])
+
     def forward(
-        self, idx: Tensor, return_weights: bool = False
+        self, idx: Tensor, return_weights: bool = False, cache: ModelKVCache | None = None
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Next-token logits (b, t, V) for token ids idx (b, t).
 
         ``return_weights=True`` also returns each layer's attention weights, a list of
-        ``num_layers`` tensors (b, h, t, t).
+        ``num_layers`` tensors (b, h, t, t). With a ``cache`` from :meth:`new_cache`, idx holds
+        only the t new tokens, at positions n .. n + t - 1 after the n cached ones: the logits
+        are those of the full sequence's last t rows, and the weights are (b, h, t, n + t).
         """
         check_token_ids(idx, "idx")
         if idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < self.vocab_size:
@@ -247,16 +297,58 @@ class TinyTransformer(nn.Module):
                 f"idx must hold token ids in [0, vocab_size={self.vocab_size}), got ids from "
                 f"{int(idx.min())} to {int(idx.max())}"
             )
+        if cache is not None and (
+            not isinstance(cache, ModelKVCache) or len(cache.layers) != len(self.blocks)
+        ):
+            raise ValueError(
+                f"cache must be a ModelKVCache of {len(self.blocks)} layers from new_cache(), "
+                f"got {cache!r}"
+            )
         t = idx.shape[1]
+        n = 0 if cache is None else cache.length  # tokens cached: x's first position
         x = self.tok_emb(idx)  # (b, t, d)
         if self.positions == "learned":
-            x = self.pos_emb(x)  # (b, t, d)
+            x = self.pos_emb(x, start=n)  # (b, t, d)
         elif self.positions == "sinusoidal":
-            x = x + sinusoidal_positions(t, x.shape[-1]).to(x)  # (b, t, d) + (t, d)
-        bias = alibi_bias(self.num_heads, t, t).to(x) if self.positions == "alibi" else None
+            x = x + sinusoidal_positions(n + t, x.shape[-1])[n:].to(x)  # (b, t, d) + (t, d)
+        bias = alibi_bias(self.num_heads, t, n + t).to(x) if self.positions == "alibi" else None
+        layer_caches = [None] * len(self.blocks) if cache is None else cache.layers
         all_weights = []
-        for block in self.blocks:
-            x, attn_weights = block(x, attn_mask=bias, return_weights=True)  # (b, t, d)
-            all_weights.append(attn_weights)  # (b, h, t, t)
+        for block, layer_cache in zip(self.blocks, layer_caches):
+            x, attn_weights = block(x, bias, return_weights=True, cache=layer_cache)  # (b, t, d)
+            all_weights.append(attn_weights)  # (b, h, t, n + t)
         logits = self.lm_head(self.final_norm(x))  # (b, t, V)
         return (logits, all_weights) if return_weights else logits
+
+    @torch.no_grad()
+    def generate(self, idx: Tensor, max_new_tokens: int, use_cache: bool = True) -> Tensor:
+        """idx (b, t) followed by ``max_new_tokens`` greedily chosen tokens: (b, t + new).
+
+        Each new token is the argmax of the last position's logits. ``use_cache=True`` runs the
+        prompt once (prefill) and then one new token per step against a KV cache;
+        ``use_cache=False`` reruns the whole sequence at every step. Both give the same tokens.
+        The model's mode is left as it is (call ``eval()`` first when it has dropout). With
+        learned positions, t + max_new_tokens - 1 tokens (all but the last) must fit in
+        ``context_length``.
+        """
+        check_token_ids(idx, "idx")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
+            max_new_tokens < 0
+        ):
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        b, t = idx.shape
+        if t == 0:
+            raise ValueError(f"idx must hold at least one token per sequence, got shape {(b, t)}")
+        if self.positions == "learned" and t + max_new_tokens - 1 > self.context_length:
+            raise ValueError(
+                f"t + max_new_tokens - 1 must be at most context_length={self.context_length} "
+                f"with learned positions, got {t} + {max_new_tokens} - 1 = {t + max_new_tokens - 1}"
+            )
+        cache = self.new_cache(b, t + max_new_tokens - 1) if use_cache and max_new_tokens else None
+        new_tokens = idx
+        for step in range(max_new_tokens):
+            logits = self(new_tokens if use_cache else idx, cache=cache)  # (b, t', V)
+            next_id = logits[:, -1].argmax(dim=-1, keepdim=True).to(idx.dtype)  # (b, 1)
+            idx = torch.cat([idx, next_id], dim=1)  # (b, t + step + 1)
+            new_tokens = next_id
+        return idx

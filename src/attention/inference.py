@@ -1,0 +1,450 @@
+"""Attention at inference time: key/value caches, grouped-query attention, sliding windows.
+
+Notation (see CONTRIBUTING.md):
+    b      batch size
+    t      number of new tokens in one call; n tokens cached before it, t_k keys attended to
+    d_in   width of an input token vector, d_out width of the output
+    h      query heads, h_kv key/value heads (h_kv divides h), g = h / h_kv queries per group
+    d_h    width of one head, d_h = d_out / h
+    w      sliding window: the token at position p sees positions p - w < j <= p
+
+A decoder generates one token at a time. The keys and values of earlier tokens never change, so
+they are stored once (the KV cache) instead of being recomputed at every step. Per model, the cache
+holds
+
+    2 · b · t · n_layers · h_kv · d_h   values     (keys and values, every layer, every token)
+
+which :func:`kv_cache_bytes` multiplies by the bytes of one value. Multi-query (h_kv = 1, Shazeer
+2019) and grouped-query attention (1 < h_kv < h, Ainslie et al. 2023) shrink it by h / h_kv: query
+head i uses key/value head i // g. A sliding window of w tokens bounds it by w, whatever the
+length: :class:`RollingKVCache` keeps w slots. :class:`PagedKVCache` stores the tokens of many
+sequences in fixed-size blocks of one shared pool, with a block table per sequence (vLLM's
+PagedAttention, Kwon et al. 2023).
+
+New tokens attend to every cached token and causally among themselves: the causal mask of t
+queries against t_k = n + t keys is aligned bottom-right (query i is at position n + i).
+"""
+
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_dropout, check_heads, check_input, check_sizes
+from .functional import causal_mask, scaled_dot_product_attention, sliding_window_mask
+from .multihead import MultiHeadAttention
+
+__all__ = [
+    "GroupedQueryAttention",
+    "KVCache",
+    "ModelKVCache",
+    "PagedKVCache",
+    "RollingKVCache",
+    "kv_cache_bytes",
+]
+
+
+def kv_cache_bytes(
+    batch_size: int, tokens: int, num_layers: int, num_kv_heads: int, d_h: int,
+    bytes_per_value: int,
+) -> int:
+    """Bytes of a KV cache: 2 · b · t · n_layers · h_kv · d_h · bytes_per_value.
+
+    The 2 counts keys and values; ``bytes_per_value`` is 4 for float32, 2 for float16 and
+    bfloat16 (``dtype.itemsize`` in PyTorch).
+    """
+    check_sizes(
+        batch_size=batch_size, tokens=tokens, num_layers=num_layers, num_kv_heads=num_kv_heads,
+        d_h=d_h, bytes_per_value=bytes_per_value,
+    )
+    return 2 * batch_size * tokens * num_layers * num_kv_heads * d_h * bytes_per_value
+
+
+def _check_chunk(
+    keys: Tensor, values: Tensor, expected: tuple[int, int, int], store: Tensor
+) -> None:
+    """Require keys and values (b, h_kv, t, d_h) of the cache's (b, h_kv, d_h) and dtype."""
+    for name, tensor in (("keys", keys), ("values", values)):
+        b, h_kv, d_h = expected
+        if tensor.dim() != 4 or (tensor.shape[0], tensor.shape[1], tensor.shape[3]) != expected:
+            raise ValueError(
+                f"{name} must have shape (b, h_kv, t, d_h) = ({b}, {h_kv}, t, {d_h}), "
+                f"got {tuple(tensor.shape)}"
+            )
+        if tensor.dtype != store.dtype:
+            raise ValueError(
+                f"{name} must have the cache's dtype {store.dtype}, got {tensor.dtype}"
+            )
+    if keys.shape[2] != values.shape[2]:
+        raise ValueError(
+            f"keys and values must hold the same number of tokens, got {keys.shape[2]} and "
+            f"{values.shape[2]}"
+        )
+
+
+def _check_room(length: int, t: int, max_tokens: int | None) -> None:
+    """Require room for t more tokens after ``length`` (no bound when max_tokens is None)."""
+    if max_tokens is not None and length + t > max_tokens:
+        raise ValueError(
+            f"the cache holds at most max_tokens={max_tokens} tokens, got {length + t} "
+            f"({length} cached + {t} new)"
+        )
+
+
+class Cache(Protocol):
+    """What an attention layer needs of a cache: tokens so far, and appending new ones."""
+
+    length: int
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+class KVCache:
+    """Preallocated keys and values of one attention layer: (b, h_kv, max_tokens, d_h) each.
+
+    ``append(keys, values)`` writes t new tokens after the ``length`` stored ones and returns
+    views of every stored token, (b, h_kv, length, d_h); nothing is reallocated or copied. More
+    than ``max_tokens`` tokens is a ValueError.
+    """
+
+    def __init__(
+        self, batch_size: int, num_kv_heads: int, max_tokens: int, d_h: int,
+        dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+    ) -> None:
+        """Zero-filled storage for max_tokens tokens; ``dtype`` defaults to torch's default."""
+        check_sizes(
+            batch_size=batch_size, num_kv_heads=num_kv_heads, max_tokens=max_tokens, d_h=d_h
+        )
+        self.max_tokens = max_tokens
+        shape = (batch_size, num_kv_heads, max_tokens, d_h)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (b, h_kv, max_tokens, d_h)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)  # (b, h_kv, max_tokens, d_h)
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the allocated keys and values (all max_tokens slots, used or not)."""
+        return self.keys.nbytes + self.values.nbytes
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Store keys, values (b, h_kv, t, d_h); return all stored ones, (b, h_kv, n + t, d_h)."""
+        b, h_kv, _, d_h = self.keys.shape
+        _check_chunk(keys, values, (b, h_kv, d_h), self.keys)
+        start, end = self.length, self.length + keys.shape[2]
+        _check_room(start, keys.shape[2], self.max_tokens)
+        self.keys[:, :, start:end] = keys
+        self.values[:, :, start:end] = values
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]  # (b, h_kv, n + t, d_h) views
+
+    def reset(self) -> None:
+        """Forget every token (the storage is kept and overwritten by the next append)."""
+        self.length = 0
+
+
+class RollingKVCache:
+    """A rolling buffer of the last ``window`` tokens (Mistral's cache): O(w) memory.
+
+    The token at position p is stored in slot p mod w. ``append(keys, values)`` of t new tokens
+    returns, in order of position, the last min(n, w - 1) cached tokens followed by the t new
+    ones: every key that a new token's window p - w < j <= p can reach. With
+    ``sliding_window_mask(t, t_k, w)`` over them, attention equals windowed attention over the
+    whole sequence. ``length`` counts every token ever appended (the next position);
+    ``max_tokens``, if given, bounds that count (positions), not the memory.
+    """
+
+    def __init__(
+        self, batch_size: int, num_kv_heads: int, window: int, d_h: int,
+        max_tokens: int | None = None, dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        """w zero-filled slots of keys and values, (b, h_kv, w, d_h) each."""
+        check_sizes(batch_size=batch_size, num_kv_heads=num_kv_heads, window=window, d_h=d_h)
+        if max_tokens is not None:
+            check_sizes(max_tokens=max_tokens)
+        self.window, self.max_tokens = window, max_tokens
+        shape = (batch_size, num_kv_heads, window, d_h)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (b, h_kv, w, d_h)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)  # (b, h_kv, w, d_h)
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the w slots of keys and values."""
+        return self.keys.nbytes + self.values.nbytes
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Store keys, values (b, h_kv, t, d_h); return (b, h_kv, min(n, w-1) + t, d_h) each."""
+        b, h_kv, w, d_h = self.keys.shape
+        _check_chunk(keys, values, (b, h_kv, d_h), self.keys)
+        n, t = self.length, keys.shape[2]
+        _check_room(n, t, self.max_tokens)
+        kept = torch.arange(n - min(n, w - 1), n, device=self.keys.device)  # (k,) positions
+        all_keys = torch.cat([self.keys[:, :, kept % w], keys], dim=2)  # (b, h_kv, k + t, d_h)
+        all_values = torch.cat([self.values[:, :, kept % w], values], dim=2)
+        last = torch.arange(max(n + t - w, n - len(kept)), n + t, device=kept.device)  # (<= w,)
+        self.keys[:, :, last % w] = all_keys[:, :, -len(last) :]
+        self.values[:, :, last % w] = all_values[:, :, -len(last) :]
+        self.length = n + t
+        return all_keys, all_values
+
+    def reset(self) -> None:
+        """Forget every token; positions start again at 0."""
+        self.length = 0
+
+
+class PagedKVCache:
+    """Keys and values of many sequences in one pool of fixed-size blocks (PagedAttention).
+
+    The pool holds ``num_blocks`` blocks of ``block_size`` tokens, (num_blocks, h_kv,
+    block_size, d_h) for keys and for values. Each sequence has a block table, the list of its
+    blocks in order: token p of the sequence is in block ``table[p // block_size]`` at offset
+    ``p % block_size``. A sequence takes a free block only when its last one is full, so at most
+    block_size - 1 slots per sequence are unused, and blocks return to the pool when it ends.
+    """
+
+    def __init__(
+        self, num_blocks: int, block_size: int, num_kv_heads: int, d_h: int,
+        dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+    ) -> None:
+        """An empty pool: every block free, no sequence."""
+        check_sizes(
+            num_blocks=num_blocks, block_size=block_size, num_kv_heads=num_kv_heads, d_h=d_h
+        )
+        self.block_size = block_size
+        shape = (num_blocks, num_kv_heads, block_size, d_h)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (blocks, h_kv, size, d_h)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.free_blocks = list(range(num_blocks))
+        self.block_tables: dict[int, list[int]] = {}  # sequence id -> its blocks, in order
+        self.lengths: dict[int, int] = {}  # sequence id -> tokens stored
+        self._next_id = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole pool of keys and values."""
+        return self.keys.nbytes + self.values.nbytes
+
+    def add_sequence(self) -> int:
+        """Start a sequence with no tokens and no blocks; return its id."""
+        seq, self._next_id = self._next_id, self._next_id + 1
+        self.block_tables[seq], self.lengths[seq] = [], 0
+        return seq
+
+    def _check_sequence(self, seq: int) -> None:
+        if seq not in self.block_tables:
+            raise ValueError(
+                f"seq must be one of the sequences {sorted(self.block_tables)}, got {seq!r}"
+            )
+
+    def append(self, seq: int, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Store keys, values (1, h_kv, t, d_h) of sequence ``seq``; return all of its tokens.
+
+        The result, (1, h_kv, n + t, d_h) each, is gathered from the sequence's blocks: a copy,
+        equal to what a contiguous :class:`KVCache` returns.
+        """
+        self._check_sequence(seq)
+        _, h_kv, size, d_h = self.keys.shape
+        _check_chunk(keys, values, (1, h_kv, d_h), self.keys)
+        table, n, t = self.block_tables[seq], self.lengths[seq], keys.shape[2]
+        needed = -(-(n + t) // size) - len(table)  # blocks to add: ceil((n + t) / size) - held
+        if needed > len(self.free_blocks):
+            raise ValueError(
+                f"the pool has {len(self.free_blocks)} free blocks, sequence {seq} needs {needed}"
+            )
+        table += [self.free_blocks.pop(0) for _ in range(needed)]
+        positions = torch.arange(n, n + t, device=self.keys.device)  # (t,)
+        blocks = torch.tensor(table, device=self.keys.device)[positions // size]  # (t,)
+        self.keys[blocks, :, positions % size] = keys[0].transpose(0, 1)  # (t, h_kv, d_h)
+        self.values[blocks, :, positions % size] = values[0].transpose(0, 1)
+        self.lengths[seq] = n + t
+        return self.gather(seq)
+
+    def gather(self, seq: int) -> tuple[Tensor, Tensor]:
+        """Keys and values (1, h_kv, n, d_h) of sequence ``seq``, read through its block table."""
+        self._check_sequence(seq)
+        n, size = self.lengths[seq], self.block_size
+        positions = torch.arange(n, device=self.keys.device)  # (n,)
+        blocks = torch.tensor(self.block_tables[seq], device=self.keys.device, dtype=torch.long)
+        blocks = blocks[positions // size]  # (n,)
+        keys = self.keys[blocks, :, positions % size].transpose(0, 1)  # (h_kv, n, d_h)
+        values = self.values[blocks, :, positions % size].transpose(0, 1)
+        return keys[None], values[None]  # (1, h_kv, n, d_h) each
+
+    def free(self, seq: int) -> None:
+        """End sequence ``seq``: its blocks go back to the pool."""
+        self._check_sequence(seq)
+        self.free_blocks += self.block_tables.pop(seq)
+        del self.lengths[seq]
+
+    def sequence(self, seq: int) -> "PagedSequence":
+        """Sequence ``seq`` seen as a one-sequence cache that attention layers accept."""
+        self._check_sequence(seq)
+        return PagedSequence(self, seq)
+
+
+class PagedSequence:
+    """One sequence of a :class:`PagedKVCache`, with the ``length`` and ``append`` of a cache."""
+
+    def __init__(self, pool: PagedKVCache, seq: int) -> None:
+        """A view of sequence ``seq`` of ``pool``."""
+        self.pool, self.seq = pool, seq
+
+    @property
+    def length(self) -> int:
+        """Tokens stored for this sequence."""
+        return self.pool.lengths[self.seq]
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """As :meth:`PagedKVCache.append` for this sequence."""
+        return self.pool.append(self.seq, keys, values)
+
+
+class ModelKVCache:
+    """One cache per layer of a model, with the model's totals."""
+
+    def __init__(self, layers: list[KVCache]) -> None:
+        """The caches of the layers, in order."""
+        self.layers = layers
+
+    @property
+    def length(self) -> int:
+        """Tokens cached (the same in every layer): the position of the next token."""
+        return self.layers[0].length
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens each layer's cache can hold."""
+        return self.layers[0].max_tokens
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every layer's keys and values."""
+        return sum(cache.nbytes for cache in self.layers)
+
+    def reset(self) -> None:
+        """Forget every token of every layer."""
+        for cache in self.layers:
+            cache.reset()
+
+
+class GroupedQueryAttention(nn.Module):
+    """Causal grouped-query self-attention, optionally within a sliding window, with a cache.
+
+    h query heads share h_kv key/value heads: query head i uses key/value head i // (h / h_kv),
+    as ``enable_gqa`` in PyTorch. h_kv = h is multi-head attention (:meth:`from_multihead`
+    shows it equals :class:`~attention.MultiHeadAttention`), h_kv = 1 multi-query attention.
+    ``window=w`` lets the token at position p see positions p - w < j <= p only. The module has
+    no position information of its own and no longest sequence.
+    """
+
+    def __init__(
+        self, d_in: int, d_out: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0,
+        qkv_bias: bool = False, window: int | None = None,
+    ) -> None:
+        """W_query d_in -> d_out, W_key and W_value d_in -> h_kv · d_h, out_proj d_out -> d_out.
+
+        ``dropout`` drops attention weights in training mode. ``num_kv_heads`` must divide
+        ``num_heads``; ``window``, if given, is an integer >= 1.
+        """
+        super().__init__()
+        check_sizes(d_in=d_in, d_out=d_out)
+        check_heads(d_out, num_heads)
+        check_sizes(num_kv_heads=num_kv_heads)
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads must be divisible by num_kv_heads, got num_heads={num_heads} and "
+                f"num_kv_heads={num_kv_heads}"
+            )
+        check_dropout(dropout)
+        if window is not None:
+            check_sizes(window=window)
+        self.d_in, self.d_out, self.num_heads = d_in, d_out, num_heads
+        self.num_kv_heads, self.d_h = num_kv_heads, d_out // num_heads
+        self.window, self.dropout = window, dropout
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, num_kv_heads * self.d_h, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, num_kv_heads * self.d_h, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+
+    def new_cache(self, batch_size: int, max_tokens: int) -> KVCache | RollingKVCache:
+        """An empty cache on the module's device and dtype, for up to ``max_tokens`` tokens.
+
+        Without a window: a :class:`KVCache` of 2 · b · h_kv · max_tokens · d_h values. With a
+        window: a :class:`RollingKVCache` of 2 · b · h_kv · w · d_h values, whatever max_tokens,
+        which only bounds the positions.
+        """
+        weight = self.W_key.weight
+        args = (batch_size, self.num_kv_heads)
+        if self.window is None:
+            return KVCache(*args, max_tokens, self.d_h, dtype=weight.dtype, device=weight.device)
+        return RollingKVCache(
+            *args, self.window, self.d_h, max_tokens, dtype=weight.dtype, device=weight.device
+        )
+
+    def forward(self, x: Tensor, cache: Cache | None = None) -> Tensor:
+        """Context vectors (b, t, d_out) of the tokens x (b, t, d_in).
+
+        Without a cache: causal self-attention over x. With one: x holds the t newest tokens,
+        their keys and values are appended to the cache, and each attends to every cached token
+        and to the new ones up to itself (bottom-right causal; within the window, if any).
+        """
+        check_input(x, self.d_in, ranks=(3,))
+        if isinstance(cache, RollingKVCache) and cache.window != self.window:
+            raise ValueError(
+                f"a RollingKVCache must have the module's window={self.window}, got "
+                f"window={cache.window}"
+            )
+        b, t, _ = x.shape
+        h, h_kv, d_h = self.num_heads, self.num_kv_heads, self.d_h
+        queries = self.W_query(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        keys = self.W_key(x).view(b, t, h_kv, d_h).transpose(1, 2)  # (b, h_kv, t, d_h)
+        values = self.W_value(x).view(b, t, h_kv, d_h).transpose(1, 2)  # (b, h_kv, t, d_h)
+        if cache is not None:
+            keys, values = cache.append(keys, values)  # (b, h_kv, t_k, d_h) each
+        t_k = keys.shape[2]
+        if self.window is None:
+            mask = causal_mask(t, t_k, device=x.device, alignment="bottom_right")  # (t, t_k)
+        else:
+            mask = sliding_window_mask(t, t_k, self.window, device=x.device)  # (t, t_k)
+        dropout_p = self.dropout if self.training else 0.0
+        context = scaled_dot_product_attention(
+            queries, keys, values, attn_mask=mask, dropout_p=dropout_p, enable_gqa=True
+        )  # (b, h, t, d_h)
+        context = context.transpose(1, 2).reshape(b, t, self.d_out)  # (b, t, d_out)
+        return self.out_proj(context)  # (b, t, d_out)
+
+    @classmethod
+    def from_multihead(
+        cls, mha: MultiHeadAttention, num_kv_heads: int | None = None, window: int | None = None
+    ) -> "GroupedQueryAttention":
+        """A grouped-query module made from ``mha``'s weights (Ainslie et al.'s conversion).
+
+        Queries and the output projection are copied. Each group of g = h / h_kv key (and value)
+        heads becomes one head, the mean of the group's projection weights and biases; with
+        ``num_kv_heads`` = h (the default) nothing is averaged and the module computes exactly
+        what ``mha`` computes. The attention dropout and the training mode are carried over; an
+        ``mha`` with ``proj_dropout`` > 0 is refused (this module has none). Draws (and
+        discards) a fresh random initialization first, advancing the global generator.
+        """
+        h = mha.num_heads
+        num_kv_heads = h if num_kv_heads is None else num_kv_heads
+        if mha.proj_dropout.p != 0.0:
+            raise ValueError(
+                f"mha must have proj_dropout=0 (GroupedQueryAttention has none), got "
+                f"{mha.proj_dropout.p}"
+            )
+        gqa = cls(
+            mha.d_in, mha.d_out, h, num_kv_heads, mha.dropout.p,
+            qkv_bias=mha.W_query.bias is not None, window=window,
+        ).to(device=mha.W_query.weight.device, dtype=mha.W_query.weight.dtype)
+        group, d_h = h // num_kv_heads, mha.d_h
+        with torch.no_grad():
+            for name in ("W_query", "out_proj"):
+                getattr(gqa, name).load_state_dict(getattr(mha, name).state_dict())
+            for name in ("W_key", "W_value"):
+                pairs = zip(getattr(gqa, name).parameters(), getattr(mha, name).parameters())
+                for param, source in pairs:  # weight (h · d_h, d_in), then bias (h · d_h,)
+                    grouped = source.view(num_kv_heads, group, d_h, *source.shape[1:])
+                    param.copy_(grouped.mean(dim=1).reshape(param.shape))  # (h_kv · d_h, ...)
+        return gqa.train(mha.training)
