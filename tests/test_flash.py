@@ -1,5 +1,7 @@
 """flash_attention: exact against both references, FlashAttention's backward, tiles only."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -175,7 +177,7 @@ def test_causal_skips_key_blocks_above_the_diagonal():
         (
             ((2, 5, 4), (2, 3, 4), (2, 3, 4)),
             {"block_size": 0},
-            "block_size must be an integer >= 1, got 0",
+            "block_size must be an integer >= 1 or a pair of them, got 0",
         ),
         (((2, 5, 4), (2, 3, 4), (2, 3, 4)), {"block_size": 2.5}, "got 2.5"),
     ],
@@ -190,3 +192,227 @@ def test_mixed_dtypes_raise():
     q, k, v = random_qkv((1,), 3, 3, 2, 2)
     with pytest.raises(ValueError, match="share one dtype"):
         flash_attention(q.float(), k, v)
+
+
+# ---------------------------------------------------------------- GQA, alignment, windows
+
+
+def allowed(t_q, t_k, alignment="top_left", window=None):
+    """(t_q, t_k) boolean mask, written independently: query i at position p_i sees key j when
+    j <= p_i and, with a window w, j > p_i - w; p_i = i top-left, t_k - t_q + i bottom-right."""
+    pos = torch.arange(t_q)[:, None] + (0 if alignment == "top_left" else t_k - t_q)  # (t_q, 1)
+    cols = torch.arange(t_k)[None, :]  # (1, t_k)
+    mask = cols <= pos
+    return mask if window is None else mask & (cols > pos - window)
+
+
+def assert_output_and_grads_equal(ours_fn, torch_fn, tensors, atol=1e-10):
+    """Output and dQ, dK, dV of ours_fn equal torch_fn's (float64 inputs)."""
+    out, expected = ours_fn(*tensors), torch_fn(*tensors)
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out, expected, rtol=0, atol=atol)
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype)
+    ours = torch.autograd.grad(out, tensors, grad_out)
+    theirs = torch.autograd.grad(expected, tensors, grad_out)
+    for name, a, b in zip(("dQ", "dK", "dV"), ours, theirs):
+        torch.testing.assert_close(a, b, rtol=0, atol=atol, msg=name)
+
+
+@pytest.mark.parametrize("h, h_kv", [(6, 3), (6, 1), (4, 4), (6, 2)])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("block_size", [3, (4, 7), None])
+def test_gqa_equals_torch(h, h_kv, is_causal, block_size):
+    g = torch.Generator().manual_seed(h * 10 + h_kv)
+    shapes = [(2, h, 11, 5), (2, h_kv, 13, 5), (2, h_kv, 13, 3)]
+    q, k, v = (torch.randn(s, generator=g, dtype=torch.float64, requires_grad=True) for s in shapes)
+    assert_output_and_grads_equal(
+        lambda q, k, v: flash_attention(q, k, v, is_causal, block_size, enable_gqa=True),
+        lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, is_causal=is_causal, enable_gqa=True
+        ),
+        (q, k, v),
+    )
+
+
+def test_gqa_with_broadcast_batch_and_different_key_and_value_heads_like_torch():
+    g = torch.Generator().manual_seed(3)
+    shapes = [(2, 6, 7, 4), (1, 3, 9, 4), (2, 2, 9, 5)]  # torch repeats key and value separately
+    q, k, v = (torch.randn(s, generator=g, dtype=torch.float64, requires_grad=True) for s in shapes)
+    assert_output_and_grads_equal(
+        lambda q, k, v: flash_attention(q, k, v, True, 4, enable_gqa=True),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+        (q, k, v),
+    )
+
+
+@pytest.mark.parametrize("t_q, t_k", [(7, 7), (5, 13), (13, 5), (1, 9), (16, 16)])
+@pytest.mark.parametrize("block_size", [1, 4, (3, 5), (8, 2), 64])
+def test_bottom_right_equals_causal_lower_right(t_q, t_k, block_size):
+    from torch.nn.attention.bias import causal_lower_right
+
+    q, k, v = random_qkv((2, 3), t_q, t_k, 4, 3, requires_grad=True)
+    with warnings.catch_warnings():  # torch warns of nan rows for t_q > t_k; it returns zeros
+        warnings.simplefilter("ignore")
+        bias = causal_lower_right(t_q, t_k)
+    assert_output_and_grads_equal(
+        lambda q, k, v: flash_attention(q, k, v, True, block_size, causal_alignment="bottom_right"),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=bias),
+        (q, k, v),
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    t_q=st.integers(1, 20),
+    t_k=st.integers(1, 20),
+    window=st.one_of(st.none(), st.integers(1, 22)),
+    alignment=st.sampled_from(["top_left", "bottom_right"]),
+    block_q=st.integers(1, 9),
+    block_k=st.integers(1, 9),
+    gqa=st.booleans(),
+)
+def test_masks_equal_torch_with_an_explicit_mask(
+    t_q, t_k, window, alignment, block_q, block_k, gqa
+):
+    h_kv = 1 if gqa else 2
+    g = torch.Generator().manual_seed(t_q * 100 + t_k)
+    shapes = [(2, 2, t_q, 3), (2, h_kv, t_k, 3), (2, h_kv, t_k, 2)]
+    q, k, v = (torch.randn(s, generator=g, dtype=torch.float64, requires_grad=True) for s in shapes)
+    mask = allowed(t_q, t_k, alignment, window)
+    assert_output_and_grads_equal(
+        lambda q, k, v: flash_attention(
+            q, k, v, True, (block_q, block_k), enable_gqa=gqa, causal_alignment=alignment,
+            window=window,
+        ),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa),
+        (q, k, v),
+    )
+
+
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("window", [1, 3, 7])
+@pytest.mark.parametrize("block_size", [(4, 6), 5, (3, 2)])
+@pytest.mark.parametrize("t_q, t_k", [(16, 16), (9, 20)])
+def test_window_equals_torch_with_an_explicit_mask(alignment, window, block_size, t_q, t_k):
+    g = torch.Generator().manual_seed(window)
+    shapes = [(2, 4, t_q, 3), (2, 2, t_k, 3), (2, 2, t_k, 2)]
+    q, k, v = (torch.randn(s, generator=g, dtype=torch.float64, requires_grad=True) for s in shapes)
+    mask = allowed(t_q, t_k, alignment, window)
+    assert_output_and_grads_equal(
+        lambda q, k, v: flash_attention(
+            q, k, v, True, block_size, enable_gqa=True, causal_alignment=alignment, window=window
+        ),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True),
+        (q, k, v),
+    )
+
+
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_window_gradcheck(alignment):
+    q, k, v = random_qkv((2,), 6, 9, 3, 2, requires_grad=True)
+    assert gradcheck(
+        lambda q, k, v: flash_attention(
+            q, k, v, True, (2, 3), causal_alignment=alignment, window=3
+        ),
+        (q, k, v),
+    )
+
+
+def count_tile_products(**kwargs) -> int:
+    q, k, v = random_qkv((1,), 64, 64, 4, 4)  # 8 x 8 blocks of 8
+    with OpRecorder() as rec:
+        flash_attention(q, k, v, block_size=8, **kwargs)
+    return sum("bmm" in op for op in rec.ops)
+
+
+def test_tiles_outside_the_window_are_skipped():
+    full, causal = count_tile_products(), count_tile_products(is_causal=True)
+    windowed = count_tile_products(is_causal=True, window=8)
+    assert full == 2 * 64 and causal == 2 * 36  # two products per tile
+    # query block i sees keys 8i - 7 .. 8i + 7: its diagonal block and 7 keys of the one before
+    assert windowed == 2 * (1 + 7 * 2)
+
+
+def test_a_bad_value_outside_the_window_reaches_every_row_as_in_a_v():
+    q, k, v = random_qkv((1,), 8, 8, 4, 3)
+    v[0, 1, 0] = float("nan")  # hidden from rows 0 and 4 .. 7 by the window of 3
+    mask = allowed(8, 8, window=3)
+    expected = scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.isnan(expected[0, :, 0]).all()  # 0 · nan = nan in A V
+    for block_size in (1, 2, 8):
+        out = flash_attention(q, k, v, True, block_size, window=3)
+        torch.testing.assert_close(out, expected, rtol=0, atol=1e-12, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "shapes, kwargs, message",
+    [
+        (((2, 6, 5, 4), (2, 4, 3, 4), (2, 4, 3, 4)), {}, "h = 6 and h_kv = 4"),
+        (((2, 3, 5, 4), (2, 6, 3, 4), (2, 6, 3, 4)), {}, "h = 3 and h_kv = 6"),
+        (((2, 6, 5, 4), (2, 3, 3, 4), (2, 4, 3, 4)), {}, "value heads h_kv, got h = 6 and h_kv"),
+        (((5, 4), (3, 4), (3, 4)), {}, "at least 3-d with enable_gqa"),
+    ],
+)
+def test_bad_gqa_input_raises(shapes, kwargs, message):
+    q, k, v = (torch.randn(s) for s in shapes)
+    with pytest.raises(ValueError, match=message):
+        flash_attention(q, k, v, enable_gqa=True, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"is_causal": True, "window": 0}, "window must be None or an integer >= 1, got 0"),
+        ({"is_causal": True, "window": True}, "got True"),
+        ({"is_causal": True, "window": 2.0}, "got 2.0"),
+        ({"window": 2}, "pass is_causal=True, got is_causal=False, window=2"),
+        ({"causal_alignment": "bottom_right"}, "causal_alignment='bottom_right'"),
+        ({"is_causal": True, "causal_alignment": "lower_right"}, "got 'lower_right'"),
+        ({"block_size": (2, 0)}, "or a pair of them, got \\(2, 0\\)"),
+        ({"block_size": (2, 3, 4)}, "got \\(2, 3, 4\\)"),
+        ({"block_size": (2,)}, "got \\(2,\\)"),
+    ],
+)
+def test_bad_mask_and_block_arguments_raise(kwargs, message):
+    q, k, v = random_qkv((2,), 5, 5, 4, 4)
+    with pytest.raises(ValueError, match=message):
+        flash_attention(q, k, v, **kwargs)
+
+
+def clean_reference(q, k, v, rows, keys, **kwargs):
+    """Output and gradients of rows ``:rows`` of batch 1 computed from keys ``:keys`` alone."""
+    q, k, v = (x[1:2].detach().requires_grad_() for x in (q[:, :rows], k[:, :keys], v[:, :keys]))
+    out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    return out, torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("block_size", [(8, 3), (4, 8), (6, 2)])
+def test_a_hidden_bad_score_stays_hidden(bad, block_size):
+    """Hidden scores are set to -inf by adding a bias of -inf; a nan or +inf score would turn
+    into nan that way, so a tile that meets one must be masked by filling instead."""
+    q, k, v = random_qkv((2,), 8, 8, 4, 3)
+    k[1, 5, 0] = bad  # queries 0 .. 4 of batch 1 cannot see key 5
+    out = flash_attention(q, k, v, True, block_size)
+    expected, _ = clean_reference(q, k, v, 5, 5, is_causal=True)
+    torch.testing.assert_close(out[1:2, :5], expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out[0], F.scaled_dot_product_attention(q, k, v, is_causal=True)[0])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("block_size, window", [((4, 8), None), (3, None), ((2, 4), 3)])
+def test_a_key_no_query_sees_is_never_touched_forward_or_backward(bad, block_size, window):
+    """t_q = 4 < t_k = 8, top-left: no query sees keys 4 .. 7 (nor, with a window, old keys).
+    The backward's key blocks straddle them, and must stop where the forward's tiles stop."""
+    q, k, v = random_qkv((2,), 4, 8, 4, 3, requires_grad=False)
+    k[1, 6, 0] = bad
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    out = flash_attention(q, k, v, True, block_size, window=window)
+    grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    mask = allowed(4, 4, window=window)
+    expected, expected_grads = clean_reference(q, k, v, 4, 4, attn_mask=mask)
+    torch.testing.assert_close(out[1:2], expected, rtol=0, atol=1e-12)
+    for grad, grad_expected in zip(grads, expected_grads):  # dQ, dK and dV of keys 0 .. 3
+        torch.testing.assert_close(grad[1:2, :4], grad_expected, rtol=0, atol=1e-10)
+    for grad in grads[1:]:  # dK and dV of the keys no query sees
+        assert torch.equal(grad[:, 4:], torch.zeros_like(grad[:, 4:]))

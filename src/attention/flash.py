@@ -2,7 +2,8 @@
 
 Notation (see CONTRIBUTING.md): ``...`` any leading batch dimensions (for example ``b, h``),
 ``t_q`` / ``t_k`` number of queries / keys, ``d_k`` width of queries and keys, ``d_v`` width of
-values, ``n_q`` / ``n_k`` rows in the current query / key block (at most ``block_size``).
+values, ``n_q`` / ``n_k`` rows in the current query / key block, ``g`` query heads per key-value
+head (1 without grouped-query attention), ``N`` all leading dimensions flattened into one.
 
 Attention is computed tile by tile: a block of queries meets a block of keys, and only that
 ``(n_q, n_k)`` tile of scores ever exists. The softmax over a full row is assembled from the
@@ -32,9 +33,26 @@ so memory stays O(t · d) in both passes instead of O(t_q · t_k). A row that me
 score (t_k = 0, or all its scores -inf) gets output 0 and L = +inf, so that its P = 0 backward:
 FlashAttention-2's convention, where exp(-inf - (-inf)) would otherwise give nan.
 
+Masks without a mask tensor. Query i sits at position i + offset, with offset 0 for causal
+attention aligned top-left (torch's ``is_causal``) and t_k - t_q aligned bottom-right (torch's
+``causal_lower_right``); it sees key j when j <= i + offset and, with a window w, also
+j > i + offset - w. A tile that no query of its block may see is skipped, a tile that every
+query sees entirely is used as it is, and only the tiles that cross an edge are masked.
+
+Speed in plain PyTorch (each line of Python costs microseconds, so there are few per tile):
+large tiles (see :func:`default_block_sizes`); queries are multiplied by the scale once, not
+every tile of scores; the exponentials, the rescaling and the accumulation run in place
+(``sub_``, ``exp_``, ``baddbmm`` into its own input); a query block's key blocks are laid out
+backwards from its last visible key, so that at most one of them crosses the causal diagonal;
+a mask is added as a bias of 0 and -inf, built once per distinct tile shape; the backward pass
+cuts the scaled queries, dO, L and D into blocks once, instead of once per tile. Grouped-query
+attention stacks the g query heads of a key-value head as rows of one block, so a key tile is
+read once for all of them and never copied.
+
 Precision, as in fused kernels: for float16 and bfloat16 inputs every statistic and accumulator
-(S, m, l, acc and L forward; D, P, dP, dS and the dQ, dK, dV sums backward) is float32. Each tile
-is upcast as it is read, and each result is rounded to the input dtype once, when it is written.
+(S, m, l, acc and L forward; D, P, dP, dS and the dQ, dK, dV sums backward) is float32. K and V
+are upcast once, Q one block at a time, and each result is rounded to the input dtype once, when
+it is written.
 Rounding acc and l to 8 or 11 bits after every key block instead would add an error per block.
 """
 
@@ -45,74 +63,170 @@ from torch import Tensor
 
 from .functional import _accumulation_dtype
 
-__all__ = ["flash_attention"]
+__all__ = ["default_block_sizes", "flash_attention"]
+
+ALIGNMENTS = ("top_left", "bottom_right")
 
 
-def _causal_tile_mask(
-    q_start: int, n_q: int, k_start: int, n_k: int, device: torch.device
-) -> Tensor:
-    """True where query ``q_start + i`` may see key ``k_start + j``: j ≤ i, aligned top-left."""
-    rows = torch.arange(q_start, q_start + n_q, device=device)  # (n_q,)
-    cols = torch.arange(k_start, k_start + n_k, device=device)  # (n_k,)
-    return cols[None, :] <= rows[:, None]  # (n_q, n_k)
+def default_block_sizes(t_q: int, t_k: int) -> tuple[int, int]:
+    """Rows per query block and per key block when ``block_size`` is not given.
+
+    128 queries by 512 keys from t_k = 2048 on, 128 by 128 below. Chosen by timing h = 12,
+    d_h = 64, causal, float32 on the book's 2-core CPU against torch's SDPA in the same process,
+    for blocks of 64 to 1024 rows: at t = 2048, 128 x 512 was the fastest of 128 x 256,
+    256 x 256, 256 x 512, 512 x 512, 64 x 512, 128 x 512 and 128 x 1024, forward and backward
+    (fewer tiles, so fewer lines of Python per FLOP, while a tile of 128 rows stays in the
+    cache); at t = 512 the smaller tile was faster. Neither block is longer than the sequence it
+    cuts.
+    """
+    return max(1, min(128, t_q)), max(1, min(512 if t_k >= 2048 else 128, t_k))
 
 
-def _score_tile(
-    q_blk: Tensor, k_blk: Tensor, scale: float, is_causal: bool, q_start: int, k_start: int
-) -> Tensor:
-    """Scaled scores of one query block against one key block; -inf where causality forbids."""
-    s = q_blk @ k_blk.transpose(-2, -1) * scale  # (..., n_q, n_k)
-    if is_causal and k_start + k_blk.shape[-2] - 1 > q_start:  # the tile crosses the diagonal
-        allowed = _causal_tile_mask(q_start, q_blk.shape[-2], k_start, k_blk.shape[-2], s.device)
-        s = s.masked_fill(~allowed, float("-inf"))
-    return s
+class _Tiles:
+    """Which keys each query may see, tile by tile; builds each distinct mask only once.
+
+    ``offset`` is None without causality, else the position of query 0 (query i sits at
+    i + offset); ``window`` is None or w, the number of latest keys a query sees.
+    """
+
+    def __init__(self, offset: int | None, window: int | None, device: torch.device) -> None:
+        self.offset, self.window, self.device = offset, window, device
+        self.masks: dict[tuple[int, int, int], Tensor] = {}
+        self.biases: dict[tuple[int, int, int, torch.dtype], Tensor] = {}
+        self.exact = False  # set once a hidden score was nan or +inf: fill, do not add, then
+
+    def key_range(self, q_start: int, n_q: int, t_k: int) -> tuple[int, int]:
+        """Keys [lo, hi) that at least one query of the block q_start .. q_start + n_q - 1 sees."""
+        if self.offset is None:
+            return 0, t_k
+        hi = min(t_k, q_start + n_q + self.offset)  # past the last row's diagonal
+        lo = 0 if self.window is None else max(0, q_start + self.offset - self.window + 1)
+        return lo, max(lo, hi)
+
+    def hidden(self, q_start: int, n_q: int, k_start: int, n_k: int) -> Tensor | None:
+        """(n_q, n_k), True where the query may not see the key; None when it sees them all."""
+        if self.offset is None:
+            return None
+        first, last = q_start + self.offset, q_start + n_q - 1 + self.offset  # row positions
+        below_diagonal = k_start + n_k - 1 <= first
+        inside_window = self.window is None or k_start > last - self.window
+        if below_diagonal and inside_window:
+            return None
+        key = (first - k_start, n_q, n_k)
+        if key not in self.masks:  # row r, column c: query first + r, key k_start + c
+            ones = torch.ones(n_q, n_k, dtype=torch.bool, device=self.device)
+            hide = ones.triu(first - k_start + 1)  # (n_q, n_k), key after the query
+            if self.window is not None:
+                hide |= ones.tril(first - k_start - self.window)  # key w or more behind it
+            self.masks[key] = hide
+        return self.masks[key]
+
+    def mask_(self, s: Tensor, q_start: int, n_q: int, k_start: int, n_k: int) -> bool:
+        """Sets the scores s (N, g n_q, n_k) that the queries may not see to -inf, in place.
+
+        Adds a bias of 0 or -inf, which is about ten times faster on a CPU than
+        ``masked_fill_``; the two differ only where a hidden score is nan or +inf, which the
+        bias turns into nan. So the forward pass checks each biased tile (see ``_flash_forward``)
+        and sets ``exact`` if it met one; from then on the mask is filled in. Returns whether
+        a bias was added.
+        """
+        hide = self.hidden(q_start, n_q, k_start, n_k)
+        if hide is None:
+            return False
+        s = s.view(s.shape[0], s.shape[1] // n_q, n_q, n_k)  # (N, g, n_q, n_k)
+        if self.exact:
+            s.masked_fill_(hide, float("-inf"))
+            return False
+        key = (q_start + (self.offset or 0) - k_start, n_q, n_k, s.dtype)
+        if key not in self.biases:
+            self.biases[key] = torch.zeros(hide.shape, dtype=s.dtype, device=s.device).masked_fill_(
+                hide, float("-inf")
+            )  # (n_q, n_k)
+        s.add_(self.biases[key])
+        return True
+
+
+def _key_blocks(lo: int, hi: int, block_k: int) -> list[tuple[int, int]]:
+    """(k_start, n_k) covering keys [lo, hi), full blocks laid backwards from hi."""
+    starts = [(max(lo, end - block_k), end) for end in range(hi, lo, -block_k)]
+    return [(start, end - start) for start, end in starts]
+
+
+def _score_tile(q_blk: Tensor, k_blk: Tensor, tiles: _Tiles, *where: int) -> tuple[Tensor, bool]:
+    """Scores of one block of (already scaled) queries against one key block; -inf where hidden.
+
+    q_blk (N, g n_q, d_k) holds the g query heads of each key-value head as stacked rows;
+    ``where`` is (q_start, n_q, k_start, n_k). Also returns whether a bias hid some scores.
+    """
+    s = torch.bmm(q_blk, k_blk.transpose(1, 2))  # (N, g n_q, n_k)
+    return s, tiles.mask_(s, *where)
+
+
+def _add_product_(acc: Tensor, a: Tensor, b: Tensor) -> None:
+    """acc += a @ b in place, batched; with ``out=`` since FlopCounterMode skips ``baddbmm_``."""
+    torch.baddbmm(acc, a, b, out=acc)
 
 
 def _flash_forward(
-    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, block_size: int, scale: float
+    query: Tensor, key: Tensor, value: Tensor, scale: float, tiles: _Tiles, blocks: tuple[int, int]
 ) -> tuple[Tensor, Tensor]:
-    """Tiled forward pass: returns the output (..., t_q, d_v) and the log-sum-exp L (..., t_q).
+    """Tiled forward pass: returns the output (N, g, t_q, d_v) and the log-sum-exp L (N, g, t_q).
 
-    m, l, acc and L are kept in the accumulation dtype (float32 for half inputs); each tile is
-    upcast as it is read and each output row is rounded once, when it is written.
+    query (N, g, t_q, d_k), key (N, t_k, d_k), value (N, t_k, d_v). m, l, acc and L are kept in
+    the accumulation dtype (float32 for half inputs); each output row is rounded once, when it
+    is written.
     """
     acc_dtype = _accumulation_dtype(query.dtype)
-    t_q, t_k = query.shape[-2], key.shape[-2]
-    # Tiles above the diagonal are skipped, unless a value is nan or inf: then every tile is
+    n, g, t_q, d_k = query.shape
+    t_k, d_v = key.shape[1], value.shape[2]
+    block_q, block_k = blocks
+    # Tiles that no query may see are skipped, unless a value is nan or inf: then every tile is
     # visited, so that 0 · nan = nan reaches each row exactly as it does in A V. A finite sum
     # means every value is finite (an overflowing sum of finite values only costs the skipping),
     # and the sum allocates no (t_k, d_v) temporary, which isfinite(value) would.
-    skip_above = is_causal and bool(torch.isfinite(value.sum(dtype=acc_dtype)))
-    out = query.new_empty(*query.shape[:-1], value.shape[-1])  # (..., t_q, d_v)
-    lse = query.new_empty(query.shape[:-1], dtype=acc_dtype)  # (..., t_q)
-    for q_start in range(0, t_q, block_size):
-        q_blk = query[..., q_start : q_start + block_size, :].to(acc_dtype)  # (..., n_q, d_k)
-        n_q = q_blk.shape[-2]
-        m = q_blk.new_full((*query.shape[:-2], n_q), float("-inf"))  # (..., n_q)
-        l = q_blk.new_zeros((*query.shape[:-2], n_q))  # (..., n_q)
-        acc = q_blk.new_zeros((*query.shape[:-2], n_q, value.shape[-1]))  # (..., n_q, d_v)
-        for k_start in range(0, t_k, block_size):
-            if skip_above and k_start > q_start + n_q - 1:
-                break  # this key block and all later ones lie above the diagonal
-            k_blk = key[..., k_start : k_start + block_size, :].to(acc_dtype)  # (..., n_k, d_k)
-            v_blk = value[..., k_start : k_start + block_size, :].to(acc_dtype)  # (..., n_k, d_v)
-            s = _score_tile(q_blk, k_blk, scale, is_causal, q_start, k_start)  # (..., n_q, n_k)
-            m_new = torch.maximum(m, s.amax(dim=-1))  # (..., n_q)
+    skip = tiles.offset is not None and bool(torch.isfinite(value.sum(dtype=acc_dtype)))
+    key, value = key.to(acc_dtype), value.to(acc_dtype)  # upcast once (no copy if they are)
+    out = query.new_empty(n, g, t_q, d_v)
+    lse = query.new_empty(n, g, t_q, dtype=acc_dtype)
+    for q_start in range(0, t_q, block_q):
+        n_q = min(block_q, t_q - q_start)
+        rows = slice(q_start, q_start + n_q)
+        q_blk = (query[:, :, rows].to(acc_dtype) * scale).reshape(n, g * n_q, d_k)  # scaled once
+        m = l = acc = None  # (N, g n_q), (N, g n_q), (N, g n_q, d_v), set by the first tile
+        lo, hi = tiles.key_range(q_start, n_q, t_k) if skip else (0, t_k)
+        for k_start, n_k in _key_blocks(lo, hi, block_k):
+            keys = slice(k_start, k_start + n_k)
+            where = (q_start, n_q, k_start, n_k)
+            s, biased = _score_tile(q_blk, key[:, keys], tiles, *where)  # (N, g n_q, n_k)
+            s_max = s.amax(dim=-1)  # (N, g n_q)
+            if biased and bool(s_max.isnan().any()):  # maybe a hidden nan or inf: fill instead
+                tiles.exact = True
+                s, _ = _score_tile(q_blk, key[:, keys], tiles, *where)
+                s_max = s.amax(dim=-1)
+            m_new = s_max if m is None else torch.maximum(m, s_max)  # (N, g n_q)
             # A row whose scores are all -inf so far is shifted by 0, not by -inf: its
             # exp(-inf - 0) = 0 instead of exp(-inf + inf) = nan (FlashAttention-2 does the same).
-            shift = m_new.masked_fill(m_new == float("-inf"), 0.0)  # (..., n_q)
-            p = torch.exp(s - shift[..., None])  # (..., n_q, n_k), 0 where masked
-            rescale = torch.exp(m - shift)  # (..., n_q), 0 while m = -inf
-            l = rescale * l + p.sum(dim=-1)
-            acc = rescale[..., None] * acc + p @ v_blk  # (..., n_q, d_v)
+            shift = m_new.nan_to_num(nan=math.nan, posinf=math.inf, neginf=0.0)  # (N, g n_q)
+            p = s.sub_(shift[..., None]).exp_()  # (N, g n_q, n_k), 0 where hidden; in place
+            if m is None:  # the first tile: nothing to rescale
+                l, acc = p.sum(dim=-1), torch.bmm(p, value[:, keys])  # (N, g n_q), (.., d_v)
+            else:
+                rescale = (m - shift).exp_()  # (N, g n_q), 0 while m = -inf
+                l.mul_(rescale).add_(p.sum(dim=-1))
+                _add_product_(acc.mul_(rescale[..., None]), p, value[:, keys])  # (N, g n_q, d_v)
             m = m_new
+            del s, p  # one tile at a time: free it before the next one is made
+        if m is None:  # the block sees no key (t_k = 0, say): zero output, L = +inf
+            out[:, :, rows] = 0.0
+            lse[:, :, rows] = math.inf
+            continue
         # l >= 1 once a row has met a finite score (its maximum contributes exp(0) = 1). A row
-        # that met none (t_k = 0, or only -inf scores) has l = 0 and acc = 0: its output is 0,
-        # and L = +inf, as FlashAttention-2 stores it, so that the backward's P = exp(S - L) = 0.
-        no_mass = l == 0  # (..., n_q)
-        z = acc / l.masked_fill(no_mass, 1.0)[..., None]  # (..., n_q, d_v)
-        out[..., q_start : q_start + n_q, :] = z  # rounded to the input dtype, once
-        lse[..., q_start : q_start + n_q] = (m + torch.log(l)).masked_fill(no_mass, float("inf"))
+        # that met none (only -inf scores) has l = 0 and acc = 0: its output is 0, and
+        # L = +inf, as FlashAttention-2 stores it, so that the backward's P = exp(S - L) = 0.
+        no_mass = l == 0  # (N, g n_q)
+        z = acc.div_(l.masked_fill(no_mass, 1.0)[..., None])  # (N, g n_q, d_v)
+        out[:, :, rows] = z.view(n, g, n_q, d_v)  # rounded to the input dtype, once
+        lse[:, :, rows] = (m + l.log()).masked_fill_(no_mass, math.inf).view(n, g, n_q)
     return out, lse
 
 
@@ -123,9 +237,9 @@ def _flash_backward(
     out: Tensor,
     lse: Tensor,
     grad_out: Tensor,
-    is_causal: bool,
-    block_size: int,
     scale: float,
+    tiles: _Tiles,
+    blocks: tuple[int, int],
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Tiled backward pass: recomputes each tile's weights from L and returns dQ, dK, dV.
 
@@ -133,48 +247,65 @@ def _flash_backward(
     inputs); each gradient is rounded to its input's dtype once, at the end.
     """
     acc_dtype = lse.dtype
-    t_q, t_k = query.shape[-2], key.shape[-2]
-    grad_q = torch.zeros_like(query, dtype=acc_dtype)  # (..., t_q, d_k)
-    grad_k = torch.zeros_like(key, dtype=acc_dtype)  # (..., t_k, d_k)
-    grad_v = torch.zeros_like(value, dtype=acc_dtype)  # (..., t_k, d_v)
-    d = (grad_out.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)  # (..., t_q), the D above
-    for k_start in range(0, t_k, block_size):
-        k_blk = key[..., k_start : k_start + block_size, :].to(acc_dtype)  # (..., n_k, d_k)
-        v_blk = value[..., k_start : k_start + block_size, :].to(acc_dtype)  # (..., n_k, d_v)
-        first_q = k_start if is_causal else 0  # query blocks before k_start lie above the diagonal
-        for q_start in range(first_q, t_q, block_size):
-            q_blk = query[..., q_start : q_start + block_size, :].to(acc_dtype)  # (..., n_q, d_k)
-            n_q = q_blk.shape[-2]
-            do_blk = grad_out[..., q_start : q_start + n_q, :].to(acc_dtype)  # (..., n_q, d_v)
-            s = _score_tile(q_blk, k_blk, scale, is_causal, q_start, k_start)  # (..., n_q, n_k)
-            p = torch.exp(s - lse[..., q_start : q_start + n_q, None])  # (..., n_q, n_k)
-            grad_v[..., k_start : k_start + block_size, :] += (
-                p.transpose(-2, -1) @ do_blk
-            )  # (..., n_k, d_v)
-            dp = do_blk @ v_blk.transpose(-2, -1)  # (..., n_q, n_k)
-            ds = p * (dp - d[..., q_start : q_start + n_q, None])  # (..., n_q, n_k)
-            grad_q[..., q_start : q_start + n_q, :] += scale * ds @ k_blk  # (..., n_q, d_k)
-            grad_k[..., k_start : k_start + block_size, :] += (
-                scale * ds.transpose(-2, -1) @ q_blk
-            )  # (..., n_k, d_k)
-    return grad_q.to(query.dtype), grad_k.to(key.dtype), grad_v.to(value.dtype)
+    n, g, t_q, d_k = query.shape
+    t_k, d_v = key.shape[1], value.shape[2]
+    block_q, block_k = blocks
+    d = (grad_out.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)  # (N, g, t_q), the D above
+    key, value = key.to(acc_dtype), value.to(acc_dtype)  # upcast once (no copy if they are)
+    # Every query block is visited once per key block: cut it (and dO, L, D) out once, here.
+    q_blocks = []  # (q_start, n_q, scale Q, dO, L, D, dQ / scale accumulator)
+    for q_start in range(0, t_q, block_q):
+        n_q = min(block_q, t_q - q_start)
+        rows, r = slice(q_start, q_start + n_q), g * n_q
+        q_blk = (query[:, :, rows].to(acc_dtype) * scale).reshape(n, r, d_k)  # (N, g n_q, d_k)
+        do_blk = grad_out[:, :, rows].to(acc_dtype).reshape(n, r, d_v)  # (N, g n_q, d_v)
+        lse_blk, d_blk = lse[:, :, rows].reshape(n, r, 1), d[:, :, rows].reshape(n, r, 1)
+        grad_q = query.new_zeros(n, r, d_k, dtype=acc_dtype)  # (N, g n_q, d_k)
+        q_blocks.append((q_start, n_q, q_blk, do_blk, lse_blk, d_blk, grad_q))
+    grad_k = key.new_zeros(n, t_k, d_k)  # (N, t_k, d_k)
+    grad_v = value.new_zeros(n, t_k, d_v)  # (N, t_k, d_v)
+    for k_start in range(0, t_k, block_k):
+        n_k = min(block_k, t_k - k_start)
+        dk = grad_k[:, k_start : k_start + n_k]  # (N, n_k, d_k), summed over query blocks
+        dv = grad_v[:, k_start : k_start + n_k]  # (N, n_k, d_v)
+        for q_start, n_q, q_blk, do_blk, lse_blk, d_blk, grad_q in q_blocks:
+            # Only the keys the forward pass visited: those some query of the block may see.
+            lo, hi = tiles.key_range(q_start, n_q, t_k)
+            first, end = max(lo, k_start), min(hi, k_start + n_k)
+            if first >= end:
+                continue  # no query of this block sees a key of this block
+            keys, cols = slice(first, end), slice(first - k_start, end - k_start)
+            k_blk, v_blk = key[:, keys], value[:, keys]  # (N, n, d_k), (N, n, d_v)
+            s, _ = _score_tile(q_blk, k_blk, tiles, q_start, n_q, first, end - first)
+            p = s.sub_(lse_blk).exp_()  # (N, g n_q, n), P = exp(S - L), in place
+            dp = torch.bmm(do_blk, v_blk.transpose(1, 2))  # (N, g n_q, n)
+            ds = dp.sub_(d_blk).mul_(p)  # (N, g n_q, n), dS = P ∘ (dP - D), in place
+            _add_product_(grad_q, ds, k_blk)  # (N, g n_q, d_k)
+            _add_product_(dv[:, cols], p.transpose(1, 2), do_blk)  # the g heads summed
+            _add_product_(dk[:, cols], ds.transpose(1, 2), q_blk)  # scale is in q_blk
+            del s, p, dp, ds  # free the tiles before the next ones are made
+    if q_blocks:
+        grad_q = torch.cat([blk[-1].view(n, g, blk[1], d_k) for blk in q_blocks], dim=2)
+    else:
+        grad_q = torch.zeros_like(query, dtype=acc_dtype)  # (N, g, t_q, d_k)
+    return (grad_q * scale).to(query.dtype), grad_k.to(key.dtype), grad_v.to(value.dtype)
 
 
 class _FlashAttention(torch.autograd.Function):
     """Autograd wrapper: saves Q, K, V, O and L (all O(t · d)), never the score matrix."""
 
     @staticmethod
-    def forward(ctx, query, key, value, is_causal, block_size, scale):  # type: ignore[override]
-        out, lse = _flash_forward(query, key, value, is_causal, block_size, scale)
+    def forward(ctx, query, key, value, scale, tiles, blocks):  # type: ignore[override]
+        out, lse = _flash_forward(query, key, value, scale, tiles, blocks)
         ctx.save_for_backward(query, key, value, out, lse)
-        ctx.is_causal, ctx.block_size, ctx.scale = is_causal, block_size, scale
+        ctx.scale, ctx.tiles, ctx.blocks = scale, tiles, blocks
         return out
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         query, key, value, out, lse = ctx.saved_tensors
         grads = _FlashAttentionBackward.apply(
-            grad_out, query, key, value, out, lse, ctx.is_causal, ctx.block_size, ctx.scale
+            grad_out, query, key, value, out, lse, ctx.scale, ctx.tiles, ctx.blocks
         )
         return *grads, None, None, None
 
@@ -199,48 +330,76 @@ class _FlashAttentionBackward(torch.autograd.Function):
         )
 
 
+def _check_block_size(block_size: object) -> None:
+    sizes = block_size if isinstance(block_size, tuple) else (block_size,)
+    valid = len(sizes) == (2 if isinstance(block_size, tuple) else 1) and all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes
+    )
+    if block_size is not None and not valid:
+        raise ValueError(
+            f"block_size must be an integer >= 1 or a pair of them, got {block_size!r}"
+        )
+
+
 def flash_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
     is_causal: bool = False,
-    block_size: int = 64,
+    block_size: int | tuple[int, int] | None = None,
     *,
     scale: float | None = None,
+    enable_gqa: bool = False,
+    causal_alignment: str = "top_left",
+    window: int | None = None,
 ) -> Tensor:
     """Exact attention softmax(Q Kᵀ · scale) V computed in tiles, with FlashAttention's backward.
 
     Args:
-        query: (..., t_q, d_k).
-        key: (..., t_k, d_k).
-        value: (..., t_k, d_v). Leading dimensions of the three broadcast against each other.
+        query: (..., t_q, d_k); with ``enable_gqa``, (..., h, t_q, d_k).
+        key: (..., t_k, d_k); with ``enable_gqa``, (..., h_kv, t_k, d_k).
+        value: (..., t_k, d_v); with ``enable_gqa``, (..., h_kv, t_k, d_v). Leading dimensions
+            of the three broadcast against each other.
         is_causal: query i attends keys j ≤ i only, aligned top-left exactly like
             ``torch.nn.functional.scaled_dot_product_attention(..., is_causal=True)``.
-        block_size: rows per query block and per key block; only (block_size, block_size)
-            tiles of scores are formed.
+        block_size: rows per query block and per key block, one integer for both or a pair
+            (query rows, key rows); only tiles of that size are formed. None (the default)
+            takes :func:`default_block_sizes`.
         scale: multiplies the scores; defaults to 1/sqrt(d_k).
+        enable_gqa: grouped-query attention as in torch: query head i uses key and value head
+            i // (h // h_kv), so h must be a multiple of h_kv.
+        causal_alignment: with ``is_causal``, ``"top_left"`` (query i at position i, torch's
+            ``is_causal``) or ``"bottom_right"`` (query i at position t_k - t_q + i, so the last
+            query sees every key, as ``torch.nn.attention.bias.causal_lower_right``).
+        window: with ``is_causal``, each query sees only the ``window`` latest keys up to its
+            own position p: keys j with p - window < j ≤ p. Tiles outside it are skipped.
 
     Returns:
         (..., t_q, d_v), equal to scaled dot-product attention up to rounding (float32
-        statistics for half inputs, see the module docstring). With no keys (t_k = 0) every row
-        is zero, as in torch. A nan or inf in a query, or in a key or value the query may see,
-        propagates as in :func:`attention.scaled_dot_product_attention`: a key that causality
-        hides never reaches the row, and a nan or inf in a hidden value does, through
-        0 · nan = nan, as in A V (tiles above the diagonal are then visited, not skipped).
+        statistics for half inputs, see the module docstring). A row that may see no key
+        (t_k = 0, or bottom-right alignment with t_q > t_k) is zero, as in torch. A nan or inf
+        in a query, or in a key or value the query may see, propagates as in
+        :func:`attention.scaled_dot_product_attention`: a key that the mask hides never reaches
+        the row, and a nan or inf in a hidden value does, through 0 · nan = nan, as in A V
+        (hidden tiles are then visited, not skipped).
 
     Gradients are first-order only: the backward is hand-written and itself not differentiable,
     so a second derivative raises a RuntimeError instead of returning a wrong value.
 
     Raises:
-        ValueError: a tensor with fewer than 2 dimensions, query and key of different widths,
-            d_k = 0, key and value of different lengths, leading dimensions that do not
-            broadcast, mixed dtypes, or block_size < 1.
+        ValueError: a tensor with fewer than 2 dimensions (3 with ``enable_gqa``), query and key
+            of different widths, d_k = 0, key and value of different lengths, leading
+            dimensions that do not broadcast, mixed dtypes, a bad ``block_size``, h not a
+            multiple of h_kv, an unknown ``causal_alignment``, a ``window`` < 1, or an
+            alignment or window without ``is_causal``.
     """
+    min_dim = 3 if enable_gqa else 2
     for name, tensor in (("query", query), ("key", key), ("value", value)):
-        if tensor.dim() < 2:
-            raise ValueError(
-                f"{name} must have shape (..., t, d), at least 2-d, got shape {tuple(tensor.shape)}"
+        if tensor.dim() < min_dim:
+            shape = "(..., h, t, d), at least 3-d with enable_gqa" if enable_gqa else (
+                "(..., t, d), at least 2-d"
             )
+            raise ValueError(f"{name} must have shape {shape}, got shape {tuple(tensor.shape)}")
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
             f"query and key must have the same width d_k, got {query.shape[-1]} and {key.shape[-1]}"
@@ -257,17 +416,51 @@ def flash_attention(
             "query, key and value must share one dtype, "
             f"got {query.dtype}, {key.dtype}, {value.dtype}"
         )
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+    _check_block_size(block_size)
+    if causal_alignment not in ALIGNMENTS:
+        raise ValueError(f"causal_alignment must be one of {ALIGNMENTS}, got {causal_alignment!r}")
+    if window is not None and (type(window) is not int or window < 1):
+        raise ValueError(f"window must be None or an integer >= 1, got {window!r}")
+    if not is_causal and (window is not None or causal_alignment != "top_left"):
+        raise ValueError(
+            "window and causal_alignment apply to causal attention only: pass is_causal=True, "
+            f"got is_causal={is_causal!r}, window={window!r}, causal_alignment={causal_alignment!r}"
+        )
+    if enable_gqa:
+        h = query.shape[-3]
+        for name, tensor in (("key", key), ("value", value)):
+            h_kv = tensor.shape[-3]
+            if h_kv == 0 or h % h_kv != 0:
+                raise ValueError(
+                    f"with enable_gqa the number of query heads h must be a multiple of the "
+                    f"number of {name} heads h_kv, got h = {h} and h_kv = {h_kv}"
+                )
+        if key.shape[-3] != value.shape[-3]:  # torch allows it: give each query head its own
+            key = key.repeat_interleave(h // key.shape[-3], dim=-3)  # (..., h, t_k, d_k)
+            value = value.repeat_interleave(h // value.shape[-3], dim=-3)  # (..., h, t_k, d_v)
+        heads, g = key.shape[-3], h // key.shape[-3]
+    else:
+        heads, g = 1, 1
+    lead = query.dim() - (3 if enable_gqa else 2)
     try:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        batch = torch.broadcast_shapes(*(x.shape[: x.dim() - min_dim] for x in (query, key, value)))
     except RuntimeError:
         raise ValueError(
             "leading dimensions of query, key and value must broadcast, got "
-            f"{tuple(query.shape[:-2])}, {tuple(key.shape[:-2])}, {tuple(value.shape[:-2])}"
+            f"{tuple(query.shape[:lead])}, {tuple(key.shape[: key.dim() - min_dim])}, "
+            f"{tuple(value.shape[: value.dim() - min_dim])}"
         ) from None
-    query = query.expand(*batch, *query.shape[-2:])  # (..., t_q, d_k)
-    key = key.expand(*batch, *key.shape[-2:])  # (..., t_k, d_k)
-    value = value.expand(*batch, *value.shape[-2:])  # (..., t_k, d_v)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    return _FlashAttention.apply(query, key, value, is_causal, block_size, scale)
+    (t_q, d_k), (t_k, d_v) = query.shape[-2:], value.shape[-2:]
+    n = math.prod(batch) * heads
+    query = query.expand(*batch, *query.shape[lead:]).reshape(n, g, t_q, d_k)  # (N, g, t_q, d_k)
+    key = key.expand(*batch, *key.shape[lead:]).reshape(n, t_k, d_k)  # (N, t_k, d_k)
+    value = value.expand(*batch, *value.shape[lead:]).reshape(n, t_k, d_v)  # (N, t_k, d_v)
+    scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
+    if block_size is None:
+        blocks = default_block_sizes(t_q, t_k)
+    else:
+        blocks = block_size if isinstance(block_size, tuple) else (block_size, block_size)
+    offset = None if not is_causal else (0 if causal_alignment == "top_left" else t_k - t_q)
+    tiles = _Tiles(offset, window, query.device)
+    out = _FlashAttention.apply(query, key, value, scale, tiles, blocks)  # (N, g, t_q, d_v)
+    return out.view(*batch, *([g * heads] if enable_gqa else []), t_q, d_v)

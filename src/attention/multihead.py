@@ -184,11 +184,16 @@ class FusedMultiHeadAttention(nn.Module):
                 queries, keys, values, dropout_p=dropout_p, is_causal=True
             )  # (b, h, t, d_h)
         else:
-            attn_scores = queries @ keys.transpose(2, 3)  # (b, h, t, t)
-            future = self.mask.bool()[:t, :t]  # (t, t), True above the diagonal
-            attn_scores = attn_scores.masked_fill(future, float("-inf"))
-            attn_weights = self.dropout(torch.softmax(attn_scores / d_h**0.5, dim=-1))
-            context = attn_weights @ values  # (b, h, t, d_h)
+            # As in MultiHeadAttention, with fewer passes over the (b h, t, t) scores: the
+            # product applies the scale (alpha), and the mask is written into it in place.
+            q, k, v = (y.reshape(b * h, t, d_h) for y in (queries, keys, values))  # (b h, t, d_h)
+            attn_scores = torch.baddbmm(
+                q.new_zeros(()), q, k.transpose(1, 2), beta=0, alpha=d_h**-0.5
+            )  # (b h, t, t), Q Kᵀ / sqrt(d_h)
+            future = self.mask[:t, :t].bool()  # (t, t), True above the diagonal
+            attn_scores.masked_fill_(future, float("-inf"))  # (b h, t, t)
+            attn_weights = self.dropout(torch.softmax(attn_scores, dim=-1))
+            context = torch.bmm(attn_weights, v).view(b, h, t, d_h)  # (b, h, t, d_h)
         context = context.transpose(1, 2).contiguous().view(b, t, self.d_out)  # (b, t, d_out)
         return self.proj_dropout(self.out_proj(context))  # (b, t, d_out)
 
