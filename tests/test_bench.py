@@ -164,6 +164,9 @@ def tiny_run(tmp_path_factory) -> dict:
         "--variants", "wrapper", "mha", "fused-sdpa", "torch-mha", "compiled-mha", "explicit",
         "sdpa[flash]", "sdpa[efficient]", "flash_attention", "triton",
         "--no-compile", "--no-memory-goal", "--no-progress", "--output", str(out),
+        "--matmul-sizes", "16", "32", "--stream-bytes", "65536", "--flash-goal-shape", "1", "2", "32", "16",
+        "--fused-goal-shape", "2", "2", "32", "16", "--decode-models", "tiny", "--decode-new-tokens", "3",
+        "--decode-repeats", "1",
     ])
     return json.loads(out.read_text())
 
@@ -251,3 +254,50 @@ def test_problem_rejects_bad_shapes():
         Problem("block", 1, 8, 2, 4, torch.float32, CPU, False)
     with pytest.raises(ValueError, match="t must be at least 1, got 0"):
         Problem("kernel", 1, 0, 2, 4, torch.float32, CPU, False)
+
+
+def test_tiny_run_measures_peaks_and_uses_them(tiny_run):
+    peaks = tiny_run["peaks"]
+    sizes = peaks["float32"]["matmul"]["sizes"]
+    assert [r["n"] for r in sizes] == [16, 32]
+    for r in sizes:
+        assert r["gflops"] == pytest.approx(2 * r["n"] ** 3 / r["median_s"] / 1e9)
+    assert peaks["float32"]["tflops"] == pytest.approx(max(r["gflops"] for r in sizes) / 1e3)
+    stream = peaks["bandwidth"]["stream"]
+    assert stream["array_bytes"] == 65536 and stream["triad"]["bytes"] == 3 * 65536
+    assert peaks["bandwidth"]["bytes_per_s"] == max(stream["copy"]["bytes_per_s"], stream["triad"]["bytes_per_s"])
+    assert "torch.mm" in peaks["float32"]["source"] and "STREAM" in peaks["bandwidth"]["source"]
+    for row in tiny_run["results"]:  # every % of peak is of the measured peak
+        if row["status"] == "ok":
+            assert row["pct_of_peak"] == pytest.approx(100 * row["tflops"] / peaks["float32"]["tflops"])
+
+
+def test_tiny_run_measures_the_issue_14_goals(tiny_run):
+    goals = tiny_run["goals"]["ratios"]
+    assert [(g["variant"], g["baseline"], g["pass"]) for g in goals] == [
+        ("flash_attention", "sdpa", "forward"), ("fused-explicit", "mha", "forward"),
+        ("flash_attention", "sdpa", "forward+backward"), ("fused-explicit", "mha", "forward+backward"),
+    ]
+    for g in goals:
+        assert g["ratio"] == pytest.approx(g["variant_s"] / g["baseline_s"])
+        assert g["status"] == ("met" if g["ratio"] <= g["target"] else "missed")
+    assert (goals[0]["b"], goals[0]["h"], goals[0]["t"], goals[0]["d_h"]) == (1, 2, 32, 16)
+    assert goals[0]["baseline_backend"].startswith("sdpa: ")  # what torch picked, from the profiler
+    assert [r["model"] for r in tiny_run["decode"]] == ["tiny", "tiny"]
+
+
+def test_parts_run_alone(tmp_path):
+    out = tmp_path / "decode.json"
+    doc = main(["--device", "cpu", "--parts", "decode", "--decode-models", "tiny", "--decode-new-tokens", "2",
+                "--decode-repeats", "1", "--no-progress", "--output", str(out)])
+    assert doc["results"] == [] and "ratios" not in doc["goals"] and "bandwidth" not in doc["peaks"]
+    assert len(doc["decode"]) == 2
+    validate_results(json.loads(out.read_text()))
+
+
+def test_gpu_bandwidth_is_documented_or_unknown():
+    from attention.bench.flops import GPU_BANDWIDTH, GPU_PEAKS, device_bandwidth
+
+    assert set(GPU_BANDWIDTH) == set(GPU_PEAKS)  # every GPU with a peak has a bandwidth
+    assert device_bandwidth("NVIDIA H100 80GB HBM3").bytes_per_s == 3.35e12  # the chapter's figure
+    assert device_bandwidth("Intel(R) Xeon(R) Processor") is None

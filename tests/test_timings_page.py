@@ -195,3 +195,77 @@ def test_hook_fills_the_marker_on_the_appendix_page_only(tmp_path, runs, svgs, m
     assert hook.on_page_markdown(hook.MARKER, other, config, files) == hook.MARKER
     with pytest.raises(PluginError, match="expected the marker"):
         hook.on_page_markdown("# no marker", appendix, config, files)
+
+
+@pytest.mark.parametrize("nbytes, text", [
+    (512, "512 B"), (1000, "1000 B"), (1536, "1.5 KiB"), (17723392, "17 MiB"), (6510305280, "6.1 GiB"), (None, "—"),
+])
+def test_sizes_are_in_binary_units(nbytes, text):
+    assert hook.readable_bytes(nbytes) == text
+
+
+def test_no_size_on_the_page_is_in_scientific_notation(markdown):
+    assert not re.search(r"\d[eE][+-]\d+ ?[KMG]i?B", markdown)
+    sizes = re.findall(r"\b[\d.]+ (?:B|KiB|MiB|GiB)\b", markdown)
+    assert sizes and all(float(s.split()[0]) < 1024 for s in sizes)
+
+
+def test_headings_write_their_math_as_math(markdown):
+    headings = re.findall(r"^#+ .*$", markdown, flags=re.MULTILINE)
+    assert any("$d_h = " in h for h in headings)
+    for heading in headings:  # outside $...$, no TeX: no d_h, no backslash
+        outside = re.sub(r"\$[^$]+\$", "", heading)
+        assert "d_h" not in outside and "\\" not in outside, heading
+
+
+def test_an_old_results_file_renders_without_the_new_parts(runs, markdown):
+    doc = runs[0][1]  # written before peaks, the roofline, decode and the issue 14 goals existed
+    assert "bandwidth" not in doc["peaks"] and "decode" not in doc and "ratios" not in doc["goals"]
+    assert "holds no peaks of its machine" in markdown and "roofline-" not in markdown
+    assert "### Decoding" not in markdown
+
+
+def new_parts(doc: dict) -> dict:
+    """The fixture with the parts a newer run adds. Only the page logic is under test: these
+    numbers are made up here and are shown nowhere as measured."""
+    doc = copy.deepcopy(doc)
+    doc["peaks"]["float32"] = {"tflops": 0.1, "source": "measured: torch.mm", "measured": True,
+                               "matmul": {"sizes": [{"n": 64, "gflops": 100.0, "repeats": 5, "iqr_s": 1e-4}]}}
+    stream = {"array_bytes": 2**27, "copy": {"bytes": 2**28, "bytes_per_s": 8e9, "repeats": 5},
+              "triad": {"bytes": 3 * 2**27, "bytes_per_s": 1e10, "repeats": 5}}
+    doc["peaks"]["bandwidth"] = {"bytes_per_s": 1e10, "source": "measured: STREAM", "measured": True,
+                                 "stream": stream}
+    doc["goals"]["ratios"] = [{"name": "flash_attention ÷ SDPA", "variant": "flash_attention", "baseline": "sdpa",
+                               "level": "kernel", "b": 1, "h": 12, "t": 2048, "d_h": 64, "dtype": "float32",
+                               "pass": "forward", "target": 1.5, "variant_s": 0.3, "baseline_s": 0.2,
+                               "variant_iqr_s": 0.0, "baseline_iqr_s": 0.0, "variant_backend": "tiled",
+                               "baseline_backend": "sdpa: flash (CPU kernel)", "ratio": 1.5, "status": "met"}]
+    config = {"vocab_size": 50257, "d_model": 768, "num_heads": 12, "num_layers": 12, "context_length": 1024}
+    doc["decode"] = [{"model": "gpt2-small-untrained", "config": config, "use_cache": cache, "prompt_tokens": 4,
+                      "new_tokens": 200, "median_s": 200 / rate, "iqr_s": 0.1, "repeats": 3, "tokens_per_s": rate,
+                      "cache_bytes_measured": 7569408, "cache_bytes_formula": 7569408}
+                     for cache, rate in ((False, 4.0), (True, 20.0))]
+    doc["methods"]["decode"] = "wall-clock time of generate"
+    return doc
+
+
+def test_peaks_roofline_decode_and_goals_render(runs):
+    stem, doc = runs[0]
+    doc = new_parts(doc)
+    hook.validate_results(doc)
+    page = hook.run_markdown(stem, doc)
+    assert "100 GFLOP/s" in page and "10 GB/s" in page and "ridge point $P / \\beta$ = 10 FLOP/byte" in page
+    assert "| 4 + 200 | 4 (3 calls, IQR" in page and "| 5.00× |" in page and "| 7.2 MiB | 7.2 MiB |" in page
+    assert "**1.50** (300 ms vs 200 ms" in page
+    linked = set(re.findall(r"\]\(timings/([^)]+roofline[^)]+\.svg)\)", page))
+    made = {name for name in hook.roofline_figures(stem, doc)}
+    assert linked == made == {f"{stem}-roofline-float32.svg"}
+    svg = hook.roofline_figures(stem, doc)[f"{stem}-roofline-float32.svg"]
+    assert b"<text" in svg  # text kept as text (svg.fonttype "none"), not paths
+    background = svg.split(b'<g id="patch_1">')[1].split(b"</g>")[0]
+    assert b'style="fill: none"' in background  # transparent: no white panel on a dark page
+    table = page.split("| variant | pass | $d_h$ | intensity")[1].split("\n\n")[0]
+    ridge = 0.1e12 / 1e10
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[-1] == ("memory" if float(cells[3]) < ridge else "compute"), line

@@ -6,7 +6,9 @@ number of blocks along each side, s the bytes of one number (4 in float32, 2 in 
 bfloat16).
 """
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -16,7 +18,9 @@ from matplotlib.patches import FancyArrowPatch, Polygon, Rectangle
 from torch.utils.flop_counter import FlopCounterMode
 
 from attention import flash_attention, scaled_dot_product_attention
+from attention.bench.roofline import machine_roof, plot_roofline, roofline_points
 from attention.memory import MemoryTracker
+from attention.plotting import INK, PAPER
 
 EXPLICIT_COLOR = "#d95f02"
 FLASH_COLOR = "#1b9e77"
@@ -57,7 +61,7 @@ def memory_vs_t() -> Figure:
                 label=f"{name}: largest tensor")
     ratio = explicit[-1][0] / flash[-1][0]
     ax.annotate(f"peak {ratio:.0f}x smaller at t = {lengths[-1]}", (lengths[-1], flash[-1][0] / kib),
-                xytext=(-6, 10), textcoords="offset points", ha="right", fontsize=9)
+                xytext=(-6, 10), textcoords="offset points", ha="right")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xticks(lengths, labels=[str(t) for t in lengths])
@@ -68,7 +72,7 @@ def memory_vs_t() -> Figure:
     ax.set_ylabel("bytes (MemoryTracker, float32)")
     ax.set_title("Memory of causal attention, one head, $d_h = 64$")
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, loc="upper left", fontsize=8.5)
+    ax.legend(frameon=False, loc="upper left", fontsize=9)
     return fig
 
 
@@ -121,11 +125,11 @@ def tiling() -> Figure:
         ax.set_xlabel("key blocks $K_j$, $V_j$ (streamed through SRAM)", labelpad=8)
     axes[0].set_ylabel("query blocks $Q_i$ (one per thread block)")
     axes[0].text(blocks / 2, row + 0.3, "inner loop: update $m$, $\\ell$, $O_i$ tile by tile",
-                 ha="center", va="center", fontsize=8.5, color="white")
+                 ha="center", va="center", fontsize=9, color="white")
     axes[1].annotate("diagonal tiles: computed,\nthen masked inside", (blocks - 1.5, blocks - 1.5),
-                     xytext=(blocks - 0.2, blocks - 5.6), ha="right", fontsize=9,
-                     bbox={"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "none"},
-                     arrowprops={"arrowstyle": "->", "color": "0.3", "linewidth": 0.8})
+                     xytext=(blocks - 0.2, blocks - 5.6), ha="right",
+                     bbox={"boxstyle": "round,pad=0.25", "facecolor": PAPER, "edgecolor": "none"},
+                     arrowprops={"arrowstyle": "->", "color": INK, "linewidth": 0.8})
     return fig
 
 
@@ -154,21 +158,21 @@ def roofline() -> Figure:
     attainable = torch.minimum(torch.full_like(intensities, H100_PEAK_FLOPS), intensities * beta) / 1e12
 
     fig, ax = plt.subplots(figsize=(7.6, 4.9), layout="constrained")
-    ax.plot(intensities.numpy(), attainable.numpy(), color="0.2", linewidth=1.8)
+    ax.plot(intensities.numpy(), attainable.numpy(), color=INK, linewidth=1.8)
     ax.axvline(ridge, color="0.6", linestyle=":", linewidth=1)
     ax.annotate(f"ridge point\n{ridge:.0f} FLOP/byte", (ridge, 1.2), xytext=(6, 0),
-                textcoords="offset points", fontsize=8.5, color="0.35")
+                textcoords="offset points", fontsize=9, color=INK, alpha=0.75)
     ax.annotate("memory-bound: $I \\cdot \\beta$", (0.12, 0.12 * beta / 1e12), rotation=29,
-                xytext=(-2, 10), textcoords="offset points", fontsize=9, color="0.3")
+                xytext=(-2, 10), textcoords="offset points", fontsize=9, color=INK, alpha=0.8)
     ax.annotate("compute-bound: $P$", (4000, H100_PEAK_FLOPS / 1e12), xytext=(0, 6),
-                textcoords="offset points", ha="center", fontsize=9, color="0.3")
+                textcoords="offset points", ha="center", fontsize=9, color=INK, alpha=0.8)
     needed = FA3_FP16_FLOPS / beta  # the intensity at which I * beta reaches 740 TFLOP/s
     ax.axhline(FA3_FP16_FLOPS / 1e12, color=FLASH_COLOR, linestyle="--", linewidth=1)
     ax.plot([needed], [FA3_FP16_FLOPS / 1e12], "|", color=FLASH_COLOR, markersize=12)
     ax.annotate(f"FlashAttention-3, FP16 forward, $d_h = 256$, reported:"
                 f" {FA3_FP16_FLOPS / 1e12:.0f} TFLOP/s;\nneeds $I \\geq$ {needed:.0f} FLOP/byte",
                 (0.12, FA3_FP16_FLOPS / 1e12),
-                xytext=(0, 5), textcoords="offset points", ha="left", va="bottom", fontsize=8.5,
+                xytext=(0, 5), textcoords="offset points", ha="left", va="bottom", fontsize=9,
                 color=FLASH_COLOR)
     for kernels, color in ((explicit_kernels, EXPLICIT_COLOR), (tiled_kernels, FLASH_COLOR)):
         for name, (intensity, offset) in kernels.items():
@@ -176,7 +180,7 @@ def roofline() -> Figure:
             ax.plot([intensity], [bound], "o", color=color, markersize=7)
             value = f"{intensity:.0f}" if intensity >= 10 else f"{intensity:.2f}"
             ax.annotate(f"{name}: {value}", (intensity, bound), xytext=offset,
-                        textcoords="offset points", fontsize=8.5, color=color,
+                        textcoords="offset points", fontsize=9, color=color,
                         ha={1: "left", 0: "center", -1: "right"}[(offset[0] > 0) - (offset[0] < 0)],
                         va="center")
     ax.set_xscale("log")
@@ -190,8 +194,30 @@ def roofline() -> Figure:
     return fig
 
 
+CPU_RESULTS = Path(__file__).resolve().parents[1] / "appendix" / "results" / "cpu.json"
+
+
+def measured_roofline() -> Figure:
+    """This machine's roofline from the committed CPU results: measured peaks, every kernel row.
+
+    Without measured peaks in the results file, the figure says so instead of drawing a guess.
+    """
+    run = json.loads(CPU_RESULTS.read_text())
+    machine = machine_roof(run, "float32")
+    if machine is None:
+        fig, ax = plt.subplots(figsize=(7.2, 2.0), layout="constrained")
+        ax.text(0.5, 0.5, "not measured yet: docs/appendix/results/cpu.json has no peaks\n"
+                "(python -m attention.bench --parts peaks measures them)", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    points = roofline_points(run, [r for r in run["results"] if r["dtype"] == "float32"])
+    cpu = run["provenance"]["device_name"]
+    return plot_roofline(points, machine, f"Measured roofline: {cpu}, float32")
+
+
 FIGURES = {
     "ch07-memory-vs-t": memory_vs_t,
     "ch07-tiling": tiling,
     "ch07-roofline": roofline,
+    "ch07-measured-roofline": measured_roofline,
 }

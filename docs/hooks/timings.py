@@ -7,8 +7,12 @@
 - draws, for each group of comparable rows (level, heads, head width, dtype), three SVG plots
   (time, TFLOP/s and peak memory against t, forward and forward+backward side by side) and adds
   them to the build as generated files ``appendix/timings/<run>-<group>-<kind>.svg``;
+- draws, for each dtype whose peaks the file holds (measured on a CPU, from the datasheet on a
+  GPU), a roofline with every kernel row on it (``attention.bench.roofline``):
+  ``appendix/timings/<run>-roofline-<dtype>.svg``;
 - replaces the marker ``<!-- timings:generated -->`` on ``appendix/kernel-timings.md`` with the
-  goals, the tables (each with the hardware and versions it was measured on) and the plots;
+  peaks, the goals, the decode measurements, the tables (each with the hardware and versions it
+  was measured on) and the plots; a file written before a part existed renders without it;
 - says plainly when no GPU results exist yet, and how to produce them.
 
 Only numbers from the results files appear on the page; nothing is typed in by hand.
@@ -31,6 +35,7 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File, Files  # noqa: E402
 from mkdocs.structure.pages import Page  # noqa: E402
 
+from attention.bench.roofline import machine_roof, plot_roofline, roofline_points  # noqa: E402
 from attention.bench.schema import validate_results  # noqa: E402
 
 PAGE = "appendix/kernel-timings.md"
@@ -38,13 +43,14 @@ RESULTS = "appendix/results"
 FIGURES = "appendix/timings"
 MARKER = "<!-- timings:generated -->"
 GPU_COMMAND = "python -m attention.bench --device cuda --output docs/appendix/results/cuda.json"
-SVG_STYLE = {"svg.hashsalt": "attention-book", "svg.fonttype": "path"}
+SVG_STYLE = {"svg.hashsalt": "attention-book", "svg.fonttype": "none"}  # text stays text: smaller, faster
+ROOFLINE_STYLE = {"svg.hashsalt": "attention-book", "svg.fonttype": "none", "savefig.transparent": True}
 MARKERS = "os^Dv<>ph*"
 PASSES = ("forward", "forward+backward")
 KINDS = {
     "time": ("time per call (ms)", "median_s", 1e3, "log"),
     "tflops": ("achieved TFLOP/s", "tflops", 1.0, "linear"),
-    "memory": ("peak memory of one call (MiB)", "peak_bytes", 1 / 2**20, "log"),
+    "memory": ("peak memory of one call", "peak_bytes", 1.0, "log"),
 }
 
 _runs: list[tuple[str, dict]] = []
@@ -77,11 +83,13 @@ def group_slug(key: tuple) -> str:
     return f"{level}-h{h}-dh{d_h}-{dtype}"
 
 
-def group_title(key: tuple, rows: list[dict]) -> str:
-    """The heading of a group in the notation of the book."""
+def group_title(key: tuple, rows: list[dict], math: bool = True) -> str:
+    """The heading of a group in the notation of the book: TeX math, or plain text for alt text."""
     level, h, d_h, dtype = key
     what = "Whole layers" if level == "layer" else "Attention kernels"
-    return f"{what}: h = {h}, d_h = {d_h}, d = {h * d_h}, {dtype}"
+    if math:
+        return f"{what}: $h = {h}$, $d_h = {d_h}$, $d = {h * d_h}$, {dtype}"
+    return f"{what}: h = {h}, head width {d_h}, d = {h * d_h}, {dtype}"
 
 
 def hardware(doc: dict) -> str:
@@ -106,8 +114,26 @@ def _ratio(x: float) -> str:
     return f"{x:.2f}×" if x < 10 else f"{x:.0f}×"
 
 
-def _mib(nbytes: int | None) -> str:
-    return "—" if nbytes is None else f"{nbytes / 2**20:.3g}"
+def readable_bytes(nbytes: float | None) -> str:
+    """Bytes in binary units, two or three significant digits: "6.1 GiB", "17 MiB", "512 B"."""
+    if nbytes is None:
+        return "—"
+    value, unit = float(nbytes), "B"
+    for next_unit in ("KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024:
+            break
+        value, unit = value / 1024, next_unit
+    if unit == "B":
+        return f"{value:.0f} B"
+    return f"{value:.1f} {unit}" if abs(value) < 10 else f"{value:.0f} {unit}"
+
+
+def _rate(value: float, unit: str) -> str:
+    """A rate with a decimal prefix: 1.2e11 FLOP/s -> "120 GFLOP/s"."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
 
 
 def time_table(rows: list[dict], caption: str) -> str:
@@ -149,18 +175,19 @@ def detail_table(rows: list[dict], t: int, caption: str, peak: dict) -> str:
     if peak["tflops"] is None:
         peak_text = "unknown (no documented peak for this device), so no percentage of it"
     else:
-        peak_text = f"{peak['tflops']:g} TFLOP/s, from {peak['source']}"
+        peak_text = f"{_rate(peak['tflops'] * 1e12, 'FLOP/s')}, {peak['source']}"
     with_peak = peak["tflops"] is not None
     head = "| variant | kernel that ran | median ms (IQR) | × fastest | TFLOP/s |"
     head += " % of peak |" if with_peak else ""
-    head += " peak MiB | max rel. error |"
+    head += " peak memory | max rel. error |"
     lines = [f"*{caption}, $t = {t}$, $b = {at[0]['b']}$. Device peak: {peak_text}.*", "", head,
              "|---|---|" + "---:|" * (head.count("|") - 3)]
     for r in at:
         cells = [f"`{r['variant']}`", r["backend"], f"{_ms(r['median_s'])} ({_ms(r['iqr_s'])})",
                  _ratio(r["median_s"] / fastest), f"{r['tflops']:.3g}"]
-        cells += [f"{r['pct_of_peak']:.1f}"] if with_peak else []
-        cells += [_mib(r["peak_bytes"]), f"{r['max_rel_err']:.1e}"]
+        if with_peak:
+            cells.append("—" if r["pct_of_peak"] is None else f"{r['pct_of_peak']:.1f}")
+        cells += [readable_bytes(r["peak_bytes"]), f"{r['max_rel_err']:.1e}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -182,6 +209,8 @@ def plot(rows: list[dict], kind: str, title: str) -> bytes:
     styles = {n: (plt.get_cmap("tab10")(i % 10), MARKERS[i % len(MARKERS)]) for i, n in enumerate(names)}
     with matplotlib.rc_context(SVG_STYLE):
         fig, axes = plt.subplots(1, 2, figsize=(8, 3.6), sharey=True, layout="constrained")
+        if kind == "memory":
+            axes[0].yaxis.set_major_formatter(lambda y, _: readable_bytes(y))
         for ax, pass_name in zip(axes, PASSES):
             for name in names:
                 pts = sorted((r["t"], r[field] * scale) for r in rows
@@ -190,7 +219,11 @@ def plot(rows: list[dict], kind: str, title: str) -> bytes:
                 if pts:
                     colour, marker = styles[name]
                     ax.plot(*zip(*pts), marker=marker, markersize=4, label=name, color=colour)
-            ax.set(yscale=yscale, xlabel="sequence length $t$", title=pass_name)
+            if yscale == "log" and kind == "memory":
+                ax.set_yscale("log", base=2)
+            else:
+                ax.set_yscale(yscale)
+            ax.set(xlabel="sequence length $t$", title=pass_name)
             ax.set_xscale("log", base=2)
             ax.grid(True, which="major", alpha=0.3)
         axes[0].set_ylabel(label)
@@ -213,7 +246,7 @@ def figures(stem: str, doc: dict) -> dict[str, bytes]:
         title = f"{group_title(key, rows)} — {doc['provenance']['device_name']}"
         for kind in KINDS:
             out[f"{stem}-{group_slug(key)}-{kind}.svg"] = plot(rows, kind, title)
-    return out
+    return out | roofline_figures(stem, doc)
 
 
 def _speed_verdict(g: dict) -> str:
@@ -253,14 +286,134 @@ def goals_markdown(doc: dict) -> str:
         if m["status"] == "not measured":
             rows.append([goal, "—", "≤ 5%", f"not measured: {m['reason']}"])
         else:
-            measured = (f"**{100 * m['fraction']:.2f}%** ({_mib(m['flash_attention_peak_bytes'])} MiB vs "
-                        f"{_mib(m['explicit_peak_bytes'])} MiB")
+            measured = (f"**{100 * m['fraction']:.2f}%** ({readable_bytes(m['flash_attention_peak_bytes'])} vs "
+                        f"{readable_bytes(m['explicit_peak_bytes'])}")
             if m.get("explicit_allocator_peak_bytes"):
-                measured += (f"; the allocator's count: {_mib(m['flash_attention_allocator_peak_bytes'])} vs "
-                             f"{_mib(m['explicit_allocator_peak_bytes'])} MiB")
+                measured += (f"; the allocator's count: {readable_bytes(m['flash_attention_allocator_peak_bytes'])} vs "
+                             f"{readable_bytes(m['explicit_allocator_peak_bytes'])}")
             rows.append([goal, measured + ")", "≤ 5%", m["status"]])
+    for g in doc["goals"].get("ratios", []):
+        shape = f"$b = {g['b']}$, $h = {g['h']}$, $t = {g['t']}$, $d_h = {g['d_h']}$"
+        goal = f"`{g['variant']}` time ÷ `{g['baseline']}` time, {shape}, causal, {g['dtype']}, {g['pass']}"
+        target = f"≤ {g['target']:g}"
+        if g["status"] == "not measured":
+            rows.append([goal, "—", target, f"not measured: {g['reason']}"])
+            continue
+        measured = (f"**{g['ratio']:.2f}** ({_ms(g['variant_s'])} ms vs {_ms(g['baseline_s'])} ms; "
+                    f"{g['baseline']} ran {g['baseline_backend']})")
+        rows.append([goal, measured, target, g["status"]])
     lines = ["| goal | measured | target | status |", "|---|---|---|---|"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def peaks_markdown(doc: dict) -> str:
+    """The peaks of the run's machine: measured (CPU) or from a datasheet (GPU), with their method."""
+    peaks = doc["peaks"]
+    compute = {k: v for k, v in peaks.items() if k != "bandwidth" and v.get("tflops")}
+    if not compute and "bandwidth" not in peaks:
+        return ("This results file holds no peaks of its machine (it was written before the benchmark "
+                "measured them, or the device has no documented peak), so no roofline is drawn. "
+                "`python -m attention.bench --parts peaks` measures them on a CPU.")
+    lines = ["| peak | value | how it was obtained |", "|---|---:|---|"]
+    for dtype, peak in compute.items():
+        lines.append(f"| {dtype} arithmetic $P$ | {_rate(peak['tflops'] * 1e12, 'FLOP/s')} | {peak['source']} |")
+        for size in peak.get("matmul", {}).get("sizes", []):
+            lines.append(f"| `torch.mm`, $n = {size['n']}$ | {_rate(size['gflops'] * 1e9, 'FLOP/s')} | "
+                         f"median of {size['repeats']} blocks, IQR {_ms(size['iqr_s'])} ms |")
+    bandwidth = peaks.get("bandwidth")
+    if bandwidth:
+        lines.append(f"| memory bandwidth $\\beta$ | {_rate(bandwidth['bytes_per_s'], 'B/s')} | {bandwidth['source']} |")
+        stream = bandwidth.get("stream", {})
+        for kernel in ("copy", "triad"):
+            if kernel in stream:
+                k = stream[kernel]
+                lines.append(f"| STREAM {kernel}, {readable_bytes(stream['array_bytes'])} arrays | "
+                             f"{_rate(k['bytes_per_s'], 'B/s')} | {readable_bytes(k['bytes'])} per call, "
+                             f"median of {k['repeats']} blocks |")
+    return "\n".join(lines)
+
+
+def roofline_figures(stem: str, doc: dict) -> dict[str, bytes]:
+    """One roofline SVG per dtype whose peaks the file holds, by its path under ``appendix/timings/``."""
+    out = {}
+    for dtype in sorted({r["dtype"] for r in doc["results"] if r["level"] == "kernel"}):
+        machine = machine_roof(doc, dtype)
+        points = roofline_points(doc, [r for r in doc["results"] if r["dtype"] == dtype])
+        if machine is None or not points:
+            continue
+        kind = "measured peaks" if machine["measured"] else "datasheet peaks"
+        title = f"Roofline, {doc['provenance']['device_name']}, {dtype} ({kind})"
+        with matplotlib.rc_context(ROOFLINE_STYLE):
+            fig = plot_roofline(points, machine, title)
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="svg", metadata={"Date": None})
+            plt.close(fig)
+        out[f"{stem}-roofline-{dtype}.svg"] = buffer.getvalue()
+    return out
+
+
+def roofline_markdown(stem: str, doc: dict, t_detail: int | None) -> str:
+    """The roofline plots and, at one t, every kernel's intensity, roof and bound."""
+    out = []
+    for dtype in sorted({r["dtype"] for r in doc["results"] if r["level"] == "kernel"}):
+        machine = machine_roof(doc, dtype)
+        points = roofline_points(doc, [r for r in doc["results"] if r["dtype"] == dtype])
+        if machine is None or not points:
+            continue
+        ts = sorted({p["t"] for p in points})
+        t = t_detail if t_detail in ts else ts[-1]
+        ridge = machine["ridge"]
+        out += [f"*Roofline, {dtype}: $P$ = {_rate(machine['peak_flops'], 'FLOP/s')} "
+                f"({machine['flops_source']}), $\\beta$ = {_rate(machine['bandwidth'], 'B/s')} "
+                f"({machine['bandwidth_source']}), ridge point $P / \\beta$ = {ridge:.3g} FLOP/byte. "
+                f"Bytes are a lower bound (see above); kernels at $t = {t}$.*", "",
+                "| variant | pass | $d_h$ | intensity (FLOP/byte) | achieved | roof | % of roof | bound |",
+                "|---|---|---:|---:|---:|---:|---:|---|"]
+        for p in sorted((p for p in points if p["t"] == t), key=lambda p: (p["pass"], p["d_h"], p["intensity"])):
+            out.append(f"| `{p['variant']}` | {p['pass']} | {p['d_h']} | {p['intensity']:.3g} | "
+                       f"{_rate(p['achieved'], 'FLOP/s')} | {_rate(p['roof'], 'FLOP/s')} | "
+                       f"{100 * p['fraction_of_roof']:.0f} | {p['bound']} |")
+        memory = sorted({p["variant"] for p in points if p["bound"] == "memory"})
+        compute = sorted({p["variant"] for p in points if p["bound"] == "compute"})
+        out += ["", f"Over every $t$ measured: memory-bound (intensity below {ridge:.3g}) "
+                f"{', '.join(f'`{n}`' for n in memory) or 'none'}; compute-bound "
+                f"{', '.join(f'`{n}`' for n in compute) or 'none'} (a variant can be both, at "
+                "different $t$).", "",
+                f"![Roofline of {doc['provenance']['device_name']} in {dtype}: attainable FLOP/s against "
+                f"arithmetic intensity, with every attention kernel of this file placed at its intensity and "
+                f"achieved FLOP/s](timings/{stem}-roofline-{dtype}.svg)", ""]
+    return "\n".join(out)
+
+
+def _decode_cell(row: dict | None) -> str:
+    """Tokens/s, and how many calls it is the median of (the IQR only where there are several)."""
+    if row is None:
+        return "—"
+    if row["repeats"] == 1:
+        return f"{row['tokens_per_s']:.3g} (1 call)"
+    return f"{row['tokens_per_s']:.3g} ({row['repeats']} calls, IQR {_ms(row['iqr_s'])} ms)"
+
+
+def decode_markdown(doc: dict) -> str:
+    """Greedy decoding: tokens/s without and with the KV cache, the speed-up, cache bytes."""
+    by_model: dict[str, dict] = defaultdict(dict)
+    for row in doc.get("decode", []):
+        by_model[row["model"]][row["use_cache"]] = row
+    lines = ["| model | $V$, $d$, $h$, layers | prompt + new tokens | tokens/s, no cache | tokens/s, cache "
+             "| speed-up | cache: measured | cache: formula |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for model, rows in by_model.items():
+        off, on = rows.get(False), rows.get(True)
+        any_row = on or off
+        c = any_row["config"]
+        config = f"{c['vocab_size']}, {c['d_model']}, {c['num_heads']}, {c['num_layers']}"
+        tokens = f"{any_row['prompt_tokens']} + {any_row['new_tokens']}"
+        cells = [f"`{model}`", config, tokens]
+        cells += [_decode_cell(r) for r in (off, on)]
+        cells.append(_ratio(on["tokens_per_s"] / off["tokens_per_s"]) if on and off else "—")
+        cells += [readable_bytes(on["cache_bytes_measured"]) if on else "—",
+                  readable_bytes(on["cache_bytes_formula"]) if on else "—"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def run_markdown(stem: str, doc: dict) -> str:
@@ -281,13 +434,18 @@ def run_markdown(stem: str, doc: dict) -> str:
         f"    - Timing: {doc['methods']['timing']}.",
         f"    - Memory: {doc['methods']['memory']}.",
         f"    - FLOPs: {doc['methods']['flops']}.",
+        *([f"    - Decoding: {doc['methods']['decode']}."] if "decode" in doc["methods"] else []),
         "    - Every variant was first checked against a float64 reference (output and, for",
         "      forward+backward, input gradients); the last column of the detail tables is its error.",
         "",
     ]
-    if doc["goals"]["speed"] or doc["goals"].get("memory"):
+    if doc["goals"]["speed"] or doc["goals"].get("memory") or doc["goals"].get("ratios"):
         out += ["### Goals", "", f"*{machine}.*", "", goals_markdown(doc), ""]
     goal_t = doc["goals"]["speed"][0]["t"] if doc["goals"]["speed"] else None
+    out += ["### Peaks and the roofline", "", peaks_markdown(doc), "", roofline_markdown(stem, doc, goal_t)]
+    if doc.get("decode"):
+        out += ["### Decoding with and without the KV cache", "", f"*Greedy decoding, batch 1, float32; {machine}.*",
+                "", decode_markdown(doc), ""]
     for key, rows in groups(doc).items():
         slug, title = f"{stem}-{group_slug(key)}", group_title(key, rows)
         out += [f"### {title}", ""]
@@ -304,7 +462,7 @@ def run_markdown(stem: str, doc: dict) -> str:
             out += [f'=== "{pass_name}"', "", *tab]
             out.append("")
         for kind_name, (label, *_rest) in KINDS.items():
-            out += [f"![{label} against sequence length t, {title}, on {p['device_name']}]"
+            out += [f"![{label} against sequence length t, {group_title(key, rows, math=False)}, on {p['device_name']}]"
                     f"(timings/{slug}-{kind_name}.svg)", ""]
         out += [not_run(rows), ""]
     return "\n".join(out)

@@ -10,8 +10,12 @@ Modules, in the order a measurement flows through them:
 - :mod:`~attention.bench.timing`: timers (torch.utils.benchmark on CPU, CUDA events with an L2
   flush on GPU), peak memory, and the profiler check of which kernel actually ran;
 - :mod:`~attention.bench.memprobe`: peak resident memory on CPU, in a fresh process (memory goal);
-- :mod:`~attention.bench.flops`: FLOP counts and documented device peaks;
-- :mod:`~attention.bench.sweep`, :mod:`~attention.bench.goals`: the sweep and the goals of issue 5;
+- :mod:`~attention.bench.flops`: FLOP counts and documented device peaks and bandwidths;
+- :mod:`~attention.bench.peaks`: this machine's peaks, measured (``torch.mm``, STREAM copy and triad);
+- :mod:`~attention.bench.roofline`: lower-bound bytes, arithmetic intensity, the roof and the bound;
+- :mod:`~attention.bench.sweep`, :mod:`~attention.bench.goals`: the sweep and the goals of issues 5
+  and 14;
+- :mod:`~attention.bench.decode`: greedy decoding with and without the KV cache;
 - :mod:`~attention.bench.provenance`, :mod:`~attention.bench.schema`: what a results file
   records about its run, and the validator of its shape;
 - :mod:`~attention.bench.cli`: the command line.

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import torch
 
-from .goals import memory_goal, speed_goals
+from .decode import MODELS, run_decode
+from .goals import FLASH_GOAL_SHAPE, FUSED_GOAL_SHAPE, memory_goal, ratio_goals, speed_goals
+from .peaks import MATMUL_SIZES, measure_peaks
 from .provenance import command_line, load_average
 from .schema import validate_results
-from .sweep import DTYPES, PASSES, Settings, run_sweep
+from .sweep import DTYPES, PASSES, Settings, run_sweep, start_document
 from .variants import LEVELS, VARIANTS
+
+PARTS = ("peaks", "sweep", "goals", "decode")
 
 CPU_SEQ_LENS = (128, 256, 512, 1024, 2048, 4096)
 GPU_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -20,9 +24,16 @@ EPILOG = """
 defaults depend on the device: on CPU t = 128 ... 4096, float32, 4096 tokens per batch, 7
 repeats; on CUDA t = 512 ... 16384, float32/bfloat16/float16, 16384 tokens per batch, 50 repeats.
 
+parts (--parts, all by default): peaks (this machine's matmul FLOP/s and STREAM bandwidth, CPU
+only; a GPU's come from its datasheet), sweep (every variant over t, and the speed goal of issue
+5), goals (flash_attention vs SDPA and fused vs unfused, issue 14, and the memory goal), decode
+(greedy tokens/s with and without the KV cache).
+
 examples:
   python -m attention.bench --output docs/appendix/results/cpu.json
   python -m attention.bench --device cuda --output docs/appendix/results/cuda.json
+  python -m attention.bench --parts goals --no-memory-goal --output /tmp/goals.json
+  python -m attention.bench --parts decode --output /tmp/decode.json
   python -m attention.bench --levels kernel --seq-lens 128 256 --no-compile --no-memory-goal
 
 variants: """ + ", ".join(v.name for v in VARIANTS)
@@ -38,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add, on_off = ap.add_argument, argparse.BooleanOptionalAction
+    add("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+        help="what to measure (default: all; see below)")
     add("--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="where to run (auto: cuda if available, else cpu)")
     add("--output", "-o", type=Path,
@@ -68,6 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="shape of the memory goal (default: 8192 1 8 64, about 6.5 GB for the explicit path)")
     add("--speed-goal-t", type=int, default=1024,
         help="t at which the speed goal is read off the sweep (default: 1024)")
+    add("--flash-goal-shape", nargs=4, type=int, default=list(FLASH_GOAL_SHAPE),
+        metavar=("B", "H", "T", "D_H"), help="shape of the flash_attention ÷ SDPA goal (default: 1 12 2048 64)")
+    add("--fused-goal-shape", nargs=4, type=int, default=list(FUSED_GOAL_SHAPE),
+        metavar=("B", "H", "T", "D_H"),
+        help="shape of the fused ÷ unfused layer goal, d = H * D_H (default: 4 12 1024 64)")
+    add("--matmul-sizes", nargs="+", type=int, default=list(MATMUL_SIZES), metavar="N",
+        help="peaks: sides n of the square float32 torch.mm timed (default: 1024 2048 4096)")
+    add("--stream-bytes", type=int,
+        help="peaks: bytes of each STREAM array (default: 4 x the last-level cache, at least 64 MiB)")
+    add("--decode-models", nargs="+", choices=tuple(MODELS), default=list(MODELS),
+        help="decode: the models (default: both)")
+    add("--decode-prompt", type=int, default=4, help="decode: prompt tokens (default: 4)")
+    add("--decode-new-tokens", type=int, default=200, help="decode: new tokens (default: 200)")
+    add("--decode-repeats", type=int, default=3, help="decode: timed generate calls, at most (default: 3)")
+    add("--decode-max-time", type=float, default=60.0,
+        help="decode: no further call once this many seconds are spent on one measurement (default: 60)")
     add("--repeats", type=int,
         help="CPU: time about this many calls per measurement; GPU: timed calls (the IQR is over them)")
     add("--min-time", type=float, default=0.3, help="CPU: seconds each measurement runs at least")
@@ -128,6 +157,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     )
 
 
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def methods(device: torch.device) -> dict[str, str]:
     """How the numbers were obtained, in words, for the page."""
     if device.type == "cuda":
@@ -143,7 +176,12 @@ def methods(device: torch.device) -> dict[str, str]:
     flops = ("attention 4*b*h*t^2*d_h forward, halved for causal, backward 2.5 times the forward; a layer "
              "adds 2*b*t*d_in*d_out per projection (Q, K, V and output; the wrapper has no output "
              "projection), whose backward costs twice its forward")
-    return {"timing": f"{timing}; median and IQR over repeats", "memory": memory, "flops": flops}
+    decode = ("wall-clock time of one model.generate call (prefill included), median and IQR over "
+              "up to --decode-repeats calls (fewer once --decode-max-time seconds are spent) after a "
+              "warm-up call; tokens/s = new tokens / median; cached and uncached "
+              "tokens checked equal first")
+    return {"timing": f"{timing}; median and IQR over repeats", "memory": memory, "flops": flops,
+            "decode": decode}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -157,13 +195,34 @@ def main(argv: list[str] | None = None) -> dict:
         build_parser().error(str(error))
     if settings.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    doc = run_sweep(settings, command_line(argv))
-    goal_memory = None
-    if args.memory_goal:
-        t, b, h, d_h = args.memory_goal_shape
-        goal_memory = memory_goal(settings.device, t, b, h, d_h, settings.seed)
-    speed = speed_goals(doc["results"], args.speed_goal_t, settings.d_model, settings.heads)
-    doc["goals"] = {"speed": speed, "memory": goal_memory}
+    parts, device, command = set(args.parts), settings.device, command_line(argv)
+    peaks = {}
+    if "peaks" in parts and device.type == "cpu":
+        peaks = measure_peaks(device, tuple(args.matmul_sizes), args.stream_bytes, min_time=args.min_time)
+        _say(f"peaks: {peaks['float32']['tflops'] * 1e3:.1f} GFLOP/s float32 matmul, "
+             f"{peaks['bandwidth']['bytes_per_s'] / 1e9:.1f} GB/s")
+    if "sweep" in parts:
+        doc = run_sweep(settings, command, peaks)
+        speed = speed_goals(doc["results"], args.speed_goal_t, settings.d_model, settings.heads)
+    else:
+        doc, speed = start_document(settings, command, peaks), []
+    doc["goals"] = {"speed": speed, "memory": None}
+    if "goals" in parts:
+        if args.memory_goal:
+            t, b, h, d_h = args.memory_goal_shape
+            doc["goals"]["memory"] = memory_goal(device, t, b, h, d_h, settings.seed)
+        doc["goals"]["ratios"] = ratio_goals(settings, tuple(args.flash_goal_shape),
+                                             tuple(args.fused_goal_shape))
+        for g in doc["goals"]["ratios"]:
+            ratio = f"{g['ratio']:.2f}x" if "ratio" in g else g["reason"]
+            _say(f"goal {g['name']}, {g['pass']}: {ratio} (target <= {g['target']}x): {g['status']}")
+    if "decode" in parts:
+        models = {name: MODELS[name] for name in args.decode_models}
+        doc["decode"] = run_decode(models, args.decode_prompt, args.decode_new_tokens, args.decode_repeats,
+                                   settings.seed, device, args.decode_max_time)
+        for row in doc["decode"]:
+            _say(f"decode {row['model']}, cache {'on' if row['use_cache'] else 'off'}: "
+                 f"{row['tokens_per_s']:.1f} tokens/s")
     doc["methods"] = methods(settings.device)
     doc["provenance"]["load_average_end"] = load_average()
     validate_results(doc)

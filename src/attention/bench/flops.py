@@ -89,6 +89,31 @@ GPU_PEAKS: dict[str, dict[str, Peak]] = {
 }
 
 
+@dataclass(frozen=True)
+class Bandwidth:
+    """A device's documented memory bandwidth in bytes per second, and where the figure comes from."""
+
+    bytes_per_s: float
+    source: str
+
+
+# HBM bandwidth from the same datasheets, by exact torch.cuda.get_device_name() string.
+GPU_BANDWIDTH: dict[str, Bandwidth] = {
+    "NVIDIA H100 80GB HBM3": Bandwidth(3.35e12, _NVIDIA + "h100/ (H100 SXM)"),
+    "NVIDIA H100 PCIe": Bandwidth(2.0e12, _NVIDIA + "h100/ (H100 PCIe)"),
+    "NVIDIA H200": Bandwidth(4.8e12, _NVIDIA + "h200/ (H200 SXM)"),
+    "NVIDIA A100-SXM4-80GB": Bandwidth(2.039e12, _NVIDIA + "a100/ (A100 80GB SXM)"),
+    "NVIDIA A100-SXM4-40GB": Bandwidth(1.555e12, _NVIDIA + "a100/ (A100 40GB SXM)"),
+    "NVIDIA A100 80GB PCIe": Bandwidth(1.935e12, _NVIDIA + "a100/ (A100 80GB PCIe)"),
+    "NVIDIA A100-PCIE-40GB": Bandwidth(1.555e12, _NVIDIA + "a100/ (A100 40GB PCIe)"),
+}
+
+
+def device_bandwidth(device_name: str) -> Bandwidth | None:
+    """The documented memory bandwidth of a GPU, or None for a device not in :data:`GPU_BANDWIDTH`."""
+    return GPU_BANDWIDTH.get(device_name)
+
+
 def device_peak(device_name: str, precision: str) -> Peak | None:
     """The documented dense peak of a GPU for a precision ("fp32", "tf32", "bf16", "fp16").
 

@@ -7,17 +7,40 @@
 2. Memory: ``flash_attention``'s peak memory at t = 8192 at most 5% of the explicit path's
    (``attention.scaled_dot_product_attention``), forward, float32, each measured on its own.
 
+And the targets of issue 14, measured on their own (``--parts goals``, without the sweep):
+
+3. ``flash_attention`` at most 1.5 times the time of ``F.scaled_dot_product_attention`` (torch
+   picks the backend) at (b, h, t, d_h) = (1, 12, 2048, 64), causal, float32, forward and
+   forward+backward.
+4. The fused explicit path (``fused-explicit``) not slower than the book's unfused
+   ``MultiHeadAttention`` (``mha``), at the point of goal 1 (t = 1024, d = 768, h = 12, b = 4).
+
 A goal that was not measured says so and why; a goal that was missed says so too.
 """
 
 import torch
+import torch.nn.functional as F
 
 from .memprobe import measure_in_subprocess
+from .sweep import Settings, measure
 from .timing import cuda_peak_bytes
-from .variants import Problem, get_variant, make_call, make_inputs
+from .variants import Built, Inputs, Problem, Variant, get_variant, make_call, make_inputs
 
 SPEED_TOLERANCE = 1.05
 MEMORY_FRACTION = 0.05
+FLASH_TARGET = 1.5
+FUSED_TARGET = 1.0
+FLASH_GOAL_SHAPE = (1, 12, 2048, 64)  # (b, h, t, d_h)
+FUSED_GOAL_SHAPE = (4, 12, 1024, 64)  # (b, h, t, d_h), d = 768
+
+
+def _sdpa_default(p: Problem, inp: Inputs) -> Built:
+    q, k, v = inp.tensors
+    return Built(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+SDPA_DEFAULT = Variant("sdpa", "kernel", "F.scaled_dot_product_attention, torch picks the backend",
+                       _sdpa_default, "sdpa: no fused kernel seen")
 
 
 def _find(rows: list[dict], variant: str, **where: object) -> dict | None:
@@ -93,3 +116,49 @@ def memory_goal(device: torch.device, t: int, b: int, h: int, d_h: int, seed: in
         return goal | {"status": "not measured", "reason": reason}
     fraction = peaks["flash_attention"] / peaks["explicit"]
     return goal | {"fraction": fraction, "status": "met" if fraction <= MEMORY_FRACTION else "missed"}
+
+
+def _ratio_goal(name: str, variant: Variant, baseline: Variant, problem: Problem, target: float,
+                settings: Settings) -> dict[str, object]:
+    """One measured ratio: ``variant``'s median time over ``baseline``'s, in the same run."""
+    p = problem
+    goal: dict[str, object] = {
+        "name": name, "variant": variant.name, "baseline": baseline.name, "level": p.level,
+        "b": p.b, "h": p.h, "t": p.t, "d_h": p.d_h, "dtype": str(p.dtype).removeprefix("torch."),
+        "pass": "forward+backward" if p.backward else "forward", "target": target,
+    }
+    inputs, refs = make_inputs(p, settings.seed), {}
+    peak = {"tflops": None, "source": ""}
+    rows = {v.name: measure(v, p, inputs, refs, settings, peak) for v in (variant, baseline)}
+    bad = {n: r["reason"] for n, r in rows.items() if r["status"] != "ok"}
+    if bad:
+        return goal | {"status": "not measured", "reason": f"a variant did not run: {bad}"}
+    mine, base = rows[variant.name], rows[baseline.name]
+    ratio = mine["median_s"] / base["median_s"]
+    return goal | {
+        "variant_s": mine["median_s"], "variant_iqr_s": mine["iqr_s"], "variant_backend": mine["backend"],
+        "baseline_s": base["median_s"], "baseline_iqr_s": base["iqr_s"], "baseline_backend": base["backend"],
+        "ratio": ratio, "status": "met" if ratio <= target else "missed",
+    }
+
+
+def ratio_goals(
+    settings: Settings, flash_shape: tuple[int, int, int, int] = FLASH_GOAL_SHAPE,
+    fused_shape: tuple[int, int, int, int] = FUSED_GOAL_SHAPE,
+) -> list[dict[str, object]]:
+    """Goals 3 and 4 (issue 14), forward and forward+backward, each pair timed in the same run.
+
+    Shapes are (b, h, t, d_h); the layer's width is d = h · d_h.
+    """
+    goals = []
+    for pass_name in settings.passes:
+        backward = pass_name == "forward+backward"
+        b, h, t, d_h = flash_shape
+        problem = Problem("kernel", b, t, h, d_h, torch.float32, settings.device, backward)
+        goals.append(_ratio_goal("flash_attention ÷ SDPA", get_variant("flash_attention"), SDPA_DEFAULT,
+                                 problem, FLASH_TARGET, settings))
+        b, h, t, d_h = fused_shape
+        problem = Problem("layer", b, t, h, d_h, torch.float32, settings.device, backward)
+        goals.append(_ratio_goal("fused explicit ÷ unfused MultiHeadAttention", get_variant("fused-explicit"),
+                                 get_variant("mha"), problem, FUSED_TARGET, settings))
+    return goals

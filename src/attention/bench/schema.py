@@ -5,9 +5,11 @@ A results file is one JSON object::
     {"schema": "attention-bench/1",
      "provenance": {...},                 # where and how: see attention.bench.provenance
      "settings": {...},                   # the sweep's options
-     "methods": {"timing": str, "memory": str, "flops": str},
-     "peaks": {dtype: {"tflops": float | null, "source": str}},   # the peak each % is of
-     "goals": {"speed": [...], "memory": {...} | null},
+     "methods": {"timing": str, "memory": str, "flops": str, "decode": str},
+     "peaks": {dtype: {"tflops": float | null, "source": str},    # the peak each % is of
+               "bandwidth": {"bytes_per_s": float, "source": str}},   # optional: the roofline's
+     "goals": {"speed": [...], "memory": {...} | null, "ratios": [...]},   # ratios optional
+     "decode": [decode row, ...],         # optional: see attention.bench.decode
      "results": [row, ...]}
 
 Each row is one (variant, problem) pair; ``status`` is "ok" (then the time, FLOPs and TFLOP/s
@@ -30,6 +32,11 @@ _ROW = {
 }
 _OK_NUMBERS = ("median_s", "iqr_s", "flops", "tflops")
 _CUDA_ONLY = ("cuda", "driver", "tf32_matmul", "tf32_cudnn", "compute_capability")
+_DECODE = {
+    "model": str, "config": dict, "use_cache": bool, "prompt_tokens": int, "new_tokens": int,
+    "median_s": float, "iqr_s": float, "repeats": int, "tokens_per_s": float,
+}
+_DECODE_CONFIG = {"vocab_size": int, "d_model": int, "num_heads": int, "num_layers": int, "context_length": int}
 
 
 def _require(mapping: dict, fields: dict, where: str) -> None:
@@ -39,6 +46,11 @@ def _require(mapping: dict, fields: dict, where: str) -> None:
         if not isinstance(mapping[key], kind) or (kind is int and isinstance(mapping[key], bool)):
             actual = type(mapping[key]).__name__
             raise ValueError(f"{where}.{key}: expected {kind.__name__}, got {actual}")
+
+
+def _positive(value: object, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{where}: expected a positive number, got {value!r}")
 
 
 def validate_results(doc: object) -> None:
@@ -57,12 +69,26 @@ def validate_results(doc: object) -> None:
     _require(doc["methods"], {"timing": str, "memory": str, "flops": str}, "methods")
     for dtype, peak in doc["peaks"].items():
         _require(peak, {"source": str}, f"peaks.{dtype}")
+    if "bandwidth" in doc["peaks"]:
+        _positive(doc["peaks"]["bandwidth"].get("bytes_per_s"), "peaks.bandwidth.bytes_per_s")
     _require(doc["goals"], {"speed": list}, "goals")
     memory = [doc["goals"]["memory"]] if doc["goals"].get("memory") else []
-    for i, goal in enumerate([*doc["goals"]["speed"], *memory]):
+    for i, goal in enumerate(doc["goals"].get("ratios", [])):
+        _require(goal, {"name": str, "variant": str, "baseline": str, "pass": str, "target": float},
+                 f"goals.ratios[{i}]")
+        if goal.get("status") == "met" or goal.get("status") == "missed":
+            _positive(goal.get("ratio"), f"goals.ratios[{i}].ratio")
+    for i, goal in enumerate([*doc["goals"]["speed"], *memory, *doc["goals"].get("ratios", [])]):
         if goal.get("status") not in GOAL_STATUSES:
             status = goal.get("status")
             raise ValueError(f"goals[{i}].status: expected one of {GOAL_STATUSES}, got {status!r}")
+    for i, row in enumerate(doc.get("decode", [])):
+        where = f"decode[{i}]"
+        _require(row, _DECODE, where)
+        _require(row["config"], _DECODE_CONFIG, f"{where}.config")
+        for key in ("median_s", "tokens_per_s"):
+            _positive(row[key], f"{where}.{key}")
+        _require(row, {"cache_bytes_measured": int, "cache_bytes_formula": int}, where)
     for i, row in enumerate(doc["results"]):
         where = f"results[{i}]"
         if not isinstance(row, dict):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from .flops import attention_flops, device_peak, projection_flops
+from .flops import attention_flops, device_bandwidth, device_peak, projection_flops
 from .provenance import load_average, provenance
 from .schema import SCHEMA
 from .timing import cuda_peak_bytes, profiled_call, time_cpu, time_cuda
@@ -97,10 +97,13 @@ def _precision(problem: Problem) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}[problem.dtype]
 
 
-def _peak(settings: Settings, problem: Problem, device_name: str) -> dict[str, object]:
+def _peak(settings: Settings, problem: Problem, device_name: str, measured: dict) -> dict[str, object]:
     if settings.peak_tflops is not None:
         source = settings.peak_source or "given on the command line"
         return {"tflops": settings.peak_tflops, "source": source}
+    dtype = str(problem.dtype).removeprefix("torch.")
+    if dtype in measured:
+        return measured[dtype]
     peak = device_peak(device_name, _precision(problem))
     if peak is None:
         return {"tflops": None, "source": "peak unknown: no documented peak for this device is on file"}
@@ -183,21 +186,37 @@ def measure(
     }
 
 
-def run_sweep(settings: Settings, command: str) -> dict:
+def start_document(settings: Settings, command: str, measured_peaks: dict | None = None) -> dict:
+    """A results document with provenance, settings and peaks, and no rows yet.
+
+    ``measured_peaks`` (from :func:`attention.bench.peaks.measure_peaks`) go into ``peaks``; on a
+    GPU in the datasheet table, its documented bandwidth is added as ``peaks["bandwidth"]``.
+    """
+    record = provenance(settings.device, command)
+    record["load_average_start"] = load_average()
+    peaks = dict(measured_peaks or {})
+    bandwidth = device_bandwidth(str(record["device_name"])) if settings.device.type == "cuda" else None
+    if bandwidth is not None and "bandwidth" not in peaks:
+        peaks["bandwidth"] = {"bytes_per_s": bandwidth.bytes_per_s, "source": bandwidth.source}
+    return {"schema": SCHEMA, "provenance": record, "settings": settings_dict(settings), "peaks": peaks,
+            "results": []}
+
+
+def run_sweep(settings: Settings, command: str, measured_peaks: dict | None = None) -> dict:
     """Run the whole sweep and return the results document (see :mod:`attention.bench.schema`).
 
-    ``command`` is the command line that asked for it, recorded with the results.
+    ``command`` is the command line that asked for it, recorded with the results; a dtype in
+    ``measured_peaks`` is compared with that measured peak instead of a datasheet's.
     """
-    load_start = load_average()
-    record = provenance(settings.device, command)
+    doc = start_document(settings, command, measured_peaks)
+    record, peaks, measured = doc["provenance"], doc["peaks"], measured_peaks or {}
     names = list(settings.variants) if settings.variants else None
     todo = [(p, variants_for(p.level, names)) for p in problems(settings)]
-    rows: list[dict] = []
-    peaks: dict[str, dict] = {}
+    rows: list[dict] = doc["results"]
     bar = tqdm(total=sum(len(v) for _, v in todo), disable=not settings.progress, unit="variant")
     for problem, variants in todo:
         inputs, refs = make_inputs(problem, settings.seed), {}
-        peak = _peak(settings, problem, str(record["device_name"]))
+        peak = _peak(settings, problem, str(record["device_name"]), measured)
         peaks[str(problem.dtype).removeprefix("torch.")] = peak
         for variant in variants:
             bar.set_description(f"{problem.level} t={problem.t} {variant.name}")
@@ -208,9 +227,8 @@ def run_sweep(settings: Settings, command: str) -> dict:
         del inputs, refs
         gc.collect()
     bar.close()
-    record["load_average_start"], record["load_average_end"] = load_start, load_average()
-    return {"schema": SCHEMA, "provenance": record, "settings": settings_dict(settings), "peaks": peaks,
-            "results": rows}
+    record["load_average_end"] = load_average()
+    return doc
 
 
 def settings_dict(settings: Settings) -> dict[str, object]:

@@ -1,0 +1,143 @@
+"""The roofline model (Williams, Waterman and Patterson, 2009) applied to measured kernel rows.
+
+Notation (see CONTRIBUTING.md): b batch size, h heads, t tokens, d_h head width, s bytes of one
+number; P the peak FLOP/s, β the memory bandwidth in bytes/s, I = F / D the arithmetic intensity
+of a kernel that does F FLOPs and moves D bytes.
+
+A kernel can run at most at min(P, β · I) FLOP/s; it is *memory-bound* when I is below the ridge
+point I* = P / β and *compute-bound* above it. F is the row's own FLOP count (the benchmark's
+``flops``). D is a **lower bound**: the bytes the kernel must move at least, whatever its cache
+does,
+
+- forward: Q, K, V read once and Z written once, 4 · b · h · t · d_h · s;
+- forward+backward: also Q, K, V, Z and dZ read again and dQ, dK, dV written, 8 · b · h · t · d_h · s
+  more (the log-sum-exp, b · h · t numbers, is left out);
+- a path that materializes the (t, t) matrices (the explicit computation, SDPA's math backend)
+  also writes each one once and reads it once: A forward, 2 · b · h · t² · s; A read again and
+  dΩ written and read backward, 3 · b · h · t² · s more. The full square is counted, masked or not:
+  these paths store it whole.
+
+A real kernel moves more (K and V once per query block, spills, temporaries), so its true
+intensity is lower and its true roof, if it is below the ridge point, lower too.
+"""
+
+from collections.abc import Iterable
+
+import torch
+
+DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+SCORE_MATRIX_BACKENDS = ("explicit", "sdpa: math")  # backends (as recorded) that store (t, t)
+
+
+def _check_row(row: dict) -> None:
+    if row.get("level") != "kernel":
+        raise ValueError(f"row must be a kernel row (level 'kernel'), got level {row.get('level')!r}")
+    if row.get("dtype") not in DTYPE_BYTES:
+        raise ValueError(f"row dtype must be one of {sorted(DTYPE_BYTES)}, got {row.get('dtype')!r}")
+    for key in ("b", "h", "t", "d_h"):
+        value = row.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"row {key} must be a positive integer, got {value!r}")
+
+
+def stores_scores(row: dict) -> bool:
+    """Whether the kernel that ran (the row's ``backend``) materializes the (t, t) matrices."""
+    return str(row.get("backend") or "").startswith(SCORE_MATRIX_BACKENDS)
+
+
+def kernel_bytes(row: dict) -> int:
+    """The bytes a kernel row must move at least (see the module docstring): a lower bound."""
+    _check_row(row)
+    b, h, t, d_h, s = row["b"], row["h"], row["t"], row["d_h"], DTYPE_BYTES[row["dtype"]]
+    backward = row["pass"] == "forward+backward"
+    tensors = 4 + (8 if backward else 0)  # (b, h, t, d_h) tensors read or written once
+    squares = (2 + (3 if backward else 0)) if stores_scores(row) else 0  # (t, t) matrix passes
+    return (tensors * b * h * t * d_h + squares * b * h * t * t) * s
+
+
+def roof(intensity: float, peak_flops: float, bandwidth: float) -> float:
+    """Attainable FLOP/s at an arithmetic intensity: min(P, β · I)."""
+    for name, value in (("intensity", intensity), ("peak_flops", peak_flops), ("bandwidth", bandwidth)):
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value!r}")
+    return min(peak_flops, bandwidth * intensity)
+
+
+def machine_roof(doc: dict, dtype: str) -> dict | None:
+    """P (FLOP/s), β (bytes/s), the ridge point and their sources for one dtype of a results file.
+
+    None when the file lacks either peak (an older file, or a device with no documented figure).
+    """
+    peaks = doc.get("peaks", {})
+    compute, memory = peaks.get(dtype) or {}, peaks.get("bandwidth") or {}
+    if not compute.get("tflops") or not memory.get("bytes_per_s"):
+        return None
+    flops, bandwidth = compute["tflops"] * 1e12, memory["bytes_per_s"]
+    return {"peak_flops": flops, "bandwidth": bandwidth, "ridge": flops / bandwidth,
+            "flops_source": compute["source"], "bandwidth_source": memory["source"],
+            "measured": bool(compute.get("measured")) and bool(memory.get("measured"))}
+
+
+def roofline_points(doc: dict, rows: Iterable[dict] | None = None) -> list[dict]:
+    """Every ok kernel row of a results file placed on its machine's roofline.
+
+    Each point: the row's variant, pass, shape and dtype; ``flops``, ``bytes`` (lower bound),
+    ``intensity``, ``achieved`` (FLOP/s), ``roof`` (FLOP/s), ``fraction_of_roof`` and ``bound``
+    ("memory" or "compute"). Rows whose dtype has no peak are left out.
+    """
+    points = []
+    for row in doc["results"] if rows is None else rows:
+        if row["level"] != "kernel" or row["status"] != "ok":
+            continue
+        machine = machine_roof(doc, row["dtype"])
+        if machine is None:
+            continue
+        nbytes = kernel_bytes(row)
+        intensity = row["flops"] / nbytes
+        attainable = roof(intensity, machine["peak_flops"], machine["bandwidth"])
+        achieved = row["flops"] / row["median_s"]
+        points.append({
+            **{k: row[k] for k in ("variant", "pass", "b", "h", "t", "d_h", "dtype", "backend", "flops")},
+            "bytes": nbytes, "intensity": intensity, "achieved": achieved, "roof": attainable,
+            "fraction_of_roof": achieved / attainable,
+            "bound": "memory" if intensity < machine["ridge"] else "compute",
+        })
+    return points
+
+
+def plot_roofline(points: list[dict], machine: dict, title: str):
+    """A log-log roofline: the roof min(P, β I), and every point at (intensity, achieved GFLOP/s).
+
+    One colour per variant, filled markers forward, open markers forward+backward. Returns a
+    matplotlib Figure (imported here, so ``import attention`` does not need matplotlib).
+    """
+    import matplotlib.pyplot as plt
+
+    from ..plotting import INK
+
+    P, beta, ridge = machine["peak_flops"], machine["bandwidth"], machine["ridge"]
+    intensities = [p["intensity"] for p in points] or [ridge]
+    lo, hi = min(min(intensities), ridge) / 4, max(max(intensities), ridge) * 4
+    xs = torch.logspace(torch.log10(torch.tensor(lo)), torch.log10(torch.tensor(hi)), 200)
+    ys = torch.clamp(xs * beta, max=P) / 1e9
+    fig, ax = plt.subplots(figsize=(7.2, 5.2), layout="constrained")
+    ax.plot(xs.numpy(), ys.numpy(), color=INK, linewidth=1.6, label="roof min(P, β I)")
+    ax.axvline(ridge, color="0.55", linestyle=":", linewidth=1)
+    ax.annotate(f"ridge point {ridge:.3g} FLOP/byte", (ridge, P / 1e9), xytext=(4, -14),
+                textcoords="offset points", fontsize=8.5)
+    names = list(dict.fromkeys(p["variant"] for p in points))
+    cmap = plt.get_cmap("tab10")
+    for i, name in enumerate(names):
+        for pass_name, fill in (("forward", True), ("forward+backward", False)):
+            mine = [p for p in points if p["variant"] == name and p["pass"] == pass_name]
+            if not mine:
+                continue
+            color = cmap(i % 10)
+            ax.plot([p["intensity"] for p in mine], [p["achieved"] / 1e9 for p in mine], "o",
+                    markersize=5, color=color, markerfacecolor=color if fill else "none",
+                    label=f"{name}, {pass_name}", linestyle="none")
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per byte, lower-bound bytes)",
+           ylabel="GFLOP/s", title=title)
+    ax.grid(True, which="major", alpha=0.3)
+    fig.legend(loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    return fig
