@@ -5,6 +5,8 @@ show what their captions say: the right numbers, queries as rows and keys as col
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import re
 from pathlib import Path
 
@@ -64,10 +66,11 @@ def test_the_site_svg_is_the_figure_drawn_from_the_data(built_site: Path, monkey
     site = (built_site / "figures" / f"{name}.svg").read_bytes()
     fig = FIGURES[name]()
     assert isinstance(fig, Figure) and fig.axes, f"{name} returned {fig!r}"
-    assert hook.figure_svg(fig) == site
+    plt.close(fig)
     make = FIGURES[name]
+    assert hook.render_svg(name, make) == site
     monkeypatch.setitem(make.__globals__, "journey_inputs", lambda: journey_inputs().flip(0))
-    assert hook.figure_svg(make()) != site
+    assert hook.render_svg(name, make) != site
 
 
 @pytest.fixture
@@ -220,3 +223,80 @@ def test_trained_heatmaps_show_a_previous_token_head_and_an_induction_head(draw)
     assert np.mean(after_copies) > 0.8
     tokens, _ = tick_labels(fig.axes[0])
     assert [tokens[i] for i in range(6, t)] == [tokens[i - 6] for i in range(6, t)]  # period 6
+
+
+def test_cache_memory_curves_are_equation_10_6(draw) -> None:
+    # MHA (h_kv = 32) at 4,096 tokens of a 32-layer model with d_h = 128 in 16-bit: 2 GiB; GQA
+    # with h_kv = 8 a quarter of it, MQA a 32nd; the windowed curve stops growing at w = 4096.
+    ax = draw("ch10-cache-memory").axes[0]
+    lines = {line.get_label().split(",")[0] + ("+w" if "window" in line.get_label() else ""):
+             line for line in ax.get_lines()}
+    assert set(lines) == {"MHA", "GQA", "GQA+w", "MQA"}
+    t = lines["MHA"].get_xdata()
+    gib = {name: np.asarray(line.get_ydata()) for name, line in lines.items()}
+    np.testing.assert_allclose(gib["MHA"], 2 * t * 32 * 32 * 128 * 2 / 2**30)
+    np.testing.assert_allclose(gib["MHA"][list(t).index(4096)], 2.0)
+    np.testing.assert_allclose(gib["GQA"] * 4, gib["MHA"])
+    np.testing.assert_allclose(gib["MQA"] * 32, gib["MHA"])
+    np.testing.assert_allclose(gib["GQA+w"], np.minimum(t, 4096) * gib["GQA"] / t)
+
+
+def test_decode_speed_draws_the_results_or_says_there_are_none(monkeypatch, tmp_path) -> None:
+    make = FIGURES["ch10-decode-speed"]
+    results = tmp_path / "cpu.json"
+    results.write_text(json.dumps({"provenance": {"cpu_model": "test CPU"}}), encoding="utf-8")
+    monkeypatch.setitem(make.__globals__, "RESULTS", results)
+    empty = make()
+    assert any("not measured yet" in text.get_text() for text in empty.axes[0].texts)
+    cited = make.__globals__["RASCHKA"]
+    drawn = sorted(patch.get_height() for patch in empty.axes[0].patches)
+    assert drawn == sorted(cited.values())  # Raschka's cited bars only: none from nothing
+    plt.close(empty)
+    rows = [{"model": model, "use_cache": use_cache, "tokens_per_s": speed}
+            for model, use_cache, speed in (("tiny", False, 50.0), ("tiny", True, 400.0),
+                                            ("gpt2-small-untrained", False, 3.0),
+                                            ("gpt2-small-untrained", True, 20.0))]
+    results.write_text(json.dumps({"provenance": {}, "decode": rows}), encoding="utf-8")
+    fig = make()
+    bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers}
+    plt.close(fig)
+    assert bars == {"without cache": [50.0, 3.0, cited["without cache"]],
+                    "with cache": [400.0, 20.0, cited["with cache"]]}
+
+
+# Desktop text column of the site at 1280 px (Material's grid minus both sidebars), in CSS px.
+DESKTOP_TEXT_PX = 688
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_figure_text_is_text_in_the_page_colours_and_legible(name: str, built_site: Path) -> None:
+    svg = (built_site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
+    assert "<text" in svg and 'id="DejaVuSans-' not in svg, f"{name}: text drawn as glyph paths"
+    assert hook.INK not in svg and hook.PAPER not in svg and "currentColor" in svg, (
+        f"{name}: the placeholder colours must become the page's colours"
+    )
+    figure_background = re.search(r'<g id="patch_1">\s*<path d="[^"]*"\s*style="([^"]*)"', svg)
+    assert figure_background and "fill: none" in figure_background[1], f"{name}: opaque background"
+    # Shown at its natural size or the text width, whichever is smaller, its smallest text
+    # must still be 9 px: a figure that needs a wider column scrolls sideways on a desktop too.
+    width, smallest = hook.text_sizes(svg)
+    shown = min(width * 4 / 3, DESKTOP_TEXT_PX)
+    assert smallest * shown / width >= hook.MIN_TEXT_PX - 0.05, (
+        f"{name}: {smallest} pt text in a {width} pt wide figure is "
+        f"{smallest * shown / width:.1f} px in the {DESKTOP_TEXT_PX} px text column"
+    )
+
+
+def test_pages_show_figures_as_inline_svg(built_site: Path) -> None:
+    page = (built_site / "chapters" / "04-causal-attention" / "index.html").read_text("utf-8")
+    shown = re.findall(r'<span class="attn-figure" data-figure="([a-z0-9-]+)"><svg ([^>]*)>', page)
+    assert [name for name, _ in shown] == ["ch04-causal-mask", "ch04-dropout"]
+    assert 'src="../../figures/ch04-' not in page, "a figure is still an <img>"
+    for name, attributes in shown:
+        svg = (built_site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
+        width, smallest = hook.text_sizes(svg)
+        assert f"min-width: {math.ceil(width * 9 / smallest)}px" in attributes
+        assert re.search(r'role="img" aria-label="[^"]{20,}"', attributes), "no alt text"
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), "two elements of the page share an id"
+    assert "*{stroke-linejoin" not in page, "a figure's style would apply to the whole page"
