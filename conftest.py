@@ -30,6 +30,9 @@ BROWSER = {
     "test_reader_experience.py": ("browser-crawl", 0),
     "test_desktop_reader.py": ("browser-desktop", 3),
     "test_checks_catch_breakage.py": ("browser-probe", 4),
+    "test_math.py": ("browser-math", 3),
+    "test_site_quality.py": ("browser-quality", 3),
+    "test_figures_print.py": ("browser-print", 3),
 }
 _BROWSER_GROUP_SUFFIX = re.compile(
     "@(?:" + "|".join(re.escape(group) for group, _ in BROWSER.values()) + ")$"

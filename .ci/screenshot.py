@@ -34,7 +34,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def main() -> None:
-    """Serve the site, open the page, wait for MathJax and save a PNG."""
+    """Serve the site, open the page, wait for the fonts and save a PNG."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--site", type=Path, default=Path("site"), help="built site folder")
     parser.add_argument("--page", default="chapters/05-multi-head-attention/")
@@ -77,7 +77,7 @@ def main() -> None:
         page = context.new_page()
         page.goto(f"{origin}/{args.page}")
         page.wait_for_load_state("networkidle")
-        page.wait_for_selector("html[data-math=typeset]")
+        page.evaluate("document.fonts.ready")  # math is typeset at build time; wait for its fonts
         if args.anchor:  # scroll without a #fragment, which would highlight the heading
             if page.locator(f"[id='{args.anchor}']").count() != 1:
                 raise SystemExit(f"no element with id {args.anchor!r} on {args.page}")

@@ -1,5 +1,5 @@
-"""The built site: a clean strict build, everything served from the site itself, local MathJax on
-every page (notebook pages included), and output blocks that carry no copy button.
+"""The built site: a clean strict build, everything served from the site itself, math typeset at
+build time on every page (notebook pages included), and output blocks that carry no copy button.
 
 The site is built once per session by the ``site_build`` / ``built_site`` fixtures in conftest.py.
 What a browser does with these pages is checked by the browser tests; these tests read the files.
@@ -7,6 +7,7 @@ What a browser does with these pages is checked by the browser tests; these test
 
 from __future__ import annotations
 
+import ast
 import re
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
@@ -211,33 +212,39 @@ def test_images_have_alt_text_and_exist(built_site: Path) -> None:
     assert problems == [], "\n".join(problems)
 
 
-def test_mathjax_is_served_by_the_site(built_site: Path) -> None:
-    mathjax = built_site / "assets" / "mathjax"
-    for rel in [
-        "MathJax.js",
-        "config/TeX-AMS-MML_HTMLorMML-full.js",
-        "jax/input/TeX/config.js",
-        "jax/output/HTML-CSS/fonts/STIX-Web/fontdata.js",
-        "fonts/HTML-CSS/STIX-Web/woff/STIXMathJax_Main-Regular.woff",
-        "extensions/TeX/AMSmath.js",
-        "extensions/MathMenu.js",
-    ]:
-        assert (mathjax / rel).is_file(), rel
-    assert not (mathjax / "jax/output/SVG").exists(), "the unused SVG fonts should be pruned"
+def test_katex_stylesheet_and_fonts_are_served_by_the_site(built_site: Path) -> None:
+    katex = built_site / "assets" / "katex"
+    css = (katex / "katex.min.css").read_text(encoding="utf-8")
+    fonts = re.findall(r"url\(([^)]+)\)", css)
+    assert fonts, "katex.min.css names no font"
+    missing = [url for url in fonts if not (katex / url).is_file()]
+    assert missing == [], f"fonts named by katex.min.css but not in the site: {missing}"
+    # KaTeX's script typesets at build time only, and the note on the files is for maintainers.
+    assert not (katex / "katex.min.js").exists(), "katex.min.js is for the build, not the reader"
+    assert not (katex / "README.txt").exists()
+    assert (katex / "LICENSE").is_file(), "KaTeX's licence must travel with its files"
+    assert not (built_site / "assets" / "mathjax").exists()
 
 
-@pytest.mark.parametrize("kind", ["chapters", "exercises"])
-def test_every_page_loads_the_local_mathjax_once(built_site: Path, kind: str) -> None:
+@pytest.mark.parametrize("kind", ["chapters", "exercises", "appendix", "reference"])
+def test_every_page_has_its_math_typeset_at_build_time(built_site: Path, kind: str) -> None:
     pages = sorted((built_site / kind).rglob("index.html"))
     assert pages, f"no built pages under {kind}/"
+    typeset = 0
     for page in pages:
-        scripts = scan(page).scripts
-        mathjax = [src for src in scripts if "MathJax.js" in src]
-        assert len(mathjax) == 1, f"{page}: MathJax loaded {len(mathjax)} times: {mathjax}"
-        assert resolves_to(built_site, page, mathjax[0]) == built_site / "assets/mathjax/MathJax.js"
-        config = [src for src in scripts if src.endswith("mathjax-config.js")]
-        assert len(config) == 1 and scripts.index(config[0]) < scripts.index(mathjax[0]), page
-        assert resolves_to(built_site, page, config[0]).is_file(), page
+        html, found = page.read_text(encoding="utf-8"), scan(page)
+        sheets = [url for url in found.resources if url.endswith("katex.min.css")]
+        assert len(sheets) == 1, f"{page}: KaTeX's stylesheet linked {len(sheets)} times"
+        assert resolves_to(built_site, page, sheets[0]).is_file(), page
+        fonts = [url for url in found.resources if "/katex/fonts/" in url]  # preloaded
+        assert bool(fonts) == ('class="katex"' in html), f"{page}: preloads {fonts}"
+        assert all(resolves_to(built_site, page, url).is_file() for url in fonts), page
+        assert not [src for src in found.scripts if "mathjax" in src.lower()], page
+        untypeset = re.findall(r'class="arithmatex"[^>]*>\s*\\[(\[]', html)
+        assert untypeset == [], f"{page}: {len(untypeset)} formulas left as TeX"
+        assert "katex-error" not in html, page
+        typeset += html.count('class="katex"')
+    assert typeset, f"no typeset math under {kind}/: nothing was checked"
 
 
 def test_output_blocks_are_no_copy_panels(built_site: Path) -> None:
@@ -284,3 +291,149 @@ def test_every_page_shows_the_licences_in_its_footer(built_site: Path) -> None:
         if not footer.search(page.read_text(encoding="utf-8"))
     ]
     assert pages and missing == [], f"no licence notice in the footer of: {missing}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Link previews, the 404 page and the API reference (docs/hooks/pages.py, overrides/,
+# docs/hooks/docstrings.py)
+
+SITE_URL = re.search(
+    r"^site_url:\s*(\S+)", (REPO / "mkdocs.yml").read_text(encoding="utf-8"), re.MULTILINE
+).group(1)
+SOCIAL_TAGS = ["og:type", "og:title", "og:description", "og:url", "twitter:card"]
+# A Sphinx role as the package's docstrings write it: :func:`softmax`, :class:`~attention.X`.
+SPHINX_ROLE = re.compile(r":(?:func|class|mod|meth|attr|exc|obj|data):`(~?)([\w.]+)`")
+SOURCE_LISTING = re.compile(r'<details class="mkdocstrings-source".*?</details>', re.DOTALL)
+
+
+class MetaTags(HTMLParser):
+    """The ``<meta name|property=... content=...>`` tags of a page, by name."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: dict[str, list[str]] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        key = a.get("name") or a.get("property")
+        if tag == "meta" and key:
+            self.tags.setdefault(key, []).append(a.get("content", ""))
+
+
+def meta_tags(page: Path) -> dict[str, list[str]]:
+    parser = MetaTags()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return parser.tags
+
+
+def page_url(site: Path, page: Path) -> str:
+    """The published address of a built page (site_url plus its path)."""
+    path = page.relative_to(site).as_posix()
+    return SITE_URL + (path.removesuffix("index.html") if page.name == "index.html" else path)
+
+
+def test_every_page_has_a_description_and_link_preview_tags(built_site: Path) -> None:
+    problems, descriptions = [], {}
+    pages = html_pages(built_site)
+    for page in pages:
+        name, tags = page.relative_to(built_site).as_posix(), meta_tags(page)
+        for key in ["description", *SOCIAL_TAGS]:
+            if len(tags.get(key, [])) != 1 or not tags[key][0].strip():
+                problems.append(f"{name}: expected one non-empty {key}, found {tags.get(key)}")
+        if problems:
+            continue
+        description = tags["description"][0]
+        descriptions[name] = description
+        too_long = len(description) > 200 and name != "404.html"  # 404: the site's own
+        if tags["og:description"] != [description] or too_long:
+            problems.append(f"{name}: og:description {tags['og:description']} vs {description!r}")
+        if tags["og:url"] != [page_url(built_site, page)]:
+            problems.append(f"{name}: og:url {tags['og:url']}, not {page_url(built_site, page)}")
+        if tags["og:type"][0] not in {"website", "article"} or tags["twitter:card"] != ["summary"]:
+            problems.append(f"{name}: og:type {tags['og:type']}, card {tags['twitter:card']}")
+        if any("image" in key for key in tags):  # a card image would be fetched from the network
+            problems.append(f"{name}: names an image: {sorted(k for k in tags if 'image' in k)}")
+    assert pages and problems == [], "\n".join(problems)
+    # Each page describes itself: no two pages share a description (404.html has the site's).
+    content = {name: text for name, text in descriptions.items() if name != "404.html"}
+    shared = {text for text in content.values() if list(content.values()).count(text) > 1}
+    assert not shared, f"pages sharing a description: {shared}"
+
+
+def test_404_page_offers_search_and_a_way_home(built_site: Path) -> None:
+    html = (built_site / "404.html").read_text(encoding="utf-8")
+    article = html[html.index("<article") : html.index("</article>")]
+    assert re.search(r"<h1[^>]*>[^<]*not found", article, re.IGNORECASE), article[:300]
+    assert re.search(r'<label[^>]*for="__search"', article), "no button that opens the search"
+    assert 'class="md-search__input"' in html, "no search box"
+    home = urlsplit(SITE_URL).path  # 404.html is served at any depth: its links are absolute
+    assert re.search(rf'<a class="md-button" href="{re.escape(home)}\.?"', article), article
+
+
+def public_docstrings(source: Path) -> list[str]:
+    """The docstrings the API page shows for a module: its own, and those of its public classes
+    and functions and their public methods (``__init__``'s is merged into its class's)."""
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    found = [ast.get_docstring(tree) or ""]
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                not child.name.startswith("_") or child.name == "__init__"
+            ):
+                found.append(ast.get_docstring(child) or "")
+                visit(child)
+
+    visit(tree)
+    return found
+
+
+def test_api_reference_turns_sphinx_roles_into_links(built_site: Path) -> None:
+    html = (built_site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    shown = SOURCE_LISTING.sub("", html)  # the source listings show the docstrings as written
+    assert not SPHINX_ROLE.search(shown), SPHINX_ROLE.search(shown).group(0)
+    ids = set(re.findall(r' id="([^"]+)"', html))
+    links = set(re.findall(r'<a class="autorefs autorefs-internal"[^>]*href="#([^"]+)"[^>]*>'
+                           r"<code>([\w.]+)</code></a>", shown))
+    roles = {
+        (match.group(2).rsplit(".", 1)[-1] if match.group(1) else match.group(2))
+        for source in (REPO / "src" / "attention").glob("[!_]*.py")
+        for docstring in public_docstrings(source)
+        for match in SPHINX_ROLE.finditer(docstring)
+    }
+    assert roles, "no docstring uses a Sphinx role: nothing was checked"
+    for name in sorted(roles):
+        targets = [target for target, text in links if text == name]
+        assert targets, f"the role naming {name!r} is not a link on the API page"
+        assert all(t in ids and t.endswith(name.rsplit(".", 1)[-1]) for t in targets), targets
+
+
+def test_api_reference_shows_notation_legends_as_tables(built_site: Path) -> None:
+    html = (built_site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    legends = [
+        source.stem
+        for source in (REPO / "src" / "attention").glob("[!_]*.py")
+        if re.search(r"^Notation \(see CONTRIBUTING\.md\):\n {4}\S", source.read_text("utf-8"),
+                     re.MULTILINE)
+    ]
+    assert legends, "no module docstring has an indented notation legend: nothing was checked"
+    tables = re.findall(
+        r'Notation \(see the book\'s <a href="([^"]+)">notation</a>\):</p>\s*<table>', html
+    )
+    assert len(tables) == len(legends), f"{len(tables)} legend tables for modules {legends}"
+    assert set(tables) == {"../../#notation"}, tables
+    assert "CONTRIBUTING" not in SOURCE_LISTING.sub("", html), "a link to a file not on the site"
+
+
+def test_generated_api_page_has_no_edit_link(built_site: Path) -> None:
+    def edit_links(page: Path) -> int:
+        return page.read_text(encoding="utf-8").count('title="Edit this page"')
+
+    assert edit_links(built_site / "reference" / "api" / "index.html") == 0
+    assert edit_links(built_site / "chapters" / "01-why-attention" / "index.html") == 1
+
+
+def test_search_index_leaves_out_source_listings(built_site: Path) -> None:
+    index = (built_site / "search" / "search_index.json").read_text(encoding="utf-8")
+    assert '"location":"reference/api/' in index.replace(" ", ""), "the API page is not indexed"
+    assert "Source code in" not in index and "def softmax(" not in index

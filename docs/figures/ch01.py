@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
+from attention.plotting import INK
 from attention import (
     AttentionDecoder,
     Seq2Seq,
@@ -89,7 +90,7 @@ def gradient_paths() -> Figure:
     ax.set_title("How strongly each of 30 tokens reaches the last output")
     ax.set_xlim(0.5, 30.5)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.grid(True, which="major", axis="y", color="0.9")
+    ax.grid(True, which="major", axis="y", color=INK, alpha=0.12)
     ax.legend(frameon=False, loc="lower right")
     return fig
 

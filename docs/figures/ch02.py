@@ -9,6 +9,7 @@ import torch
 from matplotlib.figure import Figure
 
 from attention import JOURNEY_TOKENS, journey_inputs, plot_attention, softmax
+from attention.plotting import INK
 
 
 def weights_heatmap() -> Figure:
@@ -47,9 +48,9 @@ def query2_weights() -> Figure:
     fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
     ax.bar(positions - width / 2, by_sum.numpy(), width, label="divide by the sum", color="#9ecae1")
     bars = ax.bar(positions + width / 2, by_softmax.numpy(), width, label="softmax", color="#2171b5")
-    ax.bar_label(bars, fmt="%.4f", fontsize=8, padding=2)
-    ax.axhline(1 / len(JOURNEY_TOKENS), color="0.4", linestyle=":", linewidth=1)
-    ax.annotate("uniform $1/t$", (-0.5, 1 / len(JOURNEY_TOKENS) + 0.004), fontsize=8, color="0.3")
+    ax.bar_label(bars, fmt="%.4f", fontsize=9, padding=2)
+    ax.axhline(1 / len(JOURNEY_TOKENS), color=INK, alpha=0.6, linestyle=":", linewidth=1)
+    ax.annotate("uniform $1/t$", (-0.5, 1 / len(JOURNEY_TOKENS) + 0.004), color=INK, alpha=0.75)
     ax.set_xticks(positions, labels=JOURNEY_TOKENS)
     ax.set_xlabel("key $x^{(j)}$")
     ax.set_ylabel("attention weight $\\alpha_{2j}$")

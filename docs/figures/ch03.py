@@ -9,6 +9,7 @@ import torch
 from matplotlib.figure import Figure
 
 from attention import JOURNEY_TOKENS, journey_inputs, softmax
+from attention.plotting import INK
 
 RAW_COLOR = "#d95f02"
 SCALED_COLOR = "#1b9e77"
@@ -73,12 +74,12 @@ def softmax_saturation() -> Figure:
         left.plot(factors.numpy(), alpha[:, j].numpy(), color=colors[j], label=token,
                   linewidth=2.2 if token == "journey" else 1.4)
     left.axvline(1.0, color="0.6", linestyle=":", linewidth=1)
-    left.annotate("$c = 1$: the scaled scores", (1.08, 0.9), fontsize=8, color="0.35")
+    left.annotate("$c = 1$: the scaled scores", (1.08, 0.9), color=INK, alpha=0.75)
     left.set_xscale("log")
     left.set_xlabel("factor $c$ on the scores")
     left.set_ylabel("attention weight $\\alpha_{2j}$")
     left.set_title('Query "journey": weights of $c\\,\\omega_{2j}/\\sqrt{d_k}$')
-    left.legend(frameon=False, fontsize=8, loc="center left")
+    left.legend(frameon=False, loc="center left")
 
     right.plot(factors.numpy(), norm.numpy(), color="#7570b3", linewidth=2)
     right.axvline(1.0, color="0.6", linestyle=":", linewidth=1)

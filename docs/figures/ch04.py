@@ -46,7 +46,7 @@ def plot_scores(scores: torch.Tensor, ax: Axes, title: str) -> None:
                 label, color = "$-\\infty$", "0.35"
             else:
                 label, color = f"{value:.2f}", "white" if value > 0.6 * vmax else "black"
-            ax.text(j, i, label, ha="center", va="center", fontsize=8, color=color)
+            ax.text(j, i, label, ha="center", va="center", fontsize=10, color=color)
     ax.set_xticks(range(t_k), labels=JOURNEY_TOKENS)
     ax.set_yticks(range(t_q), labels=JOURNEY_TOKENS)
     ax.tick_params(axis="x", labelrotation=45)
@@ -60,7 +60,7 @@ def causal_mask_steps() -> Figure:
     scores = running_example_scores()  # (t, t)
     masked = scores + additive_causal_mask(len(JOURNEY_TOKENS))  # (t, t)
     weights = softmax(masked, dim=-1)  # (t, t)
-    fig, axes = plt.subplots(1, 3, figsize=(13.5, 4.6), layout="constrained")
+    fig, axes = plt.subplots(1, 3, figsize=(10.5, 4.4), layout="constrained")
     plot_scores(scores, axes[0], "1. Scores $\\Omega / \\sqrt{d_k}$")
     plot_scores(masked, axes[1], "2. Masked scores $\\Omega / \\sqrt{d_k} + M$")
     plot_attention(weights, JOURNEY_TOKENS, JOURNEY_TOKENS, ax=axes[2],

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
 from attention import JOURNEY_TOKENS, MultiHeadAttention, journey_batch, plot_attention
+from attention.plotting import INK
 
 
 def per_head_weights() -> Figure:
@@ -19,7 +20,9 @@ def per_head_weights() -> Figure:
     mha = MultiHeadAttention(3, 2, context_length=6, dropout=0.0, num_heads=2)
     with torch.no_grad():
         _, attn_weights = mha(journey_batch(), return_weights=True)  # (b, h, t, t)
-    fig, axes = plt.subplots(1, 3, figsize=(13.0, 4.4), layout="constrained")
+    fig, grid = plt.subplot_mosaic([["1", "2"], ["diff", "diff"]], figsize=(8.4, 8.6),
+                                   layout="constrained")
+    axes = [grid["1"], grid["2"], grid["diff"]]  # two rows: legible on a phone
     for head in range(2):
         plot_attention(
             attn_weights[0, head],
@@ -39,14 +42,14 @@ def per_head_weights() -> Figure:
         for j in range(i + 1):
             value = round(difference[i, j].item(), 3) + 0.0  # + 0.0 turns -0.0 into 0.0
             color = "white" if abs(value) > 0.6 * limit else "black"
-            axes[2].text(j, i, f"{value:+.3f}", ha="center", va="center", fontsize=7, color=color)
+            axes[2].text(j, i, f"{value:+.3f}", ha="center", va="center", fontsize=10, color=color)
     axes[2].set_xticks(range(t), labels=JOURNEY_TOKENS)
     axes[2].set_yticks(range(t), labels=JOURNEY_TOKENS)
     axes[2].tick_params(axis="x", labelrotation=45)
     axes[2].set_xlabel("key")
     axes[2].set_ylabel("query")
     axes[2].set_title("head 1 minus head 2")
-    fig.colorbar(image, ax=axes[2], shrink=0.8)
+    fig.colorbar(image, ax=axes[2], shrink=0.9)
     fig.suptitle("Causal attention weights per head, untrained (seed 123, $h = 2$, $d_h = 1$)")
     return fig
 
@@ -109,9 +112,11 @@ def shape_flow() -> Figure:
                 linewidth=0.9,
             )
         )
-        ax.text(x, y - 0.22, code, ha="center", va="center", fontsize=8, family="monospace")
-        ax.text(x, y + 0.03, letters, ha="center", va="center", fontsize=9.5, weight="bold")
-        ax.text(x, y + 0.25, numbers, ha="center", va="center", fontsize=8, color="#636363")
+        ax.text(x, y - 0.22, code, ha="center", va="center", fontsize=9, family="monospace",
+                color="black")
+        ax.text(x, y + 0.03, letters, ha="center", va="center", fontsize=10, weight="bold",
+                color="black")
+        ax.text(x, y + 0.25, numbers, ha="center", va="center", fontsize=9, color="#4d4d4d")
     for start, end in _ARROWS:
         x0, y0 = _BOXES[start][:2]
         x1, y1 = _BOXES[end][:2]
@@ -119,12 +124,12 @@ def shape_flow() -> Figure:
             "",
             xy=(x1, y1 - _BOX_H / 2 - 0.03),
             xytext=(x0, y0 + _BOX_H / 2 + 0.03),
-            arrowprops={"arrowstyle": "-|>", "color": "#4d4d4d", "linewidth": 0.9,
+            arrowprops={"arrowstyle": "-|>", "color": INK, "linewidth": 0.9,
                         "shrinkA": 0, "shrinkB": 0},
         )
     ax.text(-0.2, 11.0, "bold: legend letters\ngray: running example\n"
             "b=2, t=6, d_in=3,\nd_out=2, h=2, d_h=1",
-            ha="left", va="center", fontsize=8, color="#636363")
+            ha="left", va="center", fontsize=9, color=INK, alpha=0.75)
     ax.set_xlim(-0.3, 7.5)
     ax.set_ylim(11.5, -0.5)
     ax.axis("off")

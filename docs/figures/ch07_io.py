@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from attention.plotting import INK
 from attention.io_model import (
     standard_attention_io,
     standard_io_formula,
@@ -39,14 +40,14 @@ def _panel(ax: Axes, xs: list[int], sizes: Callable[[int], tuple[int, int, int]]
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title)
     ax.spines[["top", "right"]].set_visible(False)
 
 
 def io_counts() -> Figure:
     """Slow-memory elements moved by standard and tiled attention over t, d_h and M."""
     t0, d0, m0 = 1024, 64, 16 * 64 * 64
-    fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.8), layout="constrained")
+    fig, axes = plt.subplots(1, 3, figsize=(10.5, 4.2), layout="constrained")
     _panel(axes[0], [2**k for k in range(7, 14)], lambda t: (t, d0, m0), "tokens $t$",
            f"over $t$ ($d_h = {d0}$, $M = {m0:,}$)")
     _panel(axes[1], [2**k for k in range(4, 9)], lambda d: (t0, d, m0), "head width $d_h$",
@@ -55,10 +56,10 @@ def io_counts() -> Figure:
            "fast memory $M$ (elements)", f"over $M$ ($t = {t0}$, $d_h = {d0}$)")
     axes[2].axvline(d0 * d0, color="0.5", linestyle="--", linewidth=1)
     axes[2].annotate("$M = d_h^2$", (d0 * d0, axes[2].get_ylim()[1]), xytext=(4, -12),
-                     textcoords="offset points", fontsize=9, color="0.35")
+                     textcoords="offset points", color=INK, alpha=0.75)
     axes[0].set_ylabel("elements read + written in slow memory")
-    axes[0].plot([], [], ":", color="0.4", label="Theorem 2's leading term")
-    axes[0].legend(fontsize=8, frameon=False, loc="upper left")
+    axes[0].plot([], [], ":", color=INK, alpha=0.6, label="Theorem 2's leading term")
+    axes[0].legend(frameon=False, loc="upper left")
     return fig
 
 

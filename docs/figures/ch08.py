@@ -20,7 +20,7 @@ def sinusoidal_table() -> Figure:
     t, d = 64, 64
     table = sinusoidal_positions(t, d)  # (t, d)
     dots = table @ table.T  # (t, t): PE(p) . PE(q), a function of p - q only
-    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.6), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.6), layout="constrained")
     image = axes[0].imshow(table.numpy(), cmap="RdBu_r", vmin=-1.0, vmax=1.0, aspect="auto")
     axes[0].set_xlabel("feature $k$ (even: sin, odd: cos; frequency falls to the right)")
     axes[0].set_ylabel("position $p$")
@@ -57,7 +57,7 @@ def alibi_biases() -> Figure:
     ax.set_ylabel("bias added to the score, $-m_h (i - j)$")
     ax.set_ylim(-8.5, 0.5)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    ax.legend(frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.set_title("ALiBi's fixed slopes for 12 heads; heads 1-8 are those of 8 heads "
                  "(Press et al., 2022)")
     return fig
@@ -87,7 +87,7 @@ def t5_bucket(offset: int, bidirectional: bool, num_buckets: int = 32,
 
 def relative_buckets() -> Figure:
     """Which learned relative embedding a key uses: Shaw et al.'s clipping and T5's buckets."""
-    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.2), layout="constrained",
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.2), layout="constrained",
                              gridspec_kw={"width_ratios": [1, 2]})
     k = 4
     near = list(range(-10, 11))

@@ -77,7 +77,7 @@ def guessing_loss(inputs: Tensor, targets: Tensor) -> float:
 def training_curves() -> Figure:
     """The loss of every step, and the heads' scores measured during the same run."""
     _, losses, measured, scores = trained()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 4.0), layout="constrained")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.4), layout="constrained")
     left.plot(range(len(losses)), losses, color="#3182bd", linewidth=1.2, label="training loss")
     left.axhline(math.log(16), color="#636363", linestyle=":", linewidth=1,
                  label=f"uniform over 16 tokens: ln 16 = {math.log(16):.2f}")
@@ -88,7 +88,7 @@ def training_curves() -> Figure:
     left.set_ylabel("cross-entropy (nats)")
     left.set_ylim(0, 3.0)
     left.set_title("Training loss (one batch of 64 sequences per step)")
-    left.legend(loc="upper right", fontsize=8)
+    left.legend(loc="upper right")
     previous = torch.stack([s[0] for s in scores])  # (measurements, L, h)
     induction = torch.stack([s[1] for s in scores])  # (measurements, L, h)
     styles = {0: "-", 1: "--"}
@@ -101,7 +101,7 @@ def training_curves() -> Figure:
     right.set_ylabel("score (attention weight)")
     right.set_ylim(0, 1.0)
     right.set_title("Head scores on 64 held-out sequences")
-    right.legend(loc="center right", fontsize=8)
+    right.legend(loc="center right")
     fig.suptitle("Training the two-layer attention-only model (seed 123): trained weights")
     return fig
 
@@ -115,14 +115,14 @@ def induction_heads() -> Figure:
     with torch.no_grad():
         _, weights = model(sequence, return_weights=True)  # L x (1, h, t, t)
     labels = [str(token) for token in sequence[0].tolist()]
-    fig, axes = plt.subplots(1, 2, figsize=(12.0, 5.6), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(9.4, 5.4), layout="constrained")
     for ax, layer, kind in ((axes[0], 0, "previous-token head"), (axes[1], 1, "induction head")):
         plot_attention(
             weights[layer][0, 0], labels, labels, ax=ax, annotate=False,
             title=(f"layer {layer}, head 0: {kind}\nprevious-token score "
                    f"{previous[layer, 0]:.2f}, induction score {induction[layer, 0]:.2f}"),
         )
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=9)
     fig.suptitle("Trained attention weights on a held-out sequence of period 6 "
                  "(tick labels: token ids)")
     return fig

@@ -6,14 +6,23 @@ hook imports each script, renders each figure to SVG and adds it to the build as
 file ``figures/<name>.svg``; a page links it as ``![alt text](../figures/<name>.svg)``, and
 ``mkdocs build --strict`` checks that link like any other. Nothing is written into docs/.
 
-The SVG output is reproducible: no date in the metadata and a fixed salt for element ids, so the
-same code gives the same bytes.
+Every figure is drawn in the book's style (``attention.plotting.BOOK_STYLE``): text stays SVG
+text, the background is transparent, and the style's placeholder colours become ``currentColor``
+(ink) and the page's background colour (paper). The SVG output is reproducible: no date in the
+metadata and a fixed salt for element ids, so the same code gives the same bytes.
+
+After the search index has read a page (so no tick label lands in it), ``on_post_page`` puts
+each figure's SVG into the page itself, where the theme's colours reach it: in the dark theme the
+ink turns light. The SVG is drawn at its natural size, never wider than the text, but never so
+small that its smallest text falls under ``MIN_TEXT_PX`` CSS pixels: on a phone a wide figure
+scrolls sideways in its own box instead (docs/stylesheets/figures.css).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import io
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -28,9 +37,20 @@ from matplotlib.figure import Figure  # noqa: E402
 from mkdocs.config.defaults import MkDocsConfig  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File, Files  # noqa: E402
+from mkdocs.structure.pages import Page  # noqa: E402
+
+from attention.plotting import BOOK_STYLE, INK, PAPER  # noqa: E402
 
 FIGURE_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
-SVG_STYLE = {"svg.hashsalt": "attention-book", "svg.fonttype": "path"}
+SVG_STYLE = {**BOOK_STYLE, "svg.hashsalt": "attention-book"}
+# The placeholder colours, as matplotlib writes them, and what the page puts in their place.
+COLOURS = {INK: "currentColor", PAPER: "var(--md-default-bg-color, #fff)"}
+MIN_TEXT_PX = 9  # the smallest text a figure may show, in CSS pixels
+# An image of a generated figure, as Markdown writes it: <img alt="..." src="../figures/x.svg" />
+FIGURE_IMG = re.compile(
+    r'<img alt="(?P<alt>[^"]*)" src="(?P<src>(?:\.\./)*figures/(?P<name>[a-z0-9-]+)\.svg)" ?/?>'
+)
+_svgs: dict[str, bytes] = {}  # this build's figures, by name
 
 _command = "build"
 
@@ -75,26 +95,68 @@ def load_figures(figures_dir: Path) -> dict[str, Callable[[], Figure]]:
 
 
 def figure_svg(fig: Figure) -> bytes:
-    """Return ``fig`` as reproducible SVG bytes and close it."""
+    """Return ``fig`` as reproducible SVG bytes, its placeholder colours swapped, and close it."""
     with matplotlib.rc_context(SVG_STYLE):
         buffer = io.BytesIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)
-    return buffer.getvalue()
+    svg = buffer.getvalue().decode("utf-8")
+    for placeholder, colour in COLOURS.items():
+        svg = svg.replace(placeholder, colour)
+    return svg.encode("utf-8")
 
 
 def render_svg(name: str, make: Callable[[], Figure]) -> bytes:
-    """Call ``make()`` and return its figure as SVG bytes.
+    """Call ``make()`` in the book's style and return its figure as SVG bytes.
 
     Raises:
         PluginError: if ``make()`` returns something other than a matplotlib Figure.
     """
-    fig = make()
+    with matplotlib.rc_context(SVG_STYLE):
+        fig = make()
     if not isinstance(fig, Figure):
         raise PluginError(
             f"figure {name!r}: expected a matplotlib Figure, got {type(fig).__name__}"
         )
     return figure_svg(fig)
+
+
+def text_sizes(svg: str) -> tuple[float, float]:
+    """(width of the drawing, size of its smallest text), both in the SVG's own units.
+
+    The size of a text is that of its largest characters: the base size of a label with math in
+    it, whose sub- and superscripts matplotlib draws at 70 percent.
+    """
+    width = float(re.search(r'viewBox="0 0 ([\d.]+) [\d.]+"', svg).group(1))
+    sizes = [
+        max(float(size) for size in re.findall(r"font(?:-size)?: ?(?:[a-z]+ )*([\d.]+)px", text))
+        for text in re.findall(r"<text\b.*?</text>", svg, flags=re.DOTALL)
+    ]
+    return width, min(sizes, default=MIN_TEXT_PX)
+
+
+def inline_svg(name: str, svg: bytes, alt: str) -> str:
+    """The markup that shows figure ``name`` in a page: its SVG, with ids made unique to it,
+    named by ``alt`` for screen readers, sized so that its smallest text stays legible."""
+    text = svg.decode("utf-8")
+    text = text[text.index("<svg") :]
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.DOTALL)
+    text = re.sub(r"<defs>\s*<style[^>]*>.*?</style>\s*</defs>\s*", "", text, flags=re.DOTALL)
+    text = re.sub(r'(\bid="|url\(#|href="#)', rf"\g<1>{name}-", text)
+    width, smallest = text_sizes(text)
+    natural = width * 4 / 3  # points to CSS pixels
+    legible = width * MIN_TEXT_PX / smallest  # narrower, the smallest text is under MIN_TEXT_PX
+    text = re.sub(
+        r'<svg [^>]*?(viewBox="[^"]*")[^>]*>',
+        lambda m: (
+            f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
+            f'{m.group(1)} role="img" aria-label="{alt}" '
+            f'style="max-width: {natural:.0f}px; min-width: {math.ceil(min(legible, natural))}px">'
+        ),
+        text,
+        count=1,
+    )
+    return f'<span class="attn-figure" data-figure="{name}">{text}</span>'
 
 
 def on_startup(command: str, dirty: bool) -> None:
@@ -117,5 +179,16 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         uri = f"figures/{name}.svg"
         if files.get_file_from_path(uri) is not None:
             raise PluginError(f"docs/{uri} exists: figures are made by code, delete the file")
-        files.append(File.generated(config, uri, content=render_svg(name, make)))
+        _svgs[name] = render_svg(name, make)
+        files.append(File.generated(config, uri, content=_svgs[name]))
     return files
+
+
+def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
+    """Put every generated figure that the page shows as an image into the page itself."""
+
+    def inline(match: re.Match[str]) -> str:
+        svg = _svgs.get(match.group("name"))
+        return match.group(0) if svg is None else inline_svg(match["name"], svg, match["alt"])
+
+    return FIGURE_IMG.sub(inline, output)

@@ -1,17 +1,48 @@
-"""Heatmaps of attention weights, for the chapters' figures.
+"""Heatmaps of attention weights, and the style of the book's figures.
 
 Notation: t_q number of queries (rows of the heatmap), t_k number of keys (columns).
-matplotlib is imported inside the function, so ``import attention`` does not need it.
+matplotlib is imported inside the functions, so ``import attention`` does not need it.
+
+``BOOK_STYLE`` is the matplotlib style the site's figures are drawn in (docs/hooks/figures.py
+applies it): text kept as SVG text, a transparent background, and two placeholder colours that
+the site swaps for the page's own: ``INK`` (text, axes, ticks) becomes the text colour, ``PAPER``
+(legend and label boxes) the background colour, so a figure reads in the light and the dark theme.
 """
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+
+INK = "#010101"  # near-black: the SVG's text colour, swapped for the page's (currentColor)
+PAPER = "#fefefe"  # near-white: boxes behind text, swapped for the page's background colour
+# Sizes in points; the site shows figures at about one SVG point per CSS pixel on a desktop.
+BOOK_STYLE: dict[str, Any] = {
+    "svg.fonttype": "none",  # text stays <text>: selectable, searchable, sharp at any zoom
+    "savefig.transparent": True,  # no white panel on a dark page
+    "font.size": 11,
+    "axes.titlesize": 11,
+    "axes.labelsize": 11,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
+    "figure.titlesize": 12,
+    "text.color": INK,
+    "axes.labelcolor": INK,
+    "axes.edgecolor": INK,
+    "axes.titlecolor": INK,
+    "xtick.color": INK,
+    "ytick.color": INK,
+    "legend.labelcolor": INK,
+    "legend.facecolor": PAPER,
+    "legend.edgecolor": "none",
+    "axes.facecolor": "none",
+    "figure.facecolor": "none",
+}
 
 
 def plot_attention(
@@ -64,7 +95,7 @@ def plot_attention(
             for j in range(t_k):
                 value = matrix[i, j].item()
                 color = "white" if value > 0.6 * vmax else "black"
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=color, fontsize=8)
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=color, fontsize=10)
     else:
         ax.figure.colorbar(image, ax=ax)
     return ax

@@ -8,7 +8,8 @@ that each check notices the breakage it exists for.
 Two kinds of checks:
 
 - ``check_*(snapshot)`` read a :class:`Snapshot`, what one visit to a page recorded: the DOM
-  after MathJax has typeset it, the console errors, the requests that failed or left localhost.
+  once its fonts have loaded (the math is typeset at build time), the console errors, the
+  requests that failed or left localhost.
 - ``check_*(tab, ...)`` drive a live page: click a copy button, type into the search box, flip
   the light/dark toggle, download a notebook.
 
@@ -54,8 +55,8 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1"}
 DEAD_PROXY = {"server": "http://127.0.0.1:9", "bypass": ",".join(sorted(LOCAL_HOSTS))}
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
-# MathJax typesets a long chapter in 3-5 s on two slow cores; the limit only catches math that
-# never finishes, so it leaves room for a machine busy with the rest of the test run.
+# The math is typeset at build time; a page waits only for its fonts (KaTeX's among them). The
+# limit only catches fonts that never finish, with room for a machine busy with the rest of the run.
 MATH_TIMEOUT_MS = 60_000
 
 
@@ -167,7 +168,7 @@ class Tab:
     def blank(self) -> None:
         """Leave the current page for an empty one and forget what earlier visits recorded.
 
-        Whatever the old page still had in flight (MathJax loads fonts late) is cancelled, and
+        Whatever the old page still had in flight (a font, the search index) is cancelled, and
         its events are delivered before the navigation returns, so none leaks into the next visit.
         """
         self.page.goto("about:blank")
@@ -218,31 +219,20 @@ class Tab:
             self.page.wait_for_timeout(25)
 
 
-# Resolves when MathJax has typeset the page, or at once on a page without MathJax: MathJax has
-# posted its "End" startup signal (the book's configuration queues the typesetting then) and its
-# queue is idle.
-WAIT_FOR_MATH = """timeout => new Promise(resolve => {
-  const started = Date.now();
-  const poll = () => {
-    const mj = window.MathJax;
-    if (!mj || !mj.Hub || !mj.Hub.Startup) { resolve("no MathJax"); return; }
-    const hub = mj.Hub;
-    if (hub.Startup.signal.posted.map(String).includes("End") &&
-        !hub.queue.pending && !hub.queue.running) { resolve("typeset"); return; }
-    if (Date.now() - started > timeout) {
-      resolve(`timeout: MathJax still busy after ${timeout} ms`); return;
-    }
-    setTimeout(poll, 50);
-  };
-  poll();
-})"""
+# Resolves when the page's fonts have loaded (KaTeX's fonts draw the math, which the build has
+# already typeset), or after ``timeout`` ms.
+WAIT_FOR_MATH = """timeout => Promise.race([
+  document.fonts.ready.then(() => "typeset"),
+  new Promise(resolve => setTimeout(
+    () => resolve(`timeout: fonts still loading after ${timeout} ms`), timeout)),
+])"""
 
 # Everything the snapshot checks need, read from the DOM in one call.
 READ_PAGE = r"""() => {
-  const RENDERED = ".MathJax, .MathJax_Display";
-  // Text a reader reads as prose: not code, not MathJax's own output or its hidden copies.
+  const RENDERED = ".katex";
+  // Text a reader reads as prose: not code, not KaTeX's output (its MathML copy holds the TeX).
   const NOT_PROSE = "script, style, template, noscript, pre, code, kbd, samp, textarea, " +
-    ".MathJax, .MathJax_Display, .MathJax_Preview, .MJX_Assistive_MathML, .md-search";
+    ".katex, .md-search";
   const short = s => s.replace(/\s+/g, " ").trim().slice(0, 70);
   const around = (s, i) => short(s.slice(Math.max(0, i - 25), i + 35));
 
@@ -262,20 +252,40 @@ READ_PAGE = r"""() => {
   }
 
   const arithmatex = [...document.querySelectorAll(".arithmatex")];
-  const texScripts = [...document.querySelectorAll('script[type^="math/tex"]')];
+  const mathml = document.querySelector(".katex-mathml");
   const math = {
-    elements: arithmatex.length + texScripts.length,
+    elements: arithmatex.length,
     rendered: document.querySelectorAll(RENDERED).length,
     untypeset: arithmatex.filter(el => !el.querySelector(RENDERED))
       .map(el => short(el.textContent)),
-    frameless: texScripts.filter(s => !document.getElementById(s.id + "-Frame"))
-      .map(s => short(s.textContent)),
-    // TeX that MathJax could not parse (noErrors), failed to process, or an undefined macro
-    // (noUndefined draws it in red).
-    errors: [...document.querySelectorAll(
-      ".MathJax_Error, .MathJax .noError, .MathJax span[style*='color: red']")]
-      .map(el => short(el.textContent)),
+    // KaTeX's stylesheet hides the MathML copy of each formula (kept for screen readers).
+    styled: !mathml || getComputedStyle(mathml).position === "absolute",
+    // TeX that KaTeX could not parse, rendered as its source in red.
+    errors: [...document.querySelectorAll(".katex-error")].map(el => short(el.textContent)),
   };
+
+  // Display equations: wider than their box, or an equation number outside the box or over the
+  // equation.
+  const equations = [];
+  for (const box of document.querySelectorAll(".md-content div.arithmatex")) {
+    const tex = short((box.querySelector("annotation") || box).textContent);
+    const outer = box.getBoundingClientRect();
+    if (box.scrollWidth > box.clientWidth + 1) {
+      equations.push(`${tex}: ${box.scrollWidth}px wide in a ${box.clientWidth}px box`);
+    }
+    const tag = box.querySelector(".katex-tag");
+    if (!tag) continue;
+    const number = tag.getBoundingClientRect();
+    if (!number.width || number.left < outer.left - 1 || number.right > outer.right + 1) {
+      equations.push(`${tex}: its number ${short(tag.textContent)} is not inside the box`);
+    }
+    const covered = [...box.querySelectorAll(".katex-html > .katex-base")].some(part => {
+      const r = part.getBoundingClientRect();
+      return r.width && r.right > number.left + 1 && r.left < number.right - 1 &&
+        r.bottom > number.top + 1 && r.top < number.bottom - 1;
+    });
+    if (covered) equations.push(`${tex}: its number ${short(tag.textContent)} covers the equation`);
+  }
 
   // Code and output blocks: Material's (pre > code; output blocks have the class "output") and
   // a notebook's (input cells with mkdocs-jupyter's <clipboard-copy>, and output areas).
@@ -329,7 +339,7 @@ READ_PAGE = r"""() => {
   return {
     headings: [...document.querySelectorAll(".md-content h1, .md-content h2, .md-content h3")]
       .map(h => short(h.textContent)),
-    rawMath, math, blocks, images, ids,
+    rawMath, math, equations, blocks, images, ids,
     links: [...new Set([...document.querySelectorAll("a[href]")].map(a => a.href))],
     overflow: {scrollWidth: root.scrollWidth, clientWidth: width, wide},
   };
@@ -342,7 +352,7 @@ class Snapshot:
 
     url: str
     status: int | None  # HTTP status of the page itself
-    math_state: str  # "typeset", "no MathJax" or "timeout: MathJax still busy after N ms"
+    math_state: str  # "typeset" (fonts loaded) or "timeout: fonts still loading after N ms"
     dom: dict[str, Any]
     console_errors: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
@@ -513,10 +523,15 @@ def built_pages(site: Path) -> set[str]:
 
 
 def notebook_pages(site: Path) -> list[str]:
-    """Pages rendered from a notebook: mkdocs-jupyter puts the .ipynb next to the page."""
+    """Pages rendered from a notebook: mkdocs-jupyter puts the .ipynb next to the page.
+
+    The chapters' notebooks (downloads made by docs/hooks/notebooks.py) sit in a folder without
+    a page of their own, ``chapters/NN-name.ipynb``, and are not notebook pages.
+    """
     found = sorted(
         page_key("/" + path.parent.relative_to(site).as_posix() + "/")
         for path in site.rglob("*.ipynb")
+        if (path.parent / "index.html").is_file() and path.parent != site / "chapters"
     )
     if not found:
         raise ValueError(f"expected notebook pages (.ipynb files) in {site}, found none")
@@ -569,18 +584,25 @@ def check_stays_on_host(snap: Snapshot) -> list[str]:
 
 
 def check_math(snap: Snapshot) -> list[str]:
-    """Math is typeset: no raw delimiters in the text, every formula rendered, no TeX errors."""
+    """Math is typeset: no raw delimiters in the text, every formula rendered by KaTeX and drawn
+    with KaTeX's stylesheet, no TeX errors."""
     math, where = snap.dom["math"], snap.path
     # TeX is quoted as written ('\\alpha' would be unreadable in a report).
     problems = [f"{where}: raw math left in the text: '{text}'" for text in snap.dom["rawMath"]]
     problems += [f"{where}: formula not typeset: '{text}'" for text in math["untypeset"]]
-    problems += [f"{where}: formula not rendered: '{text}'" for text in math["frameless"]]
-    problems += [f"{where}: MathJax error: '{text}'" for text in math["errors"]]
+    problems += [f"{where}: KaTeX error: '{text}'" for text in math["errors"]]
     if math["elements"] and not math["rendered"]:
-        problems.append(f"{where}: {math['elements']} formulas and no MathJax output")
+        problems.append(f"{where}: {math['elements']} formulas and no KaTeX output")
+    if not math["styled"]:
+        problems.append(f"{where}: KaTeX's stylesheet is not applied (MathML copies shown)")
     if snap.math_state.startswith("timeout"):
         problems.append(f"{where}: {snap.math_state}")
     return problems
+
+
+def check_equations_fit(snap: Snapshot) -> list[str]:
+    """Every display equation fits its box, and its number is shown inside the box, clear of it."""
+    return [f"{snap.path}: {problem}" for problem in snap.dom["equations"]]
 
 
 def check_links(snap: Snapshot, targets: LinkTargets) -> list[str]:

@@ -20,7 +20,7 @@ from tests.browser.checks import (
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
-# Pages loaded side by side: the browser's work (MathJax above all) spreads over the cores.
+# Pages loaded side by side: the browser's work spreads over the cores.
 PARALLEL = max(2, min(4, os.cpu_count() or 2))
 
 

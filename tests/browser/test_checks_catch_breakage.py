@@ -1,26 +1,31 @@
 """Each browser check fails when the thing it checks is broken.
 
 The probe page is the site's own page shell (the built 404.html: header, navigation, footer,
-Material's and MathJax's scripts, an empty article) with a small article: a heading, inline and
-display math, a link to the heading and one home, a code block with its output block, and a
-figure of the site. Every check passes on it (test_the_probe_passes_every_check). Each variant
-breaks one thing (an external script, a broken link, MathJax gone, an image without alt text, a
-copy button on an output block, an element wider than a phone...) and the check for that thing
-must report it. Pages are served from memory by a server of their own, under the site's base
-path as GitHub Pages serves them; the built site is never modified.
+Material's scripts and stylesheets, KaTeX's among them, an empty article) with a small article: a
+heading, inline and display math (typeset by the site's math hook, as the build does), a link to
+the heading and one home, a code block with its output block, and a figure of the site. Every check
+passes on it (test_the_probe_passes_every_check). Each variant breaks one thing (an external
+script, a broken link, math left untypeset, an image without alt text, a copy button on an output
+block, an element wider than a phone...) and the check for that thing must report it. Pages are
+served from memory by a server of their own, under the site's base path as GitHub Pages serves
+them; the built site is never modified.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import re
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from pathlib import Path
 
 import pytest
 
 from tests.browser.checks import (
     LinkTargets, SiteServer, Snapshot, Tab, check_copy_button_copies, check_copy_buttons,
-    check_fits_width, check_images, check_links, check_loads_cleanly, check_math, check_notebook,
+    check_equations_fit, check_fits_width, check_images, check_links, check_loads_cleanly,
+    check_math, check_notebook,
     check_palette_toggle, check_search, check_stays_on_host, visit, visit_all,
 )
 
@@ -29,13 +34,20 @@ PROBE = r"""
 <p>The weight <span class="arithmatex">\(\alpha_{ij}\)</span> of key
 <span class="arithmatex">\(j\)</span>, a link <a href="#a-probe-page">to the top</a> and one
 <a href="./">home</a>.</p>
-<div class="arithmatex">\[ z^{(i)} = \sum_{j} \alpha_{ij} v^{(j)} \]</div>
+<div class="arithmatex">\[ z^{(i)} = \sum_{j} \alpha_{ij} v^{(j)} \tag{2.1} \]</div>
 <div class="language-python highlight"><pre><span></span><code>print(1 + 1)
 </code></pre></div>
 <div class="language-text output highlight no-copy"><pre><span></span><code>2
 </code></pre></div>
 <p><img alt="A figure of the book" src="FIGURE"></p>
 """
+# A display equation that cannot break its line (an \underbrace is one piece): wider than a phone.
+WIDE_EQUATION = (
+    r'<div class="arithmatex">\[ \underbrace{x_1 + x_2 + x_3 + x_4 + x_5 + x_6 + x_7 + x_8 + x_9'
+    r' + x_{10} + x_{11} + x_{12}}_{\text{twelve terms}} \tag{9.9} \]</div>'
+)
+# What KaTeX writes for TeX it cannot parse when it is not told to throw (the build does throw).
+KATEX_ERROR = '<span class="katex-error" title="ParseError" style="color:#cc0000">{}</span>'
 ARTICLE = re.compile(r'(<article class="md-content__inner md-typeset">).*?(</article>)', re.DOTALL)
 Edit = Callable[[str], str]
 
@@ -77,8 +89,9 @@ def links(snap: Snapshot) -> list[str]:
 
 
 # The broken variants of the probe page. Breakages that different checks notice share a page (a
-# page load costs the browser a second or two); removing MathJax or its configuration stops all
-# math, so each of those has a page of its own, and an element wider than a phone is shown on one.
+# page load costs the browser a second or two); math left untypeset, KaTeX's stylesheet removed
+# and an equation number moved out of its box or over its equation change all the math of a page,
+# so each has a page of its own, and an element wider than a phone is shown on one.
 VARIANTS: dict[str, list[Edit]] = {
     "good": [],  # the probe page itself
     "broken": [
@@ -90,8 +103,8 @@ VARIANTS: dict[str, list[Edit]] = {
         add("<script>notDefinedAnywhere()</script>"),
         add('<script src="assets/javascripts/no-such-script.js"></script>'),
         # TeX
-        replace(r"\(\alpha_{ij}\)", r"\(\frac{1}{\)"),
-        replace(r"\(j\)", r"\(\notAMacro{j}\)"),
+        add(KATEX_ERROR.format(r"\frac{1}{")),
+        add(KATEX_ERROR.format(r"\notAMacro{j}")),
         # links
         add('<a href="chapters/no-such-chapter/">gone</a>'),
         add('<a href="#no-such-anchor">gone</a>'),
@@ -109,9 +122,11 @@ VARIANTS: dict[str, list[Edit]] = {
         ),
         replace('"language-python highlight"', '"language-python highlight no-copy"'),
     ],
-    "no-mathjax": [remove(r'<script src="[^"]*assets/mathjax/MathJax\.js"></script>')],
-    "no-math-config": [remove(r'<script src="[^"]*javascripts/mathjax-config\.js"></script>')],
-    "wide": [add('<div style="width: 1200px">a wide element</div>')],
+    "untypeset": [],  # the probe page as it would be if the build did not typeset its math
+    "no-katex-css": [remove(r'<link rel="stylesheet" href="[^"]*assets/katex/katex\.min\.css">')],
+    "number-outside": [add("<style>.md-typeset .katex-tag { right: -50em !important }</style>")],
+    "number-over": [add("<style>.md-typeset .katex-tag { right: 50% !important }</style>")],
+    "wide": [add('<div style="width: 1200px">a wide element</div>'), add(WIDE_EQUATION)],
 }
 
 # name: (the variant that has it, the check that must notice, a text of its report, in which
@@ -126,10 +141,18 @@ BREAKAGES: dict[str, tuple[str, Callable[[Snapshot], list[str]], str]] = {
         "broken", check_loads_cleanly, "uncaught exception: notDefinedAnywhere is not defined",
     ),
     "missing local script": ("broken", check_loads_cleanly, "no-such-script.js (HTTP 404)"),
-    "MathJax removed": ("no-mathjax", check_math, r"raw math left in the text: '\(\alpha_{ij}\)'"),
-    "math config removed": ("no-math-config", check_math, r"formula not typeset: '\[ z^{(i)}"),
-    "TeX that does not parse": ("broken", check_math, r"MathJax error: '\frac{1}{"),
-    "undefined TeX macro": ("broken", check_math, r"MathJax error: '\notAMacro"),
+    "math left as TeX": ("untypeset", check_math, r"raw math left in the text: '\(\alpha_{ij}\)'"),
+    "formula not typeset": ("untypeset", check_math, r"formula not typeset: '\[ z^{(i)}"),
+    "KaTeX stylesheet removed": ("no-katex-css", check_math, "KaTeX's stylesheet is not applied"),
+    "TeX that does not parse": ("broken", check_math, r"KaTeX error: '\frac{1}{"),
+    "undefined TeX macro": ("broken", check_math, r"KaTeX error: '\notAMacro"),
+    "equation number outside its box": (
+        "number-outside", check_equations_fit, "its number (2.1) is not inside the box",
+    ),
+    "equation wider than its box": ("wide", check_equations_fit, "px wide in a"),
+    "equation number over the equation": (
+        "number-over", check_equations_fit, "its number (2.1) covers the equation",
+    ),
     "broken link": ("broken", links, "link to BASE/chapters/no-such-chapter/ leads nowhere"),
     "broken anchor": ("broken", links, "link to BASE/probe-broken.html#no-such-anchor: no such"),
     "broken anchor on another page": ("broken", links, "link to BASE/#no-such-heading: no such"),
@@ -147,7 +170,22 @@ BREAKAGES: dict[str, tuple[str, Callable[[Snapshot], list[str]], str]] = {
     ),
     "element wider than a phone": ("wide", check_fits_width, "div reaches 1"),
 }
-PROBE_MATH_TIMEOUT_MS = 20_000  # three formulas: well under a second, unless the machine is busy
+PROBE_MATH_TIMEOUT_MS = 20_000  # a small page's fonts: under a second unless the machine is busy
+MATH_HOOK = Path(__file__).resolve().parents[2] / "docs" / "hooks" / "math.py"
+
+
+@functools.cache
+def math_hook() -> ModuleType:
+    """The site's math hook, docs/hooks/math.py, imported once."""
+    spec = importlib.util.spec_from_file_location("_book_math_hook", MATH_HOOK)
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    return hook
+
+
+def typeset(html: str) -> str:
+    """``html`` with its math typeset by the site's math hook, as the build typesets a page."""
+    return math_hook().typeset(html, "the probe page")
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +205,8 @@ def probe(chromium: Path, built_site: Path) -> Iterator[SiteServer]:
             variant = page
             for edit in edits:
                 variant = edit(variant)
+            if name != "untypeset":
+                variant = typeset(variant)
             variant = variant.replace("FIGURE", f"figures/{figures[0].name}")
             server.overrides[server.path(f"probe-{name}.html")] = variant.encode("utf-8")
         yield server
@@ -199,6 +239,7 @@ def test_the_probe_passes_every_check(snapshots: dict[str, Snapshot]) -> None:
         assert problems == [], f"the probe page fails on the {name!r} tab"
     good = snapshots["good"].dom
     assert good["math"]["rendered"] >= 3, "the probe's three formulas are not typeset"
+    assert "eq-2-1" in good["ids"], "the probe's numbered equation has no anchor"
     blocks = [(block["output"], block["text"]) for block in good["blocks"]]
     assert blocks == [(False, "print(1 + 1)"), (True, "2")]
     assert [image["alt"] for image in good["images"]] == ["A figure of the book"]

@@ -1,0 +1,208 @@
+"""Figures on a phone and in the dark theme, the book on paper, and the PDF edition.
+
+- Figures (docs/hooks/figures.py puts each SVG into its page): on a 390 px phone and a 1280 px
+  desktop, no text of any figure renders under 9 CSS pixels (a wide figure scrolls in its own box
+  instead of shrinking); the text is SVG text, not paths; in the dark theme the ink is light and
+  the background transparent.
+- Print (docs/stylesheets/print.css): under print media, closed exercise and solution boxes show
+  their content, and copy buttons, navigation and the notebook links do not show.
+- The whole-book page (docs/hooks/print_page.py) holds the preface and every chapter, and
+  docs/make_pdf.py prints it to a PDF that names every chapter.
+
+Screenshots of a chapter at 390 px light, 390 px dark and printed go to artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pypdf
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page
+
+from tests.browser.checks import DESKTOP, PHONE, SiteServer
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+CHAPTERS = sorted((DOCS / "chapters").glob("[0-9][0-9]-*.md"))
+SHOWN = "chapters/04-causal-attention/"  # heatmaps with numbers, and exercises with solutions
+MIN_TEXT_PX = 9
+COPY_BUTTONS = "[data-clipboard-target], clipboard-copy"  # Material's, mkdocs-jupyter's
+
+# For every inline figure: its name, the rendered size of its smallest text (a text's size is that
+# of its largest characters: sub- and superscripts are drawn at 70 percent), its <text> count and
+# whether any glyph is drawn as a path instead of text.
+MEASURE_FIGURES = """() => [...document.querySelectorAll('.attn-figure > svg')].map(svg => {
+  const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+  const texts = [...svg.querySelectorAll('text')];
+  const sizes = texts.map(t => Math.max(...[t, ...t.querySelectorAll('tspan')].map(
+    e => parseFloat(getComputedStyle(e).fontSize))));
+  return {name: svg.parentElement.dataset.figure, label: svg.getAttribute('aria-label') || '',
+          smallest: Math.min(...sizes) * scale, texts: texts.length,
+          glyphPaths: svg.querySelectorAll('[id*="DejaVu"]').length};
+})"""
+
+
+def chapter_path(source: Path) -> str:
+    return f"chapters/{source.stem}/"
+
+
+@pytest.fixture(scope="module")
+def contexts(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
+    """A phone in the light and in the dark scheme, and a desktop: their own contexts, so that no
+    setting leaks into the tabs of other tests."""
+    made = {
+        "phone": browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True),
+        "phone-dark": browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True,
+                                          color_scheme="dark"),
+        "desktop": browser.new_context(viewport=DESKTOP),
+    }
+    yield made
+    for context in made.values():
+        context.close()
+
+
+def open_page(context: BrowserContext, site: SiteServer, path: str) -> Page:
+    page = context.pages[0] if context.pages else context.new_page()
+    page.goto(site.url(path), wait_until="load")
+    return page
+
+
+def figure_problems(page: Page, where: str) -> tuple[list[str], int]:
+    """Problems of the figures on ``page`` and how many figures it has."""
+    problems = []
+    figures = page.evaluate(MEASURE_FIGURES)
+    for figure in figures:
+        name = f"{where}: {figure['name']}"
+        if figure["smallest"] < MIN_TEXT_PX:
+            problems.append(f"{name}: text {figure['smallest']:.1f} px < {MIN_TEXT_PX} px")
+        if figure["texts"] == 0 or figure["glyphPaths"]:
+            problems.append(f"{name}: text drawn as paths, not as SVG text")
+        if not figure["label"].strip():
+            problems.append(f"{name}: no aria-label for screen readers")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    if width > page.viewport_size["width"] + 1:
+        problems.append(f"{where}: the page is {width} px wide")
+    return problems, len(figures)
+
+
+def test_figure_text_is_legible_on_a_phone_and_on_a_desktop(
+    contexts: dict[str, BrowserContext], site: SiteServer
+) -> None:
+    problems, count = [], 0
+    for source in CHAPTERS:
+        page = open_page(contexts["phone"], site, chapter_path(source))
+        found, n = figure_problems(page, f"390 px {source.stem}")
+        problems, count = problems + found, count + n
+    for source in CHAPTERS[3:5]:  # the heatmaps with numbers in every cell: chapters 4 and 5
+        page = open_page(contexts["desktop"], site, chapter_path(source))
+        found, n = figure_problems(page, f"1280 px {source.stem}")
+        assert n > 0, f"{source.stem} shows no figure"
+        problems += found
+    assert count >= 15, f"expected the chapters' figures inline in their pages, found {count}"
+    assert problems == [], "\n".join(problems)
+
+
+def test_figures_take_the_dark_theme(
+    contexts: dict[str, BrowserContext], site: SiteServer, screenshots: Path
+) -> None:
+    shots = {}
+    for scheme in ("phone", "phone-dark"):
+        page = open_page(contexts[scheme], site, SHOWN)
+        figure = page.locator(".attn-figure").first
+        figure.scroll_into_view_if_needed()
+        shots[scheme] = page.evaluate("""() => {
+          const svg = document.querySelector('.attn-figure > svg');
+          const luminance = c => { const [r, g, b] = c.match(/[\\d.]+/g).map(Number);
+                                   return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255; };
+          const backgrounds = [...svg.querySelectorAll('g[id$="patch_1"] > path')]
+            .map(p => getComputedStyle(p).fill);
+          return {scheme: document.body.dataset.mdColorScheme,
+                  ink: luminance(getComputedStyle(svg.querySelector('text')).fill),
+                  page: luminance(getComputedStyle(document.body).backgroundColor),
+                  backgrounds};
+        }""")
+        name = "figures-390-dark.png" if scheme.endswith("dark") else "figures-390-light.png"
+        page.screenshot(path=str(screenshots / name))
+    light, dark = shots["phone"], shots["phone-dark"]
+    assert (light["scheme"], dark["scheme"]) == ("default", "slate")
+    for shot in (light, dark):
+        assert shot["backgrounds"] and set(shot["backgrounds"]) == {"none"}, shot
+        assert abs(shot["ink"] - shot["page"]) > 0.5, f"figure text does not stand out: {shot}"
+    assert dark["ink"] > 0.6 and light["ink"] < 0.3, (light, dark)
+
+
+def test_exercises_print_open_and_buttons_do_not_print(
+    contexts: dict[str, BrowserContext], site: SiteServer, screenshots: Path
+) -> None:
+    page = open_page(contexts["desktop"], site, SHOWN)
+    hidden = """() => [...document.querySelectorAll('.md-typeset details:not([open])')].map(d =>
+      [...d.children].filter(c => c.tagName !== 'SUMMARY')
+        .every(c => !c.checkVisibility() || c.getBoundingClientRect().height === 0))"""
+    shown = """(selector) => [...document.querySelectorAll(selector)]
+      .filter(e => e.checkVisibility() && e.getBoundingClientRect().height > 0).length"""
+    on_screen = page.evaluate(hidden)
+    assert on_screen and all(on_screen), "expected closed exercise boxes on the page"
+    assert page.evaluate(shown, COPY_BUTTONS) > 0, "expected copy buttons on screen"
+    page.emulate_media(media="print")
+    try:
+        on_paper = page.evaluate(hidden)
+        assert not any(on_paper), f"{on_paper.count(True)} closed boxes print empty"
+        for selector in (COPY_BUTTONS, ".md-header", ".md-sidebar", ".md-footer",
+                         ".attn-notebook-links", ".md-content__button"):
+            assert page.evaluate(shown, selector) == 0, f"{selector} prints"
+        page.locator(".md-typeset details").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshots / "print-chapters-04-causal-attention.png"))
+    finally:
+        page.emulate_media(media="screen")
+
+
+def chapter_titles() -> list[str]:
+    return [re.search(r"^# (.+)$", s.read_text(encoding="utf-8"), re.MULTILINE)[1]
+            for s in CHAPTERS]
+
+
+def test_print_page_holds_the_preface_and_every_chapter(built_site: Path) -> None:
+    html = (built_site / "print" / "index.html").read_text(encoding="utf-8")
+    html = html[html.index("<article") : html.index("</article>")]  # the content, not the menus
+    sections = re.findall(r'<section class="attn-print-section" id="([^"]+)">', html)
+    assert sections == ["preface"] + [s.stem for s in CHAPTERS]
+    assert 'href="../chapters/' not in html, "links to chapters should stay on the print page"
+    index = (built_site / "search" / "search_index.json").read_text(encoding="utf-8")
+    assert '"location":"print/' not in index, "the print page repeats every chapter in search"
+    for title in chapter_titles():
+        assert f">{title}<" in html or title in re.sub(r"<[^>]+>", "", html), title
+
+
+def load_make_pdf():
+    spec = importlib.util.spec_from_file_location("book_make_pdf", DOCS / "make_pdf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pdf_step_makes_a_pdf_that_names_every_chapter(
+    built_site: Path, chromium: Path, tmp_path: Path
+) -> None:
+    # The whole book takes Chromium minutes to print on a busy machine (.ci/run makes it after
+    # the build); here the print page keeps each section's title only, on the site's own styles.
+    site = tmp_path / "site"
+    site.mkdir()
+    for child in built_site.iterdir():
+        if child.name != "print":
+            (site / child.name).symlink_to(child)
+    html = (built_site / "print" / "index.html").read_text(encoding="utf-8")
+    sections = re.compile(r'(<section class="attn-print-section"[^>]*>).*?(<h1.*?</h1>).*?(</section>)',
+                          flags=re.DOTALL)
+    (site / "print").mkdir()
+    (site / "print" / "index.html").write_text(sections.sub(r"\1\2\3", html), encoding="utf-8")
+    make_pdf = load_make_pdf()
+    pdf = make_pdf.make_pdf(site, chromium, timeout=120)
+    text = " ".join(" ".join(p.extract_text().split()) for p in pypdf.PdfReader(pdf).pages)
+    missing = [t for t in chapter_titles() if " ".join(t.split()) not in text]
+    assert missing == [], f"the PDF lacks the chapter titles {missing}:\n{text[:2000]}"
+    page = (site / "print" / "index.html").read_text(encoding="utf-8")
+    assert f'<a href="{make_pdf.PDF_NAME}" download>' in page, "no download link to the PDF"

@@ -1,0 +1,77 @@
+"""The book's math in a real browser: typeset before any script runs, and fitting the page.
+
+Every page is checked at phone width (the crawl of test_reader_experience.py, 390 px), and every
+page with display math at desktop width (1280 px): no display equation is wider than its box, and every equation number is
+shown inside the box, clear of its equation. A chapter opened with JavaScript switched off shows
+its math drawn in KaTeX's fonts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser
+
+from tests.browser.checks import (
+    DESKTOP, PHONE, SiteServer, Snapshot, Tab, built_pages, check_equations_fit, check_math,
+    showcase_chapter, visit_all,
+)
+
+
+def numbered(pages: dict[str, Snapshot]) -> int:
+    """How many numbered equations (anchors ``eq-...``) the pages show."""
+    return sum(1 for snap in pages.values() for i in snap.dom["ids"] if i.startswith("eq-"))
+
+
+def test_equations_fit_a_phone(pages: dict[str, Snapshot]) -> None:
+    problems = [problem for snap in pages.values() for problem in check_equations_fit(snap)]
+    assert not problems, f"{len(problems)} display equations at {PHONE['width']} px:\n" + "\n".join(
+        problems
+    )
+    assert numbered(pages) > 100, "the crawl saw too few numbered equations to check"
+
+
+@pytest.fixture(scope="module")
+def desktop_pages(site: SiteServer, desktops: list[Tab]) -> dict[str, Snapshot]:
+    """Every page of the site with display math, visited once on a desktop tab."""
+
+    def html(path: str) -> str:
+        file = site.root / path.lstrip("/")
+        return (file / "index.html" if path.endswith("/") else file).read_text(encoding="utf-8")
+
+    paths = sorted(path for path in built_pages(site.root) if "katex-display" in html(path))
+    return {snap.path: snap for snap in visit_all(desktops, [site.url(p) for p in paths])}
+
+
+def test_equations_fit_a_desktop(desktop_pages: dict[str, Snapshot]) -> None:
+    problems = [problem for snap in desktop_pages.values() for problem in check_equations_fit(snap)]
+    problems += [problem for snap in desktop_pages.values() for problem in check_math(snap)]
+    assert not problems, f"at {DESKTOP['width']} px:\n" + "\n".join(problems)
+    assert numbered(desktop_pages) > 100, "too few numbered equations were checked"
+
+
+def test_math_reads_without_javascript(site: SiteServer, browser: Browser) -> None:
+    context = browser.new_context(viewport=PHONE, java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto(site.url(showcase_chapter(site.root)), wait_until="load")
+        found = page.evaluate(
+            """async () => {
+              await document.fonts.ready;
+              const glyph = document.querySelector(".katex-html .mord.mathnormal");
+              const mathml = document.querySelector(".katex-mathml");
+              return {
+                formulas: document.querySelectorAll(".katex").length,
+                font: getComputedStyle(glyph).fontFamily,
+                loaded: document.fonts.check("1em KaTeX_Math"),
+                hidden: getComputedStyle(mathml).position === "absolute",
+                scripts: document.scripts.length,
+              };
+            }"""
+        )
+    finally:
+        context.close()
+    assert found["formulas"] > 100, found
+    assert found["font"].startswith("KaTeX_Math") and found["loaded"], found
+    assert found["hidden"], "KaTeX's MathML copy is shown: its stylesheet did not apply"
