@@ -4,7 +4,6 @@ show what their captions say: the right numbers, queries as rows and keys as col
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -22,22 +21,13 @@ from matplotlib.figure import Figure  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 
 from attention import JOURNEY_TOKENS, journey_inputs  # noqa: E402
+from tests._hooks import load_hook  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES_DIR = REPO / "docs" / "figures"
 
 
-def load_hook():
-    """Import docs/hooks/figures.py as a module (it is not part of a package)."""
-    spec = importlib.util.spec_from_file_location(
-        "book_figures_hook", REPO / "docs/hooks/figures.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hook = load_hook()
+hook = load_hook("figures")
 FIGURES = hook.load_figures(FIGURES_DIR)
 
 

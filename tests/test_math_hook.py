@@ -5,27 +5,20 @@ index. The first tests call the hook's functions; the others read the built site
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from urllib.parse import urljoin, urlsplit
 
 import pytest
+from tests._hooks import load_hook
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 
 
-def load_hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_book_math_hook", DOCS / "hooks" / "math.py")
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)
-    return hook
-
-
-hook = load_hook()
+hook = load_hook("math")
 
 
 def test_render_gives_katex_html_with_the_tex_kept_out_of_search() -> None:

@@ -17,20 +17,13 @@ from pathlib import Path
 import pytest
 
 from tests.markdown_runner.pages import read_page
+from tests._hooks import load_hook
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 
 
-def load_hook():
-    """Import docs/hooks/notebooks.py as a module (it is not part of a package)."""
-    spec = importlib.util.spec_from_file_location("book_notebooks_hook", DOCS / "hooks/notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hook = load_hook()
+hook = load_hook("notebooks")
 CONFIG = hook.repository_config()
 CHAPTERS = hook.chapters(DOCS)
 EXERCISES = sorted((DOCS / "exercises").glob("*.ipynb"))

@@ -6,7 +6,6 @@ build with a message naming its key; and in the built site every citation, from 
 notebook, lands on an id of the references page, which offers the .bib for download.
 """
 
-import importlib.util
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -15,22 +14,14 @@ from types import SimpleNamespace
 import markdown
 import pytest
 from mkdocs.exceptions import PluginError
+from tests._hooks import load_hook
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 BIB = DOCS / "references.bib"
 
 
-def load_hook():
-    """Import docs/hooks/references.py as a module (it is not part of a package)."""
-    path = DOCS / "hooks/references.py"
-    spec = importlib.util.spec_from_file_location("book_references_hook", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hook = load_hook()
+hook = load_hook("references")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ forward and forward+backward, layers and kernels, goals, and peak memory.
 """
 
 import copy
-import importlib.util
 import json
 import re
 import shlex
@@ -21,20 +20,13 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 
 from attention.bench.cli import build_parser
+from tests._hooks import load_hook
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests/fixtures/bench"
 
 
-def load_hook():
-    """Import docs/hooks/timings.py as a module (it is not part of a package)."""
-    spec = importlib.util.spec_from_file_location("book_timings_hook", REPO / "docs/hooks/timings.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hook = load_hook()
+hook = load_hook("timings")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ them; the built site is never modified.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._hooks import load_hook
 from tests.browser.checks import (
     LinkTargets, SiteServer, Snapshot, Tab, check_copy_button_copies, check_copy_buttons,
     check_equations_fit, check_fits_width, check_images, check_links, check_loads_cleanly,
@@ -171,16 +171,12 @@ BREAKAGES: dict[str, tuple[str, Callable[[Snapshot], list[str]], str]] = {
     "element wider than a phone": ("wide", check_fits_width, "div reaches 1"),
 }
 PROBE_MATH_TIMEOUT_MS = 20_000  # a small page's fonts: under a second unless the machine is busy
-MATH_HOOK = Path(__file__).resolve().parents[2] / "docs" / "hooks" / "math.py"
 
 
 @functools.cache
 def math_hook() -> ModuleType:
     """The site's math hook, docs/hooks/math.py, imported once."""
-    spec = importlib.util.spec_from_file_location("_book_math_hook", MATH_HOOK)
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)
-    return hook
+    return load_hook("math")
 
 
 def typeset(html: str) -> str:
