@@ -262,7 +262,8 @@ DESKTOP_TEXT_PX = 688
 def test_figure_text_is_text_in_the_page_colours_and_legible(name: str, built_site: Path) -> None:
     svg = (built_site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
     assert "<text" in svg and 'id="DejaVuSans-' not in svg, f"{name}: text drawn as glyph paths"
-    assert hook.INK not in svg and hook.PAPER not in svg and "currentColor" in svg, (
+    placeholders = (hook.INK, hook.PAPER, hook.ON_LIGHT_CELL, hook.ON_DARK_CELL)
+    assert not any(p in svg for p in placeholders) and "currentColor" in svg, (
         f"{name}: the placeholder colours must become the page's colours"
     )
     figure_background = re.search(r'<g id="patch_1">\s*<path d="[^"]*"\s*style="([^"]*)"', svg)

@@ -57,13 +57,27 @@ def test_every_entry_has_author_title_year_and_group(refs) -> None:
 
 def test_page_lists_every_entry_once_under_its_group(refs) -> None:
     page = hook.page_markdown(refs)
-    assert re.findall(r"^\{: #([\w-]+) \}$", page, flags=re.MULTILINE) == [r.key for r in refs]
+    listed = re.findall(r"^\{: #([\w-]+) \}$", page, flags=re.MULTILINE)
+    assert sorted(listed) == sorted(r.key for r in refs)
     groups = list(dict.fromkeys(r.fields["group"] for r in refs))
     assert re.findall(r"^## (.+)$", page, flags=re.MULTILINE) == groups
     for ref in refs:  # each entry sits after its own group's heading and before the next one
         heading = page.index(f"## {ref.fields['group']}\n")
         after = [page.find(f"## {g}\n") for g in groups[groups.index(ref.fields["group"]) + 1 :]]
         assert heading < page.index(f"{{: #{ref.key} }}") < min(after, default=len(page)), ref.key
+
+
+def test_each_group_is_sorted_by_year_with_code_and_documentation_last(refs) -> None:
+    """What the references page's introduction promises its reader."""
+    by_key = {r.key: r for r in refs}
+    listed = re.findall(r"^\{: #([\w-]+) \}$", hook.page_markdown(refs), flags=re.MULTILINE)
+    for group in dict.fromkeys(r.fields["group"] for r in refs):
+        members = [by_key[k] for k in listed if by_key[k].fields["group"] == group]
+        last = [r.type in {"software", "online", "manual"} for r in members]
+        assert last == sorted(last), f"{group}: code or documentation before a paper"
+        for kind in (False, True):
+            years = [int(r.fields.get("year", 9999)) for r, l in zip(members, last) if l == kind]
+            assert years == sorted(years), f"{group}: {[r.key for r in members]}"
 
 
 class _Ids(HTMLParser):

@@ -18,6 +18,7 @@ from attention import (
     plot_attention,
     softmax,
 )
+from attention.plotting import cell_text_colour, invert_in_dark
 
 
 def running_example_scores() -> torch.Tensor:
@@ -37,15 +38,15 @@ def plot_scores(scores: torch.Tensor, ax: Axes, title: str) -> None:
     finite = np.ma.masked_invalid(np.where(np.isinf(values), np.nan, values))
     cmap = plt.get_cmap("Oranges").with_extremes(bad="0.88")
     vmax = float(finite.max())
-    ax.imshow(finite, cmap=cmap, vmin=0.0, vmax=vmax)
+    invert_in_dark(ax.imshow(finite, cmap=cmap, vmin=0.0, vmax=vmax))
     t_q, t_k = values.shape
     for i in range(t_q):
         for j in range(t_k):
             value = values[i, j]
             if np.isinf(value):
-                label, color = "$-\\infty$", "0.35"
+                label, color = "$-\\infty$", cell_text_colour(0.0)  # on a light gray cell
             else:
-                label, color = f"{value:.2f}", "white" if value > 0.6 * vmax else "black"
+                label, color = f"{value:.2f}", cell_text_colour(value / vmax)
             ax.text(j, i, label, ha="center", va="center", fontsize=10, color=color)
     ax.set_xticks(range(t_k), labels=JOURNEY_TOKENS)
     ax.set_yticks(range(t_q), labels=JOURNEY_TOKENS)

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
 from attention import JOURNEY_TOKENS, MultiHeadAttention, journey_batch, plot_attention
-from attention.plotting import INK
+from attention.plotting import INK, cell_text_colour, invert_in_dark
 
 
 def per_head_weights() -> Figure:
@@ -41,7 +41,7 @@ def per_head_weights() -> Figure:
     for i in range(t):
         for j in range(i + 1):
             value = round(difference[i, j].item(), 3) + 0.0  # + 0.0 turns -0.0 into 0.0
-            color = "white" if abs(value) > 0.6 * limit else "black"
+            color = cell_text_colour(abs(value) / limit)
             axes[2].text(j, i, f"{value:+.3f}", ha="center", va="center", fontsize=10, color=color)
     axes[2].set_xticks(range(t), labels=JOURNEY_TOKENS)
     axes[2].set_yticks(range(t), labels=JOURNEY_TOKENS)
@@ -49,7 +49,7 @@ def per_head_weights() -> Figure:
     axes[2].set_xlabel("key")
     axes[2].set_ylabel("query")
     axes[2].set_title("head 1 minus head 2")
-    fig.colorbar(image, ax=axes[2], shrink=0.9)
+    invert_in_dark(image, fig.colorbar(image, ax=axes[2], shrink=0.9))
     fig.suptitle("Causal attention weights per head, untrained (seed 123, $h = 2$, $d_h = 1$)")
     return fig
 

@@ -13,6 +13,7 @@ import torch
 from matplotlib.figure import Figure
 
 from attention import alibi_slopes, sinusoidal_positions
+from attention.plotting import invert_in_dark
 
 
 def sinusoidal_table() -> Figure:
@@ -25,7 +26,7 @@ def sinusoidal_table() -> Figure:
     axes[0].set_xlabel("feature $k$ (even: sin, odd: cos; frequency falls to the right)")
     axes[0].set_ylabel("position $p$")
     axes[0].set_title(f"$PE[p, k]$, $t = {t}$, $d = {d}$")
-    fig.colorbar(image, ax=axes[0], shrink=0.85)
+    invert_in_dark(image, fig.colorbar(image, ax=axes[0], shrink=0.85))  # white at 0: dark
     image = axes[1].imshow(dots.numpy(), cmap="viridis", aspect="auto")
     axes[1].set_xlabel("position $q$")
     axes[1].set_ylabel("position $p$")

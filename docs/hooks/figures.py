@@ -42,12 +42,17 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File, Files  # noqa: E402
 from mkdocs.structure.pages import Page  # noqa: E402
 
-from attention.plotting import BOOK_STYLE, INK, PAPER  # noqa: E402
+from attention.plotting import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER  # noqa: E402
 
 FIGURE_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 SVG_STYLE = {**BOOK_STYLE, "svg.hashsalt": "attention-book"}
 # The placeholder colours, as matplotlib writes them, and what the page puts in their place.
-COLOURS = {INK: "currentColor", PAPER: "var(--md-default-bg-color, #fff)"}
+COLOURS = {
+    INK: "currentColor",
+    PAPER: "var(--md-default-bg-color, #fff)",
+    ON_LIGHT_CELL: "var(--attn-on-light-cell, #000)",  # swapped in the dark theme (figures.css)
+    ON_DARK_CELL: "var(--attn-on-dark-cell, #fff)",
+}
 MIN_TEXT_PX = 9  # the smallest text a figure may show, in CSS pixels
 # An image of a generated figure, as Markdown writes it: <img alt="..." src="../figures/x.svg" />
 FIGURE_IMG = re.compile(

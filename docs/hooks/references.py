@@ -2,7 +2,7 @@
 
 docs/references.bib is the one source of the bibliography; docs/references.md is a short stub
 with the marker ``<!-- references:generated -->``, which this hook replaces with every entry,
-grouped and in the order of the .bib file. The .bib itself is copied into the site like any file
+grouped, and within a group sorted by year with code, datasheets and documentation last. The .bib itself is copied into the site like any file
 in docs/, and the page links it for download.
 
 Each entry renders as one paragraph with the entry's key as its id (``{: #key }``), so a chapter
@@ -11,7 +11,8 @@ cites it as ``references.md#`` followed by the key. The standard fields are BibT
 Markdown and go to the page verbatim:
 
 - ``group`` (required): the heading the entry is listed under; groups appear in the order of
-  their first entry.
+  their first entry; within a group, entries are sorted by year (``reading_order``), with
+  ``@software``, ``@online`` and ``@manual`` (datasheets) after the papers and books.
 - ``annotation``: what the book takes from the source.
 - ``titleaddon`` (biblatex): a short addition shown in parentheses after the title.
 - ``urllabel``: the text of the ``url`` link, where the one derived from the address won't do.
@@ -47,6 +48,7 @@ MARKER = "<!-- references:generated -->"
 KEY = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 TYPES = {"article", "inproceedings", "techreport", "book", "misc", "manual", "software", "online"}
 UNDATED_TYPES = {"software", "online"}  # code and documentation: versions, not editions
+LAST_TYPES = {"software", "online", "manual"}  # code, documentation and datasheets: after papers
 ITALIC_TITLE_TYPES = {"book", "manual"}
 VENUE_TYPES = {"article", "inproceedings", "techreport", "book"}  # the others: howpublished
 # Last names that stand for more authors: BibTeX's `and others`, the book's `and contributors`.
@@ -248,11 +250,19 @@ def entry_markdown(ref: Reference) -> str:
     return f"{paragraph}\n{{: #{ref.key} }}"
 
 
+def reading_order(ref: Reference) -> tuple[bool, int]:
+    """Papers and books first, by year; then code, datasheets and documentation, by year (the
+    undated last); entries that tie keep the order of the .bib file (the sort is stable)."""
+    return ref.type in LAST_TYPES, int(ref.fields.get("year", "9999"))
+
+
 def page_markdown(refs: list[Reference]) -> str:
-    """Every entry under its group's heading, groups in order of first appearance."""
+    """Every entry under its group's heading, groups in order of first appearance, each group
+    in :func:`reading_order`."""
     groups: dict[str, list[Reference]] = {}
     for ref in refs:
         groups.setdefault(ref.fields["group"], []).append(ref)
+    groups = {group: sorted(members, key=reading_order) for group, members in groups.items()}
     return "\n\n".join(
         f"## {group}\n\n" + "\n\n".join(entry_markdown(ref) for ref in members)
         for group, members in groups.items()

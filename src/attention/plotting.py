@@ -7,6 +7,12 @@ matplotlib is imported inside the functions, so ``import attention`` does not ne
 applies it): text kept as SVG text, a transparent background, and two placeholder colours that
 the site swaps for the page's own: ``INK`` (text, axes, ticks) becomes the text colour, ``PAPER``
 (legend and label boxes) the background colour, so a figure reads in the light and the dark theme.
+
+Heatmaps whose colour scale starts at white (``Blues``, ``Oranges``, ``RdBu_r``) would be bright
+panels on a dark page. :func:`invert_in_dark` marks such an image (or colour bar), and the dark
+theme's stylesheet inverts its lightness and keeps its hue: low values turn dark, high values
+light. The numbers written in the cells take :func:`cell_text_colour`, a placeholder that the site
+swaps for black or white so that it contrasts with the cell in either theme.
 """
 
 from collections.abc import Sequence
@@ -20,6 +26,9 @@ if TYPE_CHECKING:
 
 INK = "#010101"  # near-black: the SVG's text colour, swapped for the page's (currentColor)
 PAPER = "#fefefe"  # near-white: boxes behind text, swapped for the page's background colour
+ON_LIGHT_CELL = "#020202"  # text on a light cell: black; white in the dark theme (cell inverted)
+ON_DARK_CELL = "#fdfdfd"  # text on a dark cell: white; black in the dark theme
+DARK_INVERT = "dark-invert"  # id prefix of the images that the dark theme inverts
 # Sizes in points; the site shows figures at about one SVG point per CSS pixel on a desktop.
 BOOK_STYLE: dict[str, Any] = {
     "svg.fonttype": "none",  # text stays <text>: selectable, searchable, sharp at any zoom
@@ -43,6 +52,26 @@ BOOK_STYLE: dict[str, Any] = {
     "axes.facecolor": "none",
     "figure.facecolor": "none",
 }
+
+
+def cell_text_colour(strength: float) -> str:
+    """Colour of a number written in a heatmap cell whose colour is ``strength`` of the way
+    (0 to 1) from the scale's white end to its dark end: white text past 0.6, black below."""
+    return ON_DARK_CELL if strength > 0.6 else ON_LIGHT_CELL
+
+
+def invert_in_dark(*artists: Any) -> None:
+    """Mark images (``imshow``) and colour bars (``Colorbar``) to be inverted in the dark theme.
+
+    Each gets an SVG id ``dark-invert-<n>``, numbered within its figure so that the SVG stays
+    reproducible; a colour bar's strip is drawn as vector paths so that it can carry the id.
+    """
+    for artist in artists:
+        artist = getattr(artist, "solids", artist)  # a Colorbar's strip of colour
+        artist.set_rasterized(False)
+        figure = artist.get_figure(root=True)
+        taken = sum(str(a.get_gid()).startswith(DARK_INVERT) for a in figure.findobj())
+        artist.set_gid(f"{DARK_INVERT}-{taken}")
 
 
 def plot_attention(
@@ -83,6 +112,7 @@ def plot_attention(
         _, ax = plt.subplots(figsize=(0.6 * t_k + 1.5, 0.6 * t_q + 1.0), layout="constrained")
     vmax = max(1.0, matrix.max().item())
     image = ax.imshow(matrix.numpy(), cmap=cmap, vmin=0.0, vmax=vmax)
+    invert_in_dark(image)
     ax.set_xticks(range(t_k), labels=col_labels if col_labels is not None else range(t_k))
     ax.set_yticks(range(t_q), labels=row_labels if row_labels is not None else range(t_q))
     ax.tick_params(axis="x", labelrotation=45 if col_labels is not None else 0)
@@ -94,8 +124,8 @@ def plot_attention(
         for i in range(t_q):
             for j in range(t_k):
                 value = matrix[i, j].item()
-                color = "white" if value > 0.6 * vmax else "black"
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=color, fontsize=10)
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=10,
+                        color=cell_text_colour(value / vmax))
     else:
-        ax.figure.colorbar(image, ax=ax)
+        invert_in_dark(ax.figure.colorbar(image, ax=ax))
     return ax

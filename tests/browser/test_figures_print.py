@@ -3,7 +3,9 @@
 - Figures (docs/hooks/figures.py puts each SVG into its page): on a 390 px phone and a 1280 px
   desktop, no text of any figure renders under 9 CSS pixels (a wide figure scrolls in its own box
   instead of shrinking); the text is SVG text, not paths; in the dark theme the ink is light and
-  the background transparent.
+  the background transparent; heatmaps whose scale starts at white turn dark, and the numbers in
+  their cells keep a contrast of at least 3:1 in both themes; a figure wider than the phone shows
+  a shadow on each edge past which more of it lies, and a figure that fits shows none.
 - Print (docs/stylesheets/print.css): under print media, closed exercise and solution boxes show
   their content, and copy buttons, navigation and the notebook links do not show.
 - The whole-book page (docs/hooks/print_page.py) holds the preface and every chapter, and
@@ -15,12 +17,15 @@ Screenshots of a chapter at 390 px light, 390 px dark and printed go to artifact
 from __future__ import annotations
 
 import importlib.util
+import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pypdf
 import pytest
+from PIL import Image
 from playwright.sync_api import Browser, BrowserContext, Page
 
 from tests.browser.checks import DESKTOP, PHONE, SiteServer
@@ -89,6 +94,71 @@ def figure_problems(page: Page, where: str) -> tuple[list[str], int]:
     return problems, len(figures)
 
 
+# The first heatmap that the dark theme inverts on the page: its box, and every number written in
+# its cells (black or white text) with its box, all in CSS pixels of the viewport.
+MEASURE_HEATMAP = """() => {
+  const image = document.querySelector('.attn-figure image[id*="dark-invert-"]');
+  image.scrollIntoView({block: 'center'});
+  const box = r => ({x: r.x, y: r.y, width: r.width, height: r.height});
+  const svg = image.closest('svg');
+  const numbers = [...svg.querySelectorAll('text')].filter(t => /^[-+]?\\d\\.\\d+$/.test(t.textContent.trim()))
+    .map(t => ({fill: getComputedStyle(t).fill, box: box(t.getBoundingClientRect())}));
+  return {image: box(image.getBoundingClientRect()), numbers};
+}"""
+
+
+def luminance(rgb: np.ndarray | tuple[int, ...]) -> np.ndarray:
+    """Relative luminance (WCAG 2) of sRGB colours, 0 to 255 in the last axis."""
+    c = np.asarray(rgb, dtype=float)[..., :3] / 255
+    linear = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return linear @ np.array([0.2126, 0.7152, 0.0722])
+
+
+def contrast(a: float, b: float) -> float:
+    return (max(a, b) + 0.05) / (min(a, b) + 0.05)
+
+
+def viewport_image(page: Page) -> np.ndarray:
+    """The viewport as an (height, width, 3) array, one pixel per CSS pixel."""
+    return np.asarray(Image.open(io.BytesIO(page.screenshot(scale="css"))).convert("RGB"))
+
+
+def mean_luminance(shot: np.ndarray, box: dict[str, float]) -> float:
+    """Mean luminance of the part of ``box`` (CSS px of the viewport) that is on screen."""
+    x0, y0 = max(0, round(box["x"])), max(0, round(box["y"]))
+    x1, y1 = round(box["x"] + box["width"]), round(box["y"] + box["height"])
+    return float(luminance(shot[y0:y1, x0:x1]).mean())
+
+
+def heatmap_shade(page: Page, scheme: str, problems: list[str]) -> tuple[float, list[str]]:
+    """Mean luminance of the page's first inverted-in-dark heatmap, and ``problems`` plus every
+    number on screen in its cells whose contrast with its cell is under 3:1."""
+    found = page.evaluate(MEASURE_HEATMAP)
+    shot = viewport_image(page)
+    height, width = shot.shape[:2]
+    checked = 0
+    for number in found["numbers"]:
+        text = tuple(int(c) for c in re.findall(r"\d+", number["fill"])[:3])
+        b = number["box"]  # the cell's colour: just left of the text, inside the cell
+        x, y = round(b["x"] - 3), round(b["y"] + b["height"] / 2)
+        if not (0 <= x and b["x"] + b["width"] < width and 0 <= y < height):
+            continue  # scrolled out of the figure's box or of the screen
+        checked += 1
+        ratio = contrast(float(luminance(text)), float(luminance(shot[y, x])))
+        if ratio < 3:
+            problems = problems + [f"{scheme}: text {text} on cell {tuple(shot[y, x])}: {ratio:.1f}:1"]
+    assert checked >= 6, f"{scheme}: expected numbers on screen in the heatmap's cells, {found}"
+    return mean_luminance(shot, found["image"]), problems
+
+
+def edge_shades(page: Page, figure: str, strip: int = 10) -> dict[str, float]:
+    """Mean luminance of the left and right ``strip`` px of a figure's box as it shows now."""
+    box = page.locator(figure).bounding_box()
+    shot = viewport_image(page)
+    return {side: mean_luminance(shot, {**box, "x": x0, "width": strip})
+            for side, x0 in (("left", box["x"]), ("right", box["x"] + box["width"] - strip))}
+
+
 def test_figure_text_is_legible_on_a_phone_and_on_a_desktop(
     contexts: dict[str, BrowserContext], site: SiteServer
 ) -> None:
@@ -109,7 +179,7 @@ def test_figure_text_is_legible_on_a_phone_and_on_a_desktop(
 def test_figures_take_the_dark_theme(
     contexts: dict[str, BrowserContext], site: SiteServer, screenshots: Path
 ) -> None:
-    shots = {}
+    shots, heatmaps, problems = {}, {}, []
     for scheme in ("phone", "phone-dark"):
         page = open_page(contexts[scheme], site, SHOWN)
         figure = page.locator(".attn-figure").first
@@ -127,12 +197,17 @@ def test_figures_take_the_dark_theme(
         }""")
         name = "figures-390-dark.png" if scheme.endswith("dark") else "figures-390-light.png"
         page.screenshot(path=str(screenshots / name))
+        heatmaps[scheme], problems = heatmap_shade(page, scheme, problems)
     light, dark = shots["phone"], shots["phone-dark"]
     assert (light["scheme"], dark["scheme"]) == ("default", "slate")
     for shot in (light, dark):
         assert shot["backgrounds"] and set(shot["backgrounds"]) == {"none"}, shot
         assert abs(shot["ink"] - shot["page"]) > 0.5, f"figure text does not stand out: {shot}"
     assert dark["ink"] > 0.6 and light["ink"] < 0.3, (light, dark)
+    # A heatmap whose scale starts at white is inverted in the dark theme (dark where the weight
+    # is low) instead of glaring; the number in each cell contrasts with the cell in both themes.
+    assert heatmaps["phone"] > 0.5 > heatmaps["phone-dark"], f"heatmap luminance: {heatmaps}"
+    assert problems == [], "\n".join(problems)
 
 
 def test_exercises_print_open_and_buttons_do_not_print(
@@ -206,3 +281,39 @@ def test_pdf_step_makes_a_pdf_that_names_every_chapter(
     assert missing == [], f"the PDF lacks the chapter titles {missing}:\n{text[:2000]}"
     page = (site / "print" / "index.html").read_text(encoding="utf-8")
     assert f'<a href="{make_pdf.PDF_NAME}" download>' in page, "no download link to the PDF"
+
+
+NO_CUE = ".attn-no-cue .md-typeset .attn-figure { background: none !important; }"
+
+
+def cue_darkening(page: Page, figure: str, scroll: str) -> dict[str, float]:
+    """How much darker each edge of ``figure`` is with the scroll cue than without it, after
+    ``f.scrollLeft = scroll``: the same view, the cue switched off by a class on the body."""
+    page.locator(figure).evaluate(f"f => {{ f.scrollLeft = {scroll}; }}")
+    shades = {}
+    for off in ("false", "true"):
+        page.evaluate(f"document.body.classList.toggle('attn-no-cue', {off})")
+        shades[off] = edge_shades(page, figure)
+    page.evaluate("document.body.classList.remove('attn-no-cue')")
+    return {side: shades["true"][side] - shades["false"][side] for side in ("left", "right")}
+
+
+def test_a_figure_wider_than_the_phone_shows_that_it_scrolls(
+    contexts: dict[str, BrowserContext], site: SiteServer
+) -> None:
+    """The edge past which more of a figure lies is shaded; at the end of the scroll, or when the
+    figure fits, it is not."""
+    found = {}
+    for where, wide in (("phone", "f.scrollWidth > f.clientWidth + 8"),
+                        ("desktop", "f.scrollWidth <= f.clientWidth")):
+        page = open_page(contexts[where], site, SHOWN)
+        index = page.evaluate(f"() => [...document.querySelectorAll('.attn-figure')].findIndex(f => {wide})")
+        assert index >= 0, f"{where}: no figure of chapter 4 for which {wide}"
+        figure = f".attn-figure >> nth={index}"
+        page.locator(figure).scroll_into_view_if_needed()
+        page.add_style_tag(content=NO_CUE)
+        found[where] = [cue_darkening(page, figure, at) for at in ("0", "f.scrollWidth")]
+    (start, end), (fits, _) = found["phone"], found["desktop"]
+    assert start["right"] > 0.02 and abs(start["left"]) < 0.005, f"phone, at the start: {start}"
+    assert end["left"] > 0.02 and abs(end["right"]) < 0.005, f"phone, at the end: {end}"
+    assert max(map(abs, fits.values())) < 0.005, f"desktop, a figure that fits: {fits}"
