@@ -2,8 +2,8 @@
 
 docs/references.bib is the one source of the bibliography; docs/references.md is a short stub
 with the marker ``<!-- references:generated -->``, which this hook replaces with every entry,
-grouped, and within a group sorted by year with code, datasheets and documentation last. The .bib itself is copied into the site like any file
-in docs/, and the page links it for download.
+grouped, and within a group sorted by year with code, datasheets and documentation last. The
+.bib itself is copied into the site like any file in docs/, and the page links it for download.
 
 Each entry renders as one paragraph with the entry's key as its id (``{: #key }``), so a chapter
 cites it as ``references.md#`` followed by the key. The standard fields are BibTeX (LaTeX: ``--``,

@@ -281,7 +281,7 @@ def _flash_backward(
     d = (grad_out.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)  # (N, g, t_q), the D above
     key, value = key.to(acc_dtype), value.to(acc_dtype)  # upcast once (no copy if they are)
     # Every query block is visited once per key block: cut it (and dO, L, D) out once, here.
-    q_blocks = []  # (q_start, n_q, scale Q, dO, L, D, dQ / scale accumulator)
+    q_blocks = []  # (q_start, n_q, c Q, dO, L log2 e, D, dQ / scale accumulator)
     for q_start in range(0, t_q, block_q):
         n_q = min(block_q, t_q - q_start)
         rows, r = slice(q_start, q_start + n_q), g * n_q
