@@ -64,10 +64,13 @@ def invert_in_dark(*artists: Any) -> None:
     """Mark images (``imshow``) and colour bars (``Colorbar``) to be inverted in the dark theme.
 
     Each gets an SVG id ``dark-invert-<n>``, numbered within its figure so that the SVG stays
-    reproducible; a colour bar's strip is drawn as vector paths so that it can carry the id.
+    reproducible; a colour bar's strip is drawn as vector paths so that it can carry the id (each
+    path edged in its own colour, so that no seam shows between them).
     """
     for artist in artists:
-        artist = getattr(artist, "solids", artist)  # a Colorbar's strip of colour
+        if hasattr(artist, "solids"):  # a Colorbar: its strip of colour, as paths without seams
+            artist = artist.solids
+            artist.set_edgecolor("face")
         artist.set_rasterized(False)
         figure = artist.get_figure(root=True)
         taken = sum(str(a.get_gid()).startswith(DARK_INVERT) for a in figure.findobj())

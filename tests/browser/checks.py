@@ -227,6 +227,20 @@ WAIT_FOR_MATH = """timeout => Promise.race([
     () => resolve(`timeout: fonts still loading after ${timeout} ms`), timeout)),
 ])"""
 
+MIN_FIGURE_TEXT_PX = 9  # docs/hooks/figures.py's MIN_TEXT_PX
+# For every inline figure: its name, the rendered size of its smallest text (a text's size is that
+# of its largest characters: sub- and superscripts are drawn at 70 percent), its <text> count and
+# whether any glyph is drawn as a path instead of text.
+MEASURE_FIGURES = """() => [...document.querySelectorAll('.attn-figure > svg')].map(svg => {
+  const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+  const texts = [...svg.querySelectorAll('text')];
+  const sizes = texts.map(t => Math.max(...[t, ...t.querySelectorAll('tspan')].map(
+    e => parseFloat(getComputedStyle(e).fontSize))));
+  return {name: svg.parentElement.dataset.figure, label: svg.getAttribute('aria-label') || '',
+          smallest: Math.min(...sizes) * scale, texts: texts.length,
+          glyphPaths: svg.querySelectorAll('[id*="DejaVu"]').length};
+})"""
+
 # Everything the snapshot checks need, read from the DOM in one call.
 READ_PAGE = r"""() => {
   const RENDERED = ".katex";
@@ -339,11 +353,29 @@ READ_PAGE = r"""() => {
   return {
     headings: [...document.querySelectorAll(".md-content h1, .md-content h2, .md-content h3")]
       .map(h => short(h.textContent)),
-    rawMath, math, equations, blocks, images, ids,
+    rawMath, math, equations, blocks, images, ids, figures: (MEASURE_FIGURES)(),
     links: [...new Set([...document.querySelectorAll("a[href]")].map(a => a.href))],
     overflow: {scrollWidth: root.scrollWidth, clientWidth: width, wide},
   };
 }"""
+
+
+READ_PAGE = READ_PAGE.replace("(MEASURE_FIGURES)", f"({MEASURE_FIGURES})")
+
+
+def figure_problems(figures: list[dict[str, Any]], where: str) -> list[str]:
+    """Problems of measured figures (``MEASURE_FIGURES``): text under ``MIN_FIGURE_TEXT_PX``, text
+    drawn as paths, no label for screen readers."""
+    problems = []
+    for figure in figures:
+        name = f"{where}: {figure['name']}"
+        if figure["smallest"] < MIN_FIGURE_TEXT_PX:
+            problems.append(f"{name}: text {figure['smallest']:.1f} px < {MIN_FIGURE_TEXT_PX} px")
+        if figure["texts"] == 0 or figure["glyphPaths"]:
+            problems.append(f"{name}: text drawn as paths, not as SVG text")
+        if not figure["label"].strip():
+            problems.append(f"{name}: no aria-label for screen readers")
+    return problems
 
 
 @dataclass

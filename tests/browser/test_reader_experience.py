@@ -17,7 +17,7 @@ import pytest
 from tests.browser.checks import (
     PHONE, LinkTargets, SiteServer, Snapshot, built_pages, check_copy_buttons, check_fits_width,
     check_equations_fit, check_images, check_links, check_loads_cleanly, check_math,
-    check_stays_on_host,
+    check_stays_on_host, figure_problems,
 )
 from tests.browser.conftest import phone_screenshot
 from tests.browser.test_math import numbered
@@ -96,3 +96,15 @@ def test_equations_fit_a_phone(pages: dict[str, Snapshot]) -> None:
         problems
     )
     assert numbered(pages) > 100, "the crawl saw too few numbered equations to check"
+
+
+def test_figure_text_is_legible_on_a_phone(pages: dict[str, Snapshot]) -> None:
+    """At 390 px no figure's text is under 9 CSS px (a wide figure scrolls in its own box instead
+    of shrinking), its text is SVG text, and it has a label for screen readers."""
+    problems, count = [], 0
+    for snap in chapters(pages):
+        figures = snap.dom["figures"]
+        problems += figure_problems(figures, f"390 px {snap.path}")
+        count += len(figures)
+    assert count >= 15, f"expected the chapters' figures inline in their pages, found {count}"
+    assert problems == [], "\n".join(problems)
