@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+import numpy as np
 from playwright.sync_api import (
     Browser, BrowserContext, ConsoleMessage, Page, Playwright, Request, Response,
 )
@@ -226,6 +227,30 @@ WAIT_FOR_MATH = """timeout => Promise.race([
   new Promise(resolve => setTimeout(
     () => resolve(`timeout: fonts still loading after ${timeout} ms`), timeout)),
 ])"""
+
+def rgba(css: str) -> tuple[float, float, float, float]:
+    """``rgb(r, g, b)`` or ``rgba(r, g, b, a)`` as four numbers (alpha 1 when absent)."""
+    inner = css[css.index("(") + 1 : css.index(")")].replace("/", ",").split(",")
+    values = [float(v) for v in inner if v.strip()]
+    return (*values[:3], values[3] if len(values) > 3 else 1.0)  # type: ignore[return-value]
+
+
+def luminance(rgb: Any) -> Any:
+    """WCAG 2.1 relative luminance of sRGB colours with 0..255 channels in the last axis: a
+    number for one colour, an array for an array of pixels (a screenshot)."""
+    c = np.asarray(rgb, dtype=float)[..., :3] / 255
+    linear = np.where(c <= 0.03928, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return linear @ np.array([0.2126, 0.7152, 0.0722])
+
+
+def contrast(foreground: str, background: str) -> float:
+    """WCAG contrast ratio of a (possibly translucent) text colour over an opaque background."""
+    *fg, alpha = rgba(foreground)
+    bg = rgba(background)[:3]
+    seen = tuple(round(alpha * f + (1 - alpha) * b) for f, b in zip(fg, bg))  # as drawn
+    light, dark = sorted((float(luminance(seen)), float(luminance(bg))), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
 
 MIN_FIGURE_TEXT_PX = 9  # docs/hooks/figures.py's MIN_TEXT_PX
 # For every inline figure: its name, the rendered size of its smallest text (a text's size is that

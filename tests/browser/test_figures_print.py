@@ -30,7 +30,7 @@ from PIL import Image
 from playwright.sync_api import Browser, BrowserContext, Page
 
 from tests.browser.checks import (
-    DESKTOP, MEASURE_FIGURES, PHONE, SiteServer, figure_problems,
+    DESKTOP, MEASURE_FIGURES, PHONE, SiteServer, contrast, figure_problems, luminance,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,17 +77,6 @@ MEASURE_HEATMAP = """() => {
 }"""
 
 
-def luminance(rgb: np.ndarray | tuple[int, ...]) -> np.ndarray:
-    """Relative luminance (WCAG 2) of sRGB colours, 0 to 255 in the last axis."""
-    c = np.asarray(rgb, dtype=float)[..., :3] / 255
-    linear = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
-    return linear @ np.array([0.2126, 0.7152, 0.0722])
-
-
-def contrast(a: float, b: float) -> float:
-    return (max(a, b) + 0.05) / (min(a, b) + 0.05)
-
-
 def viewport_image(page: Page) -> np.ndarray:
     """The viewport as an (height, width, 3) array, one pixel per CSS pixel."""
     return np.asarray(Image.open(io.BytesIO(page.screenshot(scale="css"))).convert("RGB"))
@@ -108,15 +97,15 @@ def heatmap_shade(page: Page, scheme: str, problems: list[str]) -> tuple[float, 
     height, width = shot.shape[:2]
     checked = 0
     for number in found["numbers"]:
-        text = tuple(int(c) for c in re.findall(r"\d+", number["fill"])[:3])
         b = number["box"]  # the cell's colour: just left of the text, inside the cell
         x, y = round(b["x"] - 3), round(b["y"] + b["height"] / 2)
         if not (0 <= x and b["x"] + b["width"] < width and 0 <= y < height):
             continue  # scrolled out of the figure's box or of the screen
         checked += 1
-        ratio = contrast(float(luminance(text)), float(luminance(shot[y, x])))
+        cell = "rgb({}, {}, {})".format(*shot[y, x])
+        ratio = contrast(number["fill"], cell)
         if ratio < 3:
-            problems = problems + [f"{scheme}: text {text} on cell {tuple(shot[y, x])}: {ratio:.1f}:1"]
+            problems = problems + [f"{scheme}: text {number['fill']} on cell {cell}: {ratio:.1f}:1"]
     assert checked >= 6, f"{scheme}: expected numbers on screen in the heatmap's cells, {found}"
     return mean_luminance(shot, found["image"]), problems
 

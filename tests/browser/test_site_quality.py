@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.checks import SiteServer, Tab, page_key, showcase_chapter
+from tests.browser.checks import SiteServer, Tab, contrast, page_key, showcase_chapter
 
 # WCAG 2.1 AA, text of normal size (Lighthouse's color-contrast audit).
 MIN_CONTRAST = 4.5
@@ -46,32 +46,6 @@ READ_PROSE_LINKS = """() => [...document.querySelectorAll(
                a.textContent.trim())
   .map(a => ({text: a.textContent.trim().slice(0, 40),
               decoration: getComputedStyle(a).textDecorationLine}))"""
-
-
-def rgba(css: str) -> tuple[float, float, float, float]:
-    """``rgb(r, g, b)`` or ``rgba(r, g, b, a)`` as four numbers (alpha 1 when absent)."""
-    inner = css[css.index("(") + 1 : css.index(")")].replace("/", ",").split(",")
-    values = [float(v) for v in inner if v.strip()]
-    return (*values[:3], values[3] if len(values) > 3 else 1.0)  # type: ignore[return-value]
-
-
-def luminance(rgb: tuple[float, float, float]) -> float:
-    """WCAG 2.1 relative luminance of an sRGB colour with 0..255 channels."""
-    def linear(c: float) -> float:
-        c /= 255
-        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
-
-    r, g, b = (linear(c) for c in rgb)
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
-
-
-def contrast(foreground: str, background: str) -> float:
-    """WCAG contrast ratio of a (possibly translucent) text colour over an opaque background."""
-    *fg, alpha = rgba(foreground)
-    bg = rgba(background)[:3]
-    seen = tuple(round(alpha * f + (1 - alpha) * b) for f, b in zip(fg, bg))  # as drawn
-    light, dark = sorted((luminance(seen), luminance(bg)), reverse=True)  # type: ignore[arg-type]
-    return (light + 0.05) / (dark + 0.05)
 
 
 def set_scheme(tab: Tab, scheme: str) -> None:
