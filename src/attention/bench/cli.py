@@ -1,17 +1,18 @@
 """Command line of the benchmark: ``python -m attention.bench --help`` lists every option."""
 
 import argparse
-import json
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 from .decode import MODELS, run_decode
 from .goals import FLASH_GOAL_SHAPE, FUSED_GOAL_SHAPE, memory_goal, ratio_goals, speed_goals
-from .peaks import MATMUL_SIZES, measure_peaks
+from .peaks import GPU_MATMUL_SIZES, GPU_STREAM_BYTES, MATMUL_SIZES, measure_gpu_peaks, measure_peaks
+from .presets import PRESETS
 from .provenance import command_line, load_average
-from .schema import validate_results
+from .store import write_results
 from .sweep import DTYPES, PASSES, Settings, run_sweep, start_document
 from .variants import LEVELS, VARIANTS
 
@@ -24,19 +25,28 @@ EPILOG = """
 defaults depend on the device: on CPU t = 128 ... 4096, float32, 4096 tokens per batch, 7
 repeats; on CUDA t = 512 ... 16384, float32/bfloat16/float16, 16384 tokens per batch, 50 repeats.
 
-parts (--parts, all by default): peaks (this machine's matmul FLOP/s and STREAM bandwidth, CPU
-only; a GPU's come from its datasheet), sweep (every variant over t, and the speed goal of issue
-5), goals (flash_attention vs SDPA and fused vs unfused, issue 14, and the memory goal), decode
-(greedy tokens/s with and without the KV cache).
+parts (--parts, all by default): peaks (CPU: this machine's float32 matmul FLOP/s and STREAM
+bandwidth; GPU: a bfloat16 matmul's TFLOP/s and a device-to-device copy's bytes/s, recorded next
+to the datasheet's figures, which the percentages use), sweep (every variant over t, and the
+speed goal: the fused layer within 5% of torch.nn.MultiheadAttention), goals (flash_attention
+against SDPA, fused against unfused, and the memory goal), decode (greedy tokens/s with and
+without the KV cache).
+
+--preset quick measures everything the appendix's GPU section shows in about 7.5 minutes on one
+H100 or H200: t = 1024 ... 16384 (CPU: 128 ... 1024), bfloat16 first, then the compiled variants
+at the shortest and longest t, then float16 and float32; 10 timed calls per point, 0.5 s at most;
+peaks, goals and decoding before the sweep; no row is started after --time-budget (450 s). The
+file is rewritten after every row, marked "complete": false until the run ends.
 
 examples:
   python -m attention.bench --output docs/appendix/results/cpu.json
-  python -m attention.bench --device cuda --output docs/appendix/results/cuda.json
+  python -m attention.bench --device cuda --preset quick --output cuda-quick.json
   python -m attention.bench --parts goals --no-memory-goal --output /tmp/goals.json
   python -m attention.bench --parts decode --output /tmp/decode.json
   python -m attention.bench --levels kernel --seq-lens 128 256 --no-compile --no-memory-goal
+  python -m attention.bench merge run1.json run2.json --output merged.json
 
-variants: """ + ", ".join(v.name for v in VARIANTS)
+variants: """ + ", ".join(v.name for v in VARIANTS) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     add, on_off = ap.add_argument, argparse.BooleanOptionalAction
     add("--parts", nargs="+", choices=PARTS, default=list(PARTS),
         help="what to measure (default: all; see below)")
+    add("--preset", choices=tuple(PRESETS), help="a whole measurement sized for a short GPU slot (see below)")
+    add("--time-budget", type=float, metavar="SECONDS",
+        help="start no sweep row after this many seconds (the file says the run stopped; quick: 450)")
     add("--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="where to run (auto: cuda if available, else cpu)")
     add("--output", "-o", type=Path,
@@ -86,22 +99,26 @@ def build_parser() -> argparse.ArgumentParser:
     add("--fused-goal-shape", nargs=4, type=int, default=list(FUSED_GOAL_SHAPE),
         metavar=("B", "H", "T", "D_H"),
         help="shape of the fused ÷ unfused layer goal, d = H * D_H (default: 4 12 1024 64)")
-    add("--matmul-sizes", nargs="+", type=int, default=list(MATMUL_SIZES), metavar="N",
-        help="peaks: sides n of the square float32 torch.mm timed (default: 1024 2048 4096)")
+    add("--matmul-sizes", nargs="+", type=int, metavar="N",
+        help="peaks: sides n of the square torch.mm timed (default: CPU 1024 2048 4096, float32; "
+        "GPU 4096 8192 16384, bfloat16)")
     add("--stream-bytes", type=int,
-        help="peaks: bytes of each STREAM array (default: 4 x the last-level cache, at least 64 MiB)")
+        help="peaks: bytes of each STREAM array (default: CPU 4 x the last-level cache, at least 64 MiB; "
+        "GPU 1 GiB)")
     add("--decode-models", nargs="+", choices=tuple(MODELS), default=list(MODELS),
         help="decode: the models (default: both)")
     add("--decode-prompt", type=int, default=4, help="decode: prompt tokens (default: 4)")
     add("--decode-new-tokens", type=int, default=200, help="decode: new tokens (default: 200)")
-    add("--decode-repeats", type=int, default=3, help="decode: timed generate calls, at most (default: 3)")
-    add("--decode-max-time", type=float, default=60.0,
+    add("--decode-repeats", type=int, help="decode: timed generate calls, at most (default: 3)")
+    add("--decode-max-time", type=float,
         help="decode: no further call once this many seconds are spent on one measurement (default: 60)")
     add("--repeats", type=int,
         help="CPU: time about this many calls per measurement; GPU: timed calls (the IQR is over them)")
     add("--min-time", type=float, default=0.3, help="CPU: seconds each measurement runs at least")
-    add("--max-time", type=float, default=4.0,
-        help="seconds of timed calls per measurement, at most (but at least 3 calls on CPU, 5 on GPU)")
+    add("--max-time", type=float,
+        help="seconds of timed calls per measurement, at most (but at least 3 calls on CPU, 5 on GPU; "
+        "default: 4)")
+    add("--warmup", type=float, help="GPU: seconds of untimed calls before timing (2 to 10 calls; default: 0.2)")
     add("--threads", type=int, help="torch.set_num_threads before running (default: torch's choice)")
     add("--tf32", action=on_off, default=False,
         help="CUDA: allow TF32 for float32 matmuls (recorded; the peak used follows it)")
@@ -113,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    """Settings with the device-dependent defaults filled in; bad values raise ValueError."""
+    """Settings with the device-dependent and preset defaults filled in; bad values raise ValueError."""
     if args.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:
@@ -133,27 +150,39 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     for name in ("seq_lens", "head_dims"):
         if any(n < 1 for n in getattr(args, name) or []):
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    preset = PRESETS[args.preset] if args.preset else None
+    if preset:
+        seq_lens = tuple(args.seq_lens or (preset.gpu_seq_lens if gpu else preset.cpu_seq_lens))
+        dtypes = tuple(args.dtypes or preset.dtypes)
+        stages, repeats, max_time = preset.stages(seq_lens, dtypes), preset.repeats, preset.max_time
+        warmup = preset.warmup_s
+    else:
+        seq_lens = tuple(args.seq_lens or (GPU_SEQ_LENS if gpu else CPU_SEQ_LENS))
+        dtypes = tuple(args.dtypes or (("fp32", "bf16", "fp16") if gpu else ("fp32",)))
+        stages, repeats, max_time, warmup = None, (50 if gpu else 7), 4.0, 0.2
     return Settings(
         device=device,
         levels=tuple(args.levels),
-        seq_lens=tuple(args.seq_lens or (GPU_SEQ_LENS if gpu else CPU_SEQ_LENS)),
+        seq_lens=seq_lens,
         d_model=args.d_model,
         heads=args.heads,
         head_dims=tuple(args.head_dims),
         tokens=args.tokens or (16384 if gpu else 4096),
         batch=args.batch,
-        dtypes=tuple(args.dtypes or (("fp32", "bf16", "fp16") if gpu else ("fp32",))),
+        dtypes=dtypes,
         passes=tuple(args.passes),
         variants=tuple(args.variants) if args.variants else None,
         compile=args.compile,
         memory=args.memory,
-        repeats=args.repeats or (50 if gpu else 7),
+        repeats=args.repeats or repeats,
         min_time=args.min_time,
-        max_time=args.max_time,
+        max_time=args.max_time or max_time,
         seed=args.seed,
         peak_tflops=args.peak_tflops,
         peak_source=args.peak_source,
         progress=not args.no_progress,
+        stages=stages,
+        warmup_s=warmup if args.warmup is None else args.warmup,
     )
 
 
@@ -184,8 +213,30 @@ def methods(device: torch.device) -> dict[str, str]:
             "decode": decode}
 
 
+def _measure_peaks(args: argparse.Namespace, device: torch.device, min_time: float) -> dict:
+    if device.type == "cuda":
+        peaks = measure_gpu_peaks(device, tuple(args.matmul_sizes or GPU_MATMUL_SIZES),
+                                  args.stream_bytes or GPU_STREAM_BYTES)
+        mm, bw = peaks["bfloat16_measured"], peaks["bandwidth_measured"]
+        _say(f"peaks: {mm['tflops']:.0f} TFLOP/s bfloat16 matmul, {bw['bytes_per_s'] / 1e9:.0f} GB/s copy")
+        return peaks
+    peaks = measure_peaks(device, tuple(args.matmul_sizes or MATMUL_SIZES), args.stream_bytes, min_time=min_time)
+    _say(f"peaks: {peaks['float32']['tflops'] * 1e3:.1f} GFLOP/s float32 matmul, "
+         f"{peaks['bandwidth']['bytes_per_s'] / 1e9:.1f} GB/s")
+    return peaks
+
+
 def main(argv: list[str] | None = None) -> dict:
-    """Run the benchmark described by ``argv``, write the JSON file and return its contents."""
+    """Run the benchmark described by ``argv``, write the JSON file and return its contents.
+
+    ``merge`` as the first argument combines results files instead (:mod:`attention.bench.merge`).
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["merge"]:
+        from .merge import main as merge_main
+
+        return merge_main(argv[1:])
+    started = time.monotonic()
     args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -195,40 +246,49 @@ def main(argv: list[str] | None = None) -> dict:
         build_parser().error(str(error))
     if settings.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    preset = PRESETS[args.preset] if args.preset else None
+    budget = args.time_budget if args.time_budget is not None else (preset.time_budget_s if preset else None)
+    deadline = None if budget is None else started + budget
+    decode_repeats = args.decode_repeats or (preset.decode_repeats if preset else 3)
+    decode_max_time = args.decode_max_time or (preset.decode_max_time if preset else 60.0)
     parts, device, command = set(args.parts), settings.device, command_line(argv)
-    peaks = {}
-    if "peaks" in parts and device.type == "cpu":
-        peaks = measure_peaks(device, tuple(args.matmul_sizes), args.stream_bytes, min_time=args.min_time)
-        _say(f"peaks: {peaks['float32']['tflops'] * 1e3:.1f} GFLOP/s float32 matmul, "
-             f"{peaks['bandwidth']['bytes_per_s'] / 1e9:.1f} GB/s")
-    if "sweep" in parts:
-        doc = run_sweep(settings, command, peaks)
-        speed = speed_goals(doc["results"], args.speed_goal_t, settings.d_model, settings.heads)
-    else:
-        doc, speed = start_document(settings, command, peaks), []
-    doc["goals"] = {"speed": speed, "memory": None}
-    if "goals" in parts:
-        if args.memory_goal:
-            t, b, h, d_h = args.memory_goal_shape
-            doc["goals"]["memory"] = memory_goal(device, t, b, h, d_h, settings.seed)
-        doc["goals"]["ratios"] = ratio_goals(settings, tuple(args.flash_goal_shape),
-                                             tuple(args.fused_goal_shape))
-        for g in doc["goals"]["ratios"]:
-            ratio = f"{g['ratio']:.2f}x" if "ratio" in g else g["reason"]
-            _say(f"goal {g['name']}, {g['pass']}: {ratio} (target <= {g['target']}x): {g['status']}")
-    if "decode" in parts:
-        models = {name: MODELS[name] for name in args.decode_models}
-        doc["decode"] = run_decode(models, args.decode_prompt, args.decode_new_tokens, args.decode_repeats,
-                                   settings.seed, device, args.decode_max_time)
-        for row in doc["decode"]:
-            _say(f"decode {row['model']}, cache {'on' if row['use_cache'] else 'off'}: "
-                 f"{row['tokens_per_s']:.1f} tokens/s")
-    doc["methods"] = methods(settings.device)
-    doc["provenance"]["load_average_end"] = load_average()
-    validate_results(doc)
     output = args.output or Path(f"bench-{settings.device.type}.json")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(doc, indent=1) + "\n")
+    peaks = _measure_peaks(args, device, args.min_time) if "peaks" in parts else {}
+    doc = start_document(settings, command, peaks)
+    doc |= {"methods": methods(device), "goals": {"speed": [], "memory": None}, "complete": False}
+    if args.preset:
+        doc["settings"]["preset"] = args.preset
+
+    def save() -> None:
+        doc["goals"]["speed"] = speed_goals(doc["results"], args.speed_goal_t, settings.d_model, settings.heads)
+        doc["provenance"]["load_average_end"] = load_average()
+        write_results(doc, output)
+
+    # A preset runs the short parts first, so that its time budget falls on the sweep's last stages.
+    order = ("peaks", "goals", "decode", "sweep") if preset else PARTS
+    for part in (p for p in order if p in parts):
+        if part == "sweep":
+            run_sweep(settings, command, peaks, doc=doc, save=save, deadline=deadline)
+        elif part == "goals":
+            if args.memory_goal:
+                t, b, h, d_h = args.memory_goal_shape
+                doc["goals"]["memory"] = memory_goal(device, t, b, h, d_h, settings.seed)
+            doc["goals"]["ratios"] = ratio_goals(settings, tuple(args.flash_goal_shape),
+                                                 tuple(args.fused_goal_shape))
+            for g in doc["goals"]["ratios"]:
+                ratio = f"{g['ratio']:.2f}x" if "ratio" in g else g["reason"]
+                _say(f"goal {g['name']}, {g['pass']}: {ratio} (target <= {g['target']}x): {g['status']}")
+        elif part == "decode":
+            models = {name: MODELS[name] for name in args.decode_models}
+            doc["decode"] = run_decode(models, args.decode_prompt, args.decode_new_tokens, decode_repeats,
+                                       settings.seed, device, decode_max_time)
+            for row in doc["decode"]:
+                _say(f"decode {row['model']}, cache {'on' if row['use_cache'] else 'off'}: "
+                     f"{row['tokens_per_s']:.1f} tokens/s")
+        save()
+    doc["complete"] = "stopped" not in doc
+    save()
     ok = sum(row["status"] == "ok" for row in doc["results"])
-    print(f"wrote {output}: {ok} of {len(doc['results'])} rows ok", file=sys.stderr)
+    done = "" if doc["complete"] else f" ({doc['stopped']})"
+    _say(f"wrote {output}: {ok} of {len(doc['results'])} rows ok{done}")
     return doc

@@ -1,4 +1,4 @@
-"""This machine's peaks, measured: float32 matmul FLOP/s and memory bandwidth (STREAM-like).
+"""This machine's peaks, measured: matmul FLOP/s and memory bandwidth (STREAM-like).
 
 Notation (see CONTRIBUTING.md): n the side of a square matrix, N the length of a STREAM array,
 s the bytes of one number.
@@ -12,7 +12,9 @@ s the bytes of one number.
   (one read, one write), 3 N s for triad (two reads, one write); the write-allocate traffic that
   a cache may add is not counted. The bandwidth of the roofline is the higher of the two.
 
-Both run with torch's thread count, recorded next to the result, like the timings.
+Both run with torch's thread count, recorded next to the result, like the timings. On a GPU the
+same two measurements (a bfloat16 matmul on the tensor cores, and a device-to-device copy) are
+recorded next to the datasheet's figures, which the appendix's percentages and roofline keep.
 """
 
 import statistics
@@ -24,6 +26,8 @@ import torch
 from .timing import time_cpu, time_cuda
 
 MATMUL_SIZES = (1024, 2048, 4096)
+GPU_MATMUL_SIZES = (4096, 8192, 16384)
+GPU_STREAM_BYTES = 2**30
 STREAM_DTYPE = torch.float64  # STREAM's default type: 8-byte numbers
 MIN_STREAM_BYTES = 64 * 2**20  # each array at least this large, whatever the cache reports
 
@@ -88,7 +92,7 @@ def measure_bandwidth(
     """STREAM copy and triad in torch: bytes per second, counted as STREAM counts them."""
     llc = last_level_cache_bytes() if device.type == "cpu" else None
     if device.type == "cuda":
-        llc = torch.cuda.get_device_properties(device).L2_cache_size
+        llc = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", None)
     if array_bytes is None:
         array_bytes = max(MIN_STREAM_BYTES, 4 * (llc or 0))
     s = STREAM_DTYPE.itemsize
@@ -131,4 +135,29 @@ def measure_peaks(
                     "threads": threads, "matmul": mm},
         "bandwidth": {"bytes_per_s": bw["bytes_per_s"], "source": bw_source, "measured": True,
                       "threads": threads, "stream": bw},
+    }
+
+
+def measure_gpu_peaks(
+    device: torch.device, sizes: tuple[int, ...] = GPU_MATMUL_SIZES, array_bytes: int = GPU_STREAM_BYTES,
+    repeats: int = 10, max_time: float = 2.0,
+) -> dict[str, dict]:
+    """A GPU's ``peaks`` entries, measured: ``bfloat16_measured`` (``torch.mm``) and
+    ``bandwidth_measured`` (STREAM copy and triad); the datasheet's entries stay beside them."""
+    mm = measure_matmul(device, sizes, repeats, max_time, dtype=torch.bfloat16)
+    bw = measure_bandwidth(device, array_bytes, repeats, max_time)
+    sides = ", ".join(str(r["n"]) for r in mm["sizes"])
+    name = torch.cuda.get_device_name(device)
+    return {
+        "bfloat16_measured": {
+            "tflops": mm["gflops"] / 1e3, "measured": True, "matmul": mm,
+            "source": f"measured: bfloat16 torch.mm of (n, n) random matrices, 2 n³ FLOPs per call, "
+                      f"n = {sides}; the best median, n = {mm['best_n']}; {name}",
+        },
+        "bandwidth_measured": {
+            "bytes_per_s": bw["bytes_per_s"], "measured": True, "stream": bw,
+            "source": f"measured: STREAM copy and triad in torch on the GPU, {bw['dtype']} arrays of "
+                      f"{bw['array_bytes']} bytes each, bytes counted as STREAM counts them; the higher "
+                      f"of the two; {name}",
+        },
     }

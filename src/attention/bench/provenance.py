@@ -46,8 +46,15 @@ def _version(package: str) -> str | None:
 
 
 def git_commit() -> dict[str, object]:
-    """The checkout's commit and whether tracked files differ from it (None outside git)."""
+    """The checkout's commit and whether tracked files differ from it (None outside git).
+
+    A copy of the tree without its ``.git`` (as sent to a remote GPU machine) can name its
+    commit in the environment variable ``ATTENTION_COMMIT``; the record then says so.
+    """
     commit = _run("git", "-C", str(_REPO), "rev-parse", "HEAD")
+    if commit is None and os.environ.get("ATTENTION_COMMIT"):
+        return {"commit": os.environ["ATTENTION_COMMIT"], "dirty": None,
+                "source": "ATTENTION_COMMIT (a copy of the tree without .git)"}
     status = _run("git", "-C", str(_REPO), "status", "--porcelain", "--untracked-files=no")
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 

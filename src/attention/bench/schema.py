@@ -10,6 +10,8 @@ A results file is one JSON object::
                "bandwidth": {"bytes_per_s": float, "source": str}},   # optional: the roofline's
      "goals": {"speed": [...], "memory": {...} | null, "ratios": [...]},   # ratios optional
      "decode": [decode row, ...],         # optional: see attention.bench.decode
+     "complete": bool,                    # optional: false while running or when cut off
+     "stopped": str,                      # optional: why a run ended before its last row
      "results": [row, ...]}
 
 Each row is one (variant, problem) pair; ``status`` is "ok" (then the time, FLOPs and TFLOP/s
@@ -61,6 +63,8 @@ def validate_results(doc: object) -> None:
                    "peaks": dict, "results": list}, "results")
     if doc["schema"] != SCHEMA:
         raise ValueError(f"results.schema: expected {SCHEMA!r}, got {doc['schema']!r}")
+    if not isinstance(doc.get("complete", True), bool):
+        raise ValueError(f"results.complete: expected a bool, got {doc['complete']!r}")
     _require(doc["provenance"], _PROVENANCE, "provenance")
     if doc["provenance"]["device_type"] == "cuda":
         missing = [key for key in _CUDA_ONLY if key not in doc["provenance"]]

@@ -2,6 +2,10 @@
 
 Notation (see CONTRIBUTING.md): b batch size, t tokens, h heads, d_h head width, d = h * d_h.
 
+A sweep may be cut into stages (:class:`Stage`), run in order: a preset puts what matters most
+first, so that a run stopped by its time budget (or killed) has measured that. After every row the
+caller's ``save`` writes the document, so nothing finished is lost.
+
 For each problem (level, t, dtype, pass) the inputs and a float64 reference are made once. Each
 variant is then built and its first call, run under the profiler, is compared with the reference;
 the profiler records the kernels that actually ran and the peak of tensor memory. (A compiled
@@ -10,9 +14,11 @@ before that call, so that its memory is that of any later call. If the check pas
 is timed. A variant that cannot run gets a row with its status and the reason instead of a number.
 """
 
+import dataclasses
 import functools
 import gc
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +35,16 @@ from .variants import (
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TOLERANCE = {torch.float32: 2e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}
 PASSES = {"forward": False, "forward+backward": True}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A slice of the sweep: these dtypes, these t (None: all of the sweep's), and eager variants,
+    compiled ones, or both (``compiled`` False, True or None)."""
+
+    dtypes: tuple[str, ...]
+    seq_lens: tuple[int, ...] | None = None
+    compiled: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,8 @@ class Settings:
     peak_tflops: float | None = None
     peak_source: str | None = None
     progress: bool = True
+    stages: tuple[Stage, ...] | None = None
+    warmup_s: float = 0.2
 
     def batch_for(self, t: int) -> int:
         """b for sequence length t: ``batch`` if given, else ``tokens // t`` (at least 1)."""
@@ -79,6 +97,21 @@ def problems(settings: Settings) -> Iterator[Problem]:
                     for t in s.seq_lens:
                         b, backward = s.batch_for(t), PASSES[pass_name]
                         yield Problem(level, b, t, h, d_h, DTYPES[dtype], s.device, backward)
+
+
+def work(settings: Settings) -> list[tuple[Problem, list[Variant]]]:
+    """Every problem of the sweep with the variants to run on it, stage by stage, in order."""
+    names = list(settings.variants) if settings.variants else None
+    stages = settings.stages or (Stage(settings.dtypes),)
+    todo = []
+    for stage in stages:
+        part = dataclasses.replace(settings, dtypes=stage.dtypes, seq_lens=stage.seq_lens or settings.seq_lens)
+        for problem in problems(part):
+            chosen = [v for v in variants_for(problem.level, names)
+                      if stage.compiled is None or v.compiled == stage.compiled]
+            if chosen:
+                todo.append((problem, chosen))
+    return todo
 
 
 def problem_flops(problem: Problem, out_proj: bool) -> float:
@@ -136,7 +169,7 @@ def measure(
         "dtype": str(p.dtype).removeprefix("torch."),
         "status": "ok", "reason": None, "backend": None, "ops": [], "max_rel_err": None,
         "median_s": None, "iqr_s": None, "repeats": None, "number": None, "flops": None, "tflops": None,
-        "peak_tflops": peak["tflops"], "pct_of_peak": None, "peak_bytes": None,
+        "peak_tflops": peak["tflops"], "pct_of_peak": None, "peak_bytes": None, "gpu_kernels": None,
     }
     if variant.compiled and not settings.compile:
         return row | {"status": "skipped", "reason": "torch.compile turned off (--no-compile)"}
@@ -160,14 +193,15 @@ def measure(
         row["max_rel_err"] = max(errors)
         if variant.compiled:
             _, seen, seconds, peak_bytes = profile()
-        row |= {"backend": seen["sdpa_backend"] or variant.path, "ops": seen["ops"], "peak_bytes": peak_bytes}
+        row |= {"backend": seen["sdpa_backend"] or variant.path, "ops": seen["ops"], "peak_bytes": peak_bytes,
+                "gpu_kernels": seen["gpu_kernels"]}
         if row["max_rel_err"] > TOLERANCE[p.dtype]:
             reason = f"relative error {max(errors):.2e} > {TOLERANCE[p.dtype]:.0e}"
             return row | {"status": "failed", "reason": reason}
         if variant.compiled and not seen["compiled"]:
             return row | {"status": "failed", "reason": "no torch.compile region ran"}
         if cuda:
-            timing = time_cuda(call, seconds, settings.repeats, settings.max_time)
+            timing = time_cuda(call, seconds, settings.repeats, settings.max_time, settings.warmup_s)
             row["peak_bytes"] = cuda_peak_bytes(call) if settings.memory else None
         else:
             timing = time_cpu(call, seconds, settings.repeats, settings.min_time, settings.max_time)
@@ -202,19 +236,27 @@ def start_document(settings: Settings, command: str, measured_peaks: dict | None
             "results": []}
 
 
-def run_sweep(settings: Settings, command: str, measured_peaks: dict | None = None) -> dict:
+def run_sweep(
+    settings: Settings, command: str, measured_peaks: dict | None = None, doc: dict | None = None,
+    save: Callable[[], None] | None = None, deadline: float | None = None,
+) -> dict:
     """Run the whole sweep and return the results document (see :mod:`attention.bench.schema`).
 
     ``command`` is the command line that asked for it, recorded with the results; a dtype in
-    ``measured_peaks`` is compared with that measured peak instead of a datasheet's.
+    ``measured_peaks`` is compared with that measured peak instead of a datasheet's. Rows are
+    appended to ``doc`` (a new document if None) and ``save()`` is called after each. Once
+    ``time.monotonic()`` passes ``deadline`` no further row is started, and ``doc["stopped"]``
+    says so.
     """
-    doc = start_document(settings, command, measured_peaks)
+    doc = doc if doc is not None else start_document(settings, command, measured_peaks)
     record, peaks, measured = doc["provenance"], doc["peaks"], measured_peaks or {}
-    names = list(settings.variants) if settings.variants else None
-    todo = [(p, variants_for(p.level, names)) for p in problems(settings)]
+    todo = work(settings)
     rows: list[dict] = doc["results"]
     bar = tqdm(total=sum(len(v) for _, v in todo), disable=not settings.progress, unit="variant")
     for problem, variants in todo:
+        if deadline is not None and time.monotonic() > deadline:
+            doc["stopped"] = f"time budget spent after {len(rows)} rows; the rest of the sweep was not run"
+            break
         inputs, refs = make_inputs(problem, settings.seed), {}
         peak = _peak(settings, problem, str(record["device_name"]), measured)
         peaks[str(problem.dtype).removeprefix("torch.")] = peak
@@ -223,6 +265,8 @@ def run_sweep(settings: Settings, command: str, measured_peaks: dict | None = No
             rows.append(measure(variant, problem, inputs, refs, settings, peak))
             if problem.device.type == "cuda":
                 torch.cuda.empty_cache()  # what a variant (or its out-of-memory error) left cached
+            if save is not None:
+                save()
             bar.update()
         del inputs, refs
         gc.collect()
@@ -237,4 +281,6 @@ def settings_dict(settings: Settings) -> dict[str, object]:
     out["device"] = str(settings.device)
     for key in ("levels", "seq_lens", "head_dims", "dtypes", "passes", "variants"):
         out[key] = None if out[key] is None else list(out[key])
+    if settings.stages is not None:
+        out["stages"] = [dataclasses.asdict(stage) for stage in settings.stages]
     return out

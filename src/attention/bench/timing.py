@@ -71,20 +71,21 @@ def time_cpu(fn: Callable[[], object], estimate: float, repeats: int = 7, min_ti
 
 
 def time_cuda(
-    fn: Callable[[], object], estimate: float, repeats: int = 50, max_time: float = 6.0
+    fn: Callable[[], object], estimate: float, repeats: int = 50, max_time: float = 6.0,
+    warmup_s: float = 0.2,
 ) -> Timing:
     """Median and IQR of ``fn()`` on the current CUDA device: CUDA events, L2 flushed each call.
 
-    ``estimate`` (seconds per call) sizes the warm-up (about 0.2 s, 2 to 10 calls) and lowers
-    the repeats of a call so slow that ``repeats`` of them would take longer than ``max_time``
-    (never below 5).
+    ``estimate`` (seconds per call) sizes the warm-up (about ``warmup_s``, 2 to 10 calls) and
+    lowers the repeats of a call so slow that ``repeats`` of them would take longer than
+    ``max_time`` (never below 5).
     """
     if repeats < 3:
         raise ValueError(f"repeats must be at least 3 to give an IQR, got {repeats}")
     estimate = max(estimate, 1e-9)
     repeats = max(min(repeats, 5), min(repeats, int(max_time / estimate)))
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    for _ in range(max(2, min(10, math.ceil(0.2 / estimate)))):
+    for _ in range(max(2, min(10, math.ceil(warmup_s / estimate)))):
         fn()
     torch.cuda.synchronize()
     events = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(2)) for _ in range(repeats)]
@@ -170,7 +171,9 @@ def profiled_call(
     with ``memory=True``, its peak of CPU tensor memory.
 
     The kernels are ``{"sdpa_backend": the fused kernel seen (or None), "ops": sorted
-    attention-related op names, "compiled": whether a torch.compile region ran}``. The duration
+    attention-related op names, "compiled": whether a torch.compile region ran, "gpu_kernels":
+    the number of GPU kernels the call launched (memory copies and fills not counted; None
+    without CUDA)}``. The duration
     includes the profiler's overhead: it only sizes the timer's blocks. The peak is the largest
     number of bytes of tensor storage alive at once during the call, counted from the profiler's
     allocation and free events of PyTorch's CPU allocator, above what was alive before the call.
@@ -178,17 +181,22 @@ def profiled_call(
     longer than the call itself for a loop of many small operations.
     """
     activities = [torch.profiler.ProfilerActivity.CPU]
+    cuda = torch.cuda.is_available()
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
     with _quiet_stderr(), torch.profiler.profile(activities=activities, profile_memory=memory) as prof:
         start = time.perf_counter()
         result = fn()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-    names, allocations = set(), []
+    names, allocations, gpu_kernels = set(), [], 0
     for event in prof.profiler.kineto_results.events():
         if event.name() == "[memory]":
             if event.device_type() == torch.autograd.DeviceType.CPU:
                 allocations.append((event.start_ns(), event.nbytes()))  # > 0 allocated, < 0 freed
+        elif event.device_type() == torch.autograd.DeviceType.CUDA:
+            gpu_kernels += not event.name().startswith(("Memcpy", "Memset"))
         else:
             names.add(event.name())
     labels = [label for op, label in _BACKEND_OPS.items() if op in names]
@@ -196,6 +204,7 @@ def profiled_call(
         "sdpa_backend": " + ".join(labels) if labels else None,
         "ops": sorted(n for n in names if _is_attention_op(n)),
         "compiled": any(n.startswith("Torch-Compiled Region") for n in names),
+        "gpu_kernels": gpu_kernels if cuda else None,
     }
     return result, seen, seconds, _peak_alive(allocations) if memory else None
 

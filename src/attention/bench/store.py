@@ -1,0 +1,31 @@
+"""Reading and writing results files: validated, and written by atomic rename.
+
+A run writes its file after every row, so that a run cut off by a time limit leaves every
+finished row behind. Each write goes to a temporary file beside the target, then replaces the
+target in one step (``os.replace``): a reader, or a run killed mid-write, never sees half a file.
+"""
+
+import json
+import os
+from pathlib import Path
+
+from .schema import validate_results
+
+
+def write_results(doc: dict, path: Path) -> None:
+    """Validate ``doc`` and write it to ``path`` atomically (JSON, one space of indent)."""
+    validate_results(doc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(partial, path)
+
+
+def read_results(path: Path) -> dict:
+    """A results file, validated; ValueError names the file and the first field out of place."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        validate_results(doc)
+    except (ValueError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: {error}") from None
+    return doc
