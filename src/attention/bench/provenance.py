@@ -48,13 +48,13 @@ def _version(package: str) -> str | None:
 def git_commit() -> dict[str, object]:
     """The checkout's commit and whether tracked files differ from it (None outside git).
 
-    A copy of the tree without its ``.git`` (as sent to a remote GPU machine) can name its
-    commit in the environment variable ``ATTENTION_COMMIT``; the record then says so.
+    A copy of the tree sent to another machine may carry no ``.git``, or a stale one: the
+    environment variable ``ATTENTION_COMMIT`` then names the commit, and the record says so.
     """
-    commit = _run("git", "-C", str(_REPO), "rev-parse", "HEAD")
-    if commit is None and os.environ.get("ATTENTION_COMMIT"):
+    if os.environ.get("ATTENTION_COMMIT"):
         return {"commit": os.environ["ATTENTION_COMMIT"], "dirty": None,
-                "source": "ATTENTION_COMMIT (a copy of the tree without .git)"}
+                "source": "the environment variable ATTENTION_COMMIT (a copy of the tree)"}
+    commit = _run("git", "-C", str(_REPO), "rev-parse", "HEAD")
     status = _run("git", "-C", str(_REPO), "status", "--porcelain", "--untracked-files=no")
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
