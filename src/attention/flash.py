@@ -475,20 +475,25 @@ def flash_attention(
         heads, g = key.shape[-3], h // key.shape[-3]
     else:
         heads, g = 1, 1
-    lead = query.dim() - (3 if enable_gqa else 2)
+    # Each tensor's own leading dimensions: the three may differ in rank, as torch allows.
+    leads = [x.shape[: x.dim() - min_dim] for x in (query, key, value)]
     try:
-        batch = torch.broadcast_shapes(*(x.shape[: x.dim() - min_dim] for x in (query, key, value)))
+        batch = torch.broadcast_shapes(*leads)
     except RuntimeError:
         raise ValueError(
             "leading dimensions of query, key and value must broadcast, got "
-            f"{tuple(query.shape[:lead])}, {tuple(key.shape[: key.dim() - min_dim])}, "
-            f"{tuple(value.shape[: value.dim() - min_dim])}"
+            + ", ".join(str(tuple(shape)) for shape in leads)
         ) from None
     (t_q, d_k), (t_k, d_v) = query.shape[-2:], value.shape[-2:]
     n = math.prod(batch) * heads
-    query = query.expand(*batch, *query.shape[lead:]).reshape(n, g, t_q, d_k)  # (N, g, t_q, d_k)
-    key = key.expand(*batch, *key.shape[lead:]).reshape(n, t_k, d_k)  # (N, t_k, d_k)
-    value = value.expand(*batch, *value.shape[lead:]).reshape(n, t_k, d_v)  # (N, t_k, d_v)
+    # expand, then reshape (a copy where a dimension was broadcast): autograd's expand sums the
+    # gradient back to each input's own shape, as torch's SDPA returns it.
+    query, key, value = (
+        x.expand(*batch, *x.shape[len(lead) :]) for x, lead in zip((query, key, value), leads)
+    )  # each (*batch, [heads,] t, d)
+    query = query.reshape(n, g, t_q, d_k)  # (N, g, t_q, d_k)
+    key = key.reshape(n, t_k, d_k)  # (N, t_k, d_k)
+    value = value.reshape(n, t_k, d_v)  # (N, t_k, d_v)
     scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
     if block_size is None:
         blocks = default_block_sizes(t_q, t_k)
