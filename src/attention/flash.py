@@ -63,6 +63,12 @@ Precision, as in fused kernels: for float16 and bfloat16 inputs every statistic 
 are upcast once, Q one block at a time, and each result is rounded to the input dtype once, when
 it is written.
 Rounding acc and l to 8 or 11 bits after every key block instead would add an error per block.
+The output is also saved for the backward unrounded (float32, 2 more bytes per element than the
+rounded one), and D is formed from it: D is the P-weighted mean of the row's dP, so dP - D
+cancels, and the rounding error of a half-precision O would pass whole into every dS of the row.
+FlashAttention-2 forms D from the rounded O (``dot_do_o`` in its flash_bwd_preprocess_kernel.h);
+in bfloat16 at t_q = 64, t_k = 4, d_h = 64 that made our dQ 7 times less accurate than the exact
+answer rounded once, which it now is (tests/test_half_precision.py).
 """
 
 import math
@@ -195,9 +201,10 @@ def _flash_forward(
 ) -> tuple[Tensor, Tensor]:
     """Tiled forward pass: returns the output (N, g, t_q, d_v) and the log-sum-exp L (N, g, t_q).
 
-    query (N, g, t_q, d_k), key (N, t_k, d_k), value (N, t_k, d_v). m, l, acc and L are kept in
-    the accumulation dtype (float32 for half inputs); each output row is rounded once, when it
-    is written. Scores and m are in base 2 (times log2 e); L is returned in natural units.
+    query (N, g, t_q, d_k), key (N, t_k, d_k), value (N, t_k, d_v). m, l, acc, L and the
+    returned output are in the accumulation dtype (float32 for half inputs): the caller rounds
+    the output to the input dtype once, and the backward's D is formed from the unrounded one.
+    Scores and m are in base 2 (times log2 e); L is returned in natural units.
     """
     acc_dtype = _accumulation_dtype(query.dtype)
     n, g, t_q, d_k = query.shape
@@ -209,7 +216,7 @@ def _flash_forward(
     # and the sum allocates no (t_k, d_v) temporary, which isfinite(value) would.
     skip = tiles.offset is not None and bool(torch.isfinite(value.sum(dtype=acc_dtype)))
     key, value = key.to(acc_dtype), value.to(acc_dtype)  # upcast once (no copy if they are)
-    out = query.new_empty(n, g, t_q, d_v)
+    out = query.new_empty(n, g, t_q, d_v, dtype=acc_dtype)
     lse = query.new_empty(n, g, t_q, dtype=acc_dtype)
     scores = query.new_empty(n * g * min(block_q, t_q) * min(block_k, t_k), dtype=acc_dtype)
     for q_start in range(0, t_q, block_q):
@@ -250,7 +257,7 @@ def _flash_forward(
         # L = +inf, as FlashAttention-2 stores it, so that the backward's P = exp(S - L) = 0.
         no_mass = l == 0  # (N, g n_q)
         z = acc.div_(l.masked_fill(no_mass, 1.0)[..., None])  # (N, g n_q, d_v)
-        out[:, :, rows] = z.view(n, g, n_q, d_v)  # rounded to the input dtype, once
+        out[:, :, rows] = z.view(n, g, n_q, d_v)
         lse_2 = m + l.log2()  # (N, g n_q), in base 2; L = lse_2 · ln 2
         lse[:, :, rows] = lse_2.mul_(math.log(2.0)).masked_fill_(no_mass, math.inf).view(n, g, n_q)
     return out, lse
@@ -269,16 +276,17 @@ def _flash_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Tiled backward pass: recomputes each tile's weights from L and returns dQ, dK, dV.
 
-    D, P, dP, dS and the dQ, dK, dV accumulators are in the accumulation dtype (float32 for half
-    inputs); each gradient is rounded to its input's dtype once, at the end. Scores are
-    recomputed in base 2, like the forward's, so the queries carry c = scale · log2 e and the dK
-    sum is divided by log2 e at the end.
+    ``out`` is the forward's output before rounding. D, P, dP, dS and the dQ, dK, dV
+    accumulators are in the accumulation dtype (float32 for half inputs); each gradient is
+    rounded to its input's dtype once, at the end. Scores are recomputed in base 2, like the
+    forward's, so the queries carry c = scale · log2 e and the dK sum is divided by log2 e at
+    the end.
     """
     acc_dtype = lse.dtype
     n, g, t_q, d_k = query.shape
     t_k, d_v = key.shape[1], value.shape[2]
     block_q, block_k = blocks
-    d = (grad_out.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)  # (N, g, t_q), the D above
+    d = (grad_out.to(acc_dtype) * out).sum(dim=-1)  # (N, g, t_q), the D above, from float32 O
     key, value = key.to(acc_dtype), value.to(acc_dtype)  # upcast once (no copy if they are)
     # Every query block is visited once per key block: cut it (and dO, L, D) out once, here.
     q_blocks = []  # (q_start, n_q, c Q, dO, L log2 e, D, dQ / scale accumulator)
@@ -326,14 +334,18 @@ def _flash_backward(
 
 
 class _FlashAttention(torch.autograd.Function):
-    """Autograd wrapper: saves Q, K, V, O and L (all O(t · d)), never the score matrix."""
+    """Autograd wrapper: saves Q, K, V, O and L (all O(t · d)), never the score matrix.
+
+    O is saved unrounded (float32 for half inputs), for the backward's D; the caller gets it
+    rounded to the input dtype.
+    """
 
     @staticmethod
     def forward(ctx, query, key, value, scale, tiles, blocks):  # type: ignore[override]
         out, lse = _flash_forward(query, key, value, scale, tiles, blocks)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.scale, ctx.tiles, ctx.blocks = scale, tiles, blocks
-        return out
+        return out.to(query.dtype)  # rounded once (no copy when the dtypes agree)
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
