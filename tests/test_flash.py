@@ -316,7 +316,7 @@ def test_masks_equal_torch_with_an_explicit_mask(
 @pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
 @pytest.mark.parametrize("window", [1, 3, 7])
 @pytest.mark.parametrize("block_size", [(4, 6), 5, (3, 2)])
-@pytest.mark.parametrize("t_q, t_k", [(16, 16), (9, 20)])
+@pytest.mark.parametrize("t_q, t_k", [(16, 16), (9, 20), (20, 9)])  # (20, 9): rows see no key
 def test_window_equals_torch_with_an_explicit_mask(alignment, window, block_size, t_q, t_k):
     g = torch.Generator().manual_seed(window)
     shapes = [(2, 4, t_q, 3), (2, 2, t_k, 3), (2, 2, t_k, 2)]
