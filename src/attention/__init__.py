@@ -6,6 +6,7 @@ d_k width of queries and keys.
 """
 
 from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
+from .block_attention import BlockAttention
 from .causal import CausalAttention
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
 from .encoder import BidirectionalSelfAttention, CrossAttention
@@ -37,6 +38,7 @@ from .io_model import (
 )
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from .norms import RMSNorm
 from .plotting import plot_attention
 from .positions import (
     LearnedPositions,
@@ -48,7 +50,7 @@ from .positions import (
 )
 from .self_attention import SelfAttentionV1, SelfAttentionV2
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
-from .transformer import TinyTransformer, TransformerBlock
+from .transformer import TinyTransformer, TransformerBlock, swiglu_width
 
 __version__ = "0.1.0"
 
@@ -58,6 +60,7 @@ __all__ = [
     "AdditiveAttention",
     "AttentionDecoder",
     "BidirectionalSelfAttention",
+    "BlockAttention",
     "CausalAttention",
     "CrossAttention",
     "FusedMultiHeadAttention",
@@ -69,6 +72,7 @@ __all__ = [
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
     "PagedKVCache",
+    "RMSNorm",
     "RollingKVCache",
     "RotaryEmbedding",
     "SelfAttentionV1",
@@ -100,6 +104,7 @@ __all__ = [
     "softmax_naive",
     "standard_attention_io",
     "standard_io_formula",
+    "swiglu_width",
     "tiled_attention_io",
     "tiled_io_formula",
     "train_lm",
