@@ -8,6 +8,16 @@ d_k width of queries and keys.
 from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
 from .block_attention import BlockAttention
 from .causal import CausalAttention
+from .circuits import (
+    ablate_heads,
+    composition_score,
+    copying_score,
+    head_output_means,
+    head_weights,
+    ov_circuit,
+    qk_circuit,
+    rotation_matrix,
+)
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
 from .encoder import BidirectionalSelfAttention, CrossAttention
 from .flash import flash_attention
@@ -82,21 +92,29 @@ __all__ = [
     "TinyTransformer",
     "TransformerBlock",
     "TwoLevelMemory",
+    "ablate_heads",
     "additive_causal_mask",
     "alibi_bias",
     "alibi_slopes",
     "attention_weights",
     "causal_mask",
+    "composition_score",
+    "copying_score",
     "flash_attention",
+    "head_output_means",
     "head_scores",
+    "head_weights",
     "induction_data",
     "journey_batch",
     "journey_inputs",
     "kv_cache_bytes",
     "lookback_data",
     "next_token_accuracy",
+    "ov_circuit",
     "plot_attention",
+    "qk_circuit",
     "rotary_permutation",
+    "rotation_matrix",
     "scaled_dot_product_attention",
     "sinusoidal_positions",
     "sliding_window_mask",
