@@ -145,7 +145,7 @@ class TestBadInput:
     @pytest.mark.parametrize(
         ("make", "message"),
         [
-            (lambda: head_weights(TransformerBlock(8, 2, 16), 2), r"head must be .* \[0, 2\), got 2"),
+            (lambda: head_weights(TransformerBlock(8, 2, 16), 2), r"\[0, 2\), got 2"),
             (lambda: ov_circuit(TransformerBlock(8, 2, 16), True), r"got True"),
             (lambda: rotation_matrix(RotaryEmbedding(4), -1), r"offset must be an integer >= 0"),
             (

@@ -1,10 +1,13 @@
 """Figures of chapter 9: the tiny decoder-only model trained on the page, and what its heads do.
 
 Notation: b batch size, t tokens (24), V vocabulary size (16), d model width (32), h heads per
-layer (2), L layers (2). The model, the data and the training are the chapter's (section 9.9):
-``TinyTransformer`` with rotary positions and no feed-forward network, trained for 300 AdamW
-steps on repeated random segments (``induction_data``), seed 123, on one thread. The model is
-trained once per build: both figures share ``trained()``.
+layer (2), L layers (2), d_h head width (16). The model, the data and the training are the
+chapter's (section 9.9): ``TinyTransformer`` with rotary positions and no feed-forward network,
+trained for 300 AdamW steps on repeated random segments (``induction_data``), seed 123, on one
+thread. The model is trained once per build: every figure shares ``trained()``. The circuits
+(section 9.11) are read from its weights in float64, in the row-vector convention: W_QK and
+W_OV as ``qk_circuit`` and ``ov_circuit`` return them, W_E the token embeddings (V, d), W_U the
+LM head (d, V) and Gamma_f the final LayerNorm's linear part.
 """
 
 import functools
@@ -16,10 +19,23 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from attention import TinyTransformer, head_scores, induction_data, plot_attention, train_lm
+from attention import (
+    TinyTransformer,
+    copying_score,
+    head_scores,
+    induction_data,
+    ov_circuit,
+    plot_attention,
+    qk_circuit,
+    rotation_matrix,
+    train_lm,
+)
+from attention.norms import norm_matrix
+from attention.plotting import invert_in_dark
 
 STEPS, EVERY = 300, 10  # training steps; the heads are measured every EVERY steps
 SEQUENCE = 2  # the held-out sequence drawn in the heatmaps (period 6)
+OFFSET = 5  # i - j of the virtual QK matrix drawn: P - 1 for the period P = 6 of SEQUENCE
 
 
 def held_out() -> tuple[Tensor, Tensor]:
@@ -128,7 +144,100 @@ def induction_heads() -> Figure:
     return fig
 
 
+def layer0_scores(model: TinyTransformer, head: int, offsets: range) -> Tensor:
+    """Exact layer-0 scores (offsets, V, V): query token a at i against key token b at j.
+
+    Layer 0 reads only the token embedding, so LN_1, the biases and the rotation R_(i-j) give
+    every score q(a) R_(i-j) k(b)^T / sqrt(d_h) without running a sequence.
+    """
+    block = model.blocks[0]
+    d, d_h = block.d_model, block.d_h
+    weight, bias = block.attn.qkv.weight.double(), block.attn.qkv.bias.double()  # (3d, d), (3d,)
+    with torch.no_grad():
+        normed = block.norm1(model.tok_emb.weight).double()  # (V, d)
+        queries, keys, _ = (normed @ weight.T + bias).split(d, dim=1)  # (V, d) each
+    cols = slice(head * d_h, (head + 1) * d_h)
+    return torch.stack([
+        queries[:, cols] @ rotation_matrix(block.attn.rotary, offset) @ keys[:, cols].T
+        for offset in offsets
+    ]) / math.sqrt(d_h)  # (offsets, V, V)
+
+
+def full_ov(model: TinyTransformer, layer: int, head: int) -> Tensor:
+    """W_E W_OV Gamma_f W_U (V, V): how attending to token b (row) moves the logit of c."""
+    embedding = model.tok_emb.weight.detach().double()  # (V, d)
+    unembedding = model.lm_head.weight.detach().double().T  # (d, V)
+    final = norm_matrix(model.final_norm).double()  # (d, d)
+    return embedding @ ov_circuit(model.blocks[layer], head) @ final @ unembedding  # (V, V)
+
+
+def virtual_qk(model: TinyTransformer, head: int, offset: int) -> Tensor:
+    """W_E W_QK(offset) W_OV^T W_E^T (V, V): layer 1 ``head`` through layer 0 head 0's output.
+
+    Entry (a, b) scores a query holding token a against a key whose previous token is b.
+    """
+    embedding = model.tok_emb.weight.detach().double()  # (V, d)
+    qk = qk_circuit(model.blocks[1], head, offset)  # (d, d)
+    return embedding @ qk @ ov_circuit(model.blocks[0], 0).T @ embedding.T  # (V, V)
+
+
+def signed_heatmap(fig: Figure, ax, matrix: Tensor, title: str, xlabel: str, ylabel: str) -> None:
+    """A (V, V) matrix in a diverging map centred on 0, token ids on both axes."""
+    limit = matrix.abs().max().item()
+    image = ax.imshow(matrix.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit)
+    invert_in_dark(image, fig.colorbar(image, ax=ax, shrink=0.8))
+    ticks = list(range(0, matrix.shape[0], 3))
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
+def circuits() -> Figure:
+    """The heads read from the weights: positional QK, K-composition, copying OV, eigenvalues."""
+    model, *_ = trained()
+    fig, axes = plt.subplots(2, 2, figsize=(7.2, 6.6), layout="constrained")
+    offsets = range(24)
+    for head, style in ((0, "-"), (1, "--")):
+        scores = layer0_scores(model, head, offsets).flatten(1)  # (offsets, V V)
+        mean, std = scores.mean(dim=1).numpy(), scores.std(dim=1).numpy()
+        axes[0, 0].plot(offsets, mean, style, color="#31a354", label=f"layer 0 head {head}")
+        axes[0, 0].fill_between(offsets, mean - std, mean + std, color="#31a354", alpha=0.25)
+    axes[0, 0].axhline(0.0, color="#636363", linewidth=0.8)
+    axes[0, 0].set_xlabel("offset $i - j$")
+    axes[0, 0].set_ylabel("score (mean ± sd)")
+    axes[0, 0].set_title("Layer 0: scores set by position")
+    axes[0, 0].legend(loc="upper right")
+    signed_heatmap(fig, axes[0, 1], virtual_qk(model, 0, OFFSET),
+                   f"K-composition, offset {OFFSET}", "token before the key", "query token")
+    signed_heatmap(fig, axes[1, 0], full_ov(model, 1, 0), "Full OV circuit, layer 1 head 0",
+                   "logit of token", "attended token")
+    markers = {(1, 0): ("o", "#756bb1"), (1, 1): ("x", "#756bb1"), (0, 0): ("o", "#31a354"),
+               (0, 1): ("x", "#31a354")}
+    for (layer, head), (marker, color) in markers.items():
+        matrix = full_ov(model, layer, head)  # (V, V)
+        eigenvalues = torch.linalg.eigvals(matrix)  # (V,)
+        eigenvalues = eigenvalues / eigenvalues.abs().max()  # largest magnitude 1
+        axes[1, 1].scatter(eigenvalues.real.numpy(), eigenvalues.imag.numpy(), marker=marker,
+                           color=color, s=22,
+                           label=f"L{layer}H{head}: {copying_score(matrix):+.2f}")
+    axes[1, 1].axvline(0.0, color="#636363", linewidth=0.8)
+    axes[1, 1].axhline(0.0, color="#636363", linewidth=0.8)
+    axes[1, 1].set_xlim(-1.1, 1.1)
+    axes[1, 1].set_ylim(-1.1, 2.2)  # room above the points for the legend
+    axes[1, 1].set_yticks([-1.0, -0.5, 0.0, 0.5, 1.0])
+    axes[1, 1].set_xlabel("real part")
+    axes[1, 1].set_ylabel("imaginary part")
+    axes[1, 1].set_title("OV eigenvalues (largest |λ| = 1)")
+    axes[1, 1].legend(title="head: copying score", loc="upper center", ncol=2,
+                      columnspacing=0.8, handletextpad=0.2)
+    fig.suptitle("The trained heads read from their weights (seed 123)")
+    return fig
+
+
 FIGURES = {
     "ch09-training": training_curves,
     "ch09-induction-heads": induction_heads,
+    "ch09-circuits": circuits,
 }

@@ -144,11 +144,13 @@ def ablate_heads(
 
     Zero ablation (``means=None``) zeroes the head's rows of W_o, so it adds nothing; mean
     ablation adds instead the constant that its mean context vector from
-    :func:`head_output_means` would add, which needs ``out_proj`` to have a bias.
+    :func:`~attention.circuits.head_output_means` would add (``out_proj`` needs a bias).
     """
     expected = (len(model.blocks), model.num_heads, model.blocks[0].d_h)
     if means is not None and tuple(means.shape) != expected:
-        raise ValueError(f"means must have shape (L, h, d_h) = {expected}, got {tuple(means.shape)}")
+        raise ValueError(
+            f"means must have shape (L, h, d_h) = {expected}, got {tuple(means.shape)}"
+        )
     ablated = copy.deepcopy(model)
     for layer, head in heads:
         if isinstance(layer, bool) or not isinstance(layer, int) or not (

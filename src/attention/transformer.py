@@ -216,7 +216,7 @@ class TransformerBlock(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    """A decoder-only language model: embedding, positions, N causal pre-LN blocks, LN, LM head.
+    """A decoder-only language model: embedding, positions, N causal pre-norm blocks, norm, LM head.
 
     ``positions`` picks how the model knows where a token is: ``"learned"`` (GPT-2) or
     ``"sinusoidal"`` vectors added to the embeddings, ``"rope"`` rotations of queries and keys,
@@ -248,10 +248,11 @@ class TinyTransformer(nn.Module):
         """Every weight drawn from N(0, 0.02²), biases zero, as in GPT-2.
 
         d_ff defaults to 4 d, or with ``activation="swiglu"`` to int(2 · 4d / 3) (Llama's rule
-        without its rounding, :func:`swiglu_width` with ``multiple_of=1``). ``norm``,
+        without its rounding, :func:`~attention.swiglu_width` with ``multiple_of=1``). ``norm``,
         ``activation``, ``parallel``, ``qk_norm`` and ``bias`` configure every block (see
-        :class:`TransformerBlock`), ``norm`` also the final normalization; ``tie_weights=True``
-        makes the LM head use the token embedding's matrix (Press and Wolf, 2017).
+        :class:`~attention.TransformerBlock`), ``norm`` also the final normalization;
+        ``tie_weights=True`` makes the LM head use the token embedding's matrix (Press and Wolf,
+        2017).
         """
         super().__init__()
         check_sizes(
