@@ -10,9 +10,11 @@ W_OV as ``qk_circuit`` and ``ov_circuit`` return them, W_E the token embeddings 
 LM head (d, V) and Gamma_f the final LayerNorm's linear part.
 """
 
+import contextlib
 import functools
 import itertools
 import math
+from collections.abc import Iterator
 
 import matplotlib.pyplot as plt
 import torch
@@ -44,6 +46,21 @@ def held_out() -> tuple[Tensor, Tensor]:
     return induction_data(512, 24, 16, generator, min_period=4, max_period=12)
 
 
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread, as the page does, and restore the count afterwards.
+
+    It is also the fast setting: on a shared CPU, more threads make matrices this small many
+    times slower.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @functools.lru_cache(maxsize=1)
 def trained() -> tuple[TinyTransformer, list[float], list[int], list[tuple[Tensor, Tensor]]]:
     """Train the chapter's model once: (model, loss per step, measured steps, head scores).
@@ -52,11 +69,7 @@ def trained() -> tuple[TinyTransformer, list[float], list[int], list[tuple[Tenso
     the first 64 held-out sequences. ``head_scores`` runs without gradients and draws no random
     numbers, so the losses are those of the chapter's run.
     """
-    threads = torch.get_num_threads()
-    # The page's setting, so the figures show the page's run. It is also the fast one: on a
-    # shared CPU, more threads make matrices this small many times slower.
-    torch.set_num_threads(1)
-    try:
+    with one_thread():  # the page's setting, so the figures show the page's run
         torch.manual_seed(123)
         model = TinyTransformer(
             vocab_size=16, d_model=32, num_heads=2, num_layers=2, context_length=24,
@@ -77,8 +90,6 @@ def trained() -> tuple[TinyTransformer, list[float], list[int], list[tuple[Tenso
             return induction_data(64, 24, 16, generator, min_period=4, max_period=12)
 
         losses = train_lm(model, batches, steps=STEPS, lr=3e-3, seed=123)
-    finally:
-        torch.set_num_threads(threads)
     return model, losses, measured, scores
 
 
@@ -126,9 +137,9 @@ def induction_heads() -> Figure:
     """Trained attention weights on one held-out sequence: layer 0 head 0 and layer 1 head 0."""
     model, *_ = trained()
     inputs, _ = held_out()
-    previous, induction = head_scores(model, inputs)  # (L, h) each, on all 512 sequences
     sequence = inputs[SEQUENCE : SEQUENCE + 1]  # (1, t)
-    with torch.no_grad():
+    with one_thread(), torch.no_grad():
+        previous, induction = head_scores(model, inputs)  # (L, h) each, on all 512 sequences
         _, weights = model(sequence, return_weights=True)  # L x (1, h, t, t)
     labels = [str(token) for token in sequence[0].tolist()]
     fig, axes = plt.subplots(1, 2, figsize=(9.4, 5.4), layout="constrained")
@@ -197,10 +208,15 @@ def signed_heatmap(fig: Figure, ax, matrix: Tensor, title: str, xlabel: str, yla
 def circuits() -> Figure:
     """The heads read from the weights: positional QK, K-composition, copying OV, eigenvalues."""
     model, *_ = trained()
+    with one_thread():
+        profiles = [layer0_scores(model, head, range(24)).flatten(1) for head in range(2)]
+        virtual, copying = virtual_qk(model, 0, OFFSET), full_ov(model, 1, 0)
+        circuits_ov = {(layer, head): full_ov(model, layer, head)
+                       for layer, head in ((1, 0), (1, 1), (0, 0), (0, 1))}
     fig, axes = plt.subplots(2, 2, figsize=(7.2, 6.6), layout="constrained")
     offsets = range(24)
     for head, style in ((0, "-"), (1, "--")):
-        scores = layer0_scores(model, head, offsets).flatten(1)  # (offsets, V V)
+        scores = profiles[head]  # (offsets, V V)
         mean, std = scores.mean(dim=1).numpy(), scores.std(dim=1).numpy()
         axes[0, 0].plot(offsets, mean, style, color="#31a354", label=f"layer 0 head {head}")
         axes[0, 0].fill_between(offsets, mean - std, mean + std, color="#31a354", alpha=0.25)
@@ -209,14 +225,14 @@ def circuits() -> Figure:
     axes[0, 0].set_ylabel("score (mean ± sd)")
     axes[0, 0].set_title("Layer 0: scores set by position")
     axes[0, 0].legend(loc="upper right")
-    signed_heatmap(fig, axes[0, 1], virtual_qk(model, 0, OFFSET),
-                   f"K-composition, offset {OFFSET}", "token before the key", "query token")
-    signed_heatmap(fig, axes[1, 0], full_ov(model, 1, 0), "Full OV circuit, layer 1 head 0",
-                   "logit of token", "attended token")
+    signed_heatmap(fig, axes[0, 1], virtual, f"K-composition, offset {OFFSET}",
+                   "token before the key", "query token")
+    signed_heatmap(fig, axes[1, 0], copying, "Full OV circuit, layer 1 head 0", "logit of token",
+                   "attended token")
     markers = {(1, 0): ("o", "#756bb1"), (1, 1): ("x", "#756bb1"), (0, 0): ("o", "#31a354"),
                (0, 1): ("x", "#31a354")}
     for (layer, head), (marker, color) in markers.items():
-        matrix = full_ov(model, layer, head)  # (V, V)
+        matrix = circuits_ov[layer, head]  # (V, V)
         eigenvalues = torch.linalg.eigvals(matrix)  # (V,)
         eigenvalues = eigenvalues / eigenvalues.abs().max()  # largest magnitude 1
         axes[1, 1].scatter(eigenvalues.real.numpy(), eigenvalues.imag.numpy(), marker=marker,
