@@ -48,8 +48,9 @@ ACTIVATIONS = ("gelu", "relu", "swiglu")
 POSITIONS = (None, "learned", "sinusoidal", "rope", "alibi")
 
 
-def swiglu_width(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None
-                 ) -> int:
+def swiglu_width(
+    d_model: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None
+) -> int:
     """Llama's SwiGLU hidden width: 2/3 of 4 d, times a multiplier, rounded up to a multiple.
 
     As ``FeedForward`` in Meta's Llama code computes it: int(2 · 4d / 3), then int(multiplier ·
@@ -59,9 +60,10 @@ def swiglu_width(d_model: int, multiple_of: int = 256, ffn_dim_multiplier: float
     check_sizes(d_model=d_model, multiple_of=multiple_of)
     width = int(2 * (4 * d_model) / 3)
     if ffn_dim_multiplier is not None:
-        if isinstance(ffn_dim_multiplier, bool) or not isinstance(
-            ffn_dim_multiplier, int | float
-        ) or not ffn_dim_multiplier > 0:
+        multiplier = ffn_dim_multiplier
+        if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or not (
+            multiplier > 0
+        ):
             raise ValueError(f"ffn_dim_multiplier must be a number > 0, got {ffn_dim_multiplier!r}")
         width = int(ffn_dim_multiplier * width)
     return multiple_of * ((width + multiple_of - 1) // multiple_of)
