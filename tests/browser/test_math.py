@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser
 
-from tests.browser.checks import (
-    DESKTOP, PHONE, SiteServer, Snapshot, Tab, built_pages, check_equations_fit, check_math,
-    showcase_chapter, visit_all,
-)
+from book.browser.checks import check_equations_fit, check_math
+from book.browser.chromium import DESKTOP, PHONE
+from book.browser.crawl import Snapshot, built_pages, showcase_chapter, visit_all
+from book.browser.server import SiteServer
+from book.browser.tab import Tab
+
 
 
 DESKTOP_CHAPTERS = (

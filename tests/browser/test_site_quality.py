@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.checks import SiteServer, Tab, contrast, page_key, showcase_chapter
+from book.browser.colour import contrast
+from book.browser.crawl import page_key, showcase_chapter
+from book.browser.server import SiteServer
+from book.browser.tab import Tab
+
 
 # WCAG 2.1 AA, text of normal size (Lighthouse's color-contrast audit).
 MIN_CONTRAST = 4.5
