@@ -31,6 +31,9 @@ from book.browser.server import SiteServer
 from book.browser.tab import Tab
 from book.hooks.math import typeset as typeset_math
 
+# All tests of this module in one process (one chromium, the probe pages served and visited
+# once), scheduled last of all (rank 4: see the root conftest.py).
+pytestmark = pytest.mark.browser_group("browser-probe", rank=4)
 
 PROBE = r"""
 <h1 id="a-probe-page">A probe page</h1>

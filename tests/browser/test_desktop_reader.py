@@ -25,6 +25,9 @@ from book.browser.live_checks import (
 from book.browser.server import SiteServer
 from book.browser.tab import Tab
 
+# All tests of this module in one process (one chromium, its pages visited once), scheduled
+# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+pytestmark = pytest.mark.browser_group("browser-desktop", rank=3)
 
 
 @pytest.mark.parametrize("query", ["softmax", "causal"])

@@ -36,6 +36,9 @@ from book.browser.colour import contrast, luminance
 from book.browser.scripts import MEASURE_FIGURES, MEASURE_TABLES
 from book.browser.server import SiteServer
 
+# All tests of this module in one process (one chromium, its pages visited once), scheduled
+# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+pytestmark = pytest.mark.browser_group("browser-print", rank=3)
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
