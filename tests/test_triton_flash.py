@@ -356,6 +356,32 @@ class TestCudaOnly:
             assert_flashattention_rule(case, result)
 
 
+@needs_triton
+@pytest.mark.skipif(HAS_CUDA, reason="checks the switch between no CUDA and the interpreter")
+def test_triton_interpreter_switches_the_interpreter_on_and_off_in_one_process():
+    """Triton imported first, without TRITON_INTERPRET (as after torch.compile): inside the block
+    the kernels run interpreted, the variable is restored after it, and the kernels run again."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, os
+        import triton, torch
+        from attention.triton_flash import triton_available, triton_flash_attention, triton_interpreter
+
+        q = torch.randn(1, 1, 20, 16, dtype=torch.float16)
+        with triton_interpreter():
+            inside = triton_available()[0]
+            first = triton_flash_attention(q, q, q, is_causal=True)
+        after = (triton_available()[0], "TRITON_INTERPRET" in os.environ)
+        with triton_interpreter():
+            again = triton_flash_attention(q, q, q, is_causal=True)
+        print(json.dumps({"inside": inside, "after": after, "same": torch.equal(first, again),
+                          "finite": bool(first.isfinite().all())}))
+        """)], env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"inside": True, "after": [False, False], "same": True, "finite": True}
+
+
 def test_without_triton_the_error_says_why():
     done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import json, sys
@@ -393,7 +419,7 @@ def test_without_triton_the_kernel_tests_are_skipped_with_the_reason(
         "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
         "-k", "not without_triton and not skip_reason",
     )
-    kernel_tests = len(CASES) + 8  # the parametrized rule, seven more tests, the GPU class
+    kernel_tests = len(CASES) + 9  # the parametrized rule, eight more tests, the GPU class
     result.assert_outcomes(skipped=kernel_tests)
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]  # "SKIPPED [n] file:line: why"
     assert sum(int(line.split("[")[1].split("]")[0]) for line in skips) == kernel_tests, skips

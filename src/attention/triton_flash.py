@@ -65,13 +65,30 @@ def triton_interpreter() -> Iterator[None]:
 
     Sets ``TRITON_INTERPRET=1`` and restores its previous value on exit. Kernels that
     ``triton.jit`` defines inside the block are interpreted kernels; this package's kernels are
-    defined again when the variable has changed since they were.
+    defined again when the variable has changed since they were. If Triton was imported before
+    the variable was set, the functions of ``triton.language`` written in Triton (``tl.zeros``,
+    ``tl.sum``, ...) were compiled-kernel functions, which refuse to be called from Python: inside
+    the block they run in the interpreter too.
     """
-    before = os.environ.get("TRITON_INTERPRET")
+    if triton is None:
+        raise RuntimeError(f"Triton is not installed ({_IMPORT_ERROR})")
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    interpreted: dict = {}
+
+    def call(self, *args, **kwargs):  # a @triton.jit function called from an interpreted kernel
+        if self.fn not in interpreted:
+            interpreted[self.fn] = InterpretedFunction(self.fn)
+        return interpreted[self.fn](*args, **kwargs)
+
+    before, compiled_call = os.environ.get("TRITON_INTERPRET"), JITFunction.__call__
     os.environ["TRITON_INTERPRET"] = "1"
+    JITFunction.__call__ = call
     try:
         yield
     finally:
+        JITFunction.__call__ = compiled_call
         if before is None:
             del os.environ["TRITON_INTERPRET"]
         else:
