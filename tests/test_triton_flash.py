@@ -5,7 +5,8 @@ Without a GPU the kernels run in Triton's interpreter, which ``triton.jit`` choo
 defines a kernel, from ``TRITON_INTERPRET=1``. The variable must not leak into the other tests,
 so the checks run in a fresh Python process that has it from the start: this file, run as a
 script (``python tests/test_triton_flash.py interpreter``), prints its results as JSON, and the
-tests below read them. ``cuda`` runs the same cases on a GPU, in bfloat16 too.
+tests below read them. ``cuda`` runs the compiled kernels on a GPU: every case in bfloat16, the
+larger ``CUDA_CASES`` in float16 too, two of them autotuned.
 
 Accuracy, FlashAttention's rule (Dao-AILab/flash-attention, tests/test_flash_attn.py,
 ``test_flash_attn_output``): against float64, the kernels' error in the output and in dQ, dK, dV
@@ -58,8 +59,10 @@ CASES = {
         1, 4, 1, 20, 45, 128, True, "bottom_right", 7, None, None),
     "window 3, t_q 30 > t_k 20, top-left: late rows see nothing": (
         1, 1, 1, 30, 20, 16, True, "top_left", 3, None, None),
-    "not causal, t_q 17, t_k 33, d_h 128, scale 0.3": (1, 1, 1, 17, 33, 128, False, "top_left", None, None, 0.3),
-    "t_q 1, t_k 17, bottom-right: one new token": (1, 2, 2, 1, 17, 16, True, "bottom_right", None, None, None),
+    "not causal, t_q 17, t_k 33, d_h 128, scale 0.3": (
+        1, 1, 1, 17, 33, 128, False, "top_left", None, None, 0.3),
+    "t_q 1, t_k 17, bottom-right: one new token": (
+        1, 2, 2, 1, 17, 16, True, "bottom_right", None, None, None),
 }
 # Larger shapes for a GPU, where tiles are 32 to 128 rows. On a GPU a case runs with 64 x 64 tiles
 # unless it names its own or is autotuned: autotuning compiles every configuration, the slow part.
@@ -68,8 +71,10 @@ CUDA_CASES = {
     "t 777, not causal, d_h 128": (1, 4, 4, 777, 777, 128, False, "top_left", None, None, None),
     "t_q 300, t_k 1100, bottom-right, GQA 8/2, d_h 128, autotuned": (
         1, 8, 2, 300, 1100, 128, True, "bottom_right", None, None, None),
-    "window 200, t 900, d_h 64, tiles 128x64": (1, 4, 4, 900, 900, 64, True, "top_left", 200, (128, 64), None),
-    "t_q 513 > t_k 257, bottom-right, d_h 32": (1, 2, 2, 513, 257, 32, True, "bottom_right", None, None, None),
+    "window 200, t 900, d_h 64, tiles 128x64": (
+        1, 4, 4, 900, 900, 64, True, "top_left", 200, (128, 64), None),
+    "t_q 513 > t_k 257, bottom-right, d_h 32": (
+        1, 2, 2, 513, 257, 32, True, "bottom_right", None, None, None),
 }
 
 
@@ -124,8 +129,8 @@ def check_case(name: str, case: tuple, device: str, dtype: torch.dtype) -> dict:
     exact = [x.detach().double().requires_grad_() for x in (q, k, v)]
     reference = [plain_attention(*exact, seen, scale_or_default)]
     reference += torch.autograd.grad(reference[0], exact, grad_out.double())
-    errors = {name: [(x.double() - r).abs().max().item() for x in (o, p)]
-              for name, o, p, r in zip(("out", "dq", "dk", "dv"), ours, plain, reference)}
+    errors = {what: [(x.double() - r).abs().max().item() for x in (o, p)]
+              for what, o, p, r in zip(("out", "dq", "dk", "dv"), ours, plain, reference)}
     no_key = ~seen.any(dim=-1)  # (t_q,)
     return {
         "errors": errors,
@@ -219,7 +224,9 @@ def interpreter_checks() -> dict:
         "second_derivative": second,
         "expanded_gradient_equals_dense": all(torch.equal(a, b) for a, b in zip(expanded, dense)),
         "ranges": block_ranges(),
-        "interpreter_configs": [[(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in k.configs] for k in kernels],
+        "interpreter_configs": [
+            [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in kernel.configs] for kernel in kernels
+        ],
         "shared_memory_at_128": {
             kind: [triton_forward.shared_memory_bytes(kind, m, n, s, 128) for m, n, w, s in configs]
             for kind, configs in (("forward", triton_forward.FORWARD_CONFIGS),
@@ -282,7 +289,8 @@ def test_causal_split_masks_only_the_blocks_that_need_it(interpreted):
     for t_q, t_k, causal, offset, window, block_m, block_n in RANGE_CASES:
         seen = visible(t_q, t_k, causal, offset, window)  # (t_q, t_k)
         for by_keys in (False, True):
-            ranges = interpreted["ranges"][f"{t_q} {t_k} {causal} {offset} {window} {block_m} {block_n} {by_keys}"]
+            key = f"{t_q} {t_k} {causal} {offset} {window} {block_m} {block_n} {by_keys}"
+            ranges = interpreted["ranges"][key]
             # The program's rows are a block of queries (or keys); its loop runs over the other.
             own, other = (block_n, block_m) if by_keys else (block_m, block_n)
             matrix = seen.T if by_keys else seen  # (own rows, loop rows)
@@ -291,7 +299,8 @@ def test_causal_split_masks_only_the_blocks_that_need_it(interpreted):
                 where = f"{'key' if by_keys else 'query'} block {i} of {(t_q, t_k, causal, offset, window)}"
                 assert lo % other == 0 and lo <= mid_lo <= mid_hi <= hi, where
                 assert not block[:, :lo].any() and not block[:, hi:].any(), where
-                whole = [s for s in range(0, matrix.shape[1] - other + 1, other) if block[:, s : s + other].all()]
+                inside = range(0, matrix.shape[1] - other + 1, other)  # loop blocks inside the sequence
+                whole = [s for s in inside if block[:, s : s + other].all()]
                 assert [s for s in range(mid_lo, mid_hi, other)] == whole, where
 
 
@@ -421,7 +430,7 @@ def test_without_triton_the_kernel_tests_are_skipped_with_the_reason(
     )
     kernel_tests = len(CASES) + 9  # the parametrized rule, eight more tests, the GPU class
     result.assert_outcomes(skipped=kernel_tests)
-    skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]  # "SKIPPED [n] file:line: why"
+    skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]  # SKIPPED [n] file: why
     assert sum(int(line.split("[")[1].split("]")[0]) for line in skips) == kernel_tests, skips
     assert all(line.endswith(f": {why_no_triton()}") for line in skips), skips
 
@@ -452,11 +461,11 @@ if __name__ == "__main__":  # the checks themselves, in a process of their own
         """Stores the (lo, mid_lo, mid_hi, hi) of program i's loop, as the kernels compute it."""
         i = tl.program_id(0)
         if BY_KEYS:
-            lo, mid_lo, mid_hi, hi = _query_range(i * BLOCK_N, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
-                                                  BLOCK_M, BLOCK_N)
+            lo, mid_lo, mid_hi, hi = _query_range(i * BLOCK_N, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL,
+                                                  HAS_WINDOW, BLOCK_M, BLOCK_N)
         else:
-            lo, mid_lo, mid_hi, hi = _key_range(i * BLOCK_M, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
-                                                BLOCK_M, BLOCK_N)
+            lo, mid_lo, mid_hi, hi = _key_range(i * BLOCK_M, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL,
+                                                HAS_WINDOW, BLOCK_M, BLOCK_N)
         tl.store(OUT + 4 * i, lo)
         tl.store(OUT + 4 * i + 1, mid_lo)
         tl.store(OUT + 4 * i + 2, mid_hi)
