@@ -1,7 +1,16 @@
 """FlashAttention's backward pass as three Triton kernels (FlashAttention-2's, dQ in a pass of its own).
 
-Notation as in :mod:`attention.triton_forward`: b, h, h_kv, g = h / h_kv, t_q, t_k, d_h, BLOCK_M
-query rows and BLOCK_N key rows of a tile, c = scale · log2(e), L the saved log-sum-exp (base 2).
+Notation (see CONTRIBUTING.md):
+    b        batch size
+    h        query heads, h_kv key and value heads, g = h / h_kv query heads per key-value head
+    t_q      number of queries, t_k number of keys
+    d_h      head width
+    BLOCK_M  query rows of a tile, BLOCK_N its key rows
+    c        scale · log2(e)
+    L        the log-sum-exp of a row, saved by the forward pass in base 2 (L log2 e in chapter 7)
+    D        rowsum(dZ ∘ Z), one number per query
+
+Masks, block ranges and the tuning lists are those of :mod:`attention.triton_forward`.
 
 - ``_preprocess``, grid (t_q / BLOCK_M, b·h): D = rowsum(dZ ∘ Z), one float32 per query.
 - ``_backward_dkdv``, grid (t_k / BLOCK_N, b·h_kv): a program holds one block of K and V and walks

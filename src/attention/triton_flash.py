@@ -1,7 +1,10 @@
 """FlashAttention as Triton GPU kernels, forward and backward: the algorithm of ``flash.py`` on a GPU.
 
-Notation (see CONTRIBUTING.md): b batch size, h query heads, h_kv key and value heads, t_q / t_k
-number of queries / keys, d_h head width (d_k = d_v = d_h).
+Notation (see CONTRIBUTING.md):
+    b      batch size
+    h      query heads, h_kv key and value heads (h_kv divides h)
+    t_q    number of queries, t_k number of keys
+    d_h    head width (d_k = d_v = d_h)
 
 :func:`triton_flash_attention` checks its arguments, runs the kernels of
 :mod:`attention.triton_forward` and :mod:`attention.triton_backward`, and makes the result

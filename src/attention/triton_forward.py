@@ -1,10 +1,16 @@
 """FlashAttention's forward pass as a Triton kernel, and what the backward kernels share with it.
 
-Notation (see CONTRIBUTING.md): b batch size, h query heads, h_kv key and value heads, g = h / h_kv
-query heads per key-value head, t_q / t_k queries / keys, d_h head width, BLOCK_M query rows and
-BLOCK_N key rows of a tile, c = scale · log2(e). Query i sits at position p = i + offset (offset
-0 aligned top-left, t_k - t_q bottom-right); with a causal mask it sees key j when j <= p, and
-with a window w also when j > p - w.
+Notation (see CONTRIBUTING.md):
+    b        batch size
+    h        query heads, h_kv key and value heads, g = h / h_kv query heads per key-value head
+    t_q      number of queries, t_k number of keys
+    d_h      head width (d_k = d_v = d_h)
+    BLOCK_M  query rows of a tile (B_r in chapter 7), BLOCK_N its key rows (B_c)
+    c        scale · log2(e): scores times c are in base 2
+    w        window: query i, at position p = i + offset, sees keys p - w < j <= p
+
+The offset is 0 for a causal mask aligned top-left and t_k - t_q for one aligned bottom-right;
+without a window a causal query sees keys j <= p.
 
 A kernel runs as a grid of *programs*, each one thread block on the GPU, told apart by
 ``tl.program_id``. ``_forward`` runs on the grid (t_q / BLOCK_M, b·h): a program owns one block of
