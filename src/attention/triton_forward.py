@@ -35,7 +35,7 @@ from torch import Tensor
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU. Chosen from what is
 # known; the autotuner measures them on the GPU at hand, once per shape:
 # - forward: 64 x 64 with 4 warps (and Triton's default 3 stages) was this kernel's fastest block
-#   shape on an H200 at d_h = 64 and 128 (../shared/gpu-runs/h200-2026-11-26/triton-check.log),
+#   shape on an H200 at d_h = 64 and 128 (docs/appendix/results/cuda-h200-triton-check.log),
 #   and 128 x 128 with 4 warps its slowest at d_h = 128. FlashAttention-2 runs 128 x 64 with 4
 #   warps at d_h = 128 and 128 x 128 at d_h = 64 on A100 and H100
 #   (csrc/flash_attn/src/flash_fwd_launch_template.h); the Triton tutorial tries BLOCK_M in
