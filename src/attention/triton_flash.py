@@ -125,8 +125,9 @@ class _TritonFlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, key, value, options):  # type: ignore[override]
-        out, lse = _kernels()[0].forward(query, key, value, options.scale, options.causal, options.offset,
-                                   options.window, options.blocks)
+        forward = _kernels()[0].forward
+        out, lse = forward(query, key, value, options.scale, options.causal, options.offset, options.window,
+                           options.blocks)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.options = options
         return out
@@ -147,8 +148,9 @@ class _TritonFlashAttentionBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, grad_out, query, key, value, out, lse, options):  # type: ignore[override]
-        return _kernels()[1].backward(query, key, value, out, lse, grad_out, options.scale, options.causal,
-                                   options.offset, options.window, options.blocks)
+        backward = _kernels()[1].backward
+        return backward(query, key, value, out, lse, grad_out, options.scale, options.causal, options.offset,
+                        options.window, options.blocks)
 
     @staticmethod
     def backward(ctx, *grads):  # type: ignore[override]
