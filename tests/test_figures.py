@@ -21,13 +21,12 @@ from matplotlib.figure import Figure  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 
 from attention import JOURNEY_TOKENS, journey_inputs  # noqa: E402
-from tests._hooks import load_hook  # noqa: E402
+from book.hooks import figures as hook  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES_DIR = REPO / "docs" / "figures"
 
 
-hook = load_hook("figures")
 FIGURES = hook.load_figures(FIGURES_DIR)
 
 
