@@ -8,6 +8,7 @@ d_k width of queries and keys.
 from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
 from .causal import CausalAttention
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
+from .decoding import split_kv_attention
 from .encoder import BidirectionalSelfAttention, CrossAttention
 from .flash import flash_attention
 from .functional import (
@@ -26,6 +27,7 @@ from .inference import (
     PagedKVCache,
     RollingKVCache,
     kv_cache_bytes,
+    sink_window_mask,
 )
 from .io_model import (
     IOCount,
@@ -35,6 +37,7 @@ from .io_model import (
     tiled_attention_io,
     tiled_io_formula,
 )
+from .latent import LatentKVCache, MultiHeadLatentAttention, latent_cache_bytes
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
 from .plotting import plot_attention
@@ -47,6 +50,7 @@ from .positions import (
     sinusoidal_positions,
 )
 from .self_attention import SelfAttentionV1, SelfAttentionV2
+from .streaming import StreamingKVCache, streaming_cache
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
 from .transformer import TinyTransformer, TransformerBlock
 
@@ -64,15 +68,18 @@ __all__ = [
     "GroupedQueryAttention",
     "IOCount",
     "KVCache",
+    "LatentKVCache",
     "LearnedPositions",
     "ModelKVCache",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "MultiHeadAttentionWrapper",
     "PagedKVCache",
     "RollingKVCache",
     "RotaryEmbedding",
     "SelfAttentionV1",
     "SelfAttentionV2",
+    "StreamingKVCache",
     "Seq2Seq",
     "Seq2SeqEncoder",
     "TinyTransformer",
@@ -89,17 +96,21 @@ __all__ = [
     "journey_batch",
     "journey_inputs",
     "kv_cache_bytes",
+    "latent_cache_bytes",
     "lookback_data",
     "next_token_accuracy",
     "plot_attention",
     "rotary_permutation",
     "scaled_dot_product_attention",
+    "sink_window_mask",
     "sinusoidal_positions",
     "sliding_window_mask",
     "softmax",
     "softmax_naive",
+    "split_kv_attention",
     "standard_attention_io",
     "standard_io_formula",
+    "streaming_cache",
     "tiled_attention_io",
     "tiled_io_formula",
     "train_lm",
