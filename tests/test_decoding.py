@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention.decoding import split_kv_attention
+from attention import TinyTransformer
+from attention.decoding import split_kv_attention, weights_read_per_token
 
 
 def _qkv(shape_q: tuple[int, ...], shape_kv: tuple[int, ...], dtype=torch.float64):
@@ -80,3 +81,13 @@ def test_bad_grouped_query_heads() -> None:
     q, k, v = _qkv((1, 6, 1, 4), (1, 4, 5, 4))
     with pytest.raises(ValueError, match=r"must divide the query's h=6, got 4"):
         split_kv_attention(q, k, v, 2, enable_gqa=True)
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_a_decode_step_reads_every_weight_but_the_unused_embedding_rows(positions: str) -> None:
+    with torch.device("meta"):  # shapes only
+        model = TinyTransformer(50, 8, 2, 2, context_length=6, positions=positions)
+    tables = {"tok_emb.weight", "pos_emb.embedding.weight"}
+    rows = 8 * (2 if positions == "learned" else 1)  # one row of each table, width d = 8
+    dense = sum(p.numel() for name, p in model.named_parameters() if name not in tables)
+    assert weights_read_per_token(model) == dense + rows

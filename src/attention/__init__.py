@@ -8,7 +8,7 @@ d_k width of queries and keys.
 from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
 from .causal import CausalAttention
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
-from .decoding import split_kv_attention
+from .decoding import split_kv_attention, weights_read_per_token
 from .encoder import BidirectionalSelfAttention, CrossAttention
 from .flash import flash_attention
 from .functional import (
@@ -114,4 +114,5 @@ __all__ = [
     "tiled_attention_io",
     "tiled_io_formula",
     "train_lm",
+    "weights_read_per_token",
 ]

@@ -1,21 +1,29 @@
-"""Split-KV decoding (Flash-Decoding): one query against a long cache, cut along the keys.
+"""A decode step: the weights it reads, and split-KV attention (Flash-Decoding) for its query.
 
 Notation (see CONTRIBUTING.md): ``...`` leading batch dimensions (for example b, h); t_q queries
 (one per sequence and head in a decode step, or a few), t_k cached keys, d_k width of queries
 and keys, d_v width of values; the keys are cut into n_split chunks J_1 .. J_n_split of
-consecutive positions (sizes differing by at most one).
+consecutive positions (sizes differing by at most one); β memory bandwidth in bytes per second,
+s bytes per number.
 
-A decode step has one query per sequence and head. FlashAttention gives each block of queries
-to its own processor, so at batch 1 only b · h of them work while each walks through all t_k
-keys. Flash-Decoding (Dao, Haziza, Massa and Sizov, 2023) also splits the keys: chunk r is
-attended to on its own, giving a partial context vector and the log-sum-exp of its scores,
+A decode step reads every weight of the model and the whole cache to make one token per
+sequence, with about two FLOPs per weight read, so its speed is bounded by the bandwidth:
 
-    z_r = Σ_{j ∈ J_r} e^{ω_j - L_r} v_j ,     L_r = log Σ_{j ∈ J_r} e^{ω_j}      (ω scaled)
+    tokens/s <= β / (s · weights read + cache bytes read)
 
-and the chunks are then merged exactly, by the rule the online softmax uses between blocks
-(FlashAttention's rescaling, chapter 7):
+:func:`weights_read_per_token` counts the weights (all but the unused rows of the embeddings).
 
-    L = log Σ_r e^{L_r} ,      z = Σ_r e^{L_r - L} z_r .
+Its attention has one query per sequence and head. FlashAttention gives each block of queries
+to its own processor, so at batch 1 only b · h of them work, each walking through all t_k keys.
+Flash-Decoding (Dao, Haziza, Massa and Sizov, 2023) also splits the keys: chunk r is attended to
+on its own, giving a partial context vector and the log-sum-exp of its (scaled) scores ω_j,
+
+    z_r = Σ_{j ∈ J_r} e^{ω_j - lse_r} v_j ,     lse_r = log Σ_{j ∈ J_r} e^{ω_j}
+
+and the chunks are merged exactly, by the rescaling the online softmax applies between blocks
+(chapter 7):
+
+    lse = log Σ_r e^{lse_r} ,      z = Σ_r e^{lse_r - lse} z_r .
 
 Every chunk can run on its own processor; the merge reads n_split vectors and n_split numbers
 per query. With float16 or bfloat16 inputs the scores, the partial results and the merge are
@@ -23,12 +31,26 @@ computed in float32, as fused kernels do, and the output is rounded once.
 """
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ._checks import check_sizes
 from .functional import _accumulation_dtype, _check_inputs, _repeat_kv_heads
 
-__all__ = ["split_kv_attention"]
+__all__ = ["split_kv_attention", "weights_read_per_token"]
+
+
+def weights_read_per_token(model: nn.Module) -> int:
+    """Parameters one decode step of ``model`` reads: all of them, but one row of each embedding.
+
+    A token looks up one row of each ``nn.Embedding`` (token and learned positions) and
+    multiplies every other weight; the unembedding (``lm_head``) is read whole. Works on the
+    ``meta`` device, where a model has shapes and no memory.
+    """
+    total = sum(p.numel() for p in model.parameters())
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            total -= (module.num_embeddings - 1) * module.embedding_dim  # rows not read
+    return total
 
 
 def split_kv_attention(

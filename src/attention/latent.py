@@ -16,7 +16,7 @@ Per token (row vectors, as everywhere in the book):
     c^Q = x W_DQ (or x itself)     (d_c')
     q^C_i = c^Q W_UQ^(i),  q^R_i = RoPE(c^Q W_QR^(i))   (d_h and d_R)
     score_ij = ([q^C_i ; q^R_i] · [k^C_j,i ; k^R_j]) / sqrt(d_h + d_R)
-    z_i = Σ_j softmax_j(score_ij) v_j,i ,   output = [z_1 ... z_h] W_O
+    z_i = Σ_j softmax_j(score_ij) v_j,i ,   output = [z_1 ... z_h] W_o
 
 The expanded form computes k^C and v for every cached token. The absorbed form never does: the
 content score q^C_i · (c_j W_UK^(i)) equals (q^C_i W_UK^(i)ᵀ) · c_j, so W_UK moves to the query
@@ -140,7 +140,7 @@ class MultiHeadLatentAttention(nn.Module):
         width = d_in if q_rank is None else q_rank
         self.W_up_query = nn.Linear(width, d_out, bias=False)  # W_UQ: c^Q -> h content queries
         self.W_query_rope = nn.Linear(width, num_heads * rope_dim, bias=False)  # W_QR
-        self.out_proj = nn.Linear(d_out, d_out, bias=False)  # W_O
+        self.out_proj = nn.Linear(d_out, d_out, bias=False)  # W_o
 
     def new_cache(self, batch_size: int, max_tokens: int) -> LatentKVCache:
         """An empty :class:`LatentKVCache` on the module's device and dtype: b · max_tokens ·
