@@ -92,7 +92,8 @@ def split_kv_attention(
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     q = query.to(acc) * scale  # (..., t_q, d_k)
     outputs, lses = [], []
-    for k_r, v_r in zip(key.tensor_split(num_splits, dim=-2), value.tensor_split(num_splits, dim=-2)):
+    chunks = zip(key.tensor_split(num_splits, dim=-2), value.tensor_split(num_splits, dim=-2))
+    for k_r, v_r in chunks:  # (..., n_r, d_k) and (..., n_r, d_v): chunk r
         scores = q @ k_r.to(acc).transpose(-2, -1)  # (..., t_q, n_r): one chunk's scores
         lse_r = scores.logsumexp(dim=-1, keepdim=True)  # (..., t_q, 1): L_r
         outputs.append(torch.exp(scores - lse_r) @ v_r.to(acc))  # (..., t_q, d_v): z_r

@@ -19,8 +19,8 @@ which :func:`kv_cache_bytes` multiplies by the bytes of one value. Multi-query (
 2019) and grouped-query attention (1 < h_kv < h, Ainslie et al. 2023) shrink it by h / h_kv: query
 head i uses key/value head i // g. A sliding window of w tokens bounds it by w, whatever the
 length: :class:`RollingKVCache` keeps w slots, and n_sink more for the first tokens when it
-keeps attention sinks (StreamingLLM, Xiao et al. 2023). :class:`PagedKVCache` stores the tokens of many
-sequences in fixed-size blocks of one shared pool, with a block table per sequence (vLLM's
+keeps attention sinks (StreamingLLM, Xiao et al. 2023). :class:`PagedKVCache` stores the tokens of
+many sequences in fixed-size blocks of one shared pool, with a block table per sequence (vLLM's
 PagedAttention, Kwon et al. 2023).
 
 New tokens attend to every cached token and causally among themselves: the causal mask of t
@@ -95,7 +95,7 @@ def _check_room(length: int, t: int, max_tokens: int | None) -> None:
 
 
 def _visible(query_pos: Tensor, key_pos: Tensor, window: int, sinks: int) -> Tensor:
-    """Bool (t_q, t_k): the query at position i sees key j if j <= i and (i - w < j or j < n_sink)."""
+    """Bool (t_q, t_k): query at position i sees key j if j <= i and (i - w < j or j < n_sink)."""
     i, j = query_pos[:, None], key_pos[None, :]  # (t_q, 1), (1, t_k)
     return (j <= i) & ((j > i - window) | (j < sinks))  # (t_q, t_k)
 

@@ -91,7 +91,9 @@ class LatentKVCache:
                     f"{name} must have shape (b, t, {width}) with b={b}, got {tuple(new.shape)}"
                 )
             if new.dtype != store.dtype:
-                raise ValueError(f"{name} must have the cache's dtype {store.dtype}, got {new.dtype}")
+                raise ValueError(
+                    f"{name} must have the cache's dtype {store.dtype}, got {new.dtype}"
+                )
         if latents.shape[1] != rope_keys.shape[1]:
             raise ValueError(
                 f"latents and rope_keys must hold the same number of tokens, got "
@@ -143,8 +145,10 @@ class MultiHeadLatentAttention(nn.Module):
         self.out_proj = nn.Linear(d_out, d_out, bias=False)  # W_o
 
     def new_cache(self, batch_size: int, max_tokens: int) -> LatentKVCache:
-        """An empty :class:`LatentKVCache` on the module's device and dtype: b · max_tokens ·
-        (d_c + d_R) values."""
+        """An empty :class:`LatentKVCache` on the module's device and dtype.
+
+        It holds b · max_tokens · (d_c + d_R) values, whatever the number of heads.
+        """
         weight = self.W_down_kv.weight
         return LatentKVCache(batch_size, max_tokens, self.kv_rank, self.rope_dim,
                              dtype=weight.dtype, device=weight.device)
