@@ -1,6 +1,6 @@
 """Multi-head latent attention (MLA, DeepSeek-V2): a cache of one small latent per token.
 
-Notation (see CONTRIBUTING.md; DeepSeek-AI 2024, section 2.1, writes n_h for h and h_t for x):
+Notation (see CONTRIBUTING.md):
     b      batch size; t new tokens, n cached before them, t_k = n + t keys attended to
     d_in   width of an input token vector x, d_out width of the output
     h      heads, d_h = d_out / h the width of each head's content query, key and value
@@ -8,6 +8,7 @@ Notation (see CONTRIBUTING.md; DeepSeek-AI 2024, section 2.1, writes n_h for h a
     d_c'   ``q_rank``: width of the query latent c^Q (no query compression if None)
     d_R    ``rope_dim``: width of the rotary part of each query and of the one shared rotary key
 
+DeepSeek-AI (2024, section 2.1) write n_h for h, d_h^R for d_R and h_t for x, with column vectors.
 Per token (row vectors, as everywhere in the book):
 
     c^KV = x W_DKV                  (d_c)            the only content that is cached
