@@ -16,9 +16,9 @@ sequence, with about two FLOPs per weight read, so its speed is bounded by the b
 Its attention has one query per sequence and head. FlashAttention gives each block of queries
 to its own processor, so at batch 1 only b · h of them work, each walking through all t_k keys.
 Flash-Decoding (Dao, Haziza, Massa and Sizov, 2023) also splits the keys: chunk r is attended to
-on its own, giving a partial context vector and the log-sum-exp of its (scaled) scores ω_j,
+on its own, giving a partial context vector and the log-sum-exp of the query's scaled scores s_j,
 
-    z_r = Σ_{j ∈ J_r} e^{ω_j - lse_r} v_j ,     lse_r = log Σ_{j ∈ J_r} e^{ω_j}
+    z_r = Σ_{j ∈ J_r} e^{s_j - lse_r} v_j ,     lse_r = log Σ_{j ∈ J_r} e^{s_j}
 
 and the chunks are merged exactly, by the rescaling the online softmax applies between blocks
 (chapter 7):
@@ -72,11 +72,11 @@ def split_kv_attention(
         value: (..., t_k, d_v), like key.
         num_splits: chunks of consecutive keys, 1 <= num_splits <= t_k.
         scale: multiplies the scores; defaults to 1 / sqrt(d_k).
-        return_lse: also return the log-sum-exp L of each query's scaled scores.
+        return_lse: also return the log-sum-exp lse of each query's scaled scores.
 
     Returns:
         (..., t_q, d_v), equal to ``torch.nn.functional.scaled_dot_product_attention`` up to
-        rounding; with ``return_lse``, also L of shape (..., t_q), in the accumulation dtype.
+        rounding; with ``return_lse``, also lse of shape (..., t_q), in the accumulation dtype.
     """
     _check_inputs(query, key, value)
     check_sizes(num_splits=num_splits)
@@ -95,12 +95,12 @@ def split_kv_attention(
     chunks = zip(key.tensor_split(num_splits, dim=-2), value.tensor_split(num_splits, dim=-2))
     for k_r, v_r in chunks:  # (..., n_r, d_k) and (..., n_r, d_v): chunk r
         scores = q @ k_r.to(acc).transpose(-2, -1)  # (..., t_q, n_r): one chunk's scores
-        lse_r = scores.logsumexp(dim=-1, keepdim=True)  # (..., t_q, 1): L_r
+        lse_r = scores.logsumexp(dim=-1, keepdim=True)  # (..., t_q, 1): lse_r
         outputs.append(torch.exp(scores - lse_r) @ v_r.to(acc))  # (..., t_q, d_v): z_r
         lses.append(lse_r)
     partial = torch.stack(outputs)  # (n_split, ..., t_q, d_v)
     partial_lse = torch.stack(lses)  # (n_split, ..., t_q, 1)
-    lse = partial_lse.logsumexp(dim=0)  # (..., t_q, 1): L = log Σ_r e^{L_r}
+    lse = partial_lse.logsumexp(dim=0)  # (..., t_q, 1): lse = log Σ_r e^{lse_r}
     out = (torch.exp(partial_lse - lse) * partial).sum(dim=0)  # (..., t_q, d_v)
     out = out.to(query.dtype)
     return (out, lse[..., 0]) if return_lse else out
