@@ -91,3 +91,12 @@ def test_a_decode_step_reads_every_weight_but_the_unused_embedding_rows(position
     rows = 8 * (2 if positions == "learned" else 1)  # one row of each table, width d = 8
     dense = sum(p.numel() for name, p in model.named_parameters() if name not in tables)
     assert weights_read_per_token(model) == dense + rows
+
+
+def test_tied_weights_are_read_whole_once() -> None:
+    with torch.device("meta"):
+        untied = TinyTransformer(50, 8, 2, 1, context_length=6, positions="rope")
+        tied = TinyTransformer(50, 8, 2, 1, context_length=6, positions="rope", tie_weights=True)
+    # untied: the LM head (50 x 8) read whole plus one row of the embedding; tied: the shared
+    # matrix read whole, once
+    assert weights_read_per_token(untied) - weights_read_per_token(tied) == 8

@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention import ModelKVCache, RollingKVCache, TinyTransformer, sink_window_mask
+from attention import (
+    ModelKVCache, RollingKVCache, RotaryEmbedding, TinyTransformer, sink_window_mask,
+)
 from attention.streaming import StreamingKVCache, streaming_cache
 
 WINDOWS = [(4, 0), (4, 1), (6, 3), (1, 2)]  # (w, n_sink)
@@ -32,8 +34,8 @@ def _streamingllm(model: TinyTransformer, idx: torch.Tensor, w: int, sinks: int)
     for i in range(t):
         x = model.tok_emb(idx[:, i:i + 1])  # (b, 1, d)
         for block, (keys, values, positions) in zip(model.blocks, cached):
-            h, d_h = block.num_heads, block.d_h
-            q, k, v = block.qkv(block.norm1(x)).split(block.d_model, dim=2)
+            h, d_h, attn = block.num_heads, block.d_h, block.attn
+            q, k, v = attn.qkv(block.norm1(x)).split(block.d_model, dim=2)
             q, k, v = (z.view(b, 1, h, d_h).transpose(1, 2) for z in (q, k, v))
             for store, new in ((keys, k), (values, v), (positions, i)):
                 store.append(new)
@@ -41,11 +43,11 @@ def _streamingllm(model: TinyTransformer, idx: torch.Tensor, w: int, sinks: int)
             for store in (keys, values, positions):
                 store[:] = [store[n] for n in keep]
             k_all, v_all = torch.cat(keys, dim=2), torch.cat(values, dim=2)  # (b, h, t_k, d_h)
-            if block.rotary is not None:
-                k_all = block.rotary(k_all)  # positions 0 .. t_k - 1 in the cache
-                q = block.rotary(q, start=k_all.shape[2] - 1)
+            if attn.rotary is not None:
+                k_all = attn.rotary(k_all)  # positions 0 .. t_k - 1 in the cache
+                q = attn.rotary(q, start=k_all.shape[2] - 1)
             z = F.scaled_dot_product_attention(q, k_all, v_all).transpose(1, 2).reshape(b, 1, -1)
-            x = x + block.out_proj(z)
+            x = x + attn.out_proj(z)
             x = x + block.feed_forward(block.norm2(x))
         logits.append(model.lm_head(model.final_norm(x)))
     return torch.cat(logits, dim=1)
@@ -124,7 +126,7 @@ def test_a_rolling_cache_alone_keeps_positions_in_the_text() -> None:
         (lambda: streaming_cache(_model(1, "alibi"), 1, 4, 1), r"got 'alibi'"),
         (lambda: streaming_cache(_model(1), 1, 4, -1), r"sinks must be an integer >= 0, got -1"),
         (lambda: streaming_cache(_model(1), 1, 0, 1), r"window must be at least 1, got 0"),
-        (lambda: StreamingKVCache(1, 2, 4, 8, 1, _model(1).blocks[0].rotary.__class__(4)),
+        (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(4)),
          r"rotary must rotate keys of width d_h=8, got d_h=4"),
     ],
 )

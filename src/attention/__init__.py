@@ -6,7 +6,18 @@ d_k width of queries and keys.
 """
 
 from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
+from .block_attention import BlockAttention
 from .causal import CausalAttention
+from .circuits import (
+    ablate_heads,
+    composition_score,
+    copying_score,
+    head_output_means,
+    head_weights,
+    ov_circuit,
+    qk_circuit,
+    rotation_matrix,
+)
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
 from .decoding import split_kv_attention, weights_read_per_token
 from .encoder import BidirectionalSelfAttention, CrossAttention
@@ -40,6 +51,7 @@ from .io_model import (
 from .latent import LatentKVCache, MultiHeadLatentAttention, latent_cache_bytes
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from .norms import RMSNorm
 from .plotting import plot_attention
 from .positions import (
     LearnedPositions,
@@ -52,7 +64,7 @@ from .positions import (
 from .self_attention import SelfAttentionV1, SelfAttentionV2
 from .streaming import StreamingKVCache, streaming_cache
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
-from .transformer import TinyTransformer, TransformerBlock
+from .transformer import TinyTransformer, TransformerBlock, swiglu_width
 
 __version__ = "0.1.0"
 
@@ -62,6 +74,7 @@ __all__ = [
     "AdditiveAttention",
     "AttentionDecoder",
     "BidirectionalSelfAttention",
+    "BlockAttention",
     "CausalAttention",
     "CrossAttention",
     "FusedMultiHeadAttention",
@@ -75,6 +88,7 @@ __all__ = [
     "MultiHeadLatentAttention",
     "MultiHeadAttentionWrapper",
     "PagedKVCache",
+    "RMSNorm",
     "RollingKVCache",
     "RotaryEmbedding",
     "SelfAttentionV1",
@@ -85,13 +99,18 @@ __all__ = [
     "TinyTransformer",
     "TransformerBlock",
     "TwoLevelMemory",
+    "ablate_heads",
     "additive_causal_mask",
     "alibi_bias",
     "alibi_slopes",
     "attention_weights",
     "causal_mask",
+    "composition_score",
+    "copying_score",
     "flash_attention",
+    "head_output_means",
     "head_scores",
+    "head_weights",
     "induction_data",
     "journey_batch",
     "journey_inputs",
@@ -99,8 +118,11 @@ __all__ = [
     "latent_cache_bytes",
     "lookback_data",
     "next_token_accuracy",
+    "ov_circuit",
     "plot_attention",
+    "qk_circuit",
     "rotary_permutation",
+    "rotation_matrix",
     "scaled_dot_product_attention",
     "sink_window_mask",
     "sinusoidal_positions",
@@ -111,6 +133,7 @@ __all__ = [
     "standard_attention_io",
     "standard_io_formula",
     "streaming_cache",
+    "swiglu_width",
     "tiled_attention_io",
     "tiled_io_formula",
     "train_lm",

@@ -43,12 +43,14 @@ def weights_read_per_token(model: nn.Module) -> int:
     """Parameters one decode step of ``model`` reads: all of them, but one row of each embedding.
 
     A token looks up one row of each ``nn.Embedding`` (token and learned positions) and
-    multiplies every other weight; the unembedding (``lm_head``) is read whole. Works on the
-    ``meta`` device, where a model has shapes and no memory.
+    multiplies every other weight; the unembedding (``lm_head``) is read whole, also when it
+    shares the token embedding's matrix (tied weights, counted once). Works on the ``meta``
+    device, where a model has shapes and no memory.
     """
-    total = sum(p.numel() for p in model.parameters())
+    total = sum(p.numel() for p in model.parameters())  # a shared parameter counts once
+    multiplied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     for module in model.modules():
-        if isinstance(module, nn.Embedding):
+        if isinstance(module, nn.Embedding) and id(module.weight) not in multiplied:
             total -= (module.num_embeddings - 1) * module.embedding_dim  # rows not read
     return total
 

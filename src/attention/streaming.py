@@ -35,8 +35,8 @@ __all__ = ["StreamingKVCache", "streaming_cache"]
 class StreamingKVCache(RollingKVCache):
     """A :class:`~attention.RollingKVCache` with sinks whose keys sit at positions in the cache.
 
-    Keys arrive rotated by their position in the text (``rotary`` rotated them, as a
-    :class:`~attention.TransformerBlock` does before it appends). ``append`` returns the sinks,
+    Keys arrive rotated by their position in the text (``rotary`` rotated them, as the attention
+    of a :class:`~attention.TransformerBlock` does before it appends). ``append`` returns the sinks,
     the window and the new keys as the rolling cache does, the sinks rotated by δ more (see the
     module docstring), so that a query rotated by its position i in the text scores every key at
     its distance within the cache. Once a token has been evicted the queries of one call would
@@ -91,7 +91,7 @@ def streaming_cache(
         )
     weight = model.lm_head.weight
     return ModelKVCache([
-        StreamingKVCache(batch_size, block.num_heads, window, block.d_h, sinks, block.rotary,
+        StreamingKVCache(batch_size, block.num_heads, window, block.d_h, sinks, block.attn.rotary,
                          dtype=weight.dtype, device=weight.device)
         for block in model.blocks
     ])
