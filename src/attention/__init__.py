@@ -46,6 +46,7 @@ from .positions import (
     rotary_permutation,
     sinusoidal_positions,
 )
+from .rope_scaling import Llama3Scaling, NTKAwareScaling, PositionInterpolation, YaRNScaling
 from .self_attention import SelfAttentionV1, SelfAttentionV2
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
 from .transformer import TinyTransformer, TransformerBlock
@@ -65,10 +66,13 @@ __all__ = [
     "IOCount",
     "KVCache",
     "LearnedPositions",
+    "Llama3Scaling",
     "ModelKVCache",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
+    "NTKAwareScaling",
     "PagedKVCache",
+    "PositionInterpolation",
     "RollingKVCache",
     "RotaryEmbedding",
     "SelfAttentionV1",
@@ -78,6 +82,7 @@ __all__ = [
     "TinyTransformer",
     "TransformerBlock",
     "TwoLevelMemory",
+    "YaRNScaling",
     "additive_causal_mask",
     "alibi_bias",
     "alibi_slopes",
