@@ -1,6 +1,6 @@
 """Figures of chapter 9: the tiny decoder-only model trained on the page, and what its heads do.
 
-Notation: b batch size, t tokens (24), V vocabulary size (16), d model width (32), h heads per
+Notation: b batch size, t tokens (24), n_vocab vocabulary size (16), d model width (32), h heads per
 layer (2), L layers (2). The model, the data and the training are the chapter's (section 9.9):
 ``TinyTransformer`` with rotary positions and no feed-forward network, trained for 300 AdamW
 steps on repeated random segments (``induction_data``), seed 123, on one thread. The model is

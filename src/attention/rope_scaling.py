@@ -2,23 +2,23 @@
 
 Notation (see CONTRIBUTING.md):
     d_rot      width of the rotated part of a head (``rotary_dim``; d_rot = d_h unless partial)
-    i          a rotated pair, i = 0 .. d_rot/2 - 1, turning by θ_i = b^(-2i/d_rot) radians per
-               token; its wavelength λ_i = 2π / θ_i is the number of tokens per full turn
-    b          the base (``base``, 10000 in RoFormer)
+    i          a rotated pair, i = 0 .. d_rot/2 - 1, turning by θ_i = base^(-2i/d_rot) radians
+               per token (``base`` is 10000 in RoFormer); its wavelength λ_i = 2π / θ_i is the
+               number of tokens per full turn
     t_train    the context length the model was trained on (``original_context``)
     κ          the stretch factor (``factor``): the model is meant to read κ · t_train tokens
-    r_i        t_train / λ_i, the number of turns pair i makes over the training context
+    ν_i        t_train / λ_i, the number of turns pair i makes over the training context
     τ          a softmax temperature: the scores are divided by τ
 
 A rule replaces each θ_i by θ'_i, so that every wavelength grows by λ'_i / λ_i = θ_i / θ'_i:
 
     PositionInterpolation  θ'_i = θ_i / κ for every pair                    (Chen et al., 2023)
-    NTKAwareScaling        the base b' = b κ^(d_rot / (d_rot - 2)), so that
+    NTKAwareScaling        the base becomes base · κ^(d_rot / (d_rot - 2)), so that
                            θ'_i = θ_i κ^(-2i / (d_rot - 2))                  (bloc97, 2023)
-    YaRNScaling            θ'_i = (1 - ρ(r_i)) θ_i / κ + ρ(r_i) θ_i, with the ramp
-                           ρ(r) = clamp((r - r_lo) / (r_hi - r_lo), 0, 1); and
+    YaRNScaling            θ'_i = (1 - γ(ν_i)) θ_i / κ + γ(ν_i) θ_i, with the ramp
+                           γ(ν) = clamp((ν - ν_lo) / (ν_hi - ν_lo), 0, 1); and
                            queries and keys times sqrt(1/τ) = 0.1 ln κ + 1    (Peng et al., 2023)
-    Llama3Scaling          the same ramp without the temperature, r_lo and r_hi named
+    Llama3Scaling          the same ramp without the temperature, ν_lo and ν_hi named
                            ``low_freq_factor`` and ``high_freq_factor``      (Meta's Llama 3.1 code)
 
 Each rule is a frozen dataclass that checks its parameters when it is made; ``frequencies``
@@ -70,11 +70,11 @@ def _context(value: object) -> int:
 
 
 def _ramp_frequencies(
-    theta: Tensor, factor: float, original_context: int, r_lo: float, r_hi: float
+    theta: Tensor, factor: float, original_context: int, low: float, high: float
 ) -> Tensor:
-    """θ'_i = (1 - ρ(r_i)) θ_i / κ + ρ(r_i) θ_i with r_i = t_train θ_i / (2π): (d_rot/2,)."""
-    turns = original_context * theta / (2 * math.pi)  # (d_rot/2,): r_i = t_train / λ_i
-    ramp = ((turns - r_lo) / (r_hi - r_lo)).clamp(0.0, 1.0)  # (d_rot/2,): ρ(r_i)
+    """θ'_i = (1 - γ(ν_i)) θ_i / κ + γ(ν_i) θ_i with ν_i = t_train θ_i / (2π): (d_rot/2,)."""
+    turns = original_context * theta / (2 * math.pi)  # (d_rot/2,): ν_i = t_train / λ_i
+    ramp = ((turns - low) / (high - low)).clamp(0.0, 1.0)  # (d_rot/2,): γ(ν_i)
     return (1 - ramp) * theta / factor + ramp * theta  # (d_rot/2,)
 
 
@@ -108,10 +108,10 @@ class PositionInterpolation:
 class NTKAwareScaling:
     """NTK-aware scaling (bloc97, 2023; formalized by Peng et al., 2023): a larger base.
 
-    The base becomes b' = b κ^(d_rot / (d_rot - 2)), chosen so that the last pair's frequency
-    b'^(-(d_rot-2)/d_rot) is exactly its old one divided by κ, while pair 0 (θ_0 = 1) does not
-    change. In between, θ'_i = θ_i κ^(-2i/(d_rot-2)): the stretch grows geometrically with i.
-    Needs at least two pairs (rotary_dim >= 4).
+    The base becomes base' = base · κ^(d_rot / (d_rot - 2)), chosen so that the last pair's
+    frequency base'^(-(d_rot-2)/d_rot) is exactly its old one divided by κ, while pair 0
+    (θ_0 = 1) does not change. In between, θ'_i = θ_i κ^(-2i/(d_rot-2)): the stretch grows
+    geometrically with i. Needs at least two pairs (rotary_dim >= 4).
     """
 
     factor: float
@@ -126,7 +126,7 @@ class NTKAwareScaling:
         return 1.0
 
     def base(self, rotary_dim: int, base: float) -> float:
-        """The new base b' = b κ^(d_rot / (d_rot - 2))."""
+        """The new base, base · κ^(d_rot / (d_rot - 2))."""
         if rotary_dim < 4:
             raise ValueError(
                 f"NTK-aware scaling needs rotary_dim >= 4 (two pairs: one kept, one "
@@ -135,7 +135,7 @@ class NTKAwareScaling:
         return base * self.factor ** (rotary_dim / (rotary_dim - 2))
 
     def frequencies(self, rotary_dim: int, base: float) -> Tensor:
-        """θ'_i = b'^(-2i/d_rot): shape (rotary_dim/2,), float64."""
+        """θ'_i = base'^(-2i/d_rot), base' the new base: shape (rotary_dim/2,), float64."""
         return rope_frequencies(rotary_dim, self.base(rotary_dim, base))  # (d_rot/2,)
 
 
@@ -143,18 +143,20 @@ class NTKAwareScaling:
 class YaRNScaling:
     """YaRN (Peng et al., 2023): "NTK-by-parts" frequencies and an attention temperature.
 
-    Pair i turns r_i = t_train / λ_i times over the training context. Pairs with r_i < r_lo
-    (``beta_slow``, the paper's α) are interpolated by κ as in :class:`PositionInterpolation`;
-    pairs with r_i > r_hi (``beta_fast``, the paper's β) keep their frequency; in between the
-    frequency moves linearly in r_i from one to the other (the paper's equations for γ and h,
-    section 3.2). Defaults are the paper's values for Llama: r_lo = 1, r_hi = 32.
+    Pair i turns ν_i = t_train / λ_i times over the training context (the paper's r). Pairs with
+    ν_i < ν_lo (``beta_slow``, the paper's α) are interpolated by κ as in
+    :class:`PositionInterpolation`; pairs with ν_i > ν_hi (``beta_fast``, the paper's β) keep
+    their frequency; in between the frequency moves linearly in ν_i from one to the other (the
+    paper's equations for γ and h, section 3.2). Defaults are the paper's values for Llama:
+    ν_lo = 1, ν_hi = 32.
 
     The scores are divided by a temperature τ with sqrt(1/τ) = 0.1 ln κ + 1 (section 3.4), which
     :class:`~attention.RotaryEmbedding` applies by multiplying queries and keys by sqrt(1/τ)
     (``attention_factor``; pass ``attention_factor`` to choose another value, 1.0 to turn it off).
 
     The authors' code, and Hugging Face's, ramp linearly over the pair index i between rounded
-    boundaries instead of linearly in r_i: their frequencies differ in the ramp (exercise 8.6).
+    boundaries instead of linearly in ν_i: their frequencies differ in the ramp (exercise 8.6),
+    so this class does not reproduce the frequencies of models fine-tuned with their code.
     """
 
     factor: float
@@ -184,7 +186,7 @@ class YaRNScaling:
             object.__setattr__(self, "attention_factor", value)
 
     def frequencies(self, rotary_dim: int, base: float) -> Tensor:
-        """θ'_i = (1 - ρ(r_i)) θ_i / κ + ρ(r_i) θ_i: shape (rotary_dim/2,), float64."""
+        """θ'_i = (1 - γ(ν_i)) θ_i / κ + γ(ν_i) θ_i: shape (rotary_dim/2,), float64."""
         theta = rope_frequencies(rotary_dim, base)  # (d_rot/2,)
         return _ramp_frequencies(
             theta, self.factor, self.original_context, self.beta_slow, self.beta_fast
@@ -197,8 +199,8 @@ class Llama3Scaling:
 
     Wavelengths shorter than t_train / ``high_freq_factor`` are kept, wavelengths longer than
     t_train / ``low_freq_factor`` are stretched by κ, and in between the frequency moves
-    linearly in t_train / λ_i: YaRN's ramp with r_lo = ``low_freq_factor`` and
-    r_hi = ``high_freq_factor``, without a temperature. The defaults are Meta's values for
+    linearly in t_train / λ_i: YaRN's ramp with ν_lo = ``low_freq_factor`` and
+    ν_hi = ``high_freq_factor``, without a temperature. The defaults are Meta's values for
     Llama 3.1: κ = 8, t_train = 8192, factors 1 and 4 (its models use base 500,000).
     """
 

@@ -8,7 +8,7 @@ Notation (see CONTRIBUTING.md):
     d        model width ``d_model`` (d_in = d_out = d in every block)
     h        number of heads, d_h = d / h the width of one head
     d_ff     width of the feed-forward network's hidden layer
-    V        vocabulary size ``vocab_size``
+    n_vocab  vocabulary size ``vocab_size``
 
 One block, pre-LN (``norm_first=True``) or post-LN, as ``torch.nn.TransformerEncoderLayer``:
 
@@ -246,7 +246,7 @@ class TinyTransformer(nn.Module):
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.vocab_size, self.num_heads, self.positions = vocab_size, num_heads, positions
         self.context_length = context_length
-        self.tok_emb = nn.Embedding(vocab_size, d_model)  # (V, d)
+        self.tok_emb = nn.Embedding(vocab_size, d_model)  # (n_vocab, d)
         self.pos_emb = LearnedPositions(context_length, d_model) if positions == "learned" else None
         rotary = RotaryEmbedding(d_model // num_heads) if positions == "rope" else None
         d_ff = 4 * d_model if d_ff is None else d_ff
@@ -255,7 +255,7 @@ class TinyTransformer(nn.Module):
             for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(d_model)
-        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)  # (d, V)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)  # (d, n_vocab)
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 nn.init.normal_(module.weight, std=0.02)
@@ -284,7 +284,7 @@ class TinyTransformer(nn.Module):
     def forward(
         self, idx: Tensor, return_weights: bool = False, cache: ModelKVCache | None = None
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """Next-token logits (b, t, V) for token ids idx (b, t).
+        """Next-token logits (b, t, n_vocab) for token ids idx (b, t).
 
         ``return_weights=True`` also returns each layer's attention weights, a list of
         ``num_layers`` tensors (b, h, t, t). With a ``cache`` from :meth:`new_cache`, idx holds
@@ -317,7 +317,7 @@ class TinyTransformer(nn.Module):
         for block, layer_cache in zip(self.blocks, layer_caches):
             x, attn_weights = block(x, bias, return_weights=True, cache=layer_cache)  # (b, t, d)
             all_weights.append(attn_weights)  # (b, h, t, n + t)
-        logits = self.lm_head(self.final_norm(x))  # (b, t, V)
+        logits = self.lm_head(self.final_norm(x))  # (b, t, n_vocab)
         return (logits, all_weights) if return_weights else logits
 
     @torch.no_grad()
@@ -347,7 +347,7 @@ class TinyTransformer(nn.Module):
         cache = self.new_cache(b, t + max_new_tokens - 1) if use_cache and max_new_tokens else None
         new_tokens = idx
         for step in range(max_new_tokens):
-            logits = self(new_tokens if use_cache else idx, cache=cache)  # (b, t', V)
+            logits = self(new_tokens if use_cache else idx, cache=cache)  # (b, t', n_vocab)
             next_id = logits[:, -1].argmax(dim=-1, keepdim=True).to(idx.dtype)  # (b, 1)
             idx = torch.cat([idx, next_id], dim=1)  # (b, t + step + 1)
             new_tokens = next_id
