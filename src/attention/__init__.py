@@ -6,7 +6,18 @@ d_k width of queries and keys.
 """
 
 from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
+from .block_attention import BlockAttention
 from .causal import CausalAttention
+from .circuits import (
+    ablate_heads,
+    composition_score,
+    copying_score,
+    head_output_means,
+    head_weights,
+    ov_circuit,
+    qk_circuit,
+    rotation_matrix,
+)
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
 from .encoder import BidirectionalSelfAttention, CrossAttention
 from .flash import flash_attention
@@ -37,6 +48,7 @@ from .io_model import (
 )
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from .norms import RMSNorm
 from .plotting import plot_attention
 from .positions import (
     LearnedPositions,
@@ -49,7 +61,7 @@ from .positions import (
 from .rope_scaling import Llama3Scaling, NTKAwareScaling, PositionInterpolation, YaRNScaling
 from .self_attention import SelfAttentionV1, SelfAttentionV2
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
-from .transformer import TinyTransformer, TransformerBlock
+from .transformer import TinyTransformer, TransformerBlock, swiglu_width
 
 __version__ = "0.1.0"
 
@@ -59,6 +71,7 @@ __all__ = [
     "AdditiveAttention",
     "AttentionDecoder",
     "BidirectionalSelfAttention",
+    "BlockAttention",
     "CausalAttention",
     "CrossAttention",
     "FusedMultiHeadAttention",
@@ -73,6 +86,7 @@ __all__ = [
     "NTKAwareScaling",
     "PagedKVCache",
     "PositionInterpolation",
+    "RMSNorm",
     "RollingKVCache",
     "RotaryEmbedding",
     "SelfAttentionV1",
@@ -83,21 +97,29 @@ __all__ = [
     "TransformerBlock",
     "TwoLevelMemory",
     "YaRNScaling",
+    "ablate_heads",
     "additive_causal_mask",
     "alibi_bias",
     "alibi_slopes",
     "attention_weights",
     "causal_mask",
+    "composition_score",
+    "copying_score",
     "flash_attention",
+    "head_output_means",
     "head_scores",
+    "head_weights",
     "induction_data",
     "journey_batch",
     "journey_inputs",
     "kv_cache_bytes",
     "lookback_data",
     "next_token_accuracy",
+    "ov_circuit",
     "plot_attention",
+    "qk_circuit",
     "rotary_permutation",
+    "rotation_matrix",
     "scaled_dot_product_attention",
     "sinusoidal_positions",
     "sliding_window_mask",
@@ -105,6 +127,7 @@ __all__ = [
     "softmax_naive",
     "standard_attention_io",
     "standard_io_formula",
+    "swiglu_width",
     "tiled_attention_io",
     "tiled_io_formula",
     "train_lm",
