@@ -67,36 +67,57 @@ def test_a_broken_results_file_stops_the_build_naming_file_and_field(tmp_path, m
         timings_hook.on_files(None, None)
 
 
+@pytest.mark.parametrize("break_it, field", [
+    (lambda doc: doc["goals"]["speed"][0].pop("fused_sdpa_backend"), r"goals\.speed: expected key 'fused_sdpa_backend'"),
+    (lambda doc: next(r for r in doc["results"] if r["status"] == "ok").pop("backend"), r"results\[\d+\]: expected key 'backend'"),
+    (lambda doc: doc["settings"].pop("tokens"), r"settings: expected key 'tokens'"),
+    (lambda doc: doc["results"][0].update(t="1024"), r"results\[0\]\.t: expected <class 'int'>"),
+])
+def test_a_stale_file_missing_what_the_page_reads_is_refused_by_name(tmp_path, break_it, field):
+    doc = json.loads(FIXTURE.read_text())
+    break_it(doc)
+    (tmp_path / "stale.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"stale\.json: " + field):
+        load_runs(tmp_path)
+
+
+def test_typed_rows_read_back_what_the_harness_wrote(runs):
+    for run in runs.values():
+        assert [r.to_json() for r in run.rows] == [
+            {k: v for k, v in r.items()} | {"gpu_kernels": r.get("gpu_kernels"), "run": r.get("run")}
+            for r in run.doc["results"]]
+
+
 def test_queries_answer_with_the_files_numbers(runs):
     h200, h100 = runs["cuda-h200"], runs["cuda-h100-quick"]
     cudnn = h200.row("sdpa[cudnn]", t=16384, d_h=64)
     ask = lambda text, default="cuda-h200": facts.fill(text, runs, default)  # noqa: E731
-    assert ask("{{ tflops(sdpa[cudnn], forward, t=16384, d_h=64) }}") == f"{cudnn['tflops']:.3g}"
-    assert ask("{{ pct_of_peak(sdpa[cudnn], forward, t=16384, d_h=64) }}") == f"{cudnn['pct_of_peak']:.0f}"
+    assert ask("{{ tflops(sdpa[cudnn], forward, t=16384, d_h=64) }}") == f"{cudnn.tflops:.3g}"
+    assert ask("{{ pct_of_peak(sdpa[cudnn], forward, t=16384, d_h=64) }}") == f"{cudnn.pct_of_peak:.0f}"
     speeds = []
     for row in h200.rows:
-        if row["variant"] == "triton" and row["pass"] == "forward" and row["status"] == "ok":
-            flash = h200.row("sdpa[flash]", t=row["t"], d_h=row["d_h"])
-            speeds.append(flash["median_s"] / row["median_s"])
+        if row.variant == "triton" and row.pass_name == "forward" and row.status == "ok":
+            flash = h200.row("sdpa[flash]", t=row.t, d_h=row.d_h)
+            speeds.append(flash.median_s / row.median_s)
     assert len(speeds) == 10  # t = 1024 ... 16384, d_h = 64 and 128
     assert ask("{{ speedup(triton, sdpa[flash], forward) }}") == f"{min(speeds):.2f}–{max(speeds):.2f}×"
     launched = h100.row("flash_attention", t=16384, d_h=64, dtype="bfloat16")
     assert ask("{{ cuda-h100-quick: launches(flash_attention, forward, t=16384, d_h=64, dtype=bfloat16) }}") == (
-        f"{launched['gpu_kernels']:,}")
-    per = launched["median_s"] / launched["gpu_kernels"] * 1e6
+        f"{launched.gpu_kernels:,}")
+    per = launched.median_s / launched.gpu_kernels * 1e6
     assert ask("{{ cuda-h100-quick: per_launch_us(flash_attention, forward, t=16384, d_h=64, "
                "dtype=bfloat16) }}") == f"{per:.2g}"
-    decode = {r["use_cache"]: r["tokens_per_s"] for r in h200.doc["decode"] if r["model"] == "tiny"}
+    decode = {r.use_cache: r.tokens_per_s for r in h200.decode if r.model == "tiny"}
     assert ask("{{ decode_speedup(tiny) }}") == f"{decode[True] / decode[False]:.2f}×"
     assert ask("{{ peak(bfloat16) }}") == "989.5 TFLOP/s"  # the datasheet's figure, as printed there
 
 
 @pytest.mark.parametrize("query, message", [
     ("{{ nonsense(triton) }}", "unknown query 'nonsense'"),
-    ("{{ tflops(triton, forward+backward) }}", "no ok row of triton, forward\\+backward"),
+    ("{{ tflops(triton, forward+backward, t=1024, d_h=64, dtype=float32) }}", "no ok row of triton, forward\\+backward"),
     ("{{ tflops(sdpa[cudnn], forward) }}", "rows of sdpa\\[cudnn\\].*say which"),
     ("{{ cuda-a100: tflops(triton, forward) }}", "no results file cuda-a100.json"),
-    ("{{ launches(triton, forward, t=1024, d_h=64) }}", "did not count GPU kernel launches"),
+    ("{{ launches(explicit, forward, t=1024, d_h=64) }}", "did not count GPU kernel launches"),
 ])
 def test_a_query_that_cannot_be_answered_stops_the_build(runs, query, message):
     with pytest.raises(facts.FactError, match=message):
@@ -143,10 +164,10 @@ def test_provenance_says_where_when_with_what_and_in_how_many_runs(runs):
     p = run.provenance
     for fact in (p["device_name"], p["driver"], p["torch"], f"CUDA {p['cuda']}", p["git"]["commit"][:7],
                  f"the book pins torch {pinned_version('torch')}", "up to 20 timed calls per point",
-                 "256 MiB buffer", "**6 runs**", "the compiled variants off"):
+                 "256 MiB buffer", "**7 runs**", "the compiled variants off"):
         assert fact in text, fact
     times = re.findall(r"^- (\d\d:\d\d) UTC", text, flags=re.MULTILINE)
-    assert len(times) == 6 and times == sorted(times)  # listed in the order they were measured
+    assert len(times) == 7 and times == sorted(times)  # listed in the order they were measured
     assert all(s["command"] in text for s in run.sources)
 
 
@@ -155,12 +176,18 @@ def test_a_run_that_did_not_finish_says_so(runs):
     assert '!!! warning "This run did not finish"' in provenance_markdown(Run("cut", doc))
 
 
-def test_gpu_goal_is_read_off_the_rows(runs):
+def test_gpu_goals_are_read_off_the_rows(runs):
     text = tables.gpu_goals_table(runs["cuda-h200"])
-    (flash, cudnn) = body_rows(text)
+    flash, cudnn, training = body_rows(text)
     speedups = facts.fill("{{ speedup(triton, sdpa[flash], forward) }}", runs, "cuda-h200")
-    assert flash[1] == f"**{speedups.split('–')[0]}** … {speedups.split('–')[1].rstrip('×')}"
-    assert flash[2:] == ["≥ 0.8", "met"] and cudnn[2:] == ["reported", "—"]
+    assert flash[1] == f"**{speedups.split('–')[0]}** … {speedups.split('–')[1].rstrip('×')} (10 points)"
+    assert flash[2:] == ["≥ 0.8", "met"]
+    lowest = min(runs["cuda-h200"].row("sdpa[cudnn]", t=t, d_h=d).median_s / runs["cuda-h200"].row("triton", t=t, d_h=d).median_s
+                 for t in (4096, 8192, 16384) for d in (64, 128))
+    assert cudnn[1].startswith(f"**{lowest:.2f}**") and cudnn[3] == ("met" if lowest >= 0.85 else "missed")
+    assert training[2] == "≥ 1" and "(6 points)" in training[1]
+    (_, _, untimed) = body_rows(tables.gpu_goals_table(runs["cuda-h100-quick"]))
+    assert untimed[1:] == ["—", "≥ 1", "not measured in this run"]  # that run's kernel had no backward
 
 
 def test_every_figure_a_page_links_is_drawn_by_the_figure_script(pages):
