@@ -61,6 +61,7 @@ from .positions import (
     rotary_permutation,
     sinusoidal_positions,
 )
+from .rope_scaling import Llama3Scaling, NTKAwareScaling, PositionInterpolation, YaRNScaling
 from .self_attention import SelfAttentionV1, SelfAttentionV2
 from .streaming import StreamingKVCache, streaming_cache
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
@@ -83,11 +84,14 @@ __all__ = [
     "KVCache",
     "LatentKVCache",
     "LearnedPositions",
+    "Llama3Scaling",
     "ModelKVCache",
     "MultiHeadAttention",
     "MultiHeadLatentAttention",
     "MultiHeadAttentionWrapper",
+    "NTKAwareScaling",
     "PagedKVCache",
+    "PositionInterpolation",
     "RMSNorm",
     "RollingKVCache",
     "RotaryEmbedding",
@@ -99,6 +103,7 @@ __all__ = [
     "TinyTransformer",
     "TransformerBlock",
     "TwoLevelMemory",
+    "YaRNScaling",
     "ablate_heads",
     "additive_causal_mask",
     "alibi_bias",
