@@ -70,7 +70,7 @@ rounded one), and D is formed from it: D is the P-weighted mean of the row's dP,
 cancels, and the rounding error of a half-precision O would pass whole into every dS of the row.
 FlashAttention-2 forms D from the rounded O (``dot_do_o`` in its flash_bwd_preprocess_kernel.h);
 in bfloat16 at t_q = 64, t_k = 4, d_h = 64 that made our dQ 7 times less accurate than the exact
-answer rounded once, which it now is (tests/test_half_precision.py).
+answer rounded once, which it now is (tests/package/test_half_precision.py).
 """
 
 import math

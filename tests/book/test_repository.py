@@ -24,8 +24,8 @@ from packaging.requirements import Requirement
 
 from book.runner.notebooks import read_cells
 from book.pages import read_page
+from book.constants import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 # Where the repository's own Python lives; every .py file under these is scanned for imports.
 CODE = [REPO / "src", REPO / "tools", REPO / "tests", REPO / "docs", REPO / ".ci", REPO / "conftest.py"]
 # Pinned, used, but never imported: why each is needed.
