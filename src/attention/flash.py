@@ -78,11 +78,11 @@ import math
 import torch
 from torch import Tensor
 
+from ._checks import check_causal_options
 from .functional import _accumulation_dtype
 
 __all__ = ["default_block_sizes", "flash_attention"]
 
-ALIGNMENTS = ("top_left", "bottom_right")
 LOG2E = math.log2(math.e)  # scores times LOG2E are in base 2: exp(x) = 2 ** (x · LOG2E)
 
 
@@ -466,15 +466,7 @@ def flash_attention(
             f"got {query.dtype}, {key.dtype}, {value.dtype}"
         )
     _check_block_size(block_size)
-    if causal_alignment not in ALIGNMENTS:
-        raise ValueError(f"causal_alignment must be one of {ALIGNMENTS}, got {causal_alignment!r}")
-    if window is not None and (type(window) is not int or window < 1):
-        raise ValueError(f"window must be None or an integer >= 1, got {window!r}")
-    if not is_causal and (window is not None or causal_alignment != "top_left"):
-        raise ValueError(
-            "window and causal_alignment apply to causal attention only: pass is_causal=True, "
-            f"got is_causal={is_causal!r}, window={window!r}, causal_alignment={causal_alignment!r}"
-        )
+    check_causal_options(is_causal, causal_alignment, window)
     if enable_gqa:
         h = query.shape[-3]
         for name, tensor in (("key", key), ("value", value)):
