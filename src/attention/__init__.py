@@ -35,8 +35,10 @@ from .io_model import (
     tiled_attention_io,
     tiled_io_formula,
 )
+from .masks import block_sparsity, dense_attention, to_bias, to_dense
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from .packing import cu_seqlens_from_lengths, document_ids, pack, unpack, varlen_attention
 from .plotting import plot_attention
 from .positions import (
     LearnedPositions,
@@ -46,6 +48,7 @@ from .positions import (
     rotary_permutation,
     sinusoidal_positions,
 )
+from .ring import ring_attention, ring_attention_io, ring_shards, ring_work
 from .self_attention import SelfAttentionV1, SelfAttentionV2
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
 from .transformer import TinyTransformer, TransformerBlock
@@ -82,7 +85,11 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "attention_weights",
+    "block_sparsity",
     "causal_mask",
+    "cu_seqlens_from_lengths",
+    "dense_attention",
+    "document_ids",
     "flash_attention",
     "head_scores",
     "induction_data",
@@ -91,7 +98,12 @@ __all__ = [
     "kv_cache_bytes",
     "lookback_data",
     "next_token_accuracy",
+    "pack",
     "plot_attention",
+    "ring_attention",
+    "ring_attention_io",
+    "ring_shards",
+    "ring_work",
     "rotary_permutation",
     "scaled_dot_product_attention",
     "sinusoidal_positions",
@@ -102,5 +114,9 @@ __all__ = [
     "standard_io_formula",
     "tiled_attention_io",
     "tiled_io_formula",
+    "to_bias",
+    "to_dense",
     "train_lm",
+    "unpack",
+    "varlen_attention",
 ]
