@@ -9,7 +9,7 @@ from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncod
 from .causal import CausalAttention
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
 from .encoder import BidirectionalSelfAttention, CrossAttention
-from .flash import flash_attention
+from .flash import flash_attention, weights_from_lse
 from .functional import (
     additive_causal_mask,
     attention_weights,
@@ -119,4 +119,5 @@ __all__ = [
     "train_lm",
     "unpack",
     "varlen_attention",
+    "weights_from_lse",
 ]

@@ -1,22 +1,22 @@
-"""Ring attention (Liu et al., 2023), simulated in one process: attention across P devices.
+"""Ring attention (Liu et al., 2023), simulated in one process: attention across N devices.
 
 Notation (see CONTRIBUTING.md): ``...`` leading batch dimensions (b, h), t tokens, d_k and d_v
-the widths of keys and values, d_h = d_k = d_v in the counts; P = ``world_size`` devices,
-c = t / P tokens per device, r a device and s a step of the ring, both counted from 0.
+the widths of keys and values, d_h = d_k = d_v in the counts; N = ``world_size`` devices,
+c = t / N tokens per device, r a device and s a step of the ring, both counted from 0.
 
-The sequence is cut into P shards; device r holds the queries, keys and values of its shard.
+The sequence is cut into N shards; device r holds the queries, keys and values of its shard.
 Keys and values travel round the ring: at step s device r holds the key-value block of device
-(r - s) mod P, attends its queries to it, and passes it on to device r + 1 while it receives the
+(r - s) mod N, attends its queries to it, and passes it on to device r + 1 while it receives the
 next one. Each step gives a partial output O and log-sum-exp L for the block's keys, and the
 partials are merged with the online-softmax rule of chapter 7 (equation 7.8, with the outputs
 kept normalized):
 
     L = log(exp(L_a) + exp(L_b)),    O = exp(L_a - L) O_a + exp(L_b - L) O_b.
 
-After P steps each device holds exact attention for its queries. With causal attention, the
+After N steps each device holds exact attention for its queries. With causal attention, the
 block from device j is useless to device r < j: with contiguous shards device 0 then idles for
-P - 1 steps while device P - 1 works at every one. *Zig-zag* sharding cuts the sequence into 2P
-chunks and gives device r chunks r and 2P - 1 - r (one early, one late), so that every device
+N - 1 steps while device N - 1 works at every one. *Zig-zag* sharding cuts the sequence into 2N
+chunks and gives device r chunks r and 2N - 1 - r (one early, one late), so that every device
 does the same work at every step (as in zhuzilin/ring-flash-attention's ``zigzag_ring_flash_attn``
 and Llama 3's context parallelism).
 
@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_sizes
+from .flash import flash_attention
 from .functional import _accumulation_dtype
 from .io_model import IOCount, TwoLevelMemory
 
@@ -40,10 +41,10 @@ SHARDINGS = ("contiguous", "zigzag")
 
 
 def ring_shards(t: int, world_size: int, sharding: str = "contiguous") -> list[Tensor]:
-    """The positions each of the P devices holds: P int64 tensors, together 0 .. t - 1.
+    """The positions each of the N devices holds: N int64 tensors, together 0 .. t - 1.
 
-    ``"contiguous"``: device r holds chunk r of P. ``"zigzag"``: the sequence is cut into 2P
-    chunks and device r holds chunks r and 2P - 1 - r. Chunks differ by at most one token.
+    ``"contiguous"``: device r holds chunk r of N. ``"zigzag"``: the sequence is cut into 2N
+    chunks and device r holds chunks r and 2N - 1 - r. Chunks differ by at most one token.
     """
     check_sizes(t=t, world_size=world_size)
     if sharding not in SHARDINGS:
@@ -67,34 +68,19 @@ def _visible(q_pos: Tensor, k_pos: Tensor, is_causal: bool) -> Tensor:
 
 def ring_work(t: int, world_size: int, is_causal: bool = False,
               sharding: str = "contiguous") -> Tensor:
-    """Score pairs (query, key) that device r attends at step s: an int64 tensor (P, P) [s, r].
+    """Score pairs (query, key) that device r attends at step s: an int64 tensor (N, N) [s, r].
 
     A block that no query of the device may see is skipped (0 work); otherwise the count is the
     visible pairs, what a kernel that skips masked tiles computes. A synchronous ring's step
     lasts as long as its busiest device: the sum over s of the row maxima.
     """
     shards = ring_shards(t, world_size, sharding)
-    work = torch.zeros(world_size, world_size, dtype=torch.int64)  # (P steps, P devices)
+    work = torch.zeros(world_size, world_size, dtype=torch.int64)  # (N steps, N devices)
     for s in range(world_size):
         for r in range(world_size):
             source = (r - s) % world_size  # whose keys device r holds at step s
             work[s, r] = int(_visible(shards[r], shards[source], is_causal).sum())
     return work
-
-
-def _partial(
-    q: Tensor, k: Tensor, v: Tensor, visible: Tensor, scale: float
-) -> tuple[Tensor, Tensor]:
-    """Attention of one device's queries to one key-value block: output and log-sum-exp.
-
-    q (..., c_q, d_k), k (..., c_k, d_k), v (..., c_k, d_v), visible (c_q, c_k). A query that
-    sees no key of the block gets output 0 and L = -inf, which the merge weights by exp(-inf) = 0.
-    """
-    scores = q @ k.transpose(-2, -1) * scale  # (..., c_q, c_k)
-    scores = scores.masked_fill(~visible, -math.inf)
-    lse = torch.logsumexp(scores, dim=-1)  # (..., c_q)
-    finite = lse.masked_fill(lse == -math.inf, 0.0)  # shift a row that sees nothing by 0
-    return torch.exp(scores - finite[..., None]) @ v, lse  # (..., c_q, d_v), (..., c_q)
 
 
 def _merge(out: Tensor, lse: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
@@ -109,7 +95,7 @@ def ring_attention(
     query: Tensor, key: Tensor, value: Tensor, world_size: int, is_causal: bool = False,
     *, sharding: str = "contiguous", scale: float | None = None,
 ) -> Tensor:
-    """Self-attention computed as P devices in a ring would, in one process; equal to SDPA.
+    """Self-attention computed as N devices in a ring would, in one process; equal to SDPA.
 
     query and key (..., t, d_k), value (..., t, d_v), one sequence of t tokens sharded over
     ``world_size`` devices by :func:`ring_shards` (``sharding`` "contiguous" or "zigzag").
@@ -129,29 +115,37 @@ def ring_attention(
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(f"query and key must share d_k, got {query.shape[-1]} and {key.shape[-1]}")
     t = query.shape[-2]
-    shards = ring_shards(t, world_size, sharding)
+    runs = [_runs(positions) for positions in ring_shards(t, world_size, sharding)]
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     acc = _accumulation_dtype(query.dtype)
-    q, k, v = (x.to(acc) for x in (query, key, value))
-    state = []  # per device: (positions, its queries, running O, running L)
-    for positions in shards:
-        q_r = q[..., positions, :]  # (..., c, d_k)
-        out = q_r.new_zeros(*q_r.shape[:-1], v.shape[-1])  # (..., c, d_v)
-        lse = q_r.new_full(q_r.shape[:-1], -math.inf)  # (..., c)
-        state.append([positions, q_r, out, lse])
+    q, k, v = (x.to(acc) for x in (query, key, value))  # partials and merges in float32 for half
+    state = {}  # (q0, q1) -> running O (..., n, d_v) and L (..., n) of the queries q0 .. q1 - 1
     for s in range(world_size):
-        for r, (positions, q_r, out, lse) in enumerate(state):
-            source = shards[(r - s) % world_size]  # the block device r holds at step s
-            visible = _visible(positions, source, is_causal).to(q_r.device)  # (c, c_k)
-            if not visible.any():
-                continue  # nothing of this block is visible: the device skips the step
-            k_s, v_s = k[..., source, :], v[..., source, :]  # (..., c_k, d_k), (..., c_k, d_v)
-            out_b, lse_b = _partial(q_r, k_s, v_s, visible, scale)
-            state[r][2], state[r][3] = _merge(out, lse, out_b, lse_b)
+        for r in range(world_size):
+            for q0, q1 in runs[r]:  # the queries device r holds
+                for k0, k1 in runs[(r - s) % world_size]:  # the block it holds at step s
+                    if is_causal and k0 >= q1:
+                        continue  # every key after every query: the device skips it
+                    # Distinct runs do not overlap, so a block that is not all visible is the
+                    # query's own run (k0 = q0, k1 = q1): causal attention aligned top-left.
+                    partial = flash_attention(
+                        q[..., q0:q1, :], k[..., k0:k1, :], v[..., k0:k1, :],
+                        is_causal=is_causal and k1 > q0, scale=scale, return_lse=True,
+                    )  # O (..., n, d_v) and L (..., n) of this block
+                    seen = state.get((q0, q1))
+                    state[q0, q1] = partial if seen is None else _merge(*seen, *partial)
     result = v.new_empty(*query.shape[:-1], v.shape[-1])  # (..., t, d_v)
-    for positions, _, out, _ in state:
-        result[..., positions, :] = out
+    for (q0, q1), (out, _) in state.items():
+        result[..., q0:q1, :] = out
     return result.to(value.dtype)
+
+
+def _runs(positions: Tensor) -> list[tuple[int, int]]:
+    """The contiguous runs [start, end) of a shard's sorted positions: one or two chunks."""
+    breaks = (positions.diff() != 1).nonzero().flatten().tolist()  # where a new run starts - 1
+    starts = [0, *(b + 1 for b in breaks)]
+    ends = [*(b + 1 for b in breaks), len(positions)]
+    return [(int(positions[a]), int(positions[e - 1]) + 1) for a, e in zip(starts, ends)]
 
 
 def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCount:
@@ -159,10 +153,10 @@ def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCou
 
     The device's memory (``m_device`` numbers) is the fast memory; the ring is the slow one: a
     block received from the previous device is a load (reads), a block sent to the next one a
-    store (writes). Its own c = t / P queries, keys and values and the running O, m and l are
+    store (writes). Its own c = t / N queries, keys and values and the running O, m and l are
     made on the device (no traffic). To hide communication behind compute, it receives the
     next K and V while it still holds the current ones: 6 c d_h + 2 c numbers at once. Per
-    device: P - 1 blocks of K and V received and sent, 2 (P - 1) c d_h numbers each way.
+    device: N - 1 blocks of K and V received and sent, 2 (N - 1) c d_h numbers each way.
     """
     check_sizes(t=t, d_h=d_h, world_size=world_size, m_device=m_device)
     if t % world_size:
