@@ -27,7 +27,7 @@ def sequences(lengths=LENGTHS, h=2, d=4, seed=0):
 
 
 def packed_row(parts):
-    """(1, h, T, d): the sequences end to end along the token axis."""
+    """(1, h, t, d): the sequences end to end along the token axis."""
     return torch.cat(parts, dim=1)[None]
 
 
@@ -52,7 +52,7 @@ def test_every_packed_form_equals_each_sequence_alone(is_causal):
     qs, ks, vs = sequences()
     alone = [F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
              for q, k, v in zip(qs, ks, vs)]  # (h, t_i, d) each
-    want = packed_row(alone)  # (1, h, T, d)
+    want = packed_row(alone)  # (1, h, t, d)
     q, k, v = packed_row(qs), packed_row(ks), packed_row(vs)
     cu_seqlens = cu_seqlens_from_lengths(LENGTHS)
     total = int(cu_seqlens[-1])
@@ -62,7 +62,7 @@ def test_every_packed_form_equals_each_sequence_alone(is_causal):
     dense = F.scaled_dot_product_attention(q, k, v, attn_mask=M.to_dense(rule, total, total))
     block_mask = create_block_mask(rule, None, None, total, total, device="cpu", BLOCK_SIZE=4)
     flex = flex_attention(q, k, v, block_mask=block_mask)
-    layout = [x[0].transpose(0, 1) for x in (q, k, v)]  # (T, h, d): the varlen layout
+    layout = [x[0].transpose(0, 1) for x in (q, k, v)]  # (t, h, d): the varlen layout
     varlen = varlen_attention(*layout, cu_seqlens, is_causal=is_causal).transpose(0, 1)[None]
     for got in (dense, flex, varlen):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
@@ -97,7 +97,7 @@ class TestBadInput:
         (lambda: unpack(torch.zeros(5, 2), torch.tensor([0, 2, 4])), r"ending at the number of packed tokens 5"),
         (lambda: unpack(torch.zeros(4, 2), torch.tensor([0, 2, 4]), t_max=1), r"t_max must be at least the longest length 2, got 1"),
         (lambda: varlen_attention(torch.zeros(1, 4, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4])), r"cu_seqlens must be .* ending at the number of packed tokens 1"),
-        (lambda: varlen_attention(torch.zeros(4, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4])), r"query must be \(T, h, d\) in the varlen layout"),
+        (lambda: varlen_attention(torch.zeros(4, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4])), r"query must be \(t, h, d\) in the varlen layout"),
         (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4]), torch.tensor([0, 1, 4])), r"must count the same sequences"),
     ])
     def test_raises_value_error(self, call, message):

@@ -1,17 +1,17 @@
 """Packing sequences of different lengths into one row instead of padding them to the longest.
 
-Notation (see CONTRIBUTING.md): n sequences of lengths t_1 ... t_n, T = t_1 + ... + t_n tokens in
+Notation (see CONTRIBUTING.md): n sequences of lengths t_1 ... t_n, t = t_1 + ... + t_n tokens in
 all, t_max the longest; h heads, d_k and d_v the widths of keys and values.
 
 A padded batch (n, t_max, ...) spends memory and work on t_max - t_i padding tokens per row. A
-packed batch lays the sequences end to end, (T, ...), and keeps where each starts in the
+packed batch lays the sequences end to end, (t, ...), and keeps where each starts in the
 *cumulative sequence lengths* of flash-attention's variable-length ("varlen") interface:
 
-    cu_seqlens = [0, t_1, t_1 + t_2, ..., T]      int32, shape (n + 1,)
+    cu_seqlens = [0, t_1, t_1 + t_2, ..., t]      int32, shape (n + 1,)
 
 so sequence k is rows ``cu_seqlens[k]:cu_seqlens[k + 1]``, as ``flash_attn_varlen_func``
 (Dao-AILab/flash-attention, ``flash_attn/flash_attn_interface.py``) takes it, with queries, keys
-and values of shape (T, h, d). Attention must then stay inside each sequence: either a kernel
+and values of shape (t, h, d). Attention must then stay inside each sequence: either a kernel
 that visits only the diagonal blocks (:func:`varlen_attention` does one sequence at a time), or
 one attention over the packed row with the document mask of :func:`attention.masks.document`.
 """
@@ -52,13 +52,13 @@ def _check_cu_seqlens(cu_seqlens: Tensor, total: int | None = None) -> None:
 
 
 def cu_seqlens_from_lengths(lengths: Tensor) -> Tensor:
-    """[0, t_1, t_1 + t_2, ..., T] as int32, shape (n + 1,), from the lengths (n,)."""
+    """[0, t_1, t_1 + t_2, ..., t] as int32, shape (n + 1,), from the lengths (n,)."""
     _check_lengths(lengths)
     return F.pad(torch.cumsum(lengths, dim=0, dtype=torch.int32), (1, 0))  # (n + 1,)
 
 
 def document_ids(cu_seqlens: Tensor) -> Tensor:
-    """The sequence (document) of each packed token, shape (T,): [0, 0, 0, 1, 1, 2, ...]."""
+    """The sequence (document) of each packed token, shape (t,): [0, 0, 0, 1, 1, 2, ...]."""
     _check_cu_seqlens(cu_seqlens)
     lengths = cu_seqlens.diff().long()  # (n,)
     return torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
@@ -67,7 +67,7 @@ def document_ids(cu_seqlens: Tensor) -> Tensor:
 def pack(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """The real tokens of a right-padded batch x (n, t_max, ...), end to end, and cu_seqlens.
 
-    Returns packed (T, ...) and cu_seqlens (n + 1,) int32: flash-attention's ``unpad_input``
+    Returns packed (t, ...) and cu_seqlens (n + 1,) int32: flash-attention's ``unpad_input``
     with lengths instead of a padding mask.
     """
     _check_lengths(lengths)
@@ -77,7 +77,7 @@ def pack(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
             f"{int(lengths.max())}, got shape {tuple(x.shape)}"
         )
     real = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None]  # (n, t_max)
-    return x[real], cu_seqlens_from_lengths(lengths)  # (T, ...), (n + 1,)
+    return x[real], cu_seqlens_from_lengths(lengths)  # (t, ...), (n + 1,)
 
 
 def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tensor:
@@ -98,17 +98,18 @@ def varlen_attention(
 ) -> Tensor:
     """Attention within each packed sequence, in flash-attention's varlen layout.
 
-    query (T_q, h, d_k), key (T_k, h, d_k), value (T_k, h, d_v); sequence k's queries are rows
-    ``cu_seqlens_q[k]:cu_seqlens_q[k + 1]`` and its keys ``cu_seqlens_k[k]:...`` (the same as
-    the queries' when None). Each sequence is attended alone, so the work is that of the
-    diagonal blocks, sum of t_i², never T². ``is_causal`` aligns each sequence's mask
+    query (t_q, h, d_k), key (t_k, h, d_k), value (t_k, h, d_v), with t_q and t_k packed
+    tokens; sequence k's queries are rows ``cu_seqlens_q[k]:cu_seqlens_q[k + 1]`` and its keys
+    ``cu_seqlens_k[k]:...`` (the same as the queries' when None). Each sequence is attended
+    alone, so the work is that of the diagonal blocks, sum of t_i², never t². ``is_causal``
+    aligns each sequence's mask
     bottom-right, as ``flash_attn_varlen_func`` does (the same as top-left when a sequence has
-    as many queries as keys). Returns (T_q, h, d_v).
+    as many queries as keys). Returns (t_q, h, d_v).
     """
     cu_seqlens_k = cu_seqlens_q if cu_seqlens_k is None else cu_seqlens_k
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.dim() != 3:
-            raise ValueError(f"{name} must be (T, h, d) in the varlen layout, got shape {tuple(x.shape)}")
+            raise ValueError(f"{name} must be (t, h, d) in the varlen layout, got shape {tuple(x.shape)}")
     _check_cu_seqlens(cu_seqlens_q, query.shape[0])
     _check_cu_seqlens(cu_seqlens_k, key.shape[0])
     if len(cu_seqlens_q) != len(cu_seqlens_k) or key.shape[0] != value.shape[0]:
@@ -117,7 +118,7 @@ def varlen_attention(
             f"same tokens, got {len(cu_seqlens_q) - 1} and {len(cu_seqlens_k) - 1} sequences, "
             f"{key.shape[0]} keys and {value.shape[0]} values"
         )
-    out = query.new_empty(*query.shape[:2], value.shape[-1])  # (T_q, h, d_v)
+    out = query.new_empty(*query.shape[:2], value.shape[-1])  # (t_q, h, d_v)
     bounds = zip(cu_seqlens_q.tolist(), cu_seqlens_q[1:].tolist(), cu_seqlens_k.tolist(),
                  cu_seqlens_k[1:].tolist())
     for q0, q1, k0, k1 in bounds:

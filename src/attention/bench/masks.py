@@ -1,14 +1,14 @@
 """The document mask, timed four ways: dense SDPA, FlexAttention, packed (varlen) and padded.
 
 Notation (see CONTRIBUTING.md): n documents of lengths t_1 ... t_n packed into one row of
-T = t_1 + ... + t_n tokens, t_max the longest; h heads of width d_h; B the block size of a
+t = t_1 + ... + t_n tokens, t_max the longest; h heads of width d_h; B the block size of a
 BlockMask (128, FlexAttention's default).
 
 Every document attends causally to itself only (chapter 11's causal document mask). The lengths
-are drawn once per T from the seed: n - 1 cut points uniform over the row. The four variants
+are drawn once per t from the seed: n - 1 cut points uniform over the row. The four variants
 compute the same outputs and form score matrices of different sizes:
 
-    sdpa-dense-mask    one row (1, h, T, d_h), SDPA with the dense (T, T) boolean mask     T²
+    sdpa-dense-mask    one row (1, h, t, d_h), SDPA with the dense (t, t) boolean mask     t²
     flex-block-mask    torch.compile(flex_attention) with the rule's BlockMask          (tiles kept) · B²
     varlen             attention.packing.varlen_attention, SDPA per document           Σ t_i²
     sdpa-padded        the documents padded to (n, h, t_max, d_h), SDPA is_causal       n · t_max²
@@ -29,7 +29,7 @@ from ..packing import cu_seqlens_from_lengths, document_ids, unpack, varlen_atte
 from .sweep import Settings
 from .timing import time_cpu, time_cuda
 
-SEQ_LENS = (512, 1024, 2048)  # T, packed tokens per row
+SEQ_LENS = (512, 1024, 2048)  # t, packed tokens per row
 DOCUMENTS = 8  # n
 BLOCK_SIZE = 128  # FlexAttention's default B
 TOLERANCE = 2e-3  # float32 against float64, as the sweep's
@@ -39,7 +39,7 @@ VARIANTS = {
     "varlen": "attention.packing.varlen_attention: SDPA on each document alone (is_causal)",
     "sdpa-padded": "F.scaled_dot_product_attention on the documents padded to t_max (is_causal)",
 }
-METHOD = ("the causal document mask of chapter 11 over one packed row of T tokens holding 8 documents "
+METHOD = ("the causal document mask of chapter 11 over one packed row of t tokens holding 8 documents "
           "(lengths drawn from the seed); each variant checked against float64 first, then timed "
           "forward in float32 like the sweep; flops = 4 h d_h sum t_i (t_i + 1) / 2, the useful work")
 
@@ -52,17 +52,17 @@ def document_lengths(t: int, n: int, seed: int) -> torch.Tensor:
 
 
 def _calls(q, k, v, lengths, device, compile_flex: bool) -> dict:
-    """The four variants as functions of no arguments, for the packed q, k, v (1, h, T, d_h)."""
+    """The four variants as functions of no arguments, for the packed q, k, v (1, h, t, d_h)."""
     t = q.shape[2]
     cu_seqlens = cu_seqlens_from_lengths(lengths)
     rule = and_masks(causal(), document(document_ids(cu_seqlens).to(device)))
-    dense = to_dense(rule, t, t, device=device)  # (T, T)
-    varlen_layout = [x[0].transpose(0, 1).contiguous() for x in (q, k, v)]  # (T, h, d_h)
+    dense = to_dense(rule, t, t, device=device)  # (t, t)
+    varlen_layout = [x[0].transpose(0, 1).contiguous() for x in (q, k, v)]  # (t, h, d_h)
     padded = [unpack(x, cu_seqlens).transpose(1, 2) for x in varlen_layout]  # (n, h, t_max, d_h)
     calls = {
         "sdpa-dense-mask": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense),
         "varlen": lambda: varlen_attention(*varlen_layout, cu_seqlens.to(device), is_causal=True
-                                           ).transpose(0, 1)[None],  # (1, h, T, d_h)
+                                           ).transpose(0, 1)[None],  # (1, h, t, d_h)
         "sdpa-padded": lambda: _repack(F.scaled_dot_product_attention(*padded, is_causal=True),
                                        lengths),
     }
@@ -77,9 +77,9 @@ def _calls(q, k, v, lengths, device, compile_flex: bool) -> dict:
 
 
 def _repack(out: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """(n, h, t_max, d_h) padded outputs back to the packed row (1, h, T, d_h)."""
+    """(n, h, t_max, d_h) padded outputs back to the packed row (1, h, t, d_h)."""
     real = torch.arange(out.shape[2], device=out.device) < lengths.to(out.device)[:, None]
-    return out.transpose(1, 2)[real].transpose(0, 1)[None]  # (1, h, T, d_h)
+    return out.transpose(1, 2)[real].transpose(0, 1)[None]  # (1, h, t, d_h)
 
 
 def _scores_formed(variant: str, lengths: torch.Tensor, rule_tiles: int) -> int:
@@ -90,7 +90,7 @@ def _scores_formed(variant: str, lengths: torch.Tensor, rule_tiles: int) -> int:
 
 
 def run_masks(settings: Settings, seq_lens: tuple[int, ...] = SEQ_LENS) -> list[dict]:
-    """The ``masks`` rows of a results file: every T, every variant (see the module docstring).
+    """The ``masks`` rows of a results file: every t, every variant (see the module docstring).
 
     ``settings`` is the sweep's :class:`~attention.bench.sweep.Settings`: its device, seed,
     heads h (d_h = d_model / h), repeats and times, and ``compile`` (FlexAttention is skipped
@@ -103,11 +103,11 @@ def run_masks(settings: Settings, seq_lens: tuple[int, ...] = SEQ_LENS) -> list[
     for t in seq_lens:
         lengths = document_lengths(t, DOCUMENTS, settings.seed)
         torch.manual_seed(settings.seed)
-        q, k, v = (torch.randn(1, h, t, d_h, device=device) for _ in range(3))  # (1, h, T, d_h)
+        q, k, v = (torch.randn(1, h, t, d_h, device=device) for _ in range(3))  # (1, h, t, d_h)
         cu_seqlens = cu_seqlens_from_lengths(lengths)
-        layout64 = [x[0].transpose(0, 1).double() for x in (q, k, v)]  # (T, h, d_h), float64
-        want = varlen_attention(*layout64, cu_seqlens.to(device), is_causal=True)  # (T, h, d_h)
-        want = want.transpose(0, 1)[None]  # (1, h, T, d_h)
+        layout64 = [x[0].transpose(0, 1).double() for x in (q, k, v)]  # (t, h, d_h), float64
+        want = varlen_attention(*layout64, cu_seqlens.to(device), is_causal=True)  # (t, h, d_h)
+        want = want.transpose(0, 1)[None]  # (1, h, t, d_h)
         rule = and_masks(causal(), document(document_ids(cu_seqlens)))
         kept = int((block_sparsity(rule, t, t, BLOCK_SIZE) > 0).sum())
         useful = 4.0 * h * d_h * float((lengths * (lengths + 1) // 2).sum())
