@@ -14,10 +14,10 @@ scaled score. These are exactly the ``mask_mod`` and ``score_mod`` of PyTorch's 
 same rule also gives, with the arguments broadcast against each other instead of one score at a
 time:
 
-    to_dense(mask_mod, t_q, t_k)       the boolean (t_q, t_k) mask that SDPA takes (True = may attend)
+    to_dense(mask_mod, t_q, t_k)       the boolean (t_q, t_k) mask SDPA takes, True = may attend
     to_bias(score_mod, t_q, t_k, h)    the additive (h, t_q, t_k) bias, for a rule that adds a term
     block_sparsity(mask_mod, ..., B)   which (B, B) tiles are empty, partial or full (a BlockMask)
-    dense_attention(q, k, v, ...)      the explicit computation softmax(mod(s) with -inf where hidden) V
+    dense_attention(q, k, v, ...)      the explicit softmax(mod(s), -inf where hidden) V
 
 Rules only use tensor operations (comparisons, ``&``, ``|``, indexing a captured tensor), never a
 Python ``if`` on a value, so that the same code runs one score at a time under ``torch.vmap``
@@ -90,8 +90,9 @@ def causal(alignment: str = "top_left", t_q: int | None = None, t_k: int | None 
 def sliding_window(
     window: int, alignment: str = "top_left", t_q: int | None = None, t_k: int | None = None
 ) -> MaskMod:
-    """Causal attention over the ``window`` latest keys: query at position p sees p - window < j <= p,
-    as ``flash_attention(..., is_causal=True, window=window)``; ``alignment`` as in :func:`causal`."""
+    """Causal attention over the ``window`` latest keys: the query at position p sees keys
+    p - window < j <= p, as ``flash_attention(..., is_causal=True, window=window)``;
+    ``alignment`` as in :func:`causal`."""
     check_sizes(window=window)
     offset = _offset(alignment, t_q, t_k)
 
@@ -160,7 +161,8 @@ def global_tokens(is_global: Tensor) -> MaskMod:
     ``is_global`` (t,) is True at the global positions (a [CLS] token, a question).
     """
     if not isinstance(is_global, Tensor) or is_global.dim() != 1 or is_global.dtype != torch.bool:
-        got = (tuple(is_global.shape), is_global.dtype) if isinstance(is_global, Tensor) else is_global
+        got = (tuple(is_global.shape), is_global.dtype) if isinstance(is_global, Tensor) else (
+            is_global)
         raise ValueError(f"is_global must be a 1-d bool tensor, got {got!r}")
 
     def global_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -257,11 +259,13 @@ def t5_bias(
 
 
 def soft_cap(cap: float) -> ScoreMod:
-    """Gemma 2's soft-capping of the scaled score s: cap · tanh(s / cap), smooth, within (-cap, cap)."""
+    """Gemma 2's soft cap of the scaled score s: cap · tanh(s / cap), smooth, in (-cap, cap)."""
     if isinstance(cap, bool) or not isinstance(cap, int | float) or not cap > 0:
         raise ValueError(f"cap must be a number > 0, got {cap!r}")
 
-    def soft_cap_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    def soft_cap_score(
+        score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
+    ) -> Tensor:
         return cap * torch.tanh(score / cap)
 
     return soft_cap_score

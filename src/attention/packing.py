@@ -31,7 +31,9 @@ def _check_lengths(lengths: Tensor) -> None:
         lengths.dtype == torch.bool
     ) or lengths.numel() == 0 or bool((lengths < 1).any()):
         got = lengths.tolist() if isinstance(lengths, Tensor) else lengths
-        raise ValueError(f"lengths must be a non-empty 1-d integer tensor of values >= 1, got {got!r}")
+        raise ValueError(
+            f"lengths must be a non-empty 1-d integer tensor of values >= 1, got {got!r}"
+        )
 
 
 def _check_cu_seqlens(cu_seqlens: Tensor, total: int | None = None) -> None:
@@ -86,7 +88,9 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
     lengths = cu_seqlens.diff().long().to(packed.device)  # (n,)
     t_max = int(lengths.max()) if t_max is None else t_max
     if t_max < int(lengths.max()):
-        raise ValueError(f"t_max must be at least the longest length {int(lengths.max())}, got {t_max}")
+        raise ValueError(
+            f"t_max must be at least the longest length {int(lengths.max())}, got {t_max}"
+        )
     out = packed.new_zeros(len(lengths), t_max, *packed.shape[1:])  # (n, t_max, ...)
     out[torch.arange(t_max, device=packed.device) < lengths[:, None]] = packed
     return out
@@ -109,7 +113,9 @@ def varlen_attention(
     cu_seqlens_k = cu_seqlens_q if cu_seqlens_k is None else cu_seqlens_k
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.dim() != 3:
-            raise ValueError(f"{name} must be (t, h, d) in the varlen layout, got shape {tuple(x.shape)}")
+            raise ValueError(
+                f"{name} must be (t, h, d) in the varlen layout, got shape {tuple(x.shape)}"
+            )
     _check_cu_seqlens(cu_seqlens_q, query.shape[0])
     _check_cu_seqlens(cu_seqlens_k, key.shape[0])
     if len(cu_seqlens_q) != len(cu_seqlens_k) or key.shape[0] != value.shape[0]:
@@ -122,9 +128,15 @@ def varlen_attention(
     bounds = zip(cu_seqlens_q.tolist(), cu_seqlens_q[1:].tolist(), cu_seqlens_k.tolist(),
                  cu_seqlens_k[1:].tolist())
     for q0, q1, k0, k1 in bounds:
-        q = query[q0:q1].transpose(0, 1)  # (h, t_i, d_k)
-        k, v = key[k0:k1].transpose(0, 1), value[k0:k1].transpose(0, 1)  # (h, t_k_i, d)
-        mask = causal_mask(q1 - q0, k1 - k0, q.device, "bottom_right") if is_causal else None
-        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # (h, t_i, d_v)
-        out[q0:q1] = z.transpose(0, 1)
+        # 4-d (1, h, t_i, d): on a CPU, SDPA takes its fused kernel for 4-d inputs only
+        q = query[q0:q1].transpose(0, 1)[None]  # (1, h, t_i, d_k)
+        k, v = key[k0:k1].transpose(0, 1)[None], value[k0:k1].transpose(0, 1)[None]  # (1, h, .., d)
+        same = q1 - q0 == k1 - k0  # then top-left and bottom-right are one mask: is_causal
+        mask = None
+        if is_causal and not same:
+            mask = causal_mask(q1 - q0, k1 - k0, q.device, "bottom_right")  # (t_i, t_k_i)
+        z = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal and same, scale=scale
+        )  # (1, h, t_i, d_v)
+        out[q0:q1] = z[0].transpose(0, 1)
     return out
