@@ -334,6 +334,7 @@ class _FlashAttention(torch.autograd.Function):
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.scale, ctx.tiles, ctx.blocks = scale, tiles, blocks
         ctx.mark_non_differentiable(lse)  # L is handed out (return_lse) as a constant
+        ctx.set_materialize_grads(False)  # so no zero gradient of L is allocated for backward
         return out, lse
 
     @staticmethod
