@@ -339,6 +339,8 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
+        if grad_out is None:  # grads are not materialized: no gradient reached the output
+            return None, None, None, None, None, None
         query, key, value, out, lse = ctx.saved_tensors
         grads = _FlashAttentionBackward.apply(
             grad_out, query, key, value, out, lse, ctx.scale, ctx.tiles, ctx.blocks
