@@ -1,6 +1,6 @@
 """Repository-wide pytest setup.
 
-Loads the book's page runner (tests/markdown_runner): every Python fence of every page under
+Loads the book's page runner (tools/book/runner): every Python fence of every page under
 docs/ runs and its printed output is checked against the page. ``pytester`` drives the runner's
 own tests in tests/doctests/.
 
@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-pytest_plugins = ["pytester", "tests.markdown_runner.plugin"]
+pytest_plugins = ["pytester", "book.runner.plugin"]
 
 SITE_FIXTURES = {"built_site", "site_build"}
 # Browser test modules: their xdist group, and their place in the run (see schedule_rank).
@@ -74,7 +74,7 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
     """
     if node.config.getvalue("dist") != "loadgroup":
         return
-    # Every fence of a page is grouped (by tests/markdown_runner/plugin.py).
+    # Every fence of a page is grouped (by tools/book/runner/plugin.py).
     lost = [nodeid for nodeid in ids if nodeid.startswith("docs/") and "@" not in nodeid]
     if lost:
         pytest.exit(

@@ -21,7 +21,8 @@ from book.timings import facts, tables
 from book.timings.format import readable_bytes, table
 from book.timings.load import RESULTS, Run, load_runs, pinned_version
 from book.timings.page import PAGES, fill_markers, provenance_markdown, run_markdown
-from tests._hooks import load_hook
+from book.hooks import figures as figures_hook
+from book.hooks import timings as timings_hook
 
 REPO = Path(__file__).resolve().parents[1]
 APPENDIX = REPO / "docs" / "appendix"
@@ -55,16 +56,15 @@ def test_every_run_has_a_page_in_the_nav_and_every_page_fills(runs, pages):
         assert "<!-- timings:" not in text and "{{" not in text, name
 
 
-def test_a_broken_results_file_stops_the_build_naming_file_and_field(tmp_path):
+def test_a_broken_results_file_stops_the_build_naming_file_and_field(tmp_path, monkeypatch):
     doc = json.loads(FIXTURE.read_text())
     del doc["results"][3]["status"]
     (tmp_path / "broken.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=r"broken\.json: results\[3\]: expected key 'status'"):
         load_runs(tmp_path)
-    hook = load_hook("timings")
-    hook.load_runs = lambda: load_runs(tmp_path)  # the hook's loader, pointed at the broken file
+    monkeypatch.setattr(timings_hook, "load_runs", lambda: load_runs(tmp_path))
     with pytest.raises(PluginError, match=r"broken\.json: results\[3\]"):
-        hook.on_files(None, None)
+        timings_hook.on_files(None, None)
 
 
 def test_queries_answer_with_the_files_numbers(runs):
@@ -164,16 +164,16 @@ def test_gpu_goal_is_read_off_the_rows(runs):
 
 
 def test_every_figure_a_page_links_is_drawn_by_the_figure_script(pages):
-    hook = load_hook("figures")
-    drawn = set(hook.load_figures(REPO / "docs" / "figures"))
+    drawn = set(figures_hook.load_figures(REPO / "docs" / "figures"))
     linked = {name for text in pages.values() for name in re.findall(r"\]\(\.\./figures/(appendix-[a-z0-9-]+)\.svg\)", text)}
     assert linked and linked <= drawn
     assert {n for n in drawn if n.startswith("appendix-")} == linked  # and none is drawn for nothing
 
 
 def test_an_appendix_figure_keeps_its_text_legible_on_a_phone(runs):
-    hook = load_hook("figures")
     from book.timings.plots import figure_names
+
+    hook = figures_hook
 
     (alt, make), *_ = figure_names(runs["cuda-h200"]).values()
     svg = hook.render_svg("appendix-test", make).decode()

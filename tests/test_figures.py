@@ -21,13 +21,12 @@ from matplotlib.figure import Figure  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 
 from attention import JOURNEY_TOKENS, journey_inputs  # noqa: E402
-from tests._hooks import load_hook  # noqa: E402
+from book.hooks import figures as hook  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIGURES_DIR = REPO / "docs" / "figures"
 
 
-hook = load_hook("figures")
 FIGURES = hook.load_figures(FIGURES_DIR)
 
 
@@ -212,6 +211,26 @@ def test_trained_heatmaps_show_a_previous_token_head_and_an_induction_head(draw)
     assert np.mean(after_copies) > 0.8
     tokens, _ = tick_labels(fig.axes[0])
     assert [tokens[i] for i in range(6, t)] == [tokens[i - 6] for i in range(6, t)]  # period 6
+
+
+def test_circuit_panels_show_a_positional_head_k_composition_and_copying(draw) -> None:
+    # Section 9.11 from the weights of the same trained model: layer 0 head 0 scores the key one
+    # place back highest among the near offsets; the virtual QK matrix of layer 1 head 0 through
+    # it, and that head's full OV circuit, are largest on their diagonals (a = b, own logit).
+    fig = draw("ch09-circuits")
+    head0 = fig.axes[0].get_lines()[0]
+    assert head0.get_label() == "layer 0 head 0"
+    assert int(np.argmax(head0.get_ydata()[:6])) == 1
+    heatmaps = [np.ma.getdata(ax.get_images()[0].get_array()) for ax in fig.axes
+                if ax.get_images() and ax.get_title()]
+    assert len(heatmaps) == 2
+    for matrix in heatmaps:
+        assert matrix.shape == (16, 16)
+        assert np.array_equal(matrix.argmax(axis=1), np.arange(16))
+    (eigen_axes,) = [ax for ax in fig.axes if ax.get_title().startswith("OV eigenvalues")]
+    labels = [text.get_text() for text in eigen_axes.get_legend().get_texts()]
+    assert [label.split(": ")[0] for label in labels] == ["L1H0", "L1H1", "L0H0", "L0H1"]
+    assert [float(label.split(": ")[1]) > 0.99 for label in labels] == [True, True, False, False]
 
 
 def test_cache_memory_curves_are_equation_10_6(draw) -> None:

@@ -1,5 +1,6 @@
 """flash_attention: exact against both references, FlashAttention's backward, tiles only."""
 
+import itertools
 import warnings
 
 import pytest
@@ -90,6 +91,29 @@ def test_leading_dimensions_broadcast():
     _, k, v = random_qkv((1, 3), 7, 5, 4, 6, seed=1)
     expected = F.scaled_dot_product_attention(q, k.expand(2, 3, 5, 4), v.expand(2, 3, 5, 6))
     torch.testing.assert_close(flash_attention(q, k, v, block_size=3), expected, rtol=0, atol=1e-10)
+
+
+# Every way a tensor's leading dimensions can broadcast to (2, 3): each dimension full, 1 or
+# absent (a tensor of lower rank).
+BROADCAST_LEADS = [(2, 3), (1, 3), (2, 1), (1, 1), (3,), (1,), ()]
+
+
+@pytest.mark.parametrize("enable_gqa", [False, True])
+def test_every_broadcast_pattern_gives_torchs_output_and_gradients(enable_gqa):
+    """All 343 combinations of BROADCAST_LEADS for query, key and value (torch accepts each):
+    the output equals torch's SDPA, and each gradient has its input's own shape (summed over the
+    dimensions that were broadcast) and equals torch's. With GQA, 4 query heads share 2."""
+    heads = ((4,), (2,), (2,)) if enable_gqa else ((), (), ())
+    g = torch.Generator().manual_seed(0)
+    for leads in itertools.product(BROADCAST_LEADS, repeat=3):
+        shapes = [(*lead, *h, t, 2) for lead, h, t in zip(leads, heads, (3, 4, 4))]
+        q, k, v = (torch.randn(s, generator=g, dtype=torch.float64) for s in shapes)
+        q, k, v = (x.requires_grad_() for x in (q, k, v))
+        assert_output_and_grads_equal(
+            lambda q, k, v: flash_attention(q, k, v, block_size=2, enable_gqa=enable_gqa),
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa),
+            (q, k, v),
+        )
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
@@ -292,7 +316,7 @@ def test_masks_equal_torch_with_an_explicit_mask(
 @pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
 @pytest.mark.parametrize("window", [1, 3, 7])
 @pytest.mark.parametrize("block_size", [(4, 6), 5, (3, 2)])
-@pytest.mark.parametrize("t_q, t_k", [(16, 16), (9, 20)])
+@pytest.mark.parametrize("t_q, t_k", [(16, 16), (9, 20), (20, 9)])  # (20, 9): rows see no key
 def test_window_equals_torch_with_an_explicit_mask(alignment, window, block_size, t_q, t_k):
     g = torch.Generator().manual_seed(window)
     shapes = [(2, 4, t_q, 3), (2, 2, t_k, 3), (2, 2, t_k, 2)]

@@ -12,13 +12,12 @@ from types import SimpleNamespace
 from urllib.parse import urljoin, urlsplit
 
 import pytest
-from tests._hooks import load_hook
+from book.hooks import math as hook  
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 
 
-hook = load_hook("math")
 
 
 def test_render_gives_katex_html_with_the_tex_kept_out_of_search() -> None:

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.markdown_runner.pages import read_page
-from tests._hooks import load_hook
+from book.pages import read_page
+from book.hooks import notebooks as hook
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 
 
-hook = load_hook("notebooks")
 CONFIG = hook.repository_config()
 CHAPTERS = hook.chapters(DOCS)
 EXERCISES = sorted((DOCS / "exercises").glob("*.ipynb"))
@@ -48,10 +47,10 @@ def source(cell: dict) -> str:
 def test_there_is_a_notebook_for_every_chapter_and_the_repository_copies_are_current() -> None:
     assert len(CHAPTERS) >= 9, f"expected the book's chapters, found {CHAPTERS}"
     copies = sorted((REPO / "notebooks").glob("*.ipynb"))
-    assert [c.stem for c in copies] == [s.stem for s in CHAPTERS], "run python docs/make_notebooks.py"
+    assert [c.stem for c in copies] == [s.stem for s in CHAPTERS], "run python -m book notebooks"
     stale = [c.name for c, s in zip(copies, CHAPTERS)
              if c.read_text(encoding="utf-8") != hook.chapter_notebook(s, CONFIG)]
-    assert stale == [], f"notebooks/ differs from the pages: {stale}; run python docs/make_notebooks.py"
+    assert stale == [], f"notebooks/ differs from the pages: {stale}; run python -m book notebooks"
 
 
 @pytest.mark.parametrize("source_page", CHAPTERS, ids=lambda p: p.stem)

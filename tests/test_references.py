@@ -14,14 +14,13 @@ from types import SimpleNamespace
 import markdown
 import pytest
 from mkdocs.exceptions import PluginError
-from tests._hooks import load_hook
+from book.hooks import references as hook  
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 BIB = DOCS / "references.bib"
 
 
-hook = load_hook("references")
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +193,7 @@ def test_the_hook_fills_the_stub_and_is_registered() -> None:
         hook.on_page_markdown("# References\n", page=page, config=config, files=None)
     mkdocs = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
     hooks = re.search(r"^hooks:\n((?:  - .+\n)+)", mkdocs, flags=re.MULTILINE)
-    assert "  - docs/hooks/references.py\n" in hooks.group(1)
+    assert re.search(r"^  - docs/hooks/references.py\b", hooks.group(1), flags=re.MULTILINE)
 
 
 CITATION_HREF = re.compile(r'href="((?:[^"#]*/)?references/(?:index\.html)?)#([^"]+)"')

@@ -22,8 +22,8 @@ import yaml
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 
-from tests.markdown_runner.notebooks import read_cells
-from tests.markdown_runner.pages import read_page
+from book.runner.notebooks import read_cells
+from book.pages import read_page
 
 REPO = Path(__file__).resolve().parents[1]
 # Where the repository's own Python lives; every .py file under these is scanned for imports.
@@ -33,7 +33,7 @@ NOT_IMPORTED = {
     "pytest-xdist": "pytest plugin: pyproject.toml's addopts run the suite with -n 2 "
     "--dist loadgroup",
     "pytest-markdown-docs": "pytest plugin: the runner uses its documented hook, marker and flag "
-    "(tests/markdown_runner/upstream.py)",
+    "(tools/book/runner/upstream.py)",
 }
 
 

@@ -2,7 +2,6 @@
 counts checked against the sizes of real tensors, the roof and the bound, and the plot's lines."""
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from attention.bench import peaks as peaks_module
 from attention.bench.peaks import last_level_cache_bytes, measure_bandwidth, measure_matmul
 from attention.bench.roofline import kernel_bytes, machine_roof, plot_roofline, roof, roofline_points
 from attention.bench.timing import Timing
+from book.hooks.figures import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests/fixtures/bench/cpu-tiny.json"
@@ -138,10 +138,7 @@ def test_stream_bytes_are_counted_as_stream_counts_them(monkeypatch):
 
 
 def load_ch07():
-    spec = importlib.util.spec_from_file_location("book_ch07", REPO / "docs/figures/ch07.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "docs/figures/ch07.py")
 
 
 def test_chapter_figure_reads_the_results_file(tmp_path, monkeypatch):

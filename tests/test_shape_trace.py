@@ -18,7 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from attention import MultiHeadAttention
-from tests.markdown_runner.pages import read_page
+from book.pages import read_page
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "chapters" / "05-multi-head-attention.md"
 HEADER = "| step | code | shape | running example |"

@@ -15,7 +15,7 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
-from tests.markdown_runner.pages import read_page
+from book.pages import read_page
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

@@ -20,17 +20,17 @@ def sinusoidal_table() -> Figure:
     """The sinusoidal table PE (t, d) for t = 64, d = 64, and the dot products PE PE^T (t, t)."""
     t, d = 64, 64
     table = sinusoidal_positions(t, d)  # (t, d)
-    dots = table @ table.T  # (t, t): PE(p) . PE(q), a function of p - q only
+    dots = table @ table.T  # (t, t): PE(p) . PE(p'), a function of p - p' only
     fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.6), layout="constrained")
     image = axes[0].imshow(table.numpy(), cmap="RdBu_r", vmin=-1.0, vmax=1.0, aspect="auto")
-    axes[0].set_xlabel("feature $k$ (even: sin, odd: cos; frequency falls to the right)")
+    axes[0].set_xlabel("feature $f$ (even: sin, odd: cos; frequency falls to the right)")
     axes[0].set_ylabel("position $p$")
-    axes[0].set_title(f"$PE[p, k]$, $t = {t}$, $d = {d}$")
+    axes[0].set_title(f"$PE[p, f]$, $t = {t}$, $d = {d}$")
     invert_in_dark(image, fig.colorbar(image, ax=axes[0], shrink=0.85))  # white at 0: dark
     image = axes[1].imshow(dots.numpy(), cmap="viridis", aspect="auto")
     axes[1].set_xlabel("position $q$")
     axes[1].set_ylabel("position $p$")
-    axes[1].set_title(r"$PE(p) \cdot PE(q)$: constant along each diagonal")
+    axes[1].set_title(r"$PE(p) \cdot PE(p')$: constant along each diagonal")
     fig.colorbar(image, ax=axes[1], shrink=0.85)
     fig.suptitle("The sinusoidal position table of Vaswani et al. (2017)")
     return fig
@@ -90,13 +90,14 @@ def relative_buckets() -> Figure:
     """Which learned relative embedding a key uses: Shaw et al.'s clipping and T5's buckets."""
     fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.2), layout="constrained",
                              gridspec_kw={"width_ratios": [1, 2]})
-    k = 4
+    r_max = 4
     near = list(range(-10, 11))
-    axes[0].step(near, [max(-k, min(k, n)) for n in near], where="mid", color="#1b9e77")
-    axes[0].plot(near, [max(-k, min(k, n)) for n in near], "o", color="#1b9e77", markersize=3)
+    clipped = [max(-r_max, min(r_max, n)) for n in near]
+    axes[0].step(near, clipped, where="mid", color="#1b9e77")
+    axes[0].plot(near, clipped, "o", color="#1b9e77", markersize=3)
     axes[0].set_xlabel("offset $j - i$")
-    axes[0].set_ylabel("index of the learned vector, clip$(j - i, k)$")
-    axes[0].set_title(f"Shaw et al. (2018), $k = {k}$: {2 * k + 1} vectors")
+    axes[0].set_ylabel("index of the learned vector, clip$(j - i)$")
+    axes[0].set_title(f"Shaw et al. (2018), $r_{{\\max}} = {r_max}$: {2 * r_max + 1} vectors")
     for bidirectional, color, name in ((True, "#7570b3", "encoder (both directions)"),
                                        (False, "#d95f02", "decoder (causal: keys up to $i$)")):
         offsets = list(range(-160, 161 if bidirectional else 1))

@@ -6,7 +6,18 @@ d_k width of queries and keys.
 """
 
 from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
+from .block_attention import BlockAttention
 from .causal import CausalAttention
+from .circuits import (
+    ablate_heads,
+    composition_score,
+    copying_score,
+    head_output_means,
+    head_weights,
+    ov_circuit,
+    qk_circuit,
+    rotation_matrix,
+)
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
 from .encoder import BidirectionalSelfAttention, CrossAttention
 from .flash import flash_attention, weights_from_lse
@@ -38,6 +49,7 @@ from .io_model import (
 from .masks import block_sparsity, dense_attention, to_bias, to_dense
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from .norms import RMSNorm
 from .packing import cu_seqlens_from_lengths, document_ids, pack, unpack, varlen_attention
 from .plotting import plot_attention
 from .positions import (
@@ -51,7 +63,7 @@ from .positions import (
 from .ring import ring_attention, ring_attention_io, ring_shards, ring_work
 from .self_attention import SelfAttentionV1, SelfAttentionV2
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
-from .transformer import TinyTransformer, TransformerBlock
+from .transformer import TinyTransformer, TransformerBlock, swiglu_width
 
 __version__ = "0.1.0"
 
@@ -61,6 +73,7 @@ __all__ = [
     "AdditiveAttention",
     "AttentionDecoder",
     "BidirectionalSelfAttention",
+    "BlockAttention",
     "CausalAttention",
     "CrossAttention",
     "FusedMultiHeadAttention",
@@ -72,6 +85,7 @@ __all__ = [
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
     "PagedKVCache",
+    "RMSNorm",
     "RollingKVCache",
     "RotaryEmbedding",
     "SelfAttentionV1",
@@ -81,30 +95,38 @@ __all__ = [
     "TinyTransformer",
     "TransformerBlock",
     "TwoLevelMemory",
+    "ablate_heads",
     "additive_causal_mask",
     "alibi_bias",
     "alibi_slopes",
     "attention_weights",
     "block_sparsity",
     "causal_mask",
+    "composition_score",
+    "copying_score",
     "cu_seqlens_from_lengths",
     "dense_attention",
     "document_ids",
     "flash_attention",
+    "head_output_means",
     "head_scores",
+    "head_weights",
     "induction_data",
     "journey_batch",
     "journey_inputs",
     "kv_cache_bytes",
     "lookback_data",
     "next_token_accuracy",
+    "ov_circuit",
     "pack",
     "plot_attention",
+    "qk_circuit",
     "ring_attention",
     "ring_attention_io",
     "ring_shards",
     "ring_work",
     "rotary_permutation",
+    "rotation_matrix",
     "scaled_dot_product_attention",
     "sinusoidal_positions",
     "sliding_window_mask",
@@ -112,6 +134,7 @@ __all__ = [
     "softmax_naive",
     "standard_attention_io",
     "standard_io_formula",
+    "swiglu_width",
     "tiled_attention_io",
     "tiled_io_formula",
     "to_bias",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._hooks import load_hook
+from book.hooks import math as math_hook
 from tests.browser.checks import (
     LinkTargets, SiteServer, Snapshot, Tab, check_copy_button_copies, check_copy_buttons,
     check_equations_fit, check_fits_width, check_images, check_links, check_loads_cleanly,
@@ -176,7 +176,7 @@ PROBE_MATH_TIMEOUT_MS = 20_000  # a small page's fonts: under a second unless th
 @functools.cache
 def math_hook() -> ModuleType:
     """The site's math hook, docs/hooks/math.py, imported once."""
-    return load_hook("math")
+    return math_hook
 
 
 def typeset(html: str) -> str:

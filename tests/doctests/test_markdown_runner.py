@@ -17,7 +17,7 @@ import pytest
 import torch  # noqa: F401  (as above: the fixture pages import it)
 from markdown_it import MarkdownIt
 
-from tests.markdown_runner.pages import parse_page, rewrite_outputs
+from book.pages import parse_page, rewrite_outputs
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def book(pytester: pytest.Pytester) -> pytest.Pytester:
     """A pytester directory whose pytest loads the runner and executes ``docs/``."""
-    pytester.makeini("[pytest]\naddopts = -p tests.markdown_runner.plugin -p no:cacheprovider\n")
+    pytester.makeini("[pytest]\naddopts = -p book.runner.plugin -p no:cacheprovider\n")
     (pytester.path / "docs").mkdir()
     return pytester
 
@@ -384,7 +384,6 @@ def test_under_xdist_the_count_adds_up_the_workers_and_a_failed_id_runs_again_as
     imports torch). The controller executes nothing, so the count line must add up what the
     workers report; and the id in a FAILED line carries xdist's ``@page:...`` group, which the
     runner must accept on the command line."""
-    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the workers import tests.markdown_runner
     monkeypatch.setenv("CHAIN_LOG", str(book.path / "runs.log"))
     add_page(book, "basic.md", "0.2447", "0.2449")
     add_page(book, "chain_count.md")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.markdown_runner.compare import first_difference, number_matches, tolerance
+from book.runner.compare import first_difference, number_matches, tolerance
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """What the runner takes from pytest-markdown-docs still holds for the installed version.
 
-tests/markdown_runner/upstream.py names the three documented things the runner relies on (a
+tools/book/runner/upstream.py names the three documented things the runner relies on (a
 marker, a hook, a flag); no module of the runner imports pytest-markdown-docs. When an upgrade
 changes one of them, a test here fails and says what changed and what to do.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from tests.markdown_runner.pages import info_words, is_output_info
-from tests.markdown_runner.upstream import (
+from book.pages import info_words, is_output_info
+from book.runner.upstream import (
     MARKER,
     PARSER_HOOK,
     STOCK_FLAG,
@@ -23,9 +23,9 @@ from tests.markdown_runner.upstream import (
     stock_collection_requested,
 )
 
-RUNNER = Path(__file__).resolve().parents[1] / "markdown_runner"
+RUNNER = Path(__file__).resolve().parents[2] / "tools" / "book" / "runner"
 UPSTREAM = f"pytest-markdown-docs {importlib.metadata.version('pytest-markdown-docs')}"
-SEE = "see tests/markdown_runner/upstream.py and that release's changelog"
+SEE = "see tools/book/runner/upstream.py and that release's changelog"
 
 
 def test_no_module_of_the_runner_imports_pytest_markdown_docs() -> None:

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 
 from .execution import Result
-from .pages import PYTHON_FENCE_OPENER
+from ..pages import PYTHON_FENCE_OPENER
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Make the PDF edition of the book from the built site's print page, with headless Chromium.
 
-    mkdocs build --strict --site-dir site && python docs/make_pdf.py site/
+    mkdocs build --strict --site-dir site && python -m book pdf site/
 
-reads ``site/print/index.html`` (docs/hooks/print_page.py), writes
+reads ``site/print/index.html`` (book.hooks.print_page), writes
 ``site/print/attention-book.pdf`` and adds a download link for it to the print page. It runs after
 the build, never inside it, so that the build stays fast; .ci/run runs it. Chromium is Debian's
 ``/usr/bin/chromium`` unless ``--chromium`` names another; the page is read from the disk, and
@@ -17,16 +17,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-PDF_NAME = "attention-book.pdf"
-PDF_PLACEHOLDER = '<p class="attn-pdf-link">'  # written by docs/hooks/print_page.py
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-    "--disable-background-networking", "--disable-component-update", "--no-pdf-header-footer",
-    "--host-resolver-rules=MAP * ~NOTFOUND",  # nothing but files on the disk
-]
+from .constants import CHROMIUM, CHROMIUM_ARGS, PDF_NAME, PDF_PLACEHOLDER
+
+# No header or footer on the printed pages; no host resolves: nothing but files on the disk.
+PRINT_ARGS = ("--no-pdf-header-footer", "--host-resolver-rules=MAP * ~NOTFOUND")
 
 
-def make_pdf(site: Path, chromium: Path = Path("/usr/bin/chromium"), timeout: float = 300) -> Path:
+def make_pdf(site: Path, chromium: Path = CHROMIUM, timeout: float = 300) -> Path:
     """Print ``site``'s print page to ``print/attention-book.pdf`` and link it; return its path.
 
     Raises:
@@ -39,7 +36,7 @@ def make_pdf(site: Path, chromium: Path = Path("/usr/bin/chromium"), timeout: fl
     pdf.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
-            [str(chromium), *CHROMIUM_ARGS, f"--user-data-dir={profile}",
+            [str(chromium), *CHROMIUM_ARGS, *PRINT_ARGS, f"--user-data-dir={profile}",
              f"--print-to-pdf={pdf}", page.resolve().as_uri()],
             check=True, capture_output=True, timeout=timeout,
         )
@@ -53,14 +50,11 @@ def make_pdf(site: Path, chromium: Path = Path("/usr/bin/chromium"), timeout: fl
     return pdf
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    """``python -m book pdf SITE [--chromium PATH]``."""
+    parser = argparse.ArgumentParser(prog="python -m book pdf", description=__doc__.splitlines()[0])
     parser.add_argument("site", type=Path, help="the built site, e.g. site/")
-    parser.add_argument("--chromium", type=Path, default=Path("/usr/bin/chromium"))
-    args = parser.parse_args()
+    parser.add_argument("--chromium", type=Path, default=CHROMIUM)
+    args = parser.parse_args(argv)
     pdf = make_pdf(args.site, args.chromium)
     print(f"wrote {pdf} ({pdf.stat().st_size / 2**20:.1f} MiB)", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .upstream import markdown_parser
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -91,13 +90,15 @@ class ParsedPage:
 
     ``chains`` holds, for each fence in page order, the index of the fence that starts its chain
     (itself for a ```` ```python ```` fence). ``outputs`` holds every output block of the page,
-    at any level, in page order (those that follow no Python fence too). ``column_shift`` maps a
+    at any level, in page order (those that follow no Python fence too); ``other_fences`` the
+    (start, end) of every other fence (``text``, ``bash``, ...), in page order. ``column_shift`` maps a
     0-based page line inside a fence to the number of characters the fence's code was dedented
     by on that line.
     """
 
     fences: list[Fence] = field(default_factory=list)
     outputs: list[OutputBlock] = field(default_factory=list)
+    other_fences: list[tuple[int, int]] = field(default_factory=list)
     chains: list[int] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     column_shift: dict[int, int] = field(default_factory=dict)
@@ -159,6 +160,7 @@ class _PageParser:
         self._check_orphan_outputs()
         self._link_chains()
         self.page.outputs = sorted(self.outputs, key=lambda block: block.start)
+        self.page.other_fences.sort()
         self.page.problems.sort(key=lambda problem: problem.line)
         return self.page
 
@@ -180,6 +182,7 @@ class _PageParser:
                 continue
             words = info_words(token.info)
             if not words or words[0].lower() not in PYTHON_LANGUAGES:
+                self.page.other_fences.append((start, end))
                 continue
             following = tokens[i + 1] if i + 1 < len(tokens) else None
             output = None
@@ -271,14 +274,18 @@ class _PageParser:
 
 
 def parse_page(text: str, md: MarkdownIt | None = None) -> ParsedPage:
-    """Parse the Markdown ``text`` of a page with the markdown-it parser ``md`` (default: the
-    runner's, CommonMark)."""
-    return _PageParser(text, md if md is not None else markdown_parser()).parse()
+    """Parse the Markdown ``text`` of a page with the markdown-it parser ``md`` (default:
+    CommonMark, the parser of pytest-markdown-docs and of the runner)."""
+    if md is None:
+        from markdown_it import MarkdownIt
+
+        md = MarkdownIt("commonmark")
+    return _PageParser(text, md).parse()
 
 
 def read_page(path: Path) -> ParsedPage:
     """Parse the page at ``path`` as the runner does: the one fence scanner of the repository,
-    used by the site and shape-trace tests too."""
+    used by the runner, the notebooks hook and the tests."""
     return parse_page(path.read_bytes().decode("utf-8"))
 
 
