@@ -89,29 +89,29 @@ def trained_tiny_model() -> TinyTransformer:
     return model
 
 
-def block_queries_keys(block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The queries, keys and values (b, h, t, d_h) that a pre-LN block computes from its input x."""
+def attention_queries_keys(attn, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Queries, keys and values (b, h, t, d_h) that a BlockAttention computes from its input x."""
     b, t, _ = x.shape
-    projected = block.qkv(block.norm1(x)).split(block.d_model, dim=2)  # 3 x (b, t, d)
-    q, k, v = (y.view(b, t, block.num_heads, block.d_h).transpose(1, 2) for y in projected)
-    return block.rotary(q), block.rotary(k), v
+    projected = attn.qkv(x).split(attn.d_model, dim=2)  # 3 x (b, t, d)
+    q, k, v = (y.view(b, t, attn.num_heads, attn.d_h).transpose(1, 2) for y in projected)
+    return attn.rotary(q), attn.rotary(k), v
 
 
 def weights_through_the_fast_path() -> Figure:
     """Every head of the tiny model, its weights rebuilt from flash_attention's log-sum-exp."""
     model = trained_tiny_model()
     inputs, _ = lookback_data(1, 24, 16, torch.Generator().manual_seed(789), offset=2)
-    captured = []
-    hooks = [block.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+    captured = []  # each layer's input to its attention sublayer, (b, t, d)
+    hooks = [block.attn.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
              for block in model.blocks]
     with torch.no_grad():
-        _, explicit = model(inputs, return_weights=True)  # L x (b, h, t, t)
+        _, explicit = model(inputs, return_weights=True)  # one (b, h, t, t) per layer
     for hook in hooks:
         hook.remove()
     fig, axes = plt.subplots(1, 4, figsize=(7.4, 2.8), layout="constrained")
     for layer, (block, x) in enumerate(zip(model.blocks, captured)):
         with torch.no_grad():
-            q, k, v = block_queries_keys(block, x)  # (b, h, t, d_h) each
+            q, k, v = attention_queries_keys(block.attn, x)  # (b, h, t, d_h) each
             _, lse = flash_attention(q, k, v, is_causal=True, block_size=8, return_lse=True)
             rebuilt = weights_from_lse(q, k, lse, is_causal=True)  # (b, h, t, t)
         for head in range(2):
