@@ -67,26 +67,47 @@ def test_a_broken_results_file_stops_the_build_naming_file_and_field(tmp_path, m
         timings_hook.on_files(None, None)
 
 
+@pytest.mark.parametrize("break_it, field", [
+    (lambda doc: doc["goals"]["speed"][0].pop("fused_sdpa_backend"), r"goals\.speed: expected key 'fused_sdpa_backend'"),
+    (lambda doc: next(r for r in doc["results"] if r["status"] == "ok").pop("backend"), r"results\[\d+\]: expected key 'backend'"),
+    (lambda doc: doc["settings"].pop("tokens"), r"settings: expected key 'tokens'"),
+    (lambda doc: doc["results"][0].update(t="1024"), r"results\[0\]\.t: expected <class 'int'>"),
+])
+def test_a_stale_file_missing_what_the_page_reads_is_refused_by_name(tmp_path, break_it, field):
+    doc = json.loads(FIXTURE.read_text())
+    break_it(doc)
+    (tmp_path / "stale.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"stale\.json: " + field):
+        load_runs(tmp_path)
+
+
+def test_typed_rows_read_back_what_the_harness_wrote(runs):
+    for run in runs.values():
+        assert [r.to_json() for r in run.rows] == [
+            {k: v for k, v in r.items()} | {"gpu_kernels": r.get("gpu_kernels"), "run": r.get("run")}
+            for r in run.doc["results"]]
+
+
 def test_queries_answer_with_the_files_numbers(runs):
     h200, h100 = runs["cuda-h200"], runs["cuda-h100-quick"]
     cudnn = h200.row("sdpa[cudnn]", t=16384, d_h=64)
     ask = lambda text, default="cuda-h200": facts.fill(text, runs, default)  # noqa: E731
-    assert ask("{{ tflops(sdpa[cudnn], forward, t=16384, d_h=64) }}") == f"{cudnn['tflops']:.3g}"
-    assert ask("{{ pct_of_peak(sdpa[cudnn], forward, t=16384, d_h=64) }}") == f"{cudnn['pct_of_peak']:.0f}"
+    assert ask("{{ tflops(sdpa[cudnn], forward, t=16384, d_h=64) }}") == f"{cudnn.tflops:.3g}"
+    assert ask("{{ pct_of_peak(sdpa[cudnn], forward, t=16384, d_h=64) }}") == f"{cudnn.pct_of_peak:.0f}"
     speeds = []
     for row in h200.rows:
-        if row["variant"] == "triton" and row["pass"] == "forward" and row["status"] == "ok":
-            flash = h200.row("sdpa[flash]", t=row["t"], d_h=row["d_h"])
-            speeds.append(flash["median_s"] / row["median_s"])
+        if row.variant == "triton" and row.pass_name == "forward" and row.status == "ok":
+            flash = h200.row("sdpa[flash]", t=row.t, d_h=row.d_h)
+            speeds.append(flash.median_s / row.median_s)
     assert len(speeds) == 10  # t = 1024 ... 16384, d_h = 64 and 128
     assert ask("{{ speedup(triton, sdpa[flash], forward) }}") == f"{min(speeds):.2f}–{max(speeds):.2f}×"
     launched = h100.row("flash_attention", t=16384, d_h=64, dtype="bfloat16")
     assert ask("{{ cuda-h100-quick: launches(flash_attention, forward, t=16384, d_h=64, dtype=bfloat16) }}") == (
-        f"{launched['gpu_kernels']:,}")
-    per = launched["median_s"] / launched["gpu_kernels"] * 1e6
+        f"{launched.gpu_kernels:,}")
+    per = launched.median_s / launched.gpu_kernels * 1e6
     assert ask("{{ cuda-h100-quick: per_launch_us(flash_attention, forward, t=16384, d_h=64, "
                "dtype=bfloat16) }}") == f"{per:.2g}"
-    decode = {r["use_cache"]: r["tokens_per_s"] for r in h200.doc["decode"] if r["model"] == "tiny"}
+    decode = {r.use_cache: r.tokens_per_s for r in h200.decode if r.model == "tiny"}
     assert ask("{{ decode_speedup(tiny) }}") == f"{decode[True] / decode[False]:.2f}×"
     assert ask("{{ peak(bfloat16) }}") == "989.5 TFLOP/s"  # the datasheet's figure, as printed there
 

@@ -17,6 +17,7 @@ from attention.bench.memprobe import measure_in_subprocess
 from attention.bench.sweep import Settings, measure
 from attention.bench.timing import profiled_call, time_cpu
 from attention.bench import timing, variants
+from attention.bench.rows import Row
 from attention.bench.variants import Built, Problem, Variant, make_inputs
 from attention.functional import scaled_dot_product_attention as explicit_attention
 
@@ -131,8 +132,8 @@ def test_a_wrong_variant_fails_the_check_and_is_not_timed():
     unmasked = Built(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
     not_causal = Variant("not-causal", "kernel", "forgets the mask", lambda p, i: unmasked)
     row = measure(not_causal, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
-    assert row["status"] == "failed" and row["reason"].startswith("relative error")
-    assert row["median_s"] is None
+    assert row.status == "failed" and row.reason.startswith("relative error")
+    assert row.median_s is None
 
 
 B, H, T, D_H = 1, 4, 512, 32
@@ -339,9 +340,13 @@ def test_the_file_keeps_every_finished_row_when_a_run_is_cut_off(tmp_path, monke
         if len(calls) == 3:
             raise KeyboardInterrupt  # what a time limit's signal does to the run
         calls.append(variant.name)
-        return {"level": problem.level, "variant": variant.name, "summary": "", "pass": "forward",
-                "b": problem.b, "t": problem.t, "h": problem.h, "d_h": problem.d_h, "d": problem.d,
-                "dtype": "float32", "status": "unsupported", "reason": "not timed in this test", "ops": []}
+        return Row.from_json({
+            "level": problem.level, "variant": variant.name, "summary": "", "pass": "forward",
+            "b": problem.b, "t": problem.t, "h": problem.h, "d_h": problem.d_h, "d": problem.d,
+            "dtype": "float32", "status": "unsupported", "reason": "not timed in this test", "ops": [],
+            **dict.fromkeys(("backend", "max_rel_err", "median_s", "iqr_s", "repeats", "number", "flops",
+                             "tflops", "peak_tflops", "pct_of_peak", "peak_bytes")),
+        })
 
     monkeypatch.setattr(sweep, "measure", fake_measure)
     out = tmp_path / "cut.json"

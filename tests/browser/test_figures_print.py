@@ -30,10 +30,15 @@ from playwright.sync_api import Browser, BrowserContext, Page
 
 from book.constants import PDF_NAME
 from book.pdf import make_pdf
-from tests.browser.checks import (
-    DESKTOP, MEASURE_FIGURES, MEASURE_TABLES, PHONE, SiteServer, contrast, figure_problems, luminance,
-    table_problems,
-)
+from book.browser.checks import figure_problems, table_problems
+from book.browser.chromium import DESKTOP, PHONE
+from book.browser.colour import contrast, luminance
+from book.browser.scripts import MEASURE_FIGURES, MEASURE_TABLES
+from book.browser.server import SiteServer
+
+# All tests of this module in one process (one chromium, its pages visited once), scheduled
+# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+pytestmark = pytest.mark.browser_group("browser-print", rank=3)
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"

@@ -20,12 +20,15 @@ kernel may still skip part of a causal tile.
 """
 
 import time
+from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 
 from ..masks import and_masks, block_sparsity, causal, document, to_dense
 from ..packing import cu_seqlens_from_lengths, document_ids, unpack, varlen_attention
+from .rows import MaskRow
 from .sweep import Settings
 from .timing import time_cpu, time_cuda
 
@@ -89,15 +92,40 @@ def _scores_formed(variant: str, lengths: torch.Tensor, rule_tiles: int) -> int:
             "varlen": int((lengths**2).sum()), "sdpa-padded": n * t_max * t_max}[variant]
 
 
+def measure_form(call: Callable[[], torch.Tensor], want: torch.Tensor, row: MaskRow, settings: Settings) -> MaskRow:
+    """One form: checked against the float64 ``want``, then timed like the sweep's variants."""
+    cuda = settings.device.type == "cuda"
+    try:
+        call()  # warm-up: a compiled form compiles here
+        began = time.perf_counter()
+        out = call()
+        if cuda:
+            torch.cuda.synchronize()
+        estimate = time.perf_counter() - began
+        error = float((out.double() - want).abs().max() / want.abs().max())
+        row = replace(row, max_rel_err=error)
+        if error > TOLERANCE:
+            return replace(row, status="failed", reason=f"relative error {error:.2e} > {TOLERANCE:.0e}")
+        if cuda:
+            timing = time_cuda(call, estimate, settings.repeats, settings.max_time, settings.warmup_s)
+        else:
+            timing = time_cpu(call, estimate, settings.repeats, settings.min_time, settings.max_time)
+    except Exception as error:  # recorded in the results, never hidden
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return replace(row, status="unsupported", reason=f"{type(error).__name__}: {message}")
+    return replace(row, median_s=timing.median_s, iqr_s=timing.iqr_s, repeats=timing.repeats,
+                   number=timing.number, tflops=row.flops / timing.median_s / 1e12)
+
+
 def run_masks(settings: Settings, seq_lens: tuple[int, ...] = SEQ_LENS) -> list[dict]:
-    """The ``masks`` rows of a results file: every t, every variant (see the module docstring).
+    """The ``masks`` rows of a results file (:class:`~attention.bench.rows.MaskRow` as JSON):
+    every t, every form (see the module docstring).
 
     ``settings`` is the sweep's :class:`~attention.bench.sweep.Settings`: its device, seed,
     heads h (d_h = d_model / h), repeats and times, and ``compile`` (FlexAttention is skipped
     without it).
     """
     device, h = settings.device, settings.heads
-    cuda = device.type == "cuda"
     d_h = settings.d_model // h
     rows = []
     for t in seq_lens:
@@ -113,38 +141,16 @@ def run_masks(settings: Settings, seq_lens: tuple[int, ...] = SEQ_LENS) -> list[
         useful = 4.0 * h * d_h * float((lengths * (lengths + 1) // 2).sum())
         calls = _calls(q, k, v, lengths, device, settings.compile)
         for variant, summary in VARIANTS.items():
-            row = {"variant": variant, "summary": summary, "t": t, "lengths": lengths.tolist(),
-                   "h": h, "d_h": d_h, "dtype": "float32", "pass": "forward", "status": "ok",
-                   "reason": None, "block_size": BLOCK_SIZE if variant == "flex-block-mask" else None,
-                   "scores_formed": _scores_formed(variant, lengths, kept), "flops": useful,
-                   "max_rel_err": None, "median_s": None, "iqr_s": None, "repeats": None,
-                   "number": None, "tflops": None}
+            row = MaskRow(
+                variant=variant, summary=summary, t=t, lengths=lengths.tolist(), h=h, d_h=d_h,
+                dtype="float32", pass_name="forward", status="ok", reason=None,
+                block_size=BLOCK_SIZE if variant == "flex-block-mask" else None,
+                scores_formed=_scores_formed(variant, lengths, kept), flops=useful, max_rel_err=None,
+                median_s=None, iqr_s=None, repeats=None, number=None, tflops=None,
+            )
             if variant not in calls:
-                rows.append(row | {"status": "skipped", "reason": "torch.compile turned off (--no-compile)"})
-                continue
-            try:
-                calls[variant]()  # warm-up: a compiled variant compiles here
-                began = time.perf_counter()
-                out = calls[variant]()
-                if cuda:
-                    torch.cuda.synchronize()
-                estimate = time.perf_counter() - began
-                row["max_rel_err"] = error = float((out.double() - want).abs().max() / want.abs().max())
-                if error > TOLERANCE:
-                    rows.append(row | {"status": "failed",
-                                       "reason": f"relative error {error:.2e} > {TOLERANCE:.0e}"})
-                    continue
-                if cuda:
-                    timing = time_cuda(calls[variant], estimate, settings.repeats, settings.max_time,
-                                       settings.warmup_s)
-                else:
-                    timing = time_cpu(calls[variant], estimate, settings.repeats, settings.min_time,
-                                      settings.max_time)
-            except Exception as error:  # recorded in the results, never hidden
-                message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-                rows.append(row | {"status": "unsupported", "reason": f"{type(error).__name__}: {message}"})
-                continue
-            rows.append(row | {"median_s": timing.median_s, "iqr_s": timing.iqr_s,
-                               "repeats": timing.repeats, "number": timing.number,
-                               "tflops": useful / timing.median_s / 1e12})
+                row = replace(row, status="skipped", reason="torch.compile turned off (--no-compile)")
+            else:
+                row = measure_form(calls[variant], want, row, settings)
+            rows.append(row.to_json())
     return rows

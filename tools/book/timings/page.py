@@ -42,19 +42,19 @@ def _timing_words(settings: dict, gpu: bool) -> str:
 
 def _what(run: Run, i: int) -> str:
     """What source run ``i`` of a merged file measured, from the rows and goals it gave."""
-    rows = [r for r in run.rows if r.get("run", 0) == i]
+    rows = [r for r in run.rows if (r.run or 0) == i]
     parts = []
     for level, name in (("kernel", "kernels"), ("layer", "layers")):
-        mine = [r for r in rows if r["level"] == level]
+        mine = [r for r in rows if r.level == level]
         if mine:
-            ts = ", ".join(str(t) for t in sorted({r["t"] for r in mine}))
-            dtypes = ", ".join(dict.fromkeys(r["dtype"] for r in mine))
-            timed = sum(r["status"] == "ok" for r in mine)
+            ts = ", ".join(str(t) for t in sorted({r.t for r in mine}))
+            dtypes = ", ".join(dict.fromkeys(r.dtype for r in mine))
+            timed = sum(r.status == "ok" for r in mine)
             parts.append(f"{name} in {dtypes} at $t$ = {ts} ({timed} of {len(mine)} rows with a time)")
     goals = run.doc["goals"]
     if any(g.get("run", 0) == i for g in goals.get("ratios", [])) or (goals.get("memory") or {}).get("run", -1) == i:
         parts.append("the goals")
-    if any(r.get("run", 0) == i for r in run.doc.get("decode", [])):
+    if any((r.run or 0) == i for r in run.decode):
         parts.append("decoding")
     return "; ".join(parts) or "nothing kept (every row it measured was measured again later)"
 
@@ -91,7 +91,7 @@ def provenance_markdown(run: Run) -> str:
         "",
     ]
     timing = list(dict.fromkeys(_settings_words(src["settings"], run.gpu) for src in sources
-                                if any(r.get("run", 0) == sources.index(src) for r in run.rows)))
+                                if any((r.run or 0) == sources.index(src) for r in run.rows)))
     if timing:
         lines += [f"**Timing**: {'; or '.join(timing)}.", ""]
     if len(sources) > 1:
@@ -140,7 +140,7 @@ def groups_markdown(run: Run, level: str) -> str:
             if len(groups) > 1 or level == "kernel":
                 out += [f"#### $d_h = {group.d_h}$, $h = {group.h}$", ""]
             for pass_name, rows in group.passes():
-                ts = sorted({r["t"] for r in rows})
+                ts = sorted({r.t for r in rows})
                 peak = run.doc["peaks"].get(dtype, {})
                 body = [tables.time_table(rows, pass_name), "", tables.detail_table(rows, _detail_t(run, ts), peak)]
                 out += [f'=== "{pass_name}"', ""]
@@ -167,8 +167,8 @@ def roofline_markdown(run: Run) -> str:
         name = f"appendix-{run.stem}-roofline-{dtype}"
         if machine is None or name not in names:
             continue
-        kernels = [r for r in run.rows if r["level"] == "kernel" and r["dtype"] == dtype and r["status"] == "ok"]
-        t = _detail_t(run, sorted({r["t"] for r in kernels}))
+        kernels = [r for r in run.rows if r.level == "kernel" and r.dtype == dtype and r.status == "ok"]
+        t = _detail_t(run, sorted({r.t for r in kernels}))
         out += [f"#### Roofline, {dtype}", "",
                 f"$P$ = {_peak_text(machine['peak_flops'], machine['measured'])}, $\\beta$ = "
                 f"{rate(machine['bandwidth'], 'B/s')} ({'measured' if machine['measured'] else 'datasheet'}), "
@@ -204,7 +204,7 @@ def runs_table(runs: dict[str, Run]) -> str:
     """One row per results file: the device, when, torch, how many rows, and its page."""
     body = []
     for stem, run in runs.items():
-        ok = sum(r["status"] == "ok" for r in run.rows)
+        ok = sum(r.status == "ok" for r in run.rows)
         page = PAGES.get(stem)
         where = f"[{run.device}]({page})" if page else run.device
         body.append([where, run.date, run.provenance["torch"], f"{ok} of {len(run.rows)}",
