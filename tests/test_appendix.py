@@ -114,10 +114,10 @@ def test_queries_answer_with_the_files_numbers(runs):
 
 @pytest.mark.parametrize("query, message", [
     ("{{ nonsense(triton) }}", "unknown query 'nonsense'"),
-    ("{{ tflops(triton, forward+backward) }}", "no ok row of triton, forward\\+backward"),
+    ("{{ tflops(triton, forward+backward, t=1024, d_h=64, dtype=float32) }}", "no ok row of triton, forward\\+backward"),
     ("{{ tflops(sdpa[cudnn], forward) }}", "rows of sdpa\\[cudnn\\].*say which"),
     ("{{ cuda-a100: tflops(triton, forward) }}", "no results file cuda-a100.json"),
-    ("{{ launches(triton, forward, t=1024, d_h=64) }}", "did not count GPU kernel launches"),
+    ("{{ launches(explicit, forward, t=1024, d_h=64) }}", "did not count GPU kernel launches"),
 ])
 def test_a_query_that_cannot_be_answered_stops_the_build(runs, query, message):
     with pytest.raises(facts.FactError, match=message):
@@ -164,10 +164,10 @@ def test_provenance_says_where_when_with_what_and_in_how_many_runs(runs):
     p = run.provenance
     for fact in (p["device_name"], p["driver"], p["torch"], f"CUDA {p['cuda']}", p["git"]["commit"][:7],
                  f"the book pins torch {pinned_version('torch')}", "up to 20 timed calls per point",
-                 "256 MiB buffer", "**6 runs**", "the compiled variants off"):
+                 "256 MiB buffer", "**7 runs**", "the compiled variants off"):
         assert fact in text, fact
     times = re.findall(r"^- (\d\d:\d\d) UTC", text, flags=re.MULTILINE)
-    assert len(times) == 6 and times == sorted(times)  # listed in the order they were measured
+    assert len(times) == 7 and times == sorted(times)  # listed in the order they were measured
     assert all(s["command"] in text for s in run.sources)
 
 
@@ -176,12 +176,18 @@ def test_a_run_that_did_not_finish_says_so(runs):
     assert '!!! warning "This run did not finish"' in provenance_markdown(Run("cut", doc))
 
 
-def test_gpu_goal_is_read_off_the_rows(runs):
+def test_gpu_goals_are_read_off_the_rows(runs):
     text = tables.gpu_goals_table(runs["cuda-h200"])
-    (flash, cudnn) = body_rows(text)
+    flash, cudnn, training = body_rows(text)
     speedups = facts.fill("{{ speedup(triton, sdpa[flash], forward) }}", runs, "cuda-h200")
-    assert flash[1] == f"**{speedups.split('–')[0]}** … {speedups.split('–')[1].rstrip('×')}"
-    assert flash[2:] == ["≥ 0.8", "met"] and cudnn[2:] == ["reported", "—"]
+    assert flash[1] == f"**{speedups.split('–')[0]}** … {speedups.split('–')[1].rstrip('×')} (10 points)"
+    assert flash[2:] == ["≥ 0.8", "met"]
+    lowest = min(runs["cuda-h200"].row("sdpa[cudnn]", t=t, d_h=d).median_s / runs["cuda-h200"].row("triton", t=t, d_h=d).median_s
+                 for t in (4096, 8192, 16384) for d in (64, 128))
+    assert cudnn[1].startswith(f"**{lowest:.2f}**") and cudnn[3] == ("met" if lowest >= 0.85 else "missed")
+    assert training[2] == "≥ 1" and "(6 points)" in training[1]
+    (_, _, untimed) = body_rows(tables.gpu_goals_table(runs["cuda-h100-quick"]))
+    assert untimed[1:] == ["—", "≥ 1", "not measured in this run"]  # that run's kernel had no backward
 
 
 def test_every_figure_a_page_links_is_drawn_by_the_figure_script(pages):

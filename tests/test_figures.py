@@ -272,6 +272,35 @@ def test_decode_speed_draws_the_results_or_says_there_are_none(monkeypatch, tmp_
                     "with cache": [400.0, 20.0, cited["with cache"]]}
 
 
+def test_decode_bound_bars_are_the_measured_rows_and_equation_10_11(
+    monkeypatch, tmp_path
+) -> None:
+    make = FIGURES["ch10-decode-bound"]
+    config = {"vocab_size": 10, "d_model": 4, "num_heads": 2, "num_layers": 1,
+              "context_length": 8, "positions": "learned", "mlp": False}
+    row = {"model": "gpt2-small-untrained", "config": config, "use_cache": True,
+           "prompt_tokens": 2, "new_tokens": 4, "tokens_per_s": 7.0}
+    run = {"peaks": {"bandwidth": {"bytes_per_s": 1e6, "measured": True}}, "decode": [row]}
+    (tmp_path / "cpu.json").write_text(json.dumps(run), encoding="utf-8")
+    monkeypatch.setitem(make.__globals__, "RESULTS_DIR", tmp_path)
+    fig = make()
+    bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers}
+    plt.close(fig)
+    # weights read: W_qkv 4·12 + 12, out 4·4 + 4, two LayerNorms 2·8, lm_head 4·10, one row of
+    # each embedding 2·4; the cache holds 2 + 4 // 2 = 4 tokens: 2 · 4 · 1 · 2 · 2 values
+    weights = 4 * 12 + 12 + 4 * 4 + 4 + 2 * 8 + 4 * 10 + 2 * 4
+    bound = 1e6 / (4 * weights + 4 * 2 * 4 * 1 * 2 * 2)
+    assert bars["measured (greedy decoding, b = 1)"] == [7.0]
+    np.testing.assert_allclose(bars["bound: β / bytes read per token"], [bound])
+
+
+def test_mla_cache_bars_are_deepseek_v2s_shape(draw) -> None:
+    ax = draw("ch10-mla-cache").axes[0]
+    kib = [patch.get_height() for patch in ax.patches]
+    per_layer = [2 * 128 * 128, 2 * 8 * 128, 512 + 64, 2 * 128]  # MHA, GQA, MLA, MQA numbers
+    np.testing.assert_allclose(kib, [60 * n * 2 / 2**10 for n in per_layer])
+
+
 # Desktop text column of the site at 1280 px (Material's grid minus both sidebars), in CSS px.
 DESKTOP_TEXT_PX = 688
 

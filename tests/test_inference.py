@@ -11,6 +11,7 @@ from attention.inference import (
     PagedKVCache,
     RollingKVCache,
     kv_cache_bytes,
+    sink_window_mask,
 )
 
 HEADS = [4, 2, 1]  # h_kv for h = 4: multi-head, grouped-query, multi-query
@@ -112,6 +113,60 @@ def test_cache_memory_is_the_formula_and_rolling_memory_does_not_grow() -> None:
     assert long.length == 100
 
 
+SINKS = [(3, 1), (3, 2), (1, 4), (4, 9)]  # (w, n_sink): with n_sink >= t, every key is a sink
+
+
+def _sink_gqa(num_kv_heads: int, window: int, sinks: int) -> GroupedQueryAttention:
+    torch.manual_seed(0)
+    return GroupedQueryAttention(6, 8, 4, num_kv_heads, qkv_bias=True, window=window,
+                                 sinks=sinks).double()
+
+
+@pytest.mark.parametrize(("window", "sinks"), SINKS)
+@pytest.mark.parametrize("num_kv_heads", HEADS)
+def test_sinks_and_window_equal_torchs_sdpa_under_the_mask_written_out(
+    num_kv_heads: int, window: int, sinks: int
+) -> None:
+    gqa = _sink_gqa(num_kv_heads, window, sinks)
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    i, j = torch.arange(9)[:, None], torch.arange(9)
+    allowed = (j <= i) & ((j > i - window) | (j < sinks))  # (t, t): StreamingLLM's keys
+    assert torch.equal(sink_window_mask(9, 9, window, sinks), allowed)
+    q = gqa.W_query(x).view(2, 9, 4, 2).transpose(1, 2)  # (b, h, t, d_h)
+    k = gqa.W_key(x).view(2, 9, -1, 2).transpose(1, 2)  # (b, h_kv, t, d_h)
+    v = gqa.W_value(x).view(2, 9, -1, 2).transpose(1, 2)
+    z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+    reference = gqa.out_proj(z.transpose(1, 2).reshape(2, 9, 8))
+    torch.testing.assert_close(gqa(x), reference, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("chunks", CHUNKS)
+@pytest.mark.parametrize(("window", "sinks"), SINKS)
+def test_cached_decoding_with_sinks_equals_the_full_pass(
+    window: int, sinks: int, chunks: tuple[int, ...]
+) -> None:
+    gqa = _sink_gqa(2, window, sinks)
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    cache = gqa.new_cache(2, 9)
+    outputs = [gqa(part, cache=cache) for part in x.split(chunks, dim=1)]
+    torch.testing.assert_close(torch.cat(outputs, dim=1), gqa(x), atol=1e-10, rtol=0)
+    assert cache.nbytes == kv_cache_bytes(2, sinks + window, 1, 2, 2, 8)
+
+
+def test_the_rolling_buffer_keeps_its_sinks_and_says_where_each_key_is() -> None:
+    cache = RollingKVCache(1, 1, 3, 1, sinks=2)
+    for p in range(9):
+        keys, _ = cache.append(torch.full((1, 1, 1, 1), float(p)), torch.zeros(1, 1, 1, 1))
+        expected = sorted({*range(min(p + 1, 2)), *range(max(0, p - 2), p + 1)})
+        assert keys.flatten().tolist() == [float(j) for j in expected]
+        assert cache.key_positions.tolist() == expected
+    keys, _ = cache.append(torch.tensor([9.0, 10.0]).view(1, 1, 2, 1), torch.zeros(1, 1, 2, 1))
+    assert cache.key_positions.tolist() == [0, 1, 7, 8, 9, 10]  # sinks, w - 1 kept, the new
+    assert keys.flatten().tolist() == [0.0, 1.0, 7.0, 8.0, 9.0, 10.0]
+    cache.reset()
+    assert cache.length == 0 and cache.key_positions.tolist() == []
+
+
 def test_appending_writes_in_place_and_returns_views() -> None:
     cache = KVCache(1, 2, 5, 3)
     keys, values = cache.append(torch.ones(1, 2, 2, 3), torch.full((1, 2, 2, 3), 2.0))
@@ -169,9 +224,16 @@ def test_paged_cache_gives_the_contiguous_result(window: int | None) -> None:
         (lambda: _fill(_gqa(2), _gqa(2).new_cache(1, 4), 5), r"max_tokens=4 tokens, got 5"),
         (lambda: _fill(_gqa(2, 2), _gqa(2, 2).new_cache(1, 4), 5), r"max_tokens=4 tokens, got 5"),
         (lambda: _fill(_gqa(2), _gqa(2).new_cache(2, 4), 1), r"\(2, 2, t, 2\), got \(1, 2, 1, 2\)"),
-        (lambda: _fill(_gqa(2, 3), _gqa(2, 2).new_cache(1, 4), 1), r"window=3, got window=2"),
+        (lambda: _fill(_gqa(2, 3), _gqa(2, 2).new_cache(1, 4), 1),
+         r"window=3 and sinks=0, got window=2 and sinks=0"),
         (lambda: _fill(_gqa(2), RollingKVCache(1, 2, 2, 2, dtype=torch.float64), 1),
-         r"window=None, got window=2"),
+         r"window=None and sinks=0, got window=2"),
+        (lambda: GroupedQueryAttention(6, 8, 4, 2, sinks=1), r"sinks=1 needs a window"),
+        (lambda: GroupedQueryAttention(6, 8, 4, 2, window=2, sinks=-1),
+         r"sinks must be an integer"),
+        (lambda: _fill(_sink_gqa(2, 2, 1), _gqa(2, 2).new_cache(1, 4), 1),
+         r"window=2 and sinks=1, got window=2 and sinks=0"),
+        (lambda: sink_window_mask(2, 4, 2, sinks=True), r"sinks must be an integer >= 0, got True"),
         (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 2, 2)),
          r"same number of tokens, got 1 and 2"),
         (lambda: _fill(_gqa(2), KVCache(1, 2, 4, 2), 1),

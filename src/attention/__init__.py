@@ -19,6 +19,7 @@ from .circuits import (
     rotation_matrix,
 )
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
+from .decoding import split_kv_attention, weights_read_per_token
 from .encoder import BidirectionalSelfAttention, CrossAttention
 from .flash import flash_attention, weights_from_lse
 from .functional import (
@@ -37,6 +38,7 @@ from .inference import (
     PagedKVCache,
     RollingKVCache,
     kv_cache_bytes,
+    sink_window_mask,
 )
 from .io_model import (
     IOCount,
@@ -46,6 +48,7 @@ from .io_model import (
     tiled_attention_io,
     tiled_io_formula,
 )
+from .latent import LatentKVCache, MultiHeadLatentAttention, latent_cache_bytes
 from .masks import block_sparsity, dense_attention, to_bias, to_dense
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
@@ -61,7 +64,9 @@ from .positions import (
     sinusoidal_positions,
 )
 from .ring import ring_attention, ring_attention_io, ring_shards, ring_work
+from .rope_scaling import Llama3Scaling, NTKAwareScaling, PositionInterpolation, YaRNScaling
 from .self_attention import SelfAttentionV1, SelfAttentionV2
+from .streaming import StreamingKVCache, streaming_cache
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
 from .transformer import TinyTransformer, TransformerBlock, swiglu_width
 
@@ -80,21 +85,28 @@ __all__ = [
     "GroupedQueryAttention",
     "IOCount",
     "KVCache",
+    "LatentKVCache",
     "LearnedPositions",
+    "Llama3Scaling",
     "ModelKVCache",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "MultiHeadAttentionWrapper",
+    "NTKAwareScaling",
     "PagedKVCache",
+    "PositionInterpolation",
     "RMSNorm",
     "RollingKVCache",
     "RotaryEmbedding",
     "SelfAttentionV1",
     "SelfAttentionV2",
+    "StreamingKVCache",
     "Seq2Seq",
     "Seq2SeqEncoder",
     "TinyTransformer",
     "TransformerBlock",
     "TwoLevelMemory",
+    "YaRNScaling",
     "ablate_heads",
     "additive_causal_mask",
     "alibi_bias",
@@ -115,6 +127,7 @@ __all__ = [
     "journey_batch",
     "journey_inputs",
     "kv_cache_bytes",
+    "latent_cache_bytes",
     "lookback_data",
     "next_token_accuracy",
     "ov_circuit",
@@ -128,12 +141,15 @@ __all__ = [
     "rotary_permutation",
     "rotation_matrix",
     "scaled_dot_product_attention",
+    "sink_window_mask",
     "sinusoidal_positions",
     "sliding_window_mask",
     "softmax",
     "softmax_naive",
+    "split_kv_attention",
     "standard_attention_io",
     "standard_io_formula",
+    "streaming_cache",
     "swiglu_width",
     "tiled_attention_io",
     "tiled_io_formula",
@@ -143,4 +159,5 @@ __all__ = [
     "unpack",
     "varlen_attention",
     "weights_from_lse",
+    "weights_read_per_token",
 ]
