@@ -185,7 +185,7 @@ def full_ov(model: TinyTransformer, layer: int, head: int) -> Tensor:
 def virtual_qk(model: TinyTransformer, head: int, offset: int) -> Tensor:
     """W_E W_QK(offset) W_OV^T W_E^T (n_vocab, n_vocab): layer 1 ``head`` through layer 0 head 0's output.
 
-    Entry (a, b) scores a query holding token a against a key whose previous token is b.
+    Entry (a, a') scores a query holding token a against a key whose previous token is a'.
     """
     embedding = model.tok_emb.weight.detach().double()  # (n_vocab, d)
     qk = qk_circuit(model.blocks[1], head, offset)  # (d, d)

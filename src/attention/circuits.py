@@ -4,14 +4,15 @@ Notation (see CONTRIBUTING.md), in the book's row-vector convention (a token is 
     d        model width; h heads of width d_h; L layers; n_vocab vocabulary size
     W_q, W_k, W_v  (d, d_h)   one head's slices of the projections
     W_o            (d_h, d)   the head's rows of the output projection
-    N              (d, d)     the linear part of the norm the head reads through (norms.norm_matrix)
+    Γ              (d, d)     the linear part of the norm the head reads through (norms.norm_matrix)
     R_Δ            (d_h, d_h) RoPE's rotation by the offset Δ = i - j of query i and key j
 
-    QK circuit  W_QK = (N W_q) R_Δ (N W_k)ᵀ    score of query x_i against key x_j: x_i W_QK x_jᵀ
-    OV circuit  W_OV = (N W_v) W_o              what the head adds to the stream: x_j W_OV
+    QK circuit  W_QK = (Γ W_q) R_Δ (Γ W_k)ᵀ    score of query x_i against key x_j: x_i W_QK x_jᵀ
+    OV circuit  W_OV = (Γ W_v) W_o              what the head adds to the stream: x_j W_OV
 
-Elhage et al. write column vectors, W_QK = W_Qᵀ W_K and W_OV = W_O W_V: the transposes of these.
-Folding N in leaves out each token's division by its own scale and the biases. Everything is
+Elhage et al. write column vectors (their W_Q is our W_qᵀ) and define W_QK = W_Qᵀ W_K, the same
+matrix as ours, and W_OV = W_O W_V, the transpose of ours.
+Folding Γ in leaves out each token's division by its own scale and the biases. Everything is
 computed in float64.
 """
 
@@ -45,8 +46,8 @@ def _check_head(block: TransformerBlock, head: int) -> None:
 def head_weights(block: TransformerBlock, head: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """W_q, W_k, W_v (d, d_h) and W_o (d_h, d) of one head, float64, as x W multiplies them.
 
-    In a pre-norm block the head reads N1(x), so the norm's linear part N is folded into the
-    three reading matrices (N W_q, N W_k, N W_v); a post-norm block's head reads x itself.
+    In a pre-norm block the head reads norm1(x), so the norm's linear part Γ is folded into the
+    three reading matrices (Γ W_q, Γ W_k, Γ W_v); a post-norm block's head reads x itself.
     """
     _check_head(block, head)
     d, d_h = block.d_model, block.d_h
@@ -71,7 +72,7 @@ def rotation_matrix(rotary: RotaryEmbedding, offset: int) -> Tensor:
 
 
 def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
-    """W_QK = (N W_q) R_Δ (N W_k)ᵀ (d, d): query on the left, key on the right.
+    """W_QK = (Γ W_q) R_Δ (Γ W_k)ᵀ (d, d): query on the left, key on the right.
 
     Without RoPE there is no R_Δ and the offset changes nothing. The scale 1 / sqrt(d_h) is
     left out, as in Elhage et al.
@@ -83,7 +84,7 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
 
 
 def ov_circuit(block: TransformerBlock, head: int) -> Tensor:
-    """W_OV = (N W_v) W_o (d, d): an attended token's row x times W_OV is what the head writes."""
+    """W_OV = (Γ W_v) W_o (d, d): an attended token's row x times W_OV is what the head writes."""
     _, _, w_v, w_o = head_weights(block, head)
     return w_v @ w_o  # (d, d)
 

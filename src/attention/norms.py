@@ -57,10 +57,10 @@ def make_norm(kind: str, d: int, eps: float = 1e-5, bias: bool = True) -> nn.Mod
 
 
 def norm_matrix(norm: nn.Module) -> Tensor:
-    """The linear part of a normalization as a (d, d) matrix N: x N = γ ⊙ x, re-centred or not.
+    """The linear part Γ of a normalization as a (d, d) matrix: x Γ is γ ⊙ x, re-centred or not.
 
-    LayerNorm computes (x N) / s + β with N = (I - 11ᵀ/d) diag(γ), which subtracts the mean and
-    then applies γ; RMSNorm computes (x N) / s with N = diag(γ). Left out is the division by s,
+    LayerNorm computes (x Γ) / σ + β with Γ = (I - 11ᵀ/d) diag(γ), which subtracts the mean and
+    then applies γ; RMSNorm computes (x Γ) / σ with Γ = diag(γ). Left out is the division by σ,
     the token's own standard deviation or root mean square: one positive number per token.
     """
     if isinstance(norm, RMSNorm):

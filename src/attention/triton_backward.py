@@ -7,14 +7,15 @@ Notation (see CONTRIBUTING.md):
     d_h      head width
     BLOCK_M  query rows of a tile, BLOCK_N its key rows
     c        scale · log2(e)
-    L        the log-sum-exp of a row, saved by the forward pass in base 2 (L log2 e in chapter 7)
+    lse      the log-sum-exp of a row, saved by the forward pass in base 2 (chapter 7's lse · log2 e)
     D        rowsum(dZ ∘ Z), one number per query
+    P, dP    FlashAttention's names for the book's weights A and their gradient dA
 
 Masks, block ranges and the tuning lists are those of :mod:`attention.triton_forward`.
 
 - ``_preprocess``, grid (t_q / BLOCK_M, b·h): D = rowsum(dZ ∘ Z), one float32 per query.
 - ``_backward_dkdv``, grid (t_k / BLOCK_N, b·h_kv): a program holds one block of K and V and walks
-  over the query blocks of the g query heads that share them, recomputing P = 2^(c·S - L) tile by
+  over the query blocks of the g query heads that share them, recomputing P = 2^(c·Q Kᵀ - lse) tile by
   tile, and accumulates dK and dV in registers; each is written once. No (t_q, t_k) matrix exists.
 - ``_backward_dq``, grid (t_q / BLOCK_M, b·h): a program holds one block of Q and dZ and walks
   over the key blocks again, accumulating dQ. A second pass, not atomic additions into a float32
@@ -69,7 +70,7 @@ def _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, stride_qt, s
             lse = tl.load(lse_ptrs + start_m)  # (BLOCK_M,)
             delta = tl.load(delta_ptrs + start_m)  # (BLOCK_M,)
         s_t = tl.dot(k, tl.trans(q)) * qk_scale  # (BLOCK_N, BLOCK_M): Sᵀ, keys as rows
-        p_t = tl.math.exp2(s_t - lse[None, :])  # (BLOCK_N, BLOCK_M), Pᵀ recomputed from L
+        p_t = tl.math.exp2(s_t - lse[None, :])  # (BLOCK_N, BLOCK_M), Pᵀ recomputed from lse
         if MASKED:
             seen = _visible(rows[None, :], keys[:, None], T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW)
             p_t = tl.where(seen, p_t, 0.0)

@@ -121,7 +121,7 @@ class _Options:
 
 
 class _TritonFlashAttention(torch.autograd.Function):
-    """Autograd wrapper: saves Q, K, V, O and L (all O(t · d_h)), never the score matrix."""
+    """Autograd wrapper: saves Q, K, V, O and lse (all O(t · d_h)), never the score matrix."""
 
     @staticmethod
     def forward(ctx, query, key, value, options):  # type: ignore[override]
@@ -142,7 +142,7 @@ class _TritonFlashAttention(torch.autograd.Function):
 class _TritonFlashAttentionBackward(torch.autograd.Function):
     """The kernels' backward pass as a graph node of its own, so that differentiating it raises.
 
-    The kernels compute dQ, dK and dV from constants (O and L), so autograd could not
+    The kernels compute dQ, dK and dV from constants (O and lse), so autograd could not
     differentiate them; without this node a second derivative would silently be wrong or zero.
     """
 

@@ -35,7 +35,8 @@ from torch import Tensor
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU. Chosen from what is
 # known; the autotuner measures them on the GPU at hand, once per shape:
 # - forward: 64 x 64 with 4 warps (and Triton's default 3 stages) was this kernel's fastest block
-#   shape on an H200 at d_h = 64 and 128 (docs/appendix/results/cuda-h200-triton-check.log),
+#   shape on an H200 at d_h = 64 and 128
+#   (docs/appendix/results/runs/h200-2026-11-26/triton-check-forward.log),
 #   and 128 x 128 with 4 warps its slowest at d_h = 128. FlashAttention-2 runs 128 x 64 with 4
 #   warps at d_h = 128 and 128 x 128 at d_h = 64 on A100 and H100
 #   (csrc/flash_attn/src/flash_fwd_launch_template.h); the Triton tutorial tries BLOCK_M in
@@ -171,7 +172,7 @@ def _forward(Q, K, V, O, LSE,
              stride_vb, stride_vh, stride_vt, stride_vd, stride_ob, stride_oh, stride_ot, stride_od,
              H, G, T_Q, T_K, OFFSET, WINDOW, qk_scale, D_H: tl.constexpr, IS_CAUSAL: tl.constexpr,
              HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Z and L (base 2) of one block of BLOCK_M queries of one head."""
+    """Z and lse (base 2) of one block of BLOCK_M queries of one head."""
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1).to(tl.int64)  # (batch, head) as one index; int64: offsets may pass 2**31
     batch, head = bh // H, bh % H
@@ -199,7 +200,7 @@ def _forward(Q, K, V, O, LSE,
     acc, l, m = _forward_loop(acc, l, m, q, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, mid_hi, hi,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
                               True, BLOCK_N)  # masked: the diagonal, the end of the keys
-    empty = l == 0.0  # a row that sees no key: output 0, L = +inf (so that P = 0 backward)
+    empty = l == 0.0  # a row that sees no key: output 0, lse = +inf (so that P = 0 backward)
     l = tl.where(empty, 1.0, l)
     out = acc / l[:, None]  # (BLOCK_M, D_H)
     lse = tl.where(empty, float("inf"), m + tl.math.log2(l))  # (BLOCK_M,), log2 of the row's sum
