@@ -3,14 +3,14 @@ SDPA, FlexAttention, packed and padded, each checked against float64 before it i
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
 from attention.bench import masks, validate_results
 from attention.bench.cli import build_parser, settings_from_args
+from book.constants import REPO
 
-FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/bench/cpu-tiny.json"
+FIXTURE = REPO / "tests/fixtures/bench/cpu-tiny.json"
 SMALL = ["--device", "cpu", "--d-model", "32", "--heads", "2", "--head-dims", "16", "--repeats", "3",
          "--min-time", "0.01", "--no-compile"]
 
