@@ -21,7 +21,7 @@ from .circuits import (
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
 from .decoding import split_kv_attention, weights_read_per_token
 from .encoder import BidirectionalSelfAttention, CrossAttention
-from .flash import flash_attention
+from .flash import flash_attention, weights_from_lse
 from .functional import (
     additive_causal_mask,
     attention_weights,
@@ -49,9 +49,11 @@ from .io_model import (
     tiled_io_formula,
 )
 from .latent import LatentKVCache, MultiHeadLatentAttention, latent_cache_bytes
+from .masks import block_sparsity, dense_attention, to_bias, to_dense
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
 from .norms import RMSNorm
+from .packing import cu_seqlens_from_lengths, document_ids, pack, unpack, varlen_attention
 from .plotting import plot_attention
 from .positions import (
     LearnedPositions,
@@ -61,6 +63,7 @@ from .positions import (
     rotary_permutation,
     sinusoidal_positions,
 )
+from .ring import ring_attention, ring_attention_io, ring_shards, ring_work
 from .rope_scaling import Llama3Scaling, NTKAwareScaling, PositionInterpolation, YaRNScaling
 from .self_attention import SelfAttentionV1, SelfAttentionV2
 from .streaming import StreamingKVCache, streaming_cache
@@ -110,9 +113,13 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "attention_weights",
+    "block_sparsity",
     "causal_mask",
     "composition_score",
     "copying_score",
+    "cu_seqlens_from_lengths",
+    "dense_attention",
+    "document_ids",
     "flash_attention",
     "head_output_means",
     "head_scores",
@@ -125,8 +132,13 @@ __all__ = [
     "lookback_data",
     "next_token_accuracy",
     "ov_circuit",
+    "pack",
     "plot_attention",
     "qk_circuit",
+    "ring_attention",
+    "ring_attention_io",
+    "ring_shards",
+    "ring_work",
     "rotary_permutation",
     "rotation_matrix",
     "scaled_dot_product_attention",
@@ -142,6 +154,11 @@ __all__ = [
     "swiglu_width",
     "tiled_attention_io",
     "tiled_io_formula",
+    "to_bias",
+    "to_dense",
     "train_lm",
+    "unpack",
+    "varlen_attention",
+    "weights_from_lse",
     "weights_read_per_token",
 ]

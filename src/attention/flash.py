@@ -81,7 +81,7 @@ from torch import Tensor
 from ._checks import check_causal_options
 from .functional import _accumulation_dtype
 
-__all__ = ["default_block_sizes", "flash_attention"]
+__all__ = ["default_block_sizes", "flash_attention", "weights_from_lse"]
 
 LOG2E = math.log2(math.e)  # scores times LOG2E are in base 2: exp(x) = 2 ** (x · LOG2E)
 
@@ -347,10 +347,14 @@ class _FlashAttention(torch.autograd.Function):
         out, lse = _flash_forward(query, key, value, scale, tiles, blocks)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.scale, ctx.tiles, ctx.blocks = scale, tiles, blocks
-        return out.to(query.dtype)  # rounded once (no copy when the dtypes agree)
+        ctx.mark_non_differentiable(lse)  # lse is handed out (return_lse) as a constant
+        ctx.set_materialize_grads(False)  # so no zero gradient of lse is allocated for backward
+        return out.to(query.dtype), lse  # out rounded once (no copy when the dtypes agree)
 
     @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
+    def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
+        if grad_out is None:  # grads are not materialized: no gradient reached the output
+            return None, None, None, None, None, None
         query, key, value, out, lse = ctx.saved_tensors
         grads = _FlashAttentionBackward.apply(
             grad_out, query, key, value, out, lse, ctx.scale, ctx.tiles, ctx.blocks
@@ -400,7 +404,8 @@ def flash_attention(
     enable_gqa: bool = False,
     causal_alignment: str = "top_left",
     window: int | None = None,
-) -> Tensor:
+    return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Exact attention softmax(Q Kᵀ · scale) V computed in tiles, with FlashAttention's backward.
 
     Args:
@@ -421,12 +426,18 @@ def flash_attention(
             query sees every key, as ``torch.nn.attention.bias.causal_lower_right``).
         window: with ``is_causal``, each query sees only the ``window`` latest keys up to its
             own position p: keys j with p - window < j ≤ p. Tiles outside it are skipped.
+        return_lse: also return the log-sum-exp lse = log Σ_j exp(scale · q_i · k_j) of each
+            query over the keys it sees, (..., t_q) (with ``enable_gqa`` (..., h, t_q)), in the
+            accumulation dtype (float32 for half inputs), as FlashAttention's kernels store it
+            for the backward pass: +inf for a row that sees no key. It carries no gradient.
+            :func:`weights_from_lse` rebuilds any rows of the attention weights from it.
 
     Returns:
-        (..., t_q, d_v), equal to scaled dot-product attention up to rounding (float32
-        statistics for half inputs, see the module docstring). A row that may see no key is
-        zero, as in torch: all rows when t_k = 0, the first t_q - t_k with bottom-right
-        alignment and t_q > t_k, and with a window w a query at position p >= t_k - 1 + w.
+        (..., t_q, d_v), or the pair (output, lse) with ``return_lse``; the output equals
+        scaled dot-product attention up to rounding (float32 statistics for half inputs, see
+        the module docstring). A row that may see no key is zero, as in torch: all rows when
+        t_k = 0, the first t_q - t_k with bottom-right alignment and t_q > t_k, and with a
+        window w a query at position p >= t_k - 1 + w.
         A nan or inf in a query, or in a key or value the query may see, propagates as in
         :func:`attention.scaled_dot_product_attention`: a key that the mask hides never reaches
         the row, and a nan or inf in a hidden value does, through 0 · nan = nan, as in A V
@@ -508,5 +519,50 @@ def flash_attention(
         blocks = block_size if isinstance(block_size, tuple) else (block_size, block_size)
     offset = None if not is_causal else (0 if causal_alignment == "top_left" else t_k - t_q)
     tiles = _Tiles(offset, window, query.device)
-    out = _FlashAttention.apply(query, key, value, scale, tiles, blocks)  # (N, g, t_q, d_v)
-    return out.view(*batch, *([g * heads] if enable_gqa else []), t_q, d_v)
+    out, lse = _FlashAttention.apply(query, key, value, scale, tiles, blocks)  # (N, g, t_q, ..)
+    heads_dim = [g * heads] if enable_gqa else []
+    out = out.view(*batch, *heads_dim, t_q, d_v)  # (..., t_q, d_v)
+    return (out, lse.view(*batch, *heads_dim, t_q)) if return_lse else out
+
+
+def weights_from_lse(
+    query: Tensor,
+    key: Tensor,
+    lse: Tensor,
+    scale: float | None = None,
+    is_causal: bool = False,
+    *,
+    row_offset: int = 0,
+) -> Tensor:
+    """Rows of the attention weights, α_ij = exp(scale · q_i · k_j - lse_i), from the saved lse.
+
+    ``query`` (..., n, d_k) holds any block of n query rows, the first of them at position
+    ``row_offset`` (with ``is_causal``, query i sees keys j <= row_offset + i), ``key``
+    (..., t_k, d_k) all keys and ``lse`` (..., n) the rows' log-sum-exp from
+    ``flash_attention(..., return_lse=True)`` with the same ``scale`` and masking: for rows
+    r0 .. r0 + n - 1 pass row_offset = r0 (top-left) or r0 + t_k - t_q (bottom-right).
+    Returns (..., n, t_k): only these rows ever exist, never the (t_q, t_k) matrix. A row
+    whose lse is not finite (it saw no key) is zero. Half-precision inputs are computed in
+    float32 and the weights rounded once.
+    """
+    if query.dim() < 2 or key.dim() < 2 or query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"query and key must be (..., n, d_k) and (..., t_k, d_k), got {tuple(query.shape)} "
+            f"and {tuple(key.shape)}"
+        )
+    if lse.shape != query.shape[:-1]:
+        raise ValueError(f"lse must have the query rows' shape {tuple(query.shape[:-1])}, "
+                         f"got {tuple(lse.shape)}")
+    if type(row_offset) is not int:
+        raise ValueError(f"row_offset must be an integer, got {row_offset!r}")
+    acc_dtype = _accumulation_dtype(query.dtype)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    scores = query.to(acc_dtype) @ key.to(acc_dtype).transpose(-2, -1) * scale  # (..., n, t_k)
+    if is_causal:
+        rows = torch.arange(query.shape[-2], device=query.device)[:, None] + row_offset  # (n, 1)
+        hidden = torch.arange(key.shape[-2], device=query.device) > rows  # (n, t_k)
+        scores = scores.masked_fill(hidden, -math.inf)
+    lse = lse.to(acc_dtype)
+    finite = lse.isfinite()  # (..., n); a row that saw no key has lse = +inf (or -inf)
+    weights = torch.exp(scores - lse.masked_fill(~finite, 0.0)[..., None])  # (..., n, t_k)
+    return weights.masked_fill(~finite[..., None], 0.0).to(query.dtype)

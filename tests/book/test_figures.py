@@ -338,3 +338,41 @@ def test_pages_show_figures_as_inline_svg(built_site: Path) -> None:
     ids = re.findall(r'\bid="([^"]+)"', page)
     assert len(ids) == len(set(ids)), "two elements of the page share an id"
     assert "*{stroke-linejoin" not in page, "a figure's style would apply to the whole page"
+
+
+def test_block_sparsity_panels_colour_each_tile_as_block_sparsity_says(draw) -> None:
+    # Chapter 11: in every panel a visible pair is dark, a hidden pair of a kept tile orange and
+    # a skipped tile white, as masks.block_sparsity classifies the tiles of B = 8.
+    from attention import masks
+
+    fig = draw("ch11-block-sparsity")
+    script = FIGURES["ch11-block-sparsity"].__globals__
+    t, block = script["T"], script["BLOCK"]
+    for panel, (name, rule) in enumerate(script["mask_panels"]().items()):
+        image = heatmap(fig, panel)  # (t, t, 3)
+        dense = masks.to_dense(rule, t, t).numpy()
+        kept = np.kron(masks.block_sparsity(rule, t, t, block).numpy() > 0, np.ones((block, block)))
+        np.testing.assert_array_equal(np.all(image == script["VISIBLE"], axis=-1), dense, name)
+        np.testing.assert_array_equal(np.all(image == script["WASTED"], axis=-1),
+                                      (kept > 0) & ~dense, name)
+        np.testing.assert_array_equal(np.all(image == script["SKIPPED"], axis=-1), kept == 0, name)
+        assert fig.axes[panel].get_title().startswith(name)
+
+
+def test_ring_work_heatmaps_are_ring_work(draw) -> None:
+    from attention.ring import ring_work
+
+    fig = draw("ch11-ring-work")
+    for panel, sharding in enumerate(("contiguous", "zigzag")):
+        want = ring_work(1024, 8, is_causal=True, sharding=sharding).numpy() / 1000
+        np.testing.assert_allclose(heatmap(fig, panel), want)
+        assert fig.axes[panel].get_title().startswith(sharding)
+
+
+def test_weights_from_lse_heatmaps_are_causal_weights_looking_two_back(draw) -> None:
+    fig = draw("ch11-weights-from-lse")
+    for panel in range(4):
+        weights = heatmap(fig, panel)  # (t, t), rebuilt from flash_attention's L
+        assert np.all(np.triu(weights, k=1) == 0)
+        np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
+        assert np.diagonal(weights, offset=-2).mean() > 0.8  # the look-back task: two places

@@ -9,6 +9,7 @@ import torch
 
 from .decode import MODELS, run_decode
 from .goals import FLASH_GOAL_SHAPE, FUSED_GOAL_SHAPE, memory_goal, ratio_goals, speed_goals
+from .masks import METHOD as MASKS_METHOD, run_masks
 from .peaks import GPU_MATMUL_SIZES, GPU_STREAM_BYTES, MATMUL_SIZES, measure_gpu_peaks, measure_peaks
 from .presets import PRESETS
 from .provenance import command_line, load_average
@@ -16,7 +17,7 @@ from .store import write_results
 from .sweep import DTYPES, PASSES, Settings, run_sweep, start_document
 from .variants import LEVELS, VARIANTS
 
-PARTS = ("peaks", "sweep", "goals", "decode")
+PARTS = ("peaks", "sweep", "goals", "decode", "masks")
 
 CPU_SEQ_LENS = (128, 256, 512, 1024, 2048, 4096)
 GPU_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -30,7 +31,8 @@ bandwidth; GPU: a bfloat16 matmul's TFLOP/s and a device-to-device copy's bytes/
 to the datasheet's figures, which the percentages use), sweep (every variant over t, and the
 speed goal: the fused layer within 5% of torch.nn.MultiheadAttention), goals (flash_attention
 against SDPA, fused against unfused, and the memory goal), decode (greedy tokens/s with and
-without the KV cache).
+without the KV cache), masks (chapter 11's causal document mask over t = 512, 1024, 2048 packed
+tokens: dense SDPA, compiled FlexAttention, packed varlen and padded).
 
 --preset quick measures everything the appendix's GPU section shows in about 7.5 minutes on one
 H100 or H200: t = 1024 ... 16384 (CPU: 128 ... 1024), bfloat16 first, then the compiled variants
@@ -285,6 +287,8 @@ def main(argv: list[str] | None = None) -> dict:
             for row in doc["decode"]:
                 _say(f"decode {row['model']}, cache {'on' if row['use_cache'] else 'off'}: "
                      f"{row['tokens_per_s']:.1f} tokens/s")
+        elif part == "masks":
+            doc["masks"], doc["methods"]["masks"] = run_masks(settings), MASKS_METHOD
         save()
     doc["complete"] = "stopped" not in doc
     save()

@@ -1,8 +1,8 @@
 """The typed rows of a results file, shared by the harness that writes them and the appendix that
-renders them: :class:`Row`, one measurement of one variant, and :class:`DecodeRow`, one decoding
-speed. Each is built from JSON with ``from_json``, which checks every field it declares and
-names the first one out of place; fields added to the format later have defaults, so that older
-files still load.
+renders them: :class:`Row`, one measurement of one variant, :class:`DecodeRow`, one decoding
+speed, and :class:`MaskRow`, one form of the document mask. Each is built from JSON with
+``from_json``, which checks every field it declares and names the first one out of place; fields
+added to the format later have defaults, so that older files still load.
 
 Notation (see CONTRIBUTING.md): b batch size, t tokens, h heads, d_h head width, d = h * d_h.
 """
@@ -152,6 +152,58 @@ class DecodeRow:
             value = row.config[key]
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"{where}.config.{key}: expected int, got {value!r}")
+        return row
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as its JSON object."""
+        return _to_json(self)
+
+
+@dataclass(frozen=True)
+class MaskRow:
+    """One form of chapter 11's causal document mask on one packed row (attention.bench.masks).
+
+    ``lengths`` are the packed documents, summing to ``t``; ``scores_formed`` the entries of the
+    score matrices (or kept tiles) the form computes; ``flops`` the useful work, the same for
+    every form. ``status`` as in :class:`Row`.
+    """
+
+    variant: str
+    summary: str
+    t: int
+    lengths: list[int]
+    h: int
+    d_h: int
+    dtype: str
+    pass_name: str  # "forward"; "pass" in JSON
+    status: str
+    reason: str | None
+    block_size: int | None
+    scores_formed: int
+    flops: float
+    max_rel_err: float | None
+    median_s: float | None
+    iqr_s: float | None
+    repeats: int | None
+    number: int | None
+    tflops: float | None
+    run: int | None = None
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "masks row") -> MaskRow:
+        """A masks row from its JSON object; ValueError names the field out of place."""
+        row = _from_json(cls, data, where)
+        if sum(row.lengths) != row.t:
+            raise ValueError(f"{where}.lengths: expected document lengths summing to t={row.t}, "
+                             f"got {row.lengths}")
+        if row.status not in STATUSES:
+            raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row.status!r}")
+        if row.status == "ok":
+            for key in ("median_s", "tflops"):
+                if getattr(row, key) is None or not getattr(row, key) > 0:
+                    raise ValueError(f"{where}.{key}: expected a positive number, got {getattr(row, key)!r}")
+        elif not row.reason:
+            raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
         return row
 
     def to_json(self) -> dict[str, Any]:
