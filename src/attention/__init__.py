@@ -21,7 +21,8 @@ from .circuits import (
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
 from .decoding import split_kv_attention, weights_read_per_token
 from .encoder import BidirectionalSelfAttention, CrossAttention
-from .flash import flash_attention, weights_from_lse
+from .flash import flash_attention
+from .lse_weights import weights_from_lse
 from .functional import (
     additive_causal_mask,
     attention_weights,

@@ -79,9 +79,10 @@ import torch
 from torch import Tensor
 
 from ._checks import check_causal_options
+from .flash_tiles import _Tiles, _add_product_, _key_blocks, _score_tile, _tile
 from .functional import _accumulation_dtype
 
-__all__ = ["default_block_sizes", "flash_attention", "weights_from_lse"]
+__all__ = ["default_block_sizes", "flash_attention"]
 
 LOG2E = math.log2(math.e)  # scores times LOG2E are in base 2: exp(x) = 2 ** (x · LOG2E)
 
@@ -98,104 +99,6 @@ def default_block_sizes(t_q: int, t_k: int) -> tuple[int, int]:
     cuts.
     """
     return max(1, min(128, t_q)), max(1, min(512 if t_k >= 2048 else 128, t_k))
-
-
-class _Tiles:
-    """Which keys each query may see, tile by tile; builds each distinct mask only once.
-
-    ``offset`` is None without causality, else the position of query 0 (query i sits at
-    i + offset); ``window`` is None or w, the number of latest keys a query sees.
-    """
-
-    def __init__(self, offset: int | None, window: int | None, device: torch.device) -> None:
-        self.offset, self.window, self.device = offset, window, device
-        self.masks: dict[tuple[int, int, int], Tensor] = {}
-        self.biases: dict[tuple[int, int, int, torch.dtype], Tensor] = {}
-        self.exact = False  # set once a hidden score was nan or +inf: fill, do not add, then
-
-    def key_range(self, q_start: int, n_q: int, t_k: int) -> tuple[int, int]:
-        """Keys [lo, hi) that at least one query of the block q_start .. q_start + n_q - 1 sees."""
-        if self.offset is None:
-            return 0, t_k
-        hi = min(t_k, q_start + n_q + self.offset)  # past the last row's diagonal
-        lo = 0 if self.window is None else max(0, q_start + self.offset - self.window + 1)
-        return lo, max(lo, hi)
-
-    def hidden(self, q_start: int, n_q: int, k_start: int, n_k: int) -> Tensor | None:
-        """(n_q, n_k), True where the query may not see the key; None when it sees them all."""
-        if self.offset is None:
-            return None
-        first, last = q_start + self.offset, q_start + n_q - 1 + self.offset  # row positions
-        below_diagonal = k_start + n_k - 1 <= first
-        inside_window = self.window is None or k_start > last - self.window
-        if below_diagonal and inside_window:
-            return None
-        key = (first - k_start, n_q, n_k)
-        if key not in self.masks:  # row r, column c: query first + r, key k_start + c
-            ones = torch.ones(n_q, n_k, dtype=torch.bool, device=self.device)
-            hide = ones.triu(first - k_start + 1)  # (n_q, n_k), key after the query
-            if self.window is not None:
-                hide |= ones.tril(first - k_start - self.window)  # key w or more behind it
-            self.masks[key] = hide
-        return self.masks[key]
-
-    def mask_(self, s: Tensor, q_start: int, n_q: int, k_start: int, n_k: int) -> bool:
-        """Sets the scores s (N, g n_q, n_k) that the queries may not see to -inf, in place.
-
-        Adds a bias of 0 or -inf, which is about ten times faster on a CPU than
-        ``masked_fill_``; the two differ only where a hidden score is nan or +inf, which the
-        bias turns into nan. So the forward pass checks each biased tile (see ``_flash_forward``)
-        and sets ``exact`` if it met one; from then on the mask is filled in. Returns whether
-        a bias was added.
-        """
-        hide = self.hidden(q_start, n_q, k_start, n_k)
-        if hide is None:
-            return False
-        s = s.view(s.shape[0], s.shape[1] // n_q, n_q, n_k)  # (N, g, n_q, n_k)
-        if self.exact:
-            s.masked_fill_(hide, float("-inf"))
-            return False
-        key = (q_start + (self.offset or 0) - k_start, n_q, n_k, s.dtype)
-        if key not in self.biases:
-            self.biases[key] = torch.zeros(hide.shape, dtype=s.dtype, device=s.device).masked_fill_(
-                hide, float("-inf")
-            )  # (n_q, n_k)
-        s.add_(self.biases[key])
-        return True
-
-
-def _key_blocks(lo: int, hi: int, block_k: int) -> list[tuple[int, int]]:
-    """(k_start, n_k) covering keys [lo, hi), full blocks laid backwards from hi."""
-    starts = [(max(lo, end - block_k), end) for end in range(hi, lo, -block_k)]
-    return [(start, end - start) for start, end in starts]
-
-
-def _tile(buffer: Tensor, n: int, rows: int, cols: int) -> Tensor:
-    """A contiguous (n, rows, cols) tile in the front of the 1-d ``buffer``.
-
-    Every tile of a pass is written into the same memory: a new 3 MB tensor per tile would be
-    allocated and freed dozens of times per call, and the C library's allocator now and then
-    hands such a block back to the operating system, so that the next one costs page faults.
-    """
-    return buffer[: n * rows * cols].view(n, rows, cols)
-
-
-def _score_tile(
-    q_blk: Tensor, k_blk: Tensor, tiles: _Tiles, out: Tensor, *where: int
-) -> tuple[Tensor, bool]:
-    """Scores of one block of (already scaled) queries against one key block; -inf where hidden.
-
-    q_blk (N, g n_q, d_k) holds the g query heads of each key-value head as stacked rows; the
-    scores are written into ``out`` (N, g n_q, n_k); ``where`` is (q_start, n_q, k_start, n_k).
-    Also returns whether a bias hid some scores.
-    """
-    s = torch.bmm(q_blk, k_blk.transpose(1, 2), out=out)  # (N, g n_q, n_k)
-    return s, tiles.mask_(s, *where)
-
-
-def _add_product_(acc: Tensor, a: Tensor, b: Tensor) -> None:
-    """acc += a @ b in place, batched; with ``out=`` since FlopCounterMode skips ``baddbmm_``."""
-    torch.baddbmm(acc, a, b, out=acc)
 
 
 def _flash_forward(
@@ -523,46 +426,3 @@ def flash_attention(
     heads_dim = [g * heads] if enable_gqa else []
     out = out.view(*batch, *heads_dim, t_q, d_v)  # (..., t_q, d_v)
     return (out, lse.view(*batch, *heads_dim, t_q)) if return_lse else out
-
-
-def weights_from_lse(
-    query: Tensor,
-    key: Tensor,
-    lse: Tensor,
-    scale: float | None = None,
-    is_causal: bool = False,
-    *,
-    row_offset: int = 0,
-) -> Tensor:
-    """Rows of the attention weights, α_ij = exp(scale · q_i · k_j - lse_i), from the saved lse.
-
-    ``query`` (..., n, d_k) holds any block of n query rows, the first of them at position
-    ``row_offset`` (with ``is_causal``, query i sees keys j <= row_offset + i), ``key``
-    (..., t_k, d_k) all keys and ``lse`` (..., n) the rows' log-sum-exp from
-    ``flash_attention(..., return_lse=True)`` with the same ``scale`` and masking: for rows
-    r0 .. r0 + n - 1 pass row_offset = r0 (top-left) or r0 + t_k - t_q (bottom-right).
-    Returns (..., n, t_k): only these rows ever exist, never the (t_q, t_k) matrix. A row
-    whose lse is not finite (it saw no key) is zero. Half-precision inputs are computed in
-    float32 and the weights rounded once.
-    """
-    if query.dim() < 2 or key.dim() < 2 or query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query and key must be (..., n, d_k) and (..., t_k, d_k), got {tuple(query.shape)} "
-            f"and {tuple(key.shape)}"
-        )
-    if lse.shape != query.shape[:-1]:
-        raise ValueError(f"lse must have the query rows' shape {tuple(query.shape[:-1])}, "
-                         f"got {tuple(lse.shape)}")
-    if type(row_offset) is not int:
-        raise ValueError(f"row_offset must be an integer, got {row_offset!r}")
-    acc_dtype = _accumulation_dtype(query.dtype)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    scores = query.to(acc_dtype) @ key.to(acc_dtype).transpose(-2, -1) * scale  # (..., n, t_k)
-    if is_causal:
-        rows = torch.arange(query.shape[-2], device=query.device)[:, None] + row_offset  # (n, 1)
-        hidden = torch.arange(key.shape[-2], device=query.device) > rows  # (n, t_k)
-        scores = scores.masked_fill(hidden, -math.inf)
-    lse = lse.to(acc_dtype)
-    finite = lse.isfinite()  # (..., n); a row that saw no key has lse = +inf (or -inf)
-    weights = torch.exp(scores - lse.masked_fill(~finite, 0.0)[..., None])  # (..., n, t_k)
-    return weights.masked_fill(~finite[..., None], 0.0).to(query.dtype)

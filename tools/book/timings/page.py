@@ -19,7 +19,9 @@ from .plots import figure_names
 
 RUN_MARKER = re.compile(r"<!-- timings:run (?P<stem>[a-z0-9-]+) -->")
 RUNS_MARKER = "<!-- timings:runs -->"
-PAGES = {"cpu": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
+MASKS_MARKER = re.compile(r"<!-- timings:masks (?P<stem>[a-z0-9-]+) -->")
+PAGES = {"cpu": "cpu.md", "cpu-masks": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
+PARTS = {"results": "rows", "masks": "mask rows", "linear": "linear-attention rows"}  # rows a file can hold
 
 
 def _commit(git: dict) -> str:
@@ -200,17 +202,28 @@ def run_markdown(run: Run) -> str:
     return "\n".join(out)
 
 
+def masks_markdown(run: Run) -> str:
+    """The masks part of a run: how it was measured, then a table per t."""
+    p = run.provenance
+    return (f"*Measured on {run.date} on {run.device}, {p['torch_threads']} thread{'' if p['torch_threads'] == 1 else 's'}, torch {p['torch']}; "
+            f"{run.doc['methods']['masks'].rstrip('.')}. Command: `{p['command']}`.*\n\n{tables.masks_table(run)}\n")
+
+
 def runs_table(runs: dict[str, Run]) -> str:
     """One row per results file: the device, when, torch, how many rows, and its page."""
     body = []
     for stem, run in runs.items():
-        ok = sum(r.status == "ok" for r in run.rows)
+        counts = []
+        for key, what in PARTS.items():
+            rows = run.doc.get(key) or []
+            if rows:
+                counts.append(f"{sum(r['status'] == 'ok' for r in rows)} of {len(rows)} {what}")
         page = PAGES.get(stem)
         where = f"[{run.device}]({page})" if page else run.device
-        body.append([where, run.date, run.provenance["torch"], f"{ok} of {len(run.rows)}",
+        body.append([where, run.date, run.provenance["torch"], "; ".join(counts) or "—",
                      f"[`{stem}.json`](results/{stem}.json)"])
-    return table(["device", "measured", "torch", "rows with a time", "results"], body,
-                 [False, False, False, True, False])
+    return table(["device", "measured", "torch", "with a time", "results"], body,
+                 [False, False, False, False, False])
 
 
 def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
@@ -219,6 +232,10 @@ def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
     for stem in stems:
         if stem not in runs:
             raise ValueError(f"no results file {stem}.json for the marker of run {stem}; there are {sorted(runs)}")
+    for m in MASKS_MARKER.finditer(markdown):
+        if m["stem"] not in runs or not runs[m["stem"]].doc.get("masks"):
+            raise ValueError(f"no masks rows in {m['stem']}.json for the marker {m.group(0)}")
+    markdown = MASKS_MARKER.sub(lambda m: masks_markdown(runs[m["stem"]]), markdown)
     markdown = RUN_MARKER.sub(lambda m: run_markdown(runs[m["stem"]]), markdown)
     return markdown.replace(RUNS_MARKER, runs_table(runs)), (stems[0] if stems else None)
 
