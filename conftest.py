@@ -2,7 +2,7 @@
 
 Loads the book's page runner (tools/book/runner): every Python fence of every page under
 docs/ runs and its printed output is checked against the page. ``pytester`` drives the runner's
-own tests in tests/doctests/.
+own tests in tests/book/runner/.
 
 The suite runs on two processes (pytest-xdist, ``-n 2 --dist loadgroup --no-loadscope-reorder``
 in pyproject.toml). Tests that must share a process are grouped: all fences of one page or

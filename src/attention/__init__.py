@@ -35,11 +35,11 @@ from .inference import (
     GroupedQueryAttention,
     KVCache,
     ModelKVCache,
-    PagedKVCache,
     RollingKVCache,
     kv_cache_bytes,
     sink_window_mask,
 )
+from .paged import PagedKVCache, PagedSequence
 from .io_model import (
     IOCount,
     TwoLevelMemory,
@@ -91,6 +91,7 @@ __all__ = [
     "MultiHeadAttentionWrapper",
     "NTKAwareScaling",
     "PagedKVCache",
+    "PagedSequence",
     "PositionInterpolation",
     "RMSNorm",
     "RollingKVCache",

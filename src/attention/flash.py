@@ -46,9 +46,8 @@ Speed in plain PyTorch (each line of Python costs microseconds, so there are few
 - large tiles (see :func:`default_block_sizes`);
 - queries are multiplied by the scale once, not every tile of scores;
 - scores are kept in base 2, as FlashAttention-2's kernels keep them: with c = scale · log2(e),
-  exp(scale · ω) = 2^(c · ω), so c is folded into the queries and ``exp2`` replaces ``exp`` (on
-  the book's CPU, torch 2.13, a (12, 128, 512) float32 tile: 118 µs against 350 µs,
-  torch.utils.benchmark medians of 2026-11-25; both within about one ulp of float64);
+  exp(scale · ω) = 2^(c · ω), so c is folded into the queries and ``exp2``, which torch computes
+  faster than ``exp`` on a CPU, replaces it (both are within about one ulp of float64);
 - the exponentials, the rescaling and the accumulation run in place (``sub_``, ``exp2_``,
   ``baddbmm`` into its own input), and each pass writes its tiles of scores (and dP) into one
   buffer made at its start, not into a new tensor per tile;
@@ -69,8 +68,9 @@ The output is also saved for the backward unrounded (float32, 2 more bytes per e
 rounded one), and D is formed from it: D is the P-weighted mean of the row's dP, so dP - D
 cancels, and the rounding error of a half-precision O would pass whole into every dS of the row.
 FlashAttention-2 forms D from the rounded O (``dot_do_o`` in its flash_bwd_preprocess_kernel.h);
-in bfloat16 at t_q = 64, t_k = 4, d_h = 64 that made our dQ 7 times less accurate than the exact
-answer rounded once, which it now is (tests/test_half_precision.py).
+in bfloat16 at t_q = 64, t_k = 4, d_h = 64, doing so makes dQ several times less accurate than
+the exact answer rounded once, which forming D from the unrounded O gives
+(tests/package/test_half_precision.py).
 """
 
 import math
@@ -78,11 +78,11 @@ import math
 import torch
 from torch import Tensor
 
+from ._checks import check_causal_options
 from .functional import _accumulation_dtype
 
 __all__ = ["default_block_sizes", "flash_attention"]
 
-ALIGNMENTS = ("top_left", "bottom_right")
 LOG2E = math.log2(math.e)  # scores times LOG2E are in base 2: exp(x) = 2 ** (x · LOG2E)
 
 
@@ -466,15 +466,7 @@ def flash_attention(
             f"got {query.dtype}, {key.dtype}, {value.dtype}"
         )
     _check_block_size(block_size)
-    if causal_alignment not in ALIGNMENTS:
-        raise ValueError(f"causal_alignment must be one of {ALIGNMENTS}, got {causal_alignment!r}")
-    if window is not None and (type(window) is not int or window < 1):
-        raise ValueError(f"window must be None or an integer >= 1, got {window!r}")
-    if not is_causal and (window is not None or causal_alignment != "top_left"):
-        raise ValueError(
-            "window and causal_alignment apply to causal attention only: pass is_causal=True, "
-            f"got is_causal={is_causal!r}, window={window!r}, causal_alignment={causal_alignment!r}"
-        )
+    check_causal_options(is_causal, causal_alignment, window)
     if enable_gqa:
         h = query.shape[-3]
         for name, tensor in (("key", key), ("value", value)):

@@ -31,6 +31,8 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from ._checks import check_causal_options
+
 try:
     import triton
 except ImportError as error:  # the package works without Triton; this module explains why not
@@ -42,7 +44,6 @@ __all__ = ["triton_available", "triton_flash_attention", "triton_interpreter"]
 
 HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
-ALIGNMENTS = ("top_left", "bottom_right")
 
 
 def _interpreting() -> bool:
@@ -199,15 +200,7 @@ def _check_options(
     for name, block in (("block_m", block_m), ("block_n", block_n)):
         if block is not None and (type(block) is not int or block < 16 or block & (block - 1)):
             raise ValueError(f"{name} must be a power of two >= 16, got {block!r}")
-    if causal_alignment not in ALIGNMENTS:
-        raise ValueError(f"causal_alignment must be one of {ALIGNMENTS}, got {causal_alignment!r}")
-    if window is not None and (type(window) is not int or window < 1):
-        raise ValueError(f"window must be None or an integer >= 1, got {window!r}")
-    if not is_causal and (window is not None or causal_alignment != "top_left"):
-        raise ValueError(
-            "window and causal_alignment apply to causal attention only: pass is_causal=True, "
-            f"got is_causal={is_causal!r}, window={window!r}, causal_alignment={causal_alignment!r}"
-        )
+    check_causal_options(is_causal, causal_alignment, window)
 
 
 def triton_flash_attention(

@@ -6,7 +6,7 @@ its Python fences become code cells, in order, and the prose between them markdo
 prints them; links become absolute URLs of the site). The chapter page links the notebook for
 download and opens it in Colab. Colab opens notebooks from the repository, so the same notebooks
 are kept in ``notebooks/`` at the repository root: ``python -m book notebooks`` writes them
-there, and tests/test_notebooks.py fails when they differ from what the build makes.
+there, and tests/book/test_notebooks.py fails when they differ from what the build makes.
 
 Every notebook (the chapters' and the exercises' in docs/exercises/) starts with
 :data:`INSTALL_CELL`, which installs the package from the repository only where ``attention``

@@ -3,7 +3,7 @@
 A pytest plugin on pytest's own hooks and markdown-it-py. Of pytest-markdown-docs it uses only
 what that plugin documents, named in one module, ``upstream`` (the ``markdown-docs`` marker, the
 ``pytest_markdown_docs_markdown_it`` hook, the ``--markdown-docs`` flag it refuses), and imports
-none of its modules; tests/doctests/test_upstream.py checks those names against the installed
+none of its modules; tests/book/runner/test_upstream.py checks those names against the installed
 version.
 
 Modules:

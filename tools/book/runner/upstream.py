@@ -12,7 +12,7 @@ module is the one place that names it:
 - the flag ``--markdown-docs`` ("Usage"): the stock collection, which the runner refuses, because
   it would run every fence a second time (and every docstring's fences too).
 
-tests/doctests/test_upstream.py checks the three against the installed pytest-markdown-docs and
+tests/book/runner/test_upstream.py checks the three against the installed pytest-markdown-docs and
 says, when an upgrade changes one, what changed and what to do. Without pytest-markdown-docs
 installed the runner still works: CommonMark, and nothing to refuse.
 """

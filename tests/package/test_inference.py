@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 
 from attention import MultiHeadAttention, sliding_window_mask
+from attention.paged import PagedKVCache
 from attention.inference import (
     GroupedQueryAttention,
     KVCache,
-    PagedKVCache,
     RollingKVCache,
     kv_cache_bytes,
     sink_window_mask,

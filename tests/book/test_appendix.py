@@ -23,8 +23,8 @@ from book.timings.load import RESULTS, Run, load_runs, pinned_version
 from book.timings.page import PAGES, fill_markers, provenance_markdown, run_markdown
 from book.hooks import figures as figures_hook
 from book.hooks import timings as timings_hook
+from book.constants import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 APPENDIX = REPO / "docs" / "appendix"
 FIXTURE = REPO / "tests" / "fixtures" / "bench" / "cpu-tiny.json"
 

@@ -11,8 +11,9 @@ import torch
 from attention import TinyTransformer
 from attention.bench import validate_results
 from attention.bench.decode import TINY, measure_decode
+from book.constants import REPO
 
-FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/bench/cpu-tiny.json"
+FIXTURE = REPO / "tests/fixtures/bench/cpu-tiny.json"
 SMALL = {"vocab_size": 16, "d_model": 8, "num_heads": 2, "num_layers": 3, "context_length": 24}
 
 
@@ -72,7 +73,7 @@ def test_bad_counts_are_refused():
 
 
 def test_tiny_is_the_chapter_9_model():
-    text = (Path(__file__).resolve().parents[1] / "docs/chapters/09-transformer.md").read_text()
+    text = (REPO / "docs/chapters/09-transformer.md").read_text()
     assert ("TinyTransformer(vocab_size={vocab_size}, d_model={d_model}, num_heads={num_heads}, "
             "num_layers={num_layers},").format(**TINY) in text
     assert f'context_length={TINY["context_length"]}, positions="{TINY["positions"]}", mlp={TINY["mlp"]})' in text

@@ -13,8 +13,8 @@ from attention.bench.peaks import last_level_cache_bytes, measure_bandwidth, mea
 from attention.bench.roofline import kernel_bytes, machine_roof, plot_roofline, roof, roofline_points
 from attention.bench.timing import Timing
 from book.hooks.figures import load_script
+from book.constants import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests/fixtures/bench/cpu-tiny.json"
 CPU = torch.device("cpu")
 

@@ -187,6 +187,6 @@ def test_gradcheck_float64() -> None:
     """Smoke test, the only gradcheck of a module: MultiHeadAttention is plain PyTorch, so this
     checks that its gradients reach the input and every parameter (nothing detached or
     non-differentiable on the way), not our own backward. The hand-written backward of
-    flash_attention is gradchecked in tests/test_flash.py."""
+    flash_attention is gradchecked in tests/package/test_flash.py."""
     x = torch.rand(2, 4, 3)
     assert module_gradcheck(MultiHeadAttention(3, 4, context_length=5, dropout=0.0, num_heads=2), x)

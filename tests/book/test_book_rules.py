@@ -14,8 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from book.constants import REPO
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = REPO / "docs"
 REFERENCES = DOCS / "references.md"  # the stub the hook fills; it cites nothing
 BIBLIOGRAPHY = DOCS / "references.bib"
 ENTRY_KEY = re.compile(r"^@\w+\{([^,\s]+),", re.MULTILINE)

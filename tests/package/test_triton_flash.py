@@ -4,7 +4,7 @@ causal split, and a clear error for what they do not take.
 Without a GPU the kernels run in Triton's interpreter, which ``triton.jit`` chooses when it
 defines a kernel, from ``TRITON_INTERPRET=1``. The variable must not leak into the other tests,
 so the checks run in a fresh Python process that has it from the start: this file, run as a
-script (``python tests/test_triton_flash.py interpreter``), prints its results as JSON, and the
+script (``python tests/package/test_triton_flash.py interpreter``), prints its results as JSON, and the
 tests below read them. ``cuda`` runs the compiled kernels on a GPU, every case in bfloat16 (three
 of them autotuned); each case's ``within_rule`` is the verdict of the rule below.
 

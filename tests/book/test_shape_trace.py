@@ -19,8 +19,9 @@ from torch.overrides import TorchFunctionMode
 
 from attention import MultiHeadAttention
 from book.pages import read_page
+from book.constants import REPO
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "chapters" / "05-multi-head-attention.md"
+PAGE = REPO / "docs" / "chapters" / "05-multi-head-attention.md"
 HEADER = "| step | code | shape | running example |"
 
 # The running example: MultiHeadAttention(3, 2, 6, 0.0, num_heads=2) on journey_batch().

@@ -22,8 +22,9 @@ from book.runner.upstream import (
     markdown_parser,
     stock_collection_requested,
 )
+from book.constants import REPO
 
-RUNNER = Path(__file__).resolve().parents[2] / "tools" / "book" / "runner"
+RUNNER = REPO / "tools" / "book" / "runner"
 UPSTREAM = f"pytest-markdown-docs {importlib.metadata.version('pytest-markdown-docs')}"
 SEE = "see tools/book/runner/upstream.py and that release's changelog"
 
@@ -84,7 +85,7 @@ def test_the_marker_is_still_the_one_pytest_markdown_docs_documents(
     assert theirs, (
         f"{UPSTREAM} no longer registers the marker {MARKER!r}: `pytest -m {MARKER}` would select "
         f"only the runner's items; rename upstream.MARKER and the commands in "
-        f"tests/doctests/README.md; {SEE}"
+        f"tests/book/runner/README.md; {SEE}"
     )
 
 

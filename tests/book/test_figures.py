@@ -22,8 +22,8 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 
 from attention import JOURNEY_TOKENS, journey_inputs  # noqa: E402
 from book.hooks import figures as hook  # noqa: E402
+from book.constants import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 FIGURES_DIR = REPO / "docs" / "figures"
 
 

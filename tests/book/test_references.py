@@ -14,13 +14,11 @@ from types import SimpleNamespace
 import markdown
 import pytest
 from mkdocs.exceptions import PluginError
-from book.hooks import references as hook  
+from book.hooks import references as hook
+from book.constants import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 BIB = DOCS / "references.bib"
-
-
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,8 @@ from packaging.requirements import Requirement
 
 from book.runner.notebooks import read_cells
 from book.pages import read_page
+from book.constants import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 # Where the repository's own Python lives; every .py file under these is scanned for imports.
 CODE = [REPO / "src", REPO / "tools", REPO / "tests", REPO / "docs", REPO / ".ci", REPO / "conftest.py"]
 # Pinned, used, but never imported: why each is needed.
@@ -71,20 +71,24 @@ def snippets() -> list[tuple[str, str]]:
     return found
 
 
+def top_level_imports(source: str) -> set[str]:
+    """The top-level names of every absolute import in ``source``."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
 def imported_modules() -> dict[str, str]:
     """Top-level module names imported anywhere, each with one place that imports it."""
     sources = [(str(path.relative_to(REPO)), path.read_text("utf-8")) for path in python_files()]
     found: dict[str, str] = {}
     for where, source in sources + snippets():
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                found.setdefault(name.split(".")[0], where)
+        for name in sorted(top_level_imports(source)):
+            found.setdefault(name, where)
     return found
 
 
@@ -199,15 +203,8 @@ def third_party_imports(files: list[Path]) -> set[str]:
     """Distributions the files import (stdlib, the package itself and Triton left out)."""
     owners, found = importlib.metadata.packages_distributions(), set()
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module]
-            else:
-                continue
-            for top in {name.split(".")[0] for name in names} - set(sys.stdlib_module_names) - {"attention", "triton"}:
-                found |= {normalized(d) for d in owners.get(top, [top])}
+        for top in top_level_imports(path.read_text("utf-8")) - set(sys.stdlib_module_names) - {"attention", "triton"}:
+            found |= {normalized(d) for d in owners.get(top, [top])}
     return found
 
 

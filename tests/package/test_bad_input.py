@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from attention import (
     AdditiveAttention,
@@ -22,7 +23,9 @@ from attention import (
     attention_weights,
     plot_attention,
     scaled_dot_product_attention,
+    flash_attention,
 )
+from _inputs import qkv
 
 MULTIHEAD_CLASSES = [MultiHeadAttention, FusedMultiHeadAttention, MultiHeadAttentionWrapper]
 CAUSAL_CLASSES = [CausalAttention, *MULTIHEAD_CLASSES]
@@ -237,3 +240,58 @@ def test_plot_attention_empty_matrix(shape: tuple[int, int]) -> None:
     expected = re.escape(f"at least one row (query) and one column (key), got shape {shape}")
     with pytest.raises(ValueError, match=expected):
         plot_attention(torch.rand(shape))
+
+
+# --- the functional API: shapes, dtypes and masks that torch refuses ----------------------
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+def test_zero_width_queries_and_keys_raise() -> None:
+    """d_k = 0 has no scale 1/sqrt(d_k); it used to raise ZeroDivisionError."""
+    q, k, v = (x.detach() for x in qkv(2, 3, 5, d_k=0))
+    for fn in (
+        lambda: scaled_dot_product_attention(q, k, v),
+        lambda: attention_weights(q, k),
+        lambda: flash_attention(q, k, v),
+    ):
+        with pytest.raises(ValueError, match="d_k must be at least 1.*got d_k = 0"):
+            fn()
+
+
+@pytest.mark.parametrize(
+    "dtypes", [(torch.float32, torch.float64, torch.float64), (torch.float64,) * 2 + (torch.half,)]
+)
+def test_mixed_dtypes_raise(dtypes) -> None:
+    q, k, v = (x.detach().to(dt) for x, dt in zip(qkv(2, 3, 5), dtypes))
+    listed = ", ".join(str(dt) for dt in dtypes)
+    with pytest.raises(ValueError, match=f"query, key, value must share one dtype, got {listed}"):
+        scaled_dot_product_attention(q, k, v)
+    if dtypes[0] != dtypes[1]:
+        with pytest.raises(ValueError, match="query, key must share one dtype"):
+            attention_weights(q, k)
+
+
+@pytest.mark.parametrize(
+    "query_dtype, mask_dtype",
+    [
+        (torch.float32, torch.uint8),
+        (torch.float32, torch.int32),
+        (torch.float64, torch.int64),
+        (torch.float32, torch.float64),
+        (torch.float32, torch.float16),
+        (torch.bfloat16, torch.float16),
+    ],
+)
+def test_masks_torch_refuses_raise_value_error(query_dtype, mask_dtype) -> None:
+    """An integer 0/1 mask used to be added to the scores as if it were additive."""
+    q, k, v = (x.detach().to(query_dtype) for x in qkv(2, 3, 5))
+    mask = torch.ones(3, 5, dtype=mask_dtype)
+    with pytest.raises(RuntimeError, match="Expected attn_mask dtype"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # torch refuses it too
+    message = f"torch.float32 or the query's {query_dtype}, got {mask_dtype}"
+    with pytest.raises(ValueError, match=message):
+        scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    with pytest.raises(ValueError, match=message):
+        attention_weights(q, k, attn_mask=mask)

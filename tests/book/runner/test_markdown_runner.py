@@ -1,6 +1,6 @@
 """The page runner's own tests, on fixture pages copied into a pytester directory.
 
-Each test copies pages from tests/doctests/fixtures/ into ``docs/`` of a fresh directory, maybe
+Each test copies pages from tests/book/runner/fixtures/ into ``docs/`` of a fresh directory, maybe
 changes a few bytes, runs pytest there in-process with the runner's plugin, and checks the
 outcome and the message readers of a failure would see.
 """
@@ -20,7 +20,6 @@ from markdown_it import MarkdownIt
 from book.pages import parse_page, rewrite_outputs
 
 FIXTURES = Path(__file__).parent / "fixtures"
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ import pytest
 
 from book.pages import read_page
 from book.hooks import notebooks as hook
+from book.constants import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 
 

@@ -1,8 +1,8 @@
 """gradcheck for a module: gradients with respect to its input and every parameter, in float64.
 
 Our modules are plain PyTorch, whose autograd PyTorch tests itself: one smoke test uses this
-(tests/test_multihead.py::test_gradcheck_float64). The backward we wrote by hand, that of
-flash_attention, has its own gradchecks in tests/test_flash.py.
+(tests/package/test_multihead.py::test_gradcheck_float64). The backward we wrote by hand, that of
+flash_attention, has its own gradchecks in tests/package/test_flash.py.
 """
 
 import torch

@@ -15,8 +15,9 @@ import pytest
 from attention.bench import validate_results
 from attention.bench.cli import main
 from attention.bench.merge import MergeError, merge_results
+from book.constants import REPO
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "bench" / "cpu-tiny.json"
+FIXTURE = REPO / "tests" / "fixtures" / "bench" / "cpu-tiny.json"
 
 
 @pytest.fixture()
