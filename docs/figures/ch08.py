@@ -171,7 +171,7 @@ def rope_scaling() -> Figure:
 
 
 def rope_decay() -> Figure:
-    """RoFormer's relative upper bound (2/d_h) Σ_j |S_j| against the distance p - p', d_h = 128."""
+    """RoFormer's relative upper bound (2/d_h) Σ_j |σ_j| against the distance p - p', d_h = 128."""
     d_h = 128
     offsets = torch.unique(torch.logspace(0, math.log10(4096), 1500).round())  # 1 .. 4096
     curves = {  # label: (frequencies, color, style)
@@ -186,11 +186,11 @@ def rope_decay() -> Figure:
     for label, (theta, color, style) in curves.items():
         phases = torch.polar(torch.ones(len(offsets), len(theta), dtype=torch.float64),
                              offsets.double()[:, None] * theta)  # (offsets, d_h/2)
-        mean_partial_sums = phases.cumsum(dim=-1).abs().mean(dim=-1)  # (offsets,): mean |S_j|
+        mean_partial_sums = phases.cumsum(dim=-1).abs().mean(dim=-1)  # (offsets,): mean |σ_j|
         ax.plot(offsets, mean_partial_sums, style, color=color, label=label)
     ax.set_xscale("log")
     ax.set_xlabel("distance $p - p'$ (tokens)")
-    ax.set_ylabel(r"$\frac{2}{d_h} \sum_j |S_j|$")
+    ax.set_ylabel(r"$\frac{2}{d_h} \sum_j |\sigma_j|$")
     ax.set_title(rf"RoPE's long-term decay bound (Su et al., section 3.4.3), $d_h = {d_h}$")
     ax.legend(frameon=False, loc="lower left")
     ax.spines[["top", "right"]].set_visible(False)

@@ -13,8 +13,9 @@ sequence, with about two FLOPs per weight read, so its speed is bounded by the b
 
 :func:`weights_read_per_token` counts the weights (all but the unused rows of the embeddings).
 
-Its attention has one query per sequence and head. FlashAttention gives each block of queries
-to its own processor, so at batch 1 only b · h of them work, each walking through all t_k keys.
+Its attention has one query per sequence and head. FlashAttention-2 gives each block of queries
+of each sequence and head to its own thread block, so a decode step runs only b · h of them (h
+at batch 1), each walking through all t_k keys, however many processors the GPU has.
 Flash-Decoding (Dao, Haziza, Massa and Sizov, 2023) also splits the keys: chunk r is attended to
 on its own, giving a partial context vector and the log-sum-exp of the query's scaled scores s_j,
 

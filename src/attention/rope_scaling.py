@@ -106,7 +106,7 @@ class PositionInterpolation:
 
 @dataclass(frozen=True)
 class NTKAwareScaling:
-    """NTK-aware scaling (bloc97, 2023; formalized by Peng et al., 2023): a larger base.
+    """NTK-aware scaling (bloc97, 2023, later formalized in YaRN, Peng et al., 2023): a larger base.
 
     The base becomes base' = base · κ^(d_rot / (d_rot - 2)), chosen so that the last pair's
     frequency base'^(-(d_rot-2)/d_rot) is exactly its old one divided by κ, while pair 0
