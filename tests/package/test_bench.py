@@ -316,7 +316,7 @@ QUICK = [
 
 def test_quick_preset_runs_its_stages_in_order_on_a_cpu(tmp_path):
     out = tmp_path / "quick.json"
-    doc = main([*QUICK, "--output", str(out)])
+    doc = main([*QUICK, "--parts", "sweep", "--levels", "kernel", "--no-memory", "--output", str(out)])
     assert json.loads(out.read_text()) == doc and doc["complete"] is True and "stopped" not in doc
     s = doc["settings"]
     # the preset's values, except where the command line says otherwise (--max-time here)
@@ -328,7 +328,23 @@ def test_quick_preset_runs_its_stages_in_order_on_a_cpu(tmp_path):
     assert order == sorted(order, key=lambda o: (["bfloat16", "float16", "float32"].index(o[0]), not o[1] and o[0] != "bfloat16"))
     assert [o for o in order if o[1]] == [("bfloat16", True)] * 2  # flex: forward, forward+backward
     assert {r["dtype"] for r in doc["results"]} == {"bfloat16", "float16", "float32"}
-    assert doc["goals"]["ratios"] and doc["decode"] and doc["peaks"]["float32"]["measured"]
+
+
+def test_quick_preset_measures_the_short_parts_before_the_sweep(tmp_path, monkeypatch):
+    from attention.bench import cli
+
+    calls = []
+    peaks = {"float32": {"tflops": 0.1, "source": "measured", "measured": True},
+             "bandwidth": {"bytes_per_s": 1e10, "source": "measured", "measured": True}}
+    monkeypatch.setattr(cli, "measure_peaks", lambda *a, **k: calls.append("peaks") or peaks)
+    monkeypatch.setattr(cli, "ratio_goals", lambda *a, **k: calls.append("goals") or [])
+    monkeypatch.setattr(cli, "run_decode", lambda *a, **k: calls.append("decode") or [])
+    monkeypatch.setattr(cli, "run_sweep", lambda *a, doc, **k: calls.append("sweep") or doc)
+    main([*QUICK, "--output", str(tmp_path / "q.json")])
+    assert calls == ["peaks", "goals", "decode", "sweep"]  # the sweep's late stages are what a budget cuts
+    calls.clear()
+    main([*QUICK[2:], "--output", str(tmp_path / "d.json")])  # no preset: the sweep before the goals
+    assert calls == ["peaks", "sweep", "goals", "decode"]
 
 
 def test_the_file_keeps_every_finished_row_when_a_run_is_cut_off(tmp_path, monkeypatch):

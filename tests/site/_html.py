@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
@@ -125,6 +126,7 @@ class PageScan(HTMLParser):
             self.inline_code.append(data)
 
 
+@functools.cache
 def scan(html_file: Path) -> PageScan:
     """Parse one built page."""
     parser = PageScan()
@@ -185,8 +187,10 @@ class MetaTags(HTMLParser):
 
 
 def meta_tags(page: Path) -> dict[str, list[str]]:
+    """The page's <meta> tags (read from its <head> alone)."""
     parser = MetaTags()
-    parser.feed(page.read_text(encoding="utf-8"))
+    html = page.read_text(encoding="utf-8")
+    parser.feed(html[: html.find("</head>") + len("</head>")] if "</head>" in html else html)
     return parser.tags
 
 
