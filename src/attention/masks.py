@@ -17,7 +17,7 @@ time:
     to_dense(mask_mod, t_q, t_k)       the boolean (t_q, t_k) mask SDPA takes, True = may attend
     to_bias(score_mod, t_q, t_k, h)    the additive (h, t_q, t_k) bias, for a rule that adds a term
     block_sparsity(mask_mod, ..., B)   which (B, B) tiles are empty, partial or full (a BlockMask)
-    dense_attention(q, k, v, ...)      the explicit softmax(mod(s), -inf where hidden) V
+    dense_attention(q, k, v, ...)      the explicit softmax(mod(S), -inf where hidden) V
 
 Rules only use tensor operations (comparisons, ``&``, ``|``, indexing a captured tensor), never a
 Python ``if`` on a value, so that the same code runs one score at a time under ``torch.vmap``
@@ -259,7 +259,8 @@ def t5_bias(
 
 
 def soft_cap(cap: float) -> ScoreMod:
-    """Gemma 2's soft cap of the scaled score s: cap · tanh(s / cap), smooth, in (-cap, cap)."""
+    """Gemma 2's soft cap of each scaled score s_ij: cap · tanh(s_ij / cap), smooth, in (-cap, cap)
+    (Gemma 2 caps its attention scores at 50)."""
     if isinstance(cap, bool) or not isinstance(cap, int | float) or not cap > 0:
         raise ValueError(f"cap must be a number > 0, got {cap!r}")
 
@@ -314,7 +315,7 @@ def to_bias(
     score_mod: ScoreMod, t_q: int, t_k: int, h: int, b: int | None = None,
     dtype: torch.dtype = torch.float32, device: torch.device | None = None,
 ) -> Tensor:
-    """The additive bias (h, t_q, t_k), or (b, h, t_q, t_k), of a rule s -> s + bias.
+    """The additive bias (h, t_q, t_k), or (b, h, t_q, t_k), of a rule s_ij -> s_ij + bias.
 
     Read off as the rule applied to scores of 0; a rule that is not of that form (soft-capping)
     has no bias and raises ``ValueError`` (use :func:`apply_score_mod` for it).
