@@ -2,6 +2,7 @@
 
     python -m book notebooks    write every chapter's notebook into notebooks/ (what Colab opens)
     python -m book pdf SITE     print the built site's print page to a PDF and link it
+    python -m book screenshot   the README's screenshot of a chapter page (--help: its options)
 """
 
 import sys
@@ -21,9 +22,13 @@ def main(argv: list[str]) -> None:
         from .pdf import main as pdf_main
 
         pdf_main(rest)
+    elif command == "screenshot":
+        from .screenshot import main as screenshot_main
+
+        screenshot_main(rest)
     else:
         raise SystemExit(__doc__ if command in ("-h", "--help") else
-                         f"python -m book: expected the command notebooks or pdf, got {command!r}\n{__doc__}")
+                         f"python -m book: expected the command notebooks, pdf or screenshot, got {command!r}\n{__doc__}")
 
 
 if __name__ == "__main__":
