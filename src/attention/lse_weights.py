@@ -1,8 +1,9 @@
 """Attention weights from a fused kernel's saved log-sum-exp, any block of rows at a time.
 
 Notation (see CONTRIBUTING.md): n query rows of a block, t_k keys, d_k width of queries and keys,
-lse_i = log Σ_j exp(scale · q_i · k_j) the row's log-sum-exp. A fused kernel never stores the
-(t_q, t_k) weights, but it can return lse (``flash_attention(..., return_lse=True)``), and then
+lse_i = log Σ_j exp(scale · q_i · k_j) the row's log-sum-exp, over the keys j the row may see. A
+fused kernel never stores the (t_q, t_k) weights, but it can return lse
+(``flash_attention(..., return_lse=True)``), and then
 
     α_ij = exp(scale · q_i · k_j - lse_i)
 

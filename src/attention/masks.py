@@ -17,7 +17,7 @@ time:
     to_dense(mask_mod, t_q, t_k)       the boolean (t_q, t_k) mask SDPA takes, True = may attend
     to_bias(score_mod, t_q, t_k, h)    the additive (h, t_q, t_k) bias, for a rule that adds a term
     block_sparsity(mask_mod, ..., B)   which (B, B) tiles are empty, partial or full (a BlockMask)
-    dense_attention(q, k, v, ...)      the explicit softmax(mod(s), -inf where hidden) V
+    dense_attention(q, k, v, ...)      the explicit softmax(mod(S), -inf where hidden) V
 
 Rules only use tensor operations (comparisons, ``&``, ``|``, indexing a captured tensor), never a
 Python ``if`` on a value, so that the same code runs one score at a time under ``torch.vmap``
@@ -259,7 +259,8 @@ def t5_bias(
 
 
 def soft_cap(cap: float) -> ScoreMod:
-    """Gemma 2's soft cap of the scaled score s: cap · tanh(s / cap), smooth, in (-cap, cap)."""
+    """Gemma 2's soft cap of each scaled score s_ij: cap · tanh(s_ij / cap), smooth, in (-cap, cap)
+    (Gemma 2 caps its attention scores at 50)."""
     if isinstance(cap, bool) or not isinstance(cap, int | float) or not cap > 0:
         raise ValueError(f"cap must be a number > 0, got {cap!r}")
 
@@ -274,11 +275,12 @@ def soft_cap(cap: float) -> ScoreMod:
 def _grid(
     t_q: int, t_k: int, b: int | None, h: int | None, device: torch.device | None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Index tensors that broadcast to (B, H, t_q, t_k); batch and head 0 where b or h is None."""
+    """Index tensors that broadcast to (b, h, t_q, t_k), with b and h 1 (batch row and head 0)
+    where they are None."""
     check_sizes(t_q=t_q, t_k=t_k, **({"b": b} if b is not None else {}),
                 **({"h": h} if h is not None else {}))
-    batch = torch.arange(b or 1, device=device).view(-1, 1, 1, 1)  # (B, 1, 1, 1)
-    head = torch.arange(h or 1, device=device).view(1, -1, 1, 1)  # (1, H, 1, 1)
+    batch = torch.arange(b or 1, device=device).view(-1, 1, 1, 1)  # (b, 1, 1, 1)
+    head = torch.arange(h or 1, device=device).view(1, -1, 1, 1)  # (1, h, 1, 1)
     q_idx = torch.arange(t_q, device=device).view(1, 1, -1, 1)  # (1, 1, t_q, 1)
     kv_idx = torch.arange(t_k, device=device).view(1, 1, 1, -1)  # (1, 1, 1, t_k)
     return batch, head, q_idx, kv_idx
@@ -296,7 +298,7 @@ def to_dense(
     batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, device)
     shape = (batch.shape[0], head.shape[1], t_q, t_k)
     dense = torch.as_tensor(mask_mod(batch, head, q_idx, kv_idx), device=q_idx.device)
-    dense = dense.to(torch.bool).expand(shape)  # (B, H, t_q, t_k); a rule may return fewer dims
+    dense = dense.to(torch.bool).expand(shape)  # (b, h, t_q, t_k); a rule may return fewer dims
     return dense[0, 0] if b is None and h is None else dense
 
 
@@ -313,12 +315,12 @@ def to_bias(
     score_mod: ScoreMod, t_q: int, t_k: int, h: int, b: int | None = None,
     dtype: torch.dtype = torch.float32, device: torch.device | None = None,
 ) -> Tensor:
-    """The additive bias (h, t_q, t_k), or (b, h, t_q, t_k), of a rule s -> s + bias.
+    """The additive bias (h, t_q, t_k), or (b, h, t_q, t_k), of a rule s_ij -> s_ij + bias.
 
     Read off as the rule applied to scores of 0; a rule that is not of that form (soft-capping)
     has no bias and raises ``ValueError`` (use :func:`apply_score_mod` for it).
     """
-    zeros = torch.zeros(b or 1, h, t_q, t_k, dtype=dtype, device=device)  # (B, h, t_q, t_k)
+    zeros = torch.zeros(b or 1, h, t_q, t_k, dtype=dtype, device=device)  # (b, h, t_q, t_k)
     bias = apply_score_mod(zeros, score_mod)
     if not torch.allclose(apply_score_mod(zeros + 1, score_mod) - bias, zeros + 1):
         raise ValueError("score_mod must add a term that does not depend on the score, got one "
@@ -341,12 +343,12 @@ def block_sparsity(
     """
     block_q, block_k = block_size if isinstance(block_size, tuple) else (block_size, block_size)
     check_sizes(block_q=block_q, block_k=block_k)
-    dense = to_dense(mask_mod, t_q, t_k, b or 1, h or 1)  # (B, H, t_q, t_k)
+    dense = to_dense(mask_mod, t_q, t_k, b or 1, h or 1)  # (b, h, t_q, t_k)
     n_q, n_k = -(-t_q // block_q), -(-t_k // block_k)  # T_q, T_k: ceil
     padded = dense.new_zeros(*dense.shape[:2], n_q * block_q, n_k * block_k)
-    padded[..., :t_q, :t_k] = dense  # (B, H, T_q B_q, T_k B_k), False in the padding
+    padded[..., :t_q, :t_k] = dense  # (b, h, T_q B_q, T_k B_k), False in the padding
     tiles = padded.view(*dense.shape[:2], n_q, block_q, n_k, block_k)
-    visible = tiles.sum(dim=(3, 5))  # (B, H, T_q, T_k): visible pairs in each tile
+    visible = tiles.sum(dim=(3, 5))  # (b, h, T_q, T_k): visible pairs in each tile
     kinds = (visible > 0).long() + (visible == block_q * block_k).long()  # 0, 1 or 2
     return kinds[0, 0] if b is None and h is None else kinds
 
@@ -359,7 +361,7 @@ def dense_attention(
 
     query (b, h, t_q, d_k), key (b, h, t_k, d_k), value (b, h, t_k, d_v). Hidden scores are set
     to -inf after ``score_mod``; a query that sees no key gets 0 and log-sum-exp -inf, as
-    FlexAttention gives it. With ``return_lse`` also returns L (b, h, t_q), the log-sum-exp of
+    FlexAttention gives it. With ``return_lse`` also returns lse (b, h, t_q), the log-sum-exp of
     each row's modified scores. Half-precision inputs are computed in float32.
     """
     for name, x in (("query", query), ("key", key), ("value", value)):

@@ -1,17 +1,19 @@
 """Packing sequences of different lengths into one row instead of padding them to the longest.
 
-Notation (see CONTRIBUTING.md): n sequences of lengths t_1 ... t_n, t = t_1 + ... + t_n tokens in
-all, t_max the longest; h heads, d_k and d_v the widths of keys and values.
+Notation (see CONTRIBUTING.md): n sequences of lengths t_1 ... t_n (sequence u has t_u tokens),
+t = t_1 + ... + t_n tokens in all, t_max the longest; h heads, d_k and d_v the widths of keys and
+values.
 
-A padded batch (n, t_max, ...) spends memory and work on t_max - t_i padding tokens per row. A
+A padded batch (n, t_max, ...) spends memory and work on t_max - t_u padding tokens in row u. A
 packed batch lays the sequences end to end, (t, ...), and keeps where each starts in the
 *cumulative sequence lengths* of flash-attention's variable-length ("varlen") interface:
 
     cu_seqlens = [0, t_1, t_1 + t_2, ..., t]      int32, shape (n + 1,)
 
-so sequence k is rows ``cu_seqlens[k]:cu_seqlens[k + 1]``, as ``flash_attn_varlen_func``
+so sequence u is rows ``cu_seqlens[u]:cu_seqlens[u + 1]``, as ``flash_attn_varlen_func``
 (Dao-AILab/flash-attention, ``flash_attn/flash_attn_interface.py``) takes it, with queries, keys
-and values of shape (t, h, d). Attention must then stay inside each sequence: either a kernel
+and values of shape (t, h, d) (it also takes the longest lengths, ``max_seqlen_q`` and
+``max_seqlen_k``, which size its grid of query blocks). Attention must then stay inside each sequence: either a kernel
 that visits only the diagonal blocks (:func:`varlen_attention` does one sequence at a time), or
 one attention over the packed row with the document mask of :func:`attention.masks.document`.
 """
@@ -103,12 +105,12 @@ def varlen_attention(
     """Attention within each packed sequence, in flash-attention's varlen layout.
 
     query (t_q, h, d_k), key (t_k, h, d_k), value (t_k, h, d_v), with t_q and t_k packed
-    tokens; sequence k's queries are rows ``cu_seqlens_q[k]:cu_seqlens_q[k + 1]`` and its keys
-    ``cu_seqlens_k[k]:...`` (the same as the queries' when None). Each sequence is attended
-    alone, so the work is that of the diagonal blocks, sum of t_i², never t². ``is_causal``
-    aligns each sequence's mask
-    bottom-right, as ``flash_attn_varlen_func`` does (the same as top-left when a sequence has
-    as many queries as keys). Returns (t_q, h, d_v).
+    tokens; sequence u's queries are rows ``cu_seqlens_q[u]:cu_seqlens_q[u + 1]`` and its keys
+    ``cu_seqlens_k[u]:...`` (the same as the queries' when None). Each sequence is attended
+    alone, so the work is that of the diagonal blocks, the sum of t_u², never t². ``is_causal``
+    aligns each sequence's mask bottom-right, as ``flash_attn_varlen_func`` does since
+    flash-attention 2.1 (the same as top-left when a sequence has as many queries as keys).
+    Returns (t_q, h, d_v).
     """
     cu_seqlens_k = cu_seqlens_q if cu_seqlens_k is None else cu_seqlens_k
     for name, x in (("query", query), ("key", key), ("value", value)):

@@ -2,23 +2,25 @@
 
 Notation (see CONTRIBUTING.md): ``...`` leading batch dimensions (b, h), t tokens, d_k and d_v
 the widths of keys and values, d_h = d_k = d_v in the counts; N = ``world_size`` devices,
-c = t / N tokens per device, r a device and s a step of the ring, both counted from 0.
+c = t / N tokens per device, r a device and k a step of the ring, both counted from 0; lse a
+log-sum-exp.
 
 The sequence is cut into N shards; device r holds the queries, keys and values of its shard.
-Keys and values travel round the ring: at step s device r holds the key-value block of device
-(r - s) mod N, attends its queries to it, and passes it on to device r + 1 while it receives the
-next one. Each step gives a partial output O and log-sum-exp L for the block's keys, and the
+Keys and values travel round the ring: at step k device r holds the key-value block of device
+(r - k) mod N, attends its queries to it, and passes it on to device r + 1 while it receives the
+next one. Each step gives a partial output O and its lse for the block's keys, and the
 partials are merged with the online-softmax rule of chapter 7 (equation 7.8, with the outputs
-kept normalized):
+kept normalized; equation 11.8):
 
-    L = log(exp(L_a) + exp(L_b)),    O = exp(L_a - L) O_a + exp(L_b - L) O_b.
+    lse = log(exp(lse_a) + exp(lse_b)),    O = exp(lse_a - lse) O_a + exp(lse_b - lse) O_b.
 
 After N steps each device holds exact attention for its queries. With causal attention, the
-block from device j is useless to device r < j: with contiguous shards device 0 then idles for
+block of a later device is useless to an earlier one: with contiguous shards device 0 then idles for
 N - 1 steps while device N - 1 works at every one. *Zig-zag* sharding cuts the sequence into 2N
 chunks and gives device r chunks r and 2N - 1 - r (one early, one late), so that every device
 does the same work at every step (as in zhuzilin/ring-flash-attention's ``zigzag_ring_flash_attn``
-and Llama 3's context parallelism).
+and Llama 3's context parallelism). Striped Attention (Brandon et al., 2023) balances the ring
+differently: it deals the tokens out round-robin, device r holding positions r, r + N, r + 2N, ...
 
 :func:`ring_work` counts the score pairs each device computes at each step;
 :func:`ring_attention_io` counts, with the two-level memory of :mod:`attention.io_model`, the
@@ -68,18 +70,18 @@ def _visible(q_pos: Tensor, k_pos: Tensor, is_causal: bool) -> Tensor:
 
 def ring_work(t: int, world_size: int, is_causal: bool = False,
               sharding: str = "contiguous") -> Tensor:
-    """Score pairs (query, key) that device r attends at step s: an int64 tensor (N, N) [s, r].
+    """Score pairs (query, key) that device r attends at step k: an int64 tensor (N, N) [k, r].
 
     A block that no query of the device may see is skipped (0 work); otherwise the count is the
     visible pairs, what a kernel that skips masked tiles computes. A synchronous ring's step
-    lasts as long as its busiest device: the sum over s of the row maxima.
+    lasts as long as its busiest device: the sum over k of the row maxima.
     """
     shards = ring_shards(t, world_size, sharding)
     work = torch.zeros(world_size, world_size, dtype=torch.int64)  # (N steps, N devices)
-    for s in range(world_size):
+    for step in range(world_size):
         for r in range(world_size):
-            source = (r - s) % world_size  # whose keys device r holds at step s
-            work[s, r] = int(_visible(shards[r], shards[source], is_causal).sum())
+            source = (r - step) % world_size  # whose keys device r holds at this step
+            work[step, r] = int(_visible(shards[r], shards[source], is_causal).sum())
     return work
 
 
@@ -119,11 +121,11 @@ def ring_attention(
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     acc = _accumulation_dtype(query.dtype)
     q, k, v = (x.to(acc) for x in (query, key, value))  # partials and merges in float32 for half
-    state = {}  # (q0, q1) -> running O (..., n, d_v) and L (..., n) of the queries q0 .. q1 - 1
-    for s in range(world_size):
+    state = {}  # (q0, q1) -> running O (..., n, d_v) and lse (..., n) of the queries q0 .. q1 - 1
+    for step in range(world_size):
         for r in range(world_size):
             for q0, q1 in runs[r]:  # the queries device r holds
-                for k0, k1 in runs[(r - s) % world_size]:  # the block it holds at step s
+                for k0, k1 in runs[(r - step) % world_size]:  # the block it holds at this step
                     if is_causal and k0 >= q1:
                         continue  # every key after every query: the device skips it
                     # Distinct runs do not overlap, so a block that is not all visible is the
@@ -131,7 +133,7 @@ def ring_attention(
                     partial = flash_attention(
                         q[..., q0:q1, :], k[..., k0:k1, :], v[..., k0:k1, :],
                         is_causal=is_causal and k1 > q0, scale=scale, return_lse=True,
-                    )  # O (..., n, d_v) and L (..., n) of this block
+                    )  # O (..., n, d_v) and lse (..., n) of this block
                     seen = state.get((q0, q1))
                     state[q0, q1] = partial if seen is None else _merge(*seen, *partial)
     result = v.new_empty(*query.shape[:-1], v.shape[-1])  # (..., t, d_v)
@@ -170,10 +172,10 @@ def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCou
     mem.allocate("l_r", c, 1)  # (c, 1) running sum
     mem.allocate("K_0", c, d_h)  # (c, d_h): its own keys and values, the first block it uses
     mem.allocate("V_0", c, d_h)
-    for s in range(1, world_size):
-        mem.load(f"K_{s}", c, d_h)  # receive the next block while computing on the current one
-        mem.load(f"V_{s}", c, d_h)
-        mem.store(f"K_{s - 1}")  # send the current block on
-        mem.store(f"V_{s - 1}")
-        mem.free(f"K_{s - 1}", f"V_{s - 1}")
+    for step in range(1, world_size):
+        mem.load(f"K_{step}", c, d_h)  # receive the next block while computing on the current one
+        mem.load(f"V_{step}", c, d_h)
+        mem.store(f"K_{step - 1}")  # send the current block on
+        mem.store(f"V_{step - 1}")
+        mem.free(f"K_{step - 1}", f"V_{step - 1}")
     return mem.count()

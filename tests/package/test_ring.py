@@ -47,6 +47,7 @@ def test_causal_work_is_unbalanced_with_contiguous_shards_and_balanced_with_zigz
     assert contiguous.sum() == zigzag.sum() == total
     assert contiguous[:, 0].tolist() == [136, 0, 0, 0]  # device 0 idles after step 0
     assert contiguous[:, 3].tolist() == [136, 256, 256, 256]
+    assert contiguous[:, 1].tolist() == [136, 256, 0, 0]  # step k: the block of device r - k
     assert contiguous.max(dim=1).values.sum() == 136 + 3 * 256  # the busiest device sets the pace
     assert (zigzag == zigzag[:, :1]).all()  # every device does the same at every step
     assert zigzag.max(dim=1).values.sum() == total // world_size
