@@ -35,6 +35,17 @@ from .io_model import (
     tiled_attention_io,
     tiled_io_formula,
 )
+from .linear import (
+    elu_plus_one,
+    favor_attention,
+    favor_error_variance,
+    linear_attention,
+    linear_attention_flops,
+    linear_attention_weights,
+    positive_random_features,
+    random_projection,
+)
+from .linear_model import use_kernel_attention
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
 from .plotting import plot_attention
@@ -83,15 +94,23 @@ __all__ = [
     "alibi_slopes",
     "attention_weights",
     "causal_mask",
+    "elu_plus_one",
+    "favor_attention",
+    "favor_error_variance",
     "flash_attention",
     "head_scores",
     "induction_data",
     "journey_batch",
     "journey_inputs",
     "kv_cache_bytes",
+    "linear_attention",
+    "linear_attention_flops",
+    "linear_attention_weights",
     "lookback_data",
     "next_token_accuracy",
     "plot_attention",
+    "positive_random_features",
+    "random_projection",
     "rotary_permutation",
     "scaled_dot_product_attention",
     "sinusoidal_positions",
@@ -103,4 +122,5 @@ __all__ = [
     "tiled_attention_io",
     "tiled_io_formula",
     "train_lm",
+    "use_kernel_attention",
 ]
