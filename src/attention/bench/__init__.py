@@ -16,6 +16,7 @@ Modules, in the order a measurement flows through them:
 - :mod:`~attention.bench.sweep`, :mod:`~attention.bench.goals`: the sweep and the goals of issues 5
   and 14;
 - :mod:`~attention.bench.decode`: greedy decoding with and without the KV cache;
+- :mod:`~attention.bench.linear`: linear attention's three forms against softmax attention over t;
 - :mod:`~attention.bench.provenance`, :mod:`~attention.bench.schema`: what a results file
   records about its run, and the validator of its shape;
 - :mod:`~attention.bench.cli`: the command line.

@@ -10,6 +10,7 @@ A results file is one JSON object::
                "bandwidth": {"bytes_per_s": float, "source": str}},   # optional: the roofline's
      "goals": {"speed": [...], "memory": {...} | null, "ratios": [...]},   # ratios optional
      "decode": [decode row, ...],         # optional: see attention.bench.decode
+     "linear": [linear row, ...],         # optional: see attention.bench.linear
      "complete": bool,                    # optional: false while running or when cut off
      "stopped": str,                      # optional: why a run ended before its last row
      "results": [row, ...]}
@@ -37,6 +38,10 @@ _CUDA_ONLY = ("cuda", "driver", "tf32_matmul", "tf32_cudnn", "compute_capability
 _DECODE = {
     "model": str, "config": dict, "use_cache": bool, "prompt_tokens": int, "new_tokens": int,
     "median_s": float, "iqr_s": float, "repeats": int, "tokens_per_s": float,
+}
+_LINEAR = {
+    "variant": str, "pass": str, "b": int, "h": int, "t": int, "d_h": int, "chunk_size": int,
+    "dtype": str, "status": str,
 }
 _DECODE_CONFIG = {"vocab_size": int, "d_model": int, "num_heads": int, "num_layers": int, "context_length": int}
 
@@ -93,6 +98,8 @@ def validate_results(doc: object) -> None:
         for key in ("median_s", "tokens_per_s"):
             _positive(row[key], f"{where}.{key}")
         _require(row, {"cache_bytes_measured": int, "cache_bytes_formula": int}, where)
+    for i, row in enumerate(doc.get("linear", [])):
+        _validate_linear(row, f"linear[{i}]")
     for i, row in enumerate(doc["results"]):
         where = f"results[{i}]"
         if not isinstance(row, dict):
@@ -113,3 +120,20 @@ def validate_results(doc: object) -> None:
             reason = row.get("reason")
             status = row["status"]
             raise ValueError(f"{where}.reason: expected why a {status} row has no time, got {reason!r}")
+
+
+def _validate_linear(row: object, where: str) -> None:
+    """A linear row: its shape, and a checked time and FLOPs if ok, a reason if not."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
+    _require(row, _LINEAR, where)
+    if row["status"] not in STATUSES:
+        raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row['status']!r}")
+    if row["status"] == "ok":
+        for key in ("median_s", "flops", "tflops"):
+            _positive(row.get(key), f"{where}.{key}")
+        error = row.get("max_rel_err")
+        if isinstance(error, bool) or not isinstance(error, (int, float)) or not error >= 0:
+            raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, got {error!r}")
+    elif not isinstance(row.get("reason"), str) or not row["reason"]:
+        raise ValueError(f"{where}.reason: expected why a {row['status']} row has no time, got {row.get('reason')!r}")
