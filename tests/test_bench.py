@@ -301,3 +301,70 @@ def test_gpu_bandwidth_is_documented_or_unknown():
     assert set(GPU_BANDWIDTH) == set(GPU_PEAKS)  # every GPU with a peak has a bandwidth
     assert device_bandwidth("NVIDIA H100 80GB HBM3").bytes_per_s == 3.35e12  # the chapter's figure
     assert device_bandwidth("Intel(R) Xeon(R) Processor") is None
+
+
+QUICK = [
+    "--preset", "quick", "--device", "cpu", "--seq-lens", "128", "--d-model", "32", "--heads", "2",
+    "--head-dims", "16", "--tokens", "128", "--variants", "explicit", "mha", "flex", "--no-compile",
+    "--no-memory-goal", "--speed-goal-t", "128", "--flash-goal-shape", "1", "2", "64", "16",
+    "--fused-goal-shape", "1", "2", "64", "16", "--decode-models", "tiny", "--decode-new-tokens", "2",
+    "--matmul-sizes", "32", "--stream-bytes", "65536", "--no-progress", "--min-time", "0.01",
+    "--max-time", "0.05",
+]
+
+
+def test_quick_preset_runs_its_stages_in_order_on_a_cpu(tmp_path):
+    out = tmp_path / "quick.json"
+    doc = main([*QUICK, "--output", str(out)])
+    assert json.loads(out.read_text()) == doc and doc["complete"] is True and "stopped" not in doc
+    s = doc["settings"]
+    # the preset's values, except where the command line says otherwise (--max-time here)
+    assert s["preset"] == "quick" and (s["repeats"], s["max_time"], s["warmup_s"]) == (10, 0.05, 0.05)
+    assert [(st["dtypes"], st["compiled"]) for st in s["stages"]] == [
+        (["bf16"], False), (["bf16"], True), (["fp16"], False), (["fp32"], False)]
+    # bfloat16 first, then the compiled variant (skipped under --no-compile), then float16, float32
+    order = [(r["dtype"], r["variant"] == "flex") for r in doc["results"]]
+    assert order == sorted(order, key=lambda o: (["bfloat16", "float16", "float32"].index(o[0]), not o[1] and o[0] != "bfloat16"))
+    assert [o for o in order if o[1]] == [("bfloat16", True)] * 2  # flex: forward, forward+backward
+    assert {r["dtype"] for r in doc["results"]} == {"bfloat16", "float16", "float32"}
+    assert doc["goals"]["ratios"] and doc["decode"] and doc["peaks"]["float32"]["measured"]
+
+
+def test_the_file_keeps_every_finished_row_when_a_run_is_cut_off(tmp_path, monkeypatch):
+    from attention.bench import sweep
+
+    calls = []
+
+    def fake_measure(variant, problem, *args):
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # what a time limit's signal does to the run
+        calls.append(variant.name)
+        return {"level": problem.level, "variant": variant.name, "summary": "", "pass": "forward",
+                "b": problem.b, "t": problem.t, "h": problem.h, "d_h": problem.d_h, "d": problem.d,
+                "dtype": "float32", "status": "unsupported", "reason": "not timed in this test", "ops": []}
+
+    monkeypatch.setattr(sweep, "measure", fake_measure)
+    out = tmp_path / "cut.json"
+    with pytest.raises(KeyboardInterrupt):
+        main([*QUICK, "--parts", "sweep", "--output", str(out)])
+    written = json.loads(out.read_text())
+    validate_results(written)
+    assert [r["variant"] for r in written["results"]] == calls and written["complete"] is False
+    assert [p.name for p in tmp_path.iterdir()] == ["cut.json"]  # no half-written file beside it
+
+
+def test_a_spent_time_budget_starts_no_more_rows(tmp_path):
+    doc = main([*QUICK, "--parts", "sweep", "--time-budget", "0", "--output", str(tmp_path / "b.json")])
+    assert doc["results"] == [] and doc["complete"] is False
+    assert doc["stopped"].startswith("time budget spent after 0 rows")
+
+
+def test_gpu_peaks_measure_a_bf16_matmul_and_a_copy():
+    from attention.bench.peaks import measure_gpu_peaks
+
+    peaks = measure_gpu_peaks(CPU, sizes=(32, 64), array_bytes=65536, repeats=3, max_time=0.5)
+    mm, bw = peaks["bfloat16_measured"], peaks["bandwidth_measured"]
+    assert mm["matmul"]["dtype"] == "bfloat16" and [r["n"] for r in mm["matmul"]["sizes"]] == [32, 64]
+    assert mm["tflops"] == pytest.approx(max(2 * r["n"] ** 3 / r["median_s"] for r in mm["matmul"]["sizes"]) / 1e12)
+    assert bw["stream"]["copy"]["bytes"] == 2 * 65536 and bw["bytes_per_s"] > 0
+    assert "bfloat16 torch.mm" in mm["source"] and "STREAM copy and triad" in bw["source"]

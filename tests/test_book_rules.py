@@ -13,6 +13,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 REFERENCES = DOCS / "references.md"  # the stub the hook fills; it cites nothing
 BIBLIOGRAPHY = DOCS / "references.bib"
@@ -92,3 +94,13 @@ def test_chapter_7_says_what_the_appendix_has() -> None:
         assert claims == [], f"GPU results exist ({gpu_results()}): chapter 7 still says {claims}"
     else:
         assert claims, "no GPU results: chapter 7 must say its timings are CPU-only"
+
+
+@pytest.mark.parametrize("chapter", ["07-fast-attention.md", "10-inference.md"])
+def test_chapters_7_and_10_cite_the_gpu_measurements_from_their_file(chapter: str) -> None:
+    # A snippet of each reads a GPU results file (so the numbers printed are the file's), and the
+    # prose links the appendix page of that GPU.
+    text = (DOCS / "chapters" / chapter).read_text()
+    read = [name for name in gpu_results() if name in text]
+    assert read, f"{chapter} reads none of the GPU results files {gpu_results()}"
+    assert "../appendix/gpu-h200.md" in text, f"{chapter} does not link the H200 page"

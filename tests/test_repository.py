@@ -27,7 +27,7 @@ from tests.markdown_runner.pages import read_page
 
 REPO = Path(__file__).resolve().parents[1]
 # Where the repository's own Python lives; every .py file under these is scanned for imports.
-CODE = [REPO / "src", REPO / "tests", REPO / "docs", REPO / ".ci", REPO / "conftest.py"]
+CODE = [REPO / "src", REPO / "tools", REPO / "tests", REPO / "docs", REPO / ".ci", REPO / "conftest.py"]
 # Pinned, used, but never imported: why each is needed.
 NOT_IMPORTED = {
     "pytest-xdist": "pytest plugin: pyproject.toml's addopts run the suite with -n 2 "
@@ -188,6 +188,44 @@ def test_triton_is_installed_only_where_it_has_wheels(platform: str) -> None:
     for requirement in (pins()["triton"], Requirement(pyproject_extra("triton"))):
         marker = requirement.marker or Marker("python_version > '0'")
         assert marker.evaluate(PLATFORMS[platform]) == platform.startswith("Linux"), requirement
+
+
+# Imported by the package only inside the functions that draw figures, so that `import attention`
+# works without it; the harness's extra installs it.
+DRAWING_ONLY = {"matplotlib", "numpy"}
+
+
+def third_party_imports(files: list[Path]) -> set[str]:
+    """Distributions the files import (stdlib, the package itself and Triton left out)."""
+    owners, found = importlib.metadata.packages_distributions(), set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            else:
+                continue
+            for top in {name.split(".")[0] for name in names} - set(sys.stdlib_module_names) - {"attention", "triton"}:
+                found |= {normalized(d) for d in owners.get(top, [top])}
+    return found
+
+
+def test_the_package_declares_what_it_and_its_harness_import() -> None:
+    """``pip install .`` gives what ``import attention`` needs, and the extra ``bench`` what
+    ``python -m attention.bench`` needs, so the README's commands work from a plain install."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]
+    declared = {normalized(Requirement(r).name) for r in project["dependencies"]}
+    bench = declared | {normalized(Requirement(r).name) for r in project["optional-dependencies"]["bench"]}
+    package = [f for f in (REPO / "src" / "attention").rglob("*.py") if "bench" not in f.parts]
+    missing = third_party_imports(package) - declared - DRAWING_ONLY
+    assert missing == set(), f"the package imports {sorted(missing)}, which pyproject.toml does not declare"
+    harness = sorted((REPO / "src" / "attention" / "bench").glob("*.py"))
+    missing = third_party_imports(harness) - bench - {"numpy"}  # numpy comes with matplotlib
+    assert missing == set(), f"the harness imports {sorted(missing)}, which the extra bench does not declare"
+    assert "tqdm" in bench and "matplotlib" in bench
 
 
 def pyproject_extra(name: str) -> str:

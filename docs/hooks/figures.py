@@ -1,6 +1,7 @@
 """MkDocs hook: render the book's figures from code on every build.
 
-Each script ``docs/figures/chNN.py`` defines ``FIGURES = {"name": make_fn}``, where ``make_fn()``
+Each script ``docs/figures/chNN.py`` (and ``appendix.py``, the appendix's measurements) defines
+``FIGURES = {"name": make_fn}``, where ``make_fn()``
 returns a ``matplotlib.figure.Figure`` drawn from the ``attention`` package. On every build this
 hook imports each script, renders each figure to SVG and adds it to the build as the generated
 file ``figures/<name>.svg``; a page links it as ``![alt text](../figures/<name>.svg)``, and
@@ -65,8 +66,8 @@ _command = "build"
 
 
 def figure_scripts(figures_dir: Path) -> list[Path]:
-    """Return the figure scripts ``chNN.py`` in ``figures_dir``, sorted by name."""
-    return sorted(figures_dir.glob("ch*.py"))
+    """Return the figure scripts in ``figures_dir`` (``chNN.py``, ``appendix.py``), sorted by name."""
+    return sorted(p for p in figures_dir.glob("*.py") if not p.name.startswith("_"))
 
 
 def load_figures(figures_dir: Path) -> dict[str, Callable[[], Figure]]:

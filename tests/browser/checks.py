@@ -266,6 +266,27 @@ MEASURE_FIGURES = """() => [...document.querySelectorAll('.attn-figure > svg')].
           glyphPaths: svg.querySelectorAll('[id*="DejaVu"]').length};
 })"""
 
+# For every table of the page: whether it fits its column or scrolls in a box inside the page,
+# whether its first column stays in view while it scrolls, and every code name in it that breaks
+# across lines (an inline element that breaks has more than one box).
+MEASURE_TABLES = """() => [...document.querySelectorAll('.md-content table')].map(t => {
+  const column = t.closest('.md-typeset').getBoundingClientRect().right;
+  const fits = t.getBoundingClientRect().right <= column + 1;
+  let box = null;  // the box that scrolls it: the table itself, or the nearest ancestor that does
+  for (let e = t; e && e !== document.body; e = e.parentElement) {
+    const scrolling = ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+    if (scrolling && e.scrollWidth > e.clientWidth + 1) { box = e; break; }
+  }
+  const first = t.querySelector('tr > :first-child');
+  return {
+    name: [...t.querySelectorAll('th')].map(th => th.textContent.trim()).join(' | ').slice(0, 70),
+    fits,
+    scrolls: !!box && box.getBoundingClientRect().right <= document.documentElement.clientWidth + 1,
+    sticky: !!first && getComputedStyle(first).position === 'sticky',
+    broken: [...t.querySelectorAll('code')].filter(c => c.getClientRects().length > 1).map(c => c.textContent),
+  };
+})"""
+
 # Everything the snapshot checks need, read from the DOM in one call.
 READ_PAGE = r"""() => {
   const RENDERED = ".katex";
@@ -378,14 +399,15 @@ READ_PAGE = r"""() => {
   return {
     headings: [...document.querySelectorAll(".md-content h1, .md-content h2, .md-content h3")]
       .map(h => short(h.textContent)),
-    rawMath, math, equations, blocks, images, ids, figures: (MEASURE_FIGURES)(),
+    rawMath, math, equations, blocks, images, ids, tables: (MEASURE_TABLES)(), figures: (MEASURE_FIGURES)(),
     links: [...new Set([...document.querySelectorAll("a[href]")].map(a => a.href))],
     overflow: {scrollWidth: root.scrollWidth, clientWidth: width, wide},
   };
 }"""
 
 
-READ_PAGE = READ_PAGE.replace("(MEASURE_FIGURES)", f"({MEASURE_FIGURES})")
+READ_PAGE = READ_PAGE.replace("(MEASURE_FIGURES)", f"({MEASURE_FIGURES})").replace(
+    "(MEASURE_TABLES)", f"({MEASURE_TABLES})")
 
 
 def figure_problems(figures: list[dict[str, Any]], where: str) -> list[str]:
@@ -712,6 +734,26 @@ def check_fits_width(snap: Snapshot) -> list[str]:
         f"{snap.path}: page is {overflow['scrollWidth']}px wide in a "
         f"{overflow['clientWidth']}px viewport ({culprits})"
     ]
+
+
+def table_problems(tables: list[dict[str, Any]], where: str) -> list[str]:
+    """Problems of measured tables (``MEASURE_TABLES``): cut off, a first column that scrolls
+    away, a code name broken across lines."""
+    problems = []
+    for table in tables:
+        name = f"{where}: table [{table['name']}]"
+        if not table["fits"] and not table["scrolls"]:
+            problems.append(f"{name} is wider than its column and does not scroll inside the page")
+        if not table["fits"] and not table["sticky"]:
+            problems.append(f"{name} scrolls, but its first column does not stay in view")
+        problems += [f"{name}: the code name {text!r} breaks across lines" for text in table["broken"]]
+    return problems
+
+
+def check_tables(snap: Snapshot) -> list[str]:
+    """Every table fits its column or scrolls in its own box inside the page, with its first
+    column in view; no code name in a table breaks across lines."""
+    return table_problems(snap.dom["tables"], snap.path)
 
 
 SNAPSHOT_CHECKS = (

@@ -30,7 +30,8 @@ from PIL import Image
 from playwright.sync_api import Browser, BrowserContext, Page
 
 from tests.browser.checks import (
-    DESKTOP, MEASURE_FIGURES, PHONE, SiteServer, contrast, figure_problems, luminance,
+    DESKTOP, MEASURE_FIGURES, MEASURE_TABLES, PHONE, SiteServer, contrast, figure_problems, luminance,
+    table_problems,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,6 +53,7 @@ def contexts(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
         "phone-dark": browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True,
                                           color_scheme="dark"),
         "desktop": browser.new_context(viewport=DESKTOP),
+        "desktop-dark": browser.new_context(viewport=DESKTOP, color_scheme="dark"),
     }
     yield made
     for context in made.values():
@@ -239,7 +241,8 @@ def test_pdf_step_makes_a_pdf_that_names_every_chapter(
     assert f'<a href="{make_pdf.PDF_NAME}" download>' in page, "no download link to the PDF"
 
 
-NO_CUE = ".attn-no-cue .md-typeset .attn-figure { background: none !important; }"
+NO_CUE = (".attn-no-cue .md-typeset .attn-figure, .attn-no-cue .md-typeset__scrollwrap, "
+          ".attn-no-cue .md-typeset table:not([class]) { background: none !important; }")
 
 
 def cue_darkening(page: Page, figure: str, scroll: str) -> dict[str, float]:
@@ -273,3 +276,61 @@ def test_a_figure_wider_than_the_phone_shows_that_it_scrolls(
     assert start["right"] > 0.02 and abs(start["left"]) < 0.005, f"phone, at the start: {start}"
     assert end["left"] > 0.02 and abs(end["right"]) < 0.005, f"phone, at the end: {end}"
     assert max(map(abs, fits.values())) < 0.005, f"desktop, a figure that fits: {fits}"
+
+
+APPENDIX = ["appendix/kernel-timings/", "appendix/cpu/", "appendix/gpu-h200/", "appendix/gpu-h100/"]
+# The figures' ink and the tables' scroll cue, read in each theme.
+MEASURE_INK = """() => {
+  const luminance = c => { const [r, g, b] = c.match(/[\\d.]+/g).map(Number);
+                           return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255; };
+  const text = document.querySelector('.attn-figure svg text');
+  return {ink: luminance(getComputedStyle(text).fill),
+          page: luminance(getComputedStyle(document.body).backgroundColor)};
+}"""
+
+
+def test_appendix_reads_at_both_widths_in_both_themes(
+    contexts: dict[str, BrowserContext], site: SiteServer, screenshots: Path
+) -> None:
+    """Every appendix page on a 1280 px desktop (390 px light: the crawl), and the H200 page at
+    390 px and 1280 px in the dark theme: figure text of 9 px or more, tables that fit or scroll
+    with their first column in view, code names unbroken, and figure ink that follows the theme."""
+    problems, inks = [], {}
+    visits = [("desktop", path) for path in APPENDIX]
+    visits += [("phone-dark", "appendix/gpu-h200/"), ("desktop-dark", "appendix/gpu-h200/")]
+    for where, path in visits:
+        page = open_page(contexts[where], site, path)
+        figures, tables = page.evaluate(MEASURE_FIGURES), page.evaluate(MEASURE_TABLES)
+        assert tables, f"{where} {path}: no table"
+        problems += figure_problems(figures, f"{where} {path}") + table_problems(tables, f"{where} {path}")
+        if figures:
+            inks[where] = page.evaluate(MEASURE_INK)
+        if where == "phone-dark":
+            page.screenshot(path=str(screenshots / "appendix-390-dark.png"))
+    assert problems == [], "\n".join(problems)
+    assert inks["desktop"]["ink"] < 0.3 and inks["desktop"]["page"] > 0.9, inks
+    for dark in ("phone-dark", "desktop-dark"):  # light ink on the dark page
+        assert inks[dark]["ink"] > 0.6 and inks[dark]["page"] < 0.3, inks
+
+
+def test_a_table_wider_than_the_phone_scrolls_with_its_first_column_in_view(
+    contexts: dict[str, BrowserContext], site: SiteServer
+) -> None:
+    """The right edge of a table that scrolls is shaded until its end is reached; its first
+    column stays where it was while the rest scrolls under it."""
+    page = open_page(contexts["phone"], site, "appendix/gpu-h100/")
+    index = page.evaluate("() => [...document.querySelectorAll('.md-typeset__scrollwrap')]"
+                          ".findIndex(b => b.scrollWidth > b.clientWidth + 40 && b.offsetParent)")
+    assert index >= 0, "no visible table of the H100 page is wider than the phone"
+    box = f".md-typeset__scrollwrap >> nth={index}"
+    page.locator(box).scroll_into_view_if_needed()
+    page.add_style_tag(content=NO_CUE)
+    first = page.locator(f"{box} >> tr >> nth=1 >> td >> nth=0")
+    before = first.bounding_box()["x"]
+    start, end = (cue_darkening(page, box, at) for at in ("0", "f.scrollWidth"))
+    assert start["right"] > 0.02, f"no shade on the right edge of a table that scrolls: {start}"
+    assert abs(end["right"]) < 0.005, f"a shade on the right edge at the end of the scroll: {end}"
+    after, edge = first.bounding_box()["x"], page.locator(box).bounding_box()["x"]
+    # scrolled to the end, the first column sits at the box's left edge (it moved no further
+    # than the wrapper's padding), where the other columns would have left the view
+    assert edge - 1 <= after <= before, f"the first column scrolled away: x {before} -> {after}, box at {edge}"

@@ -17,7 +17,7 @@ import pytest
 from tests.browser.checks import (
     PHONE, LinkTargets, SiteServer, Snapshot, built_pages, check_copy_buttons, check_fits_width,
     check_equations_fit, check_images, check_links, check_loads_cleanly, check_math,
-    check_stays_on_host, figure_problems,
+    check_stays_on_host, check_tables, figure_problems,
 )
 from tests.browser.conftest import phone_screenshot
 from tests.browser.test_math import numbered
@@ -98,13 +98,34 @@ def test_equations_fit_a_phone(pages: dict[str, Snapshot]) -> None:
     assert numbered(pages) > 100, "the crawl saw too few numbered equations to check"
 
 
+def appendix(pages: dict[str, Snapshot]) -> list[Snapshot]:
+    """The appendix pages, in crawl order."""
+    found = [snap for path, snap in pages.items() if path.startswith("/appendix/")]
+    assert len(found) >= 4, f"the crawl found {len(found)} appendix pages"
+    return found
+
+
 def test_figure_text_is_legible_on_a_phone(pages: dict[str, Snapshot]) -> None:
     """At 390 px no figure's text is under 9 CSS px (a wide figure scrolls in its own box instead
-    of shrinking), its text is SVG text, and it has a label for screen readers."""
-    problems, count = [], 0
-    for snap in chapters(pages):
-        figures = snap.dom["figures"]
-        problems += figure_problems(figures, f"390 px {snap.path}")
-        count += len(figures)
-    assert count >= 15, f"expected the chapters' figures inline in their pages, found {count}"
+    of shrinking), its text is SVG text, and it has a label for screen readers: the chapters'
+    figures and the appendix's plots of measurements alike."""
+    problems, count = [], {"chapters": 0, "appendix": 0}
+    for kind, snaps in (("chapters", chapters(pages)), ("appendix", appendix(pages))):
+        for snap in snaps:
+            figures = snap.dom["figures"]
+            problems += figure_problems(figures, f"390 px {snap.path}")
+            count[kind] += len(figures)
+    assert count["chapters"] >= 15, f"expected the chapters' figures inline in their pages: {count}"
+    assert count["appendix"] >= 20, f"expected the appendix's plots inline in their pages: {count}"
     assert problems == [], "\n".join(problems)
+
+
+def test_tables_fit_or_scroll_with_their_first_column_and_code_names_never_break(
+    pages: dict[str, Snapshot]
+) -> None:
+    """At 390 px every table fits its column or scrolls sideways in its own box with its first
+    column in view, and no code name in a table breaks across lines."""
+    problems = problems_on(pages, check_tables)
+    assert not problems, "\n".join(problems)
+    wide = [t for snap in appendix(pages) for t in snap.dom["tables"] if not t["fits"]]
+    assert len(wide) >= 10, "the appendix has too few tables wider than a phone for this to check them"

@@ -13,8 +13,11 @@ Modules, in the order a measurement flows through them:
 - :mod:`~attention.bench.flops`: FLOP counts and documented device peaks and bandwidths;
 - :mod:`~attention.bench.peaks`: this machine's peaks, measured (``torch.mm``, STREAM copy and triad);
 - :mod:`~attention.bench.roofline`: lower-bound bytes, arithmetic intensity, the roof and the bound;
-- :mod:`~attention.bench.sweep`, :mod:`~attention.bench.goals`: the sweep and the goals of issues 5
-  and 14;
+- :mod:`~attention.bench.sweep`, :mod:`~attention.bench.goals`: the sweep, and the goals it is
+  held to (speed of the fused layer, memory and speed of ``flash_attention``);
+- :mod:`~attention.bench.presets`: ``--preset quick``, a whole measurement for a short GPU slot;
+- :mod:`~attention.bench.store`, :mod:`~attention.bench.merge`: results files written atomically,
+  and merged when one device's measurements come in several runs;
 - :mod:`~attention.bench.decode`: greedy decoding with and without the KV cache;
 - :mod:`~attention.bench.linear`: linear attention's three forms against softmax attention over t;
 - :mod:`~attention.bench.provenance`, :mod:`~attention.bench.schema`: what a results file

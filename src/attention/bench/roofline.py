@@ -105,39 +105,43 @@ def roofline_points(doc: dict, rows: Iterable[dict] | None = None) -> list[dict]
     return points
 
 
-def plot_roofline(points: list[dict], machine: dict, title: str):
-    """A log-log roofline: the roof min(P, β I), and every point at (intensity, achieved GFLOP/s).
+def plot_roofline(points: list[dict], machine: dict, title: str, colours: dict[str, str] | None = None):
+    """A log-log roofline: the roof min(P, β I), and every point at (intensity, achieved FLOP/s).
 
-    One colour per variant, filled markers forward, open markers forward+backward. Returns a
-    matplotlib Figure (imported here, so ``import attention`` does not need matplotlib).
+    One colour per variant (``colours`` by name, else matplotlib's tab10 in order), filled
+    markers forward, open markers forward+backward; FLOP/s in
+    TFLOP/s on a machine whose peak reaches 10 TFLOP/s, else GFLOP/s. Drawn 5.4 inches wide with
+    the legend below, so that its text stays legible on a phone. Returns a matplotlib Figure
+    (imported here, so ``import attention`` does not need matplotlib).
     """
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from ..plotting import INK
 
     P, beta, ridge = machine["peak_flops"], machine["bandwidth"], machine["ridge"]
+    unit, scale = ("TFLOP/s", 1e12) if P >= 1e13 else ("GFLOP/s", 1e9)
     intensities = [p["intensity"] for p in points] or [ridge]
     lo, hi = min(min(intensities), ridge) / 4, max(max(intensities), ridge) * 4
     xs = torch.logspace(torch.log10(torch.tensor(lo)), torch.log10(torch.tensor(hi)), 200)
-    ys = torch.clamp(xs * beta, max=P) / 1e9
-    fig, ax = plt.subplots(figsize=(7.2, 5.2), layout="constrained")
-    ax.plot(xs.numpy(), ys.numpy(), color=INK, linewidth=1.6, label="roof min(P, β I)")
+    ys = torch.clamp(xs * beta, max=P) / scale
+    fig, ax = plt.subplots(figsize=(5.4, 5.6), layout="constrained")
+    ax.plot(xs.numpy(), ys.numpy(), color=INK, linewidth=1.6)
     ax.axvline(ridge, color="0.55", linestyle=":", linewidth=1)
-    ax.annotate(f"ridge point {ridge:.3g} FLOP/byte", (ridge, P / 1e9), xytext=(4, -14),
-                textcoords="offset points", fontsize=8.5)
+    ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, P / scale), xytext=(4, -14), textcoords="offset points")
     names = list(dict.fromkeys(p["variant"] for p in points))
     cmap = plt.get_cmap("tab10")
+    handles = [Line2D([], [], color=INK, linewidth=1.6, label="roof min(P, β I)")]
     for i, name in enumerate(names):
+        color = (colours or {}).get(name, cmap(i % 10))
         for pass_name, fill in (("forward", True), ("forward+backward", False)):
             mine = [p for p in points if p["variant"] == name and p["pass"] == pass_name]
-            if not mine:
-                continue
-            color = cmap(i % 10)
-            ax.plot([p["intensity"] for p in mine], [p["achieved"] / 1e9 for p in mine], "o",
-                    markersize=5, color=color, markerfacecolor=color if fill else "none",
-                    label=f"{name}, {pass_name}", linestyle="none")
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per byte, lower-bound bytes)",
-           ylabel="GFLOP/s", title=title)
+            ax.plot([p["intensity"] for p in mine], [p["achieved"] / scale for p in mine], "o", markersize=5,
+                    color=color, markerfacecolor=color if fill else "none", linestyle="none")
+        handles.append(Line2D([], [], marker="o", color=color, linestyle="none", label=name))
+    ax.set(xscale="log", yscale="log", xlabel="FLOP per byte (lower-bound bytes)", ylabel=unit)
+    ax.set_title(title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
-    fig.legend(loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False,
+               title="filled: forward, open: forward+backward", title_fontsize=10)
     return fig

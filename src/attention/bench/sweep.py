@@ -282,5 +282,8 @@ def settings_dict(settings: Settings) -> dict[str, object]:
     for key in ("levels", "seq_lens", "head_dims", "dtypes", "passes", "variants"):
         out[key] = None if out[key] is None else list(out[key])
     if settings.stages is not None:
-        out["stages"] = [dataclasses.asdict(stage) for stage in settings.stages]
+        out["stages"] = [
+            {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(stage).items()}
+            for stage in settings.stages
+        ]
     return out

@@ -1,0 +1,176 @@
+"""``python -m attention.bench merge FILE... --output OUT``: several runs of one device as one file.
+
+GPU time often comes in short slots, so one device's measurements arrive as several results
+files (one per sweep slice, say). Merging them gives the appendix one document per device:
+
+- rows are keyed by (level, variant, pass, dtype, b, t, h, d_h); a row that measured something
+  (status "ok" or "failed") replaces one that did not ("skipped", "unsupported"); a key measured
+  in two files is an error unless ``--prefer newest``, which keeps the newer run's row. The same
+  rule holds for goals, decode rows and peaks, keyed by what they measure;
+- files from different devices or torch versions, or with settings that change what a row
+  means (model width, heads, tokens per batch, TF32), are refused with the difference named;
+- the merged provenance keeps every source run's provenance (command, date, commit) and
+  settings, in the order given, and each row says which run it came from (``run``: an index).
+"""
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+from .goals import speed_goals
+from .provenance import command_line
+from .store import read_results, write_results
+
+ROW_KEY = ("level", "variant", "pass", "dtype", "b", "t", "h", "d_h")
+MEASURED = ("ok", "failed")
+# What must agree for rows of two files to mean the same thing.
+SAME_PROVENANCE = ("device_type", "device_name", "torch", "float32_matmul_precision", "tf32_matmul")
+SAME_SETTINGS = ("d_model", "heads", "tokens", "batch")
+
+
+class MergeError(ValueError):
+    """Files that cannot be merged; the message names the files and what differs."""
+
+
+def _check_compatible(sources: list[tuple[str, dict]]) -> None:
+    (first, base), *rest = sources
+    for name, doc in rest:
+        for section, fields in (("provenance", SAME_PROVENANCE), ("settings", SAME_SETTINGS)):
+            for field in fields:
+                want, got = base[section].get(field), doc[section].get(field)
+                if want != got:
+                    raise MergeError(
+                        f"cannot merge {first} and {name}: {section}.{field} differs "
+                        f"({want!r} vs {got!r}); merge only runs of one device, torch version and "
+                        "row meaning"
+                    )
+
+
+def _merge_keyed(
+    entries: list[tuple[int, dict]], key: tuple[str, ...], what: str, names: list[str],
+    dates: list[str], prefer_newest: bool, measured=lambda entry: True,
+) -> list[dict]:
+    """Entries of all runs, one per key: a measured one beats an unmeasured one; two measured
+    ones are an error unless ``prefer_newest``. Keeps the order in which keys first appear."""
+    chosen: dict[tuple, tuple[int, dict]] = {}
+    for run, entry in entries:
+        k = tuple(entry.get(field) for field in key)
+        if k not in chosen:
+            chosen[k] = (run, entry)
+            continue
+        old_run, old = chosen[k]
+        if measured(old) and measured(entry):
+            if not prefer_newest:
+                where = ", ".join(f"{f}={v}" for f, v in zip(key, k))
+                raise MergeError(
+                    f"{what} ({where}) is measured in both {names[old_run]} and {names[run]}; "
+                    "pass --prefer newest to keep the newer run's"
+                )
+            if dates[run] >= dates[old_run]:
+                chosen[k] = (run, entry)
+        elif measured(entry) or (not measured(old) and dates[run] >= dates[old_run]):
+            chosen[k] = (run, entry)
+    return [entry | {"run": run} for run, entry in chosen.values()]
+
+
+def _union(values: list[list | None]) -> list | None:
+    if any(v is None for v in values):
+        return None
+    return list(dict.fromkeys(x for v in values for x in v))
+
+
+def merge_results(sources: list[tuple[str, dict]], prefer_newest: bool = False, command: str = "") -> dict:
+    """One results document from ``sources`` (name, validated document) of one device."""
+    if not sources:
+        raise MergeError("merge needs at least one results file, got none")
+    _check_compatible(sources)
+    names = [name for name, _ in sources]
+    docs = [doc for _, doc in sources]
+    dates = [doc["provenance"]["date_utc"] for doc in docs]
+    rows = _merge_keyed([(i, r) for i, d in enumerate(docs) for r in d["results"]], ROW_KEY, "row",
+                        names, dates, prefer_newest, lambda r: r["status"] in MEASURED)
+    goals_measured = lambda g: g.get("status") != "not measured"  # noqa: E731
+    ratios = _merge_keyed([(i, g) for i, d in enumerate(docs) for g in d["goals"].get("ratios", [])],
+                          ("name", "pass", "dtype"), "goal", names, dates, prefer_newest, goals_measured)
+    memory = _merge_keyed([(i, d["goals"]["memory"]) for i, d in enumerate(docs) if d["goals"].get("memory")],
+                          ("t", "b", "h", "d_h", "dtype"), "memory goal", names, dates, prefer_newest,
+                          goals_measured)
+    decode = _merge_keyed([(i, r) for i, d in enumerate(docs) for r in d.get("decode", [])],
+                          ("model", "use_cache", "prompt_tokens", "new_tokens"), "decode row", names, dates,
+                          prefer_newest)
+    peaks: dict[str, dict] = {}
+    for entry in _merge_keyed(
+        [(i, {"name": k, **v}) for i, d in enumerate(docs) for k, v in d["peaks"].items()],
+        ("name",), "peak", names, dates, prefer_newest, lambda p: bool(p.get("measured")),
+    ):
+        peaks[entry["name"]] = {k: v for k, v in entry.items() if k not in ("name", "run")}
+    first = docs[0]
+    settings = dict(first["settings"])
+    for field in ("levels", "seq_lens", "head_dims", "dtypes", "passes", "variants"):
+        settings[field] = _union([d["settings"].get(field) for d in docs])
+    if settings["seq_lens"] is not None:
+        settings["seq_lens"] = sorted(settings["seq_lens"])
+    settings["compile"] = any(d["settings"].get("compile") for d in docs)
+    provenance = dict(first["provenance"])
+    provenance |= {
+        "date_utc": min(dates),
+        "command": command,
+        "load_average_end": docs[-1]["provenance"]["load_average_end"],
+        "merged_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "sources": [
+            {"file": name, "date_utc": d["provenance"]["date_utc"], "command": d["provenance"]["command"],
+             "git": d["provenance"]["git"], "torch": d["provenance"]["torch"],
+             "load_average_start": d["provenance"]["load_average_start"],
+             "load_average_end": d["provenance"]["load_average_end"], "settings": d["settings"],
+             "complete": d.get("complete", True)}
+            for name, d in sources
+        ],
+    }
+    doc = {
+        "schema": first["schema"], "provenance": provenance, "settings": settings, "methods": first["methods"],
+        "peaks": peaks, "results": rows,
+        "goals": {"speed": [], "memory": memory[0] if memory else None},
+        "complete": all(d.get("complete", True) for d in docs),
+    }
+    if ratios:
+        doc["goals"]["ratios"] = ratios
+    if decode:
+        doc["decode"] = decode
+    speed_t = {g["t"] for d in docs for g in d["goals"]["speed"]}
+    for t in sorted(speed_t):
+        doc["goals"]["speed"] += speed_goals(rows, t, settings["d_model"], settings["heads"])
+    return doc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m attention.bench merge``."""
+    ap = argparse.ArgumentParser(
+        prog="python -m attention.bench merge",
+        description="Combine results files of one device (one torch version, one model width and "
+        "tokens per batch) into one; the merged file keeps every source run's provenance.",
+    )
+    ap.add_argument("files", nargs="+", type=Path, metavar="FILE", help="results files, in order")
+    ap.add_argument("--output", "-o", type=Path, required=True, help="the merged results file to write")
+    ap.add_argument("--prefer", choices=("newest",),
+                    help="when two files measured the same row (or goal, decode row, peak), keep the "
+                    "newer run's instead of refusing")
+    return ap
+
+
+def main(argv: list[str]) -> dict:
+    """Merge the files named in ``argv``, write the output, and return the merged document."""
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        sources = [(path.name, read_results(path)) for path in args.files]
+    except (OSError, ValueError) as error:
+        ap.error(str(error))
+    try:
+        doc = merge_results(sources, args.prefer == "newest", command_line(["merge", *argv]))
+    except MergeError as error:
+        ap.error(str(error))
+    write_results(doc, args.output)
+    ok = sum(row["status"] == "ok" for row in doc["results"])
+    print(f"wrote {args.output}: {len(sources)} runs, {ok} of {len(doc['results'])} rows ok", file=sys.stderr)
+    return doc

@@ -1,0 +1,201 @@
+"""Numbers quoted in the appendix's prose, read from a run at build time, never typed.
+
+An appendix page writes a number as a query in double braces, answered from the page's own run
+(the run its ``<!-- timings:run STEM -->`` marker names) or, with a prefix, from another::
+
+    cuDNN reaches {{ tflops(sdpa[cudnn], forward, t=16384, d_h=64) }} TFLOP/s,
+    the CPU {{ cpu: decode_speedup(gpt2-small-untrained) }} with the cache.
+
+Arguments are separated by commas: words are strings, ``key=value`` selects rows (integers where
+the value is one). An unknown query, or one that matches no row, stops the build with the page,
+the query and what is available.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from .format import ms as _ms
+from .format import rate, ratio, ratio_range, readable_bytes
+from .load import Run
+
+QUERY = re.compile(r"\{\{\s*(?:(?P<run>[a-z0-9-]+)\s*:\s*)?(?P<name>[a-z_]+)\s*(?:\((?P<args>[^)]*)\))?\s*\}\}")
+QUERIES: dict[str, Callable[..., str]] = {}
+
+
+class FactError(ValueError):
+    """A query that cannot be answered; the message says why."""
+
+
+def query(fn: Callable[..., str]) -> Callable[..., str]:
+    """Register ``fn(run, *args, **where)`` as a query of its own name."""
+    QUERIES[fn.__name__] = fn
+    return fn
+
+
+def _rows(run: Run, variant: str, pass_name: str, where: dict) -> list[dict]:
+    rows = [r for r in run.rows if r["variant"] == variant and r["pass"] == pass_name and r["status"] == "ok"
+            and all(r[k] == v for k, v in where.items())]
+    if not rows:
+        raise FactError(f"no ok row of {variant}, {pass_name}, {where} in {run.stem}")
+    return rows
+
+
+def _one(run: Run, variant: str, pass_name: str, where: dict) -> dict:
+    rows = _rows(run, variant, pass_name, where)
+    if len(rows) > 1:
+        raise FactError(f"{len(rows)} rows of {variant}, {pass_name}, {where} in {run.stem}: say which")
+    return rows[0]
+
+
+def _pairs(run: Run, variant: str, baseline: str, pass_name: str, where: dict) -> list[tuple[dict, dict]]:
+    """(variant row, baseline row) at every shape both measured."""
+    key = lambda r: (r["dtype"], r["b"], r["t"], r["h"], r["d_h"])  # noqa: E731
+    base = {key(r): r for r in _rows(run, baseline, pass_name, where)}
+    pairs = [(r, base[key(r)]) for r in _rows(run, variant, pass_name, where) if key(r) in base]
+    if not pairs:
+        raise FactError(f"{variant} and {baseline} share no shape ({pass_name}, {where}) in {run.stem}")
+    return pairs
+
+
+@query
+def tflops(run: Run, variant: str, pass_name: str, **where) -> str:
+    """Achieved TFLOP/s of one row, three significant digits."""
+    return f"{_one(run, variant, pass_name, where)['tflops']:.3g}"
+
+
+@query
+def pct_of_peak(run: Run, variant: str, pass_name: str, **where) -> str:
+    """Percent of the device's peak of one row, no decimals."""
+    return f"{_one(run, variant, pass_name, where)['pct_of_peak']:.0f}"
+
+
+@query
+def ms(run: Run, variant: str, pass_name: str, **where) -> str:
+    """Median milliseconds per call of one row."""
+    return _ms(_one(run, variant, pass_name, where)["median_s"])
+
+
+@query
+def backend(run: Run, variant: str, pass_name: str, **where) -> str:
+    """The kernel the profiler saw run for one row (``sdpa: cuDNN``)."""
+    return _one(run, variant, pass_name, where)["backend"]
+
+
+@query
+def launches(run: Run, variant: str, pass_name: str, **where) -> str:
+    """GPU kernels one call launched (the profiler's count), with thousands separators."""
+    count = _one(run, variant, pass_name, where).get("gpu_kernels")
+    if count is None:
+        raise FactError(f"{run.stem} did not count GPU kernel launches")
+    return f"{count:,}"
+
+
+@query
+def per_launch_us(run: Run, variant: str, pass_name: str, **where) -> str:
+    """Microseconds of one call per GPU kernel it launched: median time ÷ launches."""
+    row = _one(run, variant, pass_name, where)
+    if not row.get("gpu_kernels"):
+        raise FactError(f"{run.stem} did not count GPU kernel launches")
+    return f"{row['median_s'] / row['gpu_kernels'] * 1e6:.2g}"
+
+
+@query
+def speedup(run: Run, variant: str, baseline: str, pass_name: str, **where) -> str:
+    """How many times faster ``variant`` is than ``baseline`` (baseline time ÷ variant time), as
+    a range over every shape both measured: ``1.04–1.44×``."""
+    return ratio_range([b["median_s"] / v["median_s"] for v, b in _pairs(run, variant, baseline, pass_name, where)])
+
+
+@query
+def slowdown(run: Run, variant: str, baseline: str, pass_name: str, **where) -> str:
+    """How many times slower ``variant`` is than ``baseline`` (variant time ÷ baseline time)."""
+    return ratio_range([v["median_s"] / b["median_s"] for v, b in _pairs(run, variant, baseline, pass_name, where)])
+
+
+@query
+def goal(run: Run, variant: str, pass_name: str) -> str:
+    """A measured ratio goal's ratio (``variant`` time ÷ its baseline's)."""
+    for g in run.doc["goals"].get("ratios", []):
+        if g["variant"] == variant and g["pass"] == pass_name and "ratio" in g:
+            return ratio(g["ratio"])
+    raise FactError(f"no measured goal of {variant}, {pass_name} in {run.stem}")
+
+
+@query
+def memory_fraction(run: Run) -> str:
+    """The memory goal: flash_attention's peak as a percentage of the explicit path's."""
+    m = run.doc["goals"].get("memory") or {}
+    if "fraction" not in m:
+        raise FactError(f"no measured memory goal in {run.stem}")
+    return (f"{100 * m['fraction']:.2f}% ({readable_bytes(m['flash_attention_peak_bytes'])} against "
+            f"{readable_bytes(m['explicit_peak_bytes'])})")
+
+
+def _decode(run: Run, model: str, use_cache: bool) -> dict:
+    for row in run.doc.get("decode", []):
+        if row["model"] == model and row["use_cache"] == use_cache:
+            return row
+    raise FactError(f"no decode row of {model} (cache {use_cache}) in {run.stem}")
+
+
+@query
+def tokens_per_s(run: Run, model: str, cache: str) -> str:
+    """Decoding speed of one model, ``cache`` "on" or "off"."""
+    return f"{_decode(run, model, cache == 'on')['tokens_per_s']:.3g}"
+
+
+@query
+def decode_speedup(run: Run, model: str) -> str:
+    """How many times faster decoding is with the KV cache than without."""
+    return ratio(_decode(run, model, True)["tokens_per_s"] / _decode(run, model, False)["tokens_per_s"])
+
+
+@query
+def peak(run: Run, name: str) -> str:
+    """A peak of the run: ``bfloat16`` (datasheet), ``bfloat16_measured``, ``bandwidth``, ..."""
+    entry = run.doc["peaks"].get(name)
+    if entry is None:
+        raise FactError(f"{run.stem} has no peak {name!r}; it has {sorted(run.doc['peaks'])}")
+    if entry.get("tflops"):  # a datasheet's figure as printed there (989.5), a measured one to 3 digits
+        return f"{entry['tflops']:g} TFLOP/s" if not entry.get("measured") else rate(entry["tflops"] * 1e12, "FLOP/s")
+    return rate(entry["bytes_per_s"], "B/s")
+
+
+@query
+def provenance(run: Run, field: str) -> str:
+    """A field of the run's provenance (``driver``, ``torch``, ``triton``, ``cuda``, ...)."""
+    if field not in run.provenance:
+        raise FactError(f"{run.stem}'s provenance has no {field!r}")
+    return str(run.provenance[field])
+
+
+def _argument(text: str) -> object:
+    return int(text) if re.fullmatch(r"-?\d+", text) else text
+
+
+def answer(match: re.Match[str], runs: dict[str, Run], default: str | None) -> str:
+    """The answer to one query (a match of :data:`QUERY`)."""
+    stem = match["run"] or default
+    if stem not in runs:
+        raise FactError(f"no results file {stem}.json for {match.group(0)!r}; there are {sorted(runs)}")
+    fn = QUERIES.get(match["name"])
+    if fn is None:
+        raise FactError(f"unknown query {match['name']!r} in {match.group(0)!r}; known: {sorted(QUERIES)}")
+    args, where = [], {}
+    for part in filter(None, (p.strip() for p in (match["args"] or "").split(","))):
+        key, eq, value = part.partition("=")
+        if eq:
+            where[key.strip()] = _argument(value.strip())
+        else:
+            args.append(part)
+    try:
+        return fn(runs[stem], *args, **where)
+    except TypeError as error:
+        raise FactError(f"{match.group(0)!r}: {error}") from None
+
+
+def fill(markdown: str, runs: dict[str, Run], default: str | None) -> str:
+    """``markdown`` with every ``{{ query }}`` replaced by its answer."""
+    return QUERY.sub(lambda m: answer(m, runs, default), markdown)

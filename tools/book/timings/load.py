@@ -1,0 +1,121 @@
+"""The benchmark's results files, loaded and validated, and what the appendix says about a run.
+
+A run is one results file of ``docs/appendix/results/`` (written by ``python -m attention.bench``
+or merged from several runs by ``python -m attention.bench merge``). Every file is validated when
+it is loaded; a file that does not follow the schema stops the build with its name and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from attention.bench.store import read_results
+
+REPO = Path(__file__).resolve().parents[3]
+RESULTS = REPO / "docs" / "appendix" / "results"
+PASSES = ("forward", "forward+backward")
+DTYPE_ORDER = ("bfloat16", "float16", "float32")
+
+
+def pinned_version(distribution: str) -> str | None:
+    """The version ``requirements.txt`` pins a distribution to (``torch`` -> ``"2.13.0"``)."""
+    text = (REPO / "requirements.txt").read_text(encoding="utf-8")
+    match = re.search(rf"^{re.escape(distribution)}==([^\s;#]+)", text, flags=re.MULTILINE)
+    return match.group(1) if match else None
+
+
+@dataclass(frozen=True)
+class Group:
+    """Rows that one table or plot compares: one level, head count, head width and dtype."""
+
+    level: str
+    h: int
+    d_h: int
+    dtype: str
+    rows: tuple[dict, ...]
+
+    @property
+    def slug(self) -> str:
+        """A name piece for files and anchors: ``kernel-dh64-bfloat16``."""
+        return f"{self.level}-dh{self.d_h}-{self.dtype}"
+
+    def title(self, math: bool = True) -> str:
+        """``Attention kernels, $d_h = 64$, $h = 12$`` (plain text for alt text with ``math=False``)."""
+        what = "Whole layers" if self.level == "layer" else "Attention kernels"
+        if math:
+            return f"{what}, $d_h = {self.d_h}$, $h = {self.h}$"
+        return f"{what}, head width {self.d_h}, {self.h} heads"
+
+    def passes(self) -> list[tuple[str, list[dict]]]:
+        """(pass, its rows) for each pass measured, forward first."""
+        return [(p, [r for r in self.rows if r["pass"] == p]) for p in PASSES
+                if any(r["pass"] == p for r in self.rows)]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One results file: its name (the file's stem) and its validated contents."""
+
+    stem: str
+    doc: dict
+
+    @property
+    def provenance(self) -> dict:
+        return self.doc["provenance"]
+
+    @property
+    def rows(self) -> list[dict]:
+        return self.doc["results"]
+
+    @property
+    def gpu(self) -> bool:
+        return self.provenance["device_type"] == "cuda"
+
+    @property
+    def device(self) -> str:
+        return self.provenance["device_name"]
+
+    @property
+    def date(self) -> str:
+        return self.provenance["date_utc"][:10]
+
+    @property
+    def sources(self) -> list[dict]:
+        """The runs this file was merged from (itself, for a file written by one run)."""
+        p = self.provenance
+        own = {"file": f"{self.stem}.json", "date_utc": p["date_utc"], "command": p["command"],
+               "git": p["git"], "torch": p["torch"], "settings": self.doc["settings"],
+               "complete": self.doc.get("complete", True)}
+        return p.get("sources") or [own]
+
+    @cached_property
+    def dtypes(self) -> list[str]:
+        """The dtypes of the rows, in the order bfloat16, float16, float32."""
+        present = {r["dtype"] for r in self.rows}
+        return [d for d in DTYPE_ORDER if d in present] + sorted(present - set(DTYPE_ORDER))
+
+    def groups(self, level: str | None = None, dtype: str | None = None) -> list[Group]:
+        """The run's groups, layers first, then by head width, in dtype order."""
+        found: dict[tuple, list[dict]] = defaultdict(list)
+        for r in self.rows:
+            if (level is None or r["level"] == level) and (dtype is None or r["dtype"] == dtype):
+                found[r["level"], r["h"], r["d_h"], r["dtype"]].append(r)
+        order = lambda k: (k[0] != "layer", self.dtypes.index(k[3]), k[2])  # noqa: E731
+        return [Group(*key, rows=tuple(rows)) for key, rows in sorted(found.items(), key=lambda i: order(i[0]))]
+
+    def row(self, variant: str, pass_name: str = "forward", **where: object) -> dict | None:
+        """The ok row of ``variant`` matching ``where`` (e.g. ``t=16384, d_h=64``), if any."""
+        for r in self.rows:
+            if (r["variant"] == variant and r["pass"] == pass_name and r["status"] == "ok"
+                    and all(r[k] == v for k, v in where.items())):
+                return r
+        return None
+
+
+def load_runs(results_dir: Path = RESULTS) -> dict[str, Run]:
+    """Every results file in ``results_dir`` by stem, validated (ValueError names file and field)."""
+    return {path.stem: Run(path.stem, read_results(path)) for path in sorted(results_dir.glob("*.json"))}

@@ -1,0 +1,224 @@
+"""The appendix pages' generated parts: a run's section, and the list of runs.
+
+An appendix page holds its prose and a marker; the build replaces the marker
+``<!-- timings:run STEM -->`` with the run's section (where and how it was measured, goals,
+peaks and roofline, decoding, then the kernels and the layers, each dtype with tables per pass and
+figures), and ``<!-- timings:runs -->`` with a table of every run.
+"""
+
+from __future__ import annotations
+
+import re
+
+from attention.bench.roofline import machine_roof
+
+from . import tables
+from .format import rate, readable_bytes, table
+from .load import Run, pinned_version
+from .plots import figure_names
+
+RUN_MARKER = re.compile(r"<!-- timings:run (?P<stem>[a-z0-9-]+) -->")
+RUNS_MARKER = "<!-- timings:runs -->"
+PAGES = {"cpu": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
+
+
+def _commit(git: dict) -> str:
+    if not git.get("commit"):
+        return "an unknown commit"
+    text = f"commit `{git['commit'][:7]}`"
+    if git.get("dirty"):
+        text += " with local changes"
+    return text
+
+
+def _timing_words(settings: dict, gpu: bool) -> str:
+    if gpu:
+        return (f"up to {settings['repeats']} timed calls per point (fewer where they would take more than "
+                f"{settings['max_time']:g} s, never fewer than 5), each after a 256 MiB buffer is zeroed to "
+                "flush the L2 cache")
+    return (f"blocks of calls for at least {settings['min_time']:g} s and at most {settings['max_time']:g} s "
+            "per point (torch.utils.benchmark)")
+
+
+def _what(run: Run, i: int) -> str:
+    """What source run ``i`` of a merged file measured, from the rows and goals it gave."""
+    rows = [r for r in run.rows if r.get("run", 0) == i]
+    parts = []
+    for level, name in (("kernel", "kernels"), ("layer", "layers")):
+        mine = [r for r in rows if r["level"] == level]
+        if mine:
+            ts = ", ".join(str(t) for t in sorted({r["t"] for r in mine}))
+            dtypes = ", ".join(dict.fromkeys(r["dtype"] for r in mine))
+            timed = sum(r["status"] == "ok" for r in mine)
+            parts.append(f"{name} in {dtypes} at $t$ = {ts} ({timed} of {len(mine)} rows with a time)")
+    goals = run.doc["goals"]
+    if any(g.get("run", 0) == i for g in goals.get("ratios", [])) or (goals.get("memory") or {}).get("run", -1) == i:
+        parts.append("the goals")
+    if any(r.get("run", 0) == i for r in run.doc.get("decode", [])):
+        parts.append("decoding")
+    return "; ".join(parts) or "nothing kept (every row it measured was measured again later)"
+
+
+def _settings_words(settings: dict, gpu: bool) -> str:
+    words = _timing_words(settings, gpu)
+    if settings.get("preset"):
+        words = f"the `{settings['preset']}` preset: " + words
+    if not settings.get("compile", True):
+        words += "; the compiled variants off"
+    return words
+
+
+def provenance_markdown(run: Run) -> str:
+    """Where, when, with what and how the run was measured, in words."""
+    p, pinned = run.provenance, pinned_version("torch")
+    versions = f"torch {p['torch']}" + (f", Triton {p['triton']}" if p.get("triton") else "")
+    if pinned and not p["torch"].startswith(pinned):
+        versions += f" (the book pins torch {pinned}; that machine had {p['torch'].split('+')[0]})"
+    if run.gpu:
+        memory = readable_bytes(p.get("device_memory_bytes"))
+        machine = (f"one {run.device} ({memory}, compute capability {p['compute_capability']}), driver "
+                   f"{p['driver']}, CUDA {p['cuda']}, cuDNN {p['cudnn']}, with {p['cpu_count']} CPU cores; "
+                   f"TF32 for float32 matmuls {'on' if p['tf32_matmul'] else 'off'}")
+    else:
+        machine = f"{run.device}, {p['torch_threads']} threads of {p['cpu_count']} CPUs"
+    sources = run.sources
+    commits = list(dict.fromkeys(_commit(s["git"]) for s in sources))
+    s = run.doc["settings"]
+    lines = [
+        f"**Measured** on {run.date} on {machine}; {versions}; {' and '.join(commits)}. "
+        f"Model width $d = {s['d_model']}$, {s['tokens']:,} tokens per batch ($b = {s['tokens']:,} / t$), "
+        "every variant causal and checked against a float64 reference before it is timed.",
+        "",
+    ]
+    timing = list(dict.fromkeys(_settings_words(src["settings"], run.gpu) for src in sources
+                                if any(r.get("run", 0) == sources.index(src) for r in run.rows)))
+    if timing:
+        lines += [f"**Timing**: {'; or '.join(timing)}.", ""]
+    if len(sources) > 1:
+        order = sorted(range(len(sources)), key=lambda i: sources[i]["date_utc"])
+        lines += [f"**{len(sources)} runs**, merged into this file by `python -m attention.bench merge` "
+                  "(where two runs measured the same row, the newer one's is kept):", ""]
+        lines += [f"- {sources[i]['date_utc'][11:16]} UTC: {_what(run, i)}"
+                  + ("; **cut off before its end**" if not sources[i].get("complete", True) else "") + "."
+                  for i in order]
+        lines.append("")
+    if not run.doc.get("complete", True):
+        lines += ['!!! warning "This run did not finish"', "",
+                  f"    {run.doc.get('stopped', 'A source run was cut off before its end.')} "
+                  "Every row it finished is shown.", ""]
+    lines += ['??? info "Commands, methods and raw results"', ""]
+    lines += [f"    - `{src['command']}` ({src['date_utc'][:16].replace('T', ' ')} UTC, "
+              f"{_commit(src['git'])})" for src in sources]
+    lines += [f"    - Timing: {run.doc['methods']['timing']}.", f"    - Memory: {run.doc['methods']['memory']}.",
+              f"    - FLOPs: {run.doc['methods']['flops']}."]
+    if "decode" in run.doc["methods"]:
+        lines.append(f"    - Decoding: {run.doc['methods']['decode']}.")
+    lines += [f"    - Raw results: [`results/{run.stem}.json`](results/{run.stem}.json).", ""]
+    return "\n".join(lines)
+
+
+def _figure(run: Run, name: str) -> str:
+    alt, _ = figure_names(run)[name]
+    return f"![{alt}](../figures/{name}.svg)"
+
+
+def _detail_t(run: Run, ts: list[int]) -> int:
+    goal_t = run.doc["goals"]["speed"][0]["t"] if run.doc["goals"]["speed"] else None
+    return goal_t if goal_t in ts else ts[-1]
+
+
+def groups_markdown(run: Run, level: str) -> str:
+    """Every group of one level: per dtype a heading, per head width tables per pass and figures."""
+    names, out = figure_names(run), []
+    what = "layers" if level == "layer" else "kernels"
+    for dtype in run.dtypes:
+        groups = run.groups(level, dtype)
+        if not groups:
+            continue
+        out += [f"### The {what} in {dtype}", ""]
+        for group in groups:
+            if len(groups) > 1 or level == "kernel":
+                out += [f"#### $d_h = {group.d_h}$, $h = {group.h}$", ""]
+            for pass_name, rows in group.passes():
+                ts = sorted({r["t"] for r in rows})
+                peak = run.doc["peaks"].get(dtype, {})
+                body = [tables.time_table(rows, pass_name), "", tables.detail_table(rows, _detail_t(run, ts), peak)]
+                out += [f'=== "{pass_name}"', ""]
+                out += ["    " + line if line else "" for line in "\n".join(body).splitlines()]
+                out.append("")
+            for kind in ("throughput", "time", "memory"):
+                name = f"appendix-{run.stem}-{group.slug}-{kind}"
+                if name in names:
+                    out += [_figure(run, name), ""]
+            out += [tables.not_run(group), ""]
+    return "\n".join(out)
+
+
+def _peak_text(flops: float, measured: bool) -> str:
+    """A measured peak to three digits, a datasheet's as printed there (989.5 TFLOP/s)."""
+    return rate(flops, "FLOP/s") if measured else f"{flops / 1e12:g} TFLOP/s"
+
+
+def roofline_markdown(run: Run) -> str:
+    """Per dtype with peaks: the machine's roofline, its figure, and a table at one t per pass."""
+    out, names = [], figure_names(run)
+    for dtype in run.dtypes:
+        machine = machine_roof(run.doc, dtype)
+        name = f"appendix-{run.stem}-roofline-{dtype}"
+        if machine is None or name not in names:
+            continue
+        kernels = [r for r in run.rows if r["level"] == "kernel" and r["dtype"] == dtype and r["status"] == "ok"]
+        t = _detail_t(run, sorted({r["t"] for r in kernels}))
+        out += [f"#### Roofline, {dtype}", "",
+                f"$P$ = {_peak_text(machine['peak_flops'], machine['measured'])}, $\\beta$ = "
+                f"{rate(machine['bandwidth'], 'B/s')} ({'measured' if machine['measured'] else 'datasheet'}), "
+                f"ridge point $P / \\beta$ = {machine['ridge']:.3g} FLOP per byte.", "", _figure(run, name), ""]
+        for pass_name in ("forward", "forward+backward"):
+            body = tables.roofline_table(run, dtype, t, pass_name)
+            if body:
+                out += [f'=== "{pass_name}"', ""] + ["    " + ln if ln else "" for ln in body.splitlines()] + [""]
+    return "\n".join(out)
+
+
+def run_markdown(run: Run) -> str:
+    """The generated part of a run's page."""
+    out = ["## Where and how", "", provenance_markdown(run)]
+    goals = run.doc["goals"]
+    if goals["speed"] or goals.get("memory") or goals.get("ratios"):
+        out += ["## Goals", "", tables.goals_table(run), ""]
+    gpu_goals = tables.gpu_goals_table(run) if run.gpu else ""
+    if gpu_goals:
+        out += ["### GPU goals", "", gpu_goals, ""]
+    out += ["## Peaks and the roofline", "", tables.peaks_table(run), "", roofline_markdown(run)]
+    if run.doc.get("decode"):
+        out += ["## Decoding with and without the KV cache", "", tables.decode_table(run), "",
+                tables.models_table(run), ""]
+    for level, heading in (("kernel", "## Attention kernels"), ("layer", "## Whole layers")):
+        body = groups_markdown(run, level)
+        if body:
+            out += [heading, "", body]
+    return "\n".join(out)
+
+
+def runs_table(runs: dict[str, Run]) -> str:
+    """One row per results file: the device, when, torch, how many rows, and its page."""
+    body = []
+    for stem, run in runs.items():
+        ok = sum(r["status"] == "ok" for r in run.rows)
+        page = PAGES.get(stem)
+        where = f"[{run.device}]({page})" if page else run.device
+        body.append([where, run.date, run.provenance["torch"], f"{ok} of {len(run.rows)}",
+                     f"[`{stem}.json`](results/{stem}.json)"])
+    return table(["device", "measured", "torch", "rows with a time", "results"], body,
+                 [False, False, False, True, False])
+
+
+def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
+    """``markdown`` with its markers replaced, and the stem of the run its page is about."""
+    stems = [m["stem"] for m in RUN_MARKER.finditer(markdown)]
+    for stem in stems:
+        if stem not in runs:
+            raise ValueError(f"no results file {stem}.json for the marker of run {stem}; there are {sorted(runs)}")
+    markdown = RUN_MARKER.sub(lambda m: run_markdown(runs[m["stem"]]), markdown)
+    return markdown.replace(RUNS_MARKER, runs_table(runs)), (stems[0] if stems else None)
+

@@ -1,0 +1,244 @@
+"""The appendix's tables, as Markdown, from one run (:class:`~book.timings.load.Run`).
+
+Each table answers one question and carries its units in its header, not in every cell: a
+table per pass, the ratio to the fastest variant in a column of its own, the variant's code name
+first (it stays in view while a wide table scrolls on a phone).
+"""
+
+from __future__ import annotations
+
+from attention.bench.roofline import machine_roof, roofline_points
+
+from .format import code, ms, rate, ratio, readable_bytes, source, table, tflops
+from .load import Group, Run
+
+
+def _ok(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["status"] == "ok"]
+
+
+def batch_note(rows: list[dict]) -> str:
+    """``$b = 16$ at $t = 1024$ … $b = 1$ at $t = 16384$`` (b·t fixed), or the one b."""
+    by_t = sorted({(r["t"], r["b"]) for r in rows})
+    if len({b for _, b in by_t}) == 1:
+        return f"$b = {by_t[0][1]}$"
+    (t0, b0), (t1, b1) = by_t[0], by_t[-1]
+    return f"$b \\cdot t = {b0 * t0:,}$ tokens: $b = {b0}$ at $t = {t0}$ … $b = {b1}$ at $t = {t1}$"
+
+
+def time_table(rows: list[dict], pass_name: str) -> str:
+    """Variants × t: median milliseconds per call, the fastest at each t in bold."""
+    ok = _ok(rows)
+    ts = sorted({r["t"] for r in rows})
+    fastest = {t: min((r["median_s"] for r in ok if r["t"] == t), default=None) for t in ts}
+    cell = {(r["variant"], r["t"]): r for r in ok}
+    body = []
+    for name in dict.fromkeys(r["variant"] for r in ok):
+        cells = []
+        for t in ts:
+            row = cell.get((name, t))
+            text = "—" if row is None else ms(row["median_s"])
+            cells.append(f"**{text}**" if row is not None and row["median_s"] == fastest[t] else text)
+        body.append([code(name), *cells])
+    caption = f"Median time per call in ms, {pass_name}; the fastest at each $t$ in bold; {batch_note(rows)}."
+    return table(["variant", *(f"$t = {t}$" for t in ts)], body, [False] + [True] * len(ts), caption)
+
+
+def detail_table(rows: list[dict], t: int, peak: dict) -> str:
+    """Every ok variant at one t, fastest first: time, spread, ratio, throughput, memory, error,
+    GPU kernels launched per call (where counted) and the kernel that ran."""
+    at = sorted((r for r in _ok(rows) if r["t"] == t), key=lambda r: r["median_s"])
+    if not at:
+        return ""
+    fastest = at[0]["median_s"]
+    launches = any(r.get("gpu_kernels") is not None for r in at)
+    header = ["variant", "ms", "IQR (ms)", "× fastest", "TFLOP/s"]
+    header += ["% of peak"] if peak.get("tflops") else []
+    header += ["peak memory", "max rel. error"] + (["GPU kernels"] if launches else []) + ["kernel that ran"]
+    body = []
+    for r in at:
+        cells = [code(r["variant"]), ms(r["median_s"]), ms(r["iqr_s"]), ratio(r["median_s"] / fastest),
+                 tflops(r["tflops"])]
+        if peak.get("tflops"):
+            cells.append("—" if r["pct_of_peak"] is None else f"{r['pct_of_peak']:.1f}")
+        cells += [readable_bytes(r["peak_bytes"]), f"{r['max_rel_err']:.1e}"]
+        if launches:
+            cells.append("—" if r.get("gpu_kernels") is None else f"{r['gpu_kernels']:,}")
+        cells.append(r["backend"])
+        body.append(cells)
+    numeric = [False, True, True, True, True] + ([True] if peak.get("tflops") else [])
+    numeric += [True, True] + ([True] if launches else []) + [False]
+    if peak.get("tflops") and peak.get("measured"):
+        where = f"% of the peak measured on this machine, {rate(peak['tflops'] * 1e12, 'FLOP/s')}"
+    elif peak.get("tflops"):
+        where = f"% of the datasheet's peak, {peak['tflops']:g} TFLOP/s"
+    else:
+        where = "no documented peak for this device, so no percentage of one"
+    caption = f"Every variant at $t = {t}$, $b = {at[0]['b']}$, fastest first; {where}."
+    return table(header, body, numeric, caption)
+
+
+def not_run(group: Group) -> str:
+    """The variants of a group without a time, each reason once, in a collapsed note."""
+    reasons = dict.fromkeys((r["variant"], r["status"], r["reason"]) for r in group.rows if r["status"] != "ok")
+    if not reasons:
+        return ""
+    lines = ['??? note "Variants without a time here, and why"', ""]
+    lines += [f"    - `{name}` ({status}): {reason}" for name, status, reason in reasons]
+    return "\n".join(lines)
+
+
+def _speed_verdict(g: dict) -> str:
+    if g["status"] == "met":
+        return "met"
+    spread = max(g["fused_sdpa_iqr_s"], g["torch_mha_iqr_s"])
+    if g["fused_sdpa_s"] - g["torch_mha_s"] <= spread:
+        return "missed, by less than the spread (IQR)"
+    if g["fused_sdpa_backend"] == g["torch_mha_backend"]:
+        return f"missed; both ran {g['fused_sdpa_backend']}: the gap is outside the kernel"
+    return f"missed; different kernels ran ({g['fused_sdpa_backend']} vs {g['torch_mha_backend']})"
+
+
+def _shape(g: dict, *names: str) -> str:
+    return ", ".join(f"${n} = {g[n]}$" for n in names)
+
+
+def goals_table(run: Run) -> str:
+    """The goals measured in the run, one short row each (goal, pass, measured, target, status),
+    and below the table the shape each was measured at and the kernel its baseline ran."""
+    goals, body, notes = run.doc["goals"], [], []
+    for g in goals["speed"]:
+        if g["status"] == "not measured":
+            body.append(["`fused-sdpa` ÷ `torch-mha`", g["pass"], "—", "≤ 1.05", f"not measured: {g['reason']}"])
+            continue
+        body.append(["`fused-sdpa` ÷ `torch-mha`", g["pass"], f"{g['ratio_fused_sdpa_to_torch_mha']:.3f}",
+                     "≤ 1.05", _speed_verdict(g)])
+        if "ratio_mha_to_fused_sdpa" in g:
+            body.append(["`mha` ÷ `fused-sdpa`", g["pass"], ratio(g["ratio_mha_to_fused_sdpa"]), "—", "reported"])
+    if goals["speed"]:
+        g = goals["speed"][0]
+        notes.append(f"`fused-sdpa` ÷ `torch-mha`: whole layers, {_shape(g, 't', 'd', 'h', 'b')}, {g['dtype']}; "
+                     "`mha`, the book's explicit layer, is reported beside them.")
+    m = goals.get("memory")
+    if m:
+        measured = "—" if m["status"] == "not measured" else f"{100 * m['fraction']:.2f}%"
+        status = f"not measured: {m['reason']}" if m["status"] == "not measured" else m["status"]
+        body.append(["`flash_attention` ÷ `explicit`, memory", "forward", measured, "≤ 5%", status])
+        if m["status"] != "not measured":
+            notes.append(f"Memory: peak bytes of one call ({m['method']}), {_shape(m, 't', 'b', 'h', 'd_h')}, "
+                         f"{m['dtype']}: {readable_bytes(m['flash_attention_peak_bytes'])} against "
+                         f"{readable_bytes(m['explicit_peak_bytes'])}.")
+    for g in goals.get("ratios", []):
+        name = f"`{g['variant']}` ÷ `{g['baseline']}`"
+        if g["status"] == "not measured":
+            body.append([name, g["pass"], "—", f"≤ {g['target']:g}", f"not measured: {g['reason']}"])
+            continue
+        cpu_goal = run.gpu and g["variant"] == "flash_attention"  # tiles in PyTorch: a CPU goal
+        status = f"{g['status']} (a CPU goal)" if cpu_goal else g["status"]
+        body.append([name, g["pass"], f"{g['ratio']:.2f}", f"≤ {g['target']:g}", status])
+        if g["pass"] == "forward":
+            notes.append(f"{name}: {_shape(g, 'b', 'h', 't', 'd_h')}, causal, {g['dtype']}; "
+                         f"`{g['baseline']}` ran {g['baseline_backend']}.")
+    lines = [table(["goal", "pass", "measured", "target", "status"], body, [False, False, True, False, False],
+                   "Ratios of median times (or of peak memory), both measured in the same run.")]
+    return "\n".join(lines + [""] + [f"- {n}" for n in notes])
+
+
+TRITON_TARGET = 0.8  # the GPU goal: the Triton kernel at least 0.8x as fast as SDPA's flash backend
+
+
+def gpu_goals_table(run: Run) -> str:
+    """The GPU's goals, read off the sweep: the Triton kernel's speed against SDPA's flash backend
+    (target at least 0.8 times as fast, at every t, head width and 16-bit dtype) and cuDNN's."""
+    body = []
+    for dtype in ("bfloat16", "float16"):
+        for baseline, target in (("sdpa[flash]", TRITON_TARGET), ("sdpa[cudnn]", None)):
+            speeds = []
+            for row in run.rows:
+                if row["variant"] == "triton" and row["dtype"] == dtype and row["status"] == "ok":
+                    base = run.row(baseline, row["pass"], dtype=dtype, t=row["t"], d_h=row["d_h"], b=row["b"])
+                    if base is not None:
+                        speeds.append(base["median_s"] / row["median_s"])
+            if not speeds:
+                continue
+            goal = f"`triton` ÷ `{baseline}`, speed, forward, {dtype}, every $t$ and $d_h$ ({len(speeds)} points)"
+            measured = f"**{min(speeds):.2f}** … {max(speeds):.2f}"
+            if target is None:
+                body.append([goal, measured, "reported", "—"])
+            else:
+                body.append([goal, measured, f"≥ {target:g}", "met" if min(speeds) >= target else "missed"])
+    return table(["goal", "measured", "target", "status"], body)
+
+
+def peaks_table(run: Run) -> str:
+    """The machine's peaks: measured (their method) and from a datasheet (its source)."""
+    body = []
+    for name, peak in run.doc["peaks"].items():
+        measured = "measured" if peak.get("measured") else "datasheet"
+        if peak.get("tflops"):
+            what = name.removesuffix("_measured")
+            value = rate(peak["tflops"] * 1e12, "FLOP/s") if peak.get("measured") else f"{peak['tflops']:g} TFLOP/s"
+            body.append([f"{what} arithmetic", value, measured, source(peak["source"])])
+            for size in peak.get("matmul", {}).get("sizes", []):
+                body.append([f"`torch.mm`, $n = {size['n']}$", rate(size["gflops"] * 1e9, "FLOP/s"), "measured",
+                             f"median of {size['repeats']}, IQR {ms(size['iqr_s'])} ms"])
+        elif peak.get("bytes_per_s"):
+            body.append(["memory bandwidth", rate(peak["bytes_per_s"], "B/s"), measured, source(peak["source"])])
+            stream = peak.get("stream", {})
+            for kernel in ("copy", "triad"):
+                if kernel in stream:
+                    k = stream[kernel]
+                    body.append([f"STREAM {kernel}", rate(k["bytes_per_s"], "B/s"), "measured",
+                                 f"{readable_bytes(stream['array_bytes'])} arrays, "
+                                 f"{readable_bytes(k['bytes'])} per call, median of {k['repeats']}"])
+    return table(["peak", "value", "from", "how"], body, [False, True, False, False])
+
+
+def roofline_table(run: Run, dtype: str, t: int, pass_name: str) -> str:
+    """Every kernel of one dtype and pass at one t: intensity, achieved, roof and the bound."""
+    machine = machine_roof(run.doc, dtype)
+    if machine is None:
+        return ""
+    points = [p for p in roofline_points(run.doc, [r for r in run.rows if r["dtype"] == dtype])
+              if p["t"] == t and p["pass"] == pass_name]
+    unit, scale = ("TFLOP/s", 1e12) if machine["peak_flops"] >= 1e13 else ("GFLOP/s", 1e9)
+    body = [[code(p["variant"]), str(p["d_h"]), f"{p['intensity']:.3g}", f"{p['achieved'] / scale:.3g}",
+             f"{p['roof'] / scale:.3g}", f"{100 * p['fraction_of_roof']:.0f}", p["bound"]]
+            for p in sorted(points, key=lambda p: (p["d_h"], p["intensity"]))]
+    caption = (f"Kernels at $t = {t}$, {pass_name}: intensity in FLOP per byte (bytes a lower bound), "
+               f"achieved and roof in {unit}.")
+    return table(["variant", "$d_h$", "intensity", f"achieved", "roof", "% of roof", "bound"], body,
+                 [False, True, True, True, True, True, False], caption)
+
+
+def decode_table(run: Run) -> str:
+    """Greedy decoding: tokens/s without and with the KV cache, the speed-up, the cache's bytes."""
+    by_model: dict[str, dict] = {}
+    for row in run.doc.get("decode", []):
+        by_model.setdefault(row["model"], {})[row["use_cache"]] = row
+    body = []
+    for model, rows in by_model.items():
+        off, on = rows.get(False), rows.get(True)
+        cells = [code(model)]
+        cells += ["—" if r is None else f"{r['tokens_per_s']:.3g}" for r in (off, on)]
+        cells.append(ratio(on["tokens_per_s"] / off["tokens_per_s"]) if on and off else "—")
+        cells.append(readable_bytes(on["cache_bytes_measured"]) if on else "—")
+        cells.append(readable_bytes(on["cache_bytes_formula"]) if on else "—")
+        body.append(cells)
+    any_row = next(iter(run.doc.get("decode", [])), None)
+    if any_row is None:
+        return ""
+    caption = (f"Greedy decoding, batch 1, float32, {any_row['prompt_tokens']} prompt tokens and "
+               f"{any_row['new_tokens']} new ones; tokens per second, median over the timed calls.")
+    return table(["model", "no cache", "KV cache", "speed-up", "cache", "equation (10.6)"], body,
+                 [False, True, True, True, True, True], caption)
+
+
+def models_table(run: Run) -> str:
+    """The decode models' shapes: vocabulary, width, heads, layers."""
+    seen = {}
+    for row in run.doc.get("decode", []):
+        seen.setdefault(row["model"], row["config"])
+    body = [[code(m), f"{c['vocab_size']:,}", str(c["d_model"]), str(c["num_heads"]), str(c["num_layers"])]
+            for m, c in seen.items()]
+    return table(["model", "$V$", "$d$", "$h$", "layers"], body, [False, True, True, True, True])
