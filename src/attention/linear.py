@@ -148,8 +148,9 @@ def linear_attention(
     """Linear attention (..., t_q, d_v): z_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j)
 
     Args:
-        query: (..., t_q, d_k); key (..., t_k, d_k); value (..., t_k, d_v); one floating dtype,
-            the same leading dimensions (no broadcasting).
+        query: (..., t_q, d_k), floating point.
+        key: (..., t_k, d_k), the query's dtype and leading dimensions (no broadcasting).
+        value: (..., t_k, d_v), likewise.
         feature_map: ``"elu+1"`` (:func:`elu_plus_one`) or a callable (..., t, d_k) -> (..., t, r)
             whose features are >= 0 (a negative one is a ValueError).
         causal: query i sees keys j <= i only (needs t_q = t_k).
@@ -285,7 +286,9 @@ def favor_attention(
     """FAVOR+: softmax attention estimated with m positive random features, in O(t m d_v).
 
     Args:
-        query, key, value: as :func:`linear_attention`.
+        query: (..., t_q, d_k).
+        key: (..., t_k, d_k), the query's dtype and leading dimensions.
+        value: (..., t_k, d_v), likewise.
         num_features: m, the number of random features.
         seed: seeds the random projection (a new ``torch.Generator``); None draws it from
             torch's global generator.
