@@ -80,16 +80,18 @@ def favor_error() -> Figure:
     return fig
 
 
-def linear_rows(path: Path) -> tuple[list[dict], dict]:
-    """The linear rows of a results file and its provenance; no rows if it has none."""
+def linear_rows(path: Path) -> tuple[list[dict], dict, dict]:
+    """The linear rows of a results file, its provenance and settings; no rows if it has none."""
     run = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    return run.get("linear") or [], run.get("provenance", {})
+    return run.get("linear") or [], run.get("provenance", {}), run.get("settings", {})
 
 
 def linear_timings() -> Figure:
     """Measured forward time per call against t, every variant, from the results file."""
-    rows, provenance = linear_rows(RESULTS)
+    rows, provenance, settings = linear_rows(RESULTS)
     rows = [r for r in rows if r["status"] == "ok" and r["pass"] == "forward"]
+    shapes = sorted({(r["h"], r["d_h"]) for r in rows})[:1]  # one head shape, the first
+    rows = [r for r in rows if (r["h"], r["d_h"]) in shapes]
     fig, ax = plt.subplots(figsize=(7.2, 4.4), layout="constrained")
     for variant, (color, style, label) in VARIANT_STYLES.items():
         points = sorted((r["t"], r["median_s"]) for r in rows if r["variant"] == variant)
@@ -100,7 +102,11 @@ def linear_timings() -> Figure:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.minorticks_off()
-    ax.set_xlabel("tokens t (b = 4096 / t sequences, h = 12 heads of d_h = 64)")
+    if rows:
+        (h, d_h), tokens = shapes[0], settings.get("tokens", "?")
+        ax.set_xlabel(f"tokens t (b = {tokens} / t sequences, h = {h} heads of d_h = {d_h})")
+    else:
+        ax.set_xlabel("tokens t")
     ax.set_ylabel("forward time per call (ms)")
     ax.set_title("Causal attention on one CPU: linear forms against softmax", fontsize=10)
     ax.grid(True, alpha=0.3)
