@@ -117,7 +117,8 @@ def linear_timings() -> Figure:
         machine, torch_version = provenance.get("cpu_model", "?"), provenance.get("torch", "?")
         date = str(provenance.get("date_utc", "?"))[:10]
         threads = provenance.get("torch_threads", "?")
-        source = f"measured: {machine}, {threads} threads, torch {torch_version}, {date}"
+        plural = "" if threads == 1 else "s"
+        source = f"measured: {machine}, {threads} thread{plural}, torch {torch_version}, {date}"
         ax.legend(frameon=False, fontsize=8.5, loc="upper left")
     else:
         source = "the results file has no linear rows"
