@@ -1,4 +1,4 @@
-"""Fixtures shared by the tests of the built site (tests/test_site.py, tests/test_figures.py and
+"""Fixtures shared by the tests of the built site (tests/site/test_site.py, tests/book/test_figures.py and
 the browser tests): the site is built once per run, with ``mkdocs build --strict``.
 
 Under pytest-xdist the processes of one run share that build: the first one that needs the site

@@ -1,31 +1,64 @@
 """Figures of chapter 9: the tiny decoder-only model trained on the page, and what its heads do.
 
-Notation: b batch size, t tokens (24), V vocabulary size (16), d model width (32), h heads per
-layer (2), L layers (2). The model, the data and the training are the chapter's (section 9.9):
-``TinyTransformer`` with rotary positions and no feed-forward network, trained for 300 AdamW
-steps on repeated random segments (``induction_data``), seed 123, on one thread. The model is
-trained once per build: both figures share ``trained()``.
+Notation: b batch size, t tokens (24), n_vocab vocabulary size (16), d model width (32), h heads per
+layer (2), L layers (2), d_h head width (16). The model, the data and the training are the
+chapter's (section 9.9): ``TinyTransformer`` with rotary positions and no feed-forward network,
+trained for 300 AdamW steps on repeated random segments (``induction_data``), seed 123, on one
+thread. The model is trained once per build: every figure shares ``trained()``. The circuits
+(section 9.11) are read from its weights in float64, in the row-vector convention: W_QK and
+W_OV as ``qk_circuit`` and ``ov_circuit`` return them, W_E the token embeddings (n_vocab, d), W_U the
+LM head (d, n_vocab) and Gamma_f the final LayerNorm's linear part.
 """
 
+import contextlib
 import functools
 import itertools
 import math
+from collections.abc import Iterator
 
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from attention import TinyTransformer, head_scores, induction_data, plot_attention, train_lm
+from attention import (
+    TinyTransformer,
+    copying_score,
+    head_scores,
+    induction_data,
+    ov_circuit,
+    plot_attention,
+    qk_circuit,
+    rotation_matrix,
+    train_lm,
+)
+from attention.norms import norm_matrix
+from attention.plotting import invert_in_dark
 
 STEPS, EVERY = 300, 10  # training steps; the heads are measured every EVERY steps
 SEQUENCE = 2  # the held-out sequence drawn in the heatmaps (period 6)
+OFFSET = 5  # i - j of the virtual QK matrix drawn: P - 1 for the period P = 6 of SEQUENCE
 
 
 def held_out() -> tuple[Tensor, Tensor]:
     """The chapter's 512 held-out sequences (b, t) and their targets (b, t), seed 789."""
     generator = torch.Generator().manual_seed(789)
     return induction_data(512, 24, 16, generator, min_period=4, max_period=12)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread, as the page does, and restore the count afterwards.
+
+    It is also the fast setting: on a shared CPU, more threads make matrices this small many
+    times slower.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @functools.lru_cache(maxsize=1)
@@ -36,11 +69,7 @@ def trained() -> tuple[TinyTransformer, list[float], list[int], list[tuple[Tenso
     the first 64 held-out sequences. ``head_scores`` runs without gradients and draws no random
     numbers, so the losses are those of the chapter's run.
     """
-    threads = torch.get_num_threads()
-    # The page's setting, so the figures show the page's run. It is also the fast one: on a
-    # shared CPU, more threads make matrices this small many times slower.
-    torch.set_num_threads(1)
-    try:
+    with one_thread():  # the page's setting, so the figures show the page's run
         torch.manual_seed(123)
         model = TinyTransformer(
             vocab_size=16, d_model=32, num_heads=2, num_layers=2, context_length=24,
@@ -61,8 +90,6 @@ def trained() -> tuple[TinyTransformer, list[float], list[int], list[tuple[Tenso
             return induction_data(64, 24, 16, generator, min_period=4, max_period=12)
 
         losses = train_lm(model, batches, steps=STEPS, lr=3e-3, seed=123)
-    finally:
-        torch.set_num_threads(threads)
     return model, losses, measured, scores
 
 
@@ -110,9 +137,9 @@ def induction_heads() -> Figure:
     """Trained attention weights on one held-out sequence: layer 0 head 0 and layer 1 head 0."""
     model, *_ = trained()
     inputs, _ = held_out()
-    previous, induction = head_scores(model, inputs)  # (L, h) each, on all 512 sequences
     sequence = inputs[SEQUENCE : SEQUENCE + 1]  # (1, t)
-    with torch.no_grad():
+    with one_thread(), torch.no_grad():
+        previous, induction = head_scores(model, inputs)  # (L, h) each, on all 512 sequences
         _, weights = model(sequence, return_weights=True)  # L x (1, h, t, t)
     labels = [str(token) for token in sequence[0].tolist()]
     fig, axes = plt.subplots(1, 2, figsize=(9.4, 5.4), layout="constrained")
@@ -128,7 +155,105 @@ def induction_heads() -> Figure:
     return fig
 
 
+def layer0_scores(model: TinyTransformer, head: int, offsets: range) -> Tensor:
+    """Exact layer-0 scores (offsets, n_vocab, n_vocab): query token a at i against key token b at j.
+
+    Layer 0 reads only the token embedding, so LN_1, the biases and the rotation R_(i-j) give
+    every score q(a) R_(i-j) k(b)^T / sqrt(d_h) without running a sequence.
+    """
+    block = model.blocks[0]
+    d, d_h = block.d_model, block.d_h
+    weight, bias = block.attn.qkv.weight.double(), block.attn.qkv.bias.double()  # (3d, d), (3d,)
+    with torch.no_grad():
+        normed = block.norm1(model.tok_emb.weight).double()  # (n_vocab, d)
+        queries, keys, _ = (normed @ weight.T + bias).split(d, dim=1)  # (n_vocab, d) each
+    cols = slice(head * d_h, (head + 1) * d_h)
+    return torch.stack([
+        queries[:, cols] @ rotation_matrix(block.attn.rotary, offset) @ keys[:, cols].T
+        for offset in offsets
+    ]) / math.sqrt(d_h)  # (offsets, n_vocab, n_vocab)
+
+
+def full_ov(model: TinyTransformer, layer: int, head: int) -> Tensor:
+    """W_E W_OV Gamma_f W_U (n_vocab, n_vocab): how attending to token b (row) moves the logit of c."""
+    embedding = model.tok_emb.weight.detach().double()  # (n_vocab, d)
+    unembedding = model.lm_head.weight.detach().double().T  # (d, n_vocab)
+    final = norm_matrix(model.final_norm).double()  # (d, d)
+    return embedding @ ov_circuit(model.blocks[layer], head) @ final @ unembedding  # (n_vocab, n_vocab)
+
+
+def virtual_qk(model: TinyTransformer, head: int, offset: int) -> Tensor:
+    """W_E W_QK(offset) W_OV^T W_E^T (n_vocab, n_vocab): layer 1 ``head`` through layer 0 head 0's output.
+
+    Entry (a, a') scores a query holding token a against a key whose previous token is a'.
+    """
+    embedding = model.tok_emb.weight.detach().double()  # (n_vocab, d)
+    qk = qk_circuit(model.blocks[1], head, offset)  # (d, d)
+    return embedding @ qk @ ov_circuit(model.blocks[0], 0).T @ embedding.T  # (n_vocab, n_vocab)
+
+
+def signed_heatmap(fig: Figure, ax, matrix: Tensor, title: str, xlabel: str, ylabel: str) -> None:
+    """A (n_vocab, n_vocab) matrix in a diverging map centred on 0, token ids on both axes."""
+    limit = matrix.abs().max().item()
+    image = ax.imshow(matrix.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit)
+    invert_in_dark(image, fig.colorbar(image, ax=ax, shrink=0.8))
+    ticks = list(range(0, matrix.shape[0], 3))
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
+def circuits() -> Figure:
+    """The heads read from the weights: positional QK, K-composition, copying OV, eigenvalues."""
+    model, *_ = trained()
+    with one_thread():
+        profiles = [layer0_scores(model, head, range(24)).flatten(1) for head in range(2)]
+        virtual, copying = virtual_qk(model, 0, OFFSET), full_ov(model, 1, 0)
+        circuits_ov = {(layer, head): full_ov(model, layer, head)
+                       for layer, head in ((1, 0), (1, 1), (0, 0), (0, 1))}
+    fig, axes = plt.subplots(2, 2, figsize=(7.2, 6.6), layout="constrained")
+    offsets = range(24)
+    for head, style in ((0, "-"), (1, "--")):
+        scores = profiles[head]  # (offsets, V V)
+        mean, std = scores.mean(dim=1).numpy(), scores.std(dim=1).numpy()
+        axes[0, 0].plot(offsets, mean, style, color="#31a354", label=f"layer 0 head {head}")
+        axes[0, 0].fill_between(offsets, mean - std, mean + std, color="#31a354", alpha=0.25)
+    axes[0, 0].axhline(0.0, color="#636363", linewidth=0.8)
+    axes[0, 0].set_xlabel("offset $i - j$")
+    axes[0, 0].set_ylabel("score (mean ± sd)")
+    axes[0, 0].set_title("Layer 0: scores set by position")
+    axes[0, 0].legend(loc="upper right")
+    signed_heatmap(fig, axes[0, 1], virtual, f"K-composition, offset {OFFSET}",
+                   "token before the key", "query token")
+    signed_heatmap(fig, axes[1, 0], copying, "Full OV circuit, layer 1 head 0", "logit of token",
+                   "attended token")
+    markers = {(1, 0): ("o", "#756bb1"), (1, 1): ("x", "#756bb1"), (0, 0): ("o", "#31a354"),
+               (0, 1): ("x", "#31a354")}
+    for (layer, head), (marker, color) in markers.items():
+        matrix = circuits_ov[layer, head]  # (n_vocab, n_vocab)
+        eigenvalues = torch.linalg.eigvals(matrix)  # (V,)
+        eigenvalues = eigenvalues / eigenvalues.abs().max()  # largest magnitude 1
+        axes[1, 1].scatter(eigenvalues.real.numpy(), eigenvalues.imag.numpy(), marker=marker,
+                           color=color, s=22,
+                           label=f"L{layer}H{head}: {copying_score(matrix):+.2f}")
+    axes[1, 1].axvline(0.0, color="#636363", linewidth=0.8)
+    axes[1, 1].axhline(0.0, color="#636363", linewidth=0.8)
+    axes[1, 1].set_xlim(-1.1, 1.1)
+    axes[1, 1].set_ylim(-1.1, 2.2)  # room above the points for the legend
+    axes[1, 1].set_yticks([-1.0, -0.5, 0.0, 0.5, 1.0])
+    axes[1, 1].set_xlabel("real part")
+    axes[1, 1].set_ylabel("imaginary part")
+    axes[1, 1].set_title("OV eigenvalues (largest |λ| = 1)")
+    axes[1, 1].legend(title="head: copying score", loc="upper center", ncol=2,
+                      columnspacing=0.8, handletextpad=0.2)
+    fig.suptitle("The trained heads read from their weights (seed 123)")
+    return fig
+
+
 FIGURES = {
     "ch09-training": training_curves,
     "ch09-induction-heads": induction_heads,
+    "ch09-circuits": circuits,
 }

@@ -1,23 +1,32 @@
-"""Figures of chapter 10: the size of the KV cache, and the measured speed of decoding with it.
+"""Figures of chapter 10: the size of the KV cache, the measured speed of decoding with it, the
+bound the memory bandwidth sets on that speed, and the cache of multi-head latent attention.
 
 Notation: b batch size, t tokens (the context length), L layers, h query heads, h_kv key/value
-heads, d_h head width, w window of sliding-window attention, s bytes per number. The cache
-figure is computed from equation (10.6), ``kv_cache_bytes``; the speed figure reads the decode
-rows that ``python -m attention.bench`` stores in ``docs/appendix/results/cpu.json`` (it says
-"not measured yet" when there are none) and sets Raschka's reported figures, hatched and labelled
-as cited, beside them. Both are cheap: no model runs during the build.
+heads, d_h head width, w window of sliding-window attention, s bytes per number, d_c and d_h^R
+the latent and rotary widths of MLA, β memory bandwidth. The cache figures are computed from
+equation (10.6), ``kv_cache_bytes``, and ``latent_cache_bytes``; the speed figures read the decode
+rows that ``python -m attention.bench`` stores in ``docs/appendix/results/`` (the first says
+"not measured yet" when there are none) and set Raschka's reported figures, hatched and labelled
+as cited, beside them. All are cheap: no model runs during the build.
 """
 
 import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from attention import kv_cache_bytes
+from attention import TinyTransformer, kv_cache_bytes, latent_cache_bytes, weights_read_per_token
 
-RESULTS = Path(__file__).resolve().parents[1] / "appendix" / "results" / "cpu.json"
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "appendix" / "results"
+RESULTS = RESULTS_DIR / "cpu.json"
+# The runs with decode rows, and how the figure names their device.
+DEVICES = {"cpu.json": "CPU (2 cores)", "cuda-h100-quick.json": "H100", "cuda-h200.json": "H200"}
+# DeepSeek-V2 (DeepSeek-AI 2024, section 3.1.2): 60 layers, 128 heads of 128, d_c = 512,
+# d_h^R = 64; 16-bit numbers.
+DSV2_LAYERS, DSV2_HEADS, DSV2_D_H, DSV2_D_C, DSV2_D_R = 60, 128, 128, 512, 64
 # A 7B-class shape, from the table of section 10.4: L = 32 layers, h = 32 heads of d_h = 128,
 # 16-bit numbers; Mistral 7B's window w = 4096 (Jiang et al., 2023, table 1).
 LAYERS, HEADS, D_H, BYTES, WINDOW = 32, 32, 128, 2, 4096
@@ -105,7 +114,93 @@ def decode_speed() -> Figure:
     return fig
 
 
+def decode_bound_rows() -> list[tuple[str, float, float, str]]:
+    """(device, measured tokens/s, bandwidth bound, β's source) of GPT-2 small with the cache.
+
+    The bound is equation (10.11): β / (s · weights read + mean cache bytes read), with s = 4
+    (the rows are float32) and β the run's STREAM measurement, or its datasheet figure.
+    """
+    found = []
+    for name, device in DEVICES.items():
+        path = RESULTS_DIR / name
+        if not path.is_file():
+            continue
+        run = json.loads(path.read_text(encoding="utf-8"))
+        peaks = run.get("peaks", {})
+        bandwidth = peaks.get("bandwidth_measured", peaks.get("bandwidth"))
+        for row in run.get("decode") or []:
+            if row["model"] != "gpt2-small-untrained" or not row["use_cache"] or not bandwidth:
+                continue
+            config = row["config"]
+            with torch.device("meta"):
+                weights = weights_read_per_token(TinyTransformer(**config))
+            mean_cached = row["prompt_tokens"] + row["new_tokens"] // 2
+            cache = kv_cache_bytes(1, mean_cached, config["num_layers"], config["num_heads"],
+                                   config["d_model"] // config["num_heads"], 4)
+            bound = bandwidth["bytes_per_s"] / (4 * weights + cache)
+            source = "STREAM" if bandwidth.get("measured") else "datasheet"
+            found.append((device, row["tokens_per_s"], bound, source))
+    return found
+
+
+def decode_bound() -> Figure:
+    """Measured tokens/s of GPT-2 small with the cache against the bandwidth bound, per device."""
+    rows = decode_bound_rows()
+    fig, ax = plt.subplots(figsize=(7.2, 4.0), layout="constrained")
+    width = 0.38
+    labels = [f"{device}\nβ from {source}" for device, _, _, source in rows]
+    xs = range(len(rows))
+    bound = ax.bar([x - width / 2 for x in xs], [r[2] for r in rows], width, color="white",
+                   edgecolor="#7570b3", hatch="//", label="bound: β / bytes read per token")
+    measured = ax.bar([x + width / 2 for x in xs], [r[1] for r in rows], width, color="#1b9e77",
+                      label="measured (greedy decoding, b = 1)")
+    ax.bar_label(bound, fmt="%.0f", fontsize=8.5, padding=2)
+    ax.bar_label(measured, fmt="%.0f", fontsize=8.5, padding=2)
+    ax.set_yscale("log")
+    ax.minorticks_off()
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.set_xticks(list(xs), labels=labels)
+    ax.set_ylim(1, 40 * max([r[2] for r in rows], default=10))  # room for the legend
+    ax.set_ylabel("tokens per second")
+    ax.set_title("Decoding GPT-2 small's shape (float32): measured speed and bandwidth bound")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(frameon=False, fontsize=8.5, loc="upper left")
+    if not rows:
+        ax.text(0.5, 0.5, "not measured yet", transform=ax.transAxes, ha="center", fontsize=10)
+    return fig
+
+
+def mla_cache() -> Figure:
+    """Cache per token of DeepSeek-V2's shape with MHA, GQA, MQA and MLA, on a log axis."""
+    def per_token(kv_heads: int) -> int:
+        return kv_cache_bytes(1, 1, DSV2_LAYERS, kv_heads, DSV2_D_H, 2)
+
+    bars = [
+        (f"MHA\nh_kv = {DSV2_HEADS}", per_token(DSV2_HEADS), "#d95f02"),
+        ("GQA\nh_kv = 8", per_token(8), "#1b9e77"),
+        ("MLA\n$d_c + d_h^R$ = 576", latent_cache_bytes(1, 1, DSV2_LAYERS, DSV2_D_C, DSV2_D_R, 2),
+         "#e7298a"),
+        ("MQA\nh_kv = 1", per_token(1), "#7570b3"),
+    ]
+    fig, ax = plt.subplots(figsize=(7.2, 3.8), layout="constrained")
+    drawn = ax.bar([label for label, _, _ in bars], [size / 2**10 for _, size, _ in bars],
+                   color=[color for _, _, color in bars], width=0.6)
+    ax.bar_label(drawn, labels=[f"{size / 2**10:,.1f} KiB" for _, size, _ in bars],
+                 fontsize=8.5, padding=2)
+    ax.set_yscale("log")
+    ax.minorticks_off()
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.set_ylim(top=8 * bars[0][1] / 2**10)
+    ax.set_ylabel("cache per token, all layers (KiB)")
+    ax.set_title(f"DeepSeek-V2's shape: L = {DSV2_LAYERS}, h = {DSV2_HEADS}, d_h = {DSV2_D_H}, "
+                 "16-bit numbers")
+    ax.spines[["top", "right"]].set_visible(False)
+    return fig
+
+
 FIGURES = {
     "ch10-cache-memory": cache_memory,
     "ch10-decode-speed": decode_speed,
+    "ch10-decode-bound": decode_bound,
+    "ch10-mla-cache": mla_cache,
 }

@@ -5,13 +5,11 @@ Notation: t tokens, d_k width of queries and keys (d_h, one head), m random feat
 width, C chunk size. The error figure draws its own random inputs and features (seeded); the
 timing figure reads the ``linear`` rows that ``python -m attention.bench --parts linear`` stored
 in ``docs/appendix/results/cpu-linear.json`` (it says "not measured yet" when there are none).
-The sparse patterns are written as the mask rules of chapter 11 (a predicate on batch, head, query
-and key index), as on the page.
+The sparse patterns are chapter 11's mask rules (:mod:`attention.masks`), with the strided and
+random rules written out as on the page.
 """
 
-import functools
 import json
-import operator
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -20,6 +18,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 
 from attention.linear import favor_attention, favor_error_variance, random_projection
+from attention.masks import and_masks, causal, global_tokens, or_masks, sliding_window, to_dense
 from attention.plotting import invert_in_dark
 
 RESULTS = Path(__file__).resolve().parents[1] / "appendix" / "results" / "cpu-linear.json"
@@ -127,32 +126,28 @@ def linear_timings() -> Figure:
     return fig
 
 
-def _window(w: int):
-    return lambda b, h, q, kv: (kv <= q) & (kv > q - w)
-
-
-def _any(*rules):
-    return lambda *idx: functools.reduce(operator.or_, (rule(*idx) for rule in rules))
-
-
 def sparse_patterns() -> Figure:
     """Four causal sparse patterns on t = 64 tokens: window, strided, global tokens, BigBird."""
-    t, w, l, g, r = 64, 8, 8, 2, 3
-    q, kv = torch.arange(t)[:, None], torch.arange(t)[None, :]  # (t, 1), (1, t)
-    causal = kv <= q  # (t, t)
-    is_global = torch.arange(t) < g
-    scores = torch.rand(t, t, generator=torch.Generator().manual_seed(123)).masked_fill(~causal, -1)
-    random_table = torch.zeros(t, t, dtype=torch.bool).scatter_(1, scores.topk(r, dim=1).indices, True)
-    globals_ = lambda b, h, q, kv: is_global[q] | is_global[kv]  # noqa: E731
+    t, w, stride, g, n_random = 64, 8, 8, 2, 3
+    generator = torch.Generator().manual_seed(123)
+    scores = torch.rand(t, t, generator=generator).masked_fill(~to_dense(causal(), t, t), -1.0)
+    random_table = torch.zeros(t, t, dtype=torch.bool).scatter_(
+        1, scores.topk(n_random, dim=1).indices, True
+    )  # (t, t): n_random earlier keys per query
+    window_or_global = or_masks(sliding_window(w), global_tokens(torch.arange(t) < g))
     rules = {
-        f"sliding window, w = {w}": _window(w),
-        f"strided, l = {l}": _any(_window(l), lambda b, h, q, kv: (kv <= q) & ((q - kv) % l == 0)),
-        f"window {w} + {g} global": _any(_window(w), globals_),
-        f"BigBird: + {r} random": _any(_window(w), globals_, lambda b, h, q, kv: random_table[q, kv]),
+        f"sliding window, w = {w}": sliding_window(w),
+        f"strided, stride {stride}": or_masks(
+            sliding_window(stride), lambda b, h, q, kv: (kv <= q) & ((q - kv) % stride == 0)
+        ),
+        f"window {w} + {g} global": and_masks(causal(), window_or_global),
+        f"BigBird: + {n_random} random": and_masks(
+            causal(), or_masks(window_or_global, lambda b, h, q, kv: random_table[q, kv])
+        ),
     }
     fig, axes = plt.subplots(1, 4, figsize=(7.4, 2.6), layout="constrained")
     for ax, (name, rule) in zip(axes, rules.items()):
-        mask = rule(0, 0, q, kv) & causal  # (t, t)
+        mask = to_dense(rule, t, t)  # (t, t)
         invert_in_dark(ax.imshow(mask.float(), cmap="Blues", vmin=0, vmax=1.25, interpolation="none"))
         ax.set_title(f"{name}\n{int(mask.sum())} of {t * (t + 1) // 2} pairs", fontsize=9)
         ax.set_xticks([0, t - 1], labels=["key 0", str(t - 1)], fontsize=9)

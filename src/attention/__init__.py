@@ -6,10 +6,23 @@ d_k width of queries and keys.
 """
 
 from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
+from .block_attention import BlockAttention
 from .causal import CausalAttention
+from .circuits import (
+    ablate_heads,
+    composition_score,
+    copying_score,
+    head_output_means,
+    head_weights,
+    ov_circuit,
+    qk_circuit,
+    rotation_matrix,
+)
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
+from .decoding import split_kv_attention, weights_read_per_token
 from .encoder import BidirectionalSelfAttention, CrossAttention
 from .flash import flash_attention
+from .lse_weights import weights_from_lse
 from .functional import (
     additive_causal_mask,
     attention_weights,
@@ -23,10 +36,11 @@ from .inference import (
     GroupedQueryAttention,
     KVCache,
     ModelKVCache,
-    PagedKVCache,
     RollingKVCache,
     kv_cache_bytes,
+    sink_window_mask,
 )
+from .paged import PagedKVCache, PagedSequence
 from .io_model import (
     IOCount,
     TwoLevelMemory,
@@ -35,6 +49,7 @@ from .io_model import (
     tiled_attention_io,
     tiled_io_formula,
 )
+from .latent import LatentKVCache, MultiHeadLatentAttention, latent_cache_bytes
 from .linear import (
     elu_plus_one,
     favor_attention,
@@ -45,9 +60,12 @@ from .linear import (
     positive_random_features,
     random_projection,
 )
-from .linear_model import use_kernel_attention
+from .linear_model import KernelBlockAttention, use_kernel_attention
+from .masks import block_sparsity, dense_attention, to_bias, to_dense
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from .norms import RMSNorm
+from .packing import cu_seqlens_from_lengths, document_ids, pack, unpack, varlen_attention
 from .plotting import plot_attention
 from .positions import (
     LearnedPositions,
@@ -57,9 +75,12 @@ from .positions import (
     rotary_permutation,
     sinusoidal_positions,
 )
+from .ring import ring_attention, ring_attention_io, ring_shards, ring_work
+from .rope_scaling import Llama3Scaling, NTKAwareScaling, PositionInterpolation, YaRNScaling
 from .self_attention import SelfAttentionV1, SelfAttentionV2
+from .streaming import StreamingKVCache, streaming_cache
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
-from .transformer import TinyTransformer, TransformerBlock
+from .transformer import TinyTransformer, TransformerBlock, swiglu_width
 
 __version__ = "0.1.0"
 
@@ -69,58 +90,97 @@ __all__ = [
     "AdditiveAttention",
     "AttentionDecoder",
     "BidirectionalSelfAttention",
+    "BlockAttention",
     "CausalAttention",
     "CrossAttention",
     "FusedMultiHeadAttention",
     "GroupedQueryAttention",
     "IOCount",
+    "KernelBlockAttention",
     "KVCache",
+    "LatentKVCache",
     "LearnedPositions",
+    "Llama3Scaling",
     "ModelKVCache",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "MultiHeadAttentionWrapper",
+    "NTKAwareScaling",
     "PagedKVCache",
+    "PagedSequence",
+    "PositionInterpolation",
+    "RMSNorm",
     "RollingKVCache",
     "RotaryEmbedding",
     "SelfAttentionV1",
     "SelfAttentionV2",
+    "StreamingKVCache",
     "Seq2Seq",
     "Seq2SeqEncoder",
     "TinyTransformer",
     "TransformerBlock",
     "TwoLevelMemory",
+    "YaRNScaling",
+    "ablate_heads",
     "additive_causal_mask",
     "alibi_bias",
     "alibi_slopes",
     "attention_weights",
+    "block_sparsity",
     "causal_mask",
+    "composition_score",
+    "copying_score",
+    "cu_seqlens_from_lengths",
+    "dense_attention",
+    "document_ids",
     "elu_plus_one",
     "favor_attention",
     "favor_error_variance",
     "flash_attention",
+    "head_output_means",
     "head_scores",
+    "head_weights",
     "induction_data",
     "journey_batch",
     "journey_inputs",
     "kv_cache_bytes",
+    "latent_cache_bytes",
     "linear_attention",
     "linear_attention_flops",
     "linear_attention_weights",
     "lookback_data",
     "next_token_accuracy",
+    "ov_circuit",
+    "pack",
     "plot_attention",
     "positive_random_features",
+    "qk_circuit",
     "random_projection",
+    "ring_attention",
+    "ring_attention_io",
+    "ring_shards",
+    "ring_work",
     "rotary_permutation",
+    "rotation_matrix",
     "scaled_dot_product_attention",
+    "sink_window_mask",
     "sinusoidal_positions",
     "sliding_window_mask",
     "softmax",
     "softmax_naive",
+    "split_kv_attention",
     "standard_attention_io",
     "standard_io_formula",
+    "streaming_cache",
+    "swiglu_width",
     "tiled_attention_io",
     "tiled_io_formula",
+    "to_bias",
+    "to_dense",
     "train_lm",
+    "unpack",
     "use_kernel_attention",
+    "varlen_attention",
+    "weights_from_lse",
+    "weights_read_per_token",
 ]

@@ -14,6 +14,8 @@ from numbers import Integral, Real
 import torch
 from torch import Size, Tensor
 
+ALIGNMENTS = ("top_left", "bottom_right")  # where a causal mask's diagonal sits when t_q != t_k
+
 
 def check_dropout(p: float, name: str = "dropout") -> None:
     """Require a dropout probability: a number in [0, 1)."""
@@ -101,4 +103,17 @@ def check_mask(mask: Tensor, scores_shape: Size, name: str = "attn_mask") -> Non
         raise ValueError(
             f"{name} must broadcast to the scores' shape {tuple(scores_shape)}, "
             f"got shape {tuple(mask.shape)}"
+        )
+
+
+def check_causal_options(is_causal: bool, causal_alignment: str, window: int | None) -> None:
+    """The causal mask's alignment and window: known values, and only with ``is_causal``."""
+    if causal_alignment not in ALIGNMENTS:
+        raise ValueError(f"causal_alignment must be one of {ALIGNMENTS}, got {causal_alignment!r}")
+    if window is not None and (type(window) is not int or window < 1):
+        raise ValueError(f"window must be None or an integer >= 1, got {window!r}")
+    if not is_causal and (window is not None or causal_alignment != "top_left"):
+        raise ValueError(
+            "window and causal_alignment apply to causal attention only: pass is_causal=True, "
+            f"got is_causal={is_causal!r}, window={window!r}, causal_alignment={causal_alignment!r}"
         )

@@ -3,7 +3,9 @@
 Notation (see CONTRIBUTING.md): ``...`` any leading batch dimensions (for example ``b, h``),
 ``t_q`` / ``t_k`` number of queries / keys, ``d_k`` width of queries and keys, ``d_v`` width of
 values, ``n_q`` / ``n_k`` rows in the current query / key block, ``g`` query heads per key-value
-head (1 without grouped-query attention), ``N`` all leading dimensions flattened into one.
+head (1 without grouped-query attention), ``N`` all leading dimensions flattened into one;
+``O``, ``P``, ``dO`` and ``dP`` are FlashAttention's names for the output, the weights and their
+gradients (the book's Z, A, dZ and dA), ``S`` the scaled scores and ``lse`` the log-sum-exp.
 
 Attention is computed tile by tile: a block of queries meets a block of keys, and only that
 ``(n_q, n_k)`` tile of scores ever exists. The softmax over a full row is assembled from the
@@ -23,14 +25,14 @@ exp(m - m_new) puts the old terms on the new reference point:
 After the last block, z = acc / l is exactly softmax(ω) V, because softmax is unchanged when
 every score is shifted by the same m. No exponent is ever positive, so nothing overflows.
 
-The forward pass keeps only the output and the log-sum-exp L = m + log l of each row. The
-backward pass recomputes each tile's weights from it, P = exp(S - L), and with
+The forward pass keeps only the output and the log-sum-exp lse = m + log l of each row. The
+backward pass recomputes each tile's weights from it, P = exp(S - lse), and with
 D = rowsum(dO ∘ O) (equal to rowsum(P ∘ dP), since O = P V) it accumulates, tile by tile,
 
     dV += Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP - D),   dQ += scale · dS K,   dK += scale · dSᵀ Q
 
 so memory stays O(t · d) in both passes instead of O(t_q · t_k). A row that meets no finite
-score (t_k = 0, or all its scores -inf) gets output 0 and L = +inf, so that its P = 0 backward:
+score (t_k = 0, or all its scores -inf) gets output 0 and lse = +inf, so that its P = 0 backward:
 FlashAttention-2's convention, where exp(-inf - (-inf)) would otherwise give nan.
 
 Masks without a mask tensor. Query i sits at position i + offset, with offset 0 for causal
@@ -44,25 +46,31 @@ Speed in plain PyTorch (each line of Python costs microseconds, so there are few
 - large tiles (see :func:`default_block_sizes`);
 - queries are multiplied by the scale once, not every tile of scores;
 - scores are kept in base 2, as FlashAttention-2's kernels keep them: with c = scale · log2(e),
-  exp(scale · ω) = 2^(c · ω), so c is folded into the queries and ``exp2`` replaces ``exp`` (on
-  the book's CPU, torch 2.13, a (12, 128, 512) float32 tile: 118 µs against 350 µs,
-  torch.utils.benchmark medians of 2026-11-25; both within about one ulp of float64);
+  exp(scale · ω) = 2^(c · ω), so c is folded into the queries and ``exp2``, which torch computes
+  faster than ``exp`` on a CPU, replaces it (both are within about one ulp of float64);
 - the exponentials, the rescaling and the accumulation run in place (``sub_``, ``exp2_``,
   ``baddbmm`` into its own input), and each pass writes its tiles of scores (and dP) into one
   buffer made at its start, not into a new tensor per tile;
 - a query block's key blocks are laid out backwards from its last visible key, so that at most
   one of them crosses the causal diagonal;
 - a mask is added as a bias of 0 and -inf, built once per distinct tile shape;
-- the backward pass cuts the scaled queries, dO, L and D into blocks once, instead of once per
+- the backward pass cuts the scaled queries, dO, lse and D into blocks once, instead of once per
   tile;
 - grouped-query attention stacks the g query heads of a key-value head as rows of one block, so
   a key tile is read once for all of them and never copied.
 
 Precision, as in fused kernels: for float16 and bfloat16 inputs every statistic and accumulator
-(S, m, l, acc and L forward; D, P, dP, dS and the dQ, dK, dV sums backward) is float32. K and V
+(S, m, l, acc and lse forward; D, P, dP, dS and the dQ, dK, dV sums backward) is float32. K and V
 are upcast once, Q one block at a time, and each result is rounded to the input dtype once, when
 it is written.
 Rounding acc and l to 8 or 11 bits after every key block instead would add an error per block.
+The output is also saved for the backward unrounded (float32, 2 more bytes per element than the
+rounded one), and D is formed from it: D is the P-weighted mean of the row's dP, so dP - D
+cancels, and the rounding error of a half-precision O would pass whole into every dS of the row.
+FlashAttention-2 forms D from the rounded O (``dot_do_o`` in its flash_bwd_preprocess_kernel.h);
+in bfloat16 at t_q = 64, t_k = 4, d_h = 64, doing so makes dQ several times less accurate than
+the exact answer rounded once, which forming D from the unrounded O gives
+(tests/package/test_half_precision.py).
 """
 
 import math
@@ -70,11 +78,12 @@ import math
 import torch
 from torch import Tensor
 
+from ._checks import check_causal_options
+from .flash_tiles import _Tiles, _add_product_, _key_blocks, _score_tile, _tile
 from .functional import _accumulation_dtype
 
 __all__ = ["default_block_sizes", "flash_attention"]
 
-ALIGNMENTS = ("top_left", "bottom_right")
 LOG2E = math.log2(math.e)  # scores times LOG2E are in base 2: exp(x) = 2 ** (x · LOG2E)
 
 
@@ -92,112 +101,15 @@ def default_block_sizes(t_q: int, t_k: int) -> tuple[int, int]:
     return max(1, min(128, t_q)), max(1, min(512 if t_k >= 2048 else 128, t_k))
 
 
-class _Tiles:
-    """Which keys each query may see, tile by tile; builds each distinct mask only once.
-
-    ``offset`` is None without causality, else the position of query 0 (query i sits at
-    i + offset); ``window`` is None or w, the number of latest keys a query sees.
-    """
-
-    def __init__(self, offset: int | None, window: int | None, device: torch.device) -> None:
-        self.offset, self.window, self.device = offset, window, device
-        self.masks: dict[tuple[int, int, int], Tensor] = {}
-        self.biases: dict[tuple[int, int, int, torch.dtype], Tensor] = {}
-        self.exact = False  # set once a hidden score was nan or +inf: fill, do not add, then
-
-    def key_range(self, q_start: int, n_q: int, t_k: int) -> tuple[int, int]:
-        """Keys [lo, hi) that at least one query of the block q_start .. q_start + n_q - 1 sees."""
-        if self.offset is None:
-            return 0, t_k
-        hi = min(t_k, q_start + n_q + self.offset)  # past the last row's diagonal
-        lo = 0 if self.window is None else max(0, q_start + self.offset - self.window + 1)
-        return lo, max(lo, hi)
-
-    def hidden(self, q_start: int, n_q: int, k_start: int, n_k: int) -> Tensor | None:
-        """(n_q, n_k), True where the query may not see the key; None when it sees them all."""
-        if self.offset is None:
-            return None
-        first, last = q_start + self.offset, q_start + n_q - 1 + self.offset  # row positions
-        below_diagonal = k_start + n_k - 1 <= first
-        inside_window = self.window is None or k_start > last - self.window
-        if below_diagonal and inside_window:
-            return None
-        key = (first - k_start, n_q, n_k)
-        if key not in self.masks:  # row r, column c: query first + r, key k_start + c
-            ones = torch.ones(n_q, n_k, dtype=torch.bool, device=self.device)
-            hide = ones.triu(first - k_start + 1)  # (n_q, n_k), key after the query
-            if self.window is not None:
-                hide |= ones.tril(first - k_start - self.window)  # key w or more behind it
-            self.masks[key] = hide
-        return self.masks[key]
-
-    def mask_(self, s: Tensor, q_start: int, n_q: int, k_start: int, n_k: int) -> bool:
-        """Sets the scores s (N, g n_q, n_k) that the queries may not see to -inf, in place.
-
-        Adds a bias of 0 or -inf, which is about ten times faster on a CPU than
-        ``masked_fill_``; the two differ only where a hidden score is nan or +inf, which the
-        bias turns into nan. So the forward pass checks each biased tile (see ``_flash_forward``)
-        and sets ``exact`` if it met one; from then on the mask is filled in. Returns whether
-        a bias was added.
-        """
-        hide = self.hidden(q_start, n_q, k_start, n_k)
-        if hide is None:
-            return False
-        s = s.view(s.shape[0], s.shape[1] // n_q, n_q, n_k)  # (N, g, n_q, n_k)
-        if self.exact:
-            s.masked_fill_(hide, float("-inf"))
-            return False
-        key = (q_start + (self.offset or 0) - k_start, n_q, n_k, s.dtype)
-        if key not in self.biases:
-            self.biases[key] = torch.zeros(hide.shape, dtype=s.dtype, device=s.device).masked_fill_(
-                hide, float("-inf")
-            )  # (n_q, n_k)
-        s.add_(self.biases[key])
-        return True
-
-
-def _key_blocks(lo: int, hi: int, block_k: int) -> list[tuple[int, int]]:
-    """(k_start, n_k) covering keys [lo, hi), full blocks laid backwards from hi."""
-    starts = [(max(lo, end - block_k), end) for end in range(hi, lo, -block_k)]
-    return [(start, end - start) for start, end in starts]
-
-
-def _tile(buffer: Tensor, n: int, rows: int, cols: int) -> Tensor:
-    """A contiguous (n, rows, cols) tile in the front of the 1-d ``buffer``.
-
-    Every tile of a pass is written into the same memory: a new 3 MB tensor per tile would be
-    allocated and freed dozens of times per call, and the C library's allocator now and then
-    hands such a block back to the operating system, so that the next one costs page faults.
-    """
-    return buffer[: n * rows * cols].view(n, rows, cols)
-
-
-def _score_tile(
-    q_blk: Tensor, k_blk: Tensor, tiles: _Tiles, out: Tensor, *where: int
-) -> tuple[Tensor, bool]:
-    """Scores of one block of (already scaled) queries against one key block; -inf where hidden.
-
-    q_blk (N, g n_q, d_k) holds the g query heads of each key-value head as stacked rows; the
-    scores are written into ``out`` (N, g n_q, n_k); ``where`` is (q_start, n_q, k_start, n_k).
-    Also returns whether a bias hid some scores.
-    """
-    s = torch.bmm(q_blk, k_blk.transpose(1, 2), out=out)  # (N, g n_q, n_k)
-    return s, tiles.mask_(s, *where)
-
-
-def _add_product_(acc: Tensor, a: Tensor, b: Tensor) -> None:
-    """acc += a @ b in place, batched; with ``out=`` since FlopCounterMode skips ``baddbmm_``."""
-    torch.baddbmm(acc, a, b, out=acc)
-
-
 def _flash_forward(
     query: Tensor, key: Tensor, value: Tensor, scale: float, tiles: _Tiles, blocks: tuple[int, int]
 ) -> tuple[Tensor, Tensor]:
-    """Tiled forward pass: returns the output (N, g, t_q, d_v) and the log-sum-exp L (N, g, t_q).
+    """Tiled forward pass: returns the output (N, g, t_q, d_v) and the log-sum-exp lse (N, g, t_q).
 
-    query (N, g, t_q, d_k), key (N, t_k, d_k), value (N, t_k, d_v). m, l, acc and L are kept in
-    the accumulation dtype (float32 for half inputs); each output row is rounded once, when it
-    is written. Scores and m are in base 2 (times log2 e); L is returned in natural units.
+    query (N, g, t_q, d_k), key (N, t_k, d_k), value (N, t_k, d_v). m, l, acc, lse and the
+    returned output are in the accumulation dtype (float32 for half inputs): the caller rounds
+    the output to the input dtype once, and the backward's D is formed from the unrounded one.
+    Scores and m are in base 2 (times log2 e); lse is returned in natural units.
     """
     acc_dtype = _accumulation_dtype(query.dtype)
     n, g, t_q, d_k = query.shape
@@ -209,7 +121,7 @@ def _flash_forward(
     # and the sum allocates no (t_k, d_v) temporary, which isfinite(value) would.
     skip = tiles.offset is not None and bool(torch.isfinite(value.sum(dtype=acc_dtype)))
     key, value = key.to(acc_dtype), value.to(acc_dtype)  # upcast once (no copy if they are)
-    out = query.new_empty(n, g, t_q, d_v)
+    out = query.new_empty(n, g, t_q, d_v, dtype=acc_dtype)
     lse = query.new_empty(n, g, t_q, dtype=acc_dtype)
     scores = query.new_empty(n * g * min(block_q, t_q) * min(block_k, t_k), dtype=acc_dtype)
     for q_start in range(0, t_q, block_q):
@@ -241,17 +153,17 @@ def _flash_forward(
                 _add_product_(acc.mul_(rescale[..., None]), p, value[:, keys])  # (N, g n_q, d_v)
             m = m_new
             del s, p  # one tile at a time: free it before the next one is made
-        if m is None:  # the block sees no key (t_k = 0, say): zero output, L = +inf
+        if m is None:  # the block sees no key (t_k = 0, say): zero output, lse = +inf
             out[:, :, rows] = 0.0
             lse[:, :, rows] = math.inf
             continue
         # l >= 1 once a row has met a finite score (its maximum contributes exp(0) = 1). A row
         # that met none (only -inf scores) has l = 0 and acc = 0: its output is 0, and
-        # L = +inf, as FlashAttention-2 stores it, so that the backward's P = exp(S - L) = 0.
+        # lse = +inf, as FlashAttention-2 stores it, so that the backward's P = exp(S - lse) = 0.
         no_mass = l == 0  # (N, g n_q)
         z = acc.div_(l.masked_fill(no_mass, 1.0)[..., None])  # (N, g n_q, d_v)
-        out[:, :, rows] = z.view(n, g, n_q, d_v)  # rounded to the input dtype, once
-        lse_2 = m + l.log2()  # (N, g n_q), in base 2; L = lse_2 · ln 2
+        out[:, :, rows] = z.view(n, g, n_q, d_v)
+        lse_2 = m + l.log2()  # (N, g n_q), in base 2; lse = lse_2 · ln 2
         lse[:, :, rows] = lse_2.mul_(math.log(2.0)).masked_fill_(no_mass, math.inf).view(n, g, n_q)
     return out, lse
 
@@ -267,21 +179,22 @@ def _flash_backward(
     tiles: _Tiles,
     blocks: tuple[int, int],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Tiled backward pass: recomputes each tile's weights from L and returns dQ, dK, dV.
+    """Tiled backward pass: recomputes each tile's weights from lse and returns dQ, dK, dV.
 
-    D, P, dP, dS and the dQ, dK, dV accumulators are in the accumulation dtype (float32 for half
-    inputs); each gradient is rounded to its input's dtype once, at the end. Scores are
-    recomputed in base 2, like the forward's, so the queries carry c = scale · log2 e and the dK
-    sum is divided by log2 e at the end.
+    ``out`` is the forward's output before rounding. D, P, dP, dS and the dQ, dK, dV
+    accumulators are in the accumulation dtype (float32 for half inputs); each gradient is
+    rounded to its input's dtype once, at the end. Scores are recomputed in base 2, like the
+    forward's, so the queries carry c = scale · log2 e and the dK sum is divided by log2 e at
+    the end.
     """
     acc_dtype = lse.dtype
     n, g, t_q, d_k = query.shape
     t_k, d_v = key.shape[1], value.shape[2]
     block_q, block_k = blocks
-    d = (grad_out.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)  # (N, g, t_q), the D above
+    d = (grad_out.to(acc_dtype) * out).sum(dim=-1)  # (N, g, t_q), the D above, from float32 O
     key, value = key.to(acc_dtype), value.to(acc_dtype)  # upcast once (no copy if they are)
-    # Every query block is visited once per key block: cut it (and dO, L, D) out once, here.
-    q_blocks = []  # (q_start, n_q, c Q, dO, L log2 e, D, dQ / scale accumulator)
+    # Every query block is visited once per key block: cut it (and dO, lse, D) out once, here.
+    q_blocks = []  # (q_start, n_q, c Q, dO, lse log2 e, D, dQ / scale accumulator)
     for q_start in range(0, t_q, block_q):
         n_q = min(block_q, t_q - q_start)
         rows, r = slice(q_start, q_start + n_q), g * n_q
@@ -310,7 +223,7 @@ def _flash_backward(
             r, n_cols = g * n_q, end - first
             tile = _tile(scores, n, r, n_cols)  # (N, g n_q, n)
             s, _ = _score_tile(q_blk, k_blk, tiles, tile, q_start, n_q, first, n_cols)
-            p = s.sub_(lse_blk).exp2_()  # (N, g n_q, n), P = exp(S - L) = 2^(c S - L log2 e)
+            p = s.sub_(lse_blk).exp2_()  # (N, g n_q, n), P = exp(S - lse) = 2^(c S - lse log2 e)
             dp = torch.bmm(do_blk, v_blk.transpose(1, 2), out=_tile(grads, n, r, n_cols))
             ds = dp.sub_(d_blk).mul_(p)  # (N, g n_q, n), dS = P ∘ (dP - D), in place
             _add_product_(grad_q, ds, k_blk)  # (N, g n_q, d_k)
@@ -326,17 +239,25 @@ def _flash_backward(
 
 
 class _FlashAttention(torch.autograd.Function):
-    """Autograd wrapper: saves Q, K, V, O and L (all O(t · d)), never the score matrix."""
+    """Autograd wrapper: saves Q, K, V, O and lse (all O(t · d)), never the score matrix.
+
+    O is saved unrounded (float32 for half inputs), for the backward's D; the caller gets it
+    rounded to the input dtype.
+    """
 
     @staticmethod
     def forward(ctx, query, key, value, scale, tiles, blocks):  # type: ignore[override]
         out, lse = _flash_forward(query, key, value, scale, tiles, blocks)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.scale, ctx.tiles, ctx.blocks = scale, tiles, blocks
-        return out
+        ctx.mark_non_differentiable(lse)  # lse is handed out (return_lse) as a constant
+        ctx.set_materialize_grads(False)  # so no zero gradient of lse is allocated for backward
+        return out.to(query.dtype), lse  # out rounded once (no copy when the dtypes agree)
 
     @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
+    def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
+        if grad_out is None:  # grads are not materialized: no gradient reached the output
+            return None, None, None, None, None, None
         query, key, value, out, lse = ctx.saved_tensors
         grads = _FlashAttentionBackward.apply(
             grad_out, query, key, value, out, lse, ctx.scale, ctx.tiles, ctx.blocks
@@ -347,7 +268,7 @@ class _FlashAttention(torch.autograd.Function):
 class _FlashAttentionBackward(torch.autograd.Function):
     """The tiled backward as a graph node of its own, so that differentiating it raises.
 
-    O and L come out of the forward as constants, so autograd could not differentiate the tiled
+    O and lse come out of the forward as constants, so autograd could not differentiate the tiled
     backward correctly. ``once_differentiable`` is not enough: its error node is detached from
     Q, K and V, so ``torch.autograd.grad(dq.sum(), q, allow_unused=True)`` returns None, a zero.
     """
@@ -386,7 +307,8 @@ def flash_attention(
     enable_gqa: bool = False,
     causal_alignment: str = "top_left",
     window: int | None = None,
-) -> Tensor:
+    return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Exact attention softmax(Q Kᵀ · scale) V computed in tiles, with FlashAttention's backward.
 
     Args:
@@ -407,12 +329,19 @@ def flash_attention(
             query sees every key, as ``torch.nn.attention.bias.causal_lower_right``).
         window: with ``is_causal``, each query sees only the ``window`` latest keys up to its
             own position p: keys j with p - window < j ≤ p. Tiles outside it are skipped.
+        return_lse: also return the log-sum-exp lse = log Σ_j exp(scale · q_i · k_j) of each
+            query over the keys it sees, (..., t_q) (with ``enable_gqa`` (..., h, t_q)), in the
+            accumulation dtype (float32 for half inputs), as FlashAttention's kernels store it
+            for the backward pass: +inf for a row that sees no key. It carries no gradient.
+            :func:`weights_from_lse` rebuilds any rows of the attention weights from it.
 
     Returns:
-        (..., t_q, d_v), equal to scaled dot-product attention up to rounding (float32
-        statistics for half inputs, see the module docstring). A row that may see no key
-        (t_k = 0, or bottom-right alignment with t_q > t_k) is zero, as in torch. A nan or inf
-        in a query, or in a key or value the query may see, propagates as in
+        (..., t_q, d_v), or the pair (output, lse) with ``return_lse``; the output equals
+        scaled dot-product attention up to rounding (float32 statistics for half inputs, see
+        the module docstring). A row that may see no key is zero, as in torch: all rows when
+        t_k = 0, the first t_q - t_k with bottom-right alignment and t_q > t_k, and with a
+        window w a query at position p >= t_k - 1 + w.
+        A nan or inf in a query, or in a key or value the query may see, propagates as in
         :func:`attention.scaled_dot_product_attention`: a key that the mask hides never reaches
         the row, and a nan or inf in a hidden value does, through 0 · nan = nan, as in A V
         (hidden tiles are then visited, not skipped).
@@ -451,15 +380,7 @@ def flash_attention(
             f"got {query.dtype}, {key.dtype}, {value.dtype}"
         )
     _check_block_size(block_size)
-    if causal_alignment not in ALIGNMENTS:
-        raise ValueError(f"causal_alignment must be one of {ALIGNMENTS}, got {causal_alignment!r}")
-    if window is not None and (type(window) is not int or window < 1):
-        raise ValueError(f"window must be None or an integer >= 1, got {window!r}")
-    if not is_causal and (window is not None or causal_alignment != "top_left"):
-        raise ValueError(
-            "window and causal_alignment apply to causal attention only: pass is_causal=True, "
-            f"got is_causal={is_causal!r}, window={window!r}, causal_alignment={causal_alignment!r}"
-        )
+    check_causal_options(is_causal, causal_alignment, window)
     if enable_gqa:
         h = query.shape[-3]
         for name, tensor in (("key", key), ("value", value)):
@@ -475,20 +396,25 @@ def flash_attention(
         heads, g = key.shape[-3], h // key.shape[-3]
     else:
         heads, g = 1, 1
-    lead = query.dim() - (3 if enable_gqa else 2)
+    # Each tensor's own leading dimensions: the three may differ in rank, as torch allows.
+    leads = [x.shape[: x.dim() - min_dim] for x in (query, key, value)]
     try:
-        batch = torch.broadcast_shapes(*(x.shape[: x.dim() - min_dim] for x in (query, key, value)))
+        batch = torch.broadcast_shapes(*leads)
     except RuntimeError:
         raise ValueError(
             "leading dimensions of query, key and value must broadcast, got "
-            f"{tuple(query.shape[:lead])}, {tuple(key.shape[: key.dim() - min_dim])}, "
-            f"{tuple(value.shape[: value.dim() - min_dim])}"
+            + ", ".join(str(tuple(shape)) for shape in leads)
         ) from None
     (t_q, d_k), (t_k, d_v) = query.shape[-2:], value.shape[-2:]
     n = math.prod(batch) * heads
-    query = query.expand(*batch, *query.shape[lead:]).reshape(n, g, t_q, d_k)  # (N, g, t_q, d_k)
-    key = key.expand(*batch, *key.shape[lead:]).reshape(n, t_k, d_k)  # (N, t_k, d_k)
-    value = value.expand(*batch, *value.shape[lead:]).reshape(n, t_k, d_v)  # (N, t_k, d_v)
+    # expand, then reshape (a copy where a dimension was broadcast): autograd's expand sums the
+    # gradient back to each input's own shape, as torch's SDPA returns it.
+    query, key, value = (
+        x.expand(*batch, *x.shape[len(lead) :]) for x, lead in zip((query, key, value), leads)
+    )  # each (*batch, [heads,] t, d)
+    query = query.reshape(n, g, t_q, d_k)  # (N, g, t_q, d_k)
+    key = key.reshape(n, t_k, d_k)  # (N, t_k, d_k)
+    value = value.reshape(n, t_k, d_v)  # (N, t_k, d_v)
     scale = 1.0 / math.sqrt(d_k) if scale is None else float(scale)
     if block_size is None:
         blocks = default_block_sizes(t_q, t_k)
@@ -496,5 +422,7 @@ def flash_attention(
         blocks = block_size if isinstance(block_size, tuple) else (block_size, block_size)
     offset = None if not is_causal else (0 if causal_alignment == "top_left" else t_k - t_q)
     tiles = _Tiles(offset, window, query.device)
-    out = _FlashAttention.apply(query, key, value, scale, tiles, blocks)  # (N, g, t_q, d_v)
-    return out.view(*batch, *([g * heads] if enable_gqa else []), t_q, d_v)
+    out, lse = _FlashAttention.apply(query, key, value, scale, tiles, blocks)  # (N, g, t_q, ..)
+    heads_dim = [g * heads] if enable_gqa else []
+    out = out.view(*batch, *heads_dim, t_q, d_v)  # (..., t_q, d_v)
+    return (out, lse.view(*batch, *heads_dim, t_q)) if return_lse else out

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_dropout, check_mask, check_sizes
+from ._checks import ALIGNMENTS, check_dropout, check_mask, check_sizes
 
 
 def softmax_naive(x: Tensor, dim: int) -> Tensor:
@@ -49,7 +49,6 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     return exp_x / total.masked_fill(total == 0, 1.0)  # 0 / 1 = 0 for an all -inf row
 
 
-ALIGNMENTS = ("top_left", "bottom_right")
 
 
 def _check_alignment(alignment: str) -> None:

@@ -7,6 +7,7 @@ Notation (see CONTRIBUTING.md):
     h      query heads, h_kv key/value heads (h_kv divides h), g = h / h_kv queries per group
     d_h    width of one head, d_h = d_out / h
     w      sliding window: the token at position p sees positions p - w < j <= p
+    n_sink attention sinks: the first n_sink tokens, which every later token also sees
 
 A decoder generates one token at a time. The keys and values of earlier tokens never change, so
 they are stored once (the KV cache) instead of being recomputed at every step. Per model, the cache
@@ -17,9 +18,9 @@ holds
 which :func:`kv_cache_bytes` multiplies by the bytes of one value. Multi-query (h_kv = 1, Shazeer
 2019) and grouped-query attention (1 < h_kv < h, Ainslie et al. 2023) shrink it by h / h_kv: query
 head i uses key/value head i // g. A sliding window of w tokens bounds it by w, whatever the
-length: :class:`RollingKVCache` keeps w slots. :class:`PagedKVCache` stores the tokens of many
-sequences in fixed-size blocks of one shared pool, with a block table per sequence (vLLM's
-PagedAttention, Kwon et al. 2023).
+length: :class:`RollingKVCache` keeps w slots, and n_sink more for the first tokens when it
+keeps attention sinks (StreamingLLM, Xiao et al. 2023). The paged cache of vLLM's PagedAttention
+(:mod:`attention.paged`) stores many sequences in fixed-size blocks of one shared pool.
 
 New tokens attend to every cached token and causally among themselves: the causal mask of t
 queries against t_k = n + t keys is aligned bottom-right (query i is at position n + i).
@@ -31,16 +32,16 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_dropout, check_heads, check_input, check_sizes
-from .functional import causal_mask, scaled_dot_product_attention, sliding_window_mask
+from .functional import causal_mask, scaled_dot_product_attention
 from .multihead import MultiHeadAttention
 
 __all__ = [
     "GroupedQueryAttention",
     "KVCache",
     "ModelKVCache",
-    "PagedKVCache",
     "RollingKVCache",
     "kv_cache_bytes",
+    "sink_window_mask",
 ]
 
 
@@ -89,6 +90,34 @@ def _check_room(length: int, t: int, max_tokens: int | None) -> None:
             f"the cache holds at most max_tokens={max_tokens} tokens, got {length + t} "
             f"({length} cached + {t} new)"
         )
+
+
+def _visible(query_pos: Tensor, key_pos: Tensor, window: int, sinks: int) -> Tensor:
+    """Bool (t_q, t_k): query at position i sees key j if j <= i and (i - w < j or j < n_sink)."""
+    i, j = query_pos[:, None], key_pos[None, :]  # (t_q, 1), (1, t_k)
+    return (j <= i) & ((j > i - window) | (j < sinks))  # (t_q, t_k)
+
+
+def sink_window_mask(
+    t_q: int, t_k: int, window: int, sinks: int = 0, device: torch.device | str | None = None
+) -> Tensor:
+    """Bool mask (t_q, t_k) of a sliding window of ``window`` tokens plus ``sinks`` first tokens.
+
+    Aligned bottom-right like :func:`~attention.sliding_window_mask`: query i sits at position
+    p = t_k - t_q + i and sees key j when j <= p and either p - window < j (the window, itself
+    included) or j < sinks (the attention sinks of StreamingLLM). ``sinks=0`` is the plain
+    sliding window.
+    """
+    check_sizes(t_q=t_q, t_k=t_k, window=window)
+    _check_sinks(sinks)
+    query_pos = torch.arange(t_k - t_q, t_k, device=device)  # (t_q,)
+    return _visible(query_pos, torch.arange(t_k, device=device), window, sinks)  # (t_q, t_k)
+
+
+def _check_sinks(sinks: int) -> None:
+    """Require a number of sink tokens: an integer >= 0."""
+    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+        raise ValueError(f"sinks must be an integer >= 0, got {sinks!r}")
 
 
 class Cache(Protocol):
@@ -143,161 +172,73 @@ class KVCache:
 
 
 class RollingKVCache:
-    """A rolling buffer of the last ``window`` tokens (Mistral's cache): O(w) memory.
+    """A rolling buffer of the last ``window`` tokens (Mistral's cache), and optional sinks.
 
-    The token at position p is stored in slot p mod w. ``append(keys, values)`` of t new tokens
-    returns, in order of position, the last min(n, w - 1) cached tokens followed by the t new
-    ones: every key that a new token's window p - w < j <= p can reach. With
-    ``sliding_window_mask(t, t_k, w)`` over them, attention equals windowed attention over the
-    whole sequence. ``length`` counts every token ever appended (the next position);
-    ``max_tokens``, if given, bounds that count (positions), not the memory.
+    The token at position p >= n_sink is stored in slot n_sink + (p - n_sink) mod w, so it
+    overwrites the token w places before it; with ``sinks=n_sink`` > 0 the first n_sink tokens
+    keep slots of their own and are never overwritten (StreamingLLM's attention sinks).
+    ``append(keys, values)`` of t new tokens returns, in order of position, the cached sinks,
+    the last w - 1 cached tokens after them, and the t new ones: every key that a new token at
+    position p can see, j <= p with p - w < j or j < n_sink. ``key_positions`` holds their
+    positions, so that :func:`sink_window_mask` (or ``sliding_window_mask(t, t_k, w)`` without
+    sinks) over them gives the same attention as over the whole sequence. ``length`` counts
+    every token ever appended (the next position); ``max_tokens``, if given, bounds that count
+    (positions), not the memory, which is n_sink + w slots.
     """
 
     def __init__(
         self, batch_size: int, num_kv_heads: int, window: int, d_h: int,
         max_tokens: int | None = None, dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
+        device: torch.device | str | None = None, sinks: int = 0,
     ) -> None:
-        """w zero-filled slots of keys and values, (b, h_kv, w, d_h) each."""
+        """n_sink + w zero-filled slots of keys and values, (b, h_kv, n_sink + w, d_h) each."""
         check_sizes(batch_size=batch_size, num_kv_heads=num_kv_heads, window=window, d_h=d_h)
+        _check_sinks(sinks)
         if max_tokens is not None:
             check_sizes(max_tokens=max_tokens)
-        self.window, self.max_tokens = window, max_tokens
-        shape = (batch_size, num_kv_heads, window, d_h)
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (b, h_kv, w, d_h)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)  # (b, h_kv, w, d_h)
+        self.window, self.sinks, self.max_tokens = window, sinks, max_tokens
+        shape = (batch_size, num_kv_heads, sinks + window, d_h)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (b, h_kv, n_sink + w, d_h)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)  # (b, h_kv, n_sink + w, d_h)
+        self.key_positions = torch.zeros(0, dtype=torch.long, device=device)  # (t_k,)
         self.length = 0
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the w slots of keys and values."""
+        """Bytes of the n_sink + w slots of keys and values."""
         return self.keys.nbytes + self.values.nbytes
 
+    def _slots(self, positions: Tensor) -> Tensor:
+        """The slot of each position: its own for a sink, n_sink + (p - n_sink) mod w after."""
+        s, w = self.sinks, self.window
+        return torch.where(positions < s, positions, s + (positions - s) % w)
+
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Store keys, values (b, h_kv, t, d_h); return (b, h_kv, min(n, w-1) + t, d_h) each."""
-        b, h_kv, w, d_h = self.keys.shape
+        """Store keys, values (b, h_kv, t, d_h); return the visible ones, (b, h_kv, t_k, d_h)."""
+        b, h_kv, _, d_h = self.keys.shape
         _check_chunk(keys, values, (b, h_kv, d_h), self.keys)
-        n, t = self.length, keys.shape[2]
+        n, t, s, w = self.length, keys.shape[2], self.sinks, self.window
         _check_room(n, t, self.max_tokens)
-        kept = torch.arange(n - min(n, w - 1), n, device=self.keys.device)  # (k,) positions
-        all_keys = torch.cat([self.keys[:, :, kept % w], keys], dim=2)  # (b, h_kv, k + t, d_h)
-        all_values = torch.cat([self.values[:, :, kept % w], values], dim=2)
-        last = torch.arange(max(n + t - w, n - len(kept)), n + t, device=kept.device)  # (<= w,)
-        self.keys[:, :, last % w] = all_keys[:, :, -len(last) :]
-        self.values[:, :, last % w] = all_values[:, :, -len(last) :]
+        device = self.keys.device
+        kept = torch.cat([
+            torch.arange(min(n, s), device=device),  # the sinks cached so far
+            torch.arange(min(n, max(s, n - (w - 1))), n, device=device),  # position n's window
+        ])  # (k,) positions
+        slots = self._slots(kept)  # (k,)
+        all_keys = torch.cat([self.keys[:, :, slots], keys], dim=2)  # (b, h_kv, k + t, d_h)
+        all_values = torch.cat([self.values[:, :, slots], values], dim=2)
+        new = torch.arange(n, n + t, device=device)  # (t,) positions of the new tokens
+        stay = (new < s) | (new >= n + t - w)  # those a later token may still see
+        self.keys[:, :, self._slots(new[stay])] = keys[:, :, stay]
+        self.values[:, :, self._slots(new[stay])] = values[:, :, stay]
+        self.key_positions = torch.cat([kept, new])  # (k + t,)
         self.length = n + t
         return all_keys, all_values
 
     def reset(self) -> None:
         """Forget every token; positions start again at 0."""
         self.length = 0
-
-
-class PagedKVCache:
-    """Keys and values of many sequences in one pool of fixed-size blocks (PagedAttention).
-
-    The pool holds ``num_blocks`` blocks of ``block_size`` tokens, (num_blocks, h_kv,
-    block_size, d_h) for keys and for values. Each sequence has a block table, the list of its
-    blocks in order: token p of the sequence is in block ``table[p // block_size]`` at offset
-    ``p % block_size``. A sequence takes a free block only when its last one is full, so at most
-    block_size - 1 slots per sequence are unused, and blocks return to the pool when it ends.
-    """
-
-    def __init__(
-        self, num_blocks: int, block_size: int, num_kv_heads: int, d_h: int,
-        dtype: torch.dtype | None = None, device: torch.device | str | None = None,
-    ) -> None:
-        """An empty pool: every block free, no sequence."""
-        check_sizes(
-            num_blocks=num_blocks, block_size=block_size, num_kv_heads=num_kv_heads, d_h=d_h
-        )
-        self.block_size = block_size
-        shape = (num_blocks, num_kv_heads, block_size, d_h)
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (blocks, h_kv, size, d_h)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)
-        self.free_blocks = list(range(num_blocks))
-        self.block_tables: dict[int, list[int]] = {}  # sequence id -> its blocks, in order
-        self.lengths: dict[int, int] = {}  # sequence id -> tokens stored
-        self._next_id = 0
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the whole pool of keys and values."""
-        return self.keys.nbytes + self.values.nbytes
-
-    def add_sequence(self) -> int:
-        """Start a sequence with no tokens and no blocks; return its id."""
-        seq, self._next_id = self._next_id, self._next_id + 1
-        self.block_tables[seq], self.lengths[seq] = [], 0
-        return seq
-
-    def _check_sequence(self, seq: int) -> None:
-        if seq not in self.block_tables:
-            raise ValueError(
-                f"seq must be one of the sequences {sorted(self.block_tables)}, got {seq!r}"
-            )
-
-    def append(self, seq: int, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Store keys, values (1, h_kv, t, d_h) of sequence ``seq``; return all of its tokens.
-
-        The result, (1, h_kv, n + t, d_h) each, is gathered from the sequence's blocks: a copy,
-        equal to what a contiguous :class:`KVCache` returns.
-        """
-        self._check_sequence(seq)
-        _, h_kv, size, d_h = self.keys.shape
-        _check_chunk(keys, values, (1, h_kv, d_h), self.keys)
-        table, n, t = self.block_tables[seq], self.lengths[seq], keys.shape[2]
-        needed = -(-(n + t) // size) - len(table)  # blocks to add: ceil((n + t) / size) - held
-        if needed > len(self.free_blocks):
-            raise ValueError(
-                f"the pool has {len(self.free_blocks)} free blocks, sequence {seq} needs {needed}"
-            )
-        table += [self.free_blocks.pop(0) for _ in range(needed)]
-        positions = torch.arange(n, n + t, device=self.keys.device)  # (t,)
-        blocks = torch.tensor(table, device=self.keys.device)[positions // size]  # (t,)
-        self.keys[blocks, :, positions % size] = keys[0].transpose(0, 1)  # (t, h_kv, d_h)
-        self.values[blocks, :, positions % size] = values[0].transpose(0, 1)
-        self.lengths[seq] = n + t
-        return self.gather(seq)
-
-    def gather(self, seq: int) -> tuple[Tensor, Tensor]:
-        """Keys and values (1, h_kv, n, d_h) of sequence ``seq``, read through its block table."""
-        self._check_sequence(seq)
-        n, size = self.lengths[seq], self.block_size
-        positions = torch.arange(n, device=self.keys.device)  # (n,)
-        blocks = torch.tensor(self.block_tables[seq], device=self.keys.device, dtype=torch.long)
-        blocks = blocks[positions // size]  # (n,)
-        keys = self.keys[blocks, :, positions % size].transpose(0, 1)  # (h_kv, n, d_h)
-        values = self.values[blocks, :, positions % size].transpose(0, 1)
-        return keys[None], values[None]  # (1, h_kv, n, d_h) each
-
-    def free(self, seq: int) -> None:
-        """End sequence ``seq``: its blocks go back to the pool."""
-        self._check_sequence(seq)
-        self.free_blocks += self.block_tables.pop(seq)
-        del self.lengths[seq]
-
-    def sequence(self, seq: int) -> "PagedSequence":
-        """Sequence ``seq`` seen as a one-sequence cache that attention layers accept."""
-        self._check_sequence(seq)
-        return PagedSequence(self, seq)
-
-
-class PagedSequence:
-    """One sequence of a :class:`PagedKVCache`, with the ``length`` and ``append`` of a cache."""
-
-    def __init__(self, pool: PagedKVCache, seq: int) -> None:
-        """A view of sequence ``seq`` of ``pool``."""
-        self.pool, self.seq = pool, seq
-
-    @property
-    def length(self) -> int:
-        """Tokens stored for this sequence."""
-        return self.pool.lengths[self.seq]
-
-    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """As :meth:`PagedKVCache.append` for this sequence."""
-        return self.pool.append(self.seq, keys, values)
+        self.key_positions = self.key_positions[:0]
 
 
 class ModelKVCache:
@@ -334,18 +275,20 @@ class GroupedQueryAttention(nn.Module):
     h query heads share h_kv key/value heads: query head i uses key/value head i // (h / h_kv),
     as ``enable_gqa`` in PyTorch. h_kv = h is multi-head attention (:meth:`from_multihead`
     shows it equals :class:`~attention.MultiHeadAttention`), h_kv = 1 multi-query attention.
-    ``window=w`` lets the token at position p see positions p - w < j <= p only. The module has
-    no position information of its own and no longest sequence.
+    ``window=w`` lets the token at position p see positions p - w < j <= p only, and
+    ``sinks=n_sink`` (with a window) also the first n_sink positions, StreamingLLM's attention
+    sinks (:func:`sink_window_mask`). The module has no position information of its own and no
+    longest sequence.
     """
 
     def __init__(
         self, d_in: int, d_out: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0,
-        qkv_bias: bool = False, window: int | None = None,
+        qkv_bias: bool = False, window: int | None = None, sinks: int = 0,
     ) -> None:
         """W_query d_in -> d_out, W_key and W_value d_in -> h_kv · d_h, out_proj d_out -> d_out.
 
         ``dropout`` drops attention weights in training mode. ``num_kv_heads`` must divide
-        ``num_heads``; ``window``, if given, is an integer >= 1.
+        ``num_heads``; ``window``, if given, is an integer >= 1; ``sinks`` > 0 needs a window.
         """
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)
@@ -359,9 +302,12 @@ class GroupedQueryAttention(nn.Module):
         check_dropout(dropout)
         if window is not None:
             check_sizes(window=window)
+        _check_sinks(sinks)
+        if sinks and window is None:
+            raise ValueError(f"sinks={sinks} needs a window (sinks are kept beside it), got None")
         self.d_in, self.d_out, self.num_heads = d_in, d_out, num_heads
         self.num_kv_heads, self.d_h = num_kv_heads, d_out // num_heads
-        self.window, self.dropout = window, dropout
+        self.window, self.sinks, self.dropout = window, sinks, dropout
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, num_kv_heads * self.d_h, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, num_kv_heads * self.d_h, bias=qkv_bias)
@@ -371,15 +317,16 @@ class GroupedQueryAttention(nn.Module):
         """An empty cache on the module's device and dtype, for up to ``max_tokens`` tokens.
 
         Without a window: a :class:`KVCache` of 2 · b · h_kv · max_tokens · d_h values. With a
-        window: a :class:`RollingKVCache` of 2 · b · h_kv · w · d_h values, whatever max_tokens,
-        which only bounds the positions.
+        window: a :class:`RollingKVCache` of 2 · b · h_kv · (n_sink + w) · d_h values, whatever
+        max_tokens, which only bounds the positions.
         """
         weight = self.W_key.weight
         args = (batch_size, self.num_kv_heads)
         if self.window is None:
             return KVCache(*args, max_tokens, self.d_h, dtype=weight.dtype, device=weight.device)
         return RollingKVCache(
-            *args, self.window, self.d_h, max_tokens, dtype=weight.dtype, device=weight.device
+            *args, self.window, self.d_h, max_tokens, dtype=weight.dtype, device=weight.device,
+            sinks=self.sinks,
         )
 
     def forward(self, x: Tensor, cache: Cache | None = None) -> Tensor:
@@ -387,26 +334,33 @@ class GroupedQueryAttention(nn.Module):
 
         Without a cache: causal self-attention over x. With one: x holds the t newest tokens,
         their keys and values are appended to the cache, and each attends to every cached token
-        and to the new ones up to itself (bottom-right causal; within the window, if any).
+        and to the new ones up to itself (bottom-right causal; within the window and the
+        sinks, if any).
         """
         check_input(x, self.d_in, ranks=(3,))
-        if isinstance(cache, RollingKVCache) and cache.window != self.window:
+        if isinstance(cache, RollingKVCache) and (cache.window, cache.sinks) != (
+            self.window, self.sinks
+        ):
             raise ValueError(
-                f"a RollingKVCache must have the module's window={self.window}, got "
-                f"window={cache.window}"
+                f"a RollingKVCache must have the module's window={self.window} and "
+                f"sinks={self.sinks}, got window={cache.window} and sinks={cache.sinks}"
             )
         b, t, _ = x.shape
         h, h_kv, d_h = self.num_heads, self.num_kv_heads, self.d_h
         queries = self.W_query(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         keys = self.W_key(x).view(b, t, h_kv, d_h).transpose(1, 2)  # (b, h_kv, t, d_h)
         values = self.W_value(x).view(b, t, h_kv, d_h).transpose(1, 2)  # (b, h_kv, t, d_h)
+        n = 0 if cache is None else cache.length  # position of x's first token
         if cache is not None:
             keys, values = cache.append(keys, values)  # (b, h_kv, t_k, d_h) each
         t_k = keys.shape[2]
         if self.window is None:
             mask = causal_mask(t, t_k, device=x.device, alignment="bottom_right")  # (t, t_k)
-        else:
-            mask = sliding_window_mask(t, t_k, self.window, device=x.device)  # (t, t_k)
+        else:  # a rolling cache returns the visible keys only: their positions say which
+            key_pos = (cache.key_positions if isinstance(cache, RollingKVCache)
+                       else torch.arange(t_k, device=x.device))  # (t_k,)
+            query_pos = torch.arange(n, n + t, device=x.device)  # (t,)
+            mask = _visible(query_pos, key_pos, self.window, self.sinks)  # (t, t_k)
         dropout_p = self.dropout if self.training else 0.0
         context = scaled_dot_product_attention(
             queries, keys, values, attn_mask=mask, dropout_p=dropout_p, enable_gqa=True

@@ -5,6 +5,7 @@ Notation (see CONTRIBUTING.md):
     t      number of tokens (t_q queries, t_k keys)
     d      width of a token vector (``d_model``); p a position, counted from 0
     h      number of heads, d_h width of one head (queries and keys are rotated per head)
+    d_rot  width of the rotated part of a head (``rotary_dim``, d_rot <= d_h)
 
 Four ways to tell attention where a token is:
 
@@ -12,7 +13,9 @@ Four ways to tell attention where a token is:
                            ω_i = 10000^(-2i/d), added to the token embeddings (Vaswani et al.)
     LearnedPositions       one trained vector per position, added to the embeddings (GPT-2)
     RotaryEmbedding        rotate each pair of query/key features by the angle p θ_i,
-                           θ_i = base^(-2i/d_h) (Su et al., RoFormer)
+                           θ_i = base^(-2i/d_rot), the first d_rot features of each head
+                           (all by default) (Su et al., RoFormer); scaled by the rules of
+                           :mod:`attention.rope_scaling` to read longer sequences
     alibi_bias             add -m_h (i - j) to the score of query i against key j, one slope m_h
                            per head (Press et al., ALiBi)
 
@@ -25,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_context_length, check_input, check_sizes
+from .rope_scaling import RopeScaling, rope_frequencies
 
 __all__ = [
     "LearnedPositions",
@@ -48,11 +52,6 @@ def _check_start(start: int) -> None:
         raise ValueError(f"start must be an integer >= 0, got {start!r}")
 
 
-def _frequencies(d: int, base: float) -> Tensor:
-    """The d / 2 frequencies base^(-2i/d), i = 0 .. d/2 - 1, in float64: shape (d/2,)."""
-    return base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
-
-
 def sinusoidal_positions(t: int, d: int) -> Tensor:
     """The sinusoidal position table of Vaswani et al. (2017), shape (t, d).
 
@@ -62,7 +61,8 @@ def sinusoidal_positions(t: int, d: int) -> Tensor:
     """
     check_sizes(t=t, d=d)
     _check_even("d", d)
-    angles = torch.arange(t, dtype=torch.float64)[:, None] * _frequencies(d, 10000.0)  # (t, d/2)
+    positions = torch.arange(t, dtype=torch.float64)  # (t,)
+    angles = positions[:, None] * rope_frequencies(d, 10000.0)  # (t, d/2)
     table = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (t, d/2, 2)
     return table.reshape(t, d).to(torch.get_default_dtype())  # (t, d): sin, cos, sin, cos, ...
 
@@ -116,26 +116,59 @@ class RotaryEmbedding(nn.Module):
     """Rotary position embedding (RoPE, Su et al.), applied to queries or keys of width d_h.
 
     Feature pair i of the token at position p is rotated by the angle p θ_i, with
-    θ_i = base^(-2i/d_h), i = 0 .. d_h/2 - 1:
+    θ_i = base^(-2i/d_rot), i = 0 .. d_rot/2 - 1:
 
         (x_a, x_b) -> (x_a cos(p θ_i) - x_b sin(p θ_i),  x_a sin(p θ_i) + x_b cos(p θ_i))
 
-    ``interleaved=True`` pairs features (2i, 2i+1), as in the RoFormer paper and Meta's Llama
-    code; ``interleaved=False`` (the default) pairs (i, i + d_h/2), the two halves, as in
-    GPT-NeoX and Hugging Face's Llama. The two are the same up to a permutation of the features
-    (:func:`rotary_permutation`). The module has no parameters.
+    Only the first ``rotary_dim`` = d_rot features are rotated (all d_h by default); the others
+    pass through unchanged, as in GPT-NeoX (``rotary_pct``) and GPT-J (``rotary_dim``). The
+    frequencies are those of a head of width d_rot, not d_h. ``interleaved=True`` pairs features
+    (2i, 2i+1), as in the RoFormer paper, Meta's Llama code and GPT-J; ``interleaved=False``
+    (the default) pairs (i, i + d_rot/2), the two halves of the rotated part, as in GPT-NeoX and
+    Hugging Face's Llama. The two are the same up to a permutation of the features
+    (:func:`rotary_permutation`).
+
+    ``scaling``, one of the rules of :mod:`attention.rope_scaling`, replaces the θ_i to stretch
+    the model past its training length; :class:`~attention.rope_scaling.YaRNScaling` also
+    multiplies every feature of the output (rotated or not) by its ``attention_factor``
+    sqrt(1/τ), so that the scores of rotated queries and keys are divided by τ. The module has
+    no parameters; ``frequencies`` holds the θ_i used, in float64.
     """
 
-    def __init__(self, d_h: int, base: float = 10000.0, interleaved: bool = False) -> None:
-        """Rotations for heads of width ``d_h`` (even) with frequencies base^(-2i/d_h)."""
+    def __init__(
+        self,
+        d_h: int,
+        base: float = 10000.0,
+        interleaved: bool = False,
+        *,
+        rotary_dim: int | None = None,
+        scaling: RopeScaling | None = None,
+    ) -> None:
+        """Rotations of the first ``rotary_dim`` features (all ``d_h`` by default)."""
         super().__init__()
         check_sizes(d_h=d_h)
         _check_even("d_h", d_h)
         if isinstance(base, bool) or not isinstance(base, int | float) or not base > 1.0:
             raise ValueError(f"base must be a number > 1, got {base!r}")
-        self.d_h = d_h
+        rotary_dim = d_h if rotary_dim is None else rotary_dim
+        check_sizes(rotary_dim=rotary_dim)
+        _check_even("rotary_dim", rotary_dim)
+        if rotary_dim > d_h:
+            raise ValueError(f"rotary_dim must be at most d_h={d_h}, got {rotary_dim}")
+        if scaling is not None and not isinstance(scaling, RopeScaling):
+            raise ValueError(
+                f"scaling must be None or one of PositionInterpolation, NTKAwareScaling, "
+                f"YaRNScaling, Llama3Scaling, got {scaling!r}"
+            )
+        self.d_h, self.rotary_dim = d_h, rotary_dim
         self.base = float(base)
         self.interleaved = interleaved
+        self.scaling = scaling
+        if scaling is None:
+            self.frequencies = rope_frequencies(rotary_dim, self.base)  # (d_rot/2,) float64
+        else:
+            self.frequencies = scaling.frequencies(rotary_dim, self.base)  # (d_rot/2,) float64
+        self.attention_factor = 1.0 if scaling is None else scaling.attention_factor
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """x (..., t, d_h) with token i rotated by its position start + i: shape (..., t, d_h)."""
@@ -144,20 +177,33 @@ class RotaryEmbedding(nn.Module):
                 f"x must have shape (..., t, d_h) with d_h={self.d_h}, got shape {tuple(x.shape)}"
             )
         _check_start(start)
-        t = x.shape[-2]
+        t, half = x.shape[-2], self.rotary_dim // 2
         positions = torch.arange(start, start + t, dtype=torch.float64, device=x.device)  # (t,)
-        freqs = _frequencies(self.d_h, self.base).to(x.device)  # (d_h/2,)
-        angles = positions[:, None] * freqs  # (t, d_h/2)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (t, d_h/2) each
+        angles = positions[:, None] * self.frequencies.to(x.device)  # (t, d_rot/2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (t, d_rot/2) each
+        rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]  # d_rot, d_h - d_rot
         if self.interleaved:
-            x_a, x_b = x[..., 0::2], x[..., 1::2]  # (..., t, d_h/2) each
+            x_a, x_b = rotated[..., 0::2], rotated[..., 1::2]  # (..., t, d_rot/2) each
         else:
-            x_a, x_b = x[..., : self.d_h // 2], x[..., self.d_h // 2 :]  # (..., t, d_h/2) each
-        rot_a = x_a * cos - x_b * sin  # (..., t, d_h/2)
-        rot_b = x_a * sin + x_b * cos  # (..., t, d_h/2)
+            x_a, x_b = rotated[..., :half], rotated[..., half:]  # (..., t, d_rot/2) each
+        rot_a = x_a * cos - x_b * sin  # (..., t, d_rot/2)
+        rot_b = x_a * sin + x_b * cos  # (..., t, d_rot/2)
         if self.interleaved:
-            return torch.stack([rot_a, rot_b], dim=-1).flatten(-2)  # (..., t, d_h)
-        return torch.cat([rot_a, rot_b], dim=-1)  # (..., t, d_h)
+            rotated = torch.stack([rot_a, rot_b], dim=-1).flatten(-2)  # (..., t, d_rot)
+        else:
+            rotated = torch.cat([rot_a, rot_b], dim=-1)  # (..., t, d_rot)
+        out = torch.cat([rotated, passed], dim=-1)  # (..., t, d_h)
+        # YaRN's temperature: both queries and keys scaled, so every score is divided by τ
+        return out if self.attention_factor == 1.0 else out * self.attention_factor
+
+    def extra_repr(self) -> str:
+        """The settings, shown when the module is printed."""
+        parts = [f"d_h={self.d_h}", f"base={self.base:g}", f"interleaved={self.interleaved}"]
+        if self.rotary_dim != self.d_h:
+            parts.append(f"rotary_dim={self.rotary_dim}")
+        if self.scaling is not None:
+            parts.append(f"scaling={self.scaling}")
+        return ", ".join(parts)
 
 
 def alibi_slopes(num_heads: int) -> Tensor:

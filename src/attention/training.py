@@ -1,6 +1,6 @@
 """Training the tiny model, and the data and scores of the book's experiments.
 
-Notation (see CONTRIBUTING.md): b batch size, t (``seq_len``) tokens, V vocabulary size,
+Notation (see CONTRIBUTING.md): b batch size, t (``seq_len``) tokens, n_vocab vocabulary size,
 L layers, h heads per layer. A target of -100 is not scored (``F.cross_entropy``'s
 ``ignore_index``).
 
@@ -45,7 +45,7 @@ def train_lm(
     losses = []
     for _ in range(steps):
         inputs, targets = data(generator)  # (b, t), (b, t)
-        logits = model(inputs)  # (b, t, V)
+        logits = model(inputs)  # (b, t, n_vocab)
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -84,7 +84,8 @@ def induction_data(
             f"seq_len={seq_len}"
         )
     periods = torch.randint(min_period, max_period + 1, (batch_size, 1), generator=generator)
-    segments = torch.rand(batch_size, vocab_size, generator=generator).argsort(dim=1)  # (b, V)
+    segments = torch.rand(batch_size, vocab_size, generator=generator)  # (b, n_vocab)
+    segments = segments.argsort(dim=1)  # (b, n_vocab), a random order of the vocabulary
     positions = torch.arange(seq_len + 1)[None, :]  # (1, seq_len + 1)
     sequence = segments.gather(1, positions % periods)  # (b, seq_len + 1)
     inputs, targets = sequence[:, :-1], sequence[:, 1:]  # (b, seq_len) each

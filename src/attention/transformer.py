@@ -1,6 +1,7 @@
 """The Transformer block and a tiny decoder-only language model built from it.
 
-Training and the experiments of the book are in :mod:`attention.training`.
+Training and the experiments of the book are in :mod:`attention.training`; the attention
+sublayer is :class:`~attention.BlockAttention`, the block's submodule ``attn``.
 
 Notation (see CONTRIBUTING.md):
     b        batch size
@@ -8,20 +9,22 @@ Notation (see CONTRIBUTING.md):
     d        model width ``d_model`` (d_in = d_out = d in every block)
     h        number of heads, d_h = d / h the width of one head
     d_ff     width of the feed-forward network's hidden layer
-    V        vocabulary size ``vocab_size``
+    n_vocab  vocabulary size ``vocab_size``
 
-One block, pre-LN (``norm_first=True``) or post-LN, as ``torch.nn.TransformerEncoderLayer``:
+One block, pre-norm (``norm_first=True``), post-norm, or parallel (GPT-J, PaLM), with N the
+block's normalization, LayerNorm or RMSNorm (``norm="layer"`` or ``"rms"``):
 
-    pre-LN    x = x + SA(LN1(x));   x = x + FFN(LN2(x))
-    post-LN   x = LN1(x + SA(x));   x = LN2(x + FFN(x))
+    pre-norm   x = x + SA(N1(x));   x = x + FFN(N2(x))
+    post-norm  x = N1(x + SA(x));   x = N2(x + FFN(x))
+    parallel   x = x + SA(N1(x)) + FFN(N1(x))
 
-    A      = drop(softmax(Q K^T / sqrt(d_h) + M))      (b, h, t, t), per head
-    SA(x)  = drop(out_proj(A V, heads merged))         (b, t, d)
-    FFN(x) = drop(linear2(drop(act(linear1(x)))))      (b, t, d), act = GELU or ReLU
+    SA(x)        = attn(x), multi-head self-attention                       (b, t, d)
+    FFN(x)       = drop(linear2(drop(act(linear1(x)))))    act = GELU or ReLU
+    FFN_SwiGLU(x) = drop(linear2(drop(SiLU(linear1(x)) ⊙ linear3(x))))     (Shazeer, 2020)
 
 Dropout sits where PyTorch puts it, all with probability ``dropout`` and only in training mode:
 on the attention weights A, on the two residual branches SA(x) and FFN(x), and on the FFN's
-hidden activations. M is the causal mask of a decoder block, plus any mask passed in.
+hidden activations. A causal block adds the causal mask to any mask passed in.
 
 Decoding with a KV cache (:mod:`attention.inference`): ``forward(idx, cache=cache)`` takes only
 the t new tokens, which sit at positions n .. n + t - 1 after the n cached ones; each block
@@ -29,29 +32,54 @@ appends their keys and values to its layer's cache and the causal mask of t quer
 n + t keys is aligned bottom-right. Every position scheme is shifted by n.
 """
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import check_dropout, check_heads, check_input, check_sizes, check_token_ids
-from .functional import additive_causal_mask, attention_weights
+from .block_attention import BlockAttention
 from .inference import Cache, KVCache, ModelKVCache
+from .norms import make_norm
 from .positions import LearnedPositions, RotaryEmbedding, alibi_bias, sinusoidal_positions
 
-__all__ = ["TinyTransformer", "TransformerBlock"]
+__all__ = ["TinyTransformer", "TransformerBlock", "swiglu_width"]
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "relu": F.relu}
+ACTIVATIONS = ("gelu", "relu", "swiglu")
 POSITIONS = (None, "learned", "sinusoidal", "rope", "alibi")
 
 
+def swiglu_width(
+    d_model: int, multiple_of: int = 256, ffn_dim_multiplier: float | None = None
+) -> int:
+    """Llama's SwiGLU hidden width: 2/3 of 4 d, times a multiplier, rounded up to a multiple.
+
+    As ``FeedForward`` in Meta's Llama code computes it: int(2 · 4d / 3), then int(multiplier ·
+    width) if a multiplier is given, then the next multiple of ``multiple_of``. Three matrices
+    of d × d_ff then hold about as many weights as the two of a 4d-wide FFN.
+    """
+    check_sizes(d_model=d_model, multiple_of=multiple_of)
+    width = int(2 * (4 * d_model) / 3)
+    if ffn_dim_multiplier is not None:
+        multiplier = ffn_dim_multiplier
+        if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or not (
+            multiplier > 0
+        ):
+            raise ValueError(f"ffn_dim_multiplier must be a number > 0, got {ffn_dim_multiplier!r}")
+        width = int(ffn_dim_multiplier * width)
+    return multiple_of * ((width + multiple_of - 1) // multiple_of)
+
+
 class TransformerBlock(nn.Module):
-    """Multi-head self-attention and a feed-forward network, each with a residual and LayerNorm.
+    """Multi-head self-attention and a feed-forward network, each with a residual and a norm.
 
     ``causal=True`` lets token i attend to tokens j <= i only (a decoder block); ``mlp=False``
     drops the feed-forward sublayer (an attention-only block). ``rotary``, if given, rotates
-    queries and keys by their positions (RoPE) before the scores.
+    queries and keys by their positions (RoPE) before the scores. The defaults are the
+    block of ``torch.nn.TransformerEncoderLayer(norm_first=True, activation="gelu")``; the
+    keyword arguments build today's variants: ``norm="rms"`` (RMSNorm), ``activation="swiglu"``,
+    ``parallel=True`` (attention and FFN both read N1(x)), ``qk_norm=True`` (queries and keys
+    normalized per head by the block's kind of norm) and ``bias=False`` (no biases in the
+    linear layers and the norms). The attention sublayer is the submodule ``attn``.
     """
 
     def __init__(
@@ -66,7 +94,11 @@ class TransformerBlock(nn.Module):
         *,
         mlp: bool = True,
         rotary: RotaryEmbedding | None = None,
-        layer_norm_eps: float = 1e-5,
+        norm: str = "layer",
+        parallel: bool = False,
+        qk_norm: bool = False,
+        bias: bool = True,
+        norm_eps: float = 1e-5,
     ) -> None:
         """Attention with h heads of width d_model / h, and an FFN d_model -> d_ff -> d_model."""
         super().__init__()
@@ -75,72 +107,41 @@ class TransformerBlock(nn.Module):
         check_sizes(d_ff=d_ff)
         check_dropout(dropout)
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be 'gelu' or 'relu', got {activation!r}")
-        if rotary is not None and rotary.d_h != d_model // num_heads:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        if parallel and not (norm_first and mlp):
             raise ValueError(
-                f"rotary must rotate heads of width d_h={d_model // num_heads}, "
-                f"got d_h={rotary.d_h}"
+                "parallel=True needs a pre-norm block with an FFN (norm_first=True, mlp=True), "
+                f"got norm_first={norm_first}, mlp={mlp}"
             )
         self.d_model, self.num_heads, self.d_h = d_model, num_heads, d_model // num_heads
-        self.dropout, self.norm_first, self.causal = dropout, norm_first, causal
-        self.activation, self.rotary = activation, rotary
-        self.qkv = nn.Linear(d_model, 3 * d_model)  # W_q, W_k, W_v stacked, as torch's in_proj
-        self.out_proj = nn.Linear(d_model, d_model)
-        self.proj_dropout = nn.Dropout(dropout)  # on out_proj's output (torch's dropout1)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.mlp = mlp
+        self.norm_first, self.causal, self.activation = norm_first, causal, activation
+        self.mlp, self.parallel = mlp, parallel
+        self.attn = BlockAttention(
+            d_model, num_heads, dropout, causal, rotary=rotary,
+            qk_norm=norm if qk_norm else None, bias=bias, norm_eps=norm_eps,
+        )  # built first: the same random draws as before it was a submodule
+        self.norm1 = make_norm(norm, d_model, norm_eps, bias)
         if mlp:
-            self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-            self.linear1 = nn.Linear(d_model, d_ff)
+            if not parallel:  # a parallel block feeds N1(x) to both sublayers
+                self.norm2 = make_norm(norm, d_model, norm_eps, bias)
+            self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1 (Llama's w1)
             self.act_dropout = nn.Dropout(dropout)  # on the hidden activations (torch's dropout)
-            self.linear2 = nn.Linear(d_ff, d_model)
+            self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2 (Llama's w2)
+            if activation == "swiglu":
+                self.linear3 = nn.Linear(d_model, d_ff, bias=bias)  # V (Llama's w3)
             self.ffn_dropout = nn.Dropout(dropout)  # on the FFN's output (torch's dropout2)
 
-    def _mask(self, t: int, t_k: int, attn_mask: Tensor | None, x: Tensor) -> Tensor | None:
-        """The additive mask M (..., t, t_k): the causal mask plus ``attn_mask``, if any.
-
-        The causal mask is aligned bottom-right: the t queries are the last t of the t_k keys.
-        """
-        if not self.causal:
-            return attn_mask
-        causal = additive_causal_mask(
-            t, t_k, dtype=x.dtype, device=x.device, alignment="bottom_right"
-        )  # (t, t_k)
-        if attn_mask is None:
-            return causal
-        if attn_mask.dtype == torch.bool:
-            attn_mask = torch.zeros_like(causal).masked_fill(~attn_mask, float("-inf"))
-        return causal + attn_mask  # (..., t, t_k)
-
-    def attend(
-        self, x: Tensor, attn_mask: Tensor | None = None, cache: Cache | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """SA(x) (b, t, d) and the attention weights A (b, h, t, t_k) it applied to the values.
-
-        Without a cache t_k = t; with one, x's keys and values are appended to it and the t
-        queries attend to all t_k = n + t cached tokens.
-        """
-        b, t, _ = x.shape
-        h, d_h = self.num_heads, self.d_h
-        queries, keys, values = self.qkv(x).split(self.d_model, dim=2)  # 3 x (b, t, d)
-        queries = queries.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        keys = keys.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        values = values.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        start = 0 if cache is None else cache.length  # position of x's first token
-        if self.rotary is not None:
-            queries, keys = self.rotary(queries, start), self.rotary(keys, start)  # (b,h,t,d_h)
-        if cache is not None:
-            keys, values = cache.append(keys, values)  # (b, h, t_k, d_h) each
-        dropout_p = self.dropout if self.training else 0.0
-        mask = self._mask(t, keys.shape[2], attn_mask, x)
-        attn_weights = attention_weights(queries, keys, mask, dropout_p)  # (b, h, t, t_k)
-        context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b,t,d)
-        return self.proj_dropout(self.out_proj(context)), attn_weights
-
     def feed_forward(self, x: Tensor) -> Tensor:
-        """FFN(x) (b, t, d): two position-wise linear maps with the activation between them."""
-        hidden = self.act_dropout(ACTIVATIONS[self.activation](self.linear1(x)))  # (b, t, d_ff)
-        return self.ffn_dropout(self.linear2(hidden))  # (b, t, d)
+        """FFN(x) (b, t, d): two position-wise linear maps with the activation between them.
+
+        With SwiGLU the activation is SiLU(x W_1) ⊙ x V, a gated product of two maps.
+        """
+        hidden = self.linear1(x)  # (b, t, d_ff)
+        if self.activation == "swiglu":
+            hidden = F.silu(hidden) * self.linear3(x)  # (b, t, d_ff)
+        else:
+            hidden = F.gelu(hidden) if self.activation == "gelu" else F.relu(hidden)
+        return self.ffn_dropout(self.linear2(self.act_dropout(hidden)))  # (b, t, d)
 
     def forward(
         self,
@@ -161,13 +162,17 @@ class TransformerBlock(nn.Module):
         check_input(x, self.d_model, ranks=(3,), width_name="d_model")
         if cache is not None and not self.causal:
             raise ValueError("a cache needs a causal block (causal=True), got causal=False")
-        if self.norm_first:
-            attended, attn_weights = self.attend(self.norm1(x), attn_mask, cache)
+        if self.parallel:
+            normed = self.norm1(x)  # (b, t, d): read by both sublayers
+            attended, attn_weights = self.attn(normed, attn_mask, cache)
+            x = x + attended + self.feed_forward(normed)  # (b, t, d)
+        elif self.norm_first:
+            attended, attn_weights = self.attn(self.norm1(x), attn_mask, cache)
             x = x + attended  # (b, t, d)
             if self.mlp:
                 x = x + self.feed_forward(self.norm2(x))  # (b, t, d)
         else:
-            attended, attn_weights = self.attend(x, attn_mask, cache)
+            attended, attn_weights = self.attn(x, attn_mask, cache)
             x = self.norm1(x + attended)  # (b, t, d)
             if self.mlp:
                 x = self.norm2(x + self.feed_forward(x))  # (b, t, d)
@@ -201,19 +206,19 @@ class TransformerBlock(nn.Module):
             norm_first=layer.norm_first,
             causal=causal,
             activation=activation,
-            layer_norm_eps=layer.norm1.eps,
+            norm_eps=layer.norm1.eps,
         ).to(device=attn.in_proj_weight.device, dtype=attn.in_proj_weight.dtype)
         with torch.no_grad():
-            block.qkv.weight.copy_(attn.in_proj_weight)  # (3d, d): W_q, W_k, W_v stacked
-            block.qkv.bias.copy_(attn.in_proj_bias)  # (3d,)
-            for name in ("out_proj", "norm1", "norm2", "linear1", "linear2"):
-                source = attn.out_proj if name == "out_proj" else getattr(layer, name)
-                getattr(block, name).load_state_dict(source.state_dict())
+            block.attn.qkv.weight.copy_(attn.in_proj_weight)  # (3d, d): W_q, W_k, W_v stacked
+            block.attn.qkv.bias.copy_(attn.in_proj_bias)  # (3d,)
+            block.attn.out_proj.load_state_dict(attn.out_proj.state_dict())
+            for name in ("norm1", "norm2", "linear1", "linear2"):
+                getattr(block, name).load_state_dict(getattr(layer, name).state_dict())
         return block.train(layer.training)
 
 
 class TinyTransformer(nn.Module):
-    """A decoder-only language model: embedding, positions, N causal pre-LN blocks, LN, LM head.
+    """A decoder-only language model: embedding, positions, N causal pre-norm blocks, norm, LM head.
 
     ``positions`` picks how the model knows where a token is: ``"learned"`` (GPT-2) or
     ``"sinusoidal"`` vectors added to the embeddings, ``"rope"`` rotations of queries and keys,
@@ -234,8 +239,23 @@ class TinyTransformer(nn.Module):
         positions: str | None = "learned",
         mlp: bool = True,
         dropout: float = 0.0,
+        *,
+        norm: str = "layer",
+        activation: str = "gelu",
+        parallel: bool = False,
+        qk_norm: bool = False,
+        bias: bool = True,
+        tie_weights: bool = False,
     ) -> None:
-        """Every weight drawn from N(0, 0.02²), biases zero, as in GPT-2; d_ff = 4 d by default."""
+        """Every weight drawn from N(0, 0.02²), biases zero, as in GPT-2.
+
+        d_ff defaults to 4 d, or with ``activation="swiglu"`` to int(2 · 4d / 3) (Llama's rule
+        without its rounding, :func:`~attention.swiglu_width` with ``multiple_of=1``). ``norm``,
+        ``activation``, ``parallel``, ``qk_norm`` and ``bias`` configure every block (see
+        :class:`~attention.TransformerBlock`), ``norm`` also the final normalization;
+        ``tie_weights=True`` makes the LM head use the token embedding's matrix (Press and Wolf,
+        2017).
+        """
         super().__init__()
         check_sizes(
             vocab_size=vocab_size, num_layers=num_layers, context_length=context_length,
@@ -246,16 +266,22 @@ class TinyTransformer(nn.Module):
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.vocab_size, self.num_heads, self.positions = vocab_size, num_heads, positions
         self.context_length = context_length
-        self.tok_emb = nn.Embedding(vocab_size, d_model)  # (V, d)
+        self.tok_emb = nn.Embedding(vocab_size, d_model)  # (n_vocab, d)
         self.pos_emb = LearnedPositions(context_length, d_model) if positions == "learned" else None
         rotary = RotaryEmbedding(d_model // num_heads) if positions == "rope" else None
-        d_ff = 4 * d_model if d_ff is None else d_ff
+        if d_ff is None:
+            d_ff = swiglu_width(d_model, multiple_of=1) if activation == "swiglu" else 4 * d_model
         self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, d_ff, dropout, causal=True, mlp=mlp, rotary=rotary)
+            TransformerBlock(
+                d_model, num_heads, d_ff, dropout, causal=True, activation=activation, mlp=mlp,
+                rotary=rotary, norm=norm, parallel=parallel, qk_norm=qk_norm, bias=bias,
+            )
             for _ in range(num_layers)
         )
-        self.final_norm = nn.LayerNorm(d_model)
-        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)  # (d, V)
+        self.final_norm = make_norm(norm, d_model, bias=bias)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)  # (d, n_vocab)
+        if tie_weights:
+            self.lm_head.weight = self.tok_emb.weight  # one (n_vocab, d) matrix: logits = x E^T
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 nn.init.normal_(module.weight, std=0.02)
@@ -284,7 +310,7 @@ class TinyTransformer(nn.Module):
     def forward(
         self, idx: Tensor, return_weights: bool = False, cache: ModelKVCache | None = None
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """Next-token logits (b, t, V) for token ids idx (b, t).
+        """Next-token logits (b, t, n_vocab) for token ids idx (b, t).
 
         ``return_weights=True`` also returns each layer's attention weights, a list of
         ``num_layers`` tensors (b, h, t, t). With a ``cache`` from :meth:`new_cache`, idx holds
@@ -317,7 +343,7 @@ class TinyTransformer(nn.Module):
         for block, layer_cache in zip(self.blocks, layer_caches):
             x, attn_weights = block(x, bias, return_weights=True, cache=layer_cache)  # (b, t, d)
             all_weights.append(attn_weights)  # (b, h, t, n + t)
-        logits = self.lm_head(self.final_norm(x))  # (b, t, V)
+        logits = self.lm_head(self.final_norm(x))  # (b, t, n_vocab)
         return (logits, all_weights) if return_weights else logits
 
     @torch.no_grad()
@@ -347,7 +373,7 @@ class TinyTransformer(nn.Module):
         cache = self.new_cache(b, t + max_new_tokens - 1) if use_cache and max_new_tokens else None
         new_tokens = idx
         for step in range(max_new_tokens):
-            logits = self(new_tokens if use_cache else idx, cache=cache)  # (b, t', V)
+            logits = self(new_tokens if use_cache else idx, cache=cache)  # (b, t', n_vocab)
             next_id = logits[:, -1].argmax(dim=-1, keepdim=True).to(idx.dtype)  # (b, 1)
             idx = torch.cat([idx, next_id], dim=1)  # (b, t + step + 1)
             new_tokens = next_id

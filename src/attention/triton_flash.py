@@ -1,111 +1,206 @@
-"""FlashAttention's forward pass as a Triton GPU kernel: the algorithm of ``flash.py`` on a GPU.
+"""FlashAttention as Triton GPU kernels, forward and backward: the algorithm of ``flash.py`` on a GPU.
 
-Notation (see CONTRIBUTING.md): b batch size, h heads, t_q / t_k number of queries / keys,
-d_h head width (d_k = d_v = d_h), BLOCK_M query rows and BLOCK_N key rows per tile.
+Notation (see CONTRIBUTING.md):
+    b      batch size
+    h      query heads, h_kv key and value heads (h_kv divides h)
+    t_q    number of queries, t_k number of keys
+    d_h    head width (d_k = d_v = d_h)
 
-Each program instance owns one block of BLOCK_M queries of one (batch, head) pair. It keeps
-the running maximum m, the running sum l and the unnormalized output acc of its rows in
-registers and walks over the keys BLOCK_N at a time, exactly as :func:`attention.flash_attention`
-does in PyTorch (see that module for the online-softmax update). Two details differ:
+:func:`triton_flash_attention` checks its arguments, runs the kernels of
+:mod:`attention.triton_forward` and :mod:`attention.triton_backward`, and makes the result
+differentiable: an ``autograd.Function`` whose forward pass saves Q, K, V, the output and the
+log-sum-exp of each row (all O(t · d_h)) and whose backward pass recomputes each tile of weights
+from them, as section 7.4 derives. The backward pass is itself not differentiable: a second
+derivative raises.
 
-- scores are kept in base 2: with c = scale · log2(e), softmax(scale · ω) = 2^(c·ω) / Σ 2^(c·ω),
-  so ``exp2`` (one hardware instruction) replaces ``exp``;
-- with a causal mask a query block stops at the diagonal: blocks of keys entirely in the
-  future are never loaded, which halves the work.
-
-Only the output (b, h, t_q, d_h) is written to memory; no (t_q, t_k) matrix ever exists.
-
-This module imports Triton when it is imported (``import attention`` does not import it). On a
-machine without CUDA the kernel can still run in Triton's interpreter, on CPU tensors, if the
-environment variable ``TRITON_INTERPRET=1`` is set before Triton is first imported; that is how
-the tests check it. :func:`triton_available` says whether, and how, the kernel can run here.
+This module imports Triton when it is imported (``import attention`` does not import it); the
+kernels are defined when first used. On a machine without CUDA they can run in Triton's
+interpreter, on CPU tensors, while the environment variable ``TRITON_INTERPRET=1`` is set, for
+example inside :func:`triton_interpreter`; that is how the tests and the book check them.
+:func:`triton_available` says whether, and how, the kernels can run here.
 """
 
+import contextlib
+import importlib
 import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 from torch import Tensor
 
+from ._checks import check_causal_options
+
 try:
     import triton
-    import triton.language as tl
 except ImportError as error:  # the package works without Triton; this module explains why not
     triton, _IMPORT_ERROR = None, error
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["triton_available", "triton_flash_attention"]
+__all__ = ["triton_available", "triton_flash_attention", "triton_interpreter"]
 
 HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _interpreting() -> bool:
+    """Whether Triton would define a kernel now for its interpreter (TRITON_INTERPRET is set)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes", "y")
 
 
 def triton_available() -> tuple[bool, str]:
     """Whether :func:`triton_flash_attention` can run here, and why (not)."""
     if triton is None:
         return False, f"Triton is not installed ({_IMPORT_ERROR})"
-    if _INTERPRET:
+    if _interpreting():
         return True, "Triton interpreter (TRITON_INTERPRET=1): runs on CPU tensors, slowly"
     if not torch.cuda.is_available():
-        hint = "set TRITON_INTERPRET=1 before importing Triton to use its CPU interpreter"
+        hint = "set TRITON_INTERPRET=1, or use triton_interpreter(), to run it on the CPU"
         return False, f"no CUDA device ({hint})"
     return True, f"CUDA device {torch.cuda.get_device_name()}"
 
 
-if triton is not None:
+@contextlib.contextmanager
+def triton_interpreter() -> Iterator[None]:
+    """Inside this block Triton kernels run in Triton's interpreter, on CPU tensors.
 
-    @triton.jit
-    def _flash_forward_kernel(
-        Q, K, V, O,
-        stride_qb, stride_qh, stride_qt, stride_qd,
-        stride_kb, stride_kh, stride_kt, stride_kd,
-        stride_vb, stride_vh, stride_vt, stride_vd,
-        stride_ob, stride_oh, stride_ot, stride_od,
-        H, T_Q, T_K, qk_scale_log2,
-        IS_CAUSAL: tl.constexpr, D_H: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    Sets ``TRITON_INTERPRET=1`` and restores its previous value on exit. Kernels that
+    ``triton.jit`` defines inside the block are interpreted kernels; this package's kernels are
+    defined again when the variable has changed since they were. If Triton was imported before
+    the variable was set, the functions of ``triton.language`` written in Triton (``tl.zeros``,
+    ``tl.sum``, ...) were compiled-kernel functions, which refuse to be called from Python: inside
+    the block they run in the interpreter too.
+    """
+    if triton is None:
+        raise RuntimeError(f"Triton is not installed ({_IMPORT_ERROR})")
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    interpreted: dict = {}
+
+    def call(self, *args, **kwargs):  # a @triton.jit function called from an interpreted kernel
+        if self.fn not in interpreted:
+            interpreted[self.fn] = InterpretedFunction(self.fn)
+        return interpreted[self.fn](*args, **kwargs)
+
+    before, compiled_call = os.environ.get("TRITON_INTERPRET"), JITFunction.__call__
+    os.environ["TRITON_INTERPRET"] = "1"
+    JITFunction.__call__ = call
+    try:
+        yield
+    finally:
+        JITFunction.__call__ = compiled_call
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+def _kernels() -> tuple[ModuleType, ModuleType]:
+    """The forward and backward kernel modules, defined for the interpreter if TRITON_INTERPRET is
+    set now, else compiled (``triton.jit`` decides when it defines a kernel: define them again)."""
+    from . import triton_backward, triton_forward
+
+    if triton_forward.INTERPRET != _interpreting():
+        triton_forward = importlib.reload(triton_forward)
+        triton_backward = importlib.reload(triton_backward)  # it imports the helpers of the new one
+    return triton_forward, triton_backward
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What the kernels need besides the tensors."""
+
+    scale: float
+    causal: bool
+    offset: int  # position of query 0: 0 (top-left) or t_k - t_q (bottom-right)
+    window: int | None
+    blocks: tuple[int, int] | None  # (block_m, block_n), or None to autotune
+
+
+class _TritonFlashAttention(torch.autograd.Function):
+    """Autograd wrapper: saves Q, K, V, O and lse (all O(t · d_h)), never the score matrix."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, options):  # type: ignore[override]
+        forward = _kernels()[0].forward
+        out, lse = forward(query, key, value, options.scale, options.causal, options.offset, options.window,
+                           options.blocks)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.options = options
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        query, key, value, out, lse = ctx.saved_tensors
+        grads = _TritonFlashAttentionBackward.apply(grad_out, query, key, value, out, lse, ctx.options)
+        return *grads, None
+
+
+class _TritonFlashAttentionBackward(torch.autograd.Function):
+    """The kernels' backward pass as a graph node of its own, so that differentiating it raises.
+
+    The kernels compute dQ, dK and dV from constants (O and lse), so autograd could not
+    differentiate them; without this node a second derivative would silently be wrong or zero.
+    """
+
+    @staticmethod
+    def forward(ctx, grad_out, query, key, value, out, lse, options):  # type: ignore[override]
+        backward = _kernels()[1].backward
+        return backward(query, key, value, out, lse, grad_out, options.scale, options.causal, options.offset,
+                        options.window, options.blocks)
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        raise RuntimeError(
+            "triton_flash_attention has first derivatives only: its backward kernels cannot be "
+            "differentiated again; for second derivatives use scaled_dot_product_attention"
+        )
+
+
+def _check_tensors(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) -> None:
+    """ValueError for tensors the kernels do not take."""
+    device = "cpu" if _interpreting() else "cuda"
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if tensor.dim() != 4:
+            raise ValueError(f"{name} must have shape (b, h, t, d_h), got shape {tuple(tensor.shape)}")
+        if tensor.dtype not in DTYPES:
+            raise ValueError(f"{name} must be float16 or bfloat16, got {tensor.dtype}")
+        if tensor.device.type != device:
+            raise ValueError(f"{name} must be on {device}, got {tensor.device}")
+    if not (query.dtype == key.dtype == value.dtype):
+        dtypes = f"{query.dtype}, {key.dtype}, {value.dtype}"
+        raise ValueError(f"query, key and value must share one dtype, got {dtypes}")
+    b, h, t_q, d_h = query.shape
+    h_kv = key.shape[1]
+    if enable_gqa and (key.shape[1] != value.shape[1] or h_kv == 0 or h % h_kv):
+        raise ValueError(
+            "with enable_gqa, key and value must have the same number of heads h_kv, and h must be a "
+            f"multiple of it, got h = {h}, key heads {key.shape[1]} and value heads {value.shape[1]}"
+        )
+    heads = "h_kv" if enable_gqa else str(h)
+    if key.shape != value.shape or key.shape[0] != b or key.shape[3] != d_h or (
+        not enable_gqa and h_kv != h
     ):
-        """One (BLOCK_M, D_H) block of outputs of one (batch, head) pair."""
-        start_m = tl.program_id(0) * BLOCK_M
-        batch, head = tl.program_id(1) // H, tl.program_id(1) % H
-        rows = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query indices
-        cols = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key offsets within a block
-        dims = tl.arange(0, D_H)  # (D_H,)
-        q_base = Q + batch * stride_qb + head * stride_qh
-        q_ptrs = q_base + rows[:, None] * stride_qt + dims[None, :] * stride_qd  # (BLOCK_M, D_H)
-        q = tl.load(q_ptrs, mask=rows[:, None] < T_Q, other=0.0)  # (BLOCK_M, D_H)
-        k_base = K + batch * stride_kb + head * stride_kh
-        v_base = V + batch * stride_vb + head * stride_vh
+        shapes = f"{tuple(key.shape)} and {tuple(value.shape)}"
+        raise ValueError(f"key and value must have shape ({b}, {heads}, t_k, {d_h}), got {shapes}")
+    if d_h not in HEAD_DIMS:
+        raise ValueError(f"d_h must be one of {HEAD_DIMS}, got {d_h}")
+    if key.shape[2] == 0 or t_q == 0:
+        raise ValueError(f"t_q and t_k must be positive, got t_q={t_q} and t_k={key.shape[2]}")
 
-        m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running maximum, base-2 units
-        l = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of 2^(s - m)
-        acc = tl.zeros([BLOCK_M, D_H], dtype=tl.float32)  # running sum of 2^(s - m) v
-        end_n = T_K
-        if IS_CAUSAL:
-            end_n = tl.minimum(start_m + BLOCK_M, T_K)  # keys from here on are all in the future
-        for start_n in range(0, end_n, BLOCK_N):
-            keys = start_n + cols  # (BLOCK_N,) key indices
-            k_t = tl.load(k_base + keys[None, :] * stride_kt + dims[:, None] * stride_kd,
-                          mask=keys[None, :] < T_K, other=0.0)  # (D_H, BLOCK_N), K transposed
-            s = tl.dot(q, k_t) * qk_scale_log2  # (BLOCK_M, BLOCK_N) scores in base 2
-            allowed = keys[None, :] < T_K  # (1, BLOCK_N)
-            if IS_CAUSAL:
-                allowed = allowed & (keys[None, :] <= rows[:, None])  # (BLOCK_M, BLOCK_N)
-            s = tl.where(allowed, s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))  # (BLOCK_M,), finite: key 0 is always allowed
-            p = tl.math.exp2(s - m_new[:, None])  # (BLOCK_M, BLOCK_N)
-            rescale = tl.math.exp2(m - m_new)  # (BLOCK_M,), 0 on the first block
-            v = tl.load(v_base + keys[:, None] * stride_vt + dims[None, :] * stride_vd,
-                        mask=keys[:, None] < T_K, other=0.0)  # (BLOCK_N, D_H)
-            l = l * rescale + tl.sum(p, axis=1)
-            acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)  # (BLOCK_M, D_H)
-            m = m_new
-        out = acc / l[:, None]  # (BLOCK_M, D_H)
-        o_base = O + batch * stride_ob + head * stride_oh
-        o_ptrs = o_base + rows[:, None] * stride_ot + dims[None, :] * stride_od  # (BLOCK_M, D_H)
-        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rows[:, None] < T_Q)
 
-# Triton decides when a kernel is defined whether it will run in its interpreter.
-_INTERPRET = triton is not None and type(_flash_forward_kernel).__name__ == "InterpretedFunction"
+def _check_options(
+    is_causal: bool, block_m: int | None, block_n: int | None, causal_alignment: str, window: int | None
+) -> None:
+    """ValueError for options the kernels do not take, each named."""
+    for name, block in (("block_m", block_m), ("block_n", block_n)):
+        if block is not None and (type(block) is not int or block < 16 or block & (block - 1)):
+            raise ValueError(f"{name} must be a power of two >= 16, got {block!r}")
+    check_causal_options(is_causal, causal_alignment, window)
 
 
 def triton_flash_attention(
@@ -114,59 +209,55 @@ def triton_flash_attention(
     value: Tensor,
     is_causal: bool = False,
     scale: float | None = None,
-    block_m: int = 64,
-    block_n: int = 64,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    *,
+    enable_gqa: bool = False,
+    causal_alignment: str = "top_left",
+    window: int | None = None,
 ) -> Tensor:
-    """softmax(Q Kᵀ · scale) V with our Triton kernel, forward only (no autograd).
+    """softmax(Q Kᵀ · scale) V with our Triton kernels, differentiable (first derivatives).
 
     Args:
         query: (b, h, t_q, d_h), float16 or bfloat16, d_h in 16, 32, 64, 128.
-        key: (b, h, t_k, d_h), same dtype and device.
-        value: (b, h, t_k, d_h), same dtype and device.
-        is_causal: query i attends keys j <= i (top-left aligned, as torch's SDPA).
+        key: (b, h, t_k, d_h), same dtype and device; with ``enable_gqa``, (b, h_kv, t_k, d_h).
+        value: the shape of ``key``.
+        is_causal: query i attends keys j <= i (top-left aligned, as torch's SDPA), or as
+            ``causal_alignment`` says.
         scale: multiplies the scores; defaults to 1 / sqrt(d_h).
-        block_m: queries per tile (a power of two, at least 16).
+        block_m: queries per tile (a power of two, at least 16). With ``block_m`` and
+            ``block_n`` both None (the default) the kernels choose their tiles, warps and pipeline
+            stages by autotuning; with one of them given, the other is 64 and 4 warps run a tile.
         block_n: keys per tile (a power of two, at least 16).
+        enable_gqa: grouped-query attention as in torch: query head i uses key and value head
+            i // (h // h_kv); K and V are read in place, never repeated.
+        causal_alignment: with ``is_causal``, ``"top_left"`` (query i at position i) or
+            ``"bottom_right"`` (query i at position t_k - t_q + i, as
+            ``torch.nn.attention.bias.causal_lower_right``).
+        window: with ``is_causal``, each query sees only the ``window`` latest keys up to its own
+            position p: keys j with p - window < j <= p.
 
     Returns:
-        (b, h, t_q, d_h) in the inputs' dtype.
+        (b, h, t_q, d_h) in the inputs' dtype (float32 sums inside, rounded once). A row that may
+        see no key is zero, as in torch, and its gradients are zero. Key blocks that no query of a
+        tile may see are never read, so a nan or inf there does not reach the output.
 
     Raises:
-        RuntimeError: Triton is missing, or neither CUDA nor its interpreter is available.
-        ValueError: shapes, dtypes, devices or block sizes the kernel does not handle.
+        RuntimeError: Triton is missing, or neither CUDA nor its interpreter is available; or a
+            second derivative is asked for.
+        ValueError: shapes, dtypes, devices, block sizes or options the kernels do not take.
     """
     ok, reason = triton_available()
     if not ok:
         raise RuntimeError(f"triton_flash_attention cannot run here: {reason}")
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        if tensor.dim() != 4:
-            raise ValueError(f"{name} must have shape (b, h, t, d_h), got shape {tuple(tensor.shape)}")
-        if tensor.dtype not in DTYPES:
-            raise ValueError(f"{name} must be float16 or bfloat16, got {tensor.dtype}")
-        if tensor.device.type != ("cpu" if _INTERPRET else "cuda"):
-            raise ValueError(f"{name} must be on {'cpu' if _INTERPRET else 'cuda'}, got {tensor.device}")
-    if not (query.dtype == key.dtype == value.dtype):
-        dtypes = f"{query.dtype}, {key.dtype}, {value.dtype}"
-        raise ValueError(f"query, key and value must share one dtype, got {dtypes}")
-    b, h, t_q, d_h = query.shape
-    if key.shape != value.shape or key.shape[:2] != (b, h) or key.shape[3] != d_h:
-        shapes = f"{tuple(key.shape)} and {tuple(value.shape)}"
-        raise ValueError(f"key and value must have shape ({b}, {h}, t_k, {d_h}), got {shapes}")
-    if d_h not in HEAD_DIMS:
-        raise ValueError(f"d_h must be one of {HEAD_DIMS}, got {d_h}")
-    for name, block in (("block_m", block_m), ("block_n", block_n)):
-        if block < 16 or block & (block - 1):
-            raise ValueError(f"{name} must be a power of two >= 16, got {block}")
-    t_k = key.shape[2]
-    if t_k == 0 or t_q == 0:
-        raise ValueError(f"t_q and t_k must be positive, got t_q={t_q} and t_k={t_k}")
-    scale = 1.0 / math.sqrt(d_h) if scale is None else float(scale)
-    out = torch.empty_like(query)  # (b, h, t_q, d_h)
-    grid = (triton.cdiv(t_q, block_m), b * h)
-    _flash_forward_kernel[grid](
-        query, key, value, out,
-        *query.stride(), *key.stride(), *value.stride(), *out.stride(),
-        h, t_q, t_k, scale * math.log2(math.e),
-        IS_CAUSAL=is_causal, D_H=d_h, BLOCK_M=block_m, BLOCK_N=block_n,
+    _check_tensors(query, key, value, enable_gqa)
+    _check_options(is_causal, block_m, block_n, causal_alignment, window)
+    t_q, t_k, d_h = query.shape[2], key.shape[2], query.shape[3]
+    options = _Options(
+        scale=1.0 / math.sqrt(d_h) if scale is None else float(scale),
+        causal=bool(is_causal),
+        offset=t_k - t_q if causal_alignment == "bottom_right" else 0,
+        window=window,
+        blocks=None if block_m is None and block_n is None else (block_m or 64, block_n or 64),
     )
-    return out
+    return _TritonFlashAttention.apply(query, key, value, options)

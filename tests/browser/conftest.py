@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
-from tests.browser.checks import (
-    CHROMIUM, DESKTOP, PHONE, SiteServer, Snapshot, Tab, crawl, launch, page_key,
-)
+from book.browser.chromium import DESKTOP, PHONE, launch
+from book.browser.crawl import Snapshot, crawl, page_key
+from book.browser.server import SiteServer
+from book.browser.tab import Tab
+from book.constants import CHROMIUM
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"

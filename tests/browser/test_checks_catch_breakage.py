@@ -13,21 +13,27 @@ them; the built site is never modified.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Iterator
-from types import ModuleType
 from pathlib import Path
 
 import pytest
 
-from tests._hooks import load_hook
-from tests.browser.checks import (
-    LinkTargets, SiteServer, Snapshot, Tab, check_copy_button_copies, check_copy_buttons,
-    check_equations_fit, check_fits_width, check_images, check_links, check_loads_cleanly,
-    check_math, check_notebook,
-    check_palette_toggle, check_search, check_stays_on_host, visit, visit_all,
+from book.browser.checks import (
+    check_copy_buttons, check_equations_fit, check_fits_width, check_images, check_links,
+    check_loads_cleanly, check_math, check_stays_on_host,
 )
+from book.browser.crawl import LinkTargets, Snapshot, visit, visit_all
+from book.browser.live_checks import (
+    check_copy_button_copies, check_notebook, check_palette_toggle, check_search,
+)
+from book.browser.server import SiteServer
+from book.browser.tab import Tab
+from book.hooks.math import typeset as typeset_math
+
+# All tests of this module in one process (one chromium, the probe pages served and visited
+# once), scheduled last of all (rank 4: see the root conftest.py).
+pytestmark = pytest.mark.browser_group("browser-probe", rank=4)
 
 PROBE = r"""
 <h1 id="a-probe-page">A probe page</h1>
@@ -170,18 +176,12 @@ BREAKAGES: dict[str, tuple[str, Callable[[Snapshot], list[str]], str]] = {
     ),
     "element wider than a phone": ("wide", check_fits_width, "div reaches 1"),
 }
-PROBE_MATH_TIMEOUT_MS = 20_000  # a small page's fonts: under a second unless the machine is busy
-
-
-@functools.cache
-def math_hook() -> ModuleType:
-    """The site's math hook, docs/hooks/math.py, imported once."""
-    return load_hook("math")
+PROBE_FONTS_TIMEOUT_MS = 20_000  # a small page's fonts: under a second unless the machine is busy
 
 
 def typeset(html: str) -> str:
     """``html`` with its math typeset by the site's math hook, as the build typesets a page."""
-    return math_hook().typeset(html, "the probe page")
+    return typeset_math(html, "the probe page")
 
 
 @pytest.fixture(scope="module")
@@ -221,9 +221,9 @@ def snapshots(probe: SiteServer, desktops: list[Tab], phones: list[Tab]) -> dict
         return [probe.url(f"probe-{name}.html") for name in names]
 
     names = [name for name in VARIANTS if name != "wide"]
-    found = dict(zip(names, visit_all(desktops, urls(names), PROBE_MATH_TIMEOUT_MS)))
+    found = dict(zip(names, visit_all(desktops, urls(names), PROBE_FONTS_TIMEOUT_MS)))
     found["good on a phone"], found["wide"] = visit_all(
-        phones, urls(["good", "wide"]), PROBE_MATH_TIMEOUT_MS
+        phones, urls(["good", "wide"]), PROBE_FONTS_TIMEOUT_MS
     )
     return found
 
@@ -308,7 +308,7 @@ def test_palette_check_reports(
 
 
 def first_notebook(probe: SiteServer) -> tuple[str, Path]:
-    """The URL path of the notebook page with the least math (the quickest to typeset), and its
+    """The URL path of the notebook page with the least math (the quickest to load), and its
     .ipynb file in the built site."""
     notebook = min(
         probe.root.rglob("*.ipynb"), key=lambda nb: (nb.read_text(encoding="utf-8").count("$"), nb)

@@ -1,7 +1,7 @@
 """The built book in a real browser, as a reader at a desktop uses it: search, copy buttons, the
 light/dark toggle and the notebook downloads, with screenshots for people to look at.
 
-Each page is loaded once on a desktop tab (a chapter costs the browser seconds to typeset), and
+Each page is loaded once on a desktop tab (a chapter is a long page to load and lay out), and
 every check that applies runs while it is open; the tests then read what the visits recorded.
 Pages are chosen from the built site's files, so this module needs no crawl and runs beside
 test_reader_experience.py. Screenshots go to artifacts/screenshots/.
@@ -14,11 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.checks import (
-    DESKTOP, SNAPSHOT_CHECKS, SiteServer, Tab, built_pages, chapter_pages,
-    check_copy_button_copies, check_fits_width, check_notebook, check_palette_toggle, check_search,
-    headings, notebook_pages, showcase_chapter, visit,
+from book.browser.checks import SNAPSHOT_CHECKS, check_fits_width
+from book.browser.chromium import DESKTOP
+from book.browser.crawl import (
+    built_pages, chapter_pages, headings, notebook_pages, showcase_chapter, visit,
 )
+from book.browser.live_checks import (
+    check_copy_button_copies, check_notebook, check_palette_toggle, check_search,
+)
+from book.browser.server import SiteServer
+from book.browser.tab import Tab
+
+# All tests of this module in one process (one chromium, its pages visited once), scheduled
+# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+pytestmark = pytest.mark.browser_group("browser-desktop", rank=3)
 
 
 @pytest.mark.parametrize("query", ["softmax", "causal"])
@@ -55,7 +64,7 @@ def tour(
     """The home page, the showcase chapter, every notebook page and the appendix, each loaded
     once on the desktop tab; while a page is open, every check that applies runs on it: the
     snapshot checks, light/dark with screenshots, a copy button, the notebook download. (One
-    load per page: a chapter costs the browser seconds to typeset.)"""
+    load per page: a chapter is a long page to load and lay out.)"""
     appendix = sorted(path for path in built_pages(site.root) if path.startswith("/appendix/"))
     assert appendix, "the built site has no appendix page"
     notebooks = notebook_pages(site.root)

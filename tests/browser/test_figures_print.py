@@ -10,14 +10,13 @@
 - Print (docs/stylesheets/print.css): under print media, closed exercise and solution boxes show
   their content, and copy buttons, navigation and the notebook links do not show.
 - The whole-book page (docs/hooks/print_page.py) holds the preface and every chapter, and
-  docs/make_pdf.py prints it to a PDF that names every chapter.
+  `python -m book pdf` (tools/book/pdf.py) prints it to a PDF that names every chapter.
 
 Screenshots of a chapter at 390 px light, 390 px dark and printed go to artifacts/screenshots/.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import re
 from collections.abc import Iterator
@@ -29,10 +28,17 @@ import pytest
 from PIL import Image
 from playwright.sync_api import Browser, BrowserContext, Page
 
-from tests.browser.checks import (
-    DESKTOP, MEASURE_FIGURES, MEASURE_TABLES, PHONE, SiteServer, contrast, figure_problems, luminance,
-    table_problems,
-)
+from book.constants import PDF_NAME
+from book.pdf import make_pdf
+from book.browser.checks import figure_problems, table_problems
+from book.browser.chromium import DESKTOP, PHONE
+from book.browser.colour import contrast, luminance
+from book.browser.scripts import MEASURE_FIGURES, MEASURE_TABLES
+from book.browser.server import SiteServer
+
+# All tests of this module in one process (one chromium, its pages visited once), scheduled
+# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+pytestmark = pytest.mark.browser_group("browser-print", rank=3)
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -210,13 +216,6 @@ def test_print_page_holds_the_preface_and_every_chapter(built_site: Path) -> Non
         assert f">{title}<" in html or title in re.sub(r"<[^>]+>", "", html), title
 
 
-def load_make_pdf():
-    spec = importlib.util.spec_from_file_location("book_make_pdf", DOCS / "make_pdf.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_pdf_step_makes_a_pdf_that_names_every_chapter(
     built_site: Path, chromium: Path, tmp_path: Path
 ) -> None:
@@ -232,13 +231,12 @@ def test_pdf_step_makes_a_pdf_that_names_every_chapter(
                           flags=re.DOTALL)
     (site / "print").mkdir()
     (site / "print" / "index.html").write_text(sections.sub(r"\1\2\3", html), encoding="utf-8")
-    make_pdf = load_make_pdf()
-    pdf = make_pdf.make_pdf(site, chromium, timeout=120)
+    pdf = make_pdf(site, chromium, timeout=120)
     text = " ".join(" ".join(p.extract_text().split()) for p in pypdf.PdfReader(pdf).pages)
     missing = [t for t in chapter_titles() if " ".join(t.split()) not in text]
     assert missing == [], f"the PDF lacks the chapter titles {missing}:\n{text[:2000]}"
     page = (site / "print" / "index.html").read_text(encoding="utf-8")
-    assert f'<a href="{make_pdf.PDF_NAME}" download>' in page, "no download link to the PDF"
+    assert f'<a href="{PDF_NAME}" download>' in page, "no download link to the PDF"
 
 
 NO_CUE = (".attn-no-cue .md-typeset .attn-figure, .attn-no-cue .md-typeset__scrollwrap, "

@@ -14,10 +14,15 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser
 
-from tests.browser.checks import (
-    DESKTOP, PHONE, SiteServer, Snapshot, Tab, built_pages, check_equations_fit, check_math,
-    showcase_chapter, visit_all,
-)
+from book.browser.checks import check_equations_fit, check_math
+from book.browser.chromium import DESKTOP, PHONE
+from book.browser.crawl import Snapshot, built_pages, showcase_chapter, visit_all
+from book.browser.server import SiteServer
+from book.browser.tab import Tab
+
+# All tests of this module in one process (one chromium, its pages visited once), scheduled
+# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+pytestmark = pytest.mark.browser_group("browser-math", rank=3)
 
 
 DESKTOP_CHAPTERS = (

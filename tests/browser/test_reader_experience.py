@@ -1,7 +1,7 @@
 """The built book, in a real browser: what a reader gets on every page.
 
 The site is crawled once from the home page on a phone-sized tab (the ``pages`` fixture); each
-test applies one check of tests/browser/checks.py to every page and lists all the problems it
+test applies one check of book.browser.checks to every page and lists all the problems it
 finds. Requests to any host but localhost fail and are recorded. A phone screenshot of every page
 goes to artifacts/screenshots/. What a reader does on a desktop (search, copy, light/dark,
 notebook downloads) is in test_desktop_reader.py.
@@ -14,13 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.checks import (
-    PHONE, LinkTargets, SiteServer, Snapshot, built_pages, check_copy_buttons, check_fits_width,
-    check_equations_fit, check_images, check_links, check_loads_cleanly, check_math,
-    check_stays_on_host, check_tables, figure_problems,
+from book.browser.checks import (
+    check_copy_buttons, check_equations_fit, check_fits_width, check_images, check_links,
+    check_loads_cleanly, check_math, check_stays_on_host, check_tables, figure_problems,
 )
+from book.browser.chromium import PHONE
+from book.browser.crawl import LinkTargets, Snapshot, built_pages
+from book.browser.server import SiteServer
 from tests.browser.conftest import phone_screenshot
 from tests.browser.test_math import numbered
+
+# All tests of this module in one process (one chromium, one crawl), scheduled first of all: the
+# crawl's first test builds the site, which every site test shares (rank 0: see conftest.py).
+pytestmark = pytest.mark.browser_group("browser-crawl", rank=0)
 
 
 def problems_on(pages: dict[str, Snapshot], check: Callable[[Snapshot], list[str]]) -> list[str]:

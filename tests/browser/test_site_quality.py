@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.checks import SiteServer, Tab, contrast, page_key, showcase_chapter
+from book.browser.colour import contrast
+from book.browser.crawl import page_key, showcase_chapter
+from book.browser.server import SiteServer
+from book.browser.tab import Tab
+
+# All tests of this module in one process (one chromium, its pages visited once), scheduled
+# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+pytestmark = pytest.mark.browser_group("browser-quality", rank=3)
 
 # WCAG 2.1 AA, text of normal size (Lighthouse's color-contrast audit).
 MIN_CONTRAST = 4.5

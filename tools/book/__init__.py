@@ -3,6 +3,13 @@
 Not part of the package readers install (``attention``); installed editable beside it by
 ``requirements.txt``. Modules:
 
-- :mod:`book.timings`: the appendix of measured timings, from the benchmark's results files
-  (loading, tables, figures, the numbers quoted in its prose, the pages).
+- :mod:`book.pages`: the one page reader (Python fences, their output blocks, rewriting them);
+- :mod:`book.runner`: the pytest plugin that runs every fence and notebook cell;
+- :mod:`book.hooks`: the logic of each MkDocs hook (docs/hooks/*.py re-export their events);
+- :mod:`book.timings`: the appendix of measured timings, from the benchmark's results files;
+- :mod:`book.browser`: the browser tests' server, chromium, tabs, crawl and checks;
+- :mod:`book.pdf`, :mod:`book.screenshot`: the PDF edition and the README's screenshot;
+- :mod:`book.constants`: what several of these must agree on.
+
+``python -m book --help`` lists the chores that run outside the build.
 """

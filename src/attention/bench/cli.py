@@ -10,6 +10,7 @@ import torch
 from .decode import MODELS, run_decode
 from .goals import FLASH_GOAL_SHAPE, FUSED_GOAL_SHAPE, memory_goal, ratio_goals, speed_goals
 from .linear import METHOD as LINEAR_METHOD, run_linear
+from .masks import METHOD as MASKS_METHOD, run_masks
 from .peaks import GPU_MATMUL_SIZES, GPU_STREAM_BYTES, MATMUL_SIZES, measure_gpu_peaks, measure_peaks
 from .presets import PRESETS
 from .provenance import command_line, load_average
@@ -17,7 +18,7 @@ from .store import write_results
 from .sweep import DTYPES, PASSES, Settings, run_sweep, start_document
 from .variants import LEVELS, VARIANTS
 
-DEFAULT_PARTS = ("peaks", "sweep", "goals", "decode")
+DEFAULT_PARTS = ("peaks", "sweep", "goals", "decode", "masks")
 PARTS = (*DEFAULT_PARTS, "linear")  # linear: its own results file, only when asked for
 
 CPU_SEQ_LENS = (128, 256, 512, 1024, 2048, 4096)
@@ -32,8 +33,10 @@ bandwidth; GPU: a bfloat16 matmul's TFLOP/s and a device-to-device copy's bytes/
 to the datasheet's figures, which the percentages use), sweep (every variant over t, and the
 speed goal: the fused layer within 5% of torch.nn.MultiheadAttention), goals (flash_attention
 against SDPA, fused against unfused, and the memory goal), decode (greedy tokens/s with and
-without the KV cache), linear (linear attention's three forms against causal softmax attention
-over t, each checked against its own float64 definition).
+without the KV cache), masks (chapter 11's causal document mask over t = 512, 1024, 2048 packed
+tokens: dense SDPA, compiled FlexAttention, packed varlen and padded), linear (chapter 12's
+linear attention in its three forms against causal softmax attention over t, each checked against
+its own float64 definition; not run unless asked for).
 
 --preset quick measures everything the appendix's GPU section shows in about 7.5 minutes on one
 H100 or H200: t = 1024 ... 16384 (CPU: 128 ... 1024), bfloat16 first, then the compiled variants
@@ -289,9 +292,10 @@ def main(argv: list[str] | None = None) -> dict:
             for row in doc["decode"]:
                 _say(f"decode {row['model']}, cache {'on' if row['use_cache'] else 'off'}: "
                      f"{row['tokens_per_s']:.1f} tokens/s")
+        elif part == "masks":
+            doc["masks"], doc["methods"]["masks"] = run_masks(settings), MASKS_METHOD
         elif part == "linear":
-            doc["methods"]["linear"] = LINEAR_METHOD
-            doc["linear"] = run_linear(settings)
+            doc["linear"], doc["methods"]["linear"] = run_linear(settings), LINEAR_METHOD
         save()
     doc["complete"] = "stopped" not in doc
     save()

@@ -134,14 +134,14 @@ def _ratio_goal(name: str, variant: Variant, baseline: Variant, problem: Problem
     inputs, refs = make_inputs(p, settings.seed), {}
     peak = {"tflops": None, "source": ""}
     rows = {v.name: measure(v, p, inputs, refs, settings, peak) for v in (variant, baseline)}
-    bad = {n: r["reason"] for n, r in rows.items() if r["status"] != "ok"}
+    bad = {n: r.reason for n, r in rows.items() if r.status != "ok"}
     if bad:
         return goal | {"status": "not measured", "reason": f"a variant did not run: {bad}"}
     mine, base = rows[variant.name], rows[baseline.name]
-    ratio = mine["median_s"] / base["median_s"]
+    ratio = mine.median_s / base.median_s
     return goal | {
-        "variant_s": mine["median_s"], "variant_iqr_s": mine["iqr_s"], "variant_backend": mine["backend"],
-        "baseline_s": base["median_s"], "baseline_iqr_s": base["iqr_s"], "baseline_backend": base["backend"],
+        "variant_s": mine.median_s, "variant_iqr_s": mine.iqr_s, "variant_backend": mine.backend,
+        "baseline_s": base.median_s, "baseline_iqr_s": base.iqr_s, "baseline_backend": base.backend,
         "ratio": ratio, "status": "met" if ratio <= target else "missed",
     }
 

@@ -26,6 +26,7 @@ computes two products of the same size per product); the softmax variants the sw
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,7 @@ from torch import Tensor
 from ..functional import scaled_dot_product_attention
 from ..linear import elu_plus_one, linear_attention, linear_attention_flops
 from .flops import attention_flops
+from .rows import LinearRow
 from .sweep import DTYPES, PASSES, TOLERANCE, Settings, _error_reason, _relative_error
 from .timing import time_cpu, time_cuda
 
@@ -74,15 +76,15 @@ def _flops(name: str, b: int, h: int, t: int, d_h: int, backward: bool, chunk_si
 def measure_linear(
     name: str, b: int, h: int, t: int, d_h: int, dtype: torch.dtype, backward: bool,
     settings: Settings, chunk_size: int = 64, seed: int = 123,
-) -> dict:
+) -> LinearRow:
     """One row: check the variant against its float64 reference, then time it."""
     device = settings.device
-    row: dict[str, object] = {
-        "variant": name, "pass": "forward+backward" if backward else "forward", "b": b, "h": h,
-        "t": t, "d_h": d_h, "chunk_size": chunk_size, "dtype": str(dtype).removeprefix("torch."),
-        "status": "ok", "reason": None, "max_rel_err": None, "median_s": None, "iqr_s": None,
-        "repeats": None, "number": None, "flops": None, "tflops": None,
-    }
+    row = LinearRow(
+        variant=name, pass_name="forward+backward" if backward else "forward", b=b, h=h, t=t,
+        d_h=d_h, chunk_size=chunk_size, dtype=str(dtype).removeprefix("torch."), status="ok",
+        reason=None, max_rel_err=None, median_s=None, iqr_s=None, repeats=None, number=None,
+        flops=None, tflops=None,
+    )
     generator = torch.Generator(device).manual_seed(seed)
     inputs = [  # Q, K, V: (b, h, t, d_h) each
         torch.randn(b, h, t, d_h, generator=generator, device=device).to(dtype)
@@ -112,11 +114,11 @@ def measure_linear(
         if backward:  # the gradients of the first call, against the reference's
             want.backward(grad_out.double())
             errors += [_relative_error(x.grad, x64.grad) for x, x64 in zip(inputs, double)]
-        row["max_rel_err"] = max(errors)
+        row = replace(row, max_rel_err=max(errors))
         del out, want
-        if row["max_rel_err"] > TOLERANCE[dtype]:
-            reason = f"relative error {row['max_rel_err']:.2e} > {TOLERANCE[dtype]:.0e}"
-            return row | {"status": "failed", "reason": reason}
+        if row.max_rel_err > TOLERANCE[dtype]:
+            reason = f"relative error {row.max_rel_err:.2e} > {TOLERANCE[dtype]:.0e}"
+            return replace(row, status="failed", reason=reason)
         if device.type == "cuda":
             timing = time_cuda(
                 call, seconds, settings.repeats, settings.max_time, settings.warmup_s
@@ -125,32 +127,25 @@ def measure_linear(
             timing = time_cpu(call, seconds, settings.repeats, settings.min_time, settings.max_time)
     except Exception as error:  # recorded in the results, never hidden
         status, reason = _error_reason(error)
-        return row | {"status": status, "reason": reason}
+        return replace(row, status=status, reason=reason)
     flops = _flops(name, b, h, t, d_h, backward, chunk_size)
-    return row | {
-        "median_s": timing.median_s, "iqr_s": timing.iqr_s, "repeats": timing.repeats,
-        "number": timing.number, "flops": flops, "tflops": flops / timing.median_s / 1e12,
-    }
+    return replace(row, median_s=timing.median_s, iqr_s=timing.iqr_s, repeats=timing.repeats,
+                   number=timing.number, flops=flops, tflops=flops / timing.median_s / 1e12)
 
 
-def run_linear(
-    settings: Settings, chunk_size: int = 64, save: Callable[[list[dict]], None] | None = None
-) -> list[dict]:
-    """The ``linear`` rows of a results file: every variant, t, head width, dtype and pass.
-
-    ``save(rows)``, if given, is called after every row with the rows so far.
-    """
-    rows: list[dict] = []
+def run_linear(settings: Settings, chunk_size: int = 64) -> list[dict]:
+    """The ``linear`` rows of a results file (:class:`~attention.bench.rows.LinearRow` as JSON):
+    every head width of ``settings``, dtype, pass, t and variant."""
+    rows = []
     for d_h in settings.head_dims:
         h = settings.d_model // d_h
         for dtype_name in settings.dtypes:
             for pass_name in settings.passes:
                 for t in settings.seq_lens:
                     for name in (*FORM_VARIANTS, *SOFTMAX_VARIANTS):
-                        rows.append(measure_linear(
+                        row = measure_linear(
                             name, settings.batch_for(t), h, t, d_h, DTYPES[dtype_name],
                             PASSES[pass_name], settings, chunk_size, settings.seed,
-                        ))
-                        if save is not None:
-                            save(rows)
+                        )
+                        rows.append(row.to_json())
     return rows

@@ -10,18 +10,23 @@ A results file is one JSON object::
                "bandwidth": {"bytes_per_s": float, "source": str}},   # optional: the roofline's
      "goals": {"speed": [...], "memory": {...} | null, "ratios": [...]},   # ratios optional
      "decode": [decode row, ...],         # optional: see attention.bench.decode
+     "masks": [masks row, ...],           # optional: see attention.bench.masks
      "linear": [linear row, ...],         # optional: see attention.bench.linear
      "complete": bool,                    # optional: false while running or when cut off
      "stopped": str,                      # optional: why a run ended before its last row
      "results": [row, ...]}
 
-Each row is one (variant, problem) pair; ``status`` is "ok" (then the time, FLOPs and TFLOP/s
-are numbers) or "skipped", "unsupported", "failed" (then ``reason`` says why and there is no
-time). The appendix page is generated from these files only.
+Each row is one (variant, problem) pair, a :class:`~attention.bench.rows.Row`; each decode row a
+:class:`~attention.bench.rows.DecodeRow`, each masks row a :class:`~attention.bench.rows.MaskRow`,
+each linear row a :class:`~attention.bench.rows.LinearRow`: their fields and types are declared there, once, for the
+harness that writes them and the appendix that reads them. The appendix is generated from these
+files only; :func:`validate_results` checks everything it reads, so that a stale or broken file
+stops the build with the field's name instead of a KeyError.
 """
 
+from .rows import STATUSES, DecodeRow, LinearRow, MaskRow, Row
+
 SCHEMA = "attention-bench/1"
-STATUSES = ("ok", "skipped", "unsupported", "failed")
 GOAL_STATUSES = ("met", "missed", "not measured")
 
 _PROVENANCE = {
@@ -29,30 +34,28 @@ _PROVENANCE = {
     "torch_threads": int, "device_type": str, "device_name": str, "load_average_start": list,
     "load_average_end": list, "float32_matmul_precision": str,
 }
-_ROW = {
-    "level": str, "variant": str, "summary": str, "pass": str, "b": int, "t": int, "h": int, "d_h": int,
-    "d": int, "dtype": str, "status": str, "ops": list,
-}
-_OK_NUMBERS = ("median_s", "iqr_s", "flops", "tflops")
-_CUDA_ONLY = ("cuda", "driver", "tf32_matmul", "tf32_cudnn", "compute_capability")
-_DECODE = {
-    "model": str, "config": dict, "use_cache": bool, "prompt_tokens": int, "new_tokens": int,
-    "median_s": float, "iqr_s": float, "repeats": int, "tokens_per_s": float,
-}
-_LINEAR = {
-    "variant": str, "pass": str, "b": int, "h": int, "t": int, "d_h": int, "chunk_size": int,
-    "dtype": str, "status": str,
-}
-_DECODE_CONFIG = {"vocab_size": int, "d_model": int, "num_heads": int, "num_layers": int, "context_length": int}
+_CUDA_ONLY = ("cuda", "cudnn", "driver", "tf32_matmul", "tf32_cudnn", "compute_capability")
+_SETTINGS = {"d_model": int, "tokens": int, "repeats": int, "min_time": float, "max_time": float}
+# What a measured goal must carry, by kind (a goal "not measured" carries its reason instead).
+_SPEED_GOAL = {"t": int, "d": int, "h": int, "b": int, "dtype": str, "pass": str, "fused_sdpa_s": float,
+               "torch_mha_s": float, "fused_sdpa_iqr_s": float, "torch_mha_iqr_s": float,
+               "fused_sdpa_backend": str, "torch_mha_backend": str, "ratio_fused_sdpa_to_torch_mha": float}
+_RATIO_GOAL = {"b": int, "h": int, "t": int, "d_h": int, "dtype": str, "variant_s": float, "baseline_s": float,
+               "baseline_backend": str, "ratio": float}
+_MEMORY_GOAL = {"t": int, "b": int, "h": int, "d_h": int, "dtype": str, "method": str, "fraction": float,
+                "explicit_peak_bytes": int, "flash_attention_peak_bytes": int}
 
 
 def _require(mapping: dict, fields: dict, where: str) -> None:
     for key, kind in fields.items():
         if key not in mapping:
             raise ValueError(f"{where}: expected key {key!r}, got keys {sorted(mapping)}")
+        if kind is float and isinstance(mapping[key], int) and not isinstance(mapping[key], bool):
+            continue
         if not isinstance(mapping[key], kind) or (kind is int and isinstance(mapping[key], bool)):
             actual = type(mapping[key]).__name__
-            raise ValueError(f"{where}.{key}: expected {kind.__name__}, got {actual}")
+            expected = getattr(kind, "__name__", None) or " or ".join(k.__name__ for k in kind)
+            raise ValueError(f"{where}.{key}: expected {expected}, got {actual}")
 
 
 def _positive(value: object, where: str) -> None:
@@ -75,9 +78,13 @@ def validate_results(doc: object) -> None:
         missing = [key for key in _CUDA_ONLY if key not in doc["provenance"]]
         if missing:
             raise ValueError(f"provenance: expected GPU fields {missing} for a cuda run, got none")
+    _require(doc["provenance"]["git"], {"commit": (str, type(None))}, "provenance.git")
+    _require(doc["settings"], _SETTINGS, "settings")
     _require(doc["methods"], {"timing": str, "memory": str, "flops": str}, "methods")
     for dtype, peak in doc["peaks"].items():
         _require(peak, {"source": str}, f"peaks.{dtype}")
+        if peak.get("tflops") is None and peak.get("bytes_per_s") is None and "unknown" not in peak["source"]:
+            raise ValueError(f"peaks.{dtype}: expected tflops or bytes_per_s, got keys {sorted(peak)}")
     if "bandwidth" in doc["peaks"]:
         _positive(doc["peaks"]["bandwidth"].get("bytes_per_s"), "peaks.bandwidth.bytes_per_s")
     _require(doc["goals"], {"speed": list}, "goals")
@@ -86,54 +93,23 @@ def validate_results(doc: object) -> None:
         _require(goal, {"name": str, "variant": str, "baseline": str, "pass": str, "target": float},
                  f"goals.ratios[{i}]")
         if goal.get("status") == "met" or goal.get("status") == "missed":
+            _require(goal, _RATIO_GOAL, f"goals.ratios[{i}]")
             _positive(goal.get("ratio"), f"goals.ratios[{i}].ratio")
-    for i, goal in enumerate([*doc["goals"]["speed"], *memory, *doc["goals"].get("ratios", [])]):
+    kinds = [("speed", g, _SPEED_GOAL) for g in doc["goals"]["speed"]] + [("memory", g, _MEMORY_GOAL) for g in memory]
+    kinds += [("ratios", g, {}) for g in doc["goals"].get("ratios", [])]
+    for i, (kind, goal, fields) in enumerate(kinds):
         if goal.get("status") not in GOAL_STATUSES:
             status = goal.get("status")
-            raise ValueError(f"goals[{i}].status: expected one of {GOAL_STATUSES}, got {status!r}")
+            raise ValueError(f"goals.{kind}: expected a status in {GOAL_STATUSES}, got {status!r}")
+        if goal["status"] == "not measured":
+            _require(goal, {"reason": str}, f"goals.{kind}")
+        else:
+            _require(goal, fields, f"goals.{kind}")
     for i, row in enumerate(doc.get("decode", [])):
-        where = f"decode[{i}]"
-        _require(row, _DECODE, where)
-        _require(row["config"], _DECODE_CONFIG, f"{where}.config")
-        for key in ("median_s", "tokens_per_s"):
-            _positive(row[key], f"{where}.{key}")
-        _require(row, {"cache_bytes_measured": int, "cache_bytes_formula": int}, where)
+        DecodeRow.from_json(row, f"decode[{i}]")
+    for i, row in enumerate(doc.get("masks", [])):
+        MaskRow.from_json(row, f"masks[{i}]")
     for i, row in enumerate(doc.get("linear", [])):
-        _validate_linear(row, f"linear[{i}]")
+        LinearRow.from_json(row, f"linear[{i}]")
     for i, row in enumerate(doc["results"]):
-        where = f"results[{i}]"
-        if not isinstance(row, dict):
-            raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
-        _require(row, _ROW, where)
-        if row["status"] not in STATUSES:
-            raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row['status']!r}")
-        if row["status"] == "ok":
-            for key in _OK_NUMBERS:
-                value = row.get(key)
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                    raise ValueError(f"{where}.{key}: expected a number >= 0 for an ok row, got {value!r}")
-            if row["median_s"] <= 0:
-                raise ValueError(f"{where}.median_s: expected a positive time, got {row['median_s']}")
-            if not isinstance(row.get("backend"), str):
-                raise ValueError(f"{where}.backend: expected the kernel that ran, got {row.get('backend')!r}")
-        elif not isinstance(row.get("reason"), str) or not row["reason"]:
-            reason = row.get("reason")
-            status = row["status"]
-            raise ValueError(f"{where}.reason: expected why a {status} row has no time, got {reason!r}")
-
-
-def _validate_linear(row: object, where: str) -> None:
-    """A linear row: its shape, and a checked time and FLOPs if ok, a reason if not."""
-    if not isinstance(row, dict):
-        raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
-    _require(row, _LINEAR, where)
-    if row["status"] not in STATUSES:
-        raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row['status']!r}")
-    if row["status"] == "ok":
-        for key in ("median_s", "flops", "tflops"):
-            _positive(row.get(key), f"{where}.{key}")
-        error = row.get("max_rel_err")
-        if isinstance(error, bool) or not isinstance(error, (int, float)) or not error >= 0:
-            raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, got {error!r}")
-    elif not isinstance(row.get("reason"), str) or not row["reason"]:
-        raise ValueError(f"{where}.reason: expected why a {row['status']} row has no time, got {row.get('reason')!r}")
+        Row.from_json(row, f"results[{i}]")

@@ -16,6 +16,7 @@ is timed. A variant that cannot run gets a row with its status and the reason in
 
 import dataclasses
 import functools
+from dataclasses import replace
 import gc
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from tqdm import tqdm
 
 from .flops import attention_flops, device_bandwidth, device_peak, projection_flops
 from .provenance import load_average, provenance
+from .rows import Row
 from .schema import SCHEMA
 from .timing import cuda_peak_bytes, profiled_call, time_cpu, time_cuda
 from .variants import (
@@ -156,23 +158,22 @@ def _error_reason(error: BaseException) -> tuple[str, str]:
 
 def measure(
     variant: Variant, problem: Problem, inputs: Inputs, refs: dict, settings: Settings, peak: dict
-) -> dict:
+) -> Row:
     """One result row: check the variant against the reference, then profile, time, measure.
 
     ``refs`` caches the problem's reference (see :func:`~attention.bench.variants.reference`).
     """
     p = problem
-    row: dict[str, object] = {
-        "level": p.level, "variant": variant.name, "summary": variant.summary,
-        "pass": "forward+backward" if p.backward else "forward",
-        "b": p.b, "t": p.t, "h": p.h, "d_h": p.d_h, "d": p.d,
-        "dtype": str(p.dtype).removeprefix("torch."),
-        "status": "ok", "reason": None, "backend": None, "ops": [], "max_rel_err": None,
-        "median_s": None, "iqr_s": None, "repeats": None, "number": None, "flops": None, "tflops": None,
-        "peak_tflops": peak["tflops"], "pct_of_peak": None, "peak_bytes": None, "gpu_kernels": None,
-    }
+    row = Row(
+        level=p.level, variant=variant.name, summary=variant.summary,
+        pass_name="forward+backward" if p.backward else "forward",
+        b=p.b, t=p.t, h=p.h, d_h=p.d_h, d=p.d, dtype=str(p.dtype).removeprefix("torch."),
+        status="ok", reason=None, backend=None, ops=[], max_rel_err=None, median_s=None, iqr_s=None,
+        repeats=None, number=None, flops=None, tflops=None, peak_tflops=peak["tflops"], pct_of_peak=None,
+        peak_bytes=None,
+    )
     if variant.compiled and not settings.compile:
-        return row | {"status": "skipped", "reason": "torch.compile turned off (--no-compile)"}
+        return replace(row, status="skipped", reason="torch.compile turned off (--no-compile)")
     cuda = p.device.type == "cuda"
     try:
         built = variant.build(p, inputs)
@@ -190,34 +191,30 @@ def measure(
         errors = [_relative_error(out, want_out)]
         errors += [_relative_error(x.grad, g) for x, g in zip(inputs.tensors, want_grads)]
         del out
-        row["max_rel_err"] = max(errors)
         if variant.compiled:
             _, seen, seconds, peak_bytes = profile()
-        row |= {"backend": seen["sdpa_backend"] or variant.path, "ops": seen["ops"], "peak_bytes": peak_bytes,
-                "gpu_kernels": seen["gpu_kernels"]}
-        if row["max_rel_err"] > TOLERANCE[p.dtype]:
-            reason = f"relative error {max(errors):.2e} > {TOLERANCE[p.dtype]:.0e}"
-            return row | {"status": "failed", "reason": reason}
+        row = replace(row, max_rel_err=max(errors), backend=seen["sdpa_backend"] or variant.path,
+                      ops=seen["ops"], peak_bytes=peak_bytes, gpu_kernels=seen["gpu_kernels"])
+        if row.max_rel_err > TOLERANCE[p.dtype]:
+            return replace(row, status="failed", reason=f"relative error {max(errors):.2e} > {TOLERANCE[p.dtype]:.0e}")
         if variant.compiled and not seen["compiled"]:
-            return row | {"status": "failed", "reason": "no torch.compile region ran"}
+            return replace(row, status="failed", reason="no torch.compile region ran")
         if cuda:
             timing = time_cuda(call, seconds, settings.repeats, settings.max_time, settings.warmup_s)
-            row["peak_bytes"] = cuda_peak_bytes(call) if settings.memory else None
+            row = replace(row, peak_bytes=cuda_peak_bytes(call) if settings.memory else None)
         else:
             timing = time_cpu(call, seconds, settings.repeats, settings.min_time, settings.max_time)
     except Unsupported as reason:
-        return row | {"status": "unsupported", "reason": str(reason)}
+        return replace(row, status="unsupported", reason=str(reason))
     except Exception as error:  # recorded in the results, never hidden
         status, reason = _error_reason(error)
-        return row | {"status": status, "reason": reason}
+        return replace(row, status=status, reason=reason)
     flops = problem_flops(p, built.out_proj)
     tflops = flops / timing.median_s / 1e12
-    return row | {
-        "median_s": timing.median_s, "iqr_s": timing.iqr_s,
-        "repeats": timing.repeats, "number": timing.number,
-        "flops": flops, "tflops": tflops,
-        "pct_of_peak": None if peak["tflops"] is None else 100 * tflops / peak["tflops"],
-    }
+    return replace(
+        row, median_s=timing.median_s, iqr_s=timing.iqr_s, repeats=timing.repeats, number=timing.number,
+        flops=flops, tflops=tflops, pct_of_peak=None if peak["tflops"] is None else 100 * tflops / peak["tflops"],
+    )
 
 
 def start_document(settings: Settings, command: str, measured_peaks: dict | None = None) -> dict:
@@ -262,7 +259,7 @@ def run_sweep(
         peaks[str(problem.dtype).removeprefix("torch.")] = peak
         for variant in variants:
             bar.set_description(f"{problem.level} t={problem.t} {variant.name}")
-            rows.append(measure(variant, problem, inputs, refs, settings, peak))
+            rows.append(measure(variant, problem, inputs, refs, settings, peak).to_json())
             if problem.device.type == "cuda":
                 torch.cuda.empty_cache()  # what a variant (or its out-of-memory error) left cached
             if save is not None:

@@ -13,11 +13,14 @@ the query and what is available.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 
 from .format import ms as _ms
 from .format import rate, ratio, ratio_range, readable_bytes
+from attention.bench.rows import DecodeRow, Row
+
 from .load import Run
 
 QUERY = re.compile(r"\{\{\s*(?:(?P<run>[a-z0-9-]+)\s*:\s*)?(?P<name>[a-z_]+)\s*(?:\((?P<args>[^)]*)\))?\s*\}\}")
@@ -34,24 +37,27 @@ def query(fn: Callable[..., str]) -> Callable[..., str]:
     return fn
 
 
-def _rows(run: Run, variant: str, pass_name: str, where: dict) -> list[dict]:
-    rows = [r for r in run.rows if r["variant"] == variant and r["pass"] == pass_name and r["status"] == "ok"
-            and all(r[k] == v for k, v in where.items())]
+def _rows(run: Run, variant: str, pass_name: str, where: dict) -> list[Row]:
+    unknown = sorted(set(where) - {f.name for f in dataclasses.fields(Row)})
+    if unknown:
+        raise FactError(f"rows have no field {unknown}: select by dtype, b, t, h, d_h, level, ...")
+    rows = [r for r in run.rows if r.variant == variant and r.pass_name == pass_name and r.status == "ok"
+            and all(getattr(r, k) == v for k, v in where.items())]
     if not rows:
         raise FactError(f"no ok row of {variant}, {pass_name}, {where} in {run.stem}")
     return rows
 
 
-def _one(run: Run, variant: str, pass_name: str, where: dict) -> dict:
+def _one(run: Run, variant: str, pass_name: str, where: dict) -> Row:
     rows = _rows(run, variant, pass_name, where)
     if len(rows) > 1:
         raise FactError(f"{len(rows)} rows of {variant}, {pass_name}, {where} in {run.stem}: say which")
     return rows[0]
 
 
-def _pairs(run: Run, variant: str, baseline: str, pass_name: str, where: dict) -> list[tuple[dict, dict]]:
+def _pairs(run: Run, variant: str, baseline: str, pass_name: str, where: dict) -> list[tuple[Row, Row]]:
     """(variant row, baseline row) at every shape both measured."""
-    key = lambda r: (r["dtype"], r["b"], r["t"], r["h"], r["d_h"])  # noqa: E731
+    key = lambda r: (r.dtype, r.b, r.t, r.h, r.d_h)  # noqa: E731
     base = {key(r): r for r in _rows(run, baseline, pass_name, where)}
     pairs = [(r, base[key(r)]) for r in _rows(run, variant, pass_name, where) if key(r) in base]
     if not pairs:
@@ -62,31 +68,31 @@ def _pairs(run: Run, variant: str, baseline: str, pass_name: str, where: dict) -
 @query
 def tflops(run: Run, variant: str, pass_name: str, **where) -> str:
     """Achieved TFLOP/s of one row, three significant digits."""
-    return f"{_one(run, variant, pass_name, where)['tflops']:.3g}"
+    return f"{_one(run, variant, pass_name, where).tflops:.3g}"
 
 
 @query
 def pct_of_peak(run: Run, variant: str, pass_name: str, **where) -> str:
     """Percent of the device's peak of one row, no decimals."""
-    return f"{_one(run, variant, pass_name, where)['pct_of_peak']:.0f}"
+    return f"{_one(run, variant, pass_name, where).pct_of_peak:.0f}"
 
 
 @query
 def ms(run: Run, variant: str, pass_name: str, **where) -> str:
     """Median milliseconds per call of one row."""
-    return _ms(_one(run, variant, pass_name, where)["median_s"])
+    return _ms(_one(run, variant, pass_name, where).median_s)
 
 
 @query
 def backend(run: Run, variant: str, pass_name: str, **where) -> str:
     """The kernel the profiler saw run for one row (``sdpa: cuDNN``)."""
-    return _one(run, variant, pass_name, where)["backend"]
+    return _one(run, variant, pass_name, where).backend
 
 
 @query
 def launches(run: Run, variant: str, pass_name: str, **where) -> str:
     """GPU kernels one call launched (the profiler's count), with thousands separators."""
-    count = _one(run, variant, pass_name, where).get("gpu_kernels")
+    count = _one(run, variant, pass_name, where).gpu_kernels
     if count is None:
         raise FactError(f"{run.stem} did not count GPU kernel launches")
     return f"{count:,}"
@@ -96,22 +102,22 @@ def launches(run: Run, variant: str, pass_name: str, **where) -> str:
 def per_launch_us(run: Run, variant: str, pass_name: str, **where) -> str:
     """Microseconds of one call per GPU kernel it launched: median time ÷ launches."""
     row = _one(run, variant, pass_name, where)
-    if not row.get("gpu_kernels"):
+    if not row.gpu_kernels:
         raise FactError(f"{run.stem} did not count GPU kernel launches")
-    return f"{row['median_s'] / row['gpu_kernels'] * 1e6:.2g}"
+    return f"{row.median_s / row.gpu_kernels * 1e6:.2g}"
 
 
 @query
 def speedup(run: Run, variant: str, baseline: str, pass_name: str, **where) -> str:
     """How many times faster ``variant`` is than ``baseline`` (baseline time ÷ variant time), as
     a range over every shape both measured: ``1.04–1.44×``."""
-    return ratio_range([b["median_s"] / v["median_s"] for v, b in _pairs(run, variant, baseline, pass_name, where)])
+    return ratio_range([b.median_s / v.median_s for v, b in _pairs(run, variant, baseline, pass_name, where)])
 
 
 @query
 def slowdown(run: Run, variant: str, baseline: str, pass_name: str, **where) -> str:
     """How many times slower ``variant`` is than ``baseline`` (variant time ÷ baseline time)."""
-    return ratio_range([v["median_s"] / b["median_s"] for v, b in _pairs(run, variant, baseline, pass_name, where)])
+    return ratio_range([v.median_s / b.median_s for v, b in _pairs(run, variant, baseline, pass_name, where)])
 
 
 @query
@@ -133,9 +139,9 @@ def memory_fraction(run: Run) -> str:
             f"{readable_bytes(m['explicit_peak_bytes'])})")
 
 
-def _decode(run: Run, model: str, use_cache: bool) -> dict:
-    for row in run.doc.get("decode", []):
-        if row["model"] == model and row["use_cache"] == use_cache:
+def _decode(run: Run, model: str, use_cache: bool) -> DecodeRow:
+    for row in run.decode:
+        if row.model == model and row.use_cache == use_cache:
             return row
     raise FactError(f"no decode row of {model} (cache {use_cache}) in {run.stem}")
 
@@ -143,13 +149,13 @@ def _decode(run: Run, model: str, use_cache: bool) -> dict:
 @query
 def tokens_per_s(run: Run, model: str, cache: str) -> str:
     """Decoding speed of one model, ``cache`` "on" or "off"."""
-    return f"{_decode(run, model, cache == 'on')['tokens_per_s']:.3g}"
+    return f"{_decode(run, model, cache == 'on').tokens_per_s:.3g}"
 
 
 @query
 def decode_speedup(run: Run, model: str) -> str:
     """How many times faster decoding is with the KV cache than without."""
-    return ratio(_decode(run, model, True)["tokens_per_s"] / _decode(run, model, False)["tokens_per_s"])
+    return ratio(_decode(run, model, True).tokens_per_s / _decode(run, model, False).tokens_per_s)
 
 
 @query

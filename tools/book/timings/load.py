@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from attention.bench.rows import DecodeRow, Row
 from attention.bench.store import read_results
 
 REPO = Path(__file__).resolve().parents[3]
@@ -36,7 +37,7 @@ class Group:
     h: int
     d_h: int
     dtype: str
-    rows: tuple[dict, ...]
+    rows: tuple[Row, ...]
 
     @property
     def slug(self) -> str:
@@ -50,10 +51,10 @@ class Group:
             return f"{what}, $d_h = {self.d_h}$, $h = {self.h}$"
         return f"{what}, head width {self.d_h}, {self.h} heads"
 
-    def passes(self) -> list[tuple[str, list[dict]]]:
+    def passes(self) -> list[tuple[str, list[Row]]]:
         """(pass, its rows) for each pass measured, forward first."""
-        return [(p, [r for r in self.rows if r["pass"] == p]) for p in PASSES
-                if any(r["pass"] == p for r in self.rows)]
+        return [(p, [r for r in self.rows if r.pass_name == p]) for p in PASSES
+                if any(r.pass_name == p for r in self.rows)]
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,19 @@ class Run:
     def provenance(self) -> dict:
         return self.doc["provenance"]
 
-    @property
-    def rows(self) -> list[dict]:
-        return self.doc["results"]
+    @cached_property
+    def rows(self) -> list[Row]:
+        """The measurements, typed (validated when the file was loaded)."""
+        return [Row.from_json(r, f"{self.stem}.json: results[{i}]") for i, r in enumerate(self.doc["results"])]
+
+    @cached_property
+    def decode(self) -> list[DecodeRow]:
+        """The decoding measurements, typed."""
+        return [DecodeRow.from_json(r, f"{self.stem}.json: decode[{i}]") for i, r in enumerate(self.doc.get("decode", []))]
+
+    def json_rows(self, dtype: str) -> list[dict]:
+        """The rows of one dtype as stored, for the package's roofline functions."""
+        return [r for r in self.doc["results"] if r["dtype"] == dtype]
 
     @property
     def gpu(self) -> bool:
@@ -95,23 +106,23 @@ class Run:
     @cached_property
     def dtypes(self) -> list[str]:
         """The dtypes of the rows, in the order bfloat16, float16, float32."""
-        present = {r["dtype"] for r in self.rows}
+        present = {r.dtype for r in self.rows}
         return [d for d in DTYPE_ORDER if d in present] + sorted(present - set(DTYPE_ORDER))
 
     def groups(self, level: str | None = None, dtype: str | None = None) -> list[Group]:
         """The run's groups, layers first, then by head width, in dtype order."""
-        found: dict[tuple, list[dict]] = defaultdict(list)
+        found: dict[tuple, list[Row]] = defaultdict(list)
         for r in self.rows:
-            if (level is None or r["level"] == level) and (dtype is None or r["dtype"] == dtype):
-                found[r["level"], r["h"], r["d_h"], r["dtype"]].append(r)
+            if (level is None or r.level == level) and (dtype is None or r.dtype == dtype):
+                found[r.level, r.h, r.d_h, r.dtype].append(r)
         order = lambda k: (k[0] != "layer", self.dtypes.index(k[3]), k[2])  # noqa: E731
         return [Group(*key, rows=tuple(rows)) for key, rows in sorted(found.items(), key=lambda i: order(i[0]))]
 
-    def row(self, variant: str, pass_name: str = "forward", **where: object) -> dict | None:
+    def row(self, variant: str, pass_name: str = "forward", **where: object) -> Row | None:
         """The ok row of ``variant`` matching ``where`` (e.g. ``t=16384, d_h=64``), if any."""
         for r in self.rows:
-            if (r["variant"] == variant and r["pass"] == pass_name and r["status"] == "ok"
-                    and all(r[k] == v for k, v in where.items())):
+            if (r.variant == variant and r.pass_name == pass_name and r.status == "ok"
+                    and all(getattr(r, k) == v for k, v in where.items())):
                 return r
         return None
 

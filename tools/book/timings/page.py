@@ -19,7 +19,9 @@ from .plots import figure_names
 
 RUN_MARKER = re.compile(r"<!-- timings:run (?P<stem>[a-z0-9-]+) -->")
 RUNS_MARKER = "<!-- timings:runs -->"
-PAGES = {"cpu": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
+MASKS_MARKER = re.compile(r"<!-- timings:masks (?P<stem>[a-z0-9-]+) -->")
+PAGES = {"cpu": "cpu.md", "cpu-masks": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
+PARTS = {"results": "rows", "masks": "mask rows", "linear": "linear-attention rows"}  # rows a file can hold
 
 
 def _commit(git: dict) -> str:
@@ -42,19 +44,19 @@ def _timing_words(settings: dict, gpu: bool) -> str:
 
 def _what(run: Run, i: int) -> str:
     """What source run ``i`` of a merged file measured, from the rows and goals it gave."""
-    rows = [r for r in run.rows if r.get("run", 0) == i]
+    rows = [r for r in run.rows if (r.run or 0) == i]
     parts = []
     for level, name in (("kernel", "kernels"), ("layer", "layers")):
-        mine = [r for r in rows if r["level"] == level]
+        mine = [r for r in rows if r.level == level]
         if mine:
-            ts = ", ".join(str(t) for t in sorted({r["t"] for r in mine}))
-            dtypes = ", ".join(dict.fromkeys(r["dtype"] for r in mine))
-            timed = sum(r["status"] == "ok" for r in mine)
+            ts = ", ".join(str(t) for t in sorted({r.t for r in mine}))
+            dtypes = ", ".join(dict.fromkeys(r.dtype for r in mine))
+            timed = sum(r.status == "ok" for r in mine)
             parts.append(f"{name} in {dtypes} at $t$ = {ts} ({timed} of {len(mine)} rows with a time)")
     goals = run.doc["goals"]
     if any(g.get("run", 0) == i for g in goals.get("ratios", [])) or (goals.get("memory") or {}).get("run", -1) == i:
         parts.append("the goals")
-    if any(r.get("run", 0) == i for r in run.doc.get("decode", [])):
+    if any((r.run or 0) == i for r in run.decode):
         parts.append("decoding")
     return "; ".join(parts) or "nothing kept (every row it measured was measured again later)"
 
@@ -91,7 +93,7 @@ def provenance_markdown(run: Run) -> str:
         "",
     ]
     timing = list(dict.fromkeys(_settings_words(src["settings"], run.gpu) for src in sources
-                                if any(r.get("run", 0) == sources.index(src) for r in run.rows)))
+                                if any((r.run or 0) == sources.index(src) for r in run.rows)))
     if timing:
         lines += [f"**Timing**: {'; or '.join(timing)}.", ""]
     if len(sources) > 1:
@@ -140,7 +142,7 @@ def groups_markdown(run: Run, level: str) -> str:
             if len(groups) > 1 or level == "kernel":
                 out += [f"#### $d_h = {group.d_h}$, $h = {group.h}$", ""]
             for pass_name, rows in group.passes():
-                ts = sorted({r["t"] for r in rows})
+                ts = sorted({r.t for r in rows})
                 peak = run.doc["peaks"].get(dtype, {})
                 body = [tables.time_table(rows, pass_name), "", tables.detail_table(rows, _detail_t(run, ts), peak)]
                 out += [f'=== "{pass_name}"', ""]
@@ -167,8 +169,8 @@ def roofline_markdown(run: Run) -> str:
         name = f"appendix-{run.stem}-roofline-{dtype}"
         if machine is None or name not in names:
             continue
-        kernels = [r for r in run.rows if r["level"] == "kernel" and r["dtype"] == dtype and r["status"] == "ok"]
-        t = _detail_t(run, sorted({r["t"] for r in kernels}))
+        kernels = [r for r in run.rows if r.level == "kernel" and r.dtype == dtype and r.status == "ok"]
+        t = _detail_t(run, sorted({r.t for r in kernels}))
         out += [f"#### Roofline, {dtype}", "",
                 f"$P$ = {_peak_text(machine['peak_flops'], machine['measured'])}, $\\beta$ = "
                 f"{rate(machine['bandwidth'], 'B/s')} ({'measured' if machine['measured'] else 'datasheet'}), "
@@ -200,17 +202,28 @@ def run_markdown(run: Run) -> str:
     return "\n".join(out)
 
 
+def masks_markdown(run: Run) -> str:
+    """The masks part of a run: how it was measured, then a table per t."""
+    p = run.provenance
+    return (f"*Measured on {run.date} on {run.device}, {p['torch_threads']} thread{'' if p['torch_threads'] == 1 else 's'}, torch {p['torch']}; "
+            f"{run.doc['methods']['masks'].rstrip('.')}. Command: `{p['command']}`.*\n\n{tables.masks_table(run)}\n")
+
+
 def runs_table(runs: dict[str, Run]) -> str:
     """One row per results file: the device, when, torch, how many rows, and its page."""
     body = []
     for stem, run in runs.items():
-        ok = sum(r["status"] == "ok" for r in run.rows)
+        counts = []
+        for key, what in PARTS.items():
+            rows = run.doc.get(key) or []
+            if rows:
+                counts.append(f"{sum(r['status'] == 'ok' for r in rows)} of {len(rows)} {what}")
         page = PAGES.get(stem)
         where = f"[{run.device}]({page})" if page else run.device
-        body.append([where, run.date, run.provenance["torch"], f"{ok} of {len(run.rows)}",
+        body.append([where, run.date, run.provenance["torch"], "; ".join(counts) or "—",
                      f"[`{stem}.json`](results/{stem}.json)"])
-    return table(["device", "measured", "torch", "rows with a time", "results"], body,
-                 [False, False, False, True, False])
+    return table(["device", "measured", "torch", "with a time", "results"], body,
+                 [False, False, False, False, False])
 
 
 def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
@@ -219,6 +232,10 @@ def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
     for stem in stems:
         if stem not in runs:
             raise ValueError(f"no results file {stem}.json for the marker of run {stem}; there are {sorted(runs)}")
+    for m in MASKS_MARKER.finditer(markdown):
+        if m["stem"] not in runs or not runs[m["stem"]].doc.get("masks"):
+            raise ValueError(f"no masks rows in {m['stem']}.json for the marker {m.group(0)}")
+    markdown = MASKS_MARKER.sub(lambda m: masks_markdown(runs[m["stem"]]), markdown)
     markdown = RUN_MARKER.sub(lambda m: run_markdown(runs[m["stem"]]), markdown)
     return markdown.replace(RUNS_MARKER, runs_table(runs)), (stems[0] if stems else None)
 

@@ -54,13 +54,13 @@ def passes_figure(run: Run, group: Group, kind: str) -> Figure:
     """One quantity of a group against t: forward above, forward+backward below."""
     label, field, scale, yscale = KINDS[kind]
     passes = group.passes()
-    ts = sorted({r["t"] for r in group.rows})
+    ts = sorted({r.t for r in group.rows})
     fig, axes = plt.subplots(len(passes), 1, figsize=(WIDTH, 1.0 + 2.6 * len(passes)), sharex=True,
                              layout="constrained", squeeze=False)
     for ax, (pass_name, rows) in zip(axes[:, 0], passes):
-        for name in dict.fromkeys(r["variant"] for r in rows):
-            pts = sorted((r["t"], r[field] * scale) for r in rows
-                         if r["variant"] == name and r["status"] == "ok" and r.get(field) is not None)
+        for name in dict.fromkeys(r.variant for r in rows):
+            pts = sorted((r.t, getattr(r, field) * scale) for r in rows
+                         if r.variant == name and r.status == "ok" and getattr(r, field) is not None)
             if pts:
                 ax.plot(*zip(*pts), markersize=4.5, label=name, **style(name))
         if kind == "memory":
@@ -85,7 +85,7 @@ def passes_figure(run: Run, group: Group, kind: str) -> Figure:
 
 def roofline_figure(run: Run, dtype: str) -> Figure:
     """Every kernel of one dtype on the machine's roofline."""
-    points = roofline_points(run.doc, [r for r in run.rows if r["dtype"] == dtype])
+    points = roofline_points(run.doc, run.json_rows(dtype))
     machine = machine_roof(run.doc, dtype)
     kind = "measured peaks" if machine["measured"] else "datasheet peaks"
     colours = {p["variant"]: style(p["variant"])["color"] for p in points}
@@ -109,7 +109,7 @@ def figure_names(run: Run) -> dict[str, tuple[str, Callable[[], Figure]]]:
                    f"{group.title(math=False)}, {group.dtype}, on {run.device}")
             out[f"appendix-{run.stem}-{group.slug}-{kind}"] = (alt, partial(passes_figure, run, group, kind))
     for dtype in run.dtypes:
-        if machine_roof(run.doc, dtype) and roofline_points(run.doc, [r for r in run.rows if r["dtype"] == dtype]):
+        if machine_roof(run.doc, dtype) and roofline_points(run.doc, run.json_rows(dtype)):
             alt = (f"Roofline of {run.device} in {dtype}: attainable FLOP/s against arithmetic intensity, "
                    "with every attention kernel of this run at its intensity and achieved FLOP/s")
             out[f"appendix-{run.stem}-roofline-{dtype}"] = (alt, partial(roofline_figure, run, dtype))

@@ -1,0 +1,6 @@
+"""MkDocs hook: search finds the chapter that explains a word, and is named for screen readers.
+
+The logic is book.hooks.search (tools/book/hooks/search.py).
+"""
+
+from book.hooks.search import on_page_content, on_post_page, on_post_template  # noqa: F401

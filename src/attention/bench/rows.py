@@ -1,0 +1,263 @@
+"""The typed rows of a results file, shared by the harness that writes them and the appendix that
+renders them: :class:`Row`, one measurement of one variant, :class:`DecodeRow`, one decoding
+speed, :class:`MaskRow`, one form of the document mask, and :class:`LinearRow`, one form of
+linear attention or softmax attention at one length. Each is built from JSON with
+``from_json``, which checks every field it declares and names the first one out of place; fields
+added to the format later have defaults, so that older files still load.
+
+Notation (see CONTRIBUTING.md): b batch size, t tokens, h heads, d_h head width, d = h * d_h.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+STATUSES = ("ok", "skipped", "unsupported", "failed")
+JSON_NAMES = {"pass_name": "pass"}  # a field whose JSON key is a Python keyword
+T = TypeVar("T")
+
+
+def _accepts(kind: Any, value: object) -> bool:
+    """Whether ``value`` is of the declared type ``kind`` (an int is a float; a bool is not an int)."""
+    if isinstance(kind, types.UnionType):
+        return any(_accepts(k, value) for k in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
+    origin = typing.get_origin(kind)
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        return isinstance(value, list) and all(_accepts(item, v) for v in value)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _from_json(cls: type[T], data: object, where: str) -> T:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        key = JSON_NAMES.get(f.name, f.name)
+        if key not in data:
+            if f.default is dataclasses.MISSING:
+                raise ValueError(f"{where}: expected key {key!r}, got keys {sorted(data)}")
+            continue
+        if not _accepts(hints[f.name], data[key]):
+            raise ValueError(f"{where}.{key}: expected {hints[f.name]}, got {data[key]!r}")
+        values[f.name] = data[key]
+    return cls(**values)
+
+
+def _to_json(row: object) -> dict[str, Any]:
+    return {JSON_NAMES.get(k, k): v for k, v in dataclasses.asdict(row).items()}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One variant on one problem: checked against float64, then timed; or why it was not.
+
+    ``status`` is "ok" (then the time, FLOPs and TFLOP/s are numbers and ``backend`` names the
+    kernel that ran) or "skipped", "unsupported", "failed" (then ``reason`` says why).
+    """
+
+    level: str
+    variant: str
+    summary: str
+    pass_name: str  # "forward" or "forward+backward"; "pass" in JSON
+    b: int
+    t: int
+    h: int
+    d_h: int
+    d: int
+    dtype: str
+    status: str
+    reason: str | None
+    backend: str | None
+    ops: list[str]
+    max_rel_err: float | None
+    median_s: float | None
+    iqr_s: float | None
+    repeats: int | None
+    number: int | None
+    flops: float | None
+    tflops: float | None
+    peak_tflops: float | None
+    pct_of_peak: float | None
+    peak_bytes: int | None
+    gpu_kernels: int | None = None  # GPU kernels one call launched (counted on GPUs)
+    run: int | None = None  # in a merged file: which source run measured it
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "row") -> Row:
+        """A row from its JSON object; ValueError names ``where`` and the field out of place."""
+        row = _from_json(cls, data, where)
+        if row.status not in STATUSES:
+            raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row.status!r}")
+        if row.status == "ok":
+            for key in ("median_s", "iqr_s", "flops", "tflops"):
+                if getattr(row, key) is None or getattr(row, key) < 0:
+                    raise ValueError(f"{where}.{key}: expected a number >= 0 for an ok row, got {getattr(row, key)!r}")
+            if row.median_s <= 0:
+                raise ValueError(f"{where}.median_s: expected a positive time, got {row.median_s}")
+            if not row.backend:
+                raise ValueError(f"{where}.backend: expected the kernel that ran, got {row.backend!r}")
+        elif not row.reason:
+            raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
+        return row
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as its JSON object."""
+        return _to_json(self)
+
+
+DECODE_CONFIG = ("vocab_size", "d_model", "num_heads", "num_layers", "context_length")
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    """Greedy decoding of one model, with or without the KV cache: its speed and its cache."""
+
+    model: str
+    config: dict
+    use_cache: bool
+    prompt_tokens: int
+    new_tokens: int
+    median_s: float
+    iqr_s: float
+    repeats: int
+    tokens_per_s: float
+    cache_bytes_measured: int
+    cache_bytes_formula: int
+    batch_size: int = 1
+    dtype: str = "float32"
+    same_tokens: bool | None = None
+    run: int | None = None
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "decode row") -> DecodeRow:
+        """A decode row from its JSON object; ValueError names the field out of place."""
+        row = _from_json(cls, data, where)
+        for key in ("median_s", "tokens_per_s"):
+            if not getattr(row, key) > 0:
+                raise ValueError(f"{where}.{key}: expected a positive number, got {getattr(row, key)!r}")
+        for key in DECODE_CONFIG:
+            if key not in row.config:
+                raise ValueError(f"{where}.config: expected key {key!r}, got keys {sorted(row.config)}")
+            value = row.config[key]
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{where}.config.{key}: expected int, got {value!r}")
+        return row
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as its JSON object."""
+        return _to_json(self)
+
+
+@dataclass(frozen=True)
+class MaskRow:
+    """One form of chapter 11's causal document mask on one packed row (attention.bench.masks).
+
+    ``lengths`` are the packed documents, summing to ``t``; ``scores_formed`` the entries of the
+    score matrices (or kept tiles) the form computes; ``flops`` the useful work, the same for
+    every form. ``status`` as in :class:`Row`.
+    """
+
+    variant: str
+    summary: str
+    t: int
+    lengths: list[int]
+    h: int
+    d_h: int
+    dtype: str
+    pass_name: str  # "forward"; "pass" in JSON
+    status: str
+    reason: str | None
+    block_size: int | None
+    scores_formed: int
+    flops: float
+    max_rel_err: float | None
+    median_s: float | None
+    iqr_s: float | None
+    repeats: int | None
+    number: int | None
+    tflops: float | None
+    run: int | None = None
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "masks row") -> MaskRow:
+        """A masks row from its JSON object; ValueError names the field out of place."""
+        row = _from_json(cls, data, where)
+        if sum(row.lengths) != row.t:
+            raise ValueError(f"{where}.lengths: expected document lengths summing to t={row.t}, "
+                             f"got {row.lengths}")
+        if row.status not in STATUSES:
+            raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row.status!r}")
+        if row.status == "ok":
+            for key in ("median_s", "tflops"):
+                if getattr(row, key) is None or not getattr(row, key) > 0:
+                    raise ValueError(f"{where}.{key}: expected a positive number, got {getattr(row, key)!r}")
+        elif not row.reason:
+            raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
+        return row
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as its JSON object."""
+        return _to_json(self)
+
+
+@dataclass(frozen=True)
+class LinearRow:
+    """Chapter 12's linear attention in one form, or causal softmax attention, at one length t
+    (attention.bench.linear).
+
+    ``max_rel_err`` is the error against the variant's own float64 definition (linear attention
+    for the linear forms, softmax attention for the softmax variants); ``flops`` counts the
+    variant's matrix products. ``status`` as in :class:`Row`.
+    """
+
+    variant: str
+    pass_name: str  # "forward" or "forward+backward"; "pass" in JSON
+    b: int
+    h: int
+    t: int
+    d_h: int
+    chunk_size: int
+    dtype: str
+    status: str
+    reason: str | None
+    max_rel_err: float | None
+    median_s: float | None
+    iqr_s: float | None
+    repeats: int | None
+    number: int | None
+    flops: float | None
+    tflops: float | None
+    run: int | None = None
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "linear row") -> LinearRow:
+        """A linear row from its JSON object; ValueError names the field out of place."""
+        row = _from_json(cls, data, where)
+        if row.status not in STATUSES:
+            raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row.status!r}")
+        if row.status == "ok":
+            for key in ("median_s", "flops", "tflops"):
+                if getattr(row, key) is None or not getattr(row, key) > 0:
+                    raise ValueError(f"{where}.{key}: expected a positive number, got {getattr(row, key)!r}")
+            if row.max_rel_err is None or row.max_rel_err < 0:
+                raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
+                                 f"got {row.max_rel_err!r}")
+        elif not row.reason:
+            raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
+        return row
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as its JSON object."""
+        return _to_json(self)

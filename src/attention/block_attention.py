@@ -1,0 +1,112 @@
+"""The attention sublayer of a Transformer block: fused projections, masks, RoPE, QK-norm, cache.
+
+Notation (see CONTRIBUTING.md):
+    b        batch size
+    t        number of tokens (t_k keys: t without a cache, n + t with n cached tokens)
+    d        model width ``d_model`` (d_in = d_out = d)
+    h        number of heads, d_h = d / h the width of one head
+
+    Q, K, V = x W_q, x W_k, x W_v                        (b, h, t, d_h) each, heads split
+    Q, K    = norm(Q), norm(K)                            QK-norm over d_h, if ``qk_norm``
+    Q, K    = Q R, K R                                    RoPE, if ``rotary``
+    A       = drop(softmax(Q Kᵀ / sqrt(d_h) + M))         (b, h, t, t_k)
+    SA(x)   = drop((A V, heads merged) W_o)               (b, t, d)
+
+:class:`~attention.TransformerBlock` keeps one of these as its submodule ``attn`` and calls
+``attn(x, attn_mask, cache)``, which returns SA(x) and A. Any module with that call and that
+return value, (b, t, d) and the weights or ``None``, can take its place.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_dropout, check_heads, check_sizes
+from .functional import additive_causal_mask, attention_weights
+from .inference import Cache
+from .norms import make_norm
+from .positions import RotaryEmbedding
+
+__all__ = ["BlockAttention"]
+
+
+class BlockAttention(nn.Module):
+    """Multi-head self-attention with W_q, W_k, W_v fused in ``qkv``, as a block uses it.
+
+    ``causal=True`` lets token i attend to tokens j <= i only; ``rotary`` rotates queries and
+    keys by their positions; ``qk_norm`` ("layer" or "rms") normalizes each head's queries and
+    keys over d_h, with one gain shared by all heads, before the rotation (Dehghani et al.,
+    2023). ``bias=False`` drops the biases of the projections and of a LayerNorm.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        causal: bool = False,
+        *,
+        rotary: RotaryEmbedding | None = None,
+        qk_norm: str | None = None,
+        bias: bool = True,
+        norm_eps: float = 1e-5,
+    ) -> None:
+        """h heads of width d_model / h; ``dropout`` on the weights A and on SA(x)."""
+        super().__init__()
+        check_sizes(d_model=d_model)
+        check_heads(d_model, num_heads, width_name="d_model")
+        check_dropout(dropout)
+        d_h = d_model // num_heads
+        if rotary is not None and rotary.d_h != d_h:
+            raise ValueError(f"rotary must rotate heads of width d_h={d_h}, got d_h={rotary.d_h}")
+        self.d_model, self.num_heads, self.d_h = d_model, num_heads, d_h
+        self.dropout, self.causal, self.rotary = dropout, causal, rotary
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # W_q, W_k, W_v, as torch's in_proj
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.proj_dropout = nn.Dropout(dropout)  # on out_proj's output (torch's dropout1)
+        self.qk_norm = qk_norm
+        if qk_norm is not None:
+            self.q_norm = make_norm(qk_norm, d_h, norm_eps, bias)
+            self.k_norm = make_norm(qk_norm, d_h, norm_eps, bias)
+
+    def _mask(self, t: int, t_k: int, attn_mask: Tensor | None, x: Tensor) -> Tensor | None:
+        """The additive mask M (..., t, t_k): the causal mask plus ``attn_mask``, if any.
+
+        The causal mask is aligned bottom-right: the t queries are the last t of the t_k keys.
+        """
+        if not self.causal:
+            return attn_mask
+        causal = additive_causal_mask(
+            t, t_k, dtype=x.dtype, device=x.device, alignment="bottom_right"
+        )  # (t, t_k)
+        if attn_mask is None:
+            return causal
+        if attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros_like(causal).masked_fill(~attn_mask, float("-inf"))
+        return causal + attn_mask  # (..., t, t_k)
+
+    def forward(
+        self, x: Tensor, attn_mask: Tensor | None = None, cache: Cache | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """SA(x) (b, t, d) and the attention weights A (b, h, t, t_k) it applied to the values.
+
+        Without a cache t_k = t; with one, x's keys and values are appended to it and the t
+        queries attend to all t_k = n + t cached tokens, x's first token at position n.
+        """
+        b, t, _ = x.shape
+        h, d_h = self.num_heads, self.d_h
+        queries, keys, values = self.qkv(x).split(self.d_model, dim=2)  # 3 x (b, t, d)
+        queries = queries.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        keys = keys.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        values = values.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        if self.qk_norm is not None:
+            queries, keys = self.q_norm(queries), self.k_norm(keys)  # (b, h, t, d_h) each
+        start = 0 if cache is None else cache.length  # position of x's first token
+        if self.rotary is not None:
+            queries, keys = self.rotary(queries, start), self.rotary(keys, start)  # (b,h,t,d_h)
+        if cache is not None:
+            keys, values = cache.append(keys, values)  # (b, h, t_k, d_h) each
+        dropout_p = self.dropout if self.training else 0.0
+        mask = self._mask(t, keys.shape[2], attn_mask, x)
+        attn_weights = attention_weights(queries, keys, mask, dropout_p)  # (b, h, t, t_k)
+        context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b,t,d)
+        return self.proj_dropout(self.out_proj(context)), attn_weights

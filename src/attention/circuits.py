@@ -1,0 +1,172 @@
+"""A trained model's heads read as circuits (Elhage et al., 2021), and heads removed from it.
+
+Notation (see CONTRIBUTING.md), in the book's row-vector convention (a token is a row x):
+    d        model width; h heads of width d_h; L layers; n_vocab vocabulary size
+    W_q, W_k, W_v  (d, d_h)   one head's slices of the projections
+    W_o            (d_h, d)   the head's rows of the output projection
+    Γ              (d, d)     the linear part of the norm the head reads through (norms.norm_matrix)
+    R_Δ            (d_h, d_h) RoPE's rotation by the offset Δ = i - j of query i and key j
+
+    QK circuit  W_QK = (Γ W_q) R_Δ (Γ W_k)ᵀ    score of query x_i against key x_j: x_i W_QK x_jᵀ
+    OV circuit  W_OV = (Γ W_v) W_o              what the head adds to the stream: x_j W_OV
+
+Elhage et al. write column vectors (their W_Q is our W_qᵀ) and define W_QK = W_Qᵀ W_K, the same
+matrix as ours, and W_OV = W_O W_V, the transpose of ours.
+Folding Γ in leaves out each token's division by its own scale and the biases. Everything is
+computed in float64.
+"""
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from .norms import norm_matrix
+from .positions import RotaryEmbedding
+from .transformer import TinyTransformer, TransformerBlock
+
+__all__ = [
+    "ablate_heads",
+    "composition_score",
+    "copying_score",
+    "head_output_means",
+    "head_weights",
+    "ov_circuit",
+    "qk_circuit",
+    "rotation_matrix",
+]
+
+
+def _check_head(block: TransformerBlock, head: int) -> None:
+    """Require a head index 0 .. h - 1 of ``block``."""
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < block.num_heads:
+        raise ValueError(f"head must be an integer in [0, {block.num_heads}), got {head!r}")
+
+
+def head_weights(block: TransformerBlock, head: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """W_q, W_k, W_v (d, d_h) and W_o (d_h, d) of one head, float64, as x W multiplies them.
+
+    In a pre-norm block the head reads norm1(x), so the norm's linear part Γ is folded into the
+    three reading matrices (Γ W_q, Γ W_k, Γ W_v); a post-norm block's head reads x itself.
+    """
+    _check_head(block, head)
+    d, d_h = block.d_model, block.d_h
+    rows = slice(head * d_h, (head + 1) * d_h)
+    qkv = block.attn.qkv.weight.detach().double()  # (3d, d): nn.Linear stores W^T
+    read = norm_matrix(block.norm1).double() if block.norm_first else torch.eye(d).double()
+    w_q, w_k, w_v = (read @ qkv[i * d : (i + 1) * d][rows].T for i in range(3))  # (d, d_h)
+    w_o = block.attn.out_proj.weight.detach().double()[:, rows].T  # (d_h, d)
+    return w_q, w_k, w_v, w_o
+
+
+def rotation_matrix(rotary: RotaryEmbedding, offset: int) -> Tensor:
+    """R_Δ (d_h, d_h), float64: q R_i · k R_j = q R_Δ kᵀ for Δ = i - j >= 0.
+
+    Row a is the basis vector e_a rotated as a query at position Δ; for rotations by angles
+    linear in the position, R_i R_jᵀ = R_(i - j).
+    """
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be an integer >= 0 (query i - key j), got {offset!r}")
+    basis = torch.eye(rotary.d_h, dtype=torch.float64)[:, None, :]  # (d_h, 1, d_h): t = 1
+    return rotary(basis, offset)[:, 0, :]  # (d_h, d_h)
+
+
+def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
+    """W_QK = (Γ W_q) R_Δ (Γ W_k)ᵀ (d, d): query on the left, key on the right.
+
+    Without RoPE there is no R_Δ and the offset changes nothing. The scale 1 / sqrt(d_h) is
+    left out, as in Elhage et al.
+    """
+    w_q, w_k, _, _ = head_weights(block, head)  # (d, d_h) each
+    rotary = block.attn.rotary
+    rotate = rotation_matrix(rotary, offset) if rotary is not None else torch.eye(block.d_h)
+    return w_q @ rotate.double() @ w_k.T  # (d, d)
+
+
+def ov_circuit(block: TransformerBlock, head: int) -> Tensor:
+    """W_OV = (Γ W_v) W_o (d, d): an attended token's row x times W_OV is what the head writes."""
+    _, _, w_v, w_o = head_weights(block, head)
+    return w_v @ w_o  # (d, d)
+
+
+def composition_score(first: Tensor, second: Tensor) -> float:
+    """||first · second||_F / (||first||_F ||second||_F), in [0, 1] (Elhage et al., 2021).
+
+    For a head of layer 0 (OV circuit W_OV) and one of layer 1 (W_QK, W_OV'): Q-composition is
+    ``composition_score(W_OV, W_QK)``, K-composition ``composition_score(W_QK, W_OV.T)`` and
+    V-composition ``composition_score(W_OV, W_OV')``.
+    """
+    if first.dim() != 2 or second.dim() != 2 or first.shape[1] != second.shape[0]:
+        raise ValueError(
+            f"first and second must be matrices (m, n) and (n, k), got shapes "
+            f"{tuple(first.shape)} and {tuple(second.shape)}"
+        )
+    first, second = first.double(), second.double()
+    return ((first @ second).norm() / (first.norm() * second.norm())).item()
+
+
+def copying_score(matrix: Tensor) -> float:
+    """Σ λ / Σ |λ| over the eigenvalues λ of a square matrix: 1 when all are positive.
+
+    Elhage et al.'s summary of an OV circuit: positive eigenvalues mean that the head raises the
+    logits of the tokens it attends to (copying), negative ones that it lowers them.
+    """
+    if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"matrix must be square, got shape {tuple(matrix.shape)}")
+    eigenvalues = torch.linalg.eigvals(matrix.double())  # (n,), complex
+    return (eigenvalues.sum().real / eigenvalues.abs().sum()).item()
+
+
+@torch.no_grad()
+def head_output_means(model: TinyTransformer, inputs: Tensor) -> Tensor:
+    """Each head's context vector z averaged over the tokens of ``inputs`` (b, t): (L, h, d_h).
+
+    z is what ``attn.out_proj`` reads, the heads' A V side by side; a forward hook records it.
+    """
+    model.eval()
+    recorded: list[Tensor] = []
+    hooks = [
+        block.attn.out_proj.register_forward_pre_hook(lambda _, args: recorded.append(args[0]))
+        for block in model.blocks
+    ]
+    try:
+        model(inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    means = torch.stack([z.mean(dim=(0, 1)) for z in recorded])  # (L, d)
+    return means.view(len(model.blocks), model.num_heads, -1)  # (L, h, d_h)
+
+
+def ablate_heads(
+    model: TinyTransformer, heads: list[tuple[int, int]], means: Tensor | None = None
+) -> TinyTransformer:
+    """A copy of ``model`` without the output of each (layer, head) in ``heads``.
+
+    Zero ablation (``means=None``) zeroes the head's rows of W_o, so it adds nothing; mean
+    ablation adds instead the constant that its mean context vector from
+    :func:`~attention.circuits.head_output_means` would add (``out_proj`` needs a bias).
+    """
+    expected = (len(model.blocks), model.num_heads, model.blocks[0].d_h)
+    if means is not None and tuple(means.shape) != expected:
+        raise ValueError(
+            f"means must have shape (L, h, d_h) = {expected}, got {tuple(means.shape)}"
+        )
+    ablated = copy.deepcopy(model)
+    for layer, head in heads:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not (
+            0 <= layer < len(ablated.blocks)
+        ):
+            raise ValueError(f"layer must be in [0, {len(ablated.blocks)}), got {layer!r}")
+        block = ablated.blocks[layer]
+        _check_head(block, head)
+        out_proj: nn.Linear = block.attn.out_proj
+        rows = slice(head * block.d_h, (head + 1) * block.d_h)
+        with torch.no_grad():
+            if means is not None:
+                if out_proj.bias is None:
+                    raise ValueError("mean ablation needs out_proj with a bias, got bias=None")
+                mean = means[layer, head].to(out_proj.weight)  # (d_h,)
+                out_proj.bias += out_proj.weight[:, rows] @ mean  # (d,): z W_o, z the mean
+            out_proj.weight[:, rows] = 0  # the columns of nn.Linear's W_oᵀ read head's z
+    return ablated

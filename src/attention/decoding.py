@@ -1,0 +1,109 @@
+"""A decode step: the weights it reads, and split-KV attention (Flash-Decoding) for its query.
+
+Notation (see CONTRIBUTING.md): ``...`` leading batch dimensions (for example b, h); t_q queries
+(one per sequence and head in a decode step, or a few), t_k cached keys, d_k width of queries
+and keys, d_v width of values; the keys are cut into n_split chunks J_1 .. J_n_split of
+consecutive positions (sizes differing by at most one); β memory bandwidth in bytes per second,
+s bytes per number.
+
+A decode step reads every weight of the model and the whole cache to make one token per
+sequence, with about two FLOPs per weight read, so its speed is bounded by the bandwidth:
+
+    tokens/s <= β / (s · weights read + cache bytes read)
+
+:func:`weights_read_per_token` counts the weights (all but the unused rows of the embeddings).
+
+Its attention has one query per sequence and head. FlashAttention-2 gives each block of queries
+of each sequence and head to its own thread block, so a decode step runs only b · h of them (h
+at batch 1), each walking through all t_k keys, however many processors the GPU has.
+Flash-Decoding (Dao, Haziza, Massa and Sizov, 2023) also splits the keys: chunk r is attended to
+on its own, giving a partial context vector and the log-sum-exp of the query's scaled scores s_j,
+
+    z_r = Σ_{j ∈ J_r} e^{s_j - lse_r} v_j ,     lse_r = log Σ_{j ∈ J_r} e^{s_j}
+
+and the chunks are merged exactly, by the rescaling the online softmax applies between blocks
+(chapter 7):
+
+    lse = log Σ_r e^{lse_r} ,      z = Σ_r e^{lse_r - lse} z_r .
+
+Every chunk can run on its own processor; the merge reads n_split vectors and n_split numbers
+per query. With float16 or bfloat16 inputs the scores, the partial results and the merge are
+computed in float32, as fused kernels do, and the output is rounded once.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_sizes
+from .functional import _accumulation_dtype, _check_inputs, _repeat_kv_heads
+
+__all__ = ["split_kv_attention", "weights_read_per_token"]
+
+
+def weights_read_per_token(model: nn.Module) -> int:
+    """Parameters one decode step of ``model`` reads: all of them, but one row of each embedding.
+
+    A token looks up one row of each ``nn.Embedding`` (token and learned positions) and
+    multiplies every other weight; the unembedding (``lm_head``) is read whole, also when it
+    shares the token embedding's matrix (tied weights, counted once). Works on the ``meta``
+    device, where a model has shapes and no memory.
+    """
+    total = sum(p.numel() for p in model.parameters())  # a shared parameter counts once
+    multiplied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    for module in model.modules():
+        if isinstance(module, nn.Embedding) and id(module.weight) not in multiplied:
+            total -= (module.num_embeddings - 1) * module.embedding_dim  # rows not read
+    return total
+
+
+def split_kv_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    num_splits: int,
+    *,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Attention softmax(Q Kᵀ · scale) V over all keys, computed in ``num_splits`` key chunks.
+
+    Args:
+        query: (..., t_q, d_k); every query sees every key (a decode step has no mask).
+        key: (..., t_k, d_k); with ``enable_gqa``, (..., h_kv, t_k, d_k) with h_kv dividing the
+            query's h, query head i using key head i // (h / h_kv) as in torch.
+        value: (..., t_k, d_v), like key.
+        num_splits: chunks of consecutive keys, 1 <= num_splits <= t_k.
+        scale: multiplies the scores; defaults to 1 / sqrt(d_k).
+        return_lse: also return the log-sum-exp lse of each query's scaled scores.
+
+    Returns:
+        (..., t_q, d_v), equal to ``torch.nn.functional.scaled_dot_product_attention`` up to
+        rounding; with ``return_lse``, also lse of shape (..., t_q), in the accumulation dtype.
+    """
+    _check_inputs(query, key, value)
+    check_sizes(num_splits=num_splits)
+    t_k = key.shape[-2]
+    if num_splits > t_k:
+        raise ValueError(
+            f"num_splits must be at most t_k={t_k} (each chunk needs a key), got {num_splits}"
+        )
+    if enable_gqa:
+        key = _repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
+        value = _repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
+    acc = _accumulation_dtype(query.dtype)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    q = query.to(acc) * scale  # (..., t_q, d_k)
+    outputs, lses = [], []
+    chunks = zip(key.tensor_split(num_splits, dim=-2), value.tensor_split(num_splits, dim=-2))
+    for k_r, v_r in chunks:  # (..., n_r, d_k) and (..., n_r, d_v): chunk r
+        scores = q @ k_r.to(acc).transpose(-2, -1)  # (..., t_q, n_r): one chunk's scores
+        lse_r = scores.logsumexp(dim=-1, keepdim=True)  # (..., t_q, 1): lse_r
+        outputs.append(torch.exp(scores - lse_r) @ v_r.to(acc))  # (..., t_q, d_v): z_r
+        lses.append(lse_r)
+    partial = torch.stack(outputs)  # (n_split, ..., t_q, d_v)
+    partial_lse = torch.stack(lses)  # (n_split, ..., t_q, 1)
+    lse = partial_lse.logsumexp(dim=0)  # (..., t_q, 1): lse = log Σ_r e^{lse_r}
+    out = (torch.exp(partial_lse - lse) * partial).sum(dim=0)  # (..., t_q, d_v)
+    out = out.to(query.dtype)
+    return (out, lse[..., 0]) if return_lse else out

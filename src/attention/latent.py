@@ -1,0 +1,213 @@
+"""Multi-head latent attention (MLA, DeepSeek-V2): a cache of one small latent per token.
+
+Notation (see CONTRIBUTING.md):
+    b      batch size; t new tokens, n cached before them, t_k = n + t keys attended to
+    d_in   width of an input token vector x, d_out width of the output
+    h      heads, d_h = d_out / h the width of each head's content query, key and value
+    d_c    ``kv_rank``: width of the latent c that keys and values are made from
+    d_c'   ``q_rank``: width of the query latent c_Q (no query compression if None)
+    d_h^R  ``rope_dim``: width of the rotary part of each query and of the one shared rotary key
+    L      layers
+
+DeepSeek-AI (2024, section 2.1) write n_h for h, c^KV for c and h_t for x, with column vectors.
+Per token, for each head (its own W_UK, W_UV, W_UQ and W_QR; the head's index is left off), with
+row vectors as everywhere in the book:
+
+    c^(j) = x^(j) W_DKV                      (d_c)     the only content that is cached
+    k_C^(j) = c^(j) W_UK,  v^(j) = c^(j) W_UV  (d_h each)
+    k_R^(j) = RoPE_j(x^(j) W_KR)             (d_h^R)   one rotary key shared by all heads, cached
+    c_Q^(i) = x^(i) W_DQ (or x^(i) itself)    (d_c')
+    q_C^(i) = c_Q^(i) W_UQ,  q_R^(i) = RoPE_i(c_Q^(i) W_QR)   (d_h and d_h^R)
+    s_ij = [q_C^(i) ; q_R^(i)] · [k_C^(j) ; k_R^(j)] / sqrt(d_h + d_h^R)
+    z^(i) = Σ_j softmax_j(s_ij) v^(j),   output = [z^(i) of heads 1 .. h] W_o
+
+The expanded form computes k_C and v for every cached token. The absorbed form never does: the
+content score q_C^(i) · (c^(j) W_UK) equals (q_C^(i) W_UKᵀ) · c^(j), so W_UK moves to the query
+side, and Σ_j α_ij c^(j) W_UV = (Σ_j α_ij c^(j)) W_UV, so W_UV moves to the output side.
+What is left is multi-query attention of h queries of width d_c + d_h^R against one key
+[c^(j) ; k_R^(j)] and one value c^(j): the cache holds d_c + d_h^R numbers per token and layer,
+against 2 h d_h for multi-head attention. The rotary key is kept apart because a rotation between
+W_UQ and W_UK would depend on the query's and the key's positions and could not be absorbed.
+DeepSeek-V2 also normalizes the latents (RMSNorm); this module, like the paper's section 2.1,
+does not.
+"""
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_heads, check_input, check_sizes
+from .functional import causal_mask, scaled_dot_product_attention
+from .inference import _check_room
+from .positions import RotaryEmbedding
+
+__all__ = ["LatentKVCache", "MultiHeadLatentAttention", "latent_cache_bytes"]
+
+
+def latent_cache_bytes(
+    batch_size: int, tokens: int, num_layers: int, kv_rank: int, rope_dim: int,
+    bytes_per_value: int,
+) -> int:
+    """Bytes of an MLA cache: b · t · L · (d_c + d_h^R) · bytes_per_value.
+
+    One latent of d_c numbers and one shared rotary key of d_h^R numbers per token and layer
+    (DeepSeek-AI 2024, table 1), to compare with :func:`~attention.kv_cache_bytes`.
+    """
+    check_sizes(
+        batch_size=batch_size, tokens=tokens, num_layers=num_layers, kv_rank=kv_rank,
+        rope_dim=rope_dim, bytes_per_value=bytes_per_value,
+    )
+    return batch_size * tokens * num_layers * (kv_rank + rope_dim) * bytes_per_value
+
+
+class LatentKVCache:
+    """Preallocated latents (b, max_tokens, d_c) and rotary keys (b, max_tokens, d_h^R) of a layer.
+
+    ``append(latents, rope_keys)`` writes t new tokens after the ``length`` stored ones and
+    returns views of every stored token; more than ``max_tokens`` tokens is a ValueError.
+    """
+
+    def __init__(
+        self, batch_size: int, max_tokens: int, kv_rank: int, rope_dim: int,
+        dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+    ) -> None:
+        """Zero-filled storage for max_tokens tokens; ``dtype`` defaults to torch's default."""
+        check_sizes(
+            batch_size=batch_size, max_tokens=max_tokens, kv_rank=kv_rank, rope_dim=rope_dim
+        )
+        self.max_tokens = max_tokens
+        self.latents = torch.zeros(batch_size, max_tokens, kv_rank, dtype=dtype, device=device)
+        self.rope_keys = torch.zeros(batch_size, max_tokens, rope_dim, dtype=dtype, device=device)
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the allocated latents and rotary keys (all max_tokens slots)."""
+        return self.latents.nbytes + self.rope_keys.nbytes
+
+    def append(self, latents: Tensor, rope_keys: Tensor) -> tuple[Tensor, Tensor]:
+        """Store latents (b, t, d_c), rope_keys (b, t, d_h^R); return all, (b, n + t, ·) each."""
+        for name, new, store in (("latents", latents, self.latents),
+                                 ("rope_keys", rope_keys, self.rope_keys)):
+            b, _, width = store.shape
+            if new.dim() != 3 or (new.shape[0], new.shape[2]) != (b, width):
+                raise ValueError(
+                    f"{name} must have shape (b, t, {width}) with b={b}, got {tuple(new.shape)}"
+                )
+            if new.dtype != store.dtype:
+                raise ValueError(
+                    f"{name} must have the cache's dtype {store.dtype}, got {new.dtype}"
+                )
+        if latents.shape[1] != rope_keys.shape[1]:
+            raise ValueError(
+                f"latents and rope_keys must hold the same number of tokens, got "
+                f"{latents.shape[1]} and {rope_keys.shape[1]}"
+            )
+        start, end = self.length, self.length + latents.shape[1]
+        _check_room(start, latents.shape[1], self.max_tokens)
+        self.latents[:, start:end] = latents
+        self.rope_keys[:, start:end] = rope_keys
+        self.length = end
+        return self.latents[:, :end], self.rope_keys[:, :end]  # (b, n + t, d_c), (b, n + t, d_h^R)
+
+    def reset(self) -> None:
+        """Forget every token (the storage is kept and overwritten by the next append)."""
+        self.length = 0
+
+
+class MultiHeadLatentAttention(nn.Module):
+    """Causal multi-head latent attention with decoupled rotary keys, and its cache.
+
+    ``forward(x, cache=None, absorbed=False)`` is causal self-attention like
+    :class:`~attention.GroupedQueryAttention`; ``absorbed=True`` computes the same function with
+    W_UK folded into the queries and W_UV into the output (see the module docstring), attending
+    over the cached latents directly. Positions: queries and the shared key are rotated by their
+    position (n + i for the i-th new token after n cached ones). No bias and no dropout.
+    """
+
+    def __init__(
+        self, d_in: int, d_out: int, num_heads: int, kv_rank: int, rope_dim: int,
+        q_rank: int | None = None, base: float = 10000.0,
+    ) -> None:
+        """The projections of the module docstring; ``rope_dim`` even, ``base`` RoPE's base."""
+        super().__init__()
+        check_sizes(d_in=d_in, d_out=d_out, kv_rank=kv_rank, rope_dim=rope_dim)
+        check_heads(d_out, num_heads)
+        if q_rank is not None:
+            check_sizes(q_rank=q_rank)
+        self.d_in, self.d_out, self.num_heads, self.d_h = d_in, d_out, num_heads, d_out // num_heads
+        self.kv_rank, self.rope_dim, self.q_rank = kv_rank, rope_dim, q_rank
+        self.rotary = RotaryEmbedding(rope_dim, base)
+        self.W_down_kv = nn.Linear(d_in, kv_rank, bias=False)  # W_DKV: x -> c
+        self.W_up_key = nn.Linear(kv_rank, d_out, bias=False)  # W_UK: c -> h content keys
+        self.W_up_value = nn.Linear(kv_rank, d_out, bias=False)  # W_UV: c -> h values
+        self.W_key_rope = nn.Linear(d_in, rope_dim, bias=False)  # W_KR: x -> shared k_R
+        self.W_down_query = None if q_rank is None else nn.Linear(d_in, q_rank, bias=False)
+        width = d_in if q_rank is None else q_rank
+        self.W_up_query = nn.Linear(width, d_out, bias=False)  # W_UQ: c_Q -> h content queries
+        self.W_query_rope = nn.Linear(width, num_heads * rope_dim, bias=False)  # W_QR
+        self.out_proj = nn.Linear(d_out, d_out, bias=False)  # W_o
+
+    def new_cache(self, batch_size: int, max_tokens: int) -> LatentKVCache:
+        """An empty :class:`LatentKVCache` on the module's device and dtype.
+
+        It holds b · max_tokens · (d_c + d_h^R) values, whatever the number of heads.
+        """
+        weight = self.W_down_kv.weight
+        return LatentKVCache(batch_size, max_tokens, self.kv_rank, self.rope_dim,
+                             dtype=weight.dtype, device=weight.device)
+
+    def forward(
+        self, x: Tensor, cache: LatentKVCache | None = None, *, absorbed: bool = False
+    ) -> Tensor:
+        """Context vectors (b, t, d_out) of the tokens x (b, t, d_in), expanded or absorbed.
+
+        With a cache, x holds the t newest tokens: their latents and rotary keys are appended
+        and each attends to every cached token and to the new ones up to itself.
+        """
+        check_input(x, self.d_in, ranks=(3,))
+        if cache is not None and not isinstance(cache, LatentKVCache):
+            raise ValueError(f"cache must be a LatentKVCache from new_cache(), got {cache!r}")
+        b, t, _ = x.shape
+        h, d_h, d_r = self.num_heads, self.d_h, self.rope_dim
+        n = 0 if cache is None else cache.length  # position of x's first token
+        latents = self.W_down_kv(x)  # (b, t, d_c)
+        rope_keys = self.rotary(self.W_key_rope(x), start=n)  # (b, t, d_h^R)
+        c_q = x if self.W_down_query is None else self.W_down_query(x)  # (b, t, d_c')
+        q_content = self.W_up_query(c_q).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        q_rope = self.W_query_rope(c_q).view(b, t, h, d_r).transpose(1, 2)  # (b, h, t, d_h^R)
+        q_rope = self.rotary(q_rope, start=n)
+        if cache is not None:
+            latents, rope_keys = cache.append(latents, rope_keys)  # (b, t_k, d_c), (b, t_k, d_h^R)
+        mask = causal_mask(t, latents.shape[1], device=x.device, alignment="bottom_right")
+        scale = (d_h + d_r) ** -0.5  # the scores have d_h + d_h^R terms, whatever the form
+        attend = self._absorbed if absorbed else self._expanded
+        context = attend(q_content, q_rope, latents, rope_keys, mask, scale)  # (b, h, t, d_h)
+        return self.out_proj(context.transpose(1, 2).reshape(b, t, self.d_out))  # (b, t, d_out)
+
+    def _expanded(
+        self, q_content: Tensor, q_rope: Tensor, latents: Tensor, rope_keys: Tensor,
+        mask: Tensor, scale: float,
+    ) -> Tensor:
+        """Multi-head attention over keys and values up-projected from every latent."""
+        (b, h, _, d_h), t_k = q_content.shape, latents.shape[1]
+        keys = self.W_up_key(latents).view(b, t_k, h, d_h).transpose(1, 2)  # (b, h, t_k, d_h)
+        values = self.W_up_value(latents).view(b, t_k, h, d_h).transpose(1, 2)  # (b,h,t_k,d_h)
+        shared = rope_keys[:, None].expand(b, h, t_k, self.rope_dim)  # (b, h, t_k, d_h^R)
+        keys = torch.cat([keys, shared], dim=-1)  # (b, h, t_k, d_h + d_h^R)
+        queries = torch.cat([q_content, q_rope], dim=-1)  # (b, h, t, d_h + d_h^R)
+        return scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=scale)
+
+    def _absorbed(
+        self, q_content: Tensor, q_rope: Tensor, latents: Tensor, rope_keys: Tensor,
+        mask: Tensor, scale: float,
+    ) -> Tensor:
+        """Multi-query attention over the latents: W_UK on the query side, W_UV after."""
+        h, d_h, d_c = self.num_heads, self.d_h, self.kv_rank
+        w_uk = self.W_up_key.weight.view(h, d_h, d_c)  # each head's W_UKᵀ (nn.Linear: out, in)
+        q_latent = q_content @ w_uk  # (b, h, t, d_c): q_C W_UKᵀ per head
+        queries = torch.cat([q_latent, q_rope], dim=-1)  # (b, h, t, d_c + d_h^R)
+        keys = torch.cat([latents, rope_keys], dim=-1)[:, None]  # (b, 1, t_k, d_c + d_h^R)
+        context = scaled_dot_product_attention(
+            queries, keys, latents[:, None], attn_mask=mask, scale=scale, enable_gqa=True
+        )  # (b, h, t, d_c): Σ_j α_ij c^(j), one key/value head for all h queries
+        w_uv = self.W_up_value.weight.view(h, d_h, d_c)  # each head's W_UVᵀ
+        return context @ w_uv.transpose(1, 2)  # (b, h, t, d_h): (Σ_j α_ij c^(j)) W_UV

@@ -1,0 +1,385 @@
+"""Masks as programs: one predicate per mask, from which every form a kernel takes is derived.
+
+Notation (see CONTRIBUTING.md):
+    b      batch size, h heads
+    t_q    number of queries, t_k number of keys (t_q = t_k = t in self-attention)
+    i, j   a query's and a key's index (``q_idx``, ``kv_idx``), counted from 0
+    B      block size of a block mask; T_q = ceil(t_q / B), T_k = ceil(t_k / B) blocks
+
+A *mask rule* is a function ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor``, True where query
+``q_idx`` of batch row ``b`` and head ``h`` may attend to key ``kv_idx``. A *score rule* is a
+function ``score_mod(score, b, h, q_idx, kv_idx) -> tensor`` that returns the new value of a
+scaled score. These are exactly the ``mask_mod`` and ``score_mod`` of PyTorch's FlexAttention
+(``torch.nn.attention.flex_attention``), so every rule below can be passed to it as it is. The
+same rule also gives, with the arguments broadcast against each other instead of one score at a
+time:
+
+    to_dense(mask_mod, t_q, t_k)       the boolean (t_q, t_k) mask SDPA takes, True = may attend
+    to_bias(score_mod, t_q, t_k, h)    the additive (h, t_q, t_k) bias, for a rule that adds a term
+    block_sparsity(mask_mod, ..., B)   which (B, B) tiles are empty, partial or full (a BlockMask)
+    dense_attention(q, k, v, ...)      the explicit softmax(mod(s), -inf where hidden) V
+
+Rules only use tensor operations (comparisons, ``&``, ``|``, indexing a captured tensor), never a
+Python ``if`` on a value, so that the same code runs one score at a time under ``torch.vmap``
+(FlexAttention's eager path), broadcast over whole index grids (``to_dense``), and inside the
+kernel that ``torch.compile`` generates from it.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ._checks import check_sizes
+from .functional import _accumulation_dtype
+from .positions import _alibi_slopes64
+
+__all__ = [
+    "alibi",
+    "and_masks",
+    "apply_score_mod",
+    "block_sparsity",
+    "causal",
+    "dense_attention",
+    "document",
+    "global_tokens",
+    "or_masks",
+    "padding",
+    "prefix_lm",
+    "sinks",
+    "sliding_window",
+    "soft_cap",
+    "t5_bias",
+    "t5_buckets",
+    "to_bias",
+    "to_dense",
+]
+
+MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def _offset(alignment: str, t_q: int | None, t_k: int | None) -> int:
+    """Position of query 0: 0 aligned top-left, t_k - t_q aligned bottom-right."""
+    if alignment not in ALIGNMENTS:
+        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+    if alignment == "top_left":
+        return 0
+    if t_q is None or t_k is None:
+        raise ValueError(
+            f"alignment='bottom_right' needs t_q and t_k (query i sits at t_k - t_q + i), "
+            f"got t_q={t_q!r}, t_k={t_k!r}"
+        )
+    check_sizes(t_q=t_q, t_k=t_k)
+    return t_k - t_q
+
+
+def causal(alignment: str = "top_left", t_q: int | None = None, t_k: int | None = None) -> MaskMod:
+    """Query i sees key j when j <= i + offset: offset 0 top-left (SDPA's ``is_causal``), or
+    t_k - t_q bottom-right (``causal_lower_right``, queries after a cache; needs t_q and t_k)."""
+    offset = _offset(alignment, t_q, t_k)
+
+    def causal_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return kv_idx <= q_idx + offset
+
+    return causal_mask
+
+
+def sliding_window(
+    window: int, alignment: str = "top_left", t_q: int | None = None, t_k: int | None = None
+) -> MaskMod:
+    """Causal attention over the ``window`` latest keys: the query at position p sees keys
+    p - window < j <= p, as ``flash_attention(..., is_causal=True, window=window)``;
+    ``alignment`` as in :func:`causal`."""
+    check_sizes(window=window)
+    offset = _offset(alignment, t_q, t_k)
+
+    def sliding_window_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        position = q_idx + offset
+        return (kv_idx <= position) & (kv_idx > position - window)
+
+    return sliding_window_mask
+
+
+def _check_ids(name: str, ids: Tensor, ranks: tuple[int, ...]) -> None:
+    """Require an integer tensor of one of the given ranks."""
+    if not isinstance(ids, Tensor) or ids.dim() not in ranks or ids.is_floating_point() or (
+        ids.dtype == torch.bool
+    ):
+        shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+        dtype = ids.dtype if isinstance(ids, Tensor) else None
+        expected = " or ".join(f"{r}-d" for r in ranks)
+        raise ValueError(f"{name} must be a {expected} integer tensor, got {shape} of {dtype}")
+
+
+def document(doc_ids: Tensor) -> MaskMod:
+    """Packed documents: a query sees a key of its own document only (in both directions).
+
+    ``doc_ids`` (t,) or (b, t) gives each token's document, for example
+    :func:`attention.packing.document_ids`; combine with :func:`causal` for causal packing.
+    """
+    _check_ids("doc_ids", doc_ids, (1, 2))
+
+    if doc_ids.dim() == 1:
+
+        def document_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return doc_ids[q_idx] == doc_ids[kv_idx]
+
+    else:
+
+        def document_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return doc_ids[b, q_idx] == doc_ids[b, kv_idx]
+
+    return document_mask
+
+
+def prefix_lm(prefix_length: int) -> MaskMod:
+    """Prefix LM: causal, and every query also sees the first ``prefix_length`` keys, so the
+    prefix attends to itself in both directions (T5's prefix LM, Raffel et al., 2020)."""
+    if isinstance(prefix_length, bool) or not isinstance(prefix_length, int) or prefix_length < 0:
+        raise ValueError(f"prefix_length must be an integer >= 0, got {prefix_length!r}")
+    return or_masks(causal(), sinks(prefix_length))
+
+
+def sinks(num_sinks: int) -> MaskMod:
+    """Every query sees the first ``num_sinks`` keys (StreamingLLM's attention sinks, Xiao et al.);
+    or it with :func:`sliding_window` and the window's far end keeps the sequence's first tokens."""
+    if isinstance(num_sinks, bool) or not isinstance(num_sinks, int) or num_sinks < 0:
+        raise ValueError(f"num_sinks must be an integer >= 0, got {num_sinks!r}")
+
+    def sink_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return kv_idx < num_sinks
+
+    return sink_mask
+
+
+def global_tokens(is_global: Tensor) -> MaskMod:
+    """Longformer's global attention: a global token sees every key and every query sees it.
+
+    ``is_global`` (t,) is True at the global positions (a [CLS] token, a question).
+    """
+    if not isinstance(is_global, Tensor) or is_global.dim() != 1 or is_global.dtype != torch.bool:
+        got = (tuple(is_global.shape), is_global.dtype) if isinstance(is_global, Tensor) else (
+            is_global)
+        raise ValueError(f"is_global must be a 1-d bool tensor, got {got!r}")
+
+    def global_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return is_global[q_idx] | is_global[kv_idx]
+
+    return global_mask
+
+
+def padding(lengths: Tensor) -> MaskMod:
+    """Right-padded batch: key j of batch row b is real when j < lengths[b] (a key padding mask).
+
+    Padded *queries* keep attending to the real keys; their outputs are discarded later (section
+    6.2). ``lengths`` (b,) holds the real length of each row.
+    """
+    _check_ids("lengths", lengths, (1,))
+
+    def padding_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return kv_idx < lengths[b]
+
+    return padding_mask
+
+
+def and_masks(*mask_mods: MaskMod) -> MaskMod:
+    """A key is visible when every rule allows it (no rule: all visible)."""
+
+    def all_of(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        allowed = torch.ones((), dtype=torch.bool, device=q_idx.device)
+        for mask_mod in mask_mods:
+            allowed = allowed & mask_mod(b, h, q_idx, kv_idx)
+        return allowed
+
+    return all_of
+
+
+def or_masks(*mask_mods: MaskMod) -> MaskMod:
+    """A key is visible when at least one rule allows it (no rule: none visible)."""
+
+    def any_of(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        allowed = torch.zeros((), dtype=torch.bool, device=q_idx.device)
+        for mask_mod in mask_mods:
+            allowed = allowed | mask_mod(b, h, q_idx, kv_idx)
+        return allowed
+
+    return any_of
+
+
+def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
+    """ALiBi (Press et al., 2022): add -m_h (i + offset - j) to the score of head h, with the slopes
+    of :func:`~attention.alibi_slopes`; ``offset`` = t_k - t_q puts queries after a cache."""
+    slopes = _alibi_slopes64(num_heads)  # (h,), float64
+
+    def alibi_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        distance = (q_idx + offset - kv_idx).to(score.dtype)
+        return score - slopes.to(score.dtype)[h] * distance
+
+    return alibi_score
+
+
+def t5_buckets(
+    relative_position: Tensor, num_buckets: int = 32, max_distance: int = 128,
+    bidirectional: bool = False,
+) -> Tensor:
+    """T5's bucket of each offset j - i (equation 8.11; Mesh TensorFlow's
+    ``_relative_position_bucket``): exact buckets for near offsets, log-spaced ones up to
+    ``max_distance``. A decoder (not ``bidirectional``) puts every later key in bucket 0; an
+    encoder gives later keys the upper half of the buckets."""
+    n = -relative_position  # distance i - j, > 0 for a key before its query
+    bucket = torch.zeros_like(n)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = bucket + (n < 0).to(n.dtype) * num_buckets
+        n = n.abs()
+    else:
+        n = n.clamp(min=0)
+    exact = num_buckets // 2
+    log_ratio = torch.log(n.clamp(min=1).double() / exact) / math.log(max_distance / exact)
+    large = (exact + (log_ratio * (num_buckets - exact)).to(n.dtype)).clamp(max=num_buckets - 1)
+    return bucket + torch.where(n < exact, n, large)
+
+
+def t5_bias(
+    table: Tensor, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False
+) -> ScoreMod:
+    """T5's learned relative bias: add ``table[bucket(j - i), h]`` (``table``: (num_buckets, h))."""
+    if not isinstance(table, Tensor) or table.dim() != 2 or table.shape[0] != num_buckets:
+        got = tuple(table.shape) if isinstance(table, Tensor) else type(table).__name__
+        raise ValueError(f"table must have shape (num_buckets={num_buckets}, h), got {got}")
+
+    def t5_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        bucket = t5_buckets(kv_idx - q_idx, num_buckets, max_distance, bidirectional)
+        return score + table.to(score.dtype)[bucket, h]
+
+    return t5_score
+
+
+def soft_cap(cap: float) -> ScoreMod:
+    """Gemma 2's soft cap of the scaled score s: cap · tanh(s / cap), smooth, in (-cap, cap)."""
+    if isinstance(cap, bool) or not isinstance(cap, int | float) or not cap > 0:
+        raise ValueError(f"cap must be a number > 0, got {cap!r}")
+
+    def soft_cap_score(
+        score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
+    ) -> Tensor:
+        return cap * torch.tanh(score / cap)
+
+    return soft_cap_score
+
+
+def _grid(
+    t_q: int, t_k: int, b: int | None, h: int | None, device: torch.device | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Index tensors that broadcast to (B, H, t_q, t_k); batch and head 0 where b or h is None."""
+    check_sizes(t_q=t_q, t_k=t_k, **({"b": b} if b is not None else {}),
+                **({"h": h} if h is not None else {}))
+    batch = torch.arange(b or 1, device=device).view(-1, 1, 1, 1)  # (B, 1, 1, 1)
+    head = torch.arange(h or 1, device=device).view(1, -1, 1, 1)  # (1, H, 1, 1)
+    q_idx = torch.arange(t_q, device=device).view(1, 1, -1, 1)  # (1, 1, t_q, 1)
+    kv_idx = torch.arange(t_k, device=device).view(1, 1, 1, -1)  # (1, 1, 1, t_k)
+    return batch, head, q_idx, kv_idx
+
+
+def to_dense(
+    mask_mod: MaskMod, t_q: int, t_k: int, b: int | None = None, h: int | None = None,
+    device: torch.device | None = None,
+) -> Tensor:
+    """The boolean mask of a rule, True = may attend, as SDPA's ``attn_mask`` takes it.
+
+    (t_q, t_k) when b and h are None (batch row 0 and head 0 are asked, as torch's
+    ``create_mask`` does with ``B=None, H=None``), else (b or 1, h or 1, t_q, t_k).
+    """
+    batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, device)
+    shape = (batch.shape[0], head.shape[1], t_q, t_k)
+    dense = torch.as_tensor(mask_mod(batch, head, q_idx, kv_idx), device=q_idx.device)
+    dense = dense.to(torch.bool).expand(shape)  # (B, H, t_q, t_k); a rule may return fewer dims
+    return dense[0, 0] if b is None and h is None else dense
+
+
+def apply_score_mod(scores: Tensor, score_mod: ScoreMod) -> Tensor:
+    """``score_mod`` applied to every entry of the scaled scores (b, h, t_q, t_k) at once."""
+    if scores.dim() != 4:
+        raise ValueError(f"scores must be (b, h, t_q, t_k), got shape {tuple(scores.shape)}")
+    b, h, t_q, t_k = scores.shape
+    batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, scores.device)
+    return score_mod(scores, batch, head, q_idx, kv_idx).expand_as(scores)  # (b, h, t_q, t_k)
+
+
+def to_bias(
+    score_mod: ScoreMod, t_q: int, t_k: int, h: int, b: int | None = None,
+    dtype: torch.dtype = torch.float32, device: torch.device | None = None,
+) -> Tensor:
+    """The additive bias (h, t_q, t_k), or (b, h, t_q, t_k), of a rule s -> s + bias.
+
+    Read off as the rule applied to scores of 0; a rule that is not of that form (soft-capping)
+    has no bias and raises ``ValueError`` (use :func:`apply_score_mod` for it).
+    """
+    zeros = torch.zeros(b or 1, h, t_q, t_k, dtype=dtype, device=device)  # (B, h, t_q, t_k)
+    bias = apply_score_mod(zeros, score_mod)
+    if not torch.allclose(apply_score_mod(zeros + 1, score_mod) - bias, zeros + 1):
+        raise ValueError("score_mod must add a term that does not depend on the score, got one "
+                         "that changes the score itself (apply it with apply_score_mod)")
+    return bias if b is not None else bias[0]
+
+
+def block_sparsity(
+    mask_mod: MaskMod, t_q: int, t_k: int, block_size: int | tuple[int, int] = 128,
+    b: int | None = None, h: int | None = None,
+) -> Tensor:
+    """What a block-sparse kernel does with each tile: 0 skip it (nothing visible), 1 compute it
+    and mask inside (partly visible), 2 compute it without a mask (all visible).
+
+    The tiles are (B_q, B_k) = ``block_size`` (one int for both). The sequences are padded to
+    whole tiles, and padding counts as hidden, as in FlexAttention's ``create_block_mask``: a
+    tile that overhangs the end is never full. Returns (T_q, T_k), or (b or 1, h or 1, T_q, T_k)
+    when b or h is given: the information of a ``BlockMask`` (its ``kv_num_blocks`` counts the
+    partial tiles of each query block, ``full_kv_num_blocks`` the full ones).
+    """
+    block_q, block_k = block_size if isinstance(block_size, tuple) else (block_size, block_size)
+    check_sizes(block_q=block_q, block_k=block_k)
+    dense = to_dense(mask_mod, t_q, t_k, b or 1, h or 1)  # (B, H, t_q, t_k)
+    n_q, n_k = -(-t_q // block_q), -(-t_k // block_k)  # T_q, T_k: ceil
+    padded = dense.new_zeros(*dense.shape[:2], n_q * block_q, n_k * block_k)
+    padded[..., :t_q, :t_k] = dense  # (B, H, T_q B_q, T_k B_k), False in the padding
+    tiles = padded.view(*dense.shape[:2], n_q, block_q, n_k, block_k)
+    visible = tiles.sum(dim=(3, 5))  # (B, H, T_q, T_k): visible pairs in each tile
+    kinds = (visible > 0).long() + (visible == block_q * block_k).long()  # 0, 1 or 2
+    return kinds[0, 0] if b is None and h is None else kinds
+
+
+def dense_attention(
+    query: Tensor, key: Tensor, value: Tensor, score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None, scale: float | None = None, return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """The explicit computation that FlexAttention fuses: softmax(mod(Q Kᵀ · scale) | mask) V.
+
+    query (b, h, t_q, d_k), key (b, h, t_k, d_k), value (b, h, t_k, d_v). Hidden scores are set
+    to -inf after ``score_mod``; a query that sees no key gets 0 and log-sum-exp -inf, as
+    FlexAttention gives it. With ``return_lse`` also returns L (b, h, t_q), the log-sum-exp of
+    each row's modified scores. Half-precision inputs are computed in float32.
+    """
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be (b, h, t, d), got shape {tuple(x.shape)}")
+    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"query and key must share d_k and key and value t_k, got query "
+            f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    acc = _accumulation_dtype(query.dtype)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores = query.to(acc) @ key.to(acc).transpose(-2, -1) * scale  # (b, h, t_q, t_k)
+    if score_mod is not None:
+        scores = apply_score_mod(scores, score_mod)
+    if mask_mod is not None:
+        b, h, t_q, t_k = scores.shape
+        allowed = to_dense(mask_mod, t_q, t_k, b, h, device=scores.device)  # (b, h, t_q, t_k)
+        scores = scores.masked_fill(~allowed, -math.inf)
+    lse = torch.logsumexp(scores, dim=-1)  # (b, h, t_q); -inf for a row that sees nothing
+    weights = torch.exp(scores - lse.masked_fill(lse == -math.inf, 0.0)[..., None])
+    out = (weights @ value.to(acc)).to(value.dtype)  # (b, h, t_q, d_v)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,73 @@
+"""Normalizations of a token's features: LayerNorm and RMSNorm, and the choice between them.
+
+Notation (see CONTRIBUTING.md):
+    d        width of the normalized vectors (``d_model`` in a block, ``d_h`` for QK-norm)
+    γ, β     learned gain and bias, one entry per feature
+    ε        ``eps``, added to the mean square (RMSNorm) or the variance (LayerNorm)
+
+    LayerNorm(x) = γ ⊙ (x - μ) / sqrt(σ² + ε) + β       μ, σ² the mean and variance of x
+    RMSNorm(x)   = γ ⊙ x / sqrt(mean(x²) + ε)             (Zhang and Sennrich, 2019)
+
+RMSNorm drops the mean and the bias β: it rescales x but does not re-centre it. With ε inside
+the square root it computes what ``torch.nn.RMSNorm`` and Meta's Llama code compute.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_sizes
+
+__all__ = ["NORMS", "RMSNorm", "make_norm", "norm_matrix"]
+
+NORMS = ("layer", "rms")
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalization over the last dimension, with a learned gain γ (d,).
+
+    ``RMSNorm(d, eps)`` computes what ``torch.nn.RMSNorm(d, eps=eps)`` computes; unlike it,
+    ``eps`` has a fixed default (10⁻⁵, Llama 2's ``norm_eps``) instead of one that follows the
+    input's dtype.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-5) -> None:
+        """A gain γ of ones (d,); ``eps`` > 0 keeps the division finite for x = 0."""
+        super().__init__()
+        check_sizes(d=d)
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
+            raise ValueError(f"eps must be a number > 0, got {eps!r}")
+        self.d, self.eps = d, float(eps)
+        self.weight = nn.Parameter(torch.ones(d))  # γ
+
+    def forward(self, x: Tensor) -> Tensor:
+        """γ ⊙ x / sqrt(mean(x²) + ε) for x (..., d): shape (..., d)."""
+        if x.dim() == 0 or x.shape[-1] != self.d:
+            raise ValueError(f"x must have shape (..., d) with d={self.d}, got {tuple(x.shape)}")
+        mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
+        return self.weight * (x * torch.rsqrt(mean_square + self.eps))  # (..., d)
+
+
+def make_norm(kind: str, d: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
+    """``nn.LayerNorm(d)`` for ``kind="layer"`` (with β unless ``bias=False``), or RMSNorm."""
+    if kind not in NORMS:
+        raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
+    if kind == "rms":
+        return RMSNorm(d, eps)
+    return nn.LayerNorm(d, eps=eps, bias=bias)
+
+
+def norm_matrix(norm: nn.Module) -> Tensor:
+    """The linear part Γ of a normalization as a (d, d) matrix: x Γ is γ ⊙ x, re-centred or not.
+
+    LayerNorm computes (x Γ) / σ + β with Γ = (I - 11ᵀ/d) diag(γ), which subtracts the mean and
+    then applies γ; RMSNorm computes (x Γ) / σ with Γ = diag(γ). Left out is the division by σ,
+    the token's own standard deviation or root mean square: one positive number per token.
+    """
+    if isinstance(norm, RMSNorm):
+        return torch.diag(norm.weight.detach())  # (d, d)
+    if isinstance(norm, nn.LayerNorm) and len(norm.normalized_shape) == 1:
+        d = norm.normalized_shape[0]
+        weight = norm.weight.detach() if norm.weight is not None else torch.ones(d)
+        centring = torch.eye(d, dtype=weight.dtype, device=weight.device) - 1.0 / d  # (d, d)
+        return centring @ torch.diag(weight)  # (d, d)
+    raise ValueError(f"norm must be an RMSNorm or a 1-d nn.LayerNorm, got {norm!r}")

@@ -1,0 +1,142 @@
+"""Packing sequences of different lengths into one row instead of padding them to the longest.
+
+Notation (see CONTRIBUTING.md): n sequences of lengths t_1 ... t_n, t = t_1 + ... + t_n tokens in
+all, t_max the longest; h heads, d_k and d_v the widths of keys and values.
+
+A padded batch (n, t_max, ...) spends memory and work on t_max - t_i padding tokens per row. A
+packed batch lays the sequences end to end, (t, ...), and keeps where each starts in the
+*cumulative sequence lengths* of flash-attention's variable-length ("varlen") interface:
+
+    cu_seqlens = [0, t_1, t_1 + t_2, ..., t]      int32, shape (n + 1,)
+
+so sequence k is rows ``cu_seqlens[k]:cu_seqlens[k + 1]``, as ``flash_attn_varlen_func``
+(Dao-AILab/flash-attention, ``flash_attn/flash_attn_interface.py``) takes it, with queries, keys
+and values of shape (t, h, d). Attention must then stay inside each sequence: either a kernel
+that visits only the diagonal blocks (:func:`varlen_attention` does one sequence at a time), or
+one attention over the packed row with the document mask of :func:`attention.masks.document`.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .functional import causal_mask
+
+__all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_attention"]
+
+
+def _check_lengths(lengths: Tensor) -> None:
+    """Require a 1-d integer tensor of lengths >= 1."""
+    if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.is_floating_point() or (
+        lengths.dtype == torch.bool
+    ) or lengths.numel() == 0 or bool((lengths < 1).any()):
+        got = lengths.tolist() if isinstance(lengths, Tensor) else lengths
+        raise ValueError(
+            f"lengths must be a non-empty 1-d integer tensor of values >= 1, got {got!r}"
+        )
+
+
+def _check_cu_seqlens(cu_seqlens: Tensor, total: int | None = None) -> None:
+    """Require (n + 1,) integers that start at 0 and rise strictly (to ``total``, if given)."""
+    valid = (
+        isinstance(cu_seqlens, Tensor) and cu_seqlens.dim() == 1 and cu_seqlens.numel() >= 2
+        and not cu_seqlens.is_floating_point() and cu_seqlens.dtype != torch.bool
+        and int(cu_seqlens[0]) == 0 and bool((cu_seqlens.diff() > 0).all())
+        and (total is None or int(cu_seqlens[-1]) == total)
+    )
+    if not valid:
+        got = cu_seqlens.tolist() if isinstance(cu_seqlens, Tensor) else cu_seqlens
+        end = "" if total is None else f" ending at the number of packed tokens {total}"
+        raise ValueError(
+            f"cu_seqlens must be a 1-d integer tensor [0, t_1, t_1 + t_2, ...] that rises "
+            f"strictly{end}, got {got!r}"
+        )
+
+
+def cu_seqlens_from_lengths(lengths: Tensor) -> Tensor:
+    """[0, t_1, t_1 + t_2, ..., t] as int32, shape (n + 1,), from the lengths (n,)."""
+    _check_lengths(lengths)
+    return F.pad(torch.cumsum(lengths, dim=0, dtype=torch.int32), (1, 0))  # (n + 1,)
+
+
+def document_ids(cu_seqlens: Tensor) -> Tensor:
+    """The sequence (document) of each packed token, shape (t,): [0, 0, 0, 1, 1, 2, ...]."""
+    _check_cu_seqlens(cu_seqlens)
+    lengths = cu_seqlens.diff().long()  # (n,)
+    return torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
+
+
+def pack(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """The real tokens of a right-padded batch x (n, t_max, ...), end to end, and cu_seqlens.
+
+    Returns packed (t, ...) and cu_seqlens (n + 1,) int32: flash-attention's ``unpad_input``
+    with lengths instead of a padding mask.
+    """
+    _check_lengths(lengths)
+    if x.dim() < 2 or x.shape[0] != len(lengths) or int(lengths.max()) > x.shape[1]:
+        raise ValueError(
+            f"x must be (n, t_max, ...) with n = {len(lengths)} rows and t_max >= "
+            f"{int(lengths.max())}, got shape {tuple(x.shape)}"
+        )
+    real = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None]  # (n, t_max)
+    return x[real], cu_seqlens_from_lengths(lengths)  # (t, ...), (n + 1,)
+
+
+def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tensor:
+    """The inverse of :func:`pack`: a right-padded batch (n, t_max, ...), zeros in the padding."""
+    _check_cu_seqlens(cu_seqlens, packed.shape[0])
+    lengths = cu_seqlens.diff().long().to(packed.device)  # (n,)
+    t_max = int(lengths.max()) if t_max is None else t_max
+    if t_max < int(lengths.max()):
+        raise ValueError(
+            f"t_max must be at least the longest length {int(lengths.max())}, got {t_max}"
+        )
+    out = packed.new_zeros(len(lengths), t_max, *packed.shape[1:])  # (n, t_max, ...)
+    out[torch.arange(t_max, device=packed.device) < lengths[:, None]] = packed
+    return out
+
+
+def varlen_attention(
+    query: Tensor, key: Tensor, value: Tensor, cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor | None = None, is_causal: bool = False, scale: float | None = None,
+) -> Tensor:
+    """Attention within each packed sequence, in flash-attention's varlen layout.
+
+    query (t_q, h, d_k), key (t_k, h, d_k), value (t_k, h, d_v), with t_q and t_k packed
+    tokens; sequence k's queries are rows ``cu_seqlens_q[k]:cu_seqlens_q[k + 1]`` and its keys
+    ``cu_seqlens_k[k]:...`` (the same as the queries' when None). Each sequence is attended
+    alone, so the work is that of the diagonal blocks, sum of t_i², never t². ``is_causal``
+    aligns each sequence's mask
+    bottom-right, as ``flash_attn_varlen_func`` does (the same as top-left when a sequence has
+    as many queries as keys). Returns (t_q, h, d_v).
+    """
+    cu_seqlens_k = cu_seqlens_q if cu_seqlens_k is None else cu_seqlens_k
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.dim() != 3:
+            raise ValueError(
+                f"{name} must be (t, h, d) in the varlen layout, got shape {tuple(x.shape)}"
+            )
+    _check_cu_seqlens(cu_seqlens_q, query.shape[0])
+    _check_cu_seqlens(cu_seqlens_k, key.shape[0])
+    if len(cu_seqlens_q) != len(cu_seqlens_k) or key.shape[0] != value.shape[0]:
+        raise ValueError(
+            f"cu_seqlens_q and cu_seqlens_k must count the same sequences and key and value the "
+            f"same tokens, got {len(cu_seqlens_q) - 1} and {len(cu_seqlens_k) - 1} sequences, "
+            f"{key.shape[0]} keys and {value.shape[0]} values"
+        )
+    out = query.new_empty(*query.shape[:2], value.shape[-1])  # (t_q, h, d_v)
+    bounds = zip(cu_seqlens_q.tolist(), cu_seqlens_q[1:].tolist(), cu_seqlens_k.tolist(),
+                 cu_seqlens_k[1:].tolist())
+    for q0, q1, k0, k1 in bounds:
+        # 4-d (1, h, t_i, d): on a CPU, SDPA takes its fused kernel for 4-d inputs only
+        q = query[q0:q1].transpose(0, 1)[None]  # (1, h, t_i, d_k)
+        k, v = key[k0:k1].transpose(0, 1)[None], value[k0:k1].transpose(0, 1)[None]  # (1, h, .., d)
+        same = q1 - q0 == k1 - k0  # then top-left and bottom-right are one mask: is_causal
+        mask = None
+        if is_causal and not same:
+            mask = causal_mask(q1 - q0, k1 - k0, q.device, "bottom_right")  # (t_i, t_k_i)
+        z = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal and same, scale=scale
+        )  # (1, h, t_i, d_v)
+        out[q0:q1] = z[0].transpose(0, 1)
+    return out

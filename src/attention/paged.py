@@ -1,0 +1,130 @@
+"""A paged KV cache: many sequences in fixed-size blocks of one shared pool (vLLM's PagedAttention,
+Kwon et al. 2023).
+
+Notation (see CONTRIBUTING.md):
+    t      number of new tokens in one call
+    h_kv   key/value heads, d_h width of one head
+    p      position of a token in its sequence (from 0)
+
+A contiguous cache reserves the longest length (or the model's context) for every sequence. A
+paged cache gives each sequence a block table instead, the list of its blocks in order, and takes
+a free block only when the sequence's last one is full, so at most ``block_size - 1`` slots per
+sequence are unused; blocks return to the pool when a sequence ends. A :class:`PagedSequence`
+is one sequence's view, with the ``length`` and ``append`` of every cache of
+:mod:`attention.inference`.
+"""
+
+import torch
+from torch import Tensor
+
+from ._checks import check_sizes
+from .inference import _check_chunk
+
+__all__ = ["PagedKVCache", "PagedSequence"]
+
+
+class PagedKVCache:
+    """Keys and values of many sequences in one pool of fixed-size blocks (PagedAttention).
+
+    The pool holds ``num_blocks`` blocks of ``block_size`` tokens, (num_blocks, h_kv,
+    block_size, d_h) for keys and for values. Each sequence has a block table, the list of its
+    blocks in order: token p of the sequence is in block ``table[p // block_size]`` at offset
+    ``p % block_size``. A sequence takes a free block only when its last one is full, so at most
+    block_size - 1 slots per sequence are unused, and blocks return to the pool when it ends.
+    """
+
+    def __init__(
+        self, num_blocks: int, block_size: int, num_kv_heads: int, d_h: int,
+        dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+    ) -> None:
+        """An empty pool: every block free, no sequence."""
+        check_sizes(
+            num_blocks=num_blocks, block_size=block_size, num_kv_heads=num_kv_heads, d_h=d_h
+        )
+        self.block_size = block_size
+        shape = (num_blocks, num_kv_heads, block_size, d_h)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (blocks, h_kv, size, d_h)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.free_blocks = list(range(num_blocks))
+        self.block_tables: dict[int, list[int]] = {}  # sequence id -> its blocks, in order
+        self.lengths: dict[int, int] = {}  # sequence id -> tokens stored
+        self._next_id = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole pool of keys and values."""
+        return self.keys.nbytes + self.values.nbytes
+
+    def add_sequence(self) -> int:
+        """Start a sequence with no tokens and no blocks; return its id."""
+        seq, self._next_id = self._next_id, self._next_id + 1
+        self.block_tables[seq], self.lengths[seq] = [], 0
+        return seq
+
+    def _check_sequence(self, seq: int) -> None:
+        if seq not in self.block_tables:
+            raise ValueError(
+                f"seq must be one of the sequences {sorted(self.block_tables)}, got {seq!r}"
+            )
+
+    def append(self, seq: int, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Store keys, values (1, h_kv, t, d_h) of sequence ``seq``; return all of its tokens.
+
+        The result, (1, h_kv, n + t, d_h) each, is gathered from the sequence's blocks: a copy,
+        equal to what a contiguous :class:`KVCache` returns.
+        """
+        self._check_sequence(seq)
+        _, h_kv, size, d_h = self.keys.shape
+        _check_chunk(keys, values, (1, h_kv, d_h), self.keys)
+        table, n, t = self.block_tables[seq], self.lengths[seq], keys.shape[2]
+        needed = -(-(n + t) // size) - len(table)  # blocks to add: ceil((n + t) / size) - held
+        if needed > len(self.free_blocks):
+            raise ValueError(
+                f"the pool has {len(self.free_blocks)} free blocks, sequence {seq} needs {needed}"
+            )
+        table += [self.free_blocks.pop(0) for _ in range(needed)]
+        positions = torch.arange(n, n + t, device=self.keys.device)  # (t,)
+        blocks = torch.tensor(table, device=self.keys.device)[positions // size]  # (t,)
+        self.keys[blocks, :, positions % size] = keys[0].transpose(0, 1)  # (t, h_kv, d_h)
+        self.values[blocks, :, positions % size] = values[0].transpose(0, 1)
+        self.lengths[seq] = n + t
+        return self.gather(seq)
+
+    def gather(self, seq: int) -> tuple[Tensor, Tensor]:
+        """Keys and values (1, h_kv, n, d_h) of sequence ``seq``, read through its block table."""
+        self._check_sequence(seq)
+        n, size = self.lengths[seq], self.block_size
+        positions = torch.arange(n, device=self.keys.device)  # (n,)
+        blocks = torch.tensor(self.block_tables[seq], device=self.keys.device, dtype=torch.long)
+        blocks = blocks[positions // size]  # (n,)
+        keys = self.keys[blocks, :, positions % size].transpose(0, 1)  # (h_kv, n, d_h)
+        values = self.values[blocks, :, positions % size].transpose(0, 1)
+        return keys[None], values[None]  # (1, h_kv, n, d_h) each
+
+    def free(self, seq: int) -> None:
+        """End sequence ``seq``: its blocks go back to the pool."""
+        self._check_sequence(seq)
+        self.free_blocks += self.block_tables.pop(seq)
+        del self.lengths[seq]
+
+    def sequence(self, seq: int) -> "PagedSequence":
+        """Sequence ``seq`` seen as a one-sequence cache that attention layers accept."""
+        self._check_sequence(seq)
+        return PagedSequence(self, seq)
+
+
+class PagedSequence:
+    """One sequence of a :class:`PagedKVCache`, with the ``length`` and ``append`` of a cache."""
+
+    def __init__(self, pool: PagedKVCache, seq: int) -> None:
+        """A view of sequence ``seq`` of ``pool``."""
+        self.pool, self.seq = pool, seq
+
+    @property
+    def length(self) -> int:
+        """Tokens stored for this sequence."""
+        return self.pool.lengths[self.seq]
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """As :meth:`PagedKVCache.append` for this sequence."""
+        return self.pool.append(self.seq, keys, values)

@@ -1,0 +1,179 @@
+"""Ring attention (Liu et al., 2023), simulated in one process: attention across N devices.
+
+Notation (see CONTRIBUTING.md): ``...`` leading batch dimensions (b, h), t tokens, d_k and d_v
+the widths of keys and values, d_h = d_k = d_v in the counts; N = ``world_size`` devices,
+c = t / N tokens per device, r a device and s a step of the ring, both counted from 0.
+
+The sequence is cut into N shards; device r holds the queries, keys and values of its shard.
+Keys and values travel round the ring: at step s device r holds the key-value block of device
+(r - s) mod N, attends its queries to it, and passes it on to device r + 1 while it receives the
+next one. Each step gives a partial output O and log-sum-exp L for the block's keys, and the
+partials are merged with the online-softmax rule of chapter 7 (equation 7.8, with the outputs
+kept normalized):
+
+    L = log(exp(L_a) + exp(L_b)),    O = exp(L_a - L) O_a + exp(L_b - L) O_b.
+
+After N steps each device holds exact attention for its queries. With causal attention, the
+block from device j is useless to device r < j: with contiguous shards device 0 then idles for
+N - 1 steps while device N - 1 works at every one. *Zig-zag* sharding cuts the sequence into 2N
+chunks and gives device r chunks r and 2N - 1 - r (one early, one late), so that every device
+does the same work at every step (as in zhuzilin/ring-flash-attention's ``zigzag_ring_flash_attn``
+and Llama 3's context parallelism).
+
+:func:`ring_work` counts the score pairs each device computes at each step;
+:func:`ring_attention_io` counts, with the two-level memory of :mod:`attention.io_model`, the
+numbers one device receives and sends, and the memory that overlapping them with compute needs.
+"""
+
+import math
+
+import torch
+from torch import Tensor
+
+from ._checks import check_sizes
+from .flash import flash_attention
+from .functional import _accumulation_dtype
+from .io_model import IOCount, TwoLevelMemory
+
+__all__ = ["ring_attention", "ring_attention_io", "ring_shards", "ring_work"]
+
+SHARDINGS = ("contiguous", "zigzag")
+
+
+def ring_shards(t: int, world_size: int, sharding: str = "contiguous") -> list[Tensor]:
+    """The positions each of the N devices holds: N int64 tensors, together 0 .. t - 1.
+
+    ``"contiguous"``: device r holds chunk r of N. ``"zigzag"``: the sequence is cut into 2N
+    chunks and device r holds chunks r and 2N - 1 - r. Chunks differ by at most one token.
+    """
+    check_sizes(t=t, world_size=world_size)
+    if sharding not in SHARDINGS:
+        raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
+    pieces = 2 * world_size if sharding == "zigzag" else world_size
+    if pieces > t:
+        raise ValueError(f"{sharding} sharding over world_size={world_size} needs t >= {pieces} "
+                         f"tokens (one per chunk), got t={t}")
+    chunks = torch.arange(t).tensor_split(pieces)
+    if sharding == "contiguous":
+        return list(chunks)
+    return [torch.cat([chunks[r], chunks[pieces - 1 - r]]) for r in range(world_size)]
+
+
+def _visible(q_pos: Tensor, k_pos: Tensor, is_causal: bool) -> Tensor:
+    """(c_q, c_k), True where the query at q_pos may see the key at k_pos."""
+    if not is_causal:
+        return torch.ones(len(q_pos), len(k_pos), dtype=torch.bool)
+    return k_pos[None, :] <= q_pos[:, None]  # (c_q, c_k)
+
+
+def ring_work(t: int, world_size: int, is_causal: bool = False,
+              sharding: str = "contiguous") -> Tensor:
+    """Score pairs (query, key) that device r attends at step s: an int64 tensor (N, N) [s, r].
+
+    A block that no query of the device may see is skipped (0 work); otherwise the count is the
+    visible pairs, what a kernel that skips masked tiles computes. A synchronous ring's step
+    lasts as long as its busiest device: the sum over s of the row maxima.
+    """
+    shards = ring_shards(t, world_size, sharding)
+    work = torch.zeros(world_size, world_size, dtype=torch.int64)  # (N steps, N devices)
+    for s in range(world_size):
+        for r in range(world_size):
+            source = (r - s) % world_size  # whose keys device r holds at step s
+            work[s, r] = int(_visible(shards[r], shards[source], is_causal).sum())
+    return work
+
+
+def _merge(out: Tensor, lse: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
+    """Online-softmax merge of two normalized partials (equation 7.8 in log-sum-exp form)."""
+    new = torch.logaddexp(lse, lse_b)  # (..., c_q); -inf while neither saw a key
+    safe = new.masked_fill(new == -math.inf, 0.0)
+    weight_a, weight_b = torch.exp(lse - safe), torch.exp(lse_b - safe)  # (..., c_q) each
+    return weight_a[..., None] * out + weight_b[..., None] * out_b, new
+
+
+def ring_attention(
+    query: Tensor, key: Tensor, value: Tensor, world_size: int, is_causal: bool = False,
+    *, sharding: str = "contiguous", scale: float | None = None,
+) -> Tensor:
+    """Self-attention computed as N devices in a ring would, in one process; equal to SDPA.
+
+    query and key (..., t, d_k), value (..., t, d_v), one sequence of t tokens sharded over
+    ``world_size`` devices by :func:`ring_shards` (``sharding`` "contiguous" or "zigzag").
+    ``is_causal`` is SDPA's (query i sees keys j <= i, by position whatever the sharding). The
+    devices run one after another here; what each computes at each step, and what it skips,
+    is what it would compute on its own device. Half-precision inputs are computed in float32.
+    Returns (..., t, d_v) in the original token order.
+    """
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.dim() < 2:
+            raise ValueError(f"{name} must be (..., t, d), got shape {tuple(x.shape)}")
+    if query.shape[-2] != key.shape[-2] or key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            "ring attention shards one sequence: query, key and value must have the same t, "
+            f"got {query.shape[-2]}, {key.shape[-2]}, {value.shape[-2]}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query and key must share d_k, got {query.shape[-1]} and {key.shape[-1]}")
+    t = query.shape[-2]
+    runs = [_runs(positions) for positions in ring_shards(t, world_size, sharding)]
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    acc = _accumulation_dtype(query.dtype)
+    q, k, v = (x.to(acc) for x in (query, key, value))  # partials and merges in float32 for half
+    state = {}  # (q0, q1) -> running O (..., n, d_v) and L (..., n) of the queries q0 .. q1 - 1
+    for s in range(world_size):
+        for r in range(world_size):
+            for q0, q1 in runs[r]:  # the queries device r holds
+                for k0, k1 in runs[(r - s) % world_size]:  # the block it holds at step s
+                    if is_causal and k0 >= q1:
+                        continue  # every key after every query: the device skips it
+                    # Distinct runs do not overlap, so a block that is not all visible is the
+                    # query's own run (k0 = q0, k1 = q1): causal attention aligned top-left.
+                    partial = flash_attention(
+                        q[..., q0:q1, :], k[..., k0:k1, :], v[..., k0:k1, :],
+                        is_causal=is_causal and k1 > q0, scale=scale, return_lse=True,
+                    )  # O (..., n, d_v) and L (..., n) of this block
+                    seen = state.get((q0, q1))
+                    state[q0, q1] = partial if seen is None else _merge(*seen, *partial)
+    result = v.new_empty(*query.shape[:-1], v.shape[-1])  # (..., t, d_v)
+    for (q0, q1), (out, _) in state.items():
+        result[..., q0:q1, :] = out
+    return result.to(value.dtype)
+
+
+def _runs(positions: Tensor) -> list[tuple[int, int]]:
+    """The contiguous runs [start, end) of a shard's sorted positions: one or two chunks."""
+    breaks = (positions.diff() != 1).nonzero().flatten().tolist()  # where a new run starts - 1
+    starts = [0, *(b + 1 for b in breaks)]
+    ends = [*(b + 1 for b in breaks), len(positions)]
+    return [(int(positions[a]), int(positions[e - 1]) + 1) for a, e in zip(starts, ends)]
+
+
+def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCount:
+    """One device's traffic over the ring, counted with :class:`~attention.io_model.TwoLevelMemory`.
+
+    The device's memory (``m_device`` numbers) is the fast memory; the ring is the slow one: a
+    block received from the previous device is a load (reads), a block sent to the next one a
+    store (writes). Its own c = t / N queries, keys and values and the running O, m and l are
+    made on the device (no traffic). To hide communication behind compute, it receives the
+    next K and V while it still holds the current ones: 6 c d_h + 2 c numbers at once. Per
+    device: N - 1 blocks of K and V received and sent, 2 (N - 1) c d_h numbers each way.
+    """
+    check_sizes(t=t, d_h=d_h, world_size=world_size, m_device=m_device)
+    if t % world_size:
+        raise ValueError(f"t must be a multiple of world_size for equal shards, got t={t}, "
+                         f"world_size={world_size}")
+    c = t // world_size
+    mem = TwoLevelMemory(m_device)
+    mem.allocate("Q_r", c, d_h)  # (c, d_h): this device's queries, never sent
+    mem.allocate("O_r", c, d_h)  # (c, d_h) running output
+    mem.allocate("m_r", c, 1)  # (c, 1) running maximum
+    mem.allocate("l_r", c, 1)  # (c, 1) running sum
+    mem.allocate("K_0", c, d_h)  # (c, d_h): its own keys and values, the first block it uses
+    mem.allocate("V_0", c, d_h)
+    for s in range(1, world_size):
+        mem.load(f"K_{s}", c, d_h)  # receive the next block while computing on the current one
+        mem.load(f"V_{s}", c, d_h)
+        mem.store(f"K_{s - 1}")  # send the current block on
+        mem.store(f"V_{s - 1}")
+        mem.free(f"K_{s - 1}", f"V_{s - 1}")
+    return mem.count()

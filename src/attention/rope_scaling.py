@@ -1,0 +1,239 @@
+"""Stretching RoPE past its training length: four rules that change its frequencies.
+
+Notation (see CONTRIBUTING.md):
+    d_rot      width of the rotated part of a head (``rotary_dim``; d_rot = d_h unless partial)
+    i          a rotated pair, i = 0 .. d_rot/2 - 1, turning by θ_i = base^(-2i/d_rot) radians
+               per token (``base`` is 10000 in RoFormer); its wavelength λ_i = 2π / θ_i is the
+               number of tokens per full turn
+    t_train    the context length the model was trained on (``original_context``)
+    κ          the stretch factor (``factor``): the model is meant to read κ · t_train tokens
+    ν_i        t_train / λ_i, the number of turns pair i makes over the training context
+    τ          a softmax temperature: the scores are divided by τ
+
+A rule replaces each θ_i by θ'_i, so that every wavelength grows by λ'_i / λ_i = θ_i / θ'_i:
+
+    PositionInterpolation  θ'_i = θ_i / κ for every pair                    (Chen et al., 2023)
+    NTKAwareScaling        the base becomes base · κ^(d_rot / (d_rot - 2)), so that
+                           θ'_i = θ_i κ^(-2i / (d_rot - 2))                  (bloc97, 2023)
+    YaRNScaling            θ'_i = (1 - γ(ν_i)) θ_i / κ + γ(ν_i) θ_i, with the ramp
+                           γ(ν) = clamp((ν - ν_lo) / (ν_hi - ν_lo), 0, 1); and
+                           queries and keys times sqrt(1/τ) = 0.1 ln κ + 1    (Peng et al., 2023)
+    Llama3Scaling          the same ramp without the temperature, ν_lo and ν_hi named
+                           ``low_freq_factor`` and ``high_freq_factor``      (Meta's Llama 3.1 code)
+
+Each rule is a frozen dataclass that checks its parameters when it is made; ``frequencies``
+returns the θ'_i in float64 and ``attention_factor`` the number that multiplies queries and keys
+(1 except for YaRN). Pass one to ``RotaryEmbedding(..., scaling=rule)``.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Llama3Scaling",
+    "NTKAwareScaling",
+    "PositionInterpolation",
+    "RopeScaling",
+    "YaRNScaling",
+    "rope_frequencies",
+]
+
+
+def rope_frequencies(rotary_dim: int, base: float) -> Tensor:
+    """RoPE's θ_i = base^(-2i/d_rot), i = 0 .. d_rot/2 - 1: shape (rotary_dim/2,), float64."""
+    even = torch.arange(0, rotary_dim, 2, dtype=torch.float64)  # (d_rot/2,): 2i
+    return base ** (-even / rotary_dim)  # (d_rot/2,)
+
+
+def _number(name: str, value: object, minimum: float, inclusive: bool = True) -> float:
+    """``value`` as a float, if it is a finite number >= minimum (> minimum if not inclusive)."""
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and (value >= minimum if inclusive else value > minimum)
+    )
+    if not ok:
+        bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+def _context(value: object) -> int:
+    """``value`` if it is an integer >= 1: a number of tokens."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"original_context must be an integer >= 1 (tokens), got {value!r}")
+    return value
+
+
+def _ramp_frequencies(
+    theta: Tensor, factor: float, original_context: int, low: float, high: float
+) -> Tensor:
+    """θ'_i = (1 - γ(ν_i)) θ_i / κ + γ(ν_i) θ_i with ν_i = t_train θ_i / (2π): (d_rot/2,)."""
+    turns = original_context * theta / (2 * math.pi)  # (d_rot/2,): ν_i = t_train / λ_i
+    ramp = ((turns - low) / (high - low)).clamp(0.0, 1.0)  # (d_rot/2,): γ(ν_i)
+    return (1 - ramp) * theta / factor + ramp * theta  # (d_rot/2,)
+
+
+@dataclass(frozen=True)
+class PositionInterpolation:
+    """Position interpolation (Chen et al., 2023): every frequency divided by ``factor``.
+
+    Rotating token p by p (θ_i / κ) rotates it as if it sat at position p / κ: the positions
+    0 .. κ t_train are squeezed into the range 0 .. t_train that training saw. Every wavelength
+    grows by κ, the shortest ones too, so neighbors end up κ times closer in angle than in
+    training.
+    """
+
+    factor: float
+
+    def __post_init__(self) -> None:
+        """Check that the factor stretches (κ >= 1)."""
+        object.__setattr__(self, "factor", _number("factor", self.factor, 1.0))
+
+    @property
+    def attention_factor(self) -> float:
+        """Queries and keys are not rescaled: 1."""
+        return 1.0
+
+    def frequencies(self, rotary_dim: int, base: float) -> Tensor:
+        """θ'_i = θ_i / κ: shape (rotary_dim/2,), float64."""
+        return rope_frequencies(rotary_dim, base) / self.factor  # (d_rot/2,)
+
+
+@dataclass(frozen=True)
+class NTKAwareScaling:
+    """NTK-aware scaling (bloc97, 2023, later formalized in YaRN, Peng et al., 2023): a larger base.
+
+    The base becomes base' = base · κ^(d_rot / (d_rot - 2)), chosen so that the last pair's
+    frequency base'^(-(d_rot-2)/d_rot) is exactly its old one divided by κ, while pair 0
+    (θ_0 = 1) does not change. In between, θ'_i = θ_i κ^(-2i/(d_rot-2)): the stretch grows
+    geometrically with i. Needs at least two pairs (rotary_dim >= 4).
+    """
+
+    factor: float
+
+    def __post_init__(self) -> None:
+        """Check that the factor stretches (κ >= 1)."""
+        object.__setattr__(self, "factor", _number("factor", self.factor, 1.0))
+
+    @property
+    def attention_factor(self) -> float:
+        """Queries and keys are not rescaled: 1."""
+        return 1.0
+
+    def base(self, rotary_dim: int, base: float) -> float:
+        """The new base, base · κ^(d_rot / (d_rot - 2))."""
+        if rotary_dim < 4:
+            raise ValueError(
+                f"NTK-aware scaling needs rotary_dim >= 4 (two pairs: one kept, one "
+                f"stretched by the factor), got {rotary_dim}"
+            )
+        return base * self.factor ** (rotary_dim / (rotary_dim - 2))
+
+    def frequencies(self, rotary_dim: int, base: float) -> Tensor:
+        """θ'_i = base'^(-2i/d_rot), base' the new base: shape (rotary_dim/2,), float64."""
+        return rope_frequencies(rotary_dim, self.base(rotary_dim, base))  # (d_rot/2,)
+
+
+@dataclass(frozen=True)
+class YaRNScaling:
+    """YaRN (Peng et al., 2023): "NTK-by-parts" frequencies and an attention temperature.
+
+    Pair i turns ν_i = t_train / λ_i times over the training context (the paper's r). Pairs with
+    ν_i < ν_lo (``beta_slow``, the paper's α) are interpolated by κ as in
+    :class:`PositionInterpolation`; pairs with ν_i > ν_hi (``beta_fast``, the paper's β) keep
+    their frequency; in between the frequency moves linearly in ν_i from one to the other (the
+    paper's equations for γ and h, section 3.2). Defaults are the paper's values for Llama:
+    ν_lo = 1, ν_hi = 32.
+
+    The scores are divided by a temperature τ with sqrt(1/τ) = 0.1 ln κ + 1 (section 3.4), which
+    :class:`~attention.RotaryEmbedding` applies by multiplying queries and keys by sqrt(1/τ)
+    (``attention_factor``; pass ``attention_factor`` to choose another value, 1.0 to turn it off).
+
+    The authors' code, and Hugging Face's, ramp linearly over the pair index i between rounded
+    boundaries instead of linearly in ν_i: their frequencies differ in the ramp (exercise 8.6),
+    so this class does not reproduce the frequencies of models fine-tuned with their code.
+    """
+
+    factor: float
+    original_context: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+
+    def __post_init__(self) -> None:
+        """Check every parameter; fill in the paper's temperature if none is given."""
+        factor = _number("factor", self.factor, 1.0)
+        object.__setattr__(self, "factor", factor)
+        object.__setattr__(self, "original_context", _context(self.original_context))
+        slow = _number("beta_slow", self.beta_slow, 0.0, inclusive=False)
+        fast = _number("beta_fast", self.beta_fast, 0.0, inclusive=False)
+        if not slow < fast:
+            raise ValueError(
+                f"beta_slow must be less than beta_fast (turns over the training context), got "
+                f"beta_slow={slow:g} and beta_fast={fast:g}"
+            )
+        object.__setattr__(self, "beta_slow", slow)
+        object.__setattr__(self, "beta_fast", fast)
+        if self.attention_factor is None:
+            object.__setattr__(self, "attention_factor", 0.1 * math.log(factor) + 1.0)
+        else:
+            value = _number("attention_factor", self.attention_factor, 0.0, inclusive=False)
+            object.__setattr__(self, "attention_factor", value)
+
+    def frequencies(self, rotary_dim: int, base: float) -> Tensor:
+        """θ'_i = (1 - γ(ν_i)) θ_i / κ + γ(ν_i) θ_i: shape (rotary_dim/2,), float64."""
+        theta = rope_frequencies(rotary_dim, base)  # (d_rot/2,)
+        return _ramp_frequencies(
+            theta, self.factor, self.original_context, self.beta_slow, self.beta_fast
+        )
+
+
+@dataclass(frozen=True)
+class Llama3Scaling:
+    """The frequency-dependent scaling of Llama 3.1 (Meta's ``apply_scaling``).
+
+    Wavelengths shorter than t_train / ``high_freq_factor`` are kept, wavelengths longer than
+    t_train / ``low_freq_factor`` are stretched by κ, and in between the frequency moves
+    linearly in t_train / λ_i: YaRN's ramp with ν_lo = ``low_freq_factor`` and
+    ν_hi = ``high_freq_factor``, without a temperature. The defaults are Meta's values for
+    Llama 3.1: κ = 8, t_train = 8192, factors 1 and 4 (its models use base 500,000).
+    """
+
+    factor: float = 8.0
+    original_context: int = 8192
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+
+    def __post_init__(self) -> None:
+        """Check every parameter."""
+        object.__setattr__(self, "factor", _number("factor", self.factor, 1.0))
+        object.__setattr__(self, "original_context", _context(self.original_context))
+        low = _number("low_freq_factor", self.low_freq_factor, 0.0, inclusive=False)
+        high = _number("high_freq_factor", self.high_freq_factor, 0.0, inclusive=False)
+        if not low < high:
+            raise ValueError(
+                f"low_freq_factor must be less than high_freq_factor, got "
+                f"low_freq_factor={low:g} and high_freq_factor={high:g}"
+            )
+        object.__setattr__(self, "low_freq_factor", low)
+        object.__setattr__(self, "high_freq_factor", high)
+
+    @property
+    def attention_factor(self) -> float:
+        """Queries and keys are not rescaled: 1."""
+        return 1.0
+
+    def frequencies(self, rotary_dim: int, base: float) -> Tensor:
+        """Meta's rule, written as YaRN's ramp: shape (rotary_dim/2,), float64."""
+        theta = rope_frequencies(rotary_dim, base)  # (d_rot/2,)
+        return _ramp_frequencies(
+            theta, self.factor, self.original_context, self.low_freq_factor, self.high_freq_factor
+        )
+
+
+RopeScaling = PositionInterpolation | NTKAwareScaling | YaRNScaling | Llama3Scaling

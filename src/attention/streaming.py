@@ -1,0 +1,97 @@
+"""StreamingLLM: a bounded KV cache that keeps attention sinks, with positions within the cache.
+
+Notation (see CONTRIBUTING.md):
+    b      batch size; h_kv key/value heads of width d_h
+    w      window: the newest w tokens, the new one included
+    n_sink attention sinks: the first n_sink tokens of the stream, never evicted
+    i      position of the new token in the text; t_k keys in the cache when it attends
+
+Xiao et al. (2023) keep the first n_sink tokens and a window of recent ones, and give every
+cached token its position *within the cache*: keys 0 .. t_k - 1 and the new token t_k - 1,
+whatever its position i in the text (their section 3.2; their code caches keys before the
+rotation and rotates all of them by their index in the cache at every step). With rotary
+positions a score depends only on the difference of the two positions (RoPE's relative
+property). The window is contiguous and ends at the new token, so each of its keys is as far
+from the new token in the cache as in the text; only the sinks move, from i - j to t_k - 1 - j.
+:class:`StreamingKVCache` therefore stores keys as the model rotates them, by their position in
+the text, and hands the sinks back rotated by a further
+
+    δ = i - (t_k - 1) >= 0
+
+which gives exactly the scores of StreamingLLM's re-rotation, at the cost of rotating n_sink
+keys instead of all t_k. Before the first eviction δ = 0 and nothing changes.
+"""
+
+import torch
+from torch import Tensor
+
+from .inference import ModelKVCache, RollingKVCache, _check_chunk
+from .positions import RotaryEmbedding
+from .transformer import TinyTransformer
+
+__all__ = ["StreamingKVCache", "streaming_cache"]
+
+
+class StreamingKVCache(RollingKVCache):
+    """A :class:`~attention.RollingKVCache` with sinks whose keys sit at positions in the cache.
+
+    Keys arrive rotated by their position in the text (``rotary`` rotated them, as the attention
+    of a :class:`~attention.TransformerBlock` does before it appends). ``append`` returns the sinks,
+    the window and the new keys as the rolling cache does, the sinks rotated by δ more (see the
+    module docstring), so that a query rotated by its position i in the text scores every key at
+    its distance within the cache. Once a token has been evicted the queries of one call would
+    each need their own δ, so tokens must then come one at a time. ``rotary=None`` (a model
+    without rotary positions) leaves the keys as they are.
+    """
+
+    def __init__(
+        self, batch_size: int, num_kv_heads: int, window: int, d_h: int, sinks: int,
+        rotary: RotaryEmbedding | None = None, dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        """n_sink + w slots of keys and values (b, h_kv, n_sink + w, d_h), no bound on positions."""
+        super().__init__(batch_size, num_kv_heads, window, d_h, None, dtype, device, sinks=sinks)
+        if rotary is not None and rotary.d_h != d_h:
+            raise ValueError(f"rotary must rotate keys of width d_h={d_h}, got d_h={rotary.d_h}")
+        self.rotary = rotary
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Store keys, values (b, h_kv, t, d_h); return the cache's, (b, h_kv, t_k, d_h) each."""
+        b, h_kv, _, d_h = self.keys.shape
+        _check_chunk(keys, values, (b, h_kv, d_h), self.keys)
+        n, t = self.length, keys.shape[2]
+        if t > 1 and n + t > self.sinks + self.window:
+            raise ValueError(
+                f"once tokens are evicted (after n_sink + w = {self.sinks + self.window} tokens) "
+                f"they must come one at a time, got {t} tokens after {n}"
+            )
+        all_keys, all_values = super().append(keys, values)  # (b, h_kv, t_k, d_h) each
+        shift = n + t - all_keys.shape[2]  # δ = i - (t_k - 1) for the last new token i
+        if self.rotary is None or shift == 0:
+            return all_keys, all_values
+        k = int((self.key_positions < self.sinks).sum())  # the sinks come first
+        sinks = self.rotary(all_keys[:, :, :k, None], start=shift)  # (b, h_kv, k, 1, d_h)
+        return torch.cat([sinks[:, :, :, 0], all_keys[:, :, k:]], dim=2), all_values
+
+
+def streaming_cache(
+    model: TinyTransformer, batch_size: int, window: int, sinks: int = 0
+) -> ModelKVCache:
+    """One :class:`StreamingKVCache` per layer of ``model``, for ``model(idx, cache=cache)``.
+
+    Feed the stream one token at a time (or a first chunk of at most n_sink + w tokens): each
+    layer then keeps n_sink + w keys and values whatever the length of the stream, and attends
+    as StreamingLLM does. Only rotary positions, or none, can be moved into the cache: a model
+    with learned, sinusoidal or ALiBi positions is refused.
+    """
+    if model.positions not in ("rope", None):
+        raise ValueError(
+            f"model must use positions='rope' or None (positions within the cache), got "
+            f"{model.positions!r}"
+        )
+    weight = model.lm_head.weight
+    return ModelKVCache([
+        StreamingKVCache(batch_size, block.num_heads, window, block.d_h, sinks, block.attn.rotary,
+                         dtype=weight.dtype, device=weight.device)
+        for block in model.blocks
+    ])

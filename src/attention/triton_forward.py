@@ -1,0 +1,254 @@
+"""FlashAttention's forward pass as a Triton kernel, and what the backward kernels share with it.
+
+Notation (see CONTRIBUTING.md):
+    b        batch size
+    h        query heads, h_kv key and value heads, g = h / h_kv query heads per key-value head
+    t_q      number of queries, t_k number of keys
+    d_h      head width (d_k = d_v = d_h)
+    BLOCK_M  query rows of a tile (B_r in chapter 7), BLOCK_N its key rows (B_c)
+    c        scale · log2(e): scores times c are in base 2
+    w        window: query i, at position p = i + offset, sees keys p - w < j <= p
+
+The offset is 0 for a causal mask aligned top-left and t_k - t_q for one aligned bottom-right;
+without a window a causal query sees keys j <= p.
+
+A kernel runs as a grid of *programs*, each one thread block on the GPU, told apart by
+``tl.program_id``. ``_forward`` runs on the grid (t_q / BLOCK_M, b·h): a program owns one block of
+queries of one head, walks over the key blocks with the online softmax of section 7.2 in
+registers (in base 2: scores times c, ``exp2``), and writes its block of Z and the log-sum-exp of
+each row, in base 2. Its loop over key blocks is cut in three: blocks the window's left edge cuts
+(masked), blocks every row of the program sees whole (no mask, no bounds check: the causal
+split's off-diagonal blocks), and blocks cut by the diagonal or the end of the keys (masked).
+:mod:`attention.triton_backward` cuts its loops the same way, with the helpers defined here.
+
+Block shapes, warps and pipeline stages are chosen by ``triton.autotune`` on the GPU, among the
+configurations below, once per (t_q, t_k, d_h, causal) and dtype; Triton's interpreter gets one
+fixed configuration. Importing this module defines the kernels, and ``triton.jit`` decides then
+whether they are compiled or interpreted (``TRITON_INTERPRET``).
+"""
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU. Chosen from what is
+# known; the autotuner measures them on the GPU at hand, once per shape:
+# - forward: 64 x 64 with 4 warps (and Triton's default 3 stages) was this kernel's fastest block
+#   shape on an H200 at d_h = 64 and 128
+#   (docs/appendix/results/runs/h200-2026-11-26/triton-check-forward.log),
+#   and 128 x 128 with 4 warps its slowest at d_h = 128. FlashAttention-2 runs 128 x 64 with 4
+#   warps at d_h = 128 and 128 x 128 at d_h = 64 on A100 and H100
+#   (csrc/flash_attn/src/flash_fwd_launch_template.h); the Triton tutorial tries BLOCK_M in
+#   {64, 128} and BLOCK_N in {32, 64} with 3, 4 or 7 stages, and 8 warps only for tiles of
+#   128 x 128 or more (python/tutorials/06-fused-attention.py). 64 x 32 is the small one that
+#   fits an sm86/sm89 GPU at d_h = 128.
+# - dK, dV (BLOCK_N keys kept, BLOCK_M queries streamed) and dQ (BLOCK_M queries kept, BLOCK_N
+#   keys streamed): FlashAttention-2 keeps 128 keys against 64 queries at d_h = 128, with 8 warps
+#   (flash_bwd_launch_template.h); the tutorial 128 keys against 32 queries, and 128 queries
+#   against 32 keys, with 4 warps at d_h = 64. Here 128 kept rows get 8 warps: at d_h = 128 the
+#   float32 dK and dV of 128 keys are 2 x 128 x 128 numbers, 256 registers a thread with 4 warps
+#   (128 threads), more than the 255 a thread may have.
+# Shared memory, estimated by shared_memory_bytes: every tile a program keeps, plus num_stages
+# copies of every tile it streams, d_h numbers of 2 bytes a row. At d_h = 128 every configuration
+# below needs at most 160 KiB, within the 163 KB a thread block may use on an A100 (compute
+# capability 8.0; 227 KB on an H100); the test module checks it. On sm86/sm89 GPUs (99 KB) Triton
+# cannot compile the larger ones, and the autotuner times those as infinitely slow.
+FORWARD_CONFIGS = ((64, 64, 4, 3), (64, 32, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2))
+DKDV_CONFIGS = ((32, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2))
+DQ_CONFIGS = ((64, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 2))
+INTERPRETER_CONFIG = (16, 16, 4, 1)  # small tiles: the tests' short sequences span several blocks
+PREPROCESS_BLOCK = 64
+TUNING_KEY = ["T_Q", "T_K", "D_H", "IS_CAUSAL"]
+LOG2E = 1.4426950408889634  # scores times LOG2E are in base 2: e^x = 2^(x · LOG2E)
+INTS = ["T_Q", "T_K", "OFFSET", "WINDOW"]  # never specialized: a value of 1 must not become a constant
+
+
+def shared_memory_bytes(kernel: str, block_m: int, block_n: int, stages: int, d_h: int) -> int:
+    """Estimated shared memory of one program: kept tiles, plus ``stages`` copies of streamed ones.
+
+    forward: Q (BLOCK_M rows) kept, K and V (BLOCK_N rows each) streamed; dkdv: K and V kept, Q
+    and dZ streamed; dq: Q and dZ kept, K and V streamed. Each row is d_h numbers of 2 bytes.
+    """
+    kept, streamed = {"forward": (block_m, 2 * block_n), "dkdv": (2 * block_n, 2 * block_m),
+                      "dq": (2 * block_m, 2 * block_n)}[kernel]
+    return 2 * d_h * (kept + stages * streamed)
+
+
+@triton.jit
+def _tile(base, batch, head, i, j, stride_b, stride_h, stride_i, stride_j):
+    """Pointers to the (len(i), len(j)) tile of rows i, columns j of one (batch, head) slice."""
+    return base + batch * stride_b + head * stride_h + i[:, None] * stride_i + j[None, :] * stride_j
+
+
+@triton.jit
+def _key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Key blocks of the query block at start_m: [lo, mid_lo) masked, [mid_lo, mid_hi) whole,
+    [mid_hi, hi) masked. Divisions only of numbers >= 0 (Triton rounds toward zero)."""
+    last = tl.minimum(start_m + BLOCK_M, T_Q) - 1  # the block's last query row
+    lo = start_m * 0
+    mid_lo = lo
+    hi = T_K + lo
+    mid_hi = (T_K // BLOCK_N) * BLOCK_N  # key blocks inside the sequence
+    if IS_CAUSAL:
+        hi = tl.minimum(T_K, last + OFFSET + 1)  # past the last row's diagonal
+        mid_hi = (tl.maximum(tl.minimum(T_K, start_m + OFFSET + 1), 0) // BLOCK_N) * BLOCK_N
+        if HAS_WINDOW:  # the first row's window starts at its position - w + 1, the last row's later
+            lo = (tl.maximum(start_m + OFFSET - WINDOW + 1, 0) // BLOCK_N) * BLOCK_N
+            mid_lo = tl.cdiv(tl.maximum(last + OFFSET - WINDOW + 1, 0), BLOCK_N) * BLOCK_N
+    hi = tl.maximum(hi, lo)
+    mid_lo = tl.minimum(tl.maximum(mid_lo, lo), hi)
+    mid_hi = tl.minimum(tl.maximum(mid_hi, mid_lo), hi)
+    return lo, mid_lo, mid_hi, hi
+
+
+@triton.jit
+def _query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Query blocks that see the key block at start_n: [lo, mid_lo) masked (the diagonal),
+    [mid_lo, mid_hi) whole, [mid_hi, hi) masked (the window's edge, the last rows)."""
+    last_key = tl.minimum(start_n + BLOCK_N, T_K) - 1
+    lo = start_n * 0
+    mid_lo = lo
+    hi = T_Q + lo
+    mid_hi = (T_Q // BLOCK_M) * BLOCK_M
+    if IS_CAUSAL:
+        lo = (tl.maximum(start_n - OFFSET, 0) // BLOCK_M) * BLOCK_M  # first row that sees key start_n
+        mid_lo = tl.cdiv(tl.maximum(last_key - OFFSET, 0), BLOCK_M) * BLOCK_M  # first row sees the last key
+        if HAS_WINDOW:  # row i sees key j while i + offset < j + w
+            hi = tl.minimum(T_Q, last_key + WINDOW - OFFSET)
+            mid_hi = (tl.maximum(tl.minimum(T_Q, start_n + WINDOW - OFFSET), 0) // BLOCK_M) * BLOCK_M
+    hi = tl.maximum(hi, lo)
+    mid_lo = tl.minimum(tl.maximum(mid_lo, lo), hi)
+    mid_hi = tl.minimum(tl.maximum(mid_hi, mid_lo), hi)
+    return lo, mid_lo, mid_hi, hi
+
+
+@triton.jit
+def _visible(rows, keys, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """True where query row ``rows`` may see key ``keys`` (any two shapes that broadcast)."""
+    ok = (rows < T_Q) & (keys < T_K)
+    if IS_CAUSAL:
+        ok = ok & (keys <= rows + OFFSET)
+        if HAS_WINDOW:
+            ok = ok & (keys > rows + OFFSET - WINDOW)
+    return ok
+
+
+@triton.jit
+def _forward_loop(acc, l, m, q, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, start, end,
+                  T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                  MASKED: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The online softmax over the key blocks in [start, end): m, l and acc stay in registers."""
+    for start_n in range(start, end, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+        if MASKED:
+            k_t = tl.load(k_ptrs + start_n * stride_kt, mask=keys[None, :] < T_K, other=0.0)
+            v = tl.load(v_ptrs + start_n * stride_vt, mask=keys[:, None] < T_K, other=0.0)
+        else:
+            k_t = tl.load(k_ptrs + start_n * stride_kt)  # (D_H, BLOCK_N), K transposed
+            v = tl.load(v_ptrs + start_n * stride_vt)  # (BLOCK_N, D_H)
+        s = tl.dot(q, k_t) * qk_scale  # (BLOCK_M, BLOCK_N), scores in base 2
+        if MASKED:
+            seen = _visible(rows[:, None], keys[None, :], T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW)
+            s = tl.where(seen, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))  # (BLOCK_M,), -inf for a row that saw nothing yet
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # 2^(-inf - 0) = 0, never nan
+        else:
+            m_new = tl.maximum(m, tl.max(s, 1))
+            shift = m_new
+        p = tl.math.exp2(s - shift[:, None])  # (BLOCK_M, BLOCK_N)
+        rescale = tl.math.exp2(m - shift)  # (BLOCK_M,), 0 while m = -inf
+        l = l * rescale + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])  # (BLOCK_M, D_H), float32
+        m = m_new
+    return acc, l, m
+
+
+@triton.jit(do_not_specialize=INTS)
+def _forward(Q, K, V, O, LSE,
+             stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
+             stride_vb, stride_vh, stride_vt, stride_vd, stride_ob, stride_oh, stride_ot, stride_od,
+             H, G, T_Q, T_K, OFFSET, WINDOW, qk_scale, D_H: tl.constexpr, IS_CAUSAL: tl.constexpr,
+             HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Z and lse (base 2) of one block of BLOCK_M queries of one head."""
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1).to(tl.int64)  # (batch, head) as one index; int64: offsets may pass 2**31
+    batch, head = bh // H, bh % H
+    kv_head = head // G  # grouped-query attention: g query heads read one key-value head
+    rows = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query indices
+    cols = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key offsets in a block
+    dims = tl.arange(0, D_H)  # (D_H,)
+    q_ptrs = _tile(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd)
+    q = tl.load(q_ptrs, mask=rows[:, None] < T_Q, other=0.0)  # (BLOCK_M, D_H), kept all along
+    # The first key block's pointers; block n adds n · stride. Swapping the roles of the two
+    # strides reads K transposed, (D_H, BLOCK_N), with no copy.
+    k_ptrs = _tile(K, batch, kv_head, dims, cols, stride_kb, stride_kh, stride_kd, stride_kt)
+    v_ptrs = _tile(V, batch, kv_head, cols, dims, stride_vb, stride_vh, stride_vt, stride_vd)
+    m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running maximum, base 2
+    l = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of 2^(s - m)
+    acc = tl.zeros([BLOCK_M, D_H], dtype=tl.float32)  # running sum of 2^(s - m) v
+    lo, mid_lo, mid_hi, hi = _key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
+                                        BLOCK_M, BLOCK_N)
+    acc, l, m = _forward_loop(acc, l, m, q, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, lo, mid_lo,
+                              T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
+                              True, BLOCK_N)  # masked: the window's left edge
+    acc, l, m = _forward_loop(acc, l, m, q, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, mid_lo, mid_hi,
+                              T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
+                              False, BLOCK_N)  # every row sees every key of the block
+    acc, l, m = _forward_loop(acc, l, m, q, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, mid_hi, hi,
+                              T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
+                              True, BLOCK_N)  # masked: the diagonal, the end of the keys
+    empty = l == 0.0  # a row that sees no key: output 0, lse = +inf (so that P = 0 backward)
+    l = tl.where(empty, 1.0, l)
+    out = acc / l[:, None]  # (BLOCK_M, D_H)
+    lse = tl.where(empty, float("inf"), m + tl.math.log2(l))  # (BLOCK_M,), log2 of the row's sum
+    o_ptrs = _tile(O, batch, head, rows, dims, stride_ob, stride_oh, stride_ot, stride_od)
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rows[:, None] < T_Q)
+    tl.store(LSE + bh * T_Q + rows, lse, mask=rows < T_Q)
+
+
+# Triton decides when a kernel is defined whether it will run in its interpreter.
+INTERPRET = type(_forward).__name__ == "InterpretedFunction"
+
+
+def _tuned(kernel, configs: tuple[tuple[int, int, int, int], ...]):
+    """``kernel`` autotuned over ``configs`` on a GPU; with the one interpreter config otherwise."""
+    chosen = (INTERPRETER_CONFIG,) if INTERPRET else configs
+    return triton.autotune(
+        [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in chosen],
+        key=TUNING_KEY,
+    )(kernel)
+
+
+_forward_tuned = _tuned(_forward, FORWARD_CONFIGS)
+
+
+def _launch(kernel, autotuned, blocks: tuple[int, int] | None):
+    """The autotuned kernel, or, for blocks (BLOCK_M, BLOCK_N) given, the kernel with 4 warps."""
+    if blocks is None:
+        return autotuned, {}
+    return kernel, {"BLOCK_M": blocks[0], "BLOCK_N": blocks[1], "num_warps": 4}
+
+
+def _mask_args(causal: bool, offset: int, window: int | None) -> dict:
+    """The kernels' arguments that say which keys each query sees."""
+    return {"OFFSET": offset, "WINDOW": window or 0, "IS_CAUSAL": causal, "HAS_WINDOW": window is not None}
+
+
+def forward(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, offset: int, window: int | None,
+            blocks: tuple[int, int] | None) -> tuple[Tensor, Tensor]:
+    """Z (b, h, t_q, d_h) and the base-2 log-sum-exp (b, h, t_q) of q (b, h, t_q, d_h), k and v
+    (b, h_kv, t_k, d_h); ``blocks`` None autotunes, (BLOCK_M, BLOCK_N) fixes the tile."""
+    b, h, t_q, d_h = q.shape
+    out = torch.empty_like(q)  # (b, h, t_q, d_h)
+    lse = torch.empty(b, h, t_q, dtype=torch.float32, device=q.device)  # (b, h, t_q)
+    kernel, meta = _launch(_forward, _forward_tuned, blocks)
+    grid = lambda meta: (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)  # noqa: E731
+    kernel[grid](q, k, v, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+                 H=h, G=h // k.shape[1], T_Q=t_q, T_K=k.shape[2], qk_scale=scale * LOG2E,
+                 D_H=d_h, **_mask_args(causal, offset, window), **meta)
+    return out, lse
+
+

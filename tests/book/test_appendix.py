@@ -1,0 +1,241 @@
+"""The appendix of measured timings (book.timings), on the committed results files and on the
+fixture tests/fixtures/bench/cpu-tiny.json, a real tiny run of ``python -m attention.bench``.
+
+What a reader relies on: every number on the pages is the results file's, each table answers one
+question with its units in its header, every figure a page links is drawn, a broken or stale
+results file stops the build by name, and what the pages say about where and how a run was
+measured is what its file records.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+from mkdocs.exceptions import PluginError
+
+from book.timings import facts, tables
+from book.timings.format import readable_bytes, table
+from book.timings.load import RESULTS, Run, load_runs, pinned_version
+from book.timings.page import PAGES, fill_markers, provenance_markdown, run_markdown
+from book.hooks import figures as figures_hook
+from book.hooks import timings as timings_hook
+from book.constants import REPO
+
+APPENDIX = REPO / "docs" / "appendix"
+FIXTURE = REPO / "tests" / "fixtures" / "bench" / "cpu-tiny.json"
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, Run]:
+    return load_runs()
+
+
+@pytest.fixture(scope="module")
+def pages(runs) -> dict[str, str]:
+    """Every appendix page as the build fills it: markers replaced, queries answered."""
+    filled = {}
+    for path in sorted(APPENDIX.glob("*.md")):
+        markdown, stem = fill_markers(path.read_text(encoding="utf-8"), runs)
+        filled[path.name] = facts.fill(markdown, runs, stem)
+    return filled
+
+
+def test_every_run_has_a_page_in_the_nav_and_every_page_fills(runs, pages):
+    nav = (REPO / "mkdocs.yml").read_text()
+    for stem in runs:
+        assert stem in PAGES, f"results/{stem}.json has no appendix page"
+        assert f"appendix/{PAGES[stem]}" in nav
+        markers = (f"<!-- timings:run {stem} -->", f"<!-- timings:masks {stem} -->")
+        assert any(m in (APPENDIX / PAGES[stem]).read_text() for m in markers), stem
+    for name, text in pages.items():
+        assert "<!-- timings:" not in text and "{{" not in text, name
+
+
+def test_a_broken_results_file_stops_the_build_naming_file_and_field(tmp_path, monkeypatch):
+    doc = json.loads(FIXTURE.read_text())
+    del doc["results"][3]["status"]
+    (tmp_path / "broken.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"broken\.json: results\[3\]: expected key 'status'"):
+        load_runs(tmp_path)
+    monkeypatch.setattr(timings_hook, "load_runs", lambda: load_runs(tmp_path))
+    with pytest.raises(PluginError, match=r"broken\.json: results\[3\]"):
+        timings_hook.on_files(None, None)
+
+
+@pytest.mark.parametrize("break_it, field", [
+    (lambda doc: doc["goals"]["speed"][0].pop("fused_sdpa_backend"), r"goals\.speed: expected key 'fused_sdpa_backend'"),
+    (lambda doc: next(r for r in doc["results"] if r["status"] == "ok").pop("backend"), r"results\[\d+\]: expected key 'backend'"),
+    (lambda doc: doc["settings"].pop("tokens"), r"settings: expected key 'tokens'"),
+    (lambda doc: doc["results"][0].update(t="1024"), r"results\[0\]\.t: expected <class 'int'>"),
+])
+def test_a_stale_file_missing_what_the_page_reads_is_refused_by_name(tmp_path, break_it, field):
+    doc = json.loads(FIXTURE.read_text())
+    break_it(doc)
+    (tmp_path / "stale.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"stale\.json: " + field):
+        load_runs(tmp_path)
+
+
+def test_typed_rows_read_back_what_the_harness_wrote(runs):
+    for run in runs.values():
+        assert [r.to_json() for r in run.rows] == [
+            {k: v for k, v in r.items()} | {"gpu_kernels": r.get("gpu_kernels"), "run": r.get("run")}
+            for r in run.doc["results"]]
+
+
+def test_queries_answer_with_the_files_numbers(runs):
+    h200, h100 = runs["cuda-h200"], runs["cuda-h100-quick"]
+    cudnn = h200.row("sdpa[cudnn]", t=16384, d_h=64)
+    ask = lambda text, default="cuda-h200": facts.fill(text, runs, default)  # noqa: E731
+    assert ask("{{ tflops(sdpa[cudnn], forward, t=16384, d_h=64) }}") == f"{cudnn.tflops:.3g}"
+    assert ask("{{ pct_of_peak(sdpa[cudnn], forward, t=16384, d_h=64) }}") == f"{cudnn.pct_of_peak:.0f}"
+    speeds = []
+    for row in h200.rows:
+        if row.variant == "triton" and row.pass_name == "forward" and row.status == "ok":
+            flash = h200.row("sdpa[flash]", t=row.t, d_h=row.d_h)
+            speeds.append(flash.median_s / row.median_s)
+    assert len(speeds) == 10  # t = 1024 ... 16384, d_h = 64 and 128
+    assert ask("{{ speedup(triton, sdpa[flash], forward) }}") == f"{min(speeds):.2f}–{max(speeds):.2f}×"
+    launched = h100.row("flash_attention", t=16384, d_h=64, dtype="bfloat16")
+    assert ask("{{ cuda-h100-quick: launches(flash_attention, forward, t=16384, d_h=64, dtype=bfloat16) }}") == (
+        f"{launched.gpu_kernels:,}")
+    per = launched.median_s / launched.gpu_kernels * 1e6
+    assert ask("{{ cuda-h100-quick: per_launch_us(flash_attention, forward, t=16384, d_h=64, "
+               "dtype=bfloat16) }}") == f"{per:.2g}"
+    decode = {r.use_cache: r.tokens_per_s for r in h200.decode if r.model == "tiny"}
+    assert ask("{{ decode_speedup(tiny) }}") == f"{decode[True] / decode[False]:.2f}×"
+    assert ask("{{ peak(bfloat16) }}") == "989.5 TFLOP/s"  # the datasheet's figure, as printed there
+
+
+@pytest.mark.parametrize("query, message", [
+    ("{{ nonsense(triton) }}", "unknown query 'nonsense'"),
+    ("{{ tflops(triton, forward+backward, t=1024, d_h=64, dtype=float32) }}", "no ok row of triton, forward\\+backward"),
+    ("{{ tflops(sdpa[cudnn], forward) }}", "rows of sdpa\\[cudnn\\].*say which"),
+    ("{{ cuda-a100: tflops(triton, forward) }}", "no results file cuda-a100.json"),
+    ("{{ launches(explicit, forward, t=1024, d_h=64) }}", "did not count GPU kernel launches"),
+])
+def test_a_query_that_cannot_be_answered_stops_the_build(runs, query, message):
+    with pytest.raises(facts.FactError, match=message):
+        facts.fill(query, runs, "cuda-h200")
+
+
+def body_rows(markdown: str) -> list[list[str]]:
+    lines = [ln for ln in markdown.splitlines() if ln.startswith("|")][2:]
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+
+
+def test_time_table_marks_the_fastest_at_each_t_and_keeps_units_in_its_header(runs):
+    group = runs["cuda-h200"].groups("kernel", "bfloat16")[0]
+    (_, rows), *_ = group.passes()
+    text = tables.time_table(rows, "forward")
+    assert "Median time per call in ms" in text
+    cells = body_rows(text)
+    for column in range(1, len(cells[0])):
+        values = [(float(c[column].strip("*")), c[column].startswith("**")) for c in cells if c[column] != "—"]
+        fastest = min(v for v, _ in values)
+        assert [bold for v, bold in values] == [v == fastest for v, _ in values]
+    assert not any("ms" in cell for row in cells for cell in row)  # the unit is in the caption only
+
+
+def test_detail_table_is_fastest_first_with_the_ratio_in_its_own_column(runs):
+    run = runs["cuda-h100-quick"]
+    group = run.groups("kernel", "bfloat16")[0]
+    (_, rows), *_ = group.passes()
+    text = tables.detail_table(rows, 16384, run.doc["peaks"]["bfloat16"])
+    header = [ln for ln in text.splitlines() if ln.startswith("|")][0]
+    assert "× fastest" in header and "GPU kernels" in header and "989.5 TFLOP/s" in text
+    times = [float(r[1]) for r in body_rows(text)]
+    assert times == sorted(times) and body_rows(text)[0][3] == "1.00×"
+
+
+def test_table_refuses_a_row_of_the_wrong_length():
+    with pytest.raises(ValueError, match="every row needs 2 cells"):
+        table(["a", "b"], [["1", "2"], ["3"]])
+
+
+def test_provenance_says_where_when_with_what_and_in_how_many_runs(runs):
+    run = runs["cuda-h200"]
+    text = provenance_markdown(run)
+    p = run.provenance
+    for fact in (p["device_name"], p["driver"], p["torch"], f"CUDA {p['cuda']}", p["git"]["commit"][:7],
+                 f"the book pins torch {pinned_version('torch')}", "up to 20 timed calls per point",
+                 "256 MiB buffer", "**7 runs**", "the compiled variants off"):
+        assert fact in text, fact
+    times = re.findall(r"^- (\d\d:\d\d) UTC", text, flags=re.MULTILINE)
+    assert len(times) == 7 and times == sorted(times)  # listed in the order they were measured
+    assert all(s["command"] in text for s in run.sources)
+
+
+def test_a_run_that_did_not_finish_says_so(runs):
+    doc = copy.deepcopy(runs["cuda-h100-quick"].doc) | {"complete": False, "stopped": "time budget spent"}
+    assert '!!! warning "This run did not finish"' in provenance_markdown(Run("cut", doc))
+
+
+def test_gpu_goals_are_read_off_the_rows(runs):
+    text = tables.gpu_goals_table(runs["cuda-h200"])
+    flash, cudnn, training = body_rows(text)
+    speedups = facts.fill("{{ speedup(triton, sdpa[flash], forward) }}", runs, "cuda-h200")
+    assert flash[1] == f"**{speedups.split('–')[0]}** … {speedups.split('–')[1].rstrip('×')} (10 points)"
+    assert flash[2:] == ["≥ 0.8", "met"]
+    lowest = min(runs["cuda-h200"].row("sdpa[cudnn]", t=t, d_h=d).median_s / runs["cuda-h200"].row("triton", t=t, d_h=d).median_s
+                 for t in (4096, 8192, 16384) for d in (64, 128))
+    assert cudnn[1].startswith(f"**{lowest:.2f}**") and cudnn[3] == ("met" if lowest >= 0.85 else "missed")
+    assert training[2] == "≥ 1" and "(6 points)" in training[1]
+    (_, _, untimed) = body_rows(tables.gpu_goals_table(runs["cuda-h100-quick"]))
+    assert untimed[1:] == ["—", "≥ 1", "not measured in this run"]  # that run's kernel had no backward
+
+
+def test_every_figure_a_page_links_is_drawn_by_the_figure_script(pages):
+    drawn = set(figures_hook.load_figures(REPO / "docs" / "figures"))
+    linked = {name for text in pages.values() for name in re.findall(r"\]\(\.\./figures/(appendix-[a-z0-9-]+)\.svg\)", text)}
+    assert linked and linked <= drawn
+    assert {n for n in drawn if n.startswith("appendix-")} == linked  # and none is drawn for nothing
+
+
+def test_an_appendix_figure_keeps_its_text_legible_on_a_phone(runs):
+    from book.timings.plots import figure_names
+
+    hook = figures_hook
+
+    (alt, make), *_ = figure_names(runs["cuda-h200"]).values()
+    svg = hook.render_svg("appendix-test", make).decode()
+    width, smallest = hook.text_sizes(svg)
+    assert "<text" in svg and alt
+    # the width at which the smallest text is 9 px fits a 390 px phone's column: no scrolling
+    assert width * hook.MIN_TEXT_PX / smallest <= 358
+
+
+def test_the_fixture_without_peaks_or_goals_still_renders():
+    doc = json.loads(FIXTURE.read_text())  # written before peaks and decoding were measured
+    text = run_markdown(Run("cpu-tiny", doc))
+    assert "## Attention kernels" in text and "## Decoding" not in text and "#### Roofline" not in text
+
+
+@pytest.mark.parametrize("nbytes, text", [
+    (512, "512 B"), (1000, "1000 B"), (1536, "1.5 KiB"), (17723392, "17 MiB"), (6510305280, "6.1 GiB"), (None, "—"),
+])
+def test_sizes_are_in_binary_units(nbytes, text):
+    assert readable_bytes(nbytes) == text
+
+
+def test_headings_write_their_math_as_math(pages):
+    headings = [h for text in pages.values() for h in re.findall(r"^#+ .*$", text, flags=re.MULTILINE)]
+    assert any("$d_h = " in h for h in headings)
+    for heading in headings:  # outside $...$, no TeX
+        outside = re.sub(r"\$[^$]+\$", "", heading)
+        assert "d_h" not in outside and "\\" not in outside, heading
+
+
+def test_the_product_names_goals_not_issue_numbers():
+    # What the package, its --help and the tooling say is about the product, not the tracker.
+    places = [REPO / "src", REPO / "tools", REPO / "docs" / "hooks", REPO / "docs" / "figures"]
+    found = [f"{path.relative_to(REPO)}: {m.group(0)}" for place in places for path in place.rglob("*.py")
+             for m in re.finditer(r"\bissues? #?\d+", path.read_text(), flags=re.IGNORECASE)]
+    assert found == []
+    from attention.bench.cli import build_parser
+
+    assert not re.search(r"\bissues? #?\d+", build_parser().format_help(), flags=re.IGNORECASE)

@@ -1,0 +1,107 @@
+"""Rules every page of the book keeps: citations that resolve both ways, no private torch API.
+
+A citation is a link ``references.md#key``; each entry of docs/references.bib becomes a paragraph
+of the references page with its key as id (docs/hooks/references.py). The strict build fails on a
+link to a missing id; these tests also catch an entry nobody cites, a key defined twice, and
+teaching code that reaches into torch's
+private modules (``torch.utils._python_dispatch``, ``Tensor._materialize``), which any release
+may rename.
+"""
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from book.constants import REPO
+
+DOCS = REPO / "docs"
+REFERENCES = DOCS / "references.md"  # the stub the hook fills; it cites nothing
+BIBLIOGRAPHY = DOCS / "references.bib"
+ENTRY_KEY = re.compile(r"^@\w+\{([^,\s]+),", re.MULTILINE)
+# Markdown pages link references.md#key; notebooks (rendered one level deeper) link references/#key.
+CITATION = re.compile(r"references(?:\.md|/)#([\w-]+)")
+PRIVATE_TORCH = re.compile(r"torch(?:\.\w+)*\._\w+|\.\s*_materialize\b|from torch[\w.]* import _\w+")
+
+
+def citing_files() -> list[Path]:
+    """Pages, notebooks and the hooks that write page text: everything that may cite."""
+    files = [*DOCS.rglob("*.md"), *DOCS.rglob("*.ipynb"), *(DOCS / "hooks").glob("*.py")]
+    return [f for f in files if f != REFERENCES]
+
+
+def citations() -> Counter:
+    return Counter(key for f in citing_files() for key in CITATION.findall(f.read_text()))
+
+
+def entry_keys() -> list[str]:
+    return ENTRY_KEY.findall(BIBLIOGRAPHY.read_text(encoding="utf-8"))
+
+
+def test_every_entry_has_one_id() -> None:
+    ids = Counter(entry_keys())
+    assert len(ids) >= 30, f"expected the bibliography's entries, found {len(ids)} ids"
+    assert [key for key, n in ids.items() if n > 1] == []
+
+
+def test_every_citation_names_an_entry_and_every_entry_is_cited() -> None:
+    entries = set(entry_keys())
+    cited = citations()
+    assert sorted(set(cited) - entries) == [], "cited but missing from docs/references.bib"
+    assert sorted(entries - set(cited)) == [], "listed in docs/references.bib but cited nowhere"
+
+
+def test_every_chapter_cites_its_sources() -> None:
+    for chapter in sorted((DOCS / "chapters").glob("*.md")):
+        assert CITATION.search(chapter.read_text()), f"{chapter.name} cites no work"
+
+
+def test_pages_use_no_private_torch_api() -> None:
+    pages = [f for f in citing_files() if f.suffix in {".md", ".ipynb"}]
+    found = [
+        f"{f.relative_to(DOCS)}: {m.group(0)}"
+        for f in pages
+        for m in PRIVATE_TORCH.finditer(f.read_text())
+    ]
+    assert found == []
+
+
+def test_private_api_pattern_catches_what_it_should() -> None:
+    for text in (
+        "from torch.utils._python_dispatch import TorchDispatchMode",
+        "mask._materialize()",
+        "torch._C._set_grad_enabled(True)",
+    ):
+        assert PRIVATE_TORCH.search(text), text
+    for text in ("torch.nn.functional.scaled_dot_product_attention", "x.masked_fill(m, 0)"):
+        assert not PRIVATE_TORCH.search(text), text
+
+
+# Sentences of chapter 7 that are true only while the appendix has no GPU results.
+NO_GPU_CLAIMS = ("It has no GPU measurements yet", "has CPU measurements only")
+
+
+def gpu_results() -> list[str]:
+    """Results files under docs/appendix/results measured on a CUDA device."""
+    files = sorted((DOCS / "appendix" / "results").glob("*.json"))
+    return [f.name for f in files if json.loads(f.read_text())["provenance"]["device_type"] == "cuda"]
+
+
+def test_chapter_7_says_what_the_appendix_has() -> None:
+    text = (DOCS / "chapters" / "07-fast-attention.md").read_text()
+    claims = [claim for claim in NO_GPU_CLAIMS if claim in text]
+    if gpu_results():
+        assert claims == [], f"GPU results exist ({gpu_results()}): chapter 7 still says {claims}"
+    else:
+        assert claims, "no GPU results: chapter 7 must say its timings are CPU-only"
+
+
+@pytest.mark.parametrize("chapter", ["07-fast-attention.md", "10-inference.md"])
+def test_chapters_7_and_10_cite_the_gpu_measurements_from_their_file(chapter: str) -> None:
+    # A snippet of each reads a GPU results file (so the numbers printed are the file's), and the
+    # prose links the appendix page of that GPU.
+    text = (DOCS / "chapters" / chapter).read_text()
+    read = [name for name in gpu_results() if name in text]
+    assert read, f"{chapter} reads none of the GPU results files {gpu_results()}"
+    assert "../appendix/gpu-h200.md" in text, f"{chapter} does not link the H200 page"

@@ -1,0 +1,378 @@
+"""The book's figures: every function in docs/figures/chNN.py draws a figure with Axes, which the
+build hook (docs/hooks/figures.py) puts into the built site as reproducible SVG; and the figures
+show what their captions say: the right numbers, queries as rows and keys as columns."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from mkdocs.exceptions import PluginError  # noqa: E402
+
+from attention import JOURNEY_TOKENS, journey_inputs  # noqa: E402
+from book.hooks import figures as hook  # noqa: E402
+from book.constants import REPO
+
+FIGURES_DIR = REPO / "docs" / "figures"
+
+
+FIGURES = hook.load_figures(FIGURES_DIR)
+
+
+def test_every_figure_script_is_found() -> None:
+    scripts = {s.name for s in hook.figure_scripts(FIGURES_DIR)}
+    assert {p.name for p in FIGURES_DIR.glob("ch*.py")} | {"appendix.py"} == scripts
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_figure_is_in_the_site(name: str, built_site: Path) -> None:
+    # The build drew it: the hook calls each function and fails the build unless it gets a
+    # matplotlib Figure, which it writes as figures/<name>.svg.
+    built = built_site / "figures" / f"{name}.svg"
+    assert built.is_file(), f"the build did not produce figures/{name}.svg"
+    svg = built.read_bytes()
+    assert svg.lstrip().startswith(b"<?xml") and b"<svg" in svg
+    assert b'<g id="axes_1">' in svg, f"figures/{name}.svg has no Axes: nothing is drawn"
+
+
+def test_the_site_svg_is_the_figure_drawn_from_the_data(built_site: Path, monkeypatch) -> None:
+    # The quickest figure to draw stands for all. The hook's SVG has no date and fixed element
+    # ids, so the same code gives the same file; and the file follows the data: drawn from other
+    # inputs (the running example's tokens in reverse order), the figure's SVG is different.
+    name = "ch02-query2-weights"
+    site = (built_site / "figures" / f"{name}.svg").read_bytes()
+    fig = FIGURES[name]()
+    assert isinstance(fig, Figure) and fig.axes, f"{name} returned {fig!r}"
+    plt.close(fig)
+    make = FIGURES[name]
+    assert hook.render_svg(name, make) == site
+    monkeypatch.setitem(make.__globals__, "journey_inputs", lambda: journey_inputs().flip(0))
+    assert hook.render_svg(name, make) != site
+
+
+@pytest.fixture
+def draw():
+    """Draw figures by name; every figure drawn is closed after the test."""
+    drawn: list[Figure] = []
+
+    def make(name: str) -> Figure:
+        drawn.append(FIGURES[name]())
+        return drawn[-1]
+
+    yield make
+    for fig in drawn:
+        plt.close(fig)
+
+
+def heatmap(fig: Figure, panel: int) -> np.ndarray:
+    """The matrix drawn on panel ``panel`` of ``fig``, as the image holds it: row i, column j."""
+    (image,) = fig.axes[panel].get_images()
+    return np.ma.getdata(image.get_array())
+
+
+def tick_labels(ax) -> tuple[list[str], list[str]]:
+    """(x tick labels, y tick labels) of ``ax``."""
+    x_labels = [t.get_text() for t in ax.get_xticklabels()]
+    return x_labels, [t.get_text() for t in ax.get_yticklabels()]
+
+
+def test_query2_bars_are_the_two_normalisations_of_its_scores(draw) -> None:
+    # Computed here with torch's own softmax: the scores of "journey" against each token.
+    inputs = journey_inputs()  # (t, d_in)
+    scores = inputs @ inputs[1]  # (t,)
+    expected = {
+        "divide by the sum": (scores / scores.sum()).numpy(),
+        "softmax": torch.softmax(scores, dim=0).numpy(),
+    }
+    ax = draw("ch02-query2-weights").axes[0]
+    bars = {c.get_label(): c for c in ax.containers}
+    assert set(bars) == set(expected)
+    for label, values in expected.items():
+        centres = [p.get_x() + p.get_width() / 2 for p in bars[label].patches]
+        assert centres == sorted(centres)  # left to right in token order
+        np.testing.assert_allclose([p.get_height() for p in bars[label].patches], values, rtol=1e-6)
+    x_labels, _ = tick_labels(ax)
+    assert x_labels == list(JOURNEY_TOKENS)
+    bar_labels = [t.get_text() for t in ax.texts if re.fullmatch(r"\d\.\d{4}", t.get_text())]
+    assert bar_labels == [f"{w:.4f}" for w in expected["softmax"]]  # on the softmax bars
+
+
+def test_chapter_2_heatmaps_have_queries_as_rows(draw) -> None:
+    fig = draw("ch02-weights-heatmap")
+    inputs = journey_inputs()  # (t, d_in)
+    scores = inputs @ inputs.T  # (t, t), symmetric
+    weights = heatmap(fig, 1)
+    np.testing.assert_allclose(heatmap(fig, 0), scores.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(weights, torch.softmax(scores, dim=-1).numpy(), rtol=1e-6)
+    # each query's row sums to 1, its column does not: transposed, the test above fails
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-6)
+    assert not np.allclose(weights.sum(axis=0), 1.0)
+    for ax in fig.axes[:2]:
+        assert tick_labels(ax) == (list(JOURNEY_TOKENS), list(JOURNEY_TOKENS))
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("key", "query")
+
+
+CAUSAL_PANELS = [
+    ("ch04-causal-mask", 2),
+    ("ch04-dropout", 0),
+    ("ch05-per-head-weights", 0),
+    ("ch05-per-head-weights", 1),
+]
+
+
+@pytest.mark.parametrize("name, panel", CAUSAL_PANELS)
+def test_causal_heatmaps_are_zero_above_the_diagonal(draw, name: str, panel: int) -> None:
+    weights = heatmap(draw(name), panel)  # (t, t): query i sees keys 0 ... i
+    assert weights.shape == (6, 6)
+    assert np.all(np.triu(weights, k=1) == 0) and np.all(np.diag(weights) > 0)
+    np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-6)
+    assert weights[0, 0] == pytest.approx(1.0)  # the first token sees only itself
+
+
+def test_masked_scores_and_dropout_panels(draw) -> None:
+    scores = draw("ch04-causal-mask").axes[1].get_images()[0].get_array()  # masked array
+    assert np.array_equal(np.ma.getmaskarray(scores), np.triu(np.ones((6, 6), dtype=bool), k=1))
+    fig = draw("ch04-dropout")
+    weights, dropped = heatmap(fig, 0), heatmap(fig, 1)
+    assert np.all(np.triu(dropped, k=1) == 0)
+    survivors = dropped != 0
+    assert survivors.any() and (~survivors & (weights > 0)).any()  # some kept, some dropped
+    np.testing.assert_allclose(dropped[survivors], 2 * weights[survivors], rtol=1e-6)
+
+
+def test_padding_and_cross_attention_heatmaps_put_keys_in_columns(draw) -> None:
+    padded = heatmap(draw("ch06-padding-mask"), 1)  # (t, t), the last 3 tokens are padding
+    assert np.all(padded[:, 3:] == 0) and np.all(padded[:, :3] > 0)  # pad keys: zero columns
+    np.testing.assert_allclose(padded.sum(axis=1), 1.0, rtol=1e-6)
+    fig = draw("ch06-cross-attention")
+    for panel in (0, 1):  # one per head
+        weights = heatmap(fig, panel)
+        assert weights.shape == (4, 6)  # (t_q, t_k): 4 decoder tokens by 6 source tokens
+        np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-6)
+        x_labels, y_labels = tick_labels(fig.axes[panel])
+        assert y_labels == list(JOURNEY_TOKENS[:4]) and len(x_labels) == 6
+        assert not set(x_labels) & set(JOURNEY_TOKENS)  # the source sentence's tokens
+
+
+def write_script(folder: Path, name: str, body: str) -> None:
+    (folder / name).write_text(
+        "import matplotlib.pyplot as plt\n\n"
+        "def good():\n    fig, ax = plt.subplots()\n    return fig\n\n" + body,
+        encoding="utf-8",
+    )
+
+
+def test_hook_rejects_a_script_without_figures(tmp_path: Path) -> None:
+    write_script(tmp_path, "ch01.py", "")
+    with pytest.raises(PluginError, match="expected a dict FIGURES"):
+        hook.load_figures(tmp_path)
+
+
+def test_hook_rejects_a_name_used_twice(tmp_path: Path) -> None:
+    write_script(tmp_path, "ch01.py", 'FIGURES = {"ch01-a": good}\n')
+    write_script(tmp_path, "ch02.py", 'FIGURES = {"ch01-a": good}\n')
+    with pytest.raises(PluginError, match="'ch01-a' is already used"):
+        hook.load_figures(tmp_path)
+
+
+def test_hook_rejects_a_function_that_returns_no_figure(tmp_path: Path) -> None:
+    write_script(tmp_path, "ch01.py", 'FIGURES = {"ch01-a": good, "ch01-b": lambda: None}\n')
+    figures = hook.load_figures(tmp_path)
+    assert hook.render_svg("ch01-a", figures["ch01-a"]).lstrip().startswith(b"<?xml")
+    with pytest.raises(PluginError, match="'ch01-b': expected a matplotlib Figure, got NoneType"):
+        hook.render_svg("ch01-b", figures["ch01-b"])
+
+
+def test_trained_heatmaps_show_a_previous_token_head_and_an_induction_head(draw) -> None:
+    # The chapter 9 model, trained once by the figure script: on a sequence of period P = 6,
+    # layer 0 head 0 looks one token back, layer 1 head 0 at the token after the earlier copy of
+    # the current one, i - P + 1, which is 5 places left of the diagonal.
+    fig = draw("ch09-induction-heads")
+    previous, induction = heatmap(fig, 0), heatmap(fig, 1)
+    t = previous.shape[0]
+    for weights in (previous, induction):
+        assert weights.shape == (t, t) and np.all(np.triu(weights, k=1) == 0)
+        np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
+    assert np.diagonal(previous, offset=-1).mean() > 0.5
+    # each query i >= 6 puts most of its weight on the keys after the earlier copies, i - 5,
+    # i - 11, ... (the stripes 5, 11, ... places left of the diagonal)
+    after_copies = [sum(induction[i, j] for j in range(i - 5, 0, -6)) for i in range(6, t)]
+    assert np.mean(after_copies) > 0.8
+    tokens, _ = tick_labels(fig.axes[0])
+    assert [tokens[i] for i in range(6, t)] == [tokens[i - 6] for i in range(6, t)]  # period 6
+
+
+def test_circuit_panels_show_a_positional_head_k_composition_and_copying(draw) -> None:
+    # Section 9.11 from the weights of the same trained model: layer 0 head 0 scores the key one
+    # place back highest among the near offsets; the virtual QK matrix of layer 1 head 0 through
+    # it, and that head's full OV circuit, are largest on their diagonals (a = b, own logit).
+    fig = draw("ch09-circuits")
+    head0 = fig.axes[0].get_lines()[0]
+    assert head0.get_label() == "layer 0 head 0"
+    assert int(np.argmax(head0.get_ydata()[:6])) == 1
+    heatmaps = [np.ma.getdata(ax.get_images()[0].get_array()) for ax in fig.axes
+                if ax.get_images() and ax.get_title()]
+    assert len(heatmaps) == 2
+    for matrix in heatmaps:
+        assert matrix.shape == (16, 16)
+        assert np.array_equal(matrix.argmax(axis=1), np.arange(16))
+    (eigen_axes,) = [ax for ax in fig.axes if ax.get_title().startswith("OV eigenvalues")]
+    labels = [text.get_text() for text in eigen_axes.get_legend().get_texts()]
+    assert [label.split(": ")[0] for label in labels] == ["L1H0", "L1H1", "L0H0", "L0H1"]
+    assert [float(label.split(": ")[1]) > 0.99 for label in labels] == [True, True, False, False]
+
+
+def test_cache_memory_curves_are_equation_10_6(draw) -> None:
+    # MHA (h_kv = 32) at 4,096 tokens of a 32-layer model with d_h = 128 in 16-bit: 2 GiB; GQA
+    # with h_kv = 8 a quarter of it, MQA a 32nd; the windowed curve stops growing at w = 4096.
+    ax = draw("ch10-cache-memory").axes[0]
+    lines = {line.get_label().split(",")[0] + ("+w" if "window" in line.get_label() else ""):
+             line for line in ax.get_lines()}
+    assert set(lines) == {"MHA", "GQA", "GQA+w", "MQA"}
+    t = lines["MHA"].get_xdata()
+    gib = {name: np.asarray(line.get_ydata()) for name, line in lines.items()}
+    np.testing.assert_allclose(gib["MHA"], 2 * t * 32 * 32 * 128 * 2 / 2**30)
+    np.testing.assert_allclose(gib["MHA"][list(t).index(4096)], 2.0)
+    np.testing.assert_allclose(gib["GQA"] * 4, gib["MHA"])
+    np.testing.assert_allclose(gib["MQA"] * 32, gib["MHA"])
+    np.testing.assert_allclose(gib["GQA+w"], np.minimum(t, 4096) * gib["GQA"] / t)
+
+
+def test_decode_speed_draws_the_results_or_says_there_are_none(monkeypatch, tmp_path) -> None:
+    make = FIGURES["ch10-decode-speed"]
+    results = tmp_path / "cpu.json"
+    results.write_text(json.dumps({"provenance": {"cpu_model": "test CPU"}}), encoding="utf-8")
+    monkeypatch.setitem(make.__globals__, "RESULTS", results)
+    empty = make()
+    assert any("not measured yet" in text.get_text() for text in empty.axes[0].texts)
+    cited = make.__globals__["RASCHKA"]
+    drawn = sorted(patch.get_height() for patch in empty.axes[0].patches)
+    assert drawn == sorted(cited.values())  # Raschka's cited bars only: none from nothing
+    plt.close(empty)
+    rows = [{"model": model, "use_cache": use_cache, "tokens_per_s": speed}
+            for model, use_cache, speed in (("tiny", False, 50.0), ("tiny", True, 400.0),
+                                            ("gpt2-small-untrained", False, 3.0),
+                                            ("gpt2-small-untrained", True, 20.0))]
+    results.write_text(json.dumps({"provenance": {}, "decode": rows}), encoding="utf-8")
+    fig = make()
+    bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers}
+    plt.close(fig)
+    assert bars == {"without cache": [50.0, 3.0, cited["without cache"]],
+                    "with cache": [400.0, 20.0, cited["with cache"]]}
+
+
+def test_decode_bound_bars_are_the_measured_rows_and_equation_10_11(
+    monkeypatch, tmp_path
+) -> None:
+    make = FIGURES["ch10-decode-bound"]
+    config = {"vocab_size": 10, "d_model": 4, "num_heads": 2, "num_layers": 1,
+              "context_length": 8, "positions": "learned", "mlp": False}
+    row = {"model": "gpt2-small-untrained", "config": config, "use_cache": True,
+           "prompt_tokens": 2, "new_tokens": 4, "tokens_per_s": 7.0}
+    run = {"peaks": {"bandwidth": {"bytes_per_s": 1e6, "measured": True}}, "decode": [row]}
+    (tmp_path / "cpu.json").write_text(json.dumps(run), encoding="utf-8")
+    monkeypatch.setitem(make.__globals__, "RESULTS_DIR", tmp_path)
+    fig = make()
+    bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers}
+    plt.close(fig)
+    # weights read: W_qkv 4·12 + 12, out 4·4 + 4, two LayerNorms 2·8, lm_head 4·10, one row of
+    # each embedding 2·4; the cache holds 2 + 4 // 2 = 4 tokens: 2 · 4 · 1 · 2 · 2 values
+    weights = 4 * 12 + 12 + 4 * 4 + 4 + 2 * 8 + 4 * 10 + 2 * 4
+    bound = 1e6 / (4 * weights + 4 * 2 * 4 * 1 * 2 * 2)
+    assert bars["measured (greedy decoding, b = 1)"] == [7.0]
+    np.testing.assert_allclose(bars["bound: β / bytes read per token"], [bound])
+
+
+def test_mla_cache_bars_are_deepseek_v2s_shape(draw) -> None:
+    ax = draw("ch10-mla-cache").axes[0]
+    kib = [patch.get_height() for patch in ax.patches]
+    per_layer = [2 * 128 * 128, 2 * 8 * 128, 512 + 64, 2 * 128]  # MHA, GQA, MLA, MQA numbers
+    np.testing.assert_allclose(kib, [60 * n * 2 / 2**10 for n in per_layer])
+
+
+# Desktop text column of the site at 1280 px (Material's grid minus both sidebars), in CSS px.
+DESKTOP_TEXT_PX = 688
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_figure_text_is_text_in_the_page_colours_and_legible(name: str, built_site: Path) -> None:
+    svg = (built_site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
+    assert "<text" in svg and 'id="DejaVuSans-' not in svg, f"{name}: text drawn as glyph paths"
+    placeholders = (hook.INK, hook.PAPER, hook.ON_LIGHT_CELL, hook.ON_DARK_CELL)
+    assert not any(p in svg for p in placeholders) and "currentColor" in svg, (
+        f"{name}: the placeholder colours must become the page's colours"
+    )
+    figure_background = re.search(r'<g id="patch_1">\s*<path d="[^"]*"\s*style="([^"]*)"', svg)
+    assert figure_background and "fill: none" in figure_background[1], f"{name}: opaque background"
+    # Shown at its natural size or the text width, whichever is smaller, its smallest text
+    # must still be 9 px: a figure that needs a wider column scrolls sideways on a desktop too.
+    width, smallest = hook.text_sizes(svg)
+    shown = min(width * 4 / 3, DESKTOP_TEXT_PX)
+    assert smallest * shown / width >= hook.MIN_TEXT_PX - 0.05, (
+        f"{name}: {smallest} pt text in a {width} pt wide figure is "
+        f"{smallest * shown / width:.1f} px in the {DESKTOP_TEXT_PX} px text column"
+    )
+
+
+def test_pages_show_figures_as_inline_svg(built_site: Path) -> None:
+    page = (built_site / "chapters" / "04-causal-attention" / "index.html").read_text("utf-8")
+    shown = re.findall(r'<span class="attn-figure" data-figure="([a-z0-9-]+)"><svg ([^>]*)>', page)
+    assert [name for name, _ in shown] == ["ch04-causal-mask", "ch04-dropout"]
+    assert 'src="../../figures/ch04-' not in page, "a figure is still an <img>"
+    for name, attributes in shown:
+        svg = (built_site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
+        width, smallest = hook.text_sizes(svg)
+        assert f"min-width: {math.ceil(width * 9 / smallest)}px" in attributes
+        assert re.search(r'role="img" aria-label="[^"]{20,}"', attributes), "no alt text"
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), "two elements of the page share an id"
+    assert "*{stroke-linejoin" not in page, "a figure's style would apply to the whole page"
+
+
+def test_block_sparsity_panels_colour_each_tile_as_block_sparsity_says(draw) -> None:
+    # Chapter 11: in every panel a visible pair is dark, a hidden pair of a kept tile orange and
+    # a skipped tile white, as masks.block_sparsity classifies the tiles of B = 8.
+    from attention import masks
+
+    fig = draw("ch11-block-sparsity")
+    script = FIGURES["ch11-block-sparsity"].__globals__
+    t, block = script["T"], script["BLOCK"]
+    for panel, (name, rule) in enumerate(script["mask_panels"]().items()):
+        image = heatmap(fig, panel)  # (t, t, 3)
+        dense = masks.to_dense(rule, t, t).numpy()
+        kept = np.kron(masks.block_sparsity(rule, t, t, block).numpy() > 0, np.ones((block, block)))
+        np.testing.assert_array_equal(np.all(image == script["VISIBLE"], axis=-1), dense, name)
+        np.testing.assert_array_equal(np.all(image == script["WASTED"], axis=-1),
+                                      (kept > 0) & ~dense, name)
+        np.testing.assert_array_equal(np.all(image == script["SKIPPED"], axis=-1), kept == 0, name)
+        assert fig.axes[panel].get_title().startswith(name)
+
+
+def test_ring_work_heatmaps_are_ring_work(draw) -> None:
+    from attention.ring import ring_work
+
+    fig = draw("ch11-ring-work")
+    for panel, sharding in enumerate(("contiguous", "zigzag")):
+        want = ring_work(1024, 8, is_causal=True, sharding=sharding).numpy() / 1000
+        np.testing.assert_allclose(heatmap(fig, panel), want)
+        assert fig.axes[panel].get_title().startswith(sharding)
+
+
+def test_weights_from_lse_heatmaps_are_causal_weights_looking_two_back(draw) -> None:
+    fig = draw("ch11-weights-from-lse")
+    for panel in range(4):
+        weights = heatmap(fig, panel)  # (t, t), rebuilt from flash_attention's L
+        assert np.all(np.triu(weights, k=1) == 0)
+        np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
+        assert np.diagonal(weights, offset=-2).mean() > 0.8  # the look-back task: two places

@@ -1,0 +1,80 @@
+"""The book's math: docs/hooks/math.py typesets it at build time with KaTeX, numbers equations with
+anchors, links every "equation (x.y)" of the prose to its equation, and keeps TeX out of the search
+index: the hook's functions, called directly. The built site's math is checked in
+tests/site/test_site_math.py, and what a browser shows in tests/browser/test_math.py.
+"""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from book.hooks import math as hook
+from book.constants import REPO
+
+DOCS = REPO / "docs"
+
+
+def test_render_gives_katex_html_with_the_tex_kept_out_of_search() -> None:
+    html = hook.render(r"\frac{a}{b} \tag{3.1}", display=True)
+    assert html.startswith('<span class="katex-display">') and "katex-error" not in html
+    assert '<span class="katex-mathml" data-search-exclude="math">' in html
+    assert '<span class="katex-tag">' in html and "(3.1)" in html
+
+
+@pytest.mark.parametrize(
+    ("tex", "message"),
+    [(r"\frac{1}{", "Unexpected end of input"), (r"\notAMacro{j}", r"Undefined control sequence")],
+)
+def test_tex_that_katex_cannot_parse_is_an_error(tex: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)) as error:
+        hook.render(tex, display=False)
+    assert repr(tex) in str(error.value)
+
+
+def test_plain_text_is_what_the_reader_sees() -> None:
+    assert hook.plain_text(r"XX^\top") == "XX⊤"
+
+
+def test_tagged_equations_get_anchors() -> None:
+    out = hook.typeset(r'<div class="arithmatex">\[ a = b \tag{7.3} \]</div>', "a page")
+    assert out.startswith('<div class="arithmatex" id="eq-7-3"><span class="katex-display">')
+    assert hook.anchor("10.12") == "eq-10-12"
+
+
+def fake_page(url: str) -> SimpleNamespace:
+    return SimpleNamespace(file=SimpleNamespace(url=url, src_uri=url + "index.md"))
+
+
+@pytest.mark.parametrize(
+    ("prose", "linked"),
+    [
+        ("see equation (7.3).", ["7.3"]),
+        ("Equations (7.3) and (8.1) say", ["7.3", "8.1"]),
+        ("equations (7.3), (7.4) and (8.1)", ["7.3", "7.4", "8.1"]),
+        ("Equations (7.3) to (7.4)", ["7.3", "7.4"]),
+        ("equation\n(8.1) wraps", ["8.1"]),
+        ("in (7.3) alone, or <code>equation (7.3)</code>", []),
+        ('<a href="x">equation (7.3)</a> <h2>Equation (7.3)</h2>', []),
+    ],
+)
+def test_equation_references_link_to_their_page(prose: str, linked: list[str]) -> None:
+    here, there = fake_page("chapters/07/"), fake_page("chapters/08/")
+    hook._tags.clear()
+    hook._tags.update({"7.3": here.file, "7.4": here.file, "8.1": there.file})
+    missing: list[str] = []
+    out = hook.link_references(prose, here, missing)
+    found = re.findall(r'<a class="eqref" href="([^"]*)">\((\d+\.\d+)\)</a>', out)
+    expected = {"7.3": "#eq-7-3", "7.4": "#eq-7-4", "8.1": "../08/#eq-8-1"}
+    assert found == [(expected[key], key) for key in linked]
+    assert missing == []
+    assert re.sub(r"<a class=\"eqref\"[^>]*>(.*?)</a>", r"\1", out) == prose
+
+
+def test_a_reference_to_no_equation_is_reported() -> None:
+    hook._tags.clear()
+    missing: list[str] = []
+    assert hook.link_references("equation (9.99)", fake_page("x/"), missing) == "equation (9.99)"
+    assert missing == ["9.99"]

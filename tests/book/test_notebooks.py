@@ -1,0 +1,141 @@
+"""Notebooks that run anywhere: every chapter as a notebook made from its page, the exercise
+notebooks, their install cell and Colab link, and no link that breaks outside the site.
+
+The chapter notebooks are made by docs/hooks/notebooks.py on every build; the copies in
+notebooks/ (which "Open in Colab" opens from the repository) must equal them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from book.pages import read_page
+from book.hooks import notebooks as hook
+from book.constants import REPO
+
+DOCS = REPO / "docs"
+
+
+CONFIG = hook.repository_config()
+CHAPTERS = hook.chapters(DOCS)
+EXERCISES = sorted((DOCS / "exercises").glob("*.ipynb"))
+
+
+def chapter_notebook(source: Path) -> dict:
+    return json.loads(hook.chapter_notebook(source, CONFIG))
+
+
+def every_notebook() -> list[tuple[str, dict, str]]:
+    """(name, notebook, its path in the repository) for every chapter and exercise notebook."""
+    found = [(s.stem, chapter_notebook(s), f"notebooks/{s.stem}.ipynb") for s in CHAPTERS]
+    found += [(e.stem, json.loads(e.read_text(encoding="utf-8")),
+               e.relative_to(REPO).as_posix()) for e in EXERCISES]
+    return found
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def test_there_is_a_notebook_for_every_chapter_and_the_repository_copies_are_current() -> None:
+    assert len(CHAPTERS) >= 9, f"expected the book's chapters, found {CHAPTERS}"
+    copies = sorted((REPO / "notebooks").glob("*.ipynb"))
+    assert [c.stem for c in copies] == [s.stem for s in CHAPTERS], "run python -m book notebooks"
+    stale = [c.name for c, s in zip(copies, CHAPTERS)
+             if c.read_text(encoding="utf-8") != hook.chapter_notebook(s, CONFIG)]
+    assert stale == [], f"notebooks/ differs from the pages: {stale}; run python -m book notebooks"
+
+
+@pytest.mark.parametrize("source_page", CHAPTERS, ids=lambda p: p.stem)
+def test_code_cells_are_the_pages_python_fences_in_order(source_page: Path) -> None:
+    cells = chapter_notebook(source_page)["cells"]
+    code = [source(c) for c in cells if c["cell_type"] == "code"][1:]  # after the install cell
+    fences = [fence.source.strip("\n") for fence in read_page(source_page).fences]
+    assert code == fences
+    prose = "\n".join(source(c) for c in cells if c["cell_type"] == "markdown")
+    assert "{.text .output}" not in prose and "```python" not in prose
+    assert not re.search(r"^(?:!!!|\?\?\?|===)", prose, flags=re.MULTILINE), "admonition syntax left"
+
+
+@pytest.mark.parametrize("name, notebook, path", every_notebook(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_notebook_installs_the_package_and_opens_in_colab(name: str, notebook: dict,
+                                                                 path: str) -> None:
+    cells = notebook["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    assert hook.INSTALL_TAG in code[0]["metadata"].get("tags", []), f"{name}: no install cell first"
+    assert source(code[0]) == hook.INSTALL_CELL.format(repo_url=CONFIG["repo_url"])
+    before = "".join(source(c) for c in cells[: cells.index(code[0])])
+    colab = hook.colab_url(CONFIG["repo_url"], path)
+    assert f"[Open in Colab]({colab})" in before, f"{name}: no Colab link above the install cell"
+    assert (REPO / path).is_file(), f"the Colab link opens {path}, which the repository lacks"
+
+
+@pytest.mark.parametrize("name, notebook, path", every_notebook(), ids=lambda v: v if isinstance(v, str) else "")
+def test_no_relative_links_in_notebooks(name: str, notebook: dict, path: str) -> None:
+    relative = [
+        target
+        for cell in notebook["cells"] if cell["cell_type"] == "markdown"
+        for target in re.findall(r"\]\(([^)\s]+)\)|(?:href|src)=\"([^\"]+)\"", source(cell))
+        for target in target if target and not re.match(r"https?://", target)
+    ]
+    assert relative == [], f"{name}: links that break outside the site: {relative}"
+
+
+def test_install_cell_installs_only_where_the_package_is_missing(monkeypatch) -> None:
+    cell = hook.INSTALL_CELL.format(repo_url=CONFIG["repo_url"])
+    calls: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "run", lambda args, **kwargs: calls.append(args))
+    exec(compile(cell, "install-cell", "exec"), {})
+    assert calls == [], "attention is importable here: nothing to install"
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "attention" else find_spec(name, *a))
+    exec(compile(cell, "install-cell", "exec"), {})
+    assert calls == [[sys.executable, "-m", "pip", "install", "--quiet", "torch",
+                      f"attention @ git+{CONFIG['repo_url']}"]]
+
+
+def test_a_chapter_notebook_runs_top_to_bottom(tmp_path: Path) -> None:
+    # Chapter 2, every code cell in order in one fresh interpreter, as a notebook kernel runs
+    # them, the install cell left out (the package is installed here).
+    notebook = chapter_notebook(DOCS / "chapters/02-self-attention-without-weights.md")
+    cells = [source(c) for c in notebook["cells"]
+             if c["cell_type"] == "code" and hook.INSTALL_TAG not in c["metadata"].get("tags", [])]
+    assert len(cells) > 10
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import json, sys\nimport matplotlib\nmatplotlib.use('Agg')\nnamespace = {'__name__': '__main__'}\n"
+        "for number, code in enumerate(json.load(open(sys.argv[1]))):\n"
+        "    exec(compile(code, f'cell {number + 1}', 'exec'), namespace)\n"
+        "print('ran', number + 1)\n", encoding="utf-8")
+    (tmp_path / "cells.json").write_text(json.dumps(cells), encoding="utf-8")
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "cells.json")],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith(f"ran {len(cells)}")
+
+
+def test_chapter_pages_offer_their_notebook(built_site: Path) -> None:
+    for chapter in CHAPTERS:
+        page = (built_site / "chapters" / chapter.stem / "index.html").read_text(encoding="utf-8")
+        links = re.search(r'<p class="attn-notebook-links">(.*?)</p>', page, flags=re.DOTALL)
+        assert links, f"{chapter.stem}: no notebook links under the title"
+        download = re.search(r'<a href="([^"]+)" download>', links[1])[1]
+        built = (built_site / "chapters" / chapter.stem / download).resolve()
+        assert built.read_text(encoding="utf-8") == hook.chapter_notebook(chapter, CONFIG)
+        assert hook.colab_url(CONFIG["repo_url"], f"notebooks/{chapter.stem}.ipynb") in links[1]
+
+
+def test_exercise_pages_link_the_local_site(built_site: Path) -> None:
+    for exercise in EXERCISES:
+        page = (built_site / "exercises" / exercise.stem / "index.html").read_text(encoding="utf-8")
+        page = page[page.index("<article") : page.index("</article>")]  # the notebook itself
+        assert 'href="../../chapters/' in page, f"{exercise.stem}: no link to its chapter"
+        assert f'href="{CONFIG["site_url"]}' not in page, f"{exercise.stem}: links leave the copy"

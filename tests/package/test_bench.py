@@ -1,0 +1,375 @@
+"""The benchmark harness: its FLOP formulas, its timer, its memory probe, its correctness gate,
+and a tiny real sweep whose JSON must follow the schema the appendix page is generated from."""
+
+import copy
+import functools
+import json
+
+import pytest
+import torch
+from torch.utils import benchmark
+from torch.utils.flop_counter import FlopCounterMode
+
+from attention import FusedMultiHeadAttention, flash
+from attention.bench import attention_flops, device_peak, projection_flops, validate_results
+from attention.bench.cli import main
+from attention.bench.memprobe import measure_in_subprocess
+from attention.bench.sweep import Settings, measure
+from attention.bench.timing import profiled_call, time_cpu
+from attention.bench import timing, variants
+from attention.bench.rows import Row
+from attention.bench.variants import Built, Problem, Variant, make_inputs
+from attention.functional import scaled_dot_product_attention as explicit_attention
+
+CPU = torch.device("cpu")
+
+
+def count_flops(fn) -> int:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def test_forward_flops_are_the_two_matrix_products():
+    b, h, t, d_h = 2, 3, 16, 8
+    q, k, v = (torch.randn(b, h, t, d_h) for _ in range(3))
+    counted = count_flops(lambda: explicit_attention(q, k, v))  # Ω = Q Kᵀ and Z = A V, no mask
+    assert attention_flops(b, h, t, d_h, causal=False) == counted == 4 * b * h * t * t * d_h
+
+
+def test_causal_halves_and_backward_is_flashattention_count():
+    b, h, t, d_h = 1, 2, 32, 16
+    full = attention_flops(b, h, t, d_h, causal=False)
+    assert attention_flops(b, h, t, d_h, causal=True) == full / 2
+    # FlashAttention's backward recomputes Ω and does four more products: five in all, 2.5x the
+    # forward's two. Our flash_attention, on one tile (block_size >= t), does exactly that.
+    q, k, v = (torch.randn(b, h, t, d_h, requires_grad=True) for _ in range(3))
+    out = flash.flash_attention(q, k, v, block_size=t)
+    backward = count_flops(lambda: out.backward(torch.ones_like(out)))
+    assert backward == 2.5 * full
+    assert attention_flops(b, h, t, d_h, causal=False, backward=True) == full + backward
+
+
+def test_layer_flops_add_the_projections():
+    b, t, d, h = 2, 12, 16, 4
+    torch.manual_seed(0)
+    layer = FusedMultiHeadAttention(d, d, t, 0.0, h, use_sdpa=False)
+    x = torch.randn(b, t, d)
+    counted = count_flops(lambda: layer(x))  # explicit path: full (t, t) products, then masked
+    assert counted == projection_flops(b, t, d, d) + attention_flops(b, h, t, d // h, causal=False)
+    assert projection_flops(b, t, d, d, out_proj=False) == 3 * 2 * b * t * d * d
+    with pytest.raises(ValueError, match="t must be a positive integer, got 0"):
+        attention_flops(1, 1, 0, 8)
+
+
+def test_device_peaks_are_documented_or_unknown():
+    peak = device_peak("NVIDIA H100 80GB HBM3", "bf16")
+    assert peak.tflops > 0 and peak.source.startswith("https://www.nvidia.com/")
+    assert device_peak("Intel(R) Xeon(R) Processor", "fp32") is None  # never a guessed peak
+    with pytest.raises(ValueError, match="precision must be one of"):
+        device_peak("NVIDIA H200", "int8")
+
+
+@pytest.mark.parametrize(
+    "seconds, estimate, blocks",
+    [
+        (1e-6, 1e-6, None),  # fast: blocks of many calls, as many blocks as 0.3 s holds
+        (2.0, 2.0, 3),  # slower than max_time / 3: still 3 blocks, of one call each
+        (3.0, 1.0, 3),  # slower than estimated: too few blocks at first, then measured again
+    ],
+)
+def test_timer_reports_seconds_per_call_on_a_known_clock(monkeypatch, seconds, estimate, blocks):
+    # Each call moves a fake clock on by exactly `seconds`, so the time per call is known and no
+    # load on the machine can change it: a median per block instead of per call, or in
+    # milliseconds, cannot pass.
+    clock = [0.0]
+
+    def call() -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr(
+        timing.benchmark, "Timer", functools.partial(benchmark.Timer, timer=lambda: clock[0])
+    )
+    measured = time_cpu(call, estimate=estimate, repeats=7, min_time=0.3, max_time=4.0)
+    assert measured.median_s == pytest.approx(seconds, rel=1e-9)
+    assert measured.iqr_s == pytest.approx(0.0, abs=1e-9 * seconds)
+    if blocks is None:  # blocks of many calls, for at least min_time = 0.3 s in all
+        assert measured.number > 1 and measured.repeats * measured.number * seconds >= 0.3
+    else:
+        assert measured.repeats == blocks and measured.number == 1
+    with pytest.raises(ValueError, match="repeats must be at least 3"):
+        time_cpu(call, estimate=seconds, repeats=2)
+
+
+def test_median_and_iqr_of_known_times():
+    # Quartiles of 1 ... 9 (inclusive method): Q1 = 3, median 5, Q3 = 7; one outlier moves neither.
+    assert timing._quartiles([9.0, 1.0, 5.0, 3.0, 7.0, 2.0, 8.0, 4.0, 6.0]) == (5.0, 4.0)
+    assert timing._quartiles([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 900.0]) == (5.0, 4.0)
+
+
+def _settings(**changes) -> Settings:
+    base = Settings(CPU, ("kernel",), (32,), 32, 2, (16,), 64, None, ("fp32",), ("forward",), None,
+                    compile=False, memory=False, repeats=3, min_time=0.01, max_time=1.0, seed=0,
+                    progress=False)
+    return Settings(**{**base.__dict__, **changes})
+
+
+def test_reference_is_exact_attention_block_by_block(monkeypatch):
+    monkeypatch.setattr(variants, "REFERENCE_ROWS", 16)  # 50 queries: blocks of 16, 16, 16, 2
+    q, k, v = (torch.randn(2, 3, 50, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    got = variants.exact_causal_attention(q, k, v)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(got, want)
+    grads = torch.autograd.grad(got.sum(), (q, k, v)), torch.autograd.grad(want.sum(), (q, k, v))
+    for g, w in zip(*grads):
+        torch.testing.assert_close(g, w)
+
+
+def test_a_wrong_variant_fails_the_check_and_is_not_timed():
+    problem = Problem("kernel", 1, 32, 2, 16, torch.float32, CPU, backward=False)
+    inputs = make_inputs(problem)
+    q, k, v = inputs.tensors
+    unmasked = Built(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    not_causal = Variant("not-causal", "kernel", "forgets the mask", lambda p, i: unmasked)
+    row = measure(not_causal, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
+    assert row.status == "failed" and row.reason.startswith("relative error")
+    assert row.median_s is None
+
+
+B, H, T, D_H = 1, 4, 512, 32
+SCORES = B * H * T * T * 4  # bytes of one float32 (b, h, t, t) matrix: 4 MiB
+
+
+def test_allocator_count_sees_the_score_matrix_only_where_it_exists():
+    q, k, v = (torch.randn(B, H, T, D_H) for _ in range(3))
+    explicit = profiled_call(lambda: explicit_attention(q, k, v, is_causal=True), memory=True)[3]
+    tiled = profiled_call(lambda: flash.flash_attention(q, k, v, is_causal=True), memory=True)[3]
+    assert explicit >= 2 * SCORES  # scores, masked scores, exponentials, ... coexist
+    assert tiled < SCORES / 4  # (64, 64) tiles and the output only
+
+
+def test_resident_memory_in_a_fresh_process_agrees():
+    problem = Problem("kernel", B, T, H, D_H, torch.float32, CPU, backward=False)
+    peaks = measure_in_subprocess(problem, "explicit", seed=0)
+    assert peaks["rss_peak_bytes"] >= 2 * SCORES
+    assert abs(peaks["rss_peak_bytes"] - peaks["allocator_peak_bytes"]) < SCORES / 4
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> dict:
+    """A real sweep, as small as it gets: one t, both levels, both passes, no compile."""
+    out = tmp_path_factory.mktemp("bench") / "tiny.json"
+    main([
+        "--device", "cpu", "--seq-lens", "32", "--speed-goal-t", "32", "--d-model", "32", "--heads", "2",
+        "--head-dims", "16", "--tokens", "64", "--repeats", "3", "--min-time", "0.01",
+        "--variants", "wrapper", "mha", "fused-sdpa", "torch-mha", "compiled-mha", "explicit",
+        "sdpa[flash]", "sdpa[efficient]", "flash_attention", "triton",
+        "--no-compile", "--no-memory-goal", "--no-progress", "--output", str(out),
+        "--matmul-sizes", "16", "32", "--stream-bytes", "65536", "--flash-goal-shape", "1", "2", "32", "16",
+        "--fused-goal-shape", "2", "2", "32", "16", "--decode-models", "tiny", "--decode-new-tokens", "3",
+        "--decode-repeats", "1",
+    ])
+    return json.loads(out.read_text())
+
+
+def expected_flops(row: dict) -> float:
+    """FLOPs of one call, counted here from the shapes: each (m, k) @ (k, n) product is 2 m k n.
+
+    Causal attention computes half of Q Kᵀ and half of A V: 2 * (2 t² d_h) / 2 per head. A layer
+    adds its projections of x (b, t, d) to width d: Q, K, V and the output (the wrapper has no
+    output projection). Backward, as the benchmark counts it: 2.5x the attention's forward (the
+    FlashAttention count) and 2x each projection's (gradients of its input and of its weight).
+    """
+    b, t, h, d_h, d = row["b"], row["t"], row["h"], row["d_h"], row["d"]
+    attention = 2 * b * h * t * t * d_h
+    projections = 0
+    if row["level"] == "layer":
+        projections = (3 if row["variant"] == "wrapper" else 4) * 2 * b * t * d * d
+    if row["pass"] == "forward":
+        return attention + projections
+    return 3.5 * attention + 3 * projections
+
+
+# On a CPU, what the tiny sweep below can run: all but the GPU-only kernels and compiled code
+KERNELS_ON_CPU = {"explicit", "sdpa[flash]", "flash_attention"}
+RUNS_ON_CPU = {"wrapper", "mha", "fused-sdpa", "torch-mha"} | KERNELS_ON_CPU
+
+
+def test_tiny_sweep_writes_valid_json_with_provenance(tiny_run):
+    validate_results(tiny_run)
+    prov = tiny_run["provenance"]
+    assert "--seq-lens 32" in prov["command"] and prov["torch"] == torch.__version__
+    assert prov["torch_threads"] == torch.get_num_threads() and len(prov["load_average_end"]) == 3
+    rows = {(r["variant"], r["pass"]): r for r in tiny_run["results"]}
+    assert len(rows) == 10 * 2  # every requested variant, forward and forward+backward
+    ok = {key: row for key, row in rows.items() if row["status"] == "ok"}
+    assert set(ok) == {(v, p) for v in RUNS_ON_CPU for p in ("forward", "forward+backward")}
+    for (variant, pass_name), row in ok.items():
+        assert (row["b"], row["t"], row["h"], row["d_h"], row["d"]) == (2, 32, 2, 16, 32)
+        assert row["level"] == ("kernel" if variant in KERNELS_ON_CPU else "layer")
+        assert 0 <= row["max_rel_err"] < 2e-3
+        assert row["flops"] == expected_flops(row), (variant, pass_name)
+        assert row["tflops"] == pytest.approx(row["flops"] / row["median_s"] / 1e12)
+        assert 0 < row["median_s"] < 1 and row["iqr_s"] >= 0
+        assert isinstance(row["peak_bytes"], int) and row["peak_bytes"] > 0
+
+
+def test_tiny_sweep_records_what_ran_and_why_not(tiny_run):
+    rows = {(r["variant"], r["pass"]): r for r in tiny_run["results"]}
+    assert rows["fused-sdpa", "forward"]["backend"].startswith("sdpa: ")  # read from the profiler
+    assert rows["mha", "forward"]["backend"] == "explicit: matmul, mask, softmax"
+    assert rows["compiled-mha", "forward"]["status"] == "skipped"
+    assert rows["triton", "forward"]["status"] == "unsupported"
+    if not torch.cuda.is_available():
+        assert "no CUDA" in rows["triton", "forward"]["reason"]
+        assert rows["sdpa[efficient]", "forward"]["status"] == "unsupported"
+    goal = tiny_run["goals"]["speed"][0]
+    assert goal["ratio_fused_sdpa_to_torch_mha"] == pytest.approx(goal["fused_sdpa_s"] / goal["torch_mha_s"])
+
+
+def test_schema_names_the_field_out_of_place(tiny_run):
+    broken = copy.deepcopy(tiny_run)
+    ok_row = next(r for r in broken["results"] if r["status"] == "ok")
+    ok_row["median_s"] = None
+    with pytest.raises(ValueError, match=r"results\[\d+\]\.median_s"):
+        validate_results(broken)
+    broken = copy.deepcopy(tiny_run)
+    del broken["provenance"]["torch"]
+    with pytest.raises(ValueError, match="provenance: expected key 'torch'"):
+        validate_results(broken)
+    broken = copy.deepcopy(tiny_run)
+    next(r for r in broken["results"] if r["status"] != "ok")["reason"] = None
+    with pytest.raises(ValueError, match="reason"):
+        validate_results(broken)
+
+
+def test_bad_options_are_rejected(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["--variants", "no-such-variant", "--output", str(tmp_path / "x.json")])
+    with pytest.raises(SystemExit):
+        main(["--d-model", "30", "--heads", "4", "--output", str(tmp_path / "x.json")])
+
+
+def test_problem_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="level must be one of"):
+        Problem("block", 1, 8, 2, 4, torch.float32, CPU, False)
+    with pytest.raises(ValueError, match="t must be at least 1, got 0"):
+        Problem("kernel", 1, 0, 2, 4, torch.float32, CPU, False)
+
+
+def test_tiny_run_measures_peaks_and_uses_them(tiny_run):
+    peaks = tiny_run["peaks"]
+    sizes = peaks["float32"]["matmul"]["sizes"]
+    assert [r["n"] for r in sizes] == [16, 32]
+    for r in sizes:
+        assert r["gflops"] == pytest.approx(2 * r["n"] ** 3 / r["median_s"] / 1e9)
+    assert peaks["float32"]["tflops"] == pytest.approx(max(r["gflops"] for r in sizes) / 1e3)
+    stream = peaks["bandwidth"]["stream"]
+    assert stream["array_bytes"] == 65536 and stream["triad"]["bytes"] == 3 * 65536
+    assert peaks["bandwidth"]["bytes_per_s"] == max(stream["copy"]["bytes_per_s"], stream["triad"]["bytes_per_s"])
+    assert "torch.mm" in peaks["float32"]["source"] and "STREAM" in peaks["bandwidth"]["source"]
+    for row in tiny_run["results"]:  # every % of peak is of the measured peak
+        if row["status"] == "ok":
+            assert row["pct_of_peak"] == pytest.approx(100 * row["tflops"] / peaks["float32"]["tflops"])
+
+
+def test_tiny_run_measures_the_issue_14_goals(tiny_run):
+    goals = tiny_run["goals"]["ratios"]
+    assert [(g["variant"], g["baseline"], g["pass"]) for g in goals] == [
+        ("flash_attention", "sdpa", "forward"), ("fused-explicit", "mha", "forward"),
+        ("flash_attention", "sdpa", "forward+backward"), ("fused-explicit", "mha", "forward+backward"),
+    ]
+    for g in goals:
+        assert g["ratio"] == pytest.approx(g["variant_s"] / g["baseline_s"])
+        assert g["status"] == ("met" if g["ratio"] <= g["target"] else "missed")
+    assert (goals[0]["b"], goals[0]["h"], goals[0]["t"], goals[0]["d_h"]) == (1, 2, 32, 16)
+    assert goals[0]["baseline_backend"].startswith("sdpa: ")  # what torch picked, from the profiler
+    assert [r["model"] for r in tiny_run["decode"]] == ["tiny", "tiny"]
+
+
+def test_parts_run_alone(tmp_path):
+    out = tmp_path / "decode.json"
+    doc = main(["--device", "cpu", "--parts", "decode", "--decode-models", "tiny", "--decode-new-tokens", "2",
+                "--decode-repeats", "1", "--no-progress", "--output", str(out)])
+    assert doc["results"] == [] and "ratios" not in doc["goals"] and "bandwidth" not in doc["peaks"]
+    assert len(doc["decode"]) == 2
+    validate_results(json.loads(out.read_text()))
+
+
+def test_gpu_bandwidth_is_documented_or_unknown():
+    from attention.bench.flops import GPU_BANDWIDTH, GPU_PEAKS, device_bandwidth
+
+    assert set(GPU_BANDWIDTH) == set(GPU_PEAKS)  # every GPU with a peak has a bandwidth
+    assert device_bandwidth("NVIDIA H100 80GB HBM3").bytes_per_s == 3.35e12  # the chapter's figure
+    assert device_bandwidth("Intel(R) Xeon(R) Processor") is None
+
+
+QUICK = [
+    "--preset", "quick", "--device", "cpu", "--seq-lens", "128", "--d-model", "32", "--heads", "2",
+    "--head-dims", "16", "--tokens", "128", "--variants", "explicit", "mha", "flex", "--no-compile",
+    "--no-memory-goal", "--speed-goal-t", "128", "--flash-goal-shape", "1", "2", "64", "16",
+    "--fused-goal-shape", "1", "2", "64", "16", "--decode-models", "tiny", "--decode-new-tokens", "2",
+    "--matmul-sizes", "32", "--stream-bytes", "65536", "--no-progress", "--min-time", "0.01",
+    "--max-time", "0.05",
+]
+
+
+def test_quick_preset_runs_its_stages_in_order_on_a_cpu(tmp_path):
+    out = tmp_path / "quick.json"
+    doc = main([*QUICK, "--output", str(out)])
+    assert json.loads(out.read_text()) == doc and doc["complete"] is True and "stopped" not in doc
+    s = doc["settings"]
+    # the preset's values, except where the command line says otherwise (--max-time here)
+    assert s["preset"] == "quick" and (s["repeats"], s["max_time"], s["warmup_s"]) == (10, 0.05, 0.05)
+    assert [(st["dtypes"], st["compiled"]) for st in s["stages"]] == [
+        (["bf16"], False), (["bf16"], True), (["fp16"], False), (["fp32"], False)]
+    # bfloat16 first, then the compiled variant (skipped under --no-compile), then float16, float32
+    order = [(r["dtype"], r["variant"] == "flex") for r in doc["results"]]
+    assert order == sorted(order, key=lambda o: (["bfloat16", "float16", "float32"].index(o[0]), not o[1] and o[0] != "bfloat16"))
+    assert [o for o in order if o[1]] == [("bfloat16", True)] * 2  # flex: forward, forward+backward
+    assert {r["dtype"] for r in doc["results"]} == {"bfloat16", "float16", "float32"}
+    assert doc["goals"]["ratios"] and doc["decode"] and doc["peaks"]["float32"]["measured"]
+
+
+def test_the_file_keeps_every_finished_row_when_a_run_is_cut_off(tmp_path, monkeypatch):
+    from attention.bench import sweep
+
+    calls = []
+
+    def fake_measure(variant, problem, *args):
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # what a time limit's signal does to the run
+        calls.append(variant.name)
+        return Row.from_json({
+            "level": problem.level, "variant": variant.name, "summary": "", "pass": "forward",
+            "b": problem.b, "t": problem.t, "h": problem.h, "d_h": problem.d_h, "d": problem.d,
+            "dtype": "float32", "status": "unsupported", "reason": "not timed in this test", "ops": [],
+            **dict.fromkeys(("backend", "max_rel_err", "median_s", "iqr_s", "repeats", "number", "flops",
+                             "tflops", "peak_tflops", "pct_of_peak", "peak_bytes")),
+        })
+
+    monkeypatch.setattr(sweep, "measure", fake_measure)
+    out = tmp_path / "cut.json"
+    with pytest.raises(KeyboardInterrupt):
+        main([*QUICK, "--parts", "sweep", "--output", str(out)])
+    written = json.loads(out.read_text())
+    validate_results(written)
+    assert [r["variant"] for r in written["results"]] == calls and written["complete"] is False
+    assert [p.name for p in tmp_path.iterdir()] == ["cut.json"]  # no half-written file beside it
+
+
+def test_a_spent_time_budget_starts_no_more_rows(tmp_path):
+    doc = main([*QUICK, "--parts", "sweep", "--time-budget", "0", "--output", str(tmp_path / "b.json")])
+    assert doc["results"] == [] and doc["complete"] is False
+    assert doc["stopped"].startswith("time budget spent after 0 rows")
+
+
+def test_gpu_peaks_measure_a_bf16_matmul_and_a_copy():
+    from attention.bench.peaks import measure_gpu_peaks
+
+    peaks = measure_gpu_peaks(CPU, sizes=(32, 64), array_bytes=65536, repeats=3, max_time=0.5)
+    mm, bw = peaks["bfloat16_measured"], peaks["bandwidth_measured"]
+    assert mm["matmul"]["dtype"] == "bfloat16" and [r["n"] for r in mm["matmul"]["sizes"]] == [32, 64]
+    assert mm["tflops"] == pytest.approx(max(2 * r["n"] ** 3 / r["median_s"] for r in mm["matmul"]["sizes"]) / 1e12)
+    assert bw["stream"]["copy"]["bytes"] == 2 * 65536 and bw["bytes_per_s"] > 0
+    assert "bfloat16 torch.mm" in mm["source"] and "STREAM copy and triad" in bw["source"]

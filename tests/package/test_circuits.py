@@ -1,0 +1,172 @@
+"""QK and OV circuits reproduce a block's weights and outputs; composition, copying, ablation."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from attention import (
+    RotaryEmbedding,
+    TinyTransformer,
+    TransformerBlock,
+    ablate_heads,
+    composition_score,
+    copying_score,
+    head_output_means,
+    head_weights,
+    ov_circuit,
+    qk_circuit,
+    rotation_matrix,
+)
+
+
+def _block(norm: str, rotary: bool) -> TransformerBlock:
+    """A causal pre-norm attention-only block without biases, every weight random, float64."""
+    torch.manual_seed(0)
+    block = TransformerBlock(8, 2, 16, causal=True, mlp=False, norm=norm, bias=False,
+                             rotary=RotaryEmbedding(4) if rotary else None).double()
+    with torch.no_grad():
+        for parameter in block.parameters():
+            parameter.normal_(0.0, 0.7)
+    return block
+
+
+def _scaled_tokens(x: torch.Tensor, norm: str, eps: float = 1e-5) -> torch.Tensor:
+    """x divided by each token's own scale s, the part of the norm the circuits leave out."""
+    if norm == "layer":
+        return x / torch.sqrt(x.var(-1, correction=0, keepdim=True) + eps)
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+@pytest.mark.parametrize("rotary", [False, True])
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_circuits_reproduce_the_block_s_weights_and_output(norm: str, rotary: bool) -> None:
+    """A = softmax(x̃_i W_QK(i - j) x̃_jᵀ / sqrt(d_h)), output - x = Σ_h A_h x̃ W_OV^h."""
+    block = _block(norm, rotary)
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    out, weights = block(x, return_weights=True)  # (1, t, d), (1, h, t, t)
+    tokens = _scaled_tokens(x[0], norm)  # (t, d)
+    written = torch.zeros(6, 8, dtype=torch.float64)
+    for head in range(2):
+        scores = torch.full((6, 6), -math.inf, dtype=torch.float64)
+        for i in range(6):
+            for j in range(i + 1):
+                scores[i, j] = tokens[i] @ qk_circuit(block, head, i - j) @ tokens[j] / 2.0
+        expected = torch.softmax(scores, dim=-1)
+        torch.testing.assert_close(weights[0, head], expected, atol=1e-12, rtol=0)
+        written += expected @ tokens @ ov_circuit(block, head)
+    torch.testing.assert_close(out[0] - x[0], written, atol=1e-12, rtol=0)
+
+
+def test_head_weights_are_the_slices_of_the_projections() -> None:
+    block = TransformerBlock(8, 2, 16, norm_first=False).double()  # post-norm: nothing folded
+    w_q, w_k, w_v, w_o = head_weights(block, 1)
+    qkv, out = block.attn.qkv.weight, block.attn.out_proj.weight
+    torch.testing.assert_close(w_q, qkv[4:8].T, rtol=0, atol=0)
+    torch.testing.assert_close(w_k, qkv[12:16].T, rtol=0, atol=0)
+    torch.testing.assert_close(w_v, qkv[20:24].T, rtol=0, atol=0)
+    torch.testing.assert_close(w_o, out[:, 4:8].T, rtol=0, atol=0)
+    assert w_q.dtype == torch.float64 and w_o.shape == (4, 8)
+
+
+def test_rotation_matrix_turns_two_rotations_into_one() -> None:
+    rotary = RotaryEmbedding(6)
+    q, k = torch.randn(1, 6, dtype=torch.float64), torch.randn(1, 6, dtype=torch.float64)
+    for i, j in ((5, 2), (9, 9), (3, 0)):
+        score = rotary(q, i) @ rotary(k, j).T
+        torch.testing.assert_close(score, q @ rotation_matrix(rotary, i - j) @ k.T)
+    torch.testing.assert_close(rotation_matrix(rotary, 0), torch.eye(6, dtype=torch.float64))
+
+
+def test_composition_score_measures_shared_subspaces() -> None:
+    u, v, w = (torch.randn(5, 1, dtype=torch.float64) for _ in range(3))
+    assert composition_score(u @ v.T, v @ w.T) == pytest.approx(1.0)  # A writes what B reads
+    e = torch.eye(4, dtype=torch.float64)
+    writes_first_two, reads_last_two = e[:, :2] @ e[:2], e[:, 2:] @ e[2:]
+    assert composition_score(writes_first_two, reads_last_two) == 0.0  # orthogonal subspaces
+    a, b = torch.randn(6, 6, dtype=torch.float64), torch.randn(6, 6, dtype=torch.float64)
+    score = composition_score(a, b)
+    assert 0.0 < score <= 1.0 and composition_score(3 * a, -b / 7) == pytest.approx(score)
+    assert score == pytest.approx(((a @ b).norm() / (a.norm() * b.norm())).item())
+
+
+def test_copying_score_of_known_matrices() -> None:
+    assert copying_score(torch.eye(5) * 2.0) == pytest.approx(1.0)
+    assert copying_score(-torch.eye(5)) == pytest.approx(-1.0)
+    quarter_turn = torch.tensor([[0.0, 1.0], [-1.0, 0.0]])  # eigenvalues ±i: neither
+    assert copying_score(quarter_turn) == pytest.approx(0.0, abs=1e-12)
+    assert copying_score(torch.diag(torch.tensor([3.0, -1.0]))) == pytest.approx(0.5)
+
+
+def _tiny() -> TinyTransformer:
+    torch.manual_seed(0)
+    model = TinyTransformer(11, 8, 2, 2, context_length=6, positions="rope", mlp=False).double()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.5)
+    return model.eval()
+
+
+def _with_context_replaced(model: TinyTransformer, layer: int, head: int, value) -> nn.Module:
+    """The model with head's context vector z replaced by ``value`` (a hook on out_proj)."""
+
+    def replace(_, args):
+        z = args[0].clone()
+        z[..., head * 4 : (head + 1) * 4] = value
+        return (z,)
+
+    model.blocks[layer].attn.out_proj.register_forward_pre_hook(replace)
+    return model
+
+
+def test_ablations_replace_a_head_s_context_by_zero_or_by_its_mean() -> None:
+    model = _tiny()
+    idx = torch.randint(11, (4, 6))
+    means = head_output_means(model, idx)  # (L, h, d_h)
+    with torch.no_grad():
+        z = []
+        hook = model.blocks[1].attn.out_proj.register_forward_pre_hook(
+            lambda _, args: z.append(args[0]))
+        before = model(idx)
+        hook.remove()
+        torch.testing.assert_close(means[1, 0], z[0][..., :4].mean(dim=(0, 1)))
+        zeroed = ablate_heads(model, [(1, 0)])(idx)
+        meaned = ablate_heads(model, [(1, 0)], means)(idx)
+        torch.testing.assert_close(model(idx), before)  # the original is left alone
+        hooked = _with_context_replaced(_tiny(), 1, 0, 0.0)
+        torch.testing.assert_close(zeroed, hooked(idx), atol=1e-12, rtol=0)
+        hooked = _with_context_replaced(_tiny(), 1, 0, means[1, 0])
+        torch.testing.assert_close(meaned, hooked(idx), atol=1e-12, rtol=0)
+    assert not torch.allclose(zeroed, meaned) and not torch.allclose(zeroed, before)
+
+
+class TestBadInput:
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: head_weights(TransformerBlock(8, 2, 16), 2), r"\[0, 2\), got 2"),
+            (lambda: ov_circuit(TransformerBlock(8, 2, 16), True), r"got True"),
+            (lambda: rotation_matrix(RotaryEmbedding(4), -1), r"offset must be an integer >= 0"),
+            (
+                lambda: composition_score(torch.ones(3, 4), torch.ones(3, 4)),
+                r"\(m, n\) and \(n, k\), got shapes \(3, 4\) and \(3, 4\)",
+            ),
+            (lambda: copying_score(torch.ones(3, 4)), r"square, got shape \(3, 4\)"),
+            (lambda: ablate_heads(_tiny(), [(2, 0)]), r"layer must be in \[0, 2\), got 2"),
+            (lambda: ablate_heads(_tiny(), [(0, 5)]), r"head must be .* got 5"),
+            (
+                lambda: ablate_heads(_tiny(), [(0, 0)], torch.zeros(2, 2)),
+                r"means must have shape \(L, h, d_h\) = \(2, 2, 4\), got \(2, 2\)",
+            ),
+            (
+                lambda: ablate_heads(
+                    TinyTransformer(5, 8, 2, 1, 4, bias=False), [(0, 0)], torch.zeros(1, 2, 4)
+                ),
+                r"mean ablation needs out_proj with a bias",
+            ),
+        ],
+    )
+    def test_is_refused(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()  # type: ignore[operator]

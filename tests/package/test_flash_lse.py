@@ -1,0 +1,103 @@
+"""flash_attention(..., return_lse=True) and weights_from_lse: any rows of the weights from the
+saved log-sum-exp, equal to the explicit weights in float64."""
+
+import math
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
+
+from attention import attention_weights, flash_attention, masks, weights_from_lse
+
+
+def qkv(batch=(2, 3), t_q=13, t_k=13, d=8, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*batch, t_q, d, generator=g, dtype=dtype),
+            torch.randn(*batch, t_k, d, generator=g, dtype=dtype),
+            torch.randn(*batch, t_k, d, generator=g, dtype=dtype))
+
+
+def explicit_lse(q, k, visible, scale):
+    scores = (q @ k.transpose(-2, -1) * scale).masked_fill(~visible, -math.inf)
+    return torch.logsumexp(scores, dim=-1)
+
+
+@pytest.mark.parametrize("is_causal, alignment, window", [
+    (False, "top_left", None), (True, "top_left", None), (True, "bottom_right", None),
+    (True, "top_left", 4)])
+@pytest.mark.parametrize("t_q, t_k", [(13, 13), (7, 13)])
+def test_lse_is_the_log_sum_exp_of_the_visible_scores(is_causal, alignment, window, t_q, t_k):
+    q, k, v = qkv(t_q=t_q, t_k=t_k)
+    kwargs = {"causal_alignment": alignment, "window": window} if is_causal else {}
+    out, lse = flash_attention(q, k, v, is_causal, 4, return_lse=True, scale=0.3, **kwargs)
+    torch.testing.assert_close(out, flash_attention(q, k, v, is_causal, 4, scale=0.3, **kwargs),
+                               rtol=0, atol=0)
+    offset = t_k - t_q if alignment == "bottom_right" else 0
+    rows, cols = torch.arange(t_q)[:, None] + offset, torch.arange(t_k)[None, :]
+    visible = (cols <= rows) & (cols > rows - (window or t_k)) if is_causal else cols >= 0
+    assert lse.shape == (2, 3, t_q) and not lse.requires_grad
+    torch.testing.assert_close(lse, explicit_lse(q, k, visible, 0.3), rtol=0, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_lse_equals_flex_attentions():
+    q, k, v = qkv(batch=(1, 2), t_q=12, t_k=12)
+    block_mask = create_block_mask(masks.causal(), None, None, 12, 12, device="cpu", BLOCK_SIZE=4)
+    _, aux = flex_attention(q, k, v, block_mask=block_mask, return_aux=AuxRequest(lse=True))
+    torch.testing.assert_close(flash_attention(q, k, v, True, 4, return_lse=True)[1], aux.lse,
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("rows", [slice(0, 13), slice(0, 1), slice(5, 9), slice(12, 13)])
+def test_weights_of_any_block_of_rows_equal_the_explicit_weights(is_causal, rows):
+    q, k, v = qkv()
+    _, lse = flash_attention(q, k, v, is_causal, 4, return_lse=True)
+    got = weights_from_lse(q[..., rows, :], k, lse[..., rows], is_causal=is_causal,
+                           row_offset=rows.start)
+    want = attention_weights(q, k, is_causal=is_causal)[..., rows, :]
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    torch.testing.assert_close(got.sum(-1), torch.ones_like(got.sum(-1)), rtol=0, atol=1e-12)
+
+
+def test_a_row_that_sees_nothing_has_infinite_lse_and_zero_weights():
+    q, k, v = qkv(t_q=6, t_k=3)  # bottom-right: queries 0, 1 and 2 sit before every key
+    out, lse = flash_attention(q, k, v, True, 2, causal_alignment="bottom_right", return_lse=True)
+    assert bool((lse[..., :3] == math.inf).all()) and bool(lse[..., 3:].isfinite().all())
+    weights = weights_from_lse(q, k, lse, is_causal=True, row_offset=3 - 6)  # t_k - t_q
+    assert not weights[..., :3, :].any() and not out[..., :3, :].any()
+    want = attention_weights(q, k, attn_mask=torch.ones(6, 3, dtype=torch.bool).tril(-3))
+    torch.testing.assert_close(weights, want, rtol=0, atol=1e-12)
+
+
+def test_half_precision_keeps_lse_in_float32_and_weights_close():
+    q, k, v = qkv()
+    out, lse = flash_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), True, 4, return_lse=True)
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    weights = weights_from_lse(q.bfloat16(), k.bfloat16(), lse, is_causal=True)
+    want = attention_weights(q, k, is_causal=True)
+    plain = attention_weights(q.bfloat16(), k.bfloat16(), is_causal=True).double()
+    assert weights.dtype == torch.bfloat16
+    assert (weights.double() - want).abs().max() <= 2 * (plain - want).abs().max()
+
+
+def test_grouped_query_heads_give_one_lse_per_query_head():
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 4, 9, 8, generator=g, dtype=torch.float64)  # (b, h, t, d_h)
+    k, v = (torch.randn(2, 2, 9, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    _, lse = flash_attention(q, k, v, True, 4, enable_gqa=True, return_lse=True)
+    k_rep = k.repeat_interleave(2, dim=1)  # (b, h, t, d_h)
+    torch.testing.assert_close(weights_from_lse(q, k_rep, lse, is_causal=True),
+                               attention_weights(q, k, is_causal=True, enable_gqa=True), rtol=0, atol=1e-12)
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("call, message", [
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 3), torch.zeros(3)), r"query and key must be"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(4)), r"lse must have the query rows' shape \(3,\), got \(4,\)"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), row_offset=1.0), r"row_offset must be an integer, got 1.0"),
+    ])
+    def test_raises_value_error(self, call, message):
+        with pytest.raises(ValueError, match=message):
+            call()

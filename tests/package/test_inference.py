@@ -1,0 +1,272 @@
+"""attention.inference: cached decoding equals the full pass; GQA equals torch and MHA; caches."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention import MultiHeadAttention, sliding_window_mask
+from attention.paged import PagedKVCache
+from attention.inference import (
+    GroupedQueryAttention,
+    KVCache,
+    RollingKVCache,
+    kv_cache_bytes,
+    sink_window_mask,
+)
+
+HEADS = [4, 2, 1]  # h_kv for h = 4: multi-head, grouped-query, multi-query
+CHUNKS = [(3, 1, 1, 1, 1, 1, 1), (2, 4, 1, 2), (9,)]  # prefill + one at a time, chunked, one-shot
+
+
+def _gqa(num_kv_heads: int, window: int | None = None) -> GroupedQueryAttention:
+    torch.manual_seed(0)
+    return GroupedQueryAttention(6, 8, 4, num_kv_heads, qkv_bias=True, window=window).double()
+
+
+def _torch_reference(gqa: GroupedQueryAttention, x: torch.Tensor) -> torch.Tensor:
+    """The same projections, attention by F.scaled_dot_product_attention(enable_gqa=True)."""
+    b, t, _ = x.shape
+    q = gqa.W_query(x).view(b, t, 4, 2).transpose(1, 2)  # (b, h, t, d_h)
+    k = gqa.W_key(x).view(b, t, -1, 2).transpose(1, 2)  # (b, h_kv, t, d_h)
+    v = gqa.W_value(x).view(b, t, -1, 2).transpose(1, 2)
+    if gqa.window is None:
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    else:
+        i, j = torch.arange(t)[:, None], torch.arange(t)
+        allowed = (j <= i) & (j > i - gqa.window)  # (t, t): i - w < j <= i, written out
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+    return gqa.out_proj(z.transpose(1, 2).reshape(b, t, 8))
+
+
+@pytest.mark.parametrize("window", [None, 1, 3])
+@pytest.mark.parametrize("num_kv_heads", HEADS)
+def test_gqa_equals_torchs_sdpa_with_enable_gqa(num_kv_heads: int, window: int | None) -> None:
+    gqa = _gqa(num_kv_heads, window)
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    torch.testing.assert_close(gqa(x), _torch_reference(gqa, x), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("chunks", CHUNKS)
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("num_kv_heads", HEADS)
+def test_cached_decoding_equals_the_full_pass(
+    num_kv_heads: int, window: int | None, chunks: tuple[int, ...]
+) -> None:
+    gqa = _gqa(num_kv_heads, window)
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    cache = gqa.new_cache(2, 9)
+    assert isinstance(cache, KVCache if window is None else RollingKVCache)
+    outputs = [gqa(part, cache=cache) for part in x.split(chunks, dim=1)]
+    torch.testing.assert_close(torch.cat(outputs, dim=1), gqa(x), atol=1e-10, rtol=0)
+    assert cache.length == 9
+
+
+@pytest.mark.parametrize("num_kv_heads", HEADS)
+def test_a_full_cache_with_a_windowed_module_equals_the_rolling_one(num_kv_heads: int) -> None:
+    gqa = _gqa(num_kv_heads, window=2)
+    x = torch.randn(1, 9, 6, dtype=torch.float64)
+    full = KVCache(1, num_kv_heads, 9, 2, dtype=torch.float64)
+    rolling = gqa.new_cache(1, 9)
+    for part in x.split((4, 1, 1, 3), dim=1):
+        torch.testing.assert_close(gqa(part, full), gqa(part, rolling), atol=1e-12, rtol=0)
+
+
+def test_gqa_with_as_many_kv_heads_as_heads_is_multi_head_attention() -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(6, 8, 9, 0.0, num_heads=4, qkv_bias=True).double()
+    gqa = GroupedQueryAttention.from_multihead(mha)
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    torch.testing.assert_close(gqa(x), mha(x), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("num_kv_heads", [2, 1])
+def test_conversion_mean_pools_the_key_and_value_heads_of_each_group(num_kv_heads: int) -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(6, 8, 9, 0.0, num_heads=4, qkv_bias=True).double()
+    gqa = GroupedQueryAttention.from_multihead(mha, num_kv_heads)
+    g = 4 // num_kv_heads
+    for name in ("W_key", "W_value"):
+        heads = getattr(mha, name).weight.split(2)  # 4 x (d_h, d_in)
+        pooled = [sum(heads[k * g : (k + 1) * g]) / g for k in range(num_kv_heads)]
+        torch.testing.assert_close(getattr(gqa, name).weight, torch.cat(pooled), atol=0, rtol=0)
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    assert not torch.allclose(gqa(x), mha(x))  # pooling changes the keys and values ...
+    with torch.no_grad():  # ... unless the heads of each group were equal already
+        for name in ("W_key", "W_value"):
+            for p in getattr(mha, name).parameters():  # each group's first head, g times
+                first = p.view(num_kv_heads, g, 2, -1)[:, :1]  # (h_kv, 1, d_h, d_in or 1)
+                p.copy_(first.expand(-1, g, -1, -1).reshape(p.shape))
+    torch.testing.assert_close(
+        GroupedQueryAttention.from_multihead(mha, num_kv_heads)(x), mha(x), atol=1e-12, rtol=0
+    )
+
+
+def test_cache_memory_is_the_formula_and_rolling_memory_does_not_grow() -> None:
+    cache = _gqa(2).new_cache(3, 50)
+    assert cache.nbytes == kv_cache_bytes(3, 50, 1, 2, 2, 8) == 2 * 3 * 50 * 2 * 2 * 8
+    gqa = _gqa(2, window=3)
+    short, long = gqa.new_cache(3, 10), gqa.new_cache(3, 1000)
+    x = torch.randn(3, 100, 6, dtype=torch.float64)
+    for token in x.split(1, dim=1):
+        gqa(token, cache=long)
+    assert short.nbytes == long.nbytes == kv_cache_bytes(3, 3, 1, 2, 2, 8)
+    assert long.length == 100
+
+
+SINKS = [(3, 1), (3, 2), (1, 4), (4, 9)]  # (w, n_sink): with n_sink >= t, every key is a sink
+
+
+def _sink_gqa(num_kv_heads: int, window: int, sinks: int) -> GroupedQueryAttention:
+    torch.manual_seed(0)
+    return GroupedQueryAttention(6, 8, 4, num_kv_heads, qkv_bias=True, window=window,
+                                 sinks=sinks).double()
+
+
+@pytest.mark.parametrize(("window", "sinks"), SINKS)
+@pytest.mark.parametrize("num_kv_heads", HEADS)
+def test_sinks_and_window_equal_torchs_sdpa_under_the_mask_written_out(
+    num_kv_heads: int, window: int, sinks: int
+) -> None:
+    gqa = _sink_gqa(num_kv_heads, window, sinks)
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    i, j = torch.arange(9)[:, None], torch.arange(9)
+    allowed = (j <= i) & ((j > i - window) | (j < sinks))  # (t, t): StreamingLLM's keys
+    assert torch.equal(sink_window_mask(9, 9, window, sinks), allowed)
+    q = gqa.W_query(x).view(2, 9, 4, 2).transpose(1, 2)  # (b, h, t, d_h)
+    k = gqa.W_key(x).view(2, 9, -1, 2).transpose(1, 2)  # (b, h_kv, t, d_h)
+    v = gqa.W_value(x).view(2, 9, -1, 2).transpose(1, 2)
+    z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+    reference = gqa.out_proj(z.transpose(1, 2).reshape(2, 9, 8))
+    torch.testing.assert_close(gqa(x), reference, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("chunks", CHUNKS)
+@pytest.mark.parametrize(("window", "sinks"), SINKS)
+def test_cached_decoding_with_sinks_equals_the_full_pass(
+    window: int, sinks: int, chunks: tuple[int, ...]
+) -> None:
+    gqa = _sink_gqa(2, window, sinks)
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    cache = gqa.new_cache(2, 9)
+    outputs = [gqa(part, cache=cache) for part in x.split(chunks, dim=1)]
+    torch.testing.assert_close(torch.cat(outputs, dim=1), gqa(x), atol=1e-10, rtol=0)
+    assert cache.nbytes == kv_cache_bytes(2, sinks + window, 1, 2, 2, 8)
+
+
+def test_the_rolling_buffer_keeps_its_sinks_and_says_where_each_key_is() -> None:
+    cache = RollingKVCache(1, 1, 3, 1, sinks=2)
+    for p in range(9):
+        keys, _ = cache.append(torch.full((1, 1, 1, 1), float(p)), torch.zeros(1, 1, 1, 1))
+        expected = sorted({*range(min(p + 1, 2)), *range(max(0, p - 2), p + 1)})
+        assert keys.flatten().tolist() == [float(j) for j in expected]
+        assert cache.key_positions.tolist() == expected
+    keys, _ = cache.append(torch.tensor([9.0, 10.0]).view(1, 1, 2, 1), torch.zeros(1, 1, 2, 1))
+    assert cache.key_positions.tolist() == [0, 1, 7, 8, 9, 10]  # sinks, w - 1 kept, the new
+    assert keys.flatten().tolist() == [0.0, 1.0, 7.0, 8.0, 9.0, 10.0]
+    cache.reset()
+    assert cache.length == 0 and cache.key_positions.tolist() == []
+
+
+def test_appending_writes_in_place_and_returns_views() -> None:
+    cache = KVCache(1, 2, 5, 3)
+    keys, values = cache.append(torch.ones(1, 2, 2, 3), torch.full((1, 2, 2, 3), 2.0))
+    assert keys.shape == (1, 2, 2, 3) and keys.data_ptr() == cache.keys.data_ptr()
+    assert (cache.keys[:, :, :2] == 1).all() and (cache.values[:, :, 2:] == 0).all()
+    cache.reset()
+    assert cache.length == 0 and cache.append(keys, values)[0].shape == (1, 2, 2, 3)
+
+
+def test_the_rolling_buffer_returns_the_window_in_order_of_position() -> None:
+    cache = RollingKVCache(1, 1, 3, 1)
+    for p in range(7):
+        keys, _ = cache.append(torch.full((1, 1, 1, 1), float(p)), torch.zeros(1, 1, 1, 1))
+        assert keys.flatten().tolist() == [float(j) for j in range(max(0, p - 2), p + 1)]
+    keys, _ = cache.append(torch.tensor([7.0, 8.0]).view(1, 1, 2, 1), torch.zeros(1, 1, 2, 1))
+    assert keys.flatten().tolist() == [5.0, 6.0, 7.0, 8.0]  # w - 1 kept, then the new ones
+    assert sorted(cache.keys.flatten().tolist()) == [6.0, 7.0, 8.0]  # the last w tokens
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_paged_cache_gives_the_contiguous_result(window: int | None) -> None:
+    gqa = _gqa(2, window)
+    pool = PagedKVCache(num_blocks=8, block_size=3, num_kv_heads=2, d_h=2, dtype=torch.float64)
+    a, b = pool.add_sequence(), pool.add_sequence()
+    xa, xb = torch.randn(1, 8, 6, dtype=torch.float64), torch.randn(1, 5, 6, dtype=torch.float64)
+    outs = {a: [gqa(xa[:, :4], pool.sequence(a))], b: [gqa(xb[:, :2], pool.sequence(b))]}
+    for step in range(4):  # the two sequences take turns, so their blocks interleave in the pool
+        outs[a].append(gqa(xa[:, 4 + step : 5 + step], pool.sequence(a)))
+        if step < 3:
+            outs[b].append(gqa(xb[:, 2 + step : 3 + step], pool.sequence(b)))
+    # a: 4 tokens in blocks 0, 1; b: 2 in block 2; b's 4th token opens block 3, a's 7th block 4
+    assert pool.block_tables == {a: [0, 1, 4], b: [2, 3]}
+    for seq, x, prefill in ((a, xa, 4), (b, xb, 2)):
+        contiguous = KVCache(1, 2, x.shape[1], 2, dtype=torch.float64)
+        parts = x.split([prefill] + [1] * (x.shape[1] - prefill), dim=1)  # as the pool got them
+        expected = torch.cat([gqa(part, contiguous) for part in parts], dim=1)
+        torch.testing.assert_close(torch.cat(outs[seq], dim=1), expected, atol=1e-10, rtol=0)
+        keys, values = pool.gather(seq)
+        torch.testing.assert_close(keys, contiguous.keys, atol=0, rtol=0)
+        torch.testing.assert_close(values, contiguous.values, atol=0, rtol=0)
+    pool.free(a)
+    assert sorted(pool.free_blocks) == [0, 1, 4, 5, 6, 7]
+    assert pool.nbytes == 2 * 8 * 2 * 3 * 2 * 8
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: GroupedQueryAttention(6, 8, 4, 3), r"num_heads=4 and num_kv_heads=3"),
+        (lambda: GroupedQueryAttention(6, 8, 4, 0), r"num_kv_heads must be at least 1, got 0"),
+        (lambda: GroupedQueryAttention(6, 8, 4, 2, window=0), r"window must be at least 1"),
+        (lambda: GroupedQueryAttention(6, 9, 4, 2), r"d_out=9 and num_heads=4"),
+        (lambda: _gqa(2)(torch.randn(1, 3, 5, dtype=torch.float64)), r"d_in=6, got 5"),
+        (lambda: _gqa(2).new_cache(1, 0), r"max_tokens must be at least 1, got 0"),
+        (lambda: _fill(_gqa(2), _gqa(2).new_cache(1, 4), 5), r"max_tokens=4 tokens, got 5"),
+        (lambda: _fill(_gqa(2, 2), _gqa(2, 2).new_cache(1, 4), 5), r"max_tokens=4 tokens, got 5"),
+        (lambda: _fill(_gqa(2), _gqa(2).new_cache(2, 4), 1), r"\(2, 2, t, 2\), got \(1, 2, 1, 2\)"),
+        (lambda: _fill(_gqa(2, 3), _gqa(2, 2).new_cache(1, 4), 1),
+         r"window=3 and sinks=0, got window=2 and sinks=0"),
+        (lambda: _fill(_gqa(2), RollingKVCache(1, 2, 2, 2, dtype=torch.float64), 1),
+         r"window=None and sinks=0, got window=2"),
+        (lambda: GroupedQueryAttention(6, 8, 4, 2, sinks=1), r"sinks=1 needs a window"),
+        (lambda: GroupedQueryAttention(6, 8, 4, 2, window=2, sinks=-1),
+         r"sinks must be an integer"),
+        (lambda: _fill(_sink_gqa(2, 2, 1), _gqa(2, 2).new_cache(1, 4), 1),
+         r"window=2 and sinks=1, got window=2 and sinks=0"),
+        (lambda: sink_window_mask(2, 4, 2, sinks=True), r"sinks must be an integer >= 0, got True"),
+        (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 2, 2)),
+         r"same number of tokens, got 1 and 2"),
+        (lambda: _fill(_gqa(2), KVCache(1, 2, 4, 2), 1),
+         r"keys must have the cache's dtype torch.float32, got torch.float64"),
+        (lambda: kv_cache_bytes(1, 0, 1, 1, 1, 2), r"tokens must be at least 1, got 0"),
+        (lambda: kv_cache_bytes(1, 1, 1, 1, 1, 0.5), r"bytes_per_value must be an integer"),
+        (lambda: PagedKVCache(2, 2, 1, 1).append(0, torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1)),
+         r"seq must be one of the sequences \[\], got 0"),
+        (lambda: _fill(_gqa(2), PagedKVCache(1, 2, 2, 2, torch.float64).sequence(0), 1),
+         r"one of the sequences"),
+        (lambda: _exhaust(), r"the pool has 1 free blocks, sequence 0 needs 2"),
+        (lambda: GroupedQueryAttention.from_multihead(
+            MultiHeadAttention(6, 8, 4, 0.0, 4, proj_dropout=0.1)), r"proj_dropout=0"),
+    ],
+)
+def test_bad_input(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def _fill(gqa: GroupedQueryAttention, cache: object, t: int) -> None:
+    gqa(torch.randn(1, t, 6, dtype=torch.float64), cache)
+
+
+def _exhaust() -> None:
+    pool = PagedKVCache(2, 2, 1, 1)
+    pool.append(pool.add_sequence(), torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1))
+    pool.append(0, torch.ones(1, 1, 3, 1), torch.ones(1, 1, 3, 1))
+
+
+def test_sliding_window_mask_is_bottom_right_aligned() -> None:
+    mask = sliding_window_mask(2, 5, 3)
+    assert mask.tolist() == [
+        [False, True, True, True, False],  # query 0 sits at position 3: keys 1, 2, 3
+        [False, False, True, True, True],  # query 1 at position 4: keys 2, 3, 4
+    ]

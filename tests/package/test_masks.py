@@ -1,0 +1,202 @@
+"""attention.masks: one rule per mask, equal in every form (dense, FlexAttention, block mask).
+
+FlexAttention runs uncompiled (its eager form, which materializes the scores) on tiny shapes:
+compiling it costs seconds per call on a CPU, and the benchmark times the compiled form.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import (
+    AuxRequest,
+    create_block_mask,
+    create_mask,
+    flex_attention,
+)
+
+from attention import alibi_bias, causal_mask, sliding_window_mask
+from attention import masks as M
+
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+T = 12
+DOCS = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 3, 3])
+RULES = {
+    "causal": M.causal(),
+    "causal bottom-right": M.causal("bottom_right", T, T),
+    "sliding window 4": M.sliding_window(4),
+    "causal documents": M.and_masks(M.causal(), M.document(DOCS)),
+    "documents": M.document(DOCS),
+    "prefix LM 5": M.prefix_lm(5),
+    "window 3 + 2 sinks": M.and_masks(M.causal(), M.or_masks(M.sliding_window(3), M.sinks(2))),
+    "global tokens": M.global_tokens(torch.arange(T) % 6 == 0),
+}
+
+
+def qkv(b=2, h=3, t_q=T, t_k=T, d=8, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, h, t_q, d, generator=g, dtype=dtype),
+            torch.randn(b, h, t_k, d, generator=g, dtype=dtype),
+            torch.randn(b, h, t_k, d, generator=g, dtype=dtype))
+
+
+def written_out(name: str) -> torch.Tensor:
+    """Each rule's (T, T) mask, written out element by element from its definition."""
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    same_doc = DOCS[:, None] == DOCS[None, :]
+    is_global = torch.arange(T) % 6 == 0
+    return {
+        "causal": j <= i,
+        "causal bottom-right": j <= i,
+        "sliding window 4": (j <= i) & (j > i - 4),
+        "causal documents": (j <= i) & same_doc,
+        "documents": same_doc,
+        "prefix LM 5": (j <= i) | (j < 5),
+        "window 3 + 2 sinks": (j <= i) & ((j > i - 3) | (j < 2)),
+        "global tokens": is_global[:, None] | is_global[None, :],
+    }[name]
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_dense_mask_is_the_definition_and_torchs_create_mask(name):
+    dense = M.to_dense(RULES[name], T, T)
+    assert dense.dtype == torch.bool and dense.shape == (T, T)
+    assert torch.equal(dense, written_out(name))
+    assert torch.equal(dense, create_mask(RULES[name], None, None, T, T, device="cpu")[0, 0])
+
+
+def test_causal_rules_equal_the_package_masks_when_t_q_differs_from_t_k():
+    for alignment in ("top_left", "bottom_right"):
+        rule = M.causal(alignment, 5, 9)
+        assert torch.equal(M.to_dense(rule, 5, 9), causal_mask(5, 9, alignment=alignment))
+    window = M.sliding_window(3, "bottom_right", 5, 9)
+    assert torch.equal(M.to_dense(window, 5, 9), sliding_window_mask(5, 9, 3))
+
+
+def test_batch_dependent_rules_give_one_mask_per_row():
+    lengths = torch.tensor([3, 7])
+    dense = M.to_dense(M.padding(lengths), 7, 7, b=2)  # (b, 1, t, t)
+    assert dense.shape == (2, 1, 7, 7)
+    assert torch.equal(dense[:, 0, 0], torch.arange(7)[None, :] < lengths[:, None])
+    docs = torch.stack([DOCS, DOCS.flip(0)])  # (b, t)
+    dense = M.to_dense(M.document(docs), T, T, b=2)
+    assert torch.equal(dense[1, 0], docs[1][:, None] == docs[1][None, :])
+    assert torch.equal(dense, create_mask(M.document(docs), 2, None, T, T, device="cpu"))
+
+
+@pytest.mark.parametrize("name", ["causal", "causal documents", "prefix LM 5",
+                                  "window 3 + 2 sinks", "global tokens"])
+def test_flex_attention_with_block_mask_equals_sdpa_with_dense_mask(name):
+    q, k, v = qkv()
+    rule = RULES[name]
+    block_mask = create_block_mask(rule, None, None, T, T, device="cpu", BLOCK_SIZE=4)
+    flex = flex_attention(q, k, v, block_mask=block_mask)
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=M.to_dense(rule, T, T))
+    torch.testing.assert_close(flex, sdpa, rtol=0, atol=1e-12)
+    torch.testing.assert_close(M.dense_attention(q, k, v, mask_mod=rule), sdpa, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+@pytest.mark.parametrize("block_size", [4, 5])
+def test_block_sparsity_is_the_block_mask(name, block_size):
+    kinds = M.block_sparsity(RULES[name], T, T, block_size)  # (T_q, T_k): 0, 1, 2
+    block_mask = create_block_mask(RULES[name], None, None, T, T, device="cpu",
+                                   BLOCK_SIZE=block_size)
+    assert kinds.shape == (math.ceil(T / block_size),) * 2
+    assert torch.equal((kinds == 1).sum(-1), block_mask.kv_num_blocks[0, 0].long())
+    assert torch.equal((kinds == 2).sum(-1), block_mask.full_kv_num_blocks[0, 0].long())
+
+
+def test_block_sparsity_of_causal_by_hand():
+    assert M.block_sparsity(M.causal(), 8, 8, 4).tolist() == [[1, 0], [2, 1]]
+    # t = 6 in tiles of 4: the last tiles overhang the end, so none of them is full
+    assert M.block_sparsity(M.causal(), 6, 6, 4).tolist() == [[1, 0], [1, 1]]
+
+
+def test_score_mods_equal_flex_attention_and_the_written_out_computation():
+    q, k, v = qkv()
+    g = torch.Generator().manual_seed(1)
+    table = torch.randn(32, 3, generator=g, dtype=torch.float64)
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    biases = {"alibi": alibi_bias(3, T, T).double(),
+              "t5": table[M.t5_buckets(j - i)].permute(2, 0, 1)}  # (h, t, t)
+    for name, mod in (("alibi", M.alibi(3)), ("t5", M.t5_bias(table))):
+        sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=biases[name])
+        torch.testing.assert_close(flex_attention(q, k, v, score_mod=mod), sdpa, rtol=0, atol=1e-12)
+        torch.testing.assert_close(M.to_bias(mod, T, T, 3, dtype=torch.float64), biases[name],
+                                   rtol=0, atol=1e-12)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8)
+    capped = torch.softmax(2.0 * torch.tanh(scores / 2.0), dim=-1) @ v
+    torch.testing.assert_close(flex_attention(q, k, v, score_mod=M.soft_cap(2.0)), capped,
+                               rtol=0, atol=1e-12)
+
+
+def test_score_and_mask_together_with_the_log_sum_exp():
+    q, k, v = qkv()
+    rule = RULES["causal documents"]
+    block_mask = create_block_mask(rule, None, None, T, T, device="cpu", BLOCK_SIZE=4)
+    out, aux = flex_attention(q, k, v, score_mod=M.alibi(3), block_mask=block_mask,
+                              return_aux=AuxRequest(lse=True))
+    ours, lse = M.dense_attention(q, k, v, score_mod=M.alibi(3), mask_mod=rule, return_lse=True)
+    torch.testing.assert_close(out, ours, rtol=0, atol=1e-12)
+    torch.testing.assert_close(aux.lse, lse, rtol=0, atol=1e-12)
+
+
+def test_a_query_that_sees_nothing_gets_zero_and_minus_infinite_lse():
+    q, k, v = qkv(t_q=4, t_k=4)
+    nothing_for_row_1 = M.and_masks(M.causal(), lambda b, h, q_idx, kv_idx: q_idx != 1)
+    out, lse = M.dense_attention(q, k, v, mask_mod=nothing_for_row_1, return_lse=True)
+    assert torch.equal(out[:, :, 1], torch.zeros_like(out[:, :, 1]))
+    assert bool((lse[:, :, 1] == -math.inf).all()) and bool(lse[:, :, [0, 2, 3]].isfinite().all())
+
+
+def page_bucket(n: int, num_buckets: int = 32, max_distance: int = 128) -> int:
+    """Equation (8.11) as chapter 8 writes it: the bucket of a key n >= 0 tokens back."""
+    exact = num_buckets // 2
+    if n < exact:
+        return n
+    log_ratio = math.log(n / exact) / math.log(max_distance / exact)
+    return min(num_buckets - 1, exact + int(log_ratio * (num_buckets - exact)))
+
+
+def test_t5_buckets_follow_equation_8_11():
+    n = torch.arange(1000)
+    assert M.t5_buckets(-n).tolist() == [page_bucket(x) for x in range(1000)]
+    assert M.t5_buckets(n[1:]).tolist() == [0] * 999  # a decoder: later keys share bucket 0
+    both = M.t5_buckets(torch.arange(-200, 201), bidirectional=True)
+    assert both[200 - 5].item() == page_bucket(5, 16) and both[200 + 5].item() == 16 + 5
+    assert set(both.tolist()) == set(range(32)) - {16}  # offset 0 is in the first half
+
+
+def test_combinators():
+    rule_a, rule_b = RULES["sliding window 4"], RULES["prefix LM 5"]
+    dense_a, dense_b = M.to_dense(rule_a, T, T), M.to_dense(rule_b, T, T)
+    assert torch.equal(M.to_dense(M.and_masks(rule_a, rule_b), T, T), dense_a & dense_b)
+    assert torch.equal(M.to_dense(M.or_masks(rule_a, rule_b), T, T), dense_a | dense_b)
+    assert bool(M.to_dense(M.and_masks(), 3, 3).all()) and not M.to_dense(M.or_masks(), 3, 3).any()
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("call, message", [
+        (lambda: M.causal("bottom_left"), r"alignment must be one of .*got 'bottom_left'"),
+        (lambda: M.causal("bottom_right"), r"needs t_q and t_k.*got t_q=None"),
+        (lambda: M.sliding_window(0), r"window must be at least 1, got 0"),
+        (lambda: M.document(torch.zeros(2, 2, 2, dtype=torch.long)), r"doc_ids must be a 1-d or 2-d"),
+        (lambda: M.document(torch.zeros(4)), r"doc_ids must be .* integer tensor, got \(4,\) of torch.float32"),
+        (lambda: M.padding(torch.tensor([[3]])), r"lengths must be a 1-d integer tensor"),
+        (lambda: M.prefix_lm(-1), r"prefix_length must be an integer >= 0, got -1"),
+        (lambda: M.sinks(1.5), r"num_sinks must be an integer >= 0, got 1.5"),
+        (lambda: M.global_tokens(torch.tensor([0, 1])), r"is_global must be a 1-d bool tensor"),
+        (lambda: M.soft_cap(0), r"cap must be a number > 0, got 0"),
+        (lambda: M.t5_bias(torch.zeros(16, 2)), r"table must have shape \(num_buckets=32, h\), got \(16, 2\)"),
+        (lambda: M.to_dense(M.causal(), 0, 3), r"t_q must be at least 1, got 0"),
+        (lambda: M.block_sparsity(M.causal(), 4, 4, 0), r"block_q must be at least 1, got 0"),
+        (lambda: M.to_bias(M.soft_cap(5.0), 3, 3, 1), r"score_mod must add a term"),
+        (lambda: M.apply_score_mod(torch.zeros(3, 3), M.alibi(1)), r"scores must be \(b, h, t_q, t_k\)"),
+        (lambda: M.dense_attention(*qkv(t_k=5)[:2], torch.zeros(2, 3, 4, 8)), r"query and key must share d_k and key and value t_k"),
+    ])
+    def test_raises_value_error(self, call, message):
+        with pytest.raises(ValueError, match=message):
+            call()

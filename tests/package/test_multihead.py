@@ -1,0 +1,192 @@
+"""Multi-head attention: the book's figures; each version equals the previous one and torch."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _gradcheck import module_gradcheck
+
+from attention import (
+    CausalAttention,
+    FusedMultiHeadAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    additive_causal_mask,
+    attention_weights,
+    causal_mask,
+    journey_batch,
+)
+
+# Reference figures printed in the book's notebook (/work/shared/seeds/001_*.txt,
+# "Approach #4" and exercise 3.3), typed in here to 4 decimals; both copies of the batch agree.
+BOOK_WRAPPER_OUTPUT = torch.tensor(
+    [
+        [-0.4519, 0.2216, 0.4772, 0.1063],
+        [-0.5874, 0.0058, 0.5891, 0.3257],
+        [-0.6300, -0.0632, 0.6202, 0.3860],
+        [-0.5675, -0.0843, 0.5478, 0.3589],
+        [-0.5526, -0.0981, 0.5321, 0.3428],
+        [-0.5299, -0.1081, 0.5077, 0.3493],
+    ]
+)
+BOOK_MHA_OUTPUT = torch.tensor(
+    [
+        [0.3190, 0.4858],
+        [0.2943, 0.3897],
+        [0.2856, 0.3593],
+        [0.2693, 0.3873],
+        [0.2639, 0.3928],
+        [0.2575, 0.4028],
+    ]
+)
+
+
+def test_wrapper_reproduces_book_with_seed_123() -> None:
+    torch.manual_seed(123)
+    wrapper = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0.0, num_heads=2)
+    with torch.no_grad():
+        out = wrapper(journey_batch())
+    torch.testing.assert_close(out, BOOK_WRAPPER_OUTPUT.expand(2, 6, 4), atol=1e-4, rtol=0)
+
+
+def test_multihead_reproduces_book_with_seed_123() -> None:
+    torch.manual_seed(123)
+    mha = MultiHeadAttention(3, 2, context_length=6, dropout=0.0, num_heads=2)
+    with torch.no_grad():
+        out = mha(journey_batch())
+    torch.testing.assert_close(out, BOOK_MHA_OUTPUT.expand(2, 6, 2), atol=1e-4, rtol=0)
+
+
+def expected_parameters(d_in: int, d_out: int, qkv_bias: bool) -> int:
+    """Equation (5.9), written out by role: W_query, W_key, W_value (d_in -> d_out, biases only
+    with qkv_bias) and the output projection (d_out -> d_out, always with a bias)."""
+    return 3 * (d_in * d_out + qkv_bias * d_out) + d_out * d_out + d_out
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True])
+@pytest.mark.parametrize(
+    "d_in, d_out, num_heads, context_length",
+    [(768, 768, 12, 1024), (5, 8, 2, 3), (5, 8, 4, 50), (7, 6, 1, 6)],
+)
+def test_parameter_count_is_equation_5_9(
+    d_in: int, d_out: int, num_heads: int, context_length: int, qkv_bias: bool
+) -> None:
+    # Independent of the number of heads (they split d_out) and of context_length (the mask is a
+    # buffer); d_in != d_out catches a projection built the wrong way round.
+    # The fused module stacks the same three projections into one: the same count.
+    expected = expected_parameters(d_in, d_out, qkv_bias)
+    for cls in (MultiHeadAttention, FusedMultiHeadAttention):
+        module = cls(d_in, d_out, context_length, 0.0, num_heads, qkv_bias=qkv_bias)
+        assert sum(p.numel() for p in module.parameters()) == expected, cls.__name__
+
+
+def test_gpt2_small_parameter_count_against_torch_and_the_gpt2_checkpoint() -> None:
+    mha = MultiHeadAttention(768, 768, context_length=1024, dropout=0.0, num_heads=12)
+    with_bias = MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12, qkv_bias=True)
+    count = sum(p.numel() for p in mha.parameters())
+    count_with_bias = sum(p.numel() for p in with_bias.parameters())
+    assert count == 2_360_064  # the exercise's answer (chapter 5, exercise 5.2)
+    # torch.nn.MultiheadAttention(bias=True) has biases on all four projections, like qkv_bias=True;
+    # with bias=False it drops the output projection's bias too, which ours always has.
+    torch_count = {
+        bias: sum(p.numel() for p in torch.nn.MultiheadAttention(768, 12, bias=bias).parameters())
+        for bias in (False, True)
+    }
+    assert count_with_bias == torch_count[True] and count == torch_count[False] + 768
+    # GPT-2 small's attention per layer, from the shapes of the released weights (as Hugging
+    # Face's "gpt2" stores them): c_attn (768, 2304) with bias (2304,), c_proj (768, 768) with
+    # bias (768,). The real GPT-2 has qkv_bias=True.
+    assert count_with_bias == 768 * 2304 + 2304 + 768 * 768 + 768
+
+
+def test_wrapper_has_independent_heads_each_a_causal_attention() -> None:
+    d_in, d_out, h, t = 3, 2, 3, 5
+    torch.manual_seed(0)
+    wrapper = MultiHeadAttentionWrapper(d_in, d_out, context_length=6, dropout=0.0, num_heads=h)
+    # h heads, each with its own W_query, W_key and W_value of d_in x d_out, registered (so an
+    # optimizer sees them) and not one module repeated h times.
+    assert sum(p.numel() for p in wrapper.parameters()) == h * 3 * d_in * d_out
+    assert len({id(head) for head in wrapper.heads}) == h
+    queries = [head.W_query.weight for head in wrapper.heads]
+    assert not any(torch.equal(queries[0], w) for w in queries[1:])
+    x = torch.randn(2, t, d_in)
+    with torch.no_grad():
+        out = wrapper(x)
+        assert out.shape == (2, t, h * d_out)
+        for i, head in enumerate(wrapper.heads):
+            # columns i * d_out ... (i + 1) * d_out are head i: causal attention, computed here by
+            # torch's own kernel from the head's projections
+            q, k, v = head.W_query(x), head.W_key(x), head.W_value(x)  # (b, t, d_out) each
+            expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, t, d_out)
+            torch.testing.assert_close(out[..., i * d_out : (i + 1) * d_out], expected)
+
+
+def test_single_head_multihead_is_causal_attention_plus_output_projection() -> None:
+    ca = CausalAttention(4, 6, context_length=8, dropout=0.0)
+    mha = MultiHeadAttention(4, 6, context_length=8, dropout=0.0, num_heads=1)
+    missing, unexpected = mha.load_state_dict(ca.state_dict(), strict=False)
+    assert missing == ["out_proj.weight", "out_proj.bias"] and not unexpected
+    x = torch.randn(2, 7, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(mha(x), mha.out_proj(ca(x)))
+
+
+@pytest.mark.parametrize("float_mask", [False, True], ids=["bool mask", "float mask"])
+def test_multihead_equals_torch_multihead_attention(float_mask: bool) -> None:
+    d, h, t = 12, 3, 7
+    mha = MultiHeadAttention(d, d, context_length=10, dropout=0.0, num_heads=h, qkv_bias=True)
+    mha = mha.double()
+    ref = torch.nn.MultiheadAttention(d, h, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        projections = (mha.W_query, mha.W_key, mha.W_value)
+        ref.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))
+        ref.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))
+        ref.out_proj.load_state_dict(mha.out_proj.state_dict())
+        # torch's boolean attn_mask marks the positions that may NOT be attended
+        mask = additive_causal_mask(t, dtype=torch.float64) if float_mask else ~causal_mask(t)
+        x = torch.randn(2, t, d, dtype=torch.float64)
+        expected, expected_weights = ref(x, x, x, attn_mask=mask, average_attn_weights=False)
+        out, weights = mha(x, return_weights=True)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(weights, expected_weights)
+
+
+def test_returned_weights_are_each_heads_causal_weights() -> None:
+    mha = MultiHeadAttention(4, 6, context_length=8, dropout=0.0, num_heads=2)
+    x = torch.randn(3, 5, 4)
+    with torch.no_grad():
+        _, weights = mha(x, return_weights=True)
+        q = mha.W_query(x).view(3, 5, 2, 3).transpose(1, 2)
+        k = mha.W_key(x).view(3, 5, 2, 3).transpose(1, 2)
+        torch.testing.assert_close(weights, attention_weights(q, k, is_causal=True))
+    assert weights.shape == (3, 2, 5, 5)
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True])
+@pytest.mark.parametrize("use_sdpa", [False, True], ids=["explicit", "sdpa"])
+def test_fused_equals_multihead_with_same_weights(use_sdpa: bool, qkv_bias: bool) -> None:
+    mha = MultiHeadAttention(5, 8, context_length=9, dropout=0.0, num_heads=4, qkv_bias=qkv_bias)
+    mha = mha.double()
+    fused = FusedMultiHeadAttention.from_multihead(mha)
+    fused.use_sdpa = use_sdpa
+    assert fused.qkv.weight.dtype == torch.float64
+    x = torch.randn(2, 9, 5, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), mha(x))
+
+
+def test_fused_paths_agree_and_ignore_dropout_in_eval() -> None:
+    fused = FusedMultiHeadAttention(6, 6, context_length=8, dropout=0.3, num_heads=2).eval()
+    x = torch.randn(2, 8, 6)
+    with torch.no_grad():
+        fast = fused(x)
+        fused.use_sdpa = False
+        torch.testing.assert_close(fused(x), fast)
+
+
+def test_gradcheck_float64() -> None:
+    """Smoke test, the only gradcheck of a module: MultiHeadAttention is plain PyTorch, so this
+    checks that its gradients reach the input and every parameter (nothing detached or
+    non-differentiable on the way), not our own backward. The hand-written backward of
+    flash_attention is gradchecked in tests/package/test_flash.py."""
+    x = torch.rand(2, 4, 3)
+    assert module_gradcheck(MultiHeadAttention(3, 4, context_length=5, dropout=0.0, num_heads=2), x)

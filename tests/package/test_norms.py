@@ -1,0 +1,107 @@
+"""RMSNorm equals torch.nn.RMSNorm; what it keeps and drops from LayerNorm; norm_matrix."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from attention import RMSNorm
+from attention.norms import make_norm, norm_matrix
+
+
+def _random_gain(norm: nn.Module) -> nn.Module:
+    with torch.no_grad():
+        for parameter in norm.parameters():
+            parameter.uniform_(-1.5, 1.5)  # any gain (and bias), not the initial ones
+    return norm
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.1])
+@pytest.mark.parametrize("shape", [(7,), (3, 7), (2, 4, 5, 7)])
+def test_rmsnorm_equals_torch_rmsnorm_in_float64(shape: tuple, eps: float) -> None:
+    torch.manual_seed(0)
+    ours = _random_gain(RMSNorm(7, eps).double())
+    theirs = nn.RMSNorm(7, eps=eps, dtype=torch.float64)
+    theirs.load_state_dict(ours.state_dict())  # both keep γ as "weight"
+    x = 3 * torch.randn(shape, dtype=torch.float64) + 1
+    torch.testing.assert_close(ours(x), theirs(x), atol=1e-14, rtol=0)
+    expected = ours.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    torch.testing.assert_close(ours(x), expected, atol=1e-14, rtol=0)
+
+
+def test_layernorm_is_rmsnorm_of_the_centred_vector_plus_beta() -> None:
+    torch.manual_seed(0)
+    ln = _random_gain(nn.LayerNorm(9, eps=1e-5, dtype=torch.float64))
+    rms = RMSNorm(9, eps=1e-5).double()
+    rms.weight.data.copy_(ln.weight.data)
+    x = 4 * torch.randn(5, 9, dtype=torch.float64) - 2
+    centred = x - x.mean(-1, keepdim=True)
+    torch.testing.assert_close(ln(x), rms(centred) + ln.bias, atol=1e-13, rtol=0)
+    assert not torch.allclose(ln(x), rms(x) + ln.bias, atol=1e-3)  # x's mean is not 0
+
+
+def test_rmsnorm_ignores_scale_but_not_shift() -> None:
+    torch.manual_seed(0)
+    rms = RMSNorm(6, eps=1e-12).double()
+    x = torch.randn(4, 6, dtype=torch.float64)
+    torch.testing.assert_close(rms(7.5 * x), rms(x), atol=1e-10, rtol=0)
+    assert not torch.allclose(rms(x + 1.0), rms(x), atol=1e-3)
+    ln = nn.LayerNorm(6, eps=1e-12, dtype=torch.float64)
+    torch.testing.assert_close(ln(x + 1.0), ln(x), atol=1e-10, rtol=0)  # LayerNorm re-centres
+
+
+def test_the_gradient_of_a_weight_before_rmsnorm_shrinks_as_the_weight_grows() -> None:
+    """RMSNorm(x c W) = RMSNorm(x W), so dL/d(cW) = dL/dW / c: Zhang and Sennrich's argument."""
+    torch.manual_seed(0)
+    rms = RMSNorm(5, eps=1e-300).double()  # eps -> 0: exactly scale-free
+    x, target = torch.randn(8, 4, dtype=torch.float64), torch.randn(8, 5, dtype=torch.float64)
+    weight = torch.randn(4, 5, dtype=torch.float64)
+    grads = []
+    for scale in (1.0, 10.0):
+        w = (scale * weight).requires_grad_()
+        F.mse_loss(rms(x @ w), target).backward()
+        grads.append(w.grad)
+    torch.testing.assert_close(grads[1], grads[0] / 10, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@given(data=st.data())
+@settings(max_examples=20, deadline=None)
+def test_norm_matrix_is_the_linear_part(kind: str, data: st.DataObject) -> None:
+    """norm(x) = (x N) / s + β, s the token's standard deviation (LayerNorm) or RMS."""
+    seed = data.draw(st.integers(0, 2**16))
+    torch.manual_seed(seed)
+    norm = _random_gain(make_norm(kind, 6, eps=1e-5).double())
+    x = torch.randn(3, 6, dtype=torch.float64) * data.draw(st.floats(0.1, 10.0))
+    if kind == "layer":
+        s = torch.sqrt(x.var(-1, correction=0, keepdim=True) + 1e-5)
+        expected = x @ norm_matrix(norm) / s + norm.bias
+    else:
+        expected = x @ norm_matrix(norm) / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+    torch.testing.assert_close(norm(x), expected, atol=1e-12, rtol=0)
+
+
+def test_make_norm_builds_each_kind() -> None:
+    assert isinstance(make_norm("rms", 4), RMSNorm)
+    layer = make_norm("layer", 4, eps=1e-6, bias=False)
+    assert isinstance(layer, nn.LayerNorm) and layer.bias is None and layer.eps == 1e-6
+
+
+class TestBadInput:
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: RMSNorm(0), r"d must be at least 1, got 0"),
+            (lambda: RMSNorm(4, eps=0.0), r"eps must be a number > 0, got 0.0"),
+            (lambda: RMSNorm(4, eps=True), r"eps must be a number > 0, got True"),
+            (lambda: RMSNorm(4)(torch.zeros(2, 5)), r"\(\.\.\., d\) with d=4, got \(2, 5\)"),
+            (lambda: RMSNorm(4)(torch.tensor(1.0)), r"with d=4, got \(\)"),
+            (lambda: make_norm("batch", 4), r"norm must be one of \('layer', 'rms'\), got 'batch'"),
+            (lambda: norm_matrix(nn.Linear(2, 2)), r"RMSNorm or a 1-d nn.LayerNorm, got Linear"),
+        ],
+    )
+    def test_is_refused(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()  # type: ignore[operator]

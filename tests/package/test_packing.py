@@ -1,0 +1,105 @@
+"""attention.packing: packed sequences attend exactly as each sequence alone, in every form."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from attention import masks as M
+from attention.packing import (
+    cu_seqlens_from_lengths,
+    document_ids,
+    pack,
+    unpack,
+    varlen_attention,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+LENGTHS = torch.tensor([5, 1, 8, 3])
+
+
+def sequences(lengths=LENGTHS, h=2, d=4, seed=0):
+    """Queries, keys and values of each sequence alone: lists of (h, t_i, d), float64."""
+    g = torch.Generator().manual_seed(seed)
+    return [[torch.randn(h, int(t), d, generator=g, dtype=torch.float64) for t in lengths]
+            for _ in range(3)]
+
+
+def packed_row(parts):
+    """(1, h, t, d): the sequences end to end along the token axis."""
+    return torch.cat(parts, dim=1)[None]
+
+
+def test_cu_seqlens_and_document_ids():
+    cu_seqlens = cu_seqlens_from_lengths(LENGTHS)
+    assert cu_seqlens.dtype == torch.int32 and cu_seqlens.tolist() == [0, 5, 6, 14, 17]
+    assert document_ids(cu_seqlens).tolist() == [0] * 5 + [1] + [2] * 8 + [3] * 3
+
+
+def test_pack_and_unpack_are_inverse():
+    x = torch.randn(4, 9, 3)  # (n, t_max, d) with padding after each length
+    packed, cu_seqlens = pack(x, LENGTHS)
+    assert packed.shape == (17, 3)
+    assert torch.equal(packed[5], x[1, 0]) and torch.equal(packed[6:14], x[2, :8])
+    padded = unpack(packed, cu_seqlens, t_max=9)
+    real = torch.arange(9)[None, :] < LENGTHS[:, None]
+    assert torch.equal(padded[real], x[real]) and not padded[~real].any()
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_every_packed_form_equals_each_sequence_alone(is_causal):
+    qs, ks, vs = sequences()
+    alone = [F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+             for q, k, v in zip(qs, ks, vs)]  # (h, t_i, d) each
+    want = packed_row(alone)  # (1, h, t, d)
+    q, k, v = packed_row(qs), packed_row(ks), packed_row(vs)
+    cu_seqlens = cu_seqlens_from_lengths(LENGTHS)
+    total = int(cu_seqlens[-1])
+    rule = M.document(document_ids(cu_seqlens))
+    if is_causal:
+        rule = M.and_masks(M.causal(), rule)
+    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=M.to_dense(rule, total, total))
+    block_mask = create_block_mask(rule, None, None, total, total, device="cpu", BLOCK_SIZE=4)
+    flex = flex_attention(q, k, v, block_mask=block_mask)
+    layout = [x[0].transpose(0, 1) for x in (q, k, v)]  # (t, h, d): the varlen layout
+    varlen = varlen_attention(*layout, cu_seqlens, is_causal=is_causal).transpose(0, 1)[None]
+    for got in (dense, flex, varlen):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_a_packed_row_without_the_document_mask_leaks_across_documents():
+    qs, ks, vs = sequences()
+    want = packed_row([F.scaled_dot_product_attention(q, k, v) for q, k, v in zip(qs, ks, vs)])
+    leaked = F.scaled_dot_product_attention(packed_row(qs), packed_row(ks), packed_row(vs))
+    assert (leaked - want).abs().max() > 0.1
+
+
+def test_varlen_causal_is_aligned_bottom_right_like_flash_attention():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2 + 3, 1, 4, generator=g, dtype=torch.float64)  # queries: 2 and 3
+    k, v = (torch.randn(4 + 6, 1, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    cu_q, cu_k = cu_seqlens_from_lengths(torch.tensor([2, 3])), cu_seqlens_from_lengths(
+        torch.tensor([4, 6]))
+    out = varlen_attention(q, k, v, cu_q, cu_k, is_causal=True)
+    first = F.scaled_dot_product_attention(
+        q[:2].transpose(0, 1), k[:4].transpose(0, 1), v[:4].transpose(0, 1),
+        attn_mask=torch.ones(2, 4, dtype=torch.bool).tril(2))
+    torch.testing.assert_close(out[:2].transpose(0, 1), first, rtol=0, atol=1e-12)
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("call, message", [
+        (lambda: cu_seqlens_from_lengths(torch.tensor([3, 0])), r"lengths must be .* values >= 1, got \[3, 0\]"),
+        (lambda: cu_seqlens_from_lengths(torch.tensor([2.0])), r"lengths must be a non-empty 1-d integer"),
+        (lambda: document_ids(torch.tensor([1, 3])), r"cu_seqlens must be .* rises strictly, got \[1, 3\]"),
+        (lambda: pack(torch.zeros(2, 3, 1), LENGTHS), r"x must be \(n, t_max, ...\) with n = 4"),
+        (lambda: unpack(torch.zeros(5, 2), torch.tensor([0, 2, 4])), r"ending at the number of packed tokens 5"),
+        (lambda: unpack(torch.zeros(4, 2), torch.tensor([0, 2, 4]), t_max=1), r"t_max must be at least the longest length 2, got 1"),
+        (lambda: varlen_attention(torch.zeros(1, 4, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4])), r"cu_seqlens must be .* ending at the number of packed tokens 1"),
+        (lambda: varlen_attention(torch.zeros(4, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4])), r"query must be \(t, h, d\) in the varlen layout"),
+        (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4]), torch.tensor([0, 1, 4])), r"must count the same sequences"),
+    ])
+    def test_raises_value_error(self, call, message):
+        with pytest.raises(ValueError, match=message):
+            call()

@@ -1,0 +1,77 @@
+"""attention.ring: ring attention equals full attention; its work and traffic, counted."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention.ring import ring_attention, ring_attention_io, ring_shards, ring_work
+
+
+def qkv(t=24, d=8, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, 3, t, d, generator=g, dtype=dtype) for _ in range(3)]
+
+
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("world_size, t", [(1, 24), (2, 24), (3, 24), (4, 26)])
+def test_equals_full_attention(sharding, is_causal, world_size, t):
+    q, k, v = qkv(t)
+    out = ring_attention(q, k, v, world_size, is_causal, sharding=sharding)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
+
+
+def test_half_precision_is_accumulated_in_float32():
+    q, k, v = qkv(16, dtype=torch.float64)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    got = ring_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 4, True, sharding="zigzag")
+    plain = F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True)
+    assert got.dtype == torch.bfloat16
+    assert (got.double() - want).abs().max() <= 2 * (plain.double() - want).abs().max()
+
+
+def test_shards_cover_the_sequence_once():
+    for sharding in ("contiguous", "zigzag"):
+        shards = ring_shards(20, 4, sharding)
+        assert torch.equal(torch.cat(shards).sort().values, torch.arange(20))
+    assert [s.tolist() for s in ring_shards(16, 4, "zigzag")] == [
+        [0, 1, 14, 15], [2, 3, 12, 13], [4, 5, 10, 11], [6, 7, 8, 9]]
+
+
+def test_causal_work_is_unbalanced_with_contiguous_shards_and_balanced_with_zigzag():
+    t, world_size = 64, 4
+    total = t * (t + 1) // 2  # visible pairs of causal attention
+    contiguous = ring_work(t, world_size, True, "contiguous")  # (steps, devices)
+    zigzag = ring_work(t, world_size, True, "zigzag")
+    assert contiguous.sum() == zigzag.sum() == total
+    assert contiguous[:, 0].tolist() == [136, 0, 0, 0]  # device 0 idles after step 0
+    assert contiguous[:, 3].tolist() == [136, 256, 256, 256]
+    assert contiguous.max(dim=1).values.sum() == 136 + 3 * 256  # the busiest device sets the pace
+    assert (zigzag == zigzag[:, :1]).all()  # every device does the same at every step
+    assert zigzag.max(dim=1).values.sum() == total // world_size
+    assert ring_work(t, world_size).sum() == t * t  # not causal: every pair, evenly
+
+
+def test_io_counts_each_block_received_and_sent_once():
+    t, d_h, world_size = 1024, 64, 8
+    c = t // world_size
+    count = ring_attention_io(t, d_h, world_size, m_device=10**6)
+    assert count.reads == count.writes == 2 * (world_size - 1) * c * d_h
+    assert count.peak == 6 * c * d_h + 2 * c  # Q, O, m, l, and two blocks of K and V
+    with pytest.raises(ValueError, match=r"working set must fit .* m_sram=49000"):
+        ring_attention_io(t, d_h, world_size, m_device=49_000)  # one block short of double buffering
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("call, message", [
+        (lambda: ring_shards(8, 0), r"world_size must be at least 1, got 0"),
+        (lambda: ring_shards(8, 2, "striped"), r"sharding must be one of \('contiguous', 'zigzag'\), got 'striped'"),
+        (lambda: ring_shards(6, 4, "zigzag"), r"zigzag sharding over world_size=4 needs t >= 8 tokens"),
+        (lambda: ring_attention(*qkv(8)[:2], torch.zeros(2, 3, 7, 8), 2), r"the same t, got 8, 8, 7"),
+        (lambda: ring_attention(torch.zeros(8), torch.zeros(8), torch.zeros(8), 2), r"query must be \(\.\.\., t, d\)"),
+        (lambda: ring_attention_io(10, 4, 3, 100), r"t must be a multiple of world_size"),
+    ])
+    def test_raises_value_error(self, call, message):
+        with pytest.raises(ValueError, match=message):
+            call()

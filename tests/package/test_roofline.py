@@ -1,0 +1,154 @@
+"""The measured peaks (attention.bench.peaks) and the roofline (attention.bench.roofline): byte
+counts checked against the sizes of real tensors, the roof and the bound, and the plot's lines."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from attention.bench import peaks as peaks_module
+from attention.bench.peaks import last_level_cache_bytes, measure_bandwidth, measure_matmul
+from attention.bench.roofline import kernel_bytes, machine_roof, plot_roofline, roof, roofline_points
+from attention.bench.timing import Timing
+from book.hooks.figures import load_script
+from book.constants import REPO
+
+FIXTURE = REPO / "tests/fixtures/bench/cpu-tiny.json"
+CPU = torch.device("cpu")
+
+
+def row(backend: str, pass_name: str = "forward", dtype: str = "float32", **shape) -> dict:
+    shape = {"b": 2, "h": 3, "t": 40, "d_h": 8} | shape
+    return {"level": "kernel", "variant": "v", "backend": backend, "pass": pass_name, "dtype": dtype,
+            "status": "ok", **shape}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("pass_name", ["forward", "forward+backward"])
+def test_bytes_are_the_tensors_each_path_must_touch(dtype, pass_name):
+    b, h, t, d_h = 2, 3, 40, 8
+    q, k, v, z = (torch.empty(b, h, t, d_h, dtype=dtype) for _ in range(4))
+    scores = torch.empty(b, h, t, t, dtype=dtype)  # the (t, t) matrix of every head
+    once = sum(x.nbytes for x in (q, k, v, z))  # Q, K, V read, Z written
+    if pass_name == "forward+backward":
+        once += sum(x.nbytes for x in (q, k, v, z, z)) + sum(x.nbytes for x in (q, k, v))  # + dZ; dQ, dK, dV
+    passes = 2 if pass_name == "forward" else 5  # A written and read; backward A read, dΩ written, read
+    name = str(dtype).removeprefix("torch.")
+    assert kernel_bytes(row("sdpa: flash (CPU kernel)", pass_name, name)) == once
+    assert kernel_bytes(row("tiled loop in PyTorch", pass_name, name)) == once
+    for stored in ("explicit: matmul, mask, softmax", "sdpa: math"):
+        assert kernel_bytes(row(stored, pass_name, name)) == once + passes * scores.nbytes
+
+
+def test_bad_rows_and_peaks_are_refused():
+    with pytest.raises(ValueError, match="kernel row"):
+        kernel_bytes(row("sdpa: math") | {"level": "layer"})
+    with pytest.raises(ValueError, match="t must be a positive integer, got 0"):
+        kernel_bytes(row("sdpa: math", t=0))
+    with pytest.raises(ValueError, match="bandwidth must be positive"):
+        roof(1.0, 1e9, 0.0)
+
+
+def doc_with_peaks(tflops: float, bytes_per_s: float) -> dict:
+    """The fixture's real rows with peaks put in by hand: only the roofline arithmetic is under test."""
+    doc = json.loads(FIXTURE.read_text())
+    doc["peaks"]["float32"] = {"tflops": tflops, "source": "test", "measured": True}
+    doc["peaks"]["bandwidth"] = {"bytes_per_s": bytes_per_s, "source": "test", "measured": True}
+    return doc
+
+
+def test_roof_is_bandwidth_times_intensity_then_the_peak():
+    P, beta = 100e9, 10e9  # ridge point at 10 FLOP/byte
+    assert roof(2.0, P, beta) == 20e9  # memory-bound: beta * I
+    assert roof(50.0, P, beta) == P  # compute-bound: P
+    doc = doc_with_peaks(P / 1e12, beta)
+    points = roofline_points(doc)
+    kernels = [r for r in doc["results"] if r["level"] == "kernel" and r["status"] == "ok"]
+    assert len(points) == len(kernels) > 0
+    for point, r in zip(points, kernels):
+        assert point["intensity"] == r["flops"] / kernel_bytes(r)
+        assert point["achieved"] == r["flops"] / r["median_s"]
+        assert point["roof"] == min(P, beta * point["intensity"])
+        assert point["bound"] == ("memory" if point["intensity"] < 10 else "compute")
+
+
+def test_ridge_point_moves_the_verdict():
+    # The same kernels, compute-bound under a low ridge point and memory-bound under a high one
+    low, high = doc_with_peaks(1e-3, 1e12), doc_with_peaks(1e3, 1e9)  # ridge 0.001 and 1e6
+    assert {p["bound"] for p in roofline_points(low)} == {"compute"}
+    assert {p["bound"] for p in roofline_points(high)} == {"memory"}
+
+
+def test_a_file_without_peaks_has_no_roofline():
+    doc = json.loads(FIXTURE.read_text())  # written before peaks were measured
+    assert machine_roof(doc, "float32") is None and roofline_points(doc) == []
+
+
+def test_plot_draws_the_roof_and_every_point():
+    doc = doc_with_peaks(0.05, 2e9)
+    machine, points = machine_roof(doc, "float32"), roofline_points(doc)
+    fig = plot_roofline(points, machine, "test")
+    roof_line, *markers = fig.axes[0].lines
+    x, y = roof_line.get_data()
+    want = torch.minimum(torch.as_tensor(x) * 2e9, torch.tensor(0.05e12)) / 1e9
+    torch.testing.assert_close(torch.as_tensor(y, dtype=want.dtype), want)
+    drawn = sorted((float(a), float(b)) for line in markers[1:] for a, b in zip(*line.get_data()))  # [0]: ridge
+    want_points = sorted((p["intensity"], p["achieved"] / 1e9) for p in points)
+    assert drawn == pytest.approx(want_points)
+
+
+def fake_timer(seconds: float):
+    def timer(fn, estimate, repeats=7, min_time=0.3, max_time=4.0):
+        fn()
+        return Timing(seconds, 0.0, repeats, 1, "fake")
+    return timer
+
+
+def test_matmul_peak_counts_two_n_cubed_and_keeps_the_best(monkeypatch):
+    times = {32: 1e-3, 64: 2e-3}  # n = 64 does 8x the FLOPs in 2x the time: the best
+
+    order = [32, 64]
+
+    def timer(fn, estimate, repeats=7, min_time=0.3, max_time=4.0):
+        fn()
+        return Timing(times[order.pop(0)], 0.0, repeats, 1, "fake")
+
+    monkeypatch.setattr(peaks_module, "time_cpu", timer)
+    result = measure_matmul(CPU, (32, 64), repeats=3)
+    assert [r["gflops"] for r in result["sizes"]] == pytest.approx([2 * 32**3 / 1e-3 / 1e9, 2 * 64**3 / 2e-3 / 1e9])
+    assert result["best_n"] == 64 and result["gflops"] == result["sizes"][1]["gflops"]
+    with pytest.raises(ValueError, match="positive matrix sides"):
+        measure_matmul(CPU, (0,))
+
+
+def test_stream_bytes_are_counted_as_stream_counts_them(monkeypatch):
+    monkeypatch.setattr(peaks_module, "time_cpu", fake_timer(0.5))
+    n = 1000
+    result = measure_bandwidth(CPU, array_bytes=8 * n, repeats=3)
+    assert result["copy"]["bytes"] == 16 * n and result["triad"]["bytes"] == 24 * n  # float64
+    assert result["copy"]["bytes_per_s"] == 16 * n / 0.5
+    assert result["bytes_per_s"] == max(result["copy"]["bytes_per_s"], result["triad"]["bytes_per_s"])
+    llc = last_level_cache_bytes()
+    if llc is not None:  # default arrays: at least 4x the last-level cache (STREAM's rule)
+        monkeypatch.setattr(peaks_module, "MIN_STREAM_BYTES", 0)
+        monkeypatch.setattr(peaks_module, "last_level_cache_bytes", lambda: 1024)
+        assert measure_bandwidth(CPU, repeats=3)["array_bytes"] == 4 * 1024
+
+
+def load_ch07():
+    return load_script(REPO / "docs/figures/ch07.py")
+
+
+def test_chapter_figure_reads_the_results_file(tmp_path, monkeypatch):
+    ch07 = load_ch07()
+    monkeypatch.setattr(ch07, "CPU_RESULTS", FIXTURE)  # no peaks: the figure says so
+    texts = [t.get_text() for t in ch07.measured_roofline().axes[0].texts]
+    assert any("not measured yet" in t for t in texts)
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(doc_with_peaks(0.05, 2e9)))
+    monkeypatch.setattr(ch07, "CPU_RESULTS", path)
+    ax = ch07.measured_roofline().axes[0]
+    n_points = sum(len(line.get_xdata()) for line in ax.lines[2:])  # after the roof and the ridge
+    assert n_points == len(roofline_points(copy.deepcopy(doc_with_peaks(0.05, 2e9))))

@@ -1,0 +1,135 @@
+"""attention.streaming: a cache of n_sink + w tokens per layer whose keys sit at their positions
+within the cache, checked against StreamingLLM's own rule written out, against a fresh run on the
+cached tokens, and against an explicit mask."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention import (
+    ModelKVCache, RollingKVCache, RotaryEmbedding, TinyTransformer, sink_window_mask,
+)
+from attention.streaming import StreamingKVCache, streaming_cache
+
+WINDOWS = [(4, 0), (4, 1), (6, 3), (1, 2)]  # (w, n_sink)
+
+
+def _model(layers: int, positions: str | None = "rope") -> TinyTransformer:
+    torch.manual_seed(0)
+    model = TinyTransformer(16, 16, 2, layers, 8, positions=positions, mlp=True)
+    return model.double().eval()
+
+
+def _stream(model: TinyTransformer, idx: torch.Tensor, cache: ModelKVCache) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.cat([model(idx[:, i:i + 1], cache=cache) for i in range(idx.shape[1])], 1)
+
+
+def _streamingllm(model: TinyTransformer, idx: torch.Tensor, w: int, sinks: int) -> torch.Tensor:
+    """Xiao et al.'s rule as their code applies it: keys cached before the rotation, and at every
+    step all of them rotated by their index in the cache, the query by the last index."""
+    b, t = idx.shape
+    cached = [([], [], []) for _ in model.blocks]  # per layer: keys, values, positions
+    logits = []
+    for i in range(t):
+        x = model.tok_emb(idx[:, i:i + 1])  # (b, 1, d)
+        for block, (keys, values, positions) in zip(model.blocks, cached):
+            h, d_h, attn = block.num_heads, block.d_h, block.attn
+            q, k, v = attn.qkv(block.norm1(x)).split(block.d_model, dim=2)
+            q, k, v = (z.view(b, 1, h, d_h).transpose(1, 2) for z in (q, k, v))
+            for store, new in ((keys, k), (values, v), (positions, i)):
+                store.append(new)
+            keep = [n for n, j in enumerate(positions) if j < sinks or j > i - w]  # evict
+            for store in (keys, values, positions):
+                store[:] = [store[n] for n in keep]
+            k_all, v_all = torch.cat(keys, dim=2), torch.cat(values, dim=2)  # (b, h, t_k, d_h)
+            if attn.rotary is not None:
+                k_all = attn.rotary(k_all)  # positions 0 .. t_k - 1 in the cache
+                q = attn.rotary(q, start=k_all.shape[2] - 1)
+            z = F.scaled_dot_product_attention(q, k_all, v_all).transpose(1, 2).reshape(b, 1, -1)
+            x = x + attn.out_proj(z)
+            x = x + block.feed_forward(block.norm2(x))
+        logits.append(model.lm_head(model.final_norm(x)))
+    return torch.cat(logits, dim=1)
+
+
+@pytest.mark.parametrize(("w", "sinks"), WINDOWS)
+@pytest.mark.parametrize("positions", ["rope", None])
+def test_streaming_equals_streamingllms_rule_written_out(
+    w: int, sinks: int, positions: str | None
+) -> None:
+    model = _model(2, positions)
+    idx = torch.randint(16, (2, 20), generator=torch.Generator().manual_seed(1))
+    cache = streaming_cache(model, 2, w, sinks)
+    with torch.no_grad():
+        reference = _streamingllm(model, idx, w, sinks)
+    torch.testing.assert_close(_stream(model, idx, cache), reference, atol=1e-12, rtol=0)
+    assert cache.nbytes == 2 * 2 * (2 * 2 * (sinks + w) * 8) * 8  # L · K,V · (b, h, slots, d_h)
+
+
+@pytest.mark.parametrize(("w", "sinks"), WINDOWS)
+def test_one_layer_streaming_equals_a_fresh_run_on_the_cached_tokens(w: int, sinks: int) -> None:
+    model = _model(1)
+    idx = torch.randint(16, (2, 20), generator=torch.Generator().manual_seed(2))
+    streamed = _stream(model, idx, streaming_cache(model, 2, w, sinks))
+    with torch.no_grad():
+        for i in range(20):
+            kept = [j for j in range(i + 1) if j < sinks or j > i - w]
+            fresh = model(idx[:, kept])[:, -1]  # the kept tokens at positions 0, 1, ...
+            torch.testing.assert_close(streamed[:, i], fresh, atol=1e-12, rtol=0)
+
+
+def test_before_any_eviction_streaming_is_the_full_model() -> None:
+    model = _model(2)
+    idx = torch.randint(16, (3, 7), generator=torch.Generator().manual_seed(3))
+    cache = streaming_cache(model, 3, 5, 2)
+    with torch.no_grad():
+        prefill = model(idx, cache=cache)  # 7 = n_sink + w tokens in one call
+        torch.testing.assert_close(prefill, model(idx), atol=1e-12, rtol=0)
+        model(idx[:, :1], cache=cache)  # the first eviction: one token at a time from now on
+        with pytest.raises(ValueError, match=r"one at a time, got 2 tokens after 8"):
+            model(idx[:, :2], cache=cache)
+
+
+@pytest.mark.parametrize(("w", "sinks"), WINDOWS)
+def test_without_positions_streaming_is_the_model_under_the_explicit_mask(
+    w: int, sinks: int
+) -> None:
+    model = _model(2, positions=None)
+    idx = torch.randint(16, (2, 15), generator=torch.Generator().manual_seed(4))
+    i, j = torch.arange(15)[:, None], torch.arange(15)[None, :]
+    allowed = (j <= i) & ((j > i - w) | (j < sinks))  # (t, t), written out
+    assert torch.equal(sink_window_mask(15, 15, w, sinks), allowed)
+    with torch.no_grad():
+        x = model.tok_emb(idx)
+        for block in model.blocks:
+            x = block(x, attn_mask=allowed)
+        reference = model.lm_head(model.final_norm(x))
+    torch.testing.assert_close(_stream(model, idx, streaming_cache(model, 2, w, sinks)), reference,
+                               atol=1e-12, rtol=0)
+
+
+def test_a_rolling_cache_alone_keeps_positions_in_the_text() -> None:
+    model = _model(1)
+    idx = torch.randint(16, (1, 12), generator=torch.Generator().manual_seed(5))
+    text = ModelKVCache([RollingKVCache(1, 2, 4, 8, dtype=torch.float64, sinks=1)])
+    cache = streaming_cache(model, 1, 4, 1)
+    a, b = _stream(model, idx, text), _stream(model, idx, cache)
+    torch.testing.assert_close(a[:, :5], b[:, :5], atol=1e-12, rtol=0)  # nothing evicted yet
+    assert (a[:, 5:] - b[:, 5:]).abs().max() > 1e-6  # then the sink is elsewhere in each
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: streaming_cache(_model(1, "learned"), 1, 4, 1), r"got 'learned'"),
+        (lambda: streaming_cache(_model(1, "alibi"), 1, 4, 1), r"got 'alibi'"),
+        (lambda: streaming_cache(_model(1), 1, 4, -1), r"sinks must be an integer >= 0, got -1"),
+        (lambda: streaming_cache(_model(1), 1, 0, 1), r"window must be at least 1, got 0"),
+        (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(4)),
+         r"rotary must rotate keys of width d_h=8, got d_h=4"),
+    ],
+)
+def test_bad_input(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()

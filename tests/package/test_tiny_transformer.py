@@ -1,0 +1,286 @@
+"""The tiny language model: causal, its positions, its training and head scores, decoding with a
+KV cache equal to the full pass, tied weights, and the cache's memory."""
+
+
+import pytest
+import torch
+from torch import nn
+
+from attention import (
+    KVCache,
+    RMSNorm,
+    TinyTransformer,
+    TransformerBlock,
+    head_scores,
+    induction_data,
+    kv_cache_bytes,
+    lookback_data,
+    next_token_accuracy,
+    train_lm,
+)
+from _inputs import randomize
+
+POSITIONS = [None, "learned", "sinusoidal", "rope", "alibi"]
+
+
+# --- the tiny language model ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_tiny_transformer_is_causal(positions: str | None) -> None:
+    """Changing the tokens after position 3 leaves the logits up to position 3 unchanged."""
+    torch.manual_seed(0)
+    model = TinyTransformer(11, 8, 2, 2, context_length=8, positions=positions).eval()
+    idx = torch.randint(11, (2, 8))
+    other = idx.clone()
+    other[:, 4:] = (other[:, 4:] + 1) % 11
+    logits, weights = model(idx, return_weights=True)
+    assert logits.shape == (2, 8, 11) and [w.shape for w in weights] == [(2, 2, 8, 8)] * 2
+    torch.testing.assert_close(model(other)[:, :4], logits[:, :4])
+    assert not torch.allclose(model(other)[:, 4:], logits[:, 4:])
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_only_learned_positions_stop_at_the_context_length(positions: str | None) -> None:
+    model = TinyTransformer(11, 8, 2, 1, context_length=4, positions=positions)
+    idx = torch.zeros(1, 6, dtype=torch.long)
+    if positions == "learned":
+        with pytest.raises(ValueError, match=r"at most context_length=4, got 6"):
+            model(idx)
+    else:
+        assert model(idx).shape == (1, 6, 11)
+
+
+def test_positions_tell_tokens_apart_only_when_there_are_some() -> None:
+    """With no positions and the same token everywhere, every position gets the same logits."""
+    idx = torch.full((1, 5), 3)
+    schemes = [(None, True), ("learned", False), ("sinusoidal", False), ("rope", True)]
+    for positions, same in [*schemes, ("alibi", True)]:  # rope, alibi: where to look, not what
+        torch.manual_seed(0)
+        logits = TinyTransformer(11, 8, 2, 1, 5, positions=positions).eval()(idx)
+        assert torch.allclose(logits, logits[:, :1].expand_as(logits), atol=1e-6) == same
+
+
+@pytest.mark.parametrize("positions", POSITIONS[1:])
+def test_each_scheme_changes_the_logits(positions: str) -> None:
+    """The same weights without positions give other logits: the scheme is used."""
+    torch.manual_seed(0)
+    model = TinyTransformer(11, 8, 2, 2, 6, positions=positions).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_()  # scores far from 0, so that attention is far from uniform
+    plain = TinyTransformer(11, 8, 2, 2, 6, positions=None).eval()
+    plain.load_state_dict(model.state_dict(), strict=False)  # all but a learned table
+    idx = torch.randint(11, (2, 6))
+    assert not torch.allclose(model(idx), plain(idx), atol=1e-4)
+
+
+def test_train_lm_is_deterministic_and_learns_to_look_back() -> None:
+    def run(seed: int = 0) -> tuple[list[float], TinyTransformer]:
+        torch.manual_seed(0)
+        model = TinyTransformer(8, 16, 2, 1, context_length=8, positions="rope", mlp=False)
+        losses = train_lm(model, lambda g: lookback_data(16, 8, 8, g), 60, lr=1e-2, seed=seed)
+        return losses, model
+
+    losses, model = run()
+    assert losses == run()[0] and len(losses) == 60 and not model.training
+    assert run(seed=1)[0][0] != losses[0]  # the seed draws the batches
+    assert losses[-1] < 0.3 * losses[0]
+    test = lookback_data(64, 8, 8, torch.Generator().manual_seed(1))
+    assert next_token_accuracy(model, *test) > 0.9
+
+
+def test_induction_data_repeats_a_segment_and_scores_only_the_repeat() -> None:
+    inputs, targets = induction_data(50, 12, 10, torch.Generator().manual_seed(0), 3, 6)
+    assert inputs.shape == targets.shape == (50, 12)
+    periods = set()
+    for row, target in zip(inputs.tolist(), targets.tolist(), strict=True):
+        period = row.index(row[0], 1)  # where the segment starts again
+        periods.add(period)
+        assert len(set(row[:period])) == period and 3 <= period <= 6
+        assert all(row[i] == row[i % period] for i in range(12))
+        assert target[:period] == [-100] * period
+        assert target[period:] == [row[(i + 1) % period] for i in range(period, 12)]
+    assert periods == {3, 4, 5, 6}
+
+
+def test_lookback_data_targets_are_the_earlier_tokens() -> None:
+    inputs, targets = lookback_data(4, 7, 5, torch.Generator().manual_seed(0), offset=2)
+    assert (targets[:, :2] == -100).all() and (targets[:, 2:] == inputs[:, :-2]).all()
+
+
+class _FixedAttention(nn.Module):
+    """A stand-in model whose single layer attends with a given pattern (t, t)."""
+
+    def __init__(self, pattern: torch.Tensor) -> None:
+        super().__init__()
+        self.pattern = pattern
+
+    def forward(self, idx: torch.Tensor, return_weights: bool = False) -> object:
+        b, t = idx.shape
+        return None, [self.pattern.expand(b, 1, t, t)]
+
+
+def test_head_scores_recognise_previous_token_and_induction_patterns() -> None:
+    tokens = torch.tensor([[5, 1, 7, 2, 5, 1, 7, 2]])  # period 4
+    previous = torch.eye(8).roll(-1, dims=1).tril()  # query i on key i - 1 (query 0 on itself)
+    previous[0, 0] = 1.0
+    induction = torch.zeros(8, 8)
+    for i in range(4, 8):
+        induction[i, i - 3] = 1.0  # token i occurred at i - 4: look at what came next
+    induction[:4] = previous[:4]
+    prev_scores, ind_scores = head_scores(_FixedAttention(previous), tokens)
+    assert prev_scores.tolist() == [[1.0]] and ind_scores.tolist() == [[0.0]]
+    prev_scores, ind_scores = head_scores(_FixedAttention(induction), tokens)
+    assert ind_scores.tolist() == [[1.0]] and prev_scores.item() == pytest.approx(3 / 7)
+    with pytest.raises(ValueError, match=r"must repeat a token"):
+        head_scores(_FixedAttention(previous), torch.arange(8)[None])
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: TinyTransformer(11, 8, 2, 1, 4, positions="absolute"), r"got 'absolute'"),
+        (lambda: TinyTransformer(11, 8, 3, 1, 4), r"d_model=8 and num_heads=3"),
+        (lambda: TinyTransformer(11, 8, 2, 1, 4)(torch.zeros(1, 3)), r"idx must hold integer"),
+        (lambda: TinyTransformer(11, 8, 2, 1, 4)(torch.tensor([[1, 11]])), r"from 1 to 11"),
+        (lambda: train_lm(nn.Linear(2, 2), lambda g: None, steps=0), r"steps must be at least 1"),
+        (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, lr=0), r"lr must be .* got 0"),
+        (lambda: induction_data(4, 12, 5, max_period=6), r"max_period=6, vocab_size=5"),
+        (lambda: induction_data(4, 12, 16, min_period=5, max_period=4), r"min_period=5"),
+        (lambda: lookback_data(4, 3, 5, offset=3), r"offset must be less than seq_len=3, got 3"),
+        (
+            lambda: next_token_accuracy(
+                TinyTransformer(5, 8, 2, 1, 4), torch.zeros(1, 3, dtype=torch.long),
+                torch.full((1, 3), -100),
+            ),
+            r"with 0 scored",
+        ),
+    ],
+)
+def test_model_and_training_bad_input(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]
+
+
+# --- decoding with a KV cache --------------------------------------------------------------------
+
+
+def _decoder(positions: str | None, dtype: torch.dtype = torch.float64) -> TinyTransformer:
+    torch.manual_seed(0)
+    model = TinyTransformer(11, 8, 2, 2, context_length=9, positions=positions).to(dtype).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_()  # far from uniform attention, so that positions matter
+    return model
+
+
+@pytest.mark.parametrize("chunks", [(3, 1, 1, 1, 1, 1, 1), (4, 5)])
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_cached_forward_equals_the_full_pass(positions: str | None, chunks: tuple) -> None:
+    model = _decoder(positions)
+    idx = torch.randint(11, (2, 9))
+    full, full_weights = model(idx, return_weights=True)
+    cache = model.new_cache(2, 9)
+    outputs = []
+    for part in idx.split(chunks, dim=1):
+        logits, weights = model(part, return_weights=True, cache=cache)
+        outputs.append(logits)
+    torch.testing.assert_close(torch.cat(outputs, dim=1), full, atol=1e-10, rtol=0)
+    t = chunks[-1]  # the last chunk's weights are the last t rows of the full ones: (b, h, t, 9)
+    for ours, expected in zip(weights, full_weights):
+        torch.testing.assert_close(ours, expected[:, :, -t:], atol=1e-10, rtol=0)
+    assert cache.length == 9
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_generate_gives_the_same_tokens_with_and_without_the_cache(positions: str | None) -> None:
+    model = _decoder(positions, torch.float32)
+    prompt = torch.randint(11, (3, 2))
+    cached = model.generate(prompt, 7)
+    assert cached.shape == (3, 9) and torch.equal(cached[:, :2], prompt)
+    assert torch.equal(cached, model.generate(prompt, 7, use_cache=False))
+    assert torch.equal(model.generate(prompt, 0), prompt)
+    assert len(cached.unique()) > 3  # not one token repeated
+
+
+VARIANTS = [
+    {"norm": "rms", "activation": "swiglu", "bias": False},  # Llama's block
+    {"parallel": True, "qk_norm": True, "tie_weights": True},
+    {"norm": "rms", "qk_norm": True, "mlp": False},
+]
+
+
+@pytest.mark.parametrize("options", VARIANTS)
+def test_cached_decoding_equals_the_full_pass_for_today_s_blocks(options: dict) -> None:
+    torch.manual_seed(0)
+    model = TinyTransformer(11, 8, 2, 2, context_length=9, positions="rope", **options)
+    randomize(model.double()).eval()
+    idx = torch.randint(11, (2, 9))
+    cache = model.new_cache(2, 9)
+    parts = [model(part, cache=cache) for part in idx.split((4, 1, 1, 3), dim=1)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), model(idx), atol=1e-10, rtol=0)
+
+
+def test_tied_weights_share_one_matrix_and_its_gradient() -> None:
+    torch.manual_seed(0)
+    untied = TinyTransformer(11, 8, 2, 1, context_length=4, positions=None)
+    tied = TinyTransformer(11, 8, 2, 1, context_length=4, positions=None, tie_weights=True)
+    assert tied.lm_head.weight is tied.tok_emb.weight
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(untied) - count(tied) == 11 * 8
+    idx = torch.tensor([[1, 2, 3]])
+    logits = tied(idx)
+    final = tied.final_norm(tied.blocks[0](tied.tok_emb(idx)))
+    torch.testing.assert_close(logits, final @ tied.tok_emb.weight.T)
+    logits[0, -1, 5].backward()  # the logit of token 5 reaches its row through both uses
+    assert tied.tok_emb.weight.grad[5].abs().sum() > 0 and tied.lm_head.weight.grad is not None
+
+
+def test_tiny_model_options_reach_every_block() -> None:
+    model = TinyTransformer(11, 32, 2, 2, context_length=4, norm="rms", activation="swiglu",
+                            parallel=True, qk_norm=True, bias=False)
+    assert isinstance(model.final_norm, RMSNorm)
+    for block in model.blocks:
+        assert block.linear1.out_features == 85 and block.parallel  # int(2 * 4 * 32 / 3)
+        assert isinstance(block.attn.q_norm, RMSNorm) and block.attn.qkv.bias is None
+    assert TinyTransformer(11, 32, 2, 1, 4).blocks[0].linear1.out_features == 128  # 4 d
+
+
+def _cache(batch_size: int, max_tokens: int) -> object:
+    return _decoder(None).new_cache(batch_size, max_tokens)
+
+
+def test_model_cache_memory_is_the_formula() -> None:
+    model = TinyTransformer(11, 8, 2, 3, context_length=9)
+    cache = model.new_cache(2, 7)
+    assert all(isinstance(layer, KVCache) for layer in cache.layers)
+    assert cache.nbytes == kv_cache_bytes(2, 7, 3, 2, 4, 4) == 2 * 2 * 7 * 3 * 2 * 4 * 4
+    model(torch.zeros(2, 3, dtype=torch.long), cache=cache)
+    cache.reset()
+    assert cache.length == 0
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: _decoder("learned").generate(torch.zeros(1, 3, dtype=torch.long), 8),
+         r"context_length=9 with learned positions, got 3 \+ 8 - 1 = 10"),
+        (lambda: _decoder("learned").new_cache(1, 10), r"max_tokens must be at most context_len"),
+        (lambda: _decoder(None).generate(torch.zeros(1, 3, dtype=torch.long), -1),
+         r"max_new_tokens must be an integer >= 0, got -1"),
+        (lambda: _decoder(None).generate(torch.zeros(1, 0, dtype=torch.long), 2),
+         r"at least one token per sequence, got shape \(1, 0\)"),
+        (lambda: _decoder(None)(torch.zeros(1, 4, dtype=torch.long), cache=_cache(1, 3)),
+         r"max_tokens=3 tokens, got 4"),
+        (lambda: _decoder(None)(torch.zeros(2, 1, dtype=torch.long), cache=_cache(1, 3)),
+         r"\(1, 2, t, 4\), got \(2, 2, 1, 4\)"),
+        (lambda: _decoder(None)(torch.zeros(1, 1, dtype=torch.long), cache=KVCache(1, 2, 3, 4)),
+         r"cache must be a ModelKVCache of 2 layers"),
+        (lambda: TransformerBlock(8, 2, 16)(torch.randn(1, 2, 8), cache=KVCache(1, 2, 3, 4)),
+         r"a cache needs a causal block \(causal=True\), got causal=False"),
+    ],
+)
+def test_cache_bad_input(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]

@@ -1,0 +1,473 @@
+"""Our Triton FlashAttention kernels, forward and backward: FlashAttention's accuracy rule, the
+causal split, and a clear error for what they do not take.
+
+Without a GPU the kernels run in Triton's interpreter, which ``triton.jit`` chooses when it
+defines a kernel, from ``TRITON_INTERPRET=1``. The variable must not leak into the other tests,
+so the checks run in a fresh Python process that has it from the start: this file, run as a
+script (``python tests/package/test_triton_flash.py interpreter``), prints its results as JSON, and the
+tests below read them. ``cuda`` runs the compiled kernels on a GPU, every case in bfloat16 (three
+of them autotuned); each case's ``within_rule`` is the verdict of the rule below.
+
+Accuracy, FlashAttention's rule (Dao-AILab/flash-attention, tests/test_flash_attn.py,
+``test_flash_attn_output``): against float64, the kernels' error in the output and in dQ, dK, dV
+is at most twice the error of the same attention written out plainly in the input dtype.
+Triton 3.9's interpreter computes ``tl.dot`` on bfloat16 tiles wrongly (a 16 × 16 product is off
+by ~1e10), so on CPU only float16 is checked; the kernels have no dtype-specific code, and the
+bfloat16 cases run on a GPU only (``TestCudaOnly``).
+"""
+
+import importlib.util
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+def why_no_triton() -> str:
+    """Why Triton is not installed here (requirements.txt installs it only where it has wheels)."""
+    here = f"{platform.system()} {platform.machine()}"
+    if here in ("Linux x86_64", "Linux aarch64"):
+        return f"Triton is not installed: pip install -r requirements.txt installs it on {here}"
+    return f"Triton has no wheels for {here}, only for Linux x86_64 and aarch64: not installed"
+
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+# Skipped where Triton is not installed; an installed but broken Triton fails the tests instead.
+needs_triton = pytest.mark.skipif(not HAS_TRITON, reason=why_no_triton())
+
+# (b, h, h_kv, t_q, t_k, d_h, causal, alignment, window, (block_m, block_n) or None, scale)
+CASES = {
+    "t 40, not causal, d_h 16, tiles 16x16": (1, 2, 2, 40, 40, 16, False, "top_left", None, (16, 16), None),
+    "t 40, causal, d_h 32, autotuned": (1, 2, 2, 40, 40, 32, True, "top_left", None, None, None),
+    "t_q 24 < t_k 56, bottom-right, d_h 64, tiles 16x32, strided": (
+        2, 2, 2, 24, 56, 64, True, "bottom_right", None, (16, 32), None),
+    "t_q 56 > t_k 24, top-left, tiles 32x16": (1, 2, 2, 56, 24, 16, True, "top_left", None, (32, 16), None),
+    "t_q 40 > t_k 24, bottom-right: rows that see no key": (
+        1, 2, 2, 40, 24, 32, True, "bottom_right", None, None, None),
+    "GQA h 4, h_kv 2, causal, t 33": (1, 4, 2, 33, 33, 16, True, "top_left", None, None, None),
+    "window 10, t 50, tiles 16x16": (1, 2, 2, 50, 50, 32, True, "top_left", 10, (16, 16), None),
+    "MQA h 4, h_kv 1, window 7, bottom-right, d_h 128": (
+        1, 4, 1, 20, 45, 128, True, "bottom_right", 7, None, None),
+    "window 3, t_q 30 > t_k 20, top-left: late rows see nothing": (
+        1, 1, 1, 30, 20, 16, True, "top_left", 3, None, None),
+    "not causal, t_q 17, t_k 33, d_h 128, scale 0.3": (
+        1, 1, 1, 17, 33, 128, False, "top_left", None, None, 0.3),
+    "t_q 1, t_k 17, bottom-right: one new token": (
+        1, 2, 2, 1, 17, 16, True, "bottom_right", None, None, None),
+}
+# Larger shapes for a GPU, where tiles are 32 to 128 rows. On a GPU a case runs with 64 x 64 tiles
+# unless it names its own or is autotuned: autotuning compiles every configuration, the slow part.
+CUDA_CASES = {
+    "t 1000, causal, d_h 64, autotuned": (2, 4, 4, 1000, 1000, 64, True, "top_left", None, None, None),
+    "t 777, not causal, d_h 128": (1, 4, 4, 777, 777, 128, False, "top_left", None, None, None),
+    "t_q 300, t_k 1100, bottom-right, GQA 8/2, d_h 128, autotuned": (
+        1, 8, 2, 300, 1100, 128, True, "bottom_right", None, None, None),
+    "window 200, t 900, d_h 64, tiles 128x64": (
+        1, 4, 4, 900, 900, 64, True, "top_left", 200, (128, 64), None),
+    "t_q 513 > t_k 257, bottom-right, d_h 32": (
+        1, 2, 2, 513, 257, 32, True, "bottom_right", None, None, None),
+}
+
+
+def visible(t_q: int, t_k: int, causal: bool, offset: int, window: int | None) -> torch.Tensor:
+    """(t_q, t_k), True where query i (at position i + offset) may see key j; written out here."""
+    position = torch.arange(t_q)[:, None] + offset  # (t_q, 1)
+    keys = torch.arange(t_k)[None, :]  # (1, t_k)
+    seen = torch.ones(t_q, t_k, dtype=torch.bool)
+    if causal:
+        seen &= keys <= position
+        if window is not None:
+            seen &= keys > position - window
+    return seen
+
+
+def plain_attention(q, k, v, seen: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax(Q Kᵀ · scale + M) V written out, every step in q's dtype (FlashAttention's
+    ``attention_ref(upcast=False)``). K and V are repeated for grouped-query attention. A row
+    that sees no key is zero with zero gradients: it attends everything, then is multiplied by 0."""
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # (b, h, t_k, d_h)
+    v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)  # (b, h, t_k, d_h)
+    some = seen.any(dim=-1, keepdim=True)  # (t_q, 1)
+    scores = (q @ k.transpose(-2, -1) * scale).masked_fill(~(seen | ~some), -math.inf)  # (b, h, t_q, t_k)
+    return (torch.softmax(scores, dim=-1) @ v) * some  # (b, h, t_q, d_h)
+
+
+def check_case(name: str, case: tuple, device: str, dtype: torch.dtype) -> dict:
+    """The kernels' and the plain computation's errors against float64, output and gradients."""
+    from attention.triton_flash import triton_flash_attention
+
+    b, h, h_kv, t_q, t_k, d_h, causal, alignment, window, blocks, scale = case
+    g = torch.Generator().manual_seed(0)
+    if "strided" in name:  # laid out (b, t, h, d_h) as a model's projections are, then transposed
+        q, k, v = (torch.randn(b, t, n, d_h, generator=g).transpose(1, 2)
+                   for t, n in ((t_q, h), (t_k, h_kv), (t_k, h_kv)))
+    else:
+        q, k, v = (torch.randn(b, n, t, d_h, generator=g) for t, n in ((t_q, h), (t_k, h_kv), (t_k, h_kv)))
+    grad_out = torch.randn(b, h, t_q, d_h, generator=g).to(device, dtype)  # (b, h, t_q, d_h)
+    q, k, v = (x.to(device, dtype).requires_grad_() for x in (q, k, v))
+    offset = t_k - t_q if alignment == "bottom_right" else 0
+    seen = visible(t_q, t_k, causal, offset, window).to(device)
+    scale_or_default = d_h**-0.5 if scale is None else scale
+    options = {"enable_gqa": h != h_kv, "causal_alignment": alignment, "window": window, "scale": scale}
+    if blocks is None and device == "cuda" and "autotuned" not in name:
+        blocks = (64, 64)
+    if blocks is not None:
+        options |= {"block_m": blocks[0], "block_n": blocks[1]}
+    out = triton_flash_attention(q, k, v, causal, **options)  # (b, h, t_q, d_h)
+    ours = [out, *torch.autograd.grad(out, (q, k, v), grad_out)]
+    plain = [plain_attention(q, k, v, seen, scale_or_default)]
+    plain += torch.autograd.grad(plain[0], (q, k, v), grad_out)
+    exact = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    reference = [plain_attention(*exact, seen, scale_or_default)]
+    reference += torch.autograd.grad(reference[0], exact, grad_out.double())
+    errors = {what: [(x.double() - r).abs().max().item() for x in (o, p)]
+              for what, o, p, r in zip(("out", "dq", "dk", "dv"), ours, plain, reference)}
+    no_key = ~seen.any(dim=-1)  # (t_q,)
+    return {
+        "errors": errors,
+        "within_rule": all(ours <= 2 * plain for ours, plain in errors.values()),
+        "dtypes": sorted({str(x.dtype) for x in ours}),
+        "shapes_match": all(x.shape == y.shape for x, y in zip(ours, (q, q, k, v))),
+        "rows_without_keys": int(no_key.sum()),
+        "their_largest_out_and_dq": max(ours[i][..., no_key, :].abs().max().item() if no_key.any() else 0.0
+                                        for i in (0, 1)),
+    }
+
+
+def bad_input_messages() -> list[str]:
+    """The ValueError message for each input the kernels refuse, in order."""
+    from attention.triton_flash import triton_flash_attention
+
+    x = torch.randn(1, 1, 16, 64, dtype=torch.float16)
+    four = torch.randn(1, 4, 16, 64, dtype=torch.float16)  # (b, h, t, d_h) with h = 4
+    calls = [
+        ((x.float(), x.float(), x.float()), {}),
+        ((x[..., :48], x[..., :48], x[..., :48]), {}),
+        ((x, x, x), {"block_m": 24}),
+        ((x, x[:, :, :8], x), {}),
+        ((four, four[:, :2], four[:, :2]), {}),
+        ((four, four[:, :3], four[:, :3]), {"enable_gqa": True}),
+        ((x, x, x, True), {"causal_alignment": "bottom-right"}),
+        ((x, x, x, True), {"window": 0}),
+        ((x, x, x), {"window": 4}),
+        ((x, x[:, :, :0], x[:, :, :0]), {}),
+        ((x[0], x[0], x[0]), {}),
+        ((x, x.bfloat16(), x), {}),
+    ]
+    messages = []
+    for args, kwargs in calls:
+        try:
+            triton_flash_attention(*args, **kwargs)
+        except ValueError as error:
+            messages.append(str(error))
+        else:
+            messages.append("no error")
+    return messages
+
+
+def block_ranges() -> dict:
+    """The kernels' own split of each loop: (lo, mid_lo, mid_hi, hi) of every program."""
+    found = {}
+    for t_q, t_k, causal, offset, window, block_m, block_n in RANGE_CASES:
+        for by_keys in (False, True):
+            n = math.ceil((t_k if by_keys else t_q) / (block_n if by_keys else block_m))
+            out = torch.zeros(n, 4, dtype=torch.int32)
+            ranges[(n,)](out, t_q, t_k, offset, window or 0, BY_KEYS=by_keys, IS_CAUSAL=causal,
+                         HAS_WINDOW=window is not None, BLOCK_M=block_m, BLOCK_N=block_n)
+            found[f"{t_q} {t_k} {causal} {offset} {window} {block_m} {block_n} {by_keys}"] = out.tolist()
+    return found
+
+
+# (t_q, t_k, causal, offset, window, block_m, block_n)
+RANGE_CASES = [
+    (100, 100, False, 0, None, 16, 32),
+    (100, 100, True, 0, None, 16, 16),
+    (100, 100, True, 0, None, 32, 16),
+    (37, 90, True, 53, None, 16, 32),
+    (90, 37, True, -53, None, 32, 16),
+    (90, 37, True, 0, None, 16, 16),
+    (100, 100, True, 0, 40, 16, 16),
+    (64, 100, True, 36, 23, 32, 16),
+    (70, 50, True, 0, 5, 16, 32),
+]
+
+
+def interpreter_checks() -> dict:
+    """Everything the tests read, computed in Triton's interpreter on the CPU."""
+    from attention import triton_backward, triton_forward
+    from attention.triton_flash import triton_available, triton_flash_attention
+
+    q, k, v = (torch.randn(1, 1, 20, 16, dtype=torch.float16, requires_grad=True) for _ in range(3))
+    dq = torch.autograd.grad(triton_flash_attention(q, k, v), q, torch.ones_like(q), create_graph=True)[0]
+    try:
+        torch.autograd.grad(dq.sum(), q)
+        second = "no error"
+    except RuntimeError as error:
+        second = str(error)
+    out = triton_flash_attention(q, k, v, True)  # (b, h, t, d_h); a gradient of stride 0 next
+    expanded = torch.autograd.grad(out.sum(), (q, k, v), retain_graph=True)
+    dense = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    kernels = (triton_forward._forward_tuned, triton_backward._backward_dkdv_tuned,
+               triton_backward._backward_dq_tuned)
+    return {
+        "available": triton_available(),
+        "cases": {name: check_case(name, case, "cpu", torch.float16) for name, case in CASES.items()},
+        "messages": bad_input_messages(),
+        "second_derivative": second,
+        "expanded_gradient_equals_dense": all(torch.equal(a, b) for a, b in zip(expanded, dense)),
+        "ranges": block_ranges(),
+        "interpreter_configs": [
+            [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in kernel.configs] for kernel in kernels
+        ],
+        "shared_memory_at_128": {
+            kind: [triton_forward.shared_memory_bytes(kind, m, n, s, 128) for m, n, w, s in configs]
+            for kind, configs in (("forward", triton_forward.FORWARD_CONFIGS),
+                                  ("dkdv", triton_forward.DKDV_CONFIGS), ("dq", triton_forward.DQ_CONFIGS))
+        },
+    }
+
+
+def cuda_checks() -> dict:
+    """On a GPU, every case in bfloat16, which the interpreter cannot check (float16 it checks)."""
+    cases = {**CASES, **CUDA_CASES}
+    return {f"{name}, bfloat16": check_case(name, case, "cuda", torch.bfloat16) for name, case in cases.items()}
+
+
+def run_this_file(mode: str, **env: str) -> dict:
+    """This file as a script in a fresh interpreter with ``env`` changed; its JSON output."""
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, __file__, mode], env=environment | env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def assert_flashattention_rule(case: str, result: dict) -> None:
+    for name, (ours, plain) in result["errors"].items():
+        assert ours <= 2 * plain, f"{case} {name}: error {ours:.3g} > 2 x {plain:.3g}, the plain one"
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> dict:
+    """The kernels' results and error messages, from one process running Triton's interpreter."""
+    return run_this_file("interpreter", TRITON_INTERPRET="1")
+
+
+@needs_triton
+@pytest.mark.parametrize("case", CASES)
+def test_forward_and_backward_meet_flashattention_rule_in_the_interpreter(interpreted, case):
+    assert interpreted["available"][0] and "interpreter" in interpreted["available"][1]
+    result = interpreted["cases"][case]
+    assert result["dtypes"] == ["torch.float16"] and result["shapes_match"]
+    assert_flashattention_rule(case, result)
+
+
+@needs_triton
+def test_rows_that_see_no_key_are_zero_with_zero_gradient(interpreted):
+    cases = {name: r for name, r in interpreted["cases"].items() if r["rows_without_keys"]}
+    assert sorted(cases) == [
+        "t_q 40 > t_k 24, bottom-right: rows that see no key",
+        "window 3, t_q 30 > t_k 20, top-left: late rows see nothing",
+    ]
+    assert all(r["their_largest_out_and_dq"] == 0.0 for r in cases.values())
+
+
+@needs_triton
+def test_causal_split_masks_only_the_blocks_that_need_it(interpreted):
+    """Every loop of every program: the blocks it skips hold no visible score, the blocks it runs
+    unmasked are seen whole by every row, and no block seen whole is left to the masked loops."""
+    for t_q, t_k, causal, offset, window, block_m, block_n in RANGE_CASES:
+        seen = visible(t_q, t_k, causal, offset, window)  # (t_q, t_k)
+        for by_keys in (False, True):
+            key = f"{t_q} {t_k} {causal} {offset} {window} {block_m} {block_n} {by_keys}"
+            ranges = interpreted["ranges"][key]
+            # The program's rows are a block of queries (or keys); its loop runs over the other.
+            own, other = (block_n, block_m) if by_keys else (block_m, block_n)
+            matrix = seen.T if by_keys else seen  # (own rows, loop rows)
+            for i, (lo, mid_lo, mid_hi, hi) in enumerate(ranges):
+                block = matrix[i * own : (i + 1) * own]  # (rows of this program, every loop row)
+                where = f"{'key' if by_keys else 'query'} block {i} of {(t_q, t_k, causal, offset, window)}"
+                assert lo % other == 0 and lo <= mid_lo <= mid_hi <= hi, where
+                assert not block[:, :lo].any() and not block[:, hi:].any(), where
+                inside = range(0, matrix.shape[1] - other + 1, other)  # loop blocks inside the sequence
+                whole = [s for s in inside if block[:, s : s + other].all()]
+                assert [s for s in range(mid_lo, mid_hi, other)] == whole, where
+
+
+@needs_triton
+def test_a_second_derivative_raises(interpreted):
+    assert interpreted["second_derivative"].startswith("triton_flash_attention has first derivatives only")
+
+
+@needs_triton
+def test_the_gradient_of_a_sum_is_read_through_its_zero_strides(interpreted):
+    assert interpreted["expanded_gradient_equals_dense"]
+
+
+@needs_triton
+def test_one_fixed_config_in_the_interpreter_and_gpu_configs_fit_an_a100(interpreted):
+    assert interpreted["interpreter_configs"] == [[[16, 16]]] * 3
+    a100 = 163 * 1024  # shared memory a thread block may use on compute capability 8.0
+    for kind, sizes in interpreted["shared_memory_at_128"].items():
+        assert sizes and max(sizes) <= a100, (kind, sizes)
+
+
+@needs_triton
+class TestBadInput:
+    def test_same_errors_as_before_and_each_option_named(self, interpreted):
+        assert interpreted["messages"] == [
+            "query must be float16 or bfloat16, got torch.float32",
+            "d_h must be one of (16, 32, 64, 128), got 48",
+            "block_m must be a power of two >= 16, got 24",
+            "key and value must have shape (1, 1, t_k, 64), got (1, 1, 8, 64) and (1, 1, 16, 64)",
+            "key and value must have shape (1, 4, t_k, 64), got (1, 2, 16, 64) and (1, 2, 16, 64)",
+            "with enable_gqa, key and value must have the same number of heads h_kv, and h must be a "
+            "multiple of it, got h = 4, key heads 3 and value heads 3",
+            "causal_alignment must be one of ('top_left', 'bottom_right'), got 'bottom-right'",
+            "window must be None or an integer >= 1, got 0",
+            "window and causal_alignment apply to causal attention only: pass is_causal=True, "
+            "got is_causal=False, window=4, causal_alignment='top_left'",
+            "t_q and t_k must be positive, got t_q=16 and t_k=0",
+            "query must have shape (b, h, t, d_h), got shape (1, 16, 64)",
+            "query, key and value must share one dtype, got torch.float16, torch.bfloat16, torch.float16",
+        ]
+
+    @pytest.mark.skipif(HAS_CUDA, reason="checks the message given without CUDA")
+    def test_without_cuda_the_error_says_why(self):
+        from attention.triton_flash import triton_available, triton_flash_attention
+
+        if os.environ.get("TRITON_INTERPRET"):
+            pytest.skip("TRITON_INTERPRET is set in this process: the interpreter is available")
+        ok, reason = triton_available()
+        assert not ok and "no CUDA device" in reason
+        x = torch.randn(1, 1, 16, 64, dtype=torch.float16)
+        with pytest.raises(RuntimeError, match="cannot run here: no CUDA device"):
+            triton_flash_attention(x, x, x)
+
+
+@pytest.mark.skipif(not (HAS_TRITON and HAS_CUDA), reason=why_no_triton() if not HAS_TRITON else (
+    "needs a CUDA GPU: Triton's interpreter computes tl.dot on bfloat16 tiles wrongly, so bfloat16 "
+    "and the compiled, autotuned kernels are checked on a GPU only"))
+class TestCudaOnly:
+    def test_float16_and_bfloat16_meet_flashattention_rule(self):
+        for case, result in run_this_file("cuda").items():
+            assert result["shapes_match"], case
+            assert_flashattention_rule(case, result)
+
+
+@needs_triton
+@pytest.mark.skipif(HAS_CUDA, reason="checks the switch between no CUDA and the interpreter")
+def test_triton_interpreter_switches_the_interpreter_on_and_off_in_one_process():
+    """Triton imported first, without TRITON_INTERPRET (as after torch.compile): inside the block
+    the kernels run interpreted, the variable is restored after it, and the kernels run again."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, os
+        import triton, torch
+        from attention.triton_flash import triton_available, triton_flash_attention, triton_interpreter
+
+        q = torch.randn(1, 1, 20, 16, dtype=torch.float16)
+        with triton_interpreter():
+            inside = triton_available()[0]
+            first = triton_flash_attention(q, q, q, is_causal=True)
+        after = (triton_available()[0], "TRITON_INTERPRET" in os.environ)
+        with triton_interpreter():
+            again = triton_flash_attention(q, q, q, is_causal=True)
+        print(json.dumps({"inside": inside, "after": after, "same": torch.equal(first, again),
+                          "finite": bool(first.isfinite().all())}))
+        """)], env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"inside": True, "after": [False, False], "same": True, "finite": True}
+
+
+def test_without_triton_the_error_says_why():
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, sys
+        sys.modules["triton"] = None  # what a machine without Triton sees: ImportError
+        import torch
+        from attention.triton_flash import triton_available, triton_flash_attention
+
+        x = torch.randn(1, 1, 16, 64, dtype=torch.float16)
+        try:
+            triton_flash_attention(x, x, x)
+        except RuntimeError as error:
+            message = str(error)
+        print(json.dumps({"available": triton_available(), "message": message}))
+        """)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["available"][0] is False and "Triton is not installed" in result["available"][1]
+    assert result["message"].startswith("triton_flash_attention cannot run here: Triton is not installed")
+
+
+def test_without_triton_the_kernel_tests_are_skipped_with_the_reason(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This module, collected where Triton is not installed (macOS, Windows): its kernel tests are
+    skipped, each saying why. (Deselected here: the test of the package's message without
+    Triton, which starts a Python process, and the tests of the skip itself.)"""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name.split(".")[0] == "triton" else find_spec(name, *args),
+    )
+    pytester.makefile(".py", test_kernel=Path(__file__).read_text(encoding="utf-8"))
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
+        "-k", "not without_triton and not skip_reason",
+    )
+    kernel_tests = len(CASES) + 9  # the parametrized rule, eight more tests, the GPU class
+    result.assert_outcomes(skipped=kernel_tests)
+    skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]  # SKIPPED [n] file: why
+    assert sum(int(line.split("[")[1].split("]")[0]) for line in skips) == kernel_tests, skips
+    assert all(line.endswith(f": {why_no_triton()}") for line in skips), skips
+
+
+@pytest.mark.parametrize(
+    ("system", "machine", "reason"),
+    [
+        ("Linux", "x86_64", "Triton is not installed: pip install -r requirements.txt installs it"),
+        ("Darwin", "arm64", "Triton has no wheels for Darwin arm64, only for Linux x86_64 and"),
+        ("Windows", "AMD64", "Triton has no wheels for Windows AMD64, only for Linux x86_64 and"),
+    ],
+)
+def test_the_skip_reason_names_the_platform(monkeypatch, system, machine, reason):
+    monkeypatch.setattr(platform, "system", lambda: system)
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    assert why_no_triton().startswith(reason)
+
+
+if __name__ == "__main__":  # the checks themselves, in a process of their own
+    import triton
+    import triton.language as tl
+
+    from attention.triton_forward import _key_range, _query_range
+
+    @triton.jit
+    def ranges(OUT, T_Q, T_K, OFFSET, WINDOW, BY_KEYS: tl.constexpr, IS_CAUSAL: tl.constexpr,
+               HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """Stores the (lo, mid_lo, mid_hi, hi) of program i's loop, as the kernels compute it."""
+        i = tl.program_id(0)
+        if BY_KEYS:
+            lo, mid_lo, mid_hi, hi = _query_range(i * BLOCK_N, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL,
+                                                  HAS_WINDOW, BLOCK_M, BLOCK_N)
+        else:
+            lo, mid_lo, mid_hi, hi = _key_range(i * BLOCK_M, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL,
+                                                HAS_WINDOW, BLOCK_M, BLOCK_N)
+        tl.store(OUT + 4 * i, lo)
+        tl.store(OUT + 4 * i + 1, mid_lo)
+        tl.store(OUT + 4 * i + 2, mid_hi)
+        tl.store(OUT + 4 * i + 3, hi)
+
+    print(json.dumps(interpreter_checks() if sys.argv[1] == "interpreter" else cuda_checks()))

@@ -1,0 +1,35 @@
+"""``python -m book``: the book's chores that run outside the build.
+
+    python -m book notebooks    write every chapter's notebook into notebooks/ (what Colab opens)
+    python -m book pdf SITE     print the built site's print page to a PDF and link it
+    python -m book screenshot   the README's screenshot of a chapter page (--help: its options)
+"""
+
+import sys
+
+from .constants import REPO
+
+
+def main(argv: list[str]) -> None:
+    """Run the command named by ``argv[0]``."""
+    command, *rest = argv or ["--help"]
+    if command == "notebooks":
+        from .hooks.notebooks import repository_config, write_notebooks
+
+        for path in write_notebooks(REPO / "docs", repository_config()):
+            print(path.relative_to(REPO), file=sys.stderr)
+    elif command == "pdf":
+        from .pdf import main as pdf_main
+
+        pdf_main(rest)
+    elif command == "screenshot":
+        from .screenshot import main as screenshot_main
+
+        screenshot_main(rest)
+    else:
+        raise SystemExit(__doc__ if command in ("-h", "--help") else
+                         f"python -m book: expected the command notebooks, pdf or screenshot, got {command!r}\n{__doc__}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,25 @@
+"""What the book's tools share, defined once: where things are, and the numbers several of them
+must agree on (the build writes what the tests and scripts then look for)."""
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+
+# The smallest text a figure may show, in CSS pixels: the figure hook sizes every figure so, and
+# the browser tests measure it.
+MIN_TEXT_PX = 9
+
+# The PDF edition: its file name beside the print page, and the paragraph of the print page after
+# which `python -m book pdf` adds the link to it.
+PDF_NAME = "attention-book.pdf"
+PDF_PLACEHOLDER = '<p class="attn-pdf-link">'
+
+# Debian's chromium, as the browser tests and the PDF step start it: headless, no sandbox (root in
+# containers), no GPU, no first-run or sync, no background requests of its own. Each caller adds
+# its own rule for which hosts resolve.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+    "--disable-background-networking", "--disable-component-update",
+)

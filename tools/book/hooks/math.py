@@ -1,0 +1,267 @@
+"""MkDocs hook: the book's math typeset at build time with KaTeX; equation references linked.
+
+Pages write math in TeX: ``$...$`` and ``$$...$$``, which pymdownx.arithmatex (generic mode)
+turns into ``<span class="arithmatex">\\(...\\)</span>`` and
+``<div class="arithmatex">\\[...\\]</div>``; notebook pages (mkdocs-jupyter) keep ``$...$``
+as text in their Markdown cells. This hook renders each formula to HTML with KaTeX
+(``docs/assets/katex/katex.min.js``, run in V8 by the mini-racer package), so a page's math is
+readable at first paint, without JavaScript and offline; the reader's browser needs only KaTeX's
+stylesheet and fonts, which the site serves from ``assets/katex/``.
+TeX that KaTeX cannot parse stops the build with the page and the formula.
+
+Equations numbered with ``\\tag{7.3}`` get the anchor ``#eq-7-3``, and every "equation (7.3)" or
+"equations (7.3) and (7.5)" in the prose of any page links to its equation, on whichever page it
+is; a reference to a number that no page defines is a build warning (an error under --strict).
+
+In the search index a formula is its rendered text (``t×t``), never its TeX: the MathML copy
+that KaTeX adds for screen readers carries the TeX source, and is marked ``data-search-exclude``
+(as are the zero-width spaces KaTeX adds for Safari, which would split a formula's words).
+Headings with math appear as text in the navigation and the table of contents: those are rendered
+too, and the page's ``<title>`` gets the formula's text.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+from mkdocs.utils import get_relative_url
+from py_mini_racer import JSEvalException, MiniRacer
+
+from ..constants import DOCS
+
+log = logging.getLogger("mkdocs.hooks.math")
+
+KATEX_JS = DOCS / "assets" / "katex" / "katex.min.js"
+# For the build only, not for the site: KaTeX's script, and the note on where the files come from.
+BUILD_ONLY = ("assets/katex/katex.min.js", "assets/katex/README.txt")
+# The fonts of almost every formula: fetched with the page, not once its layout asks for them.
+PRELOADED_FONTS = ("assets/katex/fonts/KaTeX_Main-Regular.woff2",
+                   "assets/katex/fonts/KaTeX_Math-Italic.woff2")
+OPTIONS = {"throwOnError": True, "strict": "error", "output": "htmlAndMathml"}
+
+ARITHMATEX = re.compile(
+    r'<(span|div) class="arithmatex">\s*\\([(\[])(.*?)\\[)\]]\s*</\1>', flags=re.DOTALL
+)
+TAG = re.compile(r"\\tag\*?\{([^{}]*)\}")
+NOTEBOOK_MARKDOWN = re.compile(r'<div class="[^"]*\bjp-RenderedMarkdown\b[^"]*"[^>]*>')
+NOTEBOOK_MATH = re.compile(
+    r"\$\$(.+?)\$\$|(?<![\\$])\$([^\s$](?:[^$]*?[^\s$])?)\$(?!\$)", flags=re.DOTALL
+)
+# "equation (7.3)", "Equations (7.10) to (7.12)", "equations (1.5), (1.6) and (1.7)"
+EQ_NUMBER = r"\(\d+\.\d+\)"
+EQ_REFERENCE = re.compile(
+    rf"\b[Ee]quations?\s+{EQ_NUMBER}(?:(?:,\s*|,?\s+(?:and|or|to)\s+|\s*[–-]\s*){EQ_NUMBER})*"
+)
+MARKUP = re.compile(r"<!--.*?-->|<[^>]*>", flags=re.DOTALL)
+# Elements whose text is never searched for references: links, code, headings, math.
+NO_LINKS = {"a", "code", "pre", "kbd", "script", "style", "textarea", "h1", "h2", "h3", "h4",
+            "h5", "h6", "math", "svg"}
+NAV_ENTRY = re.compile(r'(<span class="md-ellipsis">)(.*?)(</span>)', flags=re.DOTALL)
+INLINE_TEX = re.compile(r"\\\((.+?)\\\)", flags=re.DOTALL)
+TITLE = re.compile(r"<title>(.*?)</title>", flags=re.DOTALL)
+# nbconvert's loader: <!-- Load mathjax --> <script src=...> <script type="text/x-mathjax-config">
+NBCONVERT_LOADER = re.compile(
+    r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", flags=re.DOTALL
+)
+
+SEARCHED_MATHML = '<span class="katex-mathml">'
+EXCLUDED_MATHML = '<span class="katex-mathml" data-search-exclude="math">'
+SEARCHED_ZWSP = '<span class="vlist-s">\u200b</span>'
+EXCLUDED_ZWSP = '<span class="vlist-s" data-search-exclude="math">\u200b</span>'
+
+_tags: dict[str, File] = {}  # "7.3" -> the page that defines \tag{7.3}
+
+
+@functools.cache
+def _katex() -> MiniRacer:
+    """A V8 context with KaTeX loaded (once per build process)."""
+    context = MiniRacer()
+    context.eval(KATEX_JS.read_text(encoding="utf-8"))
+    return context
+
+
+@functools.cache
+def render(tex: str, display: bool) -> str:
+    """KaTeX's HTML for ``tex``; the TeX-carrying MathML is kept out of the search index.
+
+    Raises:
+        ValueError: with KaTeX's message, if KaTeX cannot typeset ``tex``.
+    """
+    try:
+        out = _katex().call("katex.renderToString", tex, {**OPTIONS, "displayMode": display})
+    except JSEvalException as error:
+        message = str(error).splitlines()[0].split("ParseError: ")[-1]
+        raise ValueError(f"KaTeX cannot typeset {tex.strip()!r}: {message}") from None
+    # The zero-width spaces KaTeX adds for Safari's layout would split words in the index too.
+    return out.replace(SEARCHED_MATHML, EXCLUDED_MATHML, 1).replace(SEARCHED_ZWSP, EXCLUDED_ZWSP)
+
+
+def plain_text(tex: str) -> str:
+    """The text a reader sees for inline ``tex`` (``XX⊤`` for ``XX^\\top``), for plain text."""
+    shown = re.split(r'<span class="katex-html"[^>]*>', render(tex, False), maxsplit=1)[1]
+    return html.unescape(MARKUP.sub("", shown)).replace("\u200b", "").strip()
+
+
+def anchor(number: str) -> str:
+    """The id of the equation tagged ``number``: ``7.3`` gives ``eq-7-3``."""
+    return "eq-" + re.sub(r"[^0-9A-Za-z]+", "-", number).strip("-")
+
+
+def _typeset(match: re.Match, where: str) -> str:
+    kind, tex = match.group(1), html.unescape(match.group(3))
+    try:
+        rendered = render(tex, display=kind == "div")
+    except ValueError as error:
+        raise PluginError(f"{where}: {error}") from None
+    tags = TAG.findall(tex)
+    ids = f' id="{anchor(tags[0])}"' if kind == "div" and tags else ""
+    return f'<{kind} class="arithmatex"{ids}>{rendered}</{kind}>'
+
+
+def typeset(fragment: str, where: str) -> str:
+    """``fragment`` with each of arithmatex's formulas rendered by KaTeX (``where`` names the page
+    in an error)."""
+    return ARITHMATEX.sub(lambda m: _typeset(m, where), fragment)
+
+
+def _notebook_math(fragment: str) -> str:
+    """Mark the ``$...$`` and ``$$...$$`` in the text (not the code) of a Markdown cell as
+    arithmatex does, so that they are typeset like the math of any other page."""
+
+    def one(match: re.Match) -> str:
+        if match.group(1) is not None:
+            return f'<div class="arithmatex">\\[{match.group(1)}\\]</div>'
+        return f'<span class="arithmatex">\\({match.group(2)}\\)</span>'
+
+    return _map_text(fragment, lambda text: NOTEBOOK_MATH.sub(one, text))
+
+
+def _map_text(fragment: str, change: Callable[[str], str], skip: set[str] = NO_LINKS) -> str:
+    """Apply ``change`` to every text run of an HTML fragment outside the elements in ``skip``."""
+    out, open_skips, last = [], [], 0
+    for m in MARKUP.finditer(fragment):
+        text = fragment[last:m.start()]
+        out.append(change(text) if text and not open_skips else text)
+        out.append(m.group(0))
+        last = m.end()
+        tag = re.match(r"<(/?)([A-Za-z][A-Za-z0-9]*)", m.group(0))
+        if tag and tag.group(2).lower() in skip and not m.group(0).endswith("/>"):
+            name = tag.group(2).lower()
+            if not tag.group(1):
+                open_skips.append(name)
+            elif open_skips and open_skips[-1] == name:
+                open_skips.pop()
+    text = fragment[last:]
+    out.append(change(text) if text and not open_skips else text)
+    return "".join(out)
+
+
+def _markdown_cells(page_html: str, change: Callable[[str], str]) -> str:
+    """Apply ``change`` to the inside of every Markdown cell of a notebook page."""
+    out, last = [], 0
+    for m in NOTEBOOK_MARKDOWN.finditer(page_html):
+        if m.start() < last:
+            continue
+        depth, end = 1, m.end()
+        for tag in re.finditer(r"<(/?)div\b[^>]*>", page_html[m.end():]):
+            depth += -1 if tag.group(1) else 1
+            if depth == 0:
+                end = m.end() + tag.start()
+                break
+        out += [page_html[last:m.end()], change(page_html[m.end():end])]
+        last = end
+    out.append(page_html[last:])
+    return "".join(out)
+
+
+def link_references(fragment: str, page: Page, missing: list[str]) -> str:
+    """Link each "(x.y)" of every "equation(s) (x.y) ..." in the prose to its equation."""
+
+    def number(m: re.Match) -> str:
+        key = m.group(1)
+        target = _tags.get(key)
+        if target is None:
+            missing.append(key)
+            return m.group(0)
+        url = get_relative_url(target.url, page.file.url) if target is not page.file else ""
+        return f'<a class="eqref" href="{url}#{anchor(key)}">({key})</a>'
+
+    def reference(m: re.Match) -> str:
+        return re.sub(r"\((\d+\.\d+)\)", number, m.group(0))
+
+    return _map_text(fragment, lambda text: EQ_REFERENCE.sub(reference, text))
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """Find which page defines each equation number; keep the build-only files out of the site."""
+    _tags.clear()
+    for file in files.documentation_pages():
+        source = Path(file.abs_src_path or "")
+        if source.suffix != ".md":
+            continue
+        for number in TAG.findall(source.read_text(encoding="utf-8")):
+            if number in _tags:
+                raise PluginError(
+                    f"{file.src_uri}: \\tag{{{number}}} is already used by {_tags[number].src_uri}"
+                )
+            _tags[number] = file
+    for uri in BUILD_ONLY:
+        if (file := files.get_file_from_path(uri)) is not None:
+            files.remove(file)
+    return files
+
+
+def on_page_content(html_text: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Typeset the page's math and link its equation references."""
+    where = page.file.src_uri
+    if where.endswith(".ipynb"):
+        html_text = _markdown_cells(NBCONVERT_LOADER.sub("", html_text), _notebook_math)
+    # Formulas are set aside while references are linked, so that no TeX is searched for them.
+    formulas: list[re.Match] = []
+
+    def hold(m: re.Match) -> str:
+        formulas.append(m)
+        return f"\x00{len(formulas) - 1}\x00"
+
+    missing: list[str] = []
+    linked = link_references(ARITHMATEX.sub(hold, html_text), page, missing)
+    for key in dict.fromkeys(missing):
+        log.warning(f"{where}: equation ({key}) is referenced, but no page has \\tag{{{key}}}")
+    return re.sub(r"\x00(\d+)\x00", lambda m: _typeset(formulas[int(m.group(1))], where), linked)
+
+
+def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
+    """Render math in navigation and table-of-contents entries, plain text in ``<title>``, and
+    preload KaTeX's two main fonts on a page with math."""
+
+    def inline(tex: str) -> str:  # the search index has been written: no more marks for it
+        shown = render(html.unescape(tex), False)
+        return shown.replace(EXCLUDED_MATHML, SEARCHED_MATHML).replace(EXCLUDED_ZWSP, SEARCHED_ZWSP)
+
+    def entry(m: re.Match) -> str:
+        inner = INLINE_TEX.sub(lambda t: inline(t.group(1)), m.group(2))
+        return m.group(1) + inner + m.group(3)
+
+    def title(m: re.Match) -> str:
+        text = INLINE_TEX.sub(lambda t: html.escape(plain_text(html.unescape(t.group(1)))),
+                              m.group(1))
+        return f"<title>{text}</title>"
+
+    output = TITLE.sub(title, NAV_ENTRY.sub(entry, output), count=1)
+    if 'class="katex"' not in output:
+        return output
+    preload = "".join(
+        f'<link rel="preload" href="{get_relative_url(font, page.url)}" as="font" '
+        'type="font/woff2" crossorigin>'
+        for font in PRELOADED_FONTS
+    )
+    return output.replace("</head>", preload + "</head>", 1)
