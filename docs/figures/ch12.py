@@ -59,8 +59,13 @@ def measured_error(scale: float, draws: int = 60, t: int = 16, d_k: int = 16) ->
 def favor_error() -> Figure:
     """Two panels, small and larger scores: measured MSE against m, with equation (12.13)."""
     fig, axes = plt.subplots(1, 2, figsize=(7.4, 3.9), layout="constrained", sharey=True)
-    for ax, scale in zip(axes, (0.5, 0.75)):
-        curves = measured_error(scale)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # thousands of tiny products: a second thread only waits, or spins
+    try:
+        panels = [measured_error(scale) for scale in (0.5, 0.75)]
+    finally:
+        torch.set_num_threads(threads)
+    for ax, scale, curves in zip(axes, (0.5, 0.75), panels):
         ax.plot(FEATURES, curves["predicted"], "-", color=PREDICTED_COLOR, lw=2,
                 label="predicted, eq. (12.13)")
         ax.plot(FEATURES, curves["independent"], "o", color=IID_COLOR, label="measured, independent")
