@@ -50,6 +50,17 @@ from .io_model import (
     tiled_io_formula,
 )
 from .latent import LatentKVCache, MultiHeadLatentAttention, latent_cache_bytes
+from .linear import (
+    elu_plus_one,
+    favor_attention,
+    favor_error_variance,
+    linear_attention,
+    linear_attention_flops,
+    linear_attention_weights,
+    positive_random_features,
+    random_projection,
+)
+from .linear_model import KernelBlockAttention, use_kernel_attention
 from .masks import block_sparsity, dense_attention, to_bias, to_dense
 from .memory import MemoryTracker
 from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
@@ -85,6 +96,7 @@ __all__ = [
     "FusedMultiHeadAttention",
     "GroupedQueryAttention",
     "IOCount",
+    "KernelBlockAttention",
     "KVCache",
     "LatentKVCache",
     "LearnedPositions",
@@ -121,6 +133,9 @@ __all__ = [
     "cu_seqlens_from_lengths",
     "dense_attention",
     "document_ids",
+    "elu_plus_one",
+    "favor_attention",
+    "favor_error_variance",
     "flash_attention",
     "head_output_means",
     "head_scores",
@@ -130,12 +145,17 @@ __all__ = [
     "journey_inputs",
     "kv_cache_bytes",
     "latent_cache_bytes",
+    "linear_attention",
+    "linear_attention_flops",
+    "linear_attention_weights",
     "lookback_data",
     "next_token_accuracy",
     "ov_circuit",
     "pack",
     "plot_attention",
+    "positive_random_features",
     "qk_circuit",
+    "random_projection",
     "ring_attention",
     "ring_attention_io",
     "ring_shards",
@@ -159,6 +179,7 @@ __all__ = [
     "to_dense",
     "train_lm",
     "unpack",
+    "use_kernel_attention",
     "varlen_attention",
     "weights_from_lse",
     "weights_read_per_token",

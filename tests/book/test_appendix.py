@@ -49,7 +49,7 @@ def test_every_run_has_a_page_in_the_nav_and_every_page_fills(runs, pages):
     for stem in runs:
         assert stem in PAGES, f"results/{stem}.json has no appendix page"
         assert f"appendix/{PAGES[stem]}" in nav
-        markers = (f"<!-- timings:run {stem} -->", f"<!-- timings:masks {stem} -->")
+        markers = (f"<!-- timings:run {stem} -->", f"<!-- timings:masks {stem} -->", f"<!-- timings:linear {stem} -->")
         assert any(m in (APPENDIX / PAGES[stem]).read_text() for m in markers), stem
     for name, text in pages.items():
         assert "<!-- timings:" not in text and "{{" not in text, name

@@ -19,6 +19,7 @@ Modules, in the order a measurement flows through them:
 - :mod:`~attention.bench.store`, :mod:`~attention.bench.merge`: results files written atomically,
   and merged when one device's measurements come in several runs;
 - :mod:`~attention.bench.decode`: greedy decoding with and without the KV cache;
+- :mod:`~attention.bench.linear`: linear attention's three forms against softmax attention over t;
 - :mod:`~attention.bench.provenance`, :mod:`~attention.bench.schema`: what a results file
   records about its run, and the validator of its shape;
 - :mod:`~attention.bench.cli`: the command line.

@@ -9,6 +9,7 @@ import torch
 
 from .decode import MODELS, run_decode
 from .goals import FLASH_GOAL_SHAPE, FUSED_GOAL_SHAPE, memory_goal, ratio_goals, speed_goals
+from .linear import METHOD as LINEAR_METHOD, run_linear
 from .masks import METHOD as MASKS_METHOD, run_masks
 from .peaks import GPU_MATMUL_SIZES, GPU_STREAM_BYTES, MATMUL_SIZES, measure_gpu_peaks, measure_peaks
 from .presets import PRESETS
@@ -17,7 +18,8 @@ from .store import write_results
 from .sweep import DTYPES, PASSES, Settings, run_sweep, start_document
 from .variants import LEVELS, VARIANTS
 
-PARTS = ("peaks", "sweep", "goals", "decode", "masks")
+DEFAULT_PARTS = ("peaks", "sweep", "goals", "decode", "masks")
+PARTS = (*DEFAULT_PARTS, "linear")  # linear: its own results file, only when asked for
 
 CPU_SEQ_LENS = (128, 256, 512, 1024, 2048, 4096)
 GPU_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -26,13 +28,15 @@ EPILOG = """
 defaults depend on the device: on CPU t = 128 ... 4096, float32, 4096 tokens per batch, 7
 repeats; on CUDA t = 512 ... 16384, float32/bfloat16/float16, 16384 tokens per batch, 50 repeats.
 
-parts (--parts, all by default): peaks (CPU: this machine's float32 matmul FLOP/s and STREAM
+parts (--parts, all but linear by default): peaks (CPU: this machine's float32 matmul FLOP/s and STREAM
 bandwidth; GPU: a bfloat16 matmul's TFLOP/s and a device-to-device copy's bytes/s, recorded next
 to the datasheet's figures, which the percentages use), sweep (every variant over t, and the
 speed goal: the fused layer within 5% of torch.nn.MultiheadAttention), goals (flash_attention
 against SDPA, fused against unfused, and the memory goal), decode (greedy tokens/s with and
 without the KV cache), masks (chapter 11's causal document mask over t = 512, 1024, 2048 packed
-tokens: dense SDPA, compiled FlexAttention, packed varlen and padded).
+tokens: dense SDPA, compiled FlexAttention, packed varlen and padded), linear (chapter 12's
+linear attention in its three forms against causal softmax attention over t, each checked against
+its own float64 definition; not run unless asked for).
 
 --preset quick measures everything the appendix's GPU section shows in about 7.5 minutes on one
 H100 or H200: t = 1024 ... 16384 (CPU: 128 ... 1024), bfloat16 first, then the compiled variants
@@ -45,6 +49,7 @@ examples:
   python -m attention.bench --device cuda --preset quick --output cuda-quick.json
   python -m attention.bench --parts goals --no-memory-goal --output /tmp/goals.json
   python -m attention.bench --parts decode --output /tmp/decode.json
+  python -m attention.bench --parts linear --head-dims 64 --passes forward --output linear.json
   python -m attention.bench --levels kernel --seq-lens 128 256 --no-compile --no-memory-goal
   python -m attention.bench merge run1.json run2.json --output merged.json
 
@@ -61,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add, on_off = ap.add_argument, argparse.BooleanOptionalAction
-    add("--parts", nargs="+", choices=PARTS, default=list(PARTS),
-        help="what to measure (default: all; see below)")
+    add("--parts", nargs="+", choices=PARTS, default=list(DEFAULT_PARTS),
+        help="what to measure (default: all but linear; see below)")
     add("--preset", choices=tuple(PRESETS), help="a whole measurement sized for a short GPU slot (see below)")
     add("--time-budget", type=float, metavar="SECONDS",
         help="start no sweep row after this many seconds (the file says the run stopped; quick: 450)")
@@ -267,7 +272,7 @@ def main(argv: list[str] | None = None) -> dict:
         write_results(doc, output)
 
     # A preset runs the short parts first, so that its time budget falls on the sweep's last stages.
-    order = ("peaks", "goals", "decode", "sweep") if preset else PARTS
+    order = ("peaks", "goals", "decode", "sweep", "linear") if preset else PARTS
     for part in (p for p in order if p in parts):
         if part == "sweep":
             run_sweep(settings, command, peaks, doc=doc, save=save, deadline=deadline)
@@ -289,6 +294,8 @@ def main(argv: list[str] | None = None) -> dict:
                      f"{row['tokens_per_s']:.1f} tokens/s")
         elif part == "masks":
             doc["masks"], doc["methods"]["masks"] = run_masks(settings), MASKS_METHOD
+        elif part == "linear":
+            doc["linear"], doc["methods"]["linear"] = run_linear(settings), LINEAR_METHOD
         save()
     doc["complete"] = "stopped" not in doc
     save()

@@ -1,6 +1,7 @@
 """The typed rows of a results file, shared by the harness that writes them and the appendix that
 renders them: :class:`Row`, one measurement of one variant, :class:`DecodeRow`, one decoding
-speed, and :class:`MaskRow`, one form of the document mask. Each is built from JSON with
+speed, :class:`MaskRow`, one form of the document mask, and :class:`LinearRow`, one form of
+linear attention or softmax attention at one length. Each is built from JSON with
 ``from_json``, which checks every field it declares and names the first one out of place; fields
 added to the format later have defaults, so that older files still load.
 
@@ -202,6 +203,57 @@ class MaskRow:
             for key in ("median_s", "tflops"):
                 if getattr(row, key) is None or not getattr(row, key) > 0:
                     raise ValueError(f"{where}.{key}: expected a positive number, got {getattr(row, key)!r}")
+        elif not row.reason:
+            raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
+        return row
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as its JSON object."""
+        return _to_json(self)
+
+
+@dataclass(frozen=True)
+class LinearRow:
+    """Chapter 12's linear attention in one form, or causal softmax attention, at one length t
+    (attention.bench.linear).
+
+    ``max_rel_err`` is the error against the variant's own float64 definition (linear attention
+    for the linear forms, softmax attention for the softmax variants); ``flops`` counts the
+    variant's matrix products. ``status`` as in :class:`Row`.
+    """
+
+    variant: str
+    pass_name: str  # "forward" or "forward+backward"; "pass" in JSON
+    b: int
+    h: int
+    t: int
+    d_h: int
+    chunk_size: int
+    dtype: str
+    status: str
+    reason: str | None
+    max_rel_err: float | None
+    median_s: float | None
+    iqr_s: float | None
+    repeats: int | None
+    number: int | None
+    flops: float | None
+    tflops: float | None
+    run: int | None = None
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "linear row") -> LinearRow:
+        """A linear row from its JSON object; ValueError names the field out of place."""
+        row = _from_json(cls, data, where)
+        if row.status not in STATUSES:
+            raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row.status!r}")
+        if row.status == "ok":
+            for key in ("median_s", "flops", "tflops"):
+                if getattr(row, key) is None or not getattr(row, key) > 0:
+                    raise ValueError(f"{where}.{key}: expected a positive number, got {getattr(row, key)!r}")
+            if row.max_rel_err is None or row.max_rel_err < 0:
+                raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
+                                 f"got {row.max_rel_err!r}")
         elif not row.reason:
             raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
         return row

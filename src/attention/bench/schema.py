@@ -11,18 +11,20 @@ A results file is one JSON object::
      "goals": {"speed": [...], "memory": {...} | null, "ratios": [...]},   # ratios optional
      "decode": [decode row, ...],         # optional: see attention.bench.decode
      "masks": [masks row, ...],           # optional: see attention.bench.masks
+     "linear": [linear row, ...],         # optional: see attention.bench.linear
      "complete": bool,                    # optional: false while running or when cut off
      "stopped": str,                      # optional: why a run ended before its last row
      "results": [row, ...]}
 
 Each row is one (variant, problem) pair, a :class:`~attention.bench.rows.Row`; each decode row a
-:class:`~attention.bench.rows.DecodeRow`, each masks row a :class:`~attention.bench.rows.MaskRow`: their fields and types are declared there, once, for the
+:class:`~attention.bench.rows.DecodeRow`, each masks row a :class:`~attention.bench.rows.MaskRow`,
+each linear row a :class:`~attention.bench.rows.LinearRow`: their fields and types are declared there, once, for the
 harness that writes them and the appendix that reads them. The appendix is generated from these
 files only; :func:`validate_results` checks everything it reads, so that a stale or broken file
 stops the build with the field's name instead of a KeyError.
 """
 
-from .rows import STATUSES, DecodeRow, MaskRow, Row
+from .rows import STATUSES, DecodeRow, LinearRow, MaskRow, Row
 
 SCHEMA = "attention-bench/1"
 GOAL_STATUSES = ("met", "missed", "not measured")
@@ -107,5 +109,7 @@ def validate_results(doc: object) -> None:
         DecodeRow.from_json(row, f"decode[{i}]")
     for i, row in enumerate(doc.get("masks", [])):
         MaskRow.from_json(row, f"masks[{i}]")
+    for i, row in enumerate(doc.get("linear", [])):
+        LinearRow.from_json(row, f"linear[{i}]")
     for i, row in enumerate(doc["results"]):
         Row.from_json(row, f"results[{i}]")

@@ -19,8 +19,8 @@ from .plots import figure_names
 
 RUN_MARKER = re.compile(r"<!-- timings:run (?P<stem>[a-z0-9-]+) -->")
 RUNS_MARKER = "<!-- timings:runs -->"
-MASKS_MARKER = re.compile(r"<!-- timings:masks (?P<stem>[a-z0-9-]+) -->")
-PAGES = {"cpu": "cpu.md", "cpu-masks": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
+MASKS_MARKER = re.compile(r"<!-- timings:(?P<part>masks|linear) (?P<stem>[a-z0-9-]+) -->")
+PAGES = {"cpu": "cpu.md", "cpu-masks": "cpu.md", "cpu-linear": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
 PARTS = {"results": "rows", "masks": "mask rows", "linear": "linear-attention rows"}  # rows a file can hold
 
 
@@ -202,11 +202,14 @@ def run_markdown(run: Run) -> str:
     return "\n".join(out)
 
 
-def masks_markdown(run: Run) -> str:
-    """The masks part of a run: how it was measured, then a table per t."""
+def part_markdown(run: Run, part: str) -> str:
+    """A part of a run that the sweep's tables do not show (``masks``, ``linear``): how it was
+    measured, then its tables."""
     p = run.provenance
-    return (f"*Measured on {run.date} on {run.device}, {p['torch_threads']} thread{'' if p['torch_threads'] == 1 else 's'}, torch {p['torch']}; "
-            f"{run.doc['methods']['masks'].rstrip('.')}. Command: `{p['command']}`.*\n\n{tables.masks_table(run)}\n")
+    threads = f"{p['torch_threads']} thread{'' if p['torch_threads'] == 1 else 's'}"
+    body = tables.masks_table(run) if part == "masks" else tables.linear_table(run)
+    return (f"*Measured on {run.date} on {run.device}, {threads}, torch {p['torch']}; "
+            f"{run.doc['methods'][part].rstrip('.')}. Command: `{p['command']}`.*\n\n{body}\n")
 
 
 def runs_table(runs: dict[str, Run]) -> str:
@@ -233,9 +236,9 @@ def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
         if stem not in runs:
             raise ValueError(f"no results file {stem}.json for the marker of run {stem}; there are {sorted(runs)}")
     for m in MASKS_MARKER.finditer(markdown):
-        if m["stem"] not in runs or not runs[m["stem"]].doc.get("masks"):
-            raise ValueError(f"no masks rows in {m['stem']}.json for the marker {m.group(0)}")
-    markdown = MASKS_MARKER.sub(lambda m: masks_markdown(runs[m["stem"]]), markdown)
+        if m["stem"] not in runs or not runs[m["stem"]].doc.get(m["part"]):
+            raise ValueError(f"no {m['part']} rows in {m['stem']}.json for the marker {m.group(0)}")
+    markdown = MASKS_MARKER.sub(lambda m: part_markdown(runs[m["stem"]], m["part"]), markdown)
     markdown = RUN_MARKER.sub(lambda m: run_markdown(runs[m["stem"]]), markdown)
     return markdown.replace(RUNS_MARKER, runs_table(runs)), (stems[0] if stems else None)
 

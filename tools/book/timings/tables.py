@@ -8,7 +8,7 @@ first (it stays in view while a wide table scrolls on a phone).
 from __future__ import annotations
 
 from attention.bench.roofline import machine_roof, roofline_points
-from attention.bench.rows import MaskRow, Row
+from attention.bench.rows import LinearRow, MaskRow, Row
 
 from .format import code, ms, rate, ratio, readable_bytes, source, table, tflops
 from .load import Group, Run
@@ -269,3 +269,30 @@ def masks_table(run: Run) -> str:
         out.append(table(["form", "scores formed", "ms", "IQR (ms)", "× fastest", "max rel. error"], body,
                          [False, True, True, True, True, False], caption))
     return "\n\n".join(out)
+
+
+def linear_table(run: Run) -> str:
+    """Chapter 12's linear attention in its three forms against softmax attention: median ms per
+    call at every t (b·t fixed), the fastest at each t in bold."""
+    rows = [LinearRow.from_json(r, f"{run.stem}.json: linear[{i}]") for i, r in enumerate(run.doc.get("linear", []))]
+    ok = [r for r in rows if r.status == "ok"]
+    ts = sorted({r.t for r in rows})
+    fastest = {t: min(r.median_s for r in ok if r.t == t) for t in ts if any(r.t == t for r in ok)}
+    cell = {(r.variant, r.t): r for r in ok}
+    body = []
+    for name in dict.fromkeys(r.variant for r in rows):
+        cells = []
+        for t in ts:
+            r = cell.get((name, t))
+            text = "—" if r is None else ms(r.median_s)
+            cells.append(f"**{text}**" if r is not None and r.median_s == fastest[t] else text)
+        body.append([code(name), *cells])
+    first = rows[0]
+    by_t = sorted({(r.t, r.b) for r in rows})
+    tokens = f"{by_t[0][0] * by_t[0][1]:,}".replace(",", "{,}")  # a thousands comma in TeX
+    caption = (f"Median time per call in ms, {first.pass_name}, causal, $h = {first.h}$, $d_h = {first.d_h}$, "
+               f"{first.dtype}, chunks of {first.chunk_size} tokens; $b \\cdot t = {tokens}$; "
+               "the fastest at each $t$ in bold.")
+    failed = [f"`{r.variant}` at $t = {r.t}$: {r.status}, {r.reason}" for r in rows if r.status != "ok"]
+    note = ("\n\n" + "; ".join(failed) + ".") if failed else ""
+    return table(["form", *(f"$t = {t}$" for t in ts)], body, [False] + [True] * len(ts), caption) + note

@@ -1,0 +1,151 @@
+"""Linear attention's three forms timed against causal softmax attention over t.
+
+Notation (see CONTRIBUTING.md): b batch size, t tokens, h heads, d_h head width (d_k = d_v = d_h,
+and the feature width r = d_h for elu(x) + 1), C chunk size.
+
+Every kernel gets causal Q, K, V of shape (b, h, t, d_h), b = tokens // t and h = d_model / d_h as
+in the sweep's kernel level. The variants:
+
+- ``linear-parallel``, ``linear-recurrent``, ``linear-chunked``:
+  :func:`attention.linear.linear_attention` with elu(x) + 1, in each form (C = ``chunk_size``);
+- ``softmax-explicit``: the package's :func:`attention.scaled_dot_product_attention`, which
+  builds the t x t weights, like the parallel form;
+- ``softmax-sdpa``: ``torch.nn.functional.scaled_dot_product_attention``, PyTorch's fused kernel.
+
+Linear attention is not softmax attention, so each is checked against its own definition in
+float64 first: the linear forms against the written-out parallel sum (features, lower triangle,
+row sums), the softmax variants against causal softmax attention. The largest error relative to
+the reference's largest entry, in the output and, with the backward pass, in the gradients, must
+stay under the sweep's tolerance, or the row is "failed" and not timed.
+
+FLOPs: the linear forms count their matrix products
+(:func:`attention.linear.linear_attention_flops`; 3 times that with the backward pass, which
+computes two products of the same size per product); the softmax variants the sweep's
+4 b h t^2 d_h, halved for causal (x 3.5 with the backward).
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..functional import scaled_dot_product_attention
+from ..linear import elu_plus_one, linear_attention, linear_attention_flops
+from .flops import attention_flops
+from .rows import LinearRow
+from .sweep import DTYPES, PASSES, TOLERANCE, Settings, _error_reason, _relative_error
+from .timing import time_cpu, time_cuda
+
+FORM_VARIANTS = ("linear-parallel", "linear-recurrent", "linear-chunked")
+SOFTMAX_VARIANTS = ("softmax-explicit", "softmax-sdpa")
+METHOD = (
+    "causal attention on Q, K, V (b, h, t, d_h), b = tokens // t; each variant checked against its "
+    "own float64 definition (linear: the parallel sum with elu(x) + 1; softmax: causal softmax "
+    "attention) before it is timed as the sweep times; FLOPs: matrix products of the linear form "
+    "(x 3 with backward), 4 b h t^2 d_h / 2 for softmax (x 3.5 with backward)"
+)
+
+
+def linear_reference(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+    """Causal linear attention with elu(x) + 1, written out (call it in float64): (b, h, t, d_h)."""
+    phi_q, phi_k = elu_plus_one(query), elu_plus_one(key)  # (b, h, t, d_h)
+    kernel = (phi_q @ phi_k.transpose(-2, -1)).tril()  # (b, h, t, t)
+    return (kernel @ value) / kernel.sum(dim=-1, keepdim=True)  # (b, h, t, d_h)
+
+
+def _variant(name: str, chunk_size: int) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    if name in FORM_VARIANTS:
+        form = name.removeprefix("linear-")
+        return lambda q, k, v: linear_attention(q, k, v, form=form, chunk_size=chunk_size)
+    if name == "softmax-explicit":
+        return lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True)
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _flops(name: str, b: int, h: int, t: int, d_h: int, backward: bool, chunk_size: int) -> float:
+    if name in FORM_VARIANTS:
+        form = name.removeprefix("linear-")
+        forward = b * h * linear_attention_flops(t, d_h, d_h, form, True, chunk_size)
+        return 3.0 * forward if backward else float(forward)
+    return attention_flops(b, h, t, d_h, causal=True, backward=backward)
+
+
+def measure_linear(
+    name: str, b: int, h: int, t: int, d_h: int, dtype: torch.dtype, backward: bool,
+    settings: Settings, chunk_size: int = 64, seed: int = 123,
+) -> LinearRow:
+    """One row: check the variant against its float64 reference, then time it."""
+    device = settings.device
+    row = LinearRow(
+        variant=name, pass_name="forward+backward" if backward else "forward", b=b, h=h, t=t,
+        d_h=d_h, chunk_size=chunk_size, dtype=str(dtype).removeprefix("torch."), status="ok",
+        reason=None, max_rel_err=None, median_s=None, iqr_s=None, repeats=None, number=None,
+        flops=None, tflops=None,
+    )
+    generator = torch.Generator(device).manual_seed(seed)
+    inputs = [  # Q, K, V: (b, h, t, d_h) each
+        torch.randn(b, h, t, d_h, generator=generator, device=device).to(dtype)
+        .requires_grad_(backward) for _ in range(3)
+    ]
+    fn = _variant(name, chunk_size)
+    grad_out = torch.randn(b, h, t, d_h, generator=generator, device=device).to(dtype)
+
+    def call() -> Tensor:
+        out = fn(*inputs)
+        if backward:
+            out.backward(grad_out)
+        return out
+
+    try:
+        began = time.perf_counter()
+        out = call()  # the first call is checked, and sizes the timer
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - began
+        double = [x.detach().double().requires_grad_(backward) for x in inputs]
+        if name in FORM_VARIANTS:
+            want = linear_reference(*double)
+        else:
+            want = F.scaled_dot_product_attention(*double, is_causal=True)
+        errors = [_relative_error(out.detach(), want.detach())]
+        if backward:  # the gradients of the first call, against the reference's
+            want.backward(grad_out.double())
+            errors += [_relative_error(x.grad, x64.grad) for x, x64 in zip(inputs, double)]
+        row = replace(row, max_rel_err=max(errors))
+        del out, want
+        if row.max_rel_err > TOLERANCE[dtype]:
+            reason = f"relative error {row.max_rel_err:.2e} > {TOLERANCE[dtype]:.0e}"
+            return replace(row, status="failed", reason=reason)
+        if device.type == "cuda":
+            timing = time_cuda(
+                call, seconds, settings.repeats, settings.max_time, settings.warmup_s
+            )
+        else:
+            timing = time_cpu(call, seconds, settings.repeats, settings.min_time, settings.max_time)
+    except Exception as error:  # recorded in the results, never hidden
+        status, reason = _error_reason(error)
+        return replace(row, status=status, reason=reason)
+    flops = _flops(name, b, h, t, d_h, backward, chunk_size)
+    return replace(row, median_s=timing.median_s, iqr_s=timing.iqr_s, repeats=timing.repeats,
+                   number=timing.number, flops=flops, tflops=flops / timing.median_s / 1e12)
+
+
+def run_linear(settings: Settings, chunk_size: int = 64) -> list[dict]:
+    """The ``linear`` rows of a results file (:class:`~attention.bench.rows.LinearRow` as JSON):
+    every head width of ``settings``, dtype, pass, t and variant."""
+    rows = []
+    for d_h in settings.head_dims:
+        h = settings.d_model // d_h
+        for dtype_name in settings.dtypes:
+            for pass_name in settings.passes:
+                for t in settings.seq_lens:
+                    for name in (*FORM_VARIANTS, *SOFTMAX_VARIANTS):
+                        row = measure_linear(
+                            name, settings.batch_for(t), h, t, d_h, DTYPES[dtype_name],
+                            PASSES[pass_name], settings, chunk_size, settings.seed,
+                        )
+                        rows.append(row.to_json())
+    return rows

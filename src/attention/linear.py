@@ -1,0 +1,353 @@
+"""Linear attention in three equal forms (Katharopoulos et al., 2020), and FAVOR+ (Choromanski et
+al., 2021), which estimates softmax attention with positive random features.
+
+Notation (see CONTRIBUTING.md):
+    ...    leading batch dimensions (b, h)
+    t      tokens (t_q queries, t_k keys and values; t_q = t_k when causal)
+    d_k    width of queries and keys, d_v width of values
+    r      width of the features phi(x): d_k for elu(x) + 1, m for FAVOR+
+    m      number of random features of FAVOR+ (``num_features``)
+    C      chunk size of the chunked form (``chunk_size``)
+
+Softmax attention weighs value j by the kernel exp(q_i . k_j / sqrt(d_k)). Linear attention
+replaces that kernel by a dot product of positive features, phi(q_i) . phi(k_j), and the sums
+can then be reordered: with causal masking, query i needs only the running sums
+
+    S_i = sum_{j <= i} phi(k_j)^T v_j   (r, d_v)     and     u_i = sum_{j <= i} phi(k_j)   (r,)
+
+    z_i = phi(q_i) S_i / (phi(q_i) . u_i)
+
+Three forms compute the same z (the tests check them equal in float64), at these costs:
+    parallel   (phi(Q) phi(K)^T, lower triangle) V over its row sums   O(t^2 (r + d_v))
+    recurrent  S_i and u_i updated token by token (a linear RNN)        O(t r d_v)
+    chunked    parallel within chunks of C tokens, the state across     O(t r d_v + t C (r + d_v))
+u_i is carried as one more column of S_i: the values get a column of ones, [v_j, 1].
+
+FAVOR+ estimates the softmax kernel itself with m positive random features,
+phi(x) = exp(x W^T - |x|^2 / 2) / sqrt(m), whose dot product has expectation exp(x . y) when the
+rows of W are standard normal (orthogonal rows keep that and lower the variance); queries and
+keys are first divided by d_k^(1/4), so that x . y = q . k / sqrt(d_k).
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._checks import check_sizes
+from .functional import _accumulation_dtype, _check_inputs
+
+__all__ = [
+    "FORMS",
+    "elu_plus_one",
+    "favor_attention",
+    "favor_error_variance",
+    "linear_attention",
+    "linear_attention_flops",
+    "linear_attention_weights",
+    "positive_random_features",
+    "random_projection",
+]
+
+FORMS = ("parallel", "recurrent", "chunked")
+FeatureMap = Callable[[Tensor], Tensor]
+
+
+def elu_plus_one(x: Tensor) -> Tensor:
+    """phi(x) = elu(x) + 1, Katharopoulos et al.'s feature map: x + 1 for x > 0, exp(x) else.
+
+    Positive everywhere, so every kernel value phi(q) . phi(k) is positive, as exp is.
+    """
+    return F.elu(x) + 1
+
+
+FEATURE_MAPS: dict[str, FeatureMap] = {"elu+1": elu_plus_one}
+
+
+def _features(x: Tensor, feature_map: str | FeatureMap, name: str) -> Tensor:
+    """phi(x) (..., t, r), computed in the accumulation dtype; refuses negative features."""
+    if isinstance(feature_map, str):
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(
+                f"feature_map must be one of {tuple(FEATURE_MAPS)} or a callable, "
+                f"got {feature_map!r}"
+            )
+        feature_map = FEATURE_MAPS[feature_map]
+    elif not callable(feature_map):
+        raise ValueError(f"feature_map must be a name or a callable, got {feature_map!r}")
+    phi = feature_map(x.to(_accumulation_dtype(x.dtype)))  # (..., t, r)
+    if (phi < 0).any():  # a negative feature can make a normalizer zero or negative
+        raise ValueError(f"feature_map must give features >= 0, got a negative feature of {name}")
+    return phi
+
+
+def _check_linear_inputs(
+    query: Tensor, key: Tensor, value: Tensor, causal: bool, form: str, chunk_size: int
+) -> None:
+    _check_inputs(query, key, value)
+    if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
+        raise ValueError(
+            f"query, key and value must have the same leading dimensions, got "
+            f"{tuple(query.shape[:-2])}, {tuple(key.shape[:-2])} and {tuple(value.shape[:-2])}"
+        )
+    if not query.is_floating_point():
+        raise ValueError(f"query, key and value must be floating point, got {query.dtype}")
+    if causal and query.shape[-2] != key.shape[-2]:
+        raise ValueError(
+            f"causal linear attention needs as many queries as keys, got t_q={query.shape[-2]} "
+            f"and t_k={key.shape[-2]}"
+        )
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    check_sizes(chunk_size=chunk_size)
+
+
+def _kernel_attention(
+    phi_q: Tensor, phi_k: Tensor, value: Tensor, causal: bool, form: str, chunk_size: int
+) -> Tensor:
+    """z (..., t_q, d_v) from features phi_q (..., t_q, r) and phi_k (..., t_k, r), in one form."""
+    ones = value.new_ones(*value.shape[:-1], 1)  # (..., t_k, 1): the normalizer's column
+    v1 = torch.cat([value, ones], dim=-1).to(phi_q.dtype)  # (..., t_k, d_v + 1)
+    if form == "parallel":
+        kernel = phi_q @ phi_k.transpose(-2, -1)  # (..., t_q, t_k)
+        out = (kernel.tril() if causal else kernel) @ v1  # (..., t_q, d_v + 1)
+    elif not causal:  # recurrent and chunked keep one state of every key: S = phi(K)^T [V, 1]
+        out = phi_q @ (phi_k.transpose(-2, -1) @ v1)  # (..., t_q, d_v + 1)
+    elif form == "recurrent":
+        state = phi_k.new_zeros(*phi_k.shape[:-2], *phi_k.shape[-1:], v1.shape[-1])  # (.., r, w)
+        rows = []
+        for i in range(phi_q.shape[-2]):
+            state = state + phi_k[..., i, :, None] @ v1[..., i, None, :]  # (..., r, d_v + 1)
+            rows.append((phi_q[..., i, None, :] @ state).squeeze(-2))  # (..., d_v + 1)
+        out = torch.stack(rows, dim=-2)  # (..., t, d_v + 1)
+    else:  # chunked: exact within a chunk, the state of all earlier chunks across them
+        state = phi_k.new_zeros(*phi_k.shape[:-2], *phi_k.shape[-1:], v1.shape[-1])  # (.., r, w)
+        chunks = []
+        for start in range(0, phi_q.shape[-2], chunk_size):
+            end = start + chunk_size
+            q_c, k_c = phi_q[..., start:end, :], phi_k[..., start:end, :]  # (..., C, r) each
+            v_c = v1[..., start:end, :]  # (..., C, d_v + 1)
+            within = (q_c @ k_c.transpose(-2, -1)).tril() @ v_c  # (..., C, d_v + 1)
+            chunks.append(within + q_c @ state)  # (..., C, d_v + 1)
+            state = state + k_c.transpose(-2, -1) @ v_c  # (..., r, d_v + 1)
+        out = torch.cat(chunks, dim=-2)  # (..., t, d_v + 1)
+    return out[..., :-1] / out[..., -1:]  # (..., t_q, d_v): numerator over normalizer
+
+
+def linear_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    feature_map: str | FeatureMap = "elu+1",
+    causal: bool = True,
+    form: str = "parallel",
+    chunk_size: int = 64,
+) -> Tensor:
+    """Linear attention (..., t_q, d_v): z_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j)
+
+    Args:
+        query: (..., t_q, d_k), floating point.
+        key: (..., t_k, d_k), the query's dtype and leading dimensions (no broadcasting).
+        value: (..., t_k, d_v), likewise.
+        feature_map: ``"elu+1"`` (:func:`elu_plus_one`) or a callable (..., t, d_k) -> (..., t, r)
+            whose features are >= 0 (a negative one is a ValueError).
+        causal: query i sees keys j <= i only (needs t_q = t_k).
+        form: ``"parallel"``, ``"recurrent"`` or ``"chunked"``: the same result, at different
+            costs (see the module docstring and :func:`linear_attention_flops`).
+        chunk_size: C, tokens per chunk of the chunked form.
+
+    No 1 / sqrt(d_k) is applied: the feature map alone defines the kernel, as in Katharopoulos et
+    al. Half-precision inputs are computed in float32 and the result is rounded once.
+    """
+    _check_linear_inputs(query, key, value, causal, form, chunk_size)
+    phi_q = _features(query, feature_map, "query")  # (..., t_q, r)
+    phi_k = _features(key, feature_map, "key")  # (..., t_k, r)
+    if phi_q.shape[-1] != phi_k.shape[-1]:
+        raise ValueError(
+            f"feature_map must give queries and keys features of one width r, got "
+            f"{phi_q.shape[-1]} and {phi_k.shape[-1]}"
+        )
+    return _kernel_attention(phi_q, phi_k, value, causal, form, chunk_size).to(value.dtype)
+
+
+def linear_attention_weights(
+    query: Tensor, key: Tensor, feature_map: str | FeatureMap = "elu+1", causal: bool = True
+) -> Tensor:
+    """The weights linear attention gives each value: (..., t_q, t_k), rows summing to 1.
+
+    alpha_ij = phi(q_i).phi(k_j) / sum_j' phi(q_i).phi(k_j') over the visible keys; the parallel
+    form's output is these weights times V.
+    """
+    _check_linear_inputs(query, key, key, causal, "parallel", 1)
+    phi_q = _features(query, feature_map, "query")  # (..., t_q, r)
+    phi_k = _features(key, feature_map, "key")  # (..., t_k, r)
+    kernel = phi_q @ phi_k.transpose(-2, -1)  # (..., t_q, t_k)
+    kernel = kernel.tril() if causal else kernel
+    return (kernel / kernel.sum(dim=-1, keepdim=True)).to(query.dtype)
+
+
+def linear_attention_flops(
+    t: int, r: int, d_v: int, form: str, causal: bool = True, chunk_size: int = 64
+) -> int:
+    """FLOPs of the matrix products of one (batch, head) of :func:`linear_attention`.
+
+    An (a, b) @ (b, c) product counts 2 a b c; values carry the normalizer's column, so d_v + 1.
+    parallel: 2 t^2 (r + d_v + 1), the whole t x t product then masked. recurrent, causal: 4 t r
+    (d_v + 1), one outer product and one read per token. chunked, causal: 4 t r (d_v + 1) plus
+    2 t C (r + d_v + 1) within the chunks (C = chunk_size, a last shorter chunk counted as it is).
+    recurrent and chunked without a mask: 4 t r (d_v + 1), one state of all keys.
+    """
+    check_sizes(t=t, r=r, d_v=d_v, chunk_size=chunk_size)
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    w = d_v + 1
+    if form == "parallel":
+        return 2 * t * t * (r + w)
+    if form == "recurrent" or not causal:
+        return 4 * t * r * w
+    sizes = [min(chunk_size, t - start) for start in range(0, t, chunk_size)]
+    return 4 * t * r * w + sum(2 * c * c * (r + w) for c in sizes)
+
+
+def positive_random_features(x: Tensor, projection: Tensor) -> Tensor:
+    """phi(x) = exp(x W^T - |x|^2 / 2) / sqrt(m) (..., t, m) for W = ``projection`` (m, d_k).
+
+    With the rows of W drawn from N(0, I), E[phi(x) . phi(y)] = exp(x . y) for every x and y:
+    an unbiased estimate of the softmax kernel with positive features (Choromanski et al., 2021).
+    """
+    if projection.dim() != 2 or projection.shape[1] != x.shape[-1]:
+        raise ValueError(
+            f"projection must have shape (m, d_k) with d_k={x.shape[-1]}, "
+            f"got {tuple(projection.shape)}"
+        )
+    m = projection.shape[0]
+    squared = (x * x).sum(dim=-1, keepdim=True) / 2  # (..., t, 1)
+    return torch.exp(x @ projection.transpose(0, 1) - squared) / math.sqrt(m)  # (..., t, m)
+
+
+def random_projection(
+    num_features: int,
+    d_k: int,
+    orthogonal: bool = True,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """W (m, d_k) whose rows are each distributed as N(0, I_{d_k}).
+
+    ``orthogonal=False``: independent rows. ``orthogonal=True``: in blocks of d_k rows, the rows
+    of a block are orthogonal, each block an independent uniformly random rotation; each row
+    is then scaled to the length of an independent N(0, I) vector, so that each row alone is
+    still N(0, I) and the estimate stays unbiased (the Performer code's default scaling).
+    """
+    check_sizes(num_features=num_features, d_k=d_k)
+    if not orthogonal:
+        return torch.randn(num_features, d_k, generator=generator, dtype=dtype, device=device)
+    blocks = []
+    for _ in range(math.ceil(num_features / d_k)):
+        gaussian = torch.randn(d_k, d_k, generator=generator, dtype=torch.float64, device=device)
+        q, r = torch.linalg.qr(gaussian)  # (d_k, d_k) each
+        # QR's Q is a uniformly random rotation only once its signs follow R's diagonal
+        # (Mezzadri, 2007): without it the rows of Q^T lean towards some directions.
+        blocks.append((q * torch.sign(torch.diagonal(r))).T)  # (d_k, d_k): orthonormal rows
+    directions = torch.cat(blocks)[:num_features]  # (m, d_k)
+    lengths = torch.randn(
+        num_features, d_k, generator=generator, dtype=torch.float64, device=device
+    ).norm(dim=1, keepdim=True)  # (m, 1): chi-distributed with d_k degrees of freedom
+    return (directions * lengths).to(dtype)  # (m, d_k)
+
+
+def _favor_features(x: Tensor, projection: Tensor, over: tuple[int, ...]) -> Tensor:
+    """Positive random features of x / d_k^(1/4), divided by exp of their largest exponent.
+
+    The maximum is taken ``over`` the feature dimension (queries: one per query) or the token and
+    feature dimensions (keys: one per head). A factor shared by a query's features, or by all
+    keys, cancels between numerator and normalizer: the output is unchanged, and exp no longer
+    overflows.
+    """
+    x = x.to(_accumulation_dtype(x.dtype)) * x.shape[-1] ** -0.25  # (..., t, d_k)
+    exponent = x @ projection.to(x.dtype).transpose(0, 1) - (x * x).sum(-1, keepdim=True) / 2
+    return torch.exp(exponent - exponent.amax(dim=over, keepdim=True))  # (..., t, m)
+
+
+def favor_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    num_features: int,
+    seed: int | None = None,
+    causal: bool = False,
+    orthogonal: bool = True,
+    form: str = "chunked",
+    projection: Tensor | None = None,
+) -> Tensor:
+    """FAVOR+: softmax attention estimated with m positive random features, in O(t m d_v).
+
+    Args:
+        query: (..., t_q, d_k).
+        key: (..., t_k, d_k), the query's dtype and leading dimensions.
+        value: (..., t_k, d_v), likewise.
+        num_features: m, the number of random features.
+        seed: seeds the random projection (a new ``torch.Generator``); None draws it from
+            torch's global generator.
+        causal: query i sees keys j <= i only.
+        orthogonal: orthogonal random features (:func:`random_projection`).
+        form: the form of linear attention that runs (the result is the same).
+        projection: a given W (m, d_k) instead of a random one (``num_features`` must be m).
+
+    Returns an estimate of ``softmax(Q K^T / sqrt(d_k)) V``: its numerator and normalizer are
+    unbiased, the ratio is not, and the error falls as 1 / sqrt(m).
+    """
+    _check_linear_inputs(query, key, value, causal, form, 1)
+    if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    check_sizes(num_features=num_features)
+    d_k = query.shape[-1]
+    if projection is None:
+        generator = None if seed is None else torch.Generator(query.device).manual_seed(seed)
+        projection = random_projection(
+            num_features, d_k, orthogonal, generator, device=query.device
+        )  # (m, d_k)
+    elif tuple(projection.shape) != (num_features, d_k):
+        raise ValueError(
+            f"projection must have shape (num_features, d_k) = ({num_features}, {d_k}), got "
+            f"{tuple(projection.shape)}"
+        )
+    phi_q = _favor_features(query, projection, over=(-1,))  # (..., t_q, m)
+    phi_k = _favor_features(key, projection, over=(-2, -1))  # (..., t_k, m)
+    return _kernel_attention(phi_q, phi_k, value, causal, form, 64).to(value.dtype)
+
+
+def favor_error_variance(
+    query: Tensor, key: Tensor, value: Tensor, num_features: int, causal: bool = False
+) -> Tensor:
+    """The variance of FAVOR+'s output error to first order in 1 / m, for independent features.
+
+    With x_i = q_i / d_k^(1/4), y_j = k_j / d_k^(1/4), alpha the softmax weights and z = alpha V:
+
+        Var[z_hat_ic] ~ (1/m) sum_{a,b} alpha_ia alpha_ib (v_ac - z_ic) (v_bc - z_ic)
+                                        exp((x_i + y_a) . (x_i + y_b))
+
+    (equation (12.13) of the book), computed as exp(|x_i|^2) u_i^T exp(Y Y^T) u_i with
+    u_ia = alpha_ia exp(x_i . y_a)(v_a - z_i): (..., t_q, d_v), in the accumulation dtype.
+    """
+    _check_linear_inputs(query, key, value, causal, "parallel", 1)
+    check_sizes(num_features=num_features)
+    acc = _accumulation_dtype(query.dtype)
+    x = query.to(acc) * query.shape[-1] ** -0.25  # (..., t_q, d_k)
+    y = key.to(acc) * key.shape[-1] ** -0.25  # (..., t_k, d_k)
+    v = value.to(acc)
+    scores = x @ y.transpose(-2, -1)  # (..., t_q, t_k)
+    if causal:
+        future = ~torch.ones_like(scores, dtype=torch.bool).tril()  # (..., t_q, t_k)
+        scores = scores.masked_fill(future, float("-inf"))
+    alpha = torch.softmax(scores, dim=-1)  # (..., t_q, t_k)
+    z = alpha @ v  # (..., t_q, d_v)
+    deviation = v[..., None, :, :] - z[..., :, None, :]  # (..., t_q, t_k, d_v): v_a - z_i
+    u = (alpha * scores.exp())[..., None] * deviation  # (..., t_q, t_k, d_v)
+    gram = torch.exp(y @ y.transpose(-2, -1))  # (..., t_k, t_k)
+    quadratic = (u * (gram[..., None, :, :] @ u)).sum(dim=-2)  # (..., t_q, d_v)
+    return torch.exp((x * x).sum(-1, keepdim=True)) * quadratic / num_features
+

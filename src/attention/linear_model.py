@@ -1,0 +1,130 @@
+"""The tiny model with kernel attention: linear attention or FAVOR+ in place of the softmax.
+
+Notation (see CONTRIBUTING.md):
+    b      batch size
+    t      tokens
+    d      model width ``d_model``; h heads of width d_h = d / h
+    m      random features of FAVOR+ per head (``num_features``)
+
+:func:`use_kernel_attention` replaces the attention sublayer ``attn`` of every block of a built
+:class:`~attention.TinyTransformer` by a :class:`KernelBlockAttention`, which keeps the
+sublayer's projections, norms and rotation and replaces only the softmax by the kernel
+phi(q) . phi(k) of :mod:`attention.linear`: chapter 12 trains the same model, seed and steps
+with each kind of attention.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_sizes
+from .block_attention import BlockAttention
+from .linear import _favor_features, _features, elu_plus_one, random_projection
+
+__all__ = ["KernelBlockAttention", "use_kernel_attention"]
+
+KINDS = ("elu+1", "favor")
+
+
+class KernelBlockAttention(nn.Module):
+    """A block's attention sublayer with a kernel in place of the softmax.
+
+    Built from a :class:`~attention.BlockAttention`, whose modules it takes over (``qkv``,
+    ``out_proj``, the QK-norms and the rotation: the same parameters, under the same names).
+    ``kind="elu+1"``: linear attention with :func:`~attention.linear.elu_plus_one`;
+    ``kind="favor"``: FAVOR+ with ``projection`` (m, d_h), a buffer. The call and the return
+    value are BlockAttention's; the weights (b, h, t, t) are the kernel's, normalized per row,
+    and the output is computed from them (the parallel form). Masks, biases and caches are
+    refused.
+    """
+
+    def __init__(self, attn: BlockAttention, kind: str, projection: Tensor | None = None) -> None:
+        """The kernel attention of ``attn``'s projections; ``projection`` for ``kind="favor"``."""
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if (projection is None) != (kind == "elu+1"):
+            raise ValueError(
+                f"projection is needed for kind='favor' and for it only, got kind={kind!r} and "
+                f"projection={None if projection is None else tuple(projection.shape)}"
+            )
+        if attn.dropout > 0:
+            raise ValueError(f"kernel attention takes no dropout, got dropout={attn.dropout}")
+        self.kind, self.d_model = kind, attn.d_model
+        self.num_heads, self.d_h = attn.num_heads, attn.d_h
+        self.causal, self.rotary, self.qk_norm = attn.causal, attn.rotary, attn.qk_norm
+        self.qkv, self.out_proj, self.proj_dropout = attn.qkv, attn.out_proj, attn.proj_dropout
+        if attn.qk_norm is not None:
+            self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
+        if projection is not None:
+            self.register_buffer("projection", projection)  # (m, d_h): moves with the model
+
+    def features(self, x: Tensor, name: str) -> Tensor:
+        """phi of the queries (``name="query"``) or keys (b, h, t, d_h): (b, h, t, r)."""
+        if self.kind == "elu+1":
+            return _features(x, elu_plus_one, name)
+        over = (-1,) if name == "query" else (-2, -1)  # one maximum per query; one for all keys
+        return _favor_features(x, self.projection, over)
+
+    def forward(
+        self, x: Tensor, attn_mask: Tensor | None = None, cache: object | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """SA(x) (b, t, d) with the kernel, and the kernel's attention weights (b, h, t, t)."""
+        if attn_mask is not None or cache is not None:
+            raise ValueError(
+                "kernel attention takes no attn_mask or bias (ALiBi) and no KV cache, got "
+                f"attn_mask={None if attn_mask is None else 'a tensor'}, cache={cache!r}"
+            )
+        b, t, _ = x.shape
+        h, d_h = self.num_heads, self.d_h
+        queries, keys, values = self.qkv(x).split(self.d_model, dim=2)  # 3 x (b, t, d)
+        queries = queries.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        keys = keys.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        values = values.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        if self.qk_norm is not None:
+            queries, keys = self.q_norm(queries), self.k_norm(keys)  # (b, h, t, d_h) each
+        if self.rotary is not None:  # rotate before the features, as the softmax sublayer does
+            queries, keys = self.rotary(queries), self.rotary(keys)  # (b, h, t, d_h)
+        kernel = self.features(queries, "query") @ self.features(keys, "key").transpose(-2, -1)
+        kernel = kernel.tril() if self.causal else kernel  # (b, h, t, t)
+        attn_weights = kernel / kernel.sum(dim=-1, keepdim=True)  # (b, h, t, t)
+        context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
+        return self.proj_dropout(self.out_proj(context)), attn_weights
+
+
+def use_kernel_attention(
+    model: nn.Module, kind: str = "elu+1", num_features: int | None = None, seed: int = 0
+) -> nn.Module:
+    """Replace the attention sublayer of every block of ``model`` by kernel attention, in place.
+
+    ``model`` is a :class:`~attention.TinyTransformer` (anything whose ``blocks`` hold a
+    :class:`~attention.BlockAttention` as ``attn``). ``kind="elu+1"``: linear attention;
+    ``kind="favor"``: FAVOR+ with ``num_features`` orthogonal random features per head, drawn
+    once from ``seed`` (a different draw per block) and kept fixed. Every parameter stays as it
+    is (:class:`KernelBlockAttention`); returns ``model``.
+    """
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList) or not all(
+        isinstance(getattr(block, "attn", None), BlockAttention) for block in blocks
+    ):
+        raise ValueError(
+            f"model must have blocks whose attn is a BlockAttention, got {type(model).__name__}"
+        )
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind == "favor":
+        check_sizes(num_features=num_features)
+    elif num_features is not None:
+        raise ValueError(f"num_features is for kind='favor' only, got {num_features!r}")
+    for block in blocks:  # before any block is replaced: all or none
+        if block.attn.dropout > 0:
+            raise ValueError(f"kernel attention takes no dropout, got dropout={block.attn.dropout}")
+    generator = torch.Generator().manual_seed(seed)
+    for block in blocks:
+        projection = None
+        if kind == "favor":
+            weight = block.attn.qkv.weight
+            projection = random_projection(
+                num_features, block.attn.d_h, True, generator, weight.dtype
+            ).to(weight.device)  # (m, d_h)
+        block.attn = KernelBlockAttention(block.attn, kind, projection)
+    return model

@@ -1,0 +1,226 @@
+"""Linear attention (attention.linear): the three forms equal in float64, each against a written-out
+reference; FAVOR+'s kernel estimate unbiased and its output's mean and error within what the
+variance derived in chapter 12 allows; FLOPs as PyTorch counts them; bad input."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from attention.linear import (
+    FORMS,
+    elu_plus_one,
+    favor_attention,
+    favor_error_variance,
+    linear_attention,
+    linear_attention_flops,
+    linear_attention_weights,
+    positive_random_features,
+    random_projection,
+)
+
+F64 = torch.float64
+
+
+def qkv(*shape: int, scale: float = 1.0, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(*shape, generator=generator, dtype=F64) * scale for _ in range(3))
+
+
+def written_out(query, key, value, causal: bool) -> torch.Tensor:
+    """z_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j), one query and key at a time."""
+    out = torch.zeros(*query.shape[:-1], value.shape[-1], dtype=F64)
+    for i in range(query.shape[-2]):
+        visible = range(i + 1) if causal else range(key.shape[-2])
+        weights = [(elu_plus_one(query[..., i, :]) * elu_plus_one(key[..., j, :])).sum(-1) for j in visible]
+        total = sum(weights)
+        out[..., i, :] = sum(w[..., None] * value[..., j, :] for w, j in zip(weights, visible)) / total[..., None]
+    return out
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape, chunk_size", [((2, 2, 9, 4), 4), ((7, 3), 64), ((1, 2, 5, 6), 1)])
+def test_the_three_forms_are_the_written_out_sum(shape, chunk_size, causal):
+    query, key, value = qkv(*shape)
+    want = written_out(query, key, value, causal)
+    for form in FORMS:
+        got = linear_attention(query, key, value, causal=causal, form=form, chunk_size=chunk_size)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=form)
+    weights = linear_attention_weights(query, key, causal=causal)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(shape[:-1], dtype=F64))
+    torch.testing.assert_close(weights @ value, want, rtol=1e-12, atol=1e-12)
+
+
+def test_values_of_another_width_and_a_feature_map_of_another_width():
+    query, key, _ = qkv(2, 10, 4)
+    value = torch.randn(2, 10, 7, dtype=F64)
+    squares = lambda x: torch.cat([x, x * x], dim=-1).exp()  # noqa: E731  r = 2 d_k, positive
+    outs = [linear_attention(query, key, value, squares, form=f, chunk_size=3) for f in FORMS]
+    assert outs[0].shape == (2, 10, 7)
+    for out in outs[1:]:
+        torch.testing.assert_close(out, outs[0], rtol=1e-12, atol=1e-12)
+
+
+def test_gradients_of_the_three_forms_agree():
+    grads = []
+    for form in FORMS:
+        tensors = [x.requires_grad_() for x in qkv(2, 11, 4, seed=3)]
+        linear_attention(*tensors, form=form, chunk_size=4).pow(2).sum().backward()
+        grads.append([x.grad for x in tensors])
+    for other in grads[1:]:
+        for got, want in zip(other, grads[0]):
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_is_accumulated_in_float32(dtype):
+    query, key, value = (x.to(dtype) for x in qkv(2, 64, 16))
+    want = linear_attention(*(x.double() for x in (query, key, value)))
+    got = linear_attention(query, key, value, form="chunked", chunk_size=16)
+    assert got.dtype == dtype
+    phi_q, phi_k = elu_plus_one(query), elu_plus_one(key)  # all in half precision, plainly
+    kernel = (phi_q @ phi_k.transpose(-2, -1)).tril()
+    plain = (kernel @ value) / kernel.sum(-1, keepdim=True)
+    assert (got.double() - want).abs().max() <= 2 * (plain.double() - want).abs().max()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("form", FORMS)
+def test_flops_are_what_pytorch_counts(form, causal):
+    t, r, d_v, chunk = 21, 4, 3, 8
+    query, key, value = qkv(1, 1, t, r)
+    value = value[..., :d_v]
+    with FlopCounterMode(display=False) as counter:
+        linear_attention(query, key, value, causal=causal, form=form, chunk_size=chunk)
+    assert counter.get_total_flops() == linear_attention_flops(t, r, d_v, form, causal, chunk)
+
+
+# FAVOR+ --------------------------------------------------------------------------------------
+
+
+def test_positive_random_features_estimate_the_softmax_kernel_without_bias():
+    # E[phi(x).phi(y)] = exp(x.y) and, per feature, Var = exp(2 x.y) (exp(|x + y|^2) - 1)
+    # (chapter 12). The mean of N independent m-feature estimates is within 5 standard errors.
+    d, m, draws = 4, 8, 1500
+    generator = torch.Generator().manual_seed(7)
+    x, y = torch.randn(2, 3, d, generator=generator, dtype=F64) * 0.4  # three pairs
+    for orthogonal in (False, True):
+        estimates = torch.stack([
+            (positive_random_features(x, w) * positive_random_features(y, w)).sum(-1)
+            for w in (random_projection(m, d, orthogonal, generator, F64) for _ in range(draws))
+        ])  # (draws, 3)
+        exact = torch.exp((x * y).sum(-1))
+        variance = torch.exp(2 * (x * y).sum(-1)) * torch.expm1(((x + y) ** 2).sum(-1)) / m
+        standard_error = (variance / draws).sqrt()
+        assert ((estimates.mean(0) - exact).abs() < 5 * standard_error).all(), orthogonal
+        # a sample variance of such skewed estimates is itself noisy: within a factor of 2.
+        # Orthogonal features have at most the variance of independent ones (Choromanski et al.)
+        assert (estimates.var(0) < 2 * variance).all(), orthogonal
+        assert orthogonal or (estimates.var(0) > variance / 2).all()
+    assert (estimates > 0).all()  # positive features: no negative kernel estimate, ever
+
+
+def test_orthogonal_rows_are_orthogonal_and_each_row_is_standard_normal():
+    generator = torch.Generator().manual_seed(0)
+    w = random_projection(10, 4, True, generator, F64)  # blocks of 4, 4, 2 rows
+    for block in (w[:4], w[4:8], w[8:]):
+        gram = block @ block.T
+        torch.testing.assert_close(gram, torch.diag(gram.diagonal()), atol=1e-12, rtol=0)
+    # A uniformly random rotation has no preferred sign: without the sign correction of QR,
+    # every first row would point the same way in its first coordinate.
+    first = torch.stack([random_projection(4, 4, True, generator, F64)[0] for _ in range(2000)])
+    assert first.mean(0).abs().max() < 5 / math.sqrt(2000)
+    assert first.pow(2).mean(0).sub(1).abs().max() < 0.15  # variance 1 per coordinate
+
+
+def test_favor_output_mean_and_error_are_what_the_variance_predicts():
+    # The output is a ratio of unbiased estimates: to first order in 1/m its error has the
+    # variance of favor_error_variance and its mean is off by
+    # -(1/m) sum_ab alpha_a alpha_b (v_a - z) exp((x + y_a).(x + y_b)).
+    d, m, draws = 4, 64, 2000
+    query, key, value = qkv(6, d, scale=0.3, seed=11)
+    value = value / 0.3
+    exact = F.scaled_dot_product_attention(query, key, value)
+    generator = torch.Generator().manual_seed(5)
+    errors = torch.stack([
+        favor_attention(query, key, value, m, projection=random_projection(m, d, False, generator, F64)) - exact
+        for _ in range(draws)
+    ])  # (draws, t, d_v)
+    predicted = favor_error_variance(query, key, value, m)  # (t, d_v)
+    x, y = query * d**-0.25, key * d**-0.25
+    alpha = torch.softmax(x @ y.T, -1)
+    s = x[:, None, :] + y[None, :, :]
+    gram = torch.exp(s @ s.transpose(-2, -1))  # (t, t_k, t_k)
+    deviation = value[None] - exact[:, None]  # (t, t_k, d_v)
+    bias = -torch.einsum("ia,ib,iac,iab->ic", alpha, alpha, deviation, gram) / m
+    assert ((errors.mean(0) - bias).abs() < 5 * (predicted / draws).sqrt() + 2 * bias.abs()).all()
+    ratio = errors.pow(2).mean(0) / (predicted + bias**2)
+    assert 0.8 < ratio.mean() < 1.2 and ratio.min() > 0.6
+
+
+def test_favor_converges_to_softmax_attention_causal_or_not():
+    query, key, value = qkv(2, 2, 12, 8, scale=0.5, seed=2)
+    for causal in (False, True):
+        exact = F.scaled_dot_product_attention(query, key, value, is_causal=causal)
+        errors = [(favor_attention(query, key, value, m, seed=1, causal=causal) - exact).pow(2).mean()
+                  for m in (16, 4096)]
+        assert errors[1] < errors[0] / 20
+        predicted = favor_error_variance(query, key, value, 4096, causal=causal).mean()
+        assert errors[1] < 4 * predicted
+
+
+def test_favor_forms_agree_and_the_seed_fixes_the_draw():
+    query, key, value = qkv(1, 2, 20, 8)
+    outs = [favor_attention(query, key, value, 32, seed=3, causal=True, form=f) for f in FORMS]
+    for out in outs[1:]:
+        torch.testing.assert_close(out, outs[0], rtol=1e-10, atol=1e-12)
+    assert not torch.equal(outs[0], favor_attention(query, key, value, 32, seed=4, causal=True))
+
+
+def test_favor_is_finite_for_large_scores():
+    # Without the shared maximum subtracted from the exponents, exp overflows in float32.
+    query, key, value = (x.float() for x in qkv(1, 16, 64, scale=6.0))
+    out = favor_attention(query, key, value, 64, seed=0, causal=True)
+    assert torch.isfinite(out).all()
+
+
+# Bad input ------------------------------------------------------------------------------------
+
+
+class TestBadInput:
+    def test_linear_attention(self):
+        q, k, v = qkv(2, 5, 4)
+        with pytest.raises(ValueError, match="form must be one of"):
+            linear_attention(q, k, v, form="scan")
+        with pytest.raises(ValueError, match="chunk_size must be at least 1, got 0"):
+            linear_attention(q, k, v, form="chunked", chunk_size=0)
+        with pytest.raises(ValueError, match="feature_map must be one of"):
+            linear_attention(q, k, v, feature_map="relu")
+        with pytest.raises(ValueError, match="features >= 0"):
+            linear_attention(q, k, v, feature_map=lambda x: x)
+        with pytest.raises(ValueError, match="one width r"):
+            linear_attention(q, k[:, :4], v[:, :4], lambda x: x.exp()[..., : x.shape[-2] - 2],
+                             causal=False)
+        with pytest.raises(ValueError, match="as many queries as keys"):
+            linear_attention(q[:, :3], k, v)
+        with pytest.raises(ValueError, match="same last dimension d_k"):
+            linear_attention(q, k[..., :3], v)
+        with pytest.raises(ValueError, match="same leading dimensions"):
+            linear_attention(q, k[:1], v[:1])
+        with pytest.raises(ValueError, match="floating point"):
+            linear_attention(*(x.long() for x in (q, k, v)))
+        with pytest.raises(ValueError, match="form must be one of"):
+            linear_attention_flops(8, 4, 4, "scan")
+
+    def test_favor(self):
+        q, k, v = qkv(2, 5, 4)
+        with pytest.raises(ValueError, match="num_features must be at least 1, got 0"):
+            favor_attention(q, k, v, 0)
+        with pytest.raises(ValueError, match="seed must be an integer or None"):
+            favor_attention(q, k, v, 8, seed=1.5)
+        with pytest.raises(ValueError, match=r"projection must have shape \(num_features, d_k\)"):
+            favor_attention(q, k, v, 8, projection=torch.randn(8, 3, dtype=F64))
+        with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\)"):
+            positive_random_features(q, torch.randn(8, 3))

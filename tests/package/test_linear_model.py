@@ -1,0 +1,68 @@
+"""The tiny model with kernel attention (attention.linear_model): a swapped block computes linear
+attention on its own projections; FAVOR+ with many features approaches the softmax model, rotary
+embeddings and scale included; the weights it reports; bad input."""
+
+import pytest
+import torch
+
+from attention import TinyTransformer, head_scores, induction_data
+from attention.linear import linear_attention
+from attention.linear_model import KernelBlockAttention, use_kernel_attention
+
+F64 = torch.float64
+
+
+def tiny(positions: str = "rope") -> TinyTransformer:
+    torch.manual_seed(123)
+    return TinyTransformer(vocab_size=16, d_model=16, num_heads=2, num_layers=2, context_length=24,
+                           positions=positions, mlp=False).double()
+
+
+def test_a_swapped_block_is_linear_attention_on_its_projections():
+    model = use_kernel_attention(tiny(positions="learned"))
+    block = model.blocks[0]
+    x = torch.randn(3, 10, 16, dtype=F64)
+    projected = block.attn.qkv(block.norm1(x)).split(16, dim=2)  # Q, K, V: (b, t, d) each
+    q, k, v = (p.view(3, 10, 2, 8).transpose(1, 2) for p in projected)  # (b, h, t, d_h) each
+    context = linear_attention(q, k, v, form="recurrent").transpose(1, 2).reshape(3, 10, 16)
+    want = x + block.attn.out_proj(context)
+    torch.testing.assert_close(block(x), want, rtol=1e-12, atol=1e-12)
+
+
+def test_favor_swap_approaches_the_softmax_model_and_reports_its_weights():
+    idx, _ = induction_data(4, 24, 16, torch.Generator().manual_seed(0))
+    softmax_model = tiny()
+    with torch.no_grad():
+        want, want_weights = softmax_model(idx, return_weights=True)
+        favor_model = use_kernel_attention(tiny(), "favor", num_features=8192)
+        favor, favor_weights = favor_model(idx, return_weights=True)
+        linear = use_kernel_attention(tiny())(idx)
+    assert (favor - want).abs().max() < 0.01 * want.abs().max()  # rotary and scale as in softmax
+    assert (linear - want).abs().max() > 10 * (favor - want).abs().max()  # the swap took effect
+    for got, ref in zip(favor_weights, want_weights):
+        assert (got - ref).abs().max() < 0.02
+    previous, induction = head_scores(use_kernel_attention(tiny()), idx)
+    assert previous.shape == induction.shape == (2, 2)
+
+
+class TestBadInput:
+    def test_swap(self):
+        with pytest.raises(ValueError, match="attn is a BlockAttention"):
+            use_kernel_attention(torch.nn.Linear(2, 2))
+        with pytest.raises(ValueError, match="kind must be"):
+            use_kernel_attention(tiny(), "softmax")
+        with pytest.raises(ValueError, match="num_features must be an integer"):
+            use_kernel_attention(tiny(), "favor")
+        with pytest.raises(ValueError, match="num_features is for kind='favor' only"):
+            use_kernel_attention(tiny(), num_features=8)
+        idx = torch.zeros(1, 4, dtype=torch.long)
+        with pytest.raises(ValueError, match="no attn_mask or bias"):
+            use_kernel_attention(tiny(positions="alibi"))(idx)
+        with pytest.raises(ValueError, match="no attn_mask or bias"):
+            use_kernel_attention(tiny()).generate(idx, 2)
+        torch.manual_seed(0)
+        dropping = TinyTransformer(16, 16, 2, 1, 24, dropout=0.1)
+        with pytest.raises(ValueError, match="no dropout"):
+            use_kernel_attention(dropping)
+        with pytest.raises(ValueError, match="projection is needed for kind='favor'"):
+            KernelBlockAttention(tiny().blocks[0].attn, "favor")
