@@ -18,6 +18,7 @@ from matplotlib.patches import FancyArrowPatch, Polygon, Rectangle
 from torch.utils.flop_counter import FlopCounterMode
 
 from attention import flash_attention, scaled_dot_product_attention
+from attention.bench.flops import device_bandwidth, device_peak
 from attention.bench.roofline import machine_roof, plot_roofline, roofline_points
 from attention.memory import MemoryTracker
 from attention.plotting import INK, PAPER
@@ -26,10 +27,11 @@ EXPLICIT_COLOR = "#d95f02"
 FLASH_COLOR = "#1b9e77"
 SKIPPED_COLOR = "0.93"
 
-# NVIDIA's datasheet for the H100 SXM: 989.5 TFLOP/s dense BF16 on tensor cores (the datasheet
-# quotes 1,979 with sparsity) and 3.35 TB/s of HBM3 bandwidth.
-H100_PEAK_FLOPS = 989.5e12
-H100_HBM_BYTES_PER_S = 3.35e12
+# NVIDIA's datasheet figures for the H100 SXM (dense BF16 on tensor cores, HBM3 bandwidth), kept
+# with their sources in attention.bench.flops.
+_H100 = "NVIDIA H100 80GB HBM3"
+H100_PEAK_FLOPS = device_peak(_H100, "bf16").tflops * 1e12
+H100_HBM_BYTES_PER_S = device_bandwidth(_H100).bytes_per_s
 # FlashAttention-3's reported FP16 throughput on an H100, reached in the forward pass without a
 # causal mask, with heads of width 256 (Shah et al., 2024, abstract and figure 5, panel e): a cited
 # figure.

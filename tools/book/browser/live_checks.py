@@ -20,9 +20,10 @@ from .crawl import page_key
 from .tab import Tab
 
 
-def check_copy_button_copies(tab: Tab) -> list[str]:
+def check_copy_button_copies(tab: Tab, timeout_s: float = 10) -> list[str]:
     """Clicking the first code block's copy button puts exactly that code on the clipboard
-    (on a chapter, Material's button; on a notebook page, mkdocs-jupyter's)."""
+    (on a chapter, Material's button; on a notebook page, mkdocs-jupyter's), within
+    ``timeout_s`` seconds (a busy machine can be slow to copy)."""
     page, where = tab.page, page_key(tab.page.url)
     button = page.locator(
         ".md-content .highlight:not(.output) [data-clipboard-target], .md-content clipboard-copy"
@@ -37,7 +38,7 @@ def check_copy_button_copies(tab: Tab) -> list[str]:
     before = "(the clipboard before the click)"
     page.evaluate("text => navigator.clipboard.writeText(text)", before)
     button.click()
-    copied, deadline = before, time.monotonic() + 10  # a busy machine can be slow to copy
+    copied, deadline = before, time.monotonic() + timeout_s
     while copied == before and time.monotonic() < deadline:
         page.wait_for_timeout(50)
         copied = page.evaluate("navigator.clipboard.readText()")
