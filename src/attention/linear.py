@@ -24,9 +24,9 @@ Three forms compute the same z (the tests check them equal in float64), at these
 u_i is carried as one more column of S_i: the values get a column of ones, [v_j, 1].
 
 FAVOR+ estimates the softmax kernel itself with m positive random features,
-phi(x) = exp(x W^T - |x|^2 / 2) / sqrt(m), whose dot product has expectation exp(x . y) when the
-rows of W are standard normal (orthogonal rows keep that and lower the variance); queries and
-keys are first divided by d_k^(1/4), so that x . y = q . k / sqrt(d_k).
+phi(x) = exp(x G^T - |x|^2 / 2) / sqrt(m), whose dot product has expectation exp(x . y) when the
+rows of G are standard normal (orthogonal rows keep that, and for m <= d_k lower the variance);
+queries and keys are first divided by d_k^(1/4), so that x . y = q . k / sqrt(d_k).
 """
 
 import math
@@ -212,10 +212,11 @@ def linear_attention_flops(
 
 
 def positive_random_features(x: Tensor, projection: Tensor) -> Tensor:
-    """phi(x) = exp(x W^T - |x|^2 / 2) / sqrt(m) (..., t, m) for W = ``projection`` (m, d_k).
+    """phi(x) = exp(x G^T - |x|^2 / 2) / sqrt(m) (..., t, m) for G = ``projection`` (m, d_k).
 
-    With the rows of W drawn from N(0, I), E[phi(x) . phi(y)] = exp(x . y) for every x and y:
-    an unbiased estimate of the softmax kernel with positive features (Choromanski et al., 2021).
+    With the rows of G drawn from N(0, I), E[phi(x) . phi(y)] = exp(x . y) for every x and y:
+    an unbiased estimate of the softmax kernel with positive features (Choromanski et al., 2021,
+    Lemma 1).
     """
     if projection.dim() != 2 or projection.shape[1] != x.shape[-1]:
         raise ValueError(
@@ -235,7 +236,7 @@ def random_projection(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """W (m, d_k) whose rows are each distributed as N(0, I_{d_k}).
+    """G (m, d_k) whose rows are each distributed as N(0, I_{d_k}).
 
     ``orthogonal=False``: independent rows. ``orthogonal=True``: in blocks of d_k rows, the rows
     of a block are orthogonal, each block an independent uniformly random rotation; each row
@@ -248,10 +249,12 @@ def random_projection(
     blocks = []
     for _ in range(math.ceil(num_features / d_k)):
         gaussian = torch.randn(d_k, d_k, generator=generator, dtype=torch.float64, device=device)
-        q, r = torch.linalg.qr(gaussian)  # (d_k, d_k) each
-        # QR's Q is a uniformly random rotation only once its signs follow R's diagonal
-        # (Mezzadri, 2007): without it the rows of Q^T lean towards some directions.
-        blocks.append((q * torch.sign(torch.diagonal(r))).T)  # (d_k, d_k): orthonormal rows
+        rotation, triangular = torch.linalg.qr(gaussian)  # (d_k, d_k) each
+        # QR's orthogonal factor is uniformly random only once its column signs follow the
+        # triangular factor's diagonal (Mezzadri, 2007): without that, its columns lean towards
+        # some directions (Householder QR makes the first one's first coordinate negative).
+        signs = torch.sign(torch.diagonal(triangular))  # (d_k,)
+        blocks.append((rotation * signs).T)  # (d_k, d_k): orthonormal rows
     directions = torch.cat(blocks)[:num_features]  # (m, d_k)
     lengths = torch.randn(
         num_features, d_k, generator=generator, dtype=torch.float64, device=device
@@ -295,10 +298,11 @@ def favor_attention(
         causal: query i sees keys j <= i only.
         orthogonal: orthogonal random features (:func:`random_projection`).
         form: the form of linear attention that runs (the result is the same).
-        projection: a given W (m, d_k) instead of a random one (``num_features`` must be m).
+        projection: a given G (m, d_k) instead of a random one (``num_features`` must be m).
 
     Returns an estimate of ``softmax(Q K^T / sqrt(d_k)) V``: its numerator and normalizer are
-    unbiased, the ratio is not, and the error falls as 1 / sqrt(m).
+    unbiased, the ratio is not; for moderate scores the error falls as 1 / sqrt(m)
+    (:func:`favor_error_variance`), for large ones more slowly.
     """
     _check_linear_inputs(query, key, value, causal, form, 1)
     if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):

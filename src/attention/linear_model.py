@@ -99,8 +99,9 @@ def use_kernel_attention(
     ``model`` is a :class:`~attention.TinyTransformer` (anything whose ``blocks`` hold a
     :class:`~attention.BlockAttention` as ``attn``). ``kind="elu+1"``: linear attention;
     ``kind="favor"``: FAVOR+ with ``num_features`` orthogonal random features per head, drawn
-    once from ``seed`` (a different draw per block) and kept fixed. Every parameter stays as it
-    is (:class:`KernelBlockAttention`); returns ``model``.
+    once from ``seed`` (a different draw per block) and kept fixed, where Choromanski et al.
+    redraw them periodically during training. Every parameter stays as it is
+    (:class:`KernelBlockAttention`); returns ``model``.
     """
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList) or not all(
