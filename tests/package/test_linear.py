@@ -108,8 +108,8 @@ def test_positive_random_features_estimate_the_softmax_kernel_without_bias():
     x, y = torch.randn(2, 3, d, generator=generator, dtype=F64) * 0.4  # three pairs
     for orthogonal in (False, True):
         estimates = torch.stack([
-            (positive_random_features(x, w) * positive_random_features(y, w)).sum(-1)
-            for w in (random_projection(m, d, orthogonal, generator, F64) for _ in range(draws))
+            (positive_random_features(x, g) * positive_random_features(y, g)).sum(-1)
+            for g in (random_projection(m, d, orthogonal, generator, F64) for _ in range(draws))
         ])  # (draws, 3)
         exact = torch.exp((x * y).sum(-1))
         variance = torch.exp(2 * (x * y).sum(-1)) * torch.expm1(((x + y) ** 2).sum(-1)) / m
@@ -124,8 +124,8 @@ def test_positive_random_features_estimate_the_softmax_kernel_without_bias():
 
 def test_orthogonal_rows_are_orthogonal_and_each_row_is_standard_normal():
     generator = torch.Generator().manual_seed(0)
-    w = random_projection(10, 4, True, generator, F64)  # blocks of 4, 4, 2 rows
-    for block in (w[:4], w[4:8], w[8:]):
+    g = random_projection(10, 4, True, generator, F64)  # blocks of 4, 4, 2 rows
+    for block in (g[:4], g[4:8], g[8:]):
         gram = block @ block.T
         torch.testing.assert_close(gram, torch.diag(gram.diagonal()), atol=1e-12, rtol=0)
     # A uniformly random rotation has no preferred sign: without the sign correction of QR,
