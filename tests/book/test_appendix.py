@@ -189,8 +189,8 @@ def test_gpu_goals_are_read_off_the_rows(runs):
     assert untimed[1:] == ["—", "≥ 1", "not measured in this run"]  # that run's kernel had no backward
 
 
-def test_every_figure_a_page_links_is_drawn_by_the_figure_script(pages):
-    drawn = set(figures_hook.load_figures(REPO / "docs" / "figures"))
+def test_every_figure_a_page_links_is_drawn_by_the_figure_module(pages):
+    drawn = set(figures_hook.load_figures())
     linked = {name for text in pages.values() for name in re.findall(r"\]\(\.\./figures/(appendix-[a-z0-9-]+)\.svg\)", text)}
     assert linked and linked <= drawn
     assert {n for n in drawn if n.startswith("appendix-")} == linked  # and none is drawn for nothing
@@ -232,7 +232,7 @@ def test_headings_write_their_math_as_math(pages):
 
 def test_the_product_names_goals_not_issue_numbers():
     # What the package, its --help and the tooling say is about the product, not the tracker.
-    places = [REPO / "src", REPO / "tools", REPO / "docs" / "hooks", REPO / "docs" / "figures"]
+    places = [REPO / "src", REPO / "tools"]  # the package; the tooling, its hooks and figures
     found = [f"{path.relative_to(REPO)}: {m.group(0)}" for place in places for path in place.rglob("*.py")
              for m in re.finditer(r"\bissues? #?\d+", path.read_text(), flags=re.IGNORECASE)]
     assert found == []

@@ -1,9 +1,10 @@
-"""The book's figures: every function in docs/figures/chNN.py draws a figure with Axes, which the
-build hook (docs/hooks/figures.py) puts into the built site as reproducible SVG; and the figures
+"""The book's figures: every function in tools/book/figures/chNN.py draws a figure with Axes, which the
+build hook (tools/hooks/figures.py) puts into the built site as reproducible SVG; and the figures
 show what their captions say: the right numbers, queries as rows and keys as columns."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
@@ -24,15 +25,16 @@ from attention import JOURNEY_TOKENS, journey_inputs  # noqa: E402
 from book.hooks import figures as hook  # noqa: E402
 from book.constants import REPO
 
-FIGURES_DIR = REPO / "docs" / "figures"
+FIGURES_DIR = REPO / "tools" / "book" / "figures"
 
 
-FIGURES = hook.load_figures(FIGURES_DIR)
+FIGURES = hook.load_figures()
 
 
-def test_every_figure_script_is_found() -> None:
-    scripts = {s.name for s in hook.figure_scripts(FIGURES_DIR)}
-    assert {p.name for p in FIGURES_DIR.glob("ch*.py")} | {"appendix.py"} == scripts
+def test_every_figure_module_is_found() -> None:
+    modules = set(hook.figure_modules())
+    expected = {f"book.figures.{p.stem}" for p in FIGURES_DIR.glob("ch*.py")} | {"book.figures.appendix"}
+    assert modules == expected
 
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
@@ -165,30 +167,41 @@ def test_padding_and_cross_attention_heatmaps_put_keys_in_columns(draw) -> None:
         assert not set(x_labels) & set(JOURNEY_TOKENS)  # the source sentence's tokens
 
 
-def write_script(folder: Path, name: str, body: str) -> None:
-    (folder / name).write_text(
-        "import matplotlib.pyplot as plt\n\n"
-        "def good():\n    fig, ax = plt.subplots()\n    return fig\n\n" + body,
-        encoding="utf-8",
+def figure_package(tmp_path: Path, monkeypatch, modules: dict[str, str]):
+    """A package of figure modules in ``tmp_path``, each one ``good()`` plus its ``body``."""
+    package = tmp_path / f"figures_{tmp_path.name.replace('-', '_')}"  # a new name per test
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, body in modules.items():
+        (package / f"{name}.py").write_text(
+            "import matplotlib.pyplot as plt\n\n"
+            "def good():\n    fig, ax = plt.subplots()\n    return fig\n\n" + body,
+            encoding="utf-8",
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return importlib.import_module(package.name)
+
+
+def test_hook_rejects_a_module_without_figures(tmp_path: Path, monkeypatch) -> None:
+    package = figure_package(tmp_path, monkeypatch, {"ch01": ""})
+    with pytest.raises(PluginError, match=r"ch01: expected a dict FIGURES"):
+        hook.load_figures(package)
+
+
+def test_hook_rejects_a_name_used_twice(tmp_path: Path, monkeypatch) -> None:
+    package = figure_package(
+        tmp_path, monkeypatch,
+        {"ch01": 'FIGURES = {"ch01-a": good}\n', "ch02": 'FIGURES = {"ch01-a": good}\n'},
     )
+    with pytest.raises(PluginError, match="ch02: figure name 'ch01-a' is already used"):
+        hook.load_figures(package)
 
 
-def test_hook_rejects_a_script_without_figures(tmp_path: Path) -> None:
-    write_script(tmp_path, "ch01.py", "")
-    with pytest.raises(PluginError, match="expected a dict FIGURES"):
-        hook.load_figures(tmp_path)
-
-
-def test_hook_rejects_a_name_used_twice(tmp_path: Path) -> None:
-    write_script(tmp_path, "ch01.py", 'FIGURES = {"ch01-a": good}\n')
-    write_script(tmp_path, "ch02.py", 'FIGURES = {"ch01-a": good}\n')
-    with pytest.raises(PluginError, match="'ch01-a' is already used"):
-        hook.load_figures(tmp_path)
-
-
-def test_hook_rejects_a_function_that_returns_no_figure(tmp_path: Path) -> None:
-    write_script(tmp_path, "ch01.py", 'FIGURES = {"ch01-a": good, "ch01-b": lambda: None}\n')
-    figures = hook.load_figures(tmp_path)
+def test_hook_rejects_a_function_that_returns_no_figure(tmp_path: Path, monkeypatch) -> None:
+    package = figure_package(
+        tmp_path, monkeypatch, {"ch01": 'FIGURES = {"ch01-a": good, "ch01-b": lambda: None}\n'}
+    )
+    figures = hook.load_figures(package)
     assert hook.render_svg("ch01-a", figures["ch01-a"]).lstrip().startswith(b"<?xml")
     with pytest.raises(PluginError, match="'ch01-b': expected a matplotlib Figure, got NoneType"):
         hook.render_svg("ch01-b", figures["ch01-b"])

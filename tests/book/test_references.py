@@ -1,4 +1,4 @@
-"""The references page, rendered from docs/references.bib by docs/hooks/references.py.
+"""The references page, rendered from docs/references.bib by tools/hooks/references.py.
 
 The .bib must parse, with unique lower-case keys and the fields every entry needs; the page lists
 every entry once, under its group, with its key as the paragraph's id; a broken entry stops the
@@ -191,7 +191,7 @@ def test_the_hook_fills_the_stub_and_is_registered() -> None:
         hook.on_page_markdown("# References\n", page=page, config=config, files=None)
     mkdocs = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
     hooks = re.search(r"^hooks:\n((?:  - .+\n)+)", mkdocs, flags=re.MULTILINE)
-    assert re.search(r"^  - docs/hooks/references.py\b", hooks.group(1), flags=re.MULTILINE)
+    assert re.search(r"^  - tools/hooks/references.py\b", hooks.group(1), flags=re.MULTILINE)
 
 
 CITATION_HREF = re.compile(r'href="((?:[^"#]*/)?references/(?:index\.html)?)#([^"]+)"')

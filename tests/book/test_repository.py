@@ -259,6 +259,29 @@ def test_licences_are_present_and_shown_in_the_site_footer() -> None:
     assert "MIT" in footer and "CC BY 4.0" in footer, footer
 
 
+def test_docs_holds_content_and_the_hooks_only_import_the_tooling() -> None:
+    # Code lives in packages and is imported; docs/ is what the site shows.
+    assert sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.py")) == []
+    hooks = mkdocs_config()["hooks"]
+    assert hooks and all(h.startswith("tools/hooks/") for h in hooks), hooks
+    for hook in hooks:
+        tree = ast.parse((REPO / hook).read_text(encoding="utf-8"))
+        body = [node for node in tree.body if not isinstance(node, ast.Expr)]  # past the docstring
+        assert [type(node) for node in body] == [ast.ImportFrom], f"{hook}: more than one import"
+        assert body[0].module == f"book.hooks.{Path(hook).stem}", f"{hook} imports {body[0].module}"
+
+
+def test_no_file_is_imported_by_its_path() -> None:
+    # Every module of the package and of the tooling is imported by name; only MkDocs loads the
+    # two-line hook files of mkdocs.yml by path.
+    loaders = re.compile(r"spec_from_file_location|SourceFileLoader|run_path\(|exec\(open\(")
+    found = [f"{path.relative_to(REPO)}:{n}" for place in (REPO / "src", REPO / "tools", REPO / "tests")
+             for path in place.rglob("*.py") if path.name != Path(__file__).name
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if loaders.search(line)]
+    assert found == []
+
+
 def test_browser_test_ids_are_accepted_with_the_group_xdist_prints(
     pytestconfig: pytest.Config,
 ) -> None:

@@ -12,7 +12,6 @@ from attention.bench import peaks as peaks_module
 from attention.bench.peaks import last_level_cache_bytes, measure_bandwidth, measure_matmul
 from attention.bench.roofline import kernel_bytes, machine_roof, plot_roofline, roof, roofline_points
 from attention.bench.timing import Timing
-from book.hooks.figures import load_script
 from book.constants import REPO
 
 FIXTURE = REPO / "tests/fixtures/bench/cpu-tiny.json"
@@ -138,7 +137,9 @@ def test_stream_bytes_are_counted_as_stream_counts_them(monkeypatch):
 
 
 def load_ch07():
-    return load_script(REPO / "docs/figures/ch07.py")
+    from book.figures import ch07  # the chapter's figure module, imported only by these tests
+
+    return ch07
 
 
 def test_chapter_figure_reads_the_results_file(tmp_path, monkeypatch):

@@ -1,9 +1,9 @@
 """MkDocs hook: render the book's figures from code on every build.
 
-Each script ``docs/figures/chNN.py`` (and ``appendix.py``, the appendix's measurements) defines
-``FIGURES = {"name": make_fn}``, where ``make_fn()``
-returns a ``matplotlib.figure.Figure`` drawn from the ``attention`` package. On every build this
-hook imports each script, renders each figure to SVG and adds it to the build as the generated
+Each module of :mod:`book.figures` (``chNN``, and ``appendix`` for the appendix's measurements)
+defines ``FIGURES = {"name": make_fn}``, where ``make_fn()`` returns a
+``matplotlib.figure.Figure`` drawn from the ``attention`` package. On every build this
+hook imports each module, renders each figure to SVG and adds it to the build as the generated
 file ``figures/<name>.svg``; a page links it as ``![alt text](../figures/<name>.svg)``, and
 ``mkdocs build --strict`` checks that link like any other. Nothing is written into docs/.
 
@@ -21,9 +21,10 @@ scrolls sideways in its own box instead (docs/stylesheets/figures.css).
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import io
 import math
+import pkgutil
 import re
 import shutil
 import subprocess
@@ -46,6 +47,9 @@ from mkdocs.structure.pages import Page  # noqa: E402
 
 from attention.plotting import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER  # noqa: E402
 
+from .. import figures  # noqa: E402
+from ..constants import MIN_TEXT_PX  # noqa: E402  (the smallest text a figure may show, CSS px)
+
 FIGURE_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 SVG_STYLE = {**BOOK_STYLE, "svg.hashsalt": "attention-book"}
 # The placeholder colours, as matplotlib writes them, and what the page puts in their place.
@@ -55,7 +59,6 @@ COLOURS = {
     ON_LIGHT_CELL: "var(--attn-on-light-cell, #000)",  # swapped in the dark theme (figures.css)
     ON_DARK_CELL: "var(--attn-on-dark-cell, #fff)",
 }
-from ..constants import MIN_TEXT_PX  # the smallest text a figure may show, in CSS pixels
 # An image of a generated figure, as Markdown writes it: <img alt="..." src="../figures/x.svg" />
 FIGURE_IMG = re.compile(
     r'<img alt="(?P<alt>[^"]*)" src="(?P<src>(?:\.\./)*figures/(?P<name>[a-z0-9-]+)\.svg)" ?/?>'
@@ -66,46 +69,46 @@ _child: tuple[subprocess.Popen, Path, list[str]] | None = None  # drawing them: 
 _command = "build"
 
 
-def figure_scripts(figures_dir: Path) -> list[Path]:
-    """Return the figure scripts in ``figures_dir`` (``chNN.py``, ``appendix.py``), sorted by name."""
-    return sorted(p for p in figures_dir.glob("*.py") if not p.name.startswith("_"))
+def figure_modules(package: ModuleType = figures) -> list[str]:
+    """Return the names of the modules of ``package`` (``book.figures.chNN``, ...), sorted."""
+    return sorted(
+        f"{package.__name__}.{m.name}"
+        for m in pkgutil.iter_modules(package.__path__)
+        if not m.name.startswith("_")
+    )
 
 
-def load_script(script: Path) -> ModuleType:
-    """Import the figure script ``script``, a fresh module on every call (so that `mkdocs serve`
-    picks up an edited script). Figure scripts are content, in docs/figures/, not a package: this
-    is the one place that loads them."""
-    spec = importlib.util.spec_from_file_location(f"_book_figures_{script.stem}", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load_module(name: str) -> ModuleType:
+    """Import the figure module ``name``, afresh under `mkdocs serve` (so that edits show)."""
+    module = importlib.import_module(name)
+    return importlib.reload(module) if _command == "serve" else module
 
 
-def load_figures(figures_dir: Path) -> dict[str, Callable[[], Figure]]:
-    """Import every figure script and return all their figure functions by figure name.
+def load_figures(package: ModuleType = figures) -> dict[str, Callable[[], Figure]]:
+    """Import every figure module of ``package`` and return their figure functions by name.
 
     Raises:
-        PluginError: if a script has no ``FIGURES`` dict, a name is not a lowercase slug
-            (``ch02-weights-heatmap``), a value is not callable, or two scripts use one name.
+        PluginError: if a module has no ``FIGURES`` dict, a name is not a lowercase slug
+            (``ch02-weights-heatmap``), a value is not callable, or two modules use one name.
     """
     found: dict[str, Callable[[], Figure]] = {}
-    for script in figure_scripts(figures_dir):
-        figures = getattr(load_script(script), "FIGURES", None)
-        if not isinstance(figures, dict):
-            found_type = type(figures).__name__
+    for module in figure_modules(package):
+        figures_ = getattr(load_module(module), "FIGURES", None)
+        if not isinstance(figures_, dict):
+            found_type = type(figures_).__name__
             raise PluginError(
-                f"{script}: expected a dict FIGURES = {{name: function}}, got {found_type}"
+                f"{module}: expected a dict FIGURES = {{name: function}}, got {found_type}"
             )
-        for name, make in figures.items():
+        for name, make in figures_.items():
             if not isinstance(name, str) or not FIGURE_NAME.fullmatch(name):
                 raise PluginError(
-                    f"{script}: expected a figure name like 'ch02-weights-heatmap', got {name!r}"
+                    f"{module}: expected a figure name like 'ch02-weights-heatmap', got {name!r}"
                 )
             if not callable(make):
-                raise PluginError(f"{script}: expected a function for {name!r}, got {make!r}")
+                raise PluginError(f"{module}: expected a function for {name!r}, got {make!r}")
             if name in found:
                 raise PluginError(
-                    f"{script}: figure name {name!r} is already used by another script"
+                    f"{module}: figure name {name!r} is already used by another module"
                 )
             found[name] = make
     return found
@@ -189,28 +192,26 @@ def on_pre_build(config: MkDocsConfig) -> None:
             del sys.modules[module]
 
 
-def render_all(figures_dir: Path, out_dir: Path) -> None:
-    """Render every figure of ``figures_dir`` into ``out_dir/<name>.svg``."""
-    for name, make in load_figures(figures_dir).items():
+def render_all(out_dir: Path) -> None:
+    """Render every figure into ``out_dir/<name>.svg``."""
+    for name, make in load_figures().items():
         (out_dir / f"{name}.svg").write_bytes(render_svg(name, make))
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     """Start rendering every figure, and add each to the build as ``figures/<name>.svg``.
 
-    The figures are drawn in a child process (``python -P -m book.hooks.figures FIGURES_DIR
-    OUT_DIR``)
-    while this one renders the pages, on another core: drawing them takes about half of the
-    build's time. The scripts are imported here too, so that a bad name fails at once, and the
+    The figures are drawn in a child process (``python -P -m book.hooks.figures OUT_DIR``) while
+    this one renders the pages, on another core: drawing them takes about half of the build's
+    time. The modules are imported here too, so that a bad name fails at once, and the
     child's SVG files are read in ``on_env``, before any is copied or put into a page.
     """
     global _child
-    figures_dir = Path(config.docs_dir) / "figures"
-    names = list(load_figures(figures_dir))
+    names = list(load_figures())
     out_dir = Path(tempfile.mkdtemp(prefix="book-figures-"))
     log = (out_dir / "stderr.txt").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-P", "-m", "book.hooks.figures", str(figures_dir), str(out_dir)],
+        [sys.executable, "-P", "-m", "book.hooks.figures", str(out_dir)],
         stdout=log, stderr=subprocess.STDOUT,
     )
     _child = (process, out_dir, names)
@@ -255,4 +256,4 @@ def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
 
 
 if __name__ == "__main__":  # the child process started by on_files
-    render_all(Path(sys.argv[1]), Path(sys.argv[2]))
+    render_all(Path(sys.argv[1]))

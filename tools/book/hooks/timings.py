@@ -4,7 +4,7 @@ On every build the results files in ``docs/appendix/results/`` are loaded and va
 malformed one stops the build, naming the file and the field). On each appendix page the marker
 ``<!-- timings:run STEM -->`` becomes that run's section, ``<!-- timings:runs -->`` the table of
 all runs, and every ``{{ query }}`` a number read from the results (book.timings.facts). The
-figures are drawn by the figure hook, from docs/figures/appendix.py.
+figures are drawn by the figure hook, from tools/book/figures/appendix.py.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from attention import TinyTransformer, kv_cache_bytes, latent_cache_bytes, weights_read_per_token
+from book.constants import DOCS
 
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "appendix" / "results"
+RESULTS_DIR = DOCS / "appendix" / "results"
 RESULTS = RESULTS_DIR / "cpu.json"
 # The runs with decode rows, and how the figure names their device.
 DEVICES = {"cpu.json": "CPU (2 cores)", "cuda-h100-quick.json": "H100", "cuda-h200.json": "H200"}

@@ -20,8 +20,9 @@ from matplotlib.figure import Figure
 from attention.linear import favor_attention, favor_error_variance, random_projection
 from attention.masks import and_masks, causal, global_tokens, or_masks, sliding_window, to_dense
 from attention.plotting import invert_in_dark
+from book.constants import DOCS
 
-RESULTS = Path(__file__).resolve().parents[1] / "appendix" / "results" / "cpu-linear.json"
+RESULTS = DOCS / "appendix" / "results" / "cpu-linear.json"
 FEATURES = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 IID_COLOR, ORTHOGONAL_COLOR, PREDICTED_COLOR = "#d95f02", "#1b9e77", "#7570b3"
 VARIANT_STYLES = {

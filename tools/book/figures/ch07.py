@@ -8,7 +8,6 @@ bfloat16).
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -22,6 +21,7 @@ from attention.bench.flops import device_bandwidth, device_peak
 from attention.bench.roofline import machine_roof, plot_roofline, roofline_points
 from attention.memory import MemoryTracker
 from attention.plotting import INK, PAPER
+from book.constants import DOCS
 
 EXPLICIT_COLOR = "#d95f02"
 FLASH_COLOR = "#1b9e77"
@@ -201,7 +201,7 @@ def roofline() -> Figure:
     return fig
 
 
-CPU_RESULTS = Path(__file__).resolve().parents[1] / "appendix" / "results" / "cpu.json"
+CPU_RESULTS = DOCS / "appendix" / "results" / "cpu.json"
 
 
 def measured_roofline() -> Figure:
