@@ -233,6 +233,11 @@ def test_schema_names_the_field_out_of_place(tiny_run):
     ok_row["median_s"] = None
     with pytest.raises(ValueError, match=r"results\[\d+\]\.median_s"):
         validate_results(broken)
+    for key, value, message in [("tflops", 0.0, "a positive number"), ("iqr_s", -1.0, "a number >= 0")]:
+        broken = copy.deepcopy(tiny_run)
+        next(r for r in broken["results"] if r["status"] == "ok")[key] = value
+        with pytest.raises(ValueError, match=rf"results\[\d+\]\.{key}: expected {message}"):
+            validate_results(broken)
     broken = copy.deepcopy(tiny_run)
     del broken["provenance"]["torch"]
     with pytest.raises(ValueError, match="provenance: expected key 'torch'"):

@@ -59,6 +59,20 @@ def _to_json(row: object) -> dict[str, Any]:
     return {JSON_NAMES.get(k, k): v for k, v in dataclasses.asdict(row).items()}
 
 
+def _check_status(row: Any, where: str, positive: tuple[str, ...]) -> None:
+    """A known ``status``; an "ok" row has a positive number in each field of ``positive``, and any
+    other row a ``reason``. ValueError names the field out of place."""
+    if row.status not in STATUSES:
+        raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row.status!r}")
+    if row.status == "ok":
+        for key in positive:
+            value = getattr(row, key)
+            if value is None or not value > 0:
+                raise ValueError(f"{where}.{key}: expected a positive number for an ok row, got {value!r}")
+    elif not row.reason:
+        raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
+
+
 @dataclass(frozen=True)
 class Row:
     """One variant on one problem: checked against float64, then timed; or why it was not.
@@ -98,18 +112,12 @@ class Row:
     def from_json(cls, data: object, where: str = "row") -> Row:
         """A row from its JSON object; ValueError names ``where`` and the field out of place."""
         row = _from_json(cls, data, where)
-        if row.status not in STATUSES:
-            raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row.status!r}")
+        _check_status(row, where, positive=("median_s", "flops", "tflops"))
         if row.status == "ok":
-            for key in ("median_s", "iqr_s", "flops", "tflops"):
-                if getattr(row, key) is None or getattr(row, key) < 0:
-                    raise ValueError(f"{where}.{key}: expected a number >= 0 for an ok row, got {getattr(row, key)!r}")
-            if row.median_s <= 0:
-                raise ValueError(f"{where}.median_s: expected a positive time, got {row.median_s}")
+            if row.iqr_s is None or row.iqr_s < 0:
+                raise ValueError(f"{where}.iqr_s: expected a number >= 0 for an ok row, got {row.iqr_s!r}")
             if not row.backend:
                 raise ValueError(f"{where}.backend: expected the kernel that ran, got {row.backend!r}")
-        elif not row.reason:
-            raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
         return row
 
     def to_json(self) -> dict[str, Any]:
@@ -197,14 +205,7 @@ class MaskRow:
         if sum(row.lengths) != row.t:
             raise ValueError(f"{where}.lengths: expected document lengths summing to t={row.t}, "
                              f"got {row.lengths}")
-        if row.status not in STATUSES:
-            raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row.status!r}")
-        if row.status == "ok":
-            for key in ("median_s", "tflops"):
-                if getattr(row, key) is None or not getattr(row, key) > 0:
-                    raise ValueError(f"{where}.{key}: expected a positive number, got {getattr(row, key)!r}")
-        elif not row.reason:
-            raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
+        _check_status(row, where, positive=("median_s", "tflops"))
         return row
 
     def to_json(self) -> dict[str, Any]:
@@ -245,17 +246,10 @@ class LinearRow:
     def from_json(cls, data: object, where: str = "linear row") -> LinearRow:
         """A linear row from its JSON object; ValueError names the field out of place."""
         row = _from_json(cls, data, where)
-        if row.status not in STATUSES:
-            raise ValueError(f"{where}.status: expected one of {STATUSES}, got {row.status!r}")
-        if row.status == "ok":
-            for key in ("median_s", "flops", "tflops"):
-                if getattr(row, key) is None or not getattr(row, key) > 0:
-                    raise ValueError(f"{where}.{key}: expected a positive number, got {getattr(row, key)!r}")
-            if row.max_rel_err is None or row.max_rel_err < 0:
-                raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
-                                 f"got {row.max_rel_err!r}")
-        elif not row.reason:
-            raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
+        _check_status(row, where, positive=("median_s", "flops", "tflops"))
+        if row.status == "ok" and (row.max_rel_err is None or row.max_rel_err < 0):
+            raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
+                             f"got {row.max_rel_err!r}")
         return row
 
     def to_json(self) -> dict[str, Any]:
