@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from ._checks import check_dropout, check_heads, check_sizes
 from .functional import additive_causal_mask, attention_weights
-from .inference import Cache
+from .inference import Cache, RollingKVCache, _visible
 from .norms import make_norm
 from .positions import RotaryEmbedding
 
@@ -68,16 +68,28 @@ class BlockAttention(nn.Module):
             self.q_norm = make_norm(qk_norm, d_h, norm_eps, bias)
             self.k_norm = make_norm(qk_norm, d_h, norm_eps, bias)
 
-    def _mask(self, t: int, t_k: int, attn_mask: Tensor | None, x: Tensor) -> Tensor | None:
+    def _mask(
+        self, t: int, t_k: int, attn_mask: Tensor | None, x: Tensor, cache: Cache | None
+    ) -> Tensor | None:
         """The additive mask M (..., t, t_k): the causal mask plus ``attn_mask``, if any.
 
         The causal mask is aligned bottom-right: the t queries are the last t of the t_k keys.
+        A :class:`~attention.RollingKVCache` returns only the keys its window (and sinks) keep;
+        their positions give the mask instead, so that every query of a chunk sees its own
+        window, not the first one's.
         """
         if not self.causal:
             return attn_mask
-        causal = additive_causal_mask(
-            t, t_k, dtype=x.dtype, device=x.device, alignment="bottom_right"
-        )  # (t, t_k)
+        if isinstance(cache, RollingKVCache):
+            query_pos = torch.arange(cache.length - t, cache.length, device=x.device)  # (t,)
+            visible = _visible(query_pos, cache.key_positions, cache.window, cache.sinks)
+            causal = torch.zeros(t, t_k, dtype=x.dtype, device=x.device).masked_fill(
+                ~visible, float("-inf")
+            )  # (t, t_k)
+        else:
+            causal = additive_causal_mask(
+                t, t_k, dtype=x.dtype, device=x.device, alignment="bottom_right"
+            )  # (t, t_k)
         if attn_mask is None:
             return causal
         if attn_mask.dtype == torch.bool:
@@ -90,7 +102,8 @@ class BlockAttention(nn.Module):
         """SA(x) (b, t, d) and the attention weights A (b, h, t, t_k) it applied to the values.
 
         Without a cache t_k = t; with one, x's keys and values are appended to it and the t
-        queries attend to all t_k = n + t cached tokens, x's first token at position n.
+        queries attend to all t_k = n + t cached tokens, x's first token at position n (to those
+        within the window and the sinks of a :class:`~attention.RollingKVCache`).
         """
         b, t, _ = x.shape
         h, d_h = self.num_heads, self.d_h
@@ -106,7 +119,7 @@ class BlockAttention(nn.Module):
         if cache is not None:
             keys, values = cache.append(keys, values)  # (b, h, t_k, d_h) each
         dropout_p = self.dropout if self.training else 0.0
-        mask = self._mask(t, keys.shape[2], attn_mask, x)
+        mask = self._mask(t, keys.shape[2], attn_mask, x, cache)
         attn_weights = attention_weights(queries, keys, mask, dropout_p)  # (b, h, t, t_k)
         context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b,t,d)
         return self.proj_dropout(self.out_proj(context)), attn_weights

@@ -119,6 +119,28 @@ def test_a_rolling_cache_alone_keeps_positions_in_the_text() -> None:
     assert (a[:, 5:] - b[:, 5:]).abs().max() > 1e-6  # then the sink is elsewhere in each
 
 
+@pytest.mark.parametrize(("w", "sinks"), WINDOWS)
+@pytest.mark.parametrize("chunk", [1, 3, 5])
+def test_a_rolling_cache_in_chunks_is_the_model_under_the_window_mask(
+    w: int, sinks: int, chunk: int
+) -> None:
+    # Positions in the text, so the cached model must equal the whole sequence under the window
+    # and sinks mask, whatever the size of the chunks it is fed in, evictions included.
+    model = _model(2)
+    idx = torch.randint(16, (2, 15), generator=torch.Generator().manual_seed(6))
+    mask = sink_window_mask(15, 15, w, sinks)  # (t, t)
+    with torch.no_grad():
+        x = model.tok_emb(idx)
+        for block in model.blocks:
+            x = block(x, attn_mask=mask)
+        reference = model.lm_head(model.final_norm(x))
+        cache = ModelKVCache(
+            [RollingKVCache(2, 2, w, 8, dtype=torch.float64, sinks=sinks) for _ in model.blocks]
+        )
+        chunks = [model(idx[:, i:i + chunk], cache=cache) for i in range(0, 15, chunk)]
+    torch.testing.assert_close(torch.cat(chunks, dim=1), reference, atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
