@@ -394,3 +394,14 @@ def test_gpu_peaks_measure_a_bf16_matmul_and_a_copy():
     assert mm["tflops"] == pytest.approx(max(2 * r["n"] ** 3 / r["median_s"] for r in mm["matmul"]["sizes"]) / 1e12)
     assert bw["stream"]["copy"]["bytes"] == 2 * 65536 and bw["bytes_per_s"] > 0
     assert "bfloat16 torch.mm" in mm["source"] and "STREAM copy and triad" in bw["source"]
+
+
+def test_the_last_line_counts_the_rows_of_every_part_that_ran():
+    from attention.bench.cli import rows_summary
+
+    ok, skipped = {"status": "ok"}, {"status": "skipped"}
+    doc = {"results": [], "masks": [ok, ok, skipped], "linear": [ok], "complete": True}
+    assert rows_summary(doc) == "2 of 3 masks rows ok, 1 of 1 linear rows ok"
+    doc = {"results": [ok, skipped], "complete": False, "stopped": "time budget spent after 2 rows"}
+    assert rows_summary(doc) == "1 of 2 sweep rows ok (time budget spent after 2 rows)"
+    assert rows_summary({"results": [], "complete": True}) == "no timed rows"

@@ -299,7 +299,16 @@ def main(argv: list[str] | None = None) -> dict:
         save()
     doc["complete"] = "stopped" not in doc
     save()
-    ok = sum(row["status"] == "ok" for row in doc["results"])
-    done = "" if doc["complete"] else f" ({doc['stopped']})"
-    _say(f"wrote {output}: {ok} of {len(doc['results'])} rows ok{done}")
+    _say(f"wrote {output}: {rows_summary(doc)}")
     return doc
+
+
+def rows_summary(doc: dict) -> str:
+    """How many timed rows of each part came out ok, and why the run stopped early, if it did."""
+    counts = [
+        f"{sum(row['status'] == 'ok' for row in doc[key])} of {len(doc[key])} {name} rows ok"
+        for key, name in (("results", "sweep"), ("masks", "masks"), ("linear", "linear"))
+        if doc.get(key)
+    ]
+    done = "" if doc.get("complete", True) else f" ({doc['stopped']})"
+    return (", ".join(counts) or "no timed rows") + done
