@@ -292,3 +292,11 @@ def test_browser_test_ids_are_accepted_with_the_group_xdist_prints(
     assert without_browser_group(printed) == printed.removesuffix("@browser-desktop")
     kept = "tests/test_x.py::test_mail[a@browser-desktop.org]"
     assert without_browser_group(kept) == kept
+
+
+def test_every_folder_of_the_tooling_is_a_package_an_install_ships() -> None:
+    # An install finds packages by their __init__.py (tools/pyproject.toml's packages.find); a
+    # folder without one imports in the editable install, as a namespace package, but is left out
+    # of a wheel.
+    folders = {p.parent for p in (REPO / "tools" / "book").rglob("*.py") if "__pycache__" not in p.parts}
+    assert sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").is_file()) == []
