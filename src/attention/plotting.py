@@ -3,7 +3,7 @@
 Notation: t_q number of queries (rows of the heatmap), t_k number of keys (columns).
 matplotlib is imported inside the functions, so ``import attention`` does not need it.
 
-``BOOK_STYLE`` is the matplotlib style the site's figures are drawn in (tools/hooks/figures.py
+``BOOK_STYLE`` is the matplotlib style the site's figures are drawn in (tools/book/hooks/figures.py
 applies it): text kept as SVG text, a transparent background, and two placeholder colours that
 the site swaps for the page's own: ``INK`` (text, axes, ticks) becomes the text colour, ``PAPER``
 (legend and label boxes) the background colour, so a figure reads in the light and the dark theme.

@@ -1,11 +1,10 @@
 """Rules every page of the book keeps: citations that resolve both ways, no private torch API.
 
-A citation is a link ``references.md#key``; each entry of docs/references.bib becomes a paragraph
-of the references page with its key as id (tools/hooks/references.py). The strict build fails on a
+A citation is a link ``references.md#key``; each entry of docs/references.bib becomes a paragraph of
+the references page with its key as id (tools/book/hooks/references.py). The strict build fails on a
 link to a missing id; these tests also catch an entry nobody cites, a key defined twice, and
-teaching code that reaches into torch's
-private modules (``torch.utils._python_dispatch``, ``Tensor._materialize``), which any release
-may rename.
+teaching code that reaches into torch's private modules (``torch.utils._python_dispatch``,
+``Tensor._materialize``), which any release may rename.
 """
 
 import json

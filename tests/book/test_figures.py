@@ -1,6 +1,6 @@
-"""The book's figures: every function in tools/book/figures/chNN.py draws a figure with Axes, which the
-build hook (tools/hooks/figures.py) puts into the built site as reproducible SVG; and the figures
-show what their captions say: the right numbers, queries as rows and keys as columns."""
+"""The book's figures: every function in tools/book/figures/chNN.py draws a figure with Axes, which
+the build hook (tools/book/hooks/figures.py) puts into the built site as reproducible SVG; and the
+figures show what their captions say: the right numbers, queries as rows and keys as columns."""
 
 from __future__ import annotations
 

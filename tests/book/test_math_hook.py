@@ -1,6 +1,6 @@
-"""The book's math: tools/hooks/math.py typesets it at build time with KaTeX, numbers equations with
-anchors, links every "equation (x.y)" of the prose to its equation, and keeps TeX out of the search
-index: the hook's functions, called directly. The built site's math is checked in
+"""The book's math: tools/book/hooks/math.py typesets it at build time with KaTeX, numbers equations
+with anchors, links every "equation (x.y)" of the prose to its equation, and keeps TeX out of the
+search index: the hook's functions, called directly. The built site's math is checked in
 tests/site/test_site_math.py, and what a browser shows in tests/browser/test_math.py.
 """
 

@@ -1,7 +1,7 @@
 """Notebooks that run anywhere: every chapter as a notebook made from its page, the exercise
 notebooks, their install cell and Colab link, and no link that breaks outside the site.
 
-The chapter notebooks are made by tools/hooks/notebooks.py on every build; the copies in
+The chapter notebooks are made by tools/book/hooks/notebooks.py on every build; the copies in
 notebooks/ (which "Open in Colab" opens from the repository) must equal them.
 """
 

@@ -1,4 +1,4 @@
-"""The references page, rendered from docs/references.bib by tools/hooks/references.py.
+"""The references page, rendered from docs/references.bib by tools/book/hooks/references.py.
 
 The .bib must parse, with unique lower-case keys and the fields every entry needs; the page lists
 every entry once, under its group, with its key as the paragraph's id; a broken entry stops the

@@ -1,6 +1,6 @@
 """Figures on a phone and in the dark theme, the book on paper, and the PDF edition.
 
-- Figures (tools/hooks/figures.py puts each SVG into its page): on a 1280 px desktop no text of
+- Figures (tools/book/hooks/figures.py puts each SVG into its page): on a 1280 px desktop no text of
   the heatmaps with numbers in their cells renders under 9 CSS pixels (every page at 390 px is
   checked on the crawl of test_reader_experience.py; a wide figure scrolls in its own box instead
   of shrinking), and the text is SVG text, not paths; in the dark theme the ink is light and
@@ -9,7 +9,7 @@
   a shadow on each edge past which more of it lies, and a figure that fits shows none.
 - Print (docs/stylesheets/print.css): under print media, closed exercise and solution boxes show
   their content, and copy buttons, navigation and the notebook links do not show.
-- The whole-book page (tools/hooks/print_page.py) holds the preface and every chapter, and
+- The whole-book page (tools/book/hooks/print_page.py) holds the preface and every chapter, and
   `python -m book pdf` (tools/book/pdf.py) prints it to a PDF that names every chapter.
 
 Screenshots of a chapter at 390 px light, 390 px dark and printed go to artifacts/screenshots/.

@@ -26,9 +26,13 @@ def main(argv: list[str]) -> None:
         from .screenshot import main as screenshot_main
 
         screenshot_main(rest)
+    elif command in ("-h", "--help"):
+        print(__doc__)
     else:
-        raise SystemExit(__doc__ if command in ("-h", "--help") else
-                         f"python -m book: expected the command notebooks, pdf or screenshot, got {command!r}\n{__doc__}")
+        raise SystemExit(
+            f"python -m book: expected the command notebooks, pdf or screenshot, got {command!r}\n"
+            f"{__doc__}"
+        )
 
 
 if __name__ == "__main__":

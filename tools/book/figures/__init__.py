@@ -3,5 +3,5 @@
 
 Each module defines ``FIGURES = {"name": make}``, where ``make()`` returns a matplotlib Figure;
 the figure hook (:mod:`book.hooks.figures`) draws each into the site as ``figures/<name>.svg``,
-and the chapters show these modules' source under their figures.
+and chapters 1 to 7 and 9 show their module's source under their figures.
 """

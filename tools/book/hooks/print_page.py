@@ -7,9 +7,9 @@ page; other relative links (figures, the references, the appendix) are rewritten
 ``print/``. The page is left out of search, which already has every chapter.
 
 The PDF edition is made from this page after the build, by headless Chromium:
-``python `python -m book pdf` site/`` writes ``site/print/attention-book.pdf`` and puts its download
-link on the print page (.ci/run does it after ``mkdocs build``). docs/stylesheets/print.css opens
-the exercise and solution boxes and hides buttons and navigation on paper.
+``python -m book pdf site/`` writes ``site/print/attention-book.pdf`` and puts its download link
+on the print page (.ci/run does it after ``mkdocs build``). docs/stylesheets/print.css opens the
+exercise and solution boxes and hides buttons and navigation on paper.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ hide:
 # The whole book
 
 {PDF_PLACEHOLDER}The preface and every chapter on one page, to print (exercises and solutions
-print open). The PDF edition is made from this page by <code>python `python -m book pdf` site/</code>
+print open). The PDF edition is made from this page by <code>python -m book pdf site/</code>
 after the build.</p>
 """
 URL_ATTR = re.compile(r'(?P<attr>\b(?:href|src)=")(?P<url>[^"]*)(")')

@@ -1,8 +1,9 @@
 """The appendix's figures: functions that draw a run's measurements as matplotlib Figures.
 
-They go through the book's figure pipeline like every chapter's figure (tools/book/figures/appendix.py
-lists them; tools/hooks/figures.py draws them in the book's style, keeps their text as text, gives
-them the dark theme's colours and sizes them so that their smallest text is legible on a phone).
+They go through the book's figure pipeline like every chapter's figure
+(tools/book/figures/appendix.py lists them; tools/book/hooks/figures.py draws them in the book's
+style, keeps their text as text, gives them the dark theme's colours and sizes them so that their
+smallest text is legible on a phone).
 So they are drawn narrow, 5.4 inches, the two passes one above the other, and every variant keeps
 one colour and marker on every figure of the appendix.
 """
