@@ -55,8 +55,12 @@ def _from_json(cls: type[T], data: object, where: str) -> T:
     return cls(**values)
 
 
-def _to_json(row: object) -> dict[str, Any]:
-    return {JSON_NAMES.get(k, k): v for k, v in dataclasses.asdict(row).items()}
+class _JsonRow:
+    """What every kind of row shares: ``to_json``, the inverse of its ``from_json``."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as its JSON object."""
+        return {JSON_NAMES.get(k, k): v for k, v in dataclasses.asdict(self).items()}
 
 
 def _check_status(row: Any, where: str, positive: tuple[str, ...]) -> None:
@@ -74,7 +78,7 @@ def _check_status(row: Any, where: str, positive: tuple[str, ...]) -> None:
 
 
 @dataclass(frozen=True)
-class Row:
+class Row(_JsonRow):
     """One variant on one problem: checked against float64, then timed; or why it was not.
 
     ``status`` is "ok" (then the time, FLOPs and TFLOP/s are numbers and ``backend`` names the
@@ -120,16 +124,12 @@ class Row:
                 raise ValueError(f"{where}.backend: expected the kernel that ran, got {row.backend!r}")
         return row
 
-    def to_json(self) -> dict[str, Any]:
-        """The row as its JSON object."""
-        return _to_json(self)
-
 
 DECODE_CONFIG = ("vocab_size", "d_model", "num_heads", "num_layers", "context_length")
 
 
 @dataclass(frozen=True)
-class DecodeRow:
+class DecodeRow(_JsonRow):
     """Greedy decoding of one model, with or without the KV cache: its speed and its cache."""
 
     model: str
@@ -163,13 +163,9 @@ class DecodeRow:
                 raise ValueError(f"{where}.config.{key}: expected int, got {value!r}")
         return row
 
-    def to_json(self) -> dict[str, Any]:
-        """The row as its JSON object."""
-        return _to_json(self)
-
 
 @dataclass(frozen=True)
-class MaskRow:
+class MaskRow(_JsonRow):
     """One form of chapter 11's causal document mask on one packed row (attention.bench.masks).
 
     ``lengths`` are the packed documents, summing to ``t``; ``scores_formed`` the entries of the
@@ -208,13 +204,9 @@ class MaskRow:
         _check_status(row, where, positive=("median_s", "tflops"))
         return row
 
-    def to_json(self) -> dict[str, Any]:
-        """The row as its JSON object."""
-        return _to_json(self)
-
 
 @dataclass(frozen=True)
-class LinearRow:
+class LinearRow(_JsonRow):
     """Chapter 12's linear attention in one form, or causal softmax attention, at one length t
     (attention.bench.linear).
 
@@ -251,7 +243,3 @@ class LinearRow:
             raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
                              f"got {row.max_rel_err!r}")
         return row
-
-    def to_json(self) -> dict[str, Any]:
-        """The row as its JSON object."""
-        return _to_json(self)

@@ -7,6 +7,8 @@ first (it stays in view while a wide table scrolls on a phone).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from attention.bench.roofline import machine_roof, roofline_points
 from attention.bench.rows import LinearRow, MaskRow, Row
 
@@ -27,20 +29,27 @@ def batch_note(rows: list[Row]) -> str:
     return f"$b \\cdot t = {b0 * t0:,}$ tokens: $b = {b0}$ at $t = {t0}$ … $b = {b1}$ at $t = {t1}$"
 
 
-def time_table(rows: list[Row], pass_name: str) -> str:
-    """Variants × t: median milliseconds per call, the fastest at each t in bold."""
-    ok = _ok(rows)
-    ts = sorted({r.t for r in rows})
+def time_grid(variants: Iterable[str], ts: list[int], ok: list) -> list[list[str]]:
+    """One table row per variant: its median ms at each t ("—" where it has none), the fastest
+    ok row at each t in bold."""
     fastest = {t: min((r.median_s for r in ok if r.t == t), default=None) for t in ts}
     cell = {(r.variant, r.t): r for r in ok}
     body = []
-    for name in dict.fromkeys(r.variant for r in ok):
+    for name in variants:
         cells = []
         for t in ts:
             row = cell.get((name, t))
             text = "—" if row is None else ms(row.median_s)
             cells.append(f"**{text}**" if row is not None and row.median_s == fastest[t] else text)
         body.append([code(name), *cells])
+    return body
+
+
+def time_table(rows: list[Row], pass_name: str) -> str:
+    """Variants × t: median milliseconds per call, the fastest at each t in bold."""
+    ok = _ok(rows)
+    ts = sorted({r.t for r in rows})
+    body = time_grid(dict.fromkeys(r.variant for r in ok), ts, ok)
     caption = f"Median time per call in ms, {pass_name}; the fastest at each $t$ in bold; {batch_note(rows)}."
     return table(["variant", *(f"$t = {t}$" for t in ts)], body, [False] + [True] * len(ts), caption)
 
@@ -277,16 +286,7 @@ def linear_table(run: Run) -> str:
     rows = [LinearRow.from_json(r, f"{run.stem}.json: linear[{i}]") for i, r in enumerate(run.doc.get("linear", []))]
     ok = [r for r in rows if r.status == "ok"]
     ts = sorted({r.t for r in rows})
-    fastest = {t: min(r.median_s for r in ok if r.t == t) for t in ts if any(r.t == t for r in ok)}
-    cell = {(r.variant, r.t): r for r in ok}
-    body = []
-    for name in dict.fromkeys(r.variant for r in rows):
-        cells = []
-        for t in ts:
-            r = cell.get((name, t))
-            text = "—" if r is None else ms(r.median_s)
-            cells.append(f"**{text}**" if r is not None and r.median_s == fastest[t] else text)
-        body.append([code(name), *cells])
+    body = time_grid(dict.fromkeys(r.variant for r in rows), ts, ok)
     first = rows[0]
     by_t = sorted({(r.t, r.b) for r in rows})
     tokens = f"{by_t[0][0] * by_t[0][1]:,}".replace(",", "{,}")  # a thousands comma in TeX
