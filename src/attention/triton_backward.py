@@ -1,4 +1,5 @@
-"""FlashAttention's backward pass as three Triton kernels (FlashAttention-2's, dQ in a pass of its own).
+"""FlashAttention's backward pass as Triton kernels: dQ in a pass of its own (the default,
+deterministic), or added up with atomics inside the dK/dV pass (FlashAttention-2's way).
 
 Notation (see CONTRIBUTING.md):
     b        batch size
@@ -17,12 +18,17 @@ Masks, block ranges and the tuning lists are those of :mod:`attention.triton_for
 - ``_backward_dkdv``, grid (t_k / BLOCK_N, b·h_kv): a program holds one block of K and V and walks
   over the query blocks of the g query heads that share them, recomputing P = 2^(c·Q Kᵀ - lse) tile by
   tile, and accumulates dK and dV in registers; each is written once. No (t_q, t_k) matrix exists.
-- ``_backward_dq``, grid (t_q / BLOCK_M, b·h): a program holds one block of Q and dZ and walks
-  over the key blocks again, accumulating dQ. A second pass, not atomic additions into a float32
-  dQ shared by the dK/dV programs (FlashAttention-2's way): it recomputes S and dP once more (7
-  products per tile instead of 5), but no two programs write the same memory, so the result
-  does not depend on the order the programs run in, needs no float32 buffer and no conversion
-  kernel, and runs the same in Triton's interpreter.
+  With ``ATOMIC_DQ`` it also adds each tile's dS K to a float32 dQ in HBM with atomic additions,
+  five products per tile in all, and dQ is rounded to the input type once at the end.
+- ``_backward_dq`` (deterministic only), grid (t_q / BLOCK_M, b·h): a program holds one block of Q
+  and dZ and walks over the key blocks again, accumulating dQ. It recomputes S and dP once more (7
+  products per tile instead of 5), but no two programs write the same memory, so the result does
+  not depend on the order the programs run in and needs no float32 buffer; atomic additions of
+  floats in a varying order give results that vary in their last bits from run to run.
+
+Learned sinks need nothing in these kernels: the forward pass's lse includes the sink, so P is
+right, and the sink's own gradient, -Σ_i P_sink,i · D_i over the rows of its head, is a sum in
+PyTorch at the end.
 """
 
 import torch
@@ -31,8 +37,8 @@ import triton.language as tl
 from torch import Tensor
 
 from .triton_forward import (
-    DKDV_CONFIGS, DQ_CONFIGS, INTS, LOG2E, PREPROCESS_BLOCK, _query_range, _key_range, _tile, _visible,
-    _launch, _mask_args, _tuned,
+    DKDV_CONFIGS, DQ_CONFIGS, INTS, LOG2E, PREPROCESS_BLOCK, _block_start, _query_range, _key_range, _tile,
+    _visible, _launch, _mask_args, _tuned, launched_config,
 )
 
 
@@ -53,10 +59,12 @@ def _preprocess(O, DO, DELTA, stride_ob, stride_oh, stride_ot, stride_od,
 
 
 @triton.jit
-def _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, stride_qt, stride_dot, keys, start, end,
-               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-               MASKED: tl.constexpr, BLOCK_M: tl.constexpr):
-    """dK and dV of one key block, summed over the query blocks in [start, end)."""
+def _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, dq_ptrs, stride_qt, stride_dot, stride_dqt, keys,
+               start, end, T_Q, T_K, OFFSET, WINDOW, qk_scale, sm_scale, IS_CAUSAL: tl.constexpr,
+               HAS_WINDOW: tl.constexpr, MASKED: tl.constexpr, BLOCK_M: tl.constexpr,
+               ATOMIC_DQ: tl.constexpr):
+    """dK and dV of one key block, summed over the query blocks in [start, end); with ATOMIC_DQ,
+    each tile's share of dQ added to the float32 dQ at ``dq_ptrs``."""
     for start_m in range(start, end, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
         if MASKED:
@@ -78,18 +86,25 @@ def _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, stride_qt, s
         dp_t = tl.dot(v, tl.trans(do))  # (BLOCK_N, BLOCK_M): dPᵀ = V dZᵀ
         ds_t = p_t * (dp_t - delta[None, :])  # (BLOCK_N, BLOCK_M): dSᵀ = Pᵀ ∘ (dPᵀ - D)
         dk += tl.dot(ds_t.to(q.dtype), q)  # (BLOCK_N, D_H): dK += dSᵀ Q, scaled at the end
+        if ATOMIC_DQ:  # the fifth product: dQ += scale · dS K, added by every key block's program
+            dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale  # (BLOCK_M, D_H)
+            if MASKED:
+                tl.atomic_add(dq_ptrs + start_m * stride_dqt, dq, mask=rows[:, None] < T_Q)
+            else:
+                tl.atomic_add(dq_ptrs + start_m * stride_dqt, dq)
     return dk, dv
 
 
 @triton.jit(do_not_specialize=INTS)
-def _backward_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
+def _backward_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC,
                    stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
                    stride_vb, stride_vh, stride_vt, stride_vd, stride_dob, stride_doh, stride_dot, stride_dod,
                    stride_dkb, stride_dkh, stride_dkt, stride_dkd, stride_dvb, stride_dvh, stride_dvt,
                    stride_dvd, H_KV, G, T_Q, T_K, OFFSET, WINDOW, qk_scale, sm_scale, D_H: tl.constexpr,
-                   IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr):
-    """dK and dV of one block of BLOCK_N keys of one key-value head, over its g query heads."""
+                   IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dK and dV of one block of BLOCK_N keys of one key-value head, over its g query heads; with
+    ATOMIC_DQ also their share of dQ, added into DQ_ACC, float32 (b, h, t_q, d_h) contiguous."""
     start_n = tl.program_id(0) * BLOCK_N
     bh_kv = tl.program_id(1).to(tl.int64)
     batch, kv_head = bh_kv // H_KV, bh_kv % H_KV
@@ -110,15 +125,16 @@ def _backward_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV,
         do_ptrs = _tile(DO, batch, head, rows, dims, stride_dob, stride_doh, stride_dot, stride_dod)
         lse_ptrs = LSE + (batch * H_KV * G + head) * T_Q + rows
         delta_ptrs = DELTA + (batch * H_KV * G + head) * T_Q + rows
-        dk, dv = _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, stride_qt, stride_dot, keys,
-                            lo, mid_lo, T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                            True, BLOCK_M)  # masked: the diagonal
-        dk, dv = _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, stride_qt, stride_dot, keys,
-                            mid_lo, mid_hi, T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                            False, BLOCK_M)  # every row sees every key of the block
-        dk, dv = _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, stride_qt, stride_dot, keys,
-                            mid_hi, hi, T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                            True, BLOCK_M)  # masked: the window's far edge, the last rows
+        dq_ptrs = DQ_ACC + ((batch * H_KV * G + head) * T_Q + rows[:, None]) * D_H + dims[None, :]
+        dk, dv = _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, dq_ptrs, stride_qt, stride_dot,
+                            D_H, keys, lo, mid_lo, T_Q, T_K, OFFSET, WINDOW, qk_scale, sm_scale, IS_CAUSAL,
+                            HAS_WINDOW, True, BLOCK_M, ATOMIC_DQ)  # masked: the diagonal
+        dk, dv = _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, dq_ptrs, stride_qt, stride_dot,
+                            D_H, keys, mid_lo, mid_hi, T_Q, T_K, OFFSET, WINDOW, qk_scale, sm_scale, IS_CAUSAL,
+                            HAS_WINDOW, False, BLOCK_M, ATOMIC_DQ)  # every row sees every key of the block
+        dk, dv = _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, dq_ptrs, stride_qt, stride_dot,
+                            D_H, keys, mid_hi, hi, T_Q, T_K, OFFSET, WINDOW, qk_scale, sm_scale, IS_CAUSAL,
+                            HAS_WINDOW, True, BLOCK_M, ATOMIC_DQ)  # masked: the window's far edge, the last rows
     dk_ptrs = _tile(DK, batch, kv_head, keys, dims, stride_dkb, stride_dkh, stride_dkt, stride_dkd)
     dv_ptrs = _tile(DV, batch, kv_head, keys, dims, stride_dvb, stride_dvh, stride_dvt, stride_dvd)
     tl.store(dk_ptrs, (dk * sm_scale).to(DK.dtype.element_ty), mask=keys[:, None] < T_K)
@@ -155,9 +171,9 @@ def _backward_dq(Q, K, V, DO, LSE, DELTA, DQ,
                  stride_vb, stride_vh, stride_vt, stride_vd, stride_dob, stride_doh, stride_dot, stride_dod,
                  stride_dqb, stride_dqh, stride_dqt, stride_dqd, H, G, T_Q, T_K, OFFSET, WINDOW, qk_scale,
                  sm_scale, D_H: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 LONGEST_FIRST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """dQ of one block of BLOCK_M queries of one head."""
-    start_m = tl.program_id(0) * BLOCK_M
+    start_m = _block_start(BLOCK_M, LONGEST_FIRST)
     bh = tl.program_id(1).to(tl.int64)
     batch, head = bh // H, bh % H
     kv_head = head // G
@@ -186,28 +202,48 @@ def _backward_dq(Q, K, V, DO, LSE, DELTA, DQ,
 
 
 _backward_dkdv_tuned = _tuned(_backward_dkdv, DKDV_CONFIGS)
-_backward_dq_tuned = _tuned(_backward_dq, DQ_CONFIGS)
+_backward_dkdv_atomic_tuned = _tuned(_backward_dkdv, DKDV_CONFIGS, reset_to_zero=["DQ_ACC"])
+_backward_dq_tuned = _tuned(_backward_dq, DQ_CONFIGS, ("LONGEST_FIRST",))
 
 
-def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, scale: float,
-             causal: bool, offset: int, window: int | None,
-             blocks: tuple[int, int] | None) -> tuple[Tensor, Tensor, Tensor]:
-    """dQ, dK, dV: D first, then the dK/dV kernel over key blocks, then the dQ kernel."""
+def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, sinks: Tensor | None,
+             scale: float, causal: bool, offset: int, window: int | None, blocks: tuple[int, int] | None,
+             deterministic: bool, longest_first: bool) -> tuple[tuple[Tensor, ...], dict[str, tuple[int, ...]]]:
+    """(dQ, dK, dV, dsinks or None) and the (BLOCK_M, BLOCK_N, warps, stages) of each kernel that
+    ran: D first, then the dK/dV kernel over key blocks, then (``deterministic``) the dQ kernel;
+    without it, dQ is added up in float32 by the dK/dV kernel and rounded once."""
     b, h, t_q, d_h = q.shape
     h_kv, t_k = k.shape[1], k.shape[2]
     delta = torch.empty_like(lse)  # (b, h, t_q), float32
     _preprocess[(triton.cdiv(t_q, PREPROCESS_BLOCK), b * h)](
         out, grad_out, delta, *out.stride(), *grad_out.stride(), H=h, T_Q=t_q, D_H=d_h,
         BLOCK_M=PREPROCESS_BLOCK)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    # float32 dQ that the atomic additions go to; deterministic, the kernel never touches it
+    dq_acc = torch.empty(0 if deterministic else (b, h, t_q, d_h), dtype=torch.float32, device=q.device)
+    if not deterministic:
+        dq_acc.zero_()
     common = {"T_Q": t_q, "T_K": t_k, "qk_scale": scale * LOG2E, "sm_scale": scale, "D_H": d_h,
               **_mask_args(causal, offset, window)}
-    kernel, meta = _launch(_backward_dkdv, _backward_dkdv_tuned, blocks)
+    kernel, meta = _launch(_backward_dkdv, _backward_dkdv_tuned if deterministic else _backward_dkdv_atomic_tuned,
+                           blocks)
     grid = lambda meta: (triton.cdiv(t_k, meta["BLOCK_N"]), b * h_kv)  # noqa: E731
-    kernel[grid](q, k, v, grad_out, lse, delta, dk, dv, *q.stride(), *k.stride(), *v.stride(),
-                 *grad_out.stride(), *dk.stride(), *dv.stride(), H_KV=h_kv, G=h // h_kv, **common, **meta)
-    kernel, meta = _launch(_backward_dq, _backward_dq_tuned, blocks)
-    grid = lambda meta: (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)  # noqa: E731
-    kernel[grid](q, k, v, grad_out, lse, delta, dq, *q.stride(), *k.stride(), *v.stride(),
-                 *grad_out.stride(), *dq.stride(), H=h, G=h // h_kv, **common, **meta)
-    return dq, dk, dv
+    kernel[grid](q, k, v, grad_out, lse, delta, dk, dv, dq_acc, *q.stride(), *k.stride(), *v.stride(),
+                 *grad_out.stride(), *dk.stride(), *dv.stride(), H_KV=h_kv, G=h // h_kv,
+                 ATOMIC_DQ=not deterministic, **common, **meta)
+    configs = {"dkdv": launched_config(kernel, meta)}
+    if deterministic:
+        dq = torch.empty_like(q)
+        kernel, meta = _launch(_backward_dq, _backward_dq_tuned, blocks)
+        grid = lambda meta: (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)  # noqa: E731
+        kernel[grid](q, k, v, grad_out, lse, delta, dq, *q.stride(), *k.stride(), *v.stride(),
+                     *grad_out.stride(), *dq.stride(), H=h, G=h // h_kv, LONGEST_FIRST=longest_first,
+                     **common, **meta)
+        configs["dq"] = launched_config(kernel, meta)
+    else:
+        dq = dq_acc.to(q.dtype)  # FlashAttention-2's conversion kernel
+    dsinks = None
+    if sinks is not None:  # d sink = Σ over rows of P_sink · (dP_sink - D), and dP_sink = dZ · 0
+        p_sink = torch.exp2(sinks.float()[None, :, None] * LOG2E - lse)  # (b, h, t_q)
+        dsinks = -(p_sink * delta).sum(dim=(0, 2)).to(sinks.dtype)  # (h,)
+    return (dq, dk, dv, dsinks), configs

@@ -40,10 +40,13 @@ except ImportError as error:  # the package works without Triton; this module ex
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["triton_available", "triton_flash_attention", "triton_interpreter"]
+__all__ = ["TritonOptions", "triton_available", "triton_flash_attention", "triton_interpreter", "triton_last_configs"]
 
 HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis, which numbers the (batch, head) pairs
+MAX_INT32 = 2**31 - 1  # offsets inside one (batch, head) slice are int32 in the kernels
+_last_configs: dict[str, tuple[int, int, int, int]] = {}
 
 
 def _interpreting() -> bool:
@@ -111,7 +114,31 @@ def _kernels() -> tuple[ModuleType, ModuleType]:
 
 
 @dataclass(frozen=True)
-class _Options:
+class TritonOptions:
+    """Choices of the kernels that change their speed, not their result (up to rounding).
+
+    None of them is on by default: each waits for a GPU run to show it faster.
+
+    Attributes:
+        longest_first: the query blocks with the most keys to visit (the last ones, under a causal
+            mask) start first, in the forward and dQ kernels, so that short blocks fill the end.
+        fold_scale: the forward kernel takes the row maximum of the raw scores and applies the
+            scale and the shift in one fused multiply-add before ``exp2`` (needs scale > 0).
+        descriptors: the forward kernel reads Q, K and V through tensor descriptors
+            (``tl.make_tensor_descriptor``, the Tensor Memory Accelerator on Hopper GPUs) instead
+            of tiles of pointers; needs the last axis contiguous and 16-byte aligned rows.
+        warp_specialize: the forward kernel's loops are warp-specialized
+            (``tl.range(..., warp_specialize=True)``): some warps load, others compute.
+    """
+
+    longest_first: bool = False
+    fold_scale: bool = False
+    descriptors: bool = False
+    warp_specialize: bool = False
+
+
+@dataclass(frozen=True)
+class _Call:
     """What the kernels need besides the tensors."""
 
     scale: float
@@ -119,24 +146,35 @@ class _Options:
     offset: int  # position of query 0: 0 (top-left) or t_k - t_q (bottom-right)
     window: int | None
     blocks: tuple[int, int] | None  # (block_m, block_n), or None to autotune
+    deterministic: bool
+    tuning: TritonOptions
+
+
+def triton_last_configs() -> dict[str, tuple[int, int, int, int]]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel the last call ran, by kernel:
+    ``forward``, then after a backward pass ``dkdv`` and (deterministic) ``dq``."""
+    return dict(_last_configs)
 
 
 class _TritonFlashAttention(torch.autograd.Function):
     """Autograd wrapper: saves Q, K, V, O and lse (all O(t · d_h)), never the score matrix."""
 
     @staticmethod
-    def forward(ctx, query, key, value, options):  # type: ignore[override]
+    def forward(ctx, query, key, value, sinks, call):  # type: ignore[override]
         forward = _kernels()[0].forward
-        out, lse = forward(query, key, value, options.scale, options.causal, options.offset, options.window,
-                           options.blocks)
-        ctx.save_for_backward(query, key, value, out, lse)
-        ctx.options = options
+        out, lse, config = forward(query, key, value, sinks, call.scale, call.causal, call.offset, call.window,
+                                   call.blocks, call.tuning.longest_first, call.tuning.fold_scale,
+                                   call.tuning.descriptors, call.tuning.warp_specialize)
+        _last_configs.clear()
+        _last_configs["forward"] = config
+        ctx.save_for_backward(query, key, value, out, lse, sinks)
+        ctx.call = call
         return out
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
-        query, key, value, out, lse = ctx.saved_tensors
-        grads = _TritonFlashAttentionBackward.apply(grad_out, query, key, value, out, lse, ctx.options)
+        query, key, value, out, lse, sinks = ctx.saved_tensors
+        grads = _TritonFlashAttentionBackward.apply(grad_out, query, key, value, out, lse, sinks, ctx.call)
         return *grads, None
 
 
@@ -148,10 +186,13 @@ class _TritonFlashAttentionBackward(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, grad_out, query, key, value, out, lse, options):  # type: ignore[override]
+    def forward(ctx, grad_out, query, key, value, out, lse, sinks, call):  # type: ignore[override]
         backward = _kernels()[1].backward
-        return backward(query, key, value, out, lse, grad_out, options.scale, options.causal, options.offset,
-                        options.window, options.blocks)
+        grads, configs = backward(query, key, value, out, lse, grad_out, sinks, call.scale, call.causal,
+                                  call.offset, call.window, call.blocks, call.deterministic,
+                                  call.tuning.longest_first)
+        _last_configs.update(configs)
+        return grads
 
     @staticmethod
     def backward(ctx, *grads):  # type: ignore[override]
@@ -191,6 +232,50 @@ def _check_tensors(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) 
         raise ValueError(f"d_h must be one of {HEAD_DIMS}, got {d_h}")
     if key.shape[2] == 0 or t_q == 0:
         raise ValueError(f"t_q and t_k must be positive, got t_q={t_q} and t_k={key.shape[2]}")
+    if b * h > MAX_GRID_Y:  # the grid's second axis numbers the (batch, head) pairs
+        raise ValueError(f"b · h must be at most {MAX_GRID_Y} (CUDA's grid limit), got b · h = {b} · {h} = {b * h}")
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        _check_slice_offsets(name, tuple(tensor.shape), tensor.stride())
+
+
+def _check_slice_offsets(name: str, shape: tuple[int, ...], strides: tuple[int, ...]) -> None:
+    """ValueError unless every offset inside one (batch, head) slice of a (b, h, t, d_h) tensor
+    fits in int32, as the kernels compute them (rows · stride_t + columns · stride_d)."""
+    last = (shape[2] - 1) * strides[2] + (shape[3] - 1) * strides[3]
+    if last > MAX_INT32:
+        raise ValueError(
+            f"{name}: the offset of the last element of a (batch, head) slice must be at most {MAX_INT32} "
+            f"(int32), got (t - 1) · stride_t + (d_h - 1) · stride_d = {last}"
+        )
+
+
+def _check_sinks(sinks: Tensor | None, query: Tensor) -> None:
+    """ValueError unless ``sinks`` is None or one float logit per query head, on query's device."""
+    if sinks is None:
+        return
+    h = query.shape[1]
+    if not isinstance(sinks, Tensor) or sinks.shape != (h,) or not sinks.is_floating_point():
+        got = f"shape {tuple(sinks.shape)}, {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
+        raise ValueError(f"sinks must be a float tensor of shape ({h},), one logit per query head, got {got}")
+    if sinks.device != query.device:
+        raise ValueError(f"sinks must be on {query.device}, got {sinks.device}")
+
+
+def _check_tuning(options: TritonOptions, scale: float, tensors: tuple[Tensor, ...]) -> None:
+    """ValueError for a choice of :class:`TritonOptions` that these inputs do not allow."""
+    if not isinstance(options, TritonOptions):
+        raise ValueError(f"options must be a TritonOptions, got {type(options).__name__}")
+    if options.fold_scale and not scale > 0:
+        raise ValueError(f"fold_scale takes the row maximum before scaling, so needs scale > 0, got {scale}")
+    if options.descriptors:
+        for name, tensor in zip(("query", "key", "value"), tensors):
+            strides = tensor.stride()
+            if strides[3] != 1 or any(s % 8 for s in strides[:3]) or tensor.data_ptr() % 16:
+                raise ValueError(
+                    f"descriptors need {name}'s last axis contiguous, its other strides multiples of 8 and "
+                    f"its start 16-byte aligned, got strides {strides}, start at byte {tensor.data_ptr() % 16} "
+                    "of 16"
+                )
 
 
 def _check_options(
@@ -215,6 +300,9 @@ def triton_flash_attention(
     enable_gqa: bool = False,
     causal_alignment: str = "top_left",
     window: int | None = None,
+    sinks: Tensor | None = None,
+    deterministic: bool = True,
+    options: TritonOptions | None = None,
 ) -> Tensor:
     """softmax(Q Kᵀ · scale) V with our Triton kernels, differentiable (first derivatives).
 
@@ -236,6 +324,14 @@ def triton_flash_attention(
             ``torch.nn.attention.bias.causal_lower_right``).
         window: with ``is_causal``, each query sees only the ``window`` latest keys up to its own
             position p: keys j with p - window < j <= p.
+        sinks: learned attention sinks, (h,): one logit per query head, added to each row's
+            softmax denominator only, as a key with that score and a value of zero (as in
+            gpt-oss); differentiable. It is not multiplied by ``scale``.
+        deterministic: True (the default) computes dQ in a kernel of its own, so that the same
+            inputs give the same bits; False adds each tile's share of dQ to a float32 dQ with
+            atomic additions inside the dK, dV kernel (FlashAttention-2's way: 5 products a tile
+            instead of 7, in an order that varies from run to run).
+        options: speed choices of the kernels (:class:`TritonOptions`), none by default.
 
     Returns:
         (b, h, t_q, d_h) in the inputs' dtype (float32 sums inside, rounded once). A row that may
@@ -245,19 +341,26 @@ def triton_flash_attention(
     Raises:
         RuntimeError: Triton is missing, or neither CUDA nor its interpreter is available; or a
             second derivative is asked for.
-        ValueError: shapes, dtypes, devices, block sizes or options the kernels do not take.
+        ValueError: shapes, dtypes, devices, block sizes or options the kernels do not take,
+            b · h above CUDA's grid limit of 65,535, or a (batch, head) slice too long for int32.
     """
     ok, reason = triton_available()
     if not ok:
         raise RuntimeError(f"triton_flash_attention cannot run here: {reason}")
     _check_tensors(query, key, value, enable_gqa)
     _check_options(is_causal, block_m, block_n, causal_alignment, window)
+    _check_sinks(sinks, query)
     t_q, t_k, d_h = query.shape[2], key.shape[2], query.shape[3]
-    options = _Options(
-        scale=1.0 / math.sqrt(d_h) if scale is None else float(scale),
+    scale = 1.0 / math.sqrt(d_h) if scale is None else float(scale)
+    options = TritonOptions() if options is None else options
+    _check_tuning(options, scale, (query, key, value))
+    call = _Call(
+        scale=scale,
         causal=bool(is_causal),
         offset=t_k - t_q if causal_alignment == "bottom_right" else 0,
         window=window,
         blocks=None if block_m is None and block_n is None else (block_m or 64, block_n or 64),
+        deterministic=bool(deterministic),
+        tuning=options,
     )
-    return _TritonFlashAttention.apply(query, key, value, options)
+    return _TritonFlashAttention.apply(query, key, value, sinks, call)

@@ -20,10 +20,15 @@ each row, in base 2. Its loop over key blocks is cut in three: blocks the window
 (masked), blocks every row of the program sees whole (no mask, no bounds check: the causal
 split's off-diagonal blocks), and blocks cut by the diagonal or the end of the keys (masked).
 :mod:`attention.triton_backward` cuts its loops the same way, with the helpers defined here.
+A learned sink (one logit per head) starts each row's running maximum and sum, as one more score
+with a value of zero.
+
+The constexpr flags LONGEST_FIRST, FOLD_SCALE, DESCRIPTORS and WARP_SPECIALIZE are the choices of
+:class:`attention.triton_flash.TritonOptions`, all off by default: none has been timed on a GPU.
 
 Block shapes, warps and pipeline stages are chosen by ``triton.autotune`` on the GPU, among the
-configurations below, once per (t_q, t_k, d_h, causal) and dtype; Triton's interpreter gets one
-fixed configuration. Importing this module defines the kernels, and ``triton.jit`` decides then
+configurations below, once per (t_q, t_k, d_h, causal), dtype and flags; Triton's interpreter
+gets one fixed configuration. Importing this module defines the kernels, and ``triton.jit`` decides then
 whether they are compiled or interpreted (``TRITON_INTERPRET``).
 """
 
@@ -34,14 +39,17 @@ from torch import Tensor
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU. Chosen from what is
 # known; the autotuner measures them on the GPU at hand, once per shape:
-# - forward: 64 x 64 with 4 warps (and Triton's default 3 stages) was this kernel's fastest block
-#   shape on an H200 at d_h = 64 and 128
-#   (docs/appendix/results/runs/h200-2026-11-26/triton-check-forward.log),
-#   and 128 x 128 with 4 warps its slowest at d_h = 128. FlashAttention-2 runs 128 x 64 with 4
-#   warps at d_h = 128 and 128 x 128 at d_h = 64 on A100 and H100
-#   (csrc/flash_attn/src/flash_fwd_launch_template.h); the Triton tutorial tries BLOCK_M in
-#   {64, 128} and BLOCK_N in {32, 64} with 3, 4 or 7 stages, and 8 warps only for tiles of
-#   128 x 128 or more (python/tutorials/06-fused-attention.py). 64 x 32 is the small one that
+# - forward: 64 x 64 with 4 warps (and Triton's default 3 stages) was the fastest block shape of
+#   the forward-only kernel of commit 409322d on an H200 at d_h = 64 and 128, and 128 x 128 with
+#   4 warps its slowest at d_h = 128 (docs/appendix/results/runs/h200-2026-11-26/
+#   triton-check-forward.log); not measured again for today's kernel. FlashAttention-2 runs
+#   128 x 64 with 4 warps at d_h = 128 and 128 x 128 at d_h = 64 on A100 and H100
+#   (csrc/flash_attn/src/flash_fwd_launch_template.h); 128 query rows with 8 warps are two
+#   warpgroups, as FlashAttention-3's two consumer warpgroups on Hopper. Triton's tutorial
+#   (python/tutorials/06-fused-attention.py, 2026) tries BLOCK_M in {64, 128}, BLOCK_N in
+#   {32, 64, 128}, 2, 3 or 4 stages and 4 or 8 warps, drops 8 warps for tiles under 128 x 128 on
+#   Hopper, reads Q, K and V through tensor descriptors, and tries warp_specialize on Blackwell
+#   only (here TritonOptions.descriptors and .warp_specialize). 64 x 32 is the small one that
 #   fits an sm86/sm89 GPU at d_h = 128.
 # - dK, dV (BLOCK_N keys kept, BLOCK_M queries streamed) and dQ (BLOCK_M queries kept, BLOCK_N
 #   keys streamed): FlashAttention-2 keeps 128 keys against 64 queries at d_h = 128, with 8 warps
@@ -137,28 +145,44 @@ def _visible(rows, keys, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_
 
 
 @triton.jit
-def _forward_loop(acc, l, m, q, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, start, end,
+def _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, start, end,
                   T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                  MASKED: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The online softmax over the key blocks in [start, end): m, l and acc stay in registers."""
-    for start_n in range(start, end, BLOCK_N):
+                  MASKED: tl.constexpr, BLOCK_N: tl.constexpr, FOLD_SCALE: tl.constexpr,
+                  DESCRIPTORS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """The online softmax over the key blocks in [start, end): m, l and acc stay in registers.
+
+    ``k_src`` and ``v_src`` are pointer tiles (K read transposed) or, with DESCRIPTORS, tensor
+    descriptors, whose loads are bounds-checked (zeros past the end) by the hardware (TMA).
+    WARP_SPECIALIZE asks Triton to give the loads and the arithmetic warps of their own."""
+    for start_n in tl.range(start, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         keys = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
-        if MASKED:
-            k_t = tl.load(k_ptrs + start_n * stride_kt, mask=keys[None, :] < T_K, other=0.0)
-            v = tl.load(v_ptrs + start_n * stride_vt, mask=keys[:, None] < T_K, other=0.0)
+        if DESCRIPTORS:
+            k_t = tl.trans(k_src.load([start_n, 0]))  # (D_H, BLOCK_N)
+            v = v_src.load([start_n, 0])  # (BLOCK_N, D_H)
+        elif MASKED:
+            k_t = tl.load(k_src + start_n * stride_kt, mask=keys[None, :] < T_K, other=0.0)
+            v = tl.load(v_src + start_n * stride_vt, mask=keys[:, None] < T_K, other=0.0)
         else:
-            k_t = tl.load(k_ptrs + start_n * stride_kt)  # (D_H, BLOCK_N), K transposed
-            v = tl.load(v_ptrs + start_n * stride_vt)  # (BLOCK_N, D_H)
-        s = tl.dot(q, k_t) * qk_scale  # (BLOCK_M, BLOCK_N), scores in base 2
+            k_t = tl.load(k_src + start_n * stride_kt)  # (D_H, BLOCK_N), K transposed
+            v = tl.load(v_src + start_n * stride_vt)  # (BLOCK_N, D_H)
+        s = tl.dot(q, k_t)  # (BLOCK_M, BLOCK_N): raw scores with FOLD_SCALE, else in base 2
+        if not FOLD_SCALE:
+            s = s * qk_scale
         if MASKED:
             seen = _visible(rows[:, None], keys[None, :], T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW)
             s = tl.where(seen, s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))  # (BLOCK_M,), -inf for a row that saw nothing yet
+        row_max = tl.max(s, 1)  # (BLOCK_M,); the scale c > 0 keeps the argmax
+        if FOLD_SCALE:
+            row_max = row_max * qk_scale
+        m_new = tl.maximum(m, row_max)  # (BLOCK_M,), -inf for a row that saw nothing yet
+        if MASKED:
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # 2^(-inf - 0) = 0, never nan
         else:
-            m_new = tl.maximum(m, tl.max(s, 1))
             shift = m_new
-        p = tl.math.exp2(s - shift[:, None])  # (BLOCK_M, BLOCK_N)
+        if FOLD_SCALE:
+            p = tl.math.exp2(tl.fma(s, qk_scale, -shift[:, None]))  # c·s - shift in one instruction
+        else:
+            p = tl.math.exp2(s - shift[:, None])  # (BLOCK_M, BLOCK_N)
         rescale = tl.math.exp2(m - shift)  # (BLOCK_M,), 0 while m = -inf
         l = l * rescale + tl.sum(p, 1)
         acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])  # (BLOCK_M, D_H), float32
@@ -166,41 +190,69 @@ def _forward_loop(acc, l, m, q, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, star
     return acc, l, m
 
 
+@triton.jit
+def _block_start(BLOCK_M: tl.constexpr, LONGEST_FIRST: tl.constexpr):
+    """First query row of this program's block; with LONGEST_FIRST the grid's first programs take
+    the last blocks, which see the most keys under a causal mask (programs start in grid order)."""
+    pid = tl.program_id(0)
+    if LONGEST_FIRST:
+        pid = tl.num_programs(0) - 1 - pid
+    return pid * BLOCK_M
+
+
+@triton.jit
+def _slice_descriptor(base, T, stride_t, D_H: tl.constexpr, BLOCK: tl.constexpr):
+    """A tensor descriptor of one (batch, head) slice, (T, D_H) with rows ``stride_t`` apart."""
+    return tl.make_tensor_descriptor(base, shape=[T, D_H], strides=[stride_t, 1], block_shape=[BLOCK, D_H])
+
+
 @triton.jit(do_not_specialize=INTS)
-def _forward(Q, K, V, O, LSE,
+def _forward(Q, K, V, O, LSE, SINKS,
              stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
              stride_vb, stride_vh, stride_vt, stride_vd, stride_ob, stride_oh, stride_ot, stride_od,
              H, G, T_Q, T_K, OFFSET, WINDOW, qk_scale, D_H: tl.constexpr, IS_CAUSAL: tl.constexpr,
-             HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+             HAS_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, LONGEST_FIRST: tl.constexpr,
+             FOLD_SCALE: tl.constexpr, DESCRIPTORS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Z and lse (base 2) of one block of BLOCK_M queries of one head."""
-    start_m = tl.program_id(0) * BLOCK_M
+    start_m = _block_start(BLOCK_M, LONGEST_FIRST)
     bh = tl.program_id(1).to(tl.int64)  # (batch, head) as one index; int64: offsets may pass 2**31
     batch, head = bh // H, bh % H
     kv_head = head // G  # grouped-query attention: g query heads read one key-value head
     rows = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query indices
     cols = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key offsets in a block
     dims = tl.arange(0, D_H)  # (D_H,)
-    q_ptrs = _tile(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd)
-    q = tl.load(q_ptrs, mask=rows[:, None] < T_Q, other=0.0)  # (BLOCK_M, D_H), kept all along
-    # The first key block's pointers; block n adds n · stride. Swapping the roles of the two
-    # strides reads K transposed, (D_H, BLOCK_N), with no copy.
-    k_ptrs = _tile(K, batch, kv_head, dims, cols, stride_kb, stride_kh, stride_kd, stride_kt)
-    v_ptrs = _tile(V, batch, kv_head, cols, dims, stride_vb, stride_vh, stride_vt, stride_vd)
+    if DESCRIPTORS:
+        q_desc = _slice_descriptor(Q + batch * stride_qb + head * stride_qh, T_Q, stride_qt, D_H, BLOCK_M)
+        q = q_desc.load([start_m, 0])  # (BLOCK_M, D_H), zeros past T_Q
+        k_src = _slice_descriptor(K + batch * stride_kb + kv_head * stride_kh, T_K, stride_kt, D_H, BLOCK_N)
+        v_src = _slice_descriptor(V + batch * stride_vb + kv_head * stride_vh, T_K, stride_vt, D_H, BLOCK_N)
+    else:
+        q_ptrs = _tile(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd)
+        q = tl.load(q_ptrs, mask=rows[:, None] < T_Q, other=0.0)  # (BLOCK_M, D_H), kept all along
+        # The first key block's pointers; block n adds n · stride. Swapping the roles of the two
+        # strides reads K transposed, (D_H, BLOCK_N), with no copy.
+        k_src = _tile(K, batch, kv_head, dims, cols, stride_kb, stride_kh, stride_kd, stride_kt)
+        v_src = _tile(V, batch, kv_head, cols, dims, stride_vb, stride_vh, stride_vt, stride_vd)
     m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running maximum, base 2
     l = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of 2^(s - m)
+    if HAS_SINKS:  # the sink is one more score, with a value of zero: it starts the running sums
+        sink = tl.load(SINKS + head).to(tl.float32) * 1.4426950408889634  # base 2
+        m = tl.zeros([BLOCK_M], dtype=tl.float32) + sink  # 2^(sink - m) = 1; nothing for a sink of -inf
+        l = tl.where(m == float("-inf"), l, l + 1.0)
     acc = tl.zeros([BLOCK_M, D_H], dtype=tl.float32)  # running sum of 2^(s - m) v
     lo, mid_lo, mid_hi, hi = _key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
                                         BLOCK_M, BLOCK_N)
-    acc, l, m = _forward_loop(acc, l, m, q, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, lo, mid_lo,
+    acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, lo, mid_lo,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                              True, BLOCK_N)  # masked: the window's left edge
-    acc, l, m = _forward_loop(acc, l, m, q, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, mid_lo, mid_hi,
+                              True, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)  # masked: the window's edge
+    acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, mid_lo, mid_hi,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                              False, BLOCK_N)  # every row sees every key of the block
-    acc, l, m = _forward_loop(acc, l, m, q, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, mid_hi, hi,
+                              False, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)  # every row sees every key
+    acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, mid_hi, hi,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                              True, BLOCK_N)  # masked: the diagonal, the end of the keys
-    empty = l == 0.0  # a row that sees no key: output 0, lse = +inf (so that P = 0 backward)
+                              True, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)  # masked: the diagonal, the end
+    empty = l == 0.0  # a row that sees no key (nor a sink): output 0, lse = +inf (so P = 0 backward)
     l = tl.where(empty, 1.0, l)
     out = acc / l[:, None]  # (BLOCK_M, D_H)
     lse = tl.where(empty, float("inf"), m + tl.math.log2(l))  # (BLOCK_M,), log2 of the row's sum
@@ -213,23 +265,36 @@ def _forward(Q, K, V, O, LSE,
 INTERPRET = type(_forward).__name__ == "InterpretedFunction"
 
 
-def _tuned(kernel, configs: tuple[tuple[int, int, int, int], ...]):
-    """``kernel`` autotuned over ``configs`` on a GPU; with the one interpreter config otherwise."""
+def _tuned(kernel, configs: tuple[tuple[int, int, int, int], ...], options: tuple[str, ...] = (),
+           reset_to_zero: list[str] | None = None):
+    """``kernel`` autotuned over ``configs`` on a GPU; with the one interpreter config otherwise.
+    Tuned again for each value of TUNING_KEY and of the ``options`` (constexpr flags) it takes;
+    ``reset_to_zero`` names buffers the kernel adds into, zeroed before each timed trial."""
     chosen = (INTERPRETER_CONFIG,) if INTERPRET else configs
     return triton.autotune(
         [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in chosen],
-        key=TUNING_KEY,
+        key=TUNING_KEY + list(options), reset_to_zero=reset_to_zero,
     )(kernel)
 
 
-_forward_tuned = _tuned(_forward, FORWARD_CONFIGS)
+_forward_tuned = _tuned(_forward, FORWARD_CONFIGS, ("HAS_SINKS", "LONGEST_FIRST", "FOLD_SCALE", "DESCRIPTORS", "WARP_SPECIALIZE"))
+FIXED_STAGES = 3  # Triton's default num_stages, which a launch with fixed blocks gets
 
 
 def _launch(kernel, autotuned, blocks: tuple[int, int] | None):
     """The autotuned kernel, or, for blocks (BLOCK_M, BLOCK_N) given, the kernel with 4 warps."""
     if blocks is None:
         return autotuned, {}
-    return kernel, {"BLOCK_M": blocks[0], "BLOCK_N": blocks[1], "num_warps": 4}
+    return kernel, {"BLOCK_M": blocks[0], "BLOCK_N": blocks[1], "num_warps": 4, "num_stages": FIXED_STAGES}
+
+
+def launched_config(kernel, meta: dict) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the launch of ``kernel`` just made: the fixed
+    ``meta``, or the configuration the autotuner chose for this shape."""
+    if meta:
+        return meta["BLOCK_M"], meta["BLOCK_N"], meta["num_warps"], meta["num_stages"]
+    best = kernel.best_config
+    return best.kwargs["BLOCK_M"], best.kwargs["BLOCK_N"], best.num_warps, best.num_stages
 
 
 def _mask_args(causal: bool, offset: int, window: int | None) -> dict:
@@ -237,18 +302,27 @@ def _mask_args(causal: bool, offset: int, window: int | None) -> dict:
     return {"OFFSET": offset, "WINDOW": window or 0, "IS_CAUSAL": causal, "HAS_WINDOW": window is not None}
 
 
-def forward(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, offset: int, window: int | None,
-            blocks: tuple[int, int] | None) -> tuple[Tensor, Tensor]:
-    """Z (b, h, t_q, d_h) and the base-2 log-sum-exp (b, h, t_q) of q (b, h, t_q, d_h), k and v
-    (b, h_kv, t_k, d_h); ``blocks`` None autotunes, (BLOCK_M, BLOCK_N) fixes the tile."""
+def _allocate_descriptor_scratch(size: int, alignment: int, stream: int | None) -> Tensor:
+    """Global memory in which a kernel builds its tensor descriptors on a GPU."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float, causal: bool, offset: int,
+            window: int | None, blocks: tuple[int, int] | None, longest_first: bool, fold_scale: bool,
+            descriptors: bool, warp_specialize: bool) -> tuple[Tensor, Tensor, tuple[int, int, int, int]]:
+    """Z (b, h, t_q, d_h), the base-2 log-sum-exp (b, h, t_q) of q (b, h, t_q, d_h), k and v
+    (b, h_kv, t_k, d_h), and the (BLOCK_M, BLOCK_N, warps, stages) that ran; ``blocks`` None
+    autotunes, (BLOCK_M, BLOCK_N) fixes the tile; ``sinks`` (h,) or None."""
     b, h, t_q, d_h = q.shape
     out = torch.empty_like(q)  # (b, h, t_q, d_h)
     lse = torch.empty(b, h, t_q, dtype=torch.float32, device=q.device)  # (b, h, t_q)
+    if descriptors and not INTERPRET:
+        triton.set_allocator(_allocate_descriptor_scratch)
     kernel, meta = _launch(_forward, _forward_tuned, blocks)
     grid = lambda meta: (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)  # noqa: E731
-    kernel[grid](q, k, v, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-                 H=h, G=h // k.shape[1], T_Q=t_q, T_K=k.shape[2], qk_scale=scale * LOG2E,
-                 D_H=d_h, **_mask_args(causal, offset, window), **meta)
-    return out, lse
-
-
+    kernel[grid](q, k, v, out, lse, sinks if sinks is not None else lse, *q.stride(), *k.stride(),
+                 *v.stride(), *out.stride(), H=h, G=h // k.shape[1], T_Q=t_q, T_K=k.shape[2],
+                 qk_scale=scale * LOG2E, D_H=d_h, **_mask_args(causal, offset, window),
+                 HAS_SINKS=sinks is not None, LONGEST_FIRST=longest_first, FOLD_SCALE=fold_scale,
+                 DESCRIPTORS=descriptors, WARP_SPECIALIZE=warp_specialize, **meta)
+    return out, lse, launched_config(kernel, meta)

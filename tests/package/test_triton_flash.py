@@ -64,6 +64,20 @@ CASES = {
     "t_q 1, t_k 17, bottom-right: one new token": (
         1, 2, 2, 1, 17, 16, True, "bottom_right", None, None, None),
 }
+# The kernels' other paths, each on a shape above: (shape's name, options). "atomic dQ" is
+# deterministic=False; "sinks" a logit per head (one of them -inf, a head without a sink);
+# "options" every TritonOptions choice on.
+VARIANT_CASES = {
+    "atomic dQ: GQA h 4, h_kv 2, causal, t 33": ("GQA h 4, h_kv 2, causal, t 33", {"deterministic": False}),
+    "atomic dQ, sinks: window 10, t 50, tiles 16x16": (
+        "window 10, t 50, tiles 16x16", {"deterministic": False, "sinks": True}),
+    "sinks: rows that see no key, one sink -inf": (
+        "t_q 40 > t_k 24, bottom-right: rows that see no key", {"sinks": True}),
+    "options, sinks, atomic dQ: MQA, window 7, d_h 128": (
+        "MQA h 4, h_kv 1, window 7, bottom-right, d_h 128", {"options": True, "sinks": True, "deterministic": False}),
+    "options: strided, bottom-right, tiles 16x32": (
+        "t_q 24 < t_k 56, bottom-right, d_h 64, tiles 16x32, strided", {"options": True}),
+}
 # Larger shapes for a GPU, where tiles are 32 to 128 rows. On a GPU a case runs with 64 x 64 tiles
 # unless it names its own or is autotuned: autotuning compiles every configuration, the slow part.
 CUDA_CASES = {
@@ -90,20 +104,42 @@ def visible(t_q: int, t_k: int, causal: bool, offset: int, window: int | None) -
     return seen
 
 
-def plain_attention(q, k, v, seen: torch.Tensor, scale: float) -> torch.Tensor:
+def plain_attention(q, k, v, seen: torch.Tensor, scale: float, sinks=None) -> torch.Tensor:
     """softmax(Q Kᵀ · scale + M) V written out, every step in q's dtype (FlashAttention's
     ``attention_ref(upcast=False)``). K and V are repeated for grouped-query attention. A row
-    that sees no key is zero with zero gradients: it attends everything, then is multiplied by 0."""
-    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # (b, h, t_k, d_h)
-    v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)  # (b, h, t_k, d_h)
+    that sees no key is zero with zero gradients: it attends everything, then is multiplied by 0.
+    ``sinks`` (h,): one more key per head, its logit as the score and a value of zero."""
+    b, h, t_q, d_h = q.shape
+    k = k.repeat_interleave(h // k.shape[1], dim=1)  # (b, h, t_k, d_h)
+    v = v.repeat_interleave(h // v.shape[1], dim=1)  # (b, h, t_k, d_h)
     some = seen.any(dim=-1, keepdim=True)  # (t_q, 1)
     scores = (q @ k.transpose(-2, -1) * scale).masked_fill(~(seen | ~some), -math.inf)  # (b, h, t_q, t_k)
+    if sinks is not None:
+        column = sinks.to(q.dtype)[None, :, None, None].expand(b, h, t_q, 1)  # (b, h, t_q, 1)
+        scores = torch.cat([scores, column], dim=-1)  # (b, h, t_q, t_k + 1)
+        v = torch.cat([v, v.new_zeros(b, h, 1, d_h)], dim=-2)  # (b, h, t_k + 1, d_h)
     return (torch.softmax(scores, dim=-1) @ v) * some  # (b, h, t_q, d_h)
 
 
-def check_case(name: str, case: tuple, device: str, dtype: torch.dtype) -> dict:
-    """The kernels' and the plain computation's errors against float64, output and gradients."""
-    from attention.triton_flash import triton_flash_attention
+def sink_error_from_rounded_output(out, exact_out, grad_out, exact, seen, scale) -> float:
+    """Largest |Σ_i p_sink,i · rowsum(dZ ∘ (Z - Z_exact))_i| over heads: the error of the sinks'
+    gradient that FlashAttention's D, computed from the output rounded to the input type, brings
+    on its own (D's error in every row, weighted by the sink's share of the row)."""
+    q, k, _, sinks = exact
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # (b, h, t_k, d_h)
+    scores = (q @ k.transpose(-2, -1) * scale).masked_fill(~seen, -math.inf)  # (b, h, t_q, t_k)
+    column = sinks.detach()[None, :, None, None].expand(*scores.shape[:3], 1)  # (b, h, t_q, 1)
+    p_sink = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., -1].nan_to_num()  # (b, h, t_q)
+    d_error = (grad_out.double() * (out.detach().double() - exact_out.detach())).sum(-1)  # (b, h, t_q)
+    return (p_sink.detach() * d_error).sum(dim=(0, 2)).abs().max().item()
+
+
+def check_case(name: str, case: tuple, device: str, dtype: torch.dtype, extra: dict | None = None) -> dict:
+    """The kernels' and the plain computation's errors against float64, output and gradients;
+    ``extra`` (see VARIANT_CASES) turns on the atomic dQ, sinks and the speed options."""
+    from attention.triton_flash import TritonOptions, triton_flash_attention
+
+    extra = extra or {}
 
     b, h, h_kv, t_q, t_k, d_h, causal, alignment, window, blocks, scale = case
     g = torch.Generator().manual_seed(0)
@@ -114,28 +150,42 @@ def check_case(name: str, case: tuple, device: str, dtype: torch.dtype) -> dict:
         q, k, v = (torch.randn(b, n, t, d_h, generator=g) for t, n in ((t_q, h), (t_k, h_kv), (t_k, h_kv)))
     grad_out = torch.randn(b, h, t_q, d_h, generator=g).to(device, dtype)  # (b, h, t_q, d_h)
     q, k, v = (x.to(device, dtype).requires_grad_() for x in (q, k, v))
+    inputs = [q, k, v]
+    sinks = None
+    if extra.get("sinks"):
+        sinks = torch.randn(h, generator=g)
+        sinks[0] = -math.inf  # a head without a sink
+        sinks = sinks.to(device).requires_grad_()
+        inputs.append(sinks)
     offset = t_k - t_q if alignment == "bottom_right" else 0
     seen = visible(t_q, t_k, causal, offset, window).to(device)
     scale_or_default = d_h**-0.5 if scale is None else scale
-    options = {"enable_gqa": h != h_kv, "causal_alignment": alignment, "window": window, "scale": scale}
+    options = {"enable_gqa": h != h_kv, "causal_alignment": alignment, "window": window, "scale": scale,
+               "sinks": sinks, "deterministic": extra.get("deterministic", True)}
+    if extra.get("options"):
+        options["options"] = TritonOptions(longest_first=True, fold_scale=True, descriptors=True,
+                                           warp_specialize=True)
     if blocks is None and device == "cuda" and "autotuned" not in name:
         blocks = (64, 64)
     if blocks is not None:
         options |= {"block_m": blocks[0], "block_n": blocks[1]}
     out = triton_flash_attention(q, k, v, causal, **options)  # (b, h, t_q, d_h)
-    ours = [out, *torch.autograd.grad(out, (q, k, v), grad_out)]
-    plain = [plain_attention(q, k, v, seen, scale_or_default)]
-    plain += torch.autograd.grad(plain[0], (q, k, v), grad_out)
-    exact = [x.detach().double().requires_grad_() for x in (q, k, v)]
-    reference = [plain_attention(*exact, seen, scale_or_default)]
+    ours = [out, *torch.autograd.grad(out, inputs, grad_out)]
+    plain = [plain_attention(q, k, v, seen, scale_or_default, sinks)]
+    plain += torch.autograd.grad(plain[0], inputs, grad_out)
+    exact = [x.detach().double().requires_grad_() for x in inputs]
+    reference = [plain_attention(*exact[:3], seen, scale_or_default, *exact[3:])]
     reference += torch.autograd.grad(reference[0], exact, grad_out.double())
+    names = ("out", "dq", "dk", "dv", "dsinks")
     errors = {what: [(x.double() - r).abs().max().item() for x in (o, p)]
-              for what, o, p, r in zip(("out", "dq", "dk", "dv"), ours, plain, reference)}
+              for what, o, p, r in zip(names, ours, plain, reference)}
+    if sinks is not None:  # the error that rounding Z alone brings into D = rowsum(dZ ∘ Z), then into dsinks
+        errors["dsinks"].append(sink_error_from_rounded_output(out, reference[0], grad_out, exact, seen, scale_or_default))
     no_key = ~seen.any(dim=-1)  # (t_q,)
     return {
         "errors": errors,
-        "within_rule": all(ours <= 2 * plain for ours, plain in errors.values()),
-        "dtypes": sorted({str(x.dtype) for x in ours}),
+        "within_rule": all(ours <= 2 * max([plain, *rounding]) for ours, plain, *rounding in errors.values()),
+        "dtypes": sorted({str(x.dtype) for x in ours[:4]}),
         "shapes_match": all(x.shape == y.shape for x, y in zip(ours, (q, q, k, v))),
         "rows_without_keys": int(no_key.sum()),
         "their_largest_out_and_dq": max(ours[i][..., no_key, :].abs().max().item() if no_key.any() else 0.0
@@ -145,10 +195,12 @@ def check_case(name: str, case: tuple, device: str, dtype: torch.dtype) -> dict:
 
 def bad_input_messages() -> list[str]:
     """The ValueError message for each input the kernels refuse, in order."""
-    from attention.triton_flash import triton_flash_attention
+    from attention.triton_flash import TritonOptions, _check_slice_offsets, triton_flash_attention
 
     x = torch.randn(1, 1, 16, 64, dtype=torch.float16)
     four = torch.randn(1, 4, 16, 64, dtype=torch.float16)  # (b, h, t, d_h) with h = 4
+    odd = torch.randn(1, 1, 16, 65, dtype=torch.float16)[..., :64]  # rows 65 numbers apart
+    many = x.expand(256, 257, 16, 64)  # b · h = 65,792 (sequence, head) pairs, no memory
     calls = [
         ((x.float(), x.float(), x.float()), {}),
         ((x[..., :48], x[..., :48], x[..., :48]), {}),
@@ -162,6 +214,11 @@ def bad_input_messages() -> list[str]:
         ((x, x[:, :, :0], x[:, :, :0]), {}),
         ((x[0], x[0], x[0]), {}),
         ((x, x.bfloat16(), x), {}),
+        ((four, four, four), {"sinks": torch.zeros(2)}),
+        ((x, x, x), {"options": TritonOptions(fold_scale=True), "scale": -0.5}),
+        ((odd, odd, odd), {"options": TritonOptions(descriptors=True)}),
+        ((x, x, x), {"options": {"descriptors": True}}),
+        ((many, many, many), {}),
     ]
     messages = []
     for args, kwargs in calls:
@@ -171,6 +228,10 @@ def bad_input_messages() -> list[str]:
             messages.append(str(error))
         else:
             messages.append("no error")
+    try:  # a slice of 2**20 + 1 rows, 2**11 numbers apart: offsets past 2**31 (no such tensor is made)
+        _check_slice_offsets("key", (1, 1, 2**20 + 1, 64), (2**31, 2**31, 2**11, 1))
+    except ValueError as error:
+        messages.append(str(error))
     return messages
 
 
@@ -221,6 +282,9 @@ def interpreter_checks() -> dict:
     return {
         "available": triton_available(),
         "cases": {name: check_case(name, case, "cpu", torch.float16) for name, case in CASES.items()},
+        "variant_cases": {name: check_case(base, CASES[base], "cpu", torch.float16, extra)
+                          for name, (base, extra) in VARIANT_CASES.items()},
+        "last_configs": last_configs(),
         "messages": bad_input_messages(),
         "second_derivative": second,
         "expanded_gradient_equals_dense": all(torch.equal(a, b) for a, b in zip(expanded, dense)),
@@ -236,10 +300,27 @@ def interpreter_checks() -> dict:
     }
 
 
+def last_configs() -> dict:
+    """What ``triton_last_configs`` reports after a forward pass, then after each backward pass."""
+    from attention.triton_flash import triton_flash_attention, triton_last_configs
+
+    q = torch.randn(1, 1, 20, 16, dtype=torch.float16, requires_grad=True)
+    found = {}
+    for deterministic in (True, False):
+        out = triton_flash_attention(q, q, q, deterministic=deterministic)
+        found[f"forward, deterministic={deterministic}"] = triton_last_configs()
+        out.backward(torch.ones_like(out))
+        found[f"backward, deterministic={deterministic}"] = triton_last_configs()
+    return found
+
+
 def cuda_checks() -> dict:
     """On a GPU, every case in bfloat16, which the interpreter cannot check (float16 it checks)."""
     cases = {**CASES, **CUDA_CASES}
-    return {f"{name}, bfloat16": check_case(name, case, "cuda", torch.bfloat16) for name, case in cases.items()}
+    found = {f"{name}, bfloat16": check_case(name, case, "cuda", torch.bfloat16) for name, case in cases.items()}
+    found |= {f"{name}, bfloat16": check_case(base, CASES[base], "cuda", torch.bfloat16, extra)
+              for name, (base, extra) in VARIANT_CASES.items()}
+    return found
 
 
 def run_this_file(mode: str, **env: str) -> dict:
@@ -252,8 +333,11 @@ def run_this_file(mode: str, **env: str) -> dict:
 
 
 def assert_flashattention_rule(case: str, result: dict) -> None:
-    for name, (ours, plain) in result["errors"].items():
-        assert ours <= 2 * plain, f"{case} {name}: error {ours:.3g} > 2 x {plain:.3g}, the plain one"
+    """FlashAttention's rule; for the sinks' gradient, a sum over every row of one number each,
+    the bound is twice the larger of the plain error and the error that D's rounded output adds."""
+    for name, (ours, plain, *rounding) in result["errors"].items():
+        bound = max([plain, *rounding])
+        assert ours <= 2 * bound, f"{case} {name}: error {ours:.3g} > 2 x {bound:.3g}, the plain one"
 
 
 @pytest.fixture(scope="module")
@@ -269,6 +353,28 @@ def test_forward_and_backward_meet_flashattention_rule_in_the_interpreter(interp
     result = interpreted["cases"][case]
     assert result["dtypes"] == ["torch.float16"] and result["shapes_match"]
     assert_flashattention_rule(case, result)
+
+
+@needs_triton
+@pytest.mark.parametrize("case", VARIANT_CASES)
+def test_atomic_dq_sinks_and_options_meet_flashattention_rule_in_the_interpreter(interpreted, case):
+    result = interpreted["variant_cases"][case]
+    assert result["dtypes"] == ["torch.float16"] and result["shapes_match"]
+    assert ("dsinks" in result["errors"]) == ("sinks" in case)
+    assert_flashattention_rule(case, result)
+    if "rows that see no key" in case:
+        assert result["rows_without_keys"] and result["their_largest_out_and_dq"] == 0.0
+
+
+@needs_triton
+def test_the_configs_that_ran_are_reported_per_kernel(interpreted):
+    one = [16, 16, 4, 1]  # the interpreter's one configuration
+    assert interpreted["last_configs"] == {
+        "forward, deterministic=True": {"forward": one},
+        "backward, deterministic=True": {"forward": one, "dkdv": one, "dq": one},
+        "forward, deterministic=False": {"forward": one},
+        "backward, deterministic=False": {"forward": one, "dkdv": one},
+    }
 
 
 @needs_triton
@@ -339,6 +445,14 @@ class TestBadInput:
             "t_q and t_k must be positive, got t_q=16 and t_k=0",
             "query must have shape (b, h, t, d_h), got shape (1, 16, 64)",
             "query, key and value must share one dtype, got torch.float16, torch.bfloat16, torch.float16",
+            "sinks must be a float tensor of shape (4,), one logit per query head, got shape (2,), torch.float32",
+            "fold_scale takes the row maximum before scaling, so needs scale > 0, got -0.5",
+            "descriptors need query's last axis contiguous, its other strides multiples of 8 and its start "
+            "16-byte aligned, got strides (1040, 1040, 65, 1), start at byte 0 of 16",
+            "options must be a TritonOptions, got dict",
+            "b · h must be at most 65535 (CUDA's grid limit), got b · h = 256 · 257 = 65792",
+            "key: the offset of the last element of a (batch, head) slice must be at most 2147483647 (int32), "
+            "got (t - 1) · stride_t + (d_h - 1) · stride_d = 2147483711",
         ]
 
     @pytest.mark.skipif(HAS_CUDA, reason="checks the message given without CUDA")
@@ -427,7 +541,7 @@ def test_without_triton_the_kernel_tests_are_skipped_with_the_reason(
         "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
         "-k", "not without_triton and not skip_reason",
     )
-    kernel_tests = len(CASES) + 9  # the parametrized rule, eight more tests, the GPU class
+    kernel_tests = len(CASES) + len(VARIANT_CASES) + 10  # the parametrized rules, nine more tests, the GPU class
     result.assert_outcomes(skipped=kernel_tests)
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]  # SKIPPED [n] file: why
     assert sum(int(line.split("[")[1].split("]")[0]) for line in skips) == kernel_tests, skips
