@@ -136,6 +136,30 @@ def test_a_wrong_variant_fails_the_check_and_is_not_timed():
     assert row.median_s is None
 
 
+def test_a_row_records_the_kernel_config_its_variant_reports():
+    """What our Triton variants report (the autotuner's choice per kernel) lands in the timed row."""
+    problem = Problem("kernel", 1, 32, 2, 16, torch.float32, CPU, backward=False)
+    inputs = make_inputs(problem)
+    q, k, v = inputs.tensors
+    configs = {"forward": [64, 64, 4, 3]}
+    exact = Built(lambda: explicit_attention(q, k, v, is_causal=True), config=lambda: configs)
+    reporting = Variant("reporting", "kernel", "exact, and says its config", lambda p, i: exact)
+    row = measure(reporting, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
+    assert row.status == "ok" and row.kernel_config == configs
+    assert Row.from_json(row.to_json()).kernel_config == configs
+    with pytest.raises(ValueError, match="kernel_config"):
+        Row.from_json(row.to_json() | {"kernel_config": [64, 64]})
+
+
+def test_each_choice_of_our_triton_kernel_is_a_variant_of_its_own():
+    names = {v.name for v in variants.VARIANTS if v.name.startswith("triton")}
+    assert names == {"triton", "triton[atomic-dq]", "triton[longest-first]", "triton[fold-scale]",
+                     "triton[descriptors]", "triton[warp-specialize]"}
+    # timed only when named: a preset's default sweep keeps its size
+    assert [v.name for v in variants.variants_for("kernel") if v.name.startswith("triton")] == ["triton"]
+    assert [v.name for v in variants.variants_for("kernel", ["triton[atomic-dq]"])] == ["triton[atomic-dq]"]
+
+
 B, H, T, D_H = 1, 4, 512, 32
 SCORES = B * H * T * T * 4  # bytes of one float32 (b, h, t, t) matrix: 4 MiB
 

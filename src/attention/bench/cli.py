@@ -53,7 +53,8 @@ examples:
   python -m attention.bench --levels kernel --seq-lens 128 256 --no-compile --no-memory-goal
   python -m attention.bench merge run1.json run2.json --output merged.json
 
-variants: """ + ", ".join(v.name for v in VARIANTS) + "\n"
+variants: """ + ", ".join(v.name for v in VARIANTS if not v.on_request) + """
+run only when named in --variants: """ + ", ".join(v.name for v in VARIANTS if v.on_request) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of timed calls per measurement, at most (but at least 3 calls on CPU, 5 on GPU; "
         "default: 4)")
     add("--warmup", type=float, help="GPU: seconds of untimed calls before timing (2 to 10 calls; default: 0.2)")
+    add("--cuda-graphs", action="store_true",
+        help="GPU: time each call replayed from a CUDA graph, so that host overhead (Python, autograd, "
+        "launchers) is outside the timed window")
     add("--threads", type=int, help="torch.set_num_threads before running (default: torch's choice)")
     add("--tf32", action=on_off, default=False,
         help="CUDA: allow TF32 for float32 matmuls (recorded; the peak used follows it)")
@@ -190,6 +194,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         progress=not args.no_progress,
         stages=stages,
         warmup_s=warmup if args.warmup is None else args.warmup,
+        cuda_graphs=args.cuda_graphs,
     )
 
 
@@ -197,11 +202,13 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def methods(device: torch.device) -> dict[str, str]:
+def methods(device: torch.device, cuda_graphs: bool = False) -> dict[str, str]:
     """How the numbers were obtained, in words, for the page."""
     if device.type == "cuda":
         timing = ("CUDA events around each call, after the checked and profiled first call and a warm-up, "
                   "with a 256 MiB buffer zeroed before each call (L2 flush)")
+        timing += (", each call replayed from a CUDA graph captured after the warm-up (no host time)"
+                   if cuda_graphs else "; host time between launches is inside the window when the GPU waits for it")
         memory = "torch.cuda.max_memory_allocated during one call minus memory_allocated before it"
     else:
         timing = ("torch.utils.benchmark.Timer.blocked_autorange (blocks of calls, torch's thread count), "
@@ -262,7 +269,7 @@ def main(argv: list[str] | None = None) -> dict:
     output = args.output or Path(f"bench-{settings.device.type}.json")
     peaks = _measure_peaks(args, device, args.min_time) if "peaks" in parts else {}
     doc = start_document(settings, command, peaks)
-    doc |= {"methods": methods(device), "goals": {"speed": [], "memory": None}, "complete": False}
+    doc |= {"methods": methods(device, settings.cuda_graphs), "goals": {"speed": [], "memory": None}, "complete": False}
     if args.preset:
         doc["settings"]["preset"] = args.preset
 

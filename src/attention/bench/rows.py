@@ -111,6 +111,7 @@ class Row(_JsonRow):
     peak_bytes: int | None
     gpu_kernels: int | None = None  # GPU kernels one call launched (counted on GPUs)
     run: int | None = None  # in a merged file: which source run measured it
+    kernel_config: dict | None = None  # our Triton kernels: {kernel: [BLOCK_M, BLOCK_N, warps, stages]}
 
     @classmethod
     def from_json(cls, data: object, where: str = "row") -> Row:

@@ -75,6 +75,7 @@ class Settings:
     progress: bool = True
     stages: tuple[Stage, ...] | None = None
     warmup_s: float = 0.2
+    cuda_graphs: bool = False  # GPU: time each call replayed from a CUDA graph (no host time)
 
     def batch_for(self, t: int) -> int:
         """b for sequence length t: ``batch`` if given, else ``tokens // t`` (at least 1)."""
@@ -200,7 +201,8 @@ def measure(
         if variant.compiled and not seen["compiled"]:
             return replace(row, status="failed", reason="no torch.compile region ran")
         if cuda:
-            timing = time_cuda(call, seconds, settings.repeats, settings.max_time, settings.warmup_s)
+            timing = time_cuda(call, seconds, settings.repeats, settings.max_time, settings.warmup_s,
+                               graph=settings.cuda_graphs)
             row = replace(row, peak_bytes=cuda_peak_bytes(call) if settings.memory else None)
         else:
             timing = time_cpu(call, seconds, settings.repeats, settings.min_time, settings.max_time)
@@ -212,7 +214,7 @@ def measure(
     flops = problem_flops(p, built.out_proj)
     tflops = flops / timing.median_s / 1e12
     return replace(
-        row, median_s=timing.median_s, iqr_s=timing.iqr_s, repeats=timing.repeats, number=timing.number,
+        row, kernel_config=built.config() if built.config else None, median_s=timing.median_s, iqr_s=timing.iqr_s, repeats=timing.repeats, number=timing.number,
         flops=flops, tflops=tflops, pct_of_peak=None if peak["tflops"] is None else 100 * tflops / peak["tflops"],
     )
 

@@ -72,13 +72,20 @@ def time_cpu(fn: Callable[[], object], estimate: float, repeats: int = 7, min_ti
 
 def time_cuda(
     fn: Callable[[], object], estimate: float, repeats: int = 50, max_time: float = 6.0,
-    warmup_s: float = 0.2,
+    warmup_s: float = 0.2, graph: bool = False,
 ) -> Timing:
     """Median and IQR of ``fn()`` on the current CUDA device: CUDA events, L2 flushed each call.
 
     ``estimate`` (seconds per call) sizes the warm-up (about ``warmup_s``, 2 to 10 calls) and
     lowers the repeats of a call so slow that ``repeats`` of them would take longer than
     ``max_time`` (never below 5).
+
+    The events time the GPU from the first launch to the last, so the host's own work between
+    launches (Python, autograd, a Triton launcher's argument handling) is inside the window
+    whenever the GPU waits for it: a call short on the GPU times the host. With ``graph``, one
+    call is captured in a CUDA graph after the warm-up, and the graph is replayed, one launch,
+    between the events: the GPU's time alone. The call must then be capturable (no
+    synchronization, no new autotuning, gradients that exist already).
     """
     if repeats < 3:
         raise ValueError(f"repeats must be at least 3 to give an IQR, got {repeats}")
@@ -88,16 +95,22 @@ def time_cuda(
     for _ in range(max(2, min(10, math.ceil(warmup_s / estimate)))):
         fn()
     torch.cuda.synchronize()
+    timed, method = fn, "CUDA events, 256 MiB L2 flush before each call"
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            fn()
+        timed, method = captured.replay, method + ", the call replayed from a CUDA graph"
     events = [tuple(torch.cuda.Event(enable_timing=True) for _ in range(2)) for _ in range(repeats)]
     for start, end in events:
         flush.zero_()
         start.record()
-        fn()
+        timed()
         end.record()
     torch.cuda.synchronize()
     times = [start.elapsed_time(end) / 1e3 for start, end in events]
     median, iqr = _quartiles(times)
-    return Timing(median, iqr, repeats, 1, "CUDA events, 256 MiB L2 flush before each call")
+    return Timing(median, iqr, repeats, 1, method)
 
 
 def cuda_peak_bytes(fn: Callable[[], object]) -> int:

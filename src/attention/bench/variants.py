@@ -84,6 +84,7 @@ class Built:
     forward: Callable[[], Tensor]
     out_proj: bool = True
     params: tuple[Tensor, ...] = ()
+    config: Callable[[], dict] | None = None  # what the kernels last ran with, for the row
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class Variant:
     build: Callable[[Problem, Inputs], Built]
     path: str = "explicit: matmul, mask, softmax"
     compiled: bool = False
+    on_request: bool = False  # run only when named in --variants (a choice of a kernel, not a kernel)
 
 
 def make_inputs(problem: Problem, seed: int = 123) -> Inputs:
@@ -311,20 +313,37 @@ def _flash_attention(p: Problem, inp: Inputs) -> Built:
     return Built(lambda: flash_attention(q, k, v, is_causal=True))
 
 
-def _triton(p: Problem, inp: Inputs) -> Built:
-    from ..triton_flash import triton_available, triton_flash_attention
+def _triton(deterministic: bool = True, **options: bool) -> Callable[[Problem, Inputs], Built]:
+    """Our Triton kernels with dQ in its own pass (``deterministic``) or atomic, and the
+    :class:`~attention.triton_flash.TritonOptions` named in ``options`` on."""
 
-    ok, reason = triton_available()
-    if not ok:
-        raise Unsupported(reason)
-    if p.dtype not in (torch.float16, torch.bfloat16):
-        raise Unsupported(f"kernel runs in float16/bfloat16, not {p.dtype}")
-    q, k, v = inp.tensors
-    built = Built(lambda: triton_flash_attention(q, k, v, is_causal=True))
-    make_call(built, p, inp)()  # the first call of a shape autotunes (compiles, times each config): untimed
-    return built
+    def build(p: Problem, inp: Inputs) -> Built:
+        from ..triton_flash import TritonOptions, triton_available, triton_flash_attention, triton_last_configs
+
+        ok, reason = triton_available()
+        if not ok:
+            raise Unsupported(reason)
+        if p.dtype not in (torch.float16, torch.bfloat16):
+            raise Unsupported(f"kernel runs in float16/bfloat16, not {p.dtype}")
+        q, k, v = inp.tensors
+        tuning = TritonOptions(**options)
+        built = Built(lambda: triton_flash_attention(q, k, v, is_causal=True, deterministic=deterministic,
+                                                     options=tuning),
+                      config=lambda: {kernel: list(c) for kernel, c in triton_last_configs().items()})
+        make_call(built, p, inp)()  # the first call of a shape autotunes (compiles, times each config): untimed
+        return built
+
+    return build
 
 
+# Our kernel's choices a GPU run compares with its default (none of them timed yet).
+_TRITON_CHOICES = (
+    ("atomic-dq", "deterministic=False: dQ by float32 atomics, 5 products a tile", _triton(deterministic=False)),
+    ("longest-first", "TritonOptions(longest_first=True)", _triton(longest_first=True)),
+    ("fold-scale", "TritonOptions(fold_scale=True)", _triton(fold_scale=True)),
+    ("descriptors", "TritonOptions(descriptors=True): tensor descriptors (TMA)", _triton(descriptors=True)),
+    ("warp-specialize", "TritonOptions(warp_specialize=True)", _triton(warp_specialize=True)),
+)
 _INDUCTOR = "inductor-generated code"
 _FORCED = "FusedMultiHeadAttention, SDPA forced to"
 VARIANTS: tuple[Variant, ...] = (
@@ -345,20 +364,24 @@ VARIANTS: tuple[Variant, ...] = (
             "inductor flex template", compiled=True),
     Variant("flash_attention", "kernel", "attention.flash_attention (tiles in PyTorch)", _flash_attention,
             "tiled loop in PyTorch"),
-    Variant("triton", "kernel", "attention.triton_flash_attention (our Triton kernel)", _triton,
+    Variant("triton", "kernel", "attention.triton_flash_attention (our Triton kernel)", _triton(),
             "Triton kernel"),
+    *(Variant(f"triton[{name}]", "kernel", f"attention.triton_flash_attention, {summary}", build, "Triton kernel",
+              on_request=True) for name, summary, build in _TRITON_CHOICES),
 )
 
 
 def variants_for(level: str, names: list[str] | None = None) -> list[Variant]:
-    """The variants of a level, in the order of :data:`VARIANTS`; only those named, if given."""
+    """The variants of a level, in the order of :data:`VARIANTS`: those named, if given, else all
+    but those run only on request."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     known = {v.name for v in VARIANTS}
     unknown = sorted(set(names or []) - known)
     if unknown:
         raise ValueError(f"variant names must be among {sorted(known)}, got unknown {unknown}")
-    return [v for v in VARIANTS if v.level == level and (names is None or v.name in names)]
+    return [v for v in VARIANTS
+            if v.level == level and (v.name in names if names is not None else not v.on_request)]
 
 
 def get_variant(name: str) -> Variant:
