@@ -151,6 +151,18 @@ def test_a_row_records_the_kernel_config_its_variant_reports():
         Row.from_json(row.to_json() | {"kernel_config": [64, 64]})
 
 
+def test_a_copy_of_the_tree_is_clean_only_when_checked(monkeypatch):
+    from attention.bench.provenance import git_commit
+
+    monkeypatch.setenv("ATTENTION_COMMIT", "f9d0804")
+    monkeypatch.delenv("ATTENTION_TREE_CHECKED", raising=False)
+    assert git_commit()["dirty"] is None  # named, not checked: the page prints "unverified tree"
+    monkeypatch.setenv("ATTENTION_TREE_CHECKED", "tools/gpu/tree.txt")
+    record = git_commit()
+    assert record["commit"] == "f9d0804" and record["dirty"] is False
+    assert "python -m book.tree check tools/gpu/tree.txt" in record["source"]
+
+
 def test_each_choice_of_our_triton_kernel_is_a_variant_of_its_own():
     names = {v.name for v in variants.VARIANTS if v.name.startswith("triton")}
     assert names == {"triton", "triton[atomic-dq]", "triton[longest-first]", "triton[fold-scale]",

@@ -315,12 +315,15 @@ def last_configs() -> dict:
 
 
 def cuda_checks() -> dict:
-    """On a GPU, every case in bfloat16, which the interpreter cannot check (float16 it checks)."""
+    """On a GPU, every case in bfloat16, which the interpreter cannot check (float16 it checks),
+    with the provenance of the run (commit, torch, Triton, device, driver, date, command)."""
+    from attention.bench.provenance import command_line, provenance
+
     cases = {**CASES, **CUDA_CASES}
     found = {f"{name}, bfloat16": check_case(name, case, "cuda", torch.bfloat16) for name, case in cases.items()}
     found |= {f"{name}, bfloat16": check_case(base, CASES[base], "cuda", torch.bfloat16, extra)
               for name, (base, extra) in VARIANT_CASES.items()}
-    return found
+    return {"provenance": provenance(torch.device("cuda"), command_line(None)), "cases": found}
 
 
 def run_this_file(mode: str, **env: str) -> dict:
@@ -473,7 +476,9 @@ class TestBadInput:
     "and the compiled, autotuned kernels are checked on a GPU only"))
 class TestCudaOnly:
     def test_float16_and_bfloat16_meet_flashattention_rule(self):
-        for case, result in run_this_file("cuda").items():
+        checks = run_this_file("cuda")
+        assert {"commit", "dirty"} <= set(checks["provenance"]["git"]) and checks["provenance"]["triton"]
+        for case, result in checks["cases"].items():
             assert result["shapes_match"], case
             assert_flashattention_rule(case, result)
 

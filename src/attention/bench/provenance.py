@@ -49,9 +49,16 @@ def git_commit() -> dict[str, object]:
     """The checkout's commit and whether tracked files differ from it (None outside git).
 
     A copy of the tree sent to another machine may carry no ``.git``, or a stale one: the
-    environment variable ``ATTENTION_COMMIT`` then names the commit, and the record says so.
+    environment variable ``ATTENTION_COMMIT`` then names the commit, and the record says so. If
+    ``python -m book.tree check`` found every file of the copy equal to that commit's, the
+    caller says so in ``ATTENTION_TREE_CHECKED`` (the record it checked against), and the
+    tree counts as clean.
     """
     if os.environ.get("ATTENTION_COMMIT"):
+        if os.environ.get("ATTENTION_TREE_CHECKED"):
+            return {"commit": os.environ["ATTENTION_COMMIT"], "dirty": False,
+                    "source": "a copy of the tree, every file checked against the commit's blob hashes "
+                              f"(python -m book.tree check {os.environ['ATTENTION_TREE_CHECKED']})"}
         return {"commit": os.environ["ATTENTION_COMMIT"], "dirty": None,
                 "source": "the environment variable ATTENTION_COMMIT (a copy of the tree)"}
     commit = _run("git", "-C", str(_REPO), "rev-parse", "HEAD")
