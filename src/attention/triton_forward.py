@@ -46,7 +46,7 @@ from torch import Tensor
 #   128 x 64 with 4 warps at d_h = 128 and 128 x 128 at d_h = 64 on A100 and H100
 #   (csrc/flash_attn/src/flash_fwd_launch_template.h); 128 query rows with 8 warps are two
 #   warpgroups, as FlashAttention-3's two consumer warpgroups on Hopper. Triton's tutorial
-#   (python/tutorials/06-fused-attention.py, 2026) tries BLOCK_M in {64, 128}, BLOCK_N in
+#   (python/tutorials/06-fused-attention.py, current version) tries BLOCK_M in {64, 128}, BLOCK_N in
 #   {32, 64, 128}, 2, 3 or 4 stages and 4 or 8 warps, drops 8 warps for tiles under 128 x 128 on
 #   Hopper, reads Q, K and V through tensor descriptors, and tries warp_specialize on Blackwell
 #   only (here TritonOptions.descriptors and .warp_specialize). 64 x 32 is the small one that

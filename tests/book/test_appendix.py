@@ -83,7 +83,8 @@ def test_a_stale_file_missing_what_the_page_reads_is_refused_by_name(tmp_path, b
 def test_typed_rows_read_back_what_the_harness_wrote(runs):
     for run in runs.values():
         assert [r.to_json() for r in run.rows] == [
-            {k: v for k, v in r.items()} | {"gpu_kernels": r.get("gpu_kernels"), "run": r.get("run")}
+            {k: v for k, v in r.items()}
+            | {"gpu_kernels": r.get("gpu_kernels"), "run": r.get("run"), "kernel_config": r.get("kernel_config")}
             for r in run.doc["results"]]
 
 
