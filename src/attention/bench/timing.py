@@ -3,7 +3,9 @@
 Timing. On CPU, ``torch.utils.benchmark.Timer`` (with the process's thread count, not its
 default of one thread) runs the call in blocks of ``number`` calls and reports the time per
 call of each block. On GPU, CUDA events bracket each call, after warm-up, and a 256 MiB buffer
-is zeroed before every call so that no input is still sitting in the L2 cache. Either way we
+is zeroed before every call so that no input is still sitting in the L2 cache; the host's work
+between the call's launches is inside that window whenever the GPU waits for it, unless the call
+is replayed from a CUDA graph (``graph=True``). Either way we
 report the median and the interquartile range (IQR) over the repeats.
 
 Memory: the bytes a call needs beyond what existed before it (inputs, weights, gradients from
