@@ -219,10 +219,8 @@ def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out
         out, grad_out, delta, *out.stride(), *grad_out.stride(), H=h, T_Q=t_q, D_H=d_h,
         BLOCK_M=PREPROCESS_BLOCK)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    # float32 dQ that the atomic additions go to; deterministic, the kernel never touches it
-    dq_acc = torch.empty(0 if deterministic else (b, h, t_q, d_h), dtype=torch.float32, device=q.device)
-    if not deterministic:
-        dq_acc.zero_()
+    # float32 dQ that the atomic additions go to (deterministic: dk stands in, never touched)
+    dq_acc = dk if deterministic else torch.zeros(b, h, t_q, d_h, dtype=torch.float32, device=q.device)
     common = {"T_Q": t_q, "T_K": t_k, "qk_scale": scale * LOG2E, "sm_scale": scale, "D_H": d_h,
               **_mask_args(causal, offset, window)}
     kernel, meta = _launch(_backward_dkdv, _backward_dkdv_tuned if deterministic else _backward_dkdv_atomic_tuned,
