@@ -1,4 +1,5 @@
-"""Rules every page of the book keeps: citations that resolve both ways, no private torch API.
+"""Rules every page of the book keeps: citations that resolve both ways, no private torch API, and
+the source of every module the opening chapters teach with shown on a page.
 
 A citation is a link ``references.md#key``; each entry of docs/references.bib becomes a paragraph of
 the references page with its key as id (tools/book/hooks/references.py). The strict build fails on a
@@ -7,6 +8,7 @@ teaching code that reaches into torch's private modules (``torch.utils._python_d
 ``Tensor._materialize``), which any release may rename.
 """
 
+import inspect
 import json
 import re
 from collections import Counter
@@ -14,6 +16,9 @@ from pathlib import Path
 
 import pytest
 from book.constants import REPO
+from torch import nn
+
+import attention
 
 DOCS = REPO / "docs"
 REFERENCES = DOCS / "references.md"  # the stub the hook fills; it cites nothing
@@ -21,6 +26,8 @@ BIBLIOGRAPHY = DOCS / "references.bib"
 ENTRY_KEY = re.compile(r"^@\w+\{([^,\s]+),", re.MULTILINE)
 # Markdown pages link references.md#key; notebooks (rendered one level deeper) link references/#key.
 CITATION = re.compile(r"references(?:\.md|/)#([\w-]+)")
+SOURCE_LISTING = re.compile(r'--8<-- "src/attention/(\w+)\.py"')
+PACKAGE_IMPORT = re.compile(r"from attention import (?:\(([^)]*)\)|([^\n]*))")
 PRIVATE_TORCH = re.compile(r"torch(?:\.\w+)*\._\w+|\.\s*_materialize\b|from torch[\w.]* import _\w+")
 
 
@@ -104,3 +111,19 @@ def test_chapters_7_and_10_cite_the_gpu_measurements_from_their_file(chapter: st
     read = [name for name in gpu_results() if name in text]
     assert read, f"{chapter} reads none of the GPU results files {gpu_results()}"
     assert "../appendix/gpu-h200.md" in text, f"{chapter} does not link the H200 page"
+
+
+def test_the_opening_chapters_show_the_source_of_every_module_they_use() -> None:
+    """Chapters 1-6 teach with small modules; each one's source is on a chapter page."""
+    chapters = sorted((DOCS / "chapters").glob("*.md"))
+    shown = {name for chapter in chapters for name in SOURCE_LISTING.findall(chapter.read_text())}
+    missing = []
+    for chapter in chapters[:6]:
+        for names in PACKAGE_IMPORT.findall(chapter.read_text()):
+            for name in re.findall(r"\w+", "".join(names)):
+                obj = getattr(attention, name, None)
+                if isinstance(obj, type) and issubclass(obj, nn.Module):
+                    if Path(inspect.getsourcefile(obj)).stem not in shown:
+                        missing.append(f"{chapter.name}: {name}")
+    assert "src/attention/causal.py" in (DOCS / "chapters" / "04-causal-attention.md").read_text()
+    assert missing == [], "show the source in a '??? info' block, as chapter 3 does"
