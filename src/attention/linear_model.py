@@ -9,7 +9,7 @@ Notation (see CONTRIBUTING.md):
 :func:`use_kernel_attention` replaces the attention sublayer ``attn`` of every block of a built
 :class:`~attention.TinyTransformer` by a :class:`KernelBlockAttention`, which keeps the
 sublayer's projections, norms and rotation and replaces only the softmax by the kernel
-phi(q) . phi(k) of :mod:`attention.linear`: chapter 12 trains the same model, seed and steps
+phi(q) . phi(k) of :mod:`attention.linear` (with the rotation where it keeps positions relative): chapter 12 trains the same model, seed and steps
 with each kind of attention.
 """
 
@@ -35,6 +35,11 @@ class KernelBlockAttention(nn.Module):
     value are BlockAttention's; the weights (b, h, t, t) are the kernel's, normalized per row,
     and the output is computed from them (the parallel form). Masks, biases and caches are
     refused.
+
+    With rotary embeddings, FAVOR+ rotates q and k before the features, as the softmax sublayer
+    does: the kernel it estimates, exp(R_i q . R_j k / sqrt(d_h)), depends on i - j alone.
+    elu+1 rotates the features instead, in the numerator only, as RoFormer does for linear
+    attention; its weights then need not be positive nor sum to 1.
     """
 
     def __init__(self, attn: BlockAttention, kind: str, projection: Tensor | None = None) -> None:
@@ -82,11 +87,22 @@ class KernelBlockAttention(nn.Module):
         values = values.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         if self.qk_norm is not None:
             queries, keys = self.q_norm(queries), self.k_norm(keys)  # (b, h, t, d_h) each
-        if self.rotary is not None:  # rotate before the features, as the softmax sublayer does
+        if self.rotary is not None and self.kind == "favor":
+            # FAVOR+ estimates exp(R_i q . R_j k / sqrt(d_h)), which depends on i - j alone: rotate
+            # first, as the softmax sublayer does
             queries, keys = self.rotary(queries), self.rotary(keys)  # (b, h, t, d_h)
-        kernel = self.features(queries, "query") @ self.features(keys, "key").transpose(-2, -1)
-        kernel = kernel.tril() if self.causal else kernel  # (b, h, t, t)
-        attn_weights = kernel / kernel.sum(dim=-1, keepdim=True)  # (b, h, t, t)
+        phi_q, phi_k = self.features(queries, "query"), self.features(keys, "key")  # (b, h, t, r)
+        normalizer = phi_q @ phi_k.transpose(-2, -1)  # (b, h, t, t)
+        normalizer = normalizer.tril() if self.causal else normalizer
+        if self.rotary is not None and self.kind == "elu+1":
+            # phi(R_i q) . phi(R_j k) is no function of i - j; (R_i phi(q)) . (R_j phi(k)) is. As
+            # RoFormer does for linear attention (Su et al.), only the numerator's features are
+            # rotated: the normalizer keeps the unrotated ones, so it stays positive
+            kernel = self.rotary(phi_q) @ self.rotary(phi_k).transpose(-2, -1)  # (b, h, t, t)
+            kernel = kernel.tril() if self.causal else kernel
+        else:
+            kernel = normalizer
+        attn_weights = kernel / normalizer.sum(dim=-1, keepdim=True)  # (b, h, t, t)
         context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
         return self.proj_dropout(self.out_proj(context)), attn_weights
 

@@ -45,6 +45,19 @@ def test_favor_swap_approaches_the_softmax_model_and_reports_its_weights():
     assert previous.shape == induction.shape == (2, 2)
 
 
+def test_rotary_linear_attention_depends_on_positions_only_through_their_distance():
+    # one token at every position: q and k repeat, so a relative kernel is constant along diagonals
+    attn = use_kernel_attention(tiny()).blocks[0].attn
+    x = torch.randn(1, 1, 16, dtype=F64).expand(1, 12, 16)  # (b, t, d)
+    with torch.no_grad():
+        _, weights = attn(x)  # (b, h, t, t)
+    kernel = weights * torch.arange(1, 13, dtype=F64)[:, None]  # the normalizer of row i is (i + 1) c
+    for offset in range(12):
+        diagonal = kernel.diagonal(offset=-offset, dim1=-2, dim2=-1)  # (b, h, t - offset)
+        torch.testing.assert_close(diagonal, diagonal[..., :1].expand_as(diagonal), rtol=1e-12, atol=1e-12)
+    assert (kernel.diagonal(offset=-1, dim1=-2, dim2=-1) - kernel.diagonal(dim1=-2, dim2=-1)[..., 1:]).abs().max() > 1e-3
+
+
 class TestBadInput:
     def test_swap(self):
         with pytest.raises(ValueError, match="attn is a BlockAttention"):
