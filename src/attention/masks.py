@@ -311,20 +311,36 @@ def apply_score_mod(scores: Tensor, score_mod: ScoreMod) -> Tensor:
     return score_mod(scores, batch, head, q_idx, kv_idx).expand_as(scores)  # (b, h, t_q, t_k)
 
 
+ADDITIVITY_PROBES = (-30.0, -1.0, 0.5, 2.0, 30.0)  # scores at which to_bias checks that a rule adds
+
+
 def to_bias(
     score_mod: ScoreMod, t_q: int, t_k: int, h: int, b: int | None = None,
     dtype: torch.dtype = torch.float32, device: torch.device | None = None,
 ) -> Tensor:
     """The additive bias (h, t_q, t_k), or (b, h, t_q, t_k), of a rule s_ij -> s_ij + bias.
 
-    Read off as the rule applied to scores of 0; a rule that is not of that form (soft-capping)
-    has no bias and raises ``ValueError`` (use :func:`apply_score_mod` for it).
+    Read off as the rule applied to scores of 0. What is checked first, at every (b, h, i, j):
+    that xi(s) - xi(0) = s, to the dtype's rounding, for each probe of :data:`ADDITIVITY_PROBES`
+    (the same score everywhere) and for scores from -24 to 24 that differ from pair to pair. A
+    rule that fails (soft-capping, s**2, a scaling by position) has no bias and raises
+    ``ValueError`` (use :func:`apply_score_mod` for it); a rule that adds only at these probes
+    is not caught.
     """
     zeros = torch.zeros(b or 1, h, t_q, t_k, dtype=dtype, device=device)  # (b, h, t_q, t_k)
     bias = apply_score_mod(zeros, score_mod)
-    if not torch.allclose(apply_score_mod(zeros + 1, score_mod) - bias, zeros + 1):
-        raise ValueError("score_mod must add a term that does not depend on the score, got one "
-                         "that changes the score itself (apply it with apply_score_mod)")
+    varied = torch.linspace(-24, 24, zeros.numel(), dtype=torch.float64).view_as(zeros)
+    varied = varied.flip(-1).to(dtype=dtype, device=zeros.device)  # a different score per pair
+    tolerance = 16 * torch.finfo(dtype).eps
+    for probe in (*(zeros + s for s in ADDITIVITY_PROBES), varied):
+        added = apply_score_mod(probe, score_mod) - bias  # (b, h, t_q, t_k): s, if the rule adds
+        wrong = (added - probe).abs() > tolerance * (1 + bias.abs() + probe.abs())
+        if wrong.any():
+            at = tuple(int(i) for i in wrong.nonzero()[0])
+            raise ValueError(
+                "score_mod must add a term that does not depend on the score, got "
+                f"xi(s) - xi(0) = {added[at].item():.6g} for s = {probe[at].item():.6g} at "
+                f"(b, h, i, j) = {at} (apply such a rule with apply_score_mod)")
     return bias if b is not None else bias[0]
 
 

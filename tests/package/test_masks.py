@@ -127,6 +127,8 @@ def test_score_mods_equal_flex_attention_and_the_written_out_computation():
         torch.testing.assert_close(flex_attention(q, k, v, score_mod=mod), sdpa, rtol=0, atol=1e-12)
         torch.testing.assert_close(M.to_bias(mod, T, T, 3, dtype=torch.float64), biases[name],
                                    rtol=0, atol=1e-12)
+    for dtype in (torch.float32, torch.bfloat16):  # a rule that adds passes in every dtype
+        M.to_bias(M.alibi(3), 64, 64, 3, b=2, dtype=dtype)
     scores = q @ k.transpose(-2, -1) / math.sqrt(8)
     capped = torch.softmax(2.0 * torch.tanh(scores / 2.0), dim=-1) @ v
     torch.testing.assert_close(flex_attention(q, k, v, score_mod=M.soft_cap(2.0)), capped,
@@ -179,6 +181,16 @@ def test_combinators():
 
 
 class TestBadInput:
+    @pytest.mark.parametrize("rule", [
+        lambda s, b, h, i, j: s * s,  # 0 at s = 0 and 1 at s = 1: a probe of 0 and 1 alone passes it
+        lambda s, b, h, i, j: s * (i + 1),  # adds at query 0 only
+        lambda s, b, h, i, j: s + (s > 1.0) * 0.5,  # adds a term that depends on the score
+        M.soft_cap(50.0),
+    ])
+    def test_to_bias_refuses_a_rule_that_does_not_add(self, rule):
+        with pytest.raises(ValueError, match=r"score_mod must add a term .* got xi\(s\) - xi\(0\) = "):
+            M.to_bias(rule, 5, 7, 2)
+
     @pytest.mark.parametrize("call, message", [
         (lambda: M.causal("bottom_left"), r"alignment must be one of .*got 'bottom_left'"),
         (lambda: M.causal("bottom_right"), r"needs t_q and t_k.*got t_q=None"),
