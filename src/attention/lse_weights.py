@@ -7,7 +7,9 @@ fused kernel never stores the (t_q, t_k) weights, but it can return lse
 
     α_ij = exp(scale · q_i · k_j - lse_i)
 
-rebuilds any rows of them from Q, K and lse alone (chapter 11).
+rebuilds any rows of them from Q, K and lse alone (chapter 11). With a mask rule chi and a
+score rule xi (``mask_mod``, ``score_mod``, as FlexAttention takes them), the score is
+xi(scale · q_i · k_j, b, h, i, j) and the hidden keys get weight 0, as in the kernel that made lse.
 """
 
 import math
@@ -16,6 +18,7 @@ import torch
 from torch import Tensor
 
 from .functional import _accumulation_dtype
+from .masks import MaskMod, ScoreMod
 
 __all__ = ["weights_from_lse"]
 
@@ -28,6 +31,8 @@ def weights_from_lse(
     is_causal: bool = False,
     *,
     row_offset: int = 0,
+    mask_mod: MaskMod | None = None,
+    score_mod: ScoreMod | None = None,
 ) -> Tensor:
     """Rows of the attention weights, α_ij = exp(scale · q_i · k_j - lse_i), from the saved lse.
 
@@ -39,6 +44,11 @@ def weights_from_lse(
     Returns (..., n, t_k): only these rows ever exist, never the (t_q, t_k) matrix. A row
     whose lse is not finite (it saw no key) is zero. Half-precision inputs are computed in
     float32 and the weights rounded once.
+
+    ``mask_mod(b, h, q_idx, kv_idx)`` and ``score_mod(score, b, h, q_idx, kv_idx)`` are the rules
+    of the kernel that returned lse (FlexAttention's ``AuxRequest(lse=True)``, or
+    :func:`~attention.masks.dense_attention`); they need query (b, h, n, d_k), and see the
+    rows' positions q_idx = row_offset .. row_offset + n - 1.
     """
     if query.dim() < 2 or key.dim() < 2 or query.shape[-1] != key.shape[-1]:
         raise ValueError(
@@ -50,13 +60,25 @@ def weights_from_lse(
                          f"got {tuple(lse.shape)}")
     if type(row_offset) is not int:
         raise ValueError(f"row_offset must be an integer, got {row_offset!r}")
+    if (mask_mod is not None or score_mod is not None) and query.dim() != 4:
+        raise ValueError("mask_mod and score_mod need query (b, h, n, d_k), got shape "
+                         f"{tuple(query.shape)}")
     acc_dtype = _accumulation_dtype(query.dtype)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     scores = query.to(acc_dtype) @ key.to(acc_dtype).transpose(-2, -1) * scale  # (..., n, t_k)
+    rows = torch.arange(query.shape[-2], device=query.device)[:, None] + row_offset  # (n, 1)
+    cols = torch.arange(key.shape[-2], device=query.device)  # (t_k,)
+    if mask_mod is not None or score_mod is not None:
+        b, h = scores.shape[:2]
+        batch = torch.arange(b, device=query.device).view(-1, 1, 1, 1)  # (b, 1, 1, 1)
+        head = torch.arange(h, device=query.device).view(1, -1, 1, 1)  # (1, h, 1, 1)
+        if score_mod is not None:  # the rule sees the scaled score, as FlexAttention's does
+            scores = score_mod(scores, batch, head, rows, cols).expand_as(scores)  # (b, h, n, t_k)
+        if mask_mod is not None:
+            visible = mask_mod(batch, head, rows, cols).expand_as(scores)  # (b, h, n, t_k)
+            scores = scores.masked_fill(~visible, -math.inf)
     if is_causal:
-        rows = torch.arange(query.shape[-2], device=query.device)[:, None] + row_offset  # (n, 1)
-        hidden = torch.arange(key.shape[-2], device=query.device) > rows  # (n, t_k)
-        scores = scores.masked_fill(hidden, -math.inf)
+        scores = scores.masked_fill(cols > rows, -math.inf)  # (n, t_k) hidden: j > row_offset + i
     lse = lse.to(acc_dtype)
     finite = lse.isfinite()  # (..., n); a row that saw no key has lse = +inf (or -inf)
     weights = torch.exp(scores - lse.masked_fill(~finite, 0.0)[..., None])  # (..., n, t_k)

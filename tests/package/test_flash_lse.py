@@ -48,6 +48,28 @@ def test_lse_equals_flex_attentions():
                                rtol=0, atol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("score_mod", [None, masks.alibi(2), masks.soft_cap(1.5)], ids=["none", "alibi", "soft_cap"])
+@pytest.mark.parametrize("rows", [slice(0, 12), slice(5, 9)])
+def test_weights_from_flex_attentions_lse_under_its_mask_and_score_rules(score_mod, rows):
+    q, k, v = qkv(batch=(2, 2), t_q=12, t_k=12)
+    doc_ids = torch.tensor([[0] * 5 + [1] * 7, [0] * 2 + [1] * 6 + [2] * 4])  # (b, t): per row
+    rule = masks.and_masks(masks.causal(), masks.document(doc_ids))
+    block_mask = create_block_mask(rule, 2, None, 12, 12, device="cpu", BLOCK_SIZE=4)
+    _, aux = flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=0.4,
+                            return_aux=AuxRequest(lse=True))
+    got = weights_from_lse(q[..., rows, :], k, aux.lse[..., rows], scale=0.4, mask_mod=rule,
+                           score_mod=score_mod, row_offset=rows.start)
+    scores = q @ k.transpose(-2, -1) * 0.4  # (b, h, t, t): the dense softmax, written out
+    scores = scores if score_mod is None else masks.apply_score_mod(scores, score_mod)
+    want = torch.softmax(scores.masked_fill(~masks.to_dense(rule, 12, 12, b=2, h=2), -math.inf), dim=-1)
+    torch.testing.assert_close(got, want[..., rows, :], rtol=0, atol=1e-12)
+    if score_mod is not None:  # the rule matters: without it the weights are wrong
+        plain = weights_from_lse(q[..., rows, :], k, aux.lse[..., rows], scale=0.4, mask_mod=rule,
+                                 row_offset=rows.start)
+        assert (plain - want[..., rows, :]).abs().max() > 1e-3
+
+
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("rows", [slice(0, 13), slice(0, 1), slice(5, 9), slice(12, 13)])
 def test_weights_of_any_block_of_rows_equal_the_explicit_weights(is_causal, rows):
@@ -97,6 +119,7 @@ class TestBadInput:
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 3), torch.zeros(3)), r"query and key must be"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(4)), r"lse must have the query rows' shape \(3,\), got \(4,\)"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), row_offset=1.0), r"row_offset must be an integer, got 1.0"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), mask_mod=masks.causal()), r"mask_mod and score_mod need query \(b, h, n, d_k\), got shape \(3, 4\)"),
     ])
     def test_raises_value_error(self, call, message):
         with pytest.raises(ValueError, match=message):
