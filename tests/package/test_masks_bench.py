@@ -5,6 +5,7 @@ import copy
 import json
 
 import pytest
+import torch
 
 from attention.bench import masks, validate_results
 from attention.bench.cli import build_parser, settings_from_args
@@ -41,6 +42,23 @@ def test_flops_are_the_useful_work_and_scores_the_matrices_formed(rows):
     assert formed["varlen"] == sum(t * t for t in lengths)
     assert formed["sdpa-padded"] == len(lengths) * max(lengths) ** 2
     assert formed["flex-block-mask"] == 128 * 128  # one tile of B = 128 holds the whole row
+
+
+def test_every_form_counts_its_scores_by_one_convention():
+    # whole matrices before causal skipping; FlexAttention's tiles are those the documents touch
+    lengths = torch.tensor([100, 200, 12, 300])  # t = 612: tiles of 128 cross document ends
+    t = int(lengths.sum())
+    starts = [0, 100, 300, 312]
+    touched = set()
+    for a, n in zip(starts, lengths.tolist()):
+        blocks = range(a // 128, (a + n - 1) // 128 + 1)
+        touched |= {(i, j) for i in blocks for j in blocks}
+    formed = {v: masks.scores_formed(v, lengths) for v in masks.VARIANTS}
+    assert formed == {"sdpa-dense-mask": t * t, "flex-block-mask": len(touched) * 128 * 128,
+                      "varlen": 100**2 + 200**2 + 12**2 + 300**2, "sdpa-padded": 4 * 300**2}
+    assert formed["varlen"] <= formed["flex-block-mask"] <= formed["sdpa-dense-mask"]
+    with pytest.raises(ValueError, match="variant must be one of"):
+        masks.scores_formed("flex", lengths)
 
 
 def test_a_wrong_result_is_a_failed_row_not_a_time(monkeypatch):

@@ -6,17 +6,17 @@ BlockMask (128, FlexAttention's default).
 
 Every document attends causally to itself only (chapter 11's causal document mask). The lengths
 are drawn once per t from the seed: n - 1 cut points uniform over the row. The four variants
-compute the same outputs and form score matrices of different sizes:
+compute the same outputs and form score matrices of different sizes (:func:`scores_formed`):
 
-    sdpa-dense-mask    one row (1, h, t, d_h), SDPA with the dense (t, t) boolean mask     t²
-    flex-block-mask    torch.compile(flex_attention) with the rule's BlockMask          (tiles kept) · B²
-    varlen             attention.packing.varlen_attention, SDPA per document           Σ t_u²
-    sdpa-padded        the documents padded to (n, h, t_max, d_h), SDPA is_causal       n · t_max²
+    sdpa-dense-mask    one row (1, h, t, d_h), SDPA with the dense (t, t) boolean mask  t²
+    flex-block-mask    torch.compile(flex_attention) with the rule's BlockMask   (document tiles) · B²
+    varlen             attention.packing.varlen_attention, SDPA per document        Σ t_u²
+    sdpa-padded        the documents padded to (n, h, t_max, d_h), SDPA is_causal    n · t_max²
 
 Each is checked against a float64 reference (each document alone) before it is timed, forward
 only, in float32. ``flops`` is the useful work, 4 · h · d_h · Σ t_u (t_u + 1) / 2, the same for
-every variant; ``scores_formed`` is the size of the score matrices (or kept tiles) it forms, a
-kernel may still skip part of a causal tile.
+every variant; ``scores_formed`` counts the score matrices each forms, by one convention for
+all: whole matrices (or whole tiles), before any causal skipping (see :func:`scores_formed`).
 """
 
 import time
@@ -85,11 +85,23 @@ def _repack(out: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return out.transpose(1, 2)[real].transpose(0, 1)[None]  # (1, h, t, d_h)
 
 
-def _scores_formed(variant: str, lengths: torch.Tensor, rule_tiles: int) -> int:
-    """Entries of the score matrices (or kept B x B tiles) the variant forms."""
+def scores_formed(variant: str, lengths: torch.Tensor) -> int:
+    """Score entries per head that ``variant`` forms for documents of ``lengths``.
+
+    One convention for every form: its score matrices counted whole, before any causal skipping
+    (SDPA with a dense mask computes all of them; SDPA with is_causal and FlexAttention skip
+    about half of theirs). The dense mask forms t², the padded batch n · t_max², the
+    per-document loop Σ t_u², and FlexAttention its B x B tiles that the document rule alone
+    keeps, times B²: Σ t_u² and the hidden pairs of the tiles that cross a document boundary.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {variant!r}")
     t, t_max, n = int(lengths.sum()), int(lengths.max()), len(lengths)
-    return {"sdpa-dense-mask": t * t, "flex-block-mask": rule_tiles * BLOCK_SIZE**2,
-            "varlen": int((lengths**2).sum()), "sdpa-padded": n * t_max * t_max}[variant]
+    if variant == "flex-block-mask":
+        rule = document(document_ids(cu_seqlens_from_lengths(lengths)))
+        return int((block_sparsity(rule, t, t, BLOCK_SIZE) > 0).sum()) * BLOCK_SIZE**2
+    return {"sdpa-dense-mask": t * t, "varlen": int((lengths**2).sum()),
+            "sdpa-padded": n * t_max * t_max}[variant]
 
 
 def measure_form(call: Callable[[], torch.Tensor], want: torch.Tensor, row: MaskRow, settings: Settings) -> MaskRow:
@@ -136,8 +148,6 @@ def run_masks(settings: Settings, seq_lens: tuple[int, ...] = SEQ_LENS) -> list[
         layout64 = [x[0].transpose(0, 1).double() for x in (q, k, v)]  # (t, h, d_h), float64
         want = varlen_attention(*layout64, cu_seqlens.to(device), is_causal=True)  # (t, h, d_h)
         want = want.transpose(0, 1)[None]  # (1, h, t, d_h)
-        rule = and_masks(causal(), document(document_ids(cu_seqlens)))
-        kept = int((block_sparsity(rule, t, t, BLOCK_SIZE) > 0).sum())
         useful = 4.0 * h * d_h * float((lengths * (lengths + 1) // 2).sum())
         calls = _calls(q, k, v, lengths, device, settings.compile)
         for variant, summary in VARIANTS.items():
@@ -145,7 +155,7 @@ def run_masks(settings: Settings, seq_lens: tuple[int, ...] = SEQ_LENS) -> list[
                 variant=variant, summary=summary, t=t, lengths=lengths.tolist(), h=h, d_h=d_h,
                 dtype="float32", pass_name="forward", status="ok", reason=None,
                 block_size=BLOCK_SIZE if variant == "flex-block-mask" else None,
-                scores_formed=_scores_formed(variant, lengths, kept), flops=useful, max_rel_err=None,
+                scores_formed=scores_formed(variant, lengths), flops=useful, max_rel_err=None,
                 median_s=None, iqr_s=None, repeats=None, number=None, tflops=None,
             )
             if variant not in calls:

@@ -170,8 +170,11 @@ class MaskRow(_JsonRow):
     """One form of chapter 11's causal document mask on one packed row (attention.bench.masks).
 
     ``lengths`` are the packed documents, summing to ``t``; ``scores_formed`` the entries of the
-    score matrices (or kept tiles) the form computes; ``flops`` the useful work, the same for
-    every form. ``status`` as in :class:`Row`.
+    score matrices (or kept tiles) the form computes, as the harness counted them when it ran
+    (files written before :func:`~attention.bench.masks.scores_formed` counted FlexAttention's
+    tiles after the causal skipping and the others before it: the appendix recounts them from
+    ``lengths``); ``flops`` the useful work, the same for every form. ``status`` as in
+    :class:`Row`.
     """
 
     variant: str
