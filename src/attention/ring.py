@@ -2,17 +2,17 @@
 
 Notation (see CONTRIBUTING.md): ``...`` leading batch dimensions (b, h), t tokens, d_k and d_v
 the widths of keys and values, d_h = d_k = d_v in the counts; N = ``world_size`` devices,
-c = t / N tokens per device, r a device and k a step of the ring, both counted from 0; lse a
-log-sum-exp.
+t_shard = t / N tokens per device (``c`` in the code), r a device and sigma a step of the ring,
+both counted from 0; lse a log-sum-exp; J and J' two disjoint sets of keys.
 
 The sequence is cut into N shards; device r holds the queries, keys and values of its shard.
-Keys and values travel round the ring: at step k device r holds the key-value block of device
-(r - k) mod N, attends its queries to it, and passes it on to device r + 1 while it receives the
+Keys and values travel round the ring: at step sigma device r holds the key-value block of device
+(r - sigma) mod N, attends its queries to it, and passes it on to device r + 1 while it receives the
 next one. Each step gives a partial output O and its lse for the block's keys, and the
 partials are merged with the online-softmax rule of chapter 7 (equation 7.8, with the outputs
 kept normalized; equation 11.8):
 
-    lse = log(exp(lse_a) + exp(lse_b)),    O = exp(lse_a - lse) O_a + exp(lse_b - lse) O_b.
+    lse = log(exp(lse_J) + exp(lse_J')),    O = exp(lse_J - lse) O_J + exp(lse_J' - lse) O_J'.
 
 After N steps each device holds exact attention for its queries. With causal attention, the
 block of a later device is useless to an earlier one: with contiguous shards device 0 then idles for
@@ -70,11 +70,11 @@ def _visible(q_pos: Tensor, k_pos: Tensor, is_causal: bool) -> Tensor:
 
 def ring_work(t: int, world_size: int, is_causal: bool = False,
               sharding: str = "contiguous") -> Tensor:
-    """Score pairs (query, key) that device r attends at step k: an int64 tensor (N, N) [k, r].
+    """Score pairs (query, key) device r attends at step sigma: an int64 tensor (N, N) [sigma, r].
 
     A block that no query of the device may see is skipped (0 work); otherwise the count is the
     visible pairs, what a kernel that skips masked tiles computes. A synchronous ring's step
-    lasts as long as its busiest device: the sum over k of the row maxima.
+    lasts as long as its busiest device: the sum over sigma of the row maxima.
     """
     shards = ring_shards(t, world_size, sharding)
     work = torch.zeros(world_size, world_size, dtype=torch.int64)  # (N steps, N devices)
@@ -155,9 +155,10 @@ def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCou
 
     The device's memory (``m_device`` numbers) is the fast memory; the ring is the slow one: a
     block received from the previous device is a load (reads), a block sent to the next one a
-    store (writes). Its own c = t / N queries, keys and values and the running O, m and l are
-    made on the device (no traffic). To hide communication behind compute, it receives the
-    next K and V while it still holds the current ones: 6 c d_h + 2 c numbers at once. Per
+    store (writes). Its own c = t / N queries, keys and values, the running O and its lse (one
+    number per query: the merge of two partials needs no more) are made on the device (no
+    traffic). To hide communication behind compute, it receives the next K and V while it still
+    holds the current ones: 6 c d_h + c numbers at once. Per
     device: N - 1 blocks of K and V received and sent, 2 (N - 1) c d_h numbers each way.
     """
     check_sizes(t=t, d_h=d_h, world_size=world_size, m_device=m_device)
@@ -168,8 +169,7 @@ def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCou
     mem = TwoLevelMemory(m_device)
     mem.allocate("Q_r", c, d_h)  # (c, d_h): this device's queries, never sent
     mem.allocate("O_r", c, d_h)  # (c, d_h) running output
-    mem.allocate("m_r", c, 1)  # (c, 1) running maximum
-    mem.allocate("l_r", c, 1)  # (c, 1) running sum
+    mem.allocate("lse_r", c, 1)  # (c, 1) running log-sum-exp, all that merging partials needs
     mem.allocate("K_0", c, d_h)  # (c, d_h): its own keys and values, the first block it uses
     mem.allocate("V_0", c, d_h)
     for step in range(1, world_size):

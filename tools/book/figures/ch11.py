@@ -1,7 +1,7 @@
 """Figures of chapter 11: masks as programs, weights from the log-sum-exp, and the ring's work.
 
 Notation: t tokens, B the block size of a block mask (T = t / B tiles along each side), h heads,
-N devices in a ring, c = t / N tokens per device. Every figure is computed by the package:
+N devices in a ring, t_shard = t / N tokens per device. Every figure is computed by the package:
 ``attention.masks.block_sparsity`` for the tiles, ``flash_attention(..., return_lse=True)`` and
 ``weights_from_lse`` for the heatmaps (of the chapter's tiny model, trained here for 80 steps,
 about half a second), ``attention.ring.ring_work`` for the ring.
