@@ -19,7 +19,8 @@ from mkdocs.exceptions import PluginError
 
 from book.timings import facts, tables
 from book.timings.format import readable_bytes, table
-from book.timings.load import RESULTS, Run, load_runs, pinned_version
+from book.timings.load import (NOT_RECORDED, PROVENANCE_FIELDS, RESULTS, Run, commit_words, file_provenance,
+                                load_runs, pinned_version, results_files)
 from book.timings.page import PAGES, fill_markers, provenance_markdown, run_markdown
 from book.hooks import figures as figures_hook
 from book.hooks import timings as timings_hook
@@ -169,6 +170,82 @@ def test_provenance_says_where_when_with_what_and_in_how_many_runs(runs):
     times = re.findall(r"^- (\d\d:\d\d) UTC", text, flags=re.MULTILINE)
     assert len(times) == 7 and times == sorted(times)  # listed in the order they were measured
     assert all(s["command"] in text for s in run.sources)
+
+
+def _file_rows(text: str) -> dict[str, list[str]]:
+    """The files table's rows by file name: its six provenance cells."""
+    rows = {}
+    for line in text.splitlines():
+        match = re.match(r"^\| \[`([^`]+)`\]\(results/[^)]+\) \| (.*) \|$", line)
+        if match:
+            rows[match[1]] = match[2].split(" | ")
+    return rows
+
+
+def test_every_results_file_shows_its_provenance_or_says_not_recorded(pages):
+    rows = _file_rows(pages["kernel-timings.md"])
+    files = results_files()
+    assert len(files) >= 14 and sorted(rows) == sorted(f.relative_to(RESULTS).as_posix() for f in files)
+    for path in files:
+        cells = rows[path.relative_to(RESULTS).as_posix()]
+        assert len(cells) == len(PROVENANCE_FIELDS) and all(cells), path
+        doc = json.loads(path.read_text()) if path.suffix == ".json" else {}
+        p = doc.get("provenance")
+        if p:  # what the file records is shown; nothing is "not recorded" that it records
+            assert p["torch"] in cells[2] and p["device_name"] in cells[4] and p["command"] in cells[5]
+            assert NOT_RECORDED not in cells[:3] + cells[4:]
+        elif path.suffix == ".json":  # a file with no provenance block says so in every column
+            assert cells == [NOT_RECORDED] * 6, path
+    backward = rows["runs/h200-2026-11-26/triton-check-backward.json"]
+    assert backward == [NOT_RECORDED] * 6  # the backward check's file records nothing
+    log = rows["runs/h200-2026-11-26/triton-check-forward.log"]
+    assert log[2:5] == ["2.11.0+cu130", "3.6.0", "NVIDIA H200"] and log[1] == NOT_RECORDED
+
+
+def test_an_unverified_tree_is_labelled_wherever_its_commit_is_printed(runs, pages):
+    assert commit_words({"commit": "f9d0804", "dirty": None, "source": "ATTENTION_COMMIT"}).startswith(
+        "`f9d0804`, unverified tree")
+    assert commit_words({"commit": "409322dd04", "dirty": None}).endswith("(git status could not be read)")
+    assert commit_words({"commit": "409322dd04", "dirty": False}) == "`409322d`"
+    assert commit_words({"commit": "409322dd04", "dirty": True}) == "`409322d` with local changes"
+    assert commit_words(None) == NOT_RECORDED
+    unverified = 0
+    for path in results_files():
+        p = json.loads(path.read_text()).get("provenance", {}) if path.suffix == ".json" else {}
+        for record in [p] + p.get("sources", []):
+            git = record.get("git") or {}
+            if git.get("commit") and (git.get("source") or git.get("dirty") is None):
+                unverified += 1
+                label = f"`{git['commit'][:7]}`, unverified tree"
+                assert label in file_provenance(path)["commit"], path
+                assert label in pages["kernel-timings.md"]
+                if path.parent == RESULTS:  # a run with a page prints it there too
+                    assert label in pages[PAGES[path.stem]]
+    assert unverified >= 2  # the autotuned Triton run, alone and as a source of cuda-h200.json
+    assert "unverified tree" in provenance_markdown(runs["cuda-h200"])
+    assert "unverified tree" not in provenance_markdown(runs["cpu-masks"])
+
+
+def test_each_source_run_states_its_own_timing_settings(runs):
+    text = provenance_markdown(runs["cuda-h200"])
+    listed = re.findall(r"^- (\d\d:\d\d) UTC: .*; timing: (.*?); commit", text, flags=re.MULTILINE)
+    assert len(listed) == 7
+    timed = dict(listed)
+    assert timed["07:51"].startswith("the `quick` preset: up to 10 timed calls")
+    assert timed["05:06"].startswith("up to 20 timed calls")
+    quick = facts.fill("{{ timing() }}", runs, "cuda-h100-quick")
+    for variant in ("triton", "sdpa[flash]", "sdpa[cudnn]"):  # the H100 page says these match
+        assert quick == facts.fill(f"{{{{ cuda-h200: timing({variant}) }}}}", runs, "cuda-h100-quick")
+
+
+def test_the_kernel_that_ran_says_whether_the_profiler_named_it(runs):
+    run = runs["cuda-h200"]
+    cells = {row[0]: row[-1] for row in body_rows(tables.detail_table(
+        [r for r in run.rows if r.level == "kernel" and r.d_h == 64 and r.pass_name == "forward"], 16384,
+        run.doc["peaks"]["bfloat16"]))}
+    assert cells["`sdpa[cudnn]`"] == "sdpa: cuDNN"  # read from the profiler
+    assert cells["`triton`"] == "Triton kernel (declared)" and cells["`flex`"].endswith("(declared)")
+    assert cells["`flash_attention`"] == "tiled loop in PyTorch (declared)"
 
 
 def test_a_run_that_did_not_finish_says_so(runs):

@@ -170,6 +170,7 @@ _BACKEND_OPS = {
     "aten::_scaled_dot_product_attention_math": "sdpa: math",
     "aten::_native_multi_head_attention": "nn.MultiheadAttention fast path",
 }
+PROFILED_LABELS = frozenset(_BACKEND_OPS.values())  # a row's backend read from the profiler
 
 
 def _is_attention_op(name: str) -> bool:

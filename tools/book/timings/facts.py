@@ -20,8 +20,11 @@ from collections.abc import Callable
 from .format import ms as _ms
 from .format import rate, ratio, ratio_range, readable_bytes
 from attention.bench.rows import DecodeRow, Row
+from attention.flash import default_block_sizes
 
 from .load import Run
+from .page import settings_words
+from .tables import kernel_that_ran
 
 QUERY = re.compile(r"\{\{\s*(?:(?P<run>[a-z0-9-]+)\s*:\s*)?(?P<name>[a-z_]+)\s*(?:\((?P<args>[^)]*)\))?\s*\}\}")
 QUERIES: dict[str, Callable[..., str]] = {}
@@ -85,8 +88,9 @@ def ms(run: Run, variant: str, pass_name: str, **where) -> str:
 
 @query
 def backend(run: Run, variant: str, pass_name: str, **where) -> str:
-    """The kernel the profiler saw run for one row (``sdpa: cuDNN``)."""
-    return _one(run, variant, pass_name, where).backend
+    """The kernel that ran for one row: the profiler's name (``sdpa: cuDNN``), or the variant's
+    own, marked "(declared)"."""
+    return kernel_that_ran(_one(run, variant, pass_name, where))
 
 
 @query
@@ -105,6 +109,30 @@ def per_launch_us(run: Run, variant: str, pass_name: str, **where) -> str:
     if not row.gpu_kernels:
         raise FactError(f"{run.stem} did not count GPU kernel launches")
     return f"{row.median_s / row.gpu_kernels * 1e6:.2g}"
+
+
+@query
+def tile_transfer_us(run: Run, variant: str, pass_name: str, **where) -> str:
+    """Microseconds to write and read back one tile of ``flash_attention``'s scores at the
+    datasheet's memory bandwidth: b · h · B_q · B_k float32 numbers (its tiles of
+    :func:`~attention.flash.default_block_sizes`; half inputs accumulate in float32), twice."""
+    row = _one(run, variant, pass_name, where)
+    bandwidth = (run.doc["peaks"].get("bandwidth") or {}).get("bytes_per_s")
+    if not bandwidth:
+        raise FactError(f"{run.stem} has no datasheet bandwidth")
+    block_q, block_k = default_block_sizes(row.t, row.t)
+    return f"{2 * row.b * row.h * block_q * block_k * 4 / bandwidth * 1e6:.2g}"
+
+
+@query
+def timing(run: Run, variant: str | None = None) -> str:
+    """How the rows (of ``variant``, or all) were timed, from the settings of the runs that gave
+    them: ``the `quick` preset: up to 10 timed calls per point (...)``."""
+    sources = run.sources
+    used = {r.run or 0 for r in run.rows if variant is None or r.variant == variant}
+    if not used:
+        raise FactError(f"no rows of {variant} in {run.stem}")
+    return "; ".join(dict.fromkeys(settings_words(sources[i]["settings"], run.gpu) for i in sorted(used)))
 
 
 @query

@@ -7,6 +7,7 @@ it is loaded; a file that does not follow the schema stops the build with its na
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -125,6 +126,59 @@ class Run:
                     and all(getattr(r, k) == v for k, v in where.items())):
                 return r
         return None
+
+
+NOT_RECORDED = "not recorded"
+PROVENANCE_FIELDS = ("date", "commit", "torch", "triton", "device", "command")
+
+
+def commit_words(git: dict | None) -> str:
+    """The commit a run records, and whether its tree was checked: ``409322d``, ``409322d with
+    local changes``, or ``f9d0804, unverified tree (...)`` where the commit was not read from git."""
+    if not git or not git.get("commit"):
+        return NOT_RECORDED
+    text = f"`{git['commit'][:7]}`"
+    if git.get("source"):  # e.g. an environment variable on a copy of the tree
+        return f"{text}, unverified tree: named by {git['source']}, not read from git"
+    if git.get("dirty") is None:
+        return f"{text}, unverified tree (git status could not be read)"
+    return f"{text} with local changes" if git["dirty"] else text
+
+
+def file_provenance(path: Path) -> dict[str, str]:
+    """What a results file records about where it came from, one entry per
+    :data:`PROVENANCE_FIELDS`, ``"not recorded"`` for what it does not say.
+
+    A benchmark file carries a ``provenance`` block; a check's log may open with a line of JSON
+    naming torch, Triton and the GPU; any other file records nothing.
+    """
+    found: dict[str, str | None] = dict.fromkeys(PROVENANCE_FIELDS)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        p = json.loads(text).get("provenance")
+        if isinstance(p, dict):
+            found |= {"date": p.get("date_utc", "")[:16].replace("T", " ") or None,
+                      "commit": commit_words(p.get("git")), "torch": p.get("torch"),
+                      "triton": p.get("triton"), "device": p.get("device_name"),
+                      "command": p.get("command") and f"`{p['command']}`"}
+            sources = p.get("sources") or []
+            if sources:  # a merged file: its rows come from the runs it lists, each with its commit
+                dates = sorted(s["date_utc"][:16].replace("T", " ") for s in sources)
+                found["date"] = f"{dates[0]} … {dates[-1]} ({len(sources)} runs, merged)"
+                found["commit"] = "; ".join(dict.fromkeys(commit_words(s.get("git")) for s in sources))
+    else:
+        try:
+            head = json.loads(text.splitlines()[0]) if text else {}
+        except json.JSONDecodeError:
+            head = {}
+        if isinstance(head, dict):
+            found |= {"torch": head.get("torch"), "triton": head.get("triton"), "device": head.get("gpu")}
+    return {k: (v if v and v != NOT_RECORDED else NOT_RECORDED) for k, v in found.items()}
+
+
+def results_files(results_dir: Path = RESULTS) -> list[Path]:
+    """Every file the appendix's results folder keeps: the runs' files and those they merge."""
+    return sorted(p for p in results_dir.rglob("*") if p.is_file() and p.suffix in (".json", ".log"))
 
 
 def load_runs(results_dir: Path = RESULTS) -> dict[str, Run]:

@@ -14,26 +14,24 @@ from attention.bench.roofline import machine_roof
 
 from . import tables
 from .format import rate, readable_bytes, table
-from .load import Run, pinned_version
+from .load import PROVENANCE_FIELDS, RESULTS, Run, commit_words, file_provenance, pinned_version, results_files
 from .plots import figure_names
 
 RUN_MARKER = re.compile(r"<!-- timings:run (?P<stem>[a-z0-9-]+) -->")
 RUNS_MARKER = "<!-- timings:runs -->"
+FILES_MARKER = "<!-- timings:files -->"
 MASKS_MARKER = re.compile(r"<!-- timings:(?P<part>masks|linear) (?P<stem>[a-z0-9-]+) -->")
 PAGES = {"cpu": "cpu.md", "cpu-masks": "cpu.md", "cpu-linear": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
 PARTS = {"results": "rows", "masks": "mask rows", "linear": "linear-attention rows"}  # rows a file can hold
 
 
 def _commit(git: dict) -> str:
-    if not git.get("commit"):
-        return "an unknown commit"
-    text = f"commit `{git['commit'][:7]}`"
-    if git.get("dirty"):
-        text += " with local changes"
-    return text
+    words = commit_words(git)
+    return "commit not recorded" if words == "not recorded" else f"commit {words}"
 
 
-def _timing_words(settings: dict, gpu: bool) -> str:
+def timing_words(settings: dict, gpu: bool) -> str:
+    """How a run timed each point, from its settings: repeats and time limits."""
     if gpu:
         return (f"up to {settings['repeats']} timed calls per point (fewer where they would take more than "
                 f"{settings['max_time']:g} s, never fewer than 5), each after a 256 MiB buffer is zeroed to "
@@ -61,8 +59,9 @@ def _what(run: Run, i: int) -> str:
     return "; ".join(parts) or "nothing kept (every row it measured was measured again later)"
 
 
-def _settings_words(settings: dict, gpu: bool) -> str:
-    words = _timing_words(settings, gpu)
+def settings_words(settings: dict, gpu: bool) -> str:
+    """A run's timing settings in words, with its preset and whether compiled variants ran."""
+    words = timing_words(settings, gpu)
     if settings.get("preset"):
         words = f"the `{settings['preset']}` preset: " + words
     if not settings.get("compile", True):
@@ -92,7 +91,7 @@ def provenance_markdown(run: Run) -> str:
         "every variant causal and checked against a float64 reference before it is timed.",
         "",
     ]
-    timing = list(dict.fromkeys(_settings_words(src["settings"], run.gpu) for src in sources
+    timing = list(dict.fromkeys(settings_words(src["settings"], run.gpu) for src in sources
                                 if any((r.run or 0) == sources.index(src) for r in run.rows)))
     if timing:
         lines += [f"**Timing**: {'; or '.join(timing)}.", ""]
@@ -101,7 +100,8 @@ def provenance_markdown(run: Run) -> str:
         lines += [f"**{len(sources)} runs**, merged into this file by `python -m attention.bench merge` "
                   "(where two runs measured the same row, the newer one's is kept):", ""]
         lines += [f"- {sources[i]['date_utc'][11:16]} UTC: {_what(run, i)}"
-                  + ("; **cut off before its end**" if not sources[i].get("complete", True) else "") + "."
+                  + ("; **cut off before its end**" if not sources[i].get("complete", True) else "")
+                  + f"; timing: {settings_words(sources[i]['settings'], run.gpu)}; {_commit(sources[i]['git'])}."
                   for i in order]
         lines.append("")
     if not run.doc.get("complete", True):
@@ -229,6 +229,19 @@ def runs_table(runs: dict[str, Run]) -> str:
                  [False, False, False, False, False])
 
 
+def files_table() -> str:
+    """Every file of the results folder with what it records of its provenance, each of date,
+    commit, torch, Triton, device and command shown or marked "not recorded"."""
+    body = []
+    for path in results_files():
+        p = file_provenance(path)
+        name = path.relative_to(RESULTS).as_posix()
+        body.append([f"[`{name}`](results/{name})", *(p[field] for field in PROVENANCE_FIELDS)])
+    return table(["file", "measured (UTC)", "commit", "torch", "Triton", "device", "command"], body,
+                 [False] * 7, "What each results file records of where it came from; a commit "
+                 "marked \"unverified tree\" was not read from git on the machine that ran.")
+
+
 def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
     """``markdown`` with its markers replaced, and the stem of the run its page is about."""
     stems = [m["stem"] for m in RUN_MARKER.finditer(markdown)]
@@ -240,5 +253,7 @@ def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
             raise ValueError(f"no {m['part']} rows in {m['stem']}.json for the marker {m.group(0)}")
     markdown = MASKS_MARKER.sub(lambda m: part_markdown(runs[m["stem"]], m["part"]), markdown)
     markdown = RUN_MARKER.sub(lambda m: run_markdown(runs[m["stem"]]), markdown)
+    if FILES_MARKER in markdown:
+        markdown = markdown.replace(FILES_MARKER, files_table())
     return markdown.replace(RUNS_MARKER, runs_table(runs)), (stems[0] if stems else None)
 

@@ -14,6 +14,7 @@ import torch
 from attention.bench.masks import scores_formed
 from attention.bench.roofline import machine_roof, roofline_points
 from attention.bench.rows import LinearRow, MaskRow, Row
+from attention.bench.timing import PROFILED_LABELS
 
 from .format import code, ms, rate, ratio, readable_bytes, source, table, tflops
 from .load import Group, Run
@@ -57,6 +58,14 @@ def time_table(rows: list[Row], pass_name: str) -> str:
     return table(["variant", *(f"$t = {t}$" for t in ts)], body, [False] + [True] * len(ts), caption)
 
 
+def kernel_that_ran(row: Row) -> str:
+    """The row's backend as the profiler named it, or the variant's own name for itself, marked
+    "(declared)", where the profiler saw no fused kernel it could name."""
+    if all(part in PROFILED_LABELS for part in row.backend.split(" + ")):
+        return row.backend
+    return f"{row.backend} (declared)"
+
+
 def detail_table(rows: list[Row], t: int, peak: dict) -> str:
     """Every ok variant at one t, fastest first: time, spread, ratio, throughput, memory, error,
     GPU kernels launched per call (where counted) and the kernel that ran."""
@@ -77,7 +86,7 @@ def detail_table(rows: list[Row], t: int, peak: dict) -> str:
         cells += [readable_bytes(r.peak_bytes), f"{r.max_rel_err:.1e}"]
         if launches:
             cells.append("—" if r.gpu_kernels is None else f"{r.gpu_kernels:,}")
-        cells.append(r.backend)
+        cells.append(kernel_that_ran(r))
         body.append(cells)
     numeric = [False, True, True, True, True] + ([True] if peak.get("tflops") else [])
     numeric += [True, True] + ([True] if launches else []) + [False]
@@ -87,7 +96,8 @@ def detail_table(rows: list[Row], t: int, peak: dict) -> str:
         where = f"% of the datasheet's peak, {peak['tflops']:g} TFLOP/s"
     else:
         where = "no documented peak for this device, so no percentage of one"
-    caption = f"Every variant at $t = {t}$, $b = {at[0].b}$, fastest first; {where}."
+    caption = (f"Every variant at $t = {t}$, $b = {at[0].b}$, fastest first; {where}. Kernel that ran: "
+               "read from the profiler, or the variant's own name where marked (declared).")
     return table(header, body, numeric, caption)
 
 
