@@ -321,7 +321,7 @@ def to_bias(
     """The additive bias (h, t_q, t_k), or (b, h, t_q, t_k), of a rule s_ij -> s_ij + bias.
 
     Read off as the rule applied to scores of 0. What is checked first, at every (b, h, i, j):
-    that xi(s) - xi(0) = s, to the dtype's rounding, for each probe of :data:`ADDITIVITY_PROBES`
+    that xi(s) - xi(0) = s, to the dtype's rounding, for each probe of ``ADDITIVITY_PROBES``
     (the same score everywhere) and for scores from -24 to 24 that differ from pair to pair. A
     rule that fails (soft-capping, s**2, a scaling by position) has no bias and raises
     ``ValueError`` (use :func:`apply_score_mod` for it); a rule that adds only at these probes
