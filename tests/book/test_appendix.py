@@ -205,7 +205,9 @@ def test_every_results_file_shows_its_provenance_or_says_not_recorded(pages):
 def test_an_unverified_tree_is_labelled_wherever_its_commit_is_printed(runs, pages):
     assert commit_words({"commit": "f9d0804", "dirty": None, "source": "ATTENTION_COMMIT"}).startswith(
         "`f9d0804`, unverified tree")
-    assert commit_words({"commit": "409322dd04", "dirty": None}).endswith("(git status could not be read)")
+    assert commit_words({"commit": "409322dd04", "dirty": None}).endswith("git status could not be read")
+    checked = commit_words({"commit": "409322dd04", "dirty": False, "source": "a copy, every file checked"})
+    assert checked == "`409322d` (a copy, every file checked)"  # a checked copy is no unverified tree
     assert commit_words({"commit": "409322dd04", "dirty": False}) == "`409322d`"
     assert commit_words({"commit": "409322dd04", "dirty": True}) == "`409322d` with local changes"
     assert commit_words(None) == NOT_RECORDED

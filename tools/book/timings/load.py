@@ -134,15 +134,18 @@ PROVENANCE_FIELDS = ("date", "commit", "torch", "triton", "device", "command")
 
 def commit_words(git: dict | None) -> str:
     """The commit a run records, and whether its tree was checked: ``409322d``, ``409322d with
-    local changes``, or ``f9d0804, unverified tree (...)`` where the commit was not read from git."""
+    local changes``, or ``f9d0804, unverified tree: ...`` where nothing compared the tree that
+    ran with the commit (``dirty`` is None: a commit named by an environment variable on a copy
+    of the tree, or a git status that could not be read)."""
     if not git or not git.get("commit"):
         return NOT_RECORDED
     text = f"`{git['commit'][:7]}`"
-    if git.get("source"):  # e.g. an environment variable on a copy of the tree
-        return f"{text}, unverified tree: named by {git['source']}, not read from git"
     if git.get("dirty") is None:
-        return f"{text}, unverified tree (git status could not be read)"
-    return f"{text} with local changes" if git["dirty"] else text
+        why = f"named by {git['source']}, not checked" if git.get("source") else "git status could not be read"
+        return f"{text}, unverified tree: {why}"
+    if git["dirty"]:
+        return f"{text} with local changes"
+    return f"{text} ({git['source']})" if git.get("source") else text
 
 
 def file_provenance(path: Path) -> dict[str, str]:
