@@ -239,7 +239,7 @@ def files_table() -> str:
         body.append([f"[`{name}`](results/{name})", *(p[field] for field in PROVENANCE_FIELDS)])
     return table(["file", "measured (UTC)", "commit", "torch", "Triton", "device", "command"], body,
                  [False] * 7, "What each results file records of where it came from; a commit "
-                 "marked \"unverified tree\" was not read from git on the machine that ran.")
+                 "marked \"unverified tree\" was never compared with the tree that ran.")
 
 
 def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
