@@ -76,7 +76,13 @@ from .positions import (
     sinusoidal_positions,
 )
 from .ring import ring_attention, ring_attention_io, ring_shards, ring_work
-from .rope_scaling import Llama3Scaling, NTKAwareScaling, PositionInterpolation, YaRNScaling
+from .rope_scaling import (
+    DynamicNTKScaling,
+    Llama3Scaling,
+    NTKAwareScaling,
+    PositionInterpolation,
+    YaRNScaling,
+)
 from .self_attention import SelfAttentionV1, SelfAttentionV2
 from .streaming import StreamingKVCache, streaming_cache
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
@@ -93,6 +99,7 @@ __all__ = [
     "BlockAttention",
     "CausalAttention",
     "CrossAttention",
+    "DynamicNTKScaling",
     "FusedMultiHeadAttention",
     "GroupedQueryAttention",
     "IOCount",

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_context_length, check_input, check_sizes
-from .rope_scaling import RopeScaling, rope_frequencies
+from .rope_scaling import DynamicNTKScaling, RopeScaling, rope_frequencies
 
 __all__ = [
     "LearnedPositions",
@@ -130,9 +130,11 @@ class RotaryEmbedding(nn.Module):
 
     ``scaling``, one of the rules of :mod:`attention.rope_scaling`, replaces the θ_i to stretch
     the model past its training length; :class:`~attention.rope_scaling.YaRNScaling` also
-    multiplies every feature of the output (rotated or not) by its ``attention_factor``
-    sqrt(1/τ), so that the scores of rotated queries and keys are divided by τ. The module has
-    no parameters; ``frequencies`` holds the θ_i used, in float64.
+    multiplies the rotated features (or all d_h, with ``scaled_features="head"``) by its
+    ``attention_factor`` sqrt(1/τ). The module has no parameters; ``frequencies`` holds the θ_i
+    used, in float64. With :class:`~attention.rope_scaling.DynamicNTKScaling` they depend on the
+    length: ``forward(x, start)`` rotates with those of length start + t (``frequencies`` holds
+    those of the training length), so keys rotated at another length do not match.
     """
 
     def __init__(
@@ -158,7 +160,7 @@ class RotaryEmbedding(nn.Module):
         if scaling is not None and not isinstance(scaling, RopeScaling):
             raise ValueError(
                 f"scaling must be None or one of PositionInterpolation, NTKAwareScaling, "
-                f"YaRNScaling, Llama3Scaling, got {scaling!r}"
+                f"YaRNScaling, Llama3Scaling, DynamicNTKScaling, got {scaling!r}"
             )
         self.d_h, self.rotary_dim = d_h, rotary_dim
         self.base = float(base)
@@ -178,9 +180,16 @@ class RotaryEmbedding(nn.Module):
             )
         _check_start(start)
         t, half = x.shape[-2], self.rotary_dim // 2
+        frequencies = self.frequencies  # (d_rot/2,) float64
+        if isinstance(self.scaling, DynamicNTKScaling):  # s follows the length read so far
+            frequencies = self.scaling.frequencies(self.rotary_dim, self.base, start + t)
         positions = torch.arange(start, start + t, dtype=torch.float64, device=x.device)  # (t,)
-        angles = positions[:, None] * self.frequencies.to(x.device)  # (t, d_rot/2)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (t, d_rot/2) each
+        angles = positions[:, None] * frequencies.to(x.device)  # (t, d_rot/2)
+        # YaRN's temperature, as deployed code applies it: cos and sin times sqrt(1/τ), so only
+        # the rotated features are scaled (scaled_features="head" scales the rest below)
+        factor = self.attention_factor
+        cos = (angles.cos() * factor).to(x.dtype)  # (t, d_rot/2)
+        sin = (angles.sin() * factor).to(x.dtype)  # (t, d_rot/2)
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]  # d_rot, d_h - d_rot
         if self.interleaved:
             x_a, x_b = rotated[..., 0::2], rotated[..., 1::2]  # (..., t, d_rot/2) each
@@ -192,9 +201,9 @@ class RotaryEmbedding(nn.Module):
             rotated = torch.stack([rot_a, rot_b], dim=-1).flatten(-2)  # (..., t, d_rot)
         else:
             rotated = torch.cat([rot_a, rot_b], dim=-1)  # (..., t, d_rot)
-        out = torch.cat([rotated, passed], dim=-1)  # (..., t, d_h)
-        # YaRN's temperature: both queries and keys scaled, so every score is divided by τ
-        return out if self.attention_factor == 1.0 else out * self.attention_factor
+        if factor != 1.0 and getattr(self.scaling, "scaled_features", "rotated") == "head":
+            passed = passed * factor  # every feature scaled: the whole score divided by τ
+        return torch.cat([rotated, passed], dim=-1)  # (..., t, d_h)
 
     def extra_repr(self) -> str:
         """The settings, shown when the module is printed."""

@@ -1,4 +1,4 @@
-"""Stretching RoPE past its training length: four rules that change its frequencies.
+"""Stretching RoPE past its training length: five rules that change its frequencies.
 
 Notation (see CONTRIBUTING.md):
     d_rot      width of the rotated part of a head (``rotary_dim``; d_rot = d_h unless partial)
@@ -6,7 +6,8 @@ Notation (see CONTRIBUTING.md):
                per token (``base`` is 10000 in RoFormer); its wavelength λ_i = 2π / θ_i is the
                number of tokens per full turn
     t_train    the context length the model was trained on (``original_context``)
-    κ          the stretch factor (``factor``): the model is meant to read κ · t_train tokens
+    κ          the stretch factor (``factor``); the length a model is served at is set apart from
+               it (Llama 3.1: κ = 8, Llama 3.2 1B: κ = 32, both 8K -> 128K)
     ν_i        t_train / λ_i, the number of turns pair i makes over the training context
     τ          a softmax temperature: the scores are divided by τ
 
@@ -17,13 +18,15 @@ A rule replaces each θ_i by θ'_i, so that every wavelength grows by λ'_i / λ
                            θ'_i = θ_i κ^(-2i / (d_rot - 2))                  (bloc97, 2023)
     YaRNScaling            θ'_i = (1 - γ(ν_i)) θ_i / κ + γ(ν_i) θ_i, with the ramp
                            γ(ν) = clamp((ν - ν_lo) / (ν_hi - ν_lo), 0, 1); and
-                           queries and keys times sqrt(1/τ) = 0.1 ln κ + 1    (Peng et al., 2023)
+                           the rotated features times sqrt(1/τ) = 0.1 ln κ + 1 (Peng et al., 2023)
     Llama3Scaling          the same ramp without the temperature, ν_lo and ν_hi named
                            ``low_freq_factor`` and ``high_freq_factor``      (Meta's Llama 3.1 code)
+    DynamicNTKScaling      NTK-aware scaling whose factor follows the length l read so far:
+                           s = max(1, κ l / t_train - (κ - 1))               (emozilla, 2023; YaRN 3.3)
 
 Each rule is a frozen dataclass that checks its parameters when it is made; ``frequencies``
-returns the θ'_i in float64 and ``attention_factor`` the number that multiplies queries and keys
-(1 except for YaRN). Pass one to ``RotaryEmbedding(..., scaling=rule)``.
+returns the θ'_i in float64 and ``attention_factor`` the number that multiplies the rotated
+queries and keys (1 except for YaRN). Pass one to ``RotaryEmbedding(..., scaling=rule)``.
 """
 
 import math
@@ -33,6 +36,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "DynamicNTKScaling",
     "Llama3Scaling",
     "NTKAwareScaling",
     "PositionInterpolation",
@@ -153,6 +157,10 @@ class YaRNScaling:
     The scores are divided by a temperature τ with sqrt(1/τ) = 0.1 ln κ + 1 (section 3.4), which
     :class:`~attention.RotaryEmbedding` applies by multiplying queries and keys by sqrt(1/τ)
     (``attention_factor``; pass ``attention_factor`` to choose another value, 1.0 to turn it off).
+    ``scaled_features`` says which features: "rotated" (the default) multiplies the rotated
+    d_rot only, as the authors' code, Hugging Face's and vLLM's do by scaling cos and sin;
+    "head" multiplies all d_h, so that the whole score is divided by τ. The two differ only when
+    rotary_dim < d_h.
 
     The authors' code, and Hugging Face's, ramp linearly over the pair index i between rounded
     boundaries instead of linearly in ν_i: their frequencies differ in the ramp (exercise 8.6),
@@ -164,9 +172,14 @@ class YaRNScaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None
+    scaled_features: str = "rotated"
 
     def __post_init__(self) -> None:
         """Check every parameter; fill in the paper's temperature if none is given."""
+        if self.scaled_features not in ("rotated", "head"):
+            raise ValueError(
+                f"scaled_features must be 'rotated' or 'head', got {self.scaled_features!r}"
+            )
         factor = _number("factor", self.factor, 1.0)
         object.__setattr__(self, "factor", factor)
         object.__setattr__(self, "original_context", _context(self.original_context))
@@ -236,4 +249,43 @@ class Llama3Scaling:
         )
 
 
-RopeScaling = PositionInterpolation | NTKAwareScaling | YaRNScaling | Llama3Scaling
+@dataclass(frozen=True)
+class DynamicNTKScaling:
+    """Dynamic NTK scaling (emozilla, 2023; Peng et al., 2023, section 3.3): κ set by the length.
+
+    While a sequence is no longer than t_train nothing changes; past it, the frequencies are
+    those of :class:`NTKAwareScaling` with the factor s = κ l / t_train - (κ - 1), l the length
+    read so far (the last position plus one). This is Hugging Face's rule
+    (``_compute_dynamic_ntk_parameters``); with κ = 1 it is YaRN's s = max(1, l / t_train). The
+    frequencies change with l, so every key must be rotated with those of the current length:
+    a cache must hold keys before rotation, or the old keys keep the old frequencies.
+    """
+
+    factor: float
+    original_context: int
+
+    def __post_init__(self) -> None:
+        """Check the factor (κ >= 1) and the training length."""
+        object.__setattr__(self, "factor", _number("factor", self.factor, 1.0))
+        object.__setattr__(self, "original_context", _context(self.original_context))
+
+    @property
+    def attention_factor(self) -> float:
+        """Queries and keys are not rescaled: 1."""
+        return 1.0
+
+    def stretch(self, length: int) -> float:
+        """The factor s for a sequence of ``length`` tokens: max(1, κ l / t_train - (κ - 1))."""
+        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+            raise ValueError(f"length must be an integer >= 0 (tokens), got {length!r}")
+        length = max(length, self.original_context)
+        return self.factor * length / self.original_context - (self.factor - 1)
+
+    def frequencies(self, rotary_dim: int, base: float, length: int = 0) -> Tensor:
+        """NTK-aware θ'_i for factor s(length): shape (rotary_dim/2,), float64."""
+        return NTKAwareScaling(self.stretch(length)).frequencies(rotary_dim, base)  # (d_rot/2,)
+
+
+RopeScaling = (
+    PositionInterpolation | NTKAwareScaling | YaRNScaling | Llama3Scaling | DynamicNTKScaling
+)

@@ -3,8 +3,8 @@
 RoPE's partial rotation is checked against GPT-NeoX's and GPT-J's rules, and its four scaling rules
 against the formulas of their sources (Chen et al., 2023; the "NTK-aware" base of Peng et al.,
 2023, eq. 16; YaRN's eqs. 17-22; Meta's ``apply_scaling`` for Llama 3.1), each written out below in
-float64. Hugging Face's ``transformers`` is not a dependency, so its ``_compute_*_parameters`` are
-not run here.
+float64. Dynamic NTK scaling and YaRN's temperature on a partly rotated head are checked against
+Hugging Face's ``transformers`` itself (its frequencies are float32, so to float32 precision).
 """
 
 import math
@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attention import (
+    DynamicNTKScaling,
     LearnedPositions,
     Llama3Scaling,
     NTKAwareScaling,
@@ -319,18 +320,90 @@ def test_yarn_keeps_fast_pairs_and_interpolates_slow_ones() -> None:
 
 
 @pytest.mark.parametrize("factor", [2.0, 16.0])
-def test_yarn_temperature_divides_every_score(factor: float) -> None:
-    """sqrt(1/t) = 0.1 ln s + 1 (YaRN eq. 22) on queries and keys: scores divided by t."""
+def test_yarn_temperature_divides_the_rotated_part_or_every_score(factor: float) -> None:
+    """sqrt(1/t) = 0.1 ln s + 1 (YaRN eq. 22) on queries and keys: on the rotated features by
+    default (cos and sin scaled, as deployed code does), on all of them with "head"."""
     q, k = _randn(11, 5, 16), _randn(12, 5, 16)  # (t, d_h)
     rule = YaRNScaling(factor, 64)
     assert rule.attention_factor == pytest.approx(0.1 * math.log(factor) + 1.0, rel=1e-15)
-    cold = RotaryEmbedding(16, scaling=YaRNScaling(factor, 64, attention_factor=1.0))
-    warm = RotaryEmbedding(16, rotary_dim=8, scaling=rule)
-    cold_partial = RotaryEmbedding(16, rotary_dim=8, scaling=YaRNScaling(factor, 64,
-                                                                         attention_factor=1.0))
-    torch.testing.assert_close(warm(q) @ warm(k).T,
-                               (cold_partial(q) @ cold_partial(k).T) * rule.attention_factor**2)
-    assert torch.equal(cold.frequencies, RotaryEmbedding(16, scaling=rule).frequencies)
+    cold = YaRNScaling(factor, 64, attention_factor=1.0)
+    full, full_cold = RotaryEmbedding(16, scaling=rule), RotaryEmbedding(16, scaling=cold)
+    torch.testing.assert_close(full(q) @ full(k).T,
+                               (full_cold(q) @ full_cold(k).T) * rule.attention_factor**2)
+    assert torch.equal(full_cold.frequencies, full.frequencies)
+    cold_partial = RotaryEmbedding(16, rotary_dim=8, scaling=cold)
+    rotated = cold_partial(q)[:, :8] @ cold_partial(k)[:, :8].T  # (t, t): the rotated part
+    passed = q[:, 8:] @ k[:, 8:].T  # (t, t): the part without positions
+    partial = RotaryEmbedding(16, rotary_dim=8, scaling=rule)
+    torch.testing.assert_close(partial(q) @ partial(k).T,
+                               rotated * rule.attention_factor**2 + passed)
+    head = RotaryEmbedding(16, rotary_dim=8, scaling=YaRNScaling(factor, 64,
+                                                                 scaled_features="head"))
+    torch.testing.assert_close(head(q) @ head(k).T,
+                               (rotated + passed) * rule.attention_factor**2)
+
+
+def _hf_rope_config(kind: str, **rope: float) -> object:
+    """A GPT-NeoX configuration of transformers with the given RoPE parameters."""
+    transformers = pytest.importorskip("transformers")
+    return transformers.GPTNeoXConfig(
+        hidden_size=128, num_attention_heads=4, max_position_embeddings=rope.pop("context", 64),
+        rope_parameters={"rope_type": kind, "rope_theta": 10000.0, **rope},
+    )
+
+
+def test_yarn_on_a_partly_rotated_head_is_what_transformers_computes() -> None:
+    """GPT-NeoX in transformers with YaRN on 8 of 32 features: same frequencies, same factor,
+    and the factor on the rotated features only (HF multiplies cos and sin)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.gpt_neox.modeling_gpt_neox import (
+        GPTNeoXRotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
+
+    # beta 2 and 1.5 put no pair inside the ramp (turns 10.2, 1.02, 0.10, 0.01), so the paper's
+    # ramp in turns and the code's ramp in pair indices give the same frequencies
+    config = _hf_rope_config("yarn", factor=4.0, original_max_position_embeddings=64,
+                             partial_rotary_factor=0.25, beta_fast=2.0, beta_slow=1.5, context=256)
+    rule = YaRNScaling(4.0, 64, beta_fast=2.0, beta_slow=1.5)
+    ours = RotaryEmbedding(32, rotary_dim=8, scaling=rule)
+    inv_freq, factor = ROPE_INIT_FUNCTIONS["yarn"](config)
+    torch.testing.assert_close(ours.frequencies, inv_freq.double(), rtol=1e-6, atol=0)
+    assert factor == pytest.approx(rule.attention_factor, rel=1e-15)
+    q, k = _randn(21, 1, 4, 9, 32), _randn(22, 1, 4, 9, 32)  # (b, h, t, d_h)
+    cos, sin = GPTNeoXRotaryEmbedding(config)(q, torch.arange(100, 109)[None])  # (b, t, d_rot)
+    hf_q, hf_k = apply_rotary_pos_emb(q, k, cos, sin)  # float32 cos and sin on float64 q, k
+    torch.testing.assert_close(ours(q, start=100), hf_q, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours(k, start=100), hf_k, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours(q)[..., 8:], q[..., 8:], rtol=0, atol=0)  # not scaled
+
+
+@pytest.mark.parametrize("length", [1, 40, 64, 65, 100, 1000])
+def test_dynamic_ntk_scaling_is_what_transformers_computes(length: int) -> None:
+    """HF's dynamic rule: base (s l / L - (s - 1))^(d / (d - 2)), l at least L (float32 there)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = _hf_rope_config("dynamic", factor=4.0, partial_rotary_factor=0.5, context=64)
+    inv_freq, factor = ROPE_INIT_FUNCTIONS["dynamic"](config, seq_len=length)  # (d_rot/2,)
+    rule = DynamicNTKScaling(4.0, original_context=64)
+    torch.testing.assert_close(rule.frequencies(16, 10000.0, length), inv_freq.double(),
+                               rtol=1e-6, atol=0)
+    assert factor == 1.0
+    x = _randn(23, 2, length, 32)  # (b, t, d_h): the module uses the frequencies of start + t
+    fixed = RotaryEmbedding(32, rotary_dim=16, scaling=NTKAwareScaling(rule.stretch(length)))
+    dynamic = RotaryEmbedding(32, rotary_dim=16, scaling=rule)
+    torch.testing.assert_close(dynamic(x), fixed(x), rtol=1e-12, atol=1e-12)
+    assert rule.stretch(length) == max(1.0, 4.0 * length / 64 - 3.0)
+
+
+def test_dynamic_scaling_needs_keys_rotated_at_the_current_length() -> None:
+    """A key rotated when the sequence was short no longer matches once s has grown."""
+    rope = RotaryEmbedding(16, scaling=DynamicNTKScaling(4.0, original_context=32))
+    k = _randn(24, 1, 80, 16)  # (b, t, d_h): 80 tokens, past the 32 of training
+    early = rope(k[:, :40])  # keys 0..39 rotated at length 40 (as a cache of rotated keys holds)
+    late = rope(k)[:, :40]  # the same keys rotated at length 80
+    torch.testing.assert_close(early[:, :1], late[:, :1])  # position 0 does not turn
+    assert (early[:, 1:] - late[:, 1:]).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize(("d", "base", "config"), [
@@ -398,6 +471,14 @@ def test_scaled_rope_scores_still_see_only_the_offset(
          r"high_freq_factor=1"),
         (lambda: Llama3Scaling(original_context=-1), r"original_context must be .* got -1"),
         (lambda: Llama3Scaling(factor=0.9), r"factor must be a finite number >= 1, got 0.9"),
+        (lambda: YaRNScaling(2.0, 16, scaled_features="all"),
+         r"scaled_features must be 'rotated' or 'head', got 'all'"),
+        (lambda: DynamicNTKScaling(0.5, 16), r"factor must be a finite number >= 1, got 0.5"),
+        (lambda: DynamicNTKScaling(2.0, 0), r"original_context must be an integer >= 1 .* got 0"),
+        (lambda: DynamicNTKScaling(2.0, 16).stretch(-1),
+         r"length must be an integer >= 0 \(tokens\), got -1"),
+        (lambda: RotaryEmbedding(8, rotary_dim=2, scaling=DynamicNTKScaling(2.0, 16)),
+         r"NTK-aware scaling needs rotary_dim >= 4 .* got 2"),
     ],
 )
 def test_partial_and_scaled_rope_bad_input(make: object, message: str) -> None:
