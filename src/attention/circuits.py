@@ -63,12 +63,13 @@ def rotation_matrix(rotary: RotaryEmbedding, offset: int) -> Tensor:
     """R_Δ (d_h, d_h), float64: q R_i · k R_j = q R_Δ kᵀ for Δ = i - j >= 0.
 
     Row a is the basis vector e_a rotated as a query at position Δ; for rotations by angles
-    linear in the position, R_i R_jᵀ = R_(i - j).
+    linear in the position, R_i R_jᵀ = R_(i - j). A pure rotation: YaRN's attention factor,
+    which multiplies the rotated features of queries and keys, is left out.
     """
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"offset must be an integer >= 0 (query i - key j), got {offset!r}")
     basis = torch.eye(rotary.d_h, dtype=torch.float64)[:, None, :]  # (d_h, 1, d_h): t = 1
-    return rotary(basis, offset)[:, 0, :]  # (d_h, d_h)
+    return rotary.shift(basis, offset)[:, 0, :]  # (d_h, d_h)
 
 
 def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:

@@ -174,20 +174,42 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """x (..., t, d_h) with token i rotated by its position start + i: shape (..., t, d_h)."""
+        self._check(x)
+        _check_start(start)
+        frequencies = self.frequencies  # (d_rot/2,) float64
+        if isinstance(self.scaling, DynamicNTKScaling):  # s follows the length read so far
+            frequencies = self.scaling.frequencies(self.rotary_dim, self.base, start + x.shape[-2])
+        return self._rotate(x, start, frequencies, self.attention_factor)
+
+    def shift(self, x: Tensor, offset: int) -> Tensor:
+        """Already rotated x (..., t, d_h) turned by ``offset`` positions more: R_p R_δ = R_(p+δ).
+
+        A pure rotation, without YaRN's attention factor, which x already carries. Refused under
+        dynamic scaling, whose frequencies depend on the length: rotate unrotated keys instead.
+        """
+        self._check(x)
+        _check_start(offset)
+        if isinstance(self.scaling, DynamicNTKScaling):
+            raise ValueError(
+                "shift needs fixed frequencies; with DynamicNTKScaling they change with the length "
+                "(rotate the unrotated keys by their positions instead)"
+            )
+        return self._rotate(x, offset, self.frequencies, 1.0)
+
+    def _check(self, x: Tensor) -> None:
+        """Require x of shape (..., t, d_h)."""
         if x.dim() < 2 or x.shape[-1] != self.d_h:
             raise ValueError(
                 f"x must have shape (..., t, d_h) with d_h={self.d_h}, got shape {tuple(x.shape)}"
             )
-        _check_start(start)
+
+    def _rotate(self, x: Tensor, start: int, frequencies: Tensor, factor: float) -> Tensor:
+        """Token i of x (..., t, d_h) turned by (start + i) θ_i, its rotated part times factor."""
         t, half = x.shape[-2], self.rotary_dim // 2
-        frequencies = self.frequencies  # (d_rot/2,) float64
-        if isinstance(self.scaling, DynamicNTKScaling):  # s follows the length read so far
-            frequencies = self.scaling.frequencies(self.rotary_dim, self.base, start + t)
         positions = torch.arange(start, start + t, dtype=torch.float64, device=x.device)  # (t,)
         angles = positions[:, None] * frequencies.to(x.device)  # (t, d_rot/2)
         # YaRN's temperature, as deployed code applies it: cos and sin times sqrt(1/τ), so only
         # the rotated features are scaled (scaled_features="head" scales the rest below)
-        factor = self.attention_factor
         cos = (angles.cos() * factor).to(x.dtype)  # (t, d_rot/2)
         sin = (angles.sin() * factor).to(x.dtype)  # (t, d_rot/2)
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]  # d_rot, d_h - d_rot

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from .inference import ModelKVCache, RollingKVCache, _check_chunk
 from .positions import RotaryEmbedding
+from .rope_scaling import DynamicNTKScaling
 from .transformer import TinyTransformer
 
 __all__ = ["StreamingKVCache", "streaming_cache"]
@@ -53,6 +54,11 @@ class StreamingKVCache(RollingKVCache):
         super().__init__(batch_size, num_kv_heads, window, d_h, None, dtype, device, sinks=sinks)
         if rotary is not None and rotary.d_h != d_h:
             raise ValueError(f"rotary must rotate keys of width d_h={d_h}, got d_h={rotary.d_h}")
+        if rotary is not None and isinstance(rotary.scaling, DynamicNTKScaling):
+            raise ValueError(
+                "rotary must have fixed frequencies: with DynamicNTKScaling they change with the "
+                "length, and keys cached after rotation cannot be turned to the new ones"
+            )
         self.rotary = rotary
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
@@ -70,7 +76,7 @@ class StreamingKVCache(RollingKVCache):
         if self.rotary is None or shift == 0:
             return all_keys, all_values
         k = int((self.key_positions < self.sinks).sum())  # the sinks come first
-        sinks = self.rotary(all_keys[:, :, :k, None], start=shift)  # (b, h_kv, k, 1, d_h)
+        sinks = self.rotary.shift(all_keys[:, :, :k, None], shift)  # (b, h_kv, k, 1, d_h)
         return torch.cat([sinks[:, :, :, 0], all_keys[:, :, k:]], dim=2), all_values
 
 

@@ -396,6 +396,13 @@ def test_dynamic_ntk_scaling_is_what_transformers_computes(length: int) -> None:
     assert rule.stretch(length) == max(1.0, 4.0 * length / 64 - 3.0)
 
 
+def test_shift_turns_rotated_vectors_further_without_the_attention_factor() -> None:
+    """R_p R_δ = R_(p+δ): shifting a rotated key by δ is rotating it at p + δ, factor once."""
+    rope = RotaryEmbedding(16, rotary_dim=8, scaling=YaRNScaling(4.0, 64))
+    x = _randn(25, 2, 3, 16)  # (b, t, d_h)
+    torch.testing.assert_close(rope.shift(rope(x, start=5), 7), rope(x, start=12))
+
+
 def test_dynamic_scaling_needs_keys_rotated_at_the_current_length() -> None:
     """A key rotated when the sequence was short no longer matches once s has grown."""
     rope = RotaryEmbedding(16, scaling=DynamicNTKScaling(4.0, original_context=32))
@@ -479,6 +486,10 @@ def test_scaled_rope_scores_still_see_only_the_offset(
          r"length must be an integer >= 0 \(tokens\), got -1"),
         (lambda: RotaryEmbedding(8, rotary_dim=2, scaling=DynamicNTKScaling(2.0, 16)),
          r"NTK-aware scaling needs rotary_dim >= 4 .* got 2"),
+        (lambda: RotaryEmbedding(8, scaling=DynamicNTKScaling(2.0, 16)).shift(torch.ones(1, 8), 1),
+         r"shift needs fixed frequencies"),
+        (lambda: RotaryEmbedding(8).shift(torch.ones(1, 8), -1),
+         r"start must be an integer >= 0, got -1"),
     ],
 )
 def test_partial_and_scaled_rope_bad_input(make: object, message: str) -> None:

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from attention import (
-    ModelKVCache, RollingKVCache, RotaryEmbedding, TinyTransformer, sink_window_mask,
+    DynamicNTKScaling, ModelKVCache, RollingKVCache, RotaryEmbedding, TinyTransformer,
+    YaRNScaling, sink_window_mask,
 )
 from attention.streaming import StreamingKVCache, streaming_cache
 
@@ -65,6 +66,18 @@ def test_streaming_equals_streamingllms_rule_written_out(
         reference = _streamingllm(model, idx, w, sinks)
     torch.testing.assert_close(_stream(model, idx, cache), reference, atol=1e-12, rtol=0)
     assert cache.nbytes == 2 * 2 * (2 * 2 * (sinks + w) * 8) * 8  # L · K,V · (b, h, slots, d_h)
+
+
+def test_sinks_turn_without_a_second_attention_factor() -> None:
+    """Under YaRN the keys already carry sqrt(1/τ): moving a sink only rotates it."""
+    model = _model(2)
+    for block in model.blocks:  # partial rotation, so the factor shows in the scores
+        block.attn.rotary = RotaryEmbedding(8, rotary_dim=4, scaling=YaRNScaling(4.0, 4))
+    idx = torch.randint(16, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        reference = _streamingllm(model, idx, 4, 2)
+    torch.testing.assert_close(_stream(model, idx, streaming_cache(model, 2, 4, 2)), reference,
+                               atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize(("w", "sinks"), WINDOWS)
@@ -150,6 +163,8 @@ def test_a_rolling_cache_in_chunks_is_the_model_under_the_window_mask(
         (lambda: streaming_cache(_model(1), 1, 0, 1), r"window must be at least 1, got 0"),
         (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(4)),
          r"rotary must rotate keys of width d_h=8, got d_h=4"),
+        (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(8, scaling=DynamicNTKScaling(
+            2.0, 4))), r"rotary must have fixed frequencies"),
     ],
 )
 def test_bad_input(make: object, message: str) -> None:
