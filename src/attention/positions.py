@@ -179,10 +179,13 @@ class RotaryEmbedding(nn.Module):
         frequencies = self.frequencies  # (d_rot/2,) float64
         if isinstance(self.scaling, DynamicNTKScaling):  # s follows the length read so far
             frequencies = self.scaling.frequencies(self.rotary_dim, self.base, start + x.shape[-2])
-        return self._rotate(x, start, frequencies, self.attention_factor)
+        positions = torch.arange(start, start + x.shape[-2], dtype=torch.float64)  # (t,)
+        return self._rotate(x, positions, frequencies, self.attention_factor)
 
     def shift(self, x: Tensor, offset: int) -> Tensor:
-        """Already rotated x (..., t, d_h) turned by ``offset`` positions more: R_p R_δ = R_(p+δ).
+        """Already rotated x (..., t, d_h), every token turned by ``offset`` positions more.
+
+        R_p R_δ = R_(p+δ): a key rotated at position p becomes the key rotated at p + δ.
 
         A pure rotation, without YaRN's attention factor, which x already carries. Refused under
         dynamic scaling, whose frequencies depend on the length: rotate unrotated keys instead.
@@ -194,7 +197,8 @@ class RotaryEmbedding(nn.Module):
                 "shift needs fixed frequencies; with DynamicNTKScaling they change with the length "
                 "(rotate the unrotated keys by their positions instead)"
             )
-        return self._rotate(x, offset, self.frequencies, 1.0)
+        positions = torch.full((x.shape[-2],), float(offset), dtype=torch.float64)  # (t,)
+        return self._rotate(x, positions, self.frequencies, 1.0)
 
     def _check(self, x: Tensor) -> None:
         """Require x of shape (..., t, d_h)."""
@@ -203,11 +207,10 @@ class RotaryEmbedding(nn.Module):
                 f"x must have shape (..., t, d_h) with d_h={self.d_h}, got shape {tuple(x.shape)}"
             )
 
-    def _rotate(self, x: Tensor, start: int, frequencies: Tensor, factor: float) -> Tensor:
-        """Token i of x (..., t, d_h) turned by (start + i) θ_i, its rotated part times factor."""
-        t, half = x.shape[-2], self.rotary_dim // 2
-        positions = torch.arange(start, start + t, dtype=torch.float64, device=x.device)  # (t,)
-        angles = positions[:, None] * frequencies.to(x.device)  # (t, d_rot/2)
+    def _rotate(self, x: Tensor, positions: Tensor, frequencies: Tensor, factor: float) -> Tensor:
+        """Token i of x (..., t, d_h) turned by positions[i] θ, its rotated part times factor."""
+        half = self.rotary_dim // 2
+        angles = positions.to(x.device)[:, None] * frequencies.to(x.device)  # (t, d_rot/2)
         # YaRN's temperature, as deployed code applies it: cos and sin times sqrt(1/τ), so only
         # the rotated features are scaled (scaled_features="head" scales the rest below)
         cos = (angles.cos() * factor).to(x.dtype)  # (t, d_rot/2)

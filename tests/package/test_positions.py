@@ -401,6 +401,7 @@ def test_shift_turns_rotated_vectors_further_without_the_attention_factor() -> N
     rope = RotaryEmbedding(16, rotary_dim=8, scaling=YaRNScaling(4.0, 64))
     x = _randn(25, 2, 3, 16)  # (b, t, d_h)
     torch.testing.assert_close(rope.shift(rope(x, start=5), 7), rope(x, start=12))
+    torch.testing.assert_close(rope.shift(x, 0), x, rtol=0, atol=0)
 
 
 def test_dynamic_scaling_needs_keys_rotated_at_the_current_length() -> None:
