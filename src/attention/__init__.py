@@ -84,6 +84,16 @@ from .rope_scaling import (
     YaRNScaling,
 )
 from .self_attention import SelfAttentionV1, SelfAttentionV2
+from .sparse import (
+    LightningIndexer,
+    block_topk_mask,
+    dsa_attention,
+    dsa_flops,
+    moba_attention,
+    moba_mask,
+    nsa_attention,
+    topk_mask,
+)
 from .streaming import StreamingKVCache, streaming_cache
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
 from .transformer import TinyTransformer, TransformerBlock, swiglu_width
@@ -107,6 +117,7 @@ __all__ = [
     "KVCache",
     "LatentKVCache",
     "LearnedPositions",
+    "LightningIndexer",
     "Llama3Scaling",
     "ModelKVCache",
     "MultiHeadAttention",
@@ -134,12 +145,15 @@ __all__ = [
     "alibi_slopes",
     "attention_weights",
     "block_sparsity",
+    "block_topk_mask",
     "causal_mask",
     "composition_score",
     "copying_score",
     "cu_seqlens_from_lengths",
     "dense_attention",
     "document_ids",
+    "dsa_attention",
+    "dsa_flops",
     "elu_plus_one",
     "favor_attention",
     "favor_error_variance",
@@ -156,7 +170,10 @@ __all__ = [
     "linear_attention_flops",
     "linear_attention_weights",
     "lookback_data",
+    "moba_attention",
+    "moba_mask",
     "next_token_accuracy",
+    "nsa_attention",
     "ov_circuit",
     "pack",
     "plot_attention",
@@ -184,6 +201,7 @@ __all__ = [
     "tiled_io_formula",
     "to_bias",
     "to_dense",
+    "topk_mask",
     "train_lm",
     "unpack",
     "use_kernel_attention",

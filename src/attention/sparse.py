@@ -1,0 +1,295 @@
+"""Sparsity the model chooses: attention over the keys that scores select, as mask programs.
+
+Notation (see CONTRIBUTING.md):
+    b      batch size, h heads, t_q queries, t_k keys (t_q = t_k = t in self-attention)
+    i, j   a query's and a key's index, counted from 0; query i sits at position t_k - t_q + i
+    B      ``block_size``: keys in a block, T_k = t_k / B key blocks
+    k      ``top_k``: keys (or key blocks) each query keeps
+    h_I    ``index_heads``, d_I ``index_dim``: heads and width of the lightning indexer
+
+A selection is a boolean tensor computed from scores, wrapped as a mask rule ``mask_mod(b, h,
+q_idx, kv_idx)`` (chapter 11): the same rule gives the dense mask (``attention.masks.to_dense``),
+the explicit attention (``attention.masks.dense_attention``) and FlexAttention's ``BlockMask``.
+Every selection here is made *after* the causal mask, so a query never selects a later key, and
+a query with fewer than k visible keys keeps them all: ``torch.topk`` over the t_k keys, with k
+clamped to t_k, as transformers' DeepSeek-V3.2 indexer does. Ties go as ``torch.topk`` breaks them.
+
+Three selections of 2025 models:
+
+    DSA   (DeepSeek-AI, 2025)  a lightning indexer scores every earlier token,
+          I_ij = Σ_h w_ih ReLU(q_ih · k_j / sqrt(d_I)) / sqrt(h_I); query i keeps its top k tokens
+    MoBA  (Lu et al., 2025)    query i scores each key block by q_i · mean(K_block) and keeps its
+          top k blocks, its own block always among them
+    NSA   (Yuan et al., 2025)  compressed blocks, selected blocks (ranked by the compressed
+          branch's weights; the first and the own block always kept) and a sliding window,
+          mixed by gates in [0, 1]
+"""
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_sizes
+from .masks import MaskMod, and_masks, causal, dense_attention, sliding_window, to_dense
+from .positions import RotaryEmbedding
+
+__all__ = [
+    "LightningIndexer",
+    "block_topk_mask",
+    "dsa_attention",
+    "dsa_flops",
+    "moba_attention",
+    "moba_mask",
+    "nsa_attention",
+    "topk_mask",
+]
+
+
+def _check_scores(name: str, scores: Tensor) -> None:
+    """Require a floating (t_q, t_k) or (b, h, t_q, t_k) tensor."""
+    if not isinstance(scores, Tensor) or scores.dim() not in (2, 4) or not (
+        scores.is_floating_point()
+    ):
+        got = (tuple(scores.shape), scores.dtype) if isinstance(scores, Tensor) else scores
+        raise ValueError(f"{name} must be a floating (t_q, t_k) or (b, h, t_q, t_k) tensor, "
+                         f"got {got!r}")
+
+
+def _visible(t_q: int, t_k: int, device: torch.device) -> Tensor:
+    """Causal mask (t_q, t_k), aligned bottom-right: query i sits at position t_k - t_q + i."""
+    position = torch.arange(t_q, device=device)[:, None] + (t_k - t_q)  # (t_q, 1)
+    return torch.arange(t_k, device=device)[None, :] <= position  # (t_q, t_k)
+
+
+def _selection_rule(selected: Tensor, block_size: int = 1) -> MaskMod:
+    """The mask rule of a selection (…, t_q, t_k / block_size); size-1 b or h broadcast."""
+    if selected.dim() == 2:
+
+        def chosen(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return selected[q_idx, kv_idx // block_size]
+
+        return chosen
+    rows, heads = selected.shape[:2]
+
+    def chosen_bh(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return selected[b % rows, h % heads, q_idx, kv_idx // block_size]
+
+    return chosen_bh
+
+
+def _top(scores: Tensor, k: int, allowed: Tensor) -> Tensor:
+    """Boolean selection of the k highest allowed scores per row (all allowed, if fewer)."""
+    masked = scores.masked_fill(~allowed, -math.inf)
+    index = masked.topk(min(k, scores.shape[-1]), dim=-1).indices  # (…, t_q, k)
+    return torch.zeros_like(allowed).expand_as(scores).scatter(-1, index, True) & allowed
+
+
+def topk_mask(scores: Tensor, top_k: int, causal: bool = True) -> MaskMod:
+    """Mask rule of the ``top_k`` highest scores of each query, chosen among its visible keys.
+
+    ``scores`` (t_q, t_k), or (b, h, t_q, t_k) with b or h possibly 1 (shared). With ``causal``
+    the later keys are hidden *before* the selection; a row with fewer visible keys than
+    ``top_k`` keeps them all (the clamp of transformers' DeepSeek-V3.2 indexer).
+    """
+    _check_scores("scores", scores)
+    check_sizes(top_k=top_k)
+    t_q, t_k = scores.shape[-2:]
+    allowed = _visible(t_q, t_k, scores.device) if causal else torch.ones(
+        t_q, t_k, dtype=torch.bool, device=scores.device)
+    return _selection_rule(_top(scores, top_k, allowed))
+
+
+def block_topk_mask(
+    block_scores: Tensor, top_k: int, block_size: int, causal: bool = True,
+    keep_first: bool = False,
+) -> MaskMod:
+    """Mask rule of the ``top_k`` key blocks of each query, then causal inside the blocks.
+
+    ``block_scores`` (t_q, T_k) or (b, h, t_q, T_k): a score per query and key block of
+    ``block_size`` keys, t_k = T_k · B. The query's own block (and the first with
+    ``keep_first``) is always kept and counts among the ``top_k``; with ``causal`` a block after
+    the query's own is never chosen, and the own block is cut at the query.
+    """
+    _check_scores("block_scores", block_scores)
+    check_sizes(top_k=top_k, block_size=block_size)
+    always = 1 + int(keep_first)
+    if top_k < always:
+        raise ValueError(f"top_k must be at least the {always} always-kept blocks, got {top_k}")
+    t_q, n_blocks = block_scores.shape[-2:]
+    t_k = n_blocks * block_size
+    position = torch.arange(t_q, device=block_scores.device)[:, None] + (t_k - t_q)  # (t_q, 1)
+    block = torch.arange(n_blocks, device=block_scores.device)[None, :]  # (1, T_k)
+    own = block == position // block_size  # (t_q, T_k)
+    forced = own | (block == 0) if keep_first else own
+    allowed = block * block_size <= position if causal else torch.ones_like(own)
+    boosted = block_scores.masked_fill(forced, math.inf)  # forced blocks win every comparison
+    rule = _selection_rule(_top(boosted, top_k, allowed), block_size)
+    return and_masks(rule, _causal(t_q, t_k)) if causal else rule
+
+
+def _causal(t_q: int, t_k: int) -> MaskMod:
+    """Chapter 11's causal rule, aligned bottom-right."""
+    return causal("bottom_right", t_q, t_k)
+
+
+class LightningIndexer(nn.Module):
+    """DeepSeek Sparse Attention's indexer: cheap scores I_ij of query i against every token j.
+
+    Per token: h_I index queries q_ih = RoPE(c_Q^(i) W_IQ) from MLA's query latent c_Q (d_c'),
+    one index key k_j = RoPE(LayerNorm(x^(j) W_IK)) shared by the heads, and per-head weights
+    w_ih = x^(i) W_w / sqrt(h_I). RoPE rotates the first ``rope_dim`` features in two halves.
+    Parameters as transformers' ``DeepseekV32Indexer``: W_IQ = ``wq_b``, W_IK = ``wk``,
+    ``key_norm`` = ``k_norm``, W_w = ``weights_proj``. DeepSeek trains it apart from the
+    model's loss (by distillation), so :meth:`forward` is usually called under ``no_grad``.
+    """
+
+    def __init__(
+        self, d_in: int, q_rank: int, index_heads: int, index_dim: int, rope_dim: int,
+        base: float = 10000.0,
+    ) -> None:
+        """Projections of width h_I · d_I (queries), d_I (keys) and h_I (weights)."""
+        super().__init__()
+        check_sizes(d_in=d_in, q_rank=q_rank, index_heads=index_heads, index_dim=index_dim)
+        self.index_heads, self.index_dim = index_heads, index_dim
+        self.rotary = RotaryEmbedding(index_dim, base, rotary_dim=rope_dim)
+        self.W_query = nn.Linear(q_rank, index_heads * index_dim, bias=False)  # W_IQ
+        self.W_key = nn.Linear(d_in, index_dim, bias=False)  # W_IK
+        self.key_norm = nn.LayerNorm(index_dim, eps=1e-6)
+        self.W_weights = nn.Linear(d_in, index_heads, bias=False)  # W_w
+
+    def forward(self, x: Tensor, q_latent: Tensor, start: int = 0) -> Tensor:
+        """Index scores (b, t, t) of the tokens x (b, t, d_in), query latents (b, t, d_c').
+
+        Unmasked: :func:`topk_mask` (or :func:`dsa_attention`) hides the later keys first.
+        """
+        b, t, _ = x.shape
+        h_i, d_i = self.index_heads, self.index_dim
+        queries = self.W_query(q_latent).view(b, t, h_i, d_i).transpose(1, 2)  # (b, h_I, t, d_I)
+        queries = self.rotary(queries, start=start)
+        keys = self.rotary(self.key_norm(self.W_key(x)), start=start)  # (b, t, d_I)
+        per_head = torch.relu(queries @ keys[:, None].transpose(-2, -1) * d_i**-0.5)  # (b,h_I,t,t)
+        weights = self.W_weights(x) * h_i**-0.5  # (b, t, h_I)
+        return torch.einsum("bih,bhij->bij", weights, per_head)  # (b, t, t)
+
+
+def dsa_attention(
+    query: Tensor, key: Tensor, value: Tensor, index_scores: Tensor, top_k: int,
+    scale: float | None = None, gather: bool = False,
+) -> Tensor:
+    """Causal attention of each query over the ``top_k`` keys its index scores rank highest.
+
+    query (b, h, t_q, d_k), key (b, h or 1, t_k, d_k), value (b, h or 1, t_k, d_v),
+    index_scores (b, t_q, t_k): one selection shared by all heads, as in DeepSeek-V3.2. The
+    dense form masks the t_q × t_k scores (:func:`topk_mask`); ``gather=True`` gathers the
+    selected keys and computes t_q × k scores only, the form whose cost grows like t k.
+    """
+    expected = (query.shape[0], query.shape[-2], key.shape[-2])  # (b, t_q, t_k)
+    if tuple(index_scores.shape) != expected:
+        raise ValueError(f"index_scores must have shape (b, t_q, t_k) = {expected}, "
+                         f"got {tuple(index_scores.shape)}")
+    if not gather:
+        rule = topk_mask(index_scores[:, None], top_k)
+        return dense_attention(query, key, value, mask_mod=rule, scale=scale)
+    check_sizes(top_k=top_k)
+    (b, h, t_q, d_k), t_k = query.shape, key.shape[-2]
+    visible = _visible(t_q, t_k, query.device)  # (t_q, t_k)
+    masked = index_scores.masked_fill(~visible, -math.inf)
+    index = masked.topk(min(top_k, t_k), dim=-1).indices  # (b, t_q, k)
+    valid = visible.expand(b, t_q, t_k).gather(-1, index)  # (b, t_q, k): a clamped slot is not
+    rows = torch.arange(b, device=query.device)[:, None, None]  # (b, 1, 1)
+    keys = key.expand(b, h, t_k, d_k).transpose(1, 2)[rows, index]  # (b, t_q, k, h, d_k)
+    values = value.expand(b, h, t_k, value.shape[-1]).transpose(1, 2)[rows, index]  # (…, d_v)
+    scale = d_k**-0.5 if scale is None else scale
+    scores = torch.einsum("bhqd,bqkhd->bhqk", query, keys) * scale  # (b, h, t_q, k)
+    weights = scores.masked_fill(~valid[:, None], -math.inf).softmax(dim=-1)
+    return torch.einsum("bhqk,bqkhd->bhqd", weights, values)  # (b, h, t_q, d_v)
+
+
+def dsa_flops(
+    t: int, top_k: int, num_heads: int, kv_rank: int, rope_dim: int, index_heads: int,
+    index_dim: int,
+) -> tuple[int, int, int]:
+    """FLOPs of one layer's causal prefill of t tokens: (indexer, selected attention, dense).
+
+    Attention is MLA's absorbed form (chapter 10): per query–key pair and head, a score of
+    width d_c + d_h^R and a value of width d_c, 2 (2 d_c + d_h^R) FLOPs. The indexer costs
+    2 h_I (d_I + 1) per pair (its dot products, then the weighted sum of the ReLUs) over all
+    t (t + 1) / 2 causal pairs; selected attention runs over min(i + 1, k) keys of query i.
+    Projections, linear in t, are left out.
+    """
+    check_sizes(t=t, top_k=top_k, num_heads=num_heads, kv_rank=kv_rank, rope_dim=rope_dim,
+                index_heads=index_heads, index_dim=index_dim)
+    causal_pairs = t * (t + 1) // 2
+    k = min(top_k, t)
+    selected_pairs = k * (k + 1) // 2 + (t - k) * k  # Σ_i min(i + 1, k)
+    per_pair = 2 * num_heads * (2 * kv_rank + rope_dim)
+    indexer = 2 * index_heads * (index_dim + 1) * causal_pairs
+    return indexer, per_pair * selected_pairs, per_pair * causal_pairs
+
+
+def _block_means(x: Tensor, block_size: int, name: str) -> Tensor:
+    """Mean of each block of B rows: (b, h, t, d) -> (b, h, t / B, d); B must divide t."""
+    check_sizes(block_size=block_size)
+    b, h, t, d = x.shape
+    if t % block_size:
+        raise ValueError(f"block_size must divide the {name}' t_k={t}, got block_size={block_size}")
+    return x.view(b, h, t // block_size, block_size, d).mean(dim=3)  # (b, h, T_k, d)
+
+
+def moba_mask(query: Tensor, key: Tensor, block_size: int, top_k: int) -> MaskMod:
+    """MoBA's selection: query i keeps the ``top_k`` key blocks with the highest q_i · mean(K_c).
+
+    query (b, h, t_q, d_k), key (b, h, t_k, d_k), B = ``block_size`` dividing t_k. Causal: the
+    query's own block is always kept (cut at the query), later blocks never.
+    """
+    gate = query @ _block_means(key, block_size, "keys").transpose(-2, -1)  # (b, h, t_q, T_k)
+    return block_topk_mask(gate, top_k, block_size)
+
+
+def moba_attention(
+    query: Tensor, key: Tensor, value: Tensor, block_size: int, top_k: int,
+    scale: float | None = None,
+) -> Tensor:
+    """Mixture of Block Attention (Lu et al., 2025): softmax attention over :func:`moba_mask`."""
+    rule = moba_mask(query, key, block_size, top_k)
+    return dense_attention(query, key, value, mask_mod=rule, scale=scale)
+
+
+def nsa_attention(
+    query: Tensor, key: Tensor, value: Tensor, gates: Tensor, block_size: int, top_k: int,
+    window: int, scale: float | None = None,
+) -> Tensor:
+    """Native Sparse Attention (Yuan et al., 2025): three causal branches mixed by gates.
+
+    query (b, h, t, d_k), key (b, h, t, d_k), value (b, h, t, d_v), gates (b, h, t, 3) in
+    [0, 1] for the compressed, selected and sliding branches. Compressed: attention over the
+    means of the complete blocks of B keys and values before the query (NSA learns this
+    compression with an MLP; blocks here do not overlap). Selected: the ``top_k`` blocks that
+    the compressed branch weighs most, the first and the query's own block always among them
+    (NSA also keeps a second local block). Sliding: the ``window`` latest keys.
+    """
+    b, h, t, _ = query.shape
+    if key.shape[-2] != t:
+        raise ValueError(f"NSA is self-attention: key must hold t_k = t_q = {t} tokens, "
+                         f"got t_k={key.shape[-2]}")
+    if gates.shape != (b, h, t, 3):
+        raise ValueError(f"gates must have shape (b, h, t, 3) = {(b, h, t, 3)}, "
+                         f"got {tuple(gates.shape)}")
+    check_sizes(window=window)
+    keys_c = _block_means(key, block_size, "keys")  # (b, h, T, d_k)
+    values_c = _block_means(value, block_size, "values")  # (b, h, T, d_v)
+
+    def complete(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return (kv_idx + 1) * block_size <= q_idx + 1  # block kv_idx ends at or before q_idx
+
+    compressed = dense_attention(query, keys_c, values_c, mask_mod=complete, scale=scale)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores_c = query @ keys_c.transpose(-2, -1) * scale  # (b, h, t, T)
+    seen = to_dense(complete, t, keys_c.shape[-2], device=query.device)  # (t, T)
+    p_cmp = scores_c.masked_fill(~seen, -math.inf).softmax(dim=-1).nan_to_num(0.0)  # row: 0
+    chosen = block_topk_mask(p_cmp, top_k, block_size, keep_first=True)
+    selected = dense_attention(query, key, value, mask_mod=chosen, scale=scale)
+    sliding = dense_attention(query, key, value, mask_mod=sliding_window(window), scale=scale)
+    branches = torch.stack([compressed, selected, sliding], dim=-1)  # (b, h, t, d_v, 3)
+    return (branches * gates[..., None, :]).sum(dim=-1)  # (b, h, t, d_v)

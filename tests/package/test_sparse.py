@@ -1,0 +1,215 @@
+"""Selections the model computes: top-k, MoBA, NSA and DeepSeek Sparse Attention."""
+
+import math
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+from attention.masks import dense_attention, sliding_window, to_dense
+from attention.sparse import (
+    LightningIndexer,
+    block_topk_mask,
+    dsa_attention,
+    dsa_flops,
+    moba_attention,
+    moba_mask,
+    nsa_attention,
+    topk_mask,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+B, H, T, D, BLOCK = 2, 3, 16, 8, 4
+
+
+def _qkv(seed: int = 123, t: int = T) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(3, B, H, t, D, dtype=torch.float64, generator=generator).unbind(0)
+
+
+def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_topk_mask_keeps_the_k_best_visible_keys_of_each_query():
+    scores = torch.randn(T, T, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    k = 5
+    mask = to_dense(topk_mask(scores, k), T, T)  # (t, t)
+    assert not mask.triu(1).any(), "a query selected a later key"
+    assert mask.sum(dim=1).tolist() == [min(i + 1, k) for i in range(T)]
+    for i in range(T):
+        best = scores[i, : i + 1].topk(min(i + 1, k)).indices
+        assert set(best.tolist()) == set(mask[i].nonzero().flatten().tolist())
+
+
+def test_selecting_before_the_causal_mask_would_see_the_future():
+    scores = torch.arange(T, dtype=torch.float64).expand(T, T)  # later keys score higher
+    after = to_dense(topk_mask(scores, 3), T, T)
+    before = to_dense(topk_mask(scores, 3, causal=False), T, T) & torch.ones(T, T).tril().bool()
+    assert after.sum(dim=1).tolist() == [min(i + 1, 3) for i in range(T)]
+    assert before[:-3].sum() < after[:-3].sum(), "masking after selecting should lose keys"
+
+
+@pytest.mark.parametrize("rule_name", ["topk", "block_topk", "moba"])
+def test_dense_and_flex_forms_are_equal_in_float64(rule_name):
+    q, k, v = _qkv()
+    if rule_name == "topk":
+        rule = topk_mask(q @ k.transpose(-2, -1), 5)
+    elif rule_name == "block_topk":
+        scores = torch.randn(B, H, T, T // BLOCK, dtype=torch.float64)
+        rule = block_topk_mask(scores, 2, BLOCK, keep_first=True)
+    else:
+        rule = moba_mask(q, k, BLOCK, 2)
+    dense = dense_attention(q, k, v, mask_mod=rule)
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=to_dense(rule, T, T, B, H))
+    block_mask = create_block_mask(rule, B, H, T, T, device="cpu", BLOCK_SIZE=BLOCK)
+    flex = flex_attention(q, k, v, block_mask=block_mask)
+    torch.testing.assert_close(dense, sdpa, rtol=0, atol=1e-14)
+    torch.testing.assert_close(flex, dense, rtol=0, atol=1e-14)
+
+
+def test_block_selection_keeps_the_own_and_first_block_and_no_later_one():
+    scores = torch.randn(B, H, T, T // BLOCK, dtype=torch.float64)
+    scores[..., 0] = -1e9  # the first block would never win on its score
+    mask = to_dense(block_topk_mask(scores, 2, BLOCK, keep_first=True), T, T, B, H)
+    blocks = mask.view(B, H, T, T // BLOCK, BLOCK).any(dim=-1)  # (b, h, t, T_k)
+    for i in range(T):
+        assert blocks[..., i, i // BLOCK].all() and blocks[..., i, 0].all()
+        assert not blocks[..., i, i // BLOCK + 1:].any()
+        assert mask[..., i, i + 1:].sum() == 0
+        assert (blocks[..., i, :].sum(dim=-1) == min(2, i // BLOCK + 1)).all()
+
+
+def test_moba_with_every_block_is_causal_attention():
+    q, k, v = _qkv()
+    torch.testing.assert_close(moba_attention(q, k, v, BLOCK, T // BLOCK),
+                               _causal_attention(q, k, v), rtol=0, atol=1e-14)
+
+
+def test_nsa_branches():
+    q, k, v = _qkv()
+    ones = torch.ones(B, H, T, 1, dtype=torch.float64)
+    zeros = torch.zeros_like(ones)
+    sliding = dense_attention(q, k, v, mask_mod=sliding_window(5))
+    torch.testing.assert_close(
+        nsa_attention(q, k, v, torch.cat([zeros, zeros, ones], -1), BLOCK, 2, 5), sliding,
+        rtol=0, atol=1e-14)
+    every_block = torch.cat([zeros, ones, zeros], -1)
+    torch.testing.assert_close(nsa_attention(q, k, v, every_block, BLOCK, T // BLOCK, 5),
+                               _causal_attention(q, k, v), rtol=0, atol=1e-14)
+    compressed = nsa_attention(q, k, v, torch.cat([ones, zeros, zeros], -1), BLOCK, 2, 5)
+    assert compressed[..., : BLOCK - 1, :].abs().max() == 0, "no complete block before them"
+    i = 9  # sees the complete blocks 0 and 1, written out
+    keys = k[..., : 2 * BLOCK, :].unflatten(-2, (2, BLOCK)).mean(-2)  # (b, h, 2, d)
+    values = v[..., : 2 * BLOCK, :].unflatten(-2, (2, BLOCK)).mean(-2)
+    weights = (q[..., i : i + 1, :] @ keys.transpose(-2, -1) / math.sqrt(D)).softmax(-1)
+    torch.testing.assert_close(compressed[..., i : i + 1, :], weights @ values, rtol=0,
+                               atol=1e-14)
+
+
+def test_dsa_gather_form_equals_the_dense_form_and_all_keys_is_causal():
+    q, k, v = _qkv()
+    index = torch.randn(B, T, T, dtype=torch.float64)
+    dense = dsa_attention(q, k, v, index, 5)
+    torch.testing.assert_close(dsa_attention(q, k, v, index, 5, gather=True), dense,
+                               rtol=0, atol=1e-14)
+    torch.testing.assert_close(dsa_attention(q, k, v, index, T), _causal_attention(q, k, v),
+                               rtol=0, atol=1e-14)
+
+
+def test_dsa_flops_count_the_pairs():
+    indexer, selected, dense = dsa_flops(10, 4, 2, 3, 1, 5, 6)
+    per_pair = 2 * 2 * (2 * 3 + 1)
+    assert dense == per_pair * 55 and selected == per_pair * (1 + 2 + 3 + 4 * 7)
+    assert indexer == 2 * 5 * 7 * 55
+
+
+def test_dsa_equals_transformers_deepseek_v32_attention():
+    """Same weights, float64: identical selections and outputs (SDPA, whose softmax keeps
+    float64; transformers' indexer computes its scores in float32)."""
+    pytest.importorskip("transformers")
+    from transformers import AutoConfig
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as ds
+
+    top_k, b, t, d = 5, 2, 12, 32
+    config = AutoConfig.for_model(
+        "deepseek_v32", hidden_size=d, num_attention_heads=4, num_key_value_heads=4,
+        q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8,
+        index_n_heads=3, index_head_dim=8, index_topk=top_k, num_hidden_layers=1,
+        vocab_size=10, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    attn = ds.DeepseekV32Attention(config, 0).double()
+    with torch.no_grad():  # norms away from their initial 1 and 0
+        for name, p in attn.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+    x = torch.randn(b, t, d, dtype=torch.float64)
+    cos_sin = ds.DeepseekV32RotaryEmbedding(config)(x, torch.arange(t)[None].expand(b, t))
+    hidden = torch.finfo(torch.float64).min
+    mask = torch.full((t, t), hidden, dtype=torch.float64).triu(1).expand(b, 1, t, t)
+    seen = {}
+    sdpa = ds.ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+    def capture(module, q, k, v, m, **kwargs):
+        seen.update(q=q, k=k, v=v, scale=kwargs["scaling"])
+        return sdpa(module, q, k, v, m, **kwargs)
+
+    attn.indexer.register_forward_hook(
+        lambda mod, args, out: seen.update(x=args[0], q_latent=args[1], indices=out))
+    with mock.patch.dict(ds.ALL_ATTENTION_FUNCTIONS._local_mapping, {"sdpa": capture}):
+        reference, _ = attn(x, cos_sin, mask)
+
+    indexer = LightningIndexer(d, 16, 3, 8, 4).double()
+    names = {"wq_b": "W_query", "wk": "W_key", "k_norm": "key_norm", "weights_proj": "W_weights"}
+    indexer.load_state_dict({names[n.split(".")[0]] + "." + n.split(".")[1]: p
+                             for n, p in attn.indexer.state_dict().items()})
+    with torch.no_grad():
+        scores = indexer(seen["x"], seen["q_latent"])  # (b, t, t)
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        theirs = torch.zeros(b, t, t, dtype=torch.bool).scatter(-1, seen["indices"].long(), True)
+        ours = to_dense(topk_mask(scores[:, None], top_k), t, t, b, 1)[:, 0]
+        assert torch.equal(ours, theirs & causal)  # theirs lists hidden keys too, in rows < k
+        assert ours.sum(-1).tolist() == [[min(i + 1, top_k) for i in range(t)]] * b
+        for gather in (False, True):
+            context = dsa_attention(seen["q"], seen["k"], seen["v"], scores, top_k,
+                                    scale=seen["scale"], gather=gather)  # (b, h, t, d_v)
+            out = attn.o_proj(context.transpose(1, 2).reshape(b, t, -1))
+            torch.testing.assert_close(out, reference, rtol=0, atol=1e-14)
+
+
+class TestSparseFailureModes:
+    def test_top_k_below_one(self):
+        with pytest.raises(ValueError, match=r"top_k must be at least 1, got 0"):
+            topk_mask(torch.zeros(4, 4), 0)
+
+    def test_top_k_below_the_always_kept_blocks(self):
+        with pytest.raises(ValueError, match=r"at least the 2 always-kept blocks, got 1"):
+            block_topk_mask(torch.zeros(8, 2), 1, 4, keep_first=True)
+
+    def test_block_size_must_divide(self):
+        q, k, v = _qkv()
+        with pytest.raises(ValueError, match=r"block_size must divide the keys' t_k=16, got "
+                                             r"block_size=5"):
+            moba_attention(q, k, v, 5, 2)
+
+    def test_scores_must_be_a_matrix(self):
+        with pytest.raises(ValueError, match=r"scores must be a floating"):
+            topk_mask(torch.zeros(4), 2)
+
+    def test_gates_shape(self):
+        q, k, v = _qkv()
+        with pytest.raises(ValueError, match=r"gates must have shape .* got \(2, 3, 16, 2\)"):
+            nsa_attention(q, k, v, torch.zeros(B, H, T, 2), BLOCK, 2, 4)
+
+    def test_index_scores_shape(self):
+        q, k, v = _qkv()
+        with pytest.raises(ValueError, match=r"index_scores must have shape .* got \(2, 16\)"):
+            dsa_attention(q, k, v, torch.zeros(B, T), 2)
+
+    def test_top_k_above_the_keys_is_clamped(self):
+        mask = to_dense(topk_mask(torch.zeros(3, 3), 10), 3, 3)
+        assert torch.equal(mask, torch.ones(3, 3, dtype=torch.bool).tril())
