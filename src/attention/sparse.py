@@ -31,7 +31,8 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_sizes
-from .masks import MaskMod, and_masks, causal, dense_attention, sliding_window, to_dense
+from .masks import MaskMod, and_masks, dense_attention, sliding_window, to_dense
+from .masks import causal as causal_rule
 from .positions import RotaryEmbedding
 
 __all__ = [
@@ -57,9 +58,8 @@ def _check_scores(name: str, scores: Tensor) -> None:
 
 
 def _visible(t_q: int, t_k: int, device: torch.device) -> Tensor:
-    """Causal mask (t_q, t_k), aligned bottom-right: query i sits at position t_k - t_q + i."""
-    position = torch.arange(t_q, device=device)[:, None] + (t_k - t_q)  # (t_q, 1)
-    return torch.arange(t_k, device=device)[None, :] <= position  # (t_q, t_k)
+    """Chapter 11's causal mask (t_q, t_k), bottom-right: query i sits at t_k - t_q + i."""
+    return to_dense(causal_rule("bottom_right", t_q, t_k), t_q, t_k, device=device)
 
 
 def _selection_rule(selected: Tensor, block_size: int = 1) -> MaskMod:
@@ -125,12 +125,7 @@ def block_topk_mask(
     allowed = block * block_size <= position if causal else torch.ones_like(own)
     boosted = block_scores.masked_fill(forced, math.inf)  # forced blocks win every comparison
     rule = _selection_rule(_top(boosted, top_k, allowed), block_size)
-    return and_masks(rule, _causal(t_q, t_k)) if causal else rule
-
-
-def _causal(t_q: int, t_k: int) -> MaskMod:
-    """Chapter 11's causal rule, aligned bottom-right."""
-    return causal("bottom_right", t_q, t_k)
+    return and_masks(rule, causal_rule("bottom_right", t_q, t_k)) if causal else rule
 
 
 class LightningIndexer(nn.Module):
