@@ -4,7 +4,7 @@ Notation (see CONTRIBUTING.md):
     b      batch size, h heads, t_q queries, t_k keys (t_q = t_k = t in self-attention)
     i, j   a query's and a key's index, counted from 0; query i sits at position t_k - t_q + i
     B      ``block_size``: keys in a block, T_k = t_k / B key blocks
-    k      ``top_k``: keys (or key blocks) each query keeps
+    k_top  ``top_k``: keys (or key blocks) each query keeps
     h_I    ``index_heads``, d_I ``index_dim``: heads and width of the lightning indexer
 
 A selection is a boolean tensor computed from scores, wrapped as a mask rule ``mask_mod(b, h,
@@ -17,7 +17,7 @@ clamped to t_k, as transformers' DeepSeek-V3.2 indexer does. Ties go as ``torch.
 Three selections of 2025 models:
 
     DSA   (DeepSeek-AI, 2025)  a lightning indexer scores every earlier token,
-          I_ij = Σ_h w_ih ReLU(q_ih · k_j / sqrt(d_I)) / sqrt(h_I); query i keeps its top k tokens
+          a_ij = Σ_l w_il ReLU(q_il · k_j / sqrt(d_I)) / sqrt(h_I); query i keeps its top k tokens
     MoBA  (Lu et al., 2025)    query i scores each key block by q_i · mean(K_block) and keeps its
           top k blocks, its own block always among them
     NSA   (Yuan et al., 2025)  compressed blocks, selected blocks (ranked by the compressed
@@ -129,11 +129,11 @@ def block_topk_mask(
 
 
 class LightningIndexer(nn.Module):
-    """DeepSeek Sparse Attention's indexer: cheap scores I_ij of query i against every token j.
+    """DeepSeek Sparse Attention's indexer: cheap scores a_ij of query i against every token j.
 
-    Per token: h_I index queries q_ih = RoPE(c_Q^(i) W_IQ) from MLA's query latent c_Q (d_c'),
+    Per token: h_I index queries q_il = RoPE(c_Q^(i) W_IQ) from MLA's query latent c_Q (d_c'),
     one index key k_j = RoPE(LayerNorm(x^(j) W_IK)) shared by the heads, and per-head weights
-    w_ih = x^(i) W_w / sqrt(h_I). RoPE rotates the first ``rope_dim`` features in two halves.
+    w_il = x^(i) W_w / sqrt(h_I). RoPE rotates the first ``rope_dim`` features in two halves.
     Parameters as transformers' ``DeepseekV32Indexer``: W_IQ = ``wq_b``, W_IK = ``wk``,
     ``key_norm`` = ``k_norm``, W_w = ``weights_proj``. DeepSeek trains it apart from the
     model's loss (by distillation), so :meth:`forward` is usually called under ``no_grad``.
