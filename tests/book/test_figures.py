@@ -389,3 +389,15 @@ def test_weights_from_lse_heatmaps_are_causal_weights_looking_two_back(draw) -> 
         assert np.all(np.triu(weights, k=1) == 0)
         np.testing.assert_allclose(weights.sum(axis=1), 1.0, rtol=1e-5)
         assert np.diagonal(weights, offset=-2).mean() > 0.8  # the look-back task: two places
+
+
+def test_selected_keys_are_causal_and_keep_their_counts(draw) -> None:
+    fig = draw("ch14-selected-keys")
+    masks = [heatmap(fig, panel) > 0 for panel in range(4)]  # window, top-k, MoBA, NSA
+    t, block = 64, 8
+    for mask in masks:
+        assert mask.shape == (t, t) and not np.triu(mask, k=1).any()
+    assert masks[1].sum(axis=1).tolist() == [min(i + 1, 16) for i in range(t)]
+    for i in range(t):  # MoBA and NSA keep the query's own block, up to the query
+        own = slice(i - i % block, i + 1)
+        assert masks[2][i, own].all() and masks[3][i, own].all() and masks[3][i, :block].any()

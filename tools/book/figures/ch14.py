@@ -32,7 +32,7 @@ def selected_keys() -> Figure:
     fig, axes = plt.subplots(1, 4, figsize=(7.4, 2.6), layout="constrained")
     for ax, (name, rule) in zip(axes, rules.items()):
         mask = to_dense(rule, T, T)  # (t, t)
-        invert_in_dark(ax.imshow(mask.float(), cmap="Blues", vmin=0, vmax=1.25,
+        invert_in_dark(ax.imshow(mask.float().numpy(), cmap="Blues", vmin=0, vmax=1.25,
                                  interpolation="none"))
         ax.set_title(f"{name}\n{int(mask.sum())} of {T * (T + 1) // 2} pairs", fontsize=9)
         ax.set_xticks([0, T - 1], labels=["key 0", str(T - 1)], fontsize=9)
