@@ -120,6 +120,17 @@ def test_dsa_gather_form_equals_the_dense_form_and_all_keys_is_causal():
                                rtol=0, atol=1e-14)
 
 
+def test_queries_after_a_cache_select_bottom_right():
+    q, k, v = _qkv()
+    q = q[..., -5:, :]  # the 5 newest queries, at positions 11 .. 15, against all 16 keys
+    index = torch.randn(B, 5, T, dtype=torch.float64)
+    mask = to_dense(topk_mask(index[:, None], 13), 5, T, B, 1)  # (b, 1, t_q, t_k)
+    assert mask.sum(-1).flatten().tolist() == [12, 13, 13, 13, 13] * B
+    assert not (mask & ~torch.ones(5, T, dtype=torch.bool).tril(T - 5)).any()
+    torch.testing.assert_close(dsa_attention(q, k, v, index, 13, gather=True),
+                               dsa_attention(q, k, v, index, 13), rtol=0, atol=1e-14)
+
+
 def test_dsa_flops_count_the_pairs():
     indexer, selected, dense = dsa_flops(10, 4, 2, 3, 1, 5, 6)
     per_pair = 2 * 2 * (2 * 3 + 1)
