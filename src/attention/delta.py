@@ -35,6 +35,7 @@ __all__ = [
     "DELTA_FORMS",
     "DECAY_FORMS",
     "decayed_linear_attention",
+    "delta_attention_matrix",
     "delta_rule",
     "gated_delta_rule",
 ]
@@ -353,3 +354,46 @@ def delta_rule(
         query, key, value, g, beta, form=form, chunk_size=chunk_size, scale=scale,
         initial_state=initial_state, output_final_state=output_final_state,
     )
+
+
+def delta_attention_matrix(
+    query: Tensor,
+    key: Tensor,
+    g: Tensor | None = None,
+    beta: Tensor | None = None,
+    *,
+    scale: float | None = None,
+) -> Tensor:
+    """The matrix A (b, h, t, t) with o = A v for a rule started from a zero state.
+
+    Every rule here is linear in the values, so its output is a weighted sum of them, like
+    attention's; only the weights differ (they need not be positive or sum to 1):
+        sum rule (g = 0, no beta)    A = tril(Q K^T)
+        decay (g, no beta)           A = tril(Q K^T) o Gamma,  Gamma_ij = exp(G_i - G_j)
+        (gated) delta rule (beta)    A = (tril(Q K^T) o Gamma) (I + tril(diag(beta)(K K^T o Gamma), -1))^-1 diag(beta)
+    with Q scaled by ``scale`` (None: d_k^(-1/2)) and G the running sum of g. Queries and keys
+    (b, h, t, d_k), g and beta (b, h, t); one head per value head (h_k = h_v).
+    """
+    if query.dim() != 4 or query.shape != key.shape:
+        raise ValueError(
+            f"query and key must be 4-d (b, h, t, d_k) of one shape, got {tuple(query.shape)} "
+            f"and {tuple(key.shape)}"
+        )
+    value_like = key[..., :1]  # (b, h, t, 1): only its shape and dtype are used
+    _check(query, key, value_like, g, beta, "recurrent", DELTA_FORMS, 1, None)
+    q, k, _, _ = _prepare(query, key, value_like, scale, None)
+    t = k.shape[2]
+    gamma = torch.ones(t, t, dtype=k.dtype, device=k.device).tril() if g is None else (
+        _decay_mask(_float(g).to(k.dtype).cumsum(-1))
+    )  # (b, h, t, t) or (t, t)
+    weights = (q @ k.transpose(-2, -1)).tril() * gamma  # (b, h, t, t)
+    if beta is None:
+        return weights
+    b_col = _float(beta).to(k.dtype)[..., None]  # (b, h, t, 1)
+    lower = (b_col * (k @ k.transpose(-2, -1)) * gamma).tril(-1)  # (b, h, t, t)
+    eye = torch.eye(t, dtype=k.dtype, device=k.device)
+    # A = W (I + lower)^-1 diag(beta): solve X (I + lower) = W, a unit upper system transposed
+    solved = torch.linalg.solve_triangular(
+        (eye + lower).transpose(-2, -1), weights.transpose(-2, -1), upper=True, unitriangular=True
+    ).transpose(-2, -1)  # (b, h, t, t)
+    return solved * b_col.transpose(-2, -1)

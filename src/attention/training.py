@@ -20,7 +20,14 @@ from torch import Tensor, nn
 from ._checks import check_sizes
 from .transformer import TinyTransformer
 
-__all__ = ["head_scores", "induction_data", "lookback_data", "next_token_accuracy", "train_lm"]
+__all__ = [
+    "head_scores",
+    "induction_data",
+    "lookback_data",
+    "next_token_accuracy",
+    "recall_data",
+    "train_lm",
+]
 
 
 def train_lm(
@@ -152,3 +159,38 @@ def head_scores(model: TinyTransformer, inputs: Tensor) -> tuple[Tensor, Tensor]
     induction = (induction * queries[:, None, None]).sum((0, 3)) / queries.sum()  # (L, h)
     previous = attn.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 3))  # (L, h)
     return previous, induction
+
+
+def recall_data(
+    batch_size: int,
+    num_pairs: int,
+    num_keys: int,
+    num_values: int,
+    generator: torch.Generator | None = None,
+    num_queries: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Multi-query associative recall: inputs (b, t) and targets (b, t), t = 2 n + n_q.
+
+    Each row stores ``num_pairs`` (n) key-value pairs, "k_1 v_1 ... k_n v_n", with distinct keys
+    drawn from ids [0, num_keys) and values from [num_keys, num_keys + num_values), then asks for
+    ``num_queries`` (n_q, default n) of the stored keys again, in a random order. The target of
+    each asked key is its value; every other target is -100 (not scored). Arora et al. (2023)
+    built this task ("MQAR") to measure how well a fixed-size state recalls.
+    """
+    num_queries = num_pairs if num_queries is None else num_queries
+    check_sizes(batch_size=batch_size, num_pairs=num_pairs, num_keys=num_keys,
+                num_values=num_values, num_queries=num_queries)
+    if not num_queries <= num_pairs <= num_keys:
+        raise ValueError(
+            f"need num_queries <= num_pairs <= num_keys, got num_queries={num_queries}, "
+            f"num_pairs={num_pairs}, num_keys={num_keys}"
+        )
+    b, n = batch_size, num_pairs
+    keys = torch.rand(b, num_keys, generator=generator).argsort(dim=1)[:, :n]  # (b, n) distinct
+    values = num_keys + torch.randint(num_values, (b, n), generator=generator)  # (b, n)
+    asked = torch.rand(b, n, generator=generator).argsort(dim=1)[:, :num_queries]  # (b, n_q)
+    pairs = torch.stack([keys, values], dim=2).reshape(b, 2 * n)  # (b, 2n): k_1 v_1 k_2 v_2 ...
+    inputs = torch.cat([pairs, keys.gather(1, asked)], dim=1)  # (b, 2n + n_q)
+    targets = torch.full_like(inputs, -100)
+    targets[:, 2 * n :] = values.gather(1, asked)  # (b, n_q): the value stored with each key
+    return inputs, targets
