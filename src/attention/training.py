@@ -168,29 +168,50 @@ def recall_data(
     num_values: int,
     generator: torch.Generator | None = None,
     num_queries: int | None = None,
+    distinct_keys: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Multi-query associative recall: inputs (b, t) and targets (b, t), t = 2 n + n_q.
 
-    Each row stores ``num_pairs`` (n) key-value pairs, "k_1 v_1 ... k_n v_n", with distinct keys
-    drawn from ids [0, num_keys) and values from [num_keys, num_keys + num_values), then asks for
-    ``num_queries`` (n_q, default n) of the stored keys again, in a random order. The target of
-    each asked key is its value; every other target is -100 (not scored). Arora et al. (2023)
-    built this task ("MQAR") to measure how well a fixed-size state recalls.
+    Each row writes ``num_pairs`` (n) key-value pairs, "k_1 v_1 ... k_n v_n", with keys from
+    ids [0, num_keys) and values from [num_keys, num_keys + num_values), then asks for
+    ``num_queries`` (n_q) of the written keys again, each once, in a random order. The target of
+    an asked key is the value written with it last; every other target is -100 (not scored).
+
+    With ``distinct_keys=None`` the n keys are distinct and n_q defaults to n: Arora et al.'s
+    (2023) task ("MQAR"). With ``distinct_keys=m < n``, the n writes draw their keys from m
+    distinct keys, so keys come back with new values and the answer is the latest one; n_q
+    defaults to the number of keys written, and must not exceed it in any row.
     """
-    num_queries = num_pairs if num_queries is None else num_queries
+    m = num_pairs if distinct_keys is None else distinct_keys
     check_sizes(batch_size=batch_size, num_pairs=num_pairs, num_keys=num_keys,
-                num_values=num_values, num_queries=num_queries)
-    if not num_queries <= num_pairs <= num_keys:
+                num_values=num_values, distinct_keys=m)
+    if m > min(num_pairs, num_keys):
         raise ValueError(
-            f"need num_queries <= num_pairs <= num_keys, got num_queries={num_queries}, "
+            f"need at most min(num_pairs, num_keys) distinct keys, got {m} with "
             f"num_pairs={num_pairs}, num_keys={num_keys}"
         )
     b, n = batch_size, num_pairs
-    keys = torch.rand(b, num_keys, generator=generator).argsort(dim=1)[:, :n]  # (b, n) distinct
+    pool = torch.rand(b, num_keys, generator=generator).argsort(dim=1)[:, :m]  # (b, m) distinct
+    if distinct_keys is None:
+        keys = pool  # (b, n): every key once
+    else:  # each key at least once, in a random order, the rest drawn again from the pool
+        extra = torch.randint(m, (b, n - m), generator=generator)  # (b, n - m)
+        slots = torch.cat([torch.arange(m).expand(b, m), extra], dim=1)  # (b, n)
+        order = torch.rand(b, n, generator=generator).argsort(dim=1)  # (b, n)
+        keys = pool.gather(1, slots.gather(1, order))  # (b, n)
     values = num_keys + torch.randint(num_values, (b, n), generator=generator)  # (b, n)
-    asked = torch.rand(b, n, generator=generator).argsort(dim=1)[:, :num_queries]  # (b, n_q)
+    num_queries = m if num_queries is None else num_queries
+    check_sizes(num_queries=num_queries)
+    if num_queries > m:
+        raise ValueError(f"num_queries must be at most the {m} keys written, got {num_queries}")
+    same = keys[:, :, None] == keys[:, None, :]  # (b, n, n): write i and write j share a key
+    latest = torch.where(same, torch.arange(n), -1).amax(dim=2)  # (b, n): last write, same key
+    asked_slots = torch.rand(b, m, generator=generator).argsort(dim=1)[:, :num_queries]
+    asked = pool.gather(1, asked_slots)  # (b, n_q): distinct keys that were written
+    first = (keys[:, None, :] == asked[:, :, None]).int().argmax(dim=2)  # (b, n_q): a write
+    answer = values.gather(1, latest.gather(1, first))  # (b, n_q): its key's latest value
     pairs = torch.stack([keys, values], dim=2).reshape(b, 2 * n)  # (b, 2n): k_1 v_1 k_2 v_2 ...
-    inputs = torch.cat([pairs, keys.gather(1, asked)], dim=1)  # (b, 2n + n_q)
+    inputs = torch.cat([pairs, asked], dim=1)  # (b, 2n + n_q)
     targets = torch.full_like(inputs, -100)
-    targets[:, 2 * n :] = values.gather(1, asked)  # (b, n_q): the value stored with each key
+    targets[:, 2 * n :] = answer  # (b, n_q)
     return inputs, targets

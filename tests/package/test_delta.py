@@ -184,3 +184,4 @@ class TestBadInput:
     def test_layer_heads(self):
         with pytest.raises(ValueError, match="num_value_heads must be a multiple of num_key_heads=2, got 3"):
             GatedDeltaNet(16, 2, 3, 4, 4)
+

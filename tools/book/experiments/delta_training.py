@@ -33,6 +33,10 @@ TASKS = {
         n, 24, 16, g, min_period=4, max_period=12)),
     # 16 pairs (keys from 32 ids, values from 32 others), all 16 asked again: t = 48
     "recall": dict(steps=600, vocab=64, data=lambda n, g: recall_data(n, 16, 32, 32, g)),
+    # 16 writes over 6 distinct keys, so keys come back with new values; the 6 keys asked for
+    # their latest value: t = 38
+    "overwrite": dict(steps=600, vocab=64, data=lambda n, g: recall_data(
+        n, 16, 32, 32, g, distinct_keys=6)),
 }
 
 
