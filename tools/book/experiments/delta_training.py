@@ -97,11 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         again = run(stored["task"], stored["kind"], stored["conv"], stored["seed"])
         print("stored:", stored, "\nagain: ", again, sep="\n")
         return 0 if again == stored else 1
-    rows = []
+    record = {"provenance": provenance(torch.device("cpu"), command_line(None)), "runs": []}
+    rows = record["runs"]  # the provenance is taken first: the tree the runs come from
     for task, kind, conv, seed in grid():
         rows.append(run(task, kind, conv, seed))
         print(rows[-1]["task"], kind, conv, seed, rows[-1]["accuracy"], file=sys.stderr)
-    record = {"provenance": provenance(torch.device("cpu"), command_line(None)), "runs": rows}
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(record, indent=1) + "\n")
     return 0
