@@ -19,6 +19,8 @@ from .circuits import (
     rotation_matrix,
 )
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
+from .delta import decayed_linear_attention, delta_rule, gated_delta_rule
+from .delta_layer import GatedDeltaNet
 from .decoding import split_kv_attention, weights_read_per_token
 from .encoder import BidirectionalSelfAttention, CrossAttention
 from .flash import flash_attention
@@ -111,6 +113,7 @@ __all__ = [
     "CrossAttention",
     "DynamicNTKScaling",
     "FusedMultiHeadAttention",
+    "GatedDeltaNet",
     "GroupedQueryAttention",
     "IOCount",
     "KernelBlockAttention",
@@ -157,7 +160,10 @@ __all__ = [
     "elu_plus_one",
     "favor_attention",
     "favor_error_variance",
+    "decayed_linear_attention",
+    "delta_rule",
     "flash_attention",
+    "gated_delta_rule",
     "head_output_means",
     "head_scores",
     "head_weights",

@@ -20,7 +20,14 @@ from torch import Tensor, nn
 from ._checks import check_sizes
 from .transformer import TinyTransformer
 
-__all__ = ["head_scores", "induction_data", "lookback_data", "next_token_accuracy", "train_lm"]
+__all__ = [
+    "head_scores",
+    "induction_data",
+    "lookback_data",
+    "next_token_accuracy",
+    "recall_data",
+    "train_lm",
+]
 
 
 def train_lm(
@@ -152,3 +159,59 @@ def head_scores(model: TinyTransformer, inputs: Tensor) -> tuple[Tensor, Tensor]
     induction = (induction * queries[:, None, None]).sum((0, 3)) / queries.sum()  # (L, h)
     previous = attn.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 3))  # (L, h)
     return previous, induction
+
+
+def recall_data(
+    batch_size: int,
+    num_pairs: int,
+    num_keys: int,
+    num_values: int,
+    generator: torch.Generator | None = None,
+    num_queries: int | None = None,
+    distinct_keys: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Multi-query associative recall: inputs (b, t) and targets (b, t), t = 2 n + n_q.
+
+    Each row writes ``num_pairs`` (n) key-value pairs, "k_1 v_1 ... k_n v_n", with keys from
+    ids [0, num_keys) and values from [num_keys, num_keys + num_values), then asks for
+    ``num_queries`` (n_q) of the written keys again, each once, in a random order. The target of
+    an asked key is the value written with it last; every other target is -100 (not scored).
+
+    With ``distinct_keys=None`` the n keys are distinct and n_q defaults to n: Arora et al.'s
+    (2023) task ("MQAR"). With ``distinct_keys=m < n``, the n writes draw their keys from m
+    distinct keys, so keys come back with new values and the answer is the latest one; n_q
+    defaults to the number of keys written, and must not exceed it in any row.
+    """
+    m = num_pairs if distinct_keys is None else distinct_keys
+    check_sizes(batch_size=batch_size, num_pairs=num_pairs, num_keys=num_keys,
+                num_values=num_values, distinct_keys=m)
+    if m > min(num_pairs, num_keys):
+        raise ValueError(
+            f"need at most min(num_pairs, num_keys) distinct keys, got {m} with "
+            f"num_pairs={num_pairs}, num_keys={num_keys}"
+        )
+    b, n = batch_size, num_pairs
+    pool = torch.rand(b, num_keys, generator=generator).argsort(dim=1)[:, :m]  # (b, m) distinct
+    if distinct_keys is None:
+        keys = pool  # (b, n): every key once
+    else:  # each key at least once, in a random order, the rest drawn again from the pool
+        extra = torch.randint(m, (b, n - m), generator=generator)  # (b, n - m)
+        slots = torch.cat([torch.arange(m).expand(b, m), extra], dim=1)  # (b, n)
+        order = torch.rand(b, n, generator=generator).argsort(dim=1)  # (b, n)
+        keys = pool.gather(1, slots.gather(1, order))  # (b, n)
+    values = num_keys + torch.randint(num_values, (b, n), generator=generator)  # (b, n)
+    num_queries = m if num_queries is None else num_queries
+    check_sizes(num_queries=num_queries)
+    if num_queries > m:
+        raise ValueError(f"num_queries must be at most the {m} keys written, got {num_queries}")
+    same = keys[:, :, None] == keys[:, None, :]  # (b, n, n): write i and write j share a key
+    latest = torch.where(same, torch.arange(n), -1).amax(dim=2)  # (b, n): last write, same key
+    asked_slots = torch.rand(b, m, generator=generator).argsort(dim=1)[:, :num_queries]
+    asked = pool.gather(1, asked_slots)  # (b, n_q): distinct keys that were written
+    first = (keys[:, None, :] == asked[:, :, None]).int().argmax(dim=2)  # (b, n_q): a write
+    answer = values.gather(1, latest.gather(1, first))  # (b, n_q): its key's latest value
+    pairs = torch.stack([keys, values], dim=2).reshape(b, 2 * n)  # (b, 2n): k_1 v_1 k_2 v_2 ...
+    inputs = torch.cat([pairs, asked], dim=1)  # (b, 2n + n_q)
+    targets = torch.full_like(inputs, -100)
+    targets[:, 2 * n :] = answer  # (b, n_q)
+    return inputs, targets

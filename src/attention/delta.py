@@ -1,0 +1,399 @@
+"""Linear attention that forgets and corrects: scalar decay, the delta rule and Gated DeltaNet.
+
+Notation (see CONTRIBUTING.md):
+    b      batch size
+    h      heads: h_k query/key heads, h_v value heads (h_v a multiple of h_k: grouped heads)
+    t      tokens
+    d_k    width of queries and keys, d_v width of values
+    C      chunk size of the chunked form (``chunk_size``)
+    S      the state (d_k, d_v) of one (batch, head): a memory read as S^T q
+
+Every rule here keeps a state S_t (no normalizer, unlike chapter 12's linear attention) and reads
+it with the scaled query, o_t = S_t^T q_t / sqrt(d_k):
+
+    decay (RetNet, GLA, Mamba-2's SSD)     S_t = a_t S_{t-1} + k_t v_t^T
+    delta rule (Schlag et al., DeltaNet)   S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T
+    gated delta rule (Gated DeltaNet)      S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T
+
+with a_t = exp(g_t), g_t <= 0 given in log space, and beta_t in [0, 1]. Each rule has a
+recurrent form (one token at a time: the definition) and a chunked form (matrix products within
+chunks of C tokens, the state carried across them); scalar decay also has a parallel form,
+((Q K^T) o L) V with the decay mask L_ts = exp(G_t - G_s) for s <= t, G the running sum of g.
+The chunked delta rule solves one unit lower-triangular system per chunk (the UT form of Yang et
+al., 2024). The forms agree in float64 (tests/package/test_delta.py).
+"""
+
+from typing import Literal, overload
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ._checks import check_sizes
+
+__all__ = [
+    "DELTA_FORMS",
+    "DECAY_FORMS",
+    "decayed_linear_attention",
+    "delta_attention_matrix",
+    "delta_rule",
+    "gated_delta_rule",
+]
+
+DECAY_FORMS = ("recurrent", "parallel", "chunked")
+DELTA_FORMS = ("recurrent", "chunked")
+
+
+def _float(x: Tensor) -> Tensor:
+    """x in the accumulation dtype: float32 for half precision, as fused kernels compute."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _check(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    g: Tensor | None,
+    beta: Tensor | None,
+    form: str,
+    forms: tuple[str, ...],
+    chunk_size: int,
+    initial_state: Tensor | None,
+) -> None:
+    """Shapes, dtypes and ranges of the inputs; ValueError naming expected and actual."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be 4-d (b, h, t, d), got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be floating point, got {x.dtype}")
+    if query.shape != key.shape:
+        raise ValueError(
+            f"query and key must have one shape (b, h_k, t, d_k), got {tuple(query.shape)} "
+            f"and {tuple(key.shape)}"
+        )
+    b, h_k, t, d_k = key.shape
+    h_v, d_v = value.shape[1], value.shape[3]
+    if value.shape[0] != b or value.shape[2] != t:
+        raise ValueError(
+            f"value must be (b={b}, h_v, t={t}, d_v), got shape {tuple(value.shape)}"
+        )
+    if h_v % h_k != 0:
+        raise ValueError(f"value heads h_v must be a multiple of h_k={h_k}, got h_v={h_v}")
+    if len({query.dtype, key.dtype, value.dtype}) != 1:
+        raise ValueError(
+            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype} and "
+            f"{value.dtype}"
+        )
+    if len({query.device, key.device, value.device}) != 1:
+        raise ValueError(
+            f"query, key and value must share a device, got {query.device}, {key.device} and "
+            f"{value.device}"
+        )
+    for name, x in (("g", g), ("beta", beta)):
+        if x is None:
+            continue
+        if x.shape != (b, h_v, t):
+            raise ValueError(f"{name} must have shape (b, h_v, t) = {(b, h_v, t)}, got {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise ValueError(f"{name} must be floating point, got {x.dtype}")
+    if g is not None and g.numel() and g.max() > 0:
+        raise ValueError(f"g is a log decay and must be <= 0 everywhere, got a maximum of {g.max().item():.4g}")
+    if beta is not None and beta.numel() and (beta.min() < 0 or beta.max() > 1):
+        raise ValueError(
+            f"beta must lie in [0, 1], got values from {beta.min().item():.4g} to "
+            f"{beta.max().item():.4g}"
+        )
+    if form not in forms:
+        raise ValueError(f"form must be one of {forms}, got {form!r}")
+    check_sizes(chunk_size=chunk_size)
+    if initial_state is not None and initial_state.shape != (b, h_v, d_k, d_v):
+        raise ValueError(
+            f"initial_state must have shape (b, h_v, d_k, d_v) = {(b, h_v, d_k, d_v)}, got "
+            f"{tuple(initial_state.shape)}"
+        )
+
+
+def _prepare(
+    query: Tensor, key: Tensor, value: Tensor, scale: float | None, initial_state: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """q (scaled), k, v in the accumulation dtype, q and k repeated to h_v heads; the state S_0."""
+    b, h_k, t, d_k = key.shape
+    h_v, d_v = value.shape[1], value.shape[3]
+    q, k, v = _float(query), _float(key), _float(value)
+    if h_v != h_k:  # grouped heads: query/key head j serves value heads j r ... (j + 1) r - 1
+        q = q.repeat_interleave(h_v // h_k, dim=1)  # (b, h_v, t, d_k)
+        k = k.repeat_interleave(h_v // h_k, dim=1)  # (b, h_v, t, d_k)
+    q = q * (d_k**-0.5 if scale is None else scale)
+    state = (
+        v.new_zeros(b, h_v, d_k, d_v) if initial_state is None else initial_state.to(v.dtype)
+    )  # (b, h_v, d_k, d_v)
+    return q, k, v, state
+
+
+def _decay_mask(g_cum: Tensor) -> Tensor:
+    """L (..., t, t): L_ts = exp(G_t - G_s) for s <= t, else 0, from G (..., t) = cumsum(g)."""
+    diff = g_cum[..., :, None] - g_cum[..., None, :]  # (..., t, t)
+    keep = torch.ones(diff.shape[-2:], dtype=torch.bool, device=diff.device).tril()
+    return torch.where(keep, diff, float("-inf")).exp()  # exp(-inf) = 0 above the diagonal
+
+
+@overload
+def decayed_linear_attention(
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, *, form: str = ...,
+    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
+    output_final_state: Literal[False] = ...,
+) -> Tensor: ...
+@overload
+def decayed_linear_attention(
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, *, form: str = ...,
+    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
+    output_final_state: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+def decayed_linear_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    g: Tensor,
+    *,
+    form: str = "recurrent",
+    chunk_size: int = 64,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Linear attention with a scalar decay per head and step: S_t = exp(g_t) S_{t-1} + k_t v_t^T.
+
+    Args:
+        query: (b, h_k, t, d_k).
+        key: (b, h_k, t, d_k).
+        value: (b, h_v, t, d_v), h_v a multiple of h_k.
+        g: (b, h_v, t), the log decay, <= 0 (0 never forgets: chapter 12's state without a
+            normalizer).
+        form: ``"recurrent"``, ``"parallel"`` ((Q K^T o L) V) or ``"chunked"``: one result.
+        chunk_size: C, tokens per chunk of the chunked form.
+        scale: multiplies the queries; None means d_k^(-1/2).
+        initial_state: S_0 (b, h_v, d_k, d_v), or None for zeros.
+        output_final_state: also return S_t after the last token.
+
+    Returns:
+        o (b, h_v, t, d_v) in value's dtype, and S_t (b, h_v, d_k, d_v) in the accumulation dtype
+        when ``output_final_state``.
+
+    Raises:
+        ValueError: a shape, dtype or device that does not match, g > 0, an unknown form, or a
+            chunk_size below 1.
+    """
+    _check(query, key, value, g, None, form, DECAY_FORMS, chunk_size, initial_state)
+    q, k, v, state = _prepare(query, key, value, scale, initial_state)
+    g = _float(g).to(v.dtype)
+    t = v.shape[2]
+    if form == "recurrent":
+        rows = []
+        for i in range(t):
+            state = g[..., i, None, None].exp() * state + k[..., i, :, None] * v[..., i, None, :]
+            rows.append((q[..., i, None, :] @ state).squeeze(-2))  # (b, h_v, d_v)
+        out = torch.stack(rows, dim=-2) if rows else v.new_zeros(v.shape)  # (b, h_v, t, d_v)
+    else:
+        step = t if form == "parallel" else chunk_size
+        chunks = []
+        for start in range(0, t, step):
+            q_c, k_c, v_c = (x[..., start : start + step, :] for x in (q, k, v))  # (.., C, d)
+            g_cum = g[..., start : start + step].cumsum(-1)  # (b, h_v, C): G within the chunk
+            within = ((q_c @ k_c.transpose(-2, -1)) * _decay_mask(g_cum)) @ v_c  # (.., C, d_v)
+            chunks.append(within + (q_c * g_cum[..., None].exp()) @ state)  # earlier chunks
+            to_end = (g_cum[..., -1:] - g_cum).exp()  # (b, h_v, C): decay from s to chunk end
+            state = g_cum[..., -1, None, None].exp() * state + (
+                k_c * to_end[..., None]
+            ).transpose(-2, -1) @ v_c  # (b, h_v, d_k, d_v)
+        out = torch.cat(chunks, dim=-2) if chunks else v.new_zeros(v.shape)  # (b, h_v, t, d_v)
+    out = out.to(value.dtype)
+    return (out, state) if output_final_state else out
+
+
+def _delta_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor,
+                   chunk_size: int) -> tuple[Tensor, Tensor]:
+    """The gated delta rule by chunks: within a chunk, with G the running sum of g,
+
+        U = (I + tril(diag(beta) (K K^T o Gamma), -1))^-1 diag(beta) (V - diag(exp G) K S_0)
+        O = diag(exp G) Q S_0 + (tril(Q K^T) o Gamma) U
+        S = exp(G_C) S_0 + (K o exp(G_C - G))^T U
+
+    with Gamma_ij = exp(G_i - G_j) for j <= i; u_j is what token j writes into the state.
+    """
+    t = v.shape[2]
+    chunks = []
+    for start in range(0, t, chunk_size):
+        q_c, k_c, v_c = (x[..., start : start + chunk_size, :] for x in (q, k, v))  # (.., C, d)
+        g_cum = g[..., start : start + chunk_size].cumsum(-1)  # (b, h_v, C)
+        b_c = beta[..., start : start + chunk_size, None]  # (b, h_v, C, 1)
+        gamma = _decay_mask(g_cum)  # (b, h_v, C, C)
+        decay = g_cum[..., None].exp()  # (b, h_v, C, 1)
+        lower = (b_c * (k_c @ k_c.transpose(-2, -1)) * gamma).tril(-1)  # (b, h_v, C, C)
+        eye = torch.eye(lower.shape[-1], dtype=lower.dtype, device=lower.device)
+        rhs = b_c * (v_c - decay * (k_c @ state))  # (b, h_v, C, d_v)
+        u = torch.linalg.solve_triangular(eye + lower, rhs, upper=False, unitriangular=True)
+        chunks.append(decay * (q_c @ state) + ((q_c @ k_c.transpose(-2, -1)) * gamma) @ u)
+        to_end = (g_cum[..., -1:] - g_cum).exp()[..., None]  # (b, h_v, C, 1)
+        state = g_cum[..., -1, None, None].exp() * state + (k_c * to_end).transpose(-2, -1) @ u
+    out = torch.cat(chunks, dim=-2) if chunks else v.new_zeros(v.shape)  # (b, h_v, t, d_v)
+    return out, state
+
+
+@overload
+def gated_delta_rule(
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *, form: str = ...,
+    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
+    output_final_state: Literal[False] = ...,
+) -> Tensor: ...
+@overload
+def gated_delta_rule(
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *, form: str = ...,
+    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
+    output_final_state: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+def gated_delta_rule(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    form: str = "recurrent",
+    chunk_size: int = 64,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Gated DeltaNet's rule: S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T.
+
+    Args:
+        query: (b, h_k, t, d_k); Gated DeltaNet L2-normalises queries and keys first (the layer
+            does; this function does not).
+        key: (b, h_k, t, d_k).
+        value: (b, h_v, t, d_v), h_v a multiple of h_k (grouped heads, as Qwen3-Next).
+        g: (b, h_v, t), the log decay, <= 0.
+        beta: (b, h_v, t), the write strength, in [0, 1].
+        form: ``"recurrent"`` (token by token) or ``"chunked"`` (UT form): one result.
+        chunk_size: C, tokens per chunk of the chunked form.
+        scale: multiplies the queries; None means d_k^(-1/2).
+        initial_state: S_0 (b, h_v, d_k, d_v), or None for zeros.
+        output_final_state: also return S_t after the last token.
+
+    Returns:
+        o (b, h_v, t, d_v) in value's dtype, and S_t (b, h_v, d_k, d_v) in the accumulation dtype
+        when ``output_final_state``.
+
+    Raises:
+        ValueError: a shape, dtype or device that does not match, g > 0, beta outside [0, 1], an
+            unknown form, or a chunk_size below 1.
+    """
+    _check(query, key, value, g, beta, form, DELTA_FORMS, chunk_size, initial_state)
+    q, k, v, state = _prepare(query, key, value, scale, initial_state)
+    g, beta = _float(g).to(v.dtype), _float(beta).to(v.dtype)
+    if form == "chunked":
+        out, state = _delta_chunked(q, k, v, g, beta, state, chunk_size)
+    else:
+        rows = []
+        for i in range(v.shape[2]):
+            k_i = k[..., i, :]  # (b, h_v, d_k)
+            state = g[..., i, None, None].exp() * state  # forget
+            read = (k_i[..., None, :] @ state).squeeze(-2)  # (b, h_v, d_v): what S recalls for k
+            write = beta[..., i, None] * (v[..., i, :] - read)  # (b, h_v, d_v): the correction
+            state = state + k_i[..., :, None] * write[..., None, :]  # (b, h_v, d_k, d_v)
+            rows.append((q[..., i, None, :] @ state).squeeze(-2))  # (b, h_v, d_v)
+        out = torch.stack(rows, dim=-2) if rows else v.new_zeros(v.shape)  # (b, h_v, t, d_v)
+    out = out.to(value.dtype)
+    return (out, state) if output_final_state else out
+
+
+@overload
+def delta_rule(
+    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *, form: str = ...,
+    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
+    output_final_state: Literal[False] = ...,
+) -> Tensor: ...
+@overload
+def delta_rule(
+    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *, form: str = ...,
+    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
+    output_final_state: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+def delta_rule(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    beta: Tensor,
+    *,
+    form: str = "recurrent",
+    chunk_size: int = 64,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """DeltaNet's rule, S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T: the gated rule, g = 0.
+
+    Args:
+        query: (b, h_k, t, d_k).
+        key: (b, h_k, t, d_k).
+        value: (b, h_v, t, d_v), h_v a multiple of h_k.
+        beta: (b, h_v, t), the write strength, in [0, 1].
+        form: ``"recurrent"`` or ``"chunked"``.
+        chunk_size: C, tokens per chunk of the chunked form.
+        scale: multiplies the queries; None means d_k^(-1/2).
+        initial_state: S_0 (b, h_v, d_k, d_v), or None for zeros.
+        output_final_state: also return S_t after the last token.
+
+    Returns:
+        o (b, h_v, t, d_v), and S_t (b, h_v, d_k, d_v) when ``output_final_state``.
+
+    Raises:
+        ValueError: as :func:`gated_delta_rule`.
+    """
+    g = torch.zeros_like(beta)
+    return gated_delta_rule(  # type: ignore[call-overload]
+        query, key, value, g, beta, form=form, chunk_size=chunk_size, scale=scale,
+        initial_state=initial_state, output_final_state=output_final_state,
+    )
+
+
+def delta_attention_matrix(
+    query: Tensor,
+    key: Tensor,
+    g: Tensor | None = None,
+    beta: Tensor | None = None,
+    *,
+    scale: float | None = None,
+) -> Tensor:
+    """The matrix A (b, h, t, t) with o = A v for a rule started from a zero state.
+
+    Every rule here is linear in the values, so its output is a weighted sum of them, like
+    attention's; only the weights differ (they need not be positive or sum to 1):
+        sum rule (g = 0, no beta)    A = tril(Q K^T)
+        decay (g, no beta)           A = tril(Q K^T) o Gamma,  Gamma_ij = exp(G_i - G_j)
+        (gated) delta rule (beta)    A = (tril(Q K^T) o Gamma) (I + tril(diag(beta)(K K^T o Gamma), -1))^-1 diag(beta)
+    with Q scaled by ``scale`` (None: d_k^(-1/2)) and G the running sum of g. Queries and keys
+    (b, h, t, d_k), g and beta (b, h, t); one head per value head (h_k = h_v).
+    """
+    if query.dim() != 4 or query.shape != key.shape:
+        raise ValueError(
+            f"query and key must be 4-d (b, h, t, d_k) of one shape, got {tuple(query.shape)} "
+            f"and {tuple(key.shape)}"
+        )
+    value_like = key[..., :1]  # (b, h, t, 1): only its shape and dtype are used
+    _check(query, key, value_like, g, beta, "recurrent", DELTA_FORMS, 1, None)
+    q, k, _, _ = _prepare(query, key, value_like, scale, None)
+    t = k.shape[2]
+    gamma = torch.ones(t, t, dtype=k.dtype, device=k.device).tril() if g is None else (
+        _decay_mask(_float(g).to(k.dtype).cumsum(-1))
+    )  # (b, h, t, t) or (t, t)
+    weights = (q @ k.transpose(-2, -1)).tril() * gamma  # (b, h, t, t)
+    if beta is None:
+        return weights
+    b_col = _float(beta).to(k.dtype)[..., None]  # (b, h, t, 1)
+    lower = (b_col * (k @ k.transpose(-2, -1)) * gamma).tril(-1)  # (b, h, t, t)
+    eye = torch.eye(t, dtype=k.dtype, device=k.device)
+    # A = W (I + lower)^-1 diag(beta): solve X (I + lower) = W, a unit upper system transposed
+    solved = torch.linalg.solve_triangular(
+        (eye + lower).transpose(-2, -1), weights.transpose(-2, -1), upper=True, unitriangular=True
+    ).transpose(-2, -1)  # (b, h, t, t)
+    return solved * b_col.transpose(-2, -1)

@@ -1,0 +1,123 @@
+"""The gated delta layer as Qwen3-Next ships it: Gated DeltaNet with its projections, short
+convolution, normalised queries and keys, learned decay and gated output norm.
+
+Notation (see CONTRIBUTING.md):
+    b, t   batch size, tokens;  d   residual width (``d_model``)
+    h_k    query/key heads of width d_k;  h_v value heads of width d_v (h_v a multiple of h_k)
+    K      width of the causal depthwise convolution (``conv_size``)
+
+Per token, from the residual stream x (Qwen3-Next's ``Qwen3NextGatedDeltaNet``):
+    q, k, v = SiLU(causal_conv(x W_q, x W_k, x W_v))    each channel mixes its last K tokens
+    q, k    = q / |q|, k / |k|                           L2 norm per head (a bounded write)
+    beta    = sigmoid(x W_b)                             (b, t, h_v)
+    g       = -exp(A_log) softplus(x W_a + dt_bias)      (b, t, h_v), always <= 0
+    o       = gated_delta_rule(q, k, v, g, beta)         attention.delta
+    y       = (RMSNorm(o) * SiLU(x W_z)) W_out           per head; z is an output gate
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._checks import check_sizes
+from .delta import gated_delta_rule
+
+__all__ = ["GatedDeltaNet"]
+
+
+class GatedDeltaNet(nn.Module):
+    """Qwen3-Next's gated delta layer, (b, t, d) -> (b, t, d).
+
+    Args:
+        d_model: d, the residual width.
+        num_key_heads: h_k.
+        num_value_heads: h_v, a multiple of h_k.
+        d_k: width of each query and key head.
+        d_v: width of each value head.
+        conv_size: K, the causal convolution's width (Qwen3-Next uses 4).
+        eps: the RMSNorm's epsilon.
+        chunk_size: C of the chunked rule used for sequences (decoding uses the recurrent form).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_key_heads: int,
+        num_value_heads: int,
+        d_k: int,
+        d_v: int,
+        conv_size: int = 4,
+        eps: float = 1e-6,
+        chunk_size: int = 64,
+    ) -> None:
+        super().__init__()
+        check_sizes(d_model=d_model, num_key_heads=num_key_heads, num_value_heads=num_value_heads,
+                    d_k=d_k, d_v=d_v, conv_size=conv_size, chunk_size=chunk_size)
+        if num_value_heads % num_key_heads != 0:
+            raise ValueError(
+                f"num_value_heads must be a multiple of num_key_heads={num_key_heads}, got "
+                f"{num_value_heads}"
+            )
+        self.h_k, self.h_v, self.d_k, self.d_v = num_key_heads, num_value_heads, d_k, d_v
+        self.eps, self.chunk_size = eps, chunk_size
+        self.q_proj = nn.Linear(d_model, num_key_heads * d_k, bias=False)
+        self.k_proj = nn.Linear(d_model, num_key_heads * d_k, bias=False)
+        self.v_proj = nn.Linear(d_model, num_value_heads * d_v, bias=False)
+        self.z_proj = nn.Linear(d_model, num_value_heads * d_v, bias=False)  # output gate
+        self.b_proj = nn.Linear(d_model, num_value_heads, bias=False)  # write strength beta
+        self.a_proj = nn.Linear(d_model, num_value_heads, bias=False)  # decay's step
+        channels = 2 * num_key_heads * d_k + num_value_heads * d_v
+        self.conv = nn.Conv1d(channels, channels, conv_size, groups=channels, bias=False)
+        self.A_log = nn.Parameter(torch.empty(num_value_heads).uniform_(0.01, 16).log())
+        self.dt_bias = nn.Parameter(torch.ones(num_value_heads))
+        self.norm_weight = nn.Parameter(torch.ones(d_v))
+        self.out_proj = nn.Linear(num_value_heads * d_v, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """y (b, t, d) from x (b, t, d)."""
+        b, t, _ = x.shape
+        qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # (b, t, ch)
+        k_size = self.conv.kernel_size[0]
+        qkv = F.pad(qkv.transpose(1, 2), (k_size - 1, 0))  # (b, ch, K - 1 + t): causal padding
+        qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, ch)
+        q, k, v = qkv.split([self.h_k * self.d_k, self.h_k * self.d_k, self.h_v * self.d_v], -1)
+        q = q.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)
+        k = k.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)
+        v = v.view(b, t, self.h_v, self.d_v).transpose(1, 2)  # (b, h_v, t, d_v)
+        q, k = (y * torch.rsqrt((y * y).sum(-1, keepdim=True) + 1e-6) for y in (q, k))
+        beta = self.b_proj(x).sigmoid().transpose(1, 2)  # (b, h_v, t)
+        g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)
+        o = gated_delta_rule(
+            q, k, v, g.transpose(1, 2).to(v.dtype), beta, form="chunked", chunk_size=self.chunk_size
+        )  # (b, h_v, t, d_v)
+        o = o.transpose(1, 2)  # (b, t, h_v, d_v)
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps) * self.norm_weight
+        z = self.z_proj(x).view(b, t, self.h_v, self.d_v)  # (b, t, h_v, d_v)
+        return self.out_proj((o * F.silu(z)).reshape(b, t, -1))  # (b, t, d)
+
+    @classmethod
+    def from_qwen3_next(cls, layer: nn.Module) -> "GatedDeltaNet":
+        """The same layer with the weights of a transformers ``Qwen3NextGatedDeltaNet``.
+
+        Qwen3-Next fuses q, k, v, z into one projection laid out per key head as
+        [q (d_k), k (d_k), v (r d_v), z (r d_v)], r = h_v / h_k, and b, a as [b (r), a (r)].
+        """
+        h_k, h_v, d_k, d_v = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
+        r = h_v // h_k
+        d_model = layer.hidden_size
+        new = cls(d_model, h_k, h_v, d_k, d_v, conv_size=layer.conv_kernel_size,
+                  eps=layer.norm.variance_epsilon)
+        new = new.to(dtype=layer.out_proj.weight.dtype)
+        w = layer.in_proj_qkvz.weight.view(h_k, 2 * d_k + 2 * r * d_v, d_model)
+        wq, wk, wv, wz = w.split([d_k, d_k, r * d_v, r * d_v], dim=1)  # per key head
+        wb, wa = layer.in_proj_ba.weight.view(h_k, 2 * r, d_model).split([r, r], dim=1)
+        with torch.no_grad():
+            for mine, theirs in ((new.q_proj, wq), (new.k_proj, wk), (new.v_proj, wv),
+                                 (new.z_proj, wz), (new.b_proj, wb), (new.a_proj, wa)):
+                mine.weight.copy_(theirs.reshape(-1, d_model))
+            new.conv.weight.copy_(layer.conv1d.weight)
+            new.A_log.copy_(layer.A_log)
+            new.dt_bias.copy_(layer.dt_bias)
+            new.norm_weight.copy_(layer.norm.weight)
+            new.out_proj.weight.copy_(layer.out_proj.weight)
+        return new

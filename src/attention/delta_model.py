@@ -1,0 +1,120 @@
+"""The tiny model with recurrent attention: the sum rule, decay, the delta rule, Gated DeltaNet.
+
+Notation (see CONTRIBUTING.md):
+    b, t   batch size, tokens;  d   model width ``d_model``;  h heads of width d_h = d / h
+    K      width of the short causal convolution (4, as Qwen3-Next)
+
+:func:`use_recurrent_attention` replaces the attention sublayer ``attn`` of chosen blocks of a
+built :class:`~attention.TinyTransformer` by a :class:`RecurrentBlockAttention`. It keeps the
+sublayer's ``qkv`` and ``out_proj`` and, as the gated delta layer of Qwen3-Next does
+(:mod:`attention.delta_layer`), passes queries, keys and values through a short causal
+convolution and SiLU, L2-normalises queries and keys, and learns per head and token
+
+    beta = sigmoid(x W_beta)        g = -exp(A_log) softplus(x W_g + dt_bias)
+
+of which each kind uses what its rule needs (``"sum"``: neither; ``"decay"``: g; ``"delta"``:
+beta; ``"gated_delta"``: both). The rotary embedding is dropped: order reaches these layers
+through the convolution and the recurrence, as in the models that ship them. The output is A V
+with A from :func:`~attention.delta.delta_attention_matrix`, so that the weights each head
+gives each earlier token can be read as attention weights are.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .block_attention import BlockAttention
+from .delta import delta_attention_matrix
+
+__all__ = ["RECURRENT_KINDS", "RecurrentBlockAttention", "use_recurrent_attention"]
+
+RECURRENT_KINDS = ("sum", "decay", "delta", "gated_delta")
+
+
+class RecurrentBlockAttention(nn.Module):
+    """A block's attention sublayer computed by a recurrent rule of :mod:`attention.delta`.
+
+    Built from a causal :class:`~attention.BlockAttention` whose ``qkv`` and ``out_proj`` it
+    takes over; adds the convolution (3 d channels, width ``conv_size``; None for none), W_beta, W_g, A_log and
+    dt_bias. The call and the return value are BlockAttention's: SA(x) (b, t, d) and the
+    weights A (b, h, t, t) it applied to the values. Masks and caches are refused.
+    """
+
+    def __init__(self, attn: BlockAttention, kind: str, conv_size: int | None = 4) -> None:
+        super().__init__()
+        if kind not in RECURRENT_KINDS:
+            raise ValueError(f"kind must be one of {RECURRENT_KINDS}, got {kind!r}")
+        if not attn.causal or attn.dropout > 0:
+            raise ValueError(
+                f"recurrent attention replaces a causal sublayer without dropout, got "
+                f"causal={attn.causal}, dropout={attn.dropout}"
+            )
+        self.kind, self.d_model = kind, attn.d_model
+        self.num_heads, self.d_h = attn.num_heads, attn.d_h
+        self.qkv, self.out_proj = attn.qkv, attn.out_proj
+        weight = attn.qkv.weight
+        channels = 3 * self.d_model
+        self.conv = None if conv_size is None else nn.Conv1d(
+            channels, channels, conv_size, groups=channels, bias=False
+        )  # depthwise: each of the 3 d channels mixes its own last K values
+        self.beta_proj = nn.Linear(self.d_model, self.num_heads)
+        self.g_proj = nn.Linear(self.d_model, self.num_heads)
+        self.A_log = nn.Parameter(torch.zeros(self.num_heads))  # A = 1
+        self.dt_bias = nn.Parameter(torch.zeros(self.num_heads))
+        self.to(device=weight.device, dtype=weight.dtype)
+
+    def forward(
+        self, x: Tensor, attn_mask: Tensor | None = None, cache: object | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """SA(x) (b, t, d) and the weights A (b, h, t, t) of the rule."""
+        if attn_mask is not None or cache is not None:
+            raise ValueError(
+                "recurrent attention takes no attn_mask or bias and no KV cache, got "
+                f"attn_mask={None if attn_mask is None else 'a tensor'}, cache={cache!r}"
+            )
+        b, t, _ = x.shape
+        h, d_h = self.num_heads, self.d_h
+        qkv = self.qkv(x)  # (b, t, 3d)
+        if self.conv is not None:
+            qkv = F.pad(qkv.transpose(1, 2), (self.conv.kernel_size[0] - 1, 0))  # (b, 3d, K-1+t)
+            qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, 3d): each mixes its last K
+        queries, keys, values = qkv.split(self.d_model, dim=2)  # 3 x (b, t, d)
+        queries = F.normalize(queries.view(b, t, h, d_h).transpose(1, 2), dim=-1)  # (b,h,t,d_h)
+        keys = F.normalize(keys.view(b, t, h, d_h).transpose(1, 2), dim=-1)  # (b, h, t, d_h)
+        values = values.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)  # (b, h, t)
+        g = -self.A_log.exp() * F.softplus(self.g_proj(x) + self.dt_bias)  # (b, t, h)
+        g = g.transpose(1, 2) if self.kind in ("decay", "gated_delta") else None  # (b, h, t)
+        beta = beta if self.kind in ("delta", "gated_delta") else None
+        weights = delta_attention_matrix(queries, keys, g, beta)  # (b, h, t, t)
+        context = (weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
+        return self.out_proj(context), weights
+
+
+def use_recurrent_attention(
+    model: nn.Module, kind: str, layers: list[int] | None = None, conv_size: int | None = 4
+) -> nn.Module:
+    """Replace the attention sublayer of the blocks ``layers`` (None: all) by ``kind``, in place.
+
+    ``model`` is a :class:`~attention.TinyTransformer`; the other blocks keep softmax attention
+    (a hybrid, as Qwen3-Next interleaves linear and full attention layers). ``conv_size=None``
+    leaves out the convolution (an ablation: the models that ship these rules have it). New parameters are
+    drawn from the global generator; returns ``model``.
+    """
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList) or not all(
+        isinstance(getattr(block, "attn", None), BlockAttention) for block in blocks
+    ):
+        raise ValueError(
+            f"model must have blocks whose attn is a BlockAttention, got {type(model).__name__}"
+        )
+    chosen = list(range(len(blocks))) if layers is None else list(layers)
+    if not chosen or any(not 0 <= i < len(blocks) for i in chosen):
+        raise ValueError(
+            f"layers must be indices of the model's {len(blocks)} blocks, got {layers!r}"
+        )
+    if kind not in RECURRENT_KINDS:
+        raise ValueError(f"kind must be one of {RECURRENT_KINDS}, got {kind!r}")
+    for i in chosen:
+        blocks[i].attn = RecurrentBlockAttention(blocks[i].attn, kind, conv_size)
+    return model

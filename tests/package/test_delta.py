@@ -1,0 +1,187 @@
+"""attention.delta and attention.delta_layer: the forms agree in float64, a chunked prefill
+continued recurrently equals one call, gradients agree, and the rules match transformers'
+Qwen3-Next reference functions (which compute in float32) and its gated delta layer."""
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention.delta import decayed_linear_attention, delta_rule, gated_delta_rule
+from attention.delta_layer import GatedDeltaNet
+
+F64 = torch.float64
+
+
+def _inputs(b=2, h_k=2, h_v=4, t=23, d_k=8, d_v=6, dtype=F64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h_k, t, d_k, generator=gen, dtype=dtype)
+    k = F.normalize(torch.randn(b, h_k, t, d_k, generator=gen, dtype=dtype), dim=-1)
+    v = torch.randn(b, h_v, t, d_v, generator=gen, dtype=dtype)
+    g = -torch.rand(b, h_v, t, generator=gen, dtype=dtype)
+    beta = torch.rand(b, h_v, t, generator=gen, dtype=dtype)
+    s0 = torch.randn(b, h_v, d_k, d_v, generator=gen, dtype=dtype)
+    return q, k, v, g, beta, s0
+
+
+@pytest.mark.parametrize("form,chunk", [("parallel", 64), ("chunked", 1), ("chunked", 5),
+                                        ("chunked", 64)])
+def test_decay_forms_equal_the_recurrence_in_float64(form, chunk):
+    q, k, v, g, _, s0 = _inputs()
+    ref, ref_s = decayed_linear_attention(q, k, v, g, initial_state=s0, output_final_state=True)
+    out, s = decayed_linear_attention(
+        q, k, v, g, form=form, chunk_size=chunk, initial_state=s0, output_final_state=True
+    )
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(s, ref_s, rtol=0, atol=1e-12)
+
+
+def test_decay_mask_is_the_product_of_decays_between_s_and_t():
+    """(L o QK^T) V with L_ts = prod_{r=s+1..t} exp(g_r), written out entry by entry."""
+    q, k, v, g, _, _ = _inputs(b=1, h_k=1, h_v=1, t=6)
+    a = g[0, 0].exp()
+    scores = (q[0, 0] @ k[0, 0].T) * 8**-0.5
+    mask = torch.zeros(6, 6, dtype=F64)
+    for t in range(6):
+        for s in range(t + 1):
+            mask[t, s] = a[s + 1 : t + 1].prod()
+    expected = (scores * mask) @ v[0, 0]
+    torch.testing.assert_close(decayed_linear_attention(q, k, v, g)[0, 0], expected,
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 7, 64])
+def test_gated_delta_chunked_equals_recurrent_in_float64(chunk):
+    q, k, v, g, beta, s0 = _inputs()
+    ref, ref_s = gated_delta_rule(q, k, v, g, beta, initial_state=s0, output_final_state=True)
+    out, s = gated_delta_rule(q, k, v, g, beta, form="chunked", chunk_size=chunk,
+                              initial_state=s0, output_final_state=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(s, ref_s, rtol=0, atol=1e-12)
+
+
+def test_delta_rule_is_the_gated_rule_without_decay_and_writes_over():
+    """With beta = 1 and unit keys, storing v under k then v' under k recalls v', not v + v'."""
+    q, k, v, _, beta, _ = _inputs(b=1, h_k=1, h_v=1, t=2)
+    k = k[:, :, :1].expand(1, 1, 2, 8)  # the same key twice
+    one = torch.ones(1, 1, 2, dtype=F64)
+    _, state = delta_rule(q, k, v, one, output_final_state=True)
+    torch.testing.assert_close(state[0, 0].T @ k[0, 0, 0], v[0, 0, 1], rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        delta_rule(q, k, v, beta, form="chunked", chunk_size=2),
+        gated_delta_rule(q, k, v, torch.zeros_like(beta), beta), rtol=0, atol=1e-12,
+    )
+
+
+@pytest.mark.parametrize("fn", ["decay", "delta"])
+def test_chunked_prefill_then_recurrent_decode_equals_one_call(fn):
+    q, k, v, g, beta, _ = _inputs(t=19)
+
+    def run(sl, form, state):
+        args = (q[:, :, sl], k[:, :, sl], v[:, :, sl], g[..., sl])
+        kwargs = dict(form=form, chunk_size=4, initial_state=state, output_final_state=True)
+        if fn == "decay":
+            return decayed_linear_attention(*args, **kwargs)
+        return gated_delta_rule(*args, beta[..., sl], **kwargs)
+
+    whole, whole_s = run(slice(None), "recurrent", None)
+    first, state = run(slice(0, 13), "chunked", None)
+    rest = []
+    for i in range(13, 19):
+        o, state = run(slice(i, i + 1), "recurrent", state)
+        rest.append(o)
+    torch.testing.assert_close(torch.cat([first, *rest], dim=2), whole, rtol=0, atol=1e-12)
+    torch.testing.assert_close(state, whole_s, rtol=0, atol=1e-12)
+
+
+def test_chunked_gradients_match_the_recurrence():
+    inputs = [x.requires_grad_() for x in _inputs(b=1, h_k=1, h_v=2, t=9, d_k=4, d_v=3)]
+    q, k, v, g, beta, s0 = inputs
+    weights = torch.randn(1, 2, 9, 3, dtype=F64, generator=torch.Generator().manual_seed(1))
+    grads = []
+    for form in ("recurrent", "chunked"):
+        out = gated_delta_rule(q, k, v, g, beta, form=form, chunk_size=4, initial_state=s0)
+        grads.append(torch.autograd.grad((out * weights).sum(), inputs))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda *x: gated_delta_rule(*x[:5], form="chunked", chunk_size=4, initial_state=x[5]),
+        inputs,
+    )
+
+
+@pytest.fixture(scope="module")
+def qwen3_next():
+    logging.getLogger("transformers").setLevel(logging.ERROR)  # "fla is not installed" notices
+    return pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
+
+
+@pytest.mark.parametrize("h_k,h_v,t,chunk", [(2, 2, 16, 8), (2, 4, 37, 16), (1, 3, 5, 64)])
+def test_gated_delta_rule_matches_transformers_reference(qwen3_next, h_k, h_v, t, chunk):
+    """transformers' torch_{chunk,recurrent}_gated_delta_rule take (b, t, h, d) and compute in
+    float32; ours, in float32, agrees with both to float32's rounding."""
+    q, k, v, g, beta, s0 = (x.float() for x in _inputs(h_k=h_k, h_v=h_v, t=t))
+    bt = lambda x: x.transpose(1, 2)  # noqa: E731  (b, h, t, ...) <-> (b, t, h, ...)
+    ours, ours_s = gated_delta_rule(q, k, v, g, beta, form="chunked", chunk_size=chunk,
+                                    initial_state=s0, output_final_state=True)
+    for ref_fn, extra in ((qwen3_next.torch_chunk_gated_delta_rule, {"chunk_size": chunk}),
+                          (qwen3_next.torch_recurrent_gated_delta_rule, {})):
+        ref, ref_s = ref_fn(bt(q), bt(k), bt(v), bt(g), bt(beta), initial_state=s0,
+                            output_final_state=True, **extra)
+        torch.testing.assert_close(bt(ref), ours, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ref_s, ours_s, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_matches_transformers_qwen3_next_layer(qwen3_next):
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(
+        "qwen3_next", hidden_size=32, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=8, linear_value_head_dim=6, linear_conv_kernel_dim=4,
+    )
+    torch.manual_seed(0)
+    theirs = qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0).double()
+    ours = GatedDeltaNet.from_qwen3_next(theirs)
+    x = torch.randn(2, 70, 32, dtype=F64)
+    with torch.no_grad():
+        expected, got = theirs(x), ours(x)
+    # transformers' rule runs in float32 inside a float64 layer: agreement to float32 rounding.
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
+class TestBadInput:
+    def test_positive_log_decay_is_refused(self):
+        q, k, v, g, beta, _ = _inputs()
+        with pytest.raises(ValueError, match=r"g is a log decay and must be <= 0.*0\.5"):
+            gated_delta_rule(q, k, v, g + 0.5 - g.max(), beta)
+        with pytest.raises(ValueError, match="must be <= 0"):
+            decayed_linear_attention(q, k, v, -g)
+
+    def test_beta_outside_unit_interval_is_refused(self):
+        q, k, v, g, beta, _ = _inputs()
+        with pytest.raises(ValueError, match=r"beta must lie in \[0, 1\].*to 1\.5"):
+            gated_delta_rule(q, k, v, g, beta * 0 + 1.5)
+
+    def test_shapes_are_named(self):
+        q, k, v, g, beta, s0 = _inputs()
+        with pytest.raises(ValueError, match=r"value heads h_v must be a multiple of h_k=2, got h_v=3"):
+            gated_delta_rule(q, k, v[:, :3], g[:, :3], beta[:, :3])
+        with pytest.raises(ValueError, match=r"beta must have shape \(b, h_v, t\) = \(2, 4, 23\)"):
+            gated_delta_rule(q, k, v, g, beta[..., :-1])
+        with pytest.raises(ValueError, match=r"initial_state must have shape"):
+            gated_delta_rule(q, k, v, g, beta, initial_state=s0[..., :-1])
+        with pytest.raises(ValueError, match="query and key must have one shape"):
+            delta_rule(q, k[..., :-1], v, beta)
+
+    def test_forms_and_chunk_size(self):
+        q, k, v, g, beta, _ = _inputs()
+        with pytest.raises(ValueError, match=r"form must be one of \('recurrent', 'chunked'\), got 'parallel'"):
+            gated_delta_rule(q, k, v, g, beta, form="parallel")
+        with pytest.raises(ValueError, match="chunk_size must be at least 1, got 0"):
+            decayed_linear_attention(q, k, v, g, form="chunked", chunk_size=0)
+
+    def test_layer_heads(self):
+        with pytest.raises(ValueError, match="num_value_heads must be a multiple of num_key_heads=2, got 3"):
+            GatedDeltaNet(16, 2, 3, 4, 4)
+
