@@ -1,20 +1,144 @@
-"""Shared input checks for every module of the package.
+"""Input checks and small helpers shared by every module of the package.
 
-Each helper raises ``ValueError`` with a message that names the expected and the actual value,
+Each check raises ``ValueError`` with a message that names the expected and the actual value,
 and is called where the value enters: in a constructor or at the start of ``forward``. Modules
 of the package (self_attention, causal, multihead, encoder, additive, flash, ...) import these
-instead of writing their own.
+instead of writing their own; the names are public so that importing them across modules is
+the intended use (the module itself is not part of the documented API).
 
 Notation: b batch size, t tokens, d_in input width, d_out output width, h heads.
 """
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from numbers import Integral, Real
+from typing import Any, TypeVar
 
 import torch
 from torch import Size, Tensor
 
 ALIGNMENTS = ("top_left", "bottom_right")  # where a causal mask's diagonal sits when t_q != t_k
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype statistics are kept in: float32 for float16 / bfloat16 inputs, else the input's.
+
+    Fused kernels (FlashAttention, torch's) read half-precision tiles but compute scores, softmax
+    and sums in float32, rounding once at the end; the functions here do the same.
+    """
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def renamed(**hints: str) -> Callable[[F], F]:
+    """Decorator: a keyword another library (or an older version) spells differently raises a
+    ``TypeError`` that says which keyword this function takes, instead of Python's bare one.
+
+    ``hints`` maps the foreign name to the hint, for example ``causal="is_causal"``.
+    """
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for name in hints:
+                if name in kwargs:
+                    raise TypeError(
+                        f"{fn.__qualname__}() got an unexpected keyword argument {name!r}: "
+                        f"did you mean {hints[name]}?"
+                    )
+            return fn(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
+
+
+# flash-attn's and older names of the kernels' keywords, with the keyword each maps to
+KERNEL_RENAMES = {
+    "causal": "is_causal",
+    "softmax_scale": "scale",
+    "causal_alignment": "alignment",
+    "window_size": "window=w (flash-attn's window_size=(w - 1, 0) is window=w with is_causal=True)",
+}
+
+
+def check_bool(value: object, name: str) -> None:
+    """Require a Python bool (a tensor or an int would be truth-tested silently)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r} of type {type(value).__name__}")
+
+
+def check_alignment(alignment: str) -> None:
+    """Require one of the two ways to line up t_q queries against t_k keys."""
+    if alignment not in ALIGNMENTS:
+        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+
+
+def check_qkv(query: Tensor, key: Tensor, value: Tensor | None = None, *, min_dim: int = 2) -> None:
+    """The one input check of the kernels: query (..., t_q, d_k), key (..., t_k, d_k) and value
+    (..., t_k, d_v) are floating-point tensors of one dtype on one device, with at least
+    ``min_dim`` dimensions, query and key of one width d_k >= 1, key and value of one length.
+
+    A message about dtypes or devices names every tensor's dtype and device.
+    """
+    named = [("query", query), ("key", key)] + ([("value", value)] if value is not None else [])
+    for name, tensor in named:
+        if not isinstance(tensor, Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dim() < min_dim:
+            shape = "(..., h, t, d)" if min_dim == 3 else "(..., t, d)"
+            raise ValueError(
+                f"{name} must have at least {min_dim} dimensions {shape}, "
+                f"got a {tensor.dim()}-d tensor of shape {tuple(tensor.shape)}"
+            )
+    which = ", ".join(name for name, _ in named)
+    found = ", ".join(f"{name} {x.dtype} on {x.device}" for name, x in named)
+    if not all(x.is_floating_point() for _, x in named):
+        raise ValueError(f"{which} must be floating point, got {found}")
+    if len({x.dtype for _, x in named}) > 1:
+        raise ValueError(f"{which} must share one dtype, got {found}")
+    if len({x.device for _, x in named}) > 1:
+        raise ValueError(f"{which} must be on one device, got {found}")
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"query and key must have the same last dimension d_k, "
+            f"got {query.shape[-1]} and {key.shape[-1]}"
+        )
+    if query.shape[-1] == 0:
+        raise ValueError("d_k must be at least 1 (the scale is 1 / sqrt(d_k)), got d_k = 0")
+    if value is not None and key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"key and value must have the same number of tokens t_k, "
+            f"got {key.shape[-2]} and {value.shape[-2]}"
+        )
+
+
+def check_attn_mask(attn_mask: Tensor, query: Tensor, name: str = "attn_mask") -> None:
+    """The one mask rule: ``bool`` keeps (True = may attend) or hides; a float is added to the
+    scaled scores and has dtype float32 or the query's (torch's rule); any other dtype, an int
+    0/1 mask included, is refused rather than added. On the query's device."""
+    if not isinstance(attn_mask, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+    if attn_mask.dtype not in (torch.bool, torch.float32, query.dtype):
+        raise ValueError(
+            f"{name} must be bool (True = may attend) or a float added to the scores, of dtype "
+            f"torch.float32 or the query's {query.dtype}, got {attn_mask.dtype} (for a 0/1 "
+            f"mask pass {name}.bool())"
+        )
+    if attn_mask.device != query.device:
+        raise ValueError(
+            f"{name} must be on the query's device {query.device}, got {attn_mask.device}"
+        )
+
+
+def additive_mask(attn_mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A checked mask as the additive M: bool -> 0 where kept, -inf where hidden; float as is."""
+    if attn_mask.dtype == torch.bool:
+        return torch.zeros(attn_mask.shape, dtype=dtype, device=attn_mask.device).masked_fill(
+            ~attn_mask, float("-inf")
+        )
+    return attn_mask.to(dtype)
 
 
 def check_dropout(p: float, name: str = "dropout") -> None:
@@ -106,14 +230,15 @@ def check_mask(mask: Tensor, scores_shape: Size, name: str = "attn_mask") -> Non
         )
 
 
-def check_causal_options(is_causal: bool, causal_alignment: str, window: int | None) -> None:
-    """The causal mask's alignment and window: known values, and only with ``is_causal``."""
-    if causal_alignment not in ALIGNMENTS:
-        raise ValueError(f"causal_alignment must be one of {ALIGNMENTS}, got {causal_alignment!r}")
+def check_causal_options(is_causal: bool, alignment: str, window: int | None) -> None:
+    """``is_causal`` a bool; the causal mask's alignment and window: known values, and only with
+    ``is_causal``."""
+    check_bool(is_causal, "is_causal")
+    check_alignment(alignment)
     if window is not None and (type(window) is not int or window < 1):
         raise ValueError(f"window must be None or an integer >= 1, got {window!r}")
-    if not is_causal and (window is not None or causal_alignment != "top_left"):
+    if not is_causal and (window is not None or alignment != "top_left"):
         raise ValueError(
-            "window and causal_alignment apply to causal attention only: pass is_causal=True, "
-            f"got is_causal={is_causal!r}, window={window!r}, causal_alignment={causal_alignment!r}"
+            "window and alignment apply to causal attention only: pass is_causal=True, "
+            f"got is_causal={is_causal!r}, window={window!r}, alignment={alignment!r}"
         )

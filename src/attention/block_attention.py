@@ -20,9 +20,17 @@ return value, (b, t, d) and the weights or ``None``, can take its place.
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_dropout, check_heads, check_sizes
+from ._checks import (
+    additive_mask,
+    check_attn_mask,
+    check_bool,
+    check_dropout,
+    check_heads,
+    check_sizes,
+    renamed,
+)
 from .functional import additive_causal_mask, attention_weights
-from .inference import Cache, RollingKVCache, _visible
+from .inference import Cache, RollingKVCache, window_visible
 from .norms import make_norm
 from .positions import RotaryEmbedding
 
@@ -32,19 +40,20 @@ __all__ = ["BlockAttention"]
 class BlockAttention(nn.Module):
     """Multi-head self-attention with W_q, W_k, W_v fused in ``qkv``, as a block uses it.
 
-    ``causal=True`` lets token i attend to tokens j <= i only; ``rotary`` rotates queries and
+    ``is_causal=True`` lets token i attend to tokens j <= i only; ``rotary`` rotates queries and
     keys by their positions; ``qk_norm`` ("layer" or "rms") normalizes each head's queries and
     keys over d_h, with one gain shared by all heads, before the rotation (Dehghani et al.,
     2023). ``bias=False`` drops the biases of the projections and of a LayerNorm.
     """
 
+    @renamed(causal="is_causal")
     def __init__(
         self,
         d_model: int,
         num_heads: int,
         dropout: float = 0.0,
-        causal: bool = False,
         *,
+        is_causal: bool = False,
         rotary: RotaryEmbedding | None = None,
         qk_norm: str | None = None,
         bias: bool = True,
@@ -55,11 +64,12 @@ class BlockAttention(nn.Module):
         check_sizes(d_model=d_model)
         check_heads(d_model, num_heads, width_name="d_model")
         check_dropout(dropout)
+        check_bool(is_causal, "is_causal")
         d_h = d_model // num_heads
         if rotary is not None and rotary.d_h != d_h:
             raise ValueError(f"rotary must rotate heads of width d_h={d_h}, got d_h={rotary.d_h}")
         self.d_model, self.num_heads, self.d_h = d_model, num_heads, d_h
-        self.dropout, self.causal, self.rotary = dropout, causal, rotary
+        self.dropout, self.is_causal, self.rotary = dropout, is_causal, rotary
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # W_q, W_k, W_v, as torch's in_proj
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.proj_dropout = nn.Dropout(dropout)  # on out_proj's output (torch's dropout1)
@@ -73,28 +83,29 @@ class BlockAttention(nn.Module):
     ) -> Tensor | None:
         """The additive mask M (..., t, t_k): the causal mask plus ``attn_mask``, if any.
 
+        ``attn_mask`` follows the package's one rule (bool True = may attend, a float is added,
+        anything else is refused), causal or not.
+
         The causal mask is aligned bottom-right: the t queries are the last t of the t_k keys.
         A :class:`~attention.RollingKVCache` returns only the keys its window (and sinks) keep;
         their positions give the mask instead, so that every query of a chunk sees its own
         window, not the first one's.
         """
-        if not self.causal:
+        if attn_mask is not None:
+            check_attn_mask(attn_mask, x)
+        if not self.is_causal:
             return attn_mask
         if isinstance(cache, RollingKVCache):
             query_pos = torch.arange(cache.length - t, cache.length, device=x.device)  # (t,)
-            visible = _visible(query_pos, cache.key_positions, cache.window, cache.sinks)
-            causal = torch.zeros(t, t_k, dtype=x.dtype, device=x.device).masked_fill(
-                ~visible, float("-inf")
-            )  # (t, t_k)
+            visible = window_visible(query_pos, cache.key_positions, cache.window, cache.sinks)
+            causal = additive_mask(visible, x.dtype)  # (t, t_k)
         else:
             causal = additive_causal_mask(
                 t, t_k, dtype=x.dtype, device=x.device, alignment="bottom_right"
             )  # (t, t_k)
         if attn_mask is None:
             return causal
-        if attn_mask.dtype == torch.bool:
-            attn_mask = torch.zeros_like(causal).masked_fill(~attn_mask, float("-inf"))
-        return causal + attn_mask  # (..., t, t_k)
+        return causal + additive_mask(attn_mask, x.dtype)  # (..., t, t_k)
 
     def forward(
         self, x: Tensor, attn_mask: Tensor | None = None, cache: Cache | None = None
@@ -120,6 +131,6 @@ class BlockAttention(nn.Module):
             keys, values = cache.append(keys, values)  # (b, h, t_k, d_h) each
         dropout_p = self.dropout if self.training else 0.0
         mask = self._mask(t, keys.shape[2], attn_mask, x, cache)
-        attn_weights = attention_weights(queries, keys, mask, dropout_p)  # (b, h, t, t_k)
+        attn_weights = attention_weights(queries, keys, attn_mask=mask, dropout_p=dropout_p)  # (b, h, t, t_k)
         context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b,t,d)
         return self.proj_dropout(self.out_proj(context)), attn_weights

@@ -34,8 +34,8 @@ computed in float32, as fused kernels do, and the output is rounded once.
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_sizes
-from .functional import _accumulation_dtype, _check_inputs, _repeat_kv_heads
+from ._checks import KERNEL_RENAMES, accumulation_dtype, check_qkv, check_sizes, renamed
+from .functional import repeat_kv_heads
 
 __all__ = ["split_kv_attention", "weights_read_per_token"]
 
@@ -56,12 +56,13 @@ def weights_read_per_token(model: nn.Module) -> int:
     return total
 
 
+@renamed(**KERNEL_RENAMES)
 def split_kv_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
-    num_splits: int,
     *,
+    num_splits: int,
     scale: float | None = None,
     enable_gqa: bool = False,
     return_lse: bool = False,
@@ -81,7 +82,7 @@ def split_kv_attention(
         (..., t_q, d_v), equal to ``torch.nn.functional.scaled_dot_product_attention`` up to
         rounding; with ``return_lse``, also lse of shape (..., t_q), in the accumulation dtype.
     """
-    _check_inputs(query, key, value)
+    check_qkv(query, key, value)
     check_sizes(num_splits=num_splits)
     t_k = key.shape[-2]
     if num_splits > t_k:
@@ -89,9 +90,9 @@ def split_kv_attention(
             f"num_splits must be at most t_k={t_k} (each chunk needs a key), got {num_splits}"
         )
     if enable_gqa:
-        key = _repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
-        value = _repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
-    acc = _accumulation_dtype(query.dtype)
+        key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
+        value = repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
+    acc = accumulation_dtype(query.dtype)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     q = query.to(acc) * scale  # (..., t_q, d_k)
     outputs, lses = [], []

@@ -31,9 +31,12 @@ D = rowsum(dO ∘ O) (equal to rowsum(P ∘ dP), since O = P V) it accumulates, 
 
     dV += Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP - D),   dQ += scale · dS K,   dK += scale · dSᵀ Q
 
-so memory stays O(t · d) in both passes instead of O(t_q · t_k). A row that meets no finite
-score (t_k = 0, or all its scores -inf) gets output 0 and lse = +inf, so that its P = 0 backward:
-FlashAttention-2's convention, where exp(-inf - (-inf)) would otherwise give nan.
+so memory stays O(t · d) in both passes instead of O(t_q · t_k). The returned lse is
+differentiable too: ∂lse_i/∂s_ij = P_ij, so a gradient dlse of it (ring attention merges partial
+outputs with weights made from their lse) enters as dS = P ∘ (dP - (D - dlse)). A row that meets
+no finite score (t_k = 0, or all its scores -inf) gets output 0 and lse = -inf, as
+FlexAttention and torch return it; the backward treats its lse as +inf, so that its
+P = exp(S - lse) = 0 instead of exp(-inf - (-inf)) = nan (FlashAttention-2 stores +inf).
 
 Masks without a mask tensor. Query i sits at position i + offset, with offset 0 for causal
 attention aligned top-left (torch's ``is_causal``) and t_k - t_q aligned bottom-right (torch's
@@ -78,9 +81,14 @@ import math
 import torch
 from torch import Tensor
 
-from ._checks import check_causal_options
-from .flash_tiles import _Tiles, _add_product_, _key_blocks, _score_tile, _tile
-from .functional import _accumulation_dtype
+from ._checks import (
+    KERNEL_RENAMES,
+    accumulation_dtype,
+    check_causal_options,
+    check_qkv,
+    renamed,
+)
+from .flash_tiles import Tiles, add_product_, key_blocks, score_tile, tile_view
 
 __all__ = ["default_block_sizes", "flash_attention"]
 
@@ -102,7 +110,7 @@ def default_block_sizes(t_q: int, t_k: int) -> tuple[int, int]:
 
 
 def _flash_forward(
-    query: Tensor, key: Tensor, value: Tensor, scale: float, tiles: _Tiles, blocks: tuple[int, int]
+    query: Tensor, key: Tensor, value: Tensor, scale: float, tiles: Tiles, blocks: tuple[int, int]
 ) -> tuple[Tensor, Tensor]:
     """Tiled forward pass: returns the output (N, g, t_q, d_v) and the log-sum-exp lse (N, g, t_q).
 
@@ -111,15 +119,20 @@ def _flash_forward(
     the output to the input dtype once, and the backward's D is formed from the unrounded one.
     Scores and m are in base 2 (times log2 e); lse is returned in natural units.
     """
-    acc_dtype = _accumulation_dtype(query.dtype)
+    acc_dtype = accumulation_dtype(query.dtype)
     n, g, t_q, d_k = query.shape
     t_k, d_v = key.shape[1], value.shape[2]
     block_q, block_k = blocks
     # Tiles that no query may see are skipped, unless a value is nan or inf: then every tile is
     # visited, so that 0 · nan = nan reaches each row exactly as it does in A V. A finite sum
     # means every value is finite (an overflowing sum of finite values only costs the skipping),
-    # and the sum allocates no (t_k, d_v) temporary, which isfinite(value) would.
-    skip = tiles.offset is not None and bool(torch.isfinite(value.sum(dtype=acc_dtype)))
+    # and the sum allocates no (t_k, d_v) temporary, which isfinite(value) would. Under
+    # torch.compile that test would be a data-dependent branch: every tile is visited, and
+    # masks are filled in (tiles.exact), which needs no test either.
+    if torch.compiler.is_compiling():
+        skip, tiles.exact = False, True
+    else:
+        skip = tiles.offset is not None and bool(torch.isfinite(value.sum(dtype=acc_dtype)))
     key, value = key.to(acc_dtype), value.to(acc_dtype)  # upcast once (no copy if they are)
     out = query.new_empty(n, g, t_q, d_v, dtype=acc_dtype)
     lse = query.new_empty(n, g, t_q, dtype=acc_dtype)
@@ -130,15 +143,15 @@ def _flash_forward(
         q_blk = (query[:, :, rows].to(acc_dtype) * (scale * LOG2E)).reshape(n, g * n_q, d_k)
         m = l = acc = None  # (N, g n_q), (N, g n_q), (N, g n_q, d_v), set by the first tile
         lo, hi = tiles.key_range(q_start, n_q, t_k) if skip else (0, t_k)
-        for k_start, n_k in _key_blocks(lo, hi, block_k):
+        for k_start, n_k in key_blocks(lo, hi, block_k):
             keys = slice(k_start, k_start + n_k)
             where = (q_start, n_q, k_start, n_k)
-            tile = _tile(scores, n, g * n_q, n_k)  # (N, g n_q, n_k), this tile's memory
-            s, biased = _score_tile(q_blk, key[:, keys], tiles, tile, *where)
+            tile = tile_view(scores, n, g * n_q, n_k)  # (N, g n_q, n_k), this tile's memory
+            s, biased = score_tile(q_blk, key[:, keys], tiles, tile, *where)
             s_max = s.amax(dim=-1)  # (N, g n_q)
             if biased and bool(s_max.isnan().any()):  # maybe a hidden nan or inf: fill instead
                 tiles.exact = True
-                s, _ = _score_tile(q_blk, key[:, keys], tiles, tile, *where)
+                s, _ = score_tile(q_blk, key[:, keys], tiles, tile, *where)
                 s_max = s.amax(dim=-1)
             m_new = s_max if m is None else torch.maximum(m, s_max)  # (N, g n_q)
             # A row whose scores are all -inf so far is shifted by 0, not by -inf: its
@@ -150,21 +163,21 @@ def _flash_forward(
             else:
                 rescale = (m - shift).exp2_()  # (N, g n_q), 0 while m = -inf
                 l.mul_(rescale).add_(p.sum(dim=-1))
-                _add_product_(acc.mul_(rescale[..., None]), p, value[:, keys])  # (N, g n_q, d_v)
+                add_product_(acc.mul_(rescale[..., None]), p, value[:, keys])  # (N, g n_q, d_v)
             m = m_new
             del s, p  # one tile at a time: free it before the next one is made
-        if m is None:  # the block sees no key (t_k = 0, say): zero output, lse = +inf
+        if m is None:  # the block sees no key (t_k = 0, say): zero output, lse = -inf
             out[:, :, rows] = 0.0
-            lse[:, :, rows] = math.inf
+            lse[:, :, rows] = -math.inf
             continue
         # l >= 1 once a row has met a finite score (its maximum contributes exp(0) = 1). A row
         # that met none (only -inf scores) has l = 0 and acc = 0: its output is 0, and
-        # lse = +inf, as FlashAttention-2 stores it, so that the backward's P = exp(S - lse) = 0.
+        # lse = -inf, the log of an empty sum (the backward reads it as +inf).
         no_mass = l == 0  # (N, g n_q)
         z = acc.div_(l.masked_fill(no_mass, 1.0)[..., None])  # (N, g n_q, d_v)
         out[:, :, rows] = z.view(n, g, n_q, d_v)
         lse_2 = m + l.log2()  # (N, g n_q), in base 2; lse = lse_2 · ln 2
-        lse[:, :, rows] = lse_2.mul_(math.log(2.0)).masked_fill_(no_mass, math.inf).view(n, g, n_q)
+        lse[:, :, rows] = lse_2.mul_(math.log(2.0)).masked_fill_(no_mass, -math.inf).view(n, g, n_q)
     return out, lse
 
 
@@ -175,11 +188,14 @@ def _flash_backward(
     out: Tensor,
     lse: Tensor,
     grad_out: Tensor,
+    grad_lse: Tensor | None,
     scale: float,
-    tiles: _Tiles,
+    tiles: Tiles,
     blocks: tuple[int, int],
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Tiled backward pass: recomputes each tile's weights from lse and returns dQ, dK, dV.
+
+    ``grad_lse`` (N, g, t_q), the gradient of the returned lse, or None: it moves D to D - dlse.
 
     ``out`` is the forward's output before rounding. D, P, dP, dS and the dQ, dK, dV
     accumulators are in the accumulation dtype (float32 for half inputs); each gradient is
@@ -192,6 +208,8 @@ def _flash_backward(
     t_k, d_v = key.shape[1], value.shape[2]
     block_q, block_k = blocks
     d = (grad_out.to(acc_dtype) * out).sum(dim=-1)  # (N, g, t_q), the D above, from float32 O
+    if grad_lse is not None:
+        d = d - grad_lse.to(acc_dtype)  # dS = P ∘ (dP - (D - dlse)): lse's own gradient
     key, value = key.to(acc_dtype), value.to(acc_dtype)  # upcast once (no copy if they are)
     # Every query block is visited once per key block: cut it (and dO, lse, D) out once, here.
     q_blocks = []  # (q_start, n_q, c Q, dO, lse log2 e, D, dQ / scale accumulator)
@@ -201,6 +219,8 @@ def _flash_backward(
         q_blk = (query[:, :, rows].to(acc_dtype) * (scale * LOG2E)).reshape(n, r, d_k)  # c Q
         do_blk = grad_out[:, :, rows].to(acc_dtype).reshape(n, r, d_v)  # (N, g n_q, d_v)
         lse_blk = lse[:, :, rows].reshape(n, r, 1) * LOG2E  # (N, g n_q, 1), in base 2
+        # a row that saw no key has lse = -inf: read as +inf, so that its P = 0, not nan
+        lse_blk.nan_to_num_(nan=math.nan, posinf=math.inf, neginf=math.inf)
         d_blk = d[:, :, rows].reshape(n, r, 1)  # (N, g n_q, 1)
         grad_q = query.new_zeros(n, r, d_k, dtype=acc_dtype)  # (N, g n_q, d_k)
         q_blocks.append((q_start, n_q, q_blk, do_blk, lse_blk, d_blk, grad_q))
@@ -221,14 +241,14 @@ def _flash_backward(
             keys, cols = slice(first, end), slice(first - k_start, end - k_start)
             k_blk, v_blk = key[:, keys], value[:, keys]  # (N, n, d_k), (N, n, d_v)
             r, n_cols = g * n_q, end - first
-            tile = _tile(scores, n, r, n_cols)  # (N, g n_q, n)
-            s, _ = _score_tile(q_blk, k_blk, tiles, tile, q_start, n_q, first, n_cols)
+            tile = tile_view(scores, n, r, n_cols)  # (N, g n_q, n)
+            s, _ = score_tile(q_blk, k_blk, tiles, tile, q_start, n_q, first, n_cols)
             p = s.sub_(lse_blk).exp2_()  # (N, g n_q, n), P = exp(S - lse) = 2^(c S - lse log2 e)
-            dp = torch.bmm(do_blk, v_blk.transpose(1, 2), out=_tile(grads, n, r, n_cols))
+            dp = torch.bmm(do_blk, v_blk.transpose(1, 2), out=tile_view(grads, n, r, n_cols))
             ds = dp.sub_(d_blk).mul_(p)  # (N, g n_q, n), dS = P ∘ (dP - D), in place
-            _add_product_(grad_q, ds, k_blk)  # (N, g n_q, d_k)
-            _add_product_(dv[:, cols], p.transpose(1, 2), do_blk)  # the g heads summed
-            _add_product_(dk[:, cols], ds.transpose(1, 2), q_blk)  # c = scale · log2 e in q_blk
+            add_product_(grad_q, ds, k_blk)  # (N, g n_q, d_k)
+            add_product_(dv[:, cols], p.transpose(1, 2), do_blk)  # the g heads summed
+            add_product_(dk[:, cols], ds.transpose(1, 2), q_blk)  # c = scale · log2 e in q_blk
             del s, p, dp, ds  # free the tiles before the next ones are made
     if q_blocks:
         grad_q = torch.cat([blk[-1].view(n, g, blk[1], d_k) for blk in q_blocks], dim=2)
@@ -250,17 +270,18 @@ class _FlashAttention(torch.autograd.Function):
         out, lse = _flash_forward(query, key, value, scale, tiles, blocks)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.scale, ctx.tiles, ctx.blocks = scale, tiles, blocks
-        ctx.mark_non_differentiable(lse)  # lse is handed out (return_lse) as a constant
         ctx.set_materialize_grads(False)  # so no zero gradient of lse is allocated for backward
         return out.to(query.dtype), lse  # out rounded once (no copy when the dtypes agree)
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
-        if grad_out is None:  # grads are not materialized: no gradient reached the output
+        if grad_out is None and grad_lse is None:  # no gradient reached either output
             return None, None, None, None, None, None
         query, key, value, out, lse = ctx.saved_tensors
+        if grad_out is None:  # only lse is used (grads are not materialized)
+            grad_out = torch.zeros_like(out)
         grads = _FlashAttentionBackward.apply(
-            grad_out, query, key, value, out, lse, ctx.scale, ctx.tiles, ctx.blocks
+            grad_out, grad_lse, query, key, value, out, lse, ctx.scale, ctx.tiles, ctx.blocks
         )
         return *grads, None, None, None
 
@@ -274,8 +295,8 @@ class _FlashAttentionBackward(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, grad_out, query, key, value, out, lse, *args):  # type: ignore[override]
-        return _flash_backward(query, key, value, out, lse, grad_out, *args)  # dQ, dK, dV
+    def forward(ctx, grad_out, grad_lse, query, key, value, out, lse, *args):  # type: ignore
+        return _flash_backward(query, key, value, out, lse, grad_out, grad_lse, *args)
 
     @staticmethod
     def backward(ctx, *grads):  # type: ignore[override]
@@ -296,16 +317,17 @@ def _check_block_size(block_size: object) -> None:
         )
 
 
+@renamed(**KERNEL_RENAMES)
 def flash_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
+    *,
     is_causal: bool = False,
     block_size: int | tuple[int, int] | None = None,
-    *,
     scale: float | None = None,
     enable_gqa: bool = False,
-    causal_alignment: str = "top_left",
+    alignment: str = "top_left",
     window: int | None = None,
     return_lse: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
@@ -324,15 +346,20 @@ def flash_attention(
         scale: multiplies the scores; defaults to 1/sqrt(d_k).
         enable_gqa: grouped-query attention as in torch: query head i uses key and value head
             i // (h // h_kv), so h must be a multiple of h_kv.
-        causal_alignment: with ``is_causal``, ``"top_left"`` (query i at position i, torch's
+        alignment: with ``is_causal``, ``"top_left"`` (query i at position i, torch's
             ``is_causal``) or ``"bottom_right"`` (query i at position t_k - t_q + i, so the last
             query sees every key, as ``torch.nn.attention.bias.causal_lower_right``).
         window: with ``is_causal``, each query sees only the ``window`` latest keys up to its
-            own position p: keys j with p - window < j ≤ p. Tiles outside it are skipped.
+            own position p: keys j with p - window < j ≤ p, the mask of
+            :func:`~attention.sliding_window_mask` with the same alignment. Tiles outside it are
+            skipped. flash-attn's ``window_size=(w - 1, 0)`` (w - 1 keys to the left, none to
+            the right) is ``window=w`` with ``is_causal=True`` and ``alignment="bottom_right"``,
+            flash-attn's alignment.
         return_lse: also return the log-sum-exp lse = log Σ_j exp(scale · q_i · k_j) of each
             query over the keys it sees, (..., t_q) (with ``enable_gqa`` (..., h, t_q)), in the
             accumulation dtype (float32 for half inputs), as FlashAttention's kernels store it
-            for the backward pass: +inf for a row that sees no key. It carries no gradient.
+            for the backward pass: -inf for a row that sees no key (as FlexAttention). It is
+            differentiable (ring attention merges partials with weights made from it).
             :func:`weights_from_lse` rebuilds any rows of the attention weights from it.
 
     Returns:
@@ -352,35 +379,16 @@ def flash_attention(
     Raises:
         ValueError: a tensor with fewer than 2 dimensions (3 with ``enable_gqa``), query and key
             of different widths, d_k = 0, key and value of different lengths, leading
-            dimensions that do not broadcast, mixed dtypes, a bad ``block_size``, h not a
-            multiple of h_kv, an unknown ``causal_alignment``, a ``window`` < 1, or an
-            alignment or window without ``is_causal``.
+            dimensions that do not broadcast, tensors that are not floating point or not of one
+            dtype and one device, a bad ``block_size``, h not a multiple of h_kv, an unknown
+            ``alignment``, a ``window`` < 1, or an alignment or window without ``is_causal``.
+        TypeError: flash-attn's keywords (``causal``, ``softmax_scale``, ``window_size``), with
+            the keyword this function takes instead.
     """
     min_dim = 3 if enable_gqa else 2
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        if tensor.dim() < min_dim:
-            shape = "(..., h, t, d), at least 3-d with enable_gqa" if enable_gqa else (
-                "(..., t, d), at least 2-d"
-            )
-            raise ValueError(f"{name} must have shape {shape}, got shape {tuple(tensor.shape)}")
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query and key must have the same width d_k, got {query.shape[-1]} and {key.shape[-1]}"
-        )
-    if query.shape[-1] == 0:
-        raise ValueError("d_k must be at least 1 (the scale is 1 / sqrt(d_k)), got d_k = 0")
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"key and value must have the same length t_k, "
-            f"got {key.shape[-2]} and {value.shape[-2]}"
-        )
-    if not (query.dtype == key.dtype == value.dtype):
-        raise ValueError(
-            "query, key and value must share one dtype, "
-            f"got {query.dtype}, {key.dtype}, {value.dtype}"
-        )
+    check_qkv(query, key, value, min_dim=min_dim)
     _check_block_size(block_size)
-    check_causal_options(is_causal, causal_alignment, window)
+    check_causal_options(is_causal, alignment, window)
     if enable_gqa:
         h = query.shape[-3]
         for name, tensor in (("key", key), ("value", value)):
@@ -420,8 +428,8 @@ def flash_attention(
         blocks = default_block_sizes(t_q, t_k)
     else:
         blocks = block_size if isinstance(block_size, tuple) else (block_size, block_size)
-    offset = None if not is_causal else (0 if causal_alignment == "top_left" else t_k - t_q)
-    tiles = _Tiles(offset, window, query.device)
+    offset = None if not is_causal else (0 if alignment == "top_left" else t_k - t_q)
+    tiles = Tiles(offset, window, query.device)
     out, lse = _FlashAttention.apply(query, key, value, scale, tiles, blocks)  # (N, g, t_q, ..)
     heads_dim = [g * heads] if enable_gqa else []
     out = out.view(*batch, *heads_dim, t_q, d_v)  # (..., t_q, d_v)

@@ -5,14 +5,16 @@ Notation (see CONTRIBUTING.md): t_q / t_k queries / keys, n_q / n_k rows of a qu
 g query heads per key-value head (grouped-query attention), N batch and key-value heads together.
 A query block's visible keys are [lo, hi); tiles wholly below the diagonal (and inside the window)
 need no mask, tiles wholly above it are never formed, and only the tiles that cross an edge are
-masked, with a bias of 0 and -inf.
+masked, with a bias of 0 and -inf. The masks are those of :mod:`attention.masks`' rules.
 """
 
 import torch
 from torch import Tensor
 
+from . import masks
 
-class _Tiles:
+
+class Tiles:
     """Which keys each query may see, tile by tile; builds each distinct mask only once.
 
     ``offset`` is None without causality, else the position of query 0 (query i sits at
@@ -44,11 +46,10 @@ class _Tiles:
             return None
         key = (first - k_start, n_q, n_k)
         if key not in self.masks:  # row r, column c: query first + r, key k_start + c
-            ones = torch.ones(n_q, n_k, dtype=torch.bool, device=self.device)
-            hide = ones.triu(first - k_start + 1)  # (n_q, n_k), key after the query
-            if self.window is not None:
-                hide |= ones.tril(first - k_start - self.window)  # key w or more behind it
-            self.masks[key] = hide
+            rule = masks.causal() if self.window is None else masks.sliding_window(self.window)
+            query_pos = torch.arange(first, first + n_q, device=self.device)  # (n_q,)
+            key_pos = torch.arange(k_start, k_start + n_k, device=self.device)  # (n_k,)
+            self.masks[key] = ~masks.visible(rule, query_pos, key_pos)  # (n_q, n_k)
         return self.masks[key]
 
     def mask_(self, s: Tensor, q_start: int, n_q: int, k_start: int, n_k: int) -> bool:
@@ -76,13 +77,13 @@ class _Tiles:
         return True
 
 
-def _key_blocks(lo: int, hi: int, block_k: int) -> list[tuple[int, int]]:
+def key_blocks(lo: int, hi: int, block_k: int) -> list[tuple[int, int]]:
     """(k_start, n_k) covering keys [lo, hi), full blocks laid backwards from hi."""
     starts = [(max(lo, end - block_k), end) for end in range(hi, lo, -block_k)]
     return [(start, end - start) for start, end in starts]
 
 
-def _tile(buffer: Tensor, n: int, rows: int, cols: int) -> Tensor:
+def tile_view(buffer: Tensor, n: int, rows: int, cols: int) -> Tensor:
     """A contiguous (n, rows, cols) tile in the front of the 1-d ``buffer``.
 
     Every tile of a pass is written into the same memory: a new 3 MB tensor per tile would be
@@ -92,8 +93,8 @@ def _tile(buffer: Tensor, n: int, rows: int, cols: int) -> Tensor:
     return buffer[: n * rows * cols].view(n, rows, cols)
 
 
-def _score_tile(
-    q_blk: Tensor, k_blk: Tensor, tiles: _Tiles, out: Tensor, *where: int
+def score_tile(
+    q_blk: Tensor, k_blk: Tensor, tiles: Tiles, out: Tensor, *where: int
 ) -> tuple[Tensor, bool]:
     """Scores of one block of (already scaled) queries against one key block; -inf where hidden.
 
@@ -105,6 +106,6 @@ def _score_tile(
     return s, tiles.mask_(s, *where)
 
 
-def _add_product_(acc: Tensor, a: Tensor, b: Tensor) -> None:
+def add_product_(acc: Tensor, a: Tensor, b: Tensor) -> None:
     """acc += a @ b in place, batched; with ``out=`` since FlopCounterMode skips ``baddbmm_``."""
     torch.baddbmm(acc, a, b, out=acc)

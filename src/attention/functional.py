@@ -20,7 +20,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import ALIGNMENTS, check_dropout, check_mask, check_sizes
+from . import masks
+from ._checks import (
+    KERNEL_RENAMES,
+    accumulation_dtype,
+    additive_mask,
+    check_alignment,
+    check_attn_mask,
+    check_bool,
+    check_dropout,
+    check_mask,
+    check_qkv,
+    check_sizes,
+    renamed,
+)
 
 
 def softmax_naive(x: Tensor, dim: int) -> Tensor:
@@ -50,17 +63,11 @@ def softmax(x: Tensor, dim: int) -> Tensor:
 
 
 
-
-def _check_alignment(alignment: str) -> None:
-    """Require one of the two ways to line up t_q queries against t_k keys."""
-    if alignment not in ALIGNMENTS:
-        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
-
-
 def causal_mask(
     t_q: int,
     t_k: int | None = None,
     device: torch.device | None = None,
+    *,
     alignment: str = "top_left",
 ) -> Tensor:
     """Boolean causal mask of shape (t_q, t_k): True where query i may attend to key j.
@@ -70,27 +77,46 @@ def causal_mask(
     t_k).tril()``, also when t_q != t_k. ``alignment="bottom_right"`` puts query i at position
     t_k - t_q + i, as when the queries are the newest t_q of t_k cached tokens: it sees keys
     j <= t_k - t_q + i, as ``torch.nn.attention.bias.causal_lower_right``. With t_q = t_k the
-    two are the same mask.
+    two are the same mask. It is the rule :func:`attention.masks.causal` made dense.
     """
-    _check_alignment(alignment)
+    check_alignment(alignment)
     t_k = t_q if t_k is None else t_k
+    return masks.visible(
+        masks.causal(), *_positions(t_q, t_k, alignment, device)
+    )  # (t_q, t_k)
+
+
+def _positions(t_q: int, t_k: int, alignment: str, device: torch.device | None) -> tuple[
+    Tensor, Tensor
+]:
+    """Query positions (t_q,) and key positions (t_k,): query i at i, or t_k - t_q + i."""
     offset = t_k - t_q if alignment == "bottom_right" else 0
-    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(offset)  # (t_q, t_k)
+    query_pos = torch.arange(offset, offset + t_q, device=device)  # (t_q,)
+    return query_pos, torch.arange(t_k, device=device)  # (t_k,)
 
 
 def sliding_window_mask(
-    t_q: int, t_k: int, window: int, device: torch.device | None = None
+    t_q: int,
+    t_k: int,
+    window: int,
+    device: torch.device | None = None,
+    *,
+    alignment: str = "top_left",
 ) -> Tensor:
     """Boolean mask (t_q, t_k) of causal attention over the last ``window`` tokens.
 
-    Aligned bottom-right: query i sits at position p = t_k - t_q + i and sees the keys j with
-    p - window < j <= p, itself and the window - 1 tokens before it (Longformer's and Mistral's
-    sliding window). With window >= t_k it is ``causal_mask(t_q, t_k, alignment="bottom_right")``.
+    Query i sits at position p (p = i top-left, the default; p = t_k - t_q + i bottom-right, as
+    in :func:`causal_mask`) and sees the keys j with p - window < j <= p, itself and the
+    window - 1 tokens before it (Longformer's and Mistral's sliding window). The same mask as
+    :func:`attention.masks.sliding_window` and ``flash_attention(..., is_causal=True,
+    window=window)`` with the same alignment; flash-attn's ``window_size=(window - 1, 0)``.
+    With window >= t_k it is :func:`causal_mask`.
     """
     check_sizes(t_q=t_q, t_k=t_k, window=window)
-    key_pos = torch.arange(t_k, device=device)  # (t_k,)
-    query_pos = torch.arange(t_k - t_q, t_k, device=device)[:, None]  # (t_q, 1)
-    return (key_pos <= query_pos) & (key_pos > query_pos - window)  # (t_q, t_k)
+    check_alignment(alignment)
+    return masks.visible(
+        masks.sliding_window(window), *_positions(t_q, t_k, alignment, device)
+    )  # (t_q, t_k)
 
 
 def additive_causal_mask(
@@ -98,56 +124,17 @@ def additive_causal_mask(
     t_k: int | None = None,
     dtype: torch.dtype = torch.float32,
     device: torch.device | None = None,
+    *,
     alignment: str = "top_left",
 ) -> Tensor:
     """The additive mask M of shape (t_q, t_k): 0 where attending is allowed, -inf where not.
 
     ``alignment`` as in :func:`causal_mask`.
     """
-    allowed = causal_mask(t_q, t_k, device=device, alignment=alignment)  # (t_q, t_k)
-    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
-        ~allowed, float("-inf")
-    )
+    return additive_mask(causal_mask(t_q, t_k, device=device, alignment=alignment), dtype)
 
 
-def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype statistics are kept in: float32 for float16 / bfloat16 inputs, else the input's.
-
-    Fused kernels (FlashAttention, torch's) read half-precision tiles but compute scores, softmax
-    and sums in float32, rounding once at the end; the functions here do the same.
-    """
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def _check_inputs(query: Tensor, key: Tensor, value: Tensor | None = None) -> None:
-    """Ranks, widths, lengths and dtypes of query (..., t_q, d_k), key (..., t_k, d_k), value."""
-    named = [("query", query), ("key", key)] + ([("value", value)] if value is not None else [])
-    for name, tensor in named:
-        if tensor.dim() < 2:
-            raise ValueError(
-                f"{name} must have at least 2 dimensions (..., t, d), "
-                f"got a {tensor.dim()}-d tensor of shape {tuple(tensor.shape)}"
-            )
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query and key must have the same last dimension d_k, "
-            f"got {query.shape[-1]} and {key.shape[-1]}"
-        )
-    if query.shape[-1] == 0:
-        raise ValueError("d_k must be at least 1 (the scale is 1 / sqrt(d_k)), got d_k = 0")
-    if value is not None and key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"key and value must have the same number of tokens t_k, "
-            f"got {key.shape[-2]} and {value.shape[-2]}"
-        )
-    if len({tensor.dtype for _, tensor in named}) > 1:
-        raise ValueError(
-            f"{', '.join(name for name, _ in named)} must share one dtype, "
-            f"got {', '.join(str(tensor.dtype) for _, tensor in named)}"
-        )
-
-
-def _repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
+def repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
     """``enable_gqa``: kv (..., h_kv, t_k, d) with each head repeated h / h_kv times.
 
     Query head i then meets key/value head i // (h / h_kv), as ``repeat_interleave`` on dim -3
@@ -168,15 +155,6 @@ def _repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
     return kv if h == h_kv else kv.repeat_interleave(h // h_kv, dim=-3)  # (..., h, t_k, d)
 
 
-def _check_mask_dtype(attn_mask: Tensor, query_dtype: torch.dtype) -> None:
-    """torch's rule: a mask is bool, float32 or the query's dtype (an int 0/1 mask is refused)."""
-    if attn_mask.dtype not in (torch.bool, torch.float32, query_dtype):
-        raise ValueError(
-            f"attn_mask must be bool (True = may attend) or a float added to the scores, of dtype "
-            f"torch.float32 or the query's {query_dtype}, got {attn_mask.dtype}"
-        )
-
-
 def _weights(
     query: Tensor,
     key: Tensor,
@@ -186,7 +164,7 @@ def _weights(
     scale: float | None,
 ) -> Tensor:
     """Attention weights (..., t_q, t_k) in the accumulation dtype (float32 for half inputs)."""
-    acc_dtype = _accumulation_dtype(query.dtype)
+    acc_dtype = accumulation_dtype(query.dtype)
     t_q, t_k = query.shape[-2], key.shape[-2]
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     # (..., t_q, t_k); the .to() are no-ops unless the inputs are half precision
@@ -196,7 +174,7 @@ def _weights(
             raise ValueError("attn_mask must be None when is_causal=True, got a tensor")
         attn_mask = causal_mask(t_q, t_k, device=query.device)  # (t_q, t_k)
     if attn_mask is not None:
-        _check_mask_dtype(attn_mask, query.dtype)
+        check_attn_mask(attn_mask, query)
         check_mask(attn_mask, attn_scores.shape)
         if attn_mask.dtype == torch.bool:
             attn_scores = attn_scores.masked_fill(~attn_mask, float("-inf"))
@@ -208,9 +186,11 @@ def _weights(
     return attn_weights
 
 
+@renamed(**KERNEL_RENAMES)
 def attention_weights(
     query: Tensor,
     key: Tensor,
+    *,
     attn_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
@@ -236,16 +216,19 @@ def attention_weights(
     the input dtype.
     """
     check_dropout(dropout_p, "dropout_p")
-    _check_inputs(query, key)
+    check_bool(is_causal, "is_causal")
+    check_qkv(query, key)
     if enable_gqa:
-        key = _repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
+        key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
     return _weights(query, key, attn_mask, dropout_p, is_causal, scale).to(query.dtype)
 
 
+@renamed(**KERNEL_RENAMES)
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
+    *,
     attn_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
@@ -270,9 +253,10 @@ def scaled_dot_product_attention(
     is rounded once.
     """
     check_dropout(dropout_p, "dropout_p")
-    _check_inputs(query, key, value)
+    check_bool(is_causal, "is_causal")
+    check_qkv(query, key, value)
     if enable_gqa:
-        key = _repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
-        value = _repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
+        key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
+        value = repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
     attn_weights = _weights(query, key, attn_mask, dropout_p, is_causal, scale)  # (..., t_q, t_k)
     return (attn_weights @ value.to(attn_weights.dtype)).to(value.dtype)  # (..., t_q, d_v)

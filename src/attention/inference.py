@@ -31,6 +31,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from . import masks
 from ._checks import check_dropout, check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
 from .multihead import MultiHeadAttention
@@ -61,7 +62,7 @@ def kv_cache_bytes(
     return 2 * batch_size * tokens * num_layers * num_kv_heads * d_h * bytes_per_value
 
 
-def _check_chunk(
+def check_chunk(
     keys: Tensor, values: Tensor, expected: tuple[int, int, int], store: Tensor
 ) -> None:
     """Require keys and values (b, h_kv, t, d_h) of the cache's (b, h_kv, d_h) and dtype."""
@@ -83,7 +84,7 @@ def _check_chunk(
         )
 
 
-def _check_room(length: int, t: int, max_tokens: int | None) -> None:
+def check_room(length: int, t: int, max_tokens: int | None) -> None:
     """Require room for t more tokens after ``length`` (no bound when max_tokens is None)."""
     if max_tokens is not None and length + t > max_tokens:
         raise ValueError(
@@ -92,10 +93,10 @@ def _check_room(length: int, t: int, max_tokens: int | None) -> None:
         )
 
 
-def _visible(query_pos: Tensor, key_pos: Tensor, window: int, sinks: int) -> Tensor:
-    """Bool (t_q, t_k): query at position i sees key j if j <= i and (i - w < j or j < n_sink)."""
-    i, j = query_pos[:, None], key_pos[None, :]  # (t_q, 1), (1, t_k)
-    return (j <= i) & ((j > i - window) | (j < sinks))  # (t_q, t_k)
+def window_visible(query_pos: Tensor, key_pos: Tensor, window: int, sinks: int) -> Tensor:
+    """Bool (t_q, t_k): query at position i sees key j if j <= i and (i - w < j or j < n_sink),
+    the rule :func:`attention.masks.sink_window` at these positions."""
+    return masks.visible(masks.sink_window(window, sinks), query_pos, key_pos)  # (t_q, t_k)
 
 
 def sink_window_mask(
@@ -111,7 +112,7 @@ def sink_window_mask(
     check_sizes(t_q=t_q, t_k=t_k, window=window)
     _check_sinks(sinks)
     query_pos = torch.arange(t_k - t_q, t_k, device=device)  # (t_q,)
-    return _visible(query_pos, torch.arange(t_k, device=device), window, sinks)  # (t_q, t_k)
+    return window_visible(query_pos, torch.arange(t_k, device=device), window, sinks)  # (t_q, t_k)
 
 
 def _check_sinks(sinks: int) -> None:
@@ -158,9 +159,9 @@ class KVCache:
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Store keys, values (b, h_kv, t, d_h); return all stored ones, (b, h_kv, n + t, d_h)."""
         b, h_kv, _, d_h = self.keys.shape
-        _check_chunk(keys, values, (b, h_kv, d_h), self.keys)
+        check_chunk(keys, values, (b, h_kv, d_h), self.keys)
         start, end = self.length, self.length + keys.shape[2]
-        _check_room(start, keys.shape[2], self.max_tokens)
+        check_room(start, keys.shape[2], self.max_tokens)
         self.keys[:, :, start:end] = keys
         self.values[:, :, start:end] = values
         self.length = end
@@ -216,9 +217,9 @@ class RollingKVCache:
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Store keys, values (b, h_kv, t, d_h); return the visible ones, (b, h_kv, t_k, d_h)."""
         b, h_kv, _, d_h = self.keys.shape
-        _check_chunk(keys, values, (b, h_kv, d_h), self.keys)
+        check_chunk(keys, values, (b, h_kv, d_h), self.keys)
         n, t, s, w = self.length, keys.shape[2], self.sinks, self.window
-        _check_room(n, t, self.max_tokens)
+        check_room(n, t, self.max_tokens)
         device = self.keys.device
         kept = torch.cat([
             torch.arange(min(n, s), device=device),  # the sinks cached so far
@@ -360,7 +361,7 @@ class GroupedQueryAttention(nn.Module):
             key_pos = (cache.key_positions if isinstance(cache, RollingKVCache)
                        else torch.arange(t_k, device=x.device))  # (t_k,)
             query_pos = torch.arange(n, n + t, device=x.device)  # (t,)
-            mask = _visible(query_pos, key_pos, self.window, self.sinks)  # (t, t_k)
+            mask = window_visible(query_pos, key_pos, self.window, self.sinks)  # (t, t_k)
         dropout_p = self.dropout if self.training else 0.0
         context = scaled_dot_product_attention(
             queries, keys, values, attn_mask=mask, dropout_p=dropout_p, enable_gqa=True

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from ._checks import check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
-from .inference import _check_room
+from .inference import check_room
 from .positions import RotaryEmbedding
 
 __all__ = ["LatentKVCache", "MultiHeadLatentAttention", "latent_cache_bytes"]
@@ -102,7 +102,7 @@ class LatentKVCache:
                 f"{latents.shape[1]} and {rope_keys.shape[1]}"
             )
         start, end = self.length, self.length + latents.shape[1]
-        _check_room(start, latents.shape[1], self.max_tokens)
+        check_room(start, latents.shape[1], self.max_tokens)
         self.latents[:, start:end] = latents
         self.rope_keys[:, start:end] = rope_keys
         self.length = end

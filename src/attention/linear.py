@@ -36,8 +36,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_sizes
-from .functional import _accumulation_dtype, _check_inputs
+from ._checks import (
+    KERNEL_RENAMES,
+    accumulation_dtype,
+    check_bool,
+    check_qkv,
+    check_sizes,
+    renamed,
+)
 
 __all__ = [
     "FORMS",
@@ -66,7 +72,7 @@ def elu_plus_one(x: Tensor) -> Tensor:
 FEATURE_MAPS: dict[str, FeatureMap] = {"elu+1": elu_plus_one}
 
 
-def _features(x: Tensor, feature_map: str | FeatureMap, name: str) -> Tensor:
+def apply_feature_map(x: Tensor, feature_map: str | FeatureMap, name: str) -> Tensor:
     """phi(x) (..., t, r), computed in the accumulation dtype; refuses negative features."""
     if isinstance(feature_map, str):
         if feature_map not in FEATURE_MAPS:
@@ -77,24 +83,23 @@ def _features(x: Tensor, feature_map: str | FeatureMap, name: str) -> Tensor:
         feature_map = FEATURE_MAPS[feature_map]
     elif not callable(feature_map):
         raise ValueError(f"feature_map must be a name or a callable, got {feature_map!r}")
-    phi = feature_map(x.to(_accumulation_dtype(x.dtype)))  # (..., t, r)
+    phi = feature_map(x.to(accumulation_dtype(x.dtype)))  # (..., t, r)
     if (phi < 0).any():  # a negative feature can make a normalizer zero or negative
         raise ValueError(f"feature_map must give features >= 0, got a negative feature of {name}")
     return phi
 
 
 def _check_linear_inputs(
-    query: Tensor, key: Tensor, value: Tensor, causal: bool, form: str, chunk_size: int
+    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, form: str, chunk_size: int
 ) -> None:
-    _check_inputs(query, key, value)
+    check_qkv(query, key, value)
+    check_bool(is_causal, "is_causal")
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
         raise ValueError(
             f"query, key and value must have the same leading dimensions, got "
             f"{tuple(query.shape[:-2])}, {tuple(key.shape[:-2])} and {tuple(value.shape[:-2])}"
         )
-    if not query.is_floating_point():
-        raise ValueError(f"query, key and value must be floating point, got {query.dtype}")
-    if causal and query.shape[-2] != key.shape[-2]:
+    if is_causal and query.shape[-2] != key.shape[-2]:
         raise ValueError(
             f"causal linear attention needs as many queries as keys, got t_q={query.shape[-2]} "
             f"and t_k={key.shape[-2]}"
@@ -105,25 +110,37 @@ def _check_linear_inputs(
 
 
 def _kernel_attention(
-    phi_q: Tensor, phi_k: Tensor, value: Tensor, causal: bool, form: str, chunk_size: int
-) -> Tensor:
-    """z (..., t_q, d_v) from features phi_q (..., t_q, r) and phi_k (..., t_k, r), in one form."""
+    phi_q: Tensor, phi_k: Tensor, value: Tensor, causal: bool, form: str, chunk_size: int,
+    initial_state: Tensor | None = None, want_state: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """z (..., t_q, d_v) from features phi_q (..., t_q, r) and phi_k (..., t_k, r), in one form,
+    and (with ``want_state``, else None where it costs a product) the final state [S, u]
+    (..., r, d_v + 1) after every key, from ``initial_state`` on."""
     ones = value.new_ones(*value.shape[:-1], 1)  # (..., t_k, 1): the normalizer's column
     v1 = torch.cat([value, ones], dim=-1).to(phi_q.dtype)  # (..., t_k, d_v + 1)
+    r, w = phi_k.shape[-1], v1.shape[-1]
+    state = None if initial_state is None else initial_state.to(phi_q.dtype)  # (..., r, w)
+    final = None
     if form == "parallel":
         kernel = phi_q @ phi_k.transpose(-2, -1)  # (..., t_q, t_k)
         out = (kernel.tril() if causal else kernel) @ v1  # (..., t_q, d_v + 1)
-    elif not causal:  # recurrent and chunked keep one state of every key: S = phi(K)^T [V, 1]
-        out = phi_q @ (phi_k.transpose(-2, -1) @ v1)  # (..., t_q, d_v + 1)
+        if state is not None:
+            out = out + phi_q @ state  # the earlier tokens' share
+        if want_state:
+            final = phi_k.transpose(-2, -1) @ v1 + (0 if state is None else state)
+        return out[..., :-1] / out[..., -1:], final
+    if state is None:
+        state = phi_k.new_zeros(*phi_k.shape[:-2], r, w)  # (..., r, d_v + 1)
+    if not causal:  # recurrent and chunked keep one state of every key: S = phi(K)^T [V, 1]
+        final = state + phi_k.transpose(-2, -1) @ v1  # (..., r, d_v + 1)
+        out = phi_q @ final  # (..., t_q, d_v + 1)
     elif form == "recurrent":
-        state = phi_k.new_zeros(*phi_k.shape[:-2], *phi_k.shape[-1:], v1.shape[-1])  # (.., r, w)
         rows = []
         for i in range(phi_q.shape[-2]):
             state = state + phi_k[..., i, :, None] @ v1[..., i, None, :]  # (..., r, d_v + 1)
             rows.append((phi_q[..., i, None, :] @ state).squeeze(-2))  # (..., d_v + 1)
         out = torch.stack(rows, dim=-2)  # (..., t, d_v + 1)
     else:  # chunked: exact within a chunk, the state of all earlier chunks across them
-        state = phi_k.new_zeros(*phi_k.shape[:-2], *phi_k.shape[-1:], v1.shape[-1])  # (.., r, w)
         chunks = []
         for start in range(0, phi_q.shape[-2], chunk_size):
             end = start + chunk_size
@@ -133,18 +150,25 @@ def _kernel_attention(
             chunks.append(within + q_c @ state)  # (..., C, d_v + 1)
             state = state + k_c.transpose(-2, -1) @ v_c  # (..., r, d_v + 1)
         out = torch.cat(chunks, dim=-2)  # (..., t, d_v + 1)
-    return out[..., :-1] / out[..., -1:]  # (..., t_q, d_v): numerator over normalizer
+    if causal:
+        final = state  # the loop's state after the last token
+    return out[..., :-1] / out[..., -1:], final  # (..., t_q, d_v): numerator over normalizer
 
 
+@renamed(**KERNEL_RENAMES)
 def linear_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
+    *,
     feature_map: str | FeatureMap = "elu+1",
-    causal: bool = True,
+    is_causal: bool = False,
     form: str = "parallel",
     chunk_size: int = 64,
-) -> Tensor:
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Linear attention (..., t_q, d_v): z_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j)
 
     Args:
@@ -153,43 +177,69 @@ def linear_attention(
         value: (..., t_k, d_v), likewise.
         feature_map: ``"elu+1"`` (:func:`elu_plus_one`) or a callable (..., t, d_k) -> (..., t, r)
             whose features are >= 0 (a negative one is a ValueError).
-        causal: query i sees keys j <= i only (needs t_q = t_k).
+        is_causal: query i sees keys j <= i only (needs t_q = t_k); False by default, as in
+            torch's SDPA.
         form: ``"parallel"``, ``"recurrent"`` or ``"chunked"``: the same result, at different
             costs (see the module docstring and :func:`linear_attention_flops`).
         chunk_size: C, tokens per chunk of the chunked form.
+        scale: multiplies the queries before the feature map; None (the default) applies none,
+            as Katharopoulos et al. (flash-linear-attention's kernels default to 1/sqrt(d_k)).
+        initial_state: the state [S, u] (..., r, d_v + 1) of earlier tokens, S in the first d_v
+            columns and the normalizer u in the last, as ``output_final_state`` returns it;
+            every query also sees those tokens. None: no earlier token.
+        output_final_state: also return the state after the last key, so that a chunked
+            prefill can be followed by recurrent decoding (as flash-linear-attention's
+            functions return ``(o, final_state)``).
 
-    No 1 / sqrt(d_k) is applied: the feature map alone defines the kernel, as in Katharopoulos et
-    al. Half-precision inputs are computed in float32 and the result is rounded once.
+    Returns:
+        (..., t_q, d_v), or (output, final_state) with ``output_final_state``. Half-precision
+        inputs are computed in float32 and the output rounded once; the state stays float32.
     """
-    _check_linear_inputs(query, key, value, causal, form, chunk_size)
-    phi_q = _features(query, feature_map, "query")  # (..., t_q, r)
-    phi_k = _features(key, feature_map, "key")  # (..., t_k, r)
+    _check_linear_inputs(query, key, value, is_causal, form, chunk_size)
+    check_bool(output_final_state, "output_final_state")
+    if scale is not None:
+        query = query * scale
+    phi_q = apply_feature_map(query, feature_map, "query")  # (..., t_q, r)
+    phi_k = apply_feature_map(key, feature_map, "key")  # (..., t_k, r)
     if phi_q.shape[-1] != phi_k.shape[-1]:
         raise ValueError(
             f"feature_map must give queries and keys features of one width r, got "
             f"{phi_q.shape[-1]} and {phi_k.shape[-1]}"
         )
-    return _kernel_attention(phi_q, phi_k, value, causal, form, chunk_size).to(value.dtype)
+    width = (*query.shape[:-2], phi_k.shape[-1], value.shape[-1] + 1)
+    if initial_state is not None and (
+        not isinstance(initial_state, Tensor) or tuple(initial_state.shape) != width
+    ):
+        got = tuple(initial_state.shape) if isinstance(initial_state, Tensor) else initial_state
+        raise ValueError(f"initial_state must have shape (..., r, d_v + 1) = {width}, got {got}")
+    out, final = _kernel_attention(
+        phi_q, phi_k, value, is_causal, form, chunk_size, initial_state, output_final_state
+    )
+    out = out.to(value.dtype)
+    return (out, final) if output_final_state else out
 
 
+@renamed(**KERNEL_RENAMES)
 def linear_attention_weights(
-    query: Tensor, key: Tensor, feature_map: str | FeatureMap = "elu+1", causal: bool = True
+    query: Tensor, key: Tensor, *, feature_map: str | FeatureMap = "elu+1",
+    is_causal: bool = False,
 ) -> Tensor:
     """The weights linear attention gives each value: (..., t_q, t_k), rows summing to 1.
 
     alpha_ij = phi(q_i).phi(k_j) / sum_j' phi(q_i).phi(k_j') over the visible keys; the parallel
     form's output is these weights times V.
     """
-    _check_linear_inputs(query, key, key, causal, "parallel", 1)
-    phi_q = _features(query, feature_map, "query")  # (..., t_q, r)
-    phi_k = _features(key, feature_map, "key")  # (..., t_k, r)
+    _check_linear_inputs(query, key, key, is_causal, "parallel", 1)
+    phi_q = apply_feature_map(query, feature_map, "query")  # (..., t_q, r)
+    phi_k = apply_feature_map(key, feature_map, "key")  # (..., t_k, r)
     kernel = phi_q @ phi_k.transpose(-2, -1)  # (..., t_q, t_k)
-    kernel = kernel.tril() if causal else kernel
+    kernel = kernel.tril() if is_causal else kernel
     return (kernel / kernel.sum(dim=-1, keepdim=True)).to(query.dtype)
 
 
+@renamed(causal="is_causal")
 def linear_attention_flops(
-    t: int, r: int, d_v: int, form: str, causal: bool = True, chunk_size: int = 64
+    t: int, r: int, d_v: int, form: str, *, is_causal: bool = False, chunk_size: int = 64
 ) -> int:
     """FLOPs of the matrix products of one (batch, head) of :func:`linear_attention`.
 
@@ -205,7 +255,7 @@ def linear_attention_flops(
     w = d_v + 1
     if form == "parallel":
         return 2 * t * t * (r + w)
-    if form == "recurrent" or not causal:
+    if form == "recurrent" or not is_causal:
         return 4 * t * r * w
     sizes = [min(chunk_size, t - start) for start in range(0, t, chunk_size)]
     return 4 * t * r * w + sum(2 * c * c * (r + w) for c in sizes)
@@ -262,7 +312,7 @@ def random_projection(
     return (directions * lengths).to(dtype)  # (m, d_k)
 
 
-def _favor_features(x: Tensor, projection: Tensor, over: tuple[int, ...]) -> Tensor:
+def favor_features(x: Tensor, projection: Tensor, over: tuple[int, ...]) -> Tensor:
     """Positive random features of x / d_k^(1/4), divided by exp of their largest exponent.
 
     The maximum is taken ``over`` the feature dimension (queries: one per query) or the token and
@@ -270,18 +320,20 @@ def _favor_features(x: Tensor, projection: Tensor, over: tuple[int, ...]) -> Ten
     keys, cancels between numerator and normalizer: the output is unchanged, and exp no longer
     overflows.
     """
-    x = x.to(_accumulation_dtype(x.dtype)) * x.shape[-1] ** -0.25  # (..., t, d_k)
+    x = x.to(accumulation_dtype(x.dtype)) * x.shape[-1] ** -0.25  # (..., t, d_k)
     exponent = x @ projection.to(x.dtype).transpose(0, 1) - (x * x).sum(-1, keepdim=True) / 2
     return torch.exp(exponent - exponent.amax(dim=over, keepdim=True))  # (..., t, m)
 
 
+@renamed(**KERNEL_RENAMES)
 def favor_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
+    *,
     num_features: int,
     seed: int | None = None,
-    causal: bool = False,
+    is_causal: bool = False,
     orthogonal: bool = True,
     form: str = "chunked",
     projection: Tensor | None = None,
@@ -295,7 +347,7 @@ def favor_attention(
         num_features: m, the number of random features.
         seed: seeds the random projection (a new ``torch.Generator``); None draws it from
             torch's global generator.
-        causal: query i sees keys j <= i only.
+        is_causal: query i sees keys j <= i only.
         orthogonal: orthogonal random features (:func:`random_projection`).
         form: the form of linear attention that runs (the result is the same).
         projection: a given G (m, d_k) instead of a random one (``num_features`` must be m).
@@ -304,7 +356,7 @@ def favor_attention(
     unbiased, the ratio is not; for moderate scores the error falls as 1 / sqrt(m)
     (:func:`favor_error_variance`), for large ones more slowly.
     """
-    _check_linear_inputs(query, key, value, causal, form, 1)
+    _check_linear_inputs(query, key, value, is_causal, form, 1)
     if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
         raise ValueError(f"seed must be an integer or None, got {seed!r}")
     check_sizes(num_features=num_features)
@@ -319,13 +371,14 @@ def favor_attention(
             f"projection must have shape (num_features, d_k) = ({num_features}, {d_k}), got "
             f"{tuple(projection.shape)}"
         )
-    phi_q = _favor_features(query, projection, over=(-1,))  # (..., t_q, m)
-    phi_k = _favor_features(key, projection, over=(-2, -1))  # (..., t_k, m)
-    return _kernel_attention(phi_q, phi_k, value, causal, form, 64).to(value.dtype)
+    phi_q = favor_features(query, projection, over=(-1,))  # (..., t_q, m)
+    phi_k = favor_features(key, projection, over=(-2, -1))  # (..., t_k, m)
+    return _kernel_attention(phi_q, phi_k, value, is_causal, form, 64)[0].to(value.dtype)
 
 
+@renamed(**KERNEL_RENAMES)
 def favor_error_variance(
-    query: Tensor, key: Tensor, value: Tensor, num_features: int, causal: bool = False
+    query: Tensor, key: Tensor, value: Tensor, *, num_features: int, is_causal: bool = False
 ) -> Tensor:
     """The variance of FAVOR+'s output error to first order in 1 / m, for independent features.
 
@@ -337,14 +390,14 @@ def favor_error_variance(
     (equation (12.13) of the book), computed as exp(|x_i|^2) u_i^T exp(Y Y^T) u_i with
     u_ia = alpha_ia exp(x_i . y_a)(v_a - z_i): (..., t_q, d_v), in the accumulation dtype.
     """
-    _check_linear_inputs(query, key, value, causal, "parallel", 1)
+    _check_linear_inputs(query, key, value, is_causal, "parallel", 1)
     check_sizes(num_features=num_features)
-    acc = _accumulation_dtype(query.dtype)
+    acc = accumulation_dtype(query.dtype)
     x = query.to(acc) * query.shape[-1] ** -0.25  # (..., t_q, d_k)
     y = key.to(acc) * key.shape[-1] ** -0.25  # (..., t_k, d_k)
     v = value.to(acc)
     scores = x @ y.transpose(-2, -1)  # (..., t_q, t_k)
-    if causal:
+    if is_causal:
         future = ~torch.ones_like(scores, dtype=torch.bool).tril()  # (..., t_q, t_k)
         scores = scores.masked_fill(future, float("-inf"))
     alpha = torch.softmax(scores, dim=-1)  # (..., t_q, t_k)

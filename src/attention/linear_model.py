@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ._checks import check_sizes
 from .block_attention import BlockAttention
-from .linear import _favor_features, _features, elu_plus_one, random_projection
+from .linear import apply_feature_map, elu_plus_one, favor_features, random_projection
 
 __all__ = ["KernelBlockAttention", "use_kernel_attention"]
 
@@ -56,7 +56,7 @@ class KernelBlockAttention(nn.Module):
             raise ValueError(f"kernel attention takes no dropout, got dropout={attn.dropout}")
         self.kind, self.d_model = kind, attn.d_model
         self.num_heads, self.d_h = attn.num_heads, attn.d_h
-        self.causal, self.rotary, self.qk_norm = attn.causal, attn.rotary, attn.qk_norm
+        self.is_causal, self.rotary, self.qk_norm = attn.is_causal, attn.rotary, attn.qk_norm
         self.qkv, self.out_proj, self.proj_dropout = attn.qkv, attn.out_proj, attn.proj_dropout
         if attn.qk_norm is not None:
             self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
@@ -66,9 +66,9 @@ class KernelBlockAttention(nn.Module):
     def features(self, x: Tensor, name: str) -> Tensor:
         """phi of the queries (``name="query"``) or keys (b, h, t, d_h): (b, h, t, r)."""
         if self.kind == "elu+1":
-            return _features(x, elu_plus_one, name)
+            return apply_feature_map(x, elu_plus_one, name)
         over = (-1,) if name == "query" else (-2, -1)  # one maximum per query; one for all keys
-        return _favor_features(x, self.projection, over)
+        return favor_features(x, self.projection, over)
 
     def forward(
         self, x: Tensor, attn_mask: Tensor | None = None, cache: object | None = None
@@ -93,13 +93,13 @@ class KernelBlockAttention(nn.Module):
             queries, keys = self.rotary(queries), self.rotary(keys)  # (b, h, t, d_h)
         phi_q, phi_k = self.features(queries, "query"), self.features(keys, "key")  # (b, h, t, r)
         normalizer = phi_q @ phi_k.transpose(-2, -1)  # (b, h, t, t)
-        normalizer = normalizer.tril() if self.causal else normalizer
+        normalizer = normalizer.tril() if self.is_causal else normalizer
         if self.rotary is not None and self.kind == "elu+1":
             # phi(R_i q) . phi(R_j k) is no function of i - j; (R_i phi(q)) . (R_j phi(k)) is. As
             # RoFormer does for linear attention (Su et al.), only the numerator's features are
             # rotated: the normalizer keeps the unrotated ones, so it stays positive
             kernel = self.rotary(phi_q) @ self.rotary(phi_k).transpose(-2, -1)  # (b, h, t, t)
-            kernel = kernel.tril() if self.causal else kernel
+            kernel = kernel.tril() if self.is_causal else kernel
         else:
             kernel = normalizer
         attn_weights = kernel / normalizer.sum(dim=-1, keepdim=True)  # (b, h, t, t)

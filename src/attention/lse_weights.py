@@ -17,7 +17,7 @@ import math
 import torch
 from torch import Tensor
 
-from .functional import _accumulation_dtype
+from ._checks import accumulation_dtype, check_bool, check_qkv
 from .masks import MaskMod, ScoreMod
 
 __all__ = ["weights_from_lse"]
@@ -27,9 +27,9 @@ def weights_from_lse(
     query: Tensor,
     key: Tensor,
     lse: Tensor,
+    *,
     scale: float | None = None,
     is_causal: bool = False,
-    *,
     row_offset: int = 0,
     mask_mod: MaskMod | None = None,
     score_mod: ScoreMod | None = None,
@@ -50,11 +50,8 @@ def weights_from_lse(
     :func:`~attention.masks.dense_attention`); they need query (b, h, n, d_k), and see the
     rows' positions q_idx = row_offset .. row_offset + n - 1.
     """
-    if query.dim() < 2 or key.dim() < 2 or query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query and key must be (..., n, d_k) and (..., t_k, d_k), got {tuple(query.shape)} "
-            f"and {tuple(key.shape)}"
-        )
+    check_qkv(query, key)
+    check_bool(is_causal, "is_causal")
     if lse.shape != query.shape[:-1]:
         raise ValueError(f"lse must have the query rows' shape {tuple(query.shape[:-1])}, "
                          f"got {tuple(lse.shape)}")
@@ -63,7 +60,7 @@ def weights_from_lse(
     if (mask_mod is not None or score_mod is not None) and query.dim() != 4:
         raise ValueError("mask_mod and score_mod need query (b, h, n, d_k), got shape "
                          f"{tuple(query.shape)}")
-    acc_dtype = _accumulation_dtype(query.dtype)
+    acc_dtype = accumulation_dtype(query.dtype)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     scores = query.to(acc_dtype) @ key.to(acc_dtype).transpose(-2, -1) * scale  # (..., n, t_k)
     rows = torch.arange(query.shape[-2], device=query.device)[:, None] + row_offset  # (n, 1)
@@ -80,6 +77,6 @@ def weights_from_lse(
     if is_causal:
         scores = scores.masked_fill(cols > rows, -math.inf)  # (n, t_k) hidden: j > row_offset + i
     lse = lse.to(acc_dtype)
-    finite = lse.isfinite()  # (..., n); a row that saw no key has lse = +inf (or -inf)
+    finite = lse.isfinite()  # (..., n); a row that saw no key has lse = -inf
     weights = torch.exp(scores - lse.masked_fill(~finite, 0.0)[..., None])  # (..., n, t_k)
     return weights.masked_fill(~finite[..., None], 0.0).to(query.dtype)

@@ -31,9 +31,16 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ._checks import check_sizes
-from .functional import _accumulation_dtype
-from .positions import _alibi_slopes64
+from ._checks import (
+    ALIGNMENTS,
+    KERNEL_RENAMES,
+    accumulation_dtype,
+    check_alignment,
+    check_qkv,
+    check_sizes,
+    renamed,
+)
+from .positions import alibi_slopes64
 
 __all__ = [
     "alibi",
@@ -47,6 +54,7 @@ __all__ = [
     "or_masks",
     "padding",
     "prefix_lm",
+    "sink_window",
     "sinks",
     "sliding_window",
     "soft_cap",
@@ -54,17 +62,16 @@ __all__ = [
     "t5_buckets",
     "to_bias",
     "to_dense",
+    "visible",
 ]
 
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
-ALIGNMENTS = ("top_left", "bottom_right")
 
 
 def _offset(alignment: str, t_q: int | None, t_k: int | None) -> int:
     """Position of query 0: 0 aligned top-left, t_k - t_q aligned bottom-right."""
-    if alignment not in ALIGNMENTS:
-        raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+    check_alignment(alignment)
     if alignment == "top_left":
         return 0
     if t_q is None or t_k is None:
@@ -155,6 +162,13 @@ def sinks(num_sinks: int) -> MaskMod:
     return sink_mask
 
 
+def sink_window(window: int, num_sinks: int = 0) -> MaskMod:
+    """A sliding window of ``window`` keys plus the first ``num_sinks`` keys, causal: the query at
+    position p sees key j <= p when p - window < j or j < num_sinks (StreamingLLM's window with
+    its attention sinks; ``num_sinks=0`` is :func:`sliding_window`)."""
+    return or_masks(sliding_window(window), and_masks(causal(), sinks(num_sinks)))
+
+
 def global_tokens(is_global: Tensor) -> MaskMod:
     """Longformer's global attention: a global token sees every key and every query sees it.
 
@@ -212,7 +226,7 @@ def or_masks(*mask_mods: MaskMod) -> MaskMod:
 def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
     """ALiBi (Press et al., 2022): add -m_h (i + offset - j) to the score of head h, with the slopes
     of :func:`~attention.alibi_slopes`; ``offset`` = t_k - t_q puts queries after a cache."""
-    slopes = _alibi_slopes64(num_heads)  # (h,), float64
+    slopes = alibi_slopes64(num_heads)  # (h,), float64
 
     def alibi_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         distance = (q_idx + offset - kv_idx).to(score.dtype)
@@ -284,6 +298,21 @@ def _grid(
     q_idx = torch.arange(t_q, device=device).view(1, 1, -1, 1)  # (1, 1, t_q, 1)
     kv_idx = torch.arange(t_k, device=device).view(1, 1, 1, -1)  # (1, 1, 1, t_k)
     return batch, head, q_idx, kv_idx
+
+
+def visible(mask_mod: MaskMod, query_pos: Tensor, key_pos: Tensor) -> Tensor:
+    """The rule at given positions: bool (t_q, t_k), True where the query at ``query_pos[i]``
+    may see the key at ``key_pos[j]`` (batch row and head 0).
+
+    The one place a causal, window or sink rule becomes a dense mask for positions that are not
+    0 .. t - 1: a query block of a tiled kernel, the keys a rolling cache kept. Zero positions
+    give an empty mask.
+    """
+    zero = torch.zeros((), dtype=torch.long, device=query_pos.device)
+    dense = mask_mod(zero, zero, query_pos[:, None], key_pos[None, :])  # (t_q, t_k)
+    return torch.as_tensor(dense, device=query_pos.device).to(torch.bool).expand(
+        len(query_pos), len(key_pos)
+    )
 
 
 def to_dense(
@@ -369,8 +398,9 @@ def block_sparsity(
     return kinds[0, 0] if b is None and h is None else kinds
 
 
+@renamed(**KERNEL_RENAMES)
 def dense_attention(
-    query: Tensor, key: Tensor, value: Tensor, score_mod: ScoreMod | None = None,
+    query: Tensor, key: Tensor, value: Tensor, *, score_mod: ScoreMod | None = None,
     mask_mod: MaskMod | None = None, scale: float | None = None, return_lse: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The explicit computation that FlexAttention fuses: softmax(mod(Q Kᵀ · scale) | mask) V.
@@ -381,14 +411,10 @@ def dense_attention(
     each row's modified scores. Half-precision inputs are computed in float32.
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
-        if x.dim() != 4:
+        if isinstance(x, Tensor) and x.dim() != 4:
             raise ValueError(f"{name} must be (b, h, t, d), got shape {tuple(x.shape)}")
-    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"query and key must share d_k and key and value t_k, got query "
-            f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        )
-    acc = _accumulation_dtype(query.dtype)
+    check_qkv(query, key, value)
+    acc = accumulation_dtype(query.dtype)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     scores = query.to(acc) @ key.to(acc).transpose(-2, -1) * scale  # (b, h, t_q, t_k)
     if score_mod is not None:

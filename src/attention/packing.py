@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ._checks import KERNEL_RENAMES, check_bool, check_qkv, renamed
 from .functional import causal_mask
 
 __all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_attention"]
@@ -98,9 +99,10 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
     return out
 
 
+@renamed(**KERNEL_RENAMES)
 def varlen_attention(
     query: Tensor, key: Tensor, value: Tensor, cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor | None = None, is_causal: bool = False, scale: float | None = None,
+    cu_seqlens_k: Tensor | None = None, *, is_causal: bool = False, scale: float | None = None,
 ) -> Tensor:
     """Attention within each packed sequence, in flash-attention's varlen layout.
 
@@ -118,6 +120,8 @@ def varlen_attention(
             raise ValueError(
                 f"{name} must be (t, h, d) in the varlen layout, got shape {tuple(x.shape)}"
             )
+    check_qkv(query, key, value)
+    check_bool(is_causal, "is_causal")
     _check_cu_seqlens(cu_seqlens_q, query.shape[0])
     _check_cu_seqlens(cu_seqlens_k, key.shape[0])
     if len(cu_seqlens_q) != len(cu_seqlens_k) or key.shape[0] != value.shape[0]:
@@ -136,7 +140,7 @@ def varlen_attention(
         same = q1 - q0 == k1 - k0  # then top-left and bottom-right are one mask: is_causal
         mask = None
         if is_causal and not same:
-            mask = causal_mask(q1 - q0, k1 - k0, q.device, "bottom_right")  # (t_i, t_k_i)
+            mask = causal_mask(q1 - q0, k1 - k0, q.device, alignment="bottom_right")  # (t_i, t_k_i)
         z = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=is_causal and same, scale=scale
         )  # (1, h, t_i, d_v)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_sizes
-from .inference import _check_chunk
+from .inference import check_chunk
 
 __all__ = ["PagedKVCache", "PagedSequence"]
 
@@ -75,7 +75,7 @@ class PagedKVCache:
         """
         self._check_sequence(seq)
         _, h_kv, size, d_h = self.keys.shape
-        _check_chunk(keys, values, (1, h_kv, d_h), self.keys)
+        check_chunk(keys, values, (1, h_kv, d_h), self.keys)
         table, n, t = self.block_tables[seq], self.lengths[seq], keys.shape[2]
         needed = -(-(n + t) // size) - len(table)  # blocks to add: ceil((n + t) / size) - held
         if needed > len(self.free_blocks):

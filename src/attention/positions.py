@@ -249,11 +249,11 @@ def alibi_slopes(num_heads: int) -> Tensor:
     first h - h' of the odd-numbered slopes (1st, 3rd, 5th, ...) of the sequence for 2h' heads.
     For 12 heads: 1/2, ..., 1/256, then 2^(-0.5), 2^(-1.5), 2^(-2.5), 2^(-3.5).
     """
-    return _alibi_slopes64(num_heads).to(torch.get_default_dtype())  # (h,)
+    return alibi_slopes64(num_heads).to(torch.get_default_dtype())  # (h,)
 
 
-def _alibi_slopes64(num_heads: int) -> Tensor:
-    """:func:`alibi_slopes` in float64."""
+def alibi_slopes64(num_heads: int) -> Tensor:
+    """:func:`alibi_slopes` in float64 (shared with :mod:`attention.masks`)."""
     check_sizes(num_heads=num_heads)
 
     def power_of_two(n: int) -> list[float]:
@@ -283,7 +283,7 @@ def alibi_bias(num_heads: int, t_q: int, t_k: int) -> Tensor:
     query_pos = torch.arange(t_k - t_q, t_k, dtype=torch.float64)  # (t_q,)
     key_pos = torch.arange(t_k, dtype=torch.float64)  # (t_k,)
     offset = key_pos[None, :] - query_pos[:, None]  # (t_q, t_k), j - i = -(i - j)
-    slopes = _alibi_slopes64(num_heads)  # (h,)
+    slopes = alibi_slopes64(num_heads)  # (h,)
     return (slopes[:, None, None] * offset).to(torch.get_default_dtype())  # (h, t_q, t_k)
 
 

@@ -32,9 +32,15 @@ import math
 import torch
 from torch import Tensor
 
-from ._checks import check_sizes
+from ._checks import (
+    KERNEL_RENAMES,
+    accumulation_dtype,
+    check_bool,
+    check_qkv,
+    check_sizes,
+    renamed,
+)
 from .flash import flash_attention
-from .functional import _accumulation_dtype
 from .io_model import IOCount, TwoLevelMemory
 
 __all__ = ["ring_attention", "ring_attention_io", "ring_shards", "ring_work"]
@@ -93,9 +99,10 @@ def _merge(out: Tensor, lse: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tens
     return weight_a[..., None] * out + weight_b[..., None] * out_b, new
 
 
+@renamed(**KERNEL_RENAMES)
 def ring_attention(
-    query: Tensor, key: Tensor, value: Tensor, world_size: int, is_causal: bool = False,
-    *, sharding: str = "contiguous", scale: float | None = None,
+    query: Tensor, key: Tensor, value: Tensor, *, world_size: int, is_causal: bool = False,
+    sharding: str = "contiguous", scale: float | None = None,
 ) -> Tensor:
     """Self-attention computed as N devices in a ring would, in one process; equal to SDPA.
 
@@ -104,11 +111,12 @@ def ring_attention(
     ``is_causal`` is SDPA's (query i sees keys j <= i, by position whatever the sharding). The
     devices run one after another here; what each computes at each step, and what it skips,
     is what it would compute on its own device. Half-precision inputs are computed in float32.
-    Returns (..., t, d_v) in the original token order.
+    Returns (..., t, d_v) in the original token order. Differentiable: each partial's lse carries
+    its gradient into the merge weights (``flash_attention``'s lse is differentiable), so the
+    gradients equal SDPA's.
     """
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if x.dim() < 2:
-            raise ValueError(f"{name} must be (..., t, d), got shape {tuple(x.shape)}")
+    check_qkv(query, key, value)
+    check_bool(is_causal, "is_causal")
     if query.shape[-2] != key.shape[-2] or key.shape[-2] != value.shape[-2]:
         raise ValueError(
             "ring attention shards one sequence: query, key and value must have the same t, "
@@ -119,7 +127,7 @@ def ring_attention(
     t = query.shape[-2]
     runs = [_runs(positions) for positions in ring_shards(t, world_size, sharding)]
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    acc = _accumulation_dtype(query.dtype)
+    acc = accumulation_dtype(query.dtype)
     q, k, v = (x.to(acc) for x in (query, key, value))  # partials and merges in float32 for half
     state = {}  # (q0, q1) -> running O (..., n, d_v) and lse (..., n) of the queries q0 .. q1 - 1
     for step in range(world_size):

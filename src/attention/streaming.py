@@ -25,7 +25,7 @@ keys instead of all t_k. Before the first eviction δ = 0 and nothing changes.
 import torch
 from torch import Tensor
 
-from .inference import ModelKVCache, RollingKVCache, _check_chunk
+from .inference import ModelKVCache, RollingKVCache, check_chunk
 from .positions import RotaryEmbedding
 from .rope_scaling import DynamicNTKScaling
 from .transformer import TinyTransformer
@@ -64,7 +64,7 @@ class StreamingKVCache(RollingKVCache):
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Store keys, values (b, h_kv, t, d_h); return the cache's, (b, h_kv, t_k, d_h) each."""
         b, h_kv, _, d_h = self.keys.shape
-        _check_chunk(keys, values, (b, h_kv, d_h), self.keys)
+        check_chunk(keys, values, (b, h_kv, d_h), self.keys)
         n, t = self.length, keys.shape[2]
         if t > 1 and n + t > self.sinks + self.window:
             raise ValueError(

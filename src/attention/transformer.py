@@ -36,7 +36,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_dropout, check_heads, check_input, check_sizes, check_token_ids
+from ._checks import (
+    check_dropout,
+    check_heads,
+    check_input,
+    check_sizes,
+    check_token_ids,
+    renamed,
+)
 from .block_attention import BlockAttention
 from .inference import Cache, KVCache, ModelKVCache
 from .norms import make_norm
@@ -72,7 +79,7 @@ def swiglu_width(
 class TransformerBlock(nn.Module):
     """Multi-head self-attention and a feed-forward network, each with a residual and a norm.
 
-    ``causal=True`` lets token i attend to tokens j <= i only (a decoder block); ``mlp=False``
+    ``is_causal=True`` lets token i attend to tokens j <= i only (a decoder block); ``mlp=False``
     drops the feed-forward sublayer (an attention-only block). ``rotary``, if given, rotates
     queries and keys by their positions (RoPE) before the scores. The defaults are the
     block of ``torch.nn.TransformerEncoderLayer(norm_first=True, activation="gelu")``; the
@@ -82,6 +89,7 @@ class TransformerBlock(nn.Module):
     linear layers and the norms). The attention sublayer is the submodule ``attn``.
     """
 
+    @renamed(causal="is_causal")
     def __init__(
         self,
         d_model: int,
@@ -89,9 +97,9 @@ class TransformerBlock(nn.Module):
         d_ff: int,
         dropout: float = 0.0,
         norm_first: bool = True,
-        causal: bool = False,
-        activation: str = "gelu",
         *,
+        is_causal: bool = False,
+        activation: str = "gelu",
         mlp: bool = True,
         rotary: RotaryEmbedding | None = None,
         norm: str = "layer",
@@ -114,10 +122,10 @@ class TransformerBlock(nn.Module):
                 f"got norm_first={norm_first}, mlp={mlp}"
             )
         self.d_model, self.num_heads, self.d_h = d_model, num_heads, d_model // num_heads
-        self.norm_first, self.causal, self.activation = norm_first, causal, activation
+        self.norm_first, self.is_causal, self.activation = norm_first, is_causal, activation
         self.mlp, self.parallel = mlp, parallel
         self.attn = BlockAttention(
-            d_model, num_heads, dropout, causal, rotary=rotary,
+            d_model, num_heads, dropout, is_causal=is_causal, rotary=rotary,
             qk_norm=norm if qk_norm else None, bias=bias, norm_eps=norm_eps,
         )  # built first: the same random draws as before it was a submodule
         self.norm1 = make_norm(norm, d_model, norm_eps, bias)
@@ -160,8 +168,8 @@ class TransformerBlock(nn.Module):
         the t newest tokens; A and ``attn_mask`` are then (b, h, t, n + t).
         """
         check_input(x, self.d_model, ranks=(3,), width_name="d_model")
-        if cache is not None and not self.causal:
-            raise ValueError("a cache needs a causal block (causal=True), got causal=False")
+        if cache is not None and not self.is_causal:
+            raise ValueError("a cache needs a causal block (is_causal=True), got is_causal=False")
         if self.parallel:
             normed = self.norm1(x)  # (b, t, d): read by both sublayers
             attended, attn_weights = self.attn(normed, attn_mask, cache)
@@ -179,14 +187,15 @@ class TransformerBlock(nn.Module):
         return (x, attn_weights) if return_weights else x
 
     @classmethod
+    @renamed(causal="is_causal")
     def from_torch(
-        cls, layer: nn.TransformerEncoderLayer, causal: bool = False
+        cls, layer: nn.TransformerEncoderLayer, *, is_causal: bool = False
     ) -> "TransformerBlock":
         """The block that computes what ``layer`` computes, with its weights copied.
 
         ``layer`` must be batch-first, with biases, and use the activation "gelu" or "relu";
         norm_first, dropout, LayerNorm's eps and the training mode are carried over. With
-        ``causal=True`` the block equals the layer called with a causal ``src_mask``.
+        ``is_causal=True`` the block equals the layer called with a causal ``src_mask``.
         """
         if not isinstance(layer, nn.TransformerEncoderLayer):
             raise ValueError(f"layer must be a torch.nn.TransformerEncoderLayer, got {layer!r}")
@@ -204,7 +213,7 @@ class TransformerBlock(nn.Module):
             layer.linear1.out_features,
             dropout=layer.dropout.p,
             norm_first=layer.norm_first,
-            causal=causal,
+            is_causal=is_causal,
             activation=activation,
             norm_eps=layer.norm1.eps,
         ).to(device=attn.in_proj_weight.device, dtype=attn.in_proj_weight.dtype)
@@ -273,7 +282,7 @@ class TinyTransformer(nn.Module):
             d_ff = swiglu_width(d_model, multiple_of=1) if activation == "swiglu" else 4 * d_model
         self.blocks = nn.ModuleList(
             TransformerBlock(
-                d_model, num_heads, d_ff, dropout, causal=True, activation=activation, mlp=mlp,
+                d_model, num_heads, d_ff, dropout, is_causal=True, activation=activation, mlp=mlp,
                 rotary=rotary, norm=norm, parallel=parallel, qk_norm=qk_norm, bias=bias,
             )
             for _ in range(num_layers)

@@ -34,7 +34,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from ._checks import check_causal_options
+from ._checks import KERNEL_RENAMES, check_causal_options, renamed
 
 try:
     import triton
@@ -282,26 +282,27 @@ def _check_tuning(options: TritonOptions, scale: float, tensors: tuple[Tensor, .
 
 
 def _check_options(
-    is_causal: bool, block_m: int | None, block_n: int | None, causal_alignment: str, window: int | None
+    is_causal: bool, block_m: int | None, block_n: int | None, alignment: str, window: int | None
 ) -> None:
     """ValueError for options the kernels do not take, each named."""
     for name, block in (("block_m", block_m), ("block_n", block_n)):
         if block is not None and (type(block) is not int or block < 16 or block & (block - 1)):
             raise ValueError(f"{name} must be a power of two >= 16, got {block!r}")
-    check_causal_options(is_causal, causal_alignment, window)
+    check_causal_options(is_causal, alignment, window)
 
 
+@renamed(**KERNEL_RENAMES)
 def triton_flash_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
+    *,
     is_causal: bool = False,
     scale: float | None = None,
     block_m: int | None = None,
     block_n: int | None = None,
-    *,
     enable_gqa: bool = False,
-    causal_alignment: str = "top_left",
+    alignment: str = "top_left",
     window: int | None = None,
     sinks: Tensor | None = None,
     deterministic: bool = True,
@@ -314,7 +315,7 @@ def triton_flash_attention(
         key: (b, h, t_k, d_h), same dtype and device; with ``enable_gqa``, (b, h_kv, t_k, d_h).
         value: the shape of ``key``.
         is_causal: query i attends keys j <= i (top-left aligned, as torch's SDPA), or as
-            ``causal_alignment`` says.
+            ``alignment`` says.
         scale: multiplies the scores; defaults to 1 / sqrt(d_h).
         block_m: queries per tile (a power of two, at least 16). With ``block_m`` and
             ``block_n`` both None (the default) the kernels choose their tiles, warps and pipeline
@@ -322,7 +323,7 @@ def triton_flash_attention(
         block_n: keys per tile (a power of two, at least 16).
         enable_gqa: grouped-query attention as in torch: query head i uses key and value head
             i // (h // h_kv); K and V are read in place, never repeated.
-        causal_alignment: with ``is_causal``, ``"top_left"`` (query i at position i) or
+        alignment: with ``is_causal``, ``"top_left"`` (query i at position i) or
             ``"bottom_right"`` (query i at position t_k - t_q + i, as
             ``torch.nn.attention.bias.causal_lower_right``).
         window: with ``is_causal``, each query sees only the ``window`` latest keys up to its own
@@ -351,7 +352,7 @@ def triton_flash_attention(
     if not ok:
         raise RuntimeError(f"triton_flash_attention cannot run here: {reason}")
     _check_tensors(query, key, value, enable_gqa)
-    _check_options(is_causal, block_m, block_n, causal_alignment, window)
+    _check_options(is_causal, block_m, block_n, alignment, window)
     _check_sinks(sinks, query)
     t_q, t_k, d_h = query.shape[2], key.shape[2], query.shape[3]
     scale = 1.0 / math.sqrt(d_h) if scale is None else float(scale)
@@ -360,7 +361,7 @@ def triton_flash_attention(
     call = _Call(
         scale=scale,
         causal=bool(is_causal),
-        offset=t_k - t_q if causal_alignment == "bottom_right" else 0,
+        offset=t_k - t_q if alignment == "bottom_right" else 0,
         window=window,
         blocks=None if block_m is None and block_n is None else (block_m or 64, block_n or 64),
         deterministic=bool(deterministic),

@@ -265,7 +265,7 @@ def test_zero_width_queries_and_keys_raise() -> None:
 )
 def test_mixed_dtypes_raise(dtypes) -> None:
     q, k, v = (x.detach().to(dt) for x, dt in zip(qkv(2, 3, 5), dtypes))
-    listed = ", ".join(str(dt) for dt in dtypes)
+    listed = ", ".join(f"{name} {dt} on cpu" for name, dt in zip(("query", "key", "value"), dtypes))
     with pytest.raises(ValueError, match=f"query, key, value must share one dtype, got {listed}"):
         scaled_dot_product_attention(q, k, v)
     if dtypes[0] != dtypes[1]:

@@ -24,7 +24,7 @@ from attention import (
 def _block(norm: str, rotary: bool) -> TransformerBlock:
     """A causal pre-norm attention-only block without biases, every weight random, float64."""
     torch.manual_seed(0)
-    block = TransformerBlock(8, 2, 16, causal=True, mlp=False, norm=norm, bias=False,
+    block = TransformerBlock(8, 2, 16, is_causal=True, mlp=False, norm=norm, bias=False,
                              rotary=RotaryEmbedding(4) if rotary else None).double()
     with torch.no_grad():
         for parameter in block.parameters():

@@ -25,7 +25,7 @@ def _qkv(shape_q: tuple[int, ...], shape_kv: tuple[int, ...], dtype=torch.float6
 ])
 def test_split_kv_equals_torchs_attention(shape_q, shape_kv, num_splits: int) -> None:
     q, k, v = _qkv(shape_q, shape_kv)
-    out, lse = split_kv_attention(q, k, v, num_splits, return_lse=True)
+    out, lse = split_kv_attention(q, k, v, num_splits=num_splits, return_lse=True)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), atol=1e-12, rtol=0)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     torch.testing.assert_close(lse, scores.logsumexp(dim=-1), atol=1e-12, rtol=0)
@@ -34,26 +34,26 @@ def test_split_kv_equals_torchs_attention(shape_q, shape_kv, num_splits: int) ->
 @pytest.mark.parametrize("h_kv", [1, 2, 8])
 def test_split_kv_with_grouped_query_heads(h_kv: int) -> None:
     q, k, v = _qkv((2, 8, 1, 16), (2, h_kv, 37, 16))
-    out = split_kv_attention(q, k, v, 5, enable_gqa=True, scale=0.3)
+    out = split_kv_attention(q, k, v, num_splits=5, enable_gqa=True, scale=0.3)
     reference = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, scale=0.3)
     torch.testing.assert_close(out, reference, atol=1e-12, rtol=0)
 
 
 def test_the_merge_is_the_rescaling_of_the_partial_results() -> None:
     q, k, v = _qkv((1, 1, 4), (1, 10, 4))
-    parts = [split_kv_attention(q, k[:, j:j + 5], v[:, j:j + 5], 1, return_lse=True)
+    parts = [split_kv_attention(q, k[:, j:j + 5], v[:, j:j + 5], num_splits=1, return_lse=True)
              for j in (0, 5)]
     (z_1, l_1), (z_2, l_2) = parts
     total = torch.logaddexp(l_1, l_2)
     merged = torch.exp(l_1 - total)[..., None] * z_1 + torch.exp(l_2 - total)[..., None] * z_2
-    torch.testing.assert_close(merged, split_kv_attention(q, k, v, 2), atol=1e-15, rtol=0)
+    torch.testing.assert_close(merged, split_kv_attention(q, k, v, num_splits=2), atol=1e-15, rtol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_precision_keeps_float32_statistics(dtype: torch.dtype) -> None:
     q, k, v = _qkv((1, 4, 1, 64), (1, 4, 2048, 64), dtype)
     reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
-    out = split_kv_attention(q, k, v, 16)
+    out = split_kv_attention(q, k, v, num_splits=16)
     assert out.dtype == dtype
     naive = torch.softmax(q @ (k / 8).transpose(-2, -1), dim=-1) @ v  # every step in dtype
     error = (out.double() - reference).abs().max().item()
@@ -74,13 +74,13 @@ def test_bad_input(args: tuple, message: str) -> None:
     shape_q, shape_kv, num_splits = args
     q, k, v = _qkv(shape_q, shape_kv)
     with pytest.raises(ValueError, match=message):
-        split_kv_attention(q, k, v, num_splits)
+        split_kv_attention(q, k, v, num_splits=num_splits)
 
 
 def test_bad_grouped_query_heads() -> None:
     q, k, v = _qkv((1, 6, 1, 4), (1, 4, 5, 4))
     with pytest.raises(ValueError, match=r"must divide the query's h=6, got 4"):
-        split_kv_attention(q, k, v, 2, enable_gqa=True)
+        split_kv_attention(q, k, v, num_splits=2, enable_gqa=True)
 
 
 @pytest.mark.parametrize("positions", ["learned", "rope"])

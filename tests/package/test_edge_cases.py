@@ -248,7 +248,7 @@ NAN, INF = float("nan"), float("inf")
 
 OURS = {
     "sdpa": lambda q, k, v, causal: scaled_dot_product_attention(q, k, v, is_causal=causal),
-    "flash": lambda q, k, v, causal: flash_attention(q, k, v, causal, block_size=2),
+    "flash": lambda q, k, v, causal: flash_attention(q, k, v, is_causal=causal, block_size=2),
 }
 
 

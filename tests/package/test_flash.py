@@ -120,7 +120,8 @@ def test_every_broadcast_pattern_gives_torchs_output_and_gradients(enable_gqa):
 @pytest.mark.parametrize("block_size, t_q, t_k", [(1, 3, 4), (2, 5, 3), (3, 7, 7), (4, 2, 6)])
 def test_gradcheck(is_causal, block_size, t_q, t_k):
     q, k, v = random_qkv((2,), t_q, t_k, 3, 2, requires_grad=True)
-    assert gradcheck(lambda q, k, v: flash_attention(q, k, v, is_causal, block_size), (q, k, v))
+    kernel = lambda q, k, v: flash_attention(q, k, v, is_causal=is_causal, block_size=block_size)  # noqa: E731
+    assert gradcheck(kernel, (q, k, v))
 
 
 def test_second_derivatives_are_refused_not_silently_wrong():
@@ -134,7 +135,7 @@ def test_second_derivatives_are_refused_not_silently_wrong():
     for second in (
         lambda: torch.autograd.grad(grads[0].sum(), q),
         lambda: torch.autograd.grad(grads[2].sum(), (q, k, v), allow_unused=True),
-        lambda: torch.autograd.gradgradcheck(lambda *x: flash_attention(*x, False, 2), (q, k, v)),
+        lambda: torch.autograd.gradgradcheck(lambda *x: flash_attention(*x, block_size=2), (q, k, v)),
     ):
         with pytest.raises(RuntimeError, match="flash_attention has first derivatives only"):
             second()
@@ -145,7 +146,7 @@ def test_second_derivatives_are_refused_not_silently_wrong():
 def test_backward_equals_autograd_through_reference(is_causal, block_size):
     q, k, v = random_qkv((2, 2), 13, 17, 4, 3, requires_grad=True)
     grad_out = torch.randn(2, 2, 13, 3, dtype=torch.float64)
-    ours = torch.autograd.grad(flash_attention(q, k, v, is_causal, block_size), (q, k, v), grad_out)
+    ours = torch.autograd.grad(flash_attention(q, k, v, is_causal=is_causal, block_size=block_size), (q, k, v), grad_out)
     ref = torch.autograd.grad(
         scaled_dot_product_attention(q, k, v, is_causal=is_causal), (q, k, v), grad_out
     )
@@ -194,9 +195,9 @@ def test_causal_skips_key_blocks_above_the_diagonal():
 @pytest.mark.parametrize(
     "shapes, kwargs, message",
     [
-        (((5,), (3, 4), (3, 4)), {}, "query must have shape"),
-        (((2, 5, 4), (2, 3, 6), (2, 3, 4)), {}, "same width d_k, got 4 and 6"),
-        (((2, 5, 4), (2, 3, 4), (2, 2, 4)), {}, "same length t_k, got 3 and 2"),
+        (((5,), (3, 4), (3, 4)), {}, "query must have at least 2 dimensions"),
+        (((2, 5, 4), (2, 3, 6), (2, 3, 4)), {}, "same last dimension d_k, got 4 and 6"),
+        (((2, 5, 4), (2, 3, 4), (2, 2, 4)), {}, "same number of tokens t_k, got 3 and 2"),
         (((2, 5, 4), (3, 3, 4), (3, 3, 4)), {}, "must broadcast"),
         (
             ((2, 5, 4), (2, 3, 4), (2, 3, 4)),
@@ -250,7 +251,7 @@ def test_gqa_equals_torch(h, h_kv, is_causal, block_size):
     shapes = [(2, h, 11, 5), (2, h_kv, 13, 5), (2, h_kv, 13, 3)]
     q, k, v = (torch.randn(s, generator=g, dtype=torch.float64, requires_grad=True) for s in shapes)
     assert_output_and_grads_equal(
-        lambda q, k, v: flash_attention(q, k, v, is_causal, block_size, enable_gqa=True),
+        lambda q, k, v: flash_attention(q, k, v, is_causal=is_causal, block_size=block_size, enable_gqa=True),
         lambda q, k, v: F.scaled_dot_product_attention(
             q, k, v, is_causal=is_causal, enable_gqa=True
         ),
@@ -263,7 +264,7 @@ def test_gqa_with_broadcast_batch_and_different_key_and_value_heads_like_torch()
     shapes = [(2, 6, 7, 4), (1, 3, 9, 4), (2, 2, 9, 5)]  # torch repeats key and value separately
     q, k, v = (torch.randn(s, generator=g, dtype=torch.float64, requires_grad=True) for s in shapes)
     assert_output_and_grads_equal(
-        lambda q, k, v: flash_attention(q, k, v, True, 4, enable_gqa=True),
+        lambda q, k, v: flash_attention(q, k, v, is_causal=True, block_size=4, enable_gqa=True),
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
         (q, k, v),
     )
@@ -279,7 +280,7 @@ def test_bottom_right_equals_causal_lower_right(t_q, t_k, block_size):
         warnings.simplefilter("ignore")
         bias = causal_lower_right(t_q, t_k)
     assert_output_and_grads_equal(
-        lambda q, k, v: flash_attention(q, k, v, True, block_size, causal_alignment="bottom_right"),
+        lambda q, k, v: flash_attention(q, k, v, is_causal=True, block_size=block_size, alignment="bottom_right"),
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=bias),
         (q, k, v),
     )
@@ -305,7 +306,7 @@ def test_masks_equal_torch_with_an_explicit_mask(
     mask = allowed(t_q, t_k, alignment, window)
     assert_output_and_grads_equal(
         lambda q, k, v: flash_attention(
-            q, k, v, True, (block_q, block_k), enable_gqa=gqa, causal_alignment=alignment,
+            q, k, v, is_causal=True, block_size=(block_q, block_k), enable_gqa=gqa, alignment=alignment,
             window=window,
         ),
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa),
@@ -324,7 +325,7 @@ def test_window_equals_torch_with_an_explicit_mask(alignment, window, block_size
     mask = allowed(t_q, t_k, alignment, window)
     assert_output_and_grads_equal(
         lambda q, k, v: flash_attention(
-            q, k, v, True, block_size, enable_gqa=True, causal_alignment=alignment, window=window
+            q, k, v, is_causal=True, block_size=block_size, enable_gqa=True, alignment=alignment, window=window
         ),
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True),
         (q, k, v),
@@ -336,7 +337,7 @@ def test_window_gradcheck(alignment):
     q, k, v = random_qkv((2,), 6, 9, 3, 2, requires_grad=True)
     assert gradcheck(
         lambda q, k, v: flash_attention(
-            q, k, v, True, (2, 3), causal_alignment=alignment, window=3
+            q, k, v, is_causal=True, block_size=(2, 3), alignment=alignment, window=3
         ),
         (q, k, v),
     )
@@ -364,7 +365,7 @@ def test_a_bad_value_outside_the_window_reaches_every_row_as_in_a_v():
     expected = scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert torch.isnan(expected[0, :, 0]).all()  # 0 · nan = nan in A V
     for block_size in (1, 2, 8):
-        out = flash_attention(q, k, v, True, block_size, window=3)
+        out = flash_attention(q, k, v, is_causal=True, block_size=block_size, window=3)
         torch.testing.assert_close(out, expected, rtol=0, atol=1e-12, equal_nan=True)
 
 
@@ -374,7 +375,7 @@ def test_a_bad_value_outside_the_window_reaches_every_row_as_in_a_v():
         (((2, 6, 5, 4), (2, 4, 3, 4), (2, 4, 3, 4)), {}, "h = 6 and h_kv = 4"),
         (((2, 3, 5, 4), (2, 6, 3, 4), (2, 6, 3, 4)), {}, "h = 3 and h_kv = 6"),
         (((2, 6, 5, 4), (2, 3, 3, 4), (2, 4, 3, 4)), {}, "value heads h_kv, got h = 6 and h_kv"),
-        (((5, 4), (3, 4), (3, 4)), {}, "at least 3-d with enable_gqa"),
+        (((5, 4), (3, 4), (3, 4)), {}, r"at least 3 dimensions \(\.\.\., h, t, d\)"),
     ],
 )
 def test_bad_gqa_input_raises(shapes, kwargs, message):
@@ -390,8 +391,8 @@ def test_bad_gqa_input_raises(shapes, kwargs, message):
         ({"is_causal": True, "window": True}, "got True"),
         ({"is_causal": True, "window": 2.0}, "got 2.0"),
         ({"window": 2}, "pass is_causal=True, got is_causal=False, window=2"),
-        ({"causal_alignment": "bottom_right"}, "causal_alignment='bottom_right'"),
-        ({"is_causal": True, "causal_alignment": "lower_right"}, "got 'lower_right'"),
+        ({"alignment": "bottom_right"}, "alignment='bottom_right'"),
+        ({"is_causal": True, "alignment": "lower_right"}, "got 'lower_right'"),
         ({"block_size": (2, 0)}, "or a pair of them, got \\(2, 0\\)"),
         ({"block_size": (2, 3, 4)}, "got \\(2, 3, 4\\)"),
         ({"block_size": (2,)}, "got \\(2,\\)"),
@@ -417,7 +418,7 @@ def test_a_hidden_bad_score_stays_hidden(bad, block_size):
     into nan that way, so a tile that meets one must be masked by filling instead."""
     q, k, v = random_qkv((2,), 8, 8, 4, 3)
     k[1, 5, 0] = bad  # queries 0 .. 4 of batch 1 cannot see key 5
-    out = flash_attention(q, k, v, True, block_size)
+    out = flash_attention(q, k, v, is_causal=True, block_size=block_size)
     expected, _ = clean_reference(q, k, v, 5, 5, is_causal=True)
     torch.testing.assert_close(out[1:2, :5], expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(out[0], F.scaled_dot_product_attention(q, k, v, is_causal=True)[0])
@@ -431,7 +432,7 @@ def test_a_key_no_query_sees_is_never_touched_forward_or_backward(bad, block_siz
     q, k, v = random_qkv((2,), 4, 8, 4, 3, requires_grad=False)
     k[1, 6, 0] = bad
     q, k, v = (x.requires_grad_() for x in (q, k, v))
-    out = flash_attention(q, k, v, True, block_size, window=window)
+    out = flash_attention(q, k, v, is_causal=True, block_size=block_size, window=window)
     grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
     mask = allowed(4, 4, window=window)
     expected, expected_grads = clean_reference(q, k, v, 4, 4, attn_mask=mask)

@@ -28,10 +28,10 @@ def explicit_lse(q, k, visible, scale):
 @pytest.mark.parametrize("t_q, t_k", [(13, 13), (7, 13)])
 def test_lse_is_the_log_sum_exp_of_the_visible_scores(is_causal, alignment, window, t_q, t_k):
     q, k, v = qkv(t_q=t_q, t_k=t_k)
-    kwargs = {"causal_alignment": alignment, "window": window} if is_causal else {}
-    out, lse = flash_attention(q, k, v, is_causal, 4, return_lse=True, scale=0.3, **kwargs)
-    torch.testing.assert_close(out, flash_attention(q, k, v, is_causal, 4, scale=0.3, **kwargs),
-                               rtol=0, atol=0)
+    kwargs = {"alignment": alignment, "window": window} if is_causal else {}
+    kwargs |= {"is_causal": is_causal, "block_size": 4, "scale": 0.3}
+    out, lse = flash_attention(q, k, v, return_lse=True, **kwargs)
+    torch.testing.assert_close(out, flash_attention(q, k, v, **kwargs), rtol=0, atol=0)
     offset = t_k - t_q if alignment == "bottom_right" else 0
     rows, cols = torch.arange(t_q)[:, None] + offset, torch.arange(t_k)[None, :]
     visible = (cols <= rows) & (cols > rows - (window or t_k)) if is_causal else cols >= 0
@@ -44,7 +44,7 @@ def test_lse_equals_flex_attentions():
     q, k, v = qkv(batch=(1, 2), t_q=12, t_k=12)
     block_mask = create_block_mask(masks.causal(), None, None, 12, 12, device="cpu", BLOCK_SIZE=4)
     _, aux = flex_attention(q, k, v, block_mask=block_mask, return_aux=AuxRequest(lse=True))
-    torch.testing.assert_close(flash_attention(q, k, v, True, 4, return_lse=True)[1], aux.lse,
+    torch.testing.assert_close(flash_attention(q, k, v, is_causal=True, block_size=4, return_lse=True)[1], aux.lse,
                                rtol=0, atol=1e-12)
 
 
@@ -74,7 +74,7 @@ def test_weights_from_flex_attentions_lse_under_its_mask_and_score_rules(score_m
 @pytest.mark.parametrize("rows", [slice(0, 13), slice(0, 1), slice(5, 9), slice(12, 13)])
 def test_weights_of_any_block_of_rows_equal_the_explicit_weights(is_causal, rows):
     q, k, v = qkv()
-    _, lse = flash_attention(q, k, v, is_causal, 4, return_lse=True)
+    _, lse = flash_attention(q, k, v, is_causal=is_causal, block_size=4, return_lse=True)
     got = weights_from_lse(q[..., rows, :], k, lse[..., rows], is_causal=is_causal,
                            row_offset=rows.start)
     want = attention_weights(q, k, is_causal=is_causal)[..., rows, :]
@@ -83,10 +83,12 @@ def test_weights_of_any_block_of_rows_equal_the_explicit_weights(is_causal, rows
     torch.testing.assert_close(got.sum(-1), torch.ones_like(got.sum(-1)), rtol=0, atol=1e-12)
 
 
-def test_a_row_that_sees_nothing_has_infinite_lse_and_zero_weights():
+def test_a_row_that_sees_nothing_has_lse_minus_inf_and_zero_weights():
     q, k, v = qkv(t_q=6, t_k=3)  # bottom-right: queries 0, 1 and 2 sit before every key
-    out, lse = flash_attention(q, k, v, True, 2, causal_alignment="bottom_right", return_lse=True)
-    assert bool((lse[..., :3] == math.inf).all()) and bool(lse[..., 3:].isfinite().all())
+    out, lse = flash_attention(
+        q, k, v, is_causal=True, block_size=2, alignment="bottom_right", return_lse=True
+    )
+    assert bool((lse[..., :3] == -math.inf).all()) and bool(lse[..., 3:].isfinite().all())
     weights = weights_from_lse(q, k, lse, is_causal=True, row_offset=3 - 6)  # t_k - t_q
     assert not weights[..., :3, :].any() and not out[..., :3, :].any()
     want = attention_weights(q, k, attn_mask=torch.ones(6, 3, dtype=torch.bool).tril(-3))
@@ -95,7 +97,9 @@ def test_a_row_that_sees_nothing_has_infinite_lse_and_zero_weights():
 
 def test_half_precision_keeps_lse_in_float32_and_weights_close():
     q, k, v = qkv()
-    out, lse = flash_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), True, 4, return_lse=True)
+    out, lse = flash_attention(
+        q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True, block_size=4, return_lse=True
+    )
     assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
     weights = weights_from_lse(q.bfloat16(), k.bfloat16(), lse, is_causal=True)
     want = attention_weights(q, k, is_causal=True)
@@ -108,7 +112,7 @@ def test_grouped_query_heads_give_one_lse_per_query_head():
     g = torch.Generator().manual_seed(2)
     q = torch.randn(2, 4, 9, 8, generator=g, dtype=torch.float64)  # (b, h, t, d_h)
     k, v = (torch.randn(2, 2, 9, 8, generator=g, dtype=torch.float64) for _ in range(2))
-    _, lse = flash_attention(q, k, v, True, 4, enable_gqa=True, return_lse=True)
+    _, lse = flash_attention(q, k, v, is_causal=True, block_size=4, enable_gqa=True, return_lse=True)
     k_rep = k.repeat_interleave(2, dim=1)  # (b, h, t, d_h)
     torch.testing.assert_close(weights_from_lse(q, k_rep, lse, is_causal=True),
                                attention_weights(q, k, is_causal=True, enable_gqa=True), rtol=0, atol=1e-12)
@@ -116,7 +120,7 @@ def test_grouped_query_heads_give_one_lse_per_query_head():
 
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
-        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 3), torch.zeros(3)), r"query and key must be"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 3), torch.zeros(3)), r"same last dimension d_k, got 4 and 3"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(4)), r"lse must have the query rows' shape \(3,\), got \(4,\)"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), row_offset=1.0), r"row_offset must be an integer, got 1.0"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), mask_mod=masks.causal()), r"mask_mod and score_mod need query \(b, h, n, d_k\), got shape \(3, 4\)"),
@@ -124,3 +128,19 @@ class TestBadInput:
     def test_raises_value_error(self, call, message):
         with pytest.raises(ValueError, match=message):
             call()
+
+
+def test_lse_is_differentiable():
+    """d lse_i / d s_ij = P_ij: the backward adds dlse to dS = P ∘ (dP - (D - dlse))."""
+    q, k, v = (x.requires_grad_() for x in qkv(t_q=5, t_k=7))
+    for kwargs in ({}, {"is_causal": True, "alignment": "bottom_right", "window": 3}):
+        assert torch.autograd.gradcheck(
+            lambda q, k, v: flash_attention(q, k, v, block_size=2, return_lse=True, **kwargs),
+            (q[:1, :1], k[:1, :1], v[:1, :1]),
+        )
+    lse = flash_attention(q, k, v, block_size=2, return_lse=True)[1]
+    scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # (b, h, t_q, t_k)
+    want = torch.autograd.grad(torch.logsumexp(scores, dim=-1).sum(), (q, k))
+    got = torch.autograd.grad(lse.sum(), (q, k))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

@@ -30,8 +30,8 @@ HALF = [torch.bfloat16, torch.float16]
 
 IMPLEMENTATIONS = {
     "sdpa": lambda q, k, v, causal: scaled_dot_product_attention(q, k, v, is_causal=causal),
-    "flash, block 64": lambda q, k, v, causal: flash_attention(q, k, v, causal, block_size=64),
-    "flash, block 16": lambda q, k, v, causal: flash_attention(q, k, v, causal, block_size=16),
+    "flash, block 64": lambda q, k, v, causal: flash_attention(q, k, v, is_causal=causal, block_size=64),
+    "flash, block 16": lambda q, k, v, causal: flash_attention(q, k, v, is_causal=causal, block_size=16),
 }
 
 
@@ -209,7 +209,11 @@ def test_output_and_gradients_as_accurate_in_32_blocks_as_in_one(dtype) -> None:
     ref = output_and_grads(naive_attention, q64, k64, v64, False, grad_out)
     errors = {}
     for block_size in (128, 4):
-        fn = functools.partial(flash_attention, block_size=block_size)
+        fn = functools.partial(
+            lambda q, k, v, causal, size: flash_attention(
+                q, k, v, is_causal=causal, block_size=size
+            ), size=block_size,
+        )
         errors[block_size] = [
             max_error(x, r) for x, r in zip(output_and_grads(fn, q, k, v, False, grad_out), ref)
         ]

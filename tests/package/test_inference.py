@@ -264,8 +264,8 @@ def _exhaust() -> None:
     pool.append(0, torch.ones(1, 1, 3, 1), torch.ones(1, 1, 3, 1))
 
 
-def test_sliding_window_mask_is_bottom_right_aligned() -> None:
-    mask = sliding_window_mask(2, 5, 3)
+def test_sliding_window_mask_aligned_bottom_right() -> None:
+    mask = sliding_window_mask(2, 5, 3, alignment="bottom_right")
     assert mask.tolist() == [
         [False, True, True, True, False],  # query 0 sits at position 3: keys 1, 2, 3
         [False, False, True, True, True],  # query 1 at position 4: keys 2, 3, 4

@@ -46,9 +46,9 @@ def test_the_three_forms_are_the_written_out_sum(shape, chunk_size, causal):
     query, key, value = qkv(*shape)
     want = written_out(query, key, value, causal)
     for form in FORMS:
-        got = linear_attention(query, key, value, causal=causal, form=form, chunk_size=chunk_size)
+        got = linear_attention(query, key, value, is_causal=causal, form=form, chunk_size=chunk_size)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=form)
-    weights = linear_attention_weights(query, key, causal=causal)
+    weights = linear_attention_weights(query, key, is_causal=causal)
     torch.testing.assert_close(weights.sum(-1), torch.ones(shape[:-1], dtype=F64))
     torch.testing.assert_close(weights @ value, want, rtol=1e-12, atol=1e-12)
 
@@ -57,7 +57,8 @@ def test_values_of_another_width_and_a_feature_map_of_another_width():
     query, key, _ = qkv(2, 10, 4)
     value = torch.randn(2, 10, 7, dtype=F64)
     squares = lambda x: torch.cat([x, x * x], dim=-1).exp()  # noqa: E731  r = 2 d_k, positive
-    outs = [linear_attention(query, key, value, squares, form=f, chunk_size=3) for f in FORMS]
+    outs = [linear_attention(query, key, value, feature_map=squares, is_causal=True, form=f,
+                             chunk_size=3) for f in FORMS]
     assert outs[0].shape == (2, 10, 7)
     for out in outs[1:]:
         torch.testing.assert_close(out, outs[0], rtol=1e-12, atol=1e-12)
@@ -67,7 +68,7 @@ def test_gradients_of_the_three_forms_agree():
     grads = []
     for form in FORMS:
         tensors = [x.requires_grad_() for x in qkv(2, 11, 4, seed=3)]
-        linear_attention(*tensors, form=form, chunk_size=4).pow(2).sum().backward()
+        linear_attention(*tensors, is_causal=True, form=form, chunk_size=4).pow(2).sum().backward()
         grads.append([x.grad for x in tensors])
     for other in grads[1:]:
         for got, want in zip(other, grads[0]):
@@ -77,8 +78,8 @@ def test_gradients_of_the_three_forms_agree():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_is_accumulated_in_float32(dtype):
     query, key, value = (x.to(dtype) for x in qkv(2, 64, 16))
-    want = linear_attention(*(x.double() for x in (query, key, value)))
-    got = linear_attention(query, key, value, form="chunked", chunk_size=16)
+    want = linear_attention(*(x.double() for x in (query, key, value)), is_causal=True)
+    got = linear_attention(query, key, value, is_causal=True, form="chunked", chunk_size=16)
     assert got.dtype == dtype
     phi_q, phi_k = elu_plus_one(query), elu_plus_one(key)  # all in half precision, plainly
     kernel = (phi_q @ phi_k.transpose(-2, -1)).tril()
@@ -93,8 +94,10 @@ def test_flops_are_what_pytorch_counts(form, causal):
     query, key, value = qkv(1, 1, t, r)
     value = value[..., :d_v]
     with FlopCounterMode(display=False) as counter:
-        linear_attention(query, key, value, causal=causal, form=form, chunk_size=chunk)
-    assert counter.get_total_flops() == linear_attention_flops(t, r, d_v, form, causal, chunk)
+        linear_attention(query, key, value, is_causal=causal, form=form, chunk_size=chunk)
+    assert counter.get_total_flops() == linear_attention_flops(
+        t, r, d_v, form, is_causal=causal, chunk_size=chunk
+    )
 
 
 # FAVOR+ --------------------------------------------------------------------------------------
@@ -145,10 +148,10 @@ def test_favor_output_mean_and_error_are_what_the_variance_predicts():
     exact = F.scaled_dot_product_attention(query, key, value)
     generator = torch.Generator().manual_seed(5)
     errors = torch.stack([
-        favor_attention(query, key, value, m, projection=random_projection(m, d, False, generator, F64)) - exact
+        favor_attention(query, key, value, num_features=m, projection=random_projection(m, d, False, generator, F64)) - exact
         for _ in range(draws)
     ])  # (draws, t, d_v)
-    predicted = favor_error_variance(query, key, value, m)  # (t, d_v)
+    predicted = favor_error_variance(query, key, value, num_features=m)  # (t, d_v)
     x, y = query * d**-0.25, key * d**-0.25
     alpha = torch.softmax(x @ y.T, -1)
     s = x[:, None, :] + y[None, :, :]
@@ -164,25 +167,25 @@ def test_favor_converges_to_softmax_attention_causal_or_not():
     query, key, value = qkv(2, 2, 12, 8, scale=0.5, seed=2)
     for causal in (False, True):
         exact = F.scaled_dot_product_attention(query, key, value, is_causal=causal)
-        errors = [(favor_attention(query, key, value, m, seed=1, causal=causal) - exact).pow(2).mean()
+        errors = [(favor_attention(query, key, value, num_features=m, seed=1, is_causal=causal) - exact).pow(2).mean()
                   for m in (16, 4096)]
         assert errors[1] < errors[0] / 20
-        predicted = favor_error_variance(query, key, value, 4096, causal=causal).mean()
+        predicted = favor_error_variance(query, key, value, num_features=4096, is_causal=causal).mean()
         assert errors[1] < 4 * predicted
 
 
 def test_favor_forms_agree_and_the_seed_fixes_the_draw():
     query, key, value = qkv(1, 2, 20, 8)
-    outs = [favor_attention(query, key, value, 32, seed=3, causal=True, form=f) for f in FORMS]
+    outs = [favor_attention(query, key, value, num_features=32, seed=3, is_causal=True, form=f) for f in FORMS]
     for out in outs[1:]:
         torch.testing.assert_close(out, outs[0], rtol=1e-10, atol=1e-12)
-    assert not torch.equal(outs[0], favor_attention(query, key, value, 32, seed=4, causal=True))
+    assert not torch.equal(outs[0], favor_attention(query, key, value, num_features=32, seed=4, is_causal=True))
 
 
 def test_favor_is_finite_for_large_scores():
     # Without the shared maximum subtracted from the exponents, exp overflows in float32.
     query, key, value = (x.float() for x in qkv(1, 16, 64, scale=6.0))
-    out = favor_attention(query, key, value, 64, seed=0, causal=True)
+    out = favor_attention(query, key, value, num_features=64, seed=0, is_causal=True)
     assert torch.isfinite(out).all()
 
 
@@ -201,10 +204,10 @@ class TestBadInput:
         with pytest.raises(ValueError, match="features >= 0"):
             linear_attention(q, k, v, feature_map=lambda x: x)
         with pytest.raises(ValueError, match="one width r"):
-            linear_attention(q, k[:, :4], v[:, :4], lambda x: x.exp()[..., : x.shape[-2] - 2],
-                             causal=False)
+            linear_attention(q, k[:, :4], v[:, :4],
+                             feature_map=lambda x: x.exp()[..., : x.shape[-2] - 2])
         with pytest.raises(ValueError, match="as many queries as keys"):
-            linear_attention(q[:, :3], k, v)
+            linear_attention(q[:, :3], k, v, is_causal=True)
         with pytest.raises(ValueError, match="same last dimension d_k"):
             linear_attention(q, k[..., :3], v)
         with pytest.raises(ValueError, match="same leading dimensions"):
@@ -217,10 +220,10 @@ class TestBadInput:
     def test_favor(self):
         q, k, v = qkv(2, 5, 4)
         with pytest.raises(ValueError, match="num_features must be at least 1, got 0"):
-            favor_attention(q, k, v, 0)
+            favor_attention(q, k, v, num_features=0)
         with pytest.raises(ValueError, match="seed must be an integer or None"):
-            favor_attention(q, k, v, 8, seed=1.5)
+            favor_attention(q, k, v, num_features=8, seed=1.5)
         with pytest.raises(ValueError, match=r"projection must have shape \(num_features, d_k\)"):
-            favor_attention(q, k, v, 8, projection=torch.randn(8, 3, dtype=F64))
+            favor_attention(q, k, v, num_features=8, projection=torch.randn(8, 3, dtype=F64))
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\)"):
             positive_random_features(q, torch.randn(8, 3))

@@ -42,7 +42,7 @@ def test_every_variant_is_checked_then_timed_with_its_flops(run):
         factor = 1 if pass_name == "forward" else 3
         if variant in FORM_VARIANTS:
             form = variant.removeprefix("linear-")
-            assert row["flops"] == factor * 2 * 2 * linear_attention_flops(24, 8, 8, form, True, 64)
+            assert row["flops"] == factor * 2 * 2 * linear_attention_flops(24, 8, 8, form, is_causal=True, chunk_size=64)
         else:
             assert row["flops"] == 4 * 2 * 2 * 24 * 24 * 8 / 2 * (1 if pass_name == "forward" else 3.5)
         assert row["tflops"] == pytest.approx(row["flops"] / row["median_s"] / 1e12)

@@ -24,7 +24,7 @@ def test_a_swapped_block_is_linear_attention_on_its_projections():
     x = torch.randn(3, 10, 16, dtype=F64)
     projected = block.attn.qkv(block.norm1(x)).split(16, dim=2)  # Q, K, V: (b, t, d) each
     q, k, v = (p.view(3, 10, 2, 8).transpose(1, 2) for p in projected)  # (b, h, t, d_h) each
-    context = linear_attention(q, k, v, form="recurrent").transpose(1, 2).reshape(3, 10, 16)
+    context = linear_attention(q, k, v, is_causal=True, form="recurrent").transpose(1, 2).reshape(3, 10, 16)
     want = x + block.attn.out_proj(context)
     torch.testing.assert_close(block(x), want, rtol=1e-12, atol=1e-12)
 

@@ -72,7 +72,7 @@ def test_causal_rules_equal_the_package_masks_when_t_q_differs_from_t_k():
         rule = M.causal(alignment, 5, 9)
         assert torch.equal(M.to_dense(rule, 5, 9), causal_mask(5, 9, alignment=alignment))
     window = M.sliding_window(3, "bottom_right", 5, 9)
-    assert torch.equal(M.to_dense(window, 5, 9), sliding_window_mask(5, 9, 3))
+    assert torch.equal(M.to_dense(window, 5, 9), sliding_window_mask(5, 9, 3, alignment="bottom_right"))
 
 
 def test_batch_dependent_rules_give_one_mask_per_row():
@@ -207,7 +207,7 @@ class TestBadInput:
         (lambda: M.block_sparsity(M.causal(), 4, 4, 0), r"block_q must be at least 1, got 0"),
         (lambda: M.to_bias(M.soft_cap(5.0), 3, 3, 1), r"score_mod must add a term"),
         (lambda: M.apply_score_mod(torch.zeros(3, 3), M.alibi(1)), r"scores must be \(b, h, t_q, t_k\)"),
-        (lambda: M.dense_attention(*qkv(t_k=5)[:2], torch.zeros(2, 3, 4, 8)), r"query and key must share d_k and key and value t_k"),
+        (lambda: M.dense_attention(*qkv(t_k=5)[:2], torch.zeros(2, 3, 4, 8, dtype=torch.float64)), r"same number of tokens t_k, got 5 and 4"),
     ])
     def test_raises_value_error(self, call, message):
         with pytest.raises(ValueError, match=message):

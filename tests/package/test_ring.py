@@ -17,7 +17,7 @@ def qkv(t=24, d=8, seed=0, dtype=torch.float64):
 @pytest.mark.parametrize("world_size, t", [(1, 24), (2, 24), (3, 24), (4, 26)])
 def test_equals_full_attention(sharding, is_causal, world_size, t):
     q, k, v = qkv(t)
-    out = ring_attention(q, k, v, world_size, is_causal, sharding=sharding)
+    out = ring_attention(q, k, v, world_size=world_size, is_causal=is_causal, sharding=sharding)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
     torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
 
@@ -25,7 +25,8 @@ def test_equals_full_attention(sharding, is_causal, world_size, t):
 def test_half_precision_is_accumulated_in_float32():
     q, k, v = qkv(16, dtype=torch.float64)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    got = ring_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 4, True, sharding="zigzag")
+    got = ring_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), world_size=4, is_causal=True,
+                         sharding="zigzag")
     plain = F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True)
     assert got.dtype == torch.bfloat16
     assert (got.double() - want).abs().max() <= 2 * (plain.double() - want).abs().max()
@@ -69,10 +70,29 @@ class TestBadInput:
         (lambda: ring_shards(8, 0), r"world_size must be at least 1, got 0"),
         (lambda: ring_shards(8, 2, "striped"), r"sharding must be one of \('contiguous', 'zigzag'\), got 'striped'"),
         (lambda: ring_shards(6, 4, "zigzag"), r"zigzag sharding over world_size=4 needs t >= 8 tokens"),
-        (lambda: ring_attention(*qkv(8)[:2], torch.zeros(2, 3, 7, 8), 2), r"the same t, got 8, 8, 7"),
-        (lambda: ring_attention(torch.zeros(8), torch.zeros(8), torch.zeros(8), 2), r"query must be \(\.\.\., t, d\)"),
+        (lambda: ring_attention(qkv(7)[0], *qkv(8)[1:], world_size=2), r"the same t, got 7, 8, 8"),
+        (lambda: ring_attention(torch.zeros(8), torch.zeros(8), torch.zeros(8), world_size=2),
+         r"query must have at least 2 dimensions"),
         (lambda: ring_attention_io(10, 4, 3, 100), r"t must be a multiple of world_size"),
     ])
     def test_raises_value_error(self, call, message):
         with pytest.raises(ValueError, match=message):
             call()
+
+
+@pytest.mark.parametrize("sharding, is_causal", [("contiguous", False), ("zigzag", True)])
+def test_gradients_pass_gradcheck_through_the_merges(sharding, is_causal):
+    """The merge weights exp(lse_a - lse) come from each partial's lse: its gradient counts."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 1, 6, 4, generator=g, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    ring = lambda q, k, v: ring_attention(  # noqa: E731
+        q, k, v, world_size=3 if sharding == "contiguous" else 2, is_causal=is_causal,
+        sharding=sharding,
+    )
+    assert torch.autograd.gradcheck(ring, (q, k, v))
+    want = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+                               .pow(2).sum(), (q, k, v))
+    got = torch.autograd.grad(ring(q, k, v).pow(2).sum(), (q, k, v))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

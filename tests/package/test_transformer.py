@@ -37,7 +37,7 @@ def _causal_src_mask(t: int) -> torch.Tensor:
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_block_equals_torch_encoder_layer(norm_first: bool, causal: bool, activation: str) -> None:
     layer = _torch_layer(norm_first, activation, dropout=0.1).eval()
-    block = TransformerBlock.from_torch(layer, causal=causal)
+    block = TransformerBlock.from_torch(layer, is_causal=causal)
     assert not block.training and block.norm_first == norm_first
     x = torch.randn(3, 5, 8, dtype=torch.float64)
     mask = _causal_src_mask(5) if causal else None
@@ -58,7 +58,7 @@ def test_block_drops_what_torch_drops_in_training(
     dropout mask is drawn in that order, which for b = 1 is our (b, t, d) order.
     """
     layer = _torch_layer(norm_first, activation, dropout=0.2)
-    block = TransformerBlock.from_torch(layer, causal=causal)
+    block = TransformerBlock.from_torch(layer, is_causal=causal)
     assert block.training
     x = torch.randn(1, 6, 8, dtype=torch.float64)
     mask = _causal_src_mask(6) if causal else None
@@ -73,7 +73,7 @@ def test_block_drops_what_torch_drops_in_training(
 
 def test_attention_weights_are_torchs_per_head_weights() -> None:
     layer = _torch_layer(True, "gelu").eval()
-    block = TransformerBlock.from_torch(layer, causal=True)
+    block = TransformerBlock.from_torch(layer, is_causal=True)
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     _, weights = block(x, return_weights=True)
     normed = layer.norm1(x)
@@ -91,7 +91,7 @@ def test_a_float_mask_is_added_per_head_as_torch_adds_it() -> None:
     (pytorch/pytorch#102333), its reference path does.
     """
     layer = _torch_layer(True, "gelu").eval()
-    block = TransformerBlock.from_torch(layer, causal=True)
+    block = TransformerBlock.from_torch(layer, is_causal=True)
     x = torch.randn(3, 5, 8, dtype=torch.float64)
     bias = alibi_bias(2, 5, 5).double() * 8  # (h, t, t), steep enough to matter
     torch_mask = (bias + _causal_src_mask(5)).repeat(3, 1, 1)  # (b h, t, t)
@@ -101,7 +101,7 @@ def test_a_float_mask_is_added_per_head_as_torch_adds_it() -> None:
 
 
 def test_a_bool_mask_keeps_what_is_true_and_adds_to_the_causal_mask() -> None:
-    block = TransformerBlock(8, 2, 16, causal=True).double()
+    block = TransformerBlock(8, 2, 16, is_causal=True).double()
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     keep = torch.ones(5, 5, dtype=torch.bool)
     keep[:, 0] = False  # nobody may look at token 0 ...
@@ -117,7 +117,7 @@ def test_self_attention_without_positions_is_permutation_equivariant() -> None:
     plain = TransformerBlock(8, 2, 16).eval()
     torch.testing.assert_close(plain(x[:, perm]), plain(x)[:, perm], atol=1e-6, rtol=0)
     for block in (
-        TransformerBlock(8, 2, 16, causal=True),  # the mask breaks it ...
+        TransformerBlock(8, 2, 16, is_causal=True),  # the mask breaks it ...
         TransformerBlock(8, 2, 16, rotary=RotaryEmbedding(4)),  # ... and so do rotations
     ):
         block.load_state_dict(plain.state_dict())
@@ -217,7 +217,7 @@ def _llama_reference(block: TransformerBlock, x: torch.Tensor) -> torch.Tensor:
 
 def _llama_block(d: int = 16, h: int = 2, d_ff: int = 40) -> TransformerBlock:
     rotary = RotaryEmbedding(d // h, interleaved=True)  # Meta's pairing: (2i, 2i + 1)
-    block = TransformerBlock(d, h, d_ff, causal=True, activation="swiglu", rotary=rotary,
+    block = TransformerBlock(d, h, d_ff, is_causal=True, activation="swiglu", rotary=rotary,
                              norm="rms", bias=False)
     return randomize(block.double())
 
@@ -250,20 +250,20 @@ def test_swiglu_width_follows_llama_rounding() -> None:
 
 @pytest.mark.parametrize("norm", ["layer", "rms"])
 def test_parallel_block_adds_both_sublayers_of_one_normalized_input(norm: str) -> None:
-    block = randomize(TransformerBlock(8, 2, 16, causal=True, norm=norm, parallel=True).double())
+    block = randomize(TransformerBlock(8, 2, 16, is_causal=True, norm=norm, parallel=True).double())
     assert not hasattr(block, "norm2")
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     normed = block.norm1(x)
     expected = x + block.attn(normed)[0] + block.feed_forward(normed)
     torch.testing.assert_close(block(x), expected, atol=1e-13, rtol=0)
-    sequential = TransformerBlock(8, 2, 16, causal=True, norm=norm).double()
+    sequential = TransformerBlock(8, 2, 16, is_causal=True, norm=norm).double()
     sequential.load_state_dict(block.state_dict(), strict=False)  # all but norm2
     assert not torch.allclose(sequential(x), block(x), atol=1e-3)
 
 
 @pytest.mark.parametrize("norm", ["layer", "rms"])
 def test_qk_norm_normalizes_each_head_s_queries_and_keys(norm: str) -> None:
-    block = randomize(TransformerBlock(8, 2, 16, causal=True, norm=norm, qk_norm=True).double())
+    block = randomize(TransformerBlock(8, 2, 16, is_causal=True, norm=norm, qk_norm=True).double())
     attn = block.attn
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     q, k, _ = attn.qkv(x).split(8, dim=2)
@@ -308,7 +308,7 @@ def test_the_attention_sublayer_can_be_replaced() -> None:
         def forward(self, x: torch.Tensor, attn_mask=None, cache=None) -> tuple:
             return torch.zeros_like(x), None
 
-    block = TransformerBlock(8, 2, 16, causal=True).eval()
+    block = TransformerBlock(8, 2, 16, is_causal=True).eval()
     block.attn = Silent()
     x = torch.randn(2, 4, 8)
     torch.testing.assert_close(block(x), x + block.feed_forward(block.norm2(x)))

@@ -160,7 +160,7 @@ def check_case(name: str, case: tuple, device: str, dtype: torch.dtype, extra: d
     offset = t_k - t_q if alignment == "bottom_right" else 0
     seen = visible(t_q, t_k, causal, offset, window).to(device)
     scale_or_default = d_h**-0.5 if scale is None else scale
-    options = {"enable_gqa": h != h_kv, "causal_alignment": alignment, "window": window, "scale": scale,
+    options = {"enable_gqa": h != h_kv, "alignment": alignment, "window": window, "scale": scale,
                "sinks": sinks, "deterministic": extra.get("deterministic", True)}
     if extra.get("options"):
         options["options"] = TritonOptions(longest_first=True, fold_scale=True, descriptors=True,
@@ -169,7 +169,7 @@ def check_case(name: str, case: tuple, device: str, dtype: torch.dtype, extra: d
         blocks = (64, 64)
     if blocks is not None:
         options |= {"block_m": blocks[0], "block_n": blocks[1]}
-    out = triton_flash_attention(q, k, v, causal, **options)  # (b, h, t_q, d_h)
+    out = triton_flash_attention(q, k, v, is_causal=causal, **options)  # (b, h, t_q, d_h)
     ours = [out, *torch.autograd.grad(out, inputs, grad_out)]
     plain = [plain_attention(q, k, v, seen, scale_or_default, sinks)]
     plain += torch.autograd.grad(plain[0], inputs, grad_out)
@@ -208,8 +208,8 @@ def bad_input_messages() -> list[str]:
         ((x, x[:, :, :8], x), {}),
         ((four, four[:, :2], four[:, :2]), {}),
         ((four, four[:, :3], four[:, :3]), {"enable_gqa": True}),
-        ((x, x, x, True), {"causal_alignment": "bottom-right"}),
-        ((x, x, x, True), {"window": 0}),
+        ((x, x, x), {"is_causal": True, "alignment": "bottom-right"}),
+        ((x, x, x), {"is_causal": True, "window": 0}),
         ((x, x, x), {"window": 4}),
         ((x, x[:, :, :0], x[:, :, :0]), {}),
         ((x[0], x[0], x[0]), {}),
@@ -274,7 +274,7 @@ def interpreter_checks() -> dict:
         second = "no error"
     except RuntimeError as error:
         second = str(error)
-    out = triton_flash_attention(q, k, v, True)  # (b, h, t, d_h); a gradient of stride 0 next
+    out = triton_flash_attention(q, k, v, is_causal=True)  # (b, h, t, d_h); a gradient of stride 0 next
     expanded = torch.autograd.grad(out.sum(), (q, k, v), retain_graph=True)
     dense = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
     kernels = (triton_forward._forward_tuned, triton_backward._backward_dkdv_tuned,
@@ -441,10 +441,10 @@ class TestBadInput:
             "key and value must have shape (1, 4, t_k, 64), got (1, 2, 16, 64) and (1, 2, 16, 64)",
             "with enable_gqa, key and value must have the same number of heads h_kv, and h must be a "
             "multiple of it, got h = 4, key heads 3 and value heads 3",
-            "causal_alignment must be one of ('top_left', 'bottom_right'), got 'bottom-right'",
+            "alignment must be one of ('top_left', 'bottom_right'), got 'bottom-right'",
             "window must be None or an integer >= 1, got 0",
-            "window and causal_alignment apply to causal attention only: pass is_causal=True, "
-            "got is_causal=False, window=4, causal_alignment='top_left'",
+            "window and alignment apply to causal attention only: pass is_causal=True, "
+            "got is_causal=False, window=4, alignment='top_left'",
             "t_q and t_k must be positive, got t_q=16 and t_k=0",
             "query must have shape (b, h, t, d_h), got shape (1, 16, 64)",
             "query, key and value must share one dtype, got torch.float16, torch.bfloat16, torch.float16",

@@ -36,7 +36,7 @@ from ..functional import scaled_dot_product_attention
 from ..linear import elu_plus_one, linear_attention, linear_attention_flops
 from .flops import attention_flops
 from .rows import LinearRow
-from .sweep import DTYPES, PASSES, TOLERANCE, Settings, _error_reason, _relative_error
+from .sweep import DTYPES, PASSES, TOLERANCE, Settings, error_reason, relative_error
 from .timing import time_cpu, time_cuda
 
 FORM_VARIANTS = ("linear-parallel", "linear-recurrent", "linear-chunked")
@@ -59,7 +59,7 @@ def linear_reference(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
 def _variant(name: str, chunk_size: int) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     if name in FORM_VARIANTS:
         form = name.removeprefix("linear-")
-        return lambda q, k, v: linear_attention(q, k, v, form=form, chunk_size=chunk_size)
+        return lambda q, k, v: linear_attention(q, k, v, is_causal=True, form=form, chunk_size=chunk_size)
     if name == "softmax-explicit":
         return lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True)
     return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -68,7 +68,7 @@ def _variant(name: str, chunk_size: int) -> Callable[[Tensor, Tensor, Tensor], T
 def _flops(name: str, b: int, h: int, t: int, d_h: int, backward: bool, chunk_size: int) -> float:
     if name in FORM_VARIANTS:
         form = name.removeprefix("linear-")
-        forward = b * h * linear_attention_flops(t, d_h, d_h, form, True, chunk_size)
+        forward = b * h * linear_attention_flops(t, d_h, d_h, form, is_causal=True, chunk_size=chunk_size)
         return 3.0 * forward if backward else float(forward)
     return attention_flops(b, h, t, d_h, causal=True, backward=backward)
 
@@ -110,10 +110,10 @@ def measure_linear(
             want = linear_reference(*double)
         else:
             want = F.scaled_dot_product_attention(*double, is_causal=True)
-        errors = [_relative_error(out.detach(), want.detach())]
+        errors = [relative_error(out.detach(), want.detach())]
         if backward:  # the gradients of the first call, against the reference's
             want.backward(grad_out.double())
-            errors += [_relative_error(x.grad, x64.grad) for x, x64 in zip(inputs, double)]
+            errors += [relative_error(x.grad, x64.grad) for x, x64 in zip(inputs, double)]
         row = replace(row, max_rel_err=max(errors))
         del out, want
         if row.max_rel_err > TOLERANCE[dtype]:
@@ -126,7 +126,7 @@ def measure_linear(
         else:
             timing = time_cpu(call, seconds, settings.repeats, settings.min_time, settings.max_time)
     except Exception as error:  # recorded in the results, never hidden
-        status, reason = _error_reason(error)
+        status, reason = error_reason(error)
         return replace(row, status=status, reason=reason)
     flops = _flops(name, b, h, t, d_h, backward, chunk_size)
     return replace(row, median_s=timing.median_s, iqr_s=timing.iqr_s, repeats=timing.repeats,

@@ -146,11 +146,11 @@ def _peak(settings: Settings, problem: Problem, device_name: str, measured: dict
     return {"tflops": peak.tflops, "source": peak.source}
 
 
-def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30))
 
 
-def _error_reason(error: BaseException) -> tuple[str, str]:
+def error_reason(error: BaseException) -> tuple[str, str]:
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     if isinstance(error, torch.OutOfMemoryError) or "out of memory" in message.lower():
         return "skipped", f"out of memory: {message}"
@@ -189,8 +189,8 @@ def measure(
         if not refs:
             refs |= reference(p, inputs)
         want_out, want_grads = refs[built.out_proj]
-        errors = [_relative_error(out, want_out)]
-        errors += [_relative_error(x.grad, g) for x, g in zip(inputs.tensors, want_grads)]
+        errors = [relative_error(out, want_out)]
+        errors += [relative_error(x.grad, g) for x, g in zip(inputs.tensors, want_grads)]
         del out
         if variant.compiled:
             _, seen, seconds, peak_bytes = profile()
@@ -209,7 +209,7 @@ def measure(
     except Unsupported as reason:
         return replace(row, status="unsupported", reason=str(reason))
     except Exception as error:  # recorded in the results, never hidden
-        status, reason = _error_reason(error)
+        status, reason = error_reason(error)
         return replace(row, status=status, reason=reason)
     flops = problem_flops(p, built.out_proj)
     tflops = flops / timing.median_s / 1e12

@@ -48,12 +48,12 @@ def measured_error(scale: float, draws: int = 60, t: int = 16, d_k: int = 16) ->
     for m in FEATURES:
         for name, orthogonal in (("independent", False), ("orthogonal", True)):
             errors = [
-                (favor_attention(query, key, value, m, projection=random_projection(
+                (favor_attention(query, key, value, num_features=m, projection=random_projection(
                     m, d_k, orthogonal, generator, torch.float64)) - exact).pow(2).mean()
                 for _ in range(draws)
             ]
             curves[name].append(float(torch.stack(errors).mean()))
-        curves["predicted"].append(float(favor_error_variance(query, key, value, m).mean()))
+        curves["predicted"].append(float(favor_error_variance(query, key, value, num_features=m).mean()))
     return curves
 
 

@@ -1,0 +1,161 @@
+"""One input check and one convention for every kernel: floating point, one dtype, one device,
+one mask rule, keyword-only options, ``is_causal`` a bool, and flash-attn's names explained."""
+
+import inspect
+
+import pytest
+import torch
+
+import attention
+from attention import (
+    BlockAttention,
+    TransformerBlock,
+    attention_weights,
+    dense_attention,
+    favor_attention,
+    flash_attention,
+    linear_attention,
+    ring_attention,
+    scaled_dot_product_attention,
+    split_kv_attention,
+    weights_from_lse,
+)
+
+# Each kernel called on (q, k, v) with the options it needs; (b, h, t, d) inputs of t = 4.
+KERNELS = {
+    "scaled_dot_product_attention": lambda q, k, v, **kw: scaled_dot_product_attention(
+        q, k, v, **kw),
+    "attention_weights": lambda q, k, v, **kw: attention_weights(q, k, **kw),
+    "flash_attention": lambda q, k, v, **kw: flash_attention(q, k, v, **kw),
+    "ring_attention": lambda q, k, v, **kw: ring_attention(q, k, v, world_size=2, **kw),
+    "split_kv_attention": lambda q, k, v, **kw: split_kv_attention(q, k, v, num_splits=2, **kw),
+    "dense_attention": lambda q, k, v, **kw: dense_attention(q, k, v, **kw),
+    "linear_attention": lambda q, k, v, **kw: linear_attention(q, k, v, **kw),
+    "favor_attention": lambda q, k, v, **kw: favor_attention(q, k, v, num_features=4, **kw),
+    "weights_from_lse": lambda q, k, v, **kw: weights_from_lse(q, k, q[..., 0], **kw),
+}
+
+
+def qkv(dtypes=(torch.float32,) * 3, devices=("cpu",) * 3):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(1, 2, 4, 8, generator=g).to(dtype).to(device)
+            for dtype, device in zip(dtypes, devices)]
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_integer_inputs_are_refused(name):
+    """torch's SDPA raises on int tensors; the book's returned a truncated int result."""
+    q, k, v = (x.long() for x in qkv())
+    with pytest.raises(ValueError, match=r"must be floating point, got query torch.int64 on cpu"):
+        KERNELS[name](q, k, v)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_mixed_dtypes_are_refused_naming_each_tensor(name):
+    q, k, v = qkv((torch.float64, torch.float32, torch.float64))
+    with pytest.raises(ValueError, match=r"must share one dtype, got query torch.float64 on cpu, "
+                                         r"key torch.float32 on cpu"):
+        KERNELS[name](q, k, v)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_tensors_on_two_devices_are_refused(name):
+    """A meta query with CPU keys returned a CPU tensor."""
+    q, k, v = qkv(devices=("meta", "cpu", "cpu"))
+    with pytest.raises(ValueError, match=r"must be on one device, got query torch.float32 on "
+                                         r"meta, key torch.float32 on cpu"):
+        KERNELS[name](q, k, v)
+
+
+KEYWORD_ONLY = [
+    attention.scaled_dot_product_attention, attention.attention_weights, attention.flash_attention,
+    attention.ring_attention, attention.split_kv_attention, attention.dense_attention,
+    attention.linear_attention, attention.linear_attention_weights, attention.favor_attention,
+    attention.weights_from_lse, attention.varlen_attention,
+]
+
+
+@pytest.mark.parametrize("fn", KEYWORD_ONLY, ids=lambda fn: fn.__name__)
+def test_options_after_the_tensors_are_keyword_only(fn):
+    """flash_attention's 4th positional was is_causal, SDPA's attn_mask: a mask passed there
+    crashed with 'Boolean value of Tensor ... is ambiguous'. Now both are keywords."""
+    params = list(inspect.signature(fn).parameters.values())
+    tensors = {"query", "key", "value", "lse", "cu_seqlens_q", "cu_seqlens_k"}
+    for p in params:
+        if p.name not in tensors:
+            assert p.kind is inspect.Parameter.KEYWORD_ONLY, f"{fn.__name__}({p.name})"
+    causal = [p for p in params if "causal" in p.name]
+    assert all(p.name == "is_causal" and p.default is False for p in causal), fn.__name__
+
+
+@pytest.mark.parametrize("name", ["scaled_dot_product_attention", "flash_attention",
+                                  "ring_attention", "linear_attention"])
+def test_is_causal_must_be_a_bool(name):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"is_causal must be a bool, got tensor"):
+        KERNELS[name](q, k, v, is_causal=torch.tensor(True))
+
+
+@pytest.mark.parametrize("foreign, ours", [
+    ("causal", "is_causal"), ("softmax_scale", "scale"), ("causal_alignment", "alignment"),
+    ("window_size", r"window=w \(flash-attn's window_size=\(w - 1, 0\)"),
+])
+@pytest.mark.parametrize("name", ["flash_attention", "scaled_dot_product_attention",
+                                  "linear_attention", "ring_attention"])
+def test_flash_attn_names_say_which_keyword_to_use(name, foreign, ours):
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument '{foreign}': did you "
+                                        rf"mean {ours}"):
+        KERNELS[name](q, k, v, **{foreign: True})
+
+
+def test_modules_say_is_causal_for_causal():
+    for make in (lambda: BlockAttention(8, 2, causal=True),
+                 lambda: TransformerBlock(8, 2, 16, causal=True)):
+        with pytest.raises(TypeError, match="did you mean is_causal"):
+            make()
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_block_attention_has_one_mask_rule(is_causal):
+    """An int 0/1 mask was added to the scores of a causal block and refused otherwise."""
+    torch.manual_seed(0)
+    block = BlockAttention(8, 2, is_causal=is_causal)
+    x = torch.randn(1, 4, 8)
+    keep = torch.ones(4, 4, dtype=torch.bool).tril()
+    with pytest.raises(ValueError, match=r"attn_mask must be bool .* got torch.int64"):
+        block(x, keep.long())
+    out, weights = block(x, keep)  # bool: True = may attend
+    assert not weights[..., ~keep].any()
+    additive = torch.zeros(4, 4).masked_fill(~keep, float("-inf"))
+    torch.testing.assert_close(block(x, additive)[0], out)  # a float mask adds
+
+
+def test_sliding_window_forms_agree():
+    """sliding_window_mask, masks.sliding_window and flash_attention(window=) for the same
+    arguments, in either alignment."""
+    from attention import masks, sliding_window_mask
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 1, 3, 4, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(1, 1, 7, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    for alignment in ("top_left", "bottom_right"):
+        dense = sliding_window_mask(3, 7, 2, alignment=alignment)
+        rule = masks.to_dense(masks.sliding_window(2, alignment, 3, 7), 3, 7)
+        assert torch.equal(dense, rule), alignment
+        want = scaled_dot_product_attention(q, k, v, attn_mask=dense)
+        got = flash_attention(q, k, v, is_causal=True, alignment=alignment, window=2)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_an_empty_row_has_lse_minus_inf_everywhere():
+    """FlexAttention's and torch's sentinel; flash_attention returned +inf."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 1, 3, 4, generator=g)
+    k = v = torch.randn(1, 1, 2, 4, generator=g)
+    _, lse = flash_attention(q, k, v, is_causal=True, alignment="bottom_right", return_lse=True)
+    from attention import masks
+
+    rule = masks.causal("bottom_right", 3, 2)
+    _, dense_lse = dense_attention(q, k, v, mask_mod=rule, return_lse=True)
+    assert lse[0, 0, 0] == dense_lse[0, 0, 0] == float("-inf")
