@@ -441,3 +441,16 @@ def test_a_key_no_query_sees_is_never_touched_forward_or_backward(bad, block_siz
         torch.testing.assert_close(grad[1:2, :4], grad_expected, rtol=0, atol=1e-10)
     for grad in grads[1:]:  # dK and dV of the keys no query sees
         assert torch.equal(grad[:, 4:], torch.zeros_like(grad[:, 4:]))
+
+
+def test_compiles_into_one_graph_with_is_causal():
+    """A data-dependent test (a finite sum of the values) broke fullgraph capture; under
+    torch.compile every tile is visited and masks are filled instead. The eager backend checks
+    the capture without code generation (about 5 s on the book's CPU, most of it dynamo's setup).
+    """
+    q, k, v = (torch.randn(1, 1, 4, 4, generator=torch.Generator().manual_seed(i))
+               for i in range(3))
+    compiled = torch.compile(flash_attention, fullgraph=True, backend="eager")
+    out = compiled(q, k, v, is_causal=True, block_size=2)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-6)

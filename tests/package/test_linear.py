@@ -227,3 +227,28 @@ class TestBadInput:
             favor_attention(q, k, v, num_features=8, projection=torch.randn(8, 3, dtype=F64))
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\)"):
             positive_random_features(q, torch.randn(8, 3))
+
+
+def test_chunked_prefill_then_recurrent_decode_equals_one_call():
+    """As flash-linear-attention's (o, final_state): the state carries on from a prefill."""
+    query, key, value = qkv(2, 10, 4)
+    want = linear_attention(query, key, value, is_causal=True, scale=0.5)
+    out, state = linear_attention(query[:, :7], key[:, :7], value[:, :7], is_causal=True,
+                                  form="chunked", chunk_size=3, scale=0.5,
+                                  output_final_state=True)
+    rows = [out]
+    for i in range(7, 10):  # one token at a time
+        row, state = linear_attention(
+            query[:, i:i + 1], key[:, i:i + 1], value[:, i:i + 1], is_causal=True,
+            form="recurrent", scale=0.5, initial_state=state, output_final_state=True,
+        )
+        rows.append(row)
+    torch.testing.assert_close(torch.cat(rows, dim=-2), want, rtol=1e-12, atol=1e-12)
+    for form in FORMS:  # every form returns the same state, causal or not
+        for causal in (False, True):
+            _, final = linear_attention(query, key, value, is_causal=causal, form=form,
+                                        output_final_state=True)
+            torch.testing.assert_close(final, state, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(want, linear_attention(query, key, value, is_causal=True))
+    with pytest.raises(ValueError, match=r"initial_state must have shape \(..., r, d_v \+ 1\)"):
+        linear_attention(query, key, value, initial_state=state[..., :-1])
