@@ -37,8 +37,8 @@ import triton.language as tl
 from torch import Tensor
 
 from .triton_forward import (
-    DKDV_CONFIGS, DQ_CONFIGS, INTS, LOG2E, PREPROCESS_BLOCK, _block_start, _query_range, _key_range, _tile,
-    _visible, _launch, _mask_args, _tuned, launched_config,
+    DKDV_CONFIGS, DQ_CONFIGS, INTS, LOG2E, PREPROCESS_BLOCK, block_start, query_range, key_range, tile_pointers,
+    visible_mask, launch, mask_args, tuned, launched_config,
 )
 
 
@@ -51,8 +51,8 @@ def _preprocess(O, DO, DELTA, stride_ob, stride_oh, stride_ot, stride_od,
     bh = tl.program_id(1).to(tl.int64)
     batch, head = bh // H, bh % H
     dims = tl.arange(0, D_H)
-    o_ptrs = _tile(O, batch, head, rows, dims, stride_ob, stride_oh, stride_ot, stride_od)
-    do_ptrs = _tile(DO, batch, head, rows, dims, stride_dob, stride_doh, stride_dot, stride_dod)
+    o_ptrs = tile_pointers(O, batch, head, rows, dims, stride_ob, stride_oh, stride_ot, stride_od)
+    do_ptrs = tile_pointers(DO, batch, head, rows, dims, stride_dob, stride_doh, stride_dot, stride_dod)
     o = tl.load(o_ptrs, mask=rows[:, None] < T_Q, other=0.0).to(tl.float32)  # (BLOCK_M, D_H)
     do = tl.load(do_ptrs, mask=rows[:, None] < T_Q, other=0.0).to(tl.float32)  # (BLOCK_M, D_H)
     tl.store(DELTA + bh * T_Q + rows, tl.sum(o * do, 1), mask=rows < T_Q)
@@ -80,7 +80,7 @@ def _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, dq_ptrs, str
         s_t = tl.dot(k, tl.trans(q)) * qk_scale  # (BLOCK_N, BLOCK_M): Sᵀ, keys as rows
         p_t = tl.math.exp2(s_t - lse[None, :])  # (BLOCK_N, BLOCK_M), Pᵀ recomputed from lse
         if MASKED:
-            seen = _visible(rows[None, :], keys[:, None], T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW)
+            seen = visible_mask(rows[None, :], keys[:, None], T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW)
             p_t = tl.where(seen, p_t, 0.0)
         dv += tl.dot(p_t.to(do.dtype), do)  # (BLOCK_N, D_H): dV += Pᵀ dZ
         dp_t = tl.dot(v, tl.trans(do))  # (BLOCK_N, BLOCK_M): dPᵀ = V dZᵀ
@@ -111,18 +111,18 @@ def _backward_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC,
     keys = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     rows = tl.arange(0, BLOCK_M)  # (BLOCK_M,) row offsets in a query block
     dims = tl.arange(0, D_H)
-    k_ptrs = _tile(K, batch, kv_head, keys, dims, stride_kb, stride_kh, stride_kt, stride_kd)
-    v_ptrs = _tile(V, batch, kv_head, keys, dims, stride_vb, stride_vh, stride_vt, stride_vd)
+    k_ptrs = tile_pointers(K, batch, kv_head, keys, dims, stride_kb, stride_kh, stride_kt, stride_kd)
+    v_ptrs = tile_pointers(V, batch, kv_head, keys, dims, stride_vb, stride_vh, stride_vt, stride_vd)
     k = tl.load(k_ptrs, mask=keys[:, None] < T_K, other=0.0)  # (BLOCK_N, D_H), kept all along
     v = tl.load(v_ptrs, mask=keys[:, None] < T_K, other=0.0)  # (BLOCK_N, D_H)
     dk = tl.zeros([BLOCK_N, D_H], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, D_H], dtype=tl.float32)
-    lo, mid_lo, mid_hi, hi = _query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
+    lo, mid_lo, mid_hi, hi = query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
                                           BLOCK_M, BLOCK_N)
     for i in range(0, G):  # the query heads that share this key-value head, summed
         head = kv_head * G + i
-        q_ptrs = _tile(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd)
-        do_ptrs = _tile(DO, batch, head, rows, dims, stride_dob, stride_doh, stride_dot, stride_dod)
+        q_ptrs = tile_pointers(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd)
+        do_ptrs = tile_pointers(DO, batch, head, rows, dims, stride_dob, stride_doh, stride_dot, stride_dod)
         lse_ptrs = LSE + (batch * H_KV * G + head) * T_Q + rows
         delta_ptrs = DELTA + (batch * H_KV * G + head) * T_Q + rows
         dq_ptrs = DQ_ACC + ((batch * H_KV * G + head) * T_Q + rows[:, None]) * D_H + dims[None, :]
@@ -135,8 +135,8 @@ def _backward_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC,
         dk, dv = _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, dq_ptrs, stride_qt, stride_dot,
                             D_H, keys, mid_hi, hi, T_Q, T_K, OFFSET, WINDOW, qk_scale, sm_scale, IS_CAUSAL,
                             HAS_WINDOW, True, BLOCK_M, ATOMIC_DQ)  # masked: the window's far edge, the last rows
-    dk_ptrs = _tile(DK, batch, kv_head, keys, dims, stride_dkb, stride_dkh, stride_dkt, stride_dkd)
-    dv_ptrs = _tile(DV, batch, kv_head, keys, dims, stride_dvb, stride_dvh, stride_dvt, stride_dvd)
+    dk_ptrs = tile_pointers(DK, batch, kv_head, keys, dims, stride_dkb, stride_dkh, stride_dkt, stride_dkd)
+    dv_ptrs = tile_pointers(DV, batch, kv_head, keys, dims, stride_dvb, stride_dvh, stride_dvt, stride_dvd)
     tl.store(dk_ptrs, (dk * sm_scale).to(DK.dtype.element_ty), mask=keys[:, None] < T_K)
     tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=keys[:, None] < T_K)
 
@@ -157,7 +157,7 @@ def _dq_loop(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, 
         s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N)
         p = tl.math.exp2(s - lse[:, None])  # (BLOCK_M, BLOCK_N)
         if MASKED:
-            seen = _visible(rows[:, None], keys[None, :], T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW)
+            seen = visible_mask(rows[:, None], keys[None, :], T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW)
             p = tl.where(seen, p, 0.0)
         dp = tl.dot(do, tl.trans(v))  # (BLOCK_M, BLOCK_N): dP = dZ Vᵀ
         ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N)
@@ -173,23 +173,23 @@ def _backward_dq(Q, K, V, DO, LSE, DELTA, DQ,
                  sm_scale, D_H: tl.constexpr, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
                  LONGEST_FIRST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """dQ of one block of BLOCK_M queries of one head."""
-    start_m = _block_start(BLOCK_M, LONGEST_FIRST)
+    start_m = block_start(BLOCK_M, LONGEST_FIRST)
     bh = tl.program_id(1).to(tl.int64)
     batch, head = bh // H, bh % H
     kv_head = head // G
     rows = start_m + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, D_H)
-    q_ptrs = _tile(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd)
-    do_ptrs = _tile(DO, batch, head, rows, dims, stride_dob, stride_doh, stride_dot, stride_dod)
+    q_ptrs = tile_pointers(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd)
+    do_ptrs = tile_pointers(DO, batch, head, rows, dims, stride_dob, stride_doh, stride_dot, stride_dod)
     q = tl.load(q_ptrs, mask=rows[:, None] < T_Q, other=0.0)  # (BLOCK_M, D_H), kept all along
     do = tl.load(do_ptrs, mask=rows[:, None] < T_Q, other=0.0)  # (BLOCK_M, D_H)
     lse = tl.load(LSE + bh * T_Q + rows, mask=rows < T_Q, other=float("inf"))  # (BLOCK_M,)
     delta = tl.load(DELTA + bh * T_Q + rows, mask=rows < T_Q, other=0.0)  # (BLOCK_M,)
-    k_ptrs = _tile(K, batch, kv_head, cols, dims, stride_kb, stride_kh, stride_kt, stride_kd)
-    v_ptrs = _tile(V, batch, kv_head, cols, dims, stride_vb, stride_vh, stride_vt, stride_vd)
+    k_ptrs = tile_pointers(K, batch, kv_head, cols, dims, stride_kb, stride_kh, stride_kt, stride_kd)
+    v_ptrs = tile_pointers(V, batch, kv_head, cols, dims, stride_vb, stride_vh, stride_vt, stride_vd)
     dq = tl.zeros([BLOCK_M, D_H], dtype=tl.float32)
-    lo, mid_lo, mid_hi, hi = _key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
+    lo, mid_lo, mid_hi, hi = key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
                                         BLOCK_M, BLOCK_N)
     dq = _dq_loop(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, lo, mid_lo,
                   T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW, True, BLOCK_N)
@@ -197,13 +197,13 @@ def _backward_dq(Q, K, V, DO, LSE, DELTA, DQ,
                   T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW, False, BLOCK_N)
     dq = _dq_loop(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, mid_hi, hi,
                   T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW, True, BLOCK_N)
-    dq_ptrs = _tile(DQ, batch, head, rows, dims, stride_dqb, stride_dqh, stride_dqt, stride_dqd)
+    dq_ptrs = tile_pointers(DQ, batch, head, rows, dims, stride_dqb, stride_dqh, stride_dqt, stride_dqd)
     tl.store(dq_ptrs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=rows[:, None] < T_Q)
 
 
-_backward_dkdv_tuned = _tuned(_backward_dkdv, DKDV_CONFIGS)
-_backward_dkdv_atomic_tuned = _tuned(_backward_dkdv, DKDV_CONFIGS, reset_to_zero=["DQ_ACC"])
-_backward_dq_tuned = _tuned(_backward_dq, DQ_CONFIGS, ("LONGEST_FIRST",))
+_backward_dkdv_tuned = tuned(_backward_dkdv, DKDV_CONFIGS)
+_backward_dkdv_atomic_tuned = tuned(_backward_dkdv, DKDV_CONFIGS, reset_to_zero=["DQ_ACC"])
+_backward_dq_tuned = tuned(_backward_dq, DQ_CONFIGS, ("LONGEST_FIRST",))
 
 
 def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, sinks: Tensor | None,
@@ -222,8 +222,8 @@ def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out
     # float32 dQ that the atomic additions go to (deterministic: dk stands in, never touched)
     dq_acc = dk if deterministic else torch.zeros(b, h, t_q, d_h, dtype=torch.float32, device=q.device)
     common = {"T_Q": t_q, "T_K": t_k, "qk_scale": scale * LOG2E, "sm_scale": scale, "D_H": d_h,
-              **_mask_args(causal, offset, window)}
-    kernel, meta = _launch(_backward_dkdv, _backward_dkdv_tuned if deterministic else _backward_dkdv_atomic_tuned,
+              **mask_args(causal, offset, window)}
+    kernel, meta = launch(_backward_dkdv, _backward_dkdv_tuned if deterministic else _backward_dkdv_atomic_tuned,
                            blocks)
     grid = lambda meta: (triton.cdiv(t_k, meta["BLOCK_N"]), b * h_kv)  # noqa: E731
     kernel[grid](q, k, v, grad_out, lse, delta, dk, dv, dq_acc, *q.stride(), *k.stride(), *v.stride(),
@@ -232,7 +232,7 @@ def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out
     configs = {"dkdv": launched_config(kernel, meta)}
     if deterministic:
         dq = torch.empty_like(q)
-        kernel, meta = _launch(_backward_dq, _backward_dq_tuned, blocks)
+        kernel, meta = launch(_backward_dq, _backward_dq_tuned, blocks)
         grid = lambda meta: (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)  # noqa: E731
         kernel[grid](q, k, v, grad_out, lse, delta, dq, *q.stride(), *k.stride(), *v.stride(),
                      *grad_out.stride(), *dq.stride(), H=h, G=h // h_kv, LONGEST_FIRST=longest_first,

@@ -84,13 +84,13 @@ def shared_memory_bytes(kernel: str, block_m: int, block_n: int, stages: int, d_
 
 
 @triton.jit
-def _tile(base, batch, head, i, j, stride_b, stride_h, stride_i, stride_j):
+def tile_pointers(base, batch, head, i, j, stride_b, stride_h, stride_i, stride_j):
     """Pointers to the (len(i), len(j)) tile of rows i, columns j of one (batch, head) slice."""
     return base + batch * stride_b + head * stride_h + i[:, None] * stride_i + j[None, :] * stride_j
 
 
 @triton.jit
-def _key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+def key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Key blocks of the query block at start_m: [lo, mid_lo) masked, [mid_lo, mid_hi) whole,
     [mid_hi, hi) masked. Divisions only of numbers >= 0 (Triton rounds toward zero)."""
@@ -112,7 +112,7 @@ def _key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_W
 
 
 @triton.jit
-def _query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+def query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Query blocks that see the key block at start_n: [lo, mid_lo) masked (the diagonal),
     [mid_lo, mid_hi) whole, [mid_hi, hi) masked (the window's edge, the last rows)."""
@@ -134,7 +134,7 @@ def _query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS
 
 
 @triton.jit
-def _visible(rows, keys, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+def visible_mask(rows, keys, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
     """True where query row ``rows`` may see key ``keys`` (any two shapes that broadcast)."""
     ok = (rows < T_Q) & (keys < T_K)
     if IS_CAUSAL:
@@ -169,7 +169,7 @@ def _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, start,
         if not FOLD_SCALE:
             s = s * qk_scale
         if MASKED:
-            seen = _visible(rows[:, None], keys[None, :], T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW)
+            seen = visible_mask(rows[:, None], keys[None, :], T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW)
             s = tl.where(seen, s, float("-inf"))
         row_max = tl.max(s, 1)  # (BLOCK_M,); the scale c > 0 keeps the argmax
         if FOLD_SCALE:
@@ -191,7 +191,7 @@ def _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, start,
 
 
 @triton.jit
-def _block_start(BLOCK_M: tl.constexpr, LONGEST_FIRST: tl.constexpr):
+def block_start(BLOCK_M: tl.constexpr, LONGEST_FIRST: tl.constexpr):
     """First query row of this program's block; with LONGEST_FIRST the grid's first programs take
     the last blocks, which see the most keys under a causal mask (programs start in grid order)."""
     pid = tl.program_id(0)
@@ -215,7 +215,7 @@ def _forward(Q, K, V, O, LSE, SINKS,
              FOLD_SCALE: tl.constexpr, DESCRIPTORS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Z and lse (base 2) of one block of BLOCK_M queries of one head."""
-    start_m = _block_start(BLOCK_M, LONGEST_FIRST)
+    start_m = block_start(BLOCK_M, LONGEST_FIRST)
     bh = tl.program_id(1).to(tl.int64)  # (batch, head) as one index; int64: offsets may pass 2**31
     batch, head = bh // H, bh % H
     kv_head = head // G  # grouped-query attention: g query heads read one key-value head
@@ -228,12 +228,12 @@ def _forward(Q, K, V, O, LSE, SINKS,
         k_src = _slice_descriptor(K + batch * stride_kb + kv_head * stride_kh, T_K, stride_kt, D_H, BLOCK_N)
         v_src = _slice_descriptor(V + batch * stride_vb + kv_head * stride_vh, T_K, stride_vt, D_H, BLOCK_N)
     else:
-        q_ptrs = _tile(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd)
+        q_ptrs = tile_pointers(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd)
         q = tl.load(q_ptrs, mask=rows[:, None] < T_Q, other=0.0)  # (BLOCK_M, D_H), kept all along
         # The first key block's pointers; block n adds n · stride. Swapping the roles of the two
         # strides reads K transposed, (D_H, BLOCK_N), with no copy.
-        k_src = _tile(K, batch, kv_head, dims, cols, stride_kb, stride_kh, stride_kd, stride_kt)
-        v_src = _tile(V, batch, kv_head, cols, dims, stride_vb, stride_vh, stride_vt, stride_vd)
+        k_src = tile_pointers(K, batch, kv_head, dims, cols, stride_kb, stride_kh, stride_kd, stride_kt)
+        v_src = tile_pointers(V, batch, kv_head, cols, dims, stride_vb, stride_vh, stride_vt, stride_vd)
     m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running maximum, base 2
     l = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of 2^(s - m)
     if HAS_SINKS:  # the sink is one more score, with a value of zero: it starts the running sums
@@ -241,7 +241,7 @@ def _forward(Q, K, V, O, LSE, SINKS,
         m = tl.zeros([BLOCK_M], dtype=tl.float32) + sink  # 2^(sink - m) = 1; nothing for a sink of -inf
         l = tl.where(m == float("-inf"), l, l + 1.0)
     acc = tl.zeros([BLOCK_M, D_H], dtype=tl.float32)  # running sum of 2^(s - m) v
-    lo, mid_lo, mid_hi, hi = _key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
+    lo, mid_lo, mid_hi, hi = key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
                                         BLOCK_M, BLOCK_N)
     acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, lo, mid_lo,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
@@ -256,7 +256,7 @@ def _forward(Q, K, V, O, LSE, SINKS,
     l = tl.where(empty, 1.0, l)
     out = acc / l[:, None]  # (BLOCK_M, D_H)
     lse = tl.where(empty, float("inf"), m + tl.math.log2(l))  # (BLOCK_M,), log2 of the row's sum
-    o_ptrs = _tile(O, batch, head, rows, dims, stride_ob, stride_oh, stride_ot, stride_od)
+    o_ptrs = tile_pointers(O, batch, head, rows, dims, stride_ob, stride_oh, stride_ot, stride_od)
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rows[:, None] < T_Q)
     tl.store(LSE + bh * T_Q + rows, lse, mask=rows < T_Q)
 
@@ -265,7 +265,7 @@ def _forward(Q, K, V, O, LSE, SINKS,
 INTERPRET = type(_forward).__name__ == "InterpretedFunction"
 
 
-def _tuned(kernel, configs: tuple[tuple[int, int, int, int], ...], options: tuple[str, ...] = (),
+def tuned(kernel, configs: tuple[tuple[int, int, int, int], ...], options: tuple[str, ...] = (),
            reset_to_zero: list[str] | None = None):
     """``kernel`` autotuned over ``configs`` on a GPU; with the one interpreter config otherwise.
     Tuned again for each value of TUNING_KEY and of the ``options`` (constexpr flags) it takes;
@@ -277,11 +277,11 @@ def _tuned(kernel, configs: tuple[tuple[int, int, int, int], ...], options: tupl
     )(kernel)
 
 
-_forward_tuned = _tuned(_forward, FORWARD_CONFIGS, ("HAS_SINKS", "LONGEST_FIRST", "FOLD_SCALE", "DESCRIPTORS", "WARP_SPECIALIZE"))
+_forward_tuned = tuned(_forward, FORWARD_CONFIGS, ("HAS_SINKS", "LONGEST_FIRST", "FOLD_SCALE", "DESCRIPTORS", "WARP_SPECIALIZE"))
 FIXED_STAGES = 3  # Triton's default num_stages, which a launch with fixed blocks gets
 
 
-def _launch(kernel, autotuned, blocks: tuple[int, int] | None):
+def launch(kernel, autotuned, blocks: tuple[int, int] | None):
     """The autotuned kernel, or, for blocks (BLOCK_M, BLOCK_N) given, the kernel with 4 warps."""
     if blocks is None:
         return autotuned, {}
@@ -297,7 +297,7 @@ def launched_config(kernel, meta: dict) -> tuple[int, int, int, int]:
     return best.kwargs["BLOCK_M"], best.kwargs["BLOCK_N"], best.num_warps, best.num_stages
 
 
-def _mask_args(causal: bool, offset: int, window: int | None) -> dict:
+def mask_args(causal: bool, offset: int, window: int | None) -> dict:
     """The kernels' arguments that say which keys each query sees."""
     return {"OFFSET": offset, "WINDOW": window or 0, "IS_CAUSAL": causal, "HAS_WINDOW": window is not None}
 
@@ -318,11 +318,11 @@ def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float,
     lse = torch.empty(b, h, t_q, dtype=torch.float32, device=q.device)  # (b, h, t_q)
     if descriptors and not INTERPRET:
         triton.set_allocator(_allocate_descriptor_scratch)
-    kernel, meta = _launch(_forward, _forward_tuned, blocks)
+    kernel, meta = launch(_forward, _forward_tuned, blocks)
     grid = lambda meta: (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)  # noqa: E731
     kernel[grid](q, k, v, out, lse, sinks if sinks is not None else lse, *q.stride(), *k.stride(),
                  *v.stride(), *out.stride(), H=h, G=h // k.shape[1], T_Q=t_q, T_K=k.shape[2],
-                 qk_scale=scale * LOG2E, D_H=d_h, **_mask_args(causal, offset, window),
+                 qk_scale=scale * LOG2E, D_H=d_h, **mask_args(causal, offset, window),
                  HAS_SINKS=sinks is not None, LONGEST_FIRST=longest_first, FOLD_SCALE=fold_scale,
                  DESCRIPTORS=descriptors, WARP_SPECIALIZE=warp_specialize, **meta)
     return out, lse, launched_config(kernel, meta)

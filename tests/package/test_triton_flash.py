@@ -571,7 +571,7 @@ if __name__ == "__main__":  # the checks themselves, in a process of their own
     import triton
     import triton.language as tl
 
-    from attention.triton_forward import _key_range, _query_range
+    from attention.triton_forward import key_range, query_range
 
     @triton.jit
     def ranges(OUT, T_Q, T_K, OFFSET, WINDOW, BY_KEYS: tl.constexpr, IS_CAUSAL: tl.constexpr,
@@ -579,10 +579,10 @@ if __name__ == "__main__":  # the checks themselves, in a process of their own
         """Stores the (lo, mid_lo, mid_hi, hi) of program i's loop, as the kernels compute it."""
         i = tl.program_id(0)
         if BY_KEYS:
-            lo, mid_lo, mid_hi, hi = _query_range(i * BLOCK_N, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL,
+            lo, mid_lo, mid_hi, hi = query_range(i * BLOCK_N, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL,
                                                   HAS_WINDOW, BLOCK_M, BLOCK_N)
         else:
-            lo, mid_lo, mid_hi, hi = _key_range(i * BLOCK_M, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL,
+            lo, mid_lo, mid_hi, hi = key_range(i * BLOCK_M, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL,
                                                 HAS_WINDOW, BLOCK_M, BLOCK_N)
         tl.store(OUT + 4 * i, lo)
         tl.store(OUT + 4 * i + 1, mid_lo)
