@@ -65,7 +65,13 @@ from .linear import (
 from .linear_model import KernelBlockAttention, use_kernel_attention
 from .masks import block_sparsity, dense_attention, to_bias, to_dense
 from .memory import MemoryTracker
-from .multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from .multihead import (
+    FusedMultiHeadAttention,
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    from_torch_state_dict,
+    to_torch_state_dict,
+)
 from .norms import RMSNorm
 from .packing import cu_seqlens_from_lengths, document_ids, pack, unpack, varlen_attention
 from .plotting import plot_attention
@@ -163,6 +169,7 @@ __all__ = [
     "decayed_linear_attention",
     "delta_rule",
     "flash_attention",
+    "from_torch_state_dict",
     "gated_delta_rule",
     "head_output_means",
     "head_scores",
@@ -208,6 +215,7 @@ __all__ = [
     "to_bias",
     "to_dense",
     "topk_mask",
+    "to_torch_state_dict",
     "train_lm",
     "unpack",
     "use_kernel_attention",

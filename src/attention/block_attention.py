@@ -58,8 +58,11 @@ class BlockAttention(nn.Module):
         qk_norm: str | None = None,
         bias: bool = True,
         norm_eps: float = 1e-5,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        """h heads of width d_model / h; ``dropout`` on the weights A and on SA(x)."""
+        """h heads of width d_model / h; ``dropout`` on the weights A and on SA(x); parameters
+        on ``device`` in ``dtype`` (torch's defaults when None)."""
         super().__init__()
         check_sizes(d_model=d_model)
         check_heads(d_model, num_heads, width_name="d_model")
@@ -70,13 +73,14 @@ class BlockAttention(nn.Module):
             raise ValueError(f"rotary must rotate heads of width d_h={d_h}, got d_h={rotary.d_h}")
         self.d_model, self.num_heads, self.d_h = d_model, num_heads, d_h
         self.dropout, self.is_causal, self.rotary = dropout, is_causal, rotary
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # W_q, W_k, W_v, as torch's in_proj
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        factory = {"device": device, "dtype": dtype}
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias, **factory)  # W_q, W_k, W_v stacked
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias, **factory)
         self.proj_dropout = nn.Dropout(dropout)  # on out_proj's output (torch's dropout1)
         self.qk_norm = qk_norm
         if qk_norm is not None:
-            self.q_norm = make_norm(qk_norm, d_h, norm_eps, bias)
-            self.k_norm = make_norm(qk_norm, d_h, norm_eps, bias)
+            self.q_norm = make_norm(qk_norm, d_h, norm_eps, bias, **factory)
+            self.k_norm = make_norm(qk_norm, d_h, norm_eps, bias, **factory)
 
     def _mask(
         self, t: int, t_k: int, attn_mask: Tensor | None, x: Tensor, cache: Cache | None

@@ -10,9 +10,13 @@ Notation (see CONTRIBUTING.md):
     Z = A V                                       (..., t, d_out)
 
 M is 0 on and below the diagonal and -inf above it. The module keeps the upper triangle as a
-buffer ``mask`` (1 above the diagonal): a buffer moves with ``.to(device)`` and is saved in the
-state dict, but is not a trainable parameter.
+bool buffer ``mask`` (True above the diagonal): a buffer moves with ``.to(device)`` and is not a
+trainable parameter. It is registered with ``persistent=False``, so checkpoints do not carry it
+(it is rebuilt from ``context_length``, and a checkpoint loads at any context length); a
+checkpoint saved when it was persistent still loads, its ``mask`` entry ignored.
 """
+
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -20,25 +24,46 @@ from torch import Tensor, nn
 from ._checks import check_context_length, check_dropout, check_input, check_sizes
 
 
+def register_causal_mask(
+    module: nn.Module, context_length: int, device: torch.device | str | None = None
+) -> None:
+    """Give ``module`` the bool buffer ``mask`` (context_length, context_length), True above the
+    diagonal, not saved in the state dict; an old checkpoint's ``mask`` entry is dropped on load.
+
+    Like every buffer it is uninitialized after ``module.to_empty(...)``: call this again then.
+    """
+    mask = torch.ones(context_length, context_length, dtype=torch.bool, device=device).triu(1)
+    module.register_buffer("mask", mask, persistent=False)
+
+    def drop_saved_mask(_module: nn.Module, state_dict: dict[str, Any], prefix: str,
+                        *args: Any) -> None:
+        state_dict.pop(prefix + "mask", None)  # saved by an older version: rebuilt, not loaded
+
+    module.register_load_state_dict_pre_hook(drop_saved_mask)
+
+
 class CausalAttention(nn.Module):
     """Single-head causal self-attention with dropout on the attention weights."""
 
     def __init__(
-        self, d_in: int, d_out: int, context_length: int, dropout: float, qkv_bias: bool = False
+        self, d_in: int, d_out: int, context_length: int, dropout: float, *,
+        qkv_bias: bool = False, device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
+        """The projections W_query, W_key, W_value (d_in -> d_out), created on ``device`` in
+        ``dtype`` (torch's defaults when None), and the causal mask for ``context_length``."""
         super().__init__()
+        factory = {"device": device, "dtype": dtype}
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_dropout(dropout)
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer(
-            "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
-        )
+        register_causal_mask(self, context_length, device)
 
     def forward(self, x: Tensor) -> Tensor:
         """Context vectors (..., t, d_out) of the tokens x (..., t, d_in)."""
@@ -49,7 +74,7 @@ class CausalAttention(nn.Module):
         keys = self.W_key(x)  # (..., t, d_out)
         values = self.W_value(x)  # (..., t, d_out)
         attn_scores = queries @ keys.transpose(-2, -1)  # (..., t, t)
-        future = self.mask.bool()[:t, :t]  # (t, t), True above the diagonal
+        future = self.mask[:t, :t]  # (t, t), True above the diagonal
         attn_scores = attn_scores.masked_fill(future, float("-inf"))
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
         attn_weights = self.dropout(attn_weights)

@@ -171,6 +171,15 @@ class KVCache:
         """Forget every token (the storage is kept and overwritten by the next append)."""
         self.length = 0
 
+    def to(
+        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> "KVCache":
+        """Move the storage (and the cached tokens) to ``device`` and ``dtype``, in place, as a
+        module's ``.to()`` does; returns the cache."""
+        self.keys = self.keys.to(device=device, dtype=dtype)
+        self.values = self.values.to(device=device, dtype=dtype)
+        return self
+
 
 class RollingKVCache:
     """A rolling buffer of the last ``window`` tokens (Mistral's cache), and optional sinks.
@@ -241,6 +250,16 @@ class RollingKVCache:
         self.length = 0
         self.key_positions = self.key_positions[:0]
 
+    def to(
+        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> "RollingKVCache":
+        """Move the slots (and the positions) to ``device`` and ``dtype``, in place; returns
+        the cache."""
+        self.keys = self.keys.to(device=device, dtype=dtype)
+        self.values = self.values.to(device=device, dtype=dtype)
+        self.key_positions = self.key_positions.to(device=device)
+        return self
+
 
 class ModelKVCache:
     """One cache per layer of a model, with the model's totals."""
@@ -269,6 +288,14 @@ class ModelKVCache:
         for cache in self.layers:
             cache.reset()
 
+    def to(
+        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> "ModelKVCache":
+        """Move every layer's cache to ``device`` and ``dtype``, in place; returns the cache."""
+        for cache in self.layers:
+            cache.to(device=device, dtype=dtype)
+        return self
+
 
 class GroupedQueryAttention(nn.Module):
     """Causal grouped-query self-attention, optionally within a sliding window, with a cache.
@@ -284,12 +311,14 @@ class GroupedQueryAttention(nn.Module):
 
     def __init__(
         self, d_in: int, d_out: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0,
-        qkv_bias: bool = False, window: int | None = None, sinks: int = 0,
+        *, qkv_bias: bool = False, window: int | None = None, sinks: int = 0,
+        device: torch.device | str | None = None, dtype: torch.dtype | None = None,
     ) -> None:
         """W_query d_in -> d_out, W_key and W_value d_in -> h_kv · d_h, out_proj d_out -> d_out.
 
         ``dropout`` drops attention weights in training mode. ``num_kv_heads`` must divide
         ``num_heads``; ``window``, if given, is an integer >= 1; ``sinks`` > 0 needs a window.
+        Parameters are created on ``device`` in ``dtype`` (torch's defaults when None).
         """
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)
@@ -309,10 +338,11 @@ class GroupedQueryAttention(nn.Module):
         self.d_in, self.d_out, self.num_heads = d_in, d_out, num_heads
         self.num_kv_heads, self.d_h = num_kv_heads, d_out // num_heads
         self.window, self.sinks, self.dropout = window, sinks, dropout
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, num_kv_heads * self.d_h, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, num_kv_heads * self.d_h, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
+        factory = {"device": device, "dtype": dtype}
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
+        self.W_key = nn.Linear(d_in, num_kv_heads * self.d_h, bias=qkv_bias, **factory)
+        self.W_value = nn.Linear(d_in, num_kv_heads * self.d_h, bias=qkv_bias, **factory)
+        self.out_proj = nn.Linear(d_out, d_out, **factory)
 
     def new_cache(self, batch_size: int, max_tokens: int) -> KVCache | RollingKVCache:
         """An empty cache on the module's device and dtype, for up to ``max_tokens`` tokens.

@@ -25,6 +25,8 @@ and ``resid_dropout``; OpenAI's released GPT-2 code has no dropout):
 modules without it.
 """
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -36,7 +38,7 @@ from ._checks import (
     check_input,
     check_sizes,
 )
-from .causal import CausalAttention
+from .causal import CausalAttention, register_causal_mask
 
 
 class MultiHeadAttentionWrapper(nn.Module):
@@ -49,12 +51,17 @@ class MultiHeadAttentionWrapper(nn.Module):
         context_length: int,
         dropout: float,
         num_heads: int,
+        *,
         qkv_bias: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
+        """num_heads :class:`~attention.CausalAttention` heads, on ``device`` in ``dtype``."""
         super().__init__()
         check_sizes(num_heads=num_heads)
         self.heads = nn.ModuleList(
-            CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
+            CausalAttention(d_in, d_out, context_length, dropout, qkv_bias=qkv_bias,
+                            device=device, dtype=dtype)
             for _ in range(num_heads)
         )
 
@@ -73,16 +80,21 @@ class MultiHeadAttention(nn.Module):
         context_length: int,
         dropout: float,
         num_heads: int,
+        *,
         qkv_bias: bool = False,
         proj_dropout: float = 0.0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         """Projections d_in → d_out split into num_heads heads, and the output projection.
 
         ``dropout`` is the probability of dropping an attention weight, ``proj_dropout`` that
         of dropping an entry of the output projection's result; both in [0, 1), used only in
         training mode. ``context_length`` (at least 1) is the longest sequence accepted.
+        Parameters are created on ``device`` in ``dtype`` (torch's defaults when None).
         """
         super().__init__()
+        factory = {"device": device, "dtype": dtype}
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_heads(d_out, num_heads)
         check_dropout(dropout)
@@ -92,15 +104,13 @@ class MultiHeadAttention(nn.Module):
         self.context_length = context_length
         self.num_heads = num_heads
         self.d_h = d_out // num_heads
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
+        self.out_proj = nn.Linear(d_out, d_out, **factory)
         self.dropout = nn.Dropout(dropout)  # on the attention weights
         self.proj_dropout = nn.Dropout(proj_dropout)  # on out_proj's output
-        self.register_buffer(
-            "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
-        )
+        register_causal_mask(self, context_length, device)  # bool, not in the state dict
 
     def forward(self, x: Tensor, return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Context vectors (b, t, d_out) of the tokens x (b, t, d_in).
@@ -116,7 +126,7 @@ class MultiHeadAttention(nn.Module):
         keys = self.W_key(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         values = self.W_value(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         attn_scores = queries @ keys.transpose(2, 3)  # (b, h, t, t)
-        future = self.mask.bool()[:t, :t]  # (t, t), True above the diagonal
+        future = self.mask[:t, :t]  # (t, t), True above the diagonal
         attn_scores = attn_scores.masked_fill(future, float("-inf"))
         attn_weights = torch.softmax(attn_scores / d_h**0.5, dim=-1)
         attn_weights = self.dropout(attn_weights)
@@ -141,15 +151,19 @@ class FusedMultiHeadAttention(nn.Module):
         context_length: int,
         dropout: float,
         num_heads: int,
+        *,
         qkv_bias: bool = False,
-        use_sdpa: bool = True,
         proj_dropout: float = 0.0,
+        use_sdpa: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         """One fused (d_in, 3 d_out) projection and the output projection.
 
         Arguments as in :class:`MultiHeadAttention`; ``use_sdpa`` picks the attention's path.
         """
         super().__init__()
+        factory = {"device": device, "dtype": dtype}
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_heads(d_out, num_heads)
         check_dropout(dropout)
@@ -160,13 +174,11 @@ class FusedMultiHeadAttention(nn.Module):
         self.num_heads = num_heads
         self.d_h = d_out // num_heads
         self.use_sdpa = use_sdpa
-        self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
+        self.qkv = nn.Linear(d_in, 3 * d_out, bias=qkv_bias, **factory)
+        self.out_proj = nn.Linear(d_out, d_out, **factory)
         self.dropout = nn.Dropout(dropout)  # on the attention weights
         self.proj_dropout = nn.Dropout(proj_dropout)  # on out_proj's output
-        self.register_buffer(
-            "mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
-        )
+        register_causal_mask(self, context_length, device)  # bool, not in the state dict
 
     def forward(self, x: Tensor) -> Tensor:
         """Context vectors (b, t, d_out) of the tokens x (b, t, d_in)."""
@@ -190,7 +202,7 @@ class FusedMultiHeadAttention(nn.Module):
             attn_scores = torch.baddbmm(
                 q.new_zeros(()), q, k.transpose(1, 2), beta=0, alpha=d_h**-0.5
             )  # (b h, t, t), Q Kᵀ / sqrt(d_h)
-            future = self.mask[:t, :t].bool()  # (t, t), True above the diagonal
+            future = self.mask[:t, :t]  # (t, t), True above the diagonal
             attn_scores.masked_fill_(future, float("-inf"))  # (b h, t, t)
             attn_weights = self.dropout(torch.softmax(attn_scores, dim=-1))
             context = torch.bmm(attn_weights, v).view(b, h, t, d_h)  # (b, h, t, d_h)
@@ -222,3 +234,84 @@ class FusedMultiHeadAttention(nn.Module):
                 fused.qkv.bias.copy_(torch.cat([p.bias for p in projections]))  # (3 d_out,)
             fused.out_proj.load_state_dict(mha.out_proj.state_dict())
         return fused.train(mha.training)
+
+
+def to_torch_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A :class:`MultiHeadAttention` state dict as ``torch.nn.MultiheadAttention``'s.
+
+    Args:
+        state: ``mha.state_dict()`` of a module with d_in = d_out (torch's module projects the
+            query from and to one width, ``embed_dim``).
+
+    Returns:
+        ``in_proj_weight`` (W_query, W_key, W_value stacked, (3 d_out, d_in)), ``in_proj_bias``
+        (zeros without ``qkv_bias``) and ``out_proj.weight``, ``out_proj.bias``: load it into
+        ``nn.MultiheadAttention(d_out, num_heads, bias=True, batch_first=True)``, which then
+        computes what the module computes when called with the causal ``attn_mask``
+        (True above the diagonal).
+
+    Raises:
+        ValueError: a state dict without the module's projections, or with d_in != d_out.
+
+    Example:
+        >>> mha = MultiHeadAttention(8, 8, context_length=4, dropout=0.0, num_heads=2)
+        >>> sorted(to_torch_state_dict(mha.state_dict()))
+        ['in_proj_bias', 'in_proj_weight', 'out_proj.bias', 'out_proj.weight']
+    """
+    names = ("W_query", "W_key", "W_value")
+    missing = [f"{n}.weight" for n in (*names, "out_proj") if f"{n}.weight" not in state]
+    if missing:
+        raise ValueError(f"state must be a MultiHeadAttention state dict, got no {missing}")
+    d_out, d_in = state["W_query.weight"].shape
+    if d_in != d_out:
+        raise ValueError(f"torch.nn.MultiheadAttention needs d_in = d_out, got {d_in} and {d_out}")
+    weight = torch.cat([state[f"{n}.weight"] for n in names])  # (3 d_out, d_in)
+    biases = [state.get(f"{n}.bias") for n in names]
+    bias = torch.cat([b if b is not None else weight.new_zeros(d_out) for b in biases])
+    return {"in_proj_weight": weight, "in_proj_bias": bias,
+            "out_proj.weight": state["out_proj.weight"], "out_proj.bias": state["out_proj.bias"]}
+
+
+def from_torch_state_dict(
+    state: Mapping[str, Tensor], *, qkv_bias: bool = True
+) -> dict[str, Tensor]:
+    """A ``torch.nn.MultiheadAttention`` state dict as :class:`MultiHeadAttention`'s.
+
+    Args:
+        state: the state dict of ``nn.MultiheadAttention(embed_dim, num_heads)`` with one
+            ``in_proj_weight`` (kdim = vdim = embed_dim).
+        qkv_bias: whether the target module has biases on W_query, W_key and W_value; with
+            False, torch's ``in_proj_bias`` must be zero (or absent) and is dropped.
+
+    Returns:
+        The state dict to load into ``MultiHeadAttention(embed_dim, embed_dim, context_length,
+        dropout, num_heads, qkv_bias=qkv_bias)``; a torch module without biases gives a zero
+        ``out_proj.bias``.
+
+    Raises:
+        ValueError: separate query, key and value weights (kdim or vdim given), or a non-zero
+            ``in_proj_bias`` with ``qkv_bias=False``.
+
+    Example:
+        >>> torch_mha = nn.MultiheadAttention(8, 2)
+        >>> sorted(from_torch_state_dict(torch_mha.state_dict()))[:2]
+        ['W_key.bias', 'W_key.weight']
+    """
+    if "in_proj_weight" not in state:
+        raise ValueError("state must hold in_proj_weight (kdim = vdim = embed_dim), got keys "
+                         f"{sorted(state)}")
+    weights = state["in_proj_weight"].chunk(3)  # W_query, W_key, W_value: (d, d) each
+    bias = state.get("in_proj_bias")
+    out: dict[str, Tensor] = {}
+    for i, name in enumerate(("W_query", "W_key", "W_value")):
+        out[f"{name}.weight"] = weights[i]
+        if qkv_bias:
+            out[f"{name}.bias"] = bias.chunk(3)[i] if bias is not None else weights[i].new_zeros(
+                weights[i].shape[0])
+    if not qkv_bias and bias is not None and bool(bias.any()):
+        raise ValueError("in_proj_bias must be zero to load without qkv_bias, got a non-zero bias")
+    out["out_proj.weight"] = state["out_proj.weight"]
+    out_bias = state.get("out_proj.bias")
+    out["out_proj.bias"] = out_bias if out_bias is not None else weights[0].new_zeros(
+        weights[0].shape[0])
+    return out

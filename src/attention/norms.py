@@ -30,14 +30,18 @@ class RMSNorm(nn.Module):
     input's dtype.
     """
 
-    def __init__(self, d: int, eps: float = 1e-5) -> None:
-        """A gain γ of ones (d,); ``eps`` > 0 keeps the division finite for x = 0."""
+    def __init__(
+        self, d: int, eps: float = 1e-5, *, device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """A gain γ of ones (d,) on ``device`` in ``dtype``; ``eps`` > 0 keeps the division
+        finite for x = 0."""
         super().__init__()
         check_sizes(d=d)
         if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
             raise ValueError(f"eps must be a number > 0, got {eps!r}")
         self.d, self.eps = d, float(eps)
-        self.weight = nn.Parameter(torch.ones(d))  # γ
+        self.weight = nn.Parameter(torch.ones(d, device=device, dtype=dtype))  # γ
 
     def forward(self, x: Tensor) -> Tensor:
         """γ ⊙ x / sqrt(mean(x²) + ε) for x (..., d): shape (..., d)."""
@@ -47,13 +51,17 @@ class RMSNorm(nn.Module):
         return self.weight * (x * torch.rsqrt(mean_square + self.eps))  # (..., d)
 
 
-def make_norm(kind: str, d: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
-    """``nn.LayerNorm(d)`` for ``kind="layer"`` (with β unless ``bias=False``), or RMSNorm."""
+def make_norm(
+    kind: str, d: int, eps: float = 1e-5, bias: bool = True, *,
+    device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """``nn.LayerNorm(d)`` for ``kind="layer"`` (with β unless ``bias=False``), or RMSNorm, on
+    ``device`` in ``dtype``."""
     if kind not in NORMS:
         raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
     if kind == "rms":
-        return RMSNorm(d, eps)
-    return nn.LayerNorm(d, eps=eps, bias=bias)
+        return RMSNorm(d, eps, device=device, dtype=dtype)
+    return nn.LayerNorm(d, eps=eps, bias=bias, device=device, dtype=dtype)
 
 
 def norm_matrix(norm: nn.Module) -> Tensor:

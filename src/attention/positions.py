@@ -132,9 +132,11 @@ class RotaryEmbedding(nn.Module):
     the model past its training length; :class:`~attention.rope_scaling.YaRNScaling` also
     multiplies the rotated features (or all d_h, with ``scaled_features="head"``) by its
     ``attention_factor`` sqrt(1/τ). The module has no parameters; ``frequencies`` holds the θ_i
-    used, in float64. With :class:`~attention.rope_scaling.DynamicNTKScaling` they depend on the
-    length: ``forward(x, start)`` rotates with those of length start + t (``frequencies`` holds
-    those of the training length), so keys rotated at another length do not match.
+    used, in float64: a buffer that follows ``.to(device)`` (and ``to_empty``, recomputed), stays
+    float64 under ``.to(dtype)`` and is not saved in the state dict (``persistent=False``). With
+    :class:`~attention.rope_scaling.DynamicNTKScaling` they depend on the length:
+    ``forward(x, start)`` rotates with those of length start + t (``frequencies`` holds those of
+    the training length), so keys rotated at another length do not match.
     """
 
     def __init__(
@@ -166,11 +168,23 @@ class RotaryEmbedding(nn.Module):
         self.base = float(base)
         self.interleaved = interleaved
         self.scaling = scaling
-        if scaling is None:
-            self.frequencies = rope_frequencies(rotary_dim, self.base)  # (d_rot/2,) float64
-        else:
-            self.frequencies = scaling.frequencies(rotary_dim, self.base)  # (d_rot/2,) float64
+        self.register_buffer("frequencies", self._frequencies(None), persistent=False)
         self.attention_factor = 1.0 if scaling is None else scaling.attention_factor
+
+    def _frequencies(self, device: torch.device | None) -> Tensor:
+        """θ_i (d_rot/2,) in float64 on ``device``, from the base and the scaling rule."""
+        if self.scaling is None:
+            theta = rope_frequencies(self.rotary_dim, self.base)  # (d_rot/2,) float64
+        else:
+            theta = self.scaling.frequencies(self.rotary_dim, self.base)  # (d_rot/2,) float64
+        return theta.to(device)
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        """Every move of the module (``.to``, ``.cuda``, ``to_empty``) moves the frequencies, but
+        a cast to float16 would round θ_i: they are recomputed in float64 on the new device."""
+        super()._apply(fn, recurse)
+        self.frequencies = self._frequencies(self.frequencies.device)
+        return self
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """x (..., t, d_h) with token i rotated by its position start + i: shape (..., t, d_h)."""

@@ -107,8 +107,11 @@ class TransformerBlock(nn.Module):
         qk_norm: bool = False,
         bias: bool = True,
         norm_eps: float = 1e-5,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        """Attention with h heads of width d_model / h, and an FFN d_model -> d_ff -> d_model."""
+        """Attention with h heads of width d_model / h, and an FFN d_model -> d_ff -> d_model;
+        parameters on ``device`` in ``dtype`` (torch's defaults when None)."""
         super().__init__()
         check_sizes(d_model=d_model)
         check_heads(d_model, num_heads, width_name="d_model")
@@ -126,17 +129,19 @@ class TransformerBlock(nn.Module):
         self.mlp, self.parallel = mlp, parallel
         self.attn = BlockAttention(
             d_model, num_heads, dropout, is_causal=is_causal, rotary=rotary,
-            qk_norm=norm if qk_norm else None, bias=bias, norm_eps=norm_eps,
+            qk_norm=norm if qk_norm else None, bias=bias, norm_eps=norm_eps, device=device,
+            dtype=dtype,
         )  # built first: the same random draws as before it was a submodule
-        self.norm1 = make_norm(norm, d_model, norm_eps, bias)
+        factory = {"device": device, "dtype": dtype}
+        self.norm1 = make_norm(norm, d_model, norm_eps, bias, **factory)
         if mlp:
             if not parallel:  # a parallel block feeds N1(x) to both sublayers
-                self.norm2 = make_norm(norm, d_model, norm_eps, bias)
-            self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1 (Llama's w1)
+                self.norm2 = make_norm(norm, d_model, norm_eps, bias, **factory)
+            self.linear1 = nn.Linear(d_model, d_ff, bias=bias, **factory)  # W_1 (Llama's w1)
             self.act_dropout = nn.Dropout(dropout)  # on the hidden activations (torch's dropout)
-            self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2 (Llama's w2)
+            self.linear2 = nn.Linear(d_ff, d_model, bias=bias, **factory)  # W_2 (Llama's w2)
             if activation == "swiglu":
-                self.linear3 = nn.Linear(d_model, d_ff, bias=bias)  # V (Llama's w3)
+                self.linear3 = nn.Linear(d_model, d_ff, bias=bias, **factory)  # V (Llama's w3)
             self.ffn_dropout = nn.Dropout(dropout)  # on the FFN's output (torch's dropout2)
 
     def feed_forward(self, x: Tensor) -> Tensor:

@@ -278,7 +278,7 @@ def test_model_cache_memory_is_the_formula() -> None:
         (lambda: _decoder(None)(torch.zeros(1, 1, dtype=torch.long), cache=KVCache(1, 2, 3, 4)),
          r"cache must be a ModelKVCache of 2 layers"),
         (lambda: TransformerBlock(8, 2, 16)(torch.randn(1, 2, 8), cache=KVCache(1, 2, 3, 4)),
-         r"a cache needs a causal block \(causal=True\), got causal=False"),
+         r"a cache needs a causal block \(is_causal=True\), got is_causal=False"),
     ],
 )
 def test_cache_bad_input(make: object, message: str) -> None:
