@@ -34,7 +34,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from ._checks import KERNEL_RENAMES, check_causal_options, renamed
+from ._checks import KERNEL_RENAMES, check_causal_options, check_qkv, renamed
 
 try:
     import triton
@@ -215,9 +215,7 @@ def _check_tensors(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) 
             raise ValueError(f"{name} must be float16 or bfloat16, got {tensor.dtype}")
         if tensor.device.type != device:
             raise ValueError(f"{name} must be on {device}, got {tensor.device}")
-    if not (query.dtype == key.dtype == value.dtype):
-        dtypes = f"{query.dtype}, {key.dtype}, {value.dtype}"
-        raise ValueError(f"query, key and value must share one dtype, got {dtypes}")
+    check_qkv(query, key, value, min_dim=4)  # one dtype, one device, widths: every kernel's check
     b, h, t_q, d_h = query.shape
     h_kv = key.shape[1]
     if enable_gqa and (key.shape[1] != value.shape[1] or h_kv == 0 or h % h_kv):

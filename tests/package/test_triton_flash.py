@@ -437,7 +437,7 @@ class TestBadInput:
             "query must be float16 or bfloat16, got torch.float32",
             "d_h must be one of (16, 32, 64, 128), got 48",
             "block_m must be a power of two >= 16, got 24",
-            "key and value must have shape (1, 1, t_k, 64), got (1, 1, 8, 64) and (1, 1, 16, 64)",
+            "key and value must have the same number of tokens t_k, got 8 and 16",
             "key and value must have shape (1, 4, t_k, 64), got (1, 2, 16, 64) and (1, 2, 16, 64)",
             "with enable_gqa, key and value must have the same number of heads h_kv, and h must be a "
             "multiple of it, got h = 4, key heads 3 and value heads 3",
@@ -447,7 +447,8 @@ class TestBadInput:
             "got is_causal=False, window=4, alignment='top_left'",
             "t_q and t_k must be positive, got t_q=16 and t_k=0",
             "query must have shape (b, h, t, d_h), got shape (1, 16, 64)",
-            "query, key and value must share one dtype, got torch.float16, torch.bfloat16, torch.float16",
+            "query, key, value must share one dtype, got query torch.float16 on cpu, key "
+            "torch.bfloat16 on cpu, value torch.float16 on cpu",
             "sinks must be a float tensor of shape (4,), one logit per query head, got shape (2,), torch.float32",
             "fold_scale takes the row maximum before scaling, so needs scale > 0, got -0.5",
             "descriptors need query's last axis contiguous, its other strides multiples of 8 and its start "
