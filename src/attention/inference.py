@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from . import masks
-from ._checks import check_dropout, check_heads, check_input, check_sizes
+from ._checks import check_alignment, check_dropout, check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
 from .multihead import MultiHeadAttention
 
@@ -100,19 +100,23 @@ def window_visible(query_pos: Tensor, key_pos: Tensor, window: int, sinks: int) 
 
 
 def sink_window_mask(
-    t_q: int, t_k: int, window: int, sinks: int = 0, device: torch.device | str | None = None
+    t_q: int, t_k: int, window: int, sinks: int = 0, device: torch.device | str | None = None,
+    *, alignment: str = "top_left",
 ) -> Tensor:
     """Bool mask (t_q, t_k) of a sliding window of ``window`` tokens plus ``sinks`` first tokens.
 
-    Aligned bottom-right like :func:`~attention.sliding_window_mask`: query i sits at position
-    p = t_k - t_q + i and sees key j when j <= p and either p - window < j (the window, itself
-    included) or j < sinks (the attention sinks of StreamingLLM). ``sinks=0`` is the plain
-    sliding window.
+    Aligned like :func:`~attention.sliding_window_mask`: query i sits at position p = i
+    (top-left, the default) or p = t_k - t_q + i (bottom-right, queries after a cache) and sees
+    key j when j <= p and either p - window < j (the window, itself included) or j < sinks (the
+    attention sinks of StreamingLLM). ``sinks=0`` is the plain sliding window.
     """
     check_sizes(t_q=t_q, t_k=t_k, window=window)
     _check_sinks(sinks)
-    query_pos = torch.arange(t_k - t_q, t_k, device=device)  # (t_q,)
-    return window_visible(query_pos, torch.arange(t_k, device=device), window, sinks)  # (t_q, t_k)
+    check_alignment(alignment)
+    offset = t_k - t_q if alignment == "bottom_right" else 0
+    query_pos = torch.arange(offset, offset + t_q, device=device)  # (t_q,)
+    key_pos = torch.arange(t_k, device=device)  # (t_k,)
+    return window_visible(query_pos, key_pos, window, sinks)  # (t_q, t_k)
 
 
 def _check_sinks(sinks: int) -> None:
@@ -190,10 +194,11 @@ class RollingKVCache:
     ``append(keys, values)`` of t new tokens returns, in order of position, the cached sinks,
     the last w - 1 cached tokens after them, and the t new ones: every key that a new token at
     position p can see, j <= p with p - w < j or j < n_sink. ``key_positions`` holds their
-    positions, so that :func:`sink_window_mask` (or ``sliding_window_mask(t, t_k, w)`` without
-    sinks) over them gives the same attention as over the whole sequence. ``length`` counts
-    every token ever appended (the next position); ``max_tokens``, if given, bounds that count
-    (positions), not the memory, which is n_sink + w slots.
+    positions, so that :func:`sink_window_mask` (or ``sliding_window_mask(t, t_k, w,
+    alignment="bottom_right")`` without sinks) over them gives the same attention as over the
+    whole sequence. ``length`` counts every token ever appended (the next position);
+    ``max_tokens``, if given, bounds that count (positions), not the memory, which is n_sink + w
+    slots.
     """
 
     def __init__(

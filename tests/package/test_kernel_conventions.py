@@ -134,7 +134,7 @@ def test_block_attention_has_one_mask_rule(is_causal):
 def test_sliding_window_forms_agree():
     """sliding_window_mask, masks.sliding_window and flash_attention(window=) for the same
     arguments, in either alignment."""
-    from attention import masks, sliding_window_mask
+    from attention import masks, sink_window_mask, sliding_window_mask
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 1, 3, 4, generator=g, dtype=torch.float64)
@@ -143,6 +143,7 @@ def test_sliding_window_forms_agree():
         dense = sliding_window_mask(3, 7, 2, alignment=alignment)
         rule = masks.to_dense(masks.sliding_window(2, alignment, 3, 7), 3, 7)
         assert torch.equal(dense, rule), alignment
+        assert torch.equal(sink_window_mask(3, 7, 2, alignment=alignment), dense), alignment
         want = scaled_dot_product_attention(q, k, v, attn_mask=dense)
         got = flash_attention(q, k, v, is_causal=True, alignment=alignment, window=2)
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
