@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_context_length, check_dropout, check_input, check_sizes
+from .functional import causal_mask
 
 
 def register_causal_mask(
@@ -32,7 +33,7 @@ def register_causal_mask(
 
     Like every buffer it is uninitialized after ``module.to_empty(...)``: call this again then.
     """
-    mask = torch.ones(context_length, context_length, dtype=torch.bool, device=device).triu(1)
+    mask = ~causal_mask(context_length, device=device)  # (t, t), True above the diagonal
     module.register_buffer("mask", mask, persistent=False)
 
     def drop_saved_mask(_module: nn.Module, state_dict: dict[str, Any], prefix: str,

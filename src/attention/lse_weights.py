@@ -17,6 +17,7 @@ import math
 import torch
 from torch import Tensor
 
+from . import masks
 from ._checks import accumulation_dtype, check_bool, check_qkv
 from .masks import MaskMod, ScoreMod
 
@@ -75,7 +76,8 @@ def weights_from_lse(
             visible = mask_mod(batch, head, rows, cols).expand_as(scores)  # (b, h, n, t_k)
             scores = scores.masked_fill(~visible, -math.inf)
     if is_causal:
-        scores = scores.masked_fill(cols > rows, -math.inf)  # (n, t_k) hidden: j > row_offset + i
+        causal = masks.causal()(0, 0, rows, cols)  # (n, t_k): the rule, j <= row_offset + i
+        scores = scores.masked_fill(~causal, -math.inf)
     lse = lse.to(acc_dtype)
     finite = lse.isfinite()  # (..., n); a row that saw no key has lse = -inf
     weights = torch.exp(scores - lse.masked_fill(~finite, 0.0)[..., None])  # (..., n, t_k)

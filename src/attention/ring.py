@@ -40,6 +40,7 @@ from ._checks import (
     check_sizes,
     renamed,
 )
+from . import masks
 from .flash import flash_attention
 from .io_model import IOCount, TwoLevelMemory
 
@@ -71,7 +72,7 @@ def _visible(q_pos: Tensor, k_pos: Tensor, is_causal: bool) -> Tensor:
     """(c_q, c_k), True where the query at q_pos may see the key at k_pos."""
     if not is_causal:
         return torch.ones(len(q_pos), len(k_pos), dtype=torch.bool)
-    return k_pos[None, :] <= q_pos[:, None]  # (c_q, c_k)
+    return masks.visible(masks.causal(), q_pos, k_pos)  # (c_q, c_k)
 
 
 def ring_work(t: int, world_size: int, is_causal: bool = False,
