@@ -253,7 +253,7 @@ def to_torch_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     Raises:
         ValueError: a state dict without the module's projections, or with d_in != d_out.
 
-    Example:
+    Examples:
         >>> mha = MultiHeadAttention(8, 8, context_length=4, dropout=0.0, num_heads=2)
         >>> sorted(to_torch_state_dict(mha.state_dict()))
         ['in_proj_bias', 'in_proj_weight', 'out_proj.bias', 'out_proj.weight']
@@ -292,7 +292,7 @@ def from_torch_state_dict(
         ValueError: separate query, key and value weights (kdim or vdim given), or a non-zero
             ``in_proj_bias`` with ``qkv_bias=False``.
 
-    Example:
+    Examples:
         >>> torch_mha = nn.MultiheadAttention(8, 2)
         >>> sorted(from_torch_state_dict(torch_mha.state_dict()))[:2]
         ['W_key.bias', 'W_key.weight']
