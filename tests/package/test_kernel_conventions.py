@@ -67,12 +67,16 @@ def test_tensors_on_two_devices_are_refused(name):
         KERNELS[name](q, k, v)
 
 
+# Every public function of the package that takes query and key first: a kernel.
 KEYWORD_ONLY = [
-    attention.scaled_dot_product_attention, attention.attention_weights, attention.flash_attention,
-    attention.ring_attention, attention.split_kv_attention, attention.dense_attention,
-    attention.linear_attention, attention.linear_attention_weights, attention.favor_attention,
-    attention.weights_from_lse, attention.varlen_attention,
+    getattr(attention, name) for name in attention.__all__
+    if inspect.isfunction(getattr(attention, name))
+    and list(inspect.signature(getattr(attention, name)).parameters)[:2] == ["query", "key"]
 ]
+
+
+def test_the_kernels_are_found():
+    assert len(KEYWORD_ONLY) >= 11 and attention.flash_attention in KEYWORD_ONLY
 
 
 @pytest.mark.parametrize("fn", KEYWORD_ONLY, ids=lambda fn: fn.__name__)
