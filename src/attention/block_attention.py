@@ -135,6 +135,8 @@ class BlockAttention(nn.Module):
             keys, values = cache.append(keys, values)  # (b, h, t_k, d_h) each
         dropout_p = self.dropout if self.training else 0.0
         mask = self._mask(t, keys.shape[2], attn_mask, x, cache)
-        attn_weights = attention_weights(queries, keys, attn_mask=mask, dropout_p=dropout_p)  # (b, h, t, t_k)
+        attn_weights = attention_weights(
+            queries, keys, attn_mask=mask, dropout_p=dropout_p
+        )  # (b, h, t, t_k)
         context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b,t,d)
         return self.proj_dropout(self.out_proj(context)), attn_weights

@@ -104,7 +104,8 @@ class CrossAttention(nn.Module):
         queries = self.W_query(x).view(b, t_q, h, d_h).transpose(1, 2)  # (b, h, t_q, d_h)
         keys = self.W_key(context).view(b, t_k, h, d_h).transpose(1, 2)  # (b, h, t_k, d_h)
         values = self.W_value(context).view(b, t_k, h, d_h).transpose(1, 2)  # (b, h, t_k, d_h)
-        attn_weights = self.dropout(attention_weights(queries, keys, attn_mask=attn_mask))  # (b, h, t_q, t_k)
+        attn_weights = attention_weights(queries, keys, attn_mask=attn_mask)  # (b, h, t_q, t_k)
+        attn_weights = self.dropout(attn_weights)
         context_vecs = (attn_weights @ values).transpose(1, 2)  # (b, t_q, h, d_h)
         out = self.out_proj(context_vecs.reshape(b, t_q, self.d_out))  # (b, t_q, d_out)
         return (out, attn_weights) if return_weights else out

@@ -125,9 +125,11 @@ class MultiHeadLatentAttention(nn.Module):
 
     def __init__(
         self, d_in: int, d_out: int, num_heads: int, kv_rank: int, rope_dim: int,
-        q_rank: int | None = None, base: float = 10000.0,
+        q_rank: int | None = None, base: float = 10000.0, *,
+        device: torch.device | str | None = None, dtype: torch.dtype | None = None,
     ) -> None:
-        """The projections of the module docstring; ``rope_dim`` even, ``base`` RoPE's base."""
+        """The projections of the module docstring; ``rope_dim`` even, ``base`` RoPE's base;
+        parameters on ``device`` in ``dtype`` (torch's defaults when None)."""
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out, kv_rank=kv_rank, rope_dim=rope_dim)
         check_heads(d_out, num_heads)
@@ -135,16 +137,17 @@ class MultiHeadLatentAttention(nn.Module):
             check_sizes(q_rank=q_rank)
         self.d_in, self.d_out, self.num_heads, self.d_h = d_in, d_out, num_heads, d_out // num_heads
         self.kv_rank, self.rope_dim, self.q_rank = kv_rank, rope_dim, q_rank
-        self.rotary = RotaryEmbedding(rope_dim, base)
-        self.W_down_kv = nn.Linear(d_in, kv_rank, bias=False)  # W_DKV: x -> c
-        self.W_up_key = nn.Linear(kv_rank, d_out, bias=False)  # W_UK: c -> h content keys
-        self.W_up_value = nn.Linear(kv_rank, d_out, bias=False)  # W_UV: c -> h values
-        self.W_key_rope = nn.Linear(d_in, rope_dim, bias=False)  # W_KR: x -> shared k_R
-        self.W_down_query = None if q_rank is None else nn.Linear(d_in, q_rank, bias=False)
+        self.rotary = RotaryEmbedding(rope_dim, base, device=device)
+        f = {"bias": False, "device": device, "dtype": dtype}
+        self.W_down_kv = nn.Linear(d_in, kv_rank, **f)  # W_DKV: x -> c
+        self.W_up_key = nn.Linear(kv_rank, d_out, **f)  # W_UK: c -> h content keys
+        self.W_up_value = nn.Linear(kv_rank, d_out, **f)  # W_UV: c -> h values
+        self.W_key_rope = nn.Linear(d_in, rope_dim, **f)  # W_KR: x -> shared k_R
+        self.W_down_query = None if q_rank is None else nn.Linear(d_in, q_rank, **f)
         width = d_in if q_rank is None else q_rank
-        self.W_up_query = nn.Linear(width, d_out, bias=False)  # W_UQ: c_Q -> h content queries
-        self.W_query_rope = nn.Linear(width, num_heads * rope_dim, bias=False)  # W_QR
-        self.out_proj = nn.Linear(d_out, d_out, bias=False)  # W_o
+        self.W_up_query = nn.Linear(width, d_out, **f)  # W_UQ: c_Q -> h content queries
+        self.W_query_rope = nn.Linear(width, num_heads * rope_dim, **f)  # W_QR
+        self.out_proj = nn.Linear(d_out, d_out, **f)  # W_o
 
     def new_cache(self, batch_size: int, max_tokens: int) -> LatentKVCache:
         """An empty :class:`LatentKVCache` on the module's device and dtype.

@@ -76,13 +76,16 @@ class LearnedPositions(nn.Module):
     ValueError.
     """
 
-    def __init__(self, context_length: int, d: int) -> None:
+    def __init__(
+        self, context_length: int, d: int, *, device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         """One trainable vector of width ``d`` for each of ``context_length`` positions."""
         super().__init__()
         check_sizes(context_length=context_length, d=d)
         self.context_length = context_length
         self.d = d
-        self.embedding = nn.Embedding(context_length, d)  # weight (context_length, d)
+        self.embedding = nn.Embedding(context_length, d, device=device, dtype=dtype)  # (t_max, d)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """x (b, t, d) plus the vectors of positions start .. start + t - 1: shape (b, t, d)."""
@@ -147,8 +150,10 @@ class RotaryEmbedding(nn.Module):
         *,
         rotary_dim: int | None = None,
         scaling: RopeScaling | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
-        """Rotations of the first ``rotary_dim`` features (all ``d_h`` by default)."""
+        """Rotations of the first ``rotary_dim`` features (all ``d_h`` by default); the
+        frequencies on ``device``."""
         super().__init__()
         check_sizes(d_h=d_h)
         _check_even("d_h", d_h)
@@ -168,7 +173,7 @@ class RotaryEmbedding(nn.Module):
         self.base = float(base)
         self.interleaved = interleaved
         self.scaling = scaling
-        self.register_buffer("frequencies", self._frequencies(None), persistent=False)
+        self.register_buffer("frequencies", self._frequencies(device), persistent=False)
         self.attention_factor = 1.0 if scaling is None else scaling.attention_factor
 
     def _frequencies(self, device: torch.device | None) -> Tensor:

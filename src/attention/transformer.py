@@ -260,8 +260,11 @@ class TinyTransformer(nn.Module):
         qk_norm: bool = False,
         bias: bool = True,
         tie_weights: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        """Every weight drawn from N(0, 0.02²), biases zero, as in GPT-2.
+        """Every weight drawn from N(0, 0.02²), biases zero, as in GPT-2; on ``device`` in
+        ``dtype`` (torch's defaults when None).
 
         d_ff defaults to 4 d, or with ``activation="swiglu"`` to int(2 · 4d / 3) (Llama's rule
         without its rounding, :func:`~attention.swiglu_width` with ``multiple_of=1``). ``norm``,
@@ -280,20 +283,23 @@ class TinyTransformer(nn.Module):
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.vocab_size, self.num_heads, self.positions = vocab_size, num_heads, positions
         self.context_length = context_length
-        self.tok_emb = nn.Embedding(vocab_size, d_model)  # (n_vocab, d)
-        self.pos_emb = LearnedPositions(context_length, d_model) if positions == "learned" else None
-        rotary = RotaryEmbedding(d_model // num_heads) if positions == "rope" else None
+        factory = {"device": device, "dtype": dtype}
+        self.tok_emb = nn.Embedding(vocab_size, d_model, **factory)  # (n_vocab, d)
+        self.pos_emb = (LearnedPositions(context_length, d_model, **factory)
+                        if positions == "learned" else None)
+        d_h = d_model // num_heads
+        rotary = RotaryEmbedding(d_h, device=device) if positions == "rope" else None
         if d_ff is None:
             d_ff = swiglu_width(d_model, multiple_of=1) if activation == "swiglu" else 4 * d_model
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 d_model, num_heads, d_ff, dropout, is_causal=True, activation=activation, mlp=mlp,
-                rotary=rotary, norm=norm, parallel=parallel, qk_norm=qk_norm, bias=bias,
+                rotary=rotary, norm=norm, parallel=parallel, qk_norm=qk_norm, bias=bias, **factory,
             )
             for _ in range(num_layers)
         )
-        self.final_norm = make_norm(norm, d_model, bias=bias)
-        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)  # (d, n_vocab)
+        self.final_norm = make_norm(norm, d_model, bias=bias, **factory)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False, **factory)  # (d, n_vocab)
         if tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # one (n_vocab, d) matrix: logits = x E^T
         for module in self.modules():

@@ -12,13 +12,19 @@ from attention import (
     GroupedQueryAttention,
     KVCache,
     MultiHeadAttention,
+    MultiHeadLatentAttention,
     MultiHeadAttentionWrapper,
     RollingKVCache,
     RotaryEmbedding,
+    TinyTransformer,
     TransformerBlock,
     from_torch_state_dict,
     to_torch_state_dict,
 )
+
+class RotaryTinyTransformer(TinyTransformer):
+    """The key of TinyTransformer with rotary positions."""
+
 
 BUILD = {
     CausalAttention: lambda **kw: CausalAttention(4, 4, 6, 0.0, **kw),
@@ -28,6 +34,9 @@ BUILD = {
     GroupedQueryAttention: lambda **kw: GroupedQueryAttention(4, 4, 2, 1, **kw),
     BlockAttention: lambda **kw: BlockAttention(4, 2, is_causal=True, **kw),
     TransformerBlock: lambda **kw: TransformerBlock(4, 2, 8, is_causal=True, **kw),
+    MultiHeadLatentAttention: lambda **kw: MultiHeadLatentAttention(4, 4, 2, 2, 2, q_rank=2, **kw),
+    TinyTransformer: lambda **kw: TinyTransformer(8, 4, 2, 1, 6, positions="learned", **kw),
+    RotaryTinyTransformer: lambda **kw: TinyTransformer(8, 4, 2, 1, 6, positions="rope", **kw),
 }
 
 
@@ -37,6 +46,8 @@ def test_modules_take_device_and_dtype(cls):
     tensors = [*module.parameters(), *module.buffers()]
     assert tensors and all(x.device.type == "meta" for x in tensors)
     assert {p.dtype for p in module.parameters()} == {torch.float64}
+    buffers = {x.dtype for x in module.buffers()}
+    assert buffers <= {torch.bool, torch.float64}  # masks and RoPE's float64 frequencies
 
 
 @pytest.mark.parametrize("cls", [CausalAttention, MultiHeadAttention, FusedMultiHeadAttention])

@@ -59,7 +59,9 @@ def linear_reference(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
 def _variant(name: str, chunk_size: int) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     if name in FORM_VARIANTS:
         form = name.removeprefix("linear-")
-        return lambda q, k, v: linear_attention(q, k, v, is_causal=True, form=form, chunk_size=chunk_size)
+        return lambda q, k, v: linear_attention(
+            q, k, v, is_causal=True, form=form, chunk_size=chunk_size
+        )
     if name == "softmax-explicit":
         return lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True)
     return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -68,7 +70,9 @@ def _variant(name: str, chunk_size: int) -> Callable[[Tensor, Tensor, Tensor], T
 def _flops(name: str, b: int, h: int, t: int, d_h: int, backward: bool, chunk_size: int) -> float:
     if name in FORM_VARIANTS:
         form = name.removeprefix("linear-")
-        forward = b * h * linear_attention_flops(t, d_h, d_h, form, is_causal=True, chunk_size=chunk_size)
+        forward = b * h * linear_attention_flops(
+            t, d_h, d_h, form, is_causal=True, chunk_size=chunk_size
+        )
         return 3.0 * forward if backward else float(forward)
     return attention_flops(b, h, t, d_h, causal=True, backward=backward)
 
