@@ -32,7 +32,6 @@ import torch
 from torch import Tensor
 
 from ._checks import (
-    ALIGNMENTS,
     KERNEL_RENAMES,
     accumulation_dtype,
     check_alignment,
