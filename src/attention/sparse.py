@@ -30,7 +30,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_sizes
+from ._checks import KERNEL_RENAMES, check_sizes, renamed
 from .masks import MaskMod, and_masks, dense_attention, sliding_window, to_dense
 from .masks import causal as causal_rule
 from .positions import RotaryEmbedding
@@ -85,30 +85,32 @@ def _top(scores: Tensor, k: int, allowed: Tensor) -> Tensor:
     return torch.zeros_like(allowed).expand_as(scores).scatter(-1, index, True) & allowed
 
 
-def topk_mask(scores: Tensor, top_k: int, causal: bool = True) -> MaskMod:
+@renamed(causal="is_causal")
+def topk_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> MaskMod:
     """Mask rule of the ``top_k`` highest scores of each query, chosen among its visible keys.
 
-    ``scores`` (t_q, t_k), or (b, h, t_q, t_k) with b or h possibly 1 (shared). With ``causal``
+    ``scores`` (t_q, t_k), or (b, h, t_q, t_k) with b or h possibly 1 (shared). With ``is_causal``
     the later keys are hidden *before* the selection; a row with fewer visible keys than
     ``top_k`` keeps them all (the clamp of transformers' DeepSeek-V3.2 indexer).
     """
     _check_scores("scores", scores)
     check_sizes(top_k=top_k)
     t_q, t_k = scores.shape[-2:]
-    allowed = _visible(t_q, t_k, scores.device) if causal else torch.ones(
+    allowed = _visible(t_q, t_k, scores.device) if is_causal else torch.ones(
         t_q, t_k, dtype=torch.bool, device=scores.device)
     return _selection_rule(_top(scores, top_k, allowed))
 
 
+@renamed(causal="is_causal")
 def block_topk_mask(
-    block_scores: Tensor, top_k: int, block_size: int, causal: bool = True,
+    block_scores: Tensor, top_k: int, block_size: int, *, is_causal: bool = True,
     keep_first: bool = False,
 ) -> MaskMod:
     """Mask rule of the ``top_k`` key blocks of each query, then causal inside the blocks.
 
     ``block_scores`` (t_q, T_k) or (b, h, t_q, T_k): a score per query and key block of
     ``block_size`` keys, t_k = T_k · B. The query's own block (and the first with
-    ``keep_first``) is always kept and counts among the ``top_k``; with ``causal`` a block after
+    ``keep_first``) is always kept and counts among the ``top_k``; with ``is_causal`` a block after
     the query's own is never chosen, and the own block is cut at the query.
     """
     _check_scores("block_scores", block_scores)
@@ -122,10 +124,10 @@ def block_topk_mask(
     block = torch.arange(n_blocks, device=block_scores.device)[None, :]  # (1, T_k)
     own = block == position // block_size  # (t_q, T_k)
     forced = own | (block == 0) if keep_first else own
-    allowed = block * block_size <= position if causal else torch.ones_like(own)
+    allowed = block * block_size <= position if is_causal else torch.ones_like(own)
     boosted = block_scores.masked_fill(forced, math.inf)  # forced blocks win every comparison
     rule = _selection_rule(_top(boosted, top_k, allowed), block_size)
-    return and_masks(rule, causal_rule("bottom_right", t_q, t_k)) if causal else rule
+    return and_masks(rule, causal_rule("bottom_right", t_q, t_k)) if is_causal else rule
 
 
 class LightningIndexer(nn.Module):
@@ -168,8 +170,9 @@ class LightningIndexer(nn.Module):
         return torch.einsum("bih,bhij->bij", weights, per_head)  # (b, t, t)
 
 
+@renamed(**KERNEL_RENAMES)
 def dsa_attention(
-    query: Tensor, key: Tensor, value: Tensor, index_scores: Tensor, top_k: int,
+    query: Tensor, key: Tensor, value: Tensor, index_scores: Tensor, *, top_k: int,
     scale: float | None = None, gather: bool = False,
 ) -> Tensor:
     """Causal attention of each query over the ``top_k`` keys its index scores rank highest.
@@ -232,7 +235,7 @@ def _block_means(x: Tensor, block_size: int, name: str) -> Tensor:
     return x.view(b, h, t // block_size, block_size, d).mean(dim=3)  # (b, h, T_k, d)
 
 
-def moba_mask(query: Tensor, key: Tensor, block_size: int, top_k: int) -> MaskMod:
+def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> MaskMod:
     """MoBA's selection: query i keeps the ``top_k`` key blocks with the highest q_i · mean(K_c).
 
     query (b, h, t_q, d_k), key (b, h, t_k, d_k), B = ``block_size`` dividing t_k. Causal: the
@@ -242,17 +245,19 @@ def moba_mask(query: Tensor, key: Tensor, block_size: int, top_k: int) -> MaskMo
     return block_topk_mask(gate, top_k, block_size)
 
 
+@renamed(**KERNEL_RENAMES)
 def moba_attention(
-    query: Tensor, key: Tensor, value: Tensor, block_size: int, top_k: int,
+    query: Tensor, key: Tensor, value: Tensor, *, block_size: int, top_k: int,
     scale: float | None = None,
 ) -> Tensor:
     """Mixture of Block Attention (Lu et al., 2025): softmax attention over :func:`moba_mask`."""
-    rule = moba_mask(query, key, block_size, top_k)
+    rule = moba_mask(query, key, block_size=block_size, top_k=top_k)
     return dense_attention(query, key, value, mask_mod=rule, scale=scale)
 
 
+@renamed(**KERNEL_RENAMES)
 def nsa_attention(
-    query: Tensor, key: Tensor, value: Tensor, gates: Tensor, block_size: int, top_k: int,
+    query: Tensor, key: Tensor, value: Tensor, gates: Tensor, *, block_size: int, top_k: int,
     window: int, scale: float | None = None,
 ) -> Tensor:
     """Native Sparse Attention (Yuan et al., 2025): three causal branches mixed by gates.

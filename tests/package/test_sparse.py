@@ -48,7 +48,7 @@ def test_topk_mask_keeps_the_k_best_visible_keys_of_each_query():
 def test_selecting_before_the_causal_mask_would_see_the_future():
     scores = torch.arange(T, dtype=torch.float64).expand(T, T)  # later keys score higher
     after = to_dense(topk_mask(scores, 3), T, T)
-    before = to_dense(topk_mask(scores, 3, causal=False), T, T) & torch.ones(T, T).tril().bool()
+    before = to_dense(topk_mask(scores, 3, is_causal=False), T, T) & torch.ones(T, T).tril().bool()
     assert after.sum(dim=1).tolist() == [min(i + 1, 3) for i in range(T)]
     assert before[:-3].sum() < after[:-3].sum(), "masking after selecting should lose keys"
 
@@ -62,7 +62,7 @@ def test_dense_and_flex_forms_are_equal_in_float64(rule_name):
         scores = torch.randn(B, H, T, T // BLOCK, dtype=torch.float64)
         rule = block_topk_mask(scores, 2, BLOCK, keep_first=True)
     else:
-        rule = moba_mask(q, k, BLOCK, 2)
+        rule = moba_mask(q, k, block_size=BLOCK, top_k=2)
     dense = dense_attention(q, k, v, mask_mod=rule)
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=to_dense(rule, T, T, B, H))
     block_mask = create_block_mask(rule, B, H, T, T, device="cpu", BLOCK_SIZE=BLOCK)
@@ -85,7 +85,7 @@ def test_block_selection_keeps_the_own_and_first_block_and_no_later_one():
 
 def test_moba_with_every_block_is_causal_attention():
     q, k, v = _qkv()
-    torch.testing.assert_close(moba_attention(q, k, v, BLOCK, T // BLOCK),
+    torch.testing.assert_close(moba_attention(q, k, v, block_size=BLOCK, top_k=T // BLOCK),
                                _causal_attention(q, k, v), rtol=0, atol=1e-14)
 
 
@@ -95,12 +95,15 @@ def test_nsa_branches():
     zeros = torch.zeros_like(ones)
     sliding = dense_attention(q, k, v, mask_mod=sliding_window(5))
     torch.testing.assert_close(
-        nsa_attention(q, k, v, torch.cat([zeros, zeros, ones], -1), BLOCK, 2, 5), sliding,
+        nsa_attention(q, k, v, torch.cat([zeros, zeros, ones], -1), block_size=BLOCK, top_k=2,
+                      window=5), sliding,
         rtol=0, atol=1e-14)
     every_block = torch.cat([zeros, ones, zeros], -1)
-    torch.testing.assert_close(nsa_attention(q, k, v, every_block, BLOCK, T // BLOCK, 5),
+    torch.testing.assert_close(nsa_attention(q, k, v, every_block, block_size=BLOCK, top_k=T // BLOCK,
+                                             window=5),
                                _causal_attention(q, k, v), rtol=0, atol=1e-14)
-    compressed = nsa_attention(q, k, v, torch.cat([ones, zeros, zeros], -1), BLOCK, 2, 5)
+    compressed = nsa_attention(q, k, v, torch.cat([ones, zeros, zeros], -1), block_size=BLOCK,
+                               top_k=2, window=5)
     assert compressed[..., : BLOCK - 1, :].abs().max() == 0, "no complete block before them"
     i = 9  # sees the complete blocks 0 and 1, written out
     keys = k[..., : 2 * BLOCK, :].unflatten(-2, (2, BLOCK)).mean(-2)  # (b, h, 2, d)
@@ -113,10 +116,10 @@ def test_nsa_branches():
 def test_dsa_gather_form_equals_the_dense_form_and_all_keys_is_causal():
     q, k, v = _qkv()
     index = torch.randn(B, T, T, dtype=torch.float64)
-    dense = dsa_attention(q, k, v, index, 5)
-    torch.testing.assert_close(dsa_attention(q, k, v, index, 5, gather=True), dense,
+    dense = dsa_attention(q, k, v, index, top_k=5)
+    torch.testing.assert_close(dsa_attention(q, k, v, index, top_k=5, gather=True), dense,
                                rtol=0, atol=1e-14)
-    torch.testing.assert_close(dsa_attention(q, k, v, index, T), _causal_attention(q, k, v),
+    torch.testing.assert_close(dsa_attention(q, k, v, index, top_k=T), _causal_attention(q, k, v),
                                rtol=0, atol=1e-14)
 
 
@@ -127,8 +130,8 @@ def test_queries_after_a_cache_select_bottom_right():
     mask = to_dense(topk_mask(index[:, None], 13), 5, T, B, 1)  # (b, 1, t_q, t_k)
     assert mask.sum(-1).flatten().tolist() == [12, 13, 13, 13, 13] * B
     assert not (mask & ~torch.ones(5, T, dtype=torch.bool).tril(T - 5)).any()
-    torch.testing.assert_close(dsa_attention(q, k, v, index, 13, gather=True),
-                               dsa_attention(q, k, v, index, 13), rtol=0, atol=1e-14)
+    torch.testing.assert_close(dsa_attention(q, k, v, index, top_k=13, gather=True),
+                               dsa_attention(q, k, v, index, top_k=13), rtol=0, atol=1e-14)
 
 
 def test_dsa_flops_count_the_pairs():
@@ -185,7 +188,7 @@ def test_dsa_equals_transformers_deepseek_v32_attention():
         assert torch.equal(ours, theirs & causal)  # theirs lists hidden keys too, in rows < k
         assert ours.sum(-1).tolist() == [[min(i + 1, top_k) for i in range(t)]] * b
         for gather in (False, True):
-            context = dsa_attention(seen["q"], seen["k"], seen["v"], scores, top_k,
+            context = dsa_attention(seen["q"], seen["k"], seen["v"], scores, top_k=top_k,
                                     scale=seen["scale"], gather=gather)  # (b, h, t, d_v)
             out = attn.o_proj(context.transpose(1, 2).reshape(b, t, -1))
             torch.testing.assert_close(out, reference, rtol=0, atol=1e-14)
@@ -204,7 +207,7 @@ class TestSparseFailureModes:
         q, k, v = _qkv()
         with pytest.raises(ValueError, match=r"block_size must divide the keys' t_k=16, got "
                                              r"block_size=5"):
-            moba_attention(q, k, v, 5, 2)
+            moba_attention(q, k, v, block_size=5, top_k=2)
 
     def test_scores_must_be_a_matrix(self):
         with pytest.raises(ValueError, match=r"scores must be a floating"):
@@ -213,12 +216,12 @@ class TestSparseFailureModes:
     def test_gates_shape(self):
         q, k, v = _qkv()
         with pytest.raises(ValueError, match=r"gates must have shape .* got \(2, 3, 16, 2\)"):
-            nsa_attention(q, k, v, torch.zeros(B, H, T, 2), BLOCK, 2, 4)
+            nsa_attention(q, k, v, torch.zeros(B, H, T, 2), block_size=BLOCK, top_k=2, window=4)
 
     def test_index_scores_shape(self):
         q, k, v = _qkv()
         with pytest.raises(ValueError, match=r"index_scores must have shape .* got \(2, 16\)"):
-            dsa_attention(q, k, v, torch.zeros(B, T), 2)
+            dsa_attention(q, k, v, torch.zeros(B, T), top_k=2)
 
     def test_top_k_above_the_keys_is_clamped(self):
         mask = to_dense(topk_mask(torch.zeros(3, 3), 10), 3, 3)

@@ -25,7 +25,7 @@ def selected_keys() -> Figure:
     rules = {
         "window of 16 keys": sliding_window(16),
         "top 16 keys (DSA)": topk_mask(scores, 16),
-        "top 2 blocks of 8 (MoBA)": moba_mask(query, key, BLOCK, 2),
+        "top 2 blocks of 8 (MoBA)": moba_mask(query, key, block_size=BLOCK, top_k=2),
         "3 blocks, first kept (NSA)": block_topk_mask(query @ block_keys.transpose(-2, -1), 3, BLOCK,
                                                   keep_first=True),
     }
