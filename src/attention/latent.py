@@ -112,6 +112,15 @@ class LatentKVCache:
         """Forget every token (the storage is kept and overwritten by the next append)."""
         self.length = 0
 
+    def to(
+        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> "LatentKVCache":
+        """Move the latents and rotary keys to ``device`` and ``dtype``, in place; returns the
+        cache."""
+        self.latents = self.latents.to(device=device, dtype=dtype)
+        self.rope_keys = self.rope_keys.to(device=device, dtype=dtype)
+        return self
+
 
 class MultiHeadLatentAttention(nn.Module):
     """Causal multi-head latent attention with decoupled rotary keys, and its cache.

@@ -107,6 +107,15 @@ class PagedKVCache:
         self.free_blocks += self.block_tables.pop(seq)
         del self.lengths[seq]
 
+    def to(
+        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> "PagedKVCache":
+        """Move the pool to ``device`` and ``dtype``, in place (the block tables are positions,
+        not tensors); returns the pool."""
+        self.keys = self.keys.to(device=device, dtype=dtype)
+        self.values = self.values.to(device=device, dtype=dtype)
+        return self
+
     def sequence(self, seq: int) -> "PagedSequence":
         """Sequence ``seq`` seen as a one-sequence cache that attention layers accept."""
         self._check_sequence(seq)

@@ -11,8 +11,10 @@ from attention import (
     FusedMultiHeadAttention,
     GroupedQueryAttention,
     KVCache,
+    LatentKVCache,
     MultiHeadAttention,
     MultiHeadLatentAttention,
+    PagedKVCache,
     MultiHeadAttentionWrapper,
     RollingKVCache,
     RotaryEmbedding,
@@ -102,3 +104,11 @@ def test_caches_move(make):
     assert moved is cache and cache.length == 2
     assert cache.keys.device.type == cache.values.device.type == "meta"
     assert cache.keys.dtype == torch.float64
+
+
+def test_latent_and_paged_caches_move():
+    latent = LatentKVCache(1, 8, 4, 2).to(device="meta", dtype=torch.float64)
+    assert {x.device.type for x in (latent.latents, latent.rope_keys)} == {"meta"}
+    pool = PagedKVCache(4, 2, 1, 4).to(device="meta", dtype=torch.float64)
+    assert pool.keys.device.type == pool.values.device.type == "meta"
+    assert pool.keys.dtype == torch.float64
