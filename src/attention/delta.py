@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_sizes
+from ._checks import check_qkv, check_sizes
 
 __all__ = [
     "DELTA_FORMS",
@@ -64,8 +64,6 @@ def _check(
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.dim() != 4:
             raise ValueError(f"{name} must be 4-d (b, h, t, d), got shape {tuple(x.shape)}")
-        if not x.is_floating_point():
-            raise ValueError(f"{name} must be floating point, got {x.dtype}")
     if query.shape != key.shape:
         raise ValueError(
             f"query and key must have one shape (b, h_k, t, d_k), got {tuple(query.shape)} "
@@ -79,16 +77,7 @@ def _check(
         )
     if h_v % h_k != 0:
         raise ValueError(f"value heads h_v must be a multiple of h_k={h_k}, got h_v={h_v}")
-    if len({query.dtype, key.dtype, value.dtype}) != 1:
-        raise ValueError(
-            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype} and "
-            f"{value.dtype}"
-        )
-    if len({query.device, key.device, value.device}) != 1:
-        raise ValueError(
-            f"query, key and value must share a device, got {query.device}, {key.device} and "
-            f"{value.device}"
-        )
+    check_qkv(query, key, value)  # floating point, one dtype, one device: every kernel's check
     for name, x in (("g", g), ("beta", beta)):
         if x is None:
             continue

@@ -84,7 +84,7 @@ def test_options_after_the_tensors_are_keyword_only(fn):
     """flash_attention's 4th positional was is_causal, SDPA's attn_mask: a mask passed there
     crashed with 'Boolean value of Tensor ... is ambiguous'. Now both are keywords."""
     params = list(inspect.signature(fn).parameters.values())
-    tensors = {"query", "key", "value", "lse", "cu_seqlens_q", "cu_seqlens_k", "index_scores", "gates"}
+    tensors = {"query", "key", "value", "lse", "cu_seqlens_q", "cu_seqlens_k", "index_scores", "gates", "g", "beta"}
     for p in params:
         if p.name not in tensors:
             assert p.kind is inspect.Parameter.KEYWORD_ONLY, f"{fn.__name__}({p.name})"
