@@ -21,7 +21,8 @@ from book.timings import facts, tables
 from book.timings.format import readable_bytes, table
 from book.timings.load import (NOT_RECORDED, PROVENANCE_FIELDS, RESULTS, Run, commit_words, file_provenance,
                                 load_runs, pinned_version, results_files)
-from book.timings.page import PAGES, fill_markers, provenance_markdown, run_markdown
+from attention.bench.parts import PARTS
+from book.timings.page import PAGES, fill_markers, provenance_markdown, renderer, run_markdown
 from book.hooks import figures as figures_hook
 from book.hooks import timings as timings_hook
 from book.constants import REPO
@@ -50,7 +51,7 @@ def test_every_run_has_a_page_in_the_nav_and_every_page_fills(runs, pages):
     for stem in runs:
         assert stem in PAGES, f"results/{stem}.json has no appendix page"
         assert f"appendix/{PAGES[stem]}" in nav
-        markers = (f"<!-- timings:run {stem} -->", f"<!-- timings:masks {stem} -->", f"<!-- timings:linear {stem} -->")
+        markers = [f"<!-- timings:{name} {stem} -->" for name in ("run", *(part.name for part in PARTS))]
         assert any(m in (APPENDIX / PAGES[stem]).read_text() for m in markers), stem
     for name, text in pages.items():
         assert "<!-- timings:" not in text and "{{" not in text, name
@@ -319,3 +320,18 @@ def test_the_product_names_goals_not_issue_numbers():
     from attention.bench.cli import build_parser
 
     assert not re.search(r"\bissues? #?\d+", build_parser().format_help(), flags=re.IGNORECASE)
+
+
+def test_every_benchmark_part_names_a_renderer_that_renders_its_rows(runs):
+    sample = {part.name: next((r for r in runs.values() if any(k.read(r.doc) for k in part.kinds)), None)
+              for part in PARTS}
+    for part in PARTS:
+        render = renderer(part)
+        assert callable(render), f"{part.name}: {part.renderer} is not a function"
+        if sample[part.name] is not None:
+            assert render(sample[part.name]).strip(), f"{part.name}: {part.renderer} rendered nothing"
+
+
+def test_a_marker_of_an_unknown_part_stops_the_build(runs):
+    with pytest.raises(ValueError, match="no benchmark part 'novel'"):
+        fill_markers("<!-- timings:novel cpu -->", runs)

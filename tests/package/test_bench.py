@@ -371,21 +371,22 @@ def test_quick_preset_runs_its_stages_in_order_on_a_cpu(tmp_path):
     assert {r["dtype"] for r in doc["results"]} == {"bfloat16", "float16", "float32"}
 
 
-def test_quick_preset_measures_the_short_parts_before_the_sweep(tmp_path, monkeypatch):
-    from attention.bench import cli
+def test_the_short_parts_are_measured_before_the_sweep(tmp_path, monkeypatch):
+    from attention.bench import parts
 
     calls = []
     peaks = {"float32": {"tflops": 0.1, "source": "measured", "measured": True},
              "bandwidth": {"bytes_per_s": 1e10, "source": "measured", "measured": True}}
-    monkeypatch.setattr(cli, "measure_peaks", lambda *a, **k: calls.append("peaks") or peaks)
-    monkeypatch.setattr(cli, "ratio_goals", lambda *a, **k: calls.append("goals") or [])
-    monkeypatch.setattr(cli, "run_decode", lambda *a, **k: calls.append("decode") or [])
-    monkeypatch.setattr(cli, "run_sweep", lambda *a, doc, **k: calls.append("sweep") or doc)
+    monkeypatch.setattr(parts, "measure_peaks", lambda *a, **k: calls.append("peaks") or peaks)
+    monkeypatch.setattr(parts, "ratio_goals", lambda *a, **k: calls.append("goals") or [])
+    monkeypatch.setattr(parts, "run_decode", lambda *a, **k: calls.append("decode") or [])
+    monkeypatch.setattr(parts, "run_sweep", lambda *a, doc, **k: calls.append("sweep") or doc)
+    monkeypatch.setattr(parts, "run_masks", lambda *a, **k: calls.append("masks") or [])
     main([*QUICK, "--output", str(tmp_path / "q.json")])
     assert calls == ["peaks", "goals", "decode", "sweep"]  # the sweep's late stages are what a budget cuts
     calls.clear()
-    main([*QUICK[2:], "--output", str(tmp_path / "d.json")])  # no preset: the sweep before the goals
-    assert calls == ["peaks", "sweep", "goals", "decode"]
+    main([*QUICK[2:], "--output", str(tmp_path / "d.json")])  # no preset: the same order, and masks
+    assert calls == ["peaks", "goals", "decode", "sweep", "masks"]
 
 
 def test_the_file_keeps_every_finished_row_when_a_run_is_cut_off(tmp_path, monkeypatch):

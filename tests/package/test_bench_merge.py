@@ -15,6 +15,7 @@ import pytest
 from attention.bench import validate_results
 from attention.bench.cli import main
 from attention.bench.merge import MergeError, merge_results
+from attention.bench.parts import ROW_KINDS
 from book.constants import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "bench" / "cpu-tiny.json"
@@ -145,3 +146,46 @@ def test_command_line_writes_the_merged_file_and_names_what_is_wrong(run, tmp_pa
     with pytest.raises(SystemExit):
         main(["merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--output", str(out)])
     assert "b.json: results: expected key 'schema'" in capsys.readouterr().err
+
+
+def every_part() -> dict:
+    """A document with rows of every kind of every part: the committed CPU run (sweep, goals,
+    decode, peaks) with the masks and linear rows of the other CPU results files."""
+    results = REPO / "docs" / "appendix" / "results"
+    doc = json.loads((results / "cpu.json").read_text())
+    for stem, key in (("cpu-masks", "masks"), ("cpu-linear", "linear")):
+        other = json.loads((results / f"{stem}.json").read_text())
+        doc[key], doc["methods"][key] = other[key], other["methods"][key]
+    return doc
+
+
+def test_the_sample_holds_rows_of_every_part():
+    doc = every_part()
+    validate_results(doc)
+    empty = [kind.key for kind in ROW_KINDS if not kind.read(doc)]
+    assert not empty, f"every_part() has no rows of {empty}: add a sample of each new part's rows"
+
+
+def test_merging_two_files_that_hold_every_part_loses_no_row():
+    whole = every_part()
+    a, b = copy.deepcopy(whole), copy.deepcopy(whole)
+    for kind in ROW_KINDS:  # alternate rows to a and b; a lone object to a
+        rows = kind.read(whole)
+        kind.write(a, rows[::2])
+        kind.write(b, rows[1::2])
+    b["provenance"]["date_utc"] = "2099-01-01T00:00:00+00:00"
+    merged = merge_results([("a.json", a), ("b.json", b)])
+    validate_results(merged)
+    for kind in ROW_KINDS:  # a merge numbers each row's source run, in ``run``
+        got, want = ([json.dumps({k: v for k, v in r.items() if k != "run"}, sort_keys=True) for r in kind.read(d)]
+                     for d in (merged, whole))
+        assert sorted(got) == sorted(want), f"merge changed or lost {kind.key} rows"
+    assert merged["methods"]["masks"] == whole["methods"]["masks"]
+
+
+@pytest.mark.parametrize("where", ["top", "goals"])
+def test_a_kind_of_row_no_part_knows_is_refused_not_dropped(where):
+    doc = every_part()
+    (doc if where == "top" else doc["goals"])["novel"] = [{"t": 1}]
+    with pytest.raises(MergeError, match=r"a.json holds \['(goals\.)?novel'\], which no benchmark part knows"):
+        merge_results([("a.json", doc)])

@@ -22,6 +22,8 @@ Modules, in the order a measurement flows through them:
 - :mod:`~attention.bench.linear`: linear attention's three forms against softmax attention over t;
 - :mod:`~attention.bench.provenance`, :mod:`~attention.bench.schema`: what a results file
   records about its run, and the validator of its shape;
+- :mod:`~attention.bench.parts`: the parts of a run (peaks, goals, decode, sweep, masks, linear),
+  each one record that the command line, the schema, the merge and the appendix loop over;
 - :mod:`~attention.bench.cli`: the command line.
 """
 

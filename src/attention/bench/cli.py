@@ -2,24 +2,22 @@
 
 import argparse
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import torch
 
-from .decode import MODELS, run_decode
-from .goals import FLASH_GOAL_SHAPE, FUSED_GOAL_SHAPE, memory_goal, ratio_goals, speed_goals
-from .linear import METHOD as LINEAR_METHOD, run_linear
-from .masks import METHOD as MASKS_METHOD, run_masks
-from .peaks import GPU_MATMUL_SIZES, GPU_STREAM_BYTES, MATMUL_SIZES, measure_gpu_peaks, measure_peaks
+from .decode import MODELS
+from .goals import FLASH_GOAL_SHAPE, FUSED_GOAL_SHAPE, speed_goals
+from .parts import BY_NAME, PARTS, Context
 from .presets import PRESETS
 from .provenance import command_line, load_average
 from .store import write_results
-from .sweep import DTYPES, PASSES, Settings, run_sweep, start_document
+from .sweep import DTYPES, PASSES, Settings, start_document
 from .variants import LEVELS, VARIANTS
 
-DEFAULT_PARTS = ("peaks", "sweep", "goals", "decode", "masks")
-PARTS = (*DEFAULT_PARTS, "linear")  # linear: its own results file, only when asked for
+DEFAULT_PARTS = tuple(part.name for part in PARTS if part.default)
 
 CPU_SEQ_LENS = (128, 256, 512, 1024, 2048, 4096)
 GPU_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -28,20 +26,14 @@ EPILOG = """
 defaults depend on the device: on CPU t = 128 ... 4096, float32, 4096 tokens per batch, 7
 repeats; on CUDA t = 512 ... 16384, float32/bfloat16/float16, 16384 tokens per batch, 50 repeats.
 
-parts (--parts, all but linear by default): peaks (CPU: this machine's float32 matmul FLOP/s and STREAM
-bandwidth; GPU: a bfloat16 matmul's TFLOP/s and a device-to-device copy's bytes/s, recorded next
-to the datasheet's figures, which the percentages use), sweep (every variant over t, and the
-speed goal: the fused layer within 5% of torch.nn.MultiheadAttention), goals (flash_attention
-against SDPA, fused against unfused, and the memory goal), decode (greedy tokens/s with and
-without the KV cache), masks (chapter 11's causal document mask over t = 512, 1024, 2048 packed
-tokens: dense SDPA, compiled FlexAttention, packed varlen and padded), linear (chapter 12's
-linear attention in its three forms against causal softmax attention over t, each checked against
-its own float64 definition; not run unless asked for).
+parts (--parts; by default all but """ + ", ".join(p.name for p in PARTS if not p.default) + """):
+""" + "\n".join(textwrap.fill(f"{p.name}: {p.summary}.", 100, initial_indent="  ", subsequent_indent="    ")
+              for p in PARTS) + """
 
 --preset quick measures everything the appendix's GPU section shows in about 7.5 minutes on one
 H100 or H200: t = 1024 ... 16384 (CPU: 128 ... 1024), bfloat16 first, then the compiled variants
 at the shortest and longest t, then float16 and float32; 10 timed calls per point, 0.5 s at most;
-peaks, goals and decoding before the sweep; no row is started after --time-budget (450 s). The
+the parts in the order above, masks left out; no row is started after --time-budget (450 s). The
 file is rewritten after every row, marked "complete": false until the run ends.
 
 examples:
@@ -67,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add, on_off = ap.add_argument, argparse.BooleanOptionalAction
-    add("--parts", nargs="+", choices=PARTS, default=list(DEFAULT_PARTS),
+    add("--parts", nargs="+", choices=tuple(BY_NAME), default=list(DEFAULT_PARTS),
         help="what to measure (default: all but linear; see below)")
     add("--preset", choices=tuple(PRESETS), help="a whole measurement sized for a short GPU slot (see below)")
     add("--time-budget", type=float, metavar="SECONDS",
@@ -227,19 +219,6 @@ def methods(device: torch.device, cuda_graphs: bool = False) -> dict[str, str]:
             "decode": decode}
 
 
-def _measure_peaks(args: argparse.Namespace, device: torch.device, min_time: float) -> dict:
-    if device.type == "cuda":
-        peaks = measure_gpu_peaks(device, tuple(args.matmul_sizes or GPU_MATMUL_SIZES),
-                                  args.stream_bytes or GPU_STREAM_BYTES)
-        mm, bw = peaks["bfloat16_measured"], peaks["bandwidth_measured"]
-        _say(f"peaks: {mm['tflops']:.0f} TFLOP/s bfloat16 matmul, {bw['bytes_per_s'] / 1e9:.0f} GB/s copy")
-        return peaks
-    peaks = measure_peaks(device, tuple(args.matmul_sizes or MATMUL_SIZES), args.stream_bytes, min_time=min_time)
-    _say(f"peaks: {peaks['float32']['tflops'] * 1e3:.1f} GFLOP/s float32 matmul, "
-         f"{peaks['bandwidth']['bytes_per_s'] / 1e9:.1f} GB/s")
-    return peaks
-
-
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark described by ``argv``, write the JSON file and return its contents.
 
@@ -263,13 +242,10 @@ def main(argv: list[str] | None = None) -> dict:
     preset = PRESETS[args.preset] if args.preset else None
     budget = args.time_budget if args.time_budget is not None else (preset.time_budget_s if preset else None)
     deadline = None if budget is None else started + budget
-    decode_repeats = args.decode_repeats or (preset.decode_repeats if preset else 3)
-    decode_max_time = args.decode_max_time or (preset.decode_max_time if preset else 60.0)
-    parts, device, command = set(args.parts), settings.device, command_line(argv)
     output = args.output or Path(f"bench-{settings.device.type}.json")
-    peaks = _measure_peaks(args, device, args.min_time) if "peaks" in parts else {}
-    doc = start_document(settings, command, peaks)
-    doc |= {"methods": methods(device, settings.cuda_graphs), "goals": {"speed": [], "memory": None}, "complete": False}
+    doc = start_document(settings, command_line(argv))
+    doc |= {"methods": methods(settings.device, settings.cuda_graphs), "goals": {"speed": [], "memory": None},
+            "complete": False}
     if args.preset:
         doc["settings"]["preset"] = args.preset
 
@@ -278,32 +254,11 @@ def main(argv: list[str] | None = None) -> dict:
         doc["provenance"]["load_average_end"] = load_average()
         write_results(doc, output)
 
-    # A preset runs the short parts first, so that its time budget falls on the sweep's last stages.
-    order = ("peaks", "goals", "decode", "sweep", "linear") if preset else PARTS
-    for part in (p for p in order if p in parts):
-        if part == "sweep":
-            run_sweep(settings, command, peaks, doc=doc, save=save, deadline=deadline)
-        elif part == "goals":
-            if args.memory_goal:
-                t, b, h, d_h = args.memory_goal_shape
-                doc["goals"]["memory"] = memory_goal(device, t, b, h, d_h, settings.seed)
-            doc["goals"]["ratios"] = ratio_goals(settings, tuple(args.flash_goal_shape),
-                                                 tuple(args.fused_goal_shape))
-            for g in doc["goals"]["ratios"]:
-                ratio = f"{g['ratio']:.2f}x" if "ratio" in g else g["reason"]
-                _say(f"goal {g['name']}, {g['pass']}: {ratio} (target <= {g['target']}x): {g['status']}")
-        elif part == "decode":
-            models = {name: MODELS[name] for name in args.decode_models}
-            doc["decode"] = run_decode(models, args.decode_prompt, args.decode_new_tokens, decode_repeats,
-                                       settings.seed, device, decode_max_time)
-            for row in doc["decode"]:
-                _say(f"decode {row['model']}, cache {'on' if row['use_cache'] else 'off'}: "
-                     f"{row['tokens_per_s']:.1f} tokens/s")
-        elif part == "masks":
-            doc["masks"], doc["methods"]["masks"] = run_masks(settings), MASKS_METHOD
-        elif part == "linear":
-            doc["linear"], doc["methods"]["linear"] = run_linear(settings), LINEAR_METHOD
-        save()
+    context = Context(args, settings, doc["provenance"]["command"], doc, save, deadline, preset)
+    for part in PARTS:
+        if part.name in args.parts and (preset is None or part.preset):
+            part.run(context)
+            save()
     doc["complete"] = "stopped" not in doc
     save()
     _say(f"wrote {output}: {rows_summary(doc)}")
@@ -313,9 +268,8 @@ def main(argv: list[str] | None = None) -> dict:
 def rows_summary(doc: dict) -> str:
     """How many timed rows of each part came out ok, and why the run stopped early, if it did."""
     counts = [
-        f"{sum(row['status'] == 'ok' for row in doc[key])} of {len(doc[key])} {name} rows ok"
-        for key, name in (("results", "sweep"), ("masks", "masks"), ("linear", "linear"))
-        if doc.get(key)
+        f"{sum(row['status'] == 'ok' for row in rows)} of {len(rows)} {part.name} rows ok"
+        for part in PARTS for kind in part.kinds if kind.label and (rows := kind.read(doc))
     ]
     done = "" if doc.get("complete", True) else f" ({doc['stopped']})"
     return (", ".join(counts) or "no timed rows") + done

@@ -3,10 +3,12 @@
 GPU time often comes in short slots, so one device's measurements arrive as several results
 files (one per sweep slice, say). Merging them gives the appendix one document per device:
 
-- rows are keyed by (level, variant, pass, dtype, b, t, h, d_h); a row that measured something
-  (status "ok" or "failed") replaces one that did not ("skipped", "unsupported"); a key measured
-  in two files is an error unless ``--prefer newest``, which keeps the newer run's row. The same
-  rule holds for goals, decode rows and peaks, keyed by what they measure;
+- every kind of row of every part (:data:`attention.bench.parts.PARTS`: sweep rows, goals, decode,
+  masks and linear rows, peaks) is keyed by what it measures (sweep rows by level, variant,
+  pass, dtype, b, t, h, d_h); a row that measured something (status "ok" or "failed") replaces
+  one that did not ("skipped", "unsupported"); a key measured in two files is an error unless
+  ``--prefer newest``, which keeps the newer run's row. A key no part knows is an error, never a
+  silent drop;
 - files from different devices or torch versions, or with settings that change what a row
   means (model width, heads, tokens per batch, TF32), are refused with the difference named;
 - the merged provenance keeps every source run's provenance (command, date, commit) and
@@ -19,11 +21,11 @@ import sys
 from pathlib import Path
 
 from .goals import speed_goals
+from .parts import ROW_KINDS, SWEEP_KEY, unknown_keys
 from .provenance import command_line
 from .store import read_results, write_results
 
-ROW_KEY = ("level", "variant", "pass", "dtype", "b", "t", "h", "d_h")
-MEASURED = ("ok", "failed")
+ROW_KEY = SWEEP_KEY
 # What must agree for rows of two files to mean the same thing.
 SAME_PROVENANCE = ("device_type", "device_name", "torch", "float32_matmul_precision", "tf32_matmul")
 SAME_SETTINGS = ("d_model", "heads", "tokens", "batch")
@@ -85,26 +87,19 @@ def merge_results(sources: list[tuple[str, dict]], prefer_newest: bool = False, 
     if not sources:
         raise MergeError("merge needs at least one results file, got none")
     _check_compatible(sources)
+    for name, doc in sources:
+        unknown = unknown_keys(doc)
+        if unknown:
+            raise MergeError(f"{name} holds {unknown}, which no benchmark part knows: merging would drop "
+                             "them; add the part to attention.bench.parts.PARTS")
     names = [name for name, _ in sources]
     docs = [doc for _, doc in sources]
     dates = [doc["provenance"]["date_utc"] for doc in docs]
-    rows = _merge_keyed([(i, r) for i, d in enumerate(docs) for r in d["results"]], ROW_KEY, "row",
-                        names, dates, prefer_newest, lambda r: r["status"] in MEASURED)
-    goals_measured = lambda g: g.get("status") != "not measured"  # noqa: E731
-    ratios = _merge_keyed([(i, g) for i, d in enumerate(docs) for g in d["goals"].get("ratios", [])],
-                          ("name", "pass", "dtype"), "goal", names, dates, prefer_newest, goals_measured)
-    memory = _merge_keyed([(i, d["goals"]["memory"]) for i, d in enumerate(docs) if d["goals"].get("memory")],
-                          ("t", "b", "h", "d_h", "dtype"), "memory goal", names, dates, prefer_newest,
-                          goals_measured)
-    decode = _merge_keyed([(i, r) for i, d in enumerate(docs) for r in d.get("decode", [])],
-                          ("model", "use_cache", "prompt_tokens", "new_tokens"), "decode row", names, dates,
-                          prefer_newest)
-    peaks: dict[str, dict] = {}
-    for entry in _merge_keyed(
-        [(i, {"name": k, **v}) for i, d in enumerate(docs) for k, v in d["peaks"].items()],
-        ("name",), "peak", names, dates, prefer_newest, lambda p: bool(p.get("measured")),
-    ):
-        peaks[entry["name"]] = {k: v for k, v in entry.items() if k not in ("name", "run")}
+    merged: dict = {"goals": {"speed": []}}
+    for kind in ROW_KINDS:
+        rows = _merge_keyed([(i, r) for i, d in enumerate(docs) for r in kind.read(d)], kind.merge_key, kind.what,
+                            names, dates, prefer_newest, kind.measured)
+        kind.write(merged, rows)
     first = docs[0]
     settings = dict(first["settings"])
     for field in ("levels", "seq_lens", "head_dims", "dtypes", "passes", "variants"):
@@ -127,16 +122,14 @@ def merge_results(sources: list[tuple[str, dict]], prefer_newest: bool = False, 
             for name, d in sources
         ],
     }
+    methods: dict = {}
+    for d in docs:  # a part's method comes with the first run that measured it
+        methods |= {k: v for k, v in d["methods"].items() if k not in methods}
     doc = {
-        "schema": first["schema"], "provenance": provenance, "settings": settings, "methods": first["methods"],
-        "peaks": peaks, "results": rows,
-        "goals": {"speed": [], "memory": memory[0] if memory else None},
-        "complete": all(d.get("complete", True) for d in docs),
+        "schema": first["schema"], "provenance": provenance, "settings": settings, "methods": methods,
+        **merged, "complete": all(d.get("complete", True) for d in docs),
     }
-    if ratios:
-        doc["goals"]["ratios"] = ratios
-    if decode:
-        doc["decode"] = decode
+    rows = doc["results"]
     speed_t = {g["t"] for d in docs for g in d["goals"]["speed"]}
     for t in sorted(speed_t):
         doc["goals"]["speed"] += speed_goals(rows, t, settings["d_model"], settings["heads"])

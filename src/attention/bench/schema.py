@@ -9,9 +9,9 @@ A results file is one JSON object::
      "peaks": {dtype: {"tflops": float | null, "source": str},    # the peak each % is of
                "bandwidth": {"bytes_per_s": float, "source": str}},   # optional: the roofline's
      "goals": {"speed": [...], "memory": {...} | null, "ratios": [...]},   # ratios optional
-     "decode": [decode row, ...],         # optional: see attention.bench.decode
-     "masks": [masks row, ...],           # optional: see attention.bench.masks
-     "linear": [linear row, ...],         # optional: see attention.bench.linear
+     "decode": [decode row, ...],         # optional, and every other part's rows: see
+     "masks": [masks row, ...],           #   attention.bench.parts, which lists the parts and
+     "linear": [linear row, ...],         #   the row class of each
      "complete": bool,                    # optional: false while running or when cut off
      "stopped": str,                      # optional: why a run ended before its last row
      "results": [row, ...]}
@@ -23,8 +23,6 @@ harness that writes them and the appendix that reads them. The appendix is gener
 files only; :func:`validate_results` checks everything it reads, so that a stale or broken file
 stops the build with the field's name instead of a KeyError.
 """
-
-from .rows import STATUSES, DecodeRow, LinearRow, MaskRow, Row
 
 SCHEMA = "attention-bench/1"
 GOAL_STATUSES = ("met", "missed", "not measured")
@@ -105,11 +103,9 @@ def validate_results(doc: object) -> None:
             _require(goal, {"reason": str}, f"goals.{kind}")
         else:
             _require(goal, fields, f"goals.{kind}")
-    for i, row in enumerate(doc.get("decode", [])):
-        DecodeRow.from_json(row, f"decode[{i}]")
-    for i, row in enumerate(doc.get("masks", [])):
-        MaskRow.from_json(row, f"masks[{i}]")
-    for i, row in enumerate(doc.get("linear", [])):
-        LinearRow.from_json(row, f"linear[{i}]")
-    for i, row in enumerate(doc["results"]):
-        Row.from_json(row, f"results[{i}]")
+    from .parts import ROW_KINDS  # here, not above: the parts import the harness, which imports SCHEMA
+
+    for kind in ROW_KINDS:
+        if kind.row is not None:
+            for i, row in enumerate(kind.read(doc)):
+                kind.row.from_json(row, f"{kind.key}[{i}]")

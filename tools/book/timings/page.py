@@ -8,8 +8,11 @@ figures), and ``<!-- timings:runs -->`` with a table of every run.
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Callable
 
+from attention.bench.parts import BY_NAME, ROW_KINDS, Part
 from attention.bench.roofline import machine_roof
 
 from . import tables
@@ -20,9 +23,11 @@ from .plots import figure_names
 RUN_MARKER = re.compile(r"<!-- timings:run (?P<stem>[a-z0-9-]+) -->")
 RUNS_MARKER = "<!-- timings:runs -->"
 FILES_MARKER = "<!-- timings:files -->"
-MASKS_MARKER = re.compile(r"<!-- timings:(?P<part>masks|linear) (?P<stem>[a-z0-9-]+) -->")
+PART_MARKER = re.compile(r"<!-- timings:(?P<part>[a-z_]+) (?P<stem>[a-z0-9-]+) -->")
 PAGES = {"cpu": "cpu.md", "cpu-masks": "cpu.md", "cpu-linear": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
-PARTS = {"results": "rows", "masks": "mask rows", "linear": "linear-attention rows"}  # rows a file can hold
+# The parts a run's section shows, in this order; any part can have a page of its own instead,
+# with the marker <!-- timings:NAME STEM -->.
+RUN_SECTIONS = ("goals", "peaks", "decode", "sweep")
 
 
 def _commit(git: dict) -> str:
@@ -182,19 +187,33 @@ def roofline_markdown(run: Run) -> str:
     return "\n".join(out)
 
 
-def run_markdown(run: Run) -> str:
-    """The generated part of a run's page."""
-    out = ["## Where and how", "", provenance_markdown(run)]
-    goals = run.doc["goals"]
+def goals_markdown(run: Run) -> str:
+    """The goals part: every goal, then the GPU goals."""
+    goals, out = run.doc["goals"], []
     if goals["speed"] or goals.get("memory") or goals.get("ratios"):
         out += ["## Goals", "", tables.goals_table(run), ""]
     gpu_goals = tables.gpu_goals_table(run) if run.gpu else ""
     if gpu_goals:
         out += ["### GPU goals", "", gpu_goals, ""]
-    out += ["## Peaks and the roofline", "", tables.peaks_table(run), "", roofline_markdown(run)]
-    if run.doc.get("decode"):
-        out += ["## Decoding with and without the KV cache", "", tables.decode_table(run), "",
-                tables.models_table(run), ""]
+    return "\n".join(out)
+
+
+def peaks_markdown(run: Run) -> str:
+    """The peaks part: the peaks, and the roofline per dtype."""
+    return "\n".join(["## Peaks and the roofline", "", tables.peaks_table(run), "", roofline_markdown(run)])
+
+
+def decode_markdown(run: Run) -> str:
+    """The decode part: tokens/s without and with the cache, and the models."""
+    if not run.doc.get("decode"):
+        return ""
+    return "\n".join(["## Decoding with and without the KV cache", "", tables.decode_table(run), "",
+                      tables.models_table(run), ""])
+
+
+def sweep_markdown(run: Run) -> str:
+    """The sweep part: the kernels, then the layers."""
+    out = []
     for level, heading in (("kernel", "## Attention kernels"), ("layer", "## Whole layers")):
         body = groups_markdown(run, level)
         if body:
@@ -202,14 +221,27 @@ def run_markdown(run: Run) -> str:
     return "\n".join(out)
 
 
+def renderer(part: Part) -> Callable[[Run], str]:
+    """The function its record names (``module:function``) that renders ``part`` of a run."""
+    module, _, name = part.renderer.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def run_markdown(run: Run) -> str:
+    """The generated part of a run's page: where and how, then the parts in :data:`RUN_SECTIONS`."""
+    sections = [renderer(BY_NAME[name])(run) for name in RUN_SECTIONS]
+    return "\n".join(["## Where and how", "", provenance_markdown(run), *filter(None, sections)])
+
+
 def part_markdown(run: Run, part: str) -> str:
-    """A part of a run that the sweep's tables do not show (``masks``, ``linear``): how it was
-    measured, then its tables."""
+    """One part of a run on its own: how it was measured, then what its renderer shows."""
     p = run.provenance
     threads = f"{p['torch_threads']} thread{'' if p['torch_threads'] == 1 else 's'}"
-    body = tables.masks_table(run) if part == "masks" else tables.linear_table(run)
-    return (f"*Measured on {run.date} on {run.device}, {threads}, torch {p['torch']}; "
-            f"{run.doc['methods'][part].rstrip('.')}. Command: `{p['command']}`.*\n\n{body}\n")
+    method = run.doc["methods"].get(part)
+    how = f"; {method.rstrip('.')}" if method else ""
+    body = renderer(BY_NAME[part])(run)
+    return (f"*Measured on {run.date} on {run.device}, {threads}, torch {p['torch']}{how}. "
+            f"Command: `{p['command']}`.*\n\n{body}\n")
 
 
 def runs_table(runs: dict[str, Run]) -> str:
@@ -217,10 +249,10 @@ def runs_table(runs: dict[str, Run]) -> str:
     body = []
     for stem, run in runs.items():
         counts = []
-        for key, what in PARTS.items():
-            rows = run.doc.get(key) or []
+        for kind in ROW_KINDS:
+            rows = kind.read(run.doc) if kind.label else []
             if rows:
-                counts.append(f"{sum(r['status'] == 'ok' for r in rows)} of {len(rows)} {what}")
+                counts.append(f"{sum(r['status'] == 'ok' for r in rows)} of {len(rows)} {kind.label}")
         page = PAGES.get(stem)
         where = f"[{run.device}]({page})" if page else run.device
         body.append([where, run.date, run.provenance["torch"], "; ".join(counts) or "—",
@@ -248,10 +280,15 @@ def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
     for stem in stems:
         if stem not in runs:
             raise ValueError(f"no results file {stem}.json for the marker of run {stem}; there are {sorted(runs)}")
-    for m in MASKS_MARKER.finditer(markdown):
-        if m["stem"] not in runs or not runs[m["stem"]].doc.get(m["part"]):
+    for m in PART_MARKER.finditer(markdown):
+        if m["part"] == "run":
+            continue
+        if m["part"] not in BY_NAME:
+            raise ValueError(f"no benchmark part {m['part']!r} for the marker {m.group(0)}; there are {sorted(BY_NAME)}")
+        if m["stem"] not in runs or not any(k.read(runs[m["stem"]].doc) for k in BY_NAME[m["part"]].kinds):
             raise ValueError(f"no {m['part']} rows in {m['stem']}.json for the marker {m.group(0)}")
-    markdown = MASKS_MARKER.sub(lambda m: part_markdown(runs[m["stem"]], m["part"]), markdown)
+    markdown = PART_MARKER.sub(
+        lambda m: m.group(0) if m["part"] == "run" else part_markdown(runs[m["stem"]], m["part"]), markdown)
     markdown = RUN_MARKER.sub(lambda m: run_markdown(runs[m["stem"]]), markdown)
     if FILES_MARKER in markdown:
         markdown = markdown.replace(FILES_MARKER, files_table())
