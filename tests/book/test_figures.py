@@ -401,3 +401,22 @@ def test_selected_keys_are_causal_and_keep_their_counts(draw) -> None:
     for i in range(t):  # MoBA and NSA keep the query's own block, up to the query
         own = slice(i - i % block, i + 1)
         assert masks[2][i, own].all() and masks[3][i, own].all() and masks[3][i, :block].any()
+
+
+def test_the_figure_cache_is_keyed_by_what_the_figures_are_drawn_from(tmp_path: Path) -> None:
+    for folder, pattern in hook.INPUTS:
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "src/attention/core.py").write_text("x = 1\n")
+    (tmp_path / "docs/appendix/results/cpu.json").write_text("{}\n")
+    (tmp_path / "docs/chapters").mkdir(parents=True)
+    key = lambda: hook.inputs_key(tmp_path).hexdigest()  # noqa: E731
+    before = key()
+    (tmp_path / "docs/chapters/01.md").write_text("prose, edited\n")  # a page is no input
+    assert key() == before
+    for changed in ("src/attention/core.py", "docs/appendix/results/cpu.json"):
+        (tmp_path / changed).write_text("changed\n")
+        assert key() != before, changed
+        before = key()
+    common = hook.inputs_key()  # each module's entry also hashes its own source
+    entries = {hook.cache_entry(module, common) for module in hook.figure_modules()}
+    assert len(entries) == len(hook.figure_modules())

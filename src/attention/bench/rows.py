@@ -11,6 +11,7 @@ Notation (see CONTRIBUTING.md): b batch size, t tokens, h heads, d_h head width,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass
@@ -38,19 +39,25 @@ def _accepts(kind: Any, value: object) -> bool:
     return isinstance(value, kind)
 
 
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
+    """Each field of a row class with its resolved type: resolved once per class, not per row."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
+
+
 def _from_json(cls: type[T], data: object, where: str) -> T:
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
     values = {}
-    for f in dataclasses.fields(cls):
+    for f, kind in _fields(cls):
         key = JSON_NAMES.get(f.name, f.name)
         if key not in data:
             if f.default is dataclasses.MISSING:
                 raise ValueError(f"{where}: expected key {key!r}, got keys {sorted(data)}")
             continue
-        if not _accepts(hints[f.name], data[key]):
-            raise ValueError(f"{where}.{key}: expected {hints[f.name]}, got {data[key]!r}")
+        if not _accepts(kind, data[key]):
+            raise ValueError(f"{where}.{key}: expected {kind}, got {data[key]!r}")
         values[f.name] = data[key]
     return cls(**values)
 

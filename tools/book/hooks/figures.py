@@ -12,6 +12,11 @@ text, the background is transparent, and the style's placeholder colours become 
 (ink) and the page's background colour (paper). The SVG output is reproducible: no date in the
 metadata and a fixed salt for element ids, so the same code gives the same bytes.
 
+Drawing them is most of a build's time, so they are cached (``.cache/figures/KEY/``, git-ignored):
+KEY hashes everything a figure is drawn from (the package, the book's tooling, the results files,
+and the versions of Python, matplotlib, NumPy and torch). A build that changed none of them, such
+as one after editing a chapter's text, copies the cached SVG files instead of drawing them again.
+
 After the search index has read a page (so no tick label lands in it), ``on_post_page`` puts
 each figure's SVG into the page itself, where the theme's colours reach it: in the dark theme the
 ink turns light. The SVG is drawn at its natural size, never wider than the text, but never so
@@ -21,15 +26,17 @@ scrolls sideways in its own box instead (docs/stylesheets/figures.css).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.metadata
 import io
 import math
+import os
 import pkgutil
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -48,7 +55,7 @@ from mkdocs.structure.pages import Page  # noqa: E402
 from attention.plotting import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER  # noqa: E402
 
 from .. import figures  # noqa: E402
-from ..constants import MIN_TEXT_PX  # noqa: E402  (the smallest text a figure may show, CSS px)
+from ..constants import MIN_TEXT_PX, REPO  # noqa: E402  (MIN_TEXT_PX: the smallest text, CSS px)
 
 FIGURE_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 SVG_STYLE = {**BOOK_STYLE, "svg.hashsalt": "attention-book"}
@@ -63,8 +70,18 @@ COLOURS = {
 FIGURE_IMG = re.compile(
     r'<img alt="(?P<alt>[^"]*)" src="(?P<src>(?:\.\./)*figures/(?P<name>[a-z0-9-]+)\.svg)" ?/?>'
 )
+CACHE = REPO / ".cache" / "figures"
+# What every figure is drawn from besides its own module: (folder, pattern) of files (the figure
+# modules themselves left out), and the distributions that draw.
+INPUTS = (("src/attention", "*.py"), ("tools/book", "*.py"), ("docs/appendix/results", "*.json"))
+FIGURE_SOURCES = Path(figures.__file__).parent
+DRAWN_BY = ("matplotlib", "numpy", "torch")
+NAMES = "names.txt"  # written last into a cache entry: the entry is complete
+CHILDREN = 2  # processes that draw the figures missing from the cache, beside the build's own
 _svgs: dict[str, bytes] = {}  # this build's figures, by name
-_child: tuple[subprocess.Popen, Path, list[str]] | None = None  # drawing them: on_files, on_env
+_entries: dict[str, Path] = {}  # this build's cache entry of each figure module
+_children: list[tuple[subprocess.Popen, Path]] = []  # drawing the missing ones, and their logs
+_missing: dict[str, list[str]] = {}  # figure module -> its figures' names, for those drawn now
 
 _command = "build"
 
@@ -84,15 +101,18 @@ def load_module(name: str) -> ModuleType:
     return importlib.reload(module) if _command == "serve" else module
 
 
-def load_figures(package: ModuleType = figures) -> dict[str, Callable[[], Figure]]:
-    """Import every figure module of ``package`` and return their figure functions by name.
+def load_figures(
+    package: ModuleType = figures, modules: list[str] | None = None,
+) -> dict[str, Callable[[], Figure]]:
+    """Import every figure module of ``package`` (or the ``modules`` named) and return their
+    figure functions by name.
 
     Raises:
         PluginError: if a module has no ``FIGURES`` dict, a name is not a lowercase slug
             (``ch02-weights-heatmap``), a value is not callable, or two modules use one name.
     """
     found: dict[str, Callable[[], Figure]] = {}
-    for module in figure_modules(package):
+    for module in figure_modules(package) if modules is None else modules:
         figures_ = getattr(load_module(module), "FIGURES", None)
         if not isinstance(figures_, dict):
             found_type = type(figures_).__name__
@@ -192,34 +212,82 @@ def on_pre_build(config: MkDocsConfig) -> None:
             del sys.modules[module]
 
 
-def render_all(out_dir: Path) -> None:
-    """Render every figure into ``out_dir/<name>.svg``."""
-    for name, make in load_figures().items():
-        (out_dir / f"{name}.svg").write_bytes(render_svg(name, make))
+def render_all(jobs: list[tuple[str, Path]]) -> None:
+    """Render the figures of each (module, folder) into ``folder/<name>.svg`` (each file replaced
+    in one step)."""
+    for module, out_dir in jobs:
+        for name, make in load_figures(modules=[module]).items():
+            partial = out_dir / f".{name}.svg.partial"
+            partial.write_bytes(render_svg(name, make))
+            os.replace(partial, out_dir / f"{name}.svg")
+
+
+def inputs_key(repo: Path = REPO) -> hashlib._Hash:
+    """A hash of every file and version all figures are drawn from (their modules aside)."""
+    digest = hashlib.sha256()
+    for distribution in DRAWN_BY:
+        digest.update(f"{distribution}=={importlib.metadata.version(distribution)}\n".encode())
+    digest.update(sys.version.encode())
+    for folder, pattern in INPUTS:
+        for path in sorted((repo / folder).rglob(pattern)):
+            if path.parent == FIGURE_SOURCES and not path.name.startswith("_"):
+                continue  # a figure module keys its own entry
+            digest.update(f"\n{path.relative_to(repo).as_posix()}\n".encode())
+            digest.update(path.read_bytes())
+    return digest
+
+
+def cache_entry(module: str, common: hashlib._Hash) -> Path:
+    """The cache folder of a figure module's SVG files: named by the module and a hash of what
+    all figures are drawn from (``common``) and of the module's own source."""
+    digest = common.copy()
+    short = module.rpartition(".")[2]
+    digest.update((FIGURE_SOURCES / f"{short}.py").read_bytes())
+    return CACHE / f"{short}-{digest.hexdigest()[:16]}"
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Start rendering every figure, and add each to the build as ``figures/<name>.svg``.
+    """Add every figure to the build as ``figures/<name>.svg``: from the cache, or drawn now.
 
-    The figures are drawn in a child process (``python -P -m book.hooks.figures OUT_DIR``) while
-    this one renders the pages, on another core: drawing them takes about half of the build's
-    time. The modules are imported here too, so that a bad name fails at once, and the
-    child's SVG files are read in ``on_env``, before any is copied or put into a page.
+    A module whose figures are not cached has them drawn in child processes (``python -P -m
+    book.hooks.figures MODULE=FOLDER ...``, :data:`CHILDREN` of them) while this one renders the
+    pages. Those modules are imported here too, so that a bad name fails at once; the children's
+    SVG files are read in ``on_env``, before any is copied or put into a page.
     """
-    global _child
-    names = list(load_figures())
-    out_dir = Path(tempfile.mkdtemp(prefix="book-figures-"))
-    log = (out_dir / "stderr.txt").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-P", "-m", "book.hooks.figures", str(out_dir)],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    _child = (process, out_dir, names)
-    for name in names:
-        uri = f"figures/{name}.svg"
-        if files.get_file_from_path(uri) is not None:
-            raise PluginError(f"docs/{uri} exists: figures are made by code, delete the file")
-        files.append(File.generated(config, uri, abs_src_path=str(out_dir / f"{name}.svg")))
+    common = inputs_key()
+    _entries.clear()
+    _missing.clear()
+    _children.clear()
+    names: dict[str, list[str]] = {}
+    for module in figure_modules():
+        entry = _entries[module] = cache_entry(module, common)
+        if (entry / NAMES).is_file():
+            names[module] = (entry / NAMES).read_text(encoding="utf-8").split()
+        else:
+            names[module] = _missing[module] = list(load_figures(modules=[module]))
+            entry.mkdir(parents=True, exist_ok=True)
+    seen: dict[str, str] = {}
+    for module, module_names in names.items():
+        for name in module_names:
+            if name in seen:
+                raise PluginError(f"{module}: figure name {name!r} is already used by {seen[name]}")
+            seen[name] = module
+    missing = list(_missing)
+    for i in range(min(CHILDREN, len(missing))):
+        jobs = missing[i::CHILDREN]
+        log = _entries[jobs[0]] / "stderr.txt"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-P", "-m", "book.hooks.figures", *(f"{m}={_entries[m]}" for m in jobs)],
+                stdout=out, stderr=subprocess.STDOUT,
+            )
+        _children.append((process, log))
+    for module, module_names in names.items():
+        for name in module_names:
+            uri = f"figures/{name}.svg"
+            if files.get_file_from_path(uri) is not None:
+                raise PluginError(f"docs/{uri} exists: figures are made by code, delete the file")
+            files.append(File.generated(config, uri, abs_src_path=str(_entries[module] / f"{name}.svg")))
     return files
 
 
@@ -227,22 +295,27 @@ def on_env(env: object, config: MkDocsConfig, files: Files) -> object:
     """Wait for the figures, and keep each one's SVG for ``on_post_page``.
 
     Raises:
-        PluginError: with the child's output, if drawing a figure failed.
+        PluginError: with a child's output, if drawing a figure failed.
     """
-    process, out_dir, names = _child
-    if process.wait() != 0:
-        output = (out_dir / "stderr.txt").read_text(errors="replace")
-        raise PluginError(f"drawing the figures failed:\n{output}")
+    for process, log in _children:
+        if process.wait() != 0:
+            output = log.read_text(errors="replace")
+            raise PluginError(f"drawing the figures failed:\n{output}")
+    for module, module_names in _missing.items():
+        (_entries[module] / NAMES).write_text("\n".join(module_names) + "\n", encoding="utf-8")
     _svgs.clear()
-    for name in names:
-        _svgs[name] = (out_dir / f"{name}.svg").read_bytes()
+    for module, entry in _entries.items():
+        for name in (entry / NAMES).read_text(encoding="utf-8").split():
+            _svgs[name] = (entry / f"{name}.svg").read_bytes()
     return env
 
 
 def on_post_build(config: MkDocsConfig) -> None:
-    """Remove the child's folder of SVG files, now copied into the site."""
-    if _child is not None:
-        shutil.rmtree(_child[1], ignore_errors=True)
+    """Keep only this build's cache entries: older ones are drawn from files that changed since."""
+    if CACHE.is_dir():
+        for entry in CACHE.iterdir():
+            if entry not in _entries.values():
+                shutil.rmtree(entry, ignore_errors=True)
 
 
 def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
@@ -255,5 +328,5 @@ def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
     return FIGURE_IMG.sub(inline, output)
 
 
-if __name__ == "__main__":  # the child process started by on_files
-    render_all(Path(sys.argv[1]))
+if __name__ == "__main__":  # a child process started by on_files: MODULE=FOLDER ...
+    render_all([(module, Path(folder)) for module, _, folder in (arg.partition("=") for arg in sys.argv[1:])])
