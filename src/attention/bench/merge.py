@@ -112,7 +112,7 @@ def merge_results(sources: list[tuple[str, dict]], prefer_newest: bool = False, 
         "date_utc": min(dates),
         "command": command,
         "load_average_end": docs[-1]["provenance"]["load_average_end"],
-        "merged_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "merged_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "sources": [
             {"file": name, "date_utc": d["provenance"]["date_utc"], "command": d["provenance"]["command"],
              "git": d["provenance"]["git"], "torch": d["provenance"]["torch"],

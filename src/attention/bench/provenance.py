@@ -81,7 +81,7 @@ def command_line(argv: list[str] | None) -> str:
 def provenance(device: torch.device, command: str) -> dict[str, object]:
     """Hardware, versions, thread count, TF32 settings, date and command of this run."""
     record: dict[str, object] = {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": command,
         "git": git_commit(),
         "python": platform.python_version(),

@@ -16,11 +16,10 @@ is timed. A variant that cannot run gets a row with its status and the reason in
 
 import dataclasses
 import functools
-from dataclasses import replace
 import gc
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm import tqdm
@@ -30,9 +29,7 @@ from .provenance import load_average, provenance
 from .rows import Row
 from .schema import SCHEMA
 from .timing import cuda_peak_bytes, profiled_call, time_cpu, time_cuda
-from .variants import (
-    Inputs, Problem, Unsupported, Variant, make_call, make_inputs, reference, variants_for,
-)
+from .variants import Inputs, Problem, Unsupported, Variant, make_call, make_inputs, reference, variants_for
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TOLERANCE = {torch.float32: 2e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}

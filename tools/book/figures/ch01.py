@@ -10,14 +10,8 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
+from attention import AttentionDecoder, Seq2Seq, Seq2SeqEncoder, plot_attention, scaled_dot_product_attention
 from attention.plotting import INK
-from attention import (
-    AttentionDecoder,
-    Seq2Seq,
-    Seq2SeqEncoder,
-    plot_attention,
-    scaled_dot_product_attention,
-)
 
 BOS = 10  # start token; digits are tokens 0-9
 

@@ -21,11 +21,10 @@ import posixpath
 import re
 from pathlib import Path
 
+import material
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
-
-import material
 
 from ..constants import REPO
 from ..pages import parse_page

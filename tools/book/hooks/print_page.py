@@ -24,9 +24,10 @@ from mkdocs.structure.nav import Navigation
 from mkdocs.structure.pages import Page
 from mkdocs.utils.templates import TemplateContext
 
+from ..constants import PDF_PLACEHOLDER  # `python -m book pdf` adds the link after it
+
 PRINT_URI = "print.md"
 PRINT_URL = "print/"
-from ..constants import PDF_NAME, PDF_PLACEHOLDER  # `python -m book pdf` adds the link after it
 SOURCE = f"""---
 title: The whole book
 description: Every chapter of the book on one page, to print or to save as a PDF.

@@ -14,16 +14,9 @@ import pytest
 
 from ..pages import Fence, parse_page
 from .compare import first_difference, unified_diff
-from .execution import (
-    ChainBroken,
-    CodeUnit,
-    Result,
-    UnitRaised,
-    format_exception,
-    register_source,
-)
+from .execution import ChainBroken, CodeUnit, Result, UnitRaised, format_exception, register_source
 from .notebooks import Cell, read_cells
-from .runtime import GROUP_PREFIX, UPDATE_HINT, _GROUP_SUFFIX, runtime_of
+from .runtime import _GROUP_SUFFIX, GROUP_PREFIX, UPDATE_HINT, runtime_of
 from .upstream import MARKER, markdown_parser
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .execution import Result
 from ..pages import PYTHON_FENCE_OPENER
+from .execution import Result
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from .format import ms as _ms
-from .format import rate, ratio, ratio_range, readable_bytes
 from attention.bench.rows import DecodeRow, Row
 from attention.flash import default_block_sizes
 
+from .format import ms as _ms
+from .format import rate, ratio, ratio_range, readable_bytes
 from .load import Run
 from .page import settings_words
 from .tables import kernel_that_ran

@@ -236,7 +236,7 @@ def roofline_table(run: Run, dtype: str, t: int, pass_name: str) -> str:
             for p in sorted(points, key=lambda p: (p["d_h"], p["intensity"]))]
     caption = (f"Kernels at $t = {t}$, {pass_name}: intensity in FLOP per byte (bytes a lower bound), "
                f"achieved and roof in {unit}.")
-    return table(["variant", "$d_h$", "intensity", f"achieved", "roof", "% of roof", "bound"], body,
+    return table(["variant", "$d_h$", "intensity", "achieved", "roof", "% of roof", "bound"], body,
                  [False, True, True, True, True, True, False], caption)
 
 
