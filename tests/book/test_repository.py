@@ -33,8 +33,6 @@ NOT_IMPORTED = {
     "pytest-xdist": "pytest plugin: pyproject.toml's addopts run the suite with -n 2 "
     "--dist loadgroup",
     "ruff": "a command: .ci/run runs `ruff check` (configured in pyproject.toml)",
-    "pytest-markdown-docs": "pytest plugin: the runner uses its documented hook, marker and flag "
-    "(tools/book/runner/upstream.py)",
 }
 
 

@@ -1,7 +1,7 @@
 """Find the Python fences of a Markdown page, their output blocks, and rewrite those blocks.
 
 A page is parsed level by level. Level 0 is the whole page; markdown-it (CommonMark, the parser
-pytest-markdown-docs uses) finds its fences, including those in lists and block quotes. The body
+of the page runner) finds its fences, including those in lists and block quotes. The body
 of each container that Python-Markdown extensions open with a marker line,
 
     !!! note "..."      ??? example "..."      ???+ success "..."      === "Tab"
@@ -274,7 +274,7 @@ class _PageParser:
 
 def parse_page(text: str, md: MarkdownIt | None = None) -> ParsedPage:
     """Parse the Markdown ``text`` of a page with the markdown-it parser ``md`` (default:
-    CommonMark, the parser of pytest-markdown-docs and of the runner)."""
+    CommonMark, the parser of the runner)."""
     if md is None:
         from markdown_it import MarkdownIt
 

@@ -8,7 +8,6 @@ outcome and the message readers of a failure would see.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import IPython.lib.pretty  # noqa: F401  (imported once here, not again by every in-process run)
@@ -335,22 +334,13 @@ def test_an_output_with_grad_fn_fails(book: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["docs/grad_fn.md:3: the output shows a tensor's grad_fn=*"])
 
 
-def test_every_page_item_carries_the_markdown_docs_marker(book: pytest.Pytester) -> None:
+def test_every_page_item_carries_the_page_marker(book: pytest.Pytester) -> None:
     for name in ("basic.md", "problems.md", "notebook.ipynb"):
         add_page(book, name)
-    book.runpytest("-m", "markdown-docs", "--collect-only", "-q").stdout.fnmatch_lines(
-        ["12 tests collected*"]
-    )
-    book.runpytest("-m", "not markdown-docs", "--collect-only", "-q").stdout.fnmatch_lines(
+    book.runpytest("-m", "page", "--collect-only", "-q").stdout.fnmatch_lines(["12 tests collected*"])
+    book.runpytest("-m", "not page", "--collect-only", "-q").stdout.fnmatch_lines(
         ["no tests collected (12 deselected)*"]
     )
-
-
-def test_the_stock_plugin_collection_is_refused(book: pytest.Pytester) -> None:
-    add_page(book, "basic.md")
-    result = book.runpytest("--markdown-docs")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert re.search(r"--markdown-docs is replaced by the book's runner", result.stderr.str())
 
 
 def test_update_keeps_crlf_line_endings_and_writes_new_lines_with_them() -> None:

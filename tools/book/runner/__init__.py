@@ -1,10 +1,8 @@
 """The book's doc-test runner: every Python fence on every page runs, and its output is checked.
 
-A pytest plugin on pytest's own hooks and markdown-it-py. Of pytest-markdown-docs it uses only
-what that plugin documents, named in one module, ``upstream`` (the ``markdown-docs`` marker, the
-``pytest_markdown_docs_markdown_it`` hook, the ``--markdown-docs`` flag it refuses), and imports
-none of its modules; tests/book/runner/test_upstream.py checks those names against the installed
-version.
+A pytest plugin on pytest's own hooks and markdown-it-py (CommonMark); it owns its marker,
+``page`` (``pytest -m page`` selects the page tests). It began as a replacement of
+pytest-markdown-docs, and no longer uses anything of it.
 
 Modules:
 
@@ -21,9 +19,6 @@ Modules:
   pytest-xdist;
 - ``plugin``: the pytest hooks; the ``--update-outputs`` option; the count of executed fences
   across workers.
-- ``upstream``: the documented names of pytest-markdown-docs the runner relies on, and the
-  Markdown parser (CommonMark unless a conftest's ``pytest_markdown_docs_markdown_it`` says
-  otherwise).
 
 Written here rather than taken from pytest-markdown-docs, and why:
 
@@ -40,5 +35,5 @@ Written here rather than taken from pytest-markdown-docs, and why:
   compare with the output block, and report diffs and tracebacks at page lines; the stock items
   do none of this;
 - the stock collection (``--markdown-docs``) would also collect every docstring in every .py
-  file and run each fence a second time, so the plugin refuses that flag.
+  file.
 """

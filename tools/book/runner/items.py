@@ -11,13 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 
 from ..pages import Fence, parse_page
 from .compare import first_difference, unified_diff
 from .execution import ChainBroken, CodeUnit, Result, UnitRaised, format_exception, register_source
 from .notebooks import Cell, read_cells
 from .runtime import _GROUP_SUFFIX, GROUP_PREFIX, UPDATE_HINT, runtime_of
-from .upstream import MARKER, markdown_parser
+
+MARKER = "page"  # every item of a page carries it: `pytest -m page` selects the page tests
 
 
 class OutputMismatch(Exception):
@@ -29,7 +31,7 @@ class PageProblem(Exception):
 
 
 def group_item(item: pytest.Item, page: pytest.File) -> None:
-    """Put ``item`` in its page's xdist group and mark it as a page test (``-m markdown-docs``)."""
+    """Put ``item`` in its page's xdist group and mark it as a page test (``-m page``)."""
     item.add_marker(MARKER)
     if item.config.pluginmanager.hasplugin("xdist"):
         item.add_marker(pytest.mark.xdist_group(GROUP_PREFIX + page.nodeid))
@@ -265,7 +267,7 @@ class MarkdownPage(pytest.File):
         """One item per Python fence and one per problem, in page order."""
         runtime = runtime_of(self.config)
         text = self.path.read_bytes().decode("utf-8")
-        page = parse_page(text, markdown_parser(self.config))
+        page = parse_page(text, MarkdownIt("commonmark"))
         shown, filename = runtime.relative(self.path), str(self.path)
         runtime.shown_names[filename] = shown
         runtime.column_shifts[filename] = page.column_shift

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from .items import MarkdownPage, NotebookPage, without_group
+from .items import MARKER, MarkdownPage, NotebookPage, without_group
 from .runtime import COUNTS_KEY, RUNTIME, Runtime, runtime_of
-from .upstream import MARKER, stock_collection_requested
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -45,13 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Refuse the stock plugin's collection (it would run every fence twice); accept test ids
-    copied from xdist's reports; set up state."""
-    if stock_collection_requested(config):
-        raise pytest.UsageError(
-            "--markdown-docs is replaced by the book's runner (tools/book/runner): "
-            "run plain `pytest` or `pytest docs`"
-        )
+    """Register the page marker; accept test ids copied from xdist's reports; set up state."""
     os.environ["MPLBACKEND"] = "Agg"
     if "matplotlib" in sys.modules:
         sys.modules["matplotlib"].use("Agg")
