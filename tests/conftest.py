@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-REPO = Path(__file__).resolve().parents[1]
+from book.constants import REPO
 
 
 @dataclass(frozen=True)

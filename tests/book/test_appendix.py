@@ -12,20 +12,19 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path
 
 import pytest
 from mkdocs.exceptions import PluginError
 
+from attention.bench.parts import PARTS
+from book.constants import REPO
+from book.hooks import figures as figures_hook
+from book.hooks import timings as timings_hook
 from book.timings import facts, tables
 from book.timings.format import readable_bytes, table
 from book.timings.load import (NOT_RECORDED, PROVENANCE_FIELDS, RESULTS, Run, commit_words, file_provenance,
                                 load_runs, pinned_version, results_files)
-from attention.bench.parts import PARTS
 from book.timings.page import PAGES, fill_markers, provenance_markdown, renderer, run_markdown
-from book.hooks import figures as figures_hook
-from book.hooks import timings as timings_hook
-from book.constants import REPO
 
 APPENDIX = REPO / "docs" / "appendix"
 FIXTURE = REPO / "tests" / "fixtures" / "bench" / "cpu-tiny.json"

@@ -15,12 +15,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from book.constants import REPO
 from torch import nn
 
 import attention
+from book.constants import DOCS, REPO
 
-DOCS = REPO / "docs"
 REFERENCES = DOCS / "references.md"  # the stub the hook fills; it cites nothing
 BIBLIOGRAPHY = DOCS / "references.bib"
 ENTRY_KEY = re.compile(r"^@\w+\{([^,\s]+),", re.MULTILINE)

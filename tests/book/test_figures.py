@@ -22,8 +22,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 
 from attention import JOURNEY_TOKENS, journey_inputs  # noqa: E402
-from book.hooks import figures as hook  # noqa: E402
 from book.constants import REPO
+from book.hooks import figures as hook  # noqa: E402
 
 FIGURES_DIR = REPO / "tools" / "book" / "figures"
 

@@ -12,9 +12,6 @@ from types import SimpleNamespace
 import pytest
 
 from book.hooks import math as hook
-from book.constants import REPO
-
-DOCS = REPO / "docs"
 
 
 def test_render_gives_katex_html_with_the_tex_kept_out_of_search() -> None:

@@ -16,12 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from book.pages import read_page
+from book.constants import DOCS, REPO
 from book.hooks import notebooks as hook
-from book.constants import REPO
-
-DOCS = REPO / "docs"
-
+from book.pages import read_page
 
 CONFIG = hook.repository_config()
 CHAPTERS = hook.chapters(DOCS)

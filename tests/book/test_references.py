@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import markdown
 import pytest
 from mkdocs.exceptions import PluginError
-from book.hooks import references as hook
-from book.constants import REPO
 
-DOCS = REPO / "docs"
+from book.constants import DOCS, REPO
+from book.hooks import references as hook
+
 BIB = DOCS / "references.bib"
 
 

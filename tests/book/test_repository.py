@@ -22,9 +22,9 @@ import yaml
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 
-from book.runner.notebooks import read_cells
-from book.pages import read_page
 from book.constants import REPO
+from book.pages import read_page
+from book.runner.notebooks import read_cells
 
 # Where the repository's own Python lives; every .py file under these is scanned for imports.
 CODE = [REPO / "src", REPO / "tools", REPO / "tests", REPO / "docs", REPO / ".ci", REPO / "conftest.py"]

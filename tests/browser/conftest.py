@@ -18,9 +18,8 @@ from book.browser.chromium import DESKTOP, PHONE, launch
 from book.browser.crawl import Snapshot, crawl, page_key
 from book.browser.server import SiteServer
 from book.browser.tab import Tab
-from book.constants import CHROMIUM
+from book.constants import CHROMIUM, REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 # Pages loaded side by side: the browser's work spreads over the cores.
 PARALLEL = max(2, min(4, os.cpu_count() or 2))

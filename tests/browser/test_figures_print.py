@@ -28,20 +28,18 @@ import pytest
 from PIL import Image
 from playwright.sync_api import Browser, BrowserContext, Page
 
-from book.constants import PDF_NAME
-from book.pdf import make_pdf
 from book.browser.checks import figure_problems, table_problems
 from book.browser.chromium import DESKTOP, PHONE
 from book.browser.colour import contrast, luminance
 from book.browser.scripts import MEASURE_FIGURES, MEASURE_TABLES
 from book.browser.server import SiteServer
+from book.constants import DOCS, PDF_NAME
+from book.pdf import make_pdf
 
 # All tests of this module in one process (one chromium, its pages visited once), scheduled
 # after the other site tests, by when the site is built (rank 3: see the root conftest.py).
 pytestmark = pytest.mark.browser_group("browser-print", rank=3)
 
-REPO = Path(__file__).resolve().parents[2]
-DOCS = REPO / "docs"
 CHAPTERS = sorted((DOCS / "chapters").glob("[0-9][0-9]-*.md"))
 SHOWN = "chapters/04-causal-attention/"  # heatmaps with numbers, and exercises with solutions
 COPY_BUTTONS = "[data-clipboard-target], clipboard-copy"  # Material's, mkdocs-jupyter's

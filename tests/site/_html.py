@@ -11,9 +11,6 @@ from urllib.parse import urljoin, urlsplit
 from book.constants import REPO
 from book.pages import read_page
 
-DOCS = REPO / "docs"
-
-
 # <link rel=...> values that make the browser fetch the linked URL.
 FETCHING_RELS = {
     "stylesheet",

@@ -13,14 +13,21 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-
 from _html import (
-    REMOTE_IN_CODE, SITE_URL, SOCIAL_TAGS, built_page, html_pages, is_remote, meta_tags, output_fences, page_url,
-    resolves_to, scan,
+    REMOTE_IN_CODE,
+    SITE_URL,
+    SOCIAL_TAGS,
+    built_page,
+    html_pages,
+    is_remote,
+    meta_tags,
+    output_fences,
+    page_url,
+    resolves_to,
+    scan,
 )
-from book.constants import REPO
 
-DOCS = REPO / "docs"
+from book.constants import DOCS, REPO
 
 
 def test_strict_build_has_no_warnings(site_build) -> None:

@@ -12,12 +12,10 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
-
-from book.constants import REPO
-from book.hooks import math as hook
 from _html import resolves_to, scan
 
-DOCS = REPO / "docs"
+from book.constants import DOCS
+from book.hooks import math as hook
 
 
 def test_katex_stylesheet_and_fonts_are_served_by_the_site(built_site: Path) -> None:

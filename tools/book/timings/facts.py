@@ -21,7 +21,7 @@ from attention.bench.rows import DecodeRow, Row
 from attention.flash import default_block_sizes
 
 from .format import ms as _ms
-from .format import rate, ratio, ratio_range, readable_bytes
+from .format import rate, ratio, ratio_range
 from .load import Run
 from .page import settings_words
 from .tables import kernel_that_ran
@@ -143,28 +143,12 @@ def speedup(run: Run, variant: str, baseline: str, pass_name: str, **where) -> s
 
 
 @query
-def slowdown(run: Run, variant: str, baseline: str, pass_name: str, **where) -> str:
-    """How many times slower ``variant`` is than ``baseline`` (variant time ÷ baseline time)."""
-    return ratio_range([v.median_s / b.median_s for v, b in _pairs(run, variant, baseline, pass_name, where)])
-
-
-@query
 def goal(run: Run, variant: str, pass_name: str) -> str:
     """A measured ratio goal's ratio (``variant`` time ÷ its baseline's)."""
     for g in run.doc["goals"].get("ratios", []):
         if g["variant"] == variant and g["pass"] == pass_name and "ratio" in g:
             return ratio(g["ratio"])
     raise FactError(f"no measured goal of {variant}, {pass_name} in {run.stem}")
-
-
-@query
-def memory_fraction(run: Run) -> str:
-    """The memory goal: flash_attention's peak as a percentage of the explicit path's."""
-    m = run.doc["goals"].get("memory") or {}
-    if "fraction" not in m:
-        raise FactError(f"no measured memory goal in {run.stem}")
-    return (f"{100 * m['fraction']:.2f}% ({readable_bytes(m['flash_attention_peak_bytes'])} against "
-            f"{readable_bytes(m['explicit_peak_bytes'])})")
 
 
 def _decode(run: Run, model: str, use_cache: bool) -> DecodeRow:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import cache
-from pathlib import Path
 
-BIBLIOGRAPHY = Path(__file__).resolve().parents[3] / "docs" / "references.bib"
+from ..constants import DOCS
+
+BIBLIOGRAPHY = DOCS / "references.bib"
 
 
 def ms(seconds: float) -> str:

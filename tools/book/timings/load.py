@@ -16,10 +16,12 @@ from pathlib import Path
 
 from attention.bench.rows import DecodeRow, Row
 from attention.bench.store import read_results
+from attention.bench.sweep import PASSES as SWEEP_PASSES
 
-REPO = Path(__file__).resolve().parents[3]
-RESULTS = REPO / "docs" / "appendix" / "results"
-PASSES = ("forward", "forward+backward")
+from ..constants import DOCS, REPO
+
+RESULTS = DOCS / "appendix" / "results"
+PASSES = tuple(SWEEP_PASSES)  # "forward", "forward+backward"
 DTYPE_ORDER = ("bfloat16", "float16", "float32")
 
 
