@@ -1,4 +1,4 @@
-"""The appendix of measured timings (book.timings), on the committed results files and on the
+"""The appendix of measured timings (book.appendix), on the committed results files and on the
 fixture tests/fixtures/bench/cpu-tiny.json, a real tiny run of ``python -m attention.bench``.
 
 What a reader relies on: every number on the pages is the results file's, each table answers one
@@ -19,12 +19,12 @@ from mkdocs.exceptions import PluginError
 from attention.bench.parts import PARTS
 from book.constants import REPO
 from book.hooks import figures as figures_hook
-from book.hooks import timings as timings_hook
-from book.timings import facts, tables
-from book.timings.format import readable_bytes, table
-from book.timings.load import (NOT_RECORDED, PROVENANCE_FIELDS, RESULTS, Run, commit_words, file_provenance,
+from book.hooks import appendix as appendix_hook
+from book.appendix import facts, tables
+from book.appendix.format import readable_bytes, table
+from book.appendix.load import (NOT_RECORDED, PROVENANCE_FIELDS, RESULTS, Run, commit_words, file_provenance,
                                 load_runs, pinned_version, results_files)
-from book.timings.page import PAGES, fill_markers, provenance_markdown, renderer, run_markdown
+from book.appendix.page import PAGES, fill_markers, provenance_markdown, renderer, run_markdown
 
 APPENDIX = REPO / "docs" / "appendix"
 FIXTURE = REPO / "tests" / "fixtures" / "bench" / "cpu-tiny.json"
@@ -62,9 +62,9 @@ def test_a_broken_results_file_stops_the_build_naming_file_and_field(tmp_path, m
     (tmp_path / "broken.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=r"broken\.json: results\[3\]: expected key 'status'"):
         load_runs(tmp_path)
-    monkeypatch.setattr(timings_hook, "load_runs", lambda: load_runs(tmp_path))
+    monkeypatch.setattr(appendix_hook, "load_runs", lambda: load_runs(tmp_path))
     with pytest.raises(PluginError, match=r"broken\.json: results\[3\]"):
-        timings_hook.on_files(None, None)
+        appendix_hook.on_files(None, None)
 
 
 @pytest.mark.parametrize("break_it, field", [
@@ -277,7 +277,7 @@ def test_every_figure_a_page_links_is_drawn_by_the_figure_module(pages):
 
 
 def test_an_appendix_figure_keeps_its_text_legible_on_a_phone(runs):
-    from book.timings.plots import figure_names
+    from book.appendix.plots import figure_names
 
     hook = figures_hook
 

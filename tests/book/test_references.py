@@ -191,7 +191,7 @@ def test_the_hook_fills_the_stub_and_is_registered() -> None:
         hook.on_page_markdown("# References\n", page=page, config=config, files=None)
     mkdocs = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
     hooks = re.search(r"^hooks:\n((?:  - .+\n)+)", mkdocs, flags=re.MULTILINE)
-    assert re.search(r"^  - tools/hooks/references.py\b", hooks.group(1), flags=re.MULTILINE)
+    assert re.search(r"^  - tools/mkdocs_hooks/references.py\b", hooks.group(1), flags=re.MULTILINE)
 
 
 CITATION_HREF = re.compile(r'href="((?:[^"#]*/)?references/(?:index\.html)?)#([^"]+)"')

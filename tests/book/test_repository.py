@@ -262,7 +262,7 @@ def test_docs_holds_content_and_the_hooks_only_import_the_tooling() -> None:
     # Code lives in packages and is imported; docs/ is what the site shows.
     assert sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.py")) == []
     hooks = mkdocs_config()["hooks"]
-    assert hooks and all(h.startswith("tools/hooks/") for h in hooks), hooks
+    assert hooks and all(h.startswith("tools/mkdocs_hooks/") for h in hooks), hooks
     for hook in hooks:
         tree = ast.parse((REPO / hook).read_text(encoding="utf-8"))
         body = [node for node in tree.body if not isinstance(node, ast.Expr)]  # past the docstring

@@ -126,7 +126,7 @@ def test_every_page_shows_the_licences_in_its_footer(built_site: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Link previews, the 404 page and the API reference (tools/book/hooks/meta.py, overrides/,
-# tools/book/hooks/docstrings.py)
+# tools/book/docstrings.py)
 
 # A Sphinx role as the package's docstrings write it: :func:`softmax`, :class:`~attention.X`.
 SPHINX_ROLE = re.compile(r":(?:func|class|mod|meth|attr|exc|obj|data):`(~?)([\w.]+)`")

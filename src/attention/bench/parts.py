@@ -193,29 +193,29 @@ PARTS: tuple[Part, ...] = (
          "matmul's TFLOP/s and a device-to-device copy's bytes/s, recorded next to the datasheet's "
          "figures, which the percentages use",
          (RowKind("peaks", "peak", ("name",), shape="named", measured=_peak_measured),),
-         _run_peaks, "book.timings.page:peaks_markdown"),
+         _run_peaks, "book.appendix.page:peaks_markdown"),
     Part("goals", "flash_attention against SDPA, fused against unfused, and the memory goal",
          (RowKind("goals.ratios", "goal", ("name", "pass", "dtype"), measured=_goal_measured),
           RowKind("goals.memory", "memory goal", ("t", "b", "h", "d_h", "dtype"), shape="one",
                   measured=_goal_measured)),
-         _run_goals, "book.timings.page:goals_markdown"),
+         _run_goals, "book.appendix.page:goals_markdown"),
     Part("decode", "greedy tokens/s with and without the KV cache",
          (RowKind("decode", "decode row", ("model", "use_cache", "prompt_tokens", "new_tokens"), DecodeRow),),
-         _run_decode, "book.timings.page:decode_markdown"),
+         _run_decode, "book.appendix.page:decode_markdown"),
     Part("sweep", "every variant over t, and the speed goal: the fused layer within 5% of "
          "torch.nn.MultiheadAttention",
          (RowKind("results", "row", SWEEP_KEY, Row, measured=_has_status, label="rows"),),
-         _run_sweep, "book.timings.page:sweep_markdown"),
+         _run_sweep, "book.appendix.page:sweep_markdown"),
     Part("masks", "chapter 11's causal document mask over t = 512, 1024, 2048 packed tokens: dense "
          "SDPA, compiled FlexAttention, packed varlen and padded",
          (RowKind("masks", "masks row", ("variant", "t", "pass", "dtype", "h", "d_h"), MaskRow,
                   measured=_has_status, label="mask rows"),),
-         _run_masks, "book.timings.tables:masks_table", preset=False),
+         _run_masks, "book.appendix.tables:masks_table", preset=False),
     Part("linear", "chapter 12's linear attention in its three forms against causal softmax attention "
          "over t, each checked against its own float64 definition",
          (RowKind("linear", "linear row", ("variant", "pass", "dtype", "b", "t", "h", "d_h", "chunk_size"),
                   LinearRow, measured=_has_status, label="linear-attention rows"),),
-         _run_linear, "book.timings.tables:linear_table", default=False),
+         _run_linear, "book.appendix.tables:linear_table", default=False),
 )
 BY_NAME = {part.name: part for part in PARTS}
 ROW_KINDS: tuple[RowKind, ...] = tuple(kind for part in PARTS for kind in part.kinds)

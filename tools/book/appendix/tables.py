@@ -1,4 +1,4 @@
-"""The appendix's tables, as Markdown, from one run (:class:`~book.timings.load.Run`).
+"""The appendix's tables, as Markdown, from one run (:class:`~book.appendix.load.Run`).
 
 Each table answers one question and carries its units in its header, not in every cell: a
 table per pass, the ratio to the fastest variant in a column of its own, the variant's code name

@@ -1,9 +1,9 @@
-"""MkDocs hook: the appendix pages, generated from the committed results files (book.timings).
+"""MkDocs hook: the appendix pages, generated from the committed results files (book.appendix).
 
 On every build the results files in ``docs/appendix/results/`` are loaded and validated (a
 malformed one stops the build, naming the file and the field). On each appendix page the marker
 ``<!-- timings:run STEM -->`` becomes that run's section, ``<!-- timings:runs -->`` the table of
-all runs, and every ``{{ query }}`` a number read from the results (book.timings.facts). The
+all runs, and every ``{{ query }}`` a number read from the results (book.appendix.facts). The
 figures are drawn by the figure hook, from tools/book/figures/appendix.py.
 """
 
@@ -14,9 +14,9 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 from mkdocs.structure.pages import Page
 
-from book.timings.facts import fill
-from book.timings.load import Run, load_runs
-from book.timings.page import fill_markers
+from book.appendix.facts import fill
+from book.appendix.load import Run, load_runs
+from book.appendix.page import fill_markers
 
 APPENDIX = "appendix/"
 _runs: dict[str, Run] = {}
