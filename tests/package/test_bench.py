@@ -338,7 +338,7 @@ def test_parts_run_alone(tmp_path):
 
 
 def test_gpu_bandwidth_is_documented_or_unknown():
-    from attention.bench.flops import GPU_BANDWIDTH, GPU_PEAKS, device_bandwidth
+    from attention.flops import GPU_BANDWIDTH, GPU_PEAKS, device_bandwidth
 
     assert set(GPU_BANDWIDTH) == set(GPU_PEAKS)  # every GPU with a peak has a bandwidth
     assert device_bandwidth("NVIDIA H100 80GB HBM3").bytes_per_s == 3.35e12  # the chapter's figure

@@ -1,4 +1,4 @@
-"""The measured peaks (attention.bench.peaks) and the roofline (attention.bench.roofline): byte
+"""The measured peaks (attention.bench.peaks) and the roofline (attention.roofline): byte
 counts checked against the sizes of real tensors, the roof and the bound, and the plot's lines."""
 
 import copy
@@ -10,7 +10,7 @@ import torch
 
 from attention.bench import peaks as peaks_module
 from attention.bench.peaks import last_level_cache_bytes, measure_bandwidth, measure_matmul
-from attention.bench.roofline import kernel_bytes, machine_roof, plot_roofline, roof, roofline_points
+from attention.roofline import kernel_bytes, machine_roof, plot_roofline, roof, roofline_points
 from attention.bench.timing import Timing
 from book.constants import REPO
 

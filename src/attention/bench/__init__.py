@@ -3,6 +3,10 @@
 Notation (see CONTRIBUTING.md): b batch size, t tokens, h heads, d_h head width, d = h * d_h
 model width (d_in = d_out = d).
 
+The harness measures; the models it compares the measurements with are teaching code of chapter
+7 and live in the package: :mod:`attention.flops` (FLOP counts, documented device peaks and
+bandwidths) and :mod:`attention.roofline` (lower-bound bytes, arithmetic intensity, the roof).
+
 Modules, in the order a measurement flows through them:
 
 - :mod:`~attention.bench.variants`: the implementations, at two levels (whole layers, bare
@@ -10,9 +14,7 @@ Modules, in the order a measurement flows through them:
 - :mod:`~attention.bench.timing`: timers (torch.utils.benchmark on CPU, CUDA events with an L2
   flush on GPU), peak memory, and the profiler check of which kernel actually ran;
 - :mod:`~attention.bench.memprobe`: peak resident memory on CPU, in a fresh process (memory goal);
-- :mod:`~attention.bench.flops`: FLOP counts and documented device peaks and bandwidths;
 - :mod:`~attention.bench.peaks`: this machine's peaks, measured (``torch.mm``, STREAM copy and triad);
-- :mod:`~attention.bench.roofline`: lower-bound bytes, arithmetic intensity, the roof and the bound;
 - :mod:`~attention.bench.sweep`, :mod:`~attention.bench.goals`: the sweep, and the goals it is
   held to (speed of the fused layer, memory and speed of ``flash_attention``);
 - :mod:`~attention.bench.presets`: ``--preset quick``, a whole measurement for a short GPU slot;
@@ -27,7 +29,7 @@ Modules, in the order a measurement flows through them:
 - :mod:`~attention.bench.cli`: the command line.
 """
 
-from .flops import attention_flops, device_peak, projection_flops
+from ..flops import attention_flops, device_peak, projection_flops
 from .schema import validate_results
 
 __all__ = ["attention_flops", "device_peak", "projection_flops", "validate_results"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import torch
 from tqdm import tqdm
 
-from .flops import attention_flops, device_bandwidth, device_peak, projection_flops
+from ..flops import attention_flops, device_bandwidth, device_peak, projection_flops
 from .provenance import load_average, provenance
 from .rows import Row
 from .schema import SCHEMA

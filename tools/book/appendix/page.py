@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 
 from attention.bench.parts import BY_NAME, ROW_KINDS, Part
-from attention.bench.roofline import machine_roof
+from attention.roofline import machine_roof
 
 from . import tables
 from .format import rate, readable_bytes, table

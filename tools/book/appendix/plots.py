@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from attention.bench.roofline import machine_roof, plot_roofline, roofline_points
+from attention.roofline import machine_roof, plot_roofline, roofline_points
 from attention.bench.variants import VARIANTS
 
 from .format import readable_bytes

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import torch
 
 from attention.bench.masks import scores_formed
-from attention.bench.roofline import machine_roof, roofline_points
+from attention.roofline import machine_roof, roofline_points
 from attention.bench.rows import LinearRow, MaskRow, Row
 from attention.bench.timing import PROFILED_LABELS
 

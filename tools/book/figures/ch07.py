@@ -17,8 +17,8 @@ from matplotlib.patches import FancyArrowPatch, Polygon, Rectangle
 from torch.utils.flop_counter import FlopCounterMode
 
 from attention import flash_attention, scaled_dot_product_attention
-from attention.bench.flops import device_bandwidth, device_peak
-from attention.bench.roofline import machine_roof, plot_roofline, roofline_points
+from attention.flops import device_bandwidth, device_peak
+from attention.roofline import machine_roof, plot_roofline, roofline_points
 from attention.memory import MemoryTracker
 from attention.plotting import INK, PAPER
 from book.constants import DOCS
@@ -28,7 +28,7 @@ FLASH_COLOR = "#1b9e77"
 SKIPPED_COLOR = "0.93"
 
 # NVIDIA's datasheet figures for the H100 SXM (dense BF16 on tensor cores, HBM3 bandwidth), kept
-# with their sources in attention.bench.flops.
+# with their sources in attention.flops.
 _H100 = "NVIDIA H100 80GB HBM3"
 H100_PEAK_FLOPS = device_peak(_H100, "bf16").tflops * 1e12
 H100_HBM_BYTES_PER_S = device_bandwidth(_H100).bytes_per_s

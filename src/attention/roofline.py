@@ -117,7 +117,7 @@ def plot_roofline(points: list[dict], machine: dict, title: str, colours: dict[s
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from ..plotting import INK
+    from .plotting import INK
 
     P, beta, ridge = machine["peak_flops"], machine["bandwidth"], machine["ridge"]
     unit, scale = ("TFLOP/s", 1e12) if P >= 1e13 else ("GFLOP/s", 1e9)
