@@ -284,8 +284,7 @@ def test_no_file_is_imported_by_its_path() -> None:
 def test_browser_test_ids_are_accepted_with_the_group_xdist_prints(
     pytestconfig: pytest.Config,
 ) -> None:
-    root_conftest = pytestconfig.pluginmanager.getplugin(str(REPO / "conftest.py"))
-    without_browser_group = root_conftest.without_browser_group
+    from book.scheduling import without_group as without_browser_group
 
     printed = "tests/browser/test_desktop_reader.py::test_search[causal]@browser-desktop"
     assert without_browser_group(printed) == printed.removesuffix("@browser-desktop")

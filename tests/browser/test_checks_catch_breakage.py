@@ -32,7 +32,7 @@ from book.browser.tab import Tab
 from book.hooks.math import typeset as typeset_math
 
 # All tests of this module in one process (one chromium, the probe pages served and visited
-# once), scheduled last of all (rank 4: see the root conftest.py).
+# once), scheduled last of all (rank 4: see tools/book/scheduling.py).
 pytestmark = pytest.mark.browser_group("browser-probe", rank=4)
 
 PROBE = r"""

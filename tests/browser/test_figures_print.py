@@ -37,7 +37,7 @@ from book.constants import DOCS, PDF_NAME
 from book.pdf import make_pdf
 
 # All tests of this module in one process (one chromium, its pages visited once), scheduled
-# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+# after the other site tests, by when the site is built (rank 3: see tools/book/scheduling.py).
 pytestmark = pytest.mark.browser_group("browser-print", rank=3)
 
 CHAPTERS = sorted((DOCS / "chapters").glob("[0-9][0-9]-*.md"))

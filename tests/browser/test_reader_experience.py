@@ -25,7 +25,7 @@ from tests.browser.conftest import phone_screenshot
 from tests.browser.test_math import numbered
 
 # All tests of this module in one process (one chromium, one crawl), scheduled first of all: the
-# crawl's first test builds the site, which every site test shares (rank 0: see conftest.py).
+# crawl's first test builds the site, which every site test shares (rank 0: see tools/book/scheduling.py).
 pytestmark = pytest.mark.browser_group("browser-crawl", rank=0)
 
 

@@ -19,7 +19,7 @@ from book.browser.server import SiteServer
 from book.browser.tab import Tab
 
 # All tests of this module in one process (one chromium, its pages visited once), scheduled
-# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+# after the other site tests, by when the site is built (rank 3: see tools/book/scheduling.py).
 pytestmark = pytest.mark.browser_group("browser-quality", rank=3)
 
 # WCAG 2.1 AA, text of normal size (Lighthouse's color-contrast audit).

@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from attention.roofline import machine_roof, plot_roofline, roofline_points
 from attention.bench.variants import VARIANTS
+from attention.roofline import machine_roof, plot_roofline, roofline_points
 
 from .format import readable_bytes
 from .load import Group, Run

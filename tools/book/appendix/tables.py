@@ -12,9 +12,9 @@ from collections.abc import Iterable
 import torch
 
 from attention.bench.masks import scores_formed
-from attention.roofline import machine_roof, roofline_points
 from attention.bench.rows import LinearRow, MaskRow, Row
 from attention.bench.timing import PROFILED_LABELS
+from attention.roofline import machine_roof, roofline_points
 
 from .format import code, ms, rate, ratio, readable_bytes, source, table, tflops
 from .load import Group, Run

@@ -18,9 +18,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attention import flash_attention, scaled_dot_product_attention
 from attention.flops import device_bandwidth, device_peak
-from attention.roofline import machine_roof, plot_roofline, roofline_points
 from attention.memory import MemoryTracker
 from attention.plotting import INK, PAPER
+from attention.roofline import machine_roof, plot_roofline, roofline_points
 from book.constants import DOCS
 
 EXPLICIT_COLOR = "#d95f02"

@@ -14,12 +14,13 @@ import pytest
 from markdown_it import MarkdownIt
 
 from ..pages import Fence, parse_page
+from ..scheduling import PAGE_MARKER
 from .compare import first_difference, unified_diff
 from .execution import ChainBroken, CodeUnit, Result, UnitRaised, format_exception, register_source
 from .notebooks import Cell, read_cells
-from .runtime import _GROUP_SUFFIX, GROUP_PREFIX, UPDATE_HINT, runtime_of
+from .runtime import UPDATE_HINT, runtime_of
 
-MARKER = "page"  # every item of a page carries it: `pytest -m page` selects the page tests
+MARKER = PAGE_MARKER  # every item of a page carries it: `pytest -m page` selects the page tests
 
 
 class OutputMismatch(Exception):
@@ -31,15 +32,9 @@ class PageProblem(Exception):
 
 
 def group_item(item: pytest.Item, page: pytest.File) -> None:
-    """Put ``item`` in its page's xdist group and mark it as a page test (``-m page``)."""
+    """Mark ``item`` as a page test (``-m page``); book.scheduling puts the page's items in one
+    xdist group."""
     item.add_marker(MARKER)
-    if item.config.pluginmanager.hasplugin("xdist"):
-        item.add_marker(pytest.mark.xdist_group(GROUP_PREFIX + page.nodeid))
-
-
-def without_group(arg: str) -> str:
-    """A test id as xdist reports it under ``--dist loadgroup``, without the page's group."""
-    return _GROUP_SUFFIX.sub("", arg) if "::" in arg else arg
 
 
 class _CheckedItem(pytest.Item):

@@ -6,10 +6,9 @@ Python fence (``docs/x.md::line-42``) or code cell (``docs/x.ipynb::cell-3``), p
 item per problem found on a page (``docs/x.md::problem-line-7``).
 
 Under pytest-xdist (``--dist loadgroup``) all items of a page form one group, ``page:docs/x.md``,
-run by one process: a chain reuses its namespace, and ``--update-outputs`` rewrites a file from one
-process. xdist appends the group to the ids it reports (``docs/x.md::line-42@page:docs/x.md``);
-such an id, copied from a FAILED line, is accepted on the command line. Each worker sends its
-execution counts to the controller, which prints the run's total.
+run by one process (book.scheduling, which this plugin loads, groups them and accepts ids printed
+with their group). Each worker sends its execution counts to the controller, which prints the
+run's total.
 """
 
 from __future__ import annotations
@@ -20,8 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from .items import MARKER, MarkdownPage, NotebookPage, without_group
+from .items import MARKER, MarkdownPage, NotebookPage
 from .runtime import COUNTS_KEY, RUNTIME, Runtime, runtime_of
+
+# The xdist groups of pages (and ids printed with them, accepted on the command line).
+pytest_plugins = ["book.scheduling"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,12 +46,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the page marker; accept test ids copied from xdist's reports; set up state."""
+    """Register the page marker; set up state."""
     os.environ["MPLBACKEND"] = "Agg"
     if "matplotlib" in sys.modules:
         sys.modules["matplotlib"].use("Agg")
     config.addinivalue_line("markers", f"{MARKER}: a fence or cell of a book page")
-    config.args[:] = [without_group(arg) for arg in config.args]
     config.stash[RUNTIME] = Runtime(config)
 
 

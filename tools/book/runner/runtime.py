@@ -3,7 +3,6 @@ output blocks and notebook outputs (written once, at the end of the session)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,9 +14,6 @@ from .notebooks import rewrite_cells
 
 PAGE_SUFFIXES = (".md", ".ipynb")
 UPDATE_HINT = "Rewrite output blocks from the real output with: pytest {path} --update-outputs"
-GROUP_PREFIX = "page:"
-# What xdist appends to a page item's id under --dist loadgroup: "@page:" and the page's path.
-_GROUP_SUFFIX = re.compile(r"@" + re.escape(GROUP_PREFIX) + r"[^@]*$")
 COUNTS_KEY = "book_pages_counts"
 
 
