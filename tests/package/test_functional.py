@@ -17,7 +17,7 @@ from attention import (
     softmax_naive,
 )
 
-# Reference figures printed in the book's notebook (/work/shared/seeds/001_*.txt, "Approach #1"
+# Reference figures printed in the book's notebook (tests/fixtures/reference/notebook-outputs.txt, "Approach #1"
 # and "Approach #3"), typed in here to 4 decimals.
 BOOK_SIMPLE_WEIGHTS = torch.tensor(
     [

@@ -16,7 +16,7 @@ from attention import (
     journey_batch,
 )
 
-# Reference figures printed in the book's notebook (/work/shared/seeds/001_*.txt,
+# Reference figures printed in the book's notebook (tests/fixtures/reference/notebook-outputs.txt,
 # "Approach #4" and exercise 3.3), typed in here to 4 decimals; both copies of the batch agree.
 BOOK_WRAPPER_OUTPUT = torch.tensor(
     [

@@ -4,7 +4,7 @@ import torch
 
 from attention import SelfAttentionV1, SelfAttentionV2, attention_weights, journey_inputs
 
-# Reference figures printed in the book's notebook (/work/shared/seeds/001_*.txt,
+# Reference figures printed in the book's notebook (tests/fixtures/reference/notebook-outputs.txt,
 # "Approach #2"), typed in here to 4 decimals.
 BOOK_V1_W_QUERY = torch.tensor([[0.2961, 0.5166], [0.2517, 0.6886], [0.0740, 0.8665]])
 BOOK_V1_WEIGHTS_2 = torch.tensor([0.1500, 0.2264, 0.2199, 0.1311, 0.0906, 0.1820])
