@@ -110,14 +110,14 @@ GPU_BANDWIDTH: dict[str, Bandwidth] = {
 
 
 def device_bandwidth(device_name: str) -> Bandwidth | None:
-    """The documented memory bandwidth of a GPU, or None for a device not in :data:`GPU_BANDWIDTH`."""
+    """The documented memory bandwidth of a GPU, or None for a device not in ``GPU_BANDWIDTH``."""
     return GPU_BANDWIDTH.get(device_name)
 
 
 def device_peak(device_name: str, precision: str) -> Peak | None:
     """The documented dense peak of a GPU for a precision ("fp32", "tf32", "bf16", "fp16").
 
-    Returns None when the device is not in :data:`GPU_PEAKS` (every CPU, for instance): then the
+    Returns None when the device is not in ``GPU_PEAKS`` (every CPU, for instance): then the
     benchmark reports TFLOP/s and says that the peak is unknown, rather than guess one.
     """
     if precision not in ("fp32", "tf32", "bf16", "fp16"):

@@ -1,22 +1,15 @@
-"""Heatmaps of attention weights, and the style of the book's figures.
+"""Heatmaps of attention weights.
 
 Notation: t_q number of queries (rows of the heatmap), t_k number of keys (columns).
 matplotlib is imported inside the functions, so ``import attention`` does not need it.
 
-``BOOK_STYLE`` is the matplotlib style the site's figures are drawn in (tools/book/hooks/figures.py
-applies it): text kept as SVG text, a transparent background, and two placeholder colours that
-the site swaps for the page's own: ``INK`` (text, axes, ticks) becomes the text colour, ``PAPER``
-(legend and label boxes) the background colour, so a figure reads in the light and the dark theme.
-
-Heatmaps whose colour scale starts at white (``Blues``, ``Oranges``, ``RdBu_r``) would be bright
-panels on a dark page. :func:`invert_in_dark` marks such an image (or colour bar), and the dark
-theme's stylesheet inverts its lightness and keeps its hue: low values turn dark, high values
-light. The numbers written in the cells take :func:`cell_text_colour`, a placeholder that the site
-swaps for black or white so that it contrasts with the cell in either theme.
+The heatmap is drawn in plain colours (black or white numbers, whichever contrasts with the
+cell); its image, colour bar and numbers carry SVG ids (``WEIGHTS_GID``, ``LABEL_GID``)
+by which a figure's style can restyle them, as the book's site does for its dark theme.
 """
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -24,57 +17,15 @@ from torch import Tensor
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-INK = "#010101"  # near-black: the SVG's text colour, swapped for the page's (currentColor)
-PAPER = "#fefefe"  # near-white: boxes behind text, swapped for the page's background colour
-ON_LIGHT_CELL = "#020202"  # text on a light cell: black; white in the dark theme (cell inverted)
-ON_DARK_CELL = "#fdfdfd"  # text on a dark cell: white; black in the dark theme
-DARK_INVERT = "dark-invert"  # id prefix of the images that the dark theme inverts
-# Sizes in points; the site shows figures at about one SVG point per CSS pixel on a desktop.
-BOOK_STYLE: dict[str, Any] = {
-    "svg.fonttype": "none",  # text stays <text>: selectable, searchable, sharp at any zoom
-    "savefig.transparent": True,  # no white panel on a dark page
-    "font.size": 11,
-    "axes.titlesize": 11,
-    "axes.labelsize": 11,
-    "xtick.labelsize": 10,
-    "ytick.labelsize": 10,
-    "legend.fontsize": 10,
-    "figure.titlesize": 12,
-    "text.color": INK,
-    "axes.labelcolor": INK,
-    "axes.edgecolor": INK,
-    "axes.titlecolor": INK,
-    "xtick.color": INK,
-    "ytick.color": INK,
-    "legend.labelcolor": INK,
-    "legend.facecolor": PAPER,
-    "legend.edgecolor": "none",
-    "axes.facecolor": "none",
-    "figure.facecolor": "none",
-}
+# What the heatmap's artists are called (their SVG ids), so that a figure's style can find them.
+WEIGHTS_GID = "attention-weights"  # the image and its colour bar
+LABEL_GID = "attention-weight-label"  # the numbers in the cells
 
 
-def cell_text_colour(strength: float) -> str:
-    """Colour of a number written in a heatmap cell whose colour is ``strength`` of the way
-    (0 to 1) from the scale's white end to its dark end: white text past 0.6, black below."""
-    return ON_DARK_CELL if strength > 0.6 else ON_LIGHT_CELL
-
-
-def invert_in_dark(*artists: Any) -> None:
-    """Mark images (``imshow``) and colour bars (``Colorbar``) to be inverted in the dark theme.
-
-    Each gets an SVG id ``dark-invert-<n>``, numbered within its figure so that the SVG stays
-    reproducible; a colour bar's strip is drawn as vector paths so that it can carry the id (each
-    path edged in its own colour, so that no seam shows between them).
-    """
-    for artist in artists:
-        if hasattr(artist, "solids"):  # a Colorbar: its strip of colour, as paths without seams
-            artist = artist.solids
-            artist.set_edgecolor("face")
-        artist.set_rasterized(False)
-        figure = artist.get_figure(root=True)
-        taken = sum(str(a.get_gid()).startswith(DARK_INVERT) for a in figure.findobj())
-        artist.set_gid(f"{DARK_INVERT}-{taken}")
+def _cell_text_colour(strength: float) -> str:
+    """A number in a cell ``strength`` of the way (0 to 1) from the scale's white end to its dark
+    end: white past 0.6, black below."""
+    return "white" if strength > 0.6 else "black"
 
 
 def plot_attention(
@@ -115,7 +66,7 @@ def plot_attention(
         _, ax = plt.subplots(figsize=(0.6 * t_k + 1.5, 0.6 * t_q + 1.0), layout="constrained")
     vmax = max(1.0, matrix.max().item())
     image = ax.imshow(matrix.numpy(), cmap=cmap, vmin=0.0, vmax=vmax)
-    invert_in_dark(image)
+    image.set_gid(WEIGHTS_GID)
     ax.set_xticks(range(t_k), labels=col_labels if col_labels is not None else range(t_k))
     ax.set_yticks(range(t_q), labels=row_labels if row_labels is not None else range(t_q))
     ax.tick_params(axis="x", labelrotation=45 if col_labels is not None else 0)
@@ -128,7 +79,7 @@ def plot_attention(
             for j in range(t_k):
                 value = matrix[i, j].item()
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=10,
-                        color=cell_text_colour(value / vmax))
+                        color=_cell_text_colour(value / vmax), gid=LABEL_GID)
     else:
-        invert_in_dark(ax.figure.colorbar(image, ax=ax))
+        ax.figure.colorbar(image, ax=ax).solids.set_gid(WEIGHTS_GID)
     return ax

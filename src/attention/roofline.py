@@ -117,7 +117,7 @@ def plot_roofline(points: list[dict], machine: dict, title: str, colours: dict[s
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from .plotting import INK
+    ink = plt.rcParams["text.color"]  # the roof in the colour of the text, whatever the style
 
     P, beta, ridge = machine["peak_flops"], machine["bandwidth"], machine["ridge"]
     unit, scale = ("TFLOP/s", 1e12) if P >= 1e13 else ("GFLOP/s", 1e9)
@@ -126,12 +126,12 @@ def plot_roofline(points: list[dict], machine: dict, title: str, colours: dict[s
     xs = torch.logspace(torch.log10(torch.tensor(lo)), torch.log10(torch.tensor(hi)), 200)
     ys = torch.clamp(xs * beta, max=P) / scale
     fig, ax = plt.subplots(figsize=(5.4, 5.6), layout="constrained")
-    ax.plot(xs.numpy(), ys.numpy(), color=INK, linewidth=1.6)
+    ax.plot(xs.numpy(), ys.numpy(), color=ink, linewidth=1.6)
     ax.axvline(ridge, color="0.55", linestyle=":", linewidth=1)
     ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, P / scale), xytext=(4, -14), textcoords="offset points")
     names = list(dict.fromkeys(p["variant"] for p in points))
     cmap = plt.get_cmap("tab10")
-    handles = [Line2D([], [], color=INK, linewidth=1.6, label="roof min(P, β I)")]
+    handles = [Line2D([], [], color=ink, linewidth=1.6, label="roof min(P, β I)")]
     for i, name in enumerate(names):
         color = (colours or {}).get(name, cmap(i % 10))
         for pass_name, fill in (("forward", True), ("forward+backward", False)):

@@ -420,3 +420,25 @@ def test_the_figure_cache_is_keyed_by_what_the_figures_are_drawn_from(tmp_path: 
     common = hook.inputs_key()  # each module's entry also hashes its own source
     entries = {hook.cache_entry(module, common) for module in hook.figure_modules()}
     assert len(entries) == len(hook.figure_modules())
+
+
+def test_the_site_style_marks_heatmaps_for_the_dark_theme_and_swaps_their_cell_text() -> None:
+    """After ``theme_heatmaps`` the image and the colour bar carry the ids that the dark theme
+    inverts (one per artist in a figure), and each number is a placeholder the site swaps."""
+    from attention import plot_attention
+    from book.figures import ON_DARK_CELL, ON_LIGHT_CELL, theme_heatmaps
+
+    weights = torch.tensor([[0.05, 0.95], [0.7, 0.3]])
+    fig, (left, right) = plt.subplots(1, 2)
+    try:
+        plot_attention(weights, ax=left)
+        plot_attention(weights, ax=right, annotate=False)
+        theme_heatmaps(fig)
+        (first,), (second,) = left.get_images(), right.get_images()
+        ids = [first.get_gid(), second.get_gid(), second.colorbar.solids.get_gid()]
+        assert ids == ["dark-invert-0", "dark-invert-1", "dark-invert-2"]
+        assert not second.colorbar.solids.get_rasterized()  # paths, so that the id reaches the SVG
+        colours = {text.get_text(): text.get_color() for text in left.texts}
+        assert colours == {"0.05": ON_LIGHT_CELL, "0.95": ON_DARK_CELL, "0.70": ON_DARK_CELL, "0.30": ON_LIGHT_CELL}
+    finally:
+        plt.close(fig)

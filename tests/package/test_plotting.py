@@ -13,13 +13,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from attention import (  # noqa: E402
-    JOURNEY_TOKENS,
-    attention_weights,
-    journey_inputs,
-    plot_attention,
-)
-from attention.plotting import ON_DARK_CELL, ON_LIGHT_CELL  # noqa: E402
+from attention import JOURNEY_TOKENS, attention_weights, journey_inputs, plot_attention  # noqa: E402
+from attention.plotting import LABEL_GID, WEIGHTS_GID  # noqa: E402
 
 # (t_q, t_k) = (3, 4): rows sum to 1, twelve different values
 WEIGHTS = torch.tensor(
@@ -70,7 +65,7 @@ def test_rows_are_queries_and_columns_are_keys(
             value = weights[i, j].item()
             assert text.get_text() == f"{value:.2f}", (i, j)
             if value >= 0.7 or value <= 0.3:  # dark cells get white text, light ones black
-                expected = ON_DARK_CELL if value >= 0.7 else ON_LIGHT_CELL  # white, black
+                expected = "white" if value >= 0.7 else "black"
                 assert text.get_color() == expected, (i, j)
         assert image.get_clim() == (0.0, 1.0)
     finally:
@@ -149,20 +144,18 @@ def test_draws_on_a_given_axes_with_a_colour_bar_instead_of_annotations() -> Non
         plt.close(fig)
 
 
-def test_heatmaps_are_marked_for_the_dark_theme_and_cell_text_contrasts() -> None:
-    """The image and the colour bar carry the ids that the dark theme inverts (one per artist in
-    a figure), and each number is white on a dark cell and black on a light one, as placeholders
-    that the site swaps in the dark theme."""
+def test_heatmap_artists_are_named_for_a_style_and_cell_text_contrasts() -> None:
+    """The image and the colour bar carry one id, the numbers another, so that a figure's style
+    can find them; each number is white on a dark cell and black on a light one."""
     fig, (left, right) = plt.subplots(1, 2)
     try:
         plot_attention(WEIGHTS, QUERIES, KEYS, ax=left)
         plot_attention(WEIGHTS, QUERIES, KEYS, ax=right, annotate=False)
         (first,), (second,) = left.get_images(), right.get_images()
-        ids = [first.get_gid(), second.get_gid(), second.colorbar.solids.get_gid()]
-        assert ids == ["dark-invert-0", "dark-invert-1", "dark-invert-2"]
-        assert not second.colorbar.solids.get_rasterized()  # paths, so that the id reaches the SVG
+        assert {first.get_gid(), second.get_gid(), second.colorbar.solids.get_gid()} == {WEIGHTS_GID}
         for (row, col), text in annotations(left).items():
             dark_cell = WEIGHTS[row, col].item() > 0.6
-            assert text.get_color() == (ON_DARK_CELL if dark_cell else ON_LIGHT_CELL), (row, col)
+            assert text.get_gid() == LABEL_GID
+            assert text.get_color() == ("white" if dark_cell else "black"), (row, col)
     finally:
         plt.close(fig)

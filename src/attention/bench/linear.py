@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..flops import attention_flops
 from ..functional import scaled_dot_product_attention
 from ..linear import elu_plus_one, linear_attention, linear_attention_flops
-from ..flops import attention_flops
 from .rows import LinearRow
 from .sweep import DTYPES, PASSES, TOLERANCE, Settings, error_reason, relative_error
 from .timing import time_cpu, time_cuda

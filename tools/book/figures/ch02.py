@@ -9,7 +9,7 @@ import torch
 from matplotlib.figure import Figure
 
 from attention import JOURNEY_TOKENS, journey_inputs, plot_attention, softmax
-from attention.plotting import INK
+from book.figures import INK
 
 
 def weights_heatmap() -> Figure:

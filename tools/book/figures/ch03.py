@@ -9,7 +9,7 @@ import torch
 from matplotlib.figure import Figure
 
 from attention import JOURNEY_TOKENS, journey_inputs, softmax
-from attention.plotting import INK
+from book.figures import INK
 
 RAW_COLOR = "#d95f02"
 SCALED_COLOR = "#1b9e77"

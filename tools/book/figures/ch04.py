@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from attention import JOURNEY_TOKENS, SelfAttentionV2, additive_causal_mask, journey_inputs, plot_attention, softmax
-from attention.plotting import cell_text_colour, invert_in_dark
+from book.figures import cell_text_colour, invert_in_dark
 
 
 def running_example_scores() -> torch.Tensor:

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
 from attention import JOURNEY_TOKENS, MultiHeadAttention, journey_batch, plot_attention
-from attention.plotting import INK, cell_text_colour, invert_in_dark
+from book.figures import INK, cell_text_colour, invert_in_dark
 
 
 def per_head_weights() -> Figure:

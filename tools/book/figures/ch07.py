@@ -19,9 +19,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from attention import flash_attention, scaled_dot_product_attention
 from attention.flops import device_bandwidth, device_peak
 from attention.memory import MemoryTracker
-from attention.plotting import INK, PAPER
 from attention.roofline import machine_roof, plot_roofline, roofline_points
 from book.constants import DOCS
+from book.figures import INK, PAPER
 
 EXPLICIT_COLOR = "#d95f02"
 FLASH_COLOR = "#1b9e77"

@@ -12,7 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from attention.io_model import standard_attention_io, standard_io_formula, tiled_attention_io, tiled_io_formula
-from attention.plotting import INK
+from book.figures import INK
 
 STANDARD_COLOR = "#d95f02"
 TILED_COLOR = "#1b9e77"

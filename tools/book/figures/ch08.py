@@ -23,7 +23,7 @@ from attention import (
     alibi_slopes,
     sinusoidal_positions,
 )
-from attention.plotting import INK, invert_in_dark
+from book.figures import INK, invert_in_dark
 
 
 def sinusoidal_table() -> Figure:

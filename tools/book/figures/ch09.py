@@ -33,7 +33,7 @@ from attention import (
     train_lm,
 )
 from attention.norms import norm_matrix
-from attention.plotting import invert_in_dark
+from book.figures import invert_in_dark
 
 STEPS, EVERY = 300, 10  # training steps; the heads are measured every EVERY steps
 SEQUENCE = 2  # the held-out sequence drawn in the heatmaps (period 6)

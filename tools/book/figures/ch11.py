@@ -16,8 +16,8 @@ from matplotlib.patches import Patch
 from attention import TinyTransformer, flash_attention, lookback_data, train_lm, weights_from_lse
 from attention import masks as M
 from attention.packing import cu_seqlens_from_lengths, document_ids
-from attention.plotting import INK, cell_text_colour, invert_in_dark
 from attention.ring import ring_work
+from book.figures import INK, cell_text_colour, invert_in_dark
 
 T, BLOCK = 64, 8  # the panels: t = 64 tokens in tiles of B = 8
 VISIBLE, WASTED, SKIPPED = (0.19, 0.39, 0.64), (0.99, 0.73, 0.47), (1.0, 1.0, 1.0)

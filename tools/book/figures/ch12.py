@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 
 from attention.linear import favor_attention, favor_error_variance, random_projection
 from attention.masks import and_masks, causal, global_tokens, or_masks, sliding_window, to_dense
-from attention.plotting import invert_in_dark
 from book.constants import DOCS
+from book.figures import invert_in_dark
 
 RESULTS = DOCS / "appendix" / "results" / "cpu-linear.json"
 FEATURES = (4, 8, 16, 32, 64, 128, 256, 512, 1024)

@@ -7,7 +7,7 @@ hook imports each module, renders each figure to SVG and adds it to the build as
 file ``figures/<name>.svg``; a page links it as ``![alt text](../figures/<name>.svg)``, and
 ``mkdocs build --strict`` checks that link like any other. Nothing is written into docs/.
 
-Every figure is drawn in the book's style (``attention.plotting.BOOK_STYLE``): text stays SVG
+Every figure is drawn in the book's style (``book.figures.BOOK_STYLE``): text stays SVG
 text, the background is transparent, and the style's placeholder colours become ``currentColor``
 (ink) and the page's background colour (paper). The SVG output is reproducible: no date in the
 metadata and a fixed salt for element ids, so the same code gives the same bytes.
@@ -52,10 +52,9 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File, Files  # noqa: E402
 from mkdocs.structure.pages import Page  # noqa: E402
 
-from attention.plotting import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER  # noqa: E402
-
 from .. import figures  # noqa: E402
 from ..constants import MIN_TEXT_PX, REPO  # noqa: E402  (MIN_TEXT_PX: the smallest text, CSS px)
+from ..figures import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER, theme_heatmaps  # noqa: E402
 
 FIGURE_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 SVG_STYLE = {**BOOK_STYLE, "svg.hashsalt": "attention-book"}
@@ -158,6 +157,7 @@ def render_svg(name: str, make: Callable[[], Figure]) -> bytes:
         raise PluginError(
             f"figure {name!r}: expected a matplotlib Figure, got {type(fig).__name__}"
         )
+    theme_heatmaps(fig)
     return figure_svg(fig)
 
 
