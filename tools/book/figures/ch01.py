@@ -10,7 +10,13 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-from attention import AttentionDecoder, Seq2Seq, Seq2SeqEncoder, plot_attention, scaled_dot_product_attention
+from attention import (
+    AttentionDecoder,
+    Seq2Seq,
+    Seq2SeqEncoder,
+    plot_attention,
+    scaled_dot_product_attention,
+)
 from book.figures import INK
 
 BOS = 10  # start token; digits are tokens 0-9

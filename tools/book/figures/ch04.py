@@ -10,7 +10,14 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from attention import JOURNEY_TOKENS, SelfAttentionV2, additive_causal_mask, journey_inputs, plot_attention, softmax
+from attention import (
+    JOURNEY_TOKENS,
+    SelfAttentionV2,
+    additive_causal_mask,
+    journey_inputs,
+    plot_attention,
+    softmax,
+)
 from book.figures import cell_text_colour, invert_in_dark
 
 

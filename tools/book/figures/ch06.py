@@ -9,7 +9,13 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-from attention import JOURNEY_TOKENS, BidirectionalSelfAttention, CrossAttention, journey_inputs, plot_attention
+from attention import (
+    JOURNEY_TOKENS,
+    BidirectionalSelfAttention,
+    CrossAttention,
+    journey_inputs,
+    plot_attention,
+)
 
 SOURCE_TOKENS = ("Deine", "Reise", "beginnt", "mit", "einem", "Schritt")
 

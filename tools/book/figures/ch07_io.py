@@ -11,7 +11,12 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from attention.io_model import standard_attention_io, standard_io_formula, tiled_attention_io, tiled_io_formula
+from attention.io_model import (
+    standard_attention_io,
+    standard_io_formula,
+    tiled_attention_io,
+    tiled_io_formula,
+)
 from book.figures import INK
 
 STANDARD_COLOR = "#d95f02"

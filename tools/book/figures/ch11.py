@@ -13,7 +13,13 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from attention import TinyTransformer, flash_attention, lookback_data, train_lm, weights_from_lse
+from attention import (
+    TinyTransformer,
+    flash_attention,
+    lookback_data,
+    train_lm,
+    weights_from_lse,
+)
 from attention import masks as M
 from attention.packing import cu_seqlens_from_lengths, document_ids
 from attention.ring import ring_work
