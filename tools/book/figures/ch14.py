@@ -10,8 +10,8 @@ import torch
 from matplotlib.figure import Figure
 
 from attention.masks import sliding_window, to_dense
-from attention.plotting import invert_in_dark
 from attention.sparse import block_topk_mask, moba_mask, topk_mask
+from book.figures import invert_in_dark
 
 T, BLOCK, D_K = 64, 8, 16
 
