@@ -442,3 +442,13 @@ def test_the_site_style_marks_heatmaps_for_the_dark_theme_and_swaps_their_cell_t
         assert colours == {"0.05": ON_LIGHT_CELL, "0.95": ON_DARK_CELL, "0.70": ON_DARK_CELL, "0.30": ON_LIGHT_CELL}
     finally:
         plt.close(fig)
+
+
+def test_a_failed_build_stops_the_children_drawing_figures(monkeypatch, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    monkeypatch.setattr(hook, "_children", [(child, tmp_path / "stderr.txt")])
+    hook.on_build_error(RuntimeError("a page failed"))
+    assert child.poll() is not None

@@ -310,6 +310,14 @@ def on_env(env: object, config: MkDocsConfig, files: Files) -> object:
     return env
 
 
+def on_build_error(error: Exception) -> None:
+    """Stop the children drawing figures: a failed build would leave them running."""
+    for process, _ in _children:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def on_post_build(config: MkDocsConfig) -> None:
     """Keep only this build's cache entries: older ones are drawn from files that changed since."""
     if CACHE.is_dir():
