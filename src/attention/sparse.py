@@ -17,7 +17,7 @@ clamped to t_k, as transformers' DeepSeek-V3.2 indexer does. Ties go as ``torch.
 Three selections of 2025 models:
 
     DSA   (DeepSeek-AI, 2025)  a lightning indexer scores every earlier token,
-          a_ij = Σ_l w_il ReLU(q_il · k_j / sqrt(d_I)) / sqrt(h_I); query i keeps its top k tokens
+          a_ij = Σ_l η_il ReLU(q_il · k_j / sqrt(d_I)) / sqrt(h_I); query i keeps its top k tokens
     MoBA  (Lu et al., 2025)    query i scores each key block by q_i · mean(K_block) and keeps its
           top k blocks, its own block always among them
     NSA   (Yuan et al., 2025)  compressed blocks, selected blocks (ranked by the compressed
@@ -135,7 +135,8 @@ class LightningIndexer(nn.Module):
 
     Per token: h_I index queries q_il = RoPE(c_Q^(i) W_IQ) from MLA's query latent c_Q (d_c'),
     one index key k_j = RoPE(LayerNorm(x^(j) W_IK)) shared by the heads, and per-head weights
-    w_il = x^(i) W_w / sqrt(h_I). RoPE rotates the first ``rope_dim`` features in two halves.
+    η_il = x^(i) W_w / sqrt(h_I) (the report's w; the book keeps w for a window). RoPE rotates
+    the first ``rope_dim`` features in two halves.
     Parameters as transformers' ``DeepseekV32Indexer``: W_IQ = ``wq_b``, W_IK = ``wk``,
     ``key_norm`` = ``k_norm``, W_w = ``weights_proj``. DeepSeek trains it apart from the
     model's loss (by distillation), so :meth:`forward` is usually called under ``no_grad``.
@@ -166,7 +167,7 @@ class LightningIndexer(nn.Module):
         queries = self.rotary(queries, start=start)
         keys = self.rotary(self.key_norm(self.W_key(x)), start=start)  # (b, t, d_I)
         per_head = torch.relu(queries @ keys[:, None].transpose(-2, -1) * d_i**-0.5)  # (b,h_I,t,t)
-        weights = self.W_weights(x) * h_i**-0.5  # (b, t, h_I)
+        weights = self.W_weights(x) * h_i**-0.5  # (b, t, h_I): η_il
         return torch.einsum("bih,bhij->bij", weights, per_head)  # (b, t, t)
 
 
@@ -236,7 +237,7 @@ def _block_means(x: Tensor, block_size: int, name: str) -> Tensor:
 
 
 def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> MaskMod:
-    """MoBA's selection: query i keeps the ``top_k`` key blocks with the highest q_i · mean(K_c).
+    """MoBA's selection: query i keeps the ``top_k`` key blocks n with the highest q_i · mean(K_n).
 
     query (b, h, t_q, d_k), key (b, h, t_k, d_k), B = ``block_size`` dividing t_k. Causal: the
     query's own block is always kept (cut at the query), later blocks never.
@@ -267,7 +268,9 @@ def nsa_attention(
     means of the complete blocks of B keys and values before the query (NSA learns this
     compression with an MLP; blocks here do not overlap). Selected: the ``top_k`` blocks that
     the compressed branch weighs most, the first and the query's own block always among them
-    (NSA also keeps a second local block). Sliding: the ``window`` latest keys.
+    (NSA also keeps a second local block). Sliding: the ``window`` latest keys. The three branches
+    share one set of keys and values and each head selects its own blocks; NSA gives each branch
+    its own keys and values and shares one selection among the query heads of a GQA group.
     """
     b, h, t, _ = query.shape
     if key.shape[-2] != t:
