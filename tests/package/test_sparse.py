@@ -83,6 +83,40 @@ def test_block_selection_keeps_the_own_and_first_block_and_no_later_one():
         assert (blocks[..., i, :].sum(dim=-1) == min(2, i // BLOCK + 1)).all()
 
 
+def test_moba_keeps_the_own_block_and_the_earlier_blocks_with_the_best_mean_key():
+    q, k, _ = _qkv()
+    top, n_blocks = 2, T // BLOCK
+    mask = to_dense(moba_mask(q, k, BLOCK, top), T, T, B, H)  # (b, h, t, t)
+    blocks = mask.view(B, H, T, n_blocks, BLOCK).any(dim=-1)  # (b, h, t, T_k)
+    gate = q @ k.unflatten(-2, (n_blocks, BLOCK)).mean(-2).transpose(-2, -1)  # (b, h, t, T_k)
+    for i in range(T):
+        own = i // BLOCK
+        expected = torch.zeros(B, H, n_blocks, dtype=torch.bool)
+        expected[..., own] = True
+        if own:  # the other top - 1 blocks: the best of the complete blocks before the own one
+            best = gate[..., i, :own].topk(min(top - 1, own), dim=-1).indices
+            expected[..., :own] = expected[..., :own].scatter(-1, best, True)
+        assert torch.equal(blocks[..., i, :], expected), f"query {i}"
+
+
+def test_nsa_selects_the_blocks_the_compressed_branch_weighs_most():
+    q, k, v = _qkv()
+    ones = torch.ones(B, H, T, 1, dtype=torch.float64)
+    selected = nsa_attention(q, k, v, torch.cat([0 * ones, ones, 0 * ones], -1), BLOCK, 3, 5)
+    means = k.unflatten(-2, (T // BLOCK, BLOCK)).mean(-2)  # (b, h, T_k, d)
+    mask = torch.zeros(B, H, T, T, dtype=torch.bool)
+    for i in range(T):
+        own = i // BLOCK
+        chosen = torch.zeros(B, H, T // BLOCK, dtype=torch.bool)
+        chosen[..., [0, own]] = True
+        if own > 1:  # one free choice among blocks 1 .. own - 1, all complete before query i
+            scores = q[..., i : i + 1, :] @ means[..., 1:own, :].transpose(-2, -1)  # (b, h, 1, ·)
+            chosen[..., 1:own] = chosen[..., 1:own].scatter(-1, scores.argmax(-1), True)
+        mask[..., i, : i + 1] = chosen.repeat_interleave(BLOCK, dim=-1)[..., : i + 1]
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(selected, expected, rtol=0, atol=1e-14)
+
+
 def test_moba_with_every_block_is_causal_attention():
     q, k, v = _qkv()
     torch.testing.assert_close(moba_attention(q, k, v, block_size=BLOCK, top_k=T // BLOCK),
