@@ -86,7 +86,7 @@ def test_block_selection_keeps_the_own_and_first_block_and_no_later_one():
 def test_moba_keeps_the_own_block_and_the_earlier_blocks_with_the_best_mean_key():
     q, k, _ = _qkv()
     top, n_blocks = 2, T // BLOCK
-    mask = to_dense(moba_mask(q, k, BLOCK, top), T, T, B, H)  # (b, h, t, t)
+    mask = to_dense(moba_mask(q, k, block_size=BLOCK, top_k=top), T, T, B, H)  # (b, h, t, t)
     blocks = mask.view(B, H, T, n_blocks, BLOCK).any(dim=-1)  # (b, h, t, T_k)
     gate = q @ k.unflatten(-2, (n_blocks, BLOCK)).mean(-2).transpose(-2, -1)  # (b, h, t, T_k)
     for i in range(T):
@@ -102,7 +102,8 @@ def test_moba_keeps_the_own_block_and_the_earlier_blocks_with_the_best_mean_key(
 def test_nsa_selects_the_blocks_the_compressed_branch_weighs_most():
     q, k, v = _qkv()
     ones = torch.ones(B, H, T, 1, dtype=torch.float64)
-    selected = nsa_attention(q, k, v, torch.cat([0 * ones, ones, 0 * ones], -1), BLOCK, 3, 5)
+    gates = torch.cat([0 * ones, ones, 0 * ones], -1)  # the selected branch alone
+    selected = nsa_attention(q, k, v, gates, block_size=BLOCK, top_k=3, window=5)
     means = k.unflatten(-2, (T // BLOCK, BLOCK)).mean(-2)  # (b, h, T_k, d)
     mask = torch.zeros(B, H, T, T, dtype=torch.bool)
     for i in range(T):
