@@ -6,21 +6,22 @@ Notation (see CONTRIBUTING.md):
     t      tokens
     d_k    width of queries and keys, d_v width of values
     C      chunk size of the chunked form (``chunk_size``)
-    S      the state (d_k, d_v) of one (batch, head): a memory read as S^T q
+    S_i    the state (d_k, d_v) of one (batch, head) after token i, read as q S_i
+    g_i    log decay of step i (<= 0), a_i = exp(g_i); gbar_i = g_1 + ... + g_i its running sum
+    Lambda  the decay mask, Lambda_ij = exp(gbar_i - gbar_j) for j <= i, else 0
 
-Every rule here keeps a state S_t (no normalizer, unlike chapter 12's linear attention) and reads
-it with the scaled query, o_t = S_t^T q_t / sqrt(d_k):
+Tokens are rows, as in the book. Every rule here keeps a state S_i (no normalizer, unlike
+chapter 12's linear attention) and reads it with the scaled query, z_i = q_i S_i / sqrt(d_k):
 
-    decay (RetNet, GLA, Mamba-2's SSD)     S_t = a_t S_{t-1} + k_t v_t^T
-    delta rule (Schlag et al., DeltaNet)   S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T
-    gated delta rule (Gated DeltaNet)      S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T
+    decay (RetNet, GLA, Mamba-2's SSD)     S_i = a_i S_{i-1} + k_i^T v_i
+    delta rule (Schlag et al., DeltaNet)   S_i = S_{i-1} + beta_i k_i^T (v_i - k_i S_{i-1})
+    gated delta rule (Gated DeltaNet)      S_i = a_i (I - beta_i k_i^T k_i) S_{i-1} + beta_i k_i^T v_i
 
-with a_t = exp(g_t), g_t <= 0 given in log space, and beta_t in [0, 1]. Each rule has a
-recurrent form (one token at a time: the definition) and a chunked form (matrix products within
-chunks of C tokens, the state carried across them); scalar decay also has a parallel form,
-((Q K^T) o L) V with the decay mask L_ts = exp(G_t - G_s) for s <= t, G the running sum of g.
-The chunked delta rule solves one unit lower-triangular system per chunk (the UT form of Yang et
-al., 2024). The forms agree in float64 (tests/package/test_delta.py).
+with beta_i in [0, 1]. Each rule has a recurrent form (one token at a time: the definition) and a
+chunked form (matrix products within chunks of C tokens, the state carried across them); scalar
+decay also has a parallel form, (Lambda o Q K^T) V. The chunked delta rule solves one unit
+lower-triangular system per chunk (the UT form of Yang et al., 2024). The forms agree in float64
+(tests/package/test_delta.py).
 """
 
 from typing import Literal, overload
@@ -120,7 +121,7 @@ def _prepare(
 
 
 def _decay_mask(g_cum: Tensor) -> Tensor:
-    """L (..., t, t): L_ts = exp(G_t - G_s) for s <= t, else 0, from G (..., t) = cumsum(g)."""
+    """Lambda (..., t, t): exp(gbar_i - gbar_j) for j <= i, else 0; gbar (..., t) = cumsum(g)."""
     diff = g_cum[..., :, None] - g_cum[..., None, :]  # (..., t, t)
     keep = torch.ones(diff.shape[-2:], dtype=torch.bool, device=diff.device).tril()
     return torch.where(keep, diff, float("-inf")).exp()  # exp(-inf) = 0 above the diagonal
@@ -150,7 +151,7 @@ def decayed_linear_attention(
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Linear attention with a scalar decay per head and step: S_t = exp(g_t) S_{t-1} + k_t v_t^T.
+    """Linear attention with a scalar decay per head and step: S_i = exp(g_i) S_{i-1} + k_i^T v_i.
 
     Args:
         query: (b, h_k, t, d_k).
@@ -158,14 +159,14 @@ def decayed_linear_attention(
         value: (b, h_v, t, d_v), h_v a multiple of h_k.
         g: (b, h_v, t), the log decay, <= 0 (0 never forgets: chapter 12's state without a
             normalizer).
-        form: ``"recurrent"``, ``"parallel"`` ((Q K^T o L) V) or ``"chunked"``: one result.
+        form: ``"recurrent"``, ``"parallel"`` ((Lambda o Q K^T) V) or ``"chunked"``: one result.
         chunk_size: C, tokens per chunk of the chunked form.
         scale: multiplies the queries; None means d_k^(-1/2).
         initial_state: S_0 (b, h_v, d_k, d_v), or None for zeros.
         output_final_state: also return S_t after the last token.
 
     Returns:
-        o (b, h_v, t, d_v) in value's dtype, and S_t (b, h_v, d_k, d_v) in the accumulation dtype
+        z (b, h_v, t, d_v) in value's dtype, and S_t (b, h_v, d_k, d_v) in the accumulation dtype
         when ``output_final_state``.
 
     Raises:
@@ -187,7 +188,7 @@ def decayed_linear_attention(
         chunks = []
         for start in range(0, t, step):
             q_c, k_c, v_c = (x[..., start : start + step, :] for x in (q, k, v))  # (.., C, d)
-            g_cum = g[..., start : start + step].cumsum(-1)  # (b, h_v, C): G within the chunk
+            g_cum = g[..., start : start + step].cumsum(-1)  # (b, h_v, C): gbar within the chunk
             within = ((q_c @ k_c.transpose(-2, -1)) * _decay_mask(g_cum)) @ v_c  # (.., C, d_v)
             chunks.append(within + (q_c * g_cum[..., None].exp()) @ state)  # earlier chunks
             to_end = (g_cum[..., -1:] - g_cum).exp()  # (b, h_v, C): decay from s to chunk end
@@ -201,13 +202,14 @@ def decayed_linear_attention(
 
 def _delta_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor,
                    chunk_size: int) -> tuple[Tensor, Tensor]:
-    """The gated delta rule by chunks: within a chunk, with G the running sum of g,
+    """The gated delta rule by chunks (the book's equations (13.9) and (13.10)): within a chunk,
+    with gbar the running sum of g counted from its start and Lambda its decay mask,
 
-        U = (I + tril(diag(beta) (K K^T o Gamma), -1))^-1 diag(beta) (V - diag(exp G) K S_0)
-        O = diag(exp G) Q S_0 + (tril(Q K^T) o Gamma) U
-        S = exp(G_C) S_0 + (K o exp(G_C - G))^T U
+        D = (I + tril(diag(beta) (K K^T o Lambda), -1))^-1 diag(beta) (V - diag(exp gbar) K S_0)
+        Z = diag(exp gbar) Q S_0 + (Lambda o Q K^T) D
+        S_C = exp(gbar_C) S_0 + (diag(exp(gbar_C - gbar)) K)^T D
 
-    with Gamma_ij = exp(G_i - G_j) for j <= i; u_j is what token j writes into the state.
+    where row j of D is what token j writes into the state (``u`` below).
     """
     t = v.shape[2]
     chunks = []
@@ -215,13 +217,13 @@ def _delta_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, sta
         q_c, k_c, v_c = (x[..., start : start + chunk_size, :] for x in (q, k, v))  # (.., C, d)
         g_cum = g[..., start : start + chunk_size].cumsum(-1)  # (b, h_v, C)
         b_c = beta[..., start : start + chunk_size, None]  # (b, h_v, C, 1)
-        gamma = _decay_mask(g_cum)  # (b, h_v, C, C)
+        lam = _decay_mask(g_cum)  # (b, h_v, C, C): Lambda
         decay = g_cum[..., None].exp()  # (b, h_v, C, 1)
-        lower = (b_c * (k_c @ k_c.transpose(-2, -1)) * gamma).tril(-1)  # (b, h_v, C, C)
+        lower = (b_c * (k_c @ k_c.transpose(-2, -1)) * lam).tril(-1)  # (b, h_v, C, C)
         eye = torch.eye(lower.shape[-1], dtype=lower.dtype, device=lower.device)
         rhs = b_c * (v_c - decay * (k_c @ state))  # (b, h_v, C, d_v)
         u = torch.linalg.solve_triangular(eye + lower, rhs, upper=False, unitriangular=True)
-        chunks.append(decay * (q_c @ state) + ((q_c @ k_c.transpose(-2, -1)) * gamma) @ u)
+        chunks.append(decay * (q_c @ state) + ((q_c @ k_c.transpose(-2, -1)) * lam) @ u)
         to_end = (g_cum[..., -1:] - g_cum).exp()[..., None]  # (b, h_v, C, 1)
         state = g_cum[..., -1, None, None].exp() * state + (k_c * to_end).transpose(-2, -1) @ u
     out = torch.cat(chunks, dim=-2) if chunks else v.new_zeros(v.shape)  # (b, h_v, t, d_v)
@@ -253,7 +255,7 @@ def gated_delta_rule(
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Gated DeltaNet's rule: S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T.
+    """Gated DeltaNet's rule: S_i = exp(g_i) (I - beta_i k_i^T k_i) S_{i-1} + beta_i k_i^T v_i.
 
     Args:
         query: (b, h_k, t, d_k); Gated DeltaNet L2-normalises queries and keys first (the layer
@@ -269,7 +271,7 @@ def gated_delta_rule(
         output_final_state: also return S_t after the last token.
 
     Returns:
-        o (b, h_v, t, d_v) in value's dtype, and S_t (b, h_v, d_k, d_v) in the accumulation dtype
+        z (b, h_v, t, d_v) in value's dtype, and S_t (b, h_v, d_k, d_v) in the accumulation dtype
         when ``output_final_state``.
 
     Raises:
@@ -319,7 +321,7 @@ def delta_rule(
     initial_state: Tensor | None = None,
     output_final_state: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """DeltaNet's rule, S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T: the gated rule, g = 0.
+    """DeltaNet's rule, S_i = S_{i-1} + beta_i k_i^T (v_i - k_i S_{i-1}): the gated rule, g = 0.
 
     Args:
         query: (b, h_k, t, d_k).
@@ -333,7 +335,7 @@ def delta_rule(
         output_final_state: also return S_t after the last token.
 
     Returns:
-        o (b, h_v, t, d_v), and S_t (b, h_v, d_k, d_v) when ``output_final_state``.
+        z (b, h_v, t, d_v), and S_t (b, h_v, d_k, d_v) when ``output_final_state``.
 
     Raises:
         ValueError: as :func:`gated_delta_rule`.
@@ -353,14 +355,15 @@ def delta_attention_matrix(
     *,
     scale: float | None = None,
 ) -> Tensor:
-    """The matrix A (b, h, t, t) with o = A v for a rule started from a zero state.
+    """The weights W (b, h, t, t) with Z = W V for a rule started from a zero state.
 
     Every rule here is linear in the values, so its output is a weighted sum of them, like
-    attention's; only the weights differ (they need not be positive or sum to 1):
-        sum rule (g = 0, no beta)    A = tril(Q K^T)
-        decay (g, no beta)           A = tril(Q K^T) o Gamma,  Gamma_ij = exp(G_i - G_j)
-        (gated) delta rule (beta)    A = (tril(Q K^T) o Gamma) (I + tril(diag(beta)(K K^T o Gamma), -1))^-1 diag(beta)
-    with Q scaled by ``scale`` (None: d_k^(-1/2)) and G the running sum of g. Queries and keys
+    attention's; only the weights differ (they need not be positive or sum to 1). With the
+    decay mask Lambda (all ones on and below the diagonal when g is None):
+        sum rule (g = 0, no beta)    W = tril(Q K^T)
+        decay (g, no beta)           W = Lambda o Q K^T
+        (gated) delta rule (beta)    W = (Lambda o Q K^T) (I + tril(diag(beta)(K K^T o Lambda), -1))^-1 diag(beta)
+    with Q scaled by ``scale`` (None: d_k^(-1/2)): the book's equation (13.11). Queries and keys
     (b, h, t, d_k), g and beta (b, h, t); one head per value head (h_k = h_v).
     """
     if query.dim() != 4 or query.shape != key.shape:
@@ -372,16 +375,16 @@ def delta_attention_matrix(
     _check(query, key, value_like, g, beta, "recurrent", DELTA_FORMS, 1, None)
     q, k, _, _ = _prepare(query, key, value_like, scale, None)
     t = k.shape[2]
-    gamma = torch.ones(t, t, dtype=k.dtype, device=k.device).tril() if g is None else (
+    lam = torch.ones(t, t, dtype=k.dtype, device=k.device).tril() if g is None else (
         _decay_mask(_float(g).to(k.dtype).cumsum(-1))
     )  # (b, h, t, t) or (t, t)
-    weights = (q @ k.transpose(-2, -1)).tril() * gamma  # (b, h, t, t)
+    weights = (q @ k.transpose(-2, -1)).tril() * lam  # (b, h, t, t)
     if beta is None:
         return weights
     b_col = _float(beta).to(k.dtype)[..., None]  # (b, h, t, 1)
-    lower = (b_col * (k @ k.transpose(-2, -1)) * gamma).tril(-1)  # (b, h, t, t)
+    lower = (b_col * (k @ k.transpose(-2, -1)) * lam).tril(-1)  # (b, h, t, t)
     eye = torch.eye(t, dtype=k.dtype, device=k.device)
-    # A = W (I + lower)^-1 diag(beta): solve X (I + lower) = W, a unit upper system transposed
+    # W = (Lambda o Q K^T) (I + lower)^-1 diag(beta): solve X (I + lower) = weights, transposed
     solved = torch.linalg.solve_triangular(
         (eye + lower).transpose(-2, -1), weights.transpose(-2, -1), upper=True, unitriangular=True
     ).transpose(-2, -1)  # (b, h, t, t)

@@ -4,10 +4,10 @@ convolution, normalised queries and keys, learned decay and gated output norm.
 Notation (see CONTRIBUTING.md):
     b, t   batch size, tokens;  d   residual width (``d_model``)
     h_k    query/key heads of width d_k;  h_v value heads of width d_v (h_v a multiple of h_k)
-    K      width of the causal depthwise convolution (``conv_size``)
+    w_conv  width of the causal depthwise convolution (``conv_size``)
 
 Per token, from the residual stream x (Qwen3-Next's ``Qwen3NextGatedDeltaNet``):
-    q, k, v = SiLU(causal_conv(x W_q, x W_k, x W_v))    each channel mixes its last K tokens
+    q, k, v = SiLU(causal_conv(x W_q, x W_k, x W_v))    each channel mixes its last w_conv tokens
     q, k    = q / |q|, k / |k|                           L2 norm per head (a bounded write)
     beta    = sigmoid(x W_b)                             (b, t, h_v)
     g       = -exp(A_log) softplus(x W_a + dt_bias)      (b, t, h_v), always <= 0
@@ -34,9 +34,9 @@ class GatedDeltaNet(nn.Module):
         num_value_heads: h_v, a multiple of h_k.
         d_k: width of each query and key head.
         d_v: width of each value head.
-        conv_size: K, the causal convolution's width (Qwen3-Next uses 4).
+        conv_size: w_conv, the causal convolution's width (Qwen3-Next uses 4).
         eps: the RMSNorm's epsilon.
-        chunk_size: C of the chunked rule used for sequences (decoding uses the recurrent form).
+        chunk_size: C of the chunked rule (the layer keeps no state between calls: no decoding).
     """
 
     def __init__(
@@ -78,7 +78,7 @@ class GatedDeltaNet(nn.Module):
         b, t, _ = x.shape
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # (b, t, ch)
         k_size = self.conv.kernel_size[0]
-        qkv = F.pad(qkv.transpose(1, 2), (k_size - 1, 0))  # (b, ch, K - 1 + t): causal padding
+        qkv = F.pad(qkv.transpose(1, 2), (k_size - 1, 0))  # (b, ch, w_conv - 1 + t): causal padding
         qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, ch)
         q, k, v = qkv.split([self.h_k * self.d_k, self.h_k * self.d_k, self.h_v * self.d_v], -1)
         q = q.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)

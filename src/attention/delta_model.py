@@ -2,7 +2,7 @@
 
 Notation (see CONTRIBUTING.md):
     b, t   batch size, tokens;  d   model width ``d_model``;  h heads of width d_h = d / h
-    K      width of the short causal convolution (4, as Qwen3-Next)
+    w_conv  width of the short causal convolution (4, as Qwen3-Next)
 
 :func:`use_recurrent_attention` replaces the attention sublayer ``attn`` of chosen blocks of a
 built :class:`~attention.TinyTransformer` by a :class:`RecurrentBlockAttention`. It keeps the
@@ -56,7 +56,7 @@ class RecurrentBlockAttention(nn.Module):
         channels = 3 * self.d_model
         self.conv = None if conv_size is None else nn.Conv1d(
             channels, channels, conv_size, groups=channels, bias=False
-        )  # depthwise: each of the 3 d channels mixes its own last K values
+        )  # depthwise: each of the 3 d channels mixes its own last w_conv values
         self.beta_proj = nn.Linear(self.d_model, self.num_heads)
         self.g_proj = nn.Linear(self.d_model, self.num_heads)
         self.A_log = nn.Parameter(torch.zeros(self.num_heads))  # A = 1
@@ -76,8 +76,8 @@ class RecurrentBlockAttention(nn.Module):
         h, d_h = self.num_heads, self.d_h
         qkv = self.qkv(x)  # (b, t, 3d)
         if self.conv is not None:
-            qkv = F.pad(qkv.transpose(1, 2), (self.conv.kernel_size[0] - 1, 0))  # (b, 3d, K-1+t)
-            qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, 3d): each mixes its last K
+            qkv = F.pad(qkv.transpose(1, 2), (self.conv.kernel_size[0] - 1, 0))  # (b, 3d, t + w_conv - 1)
+            qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, 3d): each mixes its last w_conv
         queries, keys, values = qkv.split(self.d_model, dim=2)  # 3 x (b, t, d)
         queries = F.normalize(queries.view(b, t, h, d_h).transpose(1, 2), dim=-1)  # (b,h,t,d_h)
         keys = F.normalize(keys.view(b, t, h, d_h).transpose(1, 2), dim=-1)  # (b, h, t, d_h)

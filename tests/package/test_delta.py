@@ -8,7 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention.delta import decayed_linear_attention, delta_rule, gated_delta_rule
+from attention.delta import (
+    decayed_linear_attention,
+    delta_attention_matrix,
+    delta_rule,
+    gated_delta_rule,
+)
 from attention.delta_layer import GatedDeltaNet
 
 F64 = torch.float64
@@ -38,7 +43,7 @@ def test_decay_forms_equal_the_recurrence_in_float64(form, chunk):
 
 
 def test_decay_mask_is_the_product_of_decays_between_s_and_t():
-    """(L o QK^T) V with L_ts = prod_{r=s+1..t} exp(g_r), written out entry by entry."""
+    """(Lambda o QK^T) V with Lambda_ts = prod_{r=s+1..t} exp(g_r), written out entry by entry."""
     q, k, v, g, _, _ = _inputs(b=1, h_k=1, h_v=1, t=6)
     a = g[0, 0].exp()
     scores = (q[0, 0] @ k[0, 0].T) * 8**-0.5
@@ -109,6 +114,31 @@ def test_chunked_gradients_match_the_recurrence():
         lambda *x: gated_delta_rule(*x[:5], form="chunked", chunk_size=4, initial_state=x[5]),
         inputs,
     )
+
+
+@pytest.mark.parametrize("kind", ["sum", "decay", "delta", "gated_delta"])
+def test_attention_matrix_times_values_is_the_rule(kind):
+    """Z = W V (the book's equation (13.11)) for every rule, from a zero state."""
+    q, k, v, g, beta, _ = _inputs(h_k=2, h_v=2)
+    g_or_none = g if kind in ("decay", "gated_delta") else None
+    beta_or_none = beta if kind in ("delta", "gated_delta") else None
+    if beta_or_none is None:
+        rule = decayed_linear_attention(q, k, v, torch.zeros_like(g) if g_or_none is None else g)
+    else:
+        rule = gated_delta_rule(q, k, v, torch.zeros_like(g) if g_or_none is None else g, beta)
+    weights = delta_attention_matrix(q, k, g_or_none, beta_or_none)  # (b, h, t, t)
+    assert weights.triu(1).abs().max() == 0  # causal
+    torch.testing.assert_close(weights @ v, rule, rtol=0, atol=1e-12)
+
+
+def test_half_precision_accumulates_in_float32():
+    """bfloat16 in: the output comes back in bfloat16, the final state in float32."""
+    q, k, v, g, beta, _ = (x.bfloat16() for x in _inputs(t=9))
+    out, state = gated_delta_rule(q, k, v, g, beta, form="chunked", chunk_size=4,
+                                  output_final_state=True)
+    assert out.dtype == torch.bfloat16 and state.dtype == torch.float32
+    ref = gated_delta_rule(*(x.float() for x in (q, k, v, g, beta)))
+    torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-2)
 
 
 @pytest.fixture(scope="module")
