@@ -5,6 +5,8 @@ queries and keys), d_in input width, d_out output width, h heads, d_h = d_out / 
 d_k width of queries and keys.
 """
 
+from importlib import metadata as _metadata
+
 from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
 from .block_attention import BlockAttention
 from .causal import CausalAttention
@@ -106,7 +108,10 @@ from .streaming import StreamingKVCache, streaming_cache
 from .training import head_scores, induction_data, lookback_data, next_token_accuracy, train_lm
 from .transformer import TinyTransformer, TransformerBlock, swiglu_width
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version, so that it cannot drift from pyproject.toml
+    __version__ = _metadata.version("attention")
+except _metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "MemoryTracker",

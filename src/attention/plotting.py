@@ -16,6 +16,8 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+else:  # matplotlib stays unimported until a plot is drawn; typing.get_type_hints still resolves
+    Axes = Any
 
 # What the heatmap's artists are called (their SVG ids), so that a figure's style can find them.
 WEIGHTS_GID = "attention-weights"  # the image and its colour bar

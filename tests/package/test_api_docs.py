@@ -1,0 +1,172 @@
+"""The package as a typed, documented library: every public name resolves its annotations, has
+Google-style Args / Returns / Raises sections and an example that runs, and a user's script
+type-checks against the annotations the package ships (py.typed).
+
+"Public" is what the API reference page shows: ``attention.__all__`` and the public names of each
+module that docs/reference/api.md lists (its ``__all__``, or what it defines without a leading
+underscore).
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+import inspect
+import textwrap
+import tomllib
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import griffe
+import pytest
+
+import attention
+
+REPO = Path(__file__).resolve().parents[2]
+API_PAGE = REPO / "docs" / "reference" / "api.md"
+USER_SCRIPT = Path(__file__).with_name("typed_usage.py")
+
+
+def api_modules() -> list[ModuleType]:
+    """The modules docs/reference/api.md renders, in its order."""
+    lines = API_PAGE.read_text(encoding="utf-8").splitlines()
+    return [importlib.import_module(line[4:].strip()) for line in lines if line.startswith("::: ")]
+
+
+def public_names(module: ModuleType) -> list[str]:
+    """The callables the API page shows for ``module``."""
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n, o in vars(module).items() if not n.startswith("_")
+                 and (inspect.isfunction(o) or inspect.isclass(o)) and o.__module__ == module.__name__]
+    return [n for n in names if callable(getattr(module, n))]
+
+
+MODULES = api_modules()
+# (module, name) of every public callable, each object once: where it is defined.
+PUBLIC: list[tuple[str, str]] = []
+for _module in MODULES:
+    for _name in public_names(_module):
+        _obj = getattr(_module, _name)
+        if getattr(_obj, "__module__", _module.__name__) == _module.__name__:
+            PUBLIC.append((_module.__name__, _name))
+_IDS = [f"{m.removeprefix('attention.')}.{n}" for m, n in PUBLIC]
+
+
+def test_every_top_level_name_is_covered() -> None:
+    covered = {id(getattr(importlib.import_module(m), n)) for m, n in PUBLIC}
+    missing = [n for n in attention.__all__
+               if callable(getattr(attention, n)) and id(getattr(attention, n)) not in covered]
+    assert missing == [], f"re-exported by attention but on no module of the API page: {missing}"
+
+
+def test_version_is_the_installed_distribution_version() -> None:
+    import importlib.metadata
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]
+    assert attention.__version__ == importlib.metadata.version("attention") == project["version"]
+
+
+def test_the_wheel_ships_the_typing_marker() -> None:
+    # PEP 561: without py.typed in the installed package, mypy and pyright ignore its annotations.
+    assert (REPO / "src" / "attention" / "py.typed").is_file()
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]
+    assert "py.typed" in setuptools["package-data"]["attention"]
+
+
+def _functions(obj: Any) -> list[Callable[..., Any]]:
+    """``obj`` itself, or a class's ``__init__`` and its public methods."""
+    if not inspect.isclass(obj):
+        return [obj]
+    methods = [v for k, v in vars(obj).items() if not k.startswith("_") and inspect.isfunction(v)]
+    return [obj.__init__, *methods] if "__init__" in vars(obj) else methods
+
+
+@pytest.mark.parametrize(("module", "name"), PUBLIC, ids=_IDS)
+def test_type_hints_resolve(module: str, name: str) -> None:
+    # What typing.get_type_hints, dataclasses, pydantic and IDEs evaluate: every name defined.
+    for function in _functions(getattr(importlib.import_module(module), name)):
+        typing.get_type_hints(function)
+
+
+def _raises_value_error(function: Callable[..., Any], seen: set[int]) -> bool:
+    """Whether ``function`` raises ValueError itself or through a package function it calls."""
+    seen.add(id(function))
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(exc, ast.Name) and exc.id == "ValueError":
+                return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            callee = getattr(function, "__globals__", {}).get(node.func.id)
+            if (inspect.isfunction(callee) and callee.__module__.startswith("attention")
+                    and id(callee) not in seen and _raises_value_error(callee, seen)):
+                return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def griffe_package() -> griffe.Module:
+    """The package as mkdocstrings reads it (statically, Google-style docstrings)."""
+    return griffe.load("attention", search_paths=[str(REPO / "src")], docstring_parser="google")
+
+
+@pytest.mark.parametrize(("module", "name"), PUBLIC, ids=_IDS)
+def test_docstring_sections(module: str, name: str, griffe_package: griffe.Module) -> None:
+    obj = getattr(importlib.import_module(module), name)
+    path = f"{module.removeprefix('attention.')}.{name}"
+    docstring = griffe_package[path].docstring
+    assert docstring is not None, f"{path} has no docstring"
+    sections = {s.kind.value: s for s in docstring.parse("google")}
+    signature = inspect.signature(obj)
+    parameters = [p.lstrip("*") for p in signature.parameters]
+    documented = [p.name.lstrip("*") for p in getattr(sections.get("parameters"), "value", [])]
+    assert documented == parameters, f"{path}: Args lists {documented}, the signature {parameters}"
+    if not inspect.isclass(obj):
+        generator = inspect.isgeneratorfunction(obj)
+        returns = signature.return_annotation not in (None, "None", inspect.Signature.empty)
+        if returns:
+            assert ("yields" if generator else "returns") in sections, f"{path}: no Returns"
+    function = obj.__init__ if inspect.isclass(obj) else obj
+    if _raises_value_error(function, set()):
+        raised = [e.annotation for e in getattr(sections.get("raises"), "value", [])]
+        assert "ValueError" in map(str, raised), f"{path} raises ValueError: no Raises section"
+    examples = sections.get("examples")
+    assert examples is not None and any(
+        kind.value == "examples" for kind, _ in examples.value
+    ), f"{path}: no Examples section with a >>> line"
+
+
+@pytest.mark.parametrize("module", MODULES, ids=[m.__name__ for m in MODULES])
+def test_docstring_examples_run(module: ModuleType) -> None:
+    # Every >>> line of the module's docstrings, in the module's namespace, as `help()` shows it.
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    tests = finder.find(module, globs=dict(vars(module)))
+    output: list[str] = []
+    for test in tests:
+        runner.run(test, out=output.append)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, "".join(output)
+
+
+def test_a_user_script_type_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   pytestconfig: pytest.Config) -> None:
+    # mypy reads torch's annotations once (about 12 s on 2 cores), then keeps them in pytest's
+    # cache folder: a later run rechecks only what changed.
+    from mypy import api
+
+    cache = pytestconfig.cache.mkdir("mypy") if pytestconfig.cache else tmp_path
+    monkeypatch.setenv("MYPYPATH", str(REPO / "src"))  # this checkout's package, not an install
+    stdout, stderr, status = api.run(
+        [str(USER_SCRIPT), "--strict", "--cache-dir", str(cache), "--no-error-summary"]
+    )
+    assert status == 0, stdout + stderr
