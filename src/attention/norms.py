@@ -27,7 +27,18 @@ class RMSNorm(nn.Module):
 
     ``RMSNorm(d, eps)`` computes what ``torch.nn.RMSNorm(d, eps=eps)`` computes; unlike it,
     ``eps`` has a fixed default (10⁻⁵, Llama 2's ``norm_eps``) instead of one that follows the
-    input's dtype.
+    input's dtype. γ starts at ones.
+
+    Args:
+        d: width of the normalized vectors.
+        eps: ε > 0, added to the mean square; keeps the division finite for x = 0.
+
+    Raises:
+        ValueError: if d is not an integer >= 1 or eps is not a number > 0.
+
+    Examples:
+        >>> RMSNorm(2)(torch.tensor([[3.0, 4.0]])).detach()
+        tensor([[0.8485, 1.1314]])
     """
 
     def __init__(
@@ -70,6 +81,20 @@ def norm_matrix(norm: nn.Module) -> Tensor:
     LayerNorm computes (x Γ) / σ + β with Γ = (I - 11ᵀ/d) diag(γ), which subtracts the mean and
     then applies γ; RMSNorm computes (x Γ) / σ with Γ = diag(γ). Left out is the division by σ,
     the token's own standard deviation or root mean square: one positive number per token.
+
+    Args:
+        norm: an :class:`RMSNorm` or a ``torch.nn.LayerNorm`` over one dimension.
+
+    Returns:
+        Γ (d, d), detached.
+
+    Raises:
+        ValueError: if norm is another module.
+
+    Examples:
+        >>> norm_matrix(torch.nn.LayerNorm(2))
+        tensor([[ 0.5000, -0.5000],
+                [-0.5000,  0.5000]])
     """
     if isinstance(norm, RMSNorm):
         return torch.diag(norm.weight.detach())  # (d, d)

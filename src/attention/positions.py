@@ -56,8 +56,24 @@ def sinusoidal_positions(t: int, d: int) -> Tensor:
     """The sinusoidal position table of Vaswani et al. (2017), shape (t, d).
 
     Row p is the position vector of token p (p = 0 .. t-1): PE[p, 2i] = sin(p / 10000^(2i/d))
-    and PE[p, 2i+1] = cos(p / 10000^(2i/d)). ``d`` must be even. Any t works: the table has
-    no parameters and no longest length.
+    and PE[p, 2i+1] = cos(p / 10000^(2i/d)). Any t works: the table has no parameters and no
+    longest length.
+
+    Args:
+        t: number of positions, the rows of the table.
+        d: width of a position vector; even.
+
+    Returns:
+        PE (t, d) in torch's default dtype: sin, cos, sin, cos, ... along each row.
+
+    Raises:
+        ValueError: if t or d is not an integer >= 1, or d is odd.
+
+    Examples:
+        >>> sinusoidal_positions(3, 4)
+        tensor([[ 0.0000,  1.0000,  0.0000,  1.0000],
+                [ 0.8415,  0.5403,  0.0100,  0.9999],
+                [ 0.9093, -0.4161,  0.0200,  0.9998]])
     """
     check_sizes(t=t, d=d)
     _check_even("d", d)
@@ -74,6 +90,18 @@ class LearnedPositions(nn.Module):
     (context_length, d) table: the vectors of positions start .. start + t - 1 are added to the
     token embeddings. A position past ``context_length - 1`` has no vector to look up: a
     ValueError.
+
+    Args:
+        context_length: number of positions with a trainable vector.
+        d: width of each vector (the embedding width).
+
+    Raises:
+        ValueError: if context_length or d is not an integer >= 1.
+
+    Examples:
+        >>> positions = LearnedPositions(context_length=8, d=4)
+        >>> positions(torch.zeros(2, 5, 4)).shape
+        torch.Size([2, 5, 4])
     """
 
     def __init__(
@@ -109,6 +137,19 @@ def rotary_permutation(d_h: int) -> Tensor:
     and, since a dot product does not change when both vectors are permuted alike, permuting
     the query and key output features of each head (the rows of W_q and W_k in ``nn.Linear``)
     turns a model trained with one pairing into the same model with the other.
+
+    Args:
+        d_h: width of a head; even.
+
+    Returns:
+        perm (d_h,), a permutation of 0 .. d_h - 1 (int64).
+
+    Raises:
+        ValueError: if d_h is not an integer >= 1, or is odd.
+
+    Examples:
+        >>> rotary_permutation(6)
+        tensor([0, 2, 4, 1, 3, 5])
     """
     check_sizes(d_h=d_h)
     _check_even("d_h", d_h)
@@ -267,6 +308,19 @@ def alibi_slopes(num_heads: int) -> Tensor:
     as in the authors' code: the h' slopes of the largest power of two h' < h, followed by the
     first h - h' of the odd-numbered slopes (1st, 3rd, 5th, ...) of the sequence for 2h' heads.
     For 12 heads: 1/2, ..., 1/256, then 2^(-0.5), 2^(-1.5), 2^(-2.5), 2^(-3.5).
+
+    Args:
+        num_heads: h, the number of heads.
+
+    Returns:
+        The slopes (h,) in torch's default dtype.
+
+    Raises:
+        ValueError: if num_heads is not an integer >= 1.
+
+    Examples:
+        >>> alibi_slopes(4)
+        tensor([0.2500, 0.0625, 0.0156, 0.0039])
     """
     return alibi_slopes64(num_heads).to(torch.get_default_dtype())  # (h,)
 
@@ -292,6 +346,22 @@ def alibi_bias(num_heads: int, t_q: int, t_k: int) -> Tensor:
     query (j > i) get a positive bias: ALiBi is meant for causal attention, whose mask hides
     them. (The package's :func:`~attention.causal_mask` aligns top-left, so for t_q < t_k use
     a bottom-right mask with this bias.)
+
+    Args:
+        num_heads: h, the number of heads (one slope each, :func:`alibi_slopes`).
+        t_q: number of queries, the last t_q positions.
+        t_k: number of keys.
+
+    Returns:
+        The bias (h, t_q, t_k) to add to the scaled scores, in torch's default dtype.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, or t_q > t_k.
+
+    Examples:
+        >>> alibi_bias(1, 2, 3)
+        tensor([[[-0.0039,  0.0000,  0.0039],
+                 [-0.0078, -0.0039,  0.0000]]])
     """
     check_sizes(num_heads=num_heads, t_q=t_q, t_k=t_k)
     if t_q > t_k:

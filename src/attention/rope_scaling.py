@@ -47,7 +47,19 @@ __all__ = [
 
 
 def rope_frequencies(rotary_dim: int, base: float) -> Tensor:
-    """RoPE's θ_i = base^(-2i/d_rot), i = 0 .. d_rot/2 - 1: shape (rotary_dim/2,), float64."""
+    """RoPE's θ_i = base^(-2i/d_rot), i = 0 .. d_rot/2 - 1: shape (rotary_dim/2,), float64.
+
+    Args:
+        rotary_dim: d_rot, the width of the rotated part of a head; even.
+        base: the base of the frequencies (10000 in RoFormer).
+
+    Returns:
+        θ (rotary_dim/2,) in float64, from 1 down.
+
+    Examples:
+        >>> rope_frequencies(4, 10000.0)
+        tensor([1.0000, 0.0100], dtype=torch.float64)
+    """
     even = torch.arange(0, rotary_dim, 2, dtype=torch.float64)  # (d_rot/2,): 2i
     return base ** (-even / rotary_dim)  # (d_rot/2,)
 
@@ -90,6 +102,16 @@ class PositionInterpolation:
     0 .. κ t_train are squeezed into the range 0 .. t_train that training saw. Every wavelength
     grows by κ, the shortest ones too, so neighbors end up κ times closer in angle than in
     training.
+
+    Args:
+        factor: κ >= 1, the stretch.
+
+    Raises:
+        ValueError: if factor is not a finite number >= 1.
+
+    Examples:
+        >>> PositionInterpolation(factor=4.0).frequencies(4, 10000.0)
+        tensor([0.2500, 0.0025], dtype=torch.float64)
     """
 
     factor: float
@@ -116,6 +138,17 @@ class NTKAwareScaling:
     frequency base'^(-(d_rot-2)/d_rot) is exactly its old one divided by κ, while pair 0
     (θ_0 = 1) does not change. In between, θ'_i = θ_i κ^(-2i/(d_rot-2)): the stretch grows
     geometrically with i. Needs at least two pairs (rotary_dim >= 4).
+
+    Args:
+        factor: κ >= 1, the stretch.
+
+    Raises:
+        ValueError: if factor is not a finite number >= 1 (and, from ``frequencies``, if
+            rotary_dim < 4).
+
+    Examples:
+        >>> NTKAwareScaling(factor=4.0).frequencies(4, 10000.0)
+        tensor([1.0000, 0.0025], dtype=torch.float64)
     """
 
     factor: float
@@ -165,6 +198,22 @@ class YaRNScaling:
     The authors' code, and Hugging Face's, ramp linearly over the pair index i between rounded
     boundaries instead of linearly in ν_i: their frequencies differ in the ramp (exercise 8.6),
     so this class does not reproduce the frequencies of models fine-tuned with their code.
+
+    Args:
+        factor: κ >= 1, the stretch.
+        original_context: t_train, the context length the model was trained on.
+        beta_fast: ν_hi > 0: pairs turning more often than this keep their frequency.
+        beta_slow: ν_lo, 0 < ν_lo < ν_hi: pairs turning less often are interpolated by κ.
+        attention_factor: sqrt(1/τ) > 0; None takes the paper's 0.1 ln κ + 1.
+
+    Raises:
+        ValueError: if a number is out of its range, original_context is not an integer >= 1, or
+            beta_slow >= beta_fast.
+
+    Examples:
+        >>> yarn = YaRNScaling(factor=4.0, original_context=64)
+        >>> round(yarn.attention_factor, 4)
+        1.1386
     """
 
     factor: float
@@ -215,6 +264,20 @@ class Llama3Scaling:
     linearly in t_train / λ_i: YaRN's ramp with ν_lo = ``low_freq_factor`` and
     ν_hi = ``high_freq_factor``, without a temperature. The defaults are Meta's values for
     Llama 3.1: κ = 8, t_train = 8192, factors 1 and 4 (its models use base 500,000).
+
+    Args:
+        factor: κ >= 1, the stretch.
+        original_context: t_train, the context length the model was trained on.
+        low_freq_factor: ν_lo > 0: wavelengths longer than t_train / ν_lo are stretched by κ.
+        high_freq_factor: ν_hi > ν_lo: wavelengths shorter than t_train / ν_hi are kept.
+
+    Raises:
+        ValueError: if a number is out of its range, original_context is not an integer >= 1, or
+            low_freq_factor >= high_freq_factor.
+
+    Examples:
+        >>> Llama3Scaling().frequencies(4, 500000.0)
+        tensor([1.0000e+00, 5.2485e-04], dtype=torch.float64)
     """
 
     factor: float = 8.0

@@ -135,8 +135,9 @@ def test_docstring_sections(module: str, name: str, griffe_package: griffe.Modul
         returns = signature.return_annotation not in (None, "None", inspect.Signature.empty)
         if returns:
             assert ("yields" if generator else "returns") in sections, f"{path}: no Returns"
-    function = obj.__init__ if inspect.isclass(obj) else obj
-    if _raises_value_error(function, set()):
+    # A class checks its arguments in __init__, or in a dataclass's __post_init__.
+    functions = [getattr(obj, f, None) for f in ("__init__", "__post_init__")] if inspect.isclass(obj) else [obj]
+    if any(_raises_value_error(f, set()) for f in functions if f is not None):
         raised = [e.annotation for e in getattr(sections.get("raises"), "value", [])]
         assert "ValueError" in map(str, raised), f"{path} raises ValueError: no Raises section"
     examples = sections.get("examples")
