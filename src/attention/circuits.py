@@ -48,6 +48,21 @@ def head_weights(block: TransformerBlock, head: int) -> tuple[Tensor, Tensor, Te
 
     In a pre-norm block the head reads norm1(x), so the norm's linear part Γ is folded into the
     three reading matrices (Γ W_q, Γ W_k, Γ W_v); a post-norm block's head reads x itself.
+
+    Args:
+        block: the Transformer block that holds the head.
+        head: its index, 0 .. h - 1.
+
+    Returns:
+        (W_q, W_k, W_v, W_o), detached float64 copies.
+
+    Raises:
+        ValueError: if head is not an integer in [0, h).
+
+    Examples:
+        >>> block = TransformerBlock(4, 2, 8)
+        >>> [tuple(w.shape) for w in head_weights(block, 1)]
+        [(4, 2), (4, 2), (4, 2), (2, 4)]
     """
     _check_head(block, head)
     d, d_h = block.d_model, block.d_h
@@ -77,6 +92,21 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
 
     Without RoPE there is no R_Δ and the offset changes nothing. The scale 1 / sqrt(d_h) is
     left out, as in Elhage et al.
+
+    Args:
+        block: the Transformer block that holds the head.
+        head: its index, 0 .. h - 1.
+        offset: Δ = i - j, the query's position minus the key's (used with RoPE only).
+
+    Returns:
+        W_QK (d, d) in float64: x_i W_QK x_jᵀ is the score of query x_i against key x_j.
+
+    Raises:
+        ValueError: if head is not an integer in [0, h), or offset not an integer >= 0.
+
+    Examples:
+        >>> qk_circuit(TransformerBlock(4, 2, 8), head=0).shape
+        torch.Size([4, 4])
     """
     w_q, w_k, _, _ = head_weights(block, head)  # (d, d_h) each
     rotary = block.attn.rotary
@@ -85,7 +115,22 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
 
 
 def ov_circuit(block: TransformerBlock, head: int) -> Tensor:
-    """W_OV = (Γ W_v) W_o (d, d): an attended token's row x times W_OV is what the head writes."""
+    """W_OV = (Γ W_v) W_o (d, d): an attended token's row x times W_OV is what the head writes.
+
+    Args:
+        block: the Transformer block that holds the head.
+        head: its index, 0 .. h - 1.
+
+    Returns:
+        W_OV (d, d) in float64.
+
+    Raises:
+        ValueError: if head is not an integer in [0, h).
+
+    Examples:
+        >>> ov_circuit(TransformerBlock(4, 2, 8), head=0).shape
+        torch.Size([4, 4])
+    """
     _, _, w_v, w_o = head_weights(block, head)
     return w_v @ w_o  # (d, d)
 
@@ -96,6 +141,20 @@ def composition_score(first: Tensor, second: Tensor) -> float:
     For a head of layer 0 (OV circuit W_OV) and one of layer 1 (W_QK, W_OV'): Q-composition is
     ``composition_score(W_OV, W_QK)``, K-composition ``composition_score(W_QK, W_OV.T)`` and
     V-composition ``composition_score(W_OV, W_OV')``.
+
+    Args:
+        first: a matrix (m, n).
+        second: a matrix (n, k).
+
+    Returns:
+        The score, a float in [0, 1].
+
+    Raises:
+        ValueError: if the two are not matrices whose product is defined.
+
+    Examples:
+        >>> composition_score(torch.eye(2), torch.eye(2))
+        0.7071067811865475
     """
     if first.dim() != 2 or second.dim() != 2 or first.shape[1] != second.shape[0]:
         raise ValueError(
@@ -111,6 +170,19 @@ def copying_score(matrix: Tensor) -> float:
 
     Elhage et al.'s summary of an OV circuit: positive eigenvalues mean that the head raises the
     logits of the tokens it attends to (copying), negative ones that it lowers them.
+
+    Args:
+        matrix: a square matrix, an OV circuit read in token space.
+
+    Returns:
+        The score, a float in [-1, 1].
+
+    Raises:
+        ValueError: if matrix is not square.
+
+    Examples:
+        >>> copying_score(torch.diag(torch.tensor([3.0, -1.0])))
+        0.5
     """
     if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"matrix must be square, got shape {tuple(matrix.shape)}")
@@ -123,6 +195,19 @@ def head_output_means(model: TinyTransformer, inputs: Tensor) -> Tensor:
     """Each head's context vector z averaged over the tokens of ``inputs`` (b, t): (L, h, d_h).
 
     z is what ``attn.out_proj`` reads, the heads' A V side by side; a forward hook records it.
+    The model is put in eval mode.
+
+    Args:
+        model: the model to run.
+        inputs: token ids (b, t).
+
+    Returns:
+        The means (L, h, d_h).
+
+    Examples:
+        >>> model = TinyTransformer(vocab_size=5, d_model=4, num_heads=2, num_layers=1, context_length=3)
+        >>> head_output_means(model, torch.tensor([[0, 1, 2]])).shape
+        torch.Size([1, 2, 2])
     """
     model.eval()
     recorded: list[Tensor] = []
@@ -147,6 +232,24 @@ def ablate_heads(
     Zero ablation (``means=None``) zeroes the head's rows of W_o, so it adds nothing; mean
     ablation adds instead the constant that its mean context vector from
     :func:`~attention.circuits.head_output_means` would add (``out_proj`` needs a bias).
+
+    Args:
+        model: the model; it is not changed.
+        heads: the (layer, head) pairs to remove.
+        means: the heads' mean context vectors (L, h, d_h) for mean ablation; None zeroes them.
+
+    Returns:
+        The ablated copy.
+
+    Raises:
+        ValueError: if means has another shape, a layer or head is out of range, or mean
+            ablation meets an ``out_proj`` without a bias.
+
+    Examples:
+        >>> model = TinyTransformer(vocab_size=5, d_model=4, num_heads=2, num_layers=1, context_length=3)
+        >>> ablated = ablate_heads(model, [(0, 1)])
+        >>> ablated.blocks[0].attn.out_proj.weight[:, 2:].abs().sum().item()
+        0.0
     """
     expected = (len(model.blocks), model.num_heads, model.blocks[0].d_h)
     if means is not None and tuple(means.shape) != expected:

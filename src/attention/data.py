@@ -11,7 +11,15 @@ JOURNEY_TOKENS = ("Your", "journey", "starts", "with", "one", "step")
 
 
 def journey_inputs() -> Tensor:
-    """The six 3-d token vectors of the running example, shape (t, d_in) = (6, 3)."""
+    """The six 3-d token vectors of the running example, shape (t, d_in) = (6, 3).
+
+    Returns:
+        A new tensor (6, 3) each call; row i - 1 is token x^(i) of the prose.
+
+    Examples:
+        >>> journey_inputs()[1]  # "journey", x^(2)
+        tensor([0.5500, 0.8700, 0.6600])
+    """
     return torch.tensor(
         [
             [0.43, 0.15, 0.89],  # Your     x^(1)
@@ -25,6 +33,14 @@ def journey_inputs() -> Tensor:
 
 
 def journey_batch() -> Tensor:
-    """Two stacked copies of :func:`journey_inputs`, shape (b, t, d_in) = (2, 6, 3)."""
+    """Two stacked copies of :func:`journey_inputs`, shape (b, t, d_in) = (2, 6, 3).
+
+    Returns:
+        A new tensor (2, 6, 3).
+
+    Examples:
+        >>> journey_batch().shape
+        torch.Size([2, 6, 3])
+    """
     inputs = journey_inputs()  # (t, d_in)
     return torch.stack((inputs, inputs), dim=0)  # (b, t, d_in)

@@ -30,11 +30,16 @@ __all__ = ["MemoryTracker"]
 class MemoryTracker(TorchDispatchMode):
     """Context manager that records the peak live bytes and the largest tensor created inside it.
 
-    Example::
+    ``current_bytes`` is what is alive now, ``peak_bytes`` the most alive at once and
+    ``largest_bytes`` the largest single storage created, all counted from the moment the
+    tracker is entered.
 
-        with torch.no_grad(), MemoryTracker() as mem:
-            out = flash_attention(q, k, v)
-        print(mem.peak_bytes, mem.largest_bytes)
+    Examples:
+        >>> with torch.no_grad(), MemoryTracker() as mem:
+        ...     x = torch.zeros(256)  # 256 float32 numbers: 1024 bytes
+        ...     y = x.view(16, 16)    # a view: nothing allocated
+        >>> mem.peak_bytes, mem.largest_bytes
+        (1024, 1024)
     """
 
     def __init__(self) -> None:

@@ -44,9 +44,29 @@ def plot_attention(
     The colour scale starts at 0 and ends at 1 (or at the largest weight, if dropout pushed one
     above 1), so figures of different chapters can be compared. With ``annotate`` each cell
     shows its weight to two decimals; without it a colour bar gives the scale. Masked weights
-    (exact zeros) are drawn like any other zero. Returns the Axes drawn on; a new figure is
-    made when ``ax`` is None. An empty matrix (no query or no key) has nothing to draw and is
-    refused with a ``ValueError``.
+    (exact zeros) are drawn like any other zero.
+
+    Args:
+        weights: the attention weights (t_q, t_k).
+        row_labels: one label per query (default 0 .. t_q - 1).
+        col_labels: one label per key (default 0 .. t_k - 1).
+        ax: the Axes to draw on; None makes a new figure.
+        title: the Axes' title.
+        annotate: write each weight in its cell (else draw a colour bar).
+        cmap: a matplotlib colour map.
+
+    Returns:
+        The Axes drawn on.
+
+    Raises:
+        ValueError: if weights is not a 2-d matrix with a row and a column, or a list of labels
+            has the wrong length.
+
+    Examples:
+        >>> ax = plot_attention(torch.tensor([[1.0, 0.0], [0.4, 0.6]]), title="causal")
+        >>> ax.get_title(), ax.get_xlabel(), ax.get_ylabel()
+        ('causal', 'key', 'query')
+        >>> import matplotlib.pyplot as plt; plt.close(ax.figure)
     """
     matrix = torch.as_tensor(weights).detach().cpu().float()
     if matrix.dim() != 2:

@@ -42,6 +42,26 @@ def train_lm(
     ``data(generator)`` returns a batch (inputs (b, t), targets (b, t)); a target of -100 is
     not scored. The batches are drawn from a generator seeded with ``seed``, so the same model
     initialization, data and seed give the same losses. The model is left in eval mode.
+
+    Args:
+        model: maps token ids (b, t) to logits (b, t, n_vocab); trained in place.
+        data: draws one batch from the generator it is given.
+        steps: number of optimizer steps.
+        lr: AdamW's learning rate (no weight decay).
+        seed: seed of the generator the batches are drawn from.
+
+    Returns:
+        The loss of each step, ``steps`` floats.
+
+    Raises:
+        ValueError: if steps is not an integer >= 1 or lr is not a number > 0.
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> model = TinyTransformer(vocab_size=4, d_model=8, num_heads=2, num_layers=1, context_length=6)
+        >>> losses = train_lm(model, lambda g: lookback_data(4, 6, 4, g), steps=3)
+        >>> len(losses), losses[-1] < losses[0]
+        (3, True)
     """
     check_sizes(steps=steps)
     if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:
@@ -78,6 +98,26 @@ def induction_data(
     From i = P on, token i occurred before, at i - P, and its target is the token that followed
     it there: an induction head can copy it (Olsson et al., 2022). Earlier targets cannot be
     predicted and are -100 (not scored). P varies, so no fixed offset finds the earlier copy.
+
+    Args:
+        batch_size: b, the number of rows.
+        seq_len: t, tokens per row.
+        vocab_size: n_vocab; tokens are 0 .. n_vocab - 1.
+        generator: the random generator to draw from (torch's default one if None).
+        min_period: smallest segment length P.
+        max_period: largest segment length P (default min(vocab_size, seq_len // 2)).
+
+    Returns:
+        (inputs, targets), int64 tensors (b, seq_len) each.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, or not min_period <= max_period <=
+            min(vocab_size, seq_len - 1).
+
+    Examples:
+        >>> inputs, targets = induction_data(1, 6, 8, torch.Generator().manual_seed(0), 3, 3)
+        >>> inputs, targets
+        (tensor([[1, 2, 3, 1, 2, 3]]), tensor([[-100, -100, -100,    2,    3,    1]]))
     """
     check_sizes(
         batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, min_period=min_period
@@ -111,6 +151,23 @@ def lookback_data(
 
     A task that only positions can solve: the answer's content is random, only its place is
     fixed. The first ``offset`` targets have nothing to look back at and are -100 (not scored).
+
+    Args:
+        batch_size: b, the number of rows.
+        seq_len: t, tokens per row.
+        vocab_size: n_vocab; tokens are 0 .. n_vocab - 1.
+        generator: the random generator to draw from (torch's default one if None).
+        offset: how many places back the target token is, 1 .. seq_len - 1.
+
+    Returns:
+        (inputs, targets), int64 tensors (b, seq_len) each.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1 or offset >= seq_len.
+
+    Examples:
+        >>> lookback_data(1, 5, 10, torch.Generator().manual_seed(0), offset=2)
+        (tensor([[4, 9, 3, 0, 3]]), tensor([[-100, -100,    4,    9,    3]]))
     """
     check_sizes(batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, offset=offset)
     if offset >= seq_len:
@@ -123,7 +180,27 @@ def lookback_data(
 
 @torch.no_grad()
 def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> float:
-    """The fraction of scored targets (not -100) that the model's argmax predicts."""
+    """The fraction of scored targets (not -100) that the model's argmax predicts.
+
+    The model is put in eval mode and run without gradients.
+
+    Args:
+        model: maps token ids (b, t) to logits (b, t, n_vocab).
+        inputs: token ids (b, t).
+        targets: target ids (b, t); -100 is not scored.
+
+    Returns:
+        The accuracy, a float in [0, 1].
+
+    Raises:
+        ValueError: if targets has another shape than inputs or no scored entry.
+
+    Examples:
+        >>> model = TinyTransformer(vocab_size=4, d_model=8, num_heads=2, num_layers=1, context_length=6)
+        >>> inputs, targets = lookback_data(2, 6, 4, torch.Generator().manual_seed(0))
+        >>> 0.0 <= next_token_accuracy(model, inputs, targets) <= 1.0
+        True
+    """
     scored = targets != -100  # (b, t)
     if targets.shape != inputs.shape or not scored.any():
         raise ValueError(
@@ -144,6 +221,22 @@ def head_scores(model: TinyTransformer, inputs: Tensor) -> tuple[Tensor, Tensor]
     j < i, the total weight on the keys j + 1 that follow those earlier occurrences; averaged
     over such queries. ``model(inputs, return_weights=True)`` must return (logits, weights),
     weights a list of one (b, h, t, t) tensor per layer, as :class:`TinyTransformer` does.
+
+    Args:
+        model: the model whose heads are scored (put in eval mode).
+        inputs: token ids (b, t) that repeat at least one token.
+
+    Returns:
+        (previous, induction), each (L, h).
+
+    Raises:
+        ValueError: if no token of inputs occurs twice.
+
+    Examples:
+        >>> model = TinyTransformer(vocab_size=4, d_model=8, num_heads=2, num_layers=1, context_length=6)
+        >>> previous, induction = head_scores(model, torch.tensor([[0, 1, 2, 0, 1, 2]]))
+        >>> previous.shape, induction.shape
+        (torch.Size([1, 2]), torch.Size([1, 2]))
     """
     model.eval()
     _, all_weights = model(inputs, return_weights=True)
