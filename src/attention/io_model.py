@@ -41,7 +41,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class IOCount:
-    """Elements read from and written to slow memory, and the most fast memory ever held."""
+    """Elements read from and written to slow memory, and the most fast memory ever held.
+
+    Args:
+        reads: elements read from slow memory.
+        writes: elements written to slow memory.
+        peak: the most elements held in fast memory at once.
+
+    Examples:
+        >>> IOCount(reads=10, writes=4).total
+        14
+    """
 
     reads: int
     writes: int
@@ -59,6 +69,20 @@ class TwoLevelMemory:
     ``load`` brings a block from slow memory (counted as reads), ``allocate`` makes room for a
     block computed on the spot (no traffic), ``store`` writes a held block to slow memory (counted
     as writes) and ``free`` drops blocks. Holding more than ``m_sram`` elements raises ValueError.
+
+    Args:
+        m_sram: capacity of the fast memory, in elements.
+
+    Raises:
+        ValueError: if m_sram is not an integer >= 1.
+
+    Examples:
+        >>> mem = TwoLevelMemory(m_sram=16)
+        >>> mem.load("Q_i", 2, 4)
+        >>> mem.allocate("O_i", 2, 4)
+        >>> mem.store("O_i")
+        >>> mem.count()
+        IOCount(reads=8, writes=8, peak=16)
     """
 
     def __init__(self, m_sram: int) -> None:
@@ -121,6 +145,21 @@ def standard_blocks(t: int, d_h: int, m_sram: int) -> tuple[int, int]:
     tile of S (or of A): B_q d_h + B_k d_h + B_q B_k <= m_sram.
     B_k = min(t, d_h, m_sram // (2 d_h)), and B_q is the most rows that then fit, at most t.
     The softmax holds one row of t scores, so m_sram >= t is needed too.
+
+    Args:
+        t: number of tokens.
+        d_h: width of a head.
+        m_sram: capacity of the fast memory, in elements.
+
+    Returns:
+        (B_q, B_k).
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, or m_sram is too small for one tile.
+
+    Examples:
+        >>> standard_blocks(t=64, d_h=8, m_sram=256)
+        (12, 8)
     """
     _check_sizes(t, d_h, m_sram)
     block_k = min(t, d_h, m_sram // (2 * d_h))
@@ -142,6 +181,21 @@ def tiled_blocks(t: int, d_h: int, m_sram: int) -> tuple[int, int]:
     m_sram >> d_h^2. (The paper takes B_r = min(ceil(M / 4d), d) query rows and
     B_c = ceil(M / 4d) key rows in its key-outer loop order; here the roles swap, because the
     query-outer order re-reads K and V, and the re-read blocks should be few.)
+
+    Args:
+        t: number of tokens.
+        d_h: width of a head.
+        m_sram: capacity of the fast memory, in elements.
+
+    Returns:
+        (B_q, B_k).
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, or m_sram < 4 d_h + 3.
+
+    Examples:
+        >>> tiled_blocks(t=64, d_h=8, m_sram=256)
+        (4, 8)
     """
     _check_sizes(t, d_h, m_sram)
     block_k = min(t, d_h, m_sram // (4 * d_h))
@@ -156,6 +210,21 @@ def standard_attention_io(t: int, d_h: int, m_sram: int) -> IOCount:
 
     Three passes, each through slow memory: S = QK^T tile by tile, written out; A = softmax(S)
     one row at a time, read and written; Z = AV tile by tile, reading A and V.
+
+    Args:
+        t: number of tokens.
+        d_h: width of a head.
+        m_sram: capacity of the fast memory, in elements.
+
+    Returns:
+        The reads, writes and peak of fast memory.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, or m_sram is too small for one tile.
+
+    Examples:
+        >>> standard_attention_io(t=64, d_h=8, m_sram=256)
+        IOCount(reads=14848, writes=8704, peak=256)
     """
     block_q, block_k = standard_blocks(t, d_h, m_sram)
     mem = TwoLevelMemory(m_sram)
@@ -193,8 +262,24 @@ def tiled_attention_io(
 
     For each block of B_q queries (outer loop) it walks over all blocks of B_k keys and values
     (inner loop), keeping Q_i, O_i, m_i and l_i in fast memory throughout; then it writes O_i and
-    the log-sum-exp L_i = m_i + log l_i (kept for the backward pass). ``block_size`` is B
-    (B_q = B_k = B) or (B_q, B_k); by default :func:`tiled_blocks` chooses it from ``m_sram``.
+    the log-sum-exp L_i = m_i + log l_i (kept for the backward pass).
+
+    Args:
+        t: number of tokens.
+        d_h: width of a head.
+        m_sram: capacity of the fast memory, in elements.
+        block_size: B (B_q = B_k = B) or (B_q, B_k); by default :func:`tiled_blocks` chooses it
+            from ``m_sram``.
+
+    Returns:
+        The reads, writes and peak of fast memory.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, or the tiles do not fit in m_sram.
+
+    Examples:
+        >>> tiled_attention_io(t=64, d_h=8, m_sram=256)
+        IOCount(reads=16896, writes=576, peak=232)
     """
     if block_size is None:
         block_q, block_k = tiled_blocks(t, d_h, m_sram)
@@ -229,6 +314,21 @@ def standard_io_formula(t: int, d_h: int, m_sram: int | None = None) -> int:
     pass 2 reads S and writes A (2 t^2); pass 3 reads A (t^2) and V once per query block
     (T_q t d_h) and writes Z (t d_h). With ``m_sram=None``, T_q = 1: the count when a query
     block holds all t rows, 4 t d_h + 4 t^2, the Theta(t d_h + t^2) of Dao et al.'s Theorem 2.
+
+    Args:
+        t: number of tokens.
+        d_h: width of a head.
+        m_sram: capacity of the fast memory, in elements; None: one query block.
+
+    Returns:
+        Reads plus writes, in elements.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, or m_sram is too small for one tile.
+
+    Examples:
+        >>> standard_io_formula(t=64, d_h=8, m_sram=256) == standard_attention_io(64, 8, 256).total
+        True
     """
     _check_positive("t", t)
     _check_positive("d_h", d_h)
@@ -244,6 +344,21 @@ def tiled_io_formula(t: int, d_h: int, m_sram: int) -> int:
     total is about 6 t^2 d_h^2 / m_sram: Theorem 2's Theta(t^2 d_h^2 / m_sram). Once
     m_sram >= t (3 d_h + 2) + 2 d_h^2, one query block holds everything and the total stops
     falling, at 4 t d_h + t: each input read once, the output written once.
+
+    Args:
+        t: number of tokens.
+        d_h: width of a head.
+        m_sram: capacity of the fast memory, in elements.
+
+    Returns:
+        Reads plus writes, in elements.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, or m_sram < 4 d_h + 3.
+
+    Examples:
+        >>> tiled_io_formula(t=64, d_h=8, m_sram=256) == tiled_attention_io(64, 8, 256).total
+        True
     """
     blocks_q = math.ceil(t / tiled_blocks(t, d_h, m_sram)[0])
     return 2 * t * d_h * (1 + blocks_q) + t
