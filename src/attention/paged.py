@@ -31,13 +31,31 @@ class PagedKVCache:
     blocks in order: token p of the sequence is in block ``table[p // block_size]`` at offset
     ``p % block_size``. A sequence takes a free block only when its last one is full, so at most
     block_size - 1 slots per sequence are unused, and blocks return to the pool when it ends.
+    A new pool has every block free and no sequence.
+
+    Args:
+        num_blocks: blocks in the pool.
+        block_size: tokens per block.
+        num_kv_heads: h_kv, key/value heads.
+        d_h: width of one head.
+        dtype: dtype of the pool (torch's default if None).
+        device: device of the pool.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> pool = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=1, d_h=2)
+        >>> seq = pool.add_sequence()
+        >>> keys, values = pool.append(seq, torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
+        >>> keys.shape, pool.block_tables[seq], pool.free_blocks
+        (torch.Size([1, 1, 3, 2]), [0, 1], [2, 3])
     """
 
     def __init__(
         self, num_blocks: int, block_size: int, num_kv_heads: int, d_h: int,
         dtype: torch.dtype | None = None, device: torch.device | str | None = None,
     ) -> None:
-        """An empty pool: every block free, no sequence."""
         check_sizes(
             num_blocks=num_blocks, block_size=block_size, num_kv_heads=num_kv_heads, d_h=d_h
         )
@@ -123,10 +141,21 @@ class PagedKVCache:
 
 
 class PagedSequence:
-    """One sequence of a :class:`PagedKVCache`, with the ``length`` and ``append`` of a cache."""
+    """One sequence of a :class:`PagedKVCache`, with the ``length`` and ``append`` of a cache.
+
+    Args:
+        pool: the pool that stores the sequence.
+        seq: the sequence's id, from :meth:`PagedKVCache.add_sequence`.
+
+    Examples:
+        >>> pool = PagedKVCache(num_blocks=2, block_size=4, num_kv_heads=1, d_h=2)
+        >>> view = pool.sequence(pool.add_sequence())
+        >>> _ = view.append(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
+        >>> view.length
+        3
+    """
 
     def __init__(self, pool: PagedKVCache, seq: int) -> None:
-        """A view of sequence ``seq`` of ``pool``."""
         self.pool, self.seq = pool, seq
 
     @property

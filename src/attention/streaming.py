@@ -42,7 +42,28 @@ class StreamingKVCache(RollingKVCache):
     module docstring), so that a query rotated by its position i in the text scores every key at
     its distance within the cache. Once a token has been evicted the queries of one call would
     each need their own δ, so tokens must then come one at a time. ``rotary=None`` (a model
-    without rotary positions) leaves the keys as they are.
+    without rotary positions) leaves the keys as they are. The cache has n_sink + w slots of keys
+    and values (b, h_kv, n_sink + w, d_h) and no bound on positions.
+
+    Args:
+        batch_size: b.
+        num_kv_heads: h_kv, key/value heads.
+        window: w, the newest tokens kept (the new one included).
+        d_h: width of one head.
+        sinks: n_sink, the first tokens of the stream, never evicted.
+        rotary: the rotary embedding the keys were rotated with (None: no rotary positions).
+        dtype: dtype of the cache (torch's default if None).
+        device: device of the cache.
+
+    Raises:
+        ValueError: if a size is out of range, or rotary rotates another width than d_h.
+
+    Examples:
+        >>> cache = StreamingKVCache(1, 1, window=2, d_h=2, sinks=1, rotary=RotaryEmbedding(2))
+        >>> for i in range(5):
+        ...     keys, values = cache.append(torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2))
+        >>> cache.length, keys.shape
+        (5, torch.Size([1, 1, 3, 2]))
     """
 
     def __init__(
@@ -50,7 +71,6 @@ class StreamingKVCache(RollingKVCache):
         rotary: RotaryEmbedding | None = None, dtype: torch.dtype | None = None,
         device: torch.device | str | None = None,
     ) -> None:
-        """n_sink + w slots of keys and values (b, h_kv, n_sink + w, d_h), no bound on positions."""
         super().__init__(batch_size, num_kv_heads, window, d_h, None, dtype, device, sinks=sinks)
         if rotary is not None and rotary.d_h != d_h:
             raise ValueError(f"rotary must rotate keys of width d_h={d_h}, got d_h={rotary.d_h}")
@@ -89,6 +109,26 @@ def streaming_cache(
     layer then keeps n_sink + w keys and values whatever the length of the stream, and attends
     as StreamingLLM does. Only rotary positions, or none, can be moved into the cache: a model
     with learned, sinusoidal or ALiBi positions is refused.
+
+    Args:
+        model: the model the cache is for.
+        batch_size: b.
+        window: w, the newest tokens kept per layer.
+        sinks: n_sink, the first tokens kept per layer.
+
+    Returns:
+        The per-layer caches, on the model's device and dtype.
+
+    Raises:
+        ValueError: if the model's positions are learned, sinusoidal or ALiBi.
+
+    Examples:
+        >>> model = TinyTransformer(8, 8, 2, 1, context_length=4, positions="rope")
+        >>> cache = streaming_cache(model, batch_size=1, window=3, sinks=1)
+        >>> for token in range(6):  # longer than the window and the context length
+        ...     logits = model(torch.tensor([[token]]), cache=cache)
+        >>> cache.length, logits.shape
+        (6, torch.Size([1, 1, 8]))
     """
     if model.positions not in ("rope", None):
         raise ValueError(
