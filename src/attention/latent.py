@@ -50,6 +50,24 @@ def latent_cache_bytes(
 
     One latent of d_c numbers and one shared rotary key of d_h^R numbers per token and layer
     (DeepSeek-AI 2024, table 1), to compare with :func:`~attention.kv_cache_bytes`.
+
+    Args:
+        batch_size: b.
+        tokens: t, tokens cached per sequence.
+        num_layers: L.
+        kv_rank: d_c, width of the key–value latent.
+        rope_dim: d_h^R, width of the shared rotary key.
+        bytes_per_value: s, 2 in float16 and bfloat16, 4 in float32.
+
+    Returns:
+        The size of the cache in bytes.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> latent_cache_bytes(1, 4096, 60, kv_rank=512, rope_dim=64, bytes_per_value=2)
+        283115520
     """
     check_sizes(
         batch_size=batch_size, tokens=tokens, num_layers=num_layers, kv_rank=kv_rank,
@@ -62,14 +80,31 @@ class LatentKVCache:
     """Preallocated latents (b, max_tokens, d_c) and rotary keys (b, max_tokens, d_h^R) of a layer.
 
     ``append(latents, rope_keys)`` writes t new tokens after the ``length`` stored ones and
-    returns views of every stored token; more than ``max_tokens`` tokens is a ValueError.
+    returns views of every stored token; more than ``max_tokens`` tokens is a ValueError. The
+    storage starts zero-filled.
+
+    Args:
+        batch_size: b.
+        max_tokens: the most tokens it holds.
+        kv_rank: d_c, width of a latent.
+        rope_dim: d_h^R, width of a rotary key.
+        dtype: dtype of the storage (torch's default if None).
+        device: device of the storage.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> cache = LatentKVCache(batch_size=1, max_tokens=8, kv_rank=4, rope_dim=2)
+        >>> latents, rope_keys = cache.append(torch.ones(1, 3, 4), torch.ones(1, 3, 2))
+        >>> cache.length, latents.shape, rope_keys.shape
+        (3, torch.Size([1, 3, 4]), torch.Size([1, 3, 2]))
     """
 
     def __init__(
         self, batch_size: int, max_tokens: int, kv_rank: int, rope_dim: int,
         dtype: torch.dtype | None = None, device: torch.device | str | None = None,
     ) -> None:
-        """Zero-filled storage for max_tokens tokens; ``dtype`` defaults to torch's default."""
         check_sizes(
             batch_size=batch_size, max_tokens=max_tokens, kv_rank=kv_rank, rope_dim=rope_dim
         )
@@ -130,6 +165,25 @@ class MultiHeadLatentAttention(nn.Module):
     W_UK folded into the queries and W_UV into the output (see the module docstring), attending
     over the cached latents directly. Positions: queries and the shared key are rotated by their
     position (n + i for the i-th new token after n cached ones). No bias and no dropout.
+
+    Args:
+        d_in: width of the input tokens.
+        d_out: width of the output, h heads of d_h = d_out / h.
+        num_heads: h.
+        kv_rank: d_c, width of the key–value latent.
+        rope_dim: d_h^R, width of the rotary part of each query and of the shared rotary key; even.
+        q_rank: d_c', width of the query latent; None projects queries from x directly.
+        base: RoPE's base.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, or d_out is not a multiple of num_heads.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> mla = MultiHeadLatentAttention(d_in=8, d_out=8, num_heads=2, kv_rank=4, rope_dim=2)
+        >>> x = torch.randn(1, 5, 8)
+        >>> torch.allclose(mla(x), mla(x, absorbed=True), atol=1e-6)
+        True
     """
 
     def __init__(

@@ -13,6 +13,8 @@ phi(q) . phi(k) of :mod:`attention.linear` (with the rotation where it keeps pos
 with each kind of attention.
 """
 
+from typing import Literal
+
 import torch
 from torch import Tensor, nn
 
@@ -22,7 +24,8 @@ from .linear import apply_feature_map, elu_plus_one, favor_features, random_proj
 
 __all__ = ["KernelBlockAttention", "use_kernel_attention"]
 
-KINDS = ("elu+1", "favor")
+Kind = Literal["elu+1", "favor"]
+KINDS: tuple[Kind, ...] = ("elu+1", "favor")
 
 
 class KernelBlockAttention(nn.Module):
@@ -42,8 +45,7 @@ class KernelBlockAttention(nn.Module):
     attention; its weights then need not be positive nor sum to 1.
     """
 
-    def __init__(self, attn: BlockAttention, kind: str, projection: Tensor | None = None) -> None:
-        """The kernel attention of ``attn``'s projections; ``projection`` for ``kind="favor"``."""
+    def __init__(self, attn: BlockAttention, kind: Kind, projection: Tensor | None = None) -> None:
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -108,7 +110,7 @@ class KernelBlockAttention(nn.Module):
 
 
 def use_kernel_attention(
-    model: nn.Module, kind: str = "elu+1", num_features: int | None = None, seed: int = 0
+    model: nn.Module, kind: Kind = "elu+1", num_features: int | None = None, seed: int = 0
 ) -> nn.Module:
     """Replace the attention sublayer of every block of ``model`` by kernel attention, in place.
 
@@ -117,7 +119,26 @@ def use_kernel_attention(
     ``kind="favor"``: FAVOR+ with ``num_features`` orthogonal random features per head, drawn
     once from ``seed`` (a different draw per block) and kept fixed, where Choromanski et al.
     redraw them periodically during training. Every parameter stays as it is
-    (:class:`KernelBlockAttention`); returns ``model``.
+    (:class:`KernelBlockAttention`).
+
+    Args:
+        model: the model whose blocks change.
+        kind: ``"elu+1"`` or ``"favor"``.
+        num_features: m, FAVOR+'s random features per head (for ``kind="favor"`` only).
+        seed: seed of FAVOR+'s random projections.
+
+    Returns:
+        ``model`` itself.
+
+    Raises:
+        ValueError: if model has no blocks of BlockAttention, kind is unknown, num_features does
+            not match kind, or a block has dropout.
+
+    Examples:
+        >>> model = TinyTransformer(8, 8, 2, 1, context_length=4)
+        >>> model = use_kernel_attention(model, "favor", num_features=4)
+        >>> type(model.blocks[0].attn).__name__, model(torch.tensor([[1, 2, 3]])).shape
+        ('KernelBlockAttention', torch.Size([1, 3, 8]))
     """
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList) or not all(

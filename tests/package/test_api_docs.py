@@ -146,12 +146,16 @@ def test_docstring_sections(module: str, name: str, griffe_package: griffe.Modul
     ), f"{path}: no Examples section with a >>> line"
 
 
+# What the examples may use besides their module's own names: the package's top-level names.
+_TOP_LEVEL = {name: getattr(attention, name) for name in attention.__all__}
+
+
 @pytest.mark.parametrize("module", MODULES, ids=[m.__name__ for m in MODULES])
 def test_docstring_examples_run(module: ModuleType) -> None:
-    # Every >>> line of the module's docstrings, in the module's namespace, as `help()` shows it.
+    # Every >>> line of the module's docstrings, run in the module's namespace.
     finder = doctest.DocTestFinder(exclude_empty=True)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    tests = finder.find(module, globs=dict(vars(module)))
+    tests = finder.find(module, globs={**_TOP_LEVEL, **vars(module)})
     output: list[str] = []
     for test in tests:
         runner.run(test, out=output.append)
