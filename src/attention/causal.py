@@ -44,7 +44,24 @@ def register_causal_mask(
 
 
 class CausalAttention(nn.Module):
-    """Single-head causal self-attention with dropout on the attention weights."""
+    """Single-head causal self-attention with dropout on the attention weights.
+
+    Args:
+        d_in: width of an input token.
+        d_out: width of queries, keys, values and context vectors.
+        context_length: the most tokens a call may hold (the size of the mask buffer).
+        dropout: p_drop, the probability of zeroing an attention weight in training.
+        qkv_bias: give the three projections a bias.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1 or dropout is outside [0, 1).
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> ca = CausalAttention(d_in=3, d_out=2, context_length=6, dropout=0.0)
+        >>> ca(journey_batch()).shape
+        torch.Size([2, 6, 2])
+    """
 
     def __init__(
         self, d_in: int, d_out: int, context_length: int, dropout: float, *,

@@ -28,7 +28,29 @@ __all__ = ["CrossAttention", "BidirectionalSelfAttention"]
 
 
 class CrossAttention(nn.Module):
-    """Multi-head attention with queries from x and keys and values from a separate context."""
+    """Multi-head attention with queries from x and keys and values from a separate context.
+
+    ``W_query`` maps d_q → d_out, ``W_key`` and ``W_value`` map d_kv → d_out, and ``out_proj``
+    (with a bias) mixes the heads.
+
+    Args:
+        d_q: width of the tokens of x, which give the queries.
+        d_kv: width of the tokens of the context, which give the keys and values.
+        d_out: output width, split into num_heads heads of width d_h = d_out / num_heads.
+        dropout: probability of dropping an attention weight while training, in [0, 1).
+        num_heads: number of heads h; must divide d_out.
+        qkv_bias: give W_query, W_key and W_value a bias (out_proj always has one).
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or
+            dropout is outside [0, 1).
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> cross = CrossAttention(d_q=3, d_kv=5, d_out=4, dropout=0.0, num_heads=2)
+        >>> cross(torch.randn(2, 6, 3), torch.randn(2, 9, 5)).shape  # (b, t_q, d_out)
+        torch.Size([2, 6, 4])
+    """
 
     def __init__(
         self,
@@ -39,16 +61,6 @@ class CrossAttention(nn.Module):
         num_heads: int,
         qkv_bias: bool = False,
     ) -> None:
-        """Create ``W_query`` (d_q → d_out), ``W_key``, ``W_value`` (d_kv → d_out), ``out_proj``.
-
-        Args:
-            d_q: width of the tokens of x, which give the queries.
-            d_kv: width of the tokens of the context, which give the keys and values.
-            d_out: output width, split into num_heads heads of width d_h = d_out / num_heads.
-            dropout: probability of dropping an attention weight while training, in [0, 1).
-            num_heads: number of heads h; must divide d_out.
-            qkv_bias: give W_query, W_key and W_value a bias (out_proj always has one).
-        """
         super().__init__()
         check_sizes(d_q=d_q, d_kv=d_kv, d_out=d_out)
         check_heads(d_out, num_heads)
@@ -117,12 +129,30 @@ class BidirectionalSelfAttention(CrossAttention):
     It is :class:`CrossAttention` with the sequence as its own context, so it has the same
     parameters as the book's ``MultiHeadAttention`` (``W_query``, ``W_key``, ``W_value``,
     ``out_proj``) but no causal mask and no context_length.
+
+    Args:
+        d_in: width of an input token.
+        d_out: output width, split into num_heads heads of width d_h = d_out / num_heads.
+        dropout: probability of dropping an attention weight while training, in [0, 1).
+        num_heads: number of heads h; must divide d_out.
+        qkv_bias: give W_query, W_key and W_value a bias (out_proj always has one).
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or
+            dropout is outside [0, 1).
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> encoder = BidirectionalSelfAttention(d_in=3, d_out=4, dropout=0.0, num_heads=2)
+        >>> padding = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])  # row 1: 2 pads
+        >>> out, weights = encoder(journey_batch(), padding, return_weights=True)
+        >>> weights[1, 0, 0].detach()  # no weight on the two padding tokens
+        tensor([0.2644, 0.2511, 0.2509, 0.2336, 0.0000, 0.0000])
     """
 
     def __init__(
         self, d_in: int, d_out: int, dropout: float, num_heads: int, qkv_bias: bool = False
     ) -> None:
-        """Projections d_in → d_out split into num_heads heads; see :class:`CrossAttention`."""
         check_sizes(d_in=d_in)
         super().__init__(d_in, d_in, d_out, dropout, num_heads, qkv_bias)
         self.d_in = d_in

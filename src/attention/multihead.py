@@ -42,7 +42,28 @@ from .causal import CausalAttention, register_causal_mask
 
 
 class MultiHeadAttentionWrapper(nn.Module):
-    """``num_heads`` causal heads side by side; output (..., t, num_heads * d_out)."""
+    """``num_heads`` causal heads side by side; output (..., t, num_heads * d_out).
+
+    Each head is a :class:`~attention.CausalAttention` of its own; their context vectors are
+    concatenated.
+
+    Args:
+        d_in: width of an input token.
+        d_out: width of one head's context vectors.
+        context_length: the most tokens a call may hold.
+        dropout: p_drop on each head's attention weights.
+        num_heads: h, the number of heads.
+        qkv_bias: give the projections a bias.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1 or dropout is outside [0, 1).
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> mha = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0.0, num_heads=2)
+        >>> mha(journey_batch()).shape  # (b, t, h d_out)
+        torch.Size([2, 6, 4])
+    """
 
     def __init__(
         self,
@@ -71,7 +92,31 @@ class MultiHeadAttentionWrapper(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Causal multi-head self-attention with split heads and an output projection."""
+    """Causal multi-head self-attention with split heads and an output projection.
+
+    The projections d_in → d_out are split into num_heads heads of width d_h = d_out / h.
+    Both dropouts are used only in training mode.
+
+    Args:
+        d_in: width of an input token.
+        d_out: width of the output, h heads of width d_h.
+        context_length: the most tokens a call may hold.
+        dropout: probability of dropping an attention weight, in [0, 1).
+        num_heads: h, the number of heads.
+        qkv_bias: give the query, key and value projections a bias.
+        proj_dropout: probability of dropping an entry of the output projection's result.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or a
+            dropout is outside [0, 1).
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> mha = MultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+        >>> out, weights = mha(journey_batch(), return_weights=True)
+        >>> out.shape, weights.shape
+        (torch.Size([2, 6, 4]), torch.Size([2, 2, 6, 6]))
+    """
 
     def __init__(
         self,
@@ -141,7 +186,29 @@ class FusedMultiHeadAttention(nn.Module):
 
     ``use_sdpa`` chooses between the explicit computation and PyTorch's fused
     ``F.scaled_dot_product_attention`` (which picks a FlashAttention-style kernel when it can);
-    both give the same result.
+    both give the same result. :meth:`from_multihead` builds one from a
+    :class:`MultiHeadAttention`.
+
+    Args:
+        d_in: width of an input token.
+        d_out: width of the output, h heads of width d_h.
+        context_length: the most tokens a call may hold.
+        dropout: probability of dropping an attention weight, in [0, 1).
+        num_heads: h, the number of heads.
+        qkv_bias: give the fused projection a bias.
+        use_sdpa: compute the attention with ``F.scaled_dot_product_attention``.
+        proj_dropout: probability of dropping an entry of the output projection's result.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or a
+            dropout is outside [0, 1).
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> mha = MultiHeadAttention(3, 4, context_length=6, dropout=0.0, num_heads=2)
+        >>> fused = FusedMultiHeadAttention.from_multihead(mha)
+        >>> torch.allclose(fused(journey_batch()), mha(journey_batch()), atol=1e-6)
+        True
     """
 
     def __init__(
@@ -158,10 +225,6 @@ class FusedMultiHeadAttention(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        """One fused (d_in, 3 d_out) projection and the output projection.
-
-        Arguments as in :class:`MultiHeadAttention`; ``use_sdpa`` picks the attention's path.
-        """
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)

@@ -57,13 +57,41 @@ def _check_cu_seqlens(cu_seqlens: Tensor, total: int | None = None) -> None:
 
 
 def cu_seqlens_from_lengths(lengths: Tensor) -> Tensor:
-    """[0, t_1, t_1 + t_2, ..., t] as int32, shape (n + 1,), from the lengths (n,)."""
+    """[0, t_1, t_1 + t_2, ..., t] as int32, shape (n + 1,), from the lengths (n,).
+
+    Args:
+        lengths: t_1 .. t_n, a 1-d integer tensor of values >= 1.
+
+    Returns:
+        cu_seqlens (n + 1,), int32.
+
+    Raises:
+        ValueError: if lengths is not a non-empty 1-d integer tensor of values >= 1.
+
+    Examples:
+        >>> cu_seqlens_from_lengths(torch.tensor([3, 2, 4]))
+        tensor([0, 3, 5, 9], dtype=torch.int32)
+    """
     _check_lengths(lengths)
     return F.pad(torch.cumsum(lengths, dim=0, dtype=torch.int32), (1, 0))  # (n + 1,)
 
 
 def document_ids(cu_seqlens: Tensor) -> Tensor:
-    """The sequence (document) of each packed token, shape (t,): [0, 0, 0, 1, 1, 2, ...]."""
+    """The sequence (document) of each packed token, shape (t,): [0, 0, 0, 1, 1, 2, ...].
+
+    Args:
+        cu_seqlens: [0, t_1, t_1 + t_2, ..., t], (n + 1,) integers that rise strictly from 0.
+
+    Returns:
+        The ids (t,), int64: token r belongs to sequence ids[r].
+
+    Raises:
+        ValueError: if cu_seqlens does not start at 0 and rise strictly.
+
+    Examples:
+        >>> document_ids(torch.tensor([0, 3, 5, 6]))
+        tensor([0, 0, 0, 1, 1, 2])
+    """
     _check_cu_seqlens(cu_seqlens)
     lengths = cu_seqlens.diff().long()  # (n,)
     return torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
@@ -72,8 +100,22 @@ def document_ids(cu_seqlens: Tensor) -> Tensor:
 def pack(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """The real tokens of a right-padded batch x (n, t_max, ...), end to end, and cu_seqlens.
 
-    Returns packed (t, ...) and cu_seqlens (n + 1,) int32: flash-attention's ``unpad_input``
-    with lengths instead of a padding mask.
+    flash-attention's ``unpad_input``, with lengths instead of a padding mask.
+
+    Args:
+        x: the padded batch (n, t_max, ...); row u holds t_u real tokens, then padding.
+        lengths: t_1 .. t_n (n,).
+
+    Returns:
+        (packed, cu_seqlens): packed (t, ...) and cu_seqlens (n + 1,) int32.
+
+    Raises:
+        ValueError: if lengths is not valid, or x is not (n, t_max, ...) with t_max >= max t_u.
+
+    Examples:
+        >>> x = torch.tensor([[1, 2, 0], [3, 4, 5]])
+        >>> pack(x, torch.tensor([2, 3]))
+        (tensor([1, 2, 3, 4, 5]), tensor([0, 2, 5], dtype=torch.int32))
     """
     _check_lengths(lengths)
     if x.dim() < 2 or x.shape[0] != len(lengths) or int(lengths.max()) > x.shape[1]:
@@ -86,7 +128,24 @@ def pack(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tensor:
-    """The inverse of :func:`pack`: a right-padded batch (n, t_max, ...), zeros in the padding."""
+    """The inverse of :func:`pack`: a right-padded batch (n, t_max, ...), zeros in the padding.
+
+    Args:
+        packed: the packed tokens (t, ...).
+        cu_seqlens: [0, t_1, ..., t] (n + 1,).
+        t_max: the padded length (the longest t_u if None).
+
+    Returns:
+        The batch (n, t_max, ...).
+
+    Raises:
+        ValueError: if cu_seqlens does not rise strictly from 0 to t, or t_max < max t_u.
+
+    Examples:
+        >>> unpack(torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 2, 5]))
+        tensor([[1, 2, 0],
+                [3, 4, 5]])
+    """
     _check_cu_seqlens(cu_seqlens, packed.shape[0])
     lengths = cu_seqlens.diff().long().to(packed.device)  # (n,)
     t_max = int(lengths.max()) if t_max is None else t_max

@@ -22,7 +22,21 @@ from ._checks import check_input, check_sizes
 
 
 class SelfAttentionV1(nn.Module):
-    """Self-attention with weight matrices of shape (d_in, d_out) drawn from U[0, 1)."""
+    """Self-attention with weight matrices of shape (d_in, d_out) drawn from U[0, 1).
+
+    Args:
+        d_in: width of an input token.
+        d_out: width of queries, keys, values and context vectors.
+
+    Raises:
+        ValueError: if d_in or d_out is not an integer >= 1.
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> sa = SelfAttentionV1(d_in=3, d_out=2)
+        >>> sa(journey_inputs()).detach()[1]  # the context vector of "journey"
+        tensor([0.3061, 0.8210])
+    """
 
     def __init__(self, d_in: int, d_out: int) -> None:
         super().__init__()
@@ -45,7 +59,22 @@ class SelfAttentionV1(nn.Module):
 
 
 class SelfAttentionV2(nn.Module):
-    """Self-attention with ``nn.Linear`` projections (bias only if ``qkv_bias``)."""
+    """Self-attention with ``nn.Linear`` projections (bias only if ``qkv_bias``).
+
+    Args:
+        d_in: width of an input token.
+        d_out: width of queries, keys, values and context vectors.
+        qkv_bias: give the three projections a bias.
+
+    Raises:
+        ValueError: if d_in or d_out is not an integer >= 1.
+
+    Examples:
+        >>> _ = torch.manual_seed(789)
+        >>> sa = SelfAttentionV2(d_in=3, d_out=2)
+        >>> sa(journey_batch()).shape  # (b, t, d_out)
+        torch.Size([2, 6, 2])
+    """
 
     def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False) -> None:
         super().__init__()
