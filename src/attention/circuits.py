@@ -205,7 +205,7 @@ def head_output_means(model: TinyTransformer, inputs: Tensor) -> Tensor:
         The means (L, h, d_h).
 
     Examples:
-        >>> model = TinyTransformer(vocab_size=5, d_model=4, num_heads=2, num_layers=1, context_length=3)
+        >>> model = TinyTransformer(5, 4, 2, 1, context_length=3)  # n_vocab, d, h, L
         >>> head_output_means(model, torch.tensor([[0, 1, 2]])).shape
         torch.Size([1, 2, 2])
     """
@@ -246,7 +246,7 @@ def ablate_heads(
             ablation meets an ``out_proj`` without a bias.
 
     Examples:
-        >>> model = TinyTransformer(vocab_size=5, d_model=4, num_heads=2, num_layers=1, context_length=3)
+        >>> model = TinyTransformer(5, 4, 2, 1, context_length=3)  # n_vocab, d, h, L
         >>> ablated = ablate_heads(model, [(0, 1)])
         >>> ablated.blocks[0].attn.out_proj.weight[:, 2:].abs().sum().item()
         0.0

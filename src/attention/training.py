@@ -58,7 +58,7 @@ def train_lm(
 
     Examples:
         >>> _ = torch.manual_seed(123)
-        >>> model = TinyTransformer(vocab_size=4, d_model=8, num_heads=2, num_layers=1, context_length=6)
+        >>> model = TinyTransformer(4, 8, 2, 1, context_length=6)  # n_vocab, d, h, L
         >>> losses = train_lm(model, lambda g: lookback_data(4, 6, 4, g), steps=3)
         >>> len(losses), losses[-1] < losses[0]
         (3, True)
@@ -196,7 +196,7 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
         ValueError: if targets has another shape than inputs or no scored entry.
 
     Examples:
-        >>> model = TinyTransformer(vocab_size=4, d_model=8, num_heads=2, num_layers=1, context_length=6)
+        >>> model = TinyTransformer(4, 8, 2, 1, context_length=6)  # n_vocab, d, h, L
         >>> inputs, targets = lookback_data(2, 6, 4, torch.Generator().manual_seed(0))
         >>> 0.0 <= next_token_accuracy(model, inputs, targets) <= 1.0
         True
@@ -233,7 +233,7 @@ def head_scores(model: TinyTransformer, inputs: Tensor) -> tuple[Tensor, Tensor]
         ValueError: if no token of inputs occurs twice.
 
     Examples:
-        >>> model = TinyTransformer(vocab_size=4, d_model=8, num_heads=2, num_layers=1, context_length=6)
+        >>> model = TinyTransformer(4, 8, 2, 1, context_length=6)  # n_vocab, d, h, L
         >>> previous, induction = head_scores(model, torch.tensor([[0, 1, 2, 0, 1, 2]]))
         >>> previous.shape, induction.shape
         (torch.Size([1, 2]), torch.Size([1, 2]))
