@@ -23,14 +23,29 @@ __all__ = ["AdditiveAttention", "Seq2SeqEncoder", "AttentionDecoder", "Seq2Seq"]
 
 
 class AdditiveAttention(nn.Module):
-    """Additive (Bahdanau) attention of one query per batch element over a sequence of keys."""
+    """Additive (Bahdanau) attention of one query per batch element over a sequence of keys.
+
+    W₁ = ``W_query`` maps d_query → d_attn, W₂ = ``W_key`` maps d_key → d_attn, and v
+    (``v``, length d_attn) turns the hidden layer tanh(W₁ q + W₂ k_j) into a score. ``d_attn``
+    is unrelated to the GRU state width ``d_hidden`` of the encoder-decoder.
+
+    Args:
+        d_query: width of a query (the decoder state).
+        d_key: width of a key (an encoder annotation).
+        d_attn: width of the score network's hidden layer.
+
+    Raises:
+        ValueError: if a width is not an integer >= 1.
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> attention = AdditiveAttention(d_query=4, d_key=3, d_attn=5)
+        >>> context, weights = attention(torch.randn(2, 4), journey_batch())
+        >>> context.shape, weights.shape  # (b, d_value), (b, t)
+        (torch.Size([2, 3]), torch.Size([2, 6]))
+    """
 
     def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:
-        """Create W₁ = ``W_query`` (d_query → d_attn), W₂ = ``W_key`` (d_key → d_attn), v.
-
-        ``d_attn`` is the width of the score network's hidden layer tanh(W₁ q + W₂ k_j), the
-        length of v; it is unrelated to the GRU state width ``d_hidden`` of the encoder-decoder.
-        """
         super().__init__()
         check_sizes(d_query=d_query, d_key=d_key, d_attn=d_attn)
         self.W_query = nn.Linear(d_query, d_attn, bias=False)
@@ -79,10 +94,27 @@ class AdditiveAttention(nn.Module):
 
 
 class Seq2SeqEncoder(nn.Module):
-    """Bidirectional GRU encoder: one annotation per source token, of width 2·d_hidden."""
+    """Bidirectional GRU encoder: one annotation per source token, of width 2·d_hidden.
+
+    An embedding (vocab_size → d_emb), a bidirectional GRU, and a linear layer that makes the
+    decoder's initial state from the backward GRU's last state.
+
+    Args:
+        vocab_size: n_vocab of the source language.
+        d_emb: width of a token embedding.
+        d_hidden: width of each GRU's state.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> encoder = Seq2SeqEncoder(vocab_size=10, d_emb=4, d_hidden=3)
+        >>> annotations, state = encoder(torch.tensor([[1, 2, 3, 4]]))
+        >>> annotations.shape, state.shape  # (b, t, 2 d_hidden), (b, d_hidden)
+        (torch.Size([1, 4, 6]), torch.Size([1, 3]))
+    """
 
     def __init__(self, vocab_size: int, d_emb: int, d_hidden: int) -> None:
-        """Embedding (vocab_size → d_emb), a bidirectional GRU and the decoder's initial state."""
         super().__init__()
         check_sizes(vocab_size=vocab_size, d_emb=d_emb, d_hidden=d_hidden)
         self.embedding = nn.Embedding(vocab_size, d_emb)
@@ -109,14 +141,29 @@ class Seq2SeqEncoder(nn.Module):
 
 
 class AttentionDecoder(nn.Module):
-    """GRU decoder that attends over the encoder's annotations at every step (Bahdanau style)."""
+    """GRU decoder that attends over the encoder's annotations at every step (Bahdanau style).
+
+    An embedding, additive attention over 2·d_hidden-wide annotations, a GRU cell and an output
+    layer. ``d_hidden`` is the width of the GRU state, ``d_attn`` that of the hidden layer of the
+    additive attention's score network (two different widths).
+
+    Args:
+        vocab_size: n_vocab of the target language.
+        d_emb: width of a token embedding.
+        d_hidden: width of the GRU state (the encoder's d_hidden).
+        d_attn: width of the score network's hidden layer.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> decoder = AttentionDecoder(vocab_size=10, d_emb=4, d_hidden=3, d_attn=5)
+        >>> logits, weights = decoder(torch.tensor([[0, 5]]), torch.zeros(1, 3), torch.randn(1, 4, 6))
+        >>> logits.shape, weights.shape  # (b, t_tgt, n_vocab), (b, t_tgt, t)
+        (torch.Size([1, 2, 10]), torch.Size([1, 2, 4]))
+    """
 
     def __init__(self, vocab_size: int, d_emb: int, d_hidden: int, d_attn: int) -> None:
-        """Embedding, attention over 2·d_hidden-wide annotations, a GRU cell, an output layer.
-
-        ``d_hidden`` is the width of the GRU state, ``d_attn`` that of the hidden layer of the
-        additive attention's score network (two different widths).
-        """
         super().__init__()
         check_sizes(vocab_size=vocab_size, d_emb=d_emb, d_hidden=d_hidden, d_attn=d_attn)
         self.embedding = nn.Embedding(vocab_size, d_emb)
@@ -155,10 +202,24 @@ class AttentionDecoder(nn.Module):
 
 
 class Seq2Seq(nn.Module):
-    """Encoder-decoder with additive attention: the model of Bahdanau et al. in miniature."""
+    """Encoder-decoder with additive attention: the model of Bahdanau et al. in miniature.
+
+    Args:
+        encoder: the source encoder.
+        decoder: the target decoder; its GRU state has the encoder's width d_hidden.
+
+    Raises:
+        ValueError: if encoder and decoder have different d_hidden.
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> model = Seq2Seq(Seq2SeqEncoder(10, 4, 3), AttentionDecoder(10, 4, 3, 5))
+        >>> tokens, weights = model.greedy_decode(torch.tensor([[1, 2, 3]]), max_len=2, bos=0)
+        >>> tokens.shape, weights.shape  # (b, max_len), (b, max_len, t)
+        (torch.Size([1, 2]), torch.Size([1, 2, 3]))
+    """
 
     def __init__(self, encoder: Seq2SeqEncoder, decoder: AttentionDecoder) -> None:
-        """Join an encoder and a decoder whose GRU states have the same width d_hidden."""
         super().__init__()
         if encoder.d_hidden != decoder.d_hidden:
             raise ValueError(
