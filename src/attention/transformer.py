@@ -63,6 +63,22 @@ def swiglu_width(
     As ``FeedForward`` in Meta's Llama code computes it: int(2 · 4d / 3), then int(multiplier ·
     width) if a multiplier is given, then the next multiple of ``multiple_of``. Three matrices
     of d × d_ff then hold about as many weights as the two of a 4d-wide FFN.
+
+    Args:
+        d_model: d, the model width.
+        multiple_of: the width is rounded up to a multiple of this.
+        ffn_dim_multiplier: a factor > 0 on the width before rounding (None: 1).
+
+    Returns:
+        d_ff.
+
+    Raises:
+        ValueError: if d_model or multiple_of is not an integer >= 1, or the multiplier is not
+            a number > 0.
+
+    Examples:
+        >>> swiglu_width(4096)  # Llama 2 7B's d_ff
+        11008
     """
     check_sizes(d_model=d_model, multiple_of=multiple_of)
     width = int(2 * (4 * d_model) / 3)
@@ -86,7 +102,37 @@ class TransformerBlock(nn.Module):
     keyword arguments build today's variants: ``norm="rms"`` (RMSNorm), ``activation="swiglu"``,
     ``parallel=True`` (attention and FFN both read N1(x)), ``qk_norm=True`` (queries and keys
     normalized per head by the block's kind of norm) and ``bias=False`` (no biases in the
-    linear layers and the norms). The attention sublayer is the submodule ``attn``.
+    linear layers and the norms). The attention sublayer is the submodule ``attn``, with h heads
+    of width d_model / h; the FFN maps d_model -> d_ff -> d_model.
+
+    Args:
+        d_model: d, the width of the residual stream.
+        num_heads: h; must divide d_model.
+        d_ff: width of the FFN's hidden layer.
+        dropout: p_drop of every dropout of the block (attention weights, both residual
+            branches, the FFN's hidden activations), in [0, 1).
+        norm_first: pre-norm (True) or post-norm (False).
+        causal: hide later tokens from each query.
+        activation: the FFN's ``"gelu"``, ``"relu"`` or ``"swiglu"``.
+        mlp: keep the FFN sublayer.
+        rotary: the rotary embedding of queries and keys (None: no RoPE).
+        norm: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm).
+        parallel: attention and FFN both read N1(x) (needs norm_first and mlp).
+        qk_norm: normalize queries and keys per head.
+        bias: biases in the linear layers and the norms.
+        norm_eps: ε of every norm.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, num_heads does not divide d_model,
+            dropout is outside [0, 1), activation or norm is unknown, or parallel is asked of a
+            post-norm block or one without an FFN.
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> block = TransformerBlock(d_model=8, num_heads=2, d_ff=32, causal=True)
+        >>> out, weights = block(torch.randn(2, 5, 8), return_weights=True)
+        >>> out.shape, weights[0, 0, 0].detach()  # token 0 sees only itself
+        (torch.Size([2, 5, 8]), tensor([1., 0., 0., 0., 0.]))
     """
 
     @renamed(causal="is_causal")
@@ -239,7 +285,41 @@ class TinyTransformer(nn.Module):
     ``"alibi"`` biases on the scores, or ``None`` (only the causal mask tells positions apart).
     ``context_length`` bounds the sequences of the learned table only: the other schemes take
     any length, which is what a length-extrapolation experiment needs. ``mlp=False`` builds an
-    attention-only model. :meth:`generate` decodes greedily, with or without a KV cache.
+    attention-only model. :meth:`generate` decodes greedily, with or without a KV cache. Every
+    weight is drawn from N(0, 0.02²) and every bias is zero, as in GPT-2.
+
+    Args:
+        vocab_size: n_vocab.
+        d_model: d, the width of the residual stream.
+        num_heads: h; must divide d_model.
+        num_layers: L, the number of blocks.
+        context_length: the most positions of the learned table.
+        d_ff: the FFN's hidden width; defaults to 4 d, or with ``activation="swiglu"`` to
+            int(2 · 4d / 3) (Llama's rule without its rounding, :func:`~attention.swiglu_width`
+            with ``multiple_of=1``).
+        positions: ``"learned"``, ``"sinusoidal"``, ``"rope"``, ``"alibi"`` or None.
+        mlp: give every block an FFN.
+        dropout: p_drop of every block.
+        norm: ``"layer"`` or ``"rms"``, in every block and for the final normalization.
+        activation: every FFN's ``"gelu"``, ``"relu"`` or ``"swiglu"``.
+        parallel: parallel blocks (see :class:`~attention.TransformerBlock`).
+        qk_norm: normalize queries and keys per head.
+        bias: biases in the linear layers and the norms.
+        tie_weights: the LM head uses the token embedding's matrix (Press and Wolf, 2017).
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, num_heads does not divide d_model, or
+            positions (or a block's option) is unknown.
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> model = TinyTransformer(vocab_size=10, d_model=8, num_heads=2, num_layers=2,
+        ...                         context_length=8, positions="rope")
+        >>> idx = torch.tensor([[1, 2, 3]])
+        >>> model(idx).shape  # (b, t, n_vocab)
+        torch.Size([1, 3, 10])
+        >>> torch.equal(model.generate(idx, 4), model.generate(idx, 4, use_cache=False))
+        True
     """
 
     def __init__(
