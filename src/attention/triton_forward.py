@@ -77,6 +77,20 @@ def shared_memory_bytes(kernel: str, block_m: int, block_n: int, stages: int, d_
 
     forward: Q (BLOCK_M rows) kept, K and V (BLOCK_N rows each) streamed; dkdv: K and V kept, Q
     and dZ streamed; dq: Q and dZ kept, K and V streamed. Each row is d_h numbers of 2 bytes.
+
+    Args:
+        kernel: ``"forward"``, ``"dkdv"`` or ``"dq"``.
+        block_m: BLOCK_M, query rows of a tile.
+        block_n: BLOCK_N, key rows of a tile.
+        stages: pipeline stages (copies of each streamed tile).
+        d_h: head width.
+
+    Returns:
+        Bytes of shared memory.
+
+    Examples:
+        >>> shared_memory_bytes("forward", 64, 64, stages=3, d_h=128) // 1024  # KiB
+        112
     """
     kept, streamed = {"forward": (block_m, 2 * block_n), "dkdv": (2 * block_n, 2 * block_m),
                       "dq": (2 * block_m, 2 * block_n)}[kernel]
