@@ -103,6 +103,7 @@ def test_type_hints_resolve(module: str, name: str) -> None:
 
 def _raises_value_error(function: Callable[..., Any], seen: set[int]) -> bool:
     """Whether ``function`` raises ValueError itself or through a package function it calls."""
+    function = inspect.unwrap(function)  # a decorated function's own source and globals
     seen.add(id(function))
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
