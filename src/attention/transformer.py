@@ -112,7 +112,7 @@ class TransformerBlock(nn.Module):
         dropout: p_drop of every dropout of the block (attention weights, both residual
             branches, the FFN's hidden activations), in [0, 1).
         norm_first: pre-norm (True) or post-norm (False).
-        causal: hide later tokens from each query.
+        is_causal: hide later tokens from each query.
         activation: the FFN's ``"gelu"``, ``"relu"`` or ``"swiglu"``.
         mlp: keep the FFN sublayer.
         rotary: the rotary embedding of queries and keys (None: no RoPE).
@@ -129,7 +129,7 @@ class TransformerBlock(nn.Module):
 
     Examples:
         >>> _ = torch.manual_seed(123)
-        >>> block = TransformerBlock(d_model=8, num_heads=2, d_ff=32, causal=True)
+        >>> block = TransformerBlock(d_model=8, num_heads=2, d_ff=32, is_causal=True)
         >>> out, weights = block(torch.randn(2, 5, 8), return_weights=True)
         >>> out.shape, weights[0, 0, 0].detach()  # token 0 sees only itself
         (torch.Size([2, 5, 8]), tensor([1., 0., 0., 0., 0.]))
