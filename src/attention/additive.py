@@ -158,7 +158,8 @@ class AttentionDecoder(nn.Module):
 
     Examples:
         >>> decoder = AttentionDecoder(vocab_size=10, d_emb=4, d_hidden=3, d_attn=5)
-        >>> logits, weights = decoder(torch.tensor([[0, 5]]), torch.zeros(1, 3), torch.randn(1, 4, 6))
+        >>> annotations = torch.randn(1, 4, 6)  # (b, t, 2 d_hidden)
+        >>> logits, weights = decoder(torch.tensor([[0, 5]]), torch.zeros(1, 3), annotations)
         >>> logits.shape, weights.shape  # (b, t_tgt, n_vocab), (b, t_tgt, t)
         (torch.Size([1, 2, 10]), torch.Size([1, 2, 4]))
     """

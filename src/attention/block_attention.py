@@ -43,7 +43,29 @@ class BlockAttention(nn.Module):
     ``is_causal=True`` lets token i attend to tokens j <= i only; ``rotary`` rotates queries and
     keys by their positions; ``qk_norm`` ("layer" or "rms") normalizes each head's queries and
     keys over d_h, with one gain shared by all heads, before the rotation (Dehghani et al.,
-    2023). ``bias=False`` drops the biases of the projections and of a LayerNorm.
+    2023). ``bias=False`` drops the biases of the projections and of a LayerNorm. The call
+    returns SA(x) and the attention weights.
+
+    Args:
+        d_model: d, the width of the tokens; h heads of width d / h.
+        num_heads: h; must divide d_model.
+        dropout: p_drop on the weights A and on SA(x), in [0, 1).
+        is_causal: hide later tokens from each query.
+        rotary: the rotary embedding of queries and keys (None: no RoPE).
+        qk_norm: ``"layer"``, ``"rms"`` or None.
+        bias: biases in the projections (and a LayerNorm's).
+        norm_eps: ε of the QK-norms.
+
+    Raises:
+        ValueError: if d_model or num_heads is not an integer >= 1, num_heads does not divide
+            d_model, dropout is outside [0, 1), or qk_norm is unknown.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> attn = BlockAttention(8, 2, is_causal=True, rotary=RotaryEmbedding(4), qk_norm="rms")
+        >>> out, weights = attn(torch.randn(1, 3, 8))
+        >>> out.shape, weights[0, 0, 0].detach()
+        (torch.Size([1, 3, 8]), tensor([1., 0., 0.]))
     """
 
     @renamed(causal="is_causal")

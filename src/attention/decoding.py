@@ -47,6 +47,17 @@ def weights_read_per_token(model: nn.Module) -> int:
     multiplies every other weight; the unembedding (``lm_head``) is read whole, also when it
     shares the token embedding's matrix (tied weights, counted once). Works on the ``meta``
     device, where a model has shapes and no memory.
+
+    Args:
+        model: the model, on any device (``meta`` included).
+
+    Returns:
+        The number of parameters read.
+
+    Examples:
+        >>> model = torch.nn.Sequential(torch.nn.Embedding(100, 8), torch.nn.Linear(8, 100))
+        >>> weights_read_per_token(model)  # one row of 8, then 8 x 100 + 100
+        908
     """
     total = sum(p.numel() for p in model.parameters())  # a shared parameter counts once
     multiplied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
@@ -69,18 +80,35 @@ def split_kv_attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Attention softmax(Q Kᵀ · scale) V over all keys, computed in ``num_splits`` key chunks.
 
+    Each chunk gives a partial context vector and its lse; the partials are merged exactly (see
+    the module docstring).
+
     Args:
         query: (..., t_q, d_k); every query sees every key (a decode step has no mask).
         key: (..., t_k, d_k); with ``enable_gqa``, (..., h_kv, t_k, d_k) with h_kv dividing the
             query's h, query head i using key head i // (h / h_kv) as in torch.
         value: (..., t_k, d_v), like key.
-        num_splits: chunks of consecutive keys, 1 <= num_splits <= t_k.
+        num_splits: n_split, chunks of consecutive keys, 1 <= num_splits <= t_k.
         scale: multiplies the scores; defaults to 1 / sqrt(d_k).
+        enable_gqa: grouped-query attention, as in torch.
         return_lse: also return the log-sum-exp lse of each query's scaled scores.
 
     Returns:
         (..., t_q, d_v), equal to ``torch.nn.functional.scaled_dot_product_attention`` up to
         rounding; with ``return_lse``, also lse of shape (..., t_q), in the accumulation dtype.
+
+    Raises:
+        ValueError: if query, key and value do not agree (dtype, device, widths, lengths),
+            num_splits is not an integer in [1, t_k], or h_kv does not divide h.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q = torch.randn(1, 4, 1, 8)  # one new token, h = 4 heads
+        >>> k, v = torch.randn(2, 1, 2, 64, 8).unbind(0)  # h_kv = 2 heads of 64 cached tokens
+        >>> out = split_kv_attention(q, k, v, num_splits=4, enable_gqa=True)
+        >>> sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        >>> torch.allclose(out, sdpa, atol=1e-6)
+        True
     """
     check_qkv(query, key, value)
     check_sizes(num_splits=num_splits)

@@ -105,6 +105,17 @@ def default_block_sizes(t_q: int, t_k: int) -> tuple[int, int]:
     (fewer tiles, so fewer lines of Python per FLOP, while a tile of 128 rows stays in the
     cache); at t = 512 the smaller tile was faster. Neither block is longer than the sequence it
     cuts.
+
+    Args:
+        t_q: number of queries.
+        t_k: number of keys.
+
+    Returns:
+        (B_q, B_k), rows per query block and per key block.
+
+    Examples:
+        >>> default_block_sizes(4096, 4096), default_block_sizes(100, 100)
+        ((128, 512), (100, 100))
     """
     return max(1, min(128, t_q)), max(1, min(512 if t_k >= 2048 else 128, t_k))
 
@@ -384,6 +395,14 @@ def flash_attention(
             ``alignment``, a ``window`` < 1, or an alignment or window without ``is_causal``.
         TypeError: flash-attn's keywords (``causal``, ``softmax_scale``, ``window_size``), with
             the keyword this function takes instead.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 2, 6, 8).unbind(0)  # (b, h, t, d_k) each
+        >>> out, lse = flash_attention(q, k, v, is_causal=True, block_size=2, return_lse=True)
+        >>> sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> torch.allclose(out, sdpa, atol=1e-6), lse.shape
+        (True, torch.Size([1, 2, 6]))
     """
     min_dim = 3 if enable_gqa else 2
     check_qkv(query, key, value, min_dim=min_dim)

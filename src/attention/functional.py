@@ -41,6 +41,17 @@ def softmax_naive(x: Tensor, dim: int) -> Tensor:
 
     It overflows on purpose: exp(1000) is inf in float32, so large logits give nan.
     Use :func:`softmax` for real work.
+
+    Args:
+        x: the logits, any shape.
+        dim: the dimension that sums to 1.
+
+    Returns:
+        exp(x) / sum(exp(x)) along ``dim``, the shape of x.
+
+    Examples:
+        >>> softmax_naive(torch.tensor([1.0, 1000.0]), dim=0)
+        tensor([0., nan])
     """
     exp_x = torch.exp(x)
     return exp_x / exp_x.sum(dim=dim, keepdim=True)
@@ -52,6 +63,18 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     Subtracting the row maximum leaves the result unchanged (the factor exp(-max) cancels) and
     keeps every exponent at most 0, so nothing overflows. A row that is entirely -inf (a query
     allowed to see no key) gives zeros instead of nan; an empty dimension gives an empty result.
+
+    Args:
+        x: the logits, any shape.
+        dim: the dimension that sums to 1.
+
+    Returns:
+        The probabilities, the shape of x.
+
+    Examples:
+        >>> softmax(torch.tensor([[1.0, 1000.0], [float("-inf"), float("-inf")]]), dim=-1)
+        tensor([[0., 1.],
+                [0., 0.]])
     """
     if x.shape[dim] == 0:
         return torch.exp(x)  # an empty row has nothing to normalize (and amax would raise)
@@ -78,6 +101,26 @@ def causal_mask(
     t_k - t_q + i, as when the queries are the newest t_q of t_k cached tokens: it sees keys
     j <= t_k - t_q + i, as ``torch.nn.attention.bias.causal_lower_right``. With t_q = t_k the
     two are the same mask. It is the rule :func:`attention.masks.causal` made dense.
+
+    Args:
+        t_q: number of queries.
+        t_k: number of keys (t_q if None).
+        device: where to build the mask.
+        alignment: ``"top_left"`` or ``"bottom_right"``.
+
+    Returns:
+        The mask (t_q, t_k), bool.
+
+    Raises:
+        ValueError: if alignment is neither ``"top_left"`` nor ``"bottom_right"``.
+
+    Examples:
+        >>> causal_mask(2, 3)
+        tensor([[ True, False, False],
+                [ True,  True, False]])
+        >>> causal_mask(2, 3, alignment="bottom_right")
+        tensor([[ True,  True, False],
+                [ True,  True,  True]])
     """
     check_alignment(alignment)
     t_k = t_q if t_k is None else t_k
@@ -111,6 +154,26 @@ def sliding_window_mask(
     :func:`attention.masks.sliding_window` and ``flash_attention(..., is_causal=True,
     window=window)`` with the same alignment; flash-attn's ``window_size=(window - 1, 0)``.
     With window >= t_k it is :func:`causal_mask`.
+
+    Args:
+        t_q: number of queries.
+        t_k: number of keys.
+        window: w, the keys each query sees, itself included.
+        device: where to build the mask.
+        alignment: ``"top_left"`` or ``"bottom_right"``.
+
+    Returns:
+        The mask (t_q, t_k), bool.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1 or alignment is unknown.
+
+    Examples:
+        >>> sliding_window_mask(4, 4, window=2)
+        tensor([[ True, False, False, False],
+                [ True,  True, False, False],
+                [False,  True,  True, False],
+                [False, False,  True,  True]])
     """
     check_sizes(t_q=t_q, t_k=t_k, window=window)
     check_alignment(alignment)
@@ -129,7 +192,23 @@ def additive_causal_mask(
 ) -> Tensor:
     """The additive mask M of shape (t_q, t_k): 0 where attending is allowed, -inf where not.
 
-    ``alignment`` as in :func:`causal_mask`.
+    Args:
+        t_q: number of queries.
+        t_k: number of keys (t_q if None).
+        dtype: dtype of M, a floating-point one.
+        device: where to build M.
+        alignment: ``"top_left"`` or ``"bottom_right"``, as in :func:`causal_mask`.
+
+    Returns:
+        M (t_q, t_k).
+
+    Raises:
+        ValueError: if alignment is unknown.
+
+    Examples:
+        >>> additive_causal_mask(2)
+        tensor([[0., -inf],
+                [0., 0.]])
     """
     return additive_mask(causal_mask(t_q, t_k, device=device, alignment=alignment), dtype)
 

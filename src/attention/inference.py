@@ -54,6 +54,24 @@ def kv_cache_bytes(
 
     The 2 counts keys and values; ``bytes_per_value`` is 4 for float32, 2 for float16 and
     bfloat16 (``dtype.itemsize`` in PyTorch).
+
+    Args:
+        batch_size: b.
+        tokens: t, tokens cached per sequence.
+        num_layers: L.
+        num_kv_heads: h_kv.
+        d_h: head width.
+        bytes_per_value: s.
+
+    Returns:
+        The size of the cache in bytes.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> kv_cache_bytes(1, 4096, 32, 32, 128, 2) / 2**30  # Llama 2 7B, 4096 tokens, GiB
+        2.0
     """
     check_sizes(
         batch_size=batch_size, tokens=tokens, num_layers=num_layers, num_kv_heads=num_kv_heads,
@@ -138,14 +156,31 @@ class KVCache:
 
     ``append(keys, values)`` writes t new tokens after the ``length`` stored ones and returns
     views of every stored token, (b, h_kv, length, d_h); nothing is reallocated or copied. More
-    than ``max_tokens`` tokens is a ValueError.
+    than ``max_tokens`` tokens is a ValueError. The storage starts zero-filled.
+
+    Args:
+        batch_size: b.
+        num_kv_heads: h_kv.
+        max_tokens: the most tokens it holds.
+        d_h: head width.
+        dtype: dtype of the storage (torch's default if None).
+        device: device of the storage.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> cache = KVCache(batch_size=1, num_kv_heads=2, max_tokens=8, d_h=4)
+        >>> keys, values = cache.append(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))
+        >>> keys, values = cache.append(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4))
+        >>> cache.length, keys.shape, cache.nbytes
+        (4, torch.Size([1, 2, 4, 4]), 512)
     """
 
     def __init__(
         self, batch_size: int, num_kv_heads: int, max_tokens: int, d_h: int,
         dtype: torch.dtype | None = None, device: torch.device | str | None = None,
     ) -> None:
-        """Zero-filled storage for max_tokens tokens; ``dtype`` defaults to torch's default."""
         check_sizes(
             batch_size=batch_size, num_kv_heads=num_kv_heads, max_tokens=max_tokens, d_h=d_h
         )
@@ -206,7 +241,6 @@ class RollingKVCache:
         max_tokens: int | None = None, dtype: torch.dtype | None = None,
         device: torch.device | str | None = None, sinks: int = 0,
     ) -> None:
-        """n_sink + w zero-filled slots of keys and values, (b, h_kv, n_sink + w, d_h) each."""
         check_sizes(batch_size=batch_size, num_kv_heads=num_kv_heads, window=window, d_h=d_h)
         _check_sinks(sinks)
         if max_tokens is not None:
@@ -267,10 +301,18 @@ class RollingKVCache:
 
 
 class ModelKVCache:
-    """One cache per layer of a model, with the model's totals."""
+    """One cache per layer of a model, with the model's totals.
+
+    Args:
+        layers: the caches of the layers, in order.
+
+    Examples:
+        >>> cache = ModelKVCache([KVCache(1, 2, 16, 4) for _ in range(3)])
+        >>> cache.length, cache.max_tokens, cache.nbytes
+        (0, 16, 3072)
+    """
 
     def __init__(self, layers: list[KVCache]) -> None:
-        """The caches of the layers, in order."""
         self.layers = layers
 
     @property
@@ -311,7 +353,33 @@ class GroupedQueryAttention(nn.Module):
     ``window=w`` lets the token at position p see positions p - w < j <= p only, and
     ``sinks=n_sink`` (with a window) also the first n_sink positions, StreamingLLM's attention
     sinks (:func:`sink_window_mask`). The module has no position information of its own and no
-    longest sequence.
+    longest sequence. ``W_query`` maps d_in -> d_out, ``W_key`` and ``W_value`` d_in -> h_kv · d_h,
+    ``out_proj`` d_out -> d_out.
+
+    Args:
+        d_in: width of an input token.
+        d_out: width of the output, h heads of width d_h.
+        num_heads: h.
+        num_kv_heads: h_kv; must divide h.
+        dropout: p_drop on the attention weights, in training mode.
+        qkv_bias: give the projections a bias.
+        window: w, an integer >= 1 (None: no window).
+        sinks: n_sink, with a window only.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, h_kv does not divide h, h does not divide
+            d_out, dropout is outside [0, 1), or sinks is given without a window.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> gqa = GroupedQueryAttention(d_in=8, d_out=8, num_heads=4, num_kv_heads=2)
+        >>> x = torch.randn(1, 5, 8)
+        >>> cache = gqa.new_cache(batch_size=1, max_tokens=5)
+        >>> prefill, step = gqa(x[:, :4], cache=cache), gqa(x[:, 4:], cache=cache)
+        >>> torch.allclose(step, gqa(x)[:, 4:], atol=1e-6)
+        True
+        >>> cache.nbytes  # 2 · b · h_kv · max_tokens · d_h · 4 bytes
+        160
     """
 
     def __init__(

@@ -84,7 +84,24 @@ def _offset(alignment: str, t_q: int | None, t_k: int | None) -> int:
 
 def causal(alignment: str = "top_left", t_q: int | None = None, t_k: int | None = None) -> MaskMod:
     """Query i sees key j when j <= i + offset: offset 0 top-left (SDPA's ``is_causal``), or
-    t_k - t_q bottom-right (``causal_lower_right``, queries after a cache; needs t_q and t_k)."""
+    t_k - t_q bottom-right (``causal_lower_right``, queries after a cache; needs t_q and t_k).
+
+    Args:
+        alignment: ``"top_left"`` or ``"bottom_right"``.
+        t_q: number of queries (needed bottom-right).
+        t_k: number of keys (needed bottom-right).
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if alignment is unknown, or bottom-right lacks t_q or t_k.
+
+    Examples:
+        >>> to_dense(causal("bottom_right", t_q=2, t_k=3), 2, 3)
+        tensor([[ True,  True, False],
+                [ True,  True,  True]])
+    """
     offset = _offset(alignment, t_q, t_k)
 
     def causal_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -97,8 +114,28 @@ def sliding_window(
     window: int, alignment: str = "top_left", t_q: int | None = None, t_k: int | None = None
 ) -> MaskMod:
     """Causal attention over the ``window`` latest keys: the query at position p sees keys
-    p - window < j <= p, as ``flash_attention(..., is_causal=True, window=window)``;
-    ``alignment`` as in :func:`causal`."""
+    p - window < j <= p, as ``flash_attention(..., is_causal=True, window=window)``.
+
+    Args:
+        window: w, the keys each query sees, itself included.
+        alignment: ``"top_left"`` or ``"bottom_right"``, as in :func:`causal`.
+        t_q: number of queries (needed bottom-right).
+        t_k: number of keys (needed bottom-right).
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if window is not an integer >= 1, alignment is unknown, or bottom-right lacks
+            t_q or t_k.
+
+    Examples:
+        >>> to_dense(sliding_window(2), 4, 4)
+        tensor([[ True, False, False, False],
+                [ True,  True, False, False],
+                [False,  True,  True, False],
+                [False, False,  True,  True]])
+    """
     check_sizes(window=window)
     offset = _offset(alignment, t_q, t_k)
 
@@ -123,8 +160,23 @@ def _check_ids(name: str, ids: Tensor, ranks: tuple[int, ...]) -> None:
 def document(doc_ids: Tensor) -> MaskMod:
     """Packed documents: a query sees a key of its own document only (in both directions).
 
-    ``doc_ids`` (t,) or (b, t) gives each token's document, for example
-    :func:`attention.packing.document_ids`; combine with :func:`causal` for causal packing.
+    Combine with :func:`causal` (:func:`and_masks`) for causal packing.
+
+    Args:
+        doc_ids: each token's document, (t,) or (b, t), for example from
+            :func:`attention.packing.document_ids`.
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if doc_ids is not a 1-d or 2-d integer tensor.
+
+    Examples:
+        >>> to_dense(document(torch.tensor([0, 0, 1])), 3, 3)
+        tensor([[ True,  True, False],
+                [ True,  True, False],
+                [False, False,  True]])
     """
     _check_ids("doc_ids", doc_ids, (1, 2))
 
@@ -143,7 +195,23 @@ def document(doc_ids: Tensor) -> MaskMod:
 
 def prefix_lm(prefix_length: int) -> MaskMod:
     """Prefix LM: causal, and every query also sees the first ``prefix_length`` keys, so the
-    prefix attends to itself in both directions (T5's prefix LM, Raffel et al., 2020)."""
+    prefix attends to itself in both directions (T5's prefix LM, Raffel et al., 2020).
+
+    Args:
+        prefix_length: tokens of the prefix, >= 0.
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if prefix_length is not an integer >= 0.
+
+    Examples:
+        >>> to_dense(prefix_lm(2), 3, 3)
+        tensor([[ True,  True, False],
+                [ True,  True, False],
+                [ True,  True,  True]])
+    """
     if isinstance(prefix_length, bool) or not isinstance(prefix_length, int) or prefix_length < 0:
         raise ValueError(f"prefix_length must be an integer >= 0, got {prefix_length!r}")
     return or_masks(causal(), sinks(prefix_length))
@@ -151,7 +219,22 @@ def prefix_lm(prefix_length: int) -> MaskMod:
 
 def sinks(num_sinks: int) -> MaskMod:
     """Every query sees the first ``num_sinks`` keys (StreamingLLM's attention sinks, Xiao et al.);
-    or it with :func:`sliding_window` and the window's far end keeps the sequence's first tokens."""
+    or it with :func:`sliding_window` and the window's far end keeps the sequence's first tokens.
+
+    Args:
+        num_sinks: n_sink, the first keys every query sees, >= 0.
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if num_sinks is not an integer >= 0.
+
+    Examples:
+        >>> to_dense(sinks(1), 2, 3)
+        tensor([[ True, False, False],
+                [ True, False, False]])
+    """
     if isinstance(num_sinks, bool) or not isinstance(num_sinks, int) or num_sinks < 0:
         raise ValueError(f"num_sinks must be an integer >= 0, got {num_sinks!r}")
 
@@ -164,14 +247,46 @@ def sinks(num_sinks: int) -> MaskMod:
 def sink_window(window: int, num_sinks: int = 0) -> MaskMod:
     """A sliding window of ``window`` keys plus the first ``num_sinks`` keys, causal: the query at
     position p sees key j <= p when p - window < j or j < num_sinks (StreamingLLM's window with
-    its attention sinks; ``num_sinks=0`` is :func:`sliding_window`)."""
+    its attention sinks; ``num_sinks=0`` is :func:`sliding_window`).
+
+    Args:
+        window: w, the latest keys each query sees, itself included.
+        num_sinks: n_sink, the first keys every query also sees.
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if window is not an integer >= 1 or num_sinks not an integer >= 0.
+
+    Examples:
+        >>> to_dense(sink_window(2, num_sinks=1), 4, 4)
+        tensor([[ True, False, False, False],
+                [ True,  True, False, False],
+                [ True,  True,  True, False],
+                [ True, False,  True,  True]])
+    """
     return or_masks(sliding_window(window), and_masks(causal(), sinks(num_sinks)))
 
 
 def global_tokens(is_global: Tensor) -> MaskMod:
     """Longformer's global attention: a global token sees every key and every query sees it.
 
-    ``is_global`` (t,) is True at the global positions (a [CLS] token, a question).
+    Args:
+        is_global: (t,) bool, True at the global positions (a [CLS] token, a question).
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if is_global is not a 1-d bool tensor.
+
+    Examples:
+        >>> is_global = torch.tensor([True, False, False])
+        >>> to_dense(or_masks(sliding_window(1), global_tokens(is_global)), 3, 3)
+        tensor([[ True,  True,  True],
+                [ True,  True, False],
+                [ True, False,  True]])
     """
     if not isinstance(is_global, Tensor) or is_global.dim() != 1 or is_global.dtype != torch.bool:
         got = (tuple(is_global.shape), is_global.dtype) if isinstance(is_global, Tensor) else (
@@ -188,7 +303,21 @@ def padding(lengths: Tensor) -> MaskMod:
     """Right-padded batch: key j of batch row b is real when j < lengths[b] (a key padding mask).
 
     Padded *queries* keep attending to the real keys; their outputs are discarded later (section
-    6.2). ``lengths`` (b,) holds the real length of each row.
+    6.2).
+
+    Args:
+        lengths: (b,) the real length of each row.
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if lengths is not a 1-d integer tensor.
+
+    Examples:
+        >>> to_dense(padding(torch.tensor([2, 3])), 1, 3, b=2)[:, 0, 0]  # (b, t_k)
+        tensor([[ True,  True, False],
+                [ True,  True,  True]])
     """
     _check_ids("lengths", lengths, (1,))
 
@@ -199,7 +328,20 @@ def padding(lengths: Tensor) -> MaskMod:
 
 
 def and_masks(*mask_mods: MaskMod) -> MaskMod:
-    """A key is visible when every rule allows it (no rule: all visible)."""
+    """A key is visible when every rule allows it (no rule: all visible).
+
+    Args:
+        *mask_mods: the rules.
+
+    Returns:
+        The mask rule of their conjunction.
+
+    Examples:
+        >>> to_dense(and_masks(causal(), sliding_window(2)), 3, 3)
+        tensor([[ True, False, False],
+                [ True,  True, False],
+                [False,  True,  True]])
+    """
 
     def all_of(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         allowed = torch.ones((), dtype=torch.bool, device=q_idx.device)
@@ -211,7 +353,20 @@ def and_masks(*mask_mods: MaskMod) -> MaskMod:
 
 
 def or_masks(*mask_mods: MaskMod) -> MaskMod:
-    """A key is visible when at least one rule allows it (no rule: none visible)."""
+    """A key is visible when at least one rule allows it (no rule: none visible).
+
+    Args:
+        *mask_mods: the rules.
+
+    Returns:
+        The mask rule of their disjunction.
+
+    Examples:
+        >>> to_dense(or_masks(sliding_window(1), sinks(1)), 3, 3)
+        tensor([[ True, False, False],
+                [ True,  True, False],
+                [ True, False,  True]])
+    """
 
     def any_of(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         allowed = torch.zeros((), dtype=torch.bool, device=q_idx.device)
@@ -224,7 +379,23 @@ def or_masks(*mask_mods: MaskMod) -> MaskMod:
 
 def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
     """ALiBi (Press et al., 2022): add -m_h (i + offset - j) to the score of head h, with the slopes
-    of :func:`~attention.alibi_slopes`; ``offset`` = t_k - t_q puts queries after a cache."""
+    of :func:`~attention.alibi_slopes`; ``offset`` = t_k - t_q puts queries after a cache.
+
+    Args:
+        num_heads: h, one slope per head.
+        offset: position of query 0.
+
+    Returns:
+        The score rule.
+
+    Raises:
+        ValueError: if num_heads is not an integer >= 1.
+
+    Examples:
+        >>> to_bias(alibi(1), 2, 2, h=1)
+        tensor([[[ 0.0000,  0.0039],
+                 [-0.0039,  0.0000]]])
+    """
     slopes = alibi_slopes64(num_heads)  # (h,), float64
 
     def alibi_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -241,7 +412,21 @@ def t5_buckets(
     """T5's bucket of each offset j - i (equation 8.11; Mesh TensorFlow's
     ``_relative_position_bucket``): exact buckets for near offsets, log-spaced ones up to
     ``max_distance``. A decoder (not ``bidirectional``) puts every later key in bucket 0; an
-    encoder gives later keys the upper half of the buckets."""
+    encoder gives later keys the upper half of the buckets.
+
+    Args:
+        relative_position: offsets j - i, an integer tensor of any shape.
+        num_buckets: number of buckets.
+        max_distance: the distance from which every offset shares the last bucket.
+        bidirectional: an encoder's buckets (later keys apart from earlier ones).
+
+    Returns:
+        The bucket of each offset, the shape of relative_position.
+
+    Examples:
+        >>> t5_buckets(-torch.arange(0, 40, 8), num_buckets=8, max_distance=32)
+        tensor([0, 5, 6, 7, 7])
+    """
     n = -relative_position  # distance i - j, > 0 for a key before its query
     bucket = torch.zeros_like(n)
     if bidirectional:
@@ -259,7 +444,27 @@ def t5_buckets(
 def t5_bias(
     table: Tensor, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False
 ) -> ScoreMod:
-    """T5's learned relative bias: add ``table[bucket(j - i), h]`` (``table``: (num_buckets, h))."""
+    """T5's learned relative bias: add ``table[bucket(j - i), h]`` to the score of head h.
+
+    Args:
+        table: the learned biases (num_buckets, h).
+        num_buckets: number of buckets, table's rows.
+        max_distance: the distance from which every offset shares the last bucket.
+        bidirectional: an encoder's buckets, as in :func:`t5_buckets`.
+
+    Returns:
+        The score rule.
+
+    Raises:
+        ValueError: if table is not a (num_buckets, h) tensor.
+
+    Examples:
+        >>> table = torch.arange(4.0)[:, None]  # (num_buckets, h) = (4, 1)
+        >>> to_bias(t5_bias(table, num_buckets=4, max_distance=8), 3, 3, h=1)
+        tensor([[[0., 0., 0.],
+                 [1., 0., 0.],
+                 [2., 1., 0.]]])
+    """
     if not isinstance(table, Tensor) or table.dim() != 2 or table.shape[0] != num_buckets:
         got = tuple(table.shape) if isinstance(table, Tensor) else type(table).__name__
         raise ValueError(f"table must have shape (num_buckets={num_buckets}, h), got {got}")
@@ -273,7 +478,21 @@ def t5_bias(
 
 def soft_cap(cap: float) -> ScoreMod:
     """Gemma 2's soft cap of each scaled score s_ij: cap · tanh(s_ij / cap), smooth, in (-cap, cap)
-    (Gemma 2 caps its attention scores at 50)."""
+    (Gemma 2 caps its attention scores at 50).
+
+    Args:
+        cap: the bound, > 0.
+
+    Returns:
+        The score rule.
+
+    Raises:
+        ValueError: if cap is not a number > 0.
+
+    Examples:
+        >>> apply_score_mod(torch.tensor([-100.0, 0.0, 1.0, 100.0]).view(1, 1, 1, 4), soft_cap(50))
+        tensor([[[[-48.2014,   0.0000,   0.9999,  48.2014]]]])
+    """
     if isinstance(cap, bool) or not isinstance(cap, int | float) or not cap > 0:
         raise ValueError(f"cap must be a number > 0, got {cap!r}")
 
@@ -306,6 +525,19 @@ def visible(mask_mod: MaskMod, query_pos: Tensor, key_pos: Tensor) -> Tensor:
     The one place a causal, window or sink rule becomes a dense mask for positions that are not
     0 .. t - 1: a query block of a tiled kernel, the keys a rolling cache kept. Zero positions
     give an empty mask.
+
+    Args:
+        mask_mod: the rule.
+        query_pos: positions of the queries (t_q,).
+        key_pos: positions of the keys (t_k,).
+
+    Returns:
+        The mask (t_q, t_k), bool.
+
+    Examples:
+        >>> visible(sliding_window(2), torch.tensor([5, 6]), torch.tensor([4, 5, 6]))
+        tensor([[ True,  True, False],
+                [False,  True,  True]])
     """
     zero = torch.zeros((), dtype=torch.long, device=query_pos.device)
     dense = mask_mod(zero, zero, query_pos[:, None], key_pos[None, :])  # (t_q, t_k)
@@ -322,6 +554,26 @@ def to_dense(
 
     (t_q, t_k) when b and h are None (batch row 0 and head 0 are asked, as torch's
     ``create_mask`` does with ``B=None, H=None``), else (b or 1, h or 1, t_q, t_k).
+
+    Args:
+        mask_mod: the rule.
+        t_q: number of queries.
+        t_k: number of keys.
+        b: batch rows to ask the rule about (None: row 0 only).
+        h: heads to ask the rule about (None: head 0 only).
+        device: where to build the mask.
+
+    Returns:
+        The mask, bool.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> to_dense(causal(), 3, 3)
+        tensor([[ True, False, False],
+                [ True,  True, False],
+                [ True,  True,  True]])
     """
     batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, device)
     shape = (batch.shape[0], head.shape[1], t_q, t_k)
@@ -331,7 +583,23 @@ def to_dense(
 
 
 def apply_score_mod(scores: Tensor, score_mod: ScoreMod) -> Tensor:
-    """``score_mod`` applied to every entry of the scaled scores (b, h, t_q, t_k) at once."""
+    """``score_mod`` applied to every entry of the scaled scores (b, h, t_q, t_k) at once.
+
+    Args:
+        scores: the scaled scores (b, h, t_q, t_k).
+        score_mod: the rule.
+
+    Returns:
+        The modified scores (b, h, t_q, t_k).
+
+    Raises:
+        ValueError: if scores is not 4-d.
+
+    Examples:
+        >>> apply_score_mod(torch.zeros(1, 1, 2, 2), alibi(1))
+        tensor([[[[ 0.0000,  0.0039],
+                  [-0.0039,  0.0000]]]])
+    """
     if scores.dim() != 4:
         raise ValueError(f"scores must be (b, h, t_q, t_k), got shape {tuple(scores.shape)}")
     b, h, t_q, t_k = scores.shape
@@ -381,9 +649,30 @@ def block_sparsity(
 
     The tiles are (B_q, B_k) = ``block_size`` (one int for both). The sequences are padded to
     whole tiles, and padding counts as hidden, as in FlexAttention's ``create_block_mask``: a
-    tile that overhangs the end is never full. Returns (T_q, T_k), or (b or 1, h or 1, T_q, T_k)
-    when b or h is given: the information of a ``BlockMask`` (its ``kv_num_blocks`` counts the
-    partial tiles of each query block, ``full_kv_num_blocks`` the full ones).
+    tile that overhangs the end is never full. The result holds the information of a
+    ``BlockMask`` (its ``kv_num_blocks`` counts the partial tiles of each query block,
+    ``full_kv_num_blocks`` the full ones).
+
+    Args:
+        mask_mod: the rule.
+        t_q: number of queries.
+        t_k: number of keys.
+        block_size: B, or (B_q, B_k).
+        b: batch rows to ask the rule about (None: row 0 only).
+        h: heads to ask the rule about (None: head 0 only).
+
+    Returns:
+        The kinds (T_q, T_k), or (b or 1, h or 1, T_q, T_k) when b or h is given.
+
+    Raises:
+        ValueError: if a size or block size is not an integer >= 1.
+
+    Examples:
+        >>> block_sparsity(causal(), 8, 8, block_size=2)
+        tensor([[1, 0, 0, 0],
+                [2, 1, 0, 0],
+                [2, 2, 1, 0],
+                [2, 2, 2, 1]])
     """
     block_q, block_k = block_size if isinstance(block_size, tuple) else (block_size, block_size)
     check_sizes(block_q=block_q, block_k=block_k)
@@ -404,10 +693,31 @@ def dense_attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The explicit computation that FlexAttention fuses: softmax(mod(Q Kᵀ · scale) | mask) V.
 
-    query (b, h, t_q, d_k), key (b, h, t_k, d_k), value (b, h, t_k, d_v). Hidden scores are set
-    to -inf after ``score_mod``; a query that sees no key gets 0 and log-sum-exp -inf, as
-    FlexAttention gives it. With ``return_lse`` also returns lse (b, h, t_q), the log-sum-exp of
-    each row's modified scores. Half-precision inputs are computed in float32.
+    Hidden scores are set to -inf after ``score_mod``; a query that sees no key gets 0 and
+    log-sum-exp -inf, as FlexAttention gives it. Half-precision inputs are computed in float32.
+
+    Args:
+        query: (b, h, t_q, d_k).
+        key: (b, h, t_k, d_k).
+        value: (b, h, t_k, d_v).
+        score_mod: a score rule applied to the scaled scores (None: none).
+        mask_mod: a mask rule (None: every key visible).
+        scale: multiplies the scores; defaults to 1/sqrt(d_k).
+        return_lse: also return the log-sum-exp of each row's modified scores.
+
+    Returns:
+        Z (b, h, t_q, d_v); with ``return_lse``, (Z, lse) with lse (b, h, t_q).
+
+    Raises:
+        ValueError: if a tensor is not 4-d, or query, key and value do not agree in dtype,
+            device or shape.
+
+    Examples:
+        >>> q = torch.randn(1, 2, 4, 8)
+        >>> out = dense_attention(q, q, q, mask_mod=causal())
+        >>> sdpa = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        >>> torch.allclose(out, sdpa, atol=1e-6)
+        True
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
         if isinstance(x, Tensor) and x.dim() != 4:

@@ -54,6 +54,22 @@ def ring_shards(t: int, world_size: int, sharding: str = "contiguous") -> list[T
 
     ``"contiguous"``: device r holds chunk r of N. ``"zigzag"``: the sequence is cut into 2N
     chunks and device r holds chunks r and 2N - 1 - r. Chunks differ by at most one token.
+
+    Args:
+        t: number of tokens.
+        world_size: N, the number of devices.
+        sharding: ``"contiguous"`` or ``"zigzag"``.
+
+    Returns:
+        N tensors of positions, one per device.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, sharding is unknown, or there are fewer
+            tokens than chunks.
+
+    Examples:
+        >>> ring_shards(8, 2, "zigzag")
+        [tensor([0, 1, 6, 7]), tensor([2, 3, 4, 5])]
     """
     check_sizes(t=t, world_size=world_size)
     if sharding not in SHARDINGS:
@@ -107,14 +123,35 @@ def ring_attention(
 ) -> Tensor:
     """Self-attention computed as N devices in a ring would, in one process; equal to SDPA.
 
-    query and key (..., t, d_k), value (..., t, d_v), one sequence of t tokens sharded over
-    ``world_size`` devices by :func:`ring_shards` (``sharding`` "contiguous" or "zigzag").
-    ``is_causal`` is SDPA's (query i sees keys j <= i, by position whatever the sharding). The
-    devices run one after another here; what each computes at each step, and what it skips,
-    is what it would compute on its own device. Half-precision inputs are computed in float32.
-    Returns (..., t, d_v) in the original token order. Differentiable: each partial's lse carries
-    its gradient into the merge weights (``flash_attention``'s lse is differentiable), so the
-    gradients equal SDPA's.
+    One sequence of t tokens is sharded over ``world_size`` devices by :func:`ring_shards`. The
+    devices run one after another here; what each computes at each step, and what it skips, is
+    what it would compute on its own device. Half-precision inputs are computed in float32.
+    Differentiable: each partial's lse carries its gradient into the merge weights
+    (``flash_attention``'s lse is differentiable), so the gradients equal SDPA's.
+
+    Args:
+        query: (..., t, d_k).
+        key: (..., t, d_k).
+        value: (..., t, d_v).
+        world_size: N, the number of devices.
+        is_causal: SDPA's (query i sees keys j <= i, by position whatever the sharding).
+        sharding: ``"contiguous"`` or ``"zigzag"``.
+        scale: multiplies the scores; defaults to 1/sqrt(d_k).
+
+    Returns:
+        Z (..., t, d_v) in the original token order.
+
+    Raises:
+        ValueError: if query, key and value do not agree (dtype, device, one t, one d_k), or the
+            sharding does not fit t.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 2, 8, 4).unbind(0)  # (b, h, t, d_k) each
+        >>> out = ring_attention(q, k, v, world_size=2, is_causal=True, sharding="zigzag")
+        >>> sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> torch.allclose(out, sdpa, atol=1e-6)
+        True
     """
     check_qkv(query, key, value)
     check_bool(is_causal, "is_causal")
@@ -169,6 +206,23 @@ def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCou
     traffic). To hide communication behind compute, it receives the next K and V while it still
     holds the current ones: 6 c d_h + c numbers at once. Per
     device: N - 1 blocks of K and V received and sent, 2 (N - 1) c d_h numbers each way.
+
+    Args:
+        t: number of tokens.
+        d_h: head width.
+        world_size: N, the number of devices.
+        m_device: one device's memory, in numbers.
+
+    Returns:
+        Numbers received (reads) and sent (writes), and the most held at once.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, t is not a multiple of world_size, or the
+            blocks do not fit in m_device.
+
+    Examples:
+        >>> ring_attention_io(t=1024, d_h=64, world_size=4, m_device=10**6)
+        IOCount(reads=98304, writes=98304, peak=98816)
     """
     check_sizes(t=t, d_h=d_h, world_size=world_size, m_device=m_device)
     if t % world_size:
