@@ -344,6 +344,9 @@ def flash_attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Exact attention softmax(Q Kᵀ · scale) V computed in tiles, with FlashAttention's backward.
 
+    Gradients are first-order only: the backward is hand-written and itself not differentiable,
+    so a second derivative raises a RuntimeError instead of returning a wrong value.
+
     Args:
         query: (..., t_q, d_k); with ``enable_gqa``, (..., h, t_q, d_k).
         key: (..., t_k, d_k); with ``enable_gqa``, (..., h_kv, t_k, d_k).
@@ -383,9 +386,6 @@ def flash_attention(
         :func:`attention.scaled_dot_product_attention`: a key that the mask hides never reaches
         the row, and a nan or inf in a hidden value does, through 0 · nan = nan, as in A V
         (hidden tiles are then visited, not skipped).
-
-    Gradients are first-order only: the backward is hand-written and itself not differentiable,
-    so a second derivative raises a RuntimeError instead of returning a wrong value.
 
     Raises:
         ValueError: a tensor with fewer than 2 dimensions (3 with ``enable_gqa``), query and key

@@ -17,8 +17,19 @@ from . import masks
 class Tiles:
     """Which keys each query may see, tile by tile; builds each distinct mask only once.
 
-    ``offset`` is None without causality, else the position of query 0 (query i sits at
-    i + offset); ``window`` is None or w, the number of latest keys a query sees.
+    Args:
+        offset: None without causality, else the position of query 0 (query i sits at
+            i + offset).
+        window: None or w, the number of latest keys a query sees.
+        device: where the masks are built.
+
+    Examples:
+        >>> tiles = Tiles(offset=0, window=None, device=torch.device("cpu"))
+        >>> tiles.key_range(q_start=4, n_q=2, t_k=8)  # rows 4 and 5 see keys 0 .. 5
+        (0, 6)
+        >>> tiles.hidden(4, 2, 4, 2)  # the diagonal tile
+        tensor([[False,  True],
+                [False, False]])
     """
 
     def __init__(self, offset: int | None, window: int | None, device: torch.device) -> None:
@@ -78,7 +89,20 @@ class Tiles:
 
 
 def key_blocks(lo: int, hi: int, block_k: int) -> list[tuple[int, int]]:
-    """(k_start, n_k) covering keys [lo, hi), full blocks laid backwards from hi."""
+    """(k_start, n_k) covering keys [lo, hi), full blocks laid backwards from hi.
+
+    Args:
+        lo: first key.
+        hi: one past the last key.
+        block_k: rows of a full key block.
+
+    Returns:
+        The blocks, from hi backwards; only the last one (nearest lo) may be short.
+
+    Examples:
+        >>> key_blocks(0, 10, 4)
+        [(6, 4), (2, 4), (0, 2)]
+    """
     starts = [(max(lo, end - block_k), end) for end in range(hi, lo, -block_k)]
     return [(start, end - start) for start, end in starts]
 
@@ -89,6 +113,20 @@ def tile_view(buffer: Tensor, n: int, rows: int, cols: int) -> Tensor:
     Every tile of a pass is written into the same memory: a new 3 MB tensor per tile would be
     allocated and freed dozens of times per call, and the C library's allocator now and then
     hands such a block back to the operating system, so that the next one costs page faults.
+
+    Args:
+        buffer: 1-d memory of at least n · rows · cols numbers.
+        n: batch of the tile.
+        rows: its rows.
+        cols: its columns.
+
+    Returns:
+        A view (n, rows, cols) of the buffer's front.
+
+    Examples:
+        >>> tile_view(torch.arange(10.0), 1, 2, 3)
+        tensor([[[0., 1., 2.],
+                 [3., 4., 5.]]])
     """
     return buffer[: n * rows * cols].view(n, rows, cols)
 
@@ -98,14 +136,39 @@ def score_tile(
 ) -> tuple[Tensor, bool]:
     """Scores of one block of (already scaled) queries against one key block; -inf where hidden.
 
-    q_blk (N, g n_q, d_k) holds the g query heads of each key-value head as stacked rows; the
-    scores are written into ``out`` (N, g n_q, n_k); ``where`` is (q_start, n_q, k_start, n_k).
-    Also returns whether a bias hid some scores.
+    Args:
+        q_blk: (N, g n_q, d_k), the g query heads of each key-value head as stacked rows.
+        k_blk: (N, n_k, d_k).
+        tiles: the masks of the call.
+        out: (N, g n_q, n_k), where the scores are written.
+        *where: (q_start, n_q, k_start, n_k).
+
+    Returns:
+        (scores, biased): the scores (``out``), and whether a bias hid some of them.
+
+    Examples:
+        >>> tiles = Tiles(offset=0, window=None, device=torch.device("cpu"))
+        >>> q = k = torch.ones(1, 2, 1)  # N = 1, g = 1, n_q = n_k = 2, d_k = 1
+        >>> score_tile(q, k, tiles, torch.empty(1, 2, 2), 0, 2, 0, 2)
+        (tensor([[[1., -inf],
+                 [1., 1.]]]), True)
     """
     s = torch.bmm(q_blk, k_blk.transpose(1, 2), out=out)  # (N, g n_q, n_k)
     return s, tiles.mask_(s, *where)
 
 
 def add_product_(acc: Tensor, a: Tensor, b: Tensor) -> None:
-    """acc += a @ b in place, batched; with ``out=`` since FlopCounterMode skips ``baddbmm_``."""
+    """acc += a @ b in place, batched; with ``out=`` since FlopCounterMode skips ``baddbmm_``.
+
+    Args:
+        acc: the accumulator (N, n, m), changed in place.
+        a: (N, n, k).
+        b: (N, k, m).
+
+    Examples:
+        >>> acc = torch.ones(1, 1, 1)
+        >>> add_product_(acc, torch.full((1, 1, 2), 2.0), torch.ones(1, 2, 1))
+        >>> acc
+        tensor([[[5.]]])
+    """
     torch.baddbmm(acc, a, b, out=acc)

@@ -218,6 +218,22 @@ def repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
 
     Query head i then meets key/value head i // (h / h_kv), as ``repeat_interleave`` on dim -3
     in PyTorch's ``scaled_dot_product_attention(..., enable_gqa=True)``.
+
+    Args:
+        query: (..., h, t_q, d_k), whose h the heads are repeated to.
+        kv: keys or values (..., h_kv, t_k, d).
+        name: kv's name in error messages (``"key"`` or ``"value"``).
+
+    Returns:
+        kv with h heads (..., h, t_k, d); kv itself when h_kv = h.
+
+    Raises:
+        ValueError: if a tensor has fewer than 3 dimensions or h_kv does not divide h.
+
+    Examples:
+        >>> kv = torch.arange(2.0).view(2, 1, 1)  # h_kv = 2 heads, one key of width 1
+        >>> repeat_kv_heads(torch.zeros(4, 1, 1), kv, "key").flatten()
+        tensor([0., 0., 1., 1.])
     """
     for tensor_name, tensor in (("query", query), (name, kv)):
         if tensor.dim() < 3:
@@ -278,6 +294,10 @@ def attention_weights(
 ) -> Tensor:
     """Attention weights A of shape (..., t_q, t_k): scores -> scale -> mask -> softmax -> dropout.
 
+    Rows whose keys are all masked give zeros; with no keys (t_k = 0) A is empty. For float16 and
+    bfloat16 inputs the scores and the softmax are computed in float32 and A is rounded once, to
+    the input dtype.
+
     Args:
         query: (..., t_q, d_k), d_k >= 1.
         key: (..., t_k, d_k), same dtype as query.
@@ -290,9 +310,19 @@ def attention_weights(
         enable_gqa: grouped-query attention, as in PyTorch: key (..., h_kv, t_k, d_k) with h_kv
             dividing the query's h (dim -3); query head i uses key head i // (h / h_kv).
 
-    Rows whose keys are all masked give zeros; with no keys (t_k = 0) A is empty. For float16 and
-    bfloat16 inputs the scores and the softmax are computed in float32 and A is rounded once, to
-    the input dtype.
+    Returns:
+        A (..., t_q, t_k) in the query's dtype.
+
+    Raises:
+        ValueError: if the tensors do not agree (dtype, device, widths), the mask is not bool or
+            float (or does not broadcast), ``is_causal`` is combined with a mask or is not a bool,
+            dropout_p is outside [0, 1), or h_kv does not divide h.
+
+    Examples:
+        >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # (t_q, d_k)
+        >>> attention_weights(q, q, is_causal=True)
+        tensor([[1.0000, 0.0000],
+                [0.3302, 0.6698]])
     """
     check_dropout(dropout_p, "dropout_p")
     check_bool(is_causal, "is_causal")
@@ -316,11 +346,9 @@ def scaled_dot_product_attention(
 ) -> Tensor:
     """Context vectors Z = A V of shape (..., t_q, d_v), written out explicitly.
 
-    Same arguments and semantics as ``torch.nn.functional.scaled_dot_product_attention``:
-    query (..., t_q, d_k), key (..., t_k, d_k), value (..., t_k, d_v), all of one dtype; see
-    :func:`attention_weights` for the mask, dropout, causal, scale and ``enable_gqa`` arguments
-    (with ``enable_gqa=True``, key and value (..., h_kv, t_k, d) may each have fewer heads than
-    the query, a number that divides h).
+    Same arguments and semantics as ``torch.nn.functional.scaled_dot_product_attention``; with
+    ``enable_gqa=True``, key and value (..., h_kv, t_k, d) may each have fewer heads than the
+    query, a number that divides h.
 
     A query whose keys are all masked gets a zero context vector, never nan, and with no keys
     (t_k = 0) every context vector is zero; PyTorch's SDPA on the CPU does the same (its GPU
@@ -330,6 +358,33 @@ def scaled_dot_product_attention(
     math backend adds -inf to it and returns nan); a nan in a hidden value still reaches the row,
     through 0 · nan = nan in A V. Half-precision inputs: A and A V are computed in float32 and Z
     is rounded once.
+
+    Args:
+        query: (..., t_q, d_k).
+        key: (..., t_k, d_k), the query's dtype and device.
+        value: (..., t_k, d_v).
+        attn_mask: broadcastable to (..., t_q, t_k): bool (True = may attend) or a float added to
+            the scaled scores, as in :func:`attention_weights`.
+        dropout_p: dropout probability on A, applied whenever it is > 0 (as torch's SDPA does).
+        is_causal: apply :func:`causal_mask`; cannot be combined with ``attn_mask``.
+        scale: factor on the scores; defaults to 1 / sqrt(d_k).
+        enable_gqa: grouped-query attention, as in PyTorch.
+
+    Returns:
+        Z (..., t_q, d_v) in the value's dtype.
+
+    Raises:
+        ValueError: if the tensors do not agree (dtype, device, widths, lengths) or are not
+            floating point, the mask is not bool or float, ``is_causal`` is combined with a mask
+            or is not a bool, dropout_p is outside [0, 1), or h_kv does not divide h.
+
+    Examples:
+        >>> _ = torch.manual_seed(123)
+        >>> q, k, v = torch.randn(3, 2, 4, 6, 8).unbind(0)  # (b, h, t, d_k) each
+        >>> z = scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> torch.allclose(z, sdpa, atol=1e-6)
+        True
     """
     check_dropout(dropout_p, "dropout_p")
     check_bool(is_causal, "is_causal")
