@@ -65,6 +65,16 @@ def elu_plus_one(x: Tensor) -> Tensor:
     """phi(x) = elu(x) + 1, Katharopoulos et al.'s feature map: x + 1 for x > 0, exp(x) else.
 
     Positive everywhere, so every kernel value phi(q) . phi(k) is positive, as exp is.
+
+    Args:
+        x: queries or keys, any shape.
+
+    Returns:
+        phi(x), the shape of x.
+
+    Examples:
+        >>> elu_plus_one(torch.tensor([-1.0, 0.0, 2.0]))
+        tensor([0.3679, 1.0000, 3.0000])
     """
     return F.elu(x) + 1
 
@@ -194,6 +204,24 @@ def linear_attention(
     Returns:
         (..., t_q, d_v), or (output, final_state) with ``output_final_state``. Half-precision
         inputs are computed in float32 and the output rounded once; the state stays float32.
+
+    Raises:
+        ValueError: if query, key and value do not agree (dtype, device, leading dimensions,
+            widths), is_causal has t_q != t_k or is not a bool, form or feature_map is unknown,
+            a feature is negative, chunk_size is not an integer >= 1, or initial_state has
+            another shape than (..., r, d_v + 1).
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 8, 4).unbind(0)  # (b, t, d_k) each
+        >>> z = linear_attention(q, k, v, is_causal=True)
+        >>> z_prefill, state = linear_attention(
+        ...     q[:, :6], k[:, :6], v[:, :6], is_causal=True, form="chunked", chunk_size=4,
+        ...     output_final_state=True)  # a prefill of 6 tokens, and the state after them
+        >>> z_next = linear_attention(q[:, 6:], k[:, 6:], v[:, 6:], is_causal=True,
+        ...                           form="recurrent", initial_state=state)
+        >>> torch.allclose(torch.cat([z_prefill, z_next], dim=1), z, atol=1e-6), state.shape
+        (True, torch.Size([1, 4, 5]))
     """
     _check_linear_inputs(query, key, value, is_causal, form, chunk_size)
     check_bool(output_final_state, "output_final_state")
@@ -228,6 +256,25 @@ def linear_attention_weights(
 
     alpha_ij = phi(q_i).phi(k_j) / sum_j' phi(q_i).phi(k_j') over the visible keys; the parallel
     form's output is these weights times V.
+
+    Args:
+        query: (..., t_q, d_k).
+        key: (..., t_k, d_k), the query's dtype and leading dimensions.
+        feature_map: ``"elu+1"`` or a callable, as in :func:`linear_attention`.
+        is_causal: query i sees keys j <= i only (needs t_q = t_k).
+
+    Returns:
+        The weights (..., t_q, t_k).
+
+    Raises:
+        ValueError: as :func:`linear_attention`.
+
+    Examples:
+        >>> q = torch.zeros(1, 3, 2)  # phi(0) = 1: every visible key weighs the same
+        >>> linear_attention_weights(q, q, is_causal=True)
+        tensor([[[1.0000, 0.0000, 0.0000],
+                 [0.5000, 0.5000, 0.0000],
+                 [0.3333, 0.3333, 0.3333]]])
     """
     _check_linear_inputs(query, key, key, is_causal, "parallel", 1)
     phi_q = apply_feature_map(query, feature_map, "query")  # (..., t_q, r)
@@ -248,6 +295,25 @@ def linear_attention_flops(
     (d_v + 1), one outer product and one read per token. chunked, causal: 4 t r (d_v + 1) plus
     2 t C (r + d_v + 1) within the chunks (C = chunk_size, a last shorter chunk counted as it is).
     recurrent and chunked without a mask: 4 t r (d_v + 1), one state of all keys.
+
+    Args:
+        t: number of tokens.
+        r: width of the features.
+        d_v: width of the values.
+        form: ``"parallel"``, ``"recurrent"`` or ``"chunked"``.
+        is_causal: causal attention.
+        chunk_size: C, tokens per chunk of the chunked form.
+
+    Returns:
+        The FLOPs.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1 or form is unknown.
+
+    Examples:
+        >>> [linear_attention_flops(4096, 64, 64, form, is_causal=True)
+        ...  for form in ("parallel", "recurrent", "chunked")]
+        [4328521728, 68157440, 135790592]
     """
     check_sizes(t=t, r=r, d_v=d_v, chunk_size=chunk_size)
     if form not in FORMS:
@@ -267,6 +333,23 @@ def positive_random_features(x: Tensor, projection: Tensor) -> Tensor:
     With the rows of G drawn from N(0, I), E[phi(x) . phi(y)] = exp(x . y) for every x and y:
     an unbiased estimate of the softmax kernel with positive features (Choromanski et al., 2021,
     Lemma 1).
+
+    Args:
+        x: queries or keys (..., t, d_k).
+        projection: G (m, d_k).
+
+    Returns:
+        phi(x) (..., t, m), positive.
+
+    Raises:
+        ValueError: if projection is not (m, d_k) with x's d_k.
+
+    Examples:
+        >>> g = random_projection(4096, 2, False, torch.Generator().manual_seed(0))  # N(0, I) rows
+        >>> x, y = torch.tensor([[0.5, 0.0]]), torch.tensor([[0.5, 0.5]])
+        >>> estimate = positive_random_features(x, g) @ positive_random_features(y, g).T
+        >>> round(estimate.item(), 2), round(math.exp(0.25), 2)  # the estimate and exp(x . y)
+        (1.27, 1.28)
     """
     if projection.dim() != 2 or projection.shape[1] != x.shape[-1]:
         raise ValueError(
@@ -292,6 +375,25 @@ def random_projection(
     of a block are orthogonal, each block an independent uniformly random rotation; each row
     is then scaled to the length of an independent N(0, I) vector, so that each row alone is
     still N(0, I) and the estimate stays unbiased (the Performer code's default scaling).
+
+    Args:
+        num_features: m, the rows.
+        d_k: width of queries and keys.
+        orthogonal: orthogonal rows within each block of d_k.
+        generator: the random generator to draw from (torch's global one if None).
+        dtype: dtype of G.
+        device: device of G.
+
+    Returns:
+        G (m, d_k).
+
+    Raises:
+        ValueError: if num_features or d_k is not an integer >= 1.
+
+    Examples:
+        >>> g = random_projection(2, 2, generator=torch.Generator().manual_seed(0))
+        >>> abs((g[0] @ g[1]).item()) < 1e-6  # orthogonal rows
+        True
     """
     check_sizes(num_features=num_features, d_k=d_k)
     if not orthogonal:
@@ -340,6 +442,9 @@ def favor_attention(
 ) -> Tensor:
     """FAVOR+: softmax attention estimated with m positive random features, in O(t m d_v).
 
+    The estimate's numerator and normalizer are unbiased, the ratio is not; for moderate scores
+    the error falls as 1 / sqrt(m) (:func:`favor_error_variance`), for large ones more slowly.
+
     Args:
         query: (..., t_q, d_k).
         key: (..., t_k, d_k), the query's dtype and leading dimensions.
@@ -352,9 +457,21 @@ def favor_attention(
         form: the form of linear attention that runs (the result is the same).
         projection: a given G (m, d_k) instead of a random one (``num_features`` must be m).
 
-    Returns an estimate of ``softmax(Q K^T / sqrt(d_k)) V``: its numerator and normalizer are
-    unbiased, the ratio is not; for moderate scores the error falls as 1 / sqrt(m)
-    (:func:`favor_error_variance`), for large ones more slowly.
+    Returns:
+        An estimate of ``softmax(Q K^T / sqrt(d_k)) V``, (..., t_q, d_v).
+
+    Raises:
+        ValueError: if the inputs do not agree (as :func:`linear_attention`), num_features is
+            not an integer >= 1, seed is not an integer or None, or projection is not
+            (num_features, d_k).
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = (0.5 * torch.randn(3, 1, 6, 4)).unbind(0)
+        >>> estimate = favor_attention(q, k, v, num_features=256, seed=0, is_causal=True)
+        >>> exact = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> (estimate - exact).abs().max().item() < 0.1
+        True
     """
     _check_linear_inputs(query, key, value, is_causal, form, 1)
     if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
@@ -388,7 +505,28 @@ def favor_error_variance(
                                         exp((x_i + y_a) . (x_i + y_b))
 
     (equation (12.13) of the book), computed as exp(|x_i|^2) u_i^T exp(Y Y^T) u_i with
-    u_ia = alpha_ia exp(x_i . y_a)(v_a - z_i): (..., t_q, d_v), in the accumulation dtype.
+    u_ia = alpha_ia exp(x_i . y_a)(v_a - z_i).
+
+    Args:
+        query: (..., t_q, d_k).
+        key: (..., t_k, d_k), the query's dtype and leading dimensions.
+        value: (..., t_k, d_v), likewise.
+        num_features: m.
+        is_causal: query i sees keys j <= i only.
+
+    Returns:
+        The variance (..., t_q, d_v), in the accumulation dtype.
+
+    Raises:
+        ValueError: if the inputs do not agree (as :func:`linear_attention`) or num_features is
+            not an integer >= 1.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 4, 2).unbind(0)
+        >>> var = favor_error_variance(q, k, v, num_features=100)
+        >>> torch.allclose(100 * var, favor_error_variance(q, k, v, num_features=1))  # falls as 1/m
+        True
     """
     _check_linear_inputs(query, key, value, is_causal, "parallel", 1)
     check_sizes(num_features=num_features)
