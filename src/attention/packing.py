@@ -165,13 +165,37 @@ def varlen_attention(
 ) -> Tensor:
     """Attention within each packed sequence, in flash-attention's varlen layout.
 
-    query (t_q, h, d_k), key (t_k, h, d_k), value (t_k, h, d_v), with t_q and t_k packed
-    tokens; sequence u's queries are rows ``cu_seqlens_q[u]:cu_seqlens_q[u + 1]`` and its keys
-    ``cu_seqlens_k[u]:...`` (the same as the queries' when None). Each sequence is attended
-    alone, so the work is that of the diagonal blocks, the sum of t_u², never t². ``is_causal``
-    aligns each sequence's mask bottom-right, as ``flash_attn_varlen_func`` does since
-    flash-attention 2.1 (the same as top-left when a sequence has as many queries as keys).
-    Returns (t_q, h, d_v).
+    Sequence u's queries are rows ``cu_seqlens_q[u]:cu_seqlens_q[u + 1]`` and its keys
+    ``cu_seqlens_k[u]:...``. Each sequence is attended alone, so the work is that of the diagonal
+    blocks, the sum of t_u², never t². ``is_causal`` aligns each sequence's mask bottom-right, as
+    ``flash_attn_varlen_func`` does since flash-attention 2.1 (the same as top-left when a
+    sequence has as many queries as keys).
+
+    Args:
+        query: (t_q, h, d_k), t_q packed tokens.
+        key: (t_k, h, d_k), t_k packed tokens.
+        value: (t_k, h, d_v).
+        cu_seqlens_q: [0, t_1, t_1 + t_2, ..., t_q] (n + 1,), where each sequence's queries start.
+        cu_seqlens_k: the same for the keys (the queries' when None).
+        is_causal: causal within each sequence, aligned bottom-right.
+        scale: multiplies the scores; defaults to 1/sqrt(d_k).
+
+    Returns:
+        (t_q, h, d_v).
+
+    Raises:
+        ValueError: if a tensor is not (t, h, d), a cu_seqlens does not rise strictly from 0 to
+            its tensor's length, or the two count different sequences.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> x = torch.randn(5, 1, 4)  # two sequences of 2 and 3 tokens, packed, h = 1
+        >>> cu_seqlens = torch.tensor([0, 2, 5])
+        >>> out = varlen_attention(x, x, x, cu_seqlens, is_causal=True)
+        >>> alone = torch.nn.functional.scaled_dot_product_attention(
+        ...     x[2:].transpose(0, 1), x[2:].transpose(0, 1), x[2:].transpose(0, 1), is_causal=True)
+        >>> torch.allclose(out[2:], alone.transpose(0, 1), atol=1e-6)
+        True
     """
     cu_seqlens_k = cu_seqlens_q if cu_seqlens_k is None else cu_seqlens_k
     for name, x in (("query", query), ("key", key), ("value", value)):

@@ -58,7 +58,17 @@ def _interpreting() -> bool:
 
 
 def triton_available() -> tuple[bool, str]:
-    """Whether :func:`triton_flash_attention` can run here, and why (not)."""
+    """Whether :func:`triton_flash_attention` can run here, and why (not).
+
+    Returns:
+        (available, reason): a bool, and a sentence naming the device, the interpreter, or what
+        is missing.
+
+    Examples:
+        >>> available, reason = triton_available()
+        >>> isinstance(available, bool) and isinstance(reason, str)
+        True
+    """
     if triton is None:
         return False, f"Triton is not installed ({_IMPORT_ERROR})"
     if _interpreting():
@@ -79,6 +89,17 @@ def triton_interpreter() -> Iterator[None]:
     the variable was set, the functions of ``triton.language`` written in Triton (``tl.zeros``,
     ``tl.sum``, ...) were compiled-kernel functions, which refuse to be called from Python: inside
     the block they run in the interpreter too.
+
+    Returns:
+        A context manager; the block runs with ``TRITON_INTERPRET=1``.
+
+    Raises:
+        RuntimeError: if Triton is not installed.
+
+    Examples:
+        >>> q = torch.randn(1, 1, 16, 16, dtype=torch.float16)
+        >>> with triton_interpreter():  # doctest: +SKIP
+        ...     out = triton_flash_attention(q, q, q, is_causal=True)  # on the CPU, slowly
     """
     if triton is None:
         raise RuntimeError(f"Triton is not installed ({_IMPORT_ERROR})")

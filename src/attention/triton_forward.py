@@ -296,7 +296,20 @@ FIXED_STAGES = 3  # Triton's default num_stages, which a launch with fixed block
 
 
 def launch(kernel, autotuned, blocks: tuple[int, int] | None):
-    """The autotuned kernel, or, for blocks (BLOCK_M, BLOCK_N) given, the kernel with 4 warps."""
+    """The autotuned kernel, or, for blocks (BLOCK_M, BLOCK_N) given, the kernel with 4 warps.
+
+    Args:
+        kernel: the plain kernel.
+        autotuned: its :func:`tuned` version.
+        blocks: (BLOCK_M, BLOCK_N), or None to autotune.
+
+    Returns:
+        (kernel to launch, its extra launch arguments).
+
+    Examples:
+        >>> launch("kernel", "autotuned", (64, 32))
+        ('kernel', {'BLOCK_M': 64, 'BLOCK_N': 32, 'num_warps': 4})
+    """
     if blocks is None:
         return autotuned, {}
     return kernel, {"BLOCK_M": blocks[0], "BLOCK_N": blocks[1], "num_warps": 4, "num_stages": FIXED_STAGES}
@@ -312,7 +325,20 @@ def launched_config(kernel, meta: dict) -> tuple[int, int, int, int]:
 
 
 def mask_args(causal: bool, offset: int, window: int | None) -> dict:
-    """The kernels' arguments that say which keys each query sees."""
+    """The kernels' arguments that say which keys each query sees.
+
+    Args:
+        causal: hide the keys after each query's position.
+        offset: position of query 0.
+        window: w, or None.
+
+    Returns:
+        The keyword arguments OFFSET, WINDOW, IS_CAUSAL and HAS_WINDOW.
+
+    Examples:
+        >>> mask_args(True, 0, None)
+        {'OFFSET': 0, 'WINDOW': 0, 'IS_CAUSAL': True, 'HAS_WINDOW': False}
+    """
     return {"OFFSET": offset, "WINDOW": window or 0, "IS_CAUSAL": causal, "HAS_WINDOW": window is not None}
 
 
