@@ -55,6 +55,8 @@ class BlockAttention(nn.Module):
         qk_norm: ``"layer"``, ``"rms"`` or None.
         bias: biases in the projections (and a LayerNorm's).
         norm_eps: ε of the QK-norms.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if d_model or num_heads is not an integer >= 1, num_heads does not divide
@@ -83,8 +85,6 @@ class BlockAttention(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        """h heads of width d_model / h; ``dropout`` on the weights A and on SA(x); parameters
-        on ``device`` in ``dtype`` (torch's defaults when None)."""
         super().__init__()
         check_sizes(d_model=d_model)
         check_heads(d_model, num_heads, width_name="d_model")

@@ -46,12 +46,16 @@ def register_causal_mask(
 class CausalAttention(nn.Module):
     """Single-head causal self-attention with dropout on the attention weights.
 
+    The causal mask for ``context_length`` tokens is a bool buffer, not saved in the state dict.
+
     Args:
         d_in: width of an input token.
         d_out: width of queries, keys, values and context vectors.
         context_length: the most tokens a call may hold (the size of the mask buffer).
         dropout: p_drop, the probability of zeroing an attention weight in training.
         qkv_bias: give the three projections a bias.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1 or dropout is outside [0, 1).
@@ -68,8 +72,6 @@ class CausalAttention(nn.Module):
         qkv_bias: bool = False, device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        """The projections W_query, W_key, W_value (d_in -> d_out), created on ``device`` in
-        ``dtype`` (torch's defaults when None), and the causal mask for ``context_length``."""
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)

@@ -127,6 +127,26 @@ def sink_window_mask(
     (top-left, the default) or p = t_k - t_q + i (bottom-right, queries after a cache) and sees
     key j when j <= p and either p - window < j (the window, itself included) or j < sinks (the
     attention sinks of StreamingLLM). ``sinks=0`` is the plain sliding window.
+
+    Args:
+        t_q: number of queries, the last t_q positions.
+        t_k: number of keys.
+        window: w, the latest keys each query sees, itself included.
+        sinks: n_sink, the first keys every query also sees.
+        device: where to build the mask.
+        alignment: ``"top_left"`` or ``"bottom_right"``.
+
+    Returns:
+        The mask (t_q, t_k), bool.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, sinks is not an integer >= 0, or alignment
+            is unknown.
+
+    Examples:
+        >>> sink_window_mask(2, 5, window=2, sinks=1, alignment="bottom_right")
+        tensor([[ True, False,  True,  True, False],
+                [ True, False, False,  True,  True]])
     """
     check_sizes(t_q=t_q, t_k=t_k, window=window)
     _check_sinks(sinks)
@@ -232,8 +252,30 @@ class RollingKVCache:
     positions, so that :func:`sink_window_mask` (or ``sliding_window_mask(t, t_k, w,
     alignment="bottom_right")`` without sinks) over them gives the same attention as over the
     whole sequence. ``length`` counts every token ever appended (the next position);
-    ``max_tokens``, if given, bounds that count (positions), not the memory, which is n_sink + w
-    slots.
+    ``max_tokens``, if given, bounds that count (positions), not the memory, which is
+    n_sink + w zero-filled slots of keys and values.
+
+    Args:
+        batch_size: b.
+        num_kv_heads: h_kv.
+        window: w.
+        d_h: head width.
+        max_tokens: the most positions (None: no bound).
+        dtype: dtype of the storage (torch's default if None).
+        device: device of the storage.
+        sinks: n_sink.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, sinks is not an integer >= 0, or
+            max_tokens is not None or an integer >= 1.
+
+    Examples:
+        >>> cache = RollingKVCache(1, 1, window=3, d_h=2, sinks=1)
+        >>> for p in range(6):  # keys hold their position
+        ...     k = torch.full((1, 1, 1, 2), float(p))
+        ...     keys, values = cache.append(k, k)
+        >>> cache.key_positions, keys[0, 0, :, 0]
+        (tensor([0, 3, 4, 5]), tensor([0., 3., 4., 5.]))
     """
 
     def __init__(
@@ -365,6 +407,8 @@ class GroupedQueryAttention(nn.Module):
         qkv_bias: give the projections a bias.
         window: w, an integer >= 1 (None: no window).
         sinks: n_sink, with a window only.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1, h_kv does not divide h, h does not divide
@@ -387,12 +431,6 @@ class GroupedQueryAttention(nn.Module):
         *, qkv_bias: bool = False, window: int | None = None, sinks: int = 0,
         device: torch.device | str | None = None, dtype: torch.dtype | None = None,
     ) -> None:
-        """W_query d_in -> d_out, W_key and W_value d_in -> h_kv · d_h, out_proj d_out -> d_out.
-
-        ``dropout`` drops attention weights in training mode. ``num_kv_heads`` must divide
-        ``num_heads``; ``window``, if given, is an integer >= 1; ``sinks`` > 0 needs a window.
-        Parameters are created on ``device`` in ``dtype`` (torch's defaults when None).
-        """
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)
         check_heads(d_out, num_heads)

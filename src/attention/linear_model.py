@@ -43,6 +43,22 @@ class KernelBlockAttention(nn.Module):
     does: the kernel it estimates, exp(R_i q . R_j k / sqrt(d_h)), depends on i - j alone.
     elu+1 rotates the features instead, in the numerator only, as RoFormer does for linear
     attention; its weights then need not be positive nor sum to 1.
+
+    Args:
+        attn: the softmax sublayer whose projections, norms and rotation are taken over.
+        kind: ``"elu+1"`` or ``"favor"``.
+        projection: FAVOR+'s random projection (m, d_h), for ``kind="favor"`` only.
+
+    Raises:
+        ValueError: if kind is unknown, projection is given for ``"elu+1"`` or missing for
+            ``"favor"``, or attn has dropout.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> attn = KernelBlockAttention(BlockAttention(8, 2), "elu+1")
+        >>> out, weights = attn(torch.randn(1, 4, 8))
+        >>> out.shape, weights.sum(dim=-1).allclose(torch.ones(1, 2, 4))
+        (torch.Size([1, 4, 8]), True)
     """
 
     def __init__(self, attn: BlockAttention, kind: Kind, projection: Tensor | None = None) -> None:

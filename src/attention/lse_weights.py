@@ -37,19 +37,43 @@ def weights_from_lse(
 ) -> Tensor:
     """Rows of the attention weights, α_ij = exp(scale · q_i · k_j - lse_i), from the saved lse.
 
-    ``query`` (..., n, d_k) holds any block of n query rows, the first of them at position
-    ``row_offset`` (with ``is_causal``, query i sees keys j <= row_offset + i), ``key``
-    (..., t_k, d_k) all keys and ``lse`` (..., n) the rows' log-sum-exp from
-    ``flash_attention(..., return_lse=True)`` with the same ``scale`` and masking: for rows
-    r0 .. r0 + n - 1 pass row_offset = r0 (top-left) or r0 + t_k - t_q (bottom-right).
-    Returns (..., n, t_k): only these rows ever exist, never the (t_q, t_k) matrix. A row
-    whose lse is not finite (it saw no key) is zero. Half-precision inputs are computed in
-    float32 and the weights rounded once.
+    Only the asked rows ever exist, never the (t_q, t_k) matrix. A row whose lse is not finite
+    (it saw no key) is zero. Half-precision inputs are computed in float32 and the weights
+    rounded once.
 
     ``mask_mod(b, h, q_idx, kv_idx)`` and ``score_mod(score, b, h, q_idx, kv_idx)`` are the rules
     of the kernel that returned lse (FlexAttention's ``AuxRequest(lse=True)``, or
     :func:`~attention.masks.dense_attention`); they need query (b, h, n, d_k), and see the
     rows' positions q_idx = row_offset .. row_offset + n - 1.
+
+    Args:
+        query: (..., n, d_k), any block of n query rows, the first of them at position
+            ``row_offset``.
+        key: (..., t_k, d_k), all keys.
+        lse: (..., n), the rows' log-sum-exp from ``flash_attention(..., return_lse=True)`` with
+            the same ``scale`` and masking.
+        scale: multiplies the scores; defaults to 1/sqrt(d_k).
+        is_causal: query i sees keys j <= row_offset + i.
+        row_offset: position of the first row: for rows r0 .. r0 + n - 1 pass r0 (top-left) or
+            r0 + t_k - t_q (bottom-right).
+        mask_mod: the mask rule of the kernel that returned lse (None: none).
+        score_mod: its score rule (None: none).
+
+    Returns:
+        The weights (..., n, t_k).
+
+    Raises:
+        ValueError: if query and key do not agree, lse does not have the rows' shape, or
+            row_offset is not an integer.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k = torch.randn(2, 1, 1, 6, 8).unbind(0)
+        >>> _, lse = flash_attention(q, k, k, is_causal=True, return_lse=True)
+        >>> rows = weights_from_lse(q[..., 4:, :], k, lse[..., 4:], is_causal=True, row_offset=4)
+        >>> full = attention_weights(q, k, is_causal=True)
+        >>> torch.allclose(rows, full[..., 4:, :], atol=1e-6)
+        True
     """
     check_qkv(query, key)
     check_bool(is_causal, "is_causal")

@@ -619,9 +619,29 @@ def to_bias(
     Read off as the rule applied to scores of 0. What is checked first, at every (b, h, i, j):
     that xi(s) - xi(0) = s, to the dtype's rounding, for each probe of ``ADDITIVITY_PROBES``
     (the same score everywhere) and for scores from -24 to 24 that differ from pair to pair. A
-    rule that fails (soft-capping, s**2, a scaling by position) has no bias and raises
-    ``ValueError`` (use :func:`apply_score_mod` for it); a rule that adds only at these probes
-    is not caught.
+    rule that fails (soft-capping, s**2, a scaling by position) has no bias (use
+    :func:`apply_score_mod` for it); a rule that adds only at these probes is not caught.
+
+    Args:
+        score_mod: the rule.
+        t_q: number of queries.
+        t_k: number of keys.
+        h: number of heads.
+        b: batch rows (None: a bias without a batch dimension).
+        dtype: dtype of the bias.
+        device: where to build it.
+
+    Returns:
+        The bias (h, t_q, t_k), or (b, h, t_q, t_k) when b is given.
+
+    Raises:
+        ValueError: if the rule changes the score by more than an added term, or a size is not an
+            integer >= 1.
+
+    Examples:
+        >>> to_bias(alibi(2), 2, 2, h=2)[1]  # head 1, slope 1/256
+        tensor([[ 0.0000,  0.0039],
+                [-0.0039,  0.0000]])
     """
     zeros = torch.zeros(b or 1, h, t_q, t_k, dtype=dtype, device=device)  # (b, h, t_q, t_k)
     bias = apply_score_mod(zeros, score_mod)

@@ -54,6 +54,8 @@ class MultiHeadAttentionWrapper(nn.Module):
         dropout: p_drop on each head's attention weights.
         num_heads: h, the number of heads.
         qkv_bias: give the projections a bias.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1 or dropout is outside [0, 1).
@@ -77,7 +79,6 @@ class MultiHeadAttentionWrapper(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        """num_heads :class:`~attention.CausalAttention` heads, on ``device`` in ``dtype``."""
         super().__init__()
         check_sizes(num_heads=num_heads)
         self.heads = nn.ModuleList(
@@ -105,6 +106,8 @@ class MultiHeadAttention(nn.Module):
         num_heads: h, the number of heads.
         qkv_bias: give the query, key and value projections a bias.
         proj_dropout: probability of dropping an entry of the output projection's result.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or a
@@ -131,13 +134,6 @@ class MultiHeadAttention(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        """Projections d_in → d_out split into num_heads heads, and the output projection.
-
-        ``dropout`` is the probability of dropping an attention weight, ``proj_dropout`` that
-        of dropping an entry of the output projection's result; both in [0, 1), used only in
-        training mode. ``context_length`` (at least 1) is the longest sequence accepted.
-        Parameters are created on ``device`` in ``dtype`` (torch's defaults when None).
-        """
         super().__init__()
         factory = {"device": device, "dtype": dtype}
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
@@ -196,8 +192,10 @@ class FusedMultiHeadAttention(nn.Module):
         dropout: probability of dropping an attention weight, in [0, 1).
         num_heads: h, the number of heads.
         qkv_bias: give the fused projection a bias.
-        use_sdpa: compute the attention with ``F.scaled_dot_product_attention``.
         proj_dropout: probability of dropping an entry of the output projection's result.
+        use_sdpa: compute the attention with ``F.scaled_dot_product_attention``.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or a

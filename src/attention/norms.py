@@ -32,6 +32,8 @@ class RMSNorm(nn.Module):
     Args:
         d: width of the normalized vectors.
         eps: ε > 0, added to the mean square; keeps the division finite for x = 0.
+        device: where γ is created (torch's default when None).
+        dtype: its dtype (torch's default when None).
 
     Raises:
         ValueError: if d is not an integer >= 1 or eps is not a number > 0.
@@ -45,8 +47,6 @@ class RMSNorm(nn.Module):
         self, d: int, eps: float = 1e-5, *, device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        """A gain γ of ones (d,) on ``device`` in ``dtype``; ``eps`` > 0 keeps the division
-        finite for x = 0."""
         super().__init__()
         check_sizes(d=d)
         if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
@@ -66,8 +66,26 @@ def make_norm(
     kind: str, d: int, eps: float = 1e-5, bias: bool = True, *,
     device: torch.device | str | None = None, dtype: torch.dtype | None = None,
 ) -> nn.Module:
-    """``nn.LayerNorm(d)`` for ``kind="layer"`` (with β unless ``bias=False``), or RMSNorm, on
-    ``device`` in ``dtype``."""
+    """``nn.LayerNorm(d)`` for ``kind="layer"`` (with β unless ``bias=False``), or RMSNorm.
+
+    Args:
+        kind: ``"layer"`` or ``"rms"``.
+        d: width of the normalized vectors.
+        eps: ε, added to the variance or the mean square.
+        bias: with LayerNorm, keep its bias β.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
+
+    Returns:
+        The new normalization module.
+
+    Raises:
+        ValueError: if kind is neither ``"layer"`` nor ``"rms"``.
+
+    Examples:
+        >>> make_norm("rms", 4)
+        RMSNorm()
+    """
     if kind not in NORMS:
         raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
     if kind == "rms":

@@ -98,6 +98,24 @@ def ring_work(t: int, world_size: int, is_causal: bool = False,
     A block that no query of the device may see is skipped (0 work); otherwise the count is the
     visible pairs, what a kernel that skips masked tiles computes. A synchronous ring's step
     lasts as long as its busiest device: the sum over sigma of the row maxima.
+
+    Args:
+        t: number of tokens.
+        world_size: N, the number of devices.
+        is_causal: count only the pairs a causal mask lets through.
+        sharding: ``"contiguous"`` or ``"zigzag"``.
+
+    Returns:
+        The work (N, N), steps by devices.
+
+    Raises:
+        ValueError: as :func:`ring_shards`.
+
+    Examples:
+        >>> ring_work(8, 2, is_causal=True), ring_work(8, 2, is_causal=True, sharding="zigzag")
+        (tensor([[10, 10],
+                [ 0, 16]]), tensor([[10, 10],
+                [ 8,  8]]))
     """
     shards = ring_shards(t, world_size, sharding)
     work = torch.zeros(world_size, world_size, dtype=torch.int64)  # (N steps, N devices)
@@ -222,7 +240,7 @@ def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCou
 
     Examples:
         >>> ring_attention_io(t=1024, d_h=64, world_size=4, m_device=10**6)
-        IOCount(reads=98304, writes=98304, peak=98816)
+        IOCount(reads=98304, writes=98304, peak=98560)
     """
     check_sizes(t=t, d_h=d_h, world_size=world_size, m_device=m_device)
     if t % world_size:

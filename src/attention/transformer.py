@@ -95,7 +95,7 @@ def swiglu_width(
 class TransformerBlock(nn.Module):
     """Multi-head self-attention and a feed-forward network, each with a residual and a norm.
 
-    ``is_causal=True`` lets token i attend to tokens j <= i only (a decoder block); ``mlp=False``
+    ``causal=True`` lets token i attend to tokens j <= i only (a decoder block); ``mlp=False``
     drops the feed-forward sublayer (an attention-only block). ``rotary``, if given, rotates
     queries and keys by their positions (RoPE) before the scores. The defaults are the
     block of ``torch.nn.TransformerEncoderLayer(norm_first=True, activation="gelu")``; the
@@ -121,6 +121,8 @@ class TransformerBlock(nn.Module):
         qk_norm: normalize queries and keys per head.
         bias: biases in the linear layers and the norms.
         norm_eps: ε of every norm.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1, num_heads does not divide d_model,
@@ -156,8 +158,6 @@ class TransformerBlock(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        """Attention with h heads of width d_model / h, and an FFN d_model -> d_ff -> d_model;
-        parameters on ``device`` in ``dtype`` (torch's defaults when None)."""
         super().__init__()
         check_sizes(d_model=d_model)
         check_heads(d_model, num_heads, width_name="d_model")
