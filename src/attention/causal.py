@@ -32,7 +32,24 @@ def register_causal_mask(
     diagonal, not saved in the state dict; an old checkpoint's ``mask`` entry is dropped on load.
 
     Like every buffer it is uninitialized after ``module.to_empty(...)``: call this again then.
+
+    Args:
+        module: the module that gets the buffer.
+        context_length: the most tokens a call may hold.
+        device: where the mask is built.
+
+    Raises:
+        ValueError: if context_length is not an integer >= 1.
+
+    Examples:
+        >>> module = torch.nn.Module()
+        >>> register_causal_mask(module, 3)
+        >>> module.mask, list(module.state_dict())
+        (tensor([[False,  True,  True],
+                [False, False,  True],
+                [False, False, False]]), [])
     """
+    check_sizes(context_length=context_length)
     mask = ~causal_mask(context_length, device=device)  # (t, t), True above the diagonal
     module.register_buffer("mask", mask, persistent=False)
 

@@ -211,7 +211,39 @@ def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out
              deterministic: bool, longest_first: bool) -> tuple[tuple[Tensor, ...], dict[str, tuple[int, ...]]]:
     """(dQ, dK, dV, dsinks or None) and the (BLOCK_M, BLOCK_N, warps, stages) of each kernel that
     ran: D first, then the dK/dV kernel over key blocks, then (``deterministic``) the dQ kernel;
-    without it, dQ is added up in float32 by the dK/dV kernel and rounded once."""
+    without it, dQ is added up in float32 by the dK/dV kernel and rounded once.
+
+    Where the tensors must be, and what is not checked, as for
+    :func:`~attention.triton_forward.forward`, whose Z and lse it takes.
+
+    Args:
+        q: queries (b, h, t_q, d_h).
+        k: keys (b, h_kv, t_k, d_h).
+        v: values (b, h_kv, t_k, d_h).
+        out: Z (b, h, t_q, d_h) of the forward pass.
+        lse: the forward pass's base-2 log-sum-exp (b, h, t_q), float32.
+        grad_out: dZ (b, h, t_q, d_h).
+        sinks: learned sink logits (h,), or None.
+        scale: multiplies the scores.
+        causal: hide the keys after each query's position.
+        offset: position of query 0 (0 top-left, t_k - t_q bottom-right).
+        window: w, the keys each query sees up to its position (None: all).
+        blocks: (BLOCK_M, BLOCK_N) fixes the tile; None autotunes on a GPU.
+        deterministic: dQ in a kernel of its own (the same bits every run).
+        longest_first: start the query blocks with the most keys first (dQ kernel).
+
+    Returns:
+        ((dQ, dK, dV, dsinks), configs): the gradients shaped as q, k, v and sinks, and the
+        configuration of each kernel by name.
+
+    Examples:
+        >>> from attention.triton_forward import forward
+        >>> q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)  # doctest: +SKIP
+        >>> args = (None, 0.125, True, 0, None, None)
+        >>> out, lse, _ = forward(q, q, q, *args, False, False, False, False)  # doctest: +SKIP
+        >>> (dq, dk, dv, _), configs = backward(q, q, q, out, lse, torch.ones_like(out), *args,
+        ...                                     True, False)  # doctest: +SKIP
+    """
     b, h, t_q, d_h = q.shape
     h_kv, t_k = k.shape[1], k.shape[2]
     delta = torch.empty_like(lse)  # (b, h, t_q), float32

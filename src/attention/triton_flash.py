@@ -143,7 +143,7 @@ class TritonOptions:
 
     None of them is on by default: each waits for a GPU run to show it faster.
 
-    Attributes:
+    Args:
         longest_first: the query blocks with the most keys to visit (the last ones, under a causal
             mask) start first, in the forward and dQ kernels, so that short blocks fill the end.
         fold_scale: the forward kernel takes the row maximum of the raw scores and applies the
@@ -153,6 +153,10 @@ class TritonOptions:
             of tiles of pointers; needs the last axis contiguous and 16-byte aligned rows.
         warp_specialize: the forward kernel's loops are warp-specialized
             (``tl.range(..., warp_specialize=True)``): some warps load, others compute.
+
+    Examples:
+        >>> TritonOptions(longest_first=True)
+        TritonOptions(longest_first=True, fold_scale=False, descriptors=False, warp_specialize=False)
     """
 
     longest_first: bool = False
@@ -176,7 +180,16 @@ class _Call:
 
 def triton_last_configs() -> dict[str, tuple[int, int, int, int]]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of each kernel the last call ran, by kernel:
-    ``forward``, then after a backward pass ``dkdv`` and (deterministic) ``dq``."""
+    ``forward``, then after a backward pass ``dkdv`` and (deterministic) ``dq``.
+
+    Returns:
+        A copy of the configurations, by kernel name; empty before the first call.
+
+    Examples:
+        >>> q = torch.randn(1, 8, 1024, 64, device="cuda", dtype=torch.float16)  # doctest: +SKIP
+        >>> _ = triton_flash_attention(q, q, q, is_causal=True)  # doctest: +SKIP
+        >>> triton_last_configs()["forward"]  # doctest: +SKIP
+    """
     return dict(_last_configs)
 
 
@@ -366,6 +379,10 @@ def triton_flash_attention(
             second derivative is asked for.
         ValueError: shapes, dtypes, devices, block sizes or options the kernels do not take,
             b · h above CUDA's grid limit of 65,535, or a (batch, head) slice too long for int32.
+
+    Examples:
+        >>> q = torch.randn(1, 8, 1024, 64, device="cuda", dtype=torch.float16)  # doctest: +SKIP
+        >>> out = triton_flash_attention(q, q, q, is_causal=True)  # doctest: +SKIP
     """
     ok, reason = triton_available()
     if not ok:

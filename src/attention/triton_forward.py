@@ -282,8 +282,21 @@ INTERPRET = type(_forward).__name__ == "InterpretedFunction"
 def tuned(kernel, configs: tuple[tuple[int, int, int, int], ...], options: tuple[str, ...] = (),
            reset_to_zero: list[str] | None = None):
     """``kernel`` autotuned over ``configs`` on a GPU; with the one interpreter config otherwise.
-    Tuned again for each value of TUNING_KEY and of the ``options`` (constexpr flags) it takes;
-    ``reset_to_zero`` names buffers the kernel adds into, zeroed before each timed trial."""
+
+    Tuned again for each value of TUNING_KEY and of the ``options`` (constexpr flags) it takes.
+
+    Args:
+        kernel: a ``triton.jit`` kernel with ``BLOCK_M`` and ``BLOCK_N`` parameters.
+        configs: (BLOCK_M, BLOCK_N, num_warps, num_stages) to try.
+        options: names of the constexpr flags that get a tuning of their own.
+        reset_to_zero: buffers the kernel adds into, zeroed before each timed trial.
+
+    Returns:
+        The ``triton.autotune`` of the kernel.
+
+    Examples:
+        >>> tuned(_forward, FORWARD_CONFIGS).configs[0].kwargs  # doctest: +SKIP
+    """
     chosen = (INTERPRETER_CONFIG,) if INTERPRET else configs
     return triton.autotune(
         [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in chosen],
@@ -308,7 +321,7 @@ def launch(kernel, autotuned, blocks: tuple[int, int] | None):
 
     Examples:
         >>> launch("kernel", "autotuned", (64, 32))
-        ('kernel', {'BLOCK_M': 64, 'BLOCK_N': 32, 'num_warps': 4})
+        ('kernel', {'BLOCK_M': 64, 'BLOCK_N': 32, 'num_warps': 4, 'num_stages': 3})
     """
     if blocks is None:
         return autotuned, {}
@@ -317,7 +330,20 @@ def launch(kernel, autotuned, blocks: tuple[int, int] | None):
 
 def launched_config(kernel, meta: dict) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the launch of ``kernel`` just made: the fixed
-    ``meta``, or the configuration the autotuner chose for this shape."""
+    ``meta``, or the configuration the autotuner chose for this shape.
+
+    Args:
+        kernel: the kernel launched (autotuned when ``meta`` is empty).
+        meta: the fixed launch arguments of :func:`launch`, or ``{}``.
+
+    Returns:
+        (BLOCK_M, BLOCK_N, num_warps, num_stages).
+
+    Examples:
+        >>> meta = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3}
+        >>> launched_config(None, meta)
+        (64, 32, 4, 3)
+    """
     if meta:
         return meta["BLOCK_M"], meta["BLOCK_N"], meta["num_warps"], meta["num_stages"]
     best = kernel.best_config
@@ -351,8 +377,35 @@ def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float,
             window: int | None, blocks: tuple[int, int] | None, longest_first: bool, fold_scale: bool,
             descriptors: bool, warp_specialize: bool) -> tuple[Tensor, Tensor, tuple[int, int, int, int]]:
     """Z (b, h, t_q, d_h), the base-2 log-sum-exp (b, h, t_q) of q (b, h, t_q, d_h), k and v
-    (b, h_kv, t_k, d_h), and the (BLOCK_M, BLOCK_N, warps, stages) that ran; ``blocks`` None
-    autotunes, (BLOCK_M, BLOCK_N) fixes the tile; ``sinks`` (h,) or None."""
+    (b, h_kv, t_k, d_h), and the (BLOCK_M, BLOCK_N, warps, stages) that ran.
+
+    The tensors must be where the kernels run: on a CUDA device, or on the CPU inside
+    :func:`~attention.triton_flash.triton_interpreter` (with this module defined again there, as
+    :func:`~attention.triton_flash.triton_flash_attention` does). Nothing is checked here.
+
+    Args:
+        q: queries (b, h, t_q, d_h), float16 or bfloat16.
+        k: keys (b, h_kv, t_k, d_h).
+        v: values (b, h_kv, t_k, d_h).
+        sinks: learned sink logits (h,), or None.
+        scale: multiplies the scores.
+        causal: hide the keys after each query's position.
+        offset: position of query 0 (0 top-left, t_k - t_q bottom-right).
+        window: w, the keys each query sees up to its position (None: all).
+        blocks: (BLOCK_M, BLOCK_N) fixes the tile; None autotunes on a GPU.
+        longest_first: start the query blocks with the most keys first.
+        fold_scale: fold the scale and the shift into one multiply-add before ``exp2``.
+        descriptors: read Q, K and V through tensor descriptors.
+        warp_specialize: warp-specialize the loops.
+
+    Returns:
+        (Z, lse, config), lse in base 2 and float32.
+
+    Examples:
+        >>> q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)  # doctest: +SKIP
+        >>> out, lse, config = forward(q, q, q, None, 0.125, True, 0, None, None,
+        ...                            False, False, False, False)  # doctest: +SKIP
+    """
     b, h, t_q, d_h = q.shape
     out = torch.empty_like(q)  # (b, h, t_q, d_h)
     lse = torch.empty(b, h, t_q, dtype=torch.float32, device=q.device)  # (b, h, t_q)
