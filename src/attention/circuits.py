@@ -80,6 +80,21 @@ def rotation_matrix(rotary: RotaryEmbedding, offset: int) -> Tensor:
     Row a is the basis vector e_a rotated as a query at position Δ; for rotations by angles
     linear in the position, R_i R_jᵀ = R_(i - j). A pure rotation: YaRN's attention factor,
     which multiplies the rotated features of queries and keys, is left out.
+
+    Args:
+        rotary: the rotary embedding of the queries and keys.
+        offset: Δ = i - j >= 0, how far the key sits before the query.
+
+    Returns:
+        R_Δ (d_h, d_h) in float64.
+
+    Raises:
+        ValueError: if offset is not an integer >= 0.
+
+    Examples:
+        >>> rotation_matrix(RotaryEmbedding(2), 0)
+        tensor([[1., 0.],
+                [0., 1.]], dtype=torch.float64)
     """
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"offset must be an integer >= 0 (query i - key j), got {offset!r}")

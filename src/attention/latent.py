@@ -174,6 +174,8 @@ class MultiHeadLatentAttention(nn.Module):
         rope_dim: d_h^R, width of the rotary part of each query and of the shared rotary key; even.
         q_rank: d_c', width of the query latent; None projects queries from x directly.
         base: RoPE's base.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1, or d_out is not a multiple of num_heads.
@@ -191,8 +193,6 @@ class MultiHeadLatentAttention(nn.Module):
         q_rank: int | None = None, base: float = 10000.0, *,
         device: torch.device | str | None = None, dtype: torch.dtype | None = None,
     ) -> None:
-        """The projections of the module docstring; ``rope_dim`` even, ``base`` RoPE's base;
-        parameters on ``device`` in ``dtype`` (torch's defaults when None)."""
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out, kv_rank=kv_rank, rope_dim=rope_dim)
         check_heads(d_out, num_heads)

@@ -94,6 +94,8 @@ class LearnedPositions(nn.Module):
     Args:
         context_length: number of positions with a trainable vector.
         d: width of each vector (the embedding width).
+        device: where the table is created (torch's default when None).
+        dtype: its dtype (torch's default when None).
 
     Raises:
         ValueError: if context_length or d is not an integer >= 1.
@@ -181,6 +183,26 @@ class RotaryEmbedding(nn.Module):
     :class:`~attention.rope_scaling.DynamicNTKScaling` they depend on the length:
     ``forward(x, start)`` rotates with those of length start + t (``frequencies`` holds those of
     the training length), so keys rotated at another length do not match.
+
+    Args:
+        d_h: width of a head (of the queries and keys it rotates); even.
+        base: the base of θ_i, > 1.
+        interleaved: pair features (2i, 2i+1) instead of (i, i + d_rot/2).
+        rotary_dim: d_rot, the number of leading features rotated; even, at most d_h (all of them
+            by default).
+        scaling: a rule that stretches the frequencies (None: plain RoPE).
+        device: where the frequencies are kept.
+
+    Raises:
+        ValueError: if d_h or rotary_dim is not an even integer >= 1, rotary_dim > d_h, base is
+            not a number > 1, or scaling is not a rule of :mod:`attention.rope_scaling`.
+
+    Examples:
+        >>> rope = RotaryEmbedding(d_h=4)
+        >>> rope(torch.ones(1, 3, 4))  # position 0 is not rotated
+        tensor([[[ 1.0000,  1.0000,  1.0000,  1.0000],
+                 [-0.3012,  0.9900,  1.3818,  1.0099],
+                 [-1.3254,  0.9798,  0.4932,  1.0198]]])
     """
 
     def __init__(
@@ -193,8 +215,6 @@ class RotaryEmbedding(nn.Module):
         scaling: RopeScaling | None = None,
         device: torch.device | str | None = None,
     ) -> None:
-        """Rotations of the first ``rotary_dim`` features (all ``d_h`` by default); the
-        frequencies on ``device``."""
         super().__init__()
         check_sizes(d_h=d_h)
         _check_even("d_h", d_h)

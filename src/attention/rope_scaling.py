@@ -205,6 +205,7 @@ class YaRNScaling:
         beta_fast: ν_hi > 0: pairs turning more often than this keep their frequency.
         beta_slow: ν_lo, 0 < ν_lo < ν_hi: pairs turning less often are interpolated by κ.
         attention_factor: sqrt(1/τ) > 0; None takes the paper's 0.1 ln κ + 1.
+        scaled_features: ``"rotated"`` or ``"head"``, the features sqrt(1/τ) multiplies.
 
     Raises:
         ValueError: if a number is out of its range, original_context is not an integer >= 1, or
@@ -322,6 +323,19 @@ class DynamicNTKScaling:
     (``_compute_dynamic_ntk_parameters``); with κ = 1 it is YaRN's s = max(1, l / t_train). The
     frequencies change with l, so every key must be rotated with those of the current length:
     a cache must hold keys before rotation, or the old keys keep the old frequencies.
+
+    Args:
+        factor: κ >= 1.
+        original_context: t_train, the context length the model was trained on.
+
+    Raises:
+        ValueError: if factor is not a finite number >= 1 or original_context not an integer
+            >= 1 (and, from ``stretch`` and ``frequencies``, if a length is not an integer >= 0).
+
+    Examples:
+        >>> rule = DynamicNTKScaling(factor=2.0, original_context=16)
+        >>> rule.stretch(8), rule.stretch(32)  # nothing changes within t_train
+        (1.0, 3.0)
     """
 
     factor: float

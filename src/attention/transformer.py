@@ -306,6 +306,8 @@ class TinyTransformer(nn.Module):
         qk_norm: normalize queries and keys per head.
         bias: biases in the linear layers and the norms.
         tie_weights: the LM head uses the token embedding's matrix (Press and Wolf, 2017).
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1, num_heads does not divide d_model, or
@@ -343,16 +345,6 @@ class TinyTransformer(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        """Every weight drawn from N(0, 0.02²), biases zero, as in GPT-2; on ``device`` in
-        ``dtype`` (torch's defaults when None).
-
-        d_ff defaults to 4 d, or with ``activation="swiglu"`` to int(2 · 4d / 3) (Llama's rule
-        without its rounding, :func:`~attention.swiglu_width` with ``multiple_of=1``). ``norm``,
-        ``activation``, ``parallel``, ``qk_norm`` and ``bias`` configure every block (see
-        :class:`~attention.TransformerBlock`), ``norm`` also the final normalization;
-        ``tie_weights=True`` makes the LM head use the token embedding's matrix (Press and Wolf,
-        2017).
-        """
         super().__init__()
         check_sizes(
             vocab_size=vocab_size, num_layers=num_layers, context_length=context_length,
