@@ -31,6 +31,8 @@ per query. With float16 or bfloat16 inputs the scores, the partial results and t
 computed in float32, as fused kernels do, and the output is rounded once.
 """
 
+from typing import Literal, overload
+
 import torch
 from torch import Tensor, nn
 
@@ -65,6 +67,45 @@ def weights_read_per_token(model: nn.Module) -> int:
         if isinstance(module, nn.Embedding) and id(module.weight) not in multiplied:
             total -= (module.num_embeddings - 1) * module.embedding_dim  # rows not read
     return total
+
+
+@overload
+def split_kv_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    num_splits: int,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    return_lse: Literal[False] = False,
+) -> Tensor: ...
+
+
+@overload
+def split_kv_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    num_splits: int,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    return_lse: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def split_kv_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    num_splits: int,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
 @renamed(**KERNEL_RENAMES)

@@ -18,6 +18,8 @@ Padding: a ``key_padding_mask`` of shape (b, t_k) marks PADDING with True, the c
 ``scaled_dot_product_attention`` (where True means "may attend").
 """
 
+from typing import Literal, overload
+
 import torch
 from torch import Tensor, nn
 
@@ -72,6 +74,34 @@ class CrossAttention(nn.Module):
         self.W_value = nn.Linear(d_kv, d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
+
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor,
+        key_padding_mask: Tensor | None = None,
+        return_weights: Literal[False] = False,
+    ) -> Tensor: ...
+
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor,
+        key_padding_mask: Tensor | None = None,
+        *,
+        return_weights: Literal[True],
+    ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor,
+        key_padding_mask: Tensor | None = None,
+        return_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]: ...
 
     def forward(
         self,
@@ -157,7 +187,23 @@ class BidirectionalSelfAttention(CrossAttention):
         super().__init__(d_in, d_in, d_out, dropout, num_heads, qkv_bias)
         self.d_in = d_in
 
-    def forward(  # type: ignore[override]
+    @overload  # type: ignore[override]
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None = None,
+        return_weights: Literal[False] = False,
+    ) -> Tensor: ...
+
+    @overload
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, *, return_weights: Literal[True]
+    ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, return_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]: ...
+
+    def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Self-attention over x (b, t, d_in) → (b, t, d_out) [, weights (b, h, t, t)].

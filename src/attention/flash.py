@@ -77,6 +77,7 @@ the exact answer rounded once, which forming D from the unrounded O gives
 """
 
 import math
+from typing import Literal, overload
 
 import torch
 from torch import Tensor
@@ -326,6 +327,54 @@ def _check_block_size(block_size: object) -> None:
         raise ValueError(
             f"block_size must be an integer >= 1 or a pair of them, got {block_size!r}"
         )
+
+
+@overload
+def flash_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    is_causal: bool = False,
+    block_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    alignment: str = "top_left",
+    window: int | None = None,
+    return_lse: Literal[False] = False,
+) -> Tensor: ...
+
+
+@overload
+def flash_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    is_causal: bool = False,
+    block_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    alignment: str = "top_left",
+    window: int | None = None,
+    return_lse: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def flash_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    is_causal: bool = False,
+    block_size: int | tuple[int, int] | None = None,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    alignment: str = "top_left",
+    window: int | None = None,
+    return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
 @renamed(**KERNEL_RENAMES)

@@ -31,6 +31,7 @@ queries and keys are first divided by d_k^(1/4), so that x . y = q . k / sqrt(d_
 
 import math
 from collections.abc import Callable
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -163,6 +164,54 @@ def _kernel_attention(
     if causal:
         final = state  # the loop's state after the last token
     return out[..., :-1] / out[..., -1:], final  # (..., t_q, d_v): numerator over normalizer
+
+
+@overload
+def linear_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    feature_map: str | FeatureMap = "elu+1",
+    is_causal: bool = False,
+    form: str = "parallel",
+    chunk_size: int = 64,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: Literal[False] = False,
+) -> Tensor: ...
+
+
+@overload
+def linear_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    feature_map: str | FeatureMap = "elu+1",
+    is_causal: bool = False,
+    form: str = "parallel",
+    chunk_size: int = 64,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def linear_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    feature_map: str | FeatureMap = "elu+1",
+    is_causal: bool = False,
+    form: str = "parallel",
+    chunk_size: int = 64,
+    scale: float | None = None,
+    initial_state: Tensor | None = None,
+    output_final_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
 @renamed(**KERNEL_RENAMES)

@@ -27,6 +27,7 @@ kernel that ``torch.compile`` generates from it.
 
 import math
 from collections.abc import Callable
+from typing import Literal, overload
 
 import torch
 from torch import Tensor
@@ -704,6 +705,27 @@ def block_sparsity(
     visible = tiles.sum(dim=(3, 5))  # (b, h, T_q, T_k): visible pairs in each tile
     kinds = (visible > 0).long() + (visible == block_q * block_k).long()  # 0, 1 or 2
     return kinds[0, 0] if b is None and h is None else kinds
+
+
+@overload
+def dense_attention(
+    query: Tensor, key: Tensor, value: Tensor, *, score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None, scale: float | None = None, return_lse: Literal[False] = False,
+) -> Tensor: ...
+
+
+@overload
+def dense_attention(
+    query: Tensor, key: Tensor, value: Tensor, *, score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None, scale: float | None = None, return_lse: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+
+
+@overload
+def dense_attention(
+    query: Tensor, key: Tensor, value: Tensor, *, score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None, scale: float | None = None, return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
 @renamed(**KERNEL_RENAMES)

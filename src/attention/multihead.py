@@ -26,6 +26,7 @@ modules without it.
 """
 
 from collections.abc import Mapping
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -152,6 +153,15 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)  # on the attention weights
         self.proj_dropout = nn.Dropout(proj_dropout)  # on out_proj's output
         register_causal_mask(self, context_length, device)  # bool, not in the state dict
+
+    @overload
+    def forward(self, x: Tensor, return_weights: Literal[False] = False) -> Tensor: ...
+
+    @overload
+    def forward(self, x: Tensor, *, return_weights: Literal[True]) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(self, x: Tensor, return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]: ...
 
     def forward(self, x: Tensor, return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Context vectors (b, t, d_out) of the tokens x (b, t, d_in).

@@ -32,6 +32,8 @@ appends their keys and values to its layer's cache and the causal mask of t quer
 n + t keys is aligned bottom-right. Every position scheme is shifted by n.
 """
 
+from typing import Literal, overload
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -201,6 +203,34 @@ class TransformerBlock(nn.Module):
         else:
             hidden = F.gelu(hidden) if self.activation == "gelu" else F.relu(hidden)
         return self.ffn_dropout(self.linear2(self.act_dropout(hidden)))  # (b, t, d)
+
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        attn_mask: Tensor | None = None,
+        return_weights: Literal[False] = False,
+        cache: Cache | None = None,
+    ) -> Tensor: ...
+
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        attn_mask: Tensor | None = None,
+        *,
+        return_weights: Literal[True],
+        cache: Cache | None = None,
+    ) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(
+        self,
+        x: Tensor,
+        attn_mask: Tensor | None = None,
+        return_weights: bool = False,
+        cache: Cache | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]: ...
 
     def forward(
         self,
@@ -398,6 +428,21 @@ class TinyTransformer(nn.Module):
             KVCache(batch_size, block.num_heads, max_tokens, block.d_h, weight.dtype, weight.device)
             for block in self.blocks
         ])
+
+    @overload
+    def forward(
+        self, idx: Tensor, return_weights: Literal[False] = False, cache: ModelKVCache | None = None
+    ) -> Tensor: ...
+
+    @overload
+    def forward(
+        self, idx: Tensor, *, return_weights: Literal[True], cache: ModelKVCache | None = None
+    ) -> tuple[Tensor, list[Tensor]]: ...
+
+    @overload
+    def forward(
+        self, idx: Tensor, return_weights: bool = False, cache: ModelKVCache | None = None
+    ) -> Tensor | tuple[Tensor, list[Tensor]]: ...
 
     def forward(
         self, idx: Tensor, return_weights: bool = False, cache: ModelKVCache | None = None

@@ -1,6 +1,8 @@
 """A user's script, type-checked with ``mypy --strict`` by test_api_docs.py (it is not run): the
 package's annotations must let a caller's own typed code pass without casts or ignores."""
 
+from typing import assert_type
+
 import torch
 from torch import Tensor
 
@@ -9,10 +11,12 @@ from attention import (
     RotaryEmbedding,
     TransformerBlock,
     causal_mask,
+    dense_attention,
     flash_attention,
     linear_attention,
     scaled_dot_product_attention,
     sliding_window_mask,
+    split_kv_attention,
 )
 
 b, h, t, d_h = 2, 4, 16, 8
@@ -30,3 +34,14 @@ mha = MultiHeadAttention(d_in=32, d_out=32, context_length=t, dropout=0.0, num_h
 block = TransformerBlock(32, h, 64)
 x = torch.randn(b, t, 32)
 y: Tensor = block(mha(x))
+
+# The flags that add an output: one overload per value, so each call has one return type.
+out: Tensor = flash_attention(query, key, value, is_causal=True)
+out, lse = flash_attention(query, key, value, return_lse=True)
+assert_type(dense_attention(query, key, value, return_lse=True), tuple[Tensor, Tensor])
+assert_type(split_kv_attention(query, key, value, num_splits=2), Tensor)
+prefill, state = linear_attention(query, key, value, is_causal=True, output_final_state=True)
+flag: bool = bool(torch.rand(()) < 0.5)
+assert_type(flash_attention(query, key, value, return_lse=flag), Tensor | tuple[Tensor, Tensor])
+assert_type(mha.forward(x, return_weights=True), tuple[Tensor, Tensor])
+assert_type(block.forward(x, return_weights=True), tuple[Tensor, Tensor])
