@@ -172,6 +172,14 @@ def decayed_linear_attention(
     Raises:
         ValueError: a shape, dtype or device that does not match, g > 0, an unknown form, or a
             chunk_size below 1.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 2, 6, 4).unbind(0)
+        >>> g = torch.zeros(1, 2, 6)  # no decay: causal linear attention with phi(x) = x
+        >>> out = decayed_linear_attention(q, k, v, g)
+        >>> torch.allclose(out, delta_attention_matrix(q, k, g) @ v, atol=1e-5)
+        True
     """
     _check(query, key, value, g, None, form, DECAY_FORMS, chunk_size, initial_state)
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
@@ -277,6 +285,15 @@ def gated_delta_rule(
     Raises:
         ValueError: a shape, dtype or device that does not match, g > 0, beta outside [0, 1], an
             unknown form, or a chunk_size below 1.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 2, 6, 4).unbind(0)
+        >>> k = torch.nn.functional.normalize(k, dim=-1)
+        >>> g, beta = -torch.rand(1, 2, 6), torch.rand(1, 2, 6)
+        >>> out = gated_delta_rule(q, k, v, g, beta)
+        >>> torch.allclose(out, delta_attention_matrix(q, k, g, beta) @ v, atol=1e-5)
+        True
     """
     _check(query, key, value, g, beta, form, DELTA_FORMS, chunk_size, initial_state)
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
@@ -339,6 +356,15 @@ def delta_rule(
 
     Raises:
         ValueError: as :func:`gated_delta_rule`.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 2, 6, 4).unbind(0)
+        >>> k, beta = torch.nn.functional.normalize(k, dim=-1), torch.rand(1, 2, 6)
+        >>> recurrent = delta_rule(q, k, v, beta)
+        >>> chunked = delta_rule(q, k, v, beta, form="chunked", chunk_size=2)
+        >>> torch.allclose(recurrent, chunked, atol=1e-5)
+        True
     """
     g = torch.zeros_like(beta)
     return gated_delta_rule(  # type: ignore[call-overload]

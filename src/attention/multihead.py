@@ -161,7 +161,9 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: Tensor, *, return_weights: Literal[True]) -> tuple[Tensor, Tensor]: ...
 
     @overload
-    def forward(self, x: Tensor, return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]: ...
+    def forward(
+        self, x: Tensor, return_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]: ...
 
     def forward(self, x: Tensor, return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Context vectors (b, t, d_out) of the tokens x (b, t, d_in).

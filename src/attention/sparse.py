@@ -89,9 +89,26 @@ def _top(scores: Tensor, k: int, allowed: Tensor) -> Tensor:
 def topk_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> MaskMod:
     """Mask rule of the ``top_k`` highest scores of each query, chosen among its visible keys.
 
-    ``scores`` (t_q, t_k), or (b, h, t_q, t_k) with b or h possibly 1 (shared). With ``is_causal``
-    the later keys are hidden *before* the selection; a row with fewer visible keys than
-    ``top_k`` keeps them all (the clamp of transformers' DeepSeek-V3.2 indexer).
+    With ``is_causal`` the later keys are hidden *before* the selection; a row with fewer visible
+    keys than ``top_k`` keeps them all (the clamp of transformers' DeepSeek-V3.2 indexer).
+
+    Args:
+        scores: (t_q, t_k), or (b, h, t_q, t_k) with b or h possibly 1 (shared).
+        top_k: k, the keys each query keeps.
+        is_causal: hide the later keys before the selection.
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if scores has another rank or top_k is not an integer >= 1.
+
+    Examples:
+        >>> scores = torch.tensor([[0.0, 0.0, 0.0], [1.0, 3.0, 0.0], [5.0, 1.0, 2.0]])
+        >>> to_dense(topk_mask(scores, top_k=2), 3, 3)
+        tensor([[ True, False, False],
+                [ True,  True, False],
+                [ True, False,  True]])
     """
     _check_scores("scores", scores)
     check_sizes(top_k=top_k)
@@ -108,10 +125,34 @@ def block_topk_mask(
 ) -> MaskMod:
     """Mask rule of the ``top_k`` key blocks of each query, then causal inside the blocks.
 
-    ``block_scores`` (t_q, T_k) or (b, h, t_q, T_k): a score per query and key block of
-    ``block_size`` keys, t_k = T_k · B. The query's own block (and the first with
-    ``keep_first``) is always kept and counts among the ``top_k``; with ``is_causal`` a block after
-    the query's own is never chosen, and the own block is cut at the query.
+    The query's own block (and the first with ``keep_first``) is always kept and counts among
+    the ``top_k``; with ``is_causal`` a block after the query's own is never chosen, and the own
+    block is cut at the query.
+
+    Args:
+        block_scores: (t_q, T_k) or (b, h, t_q, T_k): a score per query and key block of
+            ``block_size`` keys, t_k = T_k · B.
+        top_k: blocks each query keeps.
+        block_size: B, keys per block.
+        is_causal: never choose a later block; cut the own block at the query.
+        keep_first: always keep the first block too.
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if block_scores has another rank, or top_k or block_size is not an integer
+            >= 1.
+
+    Examples:
+        >>> block_scores = torch.tensor([[1.0, 0.0, 0.0]]).expand(6, 3)  # block 0 ranks first
+        >>> to_dense(block_topk_mask(block_scores, top_k=2, block_size=2), 6, 6)  # and its own
+        tensor([[ True, False, False, False, False, False],
+                [ True,  True, False, False, False, False],
+                [ True,  True,  True, False, False, False],
+                [ True,  True,  True,  True, False, False],
+                [ True,  True, False, False,  True, False],
+                [ True,  True, False, False,  True,  True]])
     """
     _check_scores("block_scores", block_scores)
     check_sizes(top_k=top_k, block_size=block_size)
@@ -140,13 +181,52 @@ class LightningIndexer(nn.Module):
     Parameters as transformers' ``DeepseekV32Indexer``: W_IQ = ``wq_b``, W_IK = ``wk``,
     ``key_norm`` = ``k_norm``, W_w = ``weights_proj``. DeepSeek trains it apart from the
     model's loss (by distillation), so :meth:`forward` is usually called under ``no_grad``.
+
+    Args:
+        d_in: width of the tokens x.
+        q_rank: d_c', width of MLA's query latent c_Q.
+        index_heads: h_I, index heads.
+        index_dim: d_I, width of an index query and key.
+        rope_dim: features of each index query and key that RoPE rotates.
+        base: RoPE's base.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, index_dim or rope_dim is odd, or
+            rope_dim > index_dim.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> indexer = LightningIndexer(d_in=8, q_rank=4, index_heads=2, index_dim=4, rope_dim=2)
+        >>> with torch.no_grad():
+        ...     scores = indexer(torch.randn(1, 5, 8), torch.randn(1, 5, 4))
+        >>> scores.shape  # (b, t_q, t_k)
+        torch.Size([1, 5, 5])
+
+    Args:
+        d_in: width of the tokens x.
+        q_rank: d_c', width of MLA's query latent c_Q.
+        index_heads: h_I, index heads.
+        index_dim: d_I, width of an index query and key.
+        rope_dim: features of each index query and key that RoPE rotates.
+        base: RoPE's base.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, index_dim or rope_dim is odd, or
+            rope_dim > index_dim.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> indexer = LightningIndexer(d_in=8, q_rank=4, index_heads=2, index_dim=4, rope_dim=2)
+        >>> with torch.no_grad():
+        ...     scores = indexer(torch.randn(1, 5, 8), torch.randn(1, 5, 4))
+        >>> scores.shape  # (b, t_q, t_k)
+        torch.Size([1, 5, 5])
     """
 
     def __init__(
         self, d_in: int, q_rank: int, index_heads: int, index_dim: int, rope_dim: int,
         base: float = 10000.0,
     ) -> None:
-        """Projections of width h_I · d_I (queries), d_I (keys) and h_I (weights)."""
         super().__init__()
         check_sizes(d_in=d_in, q_rank=q_rank, index_heads=index_heads, index_dim=index_dim)
         self.index_heads, self.index_dim = index_heads, index_dim
@@ -178,10 +258,33 @@ def dsa_attention(
 ) -> Tensor:
     """Causal attention of each query over the ``top_k`` keys its index scores rank highest.
 
-    query (b, h, t_q, d_k), key (b, h or 1, t_k, d_k), value (b, h or 1, t_k, d_v),
-    index_scores (b, t_q, t_k): one selection shared by all heads, as in DeepSeek-V3.2. The
-    dense form masks the t_q × t_k scores (:func:`topk_mask`); ``gather=True`` gathers the
-    selected keys and computes t_q × k scores only, the form whose cost grows like t k.
+    One selection shared by all heads, as in DeepSeek-V3.2. The dense form masks the t_q × t_k
+    scores (:func:`topk_mask`); ``gather=True`` gathers the selected keys and computes t_q × k
+    scores only, the form whose cost grows like t k.
+
+    Args:
+        query: (b, h, t_q, d_k).
+        key: (b, h or 1, t_k, d_k).
+        value: (b, h or 1, t_k, d_v).
+        index_scores: (b, t_q, t_k), the indexer's scores.
+        top_k: k, the keys each query attends.
+        scale: multiplies the scores; defaults to 1/sqrt(d_k).
+        gather: gather the selected keys instead of masking the dense scores.
+
+    Returns:
+        Z (b, h, t_q, d_v).
+
+    Raises:
+        ValueError: if the tensors do not agree, index_scores has another shape, or top_k is not
+            an integer >= 1.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 2, 6, 4).unbind(0)
+        >>> scores = torch.randn(1, 6, 6)
+        >>> dense = dsa_attention(q, k, v, scores, top_k=3)
+        >>> torch.allclose(dense, dsa_attention(q, k, v, scores, top_k=3, gather=True), atol=1e-6)
+        True
     """
     expected = (query.shape[0], query.shape[-2], key.shape[-2])  # (b, t_q, t_k)
     if tuple(index_scores.shape) != expected:
@@ -216,6 +319,25 @@ def dsa_flops(
     2 h_I (d_I + 1) per pair (its dot products, then the weighted sum of the ReLUs) over all
     t (t + 1) / 2 causal pairs; selected attention runs over min(i + 1, k) keys of query i.
     Projections, linear in t, are left out.
+
+    Args:
+        t: tokens of the prefill.
+        top_k: k, keys each query attends.
+        num_heads: h.
+        kv_rank: d_c.
+        rope_dim: d_h^R.
+        index_heads: h_I.
+        index_dim: d_I.
+
+    Returns:
+        (indexer, selected attention, dense attention) FLOPs.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> dsa_flops(4, top_k=2, num_heads=1, kv_rank=1, rope_dim=1, index_heads=1, index_dim=1)
+        (40, 42, 60)
     """
     check_sizes(t=t, top_k=top_k, num_heads=num_heads, kv_rank=kv_rank, rope_dim=rope_dim,
                 index_heads=index_heads, index_dim=index_dim)
@@ -239,8 +361,28 @@ def _block_means(x: Tensor, block_size: int, name: str) -> Tensor:
 def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> MaskMod:
     """MoBA's selection: query i keeps the ``top_k`` key blocks n with the highest q_i · mean(K_n).
 
-    query (b, h, t_q, d_k), key (b, h, t_k, d_k), B = ``block_size`` dividing t_k. Causal: the
-    query's own block is always kept (cut at the query), later blocks never.
+    Causal: the query's own block is always kept (cut at the query), later blocks never.
+
+    Args:
+        query: (b, h, t_q, d_k).
+        key: (b, h, t_k, d_k).
+        block_size: B, dividing t_k.
+        top_k: blocks each query keeps.
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if the tensors are not 4-d, B does not divide t_k, or top_k is not an integer
+            >= 1.
+
+    Examples:
+        >>> q = k = torch.ones(1, 1, 4, 2)
+        >>> to_dense(moba_mask(q, k, block_size=2, top_k=1), 4, 4)
+        tensor([[ True, False, False, False],
+                [ True,  True, False, False],
+                [False, False,  True, False],
+                [False, False,  True,  True]])
     """
     gate = query @ _block_means(key, block_size, "keys").transpose(-2, -1)  # (b, h, t_q, T_k)
     return block_topk_mask(gate, top_k, block_size)
@@ -251,7 +393,30 @@ def moba_attention(
     query: Tensor, key: Tensor, value: Tensor, *, block_size: int, top_k: int,
     scale: float | None = None,
 ) -> Tensor:
-    """Mixture of Block Attention (Lu et al., 2025): softmax attention over :func:`moba_mask`."""
+    """Mixture of Block Attention (Lu et al., 2025): softmax attention over :func:`moba_mask`.
+
+    Args:
+        query: (b, h, t_q, d_k).
+        key: (b, h, t_k, d_k).
+        value: (b, h, t_k, d_v).
+        block_size: B, dividing t_k.
+        top_k: blocks each query keeps.
+        scale: multiplies the scores; defaults to 1/sqrt(d_k).
+
+    Returns:
+        Z (b, h, t_q, d_v).
+
+    Raises:
+        ValueError: as :func:`moba_mask`, or if query, key and value do not agree.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 2, 8, 4).unbind(0)
+        >>> out = moba_attention(q, k, v, block_size=2, top_k=4)  # every block: causal attention
+        >>> sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> torch.allclose(out, sdpa, atol=1e-6)
+        True
+    """
     rule = moba_mask(query, key, block_size=block_size, top_k=top_k)
     return dense_attention(query, key, value, mask_mod=rule, scale=scale)
 

@@ -274,6 +274,26 @@ def recall_data(
     (2023) task ("MQAR"). With ``distinct_keys=m < n``, the n writes draw their keys from m
     distinct keys, so keys come back with new values and the answer is the latest one; n_q
     defaults to the number of keys written, and must not exceed it in any row.
+
+    Args:
+        batch_size: b.
+        num_pairs: n, key-value pairs written per row.
+        num_keys: ids of keys.
+        num_values: ids of values.
+        generator: the random generator to draw from (torch's default one if None).
+        num_queries: n_q, keys asked again.
+        distinct_keys: m, distinct keys the writes draw from (None: n distinct keys).
+
+    Returns:
+        (inputs, targets), int64 tensors (b, 2 n + n_q) each.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1, or the counts do not fit each other.
+
+    Examples:
+        >>> inputs, targets = recall_data(1, 2, 4, 4, torch.Generator().manual_seed(0))
+        >>> inputs, targets  # k v k v, then the two keys again
+        (tensor([[2, 7, 3, 7, 2, 3]]), tensor([[-100, -100, -100, -100,    7,    7]]))
     """
     m = num_pairs if distinct_keys is None else distinct_keys
     check_sizes(batch_size=batch_size, num_pairs=num_pairs, num_keys=num_keys,
