@@ -19,6 +19,7 @@ return value, (b, t, d) and the weights or ``None``, can take its place.
 
 import torch
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import (
     additive_mask,
@@ -82,7 +83,7 @@ class BlockAttention(nn.Module):
         qk_norm: str | None = None,
         bias: bool = True,
         norm_eps: float = 1e-5,
-        device: torch.device | str | None = None,
+        device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()

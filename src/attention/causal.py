@@ -20,13 +20,14 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import check_context_length, check_dropout, check_input, check_sizes
 from .functional import causal_mask
 
 
 def register_causal_mask(
-    module: nn.Module, context_length: int, device: torch.device | str | None = None
+    module: nn.Module, context_length: int, device: Device = None
 ) -> None:
     """Give ``module`` the bool buffer ``mask`` (context_length, context_length), True above the
     diagonal, not saved in the state dict; an old checkpoint's ``mask`` entry is dropped on load.
@@ -86,7 +87,7 @@ class CausalAttention(nn.Module):
 
     def __init__(
         self, d_in: int, d_out: int, context_length: int, dropout: float, *,
-        qkv_bias: bool = False, device: torch.device | str | None = None,
+        qkv_bias: bool = False, device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()

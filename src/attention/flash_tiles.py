@@ -10,6 +10,7 @@ masked, with a bias of 0 and -inf. The masks are those of :mod:`attention.masks`
 
 import torch
 from torch import Tensor
+from torch.types import Device
 
 from . import masks
 
@@ -32,7 +33,7 @@ class Tiles:
                 [False, False]])
     """
 
-    def __init__(self, offset: int | None, window: int | None, device: torch.device) -> None:
+    def __init__(self, offset: int | None, window: int | None, device: Device) -> None:
         self.offset, self.window, self.device = offset, window, device
         self.masks: dict[tuple[int, int, int], Tensor] = {}
         self.biases: dict[tuple[int, int, int, torch.dtype], Tensor] = {}

@@ -19,6 +19,7 @@ result equals ``torch.nn.functional.scaled_dot_product_attention`` for the same 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.types import Device
 
 from . import masks
 from ._checks import (
@@ -89,7 +90,7 @@ def softmax(x: Tensor, dim: int) -> Tensor:
 def causal_mask(
     t_q: int,
     t_k: int | None = None,
-    device: torch.device | None = None,
+    device: Device = None,
     *,
     alignment: str = "top_left",
 ) -> Tensor:
@@ -129,7 +130,7 @@ def causal_mask(
     )  # (t_q, t_k)
 
 
-def _positions(t_q: int, t_k: int, alignment: str, device: torch.device | None) -> tuple[
+def _positions(t_q: int, t_k: int, alignment: str, device: Device) -> tuple[
     Tensor, Tensor
 ]:
     """Query positions (t_q,) and key positions (t_k,): query i at i, or t_k - t_q + i."""
@@ -142,7 +143,7 @@ def sliding_window_mask(
     t_q: int,
     t_k: int,
     window: int,
-    device: torch.device | None = None,
+    device: Device = None,
     *,
     alignment: str = "top_left",
 ) -> Tensor:
@@ -186,7 +187,7 @@ def additive_causal_mask(
     t_q: int,
     t_k: int | None = None,
     dtype: torch.dtype = torch.float32,
-    device: torch.device | None = None,
+    device: Device = None,
     *,
     alignment: str = "top_left",
 ) -> Tensor:

@@ -30,6 +30,7 @@ from typing import Protocol
 
 import torch
 from torch import Tensor, nn
+from torch.types import Device
 
 from . import masks
 from ._checks import check_alignment, check_dropout, check_heads, check_input, check_sizes
@@ -118,7 +119,7 @@ def window_visible(query_pos: Tensor, key_pos: Tensor, window: int, sinks: int) 
 
 
 def sink_window_mask(
-    t_q: int, t_k: int, window: int, sinks: int = 0, device: torch.device | str | None = None,
+    t_q: int, t_k: int, window: int, sinks: int = 0, device: Device = None,
     *, alignment: str = "top_left",
 ) -> Tensor:
     """Bool mask (t_q, t_k) of a sliding window of ``window`` tokens plus ``sinks`` first tokens.
@@ -199,7 +200,7 @@ class KVCache:
 
     def __init__(
         self, batch_size: int, num_kv_heads: int, max_tokens: int, d_h: int,
-        dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None, device: Device = None,
     ) -> None:
         check_sizes(
             batch_size=batch_size, num_kv_heads=num_kv_heads, max_tokens=max_tokens, d_h=d_h
@@ -231,7 +232,7 @@ class KVCache:
         self.length = 0
 
     def to(
-        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+        self, device: Device = None, dtype: torch.dtype | None = None
     ) -> "KVCache":
         """Move the storage (and the cached tokens) to ``device`` and ``dtype``, in place, as a
         module's ``.to()`` does; returns the cache."""
@@ -281,7 +282,7 @@ class RollingKVCache:
     def __init__(
         self, batch_size: int, num_kv_heads: int, window: int, d_h: int,
         max_tokens: int | None = None, dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None, sinks: int = 0,
+        device: Device = None, sinks: int = 0,
     ) -> None:
         check_sizes(batch_size=batch_size, num_kv_heads=num_kv_heads, window=window, d_h=d_h)
         _check_sinks(sinks)
@@ -332,7 +333,7 @@ class RollingKVCache:
         self.key_positions = self.key_positions[:0]
 
     def to(
-        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+        self, device: Device = None, dtype: torch.dtype | None = None
     ) -> "RollingKVCache":
         """Move the slots (and the positions) to ``device`` and ``dtype``, in place; returns
         the cache."""
@@ -378,7 +379,7 @@ class ModelKVCache:
             cache.reset()
 
     def to(
-        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+        self, device: Device = None, dtype: torch.dtype | None = None
     ) -> "ModelKVCache":
         """Move every layer's cache to ``device`` and ``dtype``, in place; returns the cache."""
         for cache in self.layers:
@@ -429,7 +430,7 @@ class GroupedQueryAttention(nn.Module):
     def __init__(
         self, d_in: int, d_out: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0,
         *, qkv_bias: bool = False, window: int | None = None, sinks: int = 0,
-        device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+        device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)

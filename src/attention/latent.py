@@ -33,6 +33,7 @@ does not.
 """
 import torch
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
@@ -103,7 +104,7 @@ class LatentKVCache:
 
     def __init__(
         self, batch_size: int, max_tokens: int, kv_rank: int, rope_dim: int,
-        dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None, device: Device = None,
     ) -> None:
         check_sizes(
             batch_size=batch_size, max_tokens=max_tokens, kv_rank=kv_rank, rope_dim=rope_dim
@@ -148,7 +149,7 @@ class LatentKVCache:
         self.length = 0
 
     def to(
-        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+        self, device: Device = None, dtype: torch.dtype | None = None
     ) -> "LatentKVCache":
         """Move the latents and rotary keys to ``device`` and ``dtype``, in place; returns the
         cache."""
@@ -191,7 +192,7 @@ class MultiHeadLatentAttention(nn.Module):
     def __init__(
         self, d_in: int, d_out: int, num_heads: int, kv_rank: int, rope_dim: int,
         q_rank: int | None = None, base: float = 10000.0, *,
-        device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+        device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out, kv_rank=kv_rank, rope_dim=rope_dim)

@@ -36,6 +36,7 @@ from typing import Literal, overload
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.types import Device
 
 from ._checks import (
     KERNEL_RENAMES,
@@ -416,7 +417,7 @@ def random_projection(
     orthogonal: bool = True,
     generator: torch.Generator | None = None,
     dtype: torch.dtype = torch.float32,
-    device: torch.device | str | None = None,
+    device: Device = None,
 ) -> Tensor:
     """G (m, d_k) whose rows are each distributed as N(0, I_{d_k}).
 

@@ -31,6 +31,7 @@ from typing import Literal, overload
 
 import torch
 from torch import Tensor
+from torch.types import Device
 
 from ._checks import (
     KERNEL_RENAMES,
@@ -506,7 +507,7 @@ def soft_cap(cap: float) -> ScoreMod:
 
 
 def _grid(
-    t_q: int, t_k: int, b: int | None, h: int | None, device: torch.device | None
+    t_q: int, t_k: int, b: int | None, h: int | None, device: Device
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Index tensors that broadcast to (b, h, t_q, t_k), with b and h 1 (batch row and head 0)
     where they are None."""
@@ -549,7 +550,7 @@ def visible(mask_mod: MaskMod, query_pos: Tensor, key_pos: Tensor) -> Tensor:
 
 def to_dense(
     mask_mod: MaskMod, t_q: int, t_k: int, b: int | None = None, h: int | None = None,
-    device: torch.device | None = None,
+    device: Device = None,
 ) -> Tensor:
     """The boolean mask of a rule, True = may attend, as SDPA's ``attn_mask`` takes it.
 
@@ -613,7 +614,7 @@ ADDITIVITY_PROBES = (-30.0, -1.0, 0.5, 2.0, 30.0)  # scores at which to_bias che
 
 def to_bias(
     score_mod: ScoreMod, t_q: int, t_k: int, h: int, b: int | None = None,
-    dtype: torch.dtype = torch.float32, device: torch.device | None = None,
+    dtype: torch.dtype = torch.float32, device: Device = None,
 ) -> Tensor:
     """The additive bias (h, t_q, t_k), or (b, h, t_q, t_k), of a rule s_ij -> s_ij + bias.
 

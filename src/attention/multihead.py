@@ -31,6 +31,7 @@ from typing import Literal, overload
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import (
     check_context_length,
@@ -77,7 +78,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         num_heads: int,
         *,
         qkv_bias: bool = False,
-        device: torch.device | str | None = None,
+        device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
@@ -132,7 +133,7 @@ class MultiHeadAttention(nn.Module):
         *,
         qkv_bias: bool = False,
         proj_dropout: float = 0.0,
-        device: torch.device | str | None = None,
+        device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
@@ -232,7 +233,7 @@ class FusedMultiHeadAttention(nn.Module):
         qkv_bias: bool = False,
         proj_dropout: float = 0.0,
         use_sdpa: bool = True,
-        device: torch.device | str | None = None,
+        device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()

@@ -14,6 +14,7 @@ the square root it computes what ``torch.nn.RMSNorm`` and Meta's Llama code comp
 
 import torch
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import check_sizes
 
@@ -44,7 +45,7 @@ class RMSNorm(nn.Module):
     """
 
     def __init__(
-        self, d: int, eps: float = 1e-5, *, device: torch.device | str | None = None,
+        self, d: int, eps: float = 1e-5, *, device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
@@ -64,7 +65,7 @@ class RMSNorm(nn.Module):
 
 def make_norm(
     kind: str, d: int, eps: float = 1e-5, bias: bool = True, *,
-    device: torch.device | str | None = None, dtype: torch.dtype | None = None,
+    device: Device = None, dtype: torch.dtype | None = None,
 ) -> nn.Module:
     """``nn.LayerNorm(d)`` for ``kind="layer"`` (with β unless ``bias=False``), or RMSNorm.
 

@@ -16,6 +16,7 @@ is one sequence's view, with the ``length`` and ``append`` of every cache of
 
 import torch
 from torch import Tensor
+from torch.types import Device
 
 from ._checks import check_sizes
 from .inference import check_chunk
@@ -54,7 +55,7 @@ class PagedKVCache:
 
     def __init__(
         self, num_blocks: int, block_size: int, num_kv_heads: int, d_h: int,
-        dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None, device: Device = None,
     ) -> None:
         check_sizes(
             num_blocks=num_blocks, block_size=block_size, num_kv_heads=num_kv_heads, d_h=d_h
@@ -126,7 +127,7 @@ class PagedKVCache:
         del self.lengths[seq]
 
     def to(
-        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+        self, device: Device = None, dtype: torch.dtype | None = None
     ) -> "PagedKVCache":
         """Move the pool to ``device`` and ``dtype``, in place (the block tables are positions,
         not tensors); returns the pool."""

@@ -26,6 +26,7 @@ import math
 
 import torch
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import check_context_length, check_input, check_sizes
 from .rope_scaling import DynamicNTKScaling, RopeScaling, rope_frequencies
@@ -107,7 +108,7 @@ class LearnedPositions(nn.Module):
     """
 
     def __init__(
-        self, context_length: int, d: int, *, device: torch.device | str | None = None,
+        self, context_length: int, d: int, *, device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         """One trainable vector of width ``d`` for each of ``context_length`` positions."""
@@ -213,7 +214,7 @@ class RotaryEmbedding(nn.Module):
         *,
         rotary_dim: int | None = None,
         scaling: RopeScaling | None = None,
-        device: torch.device | str | None = None,
+        device: Device = None,
     ) -> None:
         super().__init__()
         check_sizes(d_h=d_h)
@@ -237,7 +238,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("frequencies", self._frequencies(device), persistent=False)
         self.attention_factor = 1.0 if scaling is None else scaling.attention_factor
 
-    def _frequencies(self, device: torch.device | None) -> Tensor:
+    def _frequencies(self, device: Device) -> Tensor:
         """θ_i (d_rot/2,) in float64 on ``device``, from the base and the scaling rule."""
         if self.scaling is None:
             theta = rope_frequencies(self.rotary_dim, self.base)  # (d_rot/2,) float64

@@ -24,6 +24,7 @@ keys instead of all t_k. Before the first eviction δ = 0 and nothing changes.
 
 import torch
 from torch import Tensor
+from torch.types import Device
 
 from .inference import ModelKVCache, RollingKVCache, check_chunk
 from .positions import RotaryEmbedding
@@ -69,7 +70,7 @@ class StreamingKVCache(RollingKVCache):
     def __init__(
         self, batch_size: int, num_kv_heads: int, window: int, d_h: int, sinks: int,
         rotary: RotaryEmbedding | None = None, dtype: torch.dtype | None = None,
-        device: torch.device | str | None = None,
+        device: Device = None,
     ) -> None:
         super().__init__(batch_size, num_kv_heads, window, d_h, None, dtype, device, sinks=sinks)
         if rotary is not None and rotary.d_h != d_h:

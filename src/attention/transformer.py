@@ -37,6 +37,7 @@ from typing import Literal, overload
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import (
     check_dropout,
@@ -157,7 +158,7 @@ class TransformerBlock(nn.Module):
         qk_norm: bool = False,
         bias: bool = True,
         norm_eps: float = 1e-5,
-        device: torch.device | str | None = None,
+        device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
@@ -372,7 +373,7 @@ class TinyTransformer(nn.Module):
         qk_norm: bool = False,
         bias: bool = True,
         tie_weights: bool = False,
-        device: torch.device | str | None = None,
+        device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()

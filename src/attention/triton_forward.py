@@ -32,6 +32,8 @@ gets one fixed configuration. Importing this module defines the kernels, and ``t
 whether they are compiled or interpreted (``TRITON_INTERPRET``).
 """
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -279,8 +281,8 @@ def _forward(Q, K, V, O, LSE, SINKS,
 INTERPRET = type(_forward).__name__ == "InterpretedFunction"
 
 
-def tuned(kernel, configs: tuple[tuple[int, int, int, int], ...], options: tuple[str, ...] = (),
-           reset_to_zero: list[str] | None = None):
+def tuned(kernel: Any, configs: tuple[tuple[int, int, int, int], ...], options: tuple[str, ...] = (),
+           reset_to_zero: list[str] | None = None) -> Any:
     """``kernel`` autotuned over ``configs`` on a GPU; with the one interpreter config otherwise.
 
     Tuned again for each value of TUNING_KEY and of the ``options`` (constexpr flags) it takes.
@@ -308,7 +310,7 @@ _forward_tuned = tuned(_forward, FORWARD_CONFIGS, ("HAS_SINKS", "LONGEST_FIRST",
 FIXED_STAGES = 3  # Triton's default num_stages, which a launch with fixed blocks gets
 
 
-def launch(kernel, autotuned, blocks: tuple[int, int] | None):
+def launch(kernel: Any, autotuned: Any, blocks: tuple[int, int] | None) -> tuple[Any, dict[str, int]]:
     """The autotuned kernel, or, for blocks (BLOCK_M, BLOCK_N) given, the kernel with 4 warps.
 
     Args:
@@ -328,7 +330,7 @@ def launch(kernel, autotuned, blocks: tuple[int, int] | None):
     return kernel, {"BLOCK_M": blocks[0], "BLOCK_N": blocks[1], "num_warps": 4, "num_stages": FIXED_STAGES}
 
 
-def launched_config(kernel, meta: dict) -> tuple[int, int, int, int]:
+def launched_config(kernel: Any, meta: dict[str, int]) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the launch of ``kernel`` just made: the fixed
     ``meta``, or the configuration the autotuner chose for this shape.
 

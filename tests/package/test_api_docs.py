@@ -187,3 +187,16 @@ def test_a_user_script_type_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         "--no-error-summary",
     ])
     assert status == 0, stdout + stderr
+
+
+def test_devices_are_torch_types_device() -> None:
+    # One spelling of "a device", PyTorch's own: a torch.device, a string or an index.
+    from torch.types import Device
+
+    wrong = []
+    for module, name in PUBLIC:
+        for function in _functions(getattr(importlib.import_module(module), name)):
+            hint = typing.get_type_hints(function).get("device")
+            if hint is not None and hint != Device:
+                wrong.append(f"{module}.{function.__qualname__}: {hint}")
+    assert wrong == []
