@@ -21,12 +21,11 @@ from .circuits import (
     rotation_matrix,
 )
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
+from .decoding import split_kv_attention, weights_read_per_token
 from .delta import decayed_linear_attention, delta_rule, gated_delta_rule
 from .delta_layer import GatedDeltaNet
-from .decoding import split_kv_attention, weights_read_per_token
 from .encoder import BidirectionalSelfAttention, CrossAttention
 from .flash import flash_attention
-from .lse_weights import weights_from_lse
 from .functional import (
     additive_causal_mask,
     attention_weights,
@@ -44,7 +43,6 @@ from .inference import (
     kv_cache_bytes,
     sink_window_mask,
 )
-from .paged import PagedKVCache, PagedSequence
 from .io_model import (
     IOCount,
     TwoLevelMemory,
@@ -65,6 +63,7 @@ from .linear import (
     random_projection,
 )
 from .linear_model import KernelBlockAttention, use_kernel_attention
+from .lse_weights import weights_from_lse
 from .masks import block_sparsity, dense_attention, to_bias, to_dense
 from .memory import MemoryTracker
 from .multihead import (
@@ -76,6 +75,7 @@ from .multihead import (
 )
 from .norms import RMSNorm
 from .packing import cu_seqlens_from_lengths, document_ids, pack, unpack, varlen_attention
+from .paged import PagedKVCache, PagedSequence
 from .plotting import plot_attention
 from .positions import (
     LearnedPositions,

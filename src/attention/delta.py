@@ -386,11 +386,33 @@ def delta_attention_matrix(
     Every rule here is linear in the values, so its output is a weighted sum of them, like
     attention's; only the weights differ (they need not be positive or sum to 1). With the
     decay mask Lambda (all ones on and below the diagonal when g is None):
+
         sum rule (g = 0, no beta)    W = tril(Q K^T)
         decay (g, no beta)           W = Lambda o Q K^T
         (gated) delta rule (beta)    W = (Lambda o Q K^T) (I + tril(diag(beta)(K K^T o Lambda), -1))^-1 diag(beta)
-    with Q scaled by ``scale`` (None: d_k^(-1/2)): the book's equation (13.11). Queries and keys
-    (b, h, t, d_k), g and beta (b, h, t); one head per value head (h_k = h_v).
+
+    with Q scaled by ``scale``: the book's equation (13.11). One head per value head
+    (h_k = h_v).
+
+    Args:
+        query: (b, h, t, d_k).
+        key: (b, h, t, d_k).
+        g: the log decay (b, h, t), <= 0 (None: no decay).
+        beta: the delta rule's writing strength (b, h, t) (None: no delta rule).
+        scale: multiplies the queries (None: d_k^(-1/2)).
+
+    Returns:
+        W (b, h, t, t).
+
+    Raises:
+        ValueError: if the tensors do not agree in shape, dtype or device.
+
+    Examples:
+        >>> q = k = torch.eye(3)[None, None]  # (b, h, t, d_k) = (1, 1, 3, 3)
+        >>> delta_attention_matrix(q, k, scale=1.0)  # the sum rule: tril(Q K^T)
+        tensor([[[[1., 0., 0.],
+                  [0., 1., 0.],
+                  [0., 0., 1.]]]])
     """
     if query.dim() != 4 or query.shape != key.shape:
         raise ValueError(

@@ -37,6 +37,16 @@ class GatedDeltaNet(nn.Module):
         conv_size: w_conv, the causal convolution's width (Qwen3-Next uses 4).
         eps: the RMSNorm's epsilon.
         chunk_size: C of the chunked rule (the layer keeps no state between calls: no decoding).
+
+    Raises:
+        ValueError: if a size is not an integer >= 1 or num_value_heads is not a multiple of
+            num_key_heads.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> layer = GatedDeltaNet(d_model=16, num_key_heads=2, num_value_heads=2, d_k=4, d_v=4)
+        >>> layer(torch.randn(1, 5, 16)).shape
+        torch.Size([1, 5, 16])
     """
 
     def __init__(

@@ -9,7 +9,7 @@ by which a figure's style can restyle them, as the book's site does for its dark
 """
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor

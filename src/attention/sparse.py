@@ -428,14 +428,39 @@ def nsa_attention(
 ) -> Tensor:
     """Native Sparse Attention (Yuan et al., 2025): three causal branches mixed by gates.
 
-    query (b, h, t, d_k), key (b, h, t, d_k), value (b, h, t, d_v), gates (b, h, t, 3) in
-    [0, 1] for the compressed, selected and sliding branches. Compressed: attention over the
-    means of the complete blocks of B keys and values before the query (NSA learns this
-    compression with an MLP; blocks here do not overlap). Selected: the ``top_k`` blocks that
-    the compressed branch weighs most, the first and the query's own block always among them
-    (NSA also keeps a second local block). Sliding: the ``window`` latest keys. The three branches
-    share one set of keys and values and each head selects its own blocks; NSA gives each branch
-    its own keys and values and shares one selection among the query heads of a GQA group.
+    Compressed: attention over the means of the complete blocks of B keys and values before the
+    query (NSA learns this compression with an MLP; blocks here do not overlap). Selected: the
+    ``top_k`` blocks that the compressed branch weighs most, the first and the query's own block
+    always among them (NSA also keeps a second local block). Sliding: the ``window`` latest keys.
+    The three branches share one set of keys and values and each head selects its own blocks; NSA
+    gives each branch its own keys and values and shares one selection among the query heads of a
+    GQA group.
+
+    Args:
+        query: (b, h, t, d_k).
+        key: (b, h, t, d_k).
+        value: (b, h, t, d_v).
+        gates: (b, h, t, 3) in [0, 1], for the compressed, selected and sliding branches.
+        block_size: B, keys per block.
+        top_k: blocks each query selects.
+        window: w, keys of the sliding branch.
+        scale: multiplies the scores; defaults to 1/sqrt(d_k).
+
+    Returns:
+        Z (b, h, t, d_v), the gated sum of the three branches.
+
+    Raises:
+        ValueError: if the tensors do not agree, gates has another shape, a size is not an
+            integer >= 1, or top_k is below the 2 blocks always kept.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 2, 8, 4).unbind(0)
+        >>> sliding_only = torch.tensor([0.0, 0.0, 1.0]).expand(1, 2, 8, 3)
+        >>> out = nsa_attention(q, k, v, sliding_only, block_size=2, top_k=2, window=8)
+        >>> sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> torch.allclose(out, sdpa, atol=1e-6)  # a window of t keys is causal attention
+        True
     """
     b, h, t, _ = query.shape
     if key.shape[-2] != t:
