@@ -201,26 +201,6 @@ class LightningIndexer(nn.Module):
         ...     scores = indexer(torch.randn(1, 5, 8), torch.randn(1, 5, 4))
         >>> scores.shape  # (b, t_q, t_k)
         torch.Size([1, 5, 5])
-
-    Args:
-        d_in: width of the tokens x.
-        q_rank: d_c', width of MLA's query latent c_Q.
-        index_heads: h_I, index heads.
-        index_dim: d_I, width of an index query and key.
-        rope_dim: features of each index query and key that RoPE rotates.
-        base: RoPE's base.
-
-    Raises:
-        ValueError: if a size is not an integer >= 1, index_dim or rope_dim is odd, or
-            rope_dim > index_dim.
-
-    Examples:
-        >>> _ = torch.manual_seed(0)
-        >>> indexer = LightningIndexer(d_in=8, q_rank=4, index_heads=2, index_dim=4, rope_dim=2)
-        >>> with torch.no_grad():
-        ...     scores = indexer(torch.randn(1, 5, 8), torch.randn(1, 5, 4))
-        >>> scores.shape  # (b, t_q, t_k)
-        torch.Size([1, 5, 5])
     """
 
     def __init__(
