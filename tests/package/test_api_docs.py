@@ -186,7 +186,7 @@ def test_a_user_script_type_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     # annotations once (about 14 s of CPU), then keeps them in pytest's cache folder.
     from mypy import api
 
-    cache = pytestconfig.cache.mkdir("mypy") if pytestconfig.cache else tmp_path
+    cache = pytestconfig.cache.mkdir("mypy") if getattr(pytestconfig, "cache", None) else tmp_path
     monkeypatch.setenv("MYPYPATH", str(REPO / "src"))  # this checkout's package, not an install
     stdout, stderr, status = api.run([
         str(USER_SCRIPT), "--strict", "--follow-imports=silent", "--cache-dir", str(cache),
