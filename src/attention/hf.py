@@ -1,0 +1,584 @@
+"""Today's models from the book's parts: a ``transformers`` causal LM rebuilt and run here.
+
+Notation (see CONTRIBUTING.md):
+    b, t     batch size and number of tokens; n tokens cached before them
+    d        model width (``hidden_size``), V vocabulary size
+    h, h_kv  query heads and key/value heads; d_h the width of one head
+    w        sliding window: the token at position p sees positions p - w < j <= p
+
+:func:`from_transformers` reads a Hugging Face ``transformers`` model (real or randomly
+initialised weights), copies its weights into a :class:`CausalLM` made of the book's pieces and
+returns it: attention is :func:`~attention.scaled_dot_product_attention` with the masks of
+chapters 4 and 10, positions are :class:`~attention.LearnedPositions` or
+:class:`~attention.RotaryEmbedding` with the rules of :mod:`attention.rope_scaling`, norms are
+``nn.LayerNorm`` or :class:`~attention.RMSNorm`, and the cache is chapter 10's
+:class:`~attention.KVCache`, or :class:`~attention.RollingKVCache` in a sliding-window layer.
+The feed-forward sublayers are two or three ``nn.Linear`` and an activation, as in chapter 9.
+
+Supported: GPT-2, GPT-NeoX, Llama (RoPE scaling none, linear or llama3), Mistral, Qwen3 and
+Gemma 3 (text). Anything else, a configuration option the book does not implement, or a model
+whose RoPE frequencies differ from the book's rule, is a ValueError that says so: never a
+silently different model.
+
+``transformers`` computes RoPE's angles, and RMSNorm, in float32 whatever the model's dtype;
+:func:`upcast_transformers` makes those float64 (the same formulas), so that a float64 copy of
+the reference can be compared with this module's float64 logits to 1e-10. ``transformers`` is
+imported only by the functions that need it.
+"""
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import rope_scaling
+from .functional import causal_mask, scaled_dot_product_attention
+from .inference import KVCache, RollingKVCache, _visible
+from .norms import RMSNorm
+from .positions import LearnedPositions, RotaryEmbedding
+
+__all__ = ["SUPPORTED", "CausalLM", "from_transformers", "upcast_transformers"]
+
+SUPPORTED = ("gpt2", "gpt_neox", "llama", "mistral", "qwen3", "gemma3_text")
+"""The ``config.model_type`` values :func:`from_transformers` accepts (``gemma3`` models are
+read through their text model)."""
+
+_REFUSED = {
+    "deepseek_v3": "DeepSeek-V3's multi-head latent attention uses YaRN frequencies that ramp "
+    "over the pair index, which attention.rope_scaling does not implement yet",
+    "gpt_oss": "gpt-oss needs learned sink logits in the book's attention, not implemented yet",
+    "qwen3_next": "Qwen3-Next needs the Gated DeltaNet layers of the delta-rule chapter, which "
+    "have not landed",
+    "deepseek_v32": "DeepSeek-V3.2 needs the learned sparse attention of attention.sparse, "
+    "which has not landed",
+}
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+def _activation(name: str) -> Callable[[Tensor], Tensor]:
+    """The activation called ``name`` in a ``transformers`` configuration."""
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {name!r}")
+    return _ACTIVATIONS[name]
+
+
+class _Attention(nn.Module):
+    """Causal grouped-query attention with optional RoPE, QK-norm and sliding window.
+
+    :class:`~attention.GroupedQueryAttention`'s forward, with the pieces today's models add:
+    queries and keys normalized per head (QK-norm, Qwen3 and Gemma 3) and then rotated, and a
+    score scale other than 1/sqrt(d_h) where the model has one.
+    """
+
+    def __init__(
+        self, d: int, num_heads: int, num_kv_heads: int, d_h: int, *, qkv_bias: bool,
+        out_bias: bool, rotary: RotaryEmbedding | None, window: int | None, scale: float,
+        qk_norm: tuple[nn.Module, nn.Module] | None = None,
+    ) -> None:
+        """The four projections; ``window`` None for a global layer."""
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.d_h = num_heads, num_kv_heads, d_h
+        self.window, self.scale, self.rotary = window, scale, rotary
+        self.W_query = nn.Linear(d, num_heads * d_h, bias=qkv_bias)
+        self.W_key = nn.Linear(d, num_kv_heads * d_h, bias=qkv_bias)
+        self.W_value = nn.Linear(d, num_kv_heads * d_h, bias=qkv_bias)
+        self.out_proj = nn.Linear(num_heads * d_h, d, bias=out_bias)
+        self.q_norm, self.k_norm = qk_norm if qk_norm is not None else (None, None)
+
+    def new_cache(self, batch_size: int, max_tokens: int) -> KVCache | RollingKVCache:
+        """A KVCache, or a RollingKVCache of w slots in a sliding-window layer."""
+        weight = self.W_key.weight
+        like = {"dtype": weight.dtype, "device": weight.device}
+        if self.window is None:
+            return KVCache(batch_size, self.num_kv_heads, max_tokens, self.d_h, **like)
+        return RollingKVCache(
+            batch_size, self.num_kv_heads, self.window, self.d_h, max_tokens, **like
+        )
+
+    def forward(self, x: Tensor, cache: KVCache | RollingKVCache | None = None) -> Tensor:
+        """Context vectors (b, t, d) of x (b, t, d), after the n cached tokens if any."""
+        b, t, _ = x.shape
+        h, h_kv, d_h = self.num_heads, self.num_kv_heads, self.d_h
+        queries = self.W_query(x).view(b, t, h, d_h)  # (b, t, h, d_h)
+        keys = self.W_key(x).view(b, t, h_kv, d_h)  # (b, t, h_kv, d_h)
+        values = self.W_value(x).view(b, t, h_kv, d_h).transpose(1, 2)  # (b, h_kv, t, d_h)
+        if self.q_norm is not None:  # QK-norm: each head's query and key, before RoPE
+            queries, keys = self.q_norm(queries), self.k_norm(keys)
+        queries, keys = queries.transpose(1, 2), keys.transpose(1, 2)  # (b, ·, t, d_h)
+        n = 0 if cache is None else cache.length  # position of x's first token
+        if self.rotary is not None:
+            queries, keys = self.rotary(queries, start=n), self.rotary(keys, start=n)
+        if cache is not None:
+            keys, values = cache.append(keys, values)  # (b, h_kv, t_k, d_h) each
+        t_k = keys.shape[2]
+        if self.window is None:
+            mask = causal_mask(t, t_k, device=x.device, alignment="bottom_right")  # (t, t_k)
+        else:  # a rolling cache returns the visible keys only: their positions say which
+            key_pos = (cache.key_positions if isinstance(cache, RollingKVCache)
+                       else torch.arange(t_k, device=x.device))  # (t_k,)
+            query_pos = torch.arange(n, n + t, device=x.device)  # (t,)
+            mask = _visible(query_pos, key_pos.to(x.device), self.window, 0)  # (t, t_k)
+        context = scaled_dot_product_attention(
+            queries, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
+        )  # (b, h, t, d_h)
+        return self.out_proj(context.transpose(1, 2).reshape(b, t, h * d_h))  # (b, t, d)
+
+
+class _FeedForward(nn.Module):
+    """act(x W_1) W_2, or with ``gated`` (SwiGLU, GeGLU): (act(x W_gate) ⊙ x W_up) W_down."""
+
+    def __init__(self, d: int, d_ff: int, act: str, *, gated: bool, bias: bool) -> None:
+        """The two or three projections and the activation."""
+        super().__init__()
+        self.act = _activation(act)
+        self.up = nn.Linear(d, d_ff, bias=bias)
+        self.gate = nn.Linear(d, d_ff, bias=bias) if gated else None
+        self.down = nn.Linear(d_ff, d, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (b, t, d) -> (b, t, d)."""
+        if self.gate is None:
+            return self.down(self.act(self.up(x)))
+        return self.down(self.act(self.gate(x)) * self.up(x))
+
+
+class _Block(nn.Module):
+    """A pre-norm block: x + attn(norm(x)), then x + ffn(norm(x)); or both from x (parallel).
+
+    Gemma 3 also normalizes each sublayer's output before adding it (``post_norms``).
+    """
+
+    def __init__(
+        self, attention: _Attention, ffn: nn.Module, norms: tuple[nn.Module, nn.Module], *,
+        parallel: bool = False, post_norms: tuple[nn.Module, nn.Module] | None = None,
+    ) -> None:
+        """The sublayers, their input norms and, for Gemma 3, their output norms."""
+        super().__init__()
+        self.attention, self.ffn, self.parallel = attention, ffn, parallel
+        self.attn_norm, self.ffn_norm = norms
+        self.post_attn_norm, self.post_ffn_norm = post_norms if post_norms else (None, None)
+
+    def forward(self, x: Tensor, cache: KVCache | RollingKVCache | None = None) -> Tensor:
+        """x (b, t, d) -> (b, t, d)."""
+        attended = self.attention(self.attn_norm(x), cache)  # (b, t, d)
+        if self.parallel:  # GPT-NeoX: both sublayers read x
+            return self.ffn(self.ffn_norm(x)) + attended + x
+        if self.post_attn_norm is not None:
+            attended = self.post_attn_norm(attended)
+        x = x + attended
+        fed = self.ffn(self.ffn_norm(x))  # (b, t, d)
+        if self.post_ffn_norm is not None:
+            fed = self.post_ffn_norm(fed)
+        return x + fed
+
+
+class CausalLM(nn.Module):
+    """A decoder-only language model of :class:`_Block` layers: ``forward(ids) -> logits``.
+
+    ``layer_kinds`` lists each layer as "global" or "local" (sliding window), the hybrid
+    stack that Gemma 3 (5 local : 1 global) declares.
+    """
+
+    def __init__(
+        self, embed: nn.Embedding, blocks: list[_Block], norm: nn.Module, lm_head: nn.Linear, *,
+        positions: LearnedPositions | None = None, embed_scale: float = 1.0,
+        final_softcap: float | None = None, name: str = "",
+    ) -> None:
+        """Embedding, blocks, final norm and output projection."""
+        super().__init__()
+        self.embed, self.positions, self.embed_scale = embed, positions, embed_scale
+        self.blocks, self.norm, self.lm_head = nn.ModuleList(blocks), norm, lm_head
+        self.final_softcap, self.name = final_softcap, name
+
+    @property
+    def layer_kinds(self) -> list[str]:
+        """"local" for a sliding-window layer, "global" for one that sees every token."""
+        return ["global" if b.attention.window is None else "local" for b in self.blocks]
+
+    def new_caches(self, batch_size: int, max_tokens: int) -> list[KVCache | RollingKVCache]:
+        """One empty cache per layer, for up to ``max_tokens`` positions."""
+        return [block.attention.new_cache(batch_size, max_tokens) for block in self.blocks]
+
+    def forward(
+        self, input_ids: Tensor, caches: list[KVCache | RollingKVCache] | None = None
+    ) -> Tensor:
+        """Logits (b, t, V) of the token ids (b, t), after the cached tokens if any."""
+        if input_ids.dim() != 2 or input_ids.dtype != torch.long:
+            raise ValueError(
+                f"input_ids must be a (b, t) tensor of torch.long, got shape "
+                f"{tuple(input_ids.shape)} and dtype {input_ids.dtype}"
+            )
+        if caches is not None and len(caches) != len(self.blocks):
+            raise ValueError(f"caches must hold {len(self.blocks)} caches, got {len(caches)}")
+        vocab = self.embed.num_embeddings
+        if input_ids.numel() and not 0 <= int(input_ids.min()) <= int(input_ids.max()) < vocab:
+            raise ValueError(f"input_ids must lie in [0, {vocab}), got values outside it")
+        x = self.embed(input_ids)  # (b, t, d)
+        if self.embed_scale != 1.0:  # Gemma: the scale rounded to the weights' dtype first
+            x = x * torch.tensor(self.embed_scale, dtype=x.dtype)
+        if self.positions is not None:
+            x = self.positions(x, start=0 if caches is None else caches[0].length)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if caches is None else caches[i])
+        logits = self.lm_head(self.norm(x))  # (b, t, V)
+        if self.final_softcap is not None:  # Gemma 2's soft cap: c tanh(z / c)
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits
+
+    @torch.no_grad()
+    def generate(self, input_ids: Tensor, max_new_tokens: int) -> Tensor:
+        """Greedy decoding with the book's caches: ids (b, t + max_new_tokens)."""
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
+            max_new_tokens < 0
+        ):
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        caches = self.new_caches(input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
+        ids, new = input_ids, input_ids
+        for _ in range(max_new_tokens):
+            logits = self(new, caches)  # (b, t or 1, V)
+            new = logits[:, -1].argmax(dim=-1, keepdim=True)  # (b, 1)
+            ids = torch.cat([ids, new], dim=1)
+        return ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a transformers model
+
+
+def _copy(linear: nn.Linear, weight: Tensor, bias: Tensor | None = None) -> None:
+    """Copy an (out, in) weight, and a bias, into ``linear``."""
+    if tuple(weight.shape) != tuple(linear.weight.shape):
+        raise ValueError(
+            f"weight must have shape {tuple(linear.weight.shape)}, got {tuple(weight.shape)}"
+        )
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        if linear.bias is not None:
+            linear.bias.copy_(bias)
+
+
+def _linear_from(source: nn.Linear) -> nn.Linear:
+    """An nn.Linear with ``source``'s weight and bias."""
+    out, inp = source.weight.shape
+    linear = nn.Linear(inp, out, bias=source.bias is not None)
+    _copy(linear, source.weight, source.bias)
+    return linear
+
+
+def _layer_norm(source: nn.LayerNorm) -> nn.LayerNorm:
+    """A copy of a LayerNorm."""
+    norm = nn.LayerNorm(source.normalized_shape, eps=source.eps)
+    norm.load_state_dict(source.state_dict())
+    return norm
+
+
+def _rms_norm(source: nn.Module, eps: float, offset: float = 0.0) -> RMSNorm:
+    """The book's RMSNorm with gain ``offset`` + ``source.weight`` (Gemma stores γ - 1)."""
+    norm = RMSNorm(source.weight.shape[0], eps)
+    with torch.no_grad():
+        norm.weight.copy_(source.weight.detach() + offset)
+    return norm
+
+
+def _option(config: Any, name: str, allowed: tuple, default: Any = None) -> None:
+    """Refuse a configuration option whose value the book does not implement."""
+    value = getattr(config, name, default)
+    if value not in allowed:
+        raise ValueError(
+            f"{config.model_type}: {name}={value!r} is not implemented here, "
+            f"supported: {allowed}"
+        )
+
+
+def _rope_rule(params: dict, model_type: str) -> rope_scaling.RopeScaling | None:
+    """The attention.rope_scaling rule of a ``rope_parameters`` dict, or None for plain RoPE."""
+    kind = params.get("rope_type", "default")
+    if kind == "default":
+        return None
+    if kind == "linear":
+        return rope_scaling.PositionInterpolation(params["factor"])
+    if kind == "llama3":
+        return rope_scaling.Llama3Scaling(
+            params["factor"], params["original_max_position_embeddings"],
+            params["low_freq_factor"], params["high_freq_factor"],
+        )
+    if kind == "dynamic" and hasattr(rope_scaling, "DynamicNTKScaling"):
+        return rope_scaling.DynamicNTKScaling(  # type: ignore[attr-defined]
+            params["factor"], params["original_max_position_embeddings"]
+        )
+    reasons = {
+        "dynamic": "attention.rope_scaling has no dynamic NTK rule yet",
+        "yarn": "transformers ramps YaRN's frequencies over the pair index between rounded "
+        "boundaries, attention.rope_scaling.YaRNScaling linearly in the turns ν_i",
+    }
+    raise ValueError(
+        f"{model_type}: rope_type={kind!r} is not supported ({reasons.get(kind, 'unknown')}); "
+        f"supported: 'default', 'linear', 'llama3'"
+    )
+
+
+def _rotary(
+    params: dict, d_h: int, model_type: str, reference: Tensor | None
+) -> RotaryEmbedding:
+    """The book's RoPE for ``params``, checked against the reference's float32 frequencies."""
+    rotary_dim = int(d_h * params.get("partial_rotary_factor", 1.0))
+    rotary = RotaryEmbedding(
+        d_h, params["rope_theta"], rotary_dim=rotary_dim, scaling=_rope_rule(params, model_type)
+    )
+    if reference is not None:  # transformers computes them in float32: compare to that
+        ours = rotary.frequencies
+        theirs = reference.detach().double().cpu()
+        if theirs.shape != ours.shape or not torch.allclose(ours, theirs, rtol=1e-6, atol=0):
+            raise ValueError(
+                f"{model_type}: the book's RoPE frequencies for {params} differ from the "
+                f"model's inv_freq: refusing a silently different model"
+            )
+    return rotary
+
+
+def _gpt2(model: nn.Module) -> CausalLM:
+    """GPT-2: learned positions, LayerNorm, fused QKV stored as Conv1D (in, out) weights."""
+    config, body = model.config, model.transformer
+    _option(config, "scale_attn_weights", (True,))
+    _option(config, "scale_attn_by_inverse_layer_idx", (False,))
+    _option(config, "reorder_and_upcast_attn", (False,))
+    d, h = config.n_embd, config.n_head
+    d_h = d // h
+    blocks = []
+    for layer in body.h:
+        attention = _Attention(
+            d, h, h, d_h, qkv_bias=True, out_bias=True, rotary=None, window=None, scale=d_h**-0.5
+        )
+        w_qkv, b_qkv = layer.attn.c_attn.weight.t(), layer.attn.c_attn.bias  # (3d, d), (3d,)
+        for i, linear in enumerate((attention.W_query, attention.W_key, attention.W_value)):
+            _copy(linear, w_qkv[i * d : (i + 1) * d], b_qkv[i * d : (i + 1) * d])
+        _copy(attention.out_proj, layer.attn.c_proj.weight.t(), layer.attn.c_proj.bias)
+        d_ff = layer.mlp.c_fc.weight.shape[1]
+        ffn = _FeedForward(d, d_ff, config.activation_function, gated=False, bias=True)
+        _copy(ffn.up, layer.mlp.c_fc.weight.t(), layer.mlp.c_fc.bias)
+        _copy(ffn.down, layer.mlp.c_proj.weight.t(), layer.mlp.c_proj.bias)
+        norms = (_layer_norm(layer.ln_1), _layer_norm(layer.ln_2))
+        blocks.append(_Block(attention, ffn, norms))
+    positions = LearnedPositions(config.n_positions, d)
+    with torch.no_grad():
+        positions.embedding.weight.copy_(body.wpe.weight)
+    return CausalLM(
+        nn.Embedding.from_pretrained(body.wte.weight.detach().clone(), freeze=False), blocks,
+        _layer_norm(body.ln_f), _linear_from(model.lm_head), positions=positions, name="gpt2",
+    )
+
+
+def _gpt_neox(model: nn.Module) -> CausalLM:
+    """GPT-NeoX: partial rotary, parallel residual, fused QKV laid out head by head."""
+    config, body = model.config, model.gpt_neox
+    d, h = config.hidden_size, config.num_attention_heads
+    d_h = d // h
+    rotary = _rotary(config.rope_parameters, d_h, "gpt_neox", body.rotary_emb.inv_freq)
+    blocks = []
+    for layer in body.layers:
+        bias = config.attention_bias
+        attention = _Attention(
+            d, h, h, d_h, qkv_bias=bias, out_bias=bias, rotary=rotary, window=None,
+            scale=d_h**-0.5,
+        )
+        # rows of query_key_value: head by head, [q | k | v] of d_h each
+        qkv = layer.attention.query_key_value
+        w = qkv.weight.view(h, 3, d_h, d)  # (h, 3, d_h, d)
+        b = qkv.bias.view(h, 3, d_h) if qkv.bias is not None else None  # (h, 3, d_h)
+        for i, linear in enumerate((attention.W_query, attention.W_key, attention.W_value)):
+            _copy(linear, w[:, i].reshape(d, d), None if b is None else b[:, i].reshape(d))
+        _copy(attention.out_proj, layer.attention.dense.weight, layer.attention.dense.bias)
+        ffn = _FeedForward(d, config.intermediate_size, config.hidden_act, gated=False, bias=True)
+        _copy(ffn.up, layer.mlp.dense_h_to_4h.weight, layer.mlp.dense_h_to_4h.bias)
+        _copy(ffn.down, layer.mlp.dense_4h_to_h.weight, layer.mlp.dense_4h_to_h.bias)
+        norms = (_layer_norm(layer.input_layernorm), _layer_norm(layer.post_attention_layernorm))
+        blocks.append(_Block(attention, ffn, norms, parallel=config.use_parallel_residual))
+    return CausalLM(
+        nn.Embedding.from_pretrained(body.embed_in.weight.detach().clone(), freeze=False),
+        blocks, _layer_norm(body.final_layer_norm), _linear_from(model.lm_head),
+        name="gpt_neox",
+    )
+
+
+def _llama_like(model: nn.Module) -> CausalLM:
+    """Llama, Mistral, Qwen3, Gemma 3: RMSNorm, RoPE, grouped-query attention, gated FFN."""
+    config, body, kind = model.config, model.model, model.config.model_type
+    gemma = kind == "gemma3_text"
+    d, h, h_kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
+    d_h = getattr(config, "head_dim", None) or d // h
+    eps, offset = config.rms_norm_eps, 1.0 if gemma else 0.0
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"] * len(body.layers)
+    if kind == "mistral" and config.sliding_window is not None:
+        layer_types = ["sliding_attention"] * len(body.layers)
+    if kind == "qwen3" and not config.use_sliding_window:
+        layer_types = ["full_attention"] * len(body.layers)
+    if not set(layer_types) <= {"full_attention", "sliding_attention"}:
+        raise ValueError(
+            f"{kind}: layer_types must be 'full_attention' or 'sliding_attention', got "
+            f"{sorted(set(layer_types))}"
+        )
+    if gemma:
+        _option(config, "attn_logit_softcapping", (None,))
+        scale = config.query_pre_attn_scalar**-0.5
+    else:
+        scale = d_h**-0.5
+    params = config.rope_parameters
+    rotaries = {}
+    for layer_type in set(layer_types):
+        own = params[layer_type] if gemma else params
+        reference = (getattr(body.rotary_emb, f"{layer_type}_inv_freq") if gemma
+                     else body.rotary_emb.inv_freq)
+        rotaries[layer_type] = _rotary(own, d_h, kind, reference)
+    bias = getattr(config, "attention_bias", False)
+    blocks = []
+    for layer, layer_type in zip(body.layers, layer_types, strict=True):
+        source = layer.self_attn
+        qk_norm = None
+        if hasattr(source, "q_norm"):
+            qk_norm = (_rms_norm(source.q_norm, eps, offset), _rms_norm(source.k_norm, eps, offset))
+        attention = _Attention(
+            d, h, h_kv, d_h, qkv_bias=bias, out_bias=bias, rotary=rotaries[layer_type],
+            window=config.sliding_window if layer_type == "sliding_attention" else None,
+            scale=scale, qk_norm=qk_norm,
+        )
+        for ours, theirs in ((attention.W_query, source.q_proj), (attention.W_key, source.k_proj),
+                             (attention.W_value, source.v_proj), (attention.out_proj, source.o_proj)):
+            _copy(ours, theirs.weight, theirs.bias)
+        mlp = layer.mlp
+        ffn = _FeedForward(
+            d, config.intermediate_size,
+            config.hidden_activation if gemma else config.hidden_act, gated=True,
+            bias=getattr(config, "mlp_bias", False),
+        )
+        for ours, theirs in ((ffn.gate, mlp.gate_proj), (ffn.up, mlp.up_proj),
+                             (ffn.down, mlp.down_proj)):
+            _copy(ours, theirs.weight, theirs.bias)
+        norms = (_rms_norm(layer.input_layernorm, eps, offset),
+                 _rms_norm(layer.pre_feedforward_layernorm if gemma
+                           else layer.post_attention_layernorm, eps, offset))
+        post = ((_rms_norm(layer.post_attention_layernorm, eps, offset),
+                 _rms_norm(layer.post_feedforward_layernorm, eps, offset)) if gemma else None)
+        blocks.append(_Block(attention, ffn, norms, post_norms=post))
+    return CausalLM(
+        nn.Embedding.from_pretrained(body.embed_tokens.weight.detach().clone(), freeze=False),
+        blocks, _rms_norm(body.norm, eps, offset), _linear_from(model.lm_head),
+        embed_scale=d**0.5 if gemma else 1.0,
+        final_softcap=getattr(config, "final_logit_softcapping", None) if gemma else None,
+        name=kind,
+    )
+
+
+_READERS = {
+    "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
+    "qwen3": _llama_like, "gemma3_text": _llama_like,
+}
+
+
+def from_transformers(model: nn.Module) -> CausalLM:
+    """The book's :class:`CausalLM` with the weights of a ``transformers`` causal-LM ``model``.
+
+    The copy has ``model``'s dtype and device and is in eval mode. Unsupported model types and
+    options are a ValueError naming what is supported.
+    """
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if kind in _REFUSED:
+        raise ValueError(f"{kind} is not supported yet: {_REFUSED[kind]}; supported: {SUPPORTED}")
+    if kind not in _READERS:
+        raise ValueError(
+            f"model must be a transformers causal LM of model_type in {SUPPORTED}, got "
+            f"{type(model).__name__} with model_type {kind!r}"
+        )
+    weight = next(model.parameters())
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(weight.dtype)  # modules made in the model's dtype: copies exact
+    try:
+        with torch.device(weight.device):
+            ours = _READERS[kind](model)
+    finally:
+        torch.set_default_dtype(saved)
+    return ours.eval()
+
+
+# ---------------------------------------------------------------------------------------------
+# A float64 reference
+
+
+@contextmanager
+def _float_is_float64() -> Iterator[None]:
+    """Within the block, ``torch.float`` names float64: transformers' RoPE rules then run in it."""
+    saved = torch.float
+    torch.float = torch.float64  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        torch.float = saved  # type: ignore[misc]
+
+
+def _rms_forward(module: nn.Module) -> Callable[[Tensor], Tensor]:
+    """RMSNorm without transformers' float32 round trip: γ ⊙ x / sqrt(mean(x²) + ε)."""
+    eps = getattr(module, "variance_epsilon", None) or module.eps
+    gemma = type(module).__name__.startswith("Gemma")
+
+    def forward(x: Tensor) -> Tensor:
+        gain = 1.0 + module.weight if gemma else module.weight
+        return gain * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    return forward
+
+
+def _rotary_forward(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
+    """The rotary module's cos and sin, from its own rule evaluated in float64."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = module.config
+    layer_types = getattr(module, "layer_types", None)
+    tables = {}
+    for layer_type in layer_types or [None]:
+        kind = module.rope_type[layer_type] if layer_types else module.rope_type
+        init = (module.compute_default_rope_parameters if kind == "default"
+                else ROPE_INIT_FUNCTIONS[kind])
+        extra = {"layer_type": layer_type} if layer_types else {}
+        with _float_is_float64():
+            inv_freq, factor = init(config, **extra)
+        tables[layer_type] = (inv_freq.double(), factor)
+
+    def forward(x: Tensor, position_ids: Tensor, layer_type: str | None = None) -> tuple:
+        inv_freq, factor = tables[layer_type]
+        freqs = position_ids[..., None].double() * inv_freq.to(x.device)  # (b, t, d_rot/2)
+        angles = torch.cat([freqs, freqs], dim=-1)  # (b, t, d_rot)
+        return (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)
+
+    return forward
+
+
+def upcast_transformers(model: nn.Module) -> nn.Module:
+    """``model`` (in place) with its RoPE angles and RMSNorms computed in float64.
+
+    ``transformers`` computes both in float32 whatever the model's dtype (its RoPE rules build
+    the frequencies with ``dtype=torch.float``; its RMSNorm casts to float32), and stores
+    Gemma's embedding scale sqrt(d) as a float32 number: each moves a float64 model's logits by
+    about 1e-9 to 1e-7. The same formulas in float64 make it a float64 reference. Only the
+    rotary, RMSNorm and scaled-embedding modules of the families in :data:`SUPPORTED` change.
+    """
+    if next(model.parameters()).dtype != torch.float64:
+        raise ValueError("model must be float64 (call model.double() first)")
+    for module in model.modules():
+        name = type(module).__name__
+        if name.endswith("RotaryEmbedding"):
+            module.forward = _rotary_forward(module)
+        elif name.endswith("RMSNorm"):
+            module.forward = _rms_forward(module)
+        elif name.endswith("ScaledWordEmbedding"):  # Gemma's sqrt(d), stored in float32
+            module.embed_scale = torch.tensor(module.scalar_embed_scale, dtype=torch.float64)
+    return model
+

@@ -1,0 +1,119 @@
+"""attention.hf: transformers models rebuilt from the book's pieces give the same float64 logits
+(1e-10 relative) and the same 16 greedy tokens as transformers; the rest is refused by name."""
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from attention.hf import CausalLM, from_transformers, upcast_transformers  # noqa: E402
+
+SMALL = dict(
+    num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=48,
+    vocab_size=64, max_position_embeddings=64,
+)
+GQA = dict(SMALL, num_key_value_heads=2)
+LLAMA3 = dict(
+    rope_type="llama3", rope_theta=10000.0, factor=8.0, original_max_position_embeddings=16,
+    low_freq_factor=1.0, high_freq_factor=4.0,
+)
+CASES = {
+    "gpt2": ("gpt2", dict(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=64)),
+    "gpt_neox": ("gpt_neox", SMALL),  # rotary on a quarter of each head, parallel residual
+    "gpt_neox-sequential": ("gpt_neox", dict(SMALL, use_parallel_residual=False)),
+    "llama": ("llama", GQA),
+    "llama-linear": ("llama", dict(
+        GQA, rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0))),
+    "llama-llama3": ("llama", dict(GQA, rope_parameters=LLAMA3)),
+    "mistral": ("mistral", dict(GQA, sliding_window=4)),
+    "qwen3": ("qwen3", dict(GQA, head_dim=16)),
+    "gemma3": ("gemma3_text", dict(
+        GQA, num_hidden_layers=3, head_dim=8, sliding_window=4, query_pre_attn_scalar=12,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        rope_parameters={
+            "sliding_attention": dict(rope_type="default", rope_theta=10000.0),
+            "full_attention": dict(rope_type="linear", rope_theta=1e6, factor=8.0),
+        },
+    )),
+}
+
+
+def _model(model_type: str, options: dict | None = None, **more: object) -> torch.nn.Module:
+    """A random float64 transformers model, generating without an end-of-sequence token."""
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(model_type, **(options or {}), **more)
+    model = transformers.AutoModelForCausalLM.from_config(config).double().eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_same_logits_and_greedy_tokens(case: str) -> None:
+    model_type, options = CASES[case]
+    model = _model(model_type, options)
+    ours = from_transformers(model)
+    upcast_transformers(model)
+    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(ids).logits  # (2, 7, 64)
+        logits = ours(ids)
+    assert isinstance(ours, CausalLM) and logits.dtype == torch.float64
+    error = ((logits - expected).abs().max() / expected.abs().max()).item()
+    assert error < 1e-10, error
+    generated = model.generate(  # (2, 23); the mask says no token is padding
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False
+    )
+    assert torch.equal(ours.generate(ids, 16), generated)
+
+
+def test_sliding_window_layers_use_a_rolling_cache() -> None:
+    ours = from_transformers(_model(*CASES["gemma3"]))
+    assert ours.layer_kinds == ["local", "local", "global"]
+    caches = ours.new_caches(1, 100)
+    assert [type(c).__name__ for c in caches] == ["RollingKVCache", "RollingKVCache", "KVCache"]
+
+
+def test_unpatched_reference_agrees_to_float32_rounding() -> None:
+    """Without upcast_transformers, transformers' float32 RoPE and RMSNorm show up, and only them."""
+    model = _model("llama", **GQA)
+    ours = from_transformers(model)
+    ids = torch.arange(7)[None]
+    with torch.no_grad():
+        error = ((ours(ids) - model(ids).logits).abs().max()).item()
+    assert 1e-12 < error < 1e-5
+
+
+@pytest.mark.parametrize("rope, match", [
+    (dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16),
+     "rope_type='yarn' is not supported"),
+    (dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0] * 4,
+          long_factor=[1.0] * 4, original_max_position_embeddings=16),
+     "rope_type='longrope' is not supported"),
+])
+def test_rope_scaling_the_book_lacks_is_refused(rope: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        from_transformers(_model("llama", **dict(GQA, rope_parameters=rope)))
+
+
+def test_unsupported_models_and_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="model_type in"):
+        from_transformers(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="model_type in"):
+        from_transformers(_model("phi", **SMALL))
+    with pytest.raises(ValueError, match="reorder_and_upcast_attn=True"):
+        from_transformers(_model("gpt2", **dict(CASES["gpt2"][1], reorder_and_upcast_attn=True)))
+    with pytest.raises(ValueError, match="gpt_oss is not supported yet: .*sink"):
+        from_transformers(_model("gpt_oss", **dict(GQA, head_dim=8, num_local_experts=2)))
+
+
+def test_bad_input_is_refused() -> None:
+    ours = from_transformers(_model(*CASES["gpt2"]))
+    with pytest.raises(ValueError, match=r"\(b, t\) tensor of torch.long"):
+        ours(torch.zeros(7, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"lie in \[0, 64\)"):
+        ours(torch.full((1, 3), 64))
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        ours.generate(torch.zeros(1, 3, dtype=torch.long), -1)
+    with pytest.raises(ValueError, match="must be float64"):
+        upcast_transformers(_model(*CASES["gpt2"]).float())
