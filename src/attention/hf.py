@@ -15,7 +15,7 @@ chapters 4 and 10, positions are :class:`~attention.LearnedPositions` or
 :class:`~attention.KVCache`, or :class:`~attention.RollingKVCache` in a sliding-window layer.
 The feed-forward sublayers are two or three ``nn.Linear`` and an activation, as in chapter 9.
 
-Supported: GPT-2, GPT-NeoX, Llama (RoPE scaling none, linear or llama3), Mistral, Qwen3 and
+Supported: GPT-2, GPT-NeoX, Llama (RoPE scaling none, linear, llama3 or dynamic), Mistral, Qwen3 and
 Gemma 3 (text). Anything else, a configuration option the book does not implement, or a model
 whose RoPE frequencies differ from the book's rule, is a ValueError that says so: never a
 silently different model.
@@ -299,7 +299,9 @@ def _option(config: Any, name: str, allowed: tuple, default: Any = None) -> None
         )
 
 
-def _rope_rule(params: dict, model_type: str) -> rope_scaling.RopeScaling | None:
+def _rope_rule(
+    params: dict, model_type: str, max_positions: int
+) -> rope_scaling.RopeScaling | None:
     """The attention.rope_scaling rule of a ``rope_parameters`` dict, or None for plain RoPE."""
     kind = params.get("rope_type", "default")
     if kind == "default":
@@ -311,35 +313,33 @@ def _rope_rule(params: dict, model_type: str) -> rope_scaling.RopeScaling | None
             params["factor"], params["original_max_position_embeddings"],
             params["low_freq_factor"], params["high_freq_factor"],
         )
-    if kind == "dynamic" and hasattr(rope_scaling, "DynamicNTKScaling"):
-        return rope_scaling.DynamicNTKScaling(  # type: ignore[attr-defined]
-            params["factor"], params["original_max_position_embeddings"]
-        )
+    if kind == "dynamic":  # transformers' t_train is max_position_embeddings
+        return rope_scaling.DynamicNTKScaling(params["factor"], max_positions)
     reasons = {
-        "dynamic": "attention.rope_scaling has no dynamic NTK rule yet",
         "yarn": "transformers ramps YaRN's frequencies over the pair index between rounded "
         "boundaries, attention.rope_scaling.YaRNScaling linearly in the turns ν_i",
     }
     raise ValueError(
         f"{model_type}: rope_type={kind!r} is not supported ({reasons.get(kind, 'unknown')}); "
-        f"supported: 'default', 'linear', 'llama3'"
+        f"supported: 'default', 'linear', 'llama3', 'dynamic'"
     )
 
 
 def _rotary(
-    params: dict, d_h: int, model_type: str, reference: Tensor | None
+    params: dict, d_h: int, config: Any, reference: Tensor | None
 ) -> RotaryEmbedding:
     """The book's RoPE for ``params``, checked against the reference's float32 frequencies."""
     rotary_dim = int(d_h * params.get("partial_rotary_factor", 1.0))
     rotary = RotaryEmbedding(
-        d_h, params["rope_theta"], rotary_dim=rotary_dim, scaling=_rope_rule(params, model_type)
+        d_h, params["rope_theta"], rotary_dim=rotary_dim,
+        scaling=_rope_rule(params, config.model_type, config.max_position_embeddings),
     )
     if reference is not None:  # transformers computes them in float32: compare to that
         ours = rotary.frequencies
         theirs = reference.detach().double().cpu()
         if theirs.shape != ours.shape or not torch.allclose(ours, theirs, rtol=1e-6, atol=0):
             raise ValueError(
-                f"{model_type}: the book's RoPE frequencies for {params} differ from the "
+                f"{config.model_type}: the book's RoPE frequencies for {params} differ from the "
                 f"model's inv_freq: refusing a silently different model"
             )
     return rotary
@@ -382,7 +382,7 @@ def _gpt_neox(model: nn.Module) -> CausalLM:
     config, body = model.config, model.gpt_neox
     d, h = config.hidden_size, config.num_attention_heads
     d_h = d // h
-    rotary = _rotary(config.rope_parameters, d_h, "gpt_neox", body.rotary_emb.inv_freq)
+    rotary = _rotary(config.rope_parameters, d_h, config, body.rotary_emb.inv_freq)
     blocks = []
     for layer in body.layers:
         bias = config.attention_bias
@@ -437,7 +437,7 @@ def _llama_like(model: nn.Module) -> CausalLM:
         own = params[layer_type] if gemma else params
         reference = (getattr(body.rotary_emb, f"{layer_type}_inv_freq") if gemma
                      else body.rotary_emb.inv_freq)
-        rotaries[layer_type] = _rotary(own, d_h, kind, reference)
+        rotaries[layer_type] = _rotary(own, d_h, config, reference)
     bias = getattr(config, "attention_bias", False)
     blocks = []
     for layer, layer_type in zip(body.layers, layer_types, strict=True):
@@ -537,7 +537,11 @@ def _rms_forward(module: nn.Module) -> Callable[[Tensor], Tensor]:
 
 
 def _rotary_forward(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
-    """The rotary module's cos and sin, from its own rule evaluated in float64."""
+    """The rotary module's cos and sin, from its own rule evaluated in float64.
+
+    Dynamic scaling takes the frequencies of the current length, without transformers' memory
+    of the longest length seen (which it keeps until a sequence is shorter than t_train).
+    """
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     config = module.config
@@ -554,6 +558,10 @@ def _rotary_forward(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
 
     def forward(x: Tensor, position_ids: Tensor, layer_type: str | None = None) -> tuple:
         inv_freq, factor = tables[layer_type]
+        if getattr(module, "rope_type", None) == "dynamic":  # the frequencies of this length
+            length = int(position_ids.max()) + 1
+            with _float_is_float64():
+                inv_freq = ROPE_INIT_FUNCTIONS["dynamic"](config, seq_len=length)[0].double()
         freqs = position_ids[..., None].double() * inv_freq.to(x.device)  # (b, t, d_rot/2)
         angles = torch.cat([freqs, freqs], dim=-1)  # (b, t, d_rot)
         return (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)

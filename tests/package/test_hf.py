@@ -6,33 +6,35 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from attention.hf import CausalLM, from_transformers, upcast_transformers  # noqa: E402
+from attention.hf import CausalLM, from_transformers, upcast_transformers
 
-SMALL = dict(
-    num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=48,
-    vocab_size=64, max_position_embeddings=64,
-)
+SMALL = {
+    "num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 48,
+    "vocab_size": 64, "max_position_embeddings": 64,
+}
 GQA = dict(SMALL, num_key_value_heads=2)
-LLAMA3 = dict(
-    rope_type="llama3", rope_theta=10000.0, factor=8.0, original_max_position_embeddings=16,
-    low_freq_factor=1.0, high_freq_factor=4.0,
-)
+LLAMA3 = {
+    "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 16,
+    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+}
 CASES = {
-    "gpt2": ("gpt2", dict(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=64)),
+    "gpt2": ("gpt2", {"n_layer": 2, "n_embd": 32, "n_head": 4, "vocab_size": 64, "n_positions": 64}),
     "gpt_neox": ("gpt_neox", SMALL),  # rotary on a quarter of each head, parallel residual
     "gpt_neox-sequential": ("gpt_neox", dict(SMALL, use_parallel_residual=False)),
     "llama": ("llama", GQA),
     "llama-linear": ("llama", dict(
-        GQA, rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0))),
+        GQA, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0})),
     "llama-llama3": ("llama", dict(GQA, rope_parameters=LLAMA3)),
+    "llama-dynamic": ("llama", dict(GQA, max_position_embeddings=12, rope_parameters={
+        "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})),  # 7 + 16 tokens: past t_train
     "mistral": ("mistral", dict(GQA, sliding_window=4)),
     "qwen3": ("qwen3", dict(GQA, head_dim=16)),
     "gemma3": ("gemma3_text", dict(
         GQA, num_hidden_layers=3, head_dim=8, sliding_window=4, query_pre_attn_scalar=12,
         layer_types=["sliding_attention", "sliding_attention", "full_attention"],
         rope_parameters={
-            "sliding_attention": dict(rope_type="default", rope_theta=10000.0),
-            "full_attention": dict(rope_type="linear", rope_theta=1e6, factor=8.0),
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
         },
     )),
 }
@@ -54,10 +56,11 @@ def test_same_logits_and_greedy_tokens(case: str) -> None:
     model = _model(model_type, options)
     ours = from_transformers(model)
     upcast_transformers(model)
-    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 64, (2, 14), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        expected = model(ids).logits  # (2, 7, 64)
+        expected = model(ids).logits  # (2, 14, 64)
         logits = ours(ids)
+    ids = ids[:, :7]
     assert isinstance(ours, CausalLM) and logits.dtype == torch.float64
     error = ((logits - expected).abs().max() / expected.abs().max()).item()
     assert error < 1e-10, error
@@ -85,10 +88,10 @@ def test_unpatched_reference_agrees_to_float32_rounding() -> None:
 
 
 @pytest.mark.parametrize("rope, match", [
-    (dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16),
+    ({"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16},
      "rope_type='yarn' is not supported"),
-    (dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0] * 4,
-          long_factor=[1.0] * 4, original_max_position_embeddings=16),
+    ({"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
+          "long_factor": [1.0] * 4, "original_max_position_embeddings": 16},
      "rope_type='longrope' is not supported"),
 ])
 def test_rope_scaling_the_book_lacks_is_refused(rope: dict, match: str) -> None:
