@@ -15,7 +15,8 @@ chapters 4 and 10, positions are :class:`~attention.LearnedPositions` or
 :class:`~attention.KVCache`, or :class:`~attention.RollingKVCache` in a sliding-window layer.
 The feed-forward sublayers are two or three ``nn.Linear`` and an activation, as in chapter 9.
 
-Supported: GPT-2, GPT-NeoX, Llama (RoPE scaling none, linear, llama3 or dynamic), Mistral, Qwen3 and
+Supported: GPT-2, GPT-NeoX, Llama (RoPE scaling none, linear, llama3, dynamic or YaRN), Mistral,
+Qwen3 and
 Gemma 3 (text). Anything else, a configuration option the book does not implement, or a model
 whose RoPE frequencies differ from the book's rule, is a ValueError that says so: never a
 silently different model.
@@ -26,6 +27,7 @@ the reference can be compared with this module's float64 logits to 1e-10. ``tran
 imported only by the functions that need it.
 """
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -315,13 +317,30 @@ def _rope_rule(
         )
     if kind == "dynamic":  # transformers' t_train is max_position_embeddings
         return rope_scaling.DynamicNTKScaling(params["factor"], max_positions)
-    reasons = {
-        "yarn": "transformers ramps YaRN's frequencies over the pair index between rounded "
-        "boundaries, attention.rope_scaling.YaRNScaling linearly in the turns ν_i",
-    }
+    if kind == "yarn":
+        return _yarn(params, max_positions)
     raise ValueError(
-        f"{model_type}: rope_type={kind!r} is not supported ({reasons.get(kind, 'unknown')}); "
-        f"supported: 'default', 'linear', 'llama3', 'dynamic'"
+        f"{model_type}: rope_type={kind!r} is not supported; "
+        f"supported: 'default', 'linear', 'llama3', 'dynamic', 'yarn'"
+    )
+
+
+def _yarn(params: dict, max_positions: int) -> rope_scaling.YaRNScaling:
+    """YaRN as transformers reads it: the index ramp, and DeepSeek's ratio of two mscales."""
+    factor = params.get("factor") or max_positions / params["original_max_position_embeddings"]
+
+    def mscale(scale: float, weight: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * weight * math.log(scale) + 1.0
+
+    attention_factor = params.get("attention_factor")
+    if attention_factor is None:
+        weight, weight_all = params.get("mscale"), params.get("mscale_all_dim")
+        attention_factor = (mscale(factor, weight) / mscale(factor, weight_all)
+                            if weight and weight_all else mscale(factor))
+    return rope_scaling.YaRNScaling(
+        factor, params["original_max_position_embeddings"],
+        beta_fast=params.get("beta_fast") or 32.0, beta_slow=params.get("beta_slow") or 1.0,
+        attention_factor=attention_factor, ramp="index", truncate=params.get("truncate", True),
     )
 
 
@@ -515,13 +534,16 @@ def from_transformers(model: nn.Module) -> CausalLM:
 
 @contextmanager
 def _float_is_float64() -> Iterator[None]:
-    """Within the block, ``torch.float`` names float64: transformers' RoPE rules then run in it."""
+    """Within the block, ``torch.float`` and ``torch.float32`` name float64.
+
+    transformers' RoPE rules then compute in float64 (they name float32 explicitly).
+    """
     saved = torch.float
-    torch.float = torch.float64  # type: ignore[misc]
+    torch.float = torch.float32 = torch.float64  # type: ignore[misc]
     try:
         yield
     finally:
-        torch.float = saved  # type: ignore[misc]
+        torch.float = torch.float32 = saved  # type: ignore[misc]
 
 
 def _rms_forward(module: nn.Module) -> Callable[[Tensor], Tensor]:

@@ -196,8 +196,11 @@ class YaRNScaling:
     rotary_dim < d_h.
 
     The authors' code, and Hugging Face's, ramp linearly over the pair index i between rounded
-    boundaries instead of linearly in ν_i: their frequencies differ in the ramp (exercise 8.6),
-    so this class does not reproduce the frequencies of models fine-tuned with their code.
+    boundaries instead of linearly in ν_i: their frequencies differ in the ramp (exercise 8.6).
+    ``ramp="index"`` computes theirs: the pair i_lo whose ν is ν_hi, floored, and the pair i_hi
+    whose ν is ν_lo, ceiled (unless ``truncate=False``), clipped to [0, d_rot - 1], and
+    γ_i = 1 - clamp((i - i_lo) / (i_hi - i_lo), 0, 1), the models fine-tuned with it (DeepSeek-V3,
+    gpt-oss) need it.
 
     Args:
         factor: κ >= 1, the stretch.
@@ -206,6 +209,8 @@ class YaRNScaling:
         beta_slow: ν_lo, 0 < ν_lo < ν_hi: pairs turning less often are interpolated by κ.
         attention_factor: sqrt(1/τ) > 0; None takes the paper's 0.1 ln κ + 1.
         scaled_features: ``"rotated"`` or ``"head"``, the features sqrt(1/τ) multiplies.
+        ramp: ``"turns"`` (linear in ν_i, the paper's) or ``"index"`` (the authors' code).
+        truncate: with ``ramp="index"``, floor and ceil the boundary pairs (False keeps them real).
 
     Raises:
         ValueError: if a number is out of its range, original_context is not an integer >= 1, or
@@ -223,6 +228,8 @@ class YaRNScaling:
     beta_slow: float = 1.0
     attention_factor: float | None = None
     scaled_features: str = "rotated"
+    ramp: str = "turns"
+    truncate: bool = True
 
     def __post_init__(self) -> None:
         """Check every parameter; fill in the paper's temperature if none is given."""
@@ -230,6 +237,8 @@ class YaRNScaling:
             raise ValueError(
                 f"scaled_features must be 'rotated' or 'head', got {self.scaled_features!r}"
             )
+        if self.ramp not in ("turns", "index"):
+            raise ValueError(f"ramp must be 'turns' or 'index', got {self.ramp!r}")
         factor = _number("factor", self.factor, 1.0)
         object.__setattr__(self, "factor", factor)
         object.__setattr__(self, "original_context", _context(self.original_context))
@@ -251,9 +260,30 @@ class YaRNScaling:
     def frequencies(self, rotary_dim: int, base: float) -> Tensor:
         """θ'_i = (1 - γ(ν_i)) θ_i / κ + γ(ν_i) θ_i: shape (rotary_dim/2,), float64."""
         theta = rope_frequencies(rotary_dim, base)  # (d_rot/2,)
+        if self.ramp == "index":
+            return self._index_ramp(theta, rotary_dim, base)
         return _ramp_frequencies(
             theta, self.factor, self.original_context, self.beta_slow, self.beta_fast
         )
+
+
+    def _index_ramp(self, theta: Tensor, rotary_dim: int, base: float) -> Tensor:
+        """The authors' ramp over the pair index between the pairs that turn ν_hi and ν_lo times."""
+
+        def pair(turns: float) -> float:  # i with t_train θ_i / (2π) = turns, as a real number
+            return rotary_dim * math.log(self.original_context / (turns * 2 * math.pi)) / (
+                2 * math.log(base)
+            )
+
+        low, high = pair(self.beta_fast), pair(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, rotary_dim - 1)
+        if low == high:
+            high += 0.001  # the authors' guard against a zero-width ramp
+        index = torch.arange(rotary_dim // 2, dtype=torch.float64)  # (d_rot/2,)
+        toward_interpolation = ((index - low) / (high - low)).clamp(0.0, 1.0)  # (d_rot/2,): 1 - γ_i
+        return toward_interpolation * theta / self.factor + (1 - toward_interpolation) * theta
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from attention.hf import CausalLM, from_transformers, upcast_transformers
+from attention.rope_scaling import YaRNScaling
 
 SMALL = {
     "num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 48,
@@ -27,6 +28,9 @@ CASES = {
     "llama-llama3": ("llama", dict(GQA, rope_parameters=LLAMA3)),
     "llama-dynamic": ("llama", dict(GQA, max_position_embeddings=12, rope_parameters={
         "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})),  # 7 + 16 tokens: past t_train
+    "llama-yarn": ("llama", {**GQA, "head_dim": 32, "rope_parameters": {  # ramp over pairs 0-5
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+        "original_max_position_embeddings": 64}}),
     "mistral": ("mistral", dict(GQA, sliding_window=4)),
     "qwen3": ("qwen3", dict(GQA, head_dim=16)),
     "gemma3": ("gemma3_text", dict(
@@ -87,16 +91,17 @@ def test_unpatched_reference_agrees_to_float32_rounding() -> None:
     assert 1e-12 < error < 1e-5
 
 
-@pytest.mark.parametrize("rope, match", [
-    ({"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16},
-     "rope_type='yarn' is not supported"),
-    ({"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
-          "long_factor": [1.0] * 4, "original_max_position_embeddings": 16},
-     "rope_type='longrope' is not supported"),
-])
-def test_rope_scaling_the_book_lacks_is_refused(rope: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
-        from_transformers(_model("llama", **dict(GQA, rope_parameters=rope)))
+def test_rope_scaling_the_book_lacks_is_refused() -> None:
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
+            "long_factor": [1.0] * 4, "original_max_position_embeddings": 16}
+    with pytest.raises(ValueError, match="rope_type='longrope' is not supported"):
+        from_transformers(_model("llama", {**GQA, "rope_parameters": rope}))
+
+
+
+def test_yarn_ramp_is_checked() -> None:
+    with pytest.raises(ValueError, match="ramp must be 'turns' or 'index'"):
+        YaRNScaling(4.0, 64, ramp="pairs")
 
 
 def test_unsupported_models_and_options_are_refused() -> None:
