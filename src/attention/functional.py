@@ -251,6 +251,21 @@ def repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
     return kv if h == h_kv else kv.repeat_interleave(h // h_kv, dim=-3)  # (..., h, t_k, d)
 
 
+def _check_sinks(sinks: Tensor | None, query: Tensor) -> None:
+    """Require None or one floating logit per query head: shape (h,), h = query.shape[-3]."""
+    if sinks is None:
+        return
+    h = query.shape[-3] if query.dim() >= 3 else None
+    if (not isinstance(sinks, Tensor) or h is None or tuple(sinks.shape) != (h,)
+            or not sinks.is_floating_point()):
+        got = (f"shape {tuple(sinks.shape)} and dtype {sinks.dtype}"
+               if isinstance(sinks, Tensor) else type(sinks).__name__)
+        raise ValueError(
+            f"sinks must be a float tensor of shape (h,) = ({h},), one logit per query head of a "
+            f"query (..., h, t_q, d_k), got {got}"
+        )
+
+
 def _weights(
     query: Tensor,
     key: Tensor,
@@ -258,8 +273,12 @@ def _weights(
     dropout_p: float,
     is_causal: bool,
     scale: float | None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
-    """Attention weights (..., t_q, t_k) in the accumulation dtype (float32 for half inputs)."""
+    """Attention weights (..., t_q, t_k) in the accumulation dtype (float32 for half inputs).
+
+    ``sinks`` (h,): a learned logit per head, one more term in each row's softmax denominator.
+    """
     acc_dtype = accumulation_dtype(query.dtype)
     t_q, t_k = query.shape[-2], key.shape[-2]
     scale = query.shape[-1] ** -0.5 if scale is None else scale
@@ -276,7 +295,11 @@ def _weights(
             attn_scores = attn_scores.masked_fill(~attn_mask, float("-inf"))
         else:
             attn_scores = attn_scores + attn_mask.to(acc_dtype)
-    attn_weights = softmax(attn_scores, dim=-1)
+    if sinks is None:
+        attn_weights = softmax(attn_scores, dim=-1)
+    else:  # the sink is a column of its own in the softmax, dropped after it
+        column = sinks.to(acc_dtype)[:, None, None].expand(*attn_scores.shape[:-1], 1)
+        attn_weights = softmax(torch.cat([attn_scores, column], dim=-1), dim=-1)[..., :-1]
     if dropout_p > 0.0:
         attn_weights = F.dropout(attn_weights, p=dropout_p, training=True)
     return attn_weights
@@ -344,6 +367,7 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Context vectors Z = A V of shape (..., t_q, d_v), written out explicitly.
 
@@ -360,6 +384,10 @@ def scaled_dot_product_attention(
     through 0 · nan = nan in A V. Half-precision inputs: A and A V are computed in float32 and Z
     is rounded once.
 
+    ``sinks`` (h,), the learned sinks of gpt-oss (beyond torch's arguments): query head k's
+    softmax gets one more term exp(σ_k) in its denominator, as if it saw one more key of score
+    σ_k and value zero, so each row's weights sum to less than 1. Needs query (..., h, t_q, d_k).
+
     Args:
         query: (..., t_q, d_k).
         key: (..., t_k, d_k), the query's dtype and device.
@@ -370,6 +398,7 @@ def scaled_dot_product_attention(
         is_causal: apply :func:`causal_mask`; cannot be combined with ``attn_mask``.
         scale: factor on the scores; defaults to 1 / sqrt(d_k).
         enable_gqa: grouped-query attention, as in PyTorch.
+        sinks: (h,) learned sink logits, one per query head, or None.
 
     Returns:
         Z (..., t_q, d_v) in the value's dtype.
@@ -390,8 +419,11 @@ def scaled_dot_product_attention(
     check_dropout(dropout_p, "dropout_p")
     check_bool(is_causal, "is_causal")
     check_qkv(query, key, value)
+    _check_sinks(sinks, query)
     if enable_gqa:
         key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
         value = repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
-    attn_weights = _weights(query, key, attn_mask, dropout_p, is_causal, scale)  # (..., t_q, t_k)
+    attn_weights = _weights(
+        query, key, attn_mask, dropout_p, is_causal, scale, sinks
+    )  # (..., t_q, t_k)
     return (attn_weights @ value.to(attn_weights.dtype)).to(value.dtype)  # (..., t_q, d_v)

@@ -16,8 +16,8 @@ chapters 4 and 10, positions are :class:`~attention.LearnedPositions` or
 The feed-forward sublayers are two or three ``nn.Linear`` and an activation, as in chapter 9.
 
 Supported: GPT-2, GPT-NeoX, Llama (RoPE scaling none, linear, llama3, dynamic or YaRN), Mistral,
-Qwen3 and
-Gemma 3 (text). Anything else, a configuration option the book does not implement, or a model
+Qwen3, Gemma 3 (text) and gpt-oss, whose mixture-of-experts feed-forward sublayer is
+``transformers``' own module (the book does not teach routing). Anything else, a configuration option the book does not implement, or a model
 whose RoPE frequencies differ from the book's rule, is a ValueError that says so: never a
 silently different model.
 
@@ -44,14 +44,13 @@ from .positions import LearnedPositions, RotaryEmbedding
 
 __all__ = ["SUPPORTED", "CausalLM", "from_transformers", "upcast_transformers"]
 
-SUPPORTED = ("gpt2", "gpt_neox", "llama", "mistral", "qwen3", "gemma3_text")
+SUPPORTED = ("gpt2", "gpt_neox", "llama", "mistral", "qwen3", "gemma3_text", "gpt_oss")
 """The ``config.model_type`` values :func:`from_transformers` accepts (``gemma3`` models are
 read through their text model)."""
 
 _REFUSED = {
-    "deepseek_v3": "DeepSeek-V3's multi-head latent attention uses YaRN frequencies that ramp "
-    "over the pair index, which attention.rope_scaling does not implement yet",
-    "gpt_oss": "gpt-oss needs learned sink logits in the book's attention, not implemented yet",
+    "deepseek_v3": "DeepSeek-V3's multi-head latent attention (normalized latents, its own "
+    "value width, YaRN's mscale on the scores) is not read yet",
     "qwen3_next": "Qwen3-Next needs the Gated DeltaNet layers of the delta-rule chapter, which "
     "have not landed",
     "deepseek_v32": "DeepSeek-V3.2 needs the learned sparse attention of attention.sparse, "
@@ -84,9 +83,9 @@ class _Attention(nn.Module):
     def __init__(
         self, d: int, num_heads: int, num_kv_heads: int, d_h: int, *, qkv_bias: bool,
         out_bias: bool, rotary: RotaryEmbedding | None, window: int | None, scale: float,
-        qk_norm: tuple[nn.Module, nn.Module] | None = None,
+        qk_norm: tuple[nn.Module, nn.Module] | None = None, sinks: Tensor | None = None,
     ) -> None:
-        """The four projections; ``window`` None for a global layer."""
+        """The four projections; ``window`` None for a global layer; learned ``sinks`` (h,)."""
         super().__init__()
         self.num_heads, self.num_kv_heads, self.d_h = num_heads, num_kv_heads, d_h
         self.window, self.scale, self.rotary = window, scale, rotary
@@ -95,6 +94,7 @@ class _Attention(nn.Module):
         self.W_value = nn.Linear(d, num_kv_heads * d_h, bias=qkv_bias)
         self.out_proj = nn.Linear(num_heads * d_h, d, bias=out_bias)
         self.q_norm, self.k_norm = qk_norm if qk_norm is not None else (None, None)
+        self.sinks = None if sinks is None else nn.Parameter(sinks.detach().clone())
 
     def new_cache(self, batch_size: int, max_tokens: int) -> KVCache | RollingKVCache:
         """A KVCache, or a RollingKVCache of w slots in a sliding-window layer."""
@@ -130,7 +130,8 @@ class _Attention(nn.Module):
             query_pos = torch.arange(n, n + t, device=x.device)  # (t,)
             mask = _visible(query_pos, key_pos.to(x.device), self.window, 0)  # (t, t_k)
         context = scaled_dot_product_attention(
-            queries, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
+            queries, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True,
+            sinks=self.sinks,
         )  # (b, h, t, d_h)
         return self.out_proj(context.transpose(1, 2).reshape(b, t, h * d_h))  # (b, t, d)
 
@@ -151,6 +152,23 @@ class _FeedForward(nn.Module):
         if self.gate is None:
             return self.down(self.act(self.up(x)))
         return self.down(self.act(self.gate(x)) * self.up(x))
+
+
+class _Borrowed(nn.Module):
+    """A transformers feed-forward module used as it is: a mixture of experts' routing and experts.
+
+    The book does not teach routing; only the first output (the hidden states) is kept.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        """Wrap ``module`` (its weights are shared, not copied)."""
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (b, t, d) -> (b, t, d)."""
+        out = self.module(x)
+        return out[0] if isinstance(out, tuple) else out
 
 
 class _Block(nn.Module):
@@ -428,8 +446,21 @@ def _gpt_neox(model: nn.Module) -> CausalLM:
     )
 
 
+def _feed_forward(config: Any, mlp: nn.Module, gemma: bool) -> _FeedForward:
+    """SwiGLU (GeGLU in Gemma) with the weights of ``mlp``'s gate, up and down projections."""
+    ffn = _FeedForward(
+        config.hidden_size, config.intermediate_size,
+        config.hidden_activation if gemma else config.hidden_act, gated=True,
+        bias=getattr(config, "mlp_bias", False),
+    )
+    for ours, theirs in ((ffn.gate, mlp.gate_proj), (ffn.up, mlp.up_proj),
+                         (ffn.down, mlp.down_proj)):
+        _copy(ours, theirs.weight, theirs.bias)
+    return ffn
+
+
 def _llama_like(model: nn.Module) -> CausalLM:
-    """Llama, Mistral, Qwen3, Gemma 3: RMSNorm, RoPE, grouped-query attention, gated FFN."""
+    """Llama, Mistral, Qwen3, Gemma 3, gpt-oss: RMSNorm, RoPE, grouped-query attention."""
     config, body, kind = model.config, model.model, model.config.model_type
     gemma = kind == "gemma3_text"
     d, h, h_kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
@@ -467,20 +498,16 @@ def _llama_like(model: nn.Module) -> CausalLM:
         attention = _Attention(
             d, h, h_kv, d_h, qkv_bias=bias, out_bias=bias, rotary=rotaries[layer_type],
             window=config.sliding_window if layer_type == "sliding_attention" else None,
-            scale=scale, qk_norm=qk_norm,
+            scale=scale, qk_norm=qk_norm, sinks=getattr(source, "sinks", None),
         )
         for ours, theirs in ((attention.W_query, source.q_proj), (attention.W_key, source.k_proj),
                              (attention.W_value, source.v_proj), (attention.out_proj, source.o_proj)):
             _copy(ours, theirs.weight, theirs.bias)
         mlp = layer.mlp
-        ffn = _FeedForward(
-            d, config.intermediate_size,
-            config.hidden_activation if gemma else config.hidden_act, gated=True,
-            bias=getattr(config, "mlp_bias", False),
-        )
-        for ours, theirs in ((ffn.gate, mlp.gate_proj), (ffn.up, mlp.up_proj),
-                             (ffn.down, mlp.down_proj)):
-            _copy(ours, theirs.weight, theirs.bias)
+        if kind == "gpt_oss":  # a mixture of experts: transformers' own module
+            ffn: nn.Module = _Borrowed(mlp)
+        else:
+            ffn = _feed_forward(config, mlp, gemma)
         norms = (_rms_norm(layer.input_layernorm, eps, offset),
                  _rms_norm(layer.pre_feedforward_layernorm if gemma
                            else layer.post_attention_layernorm, eps, offset))
@@ -498,7 +525,7 @@ def _llama_like(model: nn.Module) -> CausalLM:
 
 _READERS = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
-    "qwen3": _llama_like, "gemma3_text": _llama_like,
+    "qwen3": _llama_like, "gemma3_text": _llama_like, "gpt_oss": _llama_like,
 }
 
 
@@ -577,6 +604,10 @@ def _rotary_forward(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
         with _float_is_float64():
             inv_freq, factor = init(config, **extra)
         tables[layer_type] = (inv_freq.double(), factor)
+    # cos and sin of width d_rot (angles repeated, as rotate_half needs) or d_rot/2 (gpt-oss)
+    probe = module.forward(torch.zeros(1), torch.zeros(1, 1, dtype=torch.long),
+                           *([layer_types[0]] if layer_types else []))[0]  # (1, 1, width)
+    repeat = probe.shape[-1] // tables[layer_types[0] if layer_types else None][0].shape[0]
 
     def forward(x: Tensor, position_ids: Tensor, layer_type: str | None = None) -> tuple:
         inv_freq, factor = tables[layer_type]
@@ -585,7 +616,7 @@ def _rotary_forward(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
             with _float_is_float64():
                 inv_freq = ROPE_INIT_FUNCTIONS["dynamic"](config, seq_len=length)[0].double()
         freqs = position_ids[..., None].double() * inv_freq.to(x.device)  # (b, t, d_rot/2)
-        angles = torch.cat([freqs, freqs], dim=-1)  # (b, t, d_rot)
+        angles = torch.cat([freqs] * repeat, dim=-1)  # (b, t, d_rot), or d_rot/2 (gpt-oss)
         return (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)
 
     return forward

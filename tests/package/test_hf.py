@@ -41,6 +41,12 @@ CASES = {
             "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
         },
     )),
+    "gpt_oss": ("gpt_oss", {  # learned sinks, alternating windows, YaRN, experts borrowed
+        **GQA, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+        "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"],
+        "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                            "original_max_position_embeddings": 16, "beta_fast": 8.0,
+                            "beta_slow": 1.0, "truncate": False}}),
 }
 
 
@@ -48,7 +54,9 @@ def _model(model_type: str, options: dict | None = None, **more: object) -> torc
     """A random float64 transformers model, generating without an end-of-sequence token."""
     torch.manual_seed(0)
     config = transformers.AutoConfig.for_model(model_type, **(options or {}), **more)
-    model = transformers.AutoModelForCausalLM.from_config(config).double().eval()
+    # experts: the loop over experts, as torch's grouped matmul has no float64
+    extra = {"experts_implementation": "eager"} if model_type == "gpt_oss" else {}
+    model = transformers.AutoModelForCausalLM.from_config(config, **extra).double().eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
@@ -111,8 +119,8 @@ def test_unsupported_models_and_options_are_refused() -> None:
         from_transformers(_model("phi", **SMALL))
     with pytest.raises(ValueError, match="reorder_and_upcast_attn=True"):
         from_transformers(_model("gpt2", **dict(CASES["gpt2"][1], reorder_and_upcast_attn=True)))
-    with pytest.raises(ValueError, match="gpt_oss is not supported yet: .*sink"):
-        from_transformers(_model("gpt_oss", **dict(GQA, head_dim=8, num_local_experts=2)))
+    with pytest.raises(ValueError, match="qwen3_next is not supported yet: .*Gated DeltaNet"):
+        from_transformers(_model("qwen3_next", {**GQA, "head_dim": 8}))
 
 
 def test_bad_input_is_refused() -> None:
