@@ -16,8 +16,9 @@ chapters 4 and 10, positions are :class:`~attention.LearnedPositions` or
 The feed-forward sublayers are two or three ``nn.Linear`` and an activation, as in chapter 9.
 
 Supported: GPT-2, GPT-NeoX, Llama (RoPE scaling none, linear, llama3, dynamic or YaRN), Mistral,
-Qwen3, Gemma 3 (text) and gpt-oss, whose mixture-of-experts feed-forward sublayer is
-``transformers``' own module (the book does not teach routing). Anything else, a configuration option the book does not implement, or a model
+Qwen3, Gemma 3 (text), gpt-oss and DeepSeek-V3; the mixture-of-experts feed-forward sublayers
+of the last two are ``transformers``' own modules (the book does not teach routing). DeepSeek-V3's
+attention is multi-head latent attention over :class:`~attention.latent.LatentKVCache`. Anything else, a configuration option the book does not implement, or a model
 whose RoPE frequencies differ from the book's rule, is a ValueError that says so: never a
 silently different model.
 
@@ -39,18 +40,19 @@ from torch import Tensor, nn
 from . import rope_scaling
 from .functional import causal_mask, scaled_dot_product_attention
 from .inference import KVCache, RollingKVCache, _visible
+from .latent import LatentKVCache
 from .norms import RMSNorm
 from .positions import LearnedPositions, RotaryEmbedding
 
 __all__ = ["SUPPORTED", "CausalLM", "from_transformers", "upcast_transformers"]
 
-SUPPORTED = ("gpt2", "gpt_neox", "llama", "mistral", "qwen3", "gemma3_text", "gpt_oss")
+SUPPORTED = (
+    "gpt2", "gpt_neox", "llama", "mistral", "qwen3", "gemma3_text", "gpt_oss", "deepseek_v3"
+)
 """The ``config.model_type`` values :func:`from_transformers` accepts (``gemma3`` models are
 read through their text model)."""
 
 _REFUSED = {
-    "deepseek_v3": "DeepSeek-V3's multi-head latent attention (normalized latents, its own "
-    "value width, YaRN's mscale on the scores) is not read yet",
     "qwen3_next": "Qwen3-Next needs the Gated DeltaNet layers of the delta-rule chapter, which "
     "have not landed",
     "deepseek_v32": "DeepSeek-V3.2 needs the learned sparse attention of attention.sparse, "
@@ -134,6 +136,64 @@ class _Attention(nn.Module):
             sinks=self.sinks,
         )  # (b, h, t, d_h)
         return self.out_proj(context.transpose(1, 2).reshape(b, t, h * d_h))  # (b, t, d)
+
+
+class _LatentAttention(nn.Module):
+    """DeepSeek-V3's multi-head latent attention, expanded form, over chapter 10's latent cache.
+
+    :class:`~attention.latent.MultiHeadLatentAttention` with what DeepSeek-V2 and V3 add to the
+    paper's equations: RMSNorm on the query latent and on the key-value latent c (which is what
+    the cache holds), content keys and values of different widths (``qk_nope_head_dim`` and
+    ``v_head_dim``), interleaved RoPE pairs, and YaRN's mscale² on the scores.
+    """
+
+    def __init__(self, source: nn.Module, config: Any, rotary: RotaryEmbedding, scale: float) -> None:
+        """Copies of ``source``'s projections and norms."""
+        super().__init__()
+        self.num_heads, self.rotary, self.scale = config.num_attention_heads, rotary, scale
+        self.d_c, self.d_r = config.kv_lora_rank, config.qk_rope_head_dim
+        self.d_nope, self.d_v = config.qk_nope_head_dim, config.v_head_dim
+        self.window = None
+        if source.q_lora_rank is None:
+            self.W_down_query, self.q_norm = None, None
+            self.W_up_query = _linear_from(source.q_proj)
+        else:
+            self.W_down_query = _linear_from(source.q_a_proj)  # W_DQ
+            self.q_norm = _rms_norm(source.q_a_layernorm, source.q_a_layernorm.variance_epsilon)
+            self.W_up_query = _linear_from(source.q_b_proj)  # [W_UQ | W_QR], head by head
+        self.W_down_kv = _linear_from(source.kv_a_proj_with_mqa)  # [W_DKV | W_KR]
+        self.kv_norm = _rms_norm(source.kv_a_layernorm, source.kv_a_layernorm.variance_epsilon)
+        self.W_up_kv = _linear_from(source.kv_b_proj)  # [W_UK | W_UV], head by head
+        self.out_proj = _linear_from(source.o_proj)
+
+    def new_cache(self, batch_size: int, max_tokens: int) -> LatentKVCache:
+        """d_c + d_h^R numbers per token: the normalized latent and the rotated shared key."""
+        weight = self.W_down_kv.weight
+        return LatentKVCache(batch_size, max_tokens, self.d_c, self.d_r,
+                             dtype=weight.dtype, device=weight.device)
+
+    def forward(self, x: Tensor, cache: LatentKVCache | None = None) -> Tensor:
+        """Context vectors (b, t, d) of x (b, t, d), after the n cached tokens if any."""
+        b, t, _ = x.shape
+        h, d_nope, d_r, d_v = self.num_heads, self.d_nope, self.d_r, self.d_v
+        n = 0 if cache is None else cache.length
+        c_q = x if self.W_down_query is None else self.q_norm(self.W_down_query(x))
+        queries = self.W_up_query(c_q).view(b, t, h, d_nope + d_r).transpose(1, 2)
+        q_content, q_rope = queries.split([d_nope, d_r], dim=-1)  # (b, h, t, ·)
+        latents, rope_keys = self.W_down_kv(x).split([self.d_c, d_r], dim=-1)  # (b, t, ·)
+        latents, rope_keys = self.kv_norm(latents), self.rotary(rope_keys, start=n)
+        q_rope = self.rotary(q_rope, start=n)
+        if cache is not None:
+            latents, rope_keys = cache.append(latents, rope_keys)  # (b, t_k, d_c), (b, t_k, d_R)
+        t_k = latents.shape[1]
+        kv = self.W_up_kv(latents).view(b, t_k, h, d_nope + d_v).transpose(1, 2)
+        k_content, values = kv.split([d_nope, d_v], dim=-1)  # (b, h, t_k, d_nope), (.., d_v)
+        keys = torch.cat([k_content, rope_keys[:, None].expand(b, h, t_k, d_r)], dim=-1)
+        mask = causal_mask(t, t_k, device=x.device, alignment="bottom_right")  # (t, t_k)
+        context = scaled_dot_product_attention(
+            torch.cat([q_content, q_rope], dim=-1), keys, values, attn_mask=mask, scale=self.scale
+        )  # (b, h, t, d_v)
+        return self.out_proj(context.transpose(1, 2).reshape(b, t, h * d_v))  # (b, t, d)
 
 
 class _FeedForward(nn.Module):
@@ -224,7 +284,7 @@ class CausalLM(nn.Module):
         """"local" for a sliding-window layer, "global" for one that sees every token."""
         return ["global" if b.attention.window is None else "local" for b in self.blocks]
 
-    def new_caches(self, batch_size: int, max_tokens: int) -> list[KVCache | RollingKVCache]:
+    def new_caches(self, batch_size: int, max_tokens: int) -> list[Any]:
         """One empty cache per layer, for up to ``max_tokens`` positions."""
         return [block.attention.new_cache(batch_size, max_tokens) for block in self.blocks]
 
@@ -363,12 +423,12 @@ def _yarn(params: dict, max_positions: int) -> rope_scaling.YaRNScaling:
 
 
 def _rotary(
-    params: dict, d_h: int, config: Any, reference: Tensor | None
+    params: dict, d_h: int, config: Any, reference: Tensor | None, interleaved: bool = False
 ) -> RotaryEmbedding:
     """The book's RoPE for ``params``, checked against the reference's float32 frequencies."""
     rotary_dim = int(d_h * params.get("partial_rotary_factor", 1.0))
     rotary = RotaryEmbedding(
-        d_h, params["rope_theta"], rotary_dim=rotary_dim,
+        d_h, params["rope_theta"], interleaved, rotary_dim=rotary_dim,
         scaling=_rope_rule(params, config.model_type, config.max_position_embeddings),
     )
     if reference is not None:  # transformers computes them in float32: compare to that
@@ -523,9 +583,35 @@ def _llama_like(model: nn.Module) -> CausalLM:
     )
 
 
+def _deepseek_v3(model: nn.Module) -> CausalLM:
+    """DeepSeek-V3: multi-head latent attention, YaRN on the shared rotary key, MoE borrowed."""
+    config, body = model.config, model.model
+    _option(config, "attention_bias", (False,))
+    params = config.rope_parameters
+    rotary = _rotary(params, config.qk_rope_head_dim, config, body.rotary_emb.inv_freq,
+                     interleaved=bool(config.rope_interleave))
+    scale = (config.qk_nope_head_dim + config.qk_rope_head_dim) ** -0.5
+    weight_all = params.get("mscale_all_dim") or 0.0
+    if params.get("rope_type", "default") != "default" and weight_all and params["factor"] > 1:
+        scale *= (0.1 * weight_all * math.log(params["factor"]) + 1.0) ** 2  # YaRN's mscale²
+    eps, blocks = config.rms_norm_eps, []
+    for i, layer in enumerate(body.layers):
+        attention = _LatentAttention(layer.self_attn, config, rotary, scale)
+        dense = i < config.first_k_dense_replace
+        ffn = _feed_forward(config, layer.mlp, False) if dense else _Borrowed(layer.mlp)
+        norms = (_rms_norm(layer.input_layernorm, eps),
+                 _rms_norm(layer.post_attention_layernorm, eps))
+        blocks.append(_Block(attention, ffn, norms))
+    return CausalLM(
+        nn.Embedding.from_pretrained(body.embed_tokens.weight.detach().clone(), freeze=False),
+        blocks, _rms_norm(body.norm, eps), _linear_from(model.lm_head), name="deepseek_v3",
+    )
+
+
 _READERS = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
     "qwen3": _llama_like, "gemma3_text": _llama_like, "gpt_oss": _llama_like,
+    "deepseek_v3": _deepseek_v3,
 }
 
 

@@ -47,6 +47,14 @@ CASES = {
         "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                             "original_max_position_embeddings": 16, "beta_fast": 8.0,
                             "beta_slow": 1.0, "truncate": False}}),
+    "deepseek_v3": ("deepseek_v3", {  # MLA, interleaved RoPE with YaRN and mscale, MoE
+        **SMALL, "num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 8,
+        "qk_rope_head_dim": 4, "qk_nope_head_dim": 8, "v_head_dim": 6,
+        "moe_intermediate_size": 16, "n_routed_experts": 4, "num_experts_per_tok": 2,
+        "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
+        "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                            "original_max_position_embeddings": 16, "mscale": 1.0,
+                            "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}}),
 }
 
 
@@ -55,7 +63,7 @@ def _model(model_type: str, options: dict | None = None, **more: object) -> torc
     torch.manual_seed(0)
     config = transformers.AutoConfig.for_model(model_type, **(options or {}), **more)
     # experts: the loop over experts, as torch's grouped matmul has no float64
-    extra = {"experts_implementation": "eager"} if model_type == "gpt_oss" else {}
+    extra = {"experts_implementation": "eager"} if model_type in ("gpt_oss", "deepseek_v3") else {}
     model = transformers.AutoModelForCausalLM.from_config(config, **extra).double().eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
