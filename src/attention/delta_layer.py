@@ -22,7 +22,23 @@ from torch import Tensor, nn
 from ._checks import check_sizes
 from .delta import gated_delta_rule
 
-__all__ = ["GatedDeltaNet"]
+__all__ = ["DeltaState", "GatedDeltaNet"]
+
+
+class DeltaState:
+    """What a gated delta layer carries from one call to the next: its cache when decoding.
+
+    ``conv`` (b, channels, w_conv - 1) holds the inputs of the convolution's last w_conv - 1
+    tokens and
+    ``state`` (b, h_v, d_k, d_v) the memory S; both are None before the first call. ``length``
+    counts the tokens read. Its size does not grow with the length.
+    """
+
+    def __init__(self) -> None:
+        """Empty: zeros are used for both on the first call."""
+        self.conv: Tensor | None = None
+        self.state: Tensor | None = None
+        self.length = 0
 
 
 class GatedDeltaNet(nn.Module):
@@ -83,12 +99,17 @@ class GatedDeltaNet(nn.Module):
         self.norm_weight = nn.Parameter(torch.ones(d_v))
         self.out_proj = nn.Linear(num_value_heads * d_v, d_model, bias=False)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """y (b, t, d) from x (b, t, d)."""
+    def forward(self, x: Tensor, cache: DeltaState | None = None) -> Tensor:
+        """y (b, t, d) from x (b, t, d); with a cache, x continues the tokens it has read."""
         b, t, _ = x.shape
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # (b, t, ch)
         k_size = self.conv.kernel_size[0]
-        qkv = F.pad(qkv.transpose(1, 2), (k_size - 1, 0))  # (b, ch, w_conv - 1 + t): causal padding
+        if cache is None or cache.conv is None:
+            qkv = F.pad(qkv.transpose(1, 2), (k_size - 1, 0))  # (b, ch, w_conv - 1 + t): causal
+        else:  # the last w_conv - 1 inputs of the previous call instead of zeros
+            qkv = torch.cat([cache.conv, qkv.transpose(1, 2)], dim=-1)  # (b, ch, w_conv - 1 + t)
+        if cache is not None:
+            cache.conv = qkv[..., qkv.shape[-1] - (k_size - 1):]  # (b, ch, w_conv - 1)
         qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, ch)
         q, k, v = qkv.split([self.h_k * self.d_k, self.h_k * self.d_k, self.h_v * self.d_v], -1)
         q = q.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)
@@ -97,9 +118,13 @@ class GatedDeltaNet(nn.Module):
         q, k = (y * torch.rsqrt((y * y).sum(-1, keepdim=True) + 1e-6) for y in (q, k))
         beta = self.b_proj(x).sigmoid().transpose(1, 2)  # (b, h_v, t)
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)
-        o = gated_delta_rule(
-            q, k, v, g.transpose(1, 2).to(v.dtype), beta, form="chunked", chunk_size=self.chunk_size
-        )  # (b, h_v, t, d_v)
+        o, final = gated_delta_rule(
+            q, k, v, g.transpose(1, 2).to(v.dtype), beta, form="chunked",
+            chunk_size=self.chunk_size, initial_state=None if cache is None else cache.state,
+            output_final_state=True,
+        )  # (b, h_v, t, d_v), (b, h_v, d_k, d_v)
+        if cache is not None:
+            cache.state, cache.length = final, cache.length + t
         o = o.transpose(1, 2)  # (b, t, h_v, d_v)
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps) * self.norm_weight
         z = self.z_proj(x).view(b, t, self.h_v, self.d_v)  # (b, t, h_v, d_v)

@@ -16,9 +16,12 @@ chapters 4 and 10, positions are :class:`~attention.LearnedPositions` or
 The feed-forward sublayers are two or three ``nn.Linear`` and an activation, as in chapter 9.
 
 Supported: GPT-2, GPT-NeoX, Llama (RoPE scaling none, linear, llama3, dynamic or YaRN), Mistral,
-Qwen3, Gemma 3 (text), gpt-oss and DeepSeek-V3; the mixture-of-experts feed-forward sublayers
-of the last two are ``transformers``' own modules (the book does not teach routing). DeepSeek-V3's
-attention is multi-head latent attention over :class:`~attention.latent.LatentKVCache`. Anything else, a configuration option the book does not implement, or a model
+Qwen3, Gemma 3 (text), gpt-oss, DeepSeek-V3 and Qwen3-Next; the mixture-of-experts
+feed-forward sublayers of the last three are ``transformers``' own modules (the book does not
+teach routing). DeepSeek-V3's attention is multi-head latent attention over
+:class:`~attention.latent.LatentKVCache`; Qwen3-Next's linear layers are
+:class:`~attention.delta_layer.GatedDeltaNet`, whose cache is a
+:class:`~attention.delta_layer.DeltaState`, and its attention layers have an output gate. Anything else, a configuration option the book does not implement, or a model
 whose RoPE frequencies differ from the book's rule, is a ValueError that says so: never a
 silently different model.
 
@@ -38,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import rope_scaling
+from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
 from .inference import KVCache, RollingKVCache, _visible
 from .latent import LatentKVCache
@@ -47,14 +51,13 @@ from .positions import LearnedPositions, RotaryEmbedding
 __all__ = ["SUPPORTED", "CausalLM", "from_transformers", "upcast_transformers"]
 
 SUPPORTED = (
-    "gpt2", "gpt_neox", "llama", "mistral", "qwen3", "gemma3_text", "gpt_oss", "deepseek_v3"
+    "gpt2", "gpt_neox", "llama", "mistral", "qwen3", "gemma3_text", "gpt_oss", "deepseek_v3",
+    "qwen3_next",
 )
 """The ``config.model_type`` values :func:`from_transformers` accepts (``gemma3`` models are
 read through their text model)."""
 
 _REFUSED = {
-    "qwen3_next": "Qwen3-Next needs the Gated DeltaNet layers of the delta-rule chapter, which "
-    "have not landed",
     "deepseek_v32": "DeepSeek-V3.2 needs the learned sparse attention of attention.sparse, "
     "which has not landed",
 }
@@ -86,6 +89,7 @@ class _Attention(nn.Module):
         self, d: int, num_heads: int, num_kv_heads: int, d_h: int, *, qkv_bias: bool,
         out_bias: bool, rotary: RotaryEmbedding | None, window: int | None, scale: float,
         qk_norm: tuple[nn.Module, nn.Module] | None = None, sinks: Tensor | None = None,
+        output_gate: bool = False,
     ) -> None:
         """The four projections; ``window`` None for a global layer; learned ``sinks`` (h,)."""
         super().__init__()
@@ -97,6 +101,8 @@ class _Attention(nn.Module):
         self.out_proj = nn.Linear(num_heads * d_h, d, bias=out_bias)
         self.q_norm, self.k_norm = qk_norm if qk_norm is not None else (None, None)
         self.sinks = None if sinks is None else nn.Parameter(sinks.detach().clone())
+        # gated attention (Qiu et al. 2025, Qwen3-Next): z ⊙ sigmoid(x W_gate) per feature
+        self.W_gate = nn.Linear(d, num_heads * d_h, bias=qkv_bias) if output_gate else None
 
     def new_cache(self, batch_size: int, max_tokens: int) -> KVCache | RollingKVCache:
         """A KVCache, or a RollingKVCache of w slots in a sliding-window layer."""
@@ -135,7 +141,10 @@ class _Attention(nn.Module):
             queries, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True,
             sinks=self.sinks,
         )  # (b, h, t, d_h)
-        return self.out_proj(context.transpose(1, 2).reshape(b, t, h * d_h))  # (b, t, d)
+        context = context.transpose(1, 2).reshape(b, t, h * d_h)  # (b, t, h d_h)
+        if self.W_gate is not None:
+            context = context * torch.sigmoid(self.W_gate(x))
+        return self.out_proj(context)  # (b, t, d)
 
 
 class _LatentAttention(nn.Module):
@@ -281,12 +290,18 @@ class CausalLM(nn.Module):
 
     @property
     def layer_kinds(self) -> list[str]:
-        """"local" for a sliding-window layer, "global" for one that sees every token."""
-        return ["global" if b.attention.window is None else "local" for b in self.blocks]
+        """"local" (sliding window), "global" (every token) or "linear" (a gated delta layer)."""
+        return ["linear" if isinstance(b.attention, GatedDeltaNet)
+                else "global" if b.attention.window is None else "local" for b in self.blocks]
 
     def new_caches(self, batch_size: int, max_tokens: int) -> list[Any]:
-        """One empty cache per layer, for up to ``max_tokens`` positions."""
-        return [block.attention.new_cache(batch_size, max_tokens) for block in self.blocks]
+        """One empty cache per layer, for up to ``max_tokens`` positions.
+
+        A gated delta layer's cache is its :class:`~attention.delta_layer.DeltaState`, whose
+        size does not depend on ``max_tokens``.
+        """
+        return [DeltaState() if isinstance(block.attention, GatedDeltaNet)
+                else block.attention.new_cache(batch_size, max_tokens) for block in self.blocks]
 
     def forward(
         self, input_ids: Tensor, caches: list[KVCache | RollingKVCache] | None = None
@@ -519,22 +534,56 @@ def _feed_forward(config: Any, mlp: nn.Module, gemma: bool) -> _FeedForward:
     return ffn
 
 
-def _llama_like(model: nn.Module) -> CausalLM:
-    """Llama, Mistral, Qwen3, Gemma 3, gpt-oss: RMSNorm, RoPE, grouped-query attention."""
-    config, body, kind = model.config, model.model, model.config.model_type
-    gemma = kind == "gemma3_text"
+def _attention(
+    source: nn.Module, config: Any, rotary: RotaryEmbedding, layer_type: str, scale: float,
+    norm: tuple[float, float], output_gate: bool,
+) -> _Attention:
+    """The book's attention with the weights of a Llama-like ``self_attn`` module."""
     d, h, h_kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
     d_h = getattr(config, "head_dim", None) or d // h
-    eps, offset = config.rms_norm_eps, 1.0 if gemma else 0.0
+    eps, offset = norm
+    bias = getattr(config, "attention_bias", False)
+    qk_norm = None
+    if hasattr(source, "q_norm"):
+        qk_norm = (_rms_norm(source.q_norm, eps, offset), _rms_norm(source.k_norm, eps, offset))
+    attention = _Attention(
+        d, h, h_kv, d_h, qkv_bias=bias, out_bias=bias, rotary=rotary,
+        window=config.sliding_window if layer_type == "sliding_attention" else None,
+        scale=scale, qk_norm=qk_norm, sinks=getattr(source, "sinks", None),
+        output_gate=output_gate,
+    )
+    q_weight, q_bias = source.q_proj.weight, source.q_proj.bias
+    if output_gate:  # Qwen3-Next's q_proj: per head, d_h query rows then d_h gate rows
+        q_weight = q_weight.view(h, 2, d_h, d)
+        q_bias = None if q_bias is None else q_bias.view(h, 2, d_h)
+        _copy(attention.W_gate, q_weight[:, 1].reshape(h * d_h, d),
+              None if q_bias is None else q_bias[:, 1].reshape(h * d_h))
+        q_weight = q_weight[:, 0].reshape(h * d_h, d)
+        q_bias = None if q_bias is None else q_bias[:, 0].reshape(h * d_h)
+    _copy(attention.W_query, q_weight, q_bias)
+    for ours, theirs in ((attention.W_key, source.k_proj), (attention.W_value, source.v_proj),
+                         (attention.out_proj, source.o_proj)):
+        _copy(ours, theirs.weight, theirs.bias)
+    return attention
+
+
+def _llama_like(model: nn.Module) -> CausalLM:
+    """Llama, Mistral, Qwen3, Gemma 3, gpt-oss, Qwen3-Next: RMSNorm, RoPE, grouped-query."""
+    config, body, kind = model.config, model.model, model.config.model_type
+    gemma = kind == "gemma3_text"
+    next_ = kind == "qwen3_next"  # Qwen3-Next's norms store γ - 1 as Gemma's do
+    d, h = config.hidden_size, config.num_attention_heads
+    d_h = getattr(config, "head_dim", None) or d // h
+    eps, offset = config.rms_norm_eps, 1.0 if gemma or next_ else 0.0
     layer_types = getattr(config, "layer_types", None) or ["full_attention"] * len(body.layers)
     if kind == "mistral" and config.sliding_window is not None:
         layer_types = ["sliding_attention"] * len(body.layers)
     if kind == "qwen3" and not config.use_sliding_window:
         layer_types = ["full_attention"] * len(body.layers)
-    if not set(layer_types) <= {"full_attention", "sliding_attention"}:
+    kinds = {"full_attention", "sliding_attention"} | ({"linear_attention"} if next_ else set())
+    if not set(layer_types) <= kinds:
         raise ValueError(
-            f"{kind}: layer_types must be 'full_attention' or 'sliding_attention', got "
-            f"{sorted(set(layer_types))}"
+            f"{kind}: layer_types must be in {sorted(kinds)}, got {sorted(set(layer_types))}"
         )
     if gemma:
         _option(config, "attn_logit_softcapping", (None,))
@@ -543,28 +592,20 @@ def _llama_like(model: nn.Module) -> CausalLM:
         scale = d_h**-0.5
     params = config.rope_parameters
     rotaries = {}
-    for layer_type in set(layer_types):
+    for layer_type in set(layer_types) - {"linear_attention"}:
         own = params[layer_type] if gemma else params
         reference = (getattr(body.rotary_emb, f"{layer_type}_inv_freq") if gemma
                      else body.rotary_emb.inv_freq)
         rotaries[layer_type] = _rotary(own, d_h, config, reference)
-    bias = getattr(config, "attention_bias", False)
     blocks = []
     for layer, layer_type in zip(body.layers, layer_types, strict=True):
-        source = layer.self_attn
-        qk_norm = None
-        if hasattr(source, "q_norm"):
-            qk_norm = (_rms_norm(source.q_norm, eps, offset), _rms_norm(source.k_norm, eps, offset))
-        attention = _Attention(
-            d, h, h_kv, d_h, qkv_bias=bias, out_bias=bias, rotary=rotaries[layer_type],
-            window=config.sliding_window if layer_type == "sliding_attention" else None,
-            scale=scale, qk_norm=qk_norm, sinks=getattr(source, "sinks", None),
-        )
-        for ours, theirs in ((attention.W_query, source.q_proj), (attention.W_key, source.k_proj),
-                             (attention.W_value, source.v_proj), (attention.out_proj, source.o_proj)):
-            _copy(ours, theirs.weight, theirs.bias)
+        if layer_type == "linear_attention":  # chapter 13's gated delta layer
+            attention: nn.Module = GatedDeltaNet.from_qwen3_next(layer.linear_attn)
+        else:
+            attention = _attention(layer.self_attn, config, rotaries[layer_type], layer_type,
+                                   scale, (eps, offset), next_)
         mlp = layer.mlp
-        if kind == "gpt_oss":  # a mixture of experts: transformers' own module
+        if kind == "gpt_oss" or "Moe" in type(mlp).__name__:  # experts: transformers' module
             ffn: nn.Module = _Borrowed(mlp)
         else:
             ffn = _feed_forward(config, mlp, gemma)
@@ -611,7 +652,7 @@ def _deepseek_v3(model: nn.Module) -> CausalLM:
 _READERS = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
     "qwen3": _llama_like, "gemma3_text": _llama_like, "gpt_oss": _llama_like,
-    "deepseek_v3": _deepseek_v3,
+    "deepseek_v3": _deepseek_v3, "qwen3_next": _llama_like,
 }
 
 
@@ -659,10 +700,20 @@ def _float_is_float64() -> Iterator[None]:
         torch.float = torch.float32 = saved  # type: ignore[misc]
 
 
+def _in_float64(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``forward`` run with ``torch.float32`` naming float64 (``.float()`` is left as it is)."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        with _float_is_float64():
+            return forward(*args, **kwargs)
+
+    return wrapped
+
+
 def _rms_forward(module: nn.Module) -> Callable[[Tensor], Tensor]:
     """RMSNorm without transformers' float32 round trip: γ ⊙ x / sqrt(mean(x²) + ε)."""
     eps = getattr(module, "variance_epsilon", None) or module.eps
-    gemma = type(module).__name__.startswith("Gemma")
+    gemma = type(module).__name__.startswith(("Gemma", "Qwen3Next"))  # gain 1 + γ
 
     def forward(x: Tensor) -> Tensor:
         gain = 1.0 + module.weight if gemma else module.weight
@@ -715,7 +766,9 @@ def upcast_transformers(model: nn.Module) -> nn.Module:
     the frequencies with ``dtype=torch.float``; its RMSNorm casts to float32), and stores
     Gemma's embedding scale sqrt(d) as a float32 number: each moves a float64 model's logits by
     about 1e-9 to 1e-7. The same formulas in float64 make it a float64 reference. Only the
-    rotary, RMSNorm and scaled-embedding modules of the families in :data:`SUPPORTED` change.
+    rotary, RMSNorm and scaled-embedding modules of the families in :data:`SUPPORTED` change,
+    and Qwen3-Next's gated delta layers, whose ``torch.float32`` casts become float64; their
+    decay g stays float32 (``.float()``), as in :class:`~attention.delta_layer.GatedDeltaNet`.
     """
     if next(model.parameters()).dtype != torch.float64:
         raise ValueError("model must be float64 (call model.double() first)")
@@ -725,6 +778,8 @@ def upcast_transformers(model: nn.Module) -> nn.Module:
             module.forward = _rotary_forward(module)
         elif name.endswith("RMSNorm"):
             module.forward = _rms_forward(module)
+        elif name.endswith("GatedDeltaNet"):  # its rule and gated norm cast to torch.float32
+            module.forward = _in_float64(module.forward)
         elif name.endswith("ScaledWordEmbedding"):  # Gemma's sqrt(d), stored in float32
             module.embed_scale = torch.tensor(module.scalar_embed_scale, dtype=torch.float64)
     return model

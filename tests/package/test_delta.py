@@ -215,3 +215,17 @@ class TestBadInput:
         with pytest.raises(ValueError, match="num_value_heads must be a multiple of num_key_heads=2, got 3"):
             GatedDeltaNet(16, 2, 3, 4, 4)
 
+
+
+def test_layer_with_a_state_continues_where_it_stopped():
+    """A DeltaState carries the convolution's last inputs and S: prefill then one token at a time
+    gives the outputs of one call over the whole sequence."""
+    from attention.delta_layer import DeltaState
+
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(16, 2, 4, 4, 3).double()
+    x = torch.randn(2, 9, 16, dtype=F64)
+    state = DeltaState()
+    parts = [layer(x[:, :5], state)] + [layer(x[:, i:i + 1], state) for i in range(5, 9)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), layer(x), rtol=1e-12, atol=1e-13)
+    assert state.length == 9 and state.state.shape == (2, 4, 4, 3)

@@ -55,7 +55,15 @@ CASES = {
         "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                             "original_max_position_embeddings": 16, "mscale": 1.0,
                             "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}}),
+    "qwen3_next": ("qwen3_next", {  # gated attention and Gated DeltaNet layers, MoE borrowed
+        **GQA, "head_dim": 8, "layer_types": ["linear_attention", "full_attention"],
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+        "linear_value_head_dim": 6, "num_experts": 4, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16}),
 }
+
+
+MOE = ("gpt_oss", "deepseek_v3", "qwen3_next")
 
 
 def _model(model_type: str, options: dict | None = None, **more: object) -> torch.nn.Module:
@@ -63,7 +71,7 @@ def _model(model_type: str, options: dict | None = None, **more: object) -> torc
     torch.manual_seed(0)
     config = transformers.AutoConfig.for_model(model_type, **(options or {}), **more)
     # experts: the loop over experts, as torch's grouped matmul has no float64
-    extra = {"experts_implementation": "eager"} if model_type in ("gpt_oss", "deepseek_v3") else {}
+    extra = {"experts_implementation": "eager"} if model_type in MOE else {}
     model = transformers.AutoModelForCausalLM.from_config(config, **extra).double().eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
@@ -127,8 +135,8 @@ def test_unsupported_models_and_options_are_refused() -> None:
         from_transformers(_model("phi", **SMALL))
     with pytest.raises(ValueError, match="reorder_and_upcast_attn=True"):
         from_transformers(_model("gpt2", **dict(CASES["gpt2"][1], reorder_and_upcast_attn=True)))
-    with pytest.raises(ValueError, match="qwen3_next is not supported yet: .*Gated DeltaNet"):
-        from_transformers(_model("qwen3_next", {**GQA, "head_dim": 8}))
+    with pytest.raises(ValueError, match="deepseek_v32 is not supported yet: .*sparse"):
+        from_transformers(_model("deepseek_v32", {**CASES["deepseek_v3"][1]}))
 
 
 def test_bad_input_is_refused() -> None:
