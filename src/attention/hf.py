@@ -58,8 +58,8 @@ SUPPORTED = (
 read through their text model)."""
 
 _REFUSED = {
-    "deepseek_v32": "DeepSeek-V3.2 needs the learned sparse attention of attention.sparse, "
-    "which has not landed",
+    "deepseek_v32": "DeepSeek-V3.2's indexer needs a cache of its index keys to generate, which "
+    "attention.sparse.LightningIndexer does not have",
 }
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
