@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from . import rope_scaling
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
-from .inference import KVCache, RollingKVCache, _visible
+from .inference import KVCache, RollingKVCache, window_visible
 from .latent import LatentKVCache
 from .norms import RMSNorm
 from .positions import LearnedPositions, RotaryEmbedding
@@ -136,7 +136,7 @@ class _Attention(nn.Module):
             key_pos = (cache.key_positions if isinstance(cache, RollingKVCache)
                        else torch.arange(t_k, device=x.device))  # (t_k,)
             query_pos = torch.arange(n, n + t, device=x.device)  # (t,)
-            mask = _visible(query_pos, key_pos.to(x.device), self.window, 0)  # (t, t_k)
+            mask = window_visible(query_pos, key_pos.to(x.device), self.window, 0)  # (t, t_k)
         context = scaled_dot_product_attention(
             queries, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True,
             sinks=self.sinks,
