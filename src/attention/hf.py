@@ -271,14 +271,15 @@ class _Block(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """A decoder-only language model of :class:`_Block` layers: ``forward(ids) -> logits``.
+    """A decoder-only language model of pre-norm blocks: ``forward(ids) -> logits``.
 
-    ``layer_kinds`` lists each layer as "global" or "local" (sliding window), the hybrid
-    stack that Gemma 3 (5 local : 1 global) declares.
+    ``layer_kinds`` lists each layer as "global", "local" (sliding window) or "linear" (a gated
+    delta layer): the hybrid stacks that Gemma 3 (5 local : 1 global), gpt-oss (1 : 1) and
+    Qwen3-Next (3 linear : 1 global) declare.
     """
 
     def __init__(
-        self, embed: nn.Embedding, blocks: list[_Block], norm: nn.Module, lm_head: nn.Linear, *,
+        self, embed: nn.Embedding, blocks: list[nn.Module], norm: nn.Module, lm_head: nn.Linear, *,
         positions: LearnedPositions | None = None, embed_scale: float = 1.0,
         final_softcap: float | None = None, name: str = "",
     ) -> None:
