@@ -29,9 +29,8 @@ class DeltaState:
     """What a gated delta layer carries from one call to the next: its cache when decoding.
 
     ``conv`` (b, channels, w_conv - 1) holds the inputs of the convolution's last w_conv - 1
-    tokens and
-    ``state`` (b, h_v, d_k, d_v) the memory S; both are None before the first call. ``length``
-    counts the tokens read. Its size does not grow with the length.
+    tokens and ``state`` (b, h_v, d_k, d_v) the memory S; both are None before the first call.
+    ``length`` counts the tokens read. Its size does not grow with the length.
     """
 
     def __init__(self) -> None:
