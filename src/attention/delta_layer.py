@@ -31,6 +31,13 @@ class DeltaState:
     ``conv`` (b, channels, w_conv - 1) holds the inputs of the convolution's last w_conv - 1
     tokens and ``state`` (b, h_v, d_k, d_v) the memory S; both are None before the first call.
     ``length`` counts the tokens read. Its size does not grow with the length.
+
+    Examples:
+        >>> layer = GatedDeltaNet(16, num_key_heads=1, num_value_heads=2, d_k=4, d_v=4)
+        >>> cache = DeltaState()
+        >>> _ = layer(torch.randn(1, 5, 16), cache=cache)
+        >>> cache.length, tuple(cache.state.shape)
+        (5, (1, 2, 4, 4))
     """
 
     def __init__(self) -> None:

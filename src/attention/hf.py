@@ -275,7 +275,25 @@ class CausalLM(nn.Module):
 
     ``layer_kinds`` lists each layer as "global", "local" (sliding window) or "linear" (a gated
     delta layer): the hybrid stacks that Gemma 3 (5 local : 1 global), gpt-oss (1 : 1) and
-    Qwen3-Next (3 linear : 1 global) declare.
+    Qwen3-Next (3 linear : 1 global) declare. :func:`from_transformers` builds one.
+
+    Args:
+        embed: the token embedding (n_vocab, d).
+        blocks: the layers, each with an ``attention`` sublayer.
+        norm: the final norm.
+        lm_head: the output projection (d, n_vocab).
+        positions: learned positions (GPT-2), or None.
+        embed_scale: multiplies the embeddings (Gemma's sqrt(d)).
+        final_softcap: soft-capping of the logits, or None.
+        name: the model type it was built from.
+
+    Examples:
+        >>> from transformers import AutoConfig, AutoModelForCausalLM  # doctest: +SKIP
+        >>> config = AutoConfig.for_model("qwen3", num_hidden_layers=2, hidden_size=32,
+        ...     num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)  # doctest: +SKIP
+        >>> model = from_transformers(AutoModelForCausalLM.from_config(config))  # doctest: +SKIP
+        >>> model.layer_kinds  # doctest: +SKIP
+        ['global', 'global']
     """
 
     def __init__(
@@ -660,8 +678,25 @@ _READERS = {
 def from_transformers(model: nn.Module) -> CausalLM:
     """The book's :class:`CausalLM` with the weights of a ``transformers`` causal-LM ``model``.
 
-    The copy has ``model``'s dtype and device and is in eval mode. Unsupported model types and
-    options are a ValueError naming what is supported.
+    The copy has ``model``'s dtype and device and is in eval mode.
+
+    Args:
+        model: a ``transformers`` causal LM whose ``config.model_type`` is in :data:`SUPPORTED`.
+
+    Returns:
+        The :class:`CausalLM`, built from the book's modules.
+
+    Raises:
+        ValueError: an unsupported model type or configuration option, naming what is supported.
+
+    Examples:
+        >>> from transformers import AutoConfig, AutoModelForCausalLM  # doctest: +SKIP
+        >>> config = AutoConfig.for_model("gpt2", n_layer=2, n_embd=32, n_head=2)  # doctest: +SKIP
+        >>> theirs = AutoModelForCausalLM.from_config(config).double().eval()  # doctest: +SKIP
+        >>> ours = from_transformers(theirs)  # doctest: +SKIP
+        >>> ids = torch.tensor([[1, 2, 3]])  # doctest: +SKIP
+        >>> torch.allclose(ours(ids), theirs(ids).logits)  # doctest: +SKIP
+        True
     """
     config = getattr(model, "config", None)
     kind = getattr(config, "model_type", None)
@@ -770,6 +805,21 @@ def upcast_transformers(model: nn.Module) -> nn.Module:
     rotary, RMSNorm and scaled-embedding modules of the families in :data:`SUPPORTED` change,
     and Qwen3-Next's gated delta layers, whose ``torch.float32`` casts become float64; their
     decay g stays float32 (``.float()``), as in :class:`~attention.delta_layer.GatedDeltaNet`.
+
+    Args:
+        model: a float64 ``transformers`` model of a family in :data:`SUPPORTED`.
+
+    Returns:
+        ``model`` itself, changed in place.
+
+    Raises:
+        ValueError: if ``model`` is not float64.
+
+    Examples:
+        >>> from transformers import AutoConfig, AutoModelForCausalLM  # doctest: +SKIP
+        >>> config = AutoConfig.for_model("llama", num_hidden_layers=1, hidden_size=32,
+        ...                               num_attention_heads=2, intermediate_size=64)  # doctest: +SKIP
+        >>> model = upcast_transformers(AutoModelForCausalLM.from_config(config).double())  # doctest: +SKIP
     """
     if next(model.parameters()).dtype != torch.float64:
         raise ValueError("model must be float64 (call model.double() first)")
