@@ -452,3 +452,49 @@ def test_a_failed_build_stops_the_children_drawing_figures(monkeypatch, tmp_path
     monkeypatch.setattr(hook, "_children", [(child, tmp_path / "stderr.txt")])
     hook.on_build_error(RuntimeError("a page failed"))
     assert child.poll() is not None
+
+
+def test_every_chapter_figure_has_a_caption() -> None:
+    # The image's title is the caption under "Figure N.k" (the hook stops the build without it).
+    images = [(page.name, m) for page in sorted((REPO / "docs" / "chapters").glob("*.md"))
+              for m in re.finditer(r'!\[[^\]]*\]\(\.\./figures/([a-z0-9-]+)\.svg( "[^"]{15,}")?\)',
+                                   page.read_text(encoding="utf-8"))]
+    assert len(images) >= 30
+    assert [(page, m[1]) for page, m in images if not m[2]] == []
+
+
+def test_a_figure_too_wide_for_a_phone_gets_a_stacked_phone_layout() -> None:
+    name = "ch04-causal-mask"  # three heatmaps side by side
+    wide, phone = hook.render_svgs(name, FIGURES[name])
+    assert hook.legible_px(wide) > hook.PHONE_COLUMN_PX, "the desktop drawing fits a phone already"
+    assert phone is not None and hook.legible_px(phone) <= hook.PHONE_COLUMN_PX
+    fig = hook.phone_layout(FIGURES[name](), 5.4)
+    fig.canvas.draw()
+    boxes = [ax.get_position() for ax in fig.axes if ax.get_subplotspec() is not None]
+    plt.close(fig)
+    assert len(boxes) == 3 and len({round(b.x0, 2) for b in boxes}) == 1, "not one column"
+    assert boxes[0].y0 > boxes[1].y0 > boxes[2].y0, "panels out of order"
+    # A figure that fits a phone as drawn has no second layout.
+    assert hook.render_svgs("ch07-measured-roofline", FIGURES["ch07-measured-roofline"])[1] is None
+
+
+def test_figures_are_numbered_captioned_and_referenced(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    here = SimpleNamespace(url="chapters/07/", src_uri="chapters/07-x.md")
+    there = SimpleNamespace(url="chapters/10/", src_uri="chapters/10-y.md")
+    monkeypatch.setattr(hook, "_numbers", {"ch07-a": ("7.1", here), "ch07-b": ("7.2", here),
+                                           "ch10-c": ("10.1", there)})
+    page = SimpleNamespace(file=here)
+    html = ('<p><img alt="A grid" src="../figures/ch07-b.svg" title="Tiles &amp; blocks" /></p>'
+            "<p>Figure 7.2 and Figures 7.1 and 10.1 show it; <code>Figure 7.1</code> does not.</p>")
+    out = hook.link_figure_references(hook.caption_figures(html, page), page, missing := [])
+    assert '<figure class="attn-figure-box" id="fig-7-2"><img alt="A grid"' in out
+    assert "<figcaption><strong>Figure 7.2</strong> — Tiles &amp; blocks</figcaption>" in out
+    links = re.findall(r'<a class="figref" href="([^"]*)">([^<]*)</a>', out)
+    assert links == [("#fig-7-2", "7.2"), ("#fig-7-1", "7.1"), ("../10/#fig-10-1", "10.1")]
+    assert "<code>Figure 7.1</code>" in out and missing == []
+    hook.link_figure_references("Figure 9.9", page, missing)
+    assert missing == ["9.9"]
+    with pytest.raises(PluginError, match="no caption"):
+        hook.caption_figures('<p><img alt="A" src="../figures/ch07-a.svg" /></p>', page)

@@ -3,6 +3,7 @@
     python -m book notebooks    write every chapter's notebook into notebooks/ (what Colab opens)
     python -m book pdf SITE     print the built site's print page to a PDF and link it
     python -m book screenshot   the README's screenshot of a chapter page (--help: its options)
+    python -m book fonts        the figures' font, subset, into docs/assets/fonts/
 """
 
 import sys
@@ -26,11 +27,16 @@ def main(argv: list[str]) -> None:
         from .screenshot import main as screenshot_main
 
         screenshot_main(rest)
+    elif command == "fonts":
+        from .fonts import write_fonts
+
+        for path in write_fonts():
+            print(path.relative_to(REPO), file=sys.stderr)
     elif command in ("-h", "--help"):
         print(__doc__)
     else:
         raise SystemExit(
-            f"python -m book: expected the command notebooks, pdf or screenshot, got {command!r}\n"
+            f"python -m book: expected the command notebooks, pdf, screenshot or fonts, got {command!r}\n"
             f"{__doc__}"
         )
 

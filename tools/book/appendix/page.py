@@ -126,7 +126,8 @@ def provenance_markdown(run: Run) -> str:
 
 def _figure(run: Run, name: str) -> str:
     alt, _ = figure_names(run)[name]
-    return f"![{alt}](../figures/{name}.svg)"
+    caption = alt.replace('"', "'")  # the caption under the figure (the figure hook numbers it)
+    return f'![{alt}](../figures/{name}.svg "{caption}")'
 
 
 def _detail_t(run: Run, ts: list[int]) -> int:

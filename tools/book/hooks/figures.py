@@ -20,16 +20,25 @@ as one after editing a chapter's text, copies the cached SVG files instead of dr
 After the search index has read a page (so no tick label lands in it), ``on_post_page`` puts
 each figure's SVG into the page itself, where the theme's colours reach it: in the dark theme the
 ink turns light. The SVG is drawn at its natural size, never wider than the text, but never so
-small that its smallest text falls under ``MIN_TEXT_PX`` CSS pixels: on a phone a wide figure
-scrolls sideways in its own box instead (docs/stylesheets/figures.css).
+small that its smallest text falls under ``MIN_TEXT_PX`` CSS pixels. A figure that would not fit
+a phone's column so is laid out a second time for phones (book.figures._phone: its panels
+stacked), and the page carries both drawings: a container query in the page's head shows the
+phone one wherever the column is narrower than the desktop one needs (docs/stylesheets/figures.css).
+
+Every figure is numbered and captioned: the image's title (``![alt](../figures/x.svg "Caption")``)
+is its caption, "Figure 7.2 — Caption" in a ``<figure id="fig-7-2">`` (chapter 7, its second
+figure; a page outside the chapters numbers its figures 1, 2, ...), and every "Figure 7.2" or
+"Figures 7.2 and 7.3" in the prose of any page links to it, as equation references do.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
 import importlib
 import importlib.metadata
 import io
+import logging
 import math
 import os
 import pkgutil
@@ -51,10 +60,15 @@ from mkdocs.config.defaults import MkDocsConfig  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.structure.files import File, Files  # noqa: E402
 from mkdocs.structure.pages import Page  # noqa: E402
+from mkdocs.utils import get_relative_url  # noqa: E402
 
 from .. import figures  # noqa: E402
-from ..constants import MIN_TEXT_PX, REPO  # noqa: E402  (MIN_TEXT_PX: the smallest text, CSS px)
+from ..constants import MIN_TEXT_PX, PHONE_COLUMN_PX, REPO  # noqa: E402  (CSS px)
 from ..figures import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER, theme_heatmaps  # noqa: E402
+from ..figures._phone import phone_layout  # noqa: E402
+from .math import NO_LINKS, _map_text, link_references  # noqa: E402
+
+log = logging.getLogger("mkdocs.hooks.figures")
 
 FIGURE_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 SVG_STYLE = {**BOOK_STYLE, "svg.hashsalt": "attention-book"}
@@ -67,8 +81,18 @@ COLOURS = {
 }
 # An image of a generated figure, as Markdown writes it: <img alt="..." src="../figures/x.svg" />
 FIGURE_IMG = re.compile(
-    r'<img alt="(?P<alt>[^"]*)" src="(?P<src>(?:\.\./)*figures/(?P<name>[a-z0-9-]+)\.svg)" ?/?>'
+    r'<img alt="(?P<alt>[^"]*)" src="(?P<src>(?:\.\./)*figures/(?P<name>[a-z0-9-]+)\.svg)"'
+    r'(?: title="(?P<title>[^"]*)")? ?/?>'
 )
+FIGURE_PARAGRAPH = re.compile(rf"<p>\s*(?P<img>{FIGURE_IMG.pattern})\s*</p>")
+CHAPTER = re.compile(r"chapters/(\d+)-[^/]*\.md")
+SOURCE_FIGURE = re.compile(r"\]\((?:\.\./)*figures/([a-z0-9-]+)\.svg")
+# "Figure 7.2", "Figures 7.2 and 7.3", "figures 10.1, 10.2 and 10.4"
+FIG_NUMBER = r"\d+\.\d+"
+FIG_REFERENCE = re.compile(
+    rf"\b[Ff]igures?\s+{FIG_NUMBER}(?:(?:,\s*|,?\s+(?:and|or|to)\s+|\s*[–-]\s*){FIG_NUMBER})*"
+)
+PHONE_WIDTH_IN = 5.4  # the widest phone layout, inches: 10-point text is 9 px in PHONE_COLUMN_PX
 CACHE = REPO / ".cache" / "figures"
 # What every figure is drawn from besides its own module: (folder, pattern) of files (the figure
 # modules themselves left out), and the distributions that draw.
@@ -78,6 +102,8 @@ DRAWN_BY = ("matplotlib", "numpy", "torch")
 NAMES = "names.txt"  # written last into a cache entry: the entry is complete
 CHILDREN = 2  # processes that draw the figures missing from the cache, beside the build's own
 _svgs: dict[str, bytes] = {}  # this build's figures, by name
+_phone_svgs: dict[str, bytes] = {}  # the phone layouts of those too wide for a phone
+_numbers: dict[str, tuple[str, File]] = {}  # chapter figures: name -> ("7.2", its page)
 _entries: dict[str, Path] = {}  # this build's cache entry of each figure module
 _children: list[tuple[subprocess.Popen, Path]] = []  # drawing the missing ones, and their logs
 _missing: dict[str, list[str]] = {}  # figure module -> its figures' names, for those drawn now
@@ -146,19 +172,47 @@ def figure_svg(fig: Figure) -> bytes:
 
 
 def render_svg(name: str, make: Callable[[], Figure]) -> bytes:
-    """Call ``make()`` in the book's style and return its figure as SVG bytes.
+    """Call ``make()`` in the book's style and return its figure as SVG bytes."""
+    return render_svgs(name, make)[0]
+
+
+def legible_px(svg: bytes | str) -> float:
+    """The narrowest a figure may be shown, CSS px: its smallest text at ``MIN_TEXT_PX``."""
+    width, smallest = text_sizes(svg.decode("utf-8") if isinstance(svg, bytes) else svg)
+    return width * MIN_TEXT_PX / smallest
+
+
+def render_svgs(name: str, make: Callable[[], Figure]) -> tuple[bytes, bytes | None]:
+    """Call ``make()`` in the book's style; return its figure as SVG bytes, and its phone
+    layout's (None for a figure that fits a phone's column as drawn).
 
     Raises:
         PluginError: if ``make()`` returns something other than a matplotlib Figure.
     """
     with matplotlib.rc_context(SVG_STYLE):
         fig = make()
-    if not isinstance(fig, Figure):
-        raise PluginError(
-            f"figure {name!r}: expected a matplotlib Figure, got {type(fig).__name__}"
-        )
-    theme_heatmaps(fig)
-    return figure_svg(fig)
+        if not isinstance(fig, Figure):
+            raise PluginError(
+                f"figure {name!r}: expected a matplotlib Figure, got {type(fig).__name__}"
+            )
+        theme_heatmaps(fig)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+        wide = _swap_colours(buffer.getvalue())
+        if legible_px(wide) <= PHONE_COLUMN_PX:
+            plt.close(fig)
+            return wide, None
+        smallest = text_sizes(wide.decode("utf-8"))[1]  # points: 10 gives 5.4 in, 8.5 gives 4.7
+        width = min(PHONE_WIDTH_IN, PHONE_COLUMN_PX * smallest / MIN_TEXT_PX / 72)
+        phone = figure_svg(phone_layout(fig, width))
+    return wide, phone
+
+
+def _swap_colours(svg: bytes) -> bytes:
+    text = svg.decode("utf-8")
+    for placeholder, colour in COLOURS.items():
+        text = text.replace(placeholder, colour)
+    return text.encode("utf-8")
 
 
 def text_sizes(svg: str) -> tuple[float, float]:
@@ -175,28 +229,44 @@ def text_sizes(svg: str) -> tuple[float, float]:
     return width, min(sizes, default=MIN_TEXT_PX)
 
 
-def inline_svg(name: str, svg: bytes, alt: str) -> str:
-    """The markup that shows figure ``name`` in a page: its SVG, with ids made unique to it,
-    named by ``alt`` for screen readers, sized so that its smallest text stays legible."""
+def _svg_element(svg: bytes, prefix: str, alt: str, layout: str) -> str:
     text = svg.decode("utf-8")
     text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.DOTALL)
     text = re.sub(r"<defs>\s*<style[^>]*>.*?</style>\s*</defs>\s*", "", text, flags=re.DOTALL)
-    text = re.sub(r'(\bid="|url\(#|href="#)', rf"\g<1>{name}-", text)
+    text = re.sub(r'(\bid="|url\(#|href="#)', rf"\g<1>{prefix}-", text)
     width, smallest = text_sizes(text)
     natural = width * 4 / 3  # points to CSS pixels
     legible = width * MIN_TEXT_PX / smallest  # narrower, the smallest text is under MIN_TEXT_PX
-    text = re.sub(
+    return re.sub(
         r'<svg [^>]*?(viewBox="[^"]*")[^>]*>',
         lambda m: (
             f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
-            f'{m.group(1)} role="img" aria-label="{alt}" '
+            f'{m.group(1)} class="attn-{layout}" role="img" aria-label="{alt}" '
             f'style="max-width: {natural:.0f}px; min-width: {math.ceil(min(legible, natural))}px">'
         ),
         text,
         count=1,
     )
+
+
+def inline_svg(name: str, svg: bytes, alt: str, phone: bytes | None = None) -> str:
+    """The markup that shows figure ``name`` in a page: its SVG (and its phone layout's), with ids
+    made unique to it, named by ``alt`` for screen readers, sized so that its smallest text
+    stays legible."""
+    text = _svg_element(svg, name, alt, "wide")
+    if phone is not None:
+        text += _svg_element(phone, f"{name}-phone", alt, "narrow")
     return f'<span class="attn-figure" data-figure="{name}">{text}</span>'
+
+
+def phone_rule(name: str, svg: bytes) -> str:
+    """The CSS that swaps figure ``name`` for its phone layout where its box is narrower than
+    the desktop drawing needs (its min-width)."""
+    need = math.ceil(min(legible_px(svg), text_sizes(svg.decode("utf-8"))[0] * 4 / 3))
+    figure = f'.md-typeset .attn-figure[data-figure="{name}"]'
+    return (f"@container (max-width: {need - 0.02:.2f}px) {{ {figure} > .attn-wide {{ display: none }}"
+            f" {figure} > .attn-narrow {{ display: block }} }}")
 
 
 def on_startup(command: str, dirty: bool) -> None:
@@ -214,11 +284,15 @@ def on_pre_build(config: MkDocsConfig) -> None:
 
 def render_all(jobs: list[tuple[str, Path]]) -> None:
     """Render the figures of each (module, folder) into ``folder/<name>.svg`` (each file replaced
-    in one step)."""
+    in one step), and the phone layout of each that has one into ``folder/phone/<name>.svg``."""
     for module, out_dir in jobs:
+        (out_dir / "phone").mkdir(exist_ok=True)
         for name, make in load_figures(modules=[module]).items():
+            wide, phone = render_svgs(name, make)
+            if phone is not None:  # the phone layout, where there is one, first
+                (out_dir / "phone" / f"{name}.svg").write_bytes(phone)
             partial = out_dir / f".{name}.svg.partial"
-            partial.write_bytes(render_svg(name, make))
+            partial.write_bytes(wide)
             os.replace(partial, out_dir / f"{name}.svg")
 
 
@@ -254,6 +328,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     pages. Those modules are imported here too, so that a bad name fails at once; the children's
     SVG files are read in ``on_env``, before any is copied or put into a page.
     """
+    number_figures(files)
     common = inputs_key()
     _entries.clear()
     _missing.clear()
@@ -304,9 +379,12 @@ def on_env(env: object, config: MkDocsConfig, files: Files) -> object:
     for module, module_names in _missing.items():
         (_entries[module] / NAMES).write_text("\n".join(module_names) + "\n", encoding="utf-8")
     _svgs.clear()
+    _phone_svgs.clear()
     for module, entry in _entries.items():
         for name in (entry / NAMES).read_text(encoding="utf-8").split():
             _svgs[name] = (entry / f"{name}.svg").read_bytes()
+            if (phone := entry / "phone" / f"{name}.svg").is_file():
+                _phone_svgs[name] = phone.read_bytes()
     return env
 
 
@@ -326,14 +404,101 @@ def on_post_build(config: MkDocsConfig) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
+def figure_anchor(number: str) -> str:
+    """The id of figure ``number``: ``7.2`` gives ``fig-7-2``."""
+    return "fig-" + number.replace(".", "-")
+
+
+def number_figures(files: Files) -> None:
+    """Number the figures of every chapter in the order its source shows them."""
+    _numbers.clear()
+    for file in files.documentation_pages():
+        chapter = CHAPTER.fullmatch(file.src_uri)
+        if chapter is None or not file.abs_src_path:
+            continue
+        names = SOURCE_FIGURE.findall(Path(file.abs_src_path).read_text(encoding="utf-8"))
+        for k, name in enumerate(dict.fromkeys(names), start=1):
+            _numbers[name] = (f"{int(chapter[1])}.{k}", file)
+
+
+def caption_figures(fragment: str, page: Page) -> str:
+    """Put each figure that is a paragraph of its own into a numbered, captioned ``<figure>``.
+
+    Raises:
+        PluginError: if a chapter's figure has no caption (the image's title).
+    """
+    count = 0
+
+    def one(m: re.Match[str]) -> str:
+        nonlocal count
+        count += 1
+        name, title = m["name"], html.unescape(m["title"] or "")
+        number = _numbers[name][0] if name in _numbers else str(count)
+        if not title.strip():
+            if name in _numbers:
+                raise PluginError(
+                    f"{page.file.src_uri}: figure {name} has no caption: write it as the image's "
+                    f'title, ![alt](../figures/{name}.svg "Caption")'
+                )
+            title = m["alt"]
+        caption = f"<strong>Figure {number}</strong> — {html.escape(title)}"
+        return (f'<figure class="attn-figure-box" id="{figure_anchor(number)}">{m["img"]}'
+                f"<figcaption>{caption}</figcaption></figure>")
+
+    return FIGURE_PARAGRAPH.sub(one, fragment)
+
+
+def link_figure_references(fragment: str, page: Page, missing: list[str]) -> str:
+    """Link each number of every "Figure(s) x.y ..." in the prose to its figure."""
+    pages = {number: file for number, file in _numbers.values()}
+
+    def number(m: re.Match[str]) -> str:
+        key = m.group(0)
+        target = pages.get(key)
+        if target is None:
+            missing.append(key)
+            return key
+        url = get_relative_url(target.url, page.file.url) if target is not page.file else ""
+        return f'<a class="figref" href="{url}#{figure_anchor(key)}">{key}</a>'
+
+    def reference(m: re.Match[str]) -> str:
+        return re.sub(FIG_NUMBER, number, m.group(0))
+
+    return _map_text(fragment, lambda text: FIG_REFERENCE.sub(reference, text),
+                     skip=NO_LINKS | {"figcaption"})
+
+
+def on_page_content(html_text: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Number and caption the page's figures; link its references to figures."""
+    if not _numbers:
+        number_figures(files)
+    missing: list[str] = []
+    html_text = link_figure_references(caption_figures(html_text, page), page, missing)
+    for key in dict.fromkeys(missing):
+        log.warning(f"{page.file.src_uri}: Figure {key} is referenced, but no chapter shows it")
+    return html_text
+
+
 def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
-    """Put every generated figure that the page shows as an image into the page itself."""
+    """Put every generated figure that the page shows as an image into the page itself, with
+    its phone layout and the rule that swaps them in the page's head."""
+    rules: list[str] = []
 
     def inline(match: re.Match[str]) -> str:
-        svg = _svgs.get(match.group("name"))
-        return match.group(0) if svg is None else inline_svg(match["name"], svg, match["alt"])
+        name = match.group("name")
+        svg = _svgs.get(name)
+        if svg is None:
+            return match.group(0)
+        phone = _phone_svgs.get(name)
+        if phone is not None:
+            rules.append(phone_rule(name, svg))
+        return inline_svg(name, svg, match["alt"], phone)
 
-    return FIGURE_IMG.sub(inline, output)
+    output = FIGURE_IMG.sub(inline, output)
+    if rules:
+        style = '<style id="attn-phone-figures">' + "\n".join(dict.fromkeys(rules)) + "</style>"
+        output = output.replace("</head>", style + "</head>", 1)
+    return output
 
 
 if __name__ == "__main__":  # a child process started by on_files: MODULE=FOLDER ...
