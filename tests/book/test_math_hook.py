@@ -75,3 +75,27 @@ def test_a_reference_to_no_equation_is_reported() -> None:
     missing: list[str] = []
     assert hook.link_references("equation (9.99)", fake_page("x/"), missing) == "equation (9.99)"
     assert missing == ["9.99"]
+
+
+@pytest.mark.parametrize(
+    ("tex", "pieces"),
+    [
+        (r"A = \operatorname{softmax}(S) \tag{7.1}", ["A", r"= \operatorname{softmax}(S)"]),
+        (r"a = b \qquad c \le d", ["a", "= b", "c", r"\le d"]),
+        (r"\Bigl( a = b \Bigr) = c", [r"\Bigl( a = b \Bigr)", "= c"]),
+        (r"\left( x + y \right) \approx z", [r"\left( x + y \right)", r"\approx z"]),
+        (r"f = \begin{cases} 1 & x = 0 \\ 2 & x \le 1 \end{cases}",
+         ["f", r"= \begin{cases} 1 & x = 0 \\ 2 & x \le 1 \end{cases}"]),
+    ],
+)
+def test_a_display_breaks_only_between_equations_and_before_relations(tex, pieces) -> None:
+    # The rendered display's flex items (.katex-base) are the pieces: a line may break only between
+    # them, so never right after "=", nor inside a delimiter pair or an environment.
+    html = hook.render(hook.breakable(tex), display=True)
+    bases = re.findall(r'<span class="katex-base">', html)
+    assert len(bases) == len(pieces), (hook.breakable(tex), len(bases))
+    seen = [hook.plain_text(p if not p.startswith(("=", "\\le", "\\approx")) else "{}" + p)
+            for p in pieces]
+    text = hook.MARKUP.sub("", html.split('<span class="katex-html"', 1)[1]).replace("\u200b", "")
+    for piece in seen:
+        assert piece.replace(" ", "") in text.replace(" ", ""), (piece, text)

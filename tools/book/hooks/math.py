@@ -9,6 +9,11 @@ readable at first paint, without JavaScript and offline; the reader's browser ne
 stylesheet and fonts, which the site serves from ``assets/katex/``.
 TeX that KaTeX cannot parse stops the build with the page and the formula.
 
+A display breaks its lines, on a narrow screen, only where the TeX allows it: between separate
+equations (at a top-level ``\\qquad``) and, should one equation still be too wide, before a
+relation (``=``, ``\\le``, ``\\approx``, ...) that stands outside every group and delimiter pair;
+never after a relation, never inside ``\\Bigl( ... \\Bigr)`` or braces (:func:`breakable`).
+
 Equations numbered with ``\\tag{7.3}`` get the anchor ``#eq-7-3``, and every "equation (7.3)" or
 "equations (7.3) and (7.5)" in the prose of any page links to its equation, on whichever page it
 is; a reference to a number that no page defines is a build warning (an error under --strict).
@@ -81,6 +86,50 @@ EXCLUDED_ZWSP = '<span class="vlist-s" data-search-exclude="math">\u200b</span>'
 _tags: dict[str, File] = {}  # "7.3" -> the page that defines \tag{7.3}
 
 
+# Relations before which a display may break; a break after a relation would leave "A =" alone.
+RELATIONS = {"=", "<", ">", r"\le", r"\leq", r"\ge", r"\geq", r"\approx", r"\neq", r"\ne",
+             r"\equiv", r"\sim", r"\simeq", r"\propto", r"\Rightarrow", r"\Leftrightarrow",
+             r"\iff", r"\ll", r"\gg"}
+OPENERS = re.compile(r"\\(?:left|[bB]igg?l)\b|\\begin\b")
+CLOSERS = re.compile(r"\\(?:right|[bB]igg?r)\b|\\end\b")
+TEX_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|[{}]|\s+|.", flags=re.DOTALL)
+
+
+def breakable(tex: str) -> str:
+    """``tex`` with its top-level pieces grouped, so that KaTeX lets a line break only between
+    them: at each top-level ``\\qquad`` (a break there is preferred: it comes with the space) and
+    before each top-level relation. Each piece becomes one unbreakable group ``{...}``; a piece
+    that starts with a relation gets an empty atom before it (``{}=``), so that the relation
+    keeps its space on the left. A ``\\tag`` stays at the top level."""
+    tags = "".join(f"\\tag{{{t}}}" for t in TAG.findall(tex))
+    body = TAG.sub("", tex)
+    pieces: list[list[str]] = [[]]
+    joins: list[str] = []
+    depth = 0  # braces, \left...\right, \bigl...\bigr and environments
+    tokens = TEX_TOKEN.findall(body)
+    for i, token in enumerate(tokens):
+        if token == "{" or OPENERS.fullmatch(token):
+            depth += 1
+        elif token == "}" or CLOSERS.fullmatch(token):
+            depth -= 1
+        elif depth == 0 and token == r"\qquad":
+            joins.append(r"\allowbreak\qquad")
+            pieces.append([])
+            continue
+        elif depth == 0 and token in RELATIONS:
+            before = "".join(t for t in pieces[-1]).strip()
+            after_relation = before.endswith(tuple(RELATIONS)) or before.endswith(":")
+            if before and not after_relation:
+                joins.append(r"\allowbreak")
+                pieces.append(["{}"])
+        pieces[-1].append(token)
+    if depth != 0 or len(pieces) == 1 and not tags:
+        return tex  # unbalanced (KaTeX will say so) or nothing to group
+    groups = [f"{{{''.join(p).strip()}}}" for p in pieces]
+    out = groups[0] + "".join(j + g for j, g in zip(joins, groups[1:]))
+    return out + tags
+
+
 @functools.cache
 def _katex() -> MiniRacer:
     """A V8 context with KaTeX loaded (once per build process)."""
@@ -119,7 +168,7 @@ def anchor(number: str) -> str:
 def _typeset(match: re.Match, where: str) -> str:
     kind, tex = match.group(1), html.unescape(match.group(3))
     try:
-        rendered = render(tex, display=kind == "div")
+        rendered = render(breakable(tex) if kind == "div" else tex, display=kind == "div")
     except ValueError as error:
         raise PluginError(f"{where}: {error}") from None
     tags = TAG.findall(tex)
