@@ -3,4 +3,4 @@
 The logic is book.hooks.search (tools/book/hooks/search.py).
 """
 
-from book.hooks.search import on_page_content, on_post_page, on_post_template  # noqa: F401
+from book.hooks.search import on_page_content, on_post_build, on_post_page, on_post_template  # noqa: F401
