@@ -26,7 +26,9 @@ from attention.ring import ring_work
 from book.figures import INK, cell_text_colour, invert_in_dark
 
 T, BLOCK = 64, 8  # the panels: t = 64 tokens in tiles of B = 8
-VISIBLE, WASTED, SKIPPED = (0.19, 0.39, 0.64), (0.99, 0.73, 0.47), (1.0, 1.0, 1.0)
+# Categories, not a scale: never inverted in the dark theme, so that the legend and the prose's
+# colour names hold in both; a skipped tile is left empty (the page's own colour).
+VISIBLE, WASTED, SKIPPED = (0.23, 0.47, 0.75, 1.0), (0.99, 0.65, 0.33, 1.0), (0.0, 0.0, 0.0, 0.0)
 
 
 def mask_panels() -> dict[str, M.MaskMod]:
@@ -51,11 +53,11 @@ def block_sparsity_grid() -> Figure:
         dense = M.to_dense(rule, T, T).numpy()  # (t, t)
         kinds = M.block_sparsity(rule, T, T, BLOCK).numpy()  # (T, T): 0, 1, 2
         computed = np.kron(kinds > 0, np.ones((BLOCK, BLOCK), dtype=bool))  # (t, t)
-        image = np.empty((T, T, 3))
+        image = np.empty((T, T, 4))  # RGBA
         image[:] = SKIPPED
         image[computed & ~dense] = WASTED
         image[dense] = VISIBLE
-        invert_in_dark(ax.imshow(image, interpolation="nearest"))
+        ax.imshow(image, interpolation="nearest")
         for edge in np.arange(BLOCK, T, BLOCK) - 0.5:
             ax.axhline(edge, color=INK, linewidth=0.3, alpha=0.35)
             ax.axvline(edge, color=INK, linewidth=0.3, alpha=0.35)
@@ -67,7 +69,7 @@ def block_sparsity_grid() -> Figure:
     axes[1, 0].set_ylabel("query i", fontsize=9)
     handles = [Patch(facecolor=VISIBLE, label="visible: computed and used"),
                Patch(facecolor=WASTED, label="hidden, in a computed tile"),
-               Patch(facecolor=SKIPPED, edgecolor=INK, linewidth=0.5, label="skipped tile")]
+               Patch(facecolor="none", edgecolor=INK, linewidth=0.5, label="skipped tile (empty)")]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, frameon=False, fontsize=9)
     fig.suptitle(f"Block sparsity of each mask, t = {T}, tiles of B = {BLOCK} (block_sparsity)",
                  fontsize=10)
