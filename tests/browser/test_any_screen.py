@@ -1,0 +1,151 @@
+"""The book on any screen: figures that fit a phone, numbered and captioned; exercise questions in
+view; a search index without private-use characters; the figures' font from the site; and code
+that fits its column on a desktop (reported, not yet required).
+
+Each check runs at 390 px and 1280 px, in the light and the dark theme, on the chapters with the
+widest multi-panel figures (4, 7 and 11); the phone crawl of test_reader_experience.py covers
+every page's figure text size.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page
+
+from book.browser.chromium import DESKTOP, PHONE
+from book.browser.server import SiteServer
+
+# All tests of this module in one process (one chromium, its pages visited once), scheduled
+# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+pytestmark = pytest.mark.browser_group("browser-screens", rank=3)
+
+CHAPTERS = ("chapters/04-causal-attention/", "chapters/07-fast-attention/", "chapters/11-masks/")
+SCREENS = {
+    "390-light": {"viewport": PHONE, "is_mobile": True, "has_touch": True},
+    "390-dark": {"viewport": PHONE, "is_mobile": True, "has_touch": True, "color_scheme": "dark"},
+    "1280-light": {"viewport": DESKTOP},
+    "1280-dark": {"viewport": DESKTOP, "color_scheme": "dark"},
+}
+# Every figure as shown: the drawing displayed (desktop or phone layout), its box's width, whether
+# the box scrolls, and its caption.
+MEASURE = """() => [...document.querySelectorAll('figure.attn-figure-box')].map(f => {
+  const box = f.querySelector('.attn-figure');
+  const shown = [...box.children].filter(s => getComputedStyle(s).display !== 'none');
+  return {id: f.id, name: box.dataset.figure, shown: shown.map(s => s.getAttribute('class')),
+          width: shown.length ? shown[0].getBoundingClientRect().width : 0,
+          box: box.clientWidth, scrolls: box.scrollWidth > box.clientWidth + 1,
+          caption: (f.querySelector('figcaption') || {}).textContent || ''};
+})"""
+# Exercises: the question's box and the solution's, open or not, and the question's height.
+EXERCISES = """() => [...document.querySelectorAll('.admonition.example, details.example')].map(e => ({
+  title: e.querySelector('.admonition-title, summary').textContent.trim(),
+  collapsible: e.tagName === 'DETAILS', open: e.tagName !== 'DETAILS' || e.open,
+  text: e.innerText.length,
+  solutions: [...e.querySelectorAll('details.success')].map(s => s.open),
+}))"""
+
+
+@pytest.fixture(scope="module")
+def screens(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
+    made = {name: browser.new_context(**options) for name, options in SCREENS.items()}
+    yield made
+    for context in made.values():
+        context.close()
+
+
+def open_page(context: BrowserContext, site: SiteServer, path: str) -> Page:
+    page = context.pages[0] if context.pages else context.new_page()
+    page.goto(site.url(path), wait_until="load")
+    return page
+
+
+@pytest.mark.parametrize("screen", sorted(SCREENS))
+def test_figures_fit_the_screen_with_a_number_and_a_caption(
+    screens: dict[str, BrowserContext], site: SiteServer, screen: str
+) -> None:
+    problems, phone_layouts = [], 0
+    for path in CHAPTERS:
+        page = open_page(screens[screen], site, path)
+        figures = page.evaluate(MEASURE)
+        assert figures, f"{path}: no figure"
+        chapter = int(re.search(r"chapters/(\d+)-", path)[1])
+        for k, figure in enumerate(figures, start=1):
+            where = f"{screen} {path} {figure['name']}"
+            if figure["id"] != f"fig-{chapter}-{k}":
+                problems.append(f"{where}: anchor {figure['id']!r}, expected fig-{chapter}-{k}")
+            if not figure["caption"].startswith(f"Figure {chapter}.{k} — ") or len(figure["caption"]) < 25:
+                problems.append(f"{where}: caption {figure['caption']!r}")
+            if len(figure["shown"]) != 1:
+                problems.append(f"{where}: {len(figure['shown'])} drawings shown")
+            if figure["scrolls"] or figure["width"] > figure["box"] + 1:
+                problems.append(f"{where}: {figure['width']:.0f} px wide in a {figure['box']} px box")
+            phone_layouts += figure["shown"] == ["attn-narrow"]
+    assert problems == [], "\n".join(problems)
+    if screen.startswith("390"):
+        assert phone_layouts >= 5, f"only {phone_layouts} figures use their phone layout at 390 px"
+    else:
+        assert phone_layouts == 0, "a desktop shows a phone layout"
+
+
+def test_a_figure_reference_links_to_its_figure(screens, site: SiteServer) -> None:
+    page = open_page(screens["1280-light"], site, "chapters/10-inference/")
+    link = page.locator("a.figref", has_text="10.1").first
+    assert link.get_attribute("href") == "#fig-10-1"
+    link.click()
+    page.wait_for_timeout(200)
+    top = page.evaluate("document.getElementById('fig-10-1').getBoundingClientRect().top")
+    assert 0 <= top < DESKTOP["height"] / 2, f"Figure 10.1 is not in view after its link: {top}"
+
+
+@pytest.mark.parametrize("screen", ["390-light", "1280-dark"])
+def test_exercise_questions_show_and_only_solutions_collapse(screens, site: SiteServer, screen: str) -> None:
+    page = open_page(screens[screen], site, CHAPTERS[0])
+    exercises = [e for e in page.evaluate(EXERCISES) if e["title"].startswith("Exercise")]
+    assert len(exercises) >= 2, exercises
+    for exercise in exercises:
+        assert not exercise["collapsible"] and exercise["text"] > 80, f"question hidden: {exercise}"
+        assert exercise["solutions"] and not any(exercise["solutions"]), f"solution open: {exercise}"
+
+
+def test_the_search_index_has_no_private_use_characters(site: SiteServer) -> None:
+    index = json.loads((site.root / "search" / "search_index.json").read_text(encoding="utf-8"))
+    found = {doc["location"]: re.findall("[\ue000-\uf8ff]", doc["title"] + doc["text"])
+             for doc in index["docs"]}
+    assert not any(found.values()), {k: v for k, v in found.items() if v}
+    titles = [doc["title"] for doc in index["docs"]]
+    assert any("tq≠tk" in t.replace(" ", "") for t in titles), "section 10.3's title lost its ≠"
+
+
+@pytest.mark.parametrize("screen", ["390-dark", "1280-light"])
+def test_the_figure_font_comes_from_the_site(screens, site: SiteServer, screen: str) -> None:
+    page = open_page(screens[screen], site, CHAPTERS[0])
+    page.locator("figure.attn-figure-box").first.scroll_into_view_if_needed()
+    found = page.evaluate("""async () => {
+      await document.fonts.ready;
+      await document.fonts.load('12px "DejaVu Sans"');
+      return {loaded: [...document.fonts].filter(f => f.family.replace(/"/g, '') === 'DejaVu Sans'
+                                                   && f.status === 'loaded').length,
+              requests: performance.getEntriesByType('resource').map(r => r.name)
+                          .filter(n => n.includes('/assets/fonts/'))};
+    }""")
+    assert found["loaded"] >= 1, found
+    assert any(r.startswith(site.url("")) and r.endswith("DejaVuSans.woff") for r in found["requests"]), found
+
+
+def test_code_fits_its_column_on_a_desktop(screens, site: SiteServer) -> None:
+    """Reported, not required yet: code blocks wider than the 1280 px column scroll sideways
+    (the book's code is not yet formatted to the column). Skips with the count while any does."""
+    wide = {}
+    for path in CHAPTERS:
+        page = open_page(screens["1280-light"], site, path)
+        wide[path] = page.evaluate("""() => {
+          const blocks = [...document.querySelectorAll('.md-typeset pre > code')];
+          return [blocks.filter(c => c.scrollWidth > c.clientWidth + 1).length, blocks.length];
+        }""")
+    over = {path: f"{n} of {total}" for path, (n, total) in wide.items() if n}
+    if over:
+        pytest.skip(f"code blocks wider than the column at 1280 px: {over}")
