@@ -99,3 +99,9 @@ def test_a_display_breaks_only_between_equations_and_before_relations(tex, piece
     text = hook.MARKUP.sub("", html.split('<span class="katex-html"', 1)[1]).replace("\u200b", "")
     for piece in seen:
         assert piece.replace(" ", "") in text.replace(" ", ""), (piece, text)
+
+
+def test_a_sized_delimiter_pair_is_never_broken() -> None:
+    tex = r"Y = \operatorname{dropout}\big(a + b\big) , \qquad Z = c"
+    assert hook.breakable(tex) == (r"{Y}\allowbreak{{}= \operatorname{dropout}\big(a + b\big) ,}"
+                                   r"\allowbreak\qquad{Z}\allowbreak{{}= c}")

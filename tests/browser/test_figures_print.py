@@ -73,7 +73,8 @@ def open_page(context: BrowserContext, site: SiteServer, path: str) -> Page:
 # The first heatmap that the dark theme inverts on the page: its box, and every number written in
 # its cells (black or white text) with its box, all in CSS pixels of the viewport.
 MEASURE_HEATMAP = """() => {
-  const image = document.querySelector('.attn-figure image[id*="dark-invert-"]');
+  const image = [...document.querySelectorAll('.attn-figure image[id*="dark-invert-"]')]
+    .find(i => getComputedStyle(i.closest('svg')).display !== 'none');  // the drawing shown
   image.scrollIntoView({block: 'center'});
   const box = r => ({x: r.x, y: r.y, width: r.width, height: r.height});
   const svg = image.closest('svg');

@@ -9,9 +9,10 @@ DOCS = REPO / "docs"
 # The smallest text a figure may show, in CSS pixels: the figure hook sizes every figure so, and
 # the browser tests measure it.
 MIN_TEXT_PX = 9
-# The text column of a 390 px phone, in CSS pixels: a figure that would not fit it at MIN_TEXT_PX
-# gets a phone layout (its panels stacked), shown where the column is narrower than the figure.
-PHONE_COLUMN_PX = 358
+# The text column of a 390 px phone, in CSS pixels (358, less a margin for rounding): a figure that
+# would not fit it at MIN_TEXT_PX gets a phone layout (its panels stacked), shown where the column
+# is narrower than the figure.
+PHONE_COLUMN_PX = 350
 
 # The PDF edition: its file name beside the print page, and the paragraph of the print page after
 # which `python -m book pdf` adds the link to it.

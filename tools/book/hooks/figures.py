@@ -441,7 +441,9 @@ def caption_figures(fragment: str, page: Page) -> str:
                     f'title, ![alt](../figures/{name}.svg "Caption")'
                 )
             title = m["alt"]
-        caption = f"<strong>Figure {number}</strong> — {html.escape(title)}"
+        missing: list[str] = []  # an equation the caption names is linked as in the prose
+        caption = (f"<strong>Figure {number}</strong> — "
+                   f"{link_references(html.escape(title), page, missing)}")
         return (f'<figure class="attn-figure-box" id="{figure_anchor(number)}">{m["img"]}'
                 f"<figcaption>{caption}</figcaption></figure>")
 

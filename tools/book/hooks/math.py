@@ -92,6 +92,9 @@ RELATIONS = {"=", "<", ">", r"\le", r"\leq", r"\ge", r"\geq", r"\approx", r"\neq
              r"\iff", r"\ll", r"\gg"}
 OPENERS = re.compile(r"\\(?:left|[bB]igg?l)\b|\\begin\b")
 CLOSERS = re.compile(r"\\(?:right|[bB]igg?r)\b|\\end\b")
+SIZED = re.compile(r"\\[bB]igg?")  # \big( opens a pair and \big) closes it, as \bigl( and \bigr)
+OPENING, CLOSING = {"(", "[", r"\{", r"\langle", r"\lvert", r"\lVert"}, {")", "]", r"\}", r"\rangle",
+                                                                         r"\rvert", r"\rVert"}
 TEX_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|[{}]|\s+|.", flags=re.DOTALL)
 
 
@@ -108,9 +111,10 @@ def breakable(tex: str) -> str:
     depth = 0  # braces, \left...\right, \bigl...\bigr and environments
     tokens = TEX_TOKEN.findall(body)
     for i, token in enumerate(tokens):
-        if token == "{" or OPENERS.fullmatch(token):
+        sized = next((t for t in tokens[i + 1:] if t.strip()), "") if SIZED.fullmatch(token) else ""
+        if token == "{" or OPENERS.fullmatch(token) or sized in OPENING:
             depth += 1
-        elif token == "}" or CLOSERS.fullmatch(token):
+        elif token == "}" or CLOSERS.fullmatch(token) or sized in CLOSING:
             depth -= 1
         elif depth == 0 and token == r"\qquad":
             joins.append(r"\allowbreak\qquad")

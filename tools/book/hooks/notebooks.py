@@ -43,7 +43,7 @@ if importlib.util.find_spec("attention") is None:
                     "attention @ git+{repo_url}"], check=True)"""
 CONTAINER = re.compile(r'(?:!!!|\?\?\?)\+?\s+(?P<kind>[\w-]+)(?:\s+"(?P<title>[^"]*)")?\s*$'
                        r'|===\+?\s+"(?P<tab>[^"]*)"\s*$')
-LINK = re.compile(r"(\]\()(?P<target>[^)\s]+)(\))")
+LINK = re.compile(r'(\]\()(?P<target>[^)\s]+)((?:\s+"[^"]*")?\))')  # an image may have a title
 SNIPPET = re.compile(r'--8<--\s+"(?P<path>[^"]+)"')
 DOWNLOAD_ICON = (
     Path(material.__file__).parent / "templates/.icons/material/download.svg"

@@ -1,7 +1,9 @@
 // For every inline figure: its name, the rendered size of its smallest text (a text's size is that
 // of its largest characters: sub- and superscripts are drawn at 70 percent), its <text> count and
-// whether any glyph is drawn as a path instead of text.
-() => [...document.querySelectorAll('.attn-figure > svg')].map(svg => {
+// whether any glyph is drawn as a path instead of text. Of a figure's two drawings (desktop and
+// phone layout) only the one shown is measured.
+() => [...document.querySelectorAll('.attn-figure > svg')]
+    .filter(svg => getComputedStyle(svg).display !== 'none').map(svg => {
   const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
   const texts = [...svg.querySelectorAll('text')];
   const sizes = texts.map(t => Math.max(...[t, ...t.querySelectorAll('tspan')].map(
