@@ -7,6 +7,7 @@ queries and keys (seed 123, t = 64, B = 8, d_k = 16); the masks are those of
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
 from attention.masks import sliding_window, to_dense
@@ -14,6 +15,7 @@ from attention.sparse import block_topk_mask, moba_mask, topk_mask
 from book.figures import invert_in_dark
 
 T, BLOCK, D_K = 64, 8, 16
+ALLOWED = ListedColormap([(0, 0, 0, 0), (0.23, 0.47, 0.75, 1)])  # hidden: empty; attended: blue
 
 
 def selected_keys() -> Figure:
@@ -32,8 +34,8 @@ def selected_keys() -> Figure:
     fig, axes = plt.subplots(1, 4, figsize=(7.4, 2.6), layout="constrained")
     for ax, (name, rule) in zip(axes, rules.items()):
         mask = to_dense(rule, T, T)  # (t, t)
-        invert_in_dark(ax.imshow(mask.float().numpy(), cmap="Blues", vmin=0, vmax=1.25,
-                                 interpolation="none"))
+        # attended pairs in one blue, the rest empty: the same in both themes (not a scale)
+        ax.imshow(mask.float().numpy(), cmap=ALLOWED, vmin=0, vmax=1, interpolation="none")
         ax.set_title(f"{name}\n{int(mask.sum())} of {T * (T + 1) // 2} pairs", fontsize=9)
         ax.set_xticks([0, T - 1], labels=["key 0", str(T - 1)], fontsize=9)
         ax.set_yticks([0, T - 1], labels=["query 0", str(T - 1)] if ax is axes[0] else ["", ""],
