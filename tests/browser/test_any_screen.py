@@ -2,9 +2,9 @@
 view; a search index without private-use characters; the figures' font from the site; and code
 that fits its column on a desktop (reported, not yet required).
 
-Each check runs at 390 px and 1280 px, in the light and the dark theme, on the chapters with the
-widest multi-panel figures (4, 7 and 11); the phone crawl of test_reader_experience.py covers
-every page's figure text size.
+Each check runs at 390 px and 1280 px, in the light and the dark theme, on chapters 4 and 11, whose
+multi-panel figures were the widest (chapter 7, the heaviest page, only for its code); the phone
+crawl of test_reader_experience.py covers every page's figure text size.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from book.browser.server import SiteServer
 # after the other site tests, by when the site is built (rank 3: see the root conftest.py).
 pytestmark = pytest.mark.browser_group("browser-screens", rank=3)
 
-CHAPTERS = ("chapters/04-causal-attention/", "chapters/07-fast-attention/", "chapters/11-masks/")
+CHAPTERS = ("chapters/04-causal-attention/", "chapters/11-masks/")
 SCREENS = {
     "390-light": {"viewport": PHONE, "is_mobile": True, "has_touch": True},
     "390-dark": {"viewport": PHONE, "is_mobile": True, "has_touch": True, "color_scheme": "dark"},
@@ -86,7 +86,7 @@ def test_figures_fit_the_screen_with_a_number_and_a_caption(
             phone_layouts += figure["shown"] == ["attn-narrow"]
     assert problems == [], "\n".join(problems)
     if screen.startswith("390"):
-        assert phone_layouts >= 5, f"only {phone_layouts} figures use their phone layout at 390 px"
+        assert phone_layouts >= 4, f"only {phone_layouts} figures use their phone layout at 390 px"
     else:
         assert phone_layouts == 0, "a desktop shows a phone layout"
 
@@ -140,7 +140,7 @@ def test_code_fits_its_column_on_a_desktop(screens, site: SiteServer) -> None:
     """Reported, not required yet: code blocks wider than the 1280 px column scroll sideways
     (the book's code is not yet formatted to the column). Skips with the count while any does."""
     wide = {}
-    for path in CHAPTERS:
+    for path in (CHAPTERS[0], "chapters/07-fast-attention/"):
         page = open_page(screens["1280-light"], site, path)
         wide[path] = page.evaluate("""() => {
           const blocks = [...document.querySelectorAll('.md-typeset pre > code')];
