@@ -12,7 +12,6 @@ from matplotlib.figure import Figure
 
 from attention.masks import sliding_window, to_dense
 from attention.sparse import block_topk_mask, moba_mask, topk_mask
-from book.figures import invert_in_dark
 
 T, BLOCK, D_K = 64, 8, 16
 ALLOWED = ListedColormap([(0, 0, 0, 0), (0.23, 0.47, 0.75, 1)])  # hidden: empty; attended: blue
