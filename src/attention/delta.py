@@ -38,6 +38,7 @@ __all__ = [
     "decayed_linear_attention",
     "delta_attention_matrix",
     "delta_rule",
+    "delta_rule_flops",
     "gated_delta_rule",
 ]
 
@@ -437,3 +438,40 @@ def delta_attention_matrix(
         (eye + lower).transpose(-2, -1), weights.transpose(-2, -1), upper=True, unitriangular=True
     ).transpose(-2, -1)  # (b, h, t, t)
     return solved * b_col.transpose(-2, -1)
+
+
+def delta_rule_flops(t: int, d_k: int, d_v: int, *, chunk_size: int = 64, delta: bool = True) -> int:
+    """FLOPs of the matrix products of one (batch, head) of the chunked form, an (a, b) @ (b, c)
+    product counting 2 a b c and the triangular solve C^2 d_v (a last, shorter chunk as it is).
+
+    Per chunk of C tokens, scalar decay (``delta=False``, equation (13.5)): Q K^T and its product
+    with V, 2 C^2 (d_k + d_v); Q S_0 and the state's update K^T V, 4 C d_k d_v. The gated delta
+    rule (equations (13.9) and (13.10)) adds K K^T (2 C^2 d_k), K S_0 (2 C d_k d_v) and the solve
+    (C^2 d_v): 4 C^2 d_k + 3 C^2 d_v + 6 C d_k d_v.
+
+    Args:
+        t: tokens.
+        d_k: width of queries and keys.
+        d_v: width of values.
+        chunk_size: C, tokens per chunk.
+        delta: the gated delta rule (True) or scalar decay (False).
+
+    Returns:
+        The FLOPs, an int.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> delta_rule_flops(128, 64, 64, chunk_size=64, delta=False)
+        4194304
+    """
+    check_sizes(t=t, d_k=d_k, d_v=d_v, chunk_size=chunk_size)
+    total = 0
+    for start in range(0, t, chunk_size):
+        c = min(chunk_size, t - start)
+        if delta:
+            total += 4 * c * c * d_k + 3 * c * c * d_v + 6 * c * d_k * d_v
+        else:
+            total += 2 * c * c * (d_k + d_v) + 4 * c * d_k * d_v
+    return total

@@ -229,3 +229,21 @@ def test_layer_with_a_state_continues_where_it_stopped():
     parts = [layer(x[:, :5], state)] + [layer(x[:, i:i + 1], state) for i in range(5, 9)]
     torch.testing.assert_close(torch.cat(parts, dim=1), layer(x), rtol=1e-12, atol=1e-13)
     assert state.length == 9 and state.state.shape == (2, 4, 4, 3)
+
+
+@pytest.mark.parametrize("delta", [False, True])
+def test_flops_count_what_the_chunked_forms_multiply(delta):
+    """delta_rule_flops equals PyTorch's own count of the products, plus C^2 d_v per triangular
+    solve (which FlopCounterMode does not count) for the delta rule."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attention.delta import delta_rule_flops
+
+    q, k, v, g, beta, _ = _inputs(b=1, h_k=1, h_v=1, t=70, d_k=8, d_v=6)
+    with FlopCounterMode(display=False) as counter:
+        if delta:
+            gated_delta_rule(q, k, v, g, beta, form="chunked", chunk_size=16)
+        else:
+            decayed_linear_attention(q, k, v, g, form="chunked", chunk_size=16)
+    solves = sum(c * c * 6 for c in (16, 16, 16, 16, 6)) if delta else 0
+    assert delta_rule_flops(70, 8, 6, chunk_size=16, delta=delta) == counter.get_total_flops() + solves

@@ -26,7 +26,7 @@ computes two products of the same size per product); the softmax variants the sw
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -56,29 +56,48 @@ def linear_reference(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
     return (kernel @ value) / kernel.sum(dim=-1, keepdim=True)  # (b, h, t, d_h)
 
 
-def _variant(name: str, chunk_size: int) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+def qkv_inputs(b: int, h: int, t: int, d_h: int, generator: torch.Generator,
+               device: torch.device) -> list[Tensor]:
+    """Q, K, V (b, h, t, d_h) each, N(0, 1), in float32 (the caller casts)."""
+    return [torch.randn(b, h, t, d_h, generator=generator, device=device) for _ in range(3)]
+
+
+@dataclass(frozen=True)
+class Form:
+    """A variant as :func:`measure_variant` measures it: the call, its float64 reference, its FLOPs
+    (b, h, t, d_h, backward) and its inputs; the first ``grad_inputs`` inputs get gradients."""
+
+    fn: Callable[..., Tensor]
+    reference: Callable[..., Tensor]
+    flops: Callable[[int, int, int, int, bool], float]
+    inputs: Callable[[int, int, int, int, torch.Generator, torch.device], list[Tensor]] = qkv_inputs
+    grad_inputs: int = 3
+
+
+def linear_form(name: str, chunk_size: int) -> Form:
+    """The linear part's variants: a linear form with elu(x) + 1, or causal softmax attention."""
+    softmax = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    causal = lambda b, h, t, d_h, backward: attention_flops(  # noqa: E731
+        b, h, t, d_h, causal=True, backward=backward)
     if name in FORM_VARIANTS:
         form = name.removeprefix("linear-")
-        return lambda q, k, v: linear_attention(
-            q, k, v, is_causal=True, form=form, chunk_size=chunk_size
-        )
+
+        def flops(b: int, h: int, t: int, d_h: int, backward: bool) -> float:
+            forward = b * h * linear_attention_flops(
+                t, d_h, d_h, form, is_causal=True, chunk_size=chunk_size
+            )
+            return 3.0 * forward if backward else float(forward)
+
+        return Form(lambda q, k, v: linear_attention(
+            q, k, v, is_causal=True, form=form, chunk_size=chunk_size), linear_reference, flops)
     if name == "softmax-explicit":
-        return lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True)
-    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return Form(lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True),
+                    softmax, causal)
+    return Form(softmax, softmax, causal)
 
 
-def _flops(name: str, b: int, h: int, t: int, d_h: int, backward: bool, chunk_size: int) -> float:
-    if name in FORM_VARIANTS:
-        form = name.removeprefix("linear-")
-        forward = b * h * linear_attention_flops(
-            t, d_h, d_h, form, is_causal=True, chunk_size=chunk_size
-        )
-        return 3.0 * forward if backward else float(forward)
-    return attention_flops(b, h, t, d_h, causal=True, backward=backward)
-
-
-def measure_linear(
-    name: str, b: int, h: int, t: int, d_h: int, dtype: torch.dtype, backward: bool,
+def measure_variant(
+    name: str, form: Form, b: int, h: int, t: int, d_h: int, dtype: torch.dtype, backward: bool,
     settings: Settings, chunk_size: int = 64, seed: int = 123,
 ) -> LinearRow:
     """One row: check the variant against its float64 reference, then time it."""
@@ -90,16 +109,16 @@ def measure_linear(
         flops=None, tflops=None,
     )
     generator = torch.Generator(device).manual_seed(seed)
-    inputs = [  # Q, K, V: (b, h, t, d_h) each
-        torch.randn(b, h, t, d_h, generator=generator, device=device).to(dtype)
-        .requires_grad_(backward) for _ in range(3)
-    ]
-    fn = _variant(name, chunk_size)
-    grad_out = torch.randn(b, h, t, d_h, generator=generator, device=device).to(dtype)
+    inputs = [x.to(dtype).requires_grad_(backward and i < form.grad_inputs)
+              for i, x in enumerate(form.inputs(b, h, t, d_h, generator, device))]
+    grad_out = None
 
     def call() -> Tensor:
-        out = fn(*inputs)
+        nonlocal grad_out
+        out = form.fn(*inputs)
         if backward:
+            if grad_out is None:  # the output's shape, drawn once
+                grad_out = torch.randn(out.shape, generator=generator, device=device).to(dtype)
             out.backward(grad_out)
         return out
 
@@ -109,15 +128,13 @@ def measure_linear(
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - began
-        double = [x.detach().double().requires_grad_(backward) for x in inputs]
-        if name in FORM_VARIANTS:
-            want = linear_reference(*double)
-        else:
-            want = F.scaled_dot_product_attention(*double, is_causal=True)
+        double = [x.detach().double().requires_grad_(x.requires_grad) for x in inputs]
+        want = form.reference(*double)
         errors = [relative_error(out.detach(), want.detach())]
         if backward:  # the gradients of the first call, against the reference's
             want.backward(grad_out.double())
-            errors += [relative_error(x.grad, x64.grad) for x, x64 in zip(inputs, double)]
+            errors += [relative_error(x.grad, x64.grad) for x, x64 in zip(inputs, double)
+                       if x.requires_grad]
         row = replace(row, max_rel_err=max(errors))
         del out, want
         if row.max_rel_err > TOLERANCE[dtype]:
@@ -132,9 +149,18 @@ def measure_linear(
     except Exception as error:  # recorded in the results, never hidden
         status, reason = error_reason(error)
         return replace(row, status=status, reason=reason)
-    flops = _flops(name, b, h, t, d_h, backward, chunk_size)
+    flops = form.flops(b, h, t, d_h, backward)
     return replace(row, median_s=timing.median_s, iqr_s=timing.iqr_s, repeats=timing.repeats,
                    number=timing.number, flops=flops, tflops=flops / timing.median_s / 1e12)
+
+
+def measure_linear(
+    name: str, b: int, h: int, t: int, d_h: int, dtype: torch.dtype, backward: bool,
+    settings: Settings, chunk_size: int = 64, seed: int = 123,
+) -> LinearRow:
+    """One row of the linear part: :func:`measure_variant` with the variant ``name``."""
+    return measure_variant(name, linear_form(name, chunk_size), b, h, t, d_h, dtype, backward, settings,
+                        chunk_size, seed)
 
 
 def run_linear(settings: Settings, chunk_size: int = 64) -> list[dict]:

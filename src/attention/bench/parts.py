@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .decode import MODELS, run_decode
+from .delta import METHOD as DELTA_METHOD
+from .delta import run_delta
 from .goals import memory_goal, ratio_goals
 from .linear import METHOD as LINEAR_METHOD
 from .linear import run_linear
@@ -185,6 +187,10 @@ def _run_linear(ctx: Context) -> None:
     ctx.doc["linear"], ctx.doc["methods"]["linear"] = run_linear(ctx.settings), LINEAR_METHOD
 
 
+def _run_delta(ctx: Context) -> None:
+    ctx.doc["delta"], ctx.doc["methods"]["delta"] = run_delta(ctx.settings), DELTA_METHOD
+
+
 SWEEP_KEY = ("level", "variant", "pass", "dtype", "b", "t", "h", "d_h")
 
 # In the order a run measures them.
@@ -216,6 +222,11 @@ PARTS: tuple[Part, ...] = (
          (RowKind("linear", "linear row", ("variant", "pass", "dtype", "b", "t", "h", "d_h", "chunk_size"),
                   LinearRow, measured=_has_status, label="linear-attention rows"),),
          _run_linear, "book.appendix.tables:linear_table", default=False),
+    Part("delta", "chapter 13's chunked decay and gated delta rules against chapter 12's chunked linear "
+         "attention and causal softmax attention over t, each checked against its float64 recurrence",
+         (RowKind("delta", "delta row", ("variant", "pass", "dtype", "b", "t", "h", "d_h", "chunk_size"),
+                  LinearRow, measured=_has_status, label="delta-rule rows"),),
+         _run_delta, "book.appendix.tables:delta_table", default=False),
 )
 BY_NAME = {part.name: part for part in PARTS}
 ROW_KINDS: tuple[RowKind, ...] = tuple(kind for part in PARTS for kind in part.kinds)

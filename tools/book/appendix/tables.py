@@ -296,10 +296,10 @@ def masks_table(run: Run) -> str:
     return "\n\n".join(out)
 
 
-def linear_table(run: Run) -> str:
-    """Chapter 12's linear attention in its three forms against softmax attention: median ms per
-    call at every t (b·t fixed), the fastest at each t in bold."""
-    rows = [LinearRow.from_json(r, f"{run.stem}.json: linear[{i}]") for i, r in enumerate(run.doc.get("linear", []))]
+def _forms_table(run: Run, key: str, what: str) -> str:
+    """Forms of one part (``key``) of ``run`` against softmax attention: median ms per call at
+    every t (b·t fixed), the fastest at each t in bold."""
+    rows = [LinearRow.from_json(r, f"{run.stem}.json: {key}[{i}]") for i, r in enumerate(run.doc.get(key, []))]
     ok = [r for r in rows if r.status == "ok"]
     ts = sorted({r.t for r in rows})
     body = time_grid(dict.fromkeys(r.variant for r in rows), ts, ok)
@@ -311,4 +311,14 @@ def linear_table(run: Run) -> str:
                "the fastest at each $t$ in bold.")
     failed = [f"`{r.variant}` at $t = {r.t}$: {r.status}, {r.reason}" for r in rows if r.status != "ok"]
     note = ("\n\n" + "; ".join(failed) + ".") if failed else ""
-    return table(["form", *(f"$t = {t}$" for t in ts)], body, [False] + [True] * len(ts), caption) + note
+    return table([what, *(f"$t = {t}$" for t in ts)], body, [False] + [True] * len(ts), caption) + note
+
+
+def linear_table(run: Run) -> str:
+    """Chapter 12's linear attention in its three forms against softmax attention."""
+    return _forms_table(run, "linear", "form")
+
+
+def delta_table(run: Run) -> str:
+    """Chapter 13's chunked rules against chapter 12's chunked form and softmax attention."""
+    return _forms_table(run, "delta", "rule")
