@@ -27,7 +27,6 @@ lower-triangular system per chunk (the UT form of Yang et al., 2024). The forms 
 from typing import Literal, overload
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ._checks import check_qkv, check_sizes

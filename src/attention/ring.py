@@ -32,6 +32,7 @@ import math
 import torch
 from torch import Tensor
 
+from . import masks
 from ._checks import (
     KERNEL_RENAMES,
     accumulation_dtype,
@@ -40,7 +41,6 @@ from ._checks import (
     check_sizes,
     renamed,
 )
-from . import masks
 from .flash import flash_attention
 from .io_model import IOCount, TwoLevelMemory
 

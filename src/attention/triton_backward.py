@@ -37,8 +37,20 @@ import triton.language as tl
 from torch import Tensor
 
 from .triton_forward import (
-    DKDV_CONFIGS, DQ_CONFIGS, INTS, LOG2E, PREPROCESS_BLOCK, block_start, query_range, key_range, tile_pointers,
-    visible_mask, launch, mask_args, tuned, launched_config,
+    DKDV_CONFIGS,
+    DQ_CONFIGS,
+    INTS,
+    LOG2E,
+    PREPROCESS_BLOCK,
+    block_start,
+    key_range,
+    launch,
+    launched_config,
+    mask_args,
+    query_range,
+    tile_pointers,
+    tuned,
+    visible_mask,
 )
 
 

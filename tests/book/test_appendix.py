@@ -17,14 +17,23 @@ import pytest
 from mkdocs.exceptions import PluginError
 
 from attention.bench.parts import PARTS
-from book.constants import REPO
-from book.hooks import figures as figures_hook
-from book.hooks import appendix as appendix_hook
 from book.appendix import facts, tables
 from book.appendix.format import readable_bytes, table
-from book.appendix.load import (NOT_RECORDED, PROVENANCE_FIELDS, RESULTS, Run, commit_words, file_provenance,
-                                load_runs, pinned_version, results_files)
+from book.appendix.load import (
+    NOT_RECORDED,
+    PROVENANCE_FIELDS,
+    RESULTS,
+    Run,
+    commit_words,
+    file_provenance,
+    load_runs,
+    pinned_version,
+    results_files,
+)
 from book.appendix.page import PAGES, fill_markers, provenance_markdown, renderer, run_markdown
+from book.constants import REPO
+from book.hooks import appendix as appendix_hook
+from book.hooks import figures as figures_hook
 
 APPENDIX = REPO / "docs" / "appendix"
 FIXTURE = REPO / "tests" / "fixtures" / "bench" / "cpu-tiny.json"

@@ -18,7 +18,7 @@ import pytest
 from torch import nn
 
 import attention
-from book.constants import DOCS, REPO
+from book.constants import DOCS
 
 REFERENCES = DOCS / "references.md"  # the stub the hook fills; it cites nothing
 BIBLIOGRAPHY = DOCS / "references.bib"

@@ -11,15 +11,14 @@ Notation: b batch size, t tokens, d_in input width, d_out output width, h heads,
 """
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
 from attention import MultiHeadAttention
-from book.pages import read_page
 from book.constants import REPO
+from book.pages import read_page
 
 PAGE = REPO / "docs" / "chapters" / "05-multi-head-attention.md"
 HEADER = "| step | code | shape | running example |"

@@ -20,12 +20,21 @@ from pathlib import Path
 import pytest
 
 from book.browser.checks import (
-    check_copy_buttons, check_equations_fit, check_fits_width, check_images, check_links,
-    check_loads_cleanly, check_math, check_stays_on_host,
+    check_copy_buttons,
+    check_equations_fit,
+    check_fits_width,
+    check_images,
+    check_links,
+    check_loads_cleanly,
+    check_math,
+    check_stays_on_host,
 )
 from book.browser.crawl import LinkTargets, Snapshot, visit, visit_all
 from book.browser.live_checks import (
-    check_copy_button_copies, check_notebook, check_palette_toggle, check_search,
+    check_copy_button_copies,
+    check_notebook,
+    check_palette_toggle,
+    check_search,
 )
 from book.browser.server import SiteServer
 from book.browser.tab import Tab

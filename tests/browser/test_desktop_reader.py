@@ -17,10 +17,18 @@ import pytest
 from book.browser.checks import SNAPSHOT_CHECKS, check_fits_width
 from book.browser.chromium import DESKTOP
 from book.browser.crawl import (
-    built_pages, chapter_pages, headings, notebook_pages, showcase_chapter, visit,
+    built_pages,
+    chapter_pages,
+    headings,
+    notebook_pages,
+    showcase_chapter,
+    visit,
 )
 from book.browser.live_checks import (
-    check_copy_button_copies, check_notebook, check_palette_toggle, check_search,
+    check_copy_button_copies,
+    check_notebook,
+    check_palette_toggle,
+    check_search,
 )
 from book.browser.server import SiteServer
 from book.browser.tab import Tab

@@ -9,8 +9,6 @@ its math drawn in KaTeX's fonts.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from playwright.sync_api import Browser
 

@@ -15,8 +15,16 @@ from pathlib import Path
 import pytest
 
 from book.browser.checks import (
-    check_copy_buttons, check_equations_fit, check_fits_width, check_images, check_links,
-    check_loads_cleanly, check_math, check_stays_on_host, check_tables, figure_problems,
+    check_copy_buttons,
+    check_equations_fit,
+    check_fits_width,
+    check_images,
+    check_links,
+    check_loads_cleanly,
+    check_math,
+    check_stays_on_host,
+    check_tables,
+    figure_problems,
 )
 from book.browser.chromium import PHONE
 from book.browser.crawl import LinkTargets, Snapshot, built_pages

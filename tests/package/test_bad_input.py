@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import qkv
 
 from attention import (
     AdditiveAttention,
@@ -21,11 +22,10 @@ from attention import (
     Seq2Seq,
     Seq2SeqEncoder,
     attention_weights,
+    flash_attention,
     plot_attention,
     scaled_dot_product_attention,
-    flash_attention,
 )
-from _inputs import qkv
 
 MULTIHEAD_CLASSES = [MultiHeadAttention, FusedMultiHeadAttention, MultiHeadAttentionWrapper]
 CAUSAL_CLASSES = [CausalAttention, *MULTIHEAD_CLASSES]

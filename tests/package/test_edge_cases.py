@@ -13,6 +13,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import qkv
 from torch import Tensor, nn
 
 from attention import (
@@ -32,7 +33,6 @@ from attention import (
     flash_attention,
     scaled_dot_product_attention,
 )
-from _inputs import qkv
 
 D_IN, D_OUT, HEADS = 3, 4, 2
 

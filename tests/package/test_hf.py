@@ -4,10 +4,10 @@
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
-
-from attention.hf import CausalLM, from_transformers, upcast_transformers
+from attention.hf import CausalLM, from_transformers, upcast_transformers  # no transformers import
 from attention.rope_scaling import YaRNScaling
+
+transformers = pytest.importorskip("transformers")
 
 SMALL = {
     "num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 48,

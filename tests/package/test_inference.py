@@ -5,7 +5,6 @@ import torch
 import torch.nn.functional as F
 
 from attention import MultiHeadAttention, sliding_window_mask
-from attention.paged import PagedKVCache
 from attention.inference import (
     GroupedQueryAttention,
     KVCache,
@@ -13,6 +12,7 @@ from attention.inference import (
     kv_cache_bytes,
     sink_window_mask,
 )
+from attention.paged import PagedKVCache
 
 HEADS = [4, 2, 1]  # h_kv for h = 4: multi-head, grouped-query, multi-query
 CHUNKS = [(3, 1, 1, 1, 1, 1, 1), (2, 4, 1, 2), (9,)]  # prefill + one at a time, chunked, one-shot

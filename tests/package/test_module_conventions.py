@@ -13,9 +13,9 @@ from attention import (
     KVCache,
     LatentKVCache,
     MultiHeadAttention,
+    MultiHeadAttentionWrapper,
     MultiHeadLatentAttention,
     PagedKVCache,
-    MultiHeadAttentionWrapper,
     RollingKVCache,
     RotaryEmbedding,
     TinyTransformer,
@@ -23,6 +23,7 @@ from attention import (
     from_torch_state_dict,
     to_torch_state_dict,
 )
+
 
 class RotaryTinyTransformer(TinyTransformer):
     """The key of TinyTransformer with rotary positions."""

@@ -3,15 +3,14 @@ counts checked against the sizes of real tensors, the roof and the bound, and th
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 from attention.bench import peaks as peaks_module
 from attention.bench.peaks import last_level_cache_bytes, measure_bandwidth, measure_matmul
-from attention.roofline import kernel_bytes, machine_roof, plot_roofline, roof, roofline_points
 from attention.bench.timing import Timing
+from attention.roofline import kernel_bytes, machine_roof, plot_roofline, roof, roofline_points
 from book.constants import REPO
 
 FIXTURE = REPO / "tests/fixtures/bench/cpu-tiny.json"

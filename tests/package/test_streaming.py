@@ -7,8 +7,13 @@ import torch
 import torch.nn.functional as F
 
 from attention import (
-    DynamicNTKScaling, ModelKVCache, RollingKVCache, RotaryEmbedding, TinyTransformer,
-    YaRNScaling, sink_window_mask,
+    DynamicNTKScaling,
+    ModelKVCache,
+    RollingKVCache,
+    RotaryEmbedding,
+    TinyTransformer,
+    YaRNScaling,
+    sink_window_mask,
 )
 from attention.streaming import StreamingKVCache, streaming_cache
 

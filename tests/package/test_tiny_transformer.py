@@ -4,6 +4,7 @@ KV cache equal to the full pass, tied weights, and the cache's memory."""
 
 import pytest
 import torch
+from _inputs import randomize
 from torch import nn
 
 from attention import (
@@ -18,7 +19,6 @@ from attention import (
     next_token_accuracy,
     train_lm,
 )
-from _inputs import randomize
 
 POSITIONS = [None, "learned", "sinusoidal", "rope", "alibi"]
 

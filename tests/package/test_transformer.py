@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import randomize
 from torch import nn
 
 from attention import (
@@ -15,7 +16,7 @@ from attention import (
     alibi_bias,
     swiglu_width,
 )
-from _inputs import randomize
+
 
 def _torch_layer(norm_first: bool, activation: str, dropout: float = 0.0) -> nn.Module:
     torch.manual_seed(0)

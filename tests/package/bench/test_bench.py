@@ -11,13 +11,12 @@ from torch.utils import benchmark
 from torch.utils.flop_counter import FlopCounterMode
 
 from attention import FusedMultiHeadAttention, flash
-from attention.bench import attention_flops, device_peak, projection_flops, validate_results
+from attention.bench import attention_flops, device_peak, projection_flops, timing, validate_results, variants
 from attention.bench.cli import main
 from attention.bench.memprobe import measure_in_subprocess
+from attention.bench.rows import Row
 from attention.bench.sweep import Settings, measure
 from attention.bench.timing import profiled_call, time_cpu
-from attention.bench import timing, variants
-from attention.bench.rows import Row
 from attention.bench.variants import Built, Problem, Variant, make_inputs
 from attention.functional import scaled_dot_product_attention as explicit_attention
 

@@ -8,7 +8,6 @@ source run's provenance survives in order.
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,6 @@ cache, checked equal first, and the cache's allocated bytes against the formula.
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 import torch
