@@ -21,6 +21,7 @@ from .circuits import (
     rotation_matrix,
 )
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
+from . import distributed  # the real ring and Ulysses: attention.distributed.ring_attention
 from .decoding import split_kv_attention, weights_read_per_token
 from .delta import decayed_linear_attention, delta_rule, gated_delta_rule
 from .delta_layer import GatedDeltaNet
@@ -165,6 +166,7 @@ __all__ = [
     "copying_score",
     "cu_seqlens_from_lengths",
     "dense_attention",
+    "distributed",
     "document_ids",
     "dsa_attention",
     "dsa_flops",

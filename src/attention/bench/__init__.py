@@ -22,6 +22,7 @@ Modules, in the order a measurement flows through them:
   and merged when one device's measurements come in several runs;
 - :mod:`~attention.bench.decode`: greedy decoding with and without the KV cache;
 - :mod:`~attention.bench.linear`: linear attention's three forms against softmax attention over t;
+- :mod:`~attention.bench.distributed`: ring and Ulysses attention on 2 and 4 gloo processes of this CPU;
 - :mod:`~attention.bench.provenance`, :mod:`~attention.bench.schema`: what a results file
   records about its run, and the validator of its shape;
 - :mod:`~attention.bench.parts`: the parts of a run (peaks, goals, decode, sweep, masks, linear),

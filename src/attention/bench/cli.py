@@ -42,6 +42,7 @@ examples:
   python -m attention.bench --parts goals --no-memory-goal --output /tmp/goals.json
   python -m attention.bench --parts decode --output /tmp/decode.json
   python -m attention.bench --parts linear --head-dims 64 --passes forward --output linear.json
+  python -m attention.bench --device cpu --parts distributed --output distributed.json
   python -m attention.bench --levels kernel --seq-lens 128 256 --no-compile --no-memory-goal
   python -m attention.bench merge run1.json run2.json --output merged.json
 

@@ -20,13 +20,15 @@ from .decode import MODELS, run_decode
 from .delta import METHOD as DELTA_METHOD
 from .delta import run_delta
 from .goals import memory_goal, ratio_goals
+from .distributed import METHOD as DISTRIBUTED_METHOD
+from .distributed import run_distributed
 from .linear import METHOD as LINEAR_METHOD
 from .linear import run_linear
 from .masks import METHOD as MASKS_METHOD
 from .masks import run_masks
 from .peaks import GPU_MATMUL_SIZES, GPU_STREAM_BYTES, MATMUL_SIZES, measure_gpu_peaks, measure_peaks
 from .presets import Preset
-from .rows import DecodeRow, LinearRow, MaskRow, Row
+from .rows import DecodeRow, DistributedRow, LinearRow, MaskRow, Row
 from .sweep import Settings, run_sweep
 
 # Keys of a results file that describe the run rather than hold rows.
@@ -191,6 +193,11 @@ def _run_delta(ctx: Context) -> None:
     ctx.doc["delta"], ctx.doc["methods"]["delta"] = run_delta(ctx.settings), DELTA_METHOD
 
 
+def _run_distributed(ctx: Context) -> None:
+    ctx.doc["distributed"] = run_distributed(ctx.settings)
+    ctx.doc["methods"]["distributed"] = DISTRIBUTED_METHOD
+
+
 SWEEP_KEY = ("level", "variant", "pass", "dtype", "b", "t", "h", "d_h")
 
 # In the order a run measures them.
@@ -227,6 +234,13 @@ PARTS: tuple[Part, ...] = (
          (RowKind("delta", "delta row", ("variant", "pass", "dtype", "b", "t", "h", "d_h", "chunk_size"),
                   LinearRow, measured=_has_status, label="delta-rule rows"),),
          _run_delta, "book.appendix.tables:delta_table", default=False),
+    Part("distributed", "chapter 11's ring attention, contiguous and zig-zag, and Ulysses on 2 and 4 gloo "
+         "processes of this CPU, causal, forward and forward+backward: time per call and per ring step, "
+         "bytes sent against the model's; CPU only",
+         (RowKind("distributed", "distributed row", ("scheme", "sharding", "world_size", "pass", "dtype",
+                                                     "b", "t", "h", "h_kv", "d_h"),
+                  DistributedRow, measured=_has_status, label="context-parallel rows"),),
+         _run_distributed, "book.appendix.tables:distributed_table", default=False, preset=False),
 )
 BY_NAME = {part.name: part for part in PARTS}
 ROW_KINDS: tuple[RowKind, ...] = tuple(kind for part in PARTS for kind in part.kinds)

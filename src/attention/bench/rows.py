@@ -1,7 +1,8 @@
 """The typed rows of a results file, shared by the harness that writes them and the appendix that
 renders them: :class:`Row`, one measurement of one variant, :class:`DecodeRow`, one decoding
-speed, :class:`MaskRow`, one form of the document mask, and :class:`LinearRow`, one form of
-linear attention or softmax attention at one length. Each is built from JSON with
+speed, :class:`MaskRow`, one form of the document mask, :class:`LinearRow`, one form of
+linear attention or softmax attention at one length, and :class:`DistributedRow`, ring or Ulysses
+attention on N processes. Each is built from JSON with
 ``from_json``, which checks every field it declares and names the first one out of place; fields
 added to the format later have defaults, so that older files still load.
 
@@ -253,4 +254,47 @@ class LinearRow(_JsonRow):
         if row.status == "ok" and (row.max_rel_err is None or row.max_rel_err < 0):
             raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
                              f"got {row.max_rel_err!r}")
+        return row
+
+
+@dataclass(frozen=True)
+class DistributedRow(_JsonRow):
+    """Ring or Ulysses attention on N gloo processes of this machine, one pass
+    (attention.bench.distributed).
+
+    ``median_s`` is the slowest rank's time per call; ``step_s`` that divided by the ring's N
+    steps, ``compute_step_s`` and ``transfer_step_s`` a step's compute alone and transfer alone
+    (the ring's forward only); ``bytes_sent`` what rank 0 handed to the process group in one call,
+    ``bytes_predicted`` the model's count. ``status`` as in :class:`Row`.
+    """
+
+    scheme: str  # "ring" or "ulysses"
+    sharding: str
+    world_size: int
+    pass_name: str  # "forward" or "forward+backward"; "pass" in JSON
+    b: int
+    t: int
+    h: int
+    h_kv: int
+    d_h: int
+    dtype: str
+    is_causal: bool
+    status: str
+    reason: str | None
+    max_rel_err: float | None
+    median_s: float | None
+    iqr_s: float | None
+    repeats: int | None
+    step_s: float | None
+    compute_step_s: float | None
+    transfer_step_s: float | None
+    bytes_sent: int | None
+    bytes_predicted: int | None
+    run: int | None = None
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "distributed row") -> DistributedRow:
+        """A distributed row from its JSON object; ValueError names the field out of place."""
+        row = _from_json(cls, data, where)
+        _check_status(row, where, positive=("median_s", "bytes_sent"))
         return row

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import torch
 
 from attention.bench.masks import scores_formed
-from attention.bench.rows import LinearRow, MaskRow, Row
+from attention.bench.rows import DistributedRow, LinearRow, MaskRow, Row
 from attention.bench.timing import PROFILED_LABELS
 from attention.roofline import machine_roof, roofline_points
 
@@ -322,3 +322,32 @@ def linear_table(run: Run) -> str:
 def delta_table(run: Run) -> str:
     """Chapter 13's chunked rules against chapter 12's chunked form and softmax attention."""
     return _forms_table(run, "delta", "rule")
+
+
+def distributed_table(run: Run) -> str:
+    """Chapter 11's ring and Ulysses attention on N gloo processes: per N, each scheme and pass, its
+    time per call and per ring step, a step's compute and transfer alone, and the bytes rank 0 sent
+    against the model's count."""
+    rows = [DistributedRow.from_json(r, f"{run.stem}.json: distributed[{i}]")
+            for i, r in enumerate(run.doc.get("distributed", []))]
+    out = []
+    for world in sorted({r.world_size for r in rows}):
+        at = [r for r in rows if r.world_size == world]
+        body = []
+        for r in at:
+            name = code(r.scheme if r.scheme == "ulysses" else f"{r.scheme}-{r.sharding}")
+            if r.status != "ok":
+                body.append([name, r.pass_name, "—", "—", "—", "—", "—", f"{r.status}: {r.reason}"])
+                continue
+            body.append([name, r.pass_name, ms(r.median_s), ms(r.iqr_s), ms(r.step_s) if r.step_s else "—",
+                         ms(r.compute_step_s) if r.compute_step_s else "—",
+                         ms(r.transfer_step_s) if r.transfer_step_s else "—",
+                         f"{readable_bytes(r.bytes_sent)} ({readable_bytes(r.bytes_predicted)})"])
+        first = at[0]
+        caption = (f"$N = {world}$ processes, $t = {first.t}$ ($t_{{\\text{{shard}}}} = {first.t // world}$ per rank), $b = {first.b}$, "
+                   f"$h = {first.h}$, $h_{{kv}} = {first.h_kv}$, $d_h = {first.d_h}$, {first.dtype}, causal; "
+                   "ms per call (the slowest rank), per ring step, and a step's compute and transfer alone; "
+                   "bytes rank 0 sent, the model's count in brackets.")
+        out.append(table(["scheme", "pass", "ms", "IQR (ms)", "ms per step", "compute alone", "transfer alone",
+                          "bytes sent (model)"], body, [False, False, True, True, True, True, True, True], caption))
+    return "\n\n".join(out)

@@ -1,0 +1,114 @@
+"""What both schemes share: the process group, and the checks every rank agrees on.
+
+Notation (see CONTRIBUTING.md): b batch size, h query heads, h_kv key-value heads, t_shard
+tokens of a rank's shard (``c`` in the code), d_k and d_v the widths of keys and values; N ranks
+in the process group.
+
+Every check that could differ between ranks (a dtype, a head count, a shard length) is settled
+by one all-gather of a few integers before any tensor travels, so that every rank sees the same
+table and raises the same error: a rank that refused its input never leaves the others waiting
+in a send that has no receiver.
+"""
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .._checks import check_bool, check_qkv
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# The integers each rank contributes: ok (1, or 0 when its own input is malformed), then its shapes
+# and options, which must agree across ranks except for c.
+FIELDS = ("ok", "b", "h", "h_kv", "c", "d_k", "d_v", "dtype", "is_causal", "sharding", "requires_grad")
+
+
+OPEN_LOGS: list = []  # the Traffic logs of attention.distributed.traffic.count_traffic now open
+
+
+def note(kind: str, nbytes: int) -> None:
+    """Add ``nbytes`` of ``kind`` to every open traffic log."""
+    for log in OPEN_LOGS:
+        log.add(kind, nbytes)
+
+
+def merge(out: Tensor, lse: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
+    """Two partials normalized over disjoint keys, merged by equation (11.8): O (..., c, d_v),
+    lse (..., c); a query that has seen no key yet has lse = -inf and contributes nothing."""
+    new = torch.logaddexp(lse, lse_b)  # (..., c)
+    safe = new.masked_fill(new == -math.inf, 0.0)
+    return torch.exp(lse - safe)[..., None] * out + torch.exp(lse_b - safe)[..., None] * out_b, new
+
+
+def group_info(group: dist.ProcessGroup | None, name: str) -> tuple[int, int]:
+    """(rank, N) in ``group``; RuntimeError without an initialised default process group."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(
+            f"{name} runs on every rank of a process group: call "
+            "torch.distributed.init_process_group first (or run under torchrun), got none initialised"
+        )
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def global_rank(group: dist.ProcessGroup | None, rank: int) -> int:
+    """The global rank of ``rank`` of ``group`` (point-to-point ops address global ranks)."""
+    return rank if group is None else dist.get_global_rank(group, rank)
+
+
+def local_problem(q: Tensor, k: Tensor, v: Tensor) -> str | None:
+    """What is wrong with this rank's own query, key, value (b, h, c, d), or None."""
+    try:
+        check_qkv(q, k, v, min_dim=4)
+    except ValueError as error:
+        return str(error)
+    for name, x in (("query", q), ("key", k), ("value", v)):
+        if x.dim() != 4:
+            return f"{name} must be (b, h, c, d), got shape {tuple(x.shape)}"
+    if k.shape[:3] != v.shape[:3]:
+        return f"k and v must share (b, h_kv, c), got {tuple(k.shape)} and {tuple(v.shape)}"
+    if q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        return f"q and k must share b and c, got {tuple(q.shape)} and {tuple(k.shape)}"
+    if q.shape[-1] != k.shape[-1]:
+        return f"q and k must share d_k, got {q.shape[-1]} and {k.shape[-1]}"
+    if q.shape[1] % k.shape[1]:
+        return f"h must be a multiple of h_kv (grouped-query attention), got h={q.shape[1]}, h_kv={k.shape[1]}"
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in DTYPES:
+        return f"q, k and v must share one dtype among {DTYPES}, got {q.dtype}, {k.dtype}, {v.dtype}"
+    if q.shape[2] < 1:
+        return f"a shard must hold at least one token, got c={q.shape[2]}"
+    return None
+
+
+def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int,
+          group: dist.ProcessGroup | None, name: str) -> list[int]:
+    """Exchange every rank's shapes and options; raise the same error on every rank, or return the
+    shard lengths c of ranks 0 .. N - 1."""
+    check_bool(is_causal, "is_causal")
+    rank, world = group_info(group, name)
+    problem = local_problem(q, k, v)
+    if problem is None:
+        row = [1, q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], v.shape[3],
+               DTYPES.index(q.dtype), int(is_causal), sharding,
+               int(torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)))]
+    else:
+        row = [0] + [-1] * (len(FIELDS) - 1)
+    mine = torch.tensor(row, dtype=torch.int64, device=q.device)
+    table = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(table, mine, group=group)
+    note("all_gather", mine.numel() * mine.element_size())
+    rows = [t.tolist() for t in table]  # (N, fields)
+    if problem is not None:
+        raise ValueError(f"{name}, rank {rank}: {problem}")
+    refused = [r for r, values in enumerate(rows) if values[0] == 0]
+    if refused:
+        raise ValueError(f"{name}: rank(s) {refused} refused their input (see their error); "
+                         f"every rank must pass well-formed q, k, v")
+    for i, key in enumerate(FIELDS):
+        if key in ("ok", "c"):
+            continue
+        values = [values[i] for values in rows]
+        if len(set(values)) > 1:
+            shown = [str(DTYPES[x]) for x in values] if key == "dtype" else values
+            raise ValueError(f"{name}: every rank must pass the same {key}, got {shown} on ranks 0 .. {world - 1}")
+    return [values[FIELDS.index("c")] for values in rows]

@@ -1,0 +1,235 @@
+"""Ring attention on a real process group: each rank holds one shard, K and V go round the ring.
+
+Notation (see CONTRIBUTING.md): b batch size, h query heads, h_kv key-value heads (G = h / h_kv
+queries per key-value head), t_shard tokens of a rank's shard (``c`` in the code), d_k and d_v
+the widths of keys and values; N ranks, rank r, step sigma, lse a log-sum-exp.
+
+The single-process simulator :func:`attention.ring.ring_attention` is the model; this is the
+same algorithm with the devices made real. At step sigma rank r holds the key-value block of rank
+(r - sigma) mod N. It posts the send of that block to rank r + 1 and the receive of the next one
+from rank r - 1 (``batch_isend_irecv``), computes its queries against the block it holds while
+they travel, and only then waits: communication overlaps the block's compute. Partials merge by
+equation (11.8). The backward pass (FlashAttention-2's, tile by tile, with D = rowsum(dO ∘ O)
+and the final lse) sends the blocks round again, and with each block an accumulator of its dK
+and dV: every rank adds its share and passes it on, and after N steps the accumulator arrives
+complete at the rank that owns the block.
+"""
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .._checks import KERNEL_RENAMES, accumulation_dtype, renamed
+from ..ring import SHARDINGS, ring_shards
+from ._common import agree, global_rank, merge, note
+
+__all__ = ["ring_attention", "shard_positions", "shard_sequence"]
+
+
+def shard_positions(lengths: list[int], sharding: str, device: torch.device | None = None) -> list[Tensor]:
+    """The positions each rank's shard holds, from the shard lengths c of ranks 0 .. N - 1.
+
+    ``"contiguous"``: rank r holds the c_r tokens after those of rank r - 1 (any lengths).
+    ``"zigzag"``: the shards of :func:`attention.ring.ring_shards` (2N chunks of t, rank r holding
+    chunks r and 2N - 1 - r); lengths that do not match them raise ValueError.
+    """
+    if sharding not in SHARDINGS:
+        raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
+    t, world = sum(lengths), len(lengths)
+    if sharding == "contiguous":
+        starts = [sum(lengths[:r]) for r in range(world)]
+        return [torch.arange(s, s + n, device=device) for s, n in zip(starts, lengths)]
+    if t < 2 * world:
+        raise ValueError(f"zigzag sharding over N={world} ranks needs t >= {2 * world} tokens, got t={t}")
+    shards = ring_shards(t, world, "zigzag")
+    expected = [len(s) for s in shards]
+    if lengths != expected:
+        raise ValueError(f"zigzag sharding of t={t} tokens over N={world} ranks needs shard lengths "
+                         f"{expected} (attention.ring.ring_shards), got {lengths}")
+    return [s.to(device) for s in shards]
+
+
+def shard_sequence(x: Tensor, rank: int, world_size: int, sharding: str = "contiguous") -> Tensor:
+    """Rank ``rank``'s shard of a whole sequence x (..., t, d): the rows
+    :func:`attention.ring.ring_shards` gives it, (..., c, d)."""
+    positions = ring_shards(x.shape[-2], world_size, sharding)[rank]
+    return x.index_select(-2, positions.to(x.device))  # (..., c, d)
+
+
+def _runs(positions: Tensor) -> list[tuple[int, int, int]]:
+    """The contiguous runs of a shard: (first local row, last + 1, first position) for each."""
+    breaks = [0, *((positions.diff() != 1).nonzero().flatten() + 1).tolist(), len(positions)]
+    return [(lo, hi, int(positions[lo])) for lo, hi in zip(breaks, breaks[1:])]
+
+
+Tile = tuple[slice, slice, Tensor | None]
+
+
+def _tiles(q_runs: list, k_runs: list, is_causal: bool, device: torch.device) -> list[Tile]:
+    """The (query rows, key rows, mask) pairs of runs where some query sees some key; the mask
+    (n_q, n_k) is None where every query sees every key. A zig-zag shard is two runs, so a block
+    splits into up to four tiles, of which causal attention skips the invisible ones whole."""
+    tiles = []
+    for q_lo, q_hi, q0 in q_runs:
+        for k_lo, k_hi, k0 in k_runs:
+            n_q, n_k = q_hi - q_lo, k_hi - k_lo
+            if is_causal and k0 >= q0 + n_q:
+                continue  # every key after every query
+            mask = None
+            if is_causal and k0 + n_k - 1 > q0:  # straddles the diagonal
+                mask = (k0 + torch.arange(n_k, device=device))[None, :] <= (q0 + torch.arange(n_q, device=device))[:, None]
+            tiles.append((slice(q_lo, q_hi), slice(k_lo, k_hi), mask))
+    return tiles
+
+
+def _expand(x: Tensor, groups: int) -> Tensor:
+    """(b, h_kv, c, d) -> (b, h, c, d): each key-value head serves G query heads."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def _block_forward(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | None, scale: float) -> tuple[Tensor, Tensor]:
+    """Output (b, h, c_q, d_v), normalized over this block's keys, and its lse (b, h, c_q)."""
+    groups = q.shape[1] // k.shape[1]
+    s = q @ _expand(k, groups).transpose(-2, -1) * scale  # (b, h, c_q, c_k)
+    if visible is not None:
+        s = s.masked_fill(~visible, -math.inf)
+    lse = s.logsumexp(dim=-1)  # (b, h, c_q); -inf where a query sees none of the block
+    p = torch.exp(s - lse.masked_fill(lse == -math.inf, 0.0)[..., None])  # (b, h, c_q, c_k)
+    return p @ _expand(v, groups), lse
+
+
+def _block_backward(q: Tensor, k: Tensor, v: Tensor, d_out: Tensor, lse: Tensor, delta: Tensor,
+                    visible: Tensor | None, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """FlashAttention-2's backward for one block: dQ (b, h, c_q, d_k), dK, dV (b, h_kv, c_k, d)."""
+    b, h_kv, c_k, _ = k.shape
+    groups = q.shape[1] // h_kv
+    k_all, v_all = _expand(k, groups), _expand(v, groups)  # (b, h, c_k, d)
+    s = q @ k_all.transpose(-2, -1) * scale  # (b, h, c_q, c_k)
+    if visible is not None:
+        s = s.masked_fill(~visible, -math.inf)
+    p = torch.exp(s - lse[..., None])  # (b, h, c_q, c_k): the final weights, 0 where masked
+    d_v = p.transpose(-2, -1) @ d_out  # (b, h, c_k, d_v)
+    d_s = p * (d_out @ v_all.transpose(-2, -1) - delta[..., None])  # (b, h, c_q, c_k)
+    d_q = d_s @ k_all * scale  # (b, h, c_q, d_k)
+    d_k = d_s.transpose(-2, -1) @ q * scale  # (b, h, c_k, d_k)
+    fold = lambda x: x.view(b, h_kv, groups, c_k, x.shape[-1]).sum(dim=2)  # (b, h_kv, c_k, d)
+    return d_q, fold(d_k), fold(d_v)
+
+
+class _Ring:
+    """The ring of one call: who sends to whom, and the posted transfers of a step."""
+
+    def __init__(self, group: dist.ProcessGroup | None):
+        self.group = group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        self.next = global_rank(group, (self.rank + 1) % self.world)
+        self.prev = global_rank(group, (self.rank - 1) % self.world)
+
+    def pass_on(self, block: Tensor, incoming: Tensor) -> list:
+        """Post: send ``block`` to the next rank, receive ``incoming`` from the previous one."""
+        note("p2p", block.numel() * block.element_size())
+        ops = [dist.P2POp(dist.isend, block, self.next, self.group),
+               dist.P2POp(dist.irecv, incoming, self.prev, self.group)]
+        return dist.batch_isend_irecv(ops)
+
+
+def _wait(requests: list) -> None:
+    for request in requests:
+        request.wait()
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, positions: list[Tensor], is_causal: bool,
+                scale: float, group: dist.ProcessGroup | None) -> Tensor:
+        ring = _Ring(group)
+        acc = accumulation_dtype(q.dtype)
+        d_k = k.shape[-1]
+        q_acc = q.to(acc)
+        block = torch.cat([k, v], dim=-1).contiguous()  # (b, h_kv, c, d_k + d_v): one message per step
+        runs = [_runs(p) for p in positions]
+        out = q_acc.new_zeros(*q.shape[:3], v.shape[-1])  # (b, h, c, d_v), merged over the blocks seen
+        lse = q_acc.new_full(q.shape[:3], -math.inf)  # (b, h, c)
+        for step in range(ring.world):
+            source = (ring.rank - step) % ring.world  # whose block this rank holds now
+            requests, incoming = [], None
+            if step < ring.world - 1:  # post the next block's transfer before computing on this one
+                nxt = (ring.rank - step - 1) % ring.world
+                incoming = block.new_empty(*block.shape[:2], len(positions[nxt]), block.shape[-1])
+                requests = ring.pass_on(block, incoming)
+            kv = block.to(acc)
+            for rows, cols, mask in _tiles(runs[ring.rank], runs[source], is_causal, q.device):
+                partial = _block_forward(q_acc[..., rows, :], kv[..., cols, :d_k], kv[..., cols, d_k:], mask, scale)
+                out[..., rows, :], lse[..., rows] = merge(out[..., rows, :], lse[..., rows], *partial)
+            _wait(requests)
+            block = incoming
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.positions, ctx.runs, ctx.is_causal, ctx.scale, ctx.group = positions, runs, is_causal, scale, group
+        return out.to(v.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        q, k, v, out, lse = ctx.saved_tensors
+        positions, ring = ctx.positions, _Ring(ctx.group)
+        acc, d_k = out.dtype, k.shape[-1]
+        q_acc, d_out = q.to(acc), grad_out.to(acc)
+        delta = (d_out * out).sum(dim=-1)  # (b, h, c_q): D = rowsum(dO ∘ O)
+        d_q = torch.zeros_like(q_acc)
+        block = torch.cat([k, v], dim=-1).contiguous()  # (b, h_kv, c, d_k + d_v)
+        grads = torch.zeros(block.shape, dtype=acc, device=block.device)  # dK, dV so far of the block held
+        arriving, pending = grads, []  # the accumulator in flight from the previous rank
+        for step in range(ring.world):
+            source = (ring.rank - step) % ring.world
+            requests, incoming = [], None
+            if step < ring.world - 1:
+                nxt = (ring.rank - step - 1) % ring.world
+                incoming = block.new_empty(*block.shape[:2], len(positions[nxt]), block.shape[-1])
+                requests = ring.pass_on(block, incoming)
+            tiles = _tiles(ctx.runs[ring.rank], ctx.runs[source], ctx.is_causal, q.device)
+            own = torch.zeros(block.shape, dtype=acc, device=block.device) if tiles else None  # dK, dV here
+            kv = block.to(acc)
+            for rows, cols, mask in tiles:
+                dq, dk, dv = _block_backward(q_acc[..., rows, :], kv[..., cols, :d_k], kv[..., cols, d_k:],
+                                             d_out[..., rows, :], lse[..., rows], delta[..., rows], mask, ctx.scale)
+                d_q[..., rows, :] += dq
+                own[..., cols, :] += torch.cat([dk, dv], dim=-1)  # (b, h_kv, n_k, d_k + d_v)
+            _wait(pending)  # this block's dK, dV from the ranks it met before this one
+            grads = arriving if own is None else arriving + own
+            if ring.world > 1:  # pass it on; the one arriving belongs to the next block held, and
+                # after the last step it is this rank's own block, complete
+                nxt = (ring.rank - step - 1) % ring.world
+                arriving = grads.new_empty(*grads.shape[:2], len(positions[nxt]), grads.shape[-1])
+                pending = ring.pass_on(grads, arriving)
+            _wait(requests)
+            block = incoming
+        _wait(pending)
+        grads = arriving if ring.world > 1 else grads
+        d_kv = grads  # (b, h_kv, c, d_k + d_v): this rank's own block, every rank's share summed
+        return (d_q.to(q.dtype), d_kv[..., :d_k].to(k.dtype), d_kv[..., d_k:].to(v.dtype),
+                None, None, None, None)
+
+
+@renamed(**KERNEL_RENAMES)
+def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool = False,
+                   sharding: str = "contiguous", scale: float | None = None,
+                   group: dist.ProcessGroup | None = None) -> Tensor:
+    """Attention over a sequence sharded across the ranks of ``group``: this rank's output shard.
+
+    Call it on every rank with that rank's query (b, h, c, d_k), key (b, h_kv, c, d_k) and value
+    (b, h_kv, c, d_v); h_kv may divide h (grouped-query attention: the ring carries h_kv heads).
+    ``sharding`` says which positions each rank holds (:func:`shard_positions`): contiguous
+    shards of any lengths, or zig-zag ones (those of :func:`attention.ring.ring_shards`).
+    ``is_causal`` is SDPA's, by position in the whole sequence. Returns (b, h, c, d_v); the
+    backward pass is the ring's too, so every rank must run it. Half precision is computed in
+    float32. Inputs that differ across ranks in anything but c raise ValueError on every rank.
+    """
+    if sharding not in SHARDINGS:
+        raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
+    q, k, v = query, key, value
+    lengths = agree(q, k, v, is_causal=is_causal, sharding=SHARDINGS.index(sharding), group=group,
+                    name="ring_attention")
+    positions = shard_positions(lengths, sharding, q.device)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return _RingAttention.apply(q, k, v, positions, is_causal, scale, group)

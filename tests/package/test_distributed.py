@@ -1,0 +1,224 @@
+"""attention.distributed on real gloo processes (CPU): equal to SDPA on the gathered sequence.
+
+One group of forked processes per world size runs every case and writes its errors to a file;
+the tests read them. Processes talk over 127.0.0.1 only.
+"""
+
+import math
+import os
+import socket
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from attention.distributed import count_traffic, ring_attention, shard_sequence, ulysses_attention
+from attention.ring import ring_attention_io
+
+B, D_H = 2, 8
+TS = (24, 21)  # 24 is a multiple of 2N for N = 2, 4; 21 of neither N nor 2N
+# Every sharding, causal or not: t a multiple of 2N without and with grouped queries (h_kv = 2),
+# and t a multiple of neither N nor 2N with them.
+RING = [(sharding, causal, t, 4, h_kv) for sharding in ("contiguous", "zigzag") for causal in (False, True)
+        for t, h_kv in ((TS[0], 4), (TS[0], 2), (TS[1], 2))]
+# Ulysses needs equal shards (t a multiple of N) and h a multiple of N; h_kv = 2 with N = 4 is
+# a divisor of N (each key-value head copied to two ranks), with N = 2 a multiple.
+ULYSSES = [(causal, 24, h, h_kv) for causal in (False, True) for h, h_kv in ((4, 4), (4, 2))]
+DEADLINE_S = 60  # a run past this is a hang: the test kills it and fails
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init(rank: int, world: int, port: int, timeout_s: float) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=timeout_s))
+
+
+def _spawn(worker, world: int, out_dir: Path) -> list[dict]:
+    """Run worker(rank, world, port, out_dir) on ``world`` forked processes; each rank's results."""
+    context = mp.start_processes(worker, args=(world, _free_port(), str(out_dir)), nprocs=world,
+                                 join=False, start_method="fork")
+    deadline = time.monotonic() + DEADLINE_S
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"world size {world}: processes still running after {DEADLINE_S} s")
+    return [torch.load(out_dir / f"rank{r}.pt") for r in range(world)]
+
+
+def _case(rank, world, fn, sharding, causal, t, h, h_kv, seed, dtype=torch.float64):
+    """Largest difference of output and gradients from SDPA in float64 on the whole sequence."""
+    torch.manual_seed(seed)
+    q = torch.randn(B, h, t, D_H, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(B, h_kv, t, D_H, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    w = torch.randn(B, h, t, D_H, dtype=torch.float64)  # the loss is sum(w * out)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)  # (b, h, t, d_h)
+    (want * w).sum().backward()
+    part = lambda x: shard_sequence(x.detach(), rank, world, sharding)  # (b, ., c, d_h)
+    mine = [part(x).to(dtype).requires_grad_() for x in (q, k, v)]
+    with count_traffic() as traffic:
+        out = fn(*mine, is_causal=causal)
+        (out * part(w).to(dtype)).sum().backward()
+    errors = [(out.double() - part(want)).abs().max()] + [(x.grad - part(y.grad)).abs().max()
+                                                 for x, y in zip(mine, (q, k, v))]
+    return max(float(e.detach()) for e in errors), dict(traffic.sent)
+
+
+def _correctness(rank: int, world: int, port: int, out_dir: str) -> None:
+    _init(rank, world, port, timeout_s=DEADLINE_S)
+    results = {}
+    for i, (sharding, causal, t, h, h_kv) in enumerate(RING):
+        fn = lambda *a, **kw: ring_attention(*a, sharding=sharding, **kw)
+        results["ring", sharding, causal, t, h, h_kv] = _case(rank, world, fn, sharding, causal, t, h, h_kv, i)
+    for i, (causal, t, h, h_kv) in enumerate(ULYSSES):
+        results["ulysses", "contiguous", causal, t, h, h_kv] = _case(
+            rank, world, ulysses_attention, "contiguous", causal, t, h, h_kv, 100 + i)
+    zigzag = lambda *a, **kw: ring_attention(*a, sharding="zigzag", **kw)
+    results["ring bfloat16"] = _case(rank, world, zigzag, "zigzag", True, 21, 4, 2, 200, torch.bfloat16)
+    dist.destroy_process_group()
+    torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+
+
+@pytest.fixture(scope="module", params=(2, 4), ids=lambda n: f"N={n}")
+def run(request, tmp_path_factory):
+    world = request.param
+    began = time.perf_counter()
+    ranks = _spawn(_correctness, world, tmp_path_factory.mktemp(f"world{world}"))
+    return world, ranks, time.perf_counter() - began
+
+
+def test_equal_to_sdpa_on_the_gathered_sequence(run):
+    world, ranks, _ = run
+    cases = [key for key in ranks[0] if key != "ring bfloat16"]
+    assert len(cases) == len(RING) + len(ULYSSES)
+    worst = {key: max(r[key][0] for r in ranks) for key in cases}
+    bad = {key: err for key, err in worst.items() if not err < 1e-12}
+    assert not bad, f"world size {world}: output or gradient error >= 1e-12 in {bad}"
+
+
+def test_half_precision_is_computed_in_float32(run):
+    """bfloat16 inputs, float32 partials and gradient sums: within bfloat16's rounding of the
+    inputs and the result (inputs and gradients of order 1)."""
+    _, ranks, _ = run
+    assert max(r["ring bfloat16"][0] for r in ranks) < 0.1
+
+
+def test_ring_sends_what_the_io_model_counts(run):
+    """Forward and backward: N - 1 blocks of K and V forward, N - 1 again backward, N dK, dV."""
+    world, ranks, _ = run
+    for key, (_, sent) in ranks[0].items():
+        if key[0] != "ring" or key[3] % world:
+            continue
+        _, _, _, t, _, h_kv = key
+        io = ring_attention_io(t, D_H, world, m_device=10**9)  # numbers per head, forward
+        block_bytes = B * h_kv * io.writes * 8  # K and V of N - 1 steps, float64
+        assert sent["p2p"] == 2 * block_bytes + world * B * h_kv * 2 * (t // world) * D_H * 8, key
+
+
+def test_ulysses_moves_the_all_to_all_fraction(run):
+    world, ranks, _ = run
+    for key, (_, sent) in ranks[0].items():
+        if key[0] != "ulysses":
+            continue
+        _, _, _, t, h, h_kv = key
+        c, kv_heads = t // world, max(h_kv // world, 1)
+        per_slot = B * c * D_H * 8 * (2 * h // world + 2 * kv_heads)  # q and output; k and v
+        assert sent["all_to_all"] == 2 * (world - 1) * per_slot, key  # forward and backward
+
+
+def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
+    _init(rank, world, port, timeout_s=10)
+    outcomes = {}
+
+    def attempt(name, call):
+        began = time.perf_counter()
+        try:
+            call()
+            outcomes[name] = ("no error", "", time.perf_counter() - began)
+        except Exception as error:  # every outcome is reported to the test
+            outcomes[name] = (type(error).__name__, str(error), time.perf_counter() - began)
+
+    def shard(c, h=2, h_kv=2, dtype=torch.float64, dims=4):
+        shape = (1, h, c, 4)[4 - dims:]
+        return torch.randn(shape, dtype=dtype), *(torch.randn(1, h_kv, c, 4, dtype=dtype) for _ in range(2))
+
+    float32_on_rank_1 = torch.float32 if rank == 1 else torch.float64
+    attempt("dtypes", lambda: ring_attention(*shard(4, dtype=float32_on_rank_1)))
+    attempt("ulysses dtypes", lambda: ulysses_attention(*shard(4, dtype=float32_on_rank_1)))
+    attempt("zigzag lengths", lambda: ring_attention(*shard(6 if rank == 0 else 4), sharding="zigzag"))
+    attempt("ulysses lengths", lambda: ulysses_attention(*shard(3 if rank == 0 else 2)))
+    attempt("ulysses heads", lambda: ulysses_attention(*shard(4, h=3, h_kv=3)))
+    attempt("one malformed rank", lambda: ring_attention(*shard(4, dims=4 if rank == 0 else 3)))
+    attempt("causal on one rank", lambda: ring_attention(*shard(4), is_causal=rank == 0))
+    attempt("contiguous unequal", lambda: ring_attention(*shard(5 if rank == 0 else 3)))  # allowed
+    # A rank that never calls: the others' first exchange ends at the group's gloo timeout.
+    short = dist.new_group(timeout=timedelta(seconds=0.5))
+    if rank == 0:
+        attempt("absent rank", lambda: ring_attention(*shard(4), group=short))
+    torch.save(outcomes, Path(out_dir) / f"rank{rank}.pt")
+    if rank != 0:
+        time.sleep(1)  # stay until rank 0 has timed out, so that its wait is the timeout's
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def bad_run(tmp_path_factory):
+    return _spawn(_bad, 2, tmp_path_factory.mktemp("bad"))
+
+
+@pytest.mark.parametrize("case, kind, words", [
+    ("dtypes", "ValueError", "same dtype"),
+    ("ulysses dtypes", "ValueError", "same dtype"),
+    ("zigzag lengths", "ValueError", "needs shard lengths [5, 5]"),
+    ("ulysses lengths", "ValueError", "equal length"),
+    ("ulysses heads", "ValueError", "h=3, N=2"),
+    ("one malformed rank", "ValueError", "at least 4 dimensions"),
+    ("causal on one rank", "ValueError", "same is_causal"),
+])
+def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, words):
+    for rank, outcomes in enumerate(bad_run):
+        name, message, seconds = outcomes[case]
+        assert name == kind, (rank, name, message)
+        assert seconds < 5, f"rank {rank} took {seconds:.1f} s: it waited instead of failing"
+    assert any(words in outcomes[case][1] for outcomes in bad_run), [o[case][1] for o in bad_run]
+
+
+def test_contiguous_shards_may_differ_in_length(bad_run):
+    assert all(outcomes["contiguous unequal"][0] == "no error" for outcomes in bad_run)
+
+
+def test_a_rank_that_never_calls_ends_in_the_gloo_timeout(bad_run):
+    name, message, seconds = bad_run[0]["absent rank"]
+    assert name in ("RuntimeError", "DistBackendError") and seconds < 10, (name, message, seconds)
+
+
+def test_no_process_group_is_a_runtime_error():
+    q = torch.randn(1, 2, 4, 4)
+    for fn in (ring_attention, ulysses_attention):
+        with pytest.raises(RuntimeError, match="init_process_group"):
+            fn(q, q, q)
+
+
+def test_the_run_takes_seconds(run):
+    world, _, seconds = run
+    assert seconds < 30, f"world size {world}: {seconds:.1f} s"
+
+
+@pytest.mark.parametrize("fn", [ring_attention, ulysses_attention])
+def test_the_kernel_conventions_hold_before_any_process_group(fn):
+    q = torch.randn(1, 2, 4, 4)
+    with pytest.raises(TypeError, match="did you mean is_causal"):
+        fn(q, q, q, causal=True)
+    with pytest.raises(ValueError, match="is_causal must be a bool"):
+        fn(q, q, q, is_causal=torch.tensor(True))

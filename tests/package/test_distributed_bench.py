@@ -1,0 +1,46 @@
+"""The distributed part of the benchmark (attention.bench.distributed): ring and Ulysses on gloo
+processes, checked against float64, timed, and their bytes set beside the model's."""
+
+import copy
+import json
+
+import pytest
+
+from attention.bench import distributed, validate_results
+from attention.bench.cli import build_parser, settings_from_args
+from book.constants import REPO
+
+FIXTURE = REPO / "tests/fixtures/bench/cpu-tiny.json"
+SMALL = ["--device", "cpu", "--repeats", "3"]
+SHAPE = {"b": 1, "t": 16, "h": 2, "h_kv": 2, "d_h": 8}
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    settings = settings_from_args(build_parser().parse_args(SMALL))
+    return distributed.run_distributed(settings, world_sizes=(2,), shape=SHAPE)
+
+
+def test_every_scheme_and_pass_checked_timed_and_counted(rows):
+    assert [(r["scheme"], r["sharding"], r["pass"]) for r in rows] == [
+        (scheme, sharding, p) for scheme, sharding in distributed.SCHEMES for p in distributed.PASSES]
+    for r in rows:
+        assert r["status"] == "ok" and r["max_rel_err"] < distributed.TOLERANCE and r["median_s"] > 0
+        assert r["bytes_sent"] == r["bytes_predicted"], r
+        split = r["scheme"] == "ring" and r["pass"] == "forward"
+        assert (r["compute_step_s"] is not None) == split and (r["transfer_step_s"] is not None) == split
+
+
+def test_rows_follow_the_schema(rows):
+    doc = json.loads(FIXTURE.read_text()) | {"distributed": rows}
+    validate_results(doc)
+    broken = copy.deepcopy(doc)
+    broken["distributed"][0]["bytes_sent"] = None
+    with pytest.raises(ValueError, match=r"distributed\[0\]\.bytes_sent: expected a positive number"):
+        validate_results(broken)
+
+
+def test_a_shape_the_shards_cannot_split_is_refused():
+    settings = settings_from_args(build_parser().parse_args(SMALL))
+    with pytest.raises(ValueError, match="t a multiple of 2N"):
+        distributed.run_distributed(settings, world_sizes=(4,), shape=SHAPE | {"t": 12})
