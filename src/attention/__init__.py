@@ -21,7 +21,7 @@ from .circuits import (
     rotation_matrix,
 )
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
-from . import distributed  # the real ring and Ulysses: attention.distributed.ring_attention
+from . import distributed  # attention.distributed (not in __all__): the real ring and Ulysses
 from .decoding import split_kv_attention, weights_read_per_token
 from .delta import decayed_linear_attention, delta_rule, gated_delta_rule
 from .delta_layer import GatedDeltaNet
@@ -166,7 +166,6 @@ __all__ = [
     "copying_score",
     "cu_seqlens_from_lengths",
     "dense_attention",
-    "distributed",
     "document_ids",
     "dsa_attention",
     "dsa_flops",

@@ -149,10 +149,11 @@ def test_command_line_writes_the_merged_file_and_names_what_is_wrong(run, tmp_pa
 
 def every_part() -> dict:
     """A document with rows of every kind of every part: the committed CPU run (sweep, goals,
-    decode, peaks) with the masks, linear and delta rows of the other CPU results files."""
+    decode, peaks) with the masks, linear, delta and distributed rows of the other CPU results files."""
     results = REPO / "docs" / "appendix" / "results"
     doc = json.loads((results / "cpu.json").read_text())
-    for stem, key in (("cpu-masks", "masks"), ("cpu-linear", "linear"), ("cpu-delta", "delta")):
+    for stem, key in (("cpu-masks", "masks"), ("cpu-linear", "linear"), ("cpu-delta", "delta"),
+                      ("cpu-distributed", "distributed")):
         other = json.loads((results / f"{stem}.json").read_text())
         doc[key], doc["methods"][key] = other[key], other["methods"][key]
     return doc
