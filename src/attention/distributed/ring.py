@@ -20,6 +20,7 @@ import math
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.types import Device
 
 from .._checks import KERNEL_RENAMES, accumulation_dtype, renamed
 from ..ring import SHARDINGS, ring_shards
@@ -28,12 +29,27 @@ from ._common import agree, global_rank, merge, note
 __all__ = ["ring_attention", "shard_positions", "shard_sequence"]
 
 
-def shard_positions(lengths: list[int], sharding: str, device: torch.device | None = None) -> list[Tensor]:
+def shard_positions(lengths: list[int], sharding: str, device: Device = None) -> list[Tensor]:
     """The positions each rank's shard holds, from the shard lengths c of ranks 0 .. N - 1.
 
     ``"contiguous"``: rank r holds the c_r tokens after those of rank r - 1 (any lengths).
     ``"zigzag"``: the shards of :func:`attention.ring.ring_shards` (2N chunks of t, rank r holding
-    chunks r and 2N - 1 - r); lengths that do not match them raise ValueError.
+    chunks r and 2N - 1 - r).
+
+    Args:
+        lengths: the shard length c of each rank, in rank order.
+        sharding: ``"contiguous"`` or ``"zigzag"``.
+        device: where the position tensors go.
+
+    Returns:
+        N int64 tensors of positions, one per rank.
+
+    Raises:
+        ValueError: if sharding is unknown, or zig-zag lengths are not those of ``ring_shards``.
+
+    Examples:
+        >>> shard_positions([3, 2], "contiguous")
+        [tensor([0, 1, 2]), tensor([3, 4])]
     """
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
@@ -52,8 +68,25 @@ def shard_positions(lengths: list[int], sharding: str, device: torch.device | No
 
 
 def shard_sequence(x: Tensor, rank: int, world_size: int, sharding: str = "contiguous") -> Tensor:
-    """Rank ``rank``'s shard of a whole sequence x (..., t, d): the rows
-    :func:`attention.ring.ring_shards` gives it, (..., c, d)."""
+    """Rank ``rank``'s shard of a whole sequence: the rows :func:`attention.ring.ring_shards`
+    gives it.
+
+    Args:
+        x: the whole sequence (..., t, d).
+        rank: the rank whose shard to take, from 0.
+        world_size: N, the number of ranks.
+        sharding: ``"contiguous"`` or ``"zigzag"``.
+
+    Returns:
+        The shard (..., c, d).
+
+    Raises:
+        ValueError: if ``ring_shards`` refuses t, N or the sharding.
+
+    Examples:
+        >>> shard_sequence(torch.arange(8.0)[:, None], 0, 2, "zigzag").flatten()
+        tensor([0., 1., 6., 7.])
+    """
     positions = ring_shards(x.shape[-2], world_size, sharding)[rank]
     return x.index_select(-2, positions.to(x.device))  # (..., c, d)
 
@@ -217,13 +250,36 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
                    group: dist.ProcessGroup | None = None) -> Tensor:
     """Attention over a sequence sharded across the ranks of ``group``: this rank's output shard.
 
-    Call it on every rank with that rank's query (b, h, c, d_k), key (b, h_kv, c, d_k) and value
-    (b, h_kv, c, d_v); h_kv may divide h (grouped-query attention: the ring carries h_kv heads).
-    ``sharding`` says which positions each rank holds (:func:`shard_positions`): contiguous
-    shards of any lengths, or zig-zag ones (those of :func:`attention.ring.ring_shards`).
-    ``is_causal`` is SDPA's, by position in the whole sequence. Returns (b, h, c, d_v); the
-    backward pass is the ring's too, so every rank must run it. Half precision is computed in
-    float32. Inputs that differ across ranks in anything but c raise ValueError on every rank.
+    Call it on every rank with that rank's shard; K and V travel round the ring (see the module
+    docstring), and so does the backward pass, which every rank must run too. Half precision is
+    computed in float32.
+
+    Args:
+        query: this rank's queries (b, h, c, d_k).
+        key: its keys (b, h_kv, c, d_k); h_kv may divide h (grouped-query attention: the ring
+            carries h_kv heads).
+        value: its values (b, h_kv, c, d_v).
+        is_causal: SDPA's causal mask, by position in the whole sequence.
+        sharding: which positions each rank holds (:func:`shard_positions`): ``"contiguous"``
+            shards of any lengths, or ``"zigzag"`` ones (those of ``attention.ring.ring_shards``).
+        scale: the score scale, 1 / sqrt(d_k) by default.
+        group: the process group, the default one if None.
+
+    Returns:
+        This rank's output shard (b, h, c, d_v).
+
+    Raises:
+        RuntimeError: if no process group is initialised.
+        ValueError: on every rank, if any rank's input is malformed or differs from the others'
+            in anything but c (dtype, heads, widths, options), or the shard lengths do not fit
+            the sharding.
+
+    Examples:
+        >>> q = torch.randn(1, 2, 4, 8)  # outside torch.distributed: refused
+        >>> ring_attention(q, q, q)
+        Traceback (most recent call last):
+            ...
+        RuntimeError: ring_attention runs on every rank of a process group: ...
     """
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")

@@ -17,17 +17,38 @@ __all__ = ["Traffic", "count_traffic"]
 @dataclass
 class Traffic:
     """Bytes this rank handed to the process group, by kind of operation ("p2p", "all_to_all",
-    "all_gather"); an all-to-all counts only the slices that leave the rank."""
+    "all_gather"); an all-to-all counts only the slices that leave the rank.
+
+    Args:
+        sent: bytes so far, by kind.
+
+    Examples:
+        >>> log = Traffic()
+        >>> log.add("p2p", 8)
+        >>> log.sent
+        {'p2p': 8}
+    """
 
     sent: dict[str, int] = field(default_factory=dict)
 
     def add(self, kind: str, nbytes: int) -> None:
+        """Count ``nbytes`` more of ``kind``."""
         self.sent[kind] = self.sent.get(kind, 0) + nbytes
 
 
 @contextmanager
 def count_traffic() -> Iterator[Traffic]:
-    """Count the bytes this rank sends in the calls inside the block (forward and backward)."""
+    """Count the bytes this rank sends in the calls inside the block (forward and backward).
+
+    Returns:
+        A context manager whose :class:`Traffic` fills while the block runs.
+
+    Examples:
+        >>> with count_traffic() as log:
+        ...     pass  # ring_attention or ulysses_attention on every rank
+        >>> log.sent
+        {}
+    """
     log = Traffic()
     OPEN_LOGS.append(log)
     try:

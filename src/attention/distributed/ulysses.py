@@ -62,11 +62,33 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
                       scale: float | None = None, group: dist.ProcessGroup | None = None) -> Tensor:
     """Attention over a sequence in contiguous equal shards, by heads: this rank's output shard.
 
-    Call it on every rank with that rank's query (b, h, c, d_k), key (b, h_kv, c, d_k), value
-    (b, h_kv, c, d_v), rank r holding tokens r c .. (r + 1) c - 1. h must be a multiple of N,
-    and h_kv a multiple or a divisor of N (a key-value head is then copied to the ranks that
-    share it). Attention on the gathered heads is ``F.scaled_dot_product_attention``, so the
-    gradient is autograd's, with each all-to-all's reversed. Returns (b, h, c, d_v).
+    Call it on every rank, rank r holding tokens r c .. (r + 1) c - 1. Attention on the gathered
+    heads is ``F.scaled_dot_product_attention``, so the gradient is autograd's, with each
+    all-to-all's reversed.
+
+    Args:
+        query: this rank's queries (b, h, c, d_k); h must be a multiple of N.
+        key: its keys (b, h_kv, c, d_k); h_kv a multiple or a divisor of N (a key-value head is
+            then copied to the ranks that share it).
+        value: its values (b, h_kv, c, d_v).
+        is_causal: SDPA's causal mask over the whole sequence.
+        scale: the score scale, 1 / sqrt(d_k) by default.
+        group: the process group, the default one if None.
+
+    Returns:
+        This rank's output shard (b, h, c, d_v).
+
+    Raises:
+        RuntimeError: if no process group is initialised.
+        ValueError: on every rank, if any rank's input is malformed or differs from the others',
+            the shards differ in length, or N does not divide h (or h_kv, or h_kv N).
+
+    Examples:
+        >>> q = torch.randn(1, 2, 4, 8)  # outside torch.distributed: refused
+        >>> ulysses_attention(q, q, q)
+        Traceback (most recent call last):
+            ...
+        RuntimeError: ulysses_attention runs on every rank of a process group: ...
     """
     q, k, v = query, key, value
     lengths = agree(q, k, v, is_causal=is_causal, sharding=0, group=group, name="ulysses_attention")
