@@ -7,6 +7,7 @@ d_k width of queries and keys.
 
 from importlib import metadata as _metadata
 
+from . import distributed as distributed  # not in __all__: the real ring and Ulysses
 from .additive import AdditiveAttention, AttentionDecoder, Seq2Seq, Seq2SeqEncoder
 from .block_attention import BlockAttention
 from .causal import CausalAttention
@@ -21,7 +22,6 @@ from .circuits import (
     rotation_matrix,
 )
 from .data import JOURNEY_TOKENS, journey_batch, journey_inputs
-from . import distributed  # attention.distributed (not in __all__): the real ring and Ulysses
 from .decoding import split_kv_attention, weights_read_per_token
 from .delta import decayed_linear_attention, delta_rule, gated_delta_rule
 from .delta_layer import GatedDeltaNet

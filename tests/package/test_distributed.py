@@ -4,8 +4,6 @@ One group of forked processes per world size runs every case and writes its erro
 the tests read them. Processes talk over 127.0.0.1 only.
 """
 
-import math
-import os
 import socket
 import time
 from datetime import timedelta
@@ -65,7 +63,8 @@ def _case(rank, world, fn, sharding, causal, t, h, h_kv, seed, dtype=torch.float
     w = torch.randn(B, h, t, D_H, dtype=torch.float64)  # the loss is sum(w * out)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)  # (b, h, t, d_h)
     (want * w).sum().backward()
-    part = lambda x: shard_sequence(x.detach(), rank, world, sharding)  # (b, ., c, d_h)
+    def part(x):
+        return shard_sequence(x.detach(), rank, world, sharding)  # (b, ., c, d_h)
     mine = [part(x).to(dtype).requires_grad_() for x in (q, k, v)]
     with count_traffic() as traffic:
         out = fn(*mine, is_causal=causal)
@@ -79,12 +78,14 @@ def _correctness(rank: int, world: int, port: int, out_dir: str) -> None:
     _init(rank, world, port, timeout_s=DEADLINE_S)
     results = {}
     for i, (sharding, causal, t, h, h_kv) in enumerate(RING):
-        fn = lambda *a, **kw: ring_attention(*a, sharding=sharding, **kw)
+        def fn(*a, **kw):
+            return ring_attention(*a, sharding=sharding, **kw)
         results["ring", sharding, causal, t, h, h_kv] = _case(rank, world, fn, sharding, causal, t, h, h_kv, i)
     for i, (causal, t, h, h_kv) in enumerate(ULYSSES):
         results["ulysses", "contiguous", causal, t, h, h_kv] = _case(
             rank, world, ulysses_attention, "contiguous", causal, t, h, h_kv, 100 + i)
-    zigzag = lambda *a, **kw: ring_attention(*a, sharding="zigzag", **kw)
+    def zigzag(*a, **kw):
+        return ring_attention(*a, sharding="zigzag", **kw)
     results["ring bfloat16"] = _case(rank, world, zigzag, "zigzag", True, 21, 4, 2, 200, torch.bfloat16)
     dist.destroy_process_group()
     torch.save(results, Path(out_dir) / f"rank{rank}.pt")

@@ -133,9 +133,11 @@ def _worker(rank: int, world: int, port: int, repeats: int, seed: int, shape: di
                 rows.append(replace(row, status="failed", reason=f"relative error {error:.2e} > {TOLERANCE:.0e}"))
                 continue
             if pass_name == "forward":
-                call = lambda: fn(*mine)
+                def call():
+                    return fn(*mine)
             else:
-                call = lambda: fn(*mine).sum().backward()
+                def call():
+                    return fn(*mine).sum().backward()
             with torch.no_grad() if pass_name == "forward" else torch.enable_grad():
                 with cp.count_traffic() as traffic:
                     call()

@@ -19,9 +19,9 @@ from typing import Any, Literal
 from .decode import MODELS, run_decode
 from .delta import METHOD as DELTA_METHOD
 from .delta import run_delta
-from .goals import memory_goal, ratio_goals
 from .distributed import METHOD as DISTRIBUTED_METHOD
 from .distributed import run_distributed
+from .goals import memory_goal, ratio_goals
 from .linear import METHOD as LINEAR_METHOD
 from .linear import run_linear
 from .masks import METHOD as MASKS_METHOD

@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
                 ("ring", "zigzag", lambda *a, **kw: ring_attention(*a, sharding="zigzag", **kw)),
                 ("ulysses", "contiguous", ulysses_attention)]
         for scheme, sharding, fn in runs:
-            part = lambda x: shard_sequence(x.detach(), rank, world, sharding)  # (1, ., c, d_h)
+            def part(x):
+                return shard_sequence(x.detach(), rank, world, sharding)  # (1, ., c, d_h)
             mine = [part(x).requires_grad_() for x in (q, k, v)]
             try:
                 out = fn(*mine, is_causal=causal)

@@ -147,7 +147,8 @@ def _block_backward(q: Tensor, k: Tensor, v: Tensor, d_out: Tensor, lse: Tensor,
     d_s = p * (d_out @ v_all.transpose(-2, -1) - delta[..., None])  # (b, h, c_q, c_k)
     d_q = d_s @ k_all * scale  # (b, h, c_q, d_k)
     d_k = d_s.transpose(-2, -1) @ q * scale  # (b, h, c_k, d_k)
-    fold = lambda x: x.view(b, h_kv, groups, c_k, x.shape[-1]).sum(dim=2)  # (b, h_kv, c_k, d)
+    def fold(x):
+        return x.view(b, h_kv, groups, c_k, x.shape[-1]).sum(dim=2)  # (b, h_kv, c_k, d)
     return d_q, fold(d_k), fold(d_v)
 
 

@@ -24,7 +24,7 @@ RUN_MARKER = re.compile(r"<!-- timings:run (?P<stem>[a-z0-9-]+) -->")
 RUNS_MARKER = "<!-- timings:runs -->"
 FILES_MARKER = "<!-- timings:files -->"
 PART_MARKER = re.compile(r"<!-- timings:(?P<part>[a-z_]+) (?P<stem>[a-z0-9-]+) -->")
-PAGES = {"cpu": "cpu.md", "cpu-masks": "cpu.md", "cpu-linear": "cpu.md", "cpu-distributed": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
+PAGES = {"cpu": "cpu.md", "cpu-masks": "cpu.md", "cpu-linear": "cpu.md", "cpu-distributed": "cpu.md", "cpu-delta": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
 # The parts a run's section shows, in this order; any part can have a page of its own instead,
 # with the marker <!-- timings:NAME STEM -->.
 RUN_SECTIONS = ("goals", "peaks", "decode", "sweep")
