@@ -28,7 +28,6 @@ import attention
 
 REPO = Path(__file__).resolve().parents[2]
 API_PAGE = REPO / "docs" / "reference" / "api.md"
-USER_SCRIPT = Path(__file__).with_name("typed_usage.py")
 
 
 def api_modules() -> list[ModuleType]:
@@ -177,22 +176,6 @@ def test_docstring_examples_run(module: ModuleType) -> None:
         runner.run(test, out=output.append)
     result = runner.summarize(verbose=False)
     assert result.failed == 0, "".join(output)
-
-
-def test_a_user_script_type_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                   pytestconfig: pytest.Config) -> None:
-    # The user's view of an installed package: its annotations are read, errors inside it are
-    # not reported (--follow-imports=silent, as mypy treats site-packages). mypy reads torch's
-    # annotations once (about 14 s of CPU), then keeps them in pytest's cache folder.
-    from mypy import api
-
-    cache = pytestconfig.cache.mkdir("mypy") if getattr(pytestconfig, "cache", None) else tmp_path
-    monkeypatch.setenv("MYPYPATH", str(REPO / "src"))  # this checkout's package, not an install
-    stdout, stderr, status = api.run([
-        str(USER_SCRIPT), "--strict", "--follow-imports=silent", "--cache-dir", str(cache),
-        "--no-error-summary",
-    ])
-    assert status == 0, stdout + stderr
 
 
 def test_devices_are_torch_types_device() -> None:
