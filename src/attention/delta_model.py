@@ -35,19 +35,34 @@ class RecurrentBlockAttention(nn.Module):
     """A block's attention sublayer computed by a recurrent rule of :mod:`attention.delta`.
 
     Built from a causal :class:`~attention.BlockAttention` whose ``qkv`` and ``out_proj`` it
-    takes over; adds the convolution (3 d channels, width ``conv_size``; None for none), W_beta, W_g, A_log and
-    dt_bias. The call and the return value are BlockAttention's: SA(x) (b, t, d) and the
-    weights A (b, h, t, t) it applied to the values. Masks and caches are refused.
+    takes over; adds the convolution (3 d channels, width ``conv_size``; None for none), W_beta,
+    W_g, A_log and dt_bias. The call and the return value are BlockAttention's: SA(x) (b, t, d)
+    and the weights W (b, h, t, t) it applied to the values. Masks and caches are refused.
+
+    Args:
+        attn: the causal sublayer to replace, without dropout.
+        kind: ``"sum"``, ``"decay"``, ``"delta"`` or ``"gated_delta"``.
+        conv_size: w_conv, the convolution's width, or None for no convolution.
+
+    Raises:
+        ValueError: an unknown kind, or a sublayer that is not causal or has dropout.
+
+    Examples:
+        >>> from attention import BlockAttention
+        >>> layer = RecurrentBlockAttention(BlockAttention(16, 2, 0.0, is_causal=True), "delta")
+        >>> out, weights = layer(torch.randn(1, 5, 16))
+        >>> tuple(out.shape), tuple(weights.shape)
+        ((1, 5, 16), (1, 2, 5, 5))
     """
 
     def __init__(self, attn: BlockAttention, kind: str, conv_size: int | None = 4) -> None:
         super().__init__()
         if kind not in RECURRENT_KINDS:
             raise ValueError(f"kind must be one of {RECURRENT_KINDS}, got {kind!r}")
-        if not attn.causal or attn.dropout > 0:
+        if not attn.is_causal or attn.dropout > 0:
             raise ValueError(
                 f"recurrent attention replaces a causal sublayer without dropout, got "
-                f"causal={attn.causal}, dropout={attn.dropout}"
+                f"is_causal={attn.is_causal}, dropout={attn.dropout}"
             )
         self.kind, self.d_model = kind, attn.d_model
         self.num_heads, self.d_h = attn.num_heads, attn.d_h
@@ -98,8 +113,27 @@ def use_recurrent_attention(
 
     ``model`` is a :class:`~attention.TinyTransformer`; the other blocks keep softmax attention
     (a hybrid, as Qwen3-Next interleaves linear and full attention layers). ``conv_size=None``
-    leaves out the convolution (an ablation: the models that ship these rules have it). New parameters are
-    drawn from the global generator; returns ``model``.
+    leaves out the convolution (an ablation: the models that ship these rules have it). New
+    parameters are drawn from the global generator.
+
+    Args:
+        model: a :class:`~attention.TinyTransformer` (blocks whose ``attn`` is a BlockAttention).
+        kind: the rule, one of :data:`RECURRENT_KINDS`.
+        layers: indices of the blocks to change; None changes all.
+        conv_size: w_conv, or None for no convolution.
+
+    Returns:
+        ``model``, changed in place.
+
+    Raises:
+        ValueError: a model without such blocks, an unknown kind, or a layer index out of range.
+
+    Examples:
+        >>> from attention import TinyTransformer
+        >>> model = TinyTransformer(16, 16, 2, 2, 8, positions="rope", mlp=False)
+        >>> _ = use_recurrent_attention(model, "gated_delta", layers=[0])
+        >>> [type(block.attn).__name__ for block in model.blocks]
+        ['RecurrentBlockAttention', 'BlockAttention']
     """
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList) or not all(

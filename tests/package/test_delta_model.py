@@ -1,0 +1,51 @@
+"""attention.delta_model: a TinyTransformer whose attention sublayers run the rules of
+attention.delta, with the weights W (Z = W V) returned as attention weights are."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention import TinyTransformer
+from attention.delta import gated_delta_rule
+from attention.delta_model import RECURRENT_KINDS, RecurrentBlockAttention, use_recurrent_attention
+
+
+def _model() -> TinyTransformer:
+    torch.manual_seed(0)
+    return TinyTransformer(vocab_size=16, d_model=16, num_heads=2, num_layers=2, context_length=12,
+                           positions="rope", mlp=False).double()
+
+
+@pytest.mark.parametrize("kind", RECURRENT_KINDS)
+def test_every_kind_runs_and_returns_causal_weights(kind):
+    model = use_recurrent_attention(_model(), kind)
+    ids = torch.randint(16, (2, 12), generator=torch.Generator().manual_seed(1))
+    logits, weights = model(ids, return_weights=True)
+    assert logits.shape == (2, 12, 16) and len(weights) == 2
+    for w in weights:  # (b, h, t, t), nothing above the diagonal
+        assert w.shape == (2, 2, 12, 12) and torch.all(w.triu(1) == 0)
+
+
+def test_the_gated_delta_sublayer_is_the_rule_on_its_convolved_inputs():
+    model = use_recurrent_attention(_model(), "gated_delta", layers=[1])
+    attn = model.blocks[1].attn
+    assert isinstance(attn, RecurrentBlockAttention) and not isinstance(
+        model.blocks[0].attn, RecurrentBlockAttention)  # a hybrid: layer 0 keeps softmax
+    x = torch.randn(2, 7, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        out, _ = attn(x)
+        qkv = F.silu(attn.conv(F.pad(attn.qkv(x).transpose(1, 2), (3, 0)))).transpose(1, 2)
+        q, k, v = (y.view(2, 7, 2, 8).transpose(1, 2) for y in qkv.split(16, dim=2))
+        beta = torch.sigmoid(attn.beta_proj(x)).transpose(1, 2)
+        g = (-attn.A_log.exp() * F.softplus(attn.g_proj(x) + attn.dt_bias)).transpose(1, 2)
+        rule = gated_delta_rule(F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, g, beta)
+        expected = attn.out_proj(rule.transpose(1, 2).reshape(2, 7, 16))
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+class TestBadInput:
+    def test_unknown_kind_and_layers_are_named(self):
+        with pytest.raises(ValueError, match=r"kind must be one of .*got 'gla'"):
+            use_recurrent_attention(_model(), "gla")
+        with pytest.raises(ValueError, match=r"layers must be indices of the model's 2 blocks, got \[2\]"):
+            use_recurrent_attention(_model(), "sum", layers=[2])
