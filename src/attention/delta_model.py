@@ -118,7 +118,7 @@ def use_recurrent_attention(
 
     Args:
         model: a :class:`~attention.TinyTransformer` (blocks whose ``attn`` is a BlockAttention).
-        kind: the rule, one of :data:`RECURRENT_KINDS`.
+        kind: the rule, one of ``RECURRENT_KINDS``: sum, decay, delta, gated_delta.
         layers: indices of the blocks to change; None changes all.
         conv_size: w_conv, or None for no convolution.
 
