@@ -29,7 +29,7 @@ from typing import Literal, overload
 import torch
 from torch import Tensor
 
-from ._checks import check_qkv, check_sizes
+from ._checks import accumulation_dtype, check_qkv, check_sizes
 
 __all__ = [
     "DELTA_FORMS",
@@ -43,11 +43,6 @@ __all__ = [
 
 DECAY_FORMS = ("recurrent", "parallel", "chunked")
 DELTA_FORMS = ("recurrent", "chunked")
-
-
-def _float(x: Tensor) -> Tensor:
-    """x in the accumulation dtype: float32 for half precision, as fused kernels compute."""
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def _check(
@@ -109,7 +104,8 @@ def _prepare(
     """q (scaled), k, v in the accumulation dtype, q and k repeated to h_v heads; the state S_0."""
     b, h_k, t, d_k = key.shape
     h_v, d_v = value.shape[1], value.shape[3]
-    q, k, v = _float(query), _float(key), _float(value)
+    dtype = accumulation_dtype(value.dtype)  # float32 for half precision, as fused kernels
+    q, k, v = query.to(dtype), key.to(dtype), value.to(dtype)
     if h_v != h_k:  # grouped heads: query/key head j serves value heads j r ... (j + 1) r - 1
         q = q.repeat_interleave(h_v // h_k, dim=1)  # (b, h_v, t, d_k)
         k = k.repeat_interleave(h_v // h_k, dim=1)  # (b, h_v, t, d_k)
@@ -183,7 +179,7 @@ def decayed_linear_attention(
     """
     _check(query, key, value, g, None, form, DECAY_FORMS, chunk_size, initial_state)
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
-    g = _float(g).to(v.dtype)
+    g = g.to(v.dtype)
     t = v.shape[2]
     if form == "recurrent":
         rows = []
@@ -297,7 +293,7 @@ def gated_delta_rule(
     """
     _check(query, key, value, g, beta, form, DELTA_FORMS, chunk_size, initial_state)
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
-    g, beta = _float(g).to(v.dtype), _float(beta).to(v.dtype)
+    g, beta = g.to(v.dtype), beta.to(v.dtype)
     if form == "chunked":
         out, state = _delta_chunked(q, k, v, g, beta, state, chunk_size)
     else:
@@ -424,12 +420,12 @@ def delta_attention_matrix(
     q, k, _, _ = _prepare(query, key, value_like, scale, None)
     t = k.shape[2]
     lam = torch.ones(t, t, dtype=k.dtype, device=k.device).tril() if g is None else (
-        _decay_mask(_float(g).to(k.dtype).cumsum(-1))
+        _decay_mask(g.to(k.dtype).cumsum(-1))
     )  # (b, h, t, t) or (t, t)
     weights = (q @ k.transpose(-2, -1)).tril() * lam  # (b, h, t, t)
     if beta is None:
         return weights
-    b_col = _float(beta).to(k.dtype)[..., None]  # (b, h, t, 1)
+    b_col = beta.to(k.dtype)[..., None]  # (b, h, t, 1)
     lower = (b_col * (k @ k.transpose(-2, -1)) * lam).tril(-1)  # (b, h, t, t)
     eye = torch.eye(t, dtype=k.dtype, device=k.device)
     # W = (Lambda o Q K^T) (I + lower)^-1 diag(beta): solve X (I + lower) = weights, transposed

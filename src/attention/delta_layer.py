@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from ._checks import check_sizes
 from .delta import gated_delta_rule
+from .norms import RMSNorm
 
 __all__ = ["DeltaState", "GatedDeltaNet"]
 
@@ -91,7 +92,7 @@ class GatedDeltaNet(nn.Module):
                 f"{num_value_heads}"
             )
         self.h_k, self.h_v, self.d_k, self.d_v = num_key_heads, num_value_heads, d_k, d_v
-        self.eps, self.chunk_size = eps, chunk_size
+        self.chunk_size = chunk_size
         self.q_proj = nn.Linear(d_model, num_key_heads * d_k, bias=False)
         self.k_proj = nn.Linear(d_model, num_key_heads * d_k, bias=False)
         self.v_proj = nn.Linear(d_model, num_value_heads * d_v, bias=False)
@@ -102,7 +103,7 @@ class GatedDeltaNet(nn.Module):
         self.conv = nn.Conv1d(channels, channels, conv_size, groups=channels, bias=False)
         self.A_log = nn.Parameter(torch.empty(num_value_heads).uniform_(0.01, 16).log())
         self.dt_bias = nn.Parameter(torch.ones(num_value_heads))
-        self.norm_weight = nn.Parameter(torch.ones(d_v))
+        self.norm = RMSNorm(d_v, eps=eps)  # per head, before the output gate
         self.out_proj = nn.Linear(num_value_heads * d_v, d_model, bias=False)
 
     def forward(self, x: Tensor, cache: DeltaState | None = None) -> Tensor:
@@ -132,7 +133,7 @@ class GatedDeltaNet(nn.Module):
         if cache is not None:
             cache.state, cache.length = final, cache.length + t
         o = o.transpose(1, 2)  # (b, t, h_v, d_v)
-        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps) * self.norm_weight
+        o = self.norm(o)  # (b, t, h_v, d_v)
         z = self.z_proj(x).view(b, t, self.h_v, self.d_v)  # (b, t, h_v, d_v)
         return self.out_proj((o * F.silu(z)).reshape(b, t, -1))  # (b, t, d)
 
@@ -159,6 +160,6 @@ class GatedDeltaNet(nn.Module):
             new.conv.weight.copy_(layer.conv1d.weight)
             new.A_log.copy_(layer.A_log)
             new.dt_bias.copy_(layer.dt_bias)
-            new.norm_weight.copy_(layer.norm.weight)
+            new.norm.weight.copy_(layer.norm.weight)
             new.out_proj.weight.copy_(layer.out_proj.weight)
         return new
