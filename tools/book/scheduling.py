@@ -12,7 +12,10 @@ pyproject.toml). Tests that must share a process are grouped:
       pytestmark = pytest.mark.browser_group("browser-crawl", rank=0)
 
   the run stops, naming the module, if a module under tests/browser/ declares none (it would run
-  its tests on both processes, each with its own chromium).
+  its tests on both processes, each with its own chromium);
+- the tests of a module that use a module-scoped fixture (a process running Triton's interpreter,
+  a benchmark run, a model from transformers): made once, not once per process; the group is
+  ``module:<path>``.
 
 xdist reports a grouped test's id with its group appended (``docs/x.md::line-42@page:docs/x.md``,
 ``...::test_x@browser-crawl``); such an id, copied from a FAILED line, is accepted on the command
@@ -31,12 +34,16 @@ import pytest
 
 PAGE_MARKER = "page"  # what the runner marks every item of a page with
 PAGE_GROUP = "page:"
+MODULE_GROUP = "module:"
 BROWSER_MARK = "browser_group"  # how a browser test module declares its group and rank
 SITE_FIXTURES = {"built_site", "site_build"}
 # Every browser group is named so, which lets a test id copied with its group be recognised
 # before any module is collected.
 _BROWSER_GROUP = re.compile(r"browser-[a-z0-9-]+")
-_GROUP_SUFFIX = re.compile(r"@(?:" + re.escape(PAGE_GROUP) + r"[^@]*|" + _BROWSER_GROUP.pattern + ")$")
+_GROUP_SUFFIX = re.compile(
+    r"@(?:(?:" + re.escape(PAGE_GROUP) + "|" + re.escape(MODULE_GROUP) + r")[^@]*|"
+    + _BROWSER_GROUP.pattern + ")$"
+)
 
 
 def without_group(arg: str) -> str:
@@ -65,6 +72,18 @@ def page_group(item: pytest.Item) -> str | None:
         return None
     page = item.getparent(pytest.File)
     return PAGE_GROUP + (page.nodeid if page else item.nodeid.split("::")[0])
+
+
+def module_group(item: pytest.Item) -> str | None:
+    """``module:<path>`` for a test that uses a module-scoped fixture, else None: the module's
+    tests then share one process, which makes the fixture once."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for definitions in info.name2fixturedefs.values():
+        if definitions and definitions[-1].scope == "module":
+            return MODULE_GROUP + item.nodeid.split("::")[0]
+    return None
 
 
 def stop_undeclared(modules: set[str]) -> None:
@@ -102,6 +121,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     undeclared = set()
     for item in items:
         group = page_group(item) or (browser_group(item) or (None,))[0]
+        if group is None and browser_tests not in item.path.parents:
+            group = module_group(item)
         if group and grouping:
             item.add_marker(pytest.mark.xdist_group(group))
         elif group is None and browser_tests in item.path.parents:

@@ -1,0 +1,36 @@
+"""How the suite's tests share its two processes (tools/book/scheduling.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from book.scheduling import module_group, without_group
+
+SOURCE = """
+import pytest
+
+@pytest.fixture(scope="module")
+def made_once():
+    return 1
+
+@pytest.fixture
+def made_per_test():
+    return 2
+
+def test_uses_the_module_fixture(made_once):
+    pass
+
+def test_uses_a_function_fixture(made_per_test):
+    pass
+"""
+
+
+def test_tests_that_use_a_module_fixture_share_one_process(pytester: pytest.Pytester) -> None:
+    shared, free = pytester.getitems(SOURCE)
+    assert module_group(shared) == "module:" + shared.nodeid.split("::")[0]
+    assert module_group(free) is None
+
+
+def test_a_module_group_id_is_accepted_as_xdist_prints_it() -> None:
+    printed = "tests/package/test_x.py::test_y[a]@module:tests/package/test_x.py"
+    assert without_group(printed) == "tests/package/test_x.py::test_y[a]"
