@@ -404,12 +404,13 @@ def test_selected_keys_are_causal_and_keep_their_counts(draw) -> None:
 
 
 def test_the_figure_cache_is_keyed_by_what_the_figures_are_drawn_from(tmp_path: Path) -> None:
-    for folder, pattern in hook.INPUTS:
-        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "src/attention").mkdir(parents=True)
+    (tmp_path / hook.RESULTS[0]).mkdir(parents=True)
     (tmp_path / "src/attention/core.py").write_text("x = 1\n")
     (tmp_path / "docs/appendix/results/cpu.json").write_text("{}\n")
     (tmp_path / "docs/chapters").mkdir(parents=True)
-    key = lambda: hook.inputs_key(tmp_path).hexdigest()  # noqa: E731
+    sources = [tmp_path / "src/attention/core.py"]
+    key = lambda: hook.inputs_key(tmp_path, sources).hexdigest()  # noqa: E731
     before = key()
     (tmp_path / "docs/chapters/01.md").write_text("prose, edited\n")  # a page is no input
     assert key() == before
@@ -417,6 +418,13 @@ def test_the_figure_cache_is_keyed_by_what_the_figures_are_drawn_from(tmp_path: 
         (tmp_path / changed).write_text("changed\n")
         assert key() != before, changed
         before = key()
+    # What the figure modules import is an input; the test tooling and the runner are not.
+    drawn = {path.relative_to(hook.REPO).as_posix() for path in hook.drawn_from()}
+    assert {"src/attention/functional.py", "tools/book/figures/__init__.py",
+            "tools/book/hooks/figures.py", "tools/book/appendix/load.py"} <= drawn
+    assert not any(name.startswith(("tools/book/runner/", "tools/book/browser/"))
+                   or name == "tools/book/scheduling.py" for name in drawn)
+    assert "tools/book/figures/ch09.py" not in drawn  # keys its own entry
     common = hook.inputs_key()  # each module's entry also hashes its own source
     entries = {hook.cache_entry(module, common) for module in hook.figure_modules()}
     assert len(entries) == len(hook.figure_modules())

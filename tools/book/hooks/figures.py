@@ -13,8 +13,9 @@ text, the background is transparent, and the style's placeholder colours become 
 metadata and a fixed salt for element ids, so the same code gives the same bytes.
 
 Drawing them is most of a build's time, so they are cached (``.cache/figures/KEY/``, git-ignored):
-KEY hashes everything a figure is drawn from (the package, the book's tooling, the results files,
-and the versions of Python, matplotlib, NumPy and torch). A build that changed none of them, such
+KEY hashes everything a figure is drawn from (every module of the package and of the book's tooling
+that the figure modules import, the results files, and the versions of Python, matplotlib, NumPy
+and torch). A build that changed none of them, such
 as one after editing a chapter's text, copies the cached SVG files instead of drawing them again.
 
 After the search index has read a page (so no tick label lands in it), ``on_post_page`` puts
@@ -33,6 +34,7 @@ figure; a page outside the chapters numbers its figures 1, 2, ...), and every "F
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import html
 import importlib
@@ -96,7 +98,8 @@ PHONE_WIDTH_IN = 5.4  # the widest phone layout, inches: 10-point text is 9 px i
 CACHE = REPO / ".cache" / "figures"
 # What every figure is drawn from besides its own module: (folder, pattern) of files (the figure
 # modules themselves left out), and the distributions that draw.
-INPUTS = (("src/attention", "*.py"), ("tools/book", "*.py"), ("docs/appendix/results", "*.json"))
+SOURCES = ("src", "tools")  # the repository's code: a module imported from these is an input
+RESULTS = ("docs/appendix/results", "*.json")  # the measurements some figures draw
 FIGURE_SOURCES = Path(figures.__file__).parent
 DRAWN_BY = ("matplotlib", "numpy", "torch")
 NAMES = "names.txt"  # written last into a cache entry: the entry is complete
@@ -296,18 +299,60 @@ def render_all(jobs: list[tuple[str, Path]]) -> None:
             os.replace(partial, out_dir / f"{name}.svg")
 
 
-def inputs_key(repo: Path = REPO) -> hashlib._Hash:
-    """A hash of every file and version all figures are drawn from (their modules aside)."""
+def drawn_from(repo: Path = REPO) -> list[Path]:
+    """The repository's modules that the figure modules import, directly or not (the figure
+    modules themselves aside), found from their import statements: editing any other file, such
+    as a test helper or another hook, keeps the cache."""
+    roots = [repo / folder for folder in SOURCES]
+
+    def module_file(name: str) -> Path | None:
+        for root in roots:
+            for path in (root / name.replace(".", "/") / "__init__.py",
+                         root / (name.replace(".", "/") + ".py")):
+                if path.is_file():
+                    return path
+        return None
+
+    def imported(path: Path, name: str) -> set[str]:
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+                found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+        # importing a.b.c runs a/__init__.py and a/b/__init__.py first
+        return {".".join(n.split(".")[:i]) for n in found for i in range(1, n.count(".") + 2)}
+
+    names = figure_modules() + [__name__]
+    seen: dict[str, Path] = {}
+    while names:
+        name = names.pop()
+        path = module_file(name)
+        if path is None or name in seen:
+            continue
+        seen[name] = path
+        names += sorted(imported(path, name) - seen.keys())
+    return sorted(path for path in seen.values()
+                  if path.parent != FIGURE_SOURCES or path.name.startswith("_"))
+
+
+def inputs_key(repo: Path = REPO, sources: list[Path] | None = None) -> hashlib._Hash:
+    """A hash of every file and version all figures are drawn from (their modules aside):
+    ``sources`` (by default :func:`drawn_from`) and the results files."""
     digest = hashlib.sha256()
     for distribution in DRAWN_BY:
         digest.update(f"{distribution}=={importlib.metadata.version(distribution)}\n".encode())
     digest.update(sys.version.encode())
-    for folder, pattern in INPUTS:
-        for path in sorted((repo / folder).rglob(pattern)):
-            if path.parent == FIGURE_SOURCES and not path.name.startswith("_"):
-                continue  # a figure module keys its own entry
-            digest.update(f"\n{path.relative_to(repo).as_posix()}\n".encode())
-            digest.update(path.read_bytes())
+    folder, pattern = RESULTS
+    results = sorted((repo / folder).rglob(pattern))
+    for path in (drawn_from(repo) if sources is None else sources) + results:
+        digest.update(f"\n{path.relative_to(repo).as_posix()}\n".encode())
+        digest.update(path.read_bytes())
     return digest
 
 
