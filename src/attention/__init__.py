@@ -103,6 +103,7 @@ from .sparse import (
     moba_attention,
     moba_mask,
     nsa_attention,
+    nsa_mask,
     topk_mask,
 )
 from .streaming import StreamingKVCache, streaming_cache
@@ -193,6 +194,7 @@ __all__ = [
     "moba_mask",
     "next_token_accuracy",
     "nsa_attention",
+    "nsa_mask",
     "ov_circuit",
     "pack",
     "plot_attention",

@@ -43,6 +43,7 @@ __all__ = [
     "moba_attention",
     "moba_mask",
     "nsa_attention",
+    "nsa_mask",
     "topk_mask",
 ]
 
@@ -401,6 +402,54 @@ def moba_attention(
     return dense_attention(query, key, value, mask_mod=rule, scale=scale)
 
 
+def _complete(block_size: int) -> MaskMod:
+    """NSA's compressed branch: query q_idx sees block kv_idx once the block has ended."""
+
+    def complete(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return (kv_idx + 1) * block_size <= q_idx + 1  # block kv_idx ends at or before q_idx
+
+    return complete
+
+
+def nsa_mask(
+    query: Tensor, key: Tensor, *, block_size: int, top_k: int, scale: float | None = None,
+) -> MaskMod:
+    """NSA's selection: query i keeps the ``top_k`` blocks its compressed branch weighs most.
+
+    The weights are the softmax of q_i · mean(K_n) · scale over the complete blocks before the
+    query (a query that sees none gives every block 0); the first and the query's own block are
+    always kept and count among the ``top_k``, later blocks never.
+
+    Args:
+        query: (b, h, t, d_k).
+        key: (b, h, t, d_k).
+        block_size: B, dividing t.
+        top_k: blocks each query keeps, at least 2.
+        scale: multiplies the scores; defaults to 1/sqrt(d_k).
+
+    Returns:
+        The mask rule.
+
+    Raises:
+        ValueError: if B does not divide t, or top_k is not an integer >= 2.
+
+    Examples:
+        >>> q = k = torch.ones(1, 1, 4, 2)
+        >>> to_dense(nsa_mask(q, k, block_size=1, top_k=2), 4, 4)  # the first and the own
+        tensor([[ True, False, False, False],
+                [ True,  True, False, False],
+                [ True, False,  True, False],
+                [ True, False, False,  True]])
+    """
+    keys_c = _block_means(key, block_size, "keys")  # (b, h, T, d_k)
+    t, n_blocks = query.shape[-2], keys_c.shape[-2]
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores_c = query @ keys_c.transpose(-2, -1) * scale  # (b, h, t, T)
+    seen = to_dense(_complete(block_size), t, n_blocks, device=query.device)  # (t, T)
+    p_cmp = scores_c.masked_fill(~seen, -math.inf).softmax(dim=-1).nan_to_num(0.0)  # row: 0
+    return block_topk_mask(p_cmp, top_k, block_size, keep_first=True)
+
+
 @renamed(**KERNEL_RENAMES)
 def nsa_attention(
     query: Tensor, key: Tensor, value: Tensor, gates: Tensor, *, block_size: int, top_k: int,
@@ -452,16 +501,9 @@ def nsa_attention(
     check_sizes(window=window)
     keys_c = _block_means(key, block_size, "keys")  # (b, h, T, d_k)
     values_c = _block_means(value, block_size, "values")  # (b, h, T, d_v)
-
-    def complete(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return (kv_idx + 1) * block_size <= q_idx + 1  # block kv_idx ends at or before q_idx
-
-    compressed = dense_attention(query, keys_c, values_c, mask_mod=complete, scale=scale)
-    scale = query.shape[-1] ** -0.5 if scale is None else scale
-    scores_c = query @ keys_c.transpose(-2, -1) * scale  # (b, h, t, T)
-    seen = to_dense(complete, t, keys_c.shape[-2], device=query.device)  # (t, T)
-    p_cmp = scores_c.masked_fill(~seen, -math.inf).softmax(dim=-1).nan_to_num(0.0)  # row: 0
-    chosen = block_topk_mask(p_cmp, top_k, block_size, keep_first=True)
+    compressed = dense_attention(query, keys_c, values_c, mask_mod=_complete(block_size),
+                                 scale=scale)
+    chosen = nsa_mask(query, key, block_size=block_size, top_k=top_k, scale=scale)
     selected = dense_attention(query, key, value, mask_mod=chosen, scale=scale)
     sliding = dense_attention(query, key, value, mask_mod=sliding_window(window), scale=scale)
     branches = torch.stack([compressed, selected, sliding], dim=-1)  # (b, h, t, d_v, 3)
