@@ -343,3 +343,16 @@ def test_every_benchmark_part_names_a_renderer_that_renders_its_rows(runs):
 def test_a_marker_of_an_unknown_part_stops_the_build(runs):
     with pytest.raises(ValueError, match="no benchmark part 'novel'"):
         fill_markers("<!-- timings:novel cpu -->", runs)
+
+
+def test_a_part_not_measured_yet_says_so_until_its_file_exists():
+    # cpu-sparse.json is listed in PAGES: without the file its marker becomes a note, with it the tables.
+    marker = "<!-- timings:sparse cpu-sparse -->"
+    note, _ = fill_markers(marker, {})
+    assert "Not measured yet" in note and "`results/cpu-sparse.json`" in note and "--parts sparse" in note
+    doc = json.loads((REPO / "tests" / "fixtures" / "bench" / "cpu-sparse-tiny.json").read_text())
+    filled, _ = fill_markers(marker, {"cpu-sparse": Run("cpu-sparse", doc)})
+    assert "Not measured yet" not in filled and "| `dsa-gathered` |" in filled
+    assert "`dsa-indexer` at $t = 32$: skipped" in filled  # no backward pass through the indexer
+    with pytest.raises(ValueError, match="no sparse rows in cpu-novel.json"):  # a stem no page expects
+        fill_markers("<!-- timings:sparse cpu-novel -->", {})

@@ -13,6 +13,9 @@ from .goals import FLASH_GOAL_SHAPE, FUSED_GOAL_SHAPE, speed_goals
 from .parts import BY_NAME, PARTS, Context
 from .presets import PRESETS
 from .provenance import command_line, load_average
+from .sparse import BLOCK_SIZE as SPARSE_BLOCK_SIZE
+from .sparse import TOP_K as SPARSE_TOP_K
+from .sparse import check_sizes as check_sparse_sizes
 from .store import write_results
 from .sweep import DTYPES, PASSES, Settings, start_document
 from .variants import LEVELS, VARIANTS
@@ -43,6 +46,8 @@ examples:
   python -m attention.bench --parts decode --output /tmp/decode.json
   python -m attention.bench --parts linear --head-dims 64 --passes forward --output linear.json
   python -m attention.bench --device cpu --parts distributed --output distributed.json
+  python -m attention.bench --device cpu --parts sparse --seq-lens 1024 2048 --tokens 16384 \
+      --d-model 128 --head-dims 64 --passes forward --output sparse.json
   python -m attention.bench --levels kernel --seq-lens 128 256 --no-compile --no-memory-goal
   python -m attention.bench merge run1.json run2.json --output merged.json
 
@@ -113,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--decode-repeats", type=int, help="decode: timed generate calls, at most (default: 3)")
     add("--decode-max-time", type=float,
         help="decode: no further call once this many seconds are spent on one measurement (default: 60)")
+    add("--sparse-top-k", type=int, default=SPARSE_TOP_K,
+        help=f"sparse: keys k_top each selection keeps per query (default: {SPARSE_TOP_K})")
+    add("--sparse-block-size", type=int, default=SPARSE_BLOCK_SIZE,
+        help=f"sparse: keys B per block of MoBA and NSA, dividing k_top and every t (default: {SPARSE_BLOCK_SIZE})")
     add("--repeats", type=int,
         help="CPU: time about this many calls per measurement; GPU: timed calls (the IQR is over them)")
     add("--min-time", type=float, default=0.3, help="CPU: seconds each measurement runs at least")
@@ -164,6 +173,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         seq_lens = tuple(args.seq_lens or (GPU_SEQ_LENS if gpu else CPU_SEQ_LENS))
         dtypes = tuple(args.dtypes or (("fp32", "bf16", "fp16") if gpu else ("fp32",)))
         stages, repeats, max_time, warmup = None, (50 if gpu else 7), 4.0, 0.2
+    if "sparse" in args.parts:
+        check_sparse_sizes(seq_lens, tuple(args.head_dims), args.sparse_top_k, args.sparse_block_size)
     return Settings(
         device=device,
         levels=tuple(args.levels),

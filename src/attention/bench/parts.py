@@ -28,7 +28,9 @@ from .masks import METHOD as MASKS_METHOD
 from .masks import run_masks
 from .peaks import GPU_MATMUL_SIZES, GPU_STREAM_BYTES, MATMUL_SIZES, measure_gpu_peaks, measure_peaks
 from .presets import Preset
-from .rows import DecodeRow, DistributedRow, LinearRow, MaskRow, Row
+from .rows import DecodeRow, DistributedRow, LinearRow, MaskRow, Row, SparseRow
+from .sparse import METHOD as SPARSE_METHOD
+from .sparse import run_sparse
 from .sweep import Settings, run_sweep
 
 # Keys of a results file that describe the run rather than hold rows.
@@ -193,6 +195,11 @@ def _run_delta(ctx: Context) -> None:
     ctx.doc["delta"], ctx.doc["methods"]["delta"] = run_delta(ctx.settings), DELTA_METHOD
 
 
+def _run_sparse(ctx: Context) -> None:
+    ctx.doc["sparse"] = run_sparse(ctx.settings, ctx.args.sparse_top_k, ctx.args.sparse_block_size)
+    ctx.doc["methods"]["sparse"] = SPARSE_METHOD
+
+
 def _run_distributed(ctx: Context) -> None:
     ctx.doc["distributed"] = run_distributed(ctx.settings)
     ctx.doc["methods"]["distributed"] = DISTRIBUTED_METHOD
@@ -234,6 +241,13 @@ PARTS: tuple[Part, ...] = (
          (RowKind("delta", "delta row", ("variant", "pass", "dtype", "b", "t", "h", "d_h", "chunk_size"),
                   LinearRow, measured=_has_status, label="delta-rule rows"),),
          _run_delta, "book.appendix.tables:delta_table", default=False),
+    Part("sparse", "chapter 14's selections against causal softmax attention over t, each keeping about "
+         "k_top keys per query: DSA's lightning indexer alone and followed by dense or gathered attention, "
+         "MoBA and NSA, each checked in float64 over the selection the timed call made",
+         (RowKind("sparse", "sparse row", ("variant", "pass", "dtype", "b", "t", "h", "d_h", "top_k",
+                                           "block_size", "window"),
+                  SparseRow, measured=_has_status, label="sparse-attention rows"),),
+         _run_sparse, "book.appendix.tables:sparse_table", default=False),
     Part("distributed", "chapter 11's ring attention, contiguous and zig-zag, and Ulysses on 2 and 4 gloo "
          "processes of this CPU, causal, forward and forward+backward: time per call and per ring step, "
          "bytes sent against the model's; CPU only",

@@ -1,9 +1,9 @@
 """The typed rows of a results file, shared by the harness that writes them and the appendix that
 renders them: :class:`Row`, one measurement of one variant, :class:`DecodeRow`, one decoding
 speed, :class:`MaskRow`, one form of the document mask, :class:`LinearRow`, one form of
-linear attention or softmax attention at one length, and :class:`DistributedRow`, ring or Ulysses
-attention on N processes. Each is built from JSON with
-``from_json``, which checks every field it declares and names the first one out of place; fields
+linear attention or softmax attention at one length, :class:`DistributedRow`, ring or Ulysses
+attention on N processes, and :class:`SparseRow`, one of chapter 14's selections at one length.
+Each is built from JSON with ``from_json``, which checks every field it declares and names the first one out of place; fields
 added to the format later have defaults, so that older files still load.
 
 Notation (see CONTRIBUTING.md): b batch size, t tokens, h heads, d_h head width, d = h * d_h.
@@ -297,4 +297,46 @@ class DistributedRow(_JsonRow):
         """A distributed row from its JSON object; ValueError names the field out of place."""
         row = _from_json(cls, data, where)
         _check_status(row, where, positive=("median_s", "bytes_sent"))
+        return row
+
+
+@dataclass(frozen=True)
+class SparseRow(_JsonRow):
+    """One of chapter 14's selections, or causal softmax attention, at one length t
+    (attention.bench.sparse).
+
+    ``top_k`` keys per query (``block_size`` keys per block for MoBA and NSA, ``window`` keys in
+    NSA's sliding branch); ``max_rel_err`` is the error against float64 attention over the same
+    selection; ``flops`` counts the work of the selection as defined. ``status`` as in :class:`Row`.
+    """
+
+    variant: str
+    pass_name: str  # "forward" or "forward+backward"; "pass" in JSON
+    b: int
+    h: int
+    t: int
+    d_h: int
+    top_k: int
+    block_size: int
+    window: int
+    dtype: str
+    status: str
+    reason: str | None
+    max_rel_err: float | None
+    median_s: float | None
+    iqr_s: float | None
+    repeats: int | None
+    number: int | None
+    flops: float | None
+    tflops: float | None
+    run: int | None = None
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "sparse row") -> SparseRow:
+        """A sparse row from its JSON object; ValueError names the field out of place."""
+        row = _from_json(cls, data, where)
+        _check_status(row, where, positive=("median_s", "flops", "tflops"))
+        if row.status == "ok" and (row.max_rel_err is None or row.max_rel_err < 0):
+            raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
+                             f"got {row.max_rel_err!r}")
         return row

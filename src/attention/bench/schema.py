@@ -13,6 +13,7 @@ A results file is one JSON object::
      "masks": [masks row, ...],           #   attention.bench.parts, which lists the parts and
      "linear": [linear row, ...],         #   the row class of each
      "distributed": [distributed row, ...],
+     "sparse": [sparse row, ...],
      "complete": bool,                    # optional: false while running or when cut off
      "stopped": str,                      # optional: why a run ended before its last row
      "results": [row, ...]}
@@ -20,7 +21,8 @@ A results file is one JSON object::
 Each row is one (variant, problem) pair, a :class:`~attention.bench.rows.Row`; each decode row a
 :class:`~attention.bench.rows.DecodeRow`, each masks row a :class:`~attention.bench.rows.MaskRow`,
 each linear row a :class:`~attention.bench.rows.LinearRow`, each distributed row a
-:class:`~attention.bench.rows.DistributedRow`: their fields and types are declared there, once, for the
+:class:`~attention.bench.rows.DistributedRow`, each sparse row a
+:class:`~attention.bench.rows.SparseRow`: their fields and types are declared there, once, for the
 harness that writes them and the appendix that reads them. The appendix is generated from these
 files only; :func:`validate_results` checks everything it reads, so that a stale or broken file
 stops the build with the field's name instead of a KeyError.

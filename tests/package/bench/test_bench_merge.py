@@ -18,6 +18,7 @@ from attention.bench.parts import ROW_KINDS
 from book.constants import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "bench" / "cpu-tiny.json"
+SPARSE_FIXTURE = REPO / "tests" / "fixtures" / "bench" / "cpu-sparse-tiny.json"
 
 
 @pytest.fixture()
@@ -149,12 +150,14 @@ def test_command_line_writes_the_merged_file_and_names_what_is_wrong(run, tmp_pa
 
 def every_part() -> dict:
     """A document with rows of every kind of every part: the committed CPU run (sweep, goals,
-    decode, peaks) with the masks, linear, delta and distributed rows of the other CPU results files."""
+    decode, peaks) with the masks, linear, delta and distributed rows of the other CPU results
+    files, and the sparse rows of a tiny real run (tests/fixtures/bench/cpu-sparse-tiny.json)."""
     results = REPO / "docs" / "appendix" / "results"
     doc = json.loads((results / "cpu.json").read_text())
-    for stem, key in (("cpu-masks", "masks"), ("cpu-linear", "linear"), ("cpu-delta", "delta"),
-                      ("cpu-distributed", "distributed")):
-        other = json.loads((results / f"{stem}.json").read_text())
+    for path, key in ((results / "cpu-masks.json", "masks"), (results / "cpu-linear.json", "linear"),
+                      (results / "cpu-delta.json", "delta"), (results / "cpu-distributed.json", "distributed"),
+                      (SPARSE_FIXTURE, "sparse")):
+        other = json.loads(path.read_text())
         doc[key], doc["methods"][key] = other[key], other["methods"][key]
     return doc
 

@@ -24,7 +24,8 @@ RUN_MARKER = re.compile(r"<!-- timings:run (?P<stem>[a-z0-9-]+) -->")
 RUNS_MARKER = "<!-- timings:runs -->"
 FILES_MARKER = "<!-- timings:files -->"
 PART_MARKER = re.compile(r"<!-- timings:(?P<part>[a-z_]+) (?P<stem>[a-z0-9-]+) -->")
-PAGES = {"cpu": "cpu.md", "cpu-masks": "cpu.md", "cpu-linear": "cpu.md", "cpu-distributed": "cpu.md", "cpu-delta": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
+PAGES = {"cpu": "cpu.md", "cpu-masks": "cpu.md", "cpu-linear": "cpu.md", "cpu-distributed": "cpu.md", "cpu-delta": "cpu.md", "cpu-sparse": "cpu.md", "cuda-h200": "gpu-h200.md", "cuda-h100-quick": "gpu-h100.md"}
+# A part marker whose stem is listed here but has no results file yet says so (not_measured).
 # The parts a run's section shows, in this order; any part can have a page of its own instead,
 # with the marker <!-- timings:NAME STEM -->.
 RUN_SECTIONS = ("goals", "peaks", "decode", "sweep")
@@ -245,6 +246,13 @@ def part_markdown(run: Run, part: str) -> str:
             f"Command: `{p['command']}`.*\n\n{body}\n")
 
 
+def not_measured(part: str, stem: str) -> str:
+    """What a page shows for a part whose results file, listed in :data:`PAGES`, is not there yet."""
+    return (f'!!! note "Not measured yet"\n\n    There is no results file `results/{stem}.json` yet: the '
+            f"`{part}` part has not been run on this machine. `python -m attention.bench --parts {part}` "
+            "measures it (`--help` lists its options).\n")
+
+
 def runs_table(runs: dict[str, Run]) -> str:
     """One row per results file: the device, when, torch, how many rows, and its page."""
     body = []
@@ -286,10 +294,17 @@ def fill_markers(markdown: str, runs: dict[str, Run]) -> tuple[str, str | None]:
             continue
         if m["part"] not in BY_NAME:
             raise ValueError(f"no benchmark part {m['part']!r} for the marker {m.group(0)}; there are {sorted(BY_NAME)}")
+        if m["stem"] not in runs and m["stem"] in PAGES:
+            continue  # a file the appendix expects that has not been measured yet: said so below
         if m["stem"] not in runs or not any(k.read(runs[m["stem"]].doc) for k in BY_NAME[m["part"]].kinds):
             raise ValueError(f"no {m['part']} rows in {m['stem']}.json for the marker {m.group(0)}")
-    markdown = PART_MARKER.sub(
-        lambda m: m.group(0) if m["part"] == "run" else part_markdown(runs[m["stem"]], m["part"]), markdown)
+
+    def part(m: re.Match) -> str:
+        if m["part"] == "run":
+            return m.group(0)
+        return part_markdown(runs[m["stem"]], m["part"]) if m["stem"] in runs else not_measured(m["part"], m["stem"])
+
+    markdown = PART_MARKER.sub(part, markdown)
     markdown = RUN_MARKER.sub(lambda m: run_markdown(runs[m["stem"]]), markdown)
     if FILES_MARKER in markdown:
         markdown = markdown.replace(FILES_MARKER, files_table())

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import torch
 
 from attention.bench.masks import scores_formed
-from attention.bench.rows import DistributedRow, LinearRow, MaskRow, Row
+from attention.bench.rows import DistributedRow, LinearRow, MaskRow, Row, SparseRow
 from attention.bench.timing import PROFILED_LABELS
 from attention.roofline import machine_roof, roofline_points
 
@@ -350,4 +350,44 @@ def distributed_table(run: Run) -> str:
                    "bytes rank 0 sent, the model's count in brackets.")
         out.append(table(["scheme", "pass", "ms", "IQR (ms)", "ms per step", "compute alone", "transfer alone",
                           "bytes sent (model)"], body, [False, False, True, True, True, True, True, True], caption))
+    return "\n\n".join(out)
+
+
+def sparse_table(run: Run) -> str:
+    """Chapter 14's selections against causal softmax attention, per pass: median ms at every t
+    (b·t fixed), then each form's time as a multiple of ``softmax-sdpa``'s at the same t, and the
+    largest error of its float64 check."""
+    rows = [SparseRow.from_json(r, f"{run.stem}.json: sparse[{i}]") for i, r in enumerate(run.doc.get("sparse", []))]
+    out = []
+    for pass_name in dict.fromkeys(r.pass_name for r in rows):
+        at = [r for r in rows if r.pass_name == pass_name]
+        ok = [r for r in at if r.status == "ok"]
+        ts = sorted({r.t for r in at})
+        variants = list(dict.fromkeys(r.variant for r in at))
+        first, by_t = at[0], sorted({(r.t, r.b) for r in at})
+        tokens = f"{by_t[0][0] * by_t[0][1]:,}".replace(",", "{,}")  # a thousands comma in TeX
+        blocks = first.top_k // first.block_size
+        shape = (f"{pass_name}, causal, $h = {first.h}$, $d_h = {first.d_h}$, {first.dtype}, "
+                 f"$b \\cdot t = {tokens}$; $k_{{\\text{{top}}}} = {first.top_k}$ keys per query (MoBA and "
+                 f"NSA: {blocks} blocks of {first.block_size}; NSA's window: {first.window} keys)")
+        out.append(table(["form", *(f"$t = {t}$" for t in ts)], time_grid(variants, ts, ok),
+                         [False] + [True] * len(ts),
+                         f"Median time per call in ms, {shape}; the fastest at each $t$ in bold."))
+        cell = {(r.variant, r.t): r for r in ok}
+        body = []
+        for name in variants:
+            cells = [code(name)]
+            for t in ts:
+                row, base = cell.get((name, t)), cell.get(("softmax-sdpa", t))
+                cells.append("—" if row is None or base is None else ratio(row.median_s / base.median_s))
+            errors = [r.max_rel_err for r in ok if r.variant == name]
+            cells.append(f"{max(errors):.1e}" if errors else "—")
+            body.append(cells)
+        out.append(table(["form", *(f"$t = {t}$" for t in ts), "max rel. error"], body,
+                         [False] + [True] * (len(ts) + 1),
+                         f"Time per call as a multiple of `softmax-sdpa`'s at the same $t$, {pass_name}; "
+                         "max rel. error: the largest of the form's float64 checks over $t$."))
+        failed = [f"`{r.variant}` at $t = {r.t}$: {r.status}, {r.reason}" for r in at if r.status != "ok"]
+        if failed:
+            out.append("; ".join(failed) + ".")
     return "\n\n".join(out)
