@@ -17,6 +17,7 @@ from attention.sparse import (
     moba_attention,
     moba_mask,
     nsa_attention,
+    nsa_mask,
     topk_mask,
 )
 
@@ -237,6 +238,11 @@ class TestSparseFailureModes:
     def test_top_k_below_the_always_kept_blocks(self):
         with pytest.raises(ValueError, match=r"at least the 2 always-kept blocks, got 1"):
             block_topk_mask(torch.zeros(8, 2), 1, 4, keep_first=True)
+
+    def test_nsa_mask_needs_the_first_and_own_block(self):
+        q, k, _ = _qkv()
+        with pytest.raises(ValueError, match=r"at least the 2 always-kept blocks, got 1"):
+            nsa_mask(q, k, block_size=BLOCK, top_k=1)
 
     def test_block_size_must_divide(self):
         q, k, v = _qkv()
