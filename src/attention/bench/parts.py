@@ -196,8 +196,14 @@ def _run_delta(ctx: Context) -> None:
 
 
 def _run_sparse(ctx: Context) -> None:
-    ctx.doc["sparse"] = run_sparse(ctx.settings, ctx.args.sparse_top_k, ctx.args.sparse_block_size)
-    ctx.doc["methods"]["sparse"] = SPARSE_METHOD
+    ctx.doc["methods"]["sparse"], ctx.doc["sparse"] = SPARSE_METHOD, []
+
+    def done(row: SparseRow) -> None:  # saved row by row: the long t take minutes each
+        time = f"{row.median_s * 1e3:.1f} ms" if row.median_s else f"{row.status}: {row.reason}"
+        ctx.say(f"sparse {row.variant}, t = {row.t}, {row.pass_name}: {time}")
+        ctx.save()
+
+    run_sparse(ctx.settings, ctx.args.sparse_top_k, ctx.args.sparse_block_size, ctx.doc["sparse"], done)
 
 
 def _run_distributed(ctx: Context) -> None:

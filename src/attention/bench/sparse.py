@@ -254,11 +254,14 @@ def measure_sparse(
     return SparseRow(**row, **sizes)
 
 
-def run_sparse(settings: Settings, top_k: int = TOP_K, block_size: int = BLOCK_SIZE) -> list[dict]:
+def run_sparse(settings: Settings, top_k: int = TOP_K, block_size: int = BLOCK_SIZE,
+               rows: list[dict] | None = None, done: Callable[[SparseRow], None] | None = None) -> list[dict]:
     """The ``sparse`` rows of a results file (:class:`~attention.bench.rows.SparseRow` as JSON):
-    every head width of ``settings``, dtype, pass, t and variant."""
+    every head width of ``settings``, dtype, pass, t and variant, appended to ``rows``;
+    ``done(row)`` after each (the command line saves the file, so that a run killed at a long t
+    keeps the rows before it)."""
     check_sizes(settings.seq_lens, settings.head_dims, top_k, block_size)
-    rows = []
+    rows = [] if rows is None else rows
     for d_h in settings.head_dims:
         h = settings.d_model // d_h
         for dtype_name in settings.dtypes:
@@ -268,4 +271,6 @@ def run_sparse(settings: Settings, top_k: int = TOP_K, block_size: int = BLOCK_S
                         row = measure_sparse(name, settings.batch_for(t), h, t, d_h, DTYPES[dtype_name],
                                              PASSES[pass_name], settings, top_k, block_size, settings.seed)
                         rows.append(row.to_json())
+                        if done is not None:
+                            done(row)
     return rows
