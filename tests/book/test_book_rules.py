@@ -18,6 +18,7 @@ import pytest
 from torch import nn
 
 import attention
+from book.chapters import chapters
 from book.constants import DOCS
 
 REFERENCES = DOCS / "references.md"  # the stub the hook fills; it cites nothing
@@ -28,6 +29,11 @@ CITATION = re.compile(r"references(?:\.md|/)#([\w-]+)")
 SOURCE_LISTING = re.compile(r'--8<-- "src/attention/(\w+)\.py"')
 PACKAGE_IMPORT = re.compile(r"from attention import (?:\(([^)]*)\)|([^\n]*))")
 PRIVATE_TORCH = re.compile(r"torch(?:\.\w+)*\._\w+|\.\s*_materialize\b|from torch[\w.]* import _\w+")
+
+
+def chapter_text(chapter: str) -> str:
+    """The Markdown of a chapter: its page, or its pages in reading order."""
+    return "\n".join((DOCS / uri).read_text() for uri in chapters()[chapter])
 
 
 def citing_files() -> list[Path]:
@@ -58,8 +64,8 @@ def test_every_citation_names_an_entry_and_every_entry_is_cited() -> None:
 
 
 def test_every_chapter_cites_its_sources() -> None:
-    for chapter in sorted((DOCS / "chapters").glob("*.md")):
-        assert CITATION.search(chapter.read_text()), f"{chapter.name} cites no work"
+    for chapter in chapters():
+        assert CITATION.search(chapter_text(chapter)), f"{chapter} cites no work"
 
 
 def test_pages_use_no_private_torch_api() -> None:
@@ -94,7 +100,7 @@ def gpu_results() -> list[str]:
 
 
 def test_chapter_7_says_what_the_appendix_has() -> None:
-    text = (DOCS / "chapters" / "07-fast-attention.md").read_text()
+    text = chapter_text("07-fast-attention")
     claims = [claim for claim in NO_GPU_CLAIMS if claim in text]
     if gpu_results():
         assert claims == [], f"GPU results exist ({gpu_results()}): chapter 7 still says {claims}"
@@ -102,27 +108,27 @@ def test_chapter_7_says_what_the_appendix_has() -> None:
         assert claims, "no GPU results: chapter 7 must say its timings are CPU-only"
 
 
-@pytest.mark.parametrize("chapter", ["07-fast-attention.md", "10-inference.md"])
+@pytest.mark.parametrize("chapter", ["07-fast-attention", "10-inference"])
 def test_chapters_7_and_10_cite_the_gpu_measurements_from_their_file(chapter: str) -> None:
     # A snippet of each reads a GPU results file (so the numbers printed are the file's), and the
     # prose links the appendix page of that GPU.
-    text = (DOCS / "chapters" / chapter).read_text()
+    text = chapter_text(chapter)
     read = [name for name in gpu_results() if name in text]
     assert read, f"{chapter} reads none of the GPU results files {gpu_results()}"
-    assert "../appendix/gpu-h200.md" in text, f"{chapter} does not link the H200 page"
+    assert re.search(r"(\.\./)+appendix/gpu-h200\.md", text), f"{chapter} does not link the H200 page"
 
 
 def test_the_opening_chapters_show_the_source_of_every_module_they_use() -> None:
     """Chapters 1-6 teach with small modules; each one's source is on a chapter page."""
-    chapters = sorted((DOCS / "chapters").glob("*.md"))
-    shown = {name for chapter in chapters for name in SOURCE_LISTING.findall(chapter.read_text())}
+    texts = {chapter: chapter_text(chapter) for chapter in chapters()}
+    shown = {name for text in texts.values() for name in SOURCE_LISTING.findall(text)}
     missing = []
-    for chapter in chapters[:6]:
-        for names in PACKAGE_IMPORT.findall(chapter.read_text()):
+    for chapter in list(texts)[:6]:
+        for names in PACKAGE_IMPORT.findall(texts[chapter]):
             for name in re.findall(r"\w+", "".join(names)):
                 obj = getattr(attention, name, None)
                 if isinstance(obj, type) and issubclass(obj, nn.Module):
                     if Path(inspect.getsourcefile(obj)).stem not in shown:
-                        missing.append(f"{chapter.name}: {name}")
+                        missing.append(f"{chapter}: {name}")
     assert "src/attention/causal.py" in (DOCS / "chapters" / "04-causal-attention.md").read_text()
     assert missing == [], "show the source in a '??? info' block, as chapter 3 does"

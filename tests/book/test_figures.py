@@ -464,8 +464,8 @@ def test_a_failed_build_stops_the_children_drawing_figures(monkeypatch, tmp_path
 
 def test_every_chapter_figure_has_a_caption() -> None:
     # The image's title is the caption under "Figure N.k" (the hook stops the build without it).
-    images = [(page.name, m) for page in sorted((REPO / "docs" / "chapters").glob("*.md"))
-              for m in re.finditer(r'!\[[^\]]*\]\(\.\./figures/([a-z0-9-]+)\.svg( "[^"]{15,}")?\)',
+    images = [(page.name, m) for page in sorted((REPO / "docs" / "chapters").rglob("*.md"))
+              for m in re.finditer(r'!\[[^\]]*\]\((?:\.\./)+figures/([a-z0-9-]+)\.svg( "[^"]{15,}")?\)',
                                    page.read_text(encoding="utf-8"))]
     assert len(images) >= 30
     assert [(page, m[1]) for page, m in images if not m[2]] == []

@@ -21,17 +21,17 @@ from book.hooks import notebooks as hook
 from book.pages import read_page
 
 CONFIG = hook.repository_config()
-CHAPTERS = hook.chapters(DOCS)
+CHAPTERS = hook.chapters(CONFIG)  # chapter -> its pages, in reading order
 EXERCISES = sorted((DOCS / "exercises").glob("*.ipynb"))
 
 
-def chapter_notebook(source: Path) -> dict:
-    return json.loads(hook.chapter_notebook(source, CONFIG))
+def chapter_notebook(chapter: str) -> dict:
+    return json.loads(hook.chapter_notebook(chapter, CHAPTERS[chapter], CONFIG))
 
 
 def every_notebook() -> list[tuple[str, dict, str]]:
     """(name, notebook, its path in the repository) for every chapter and exercise notebook."""
-    found = [(s.stem, chapter_notebook(s), f"notebooks/{s.stem}.ipynb") for s in CHAPTERS]
+    found = [(c, chapter_notebook(c), f"notebooks/{c}.ipynb") for c in CHAPTERS]
     found += [(e.stem, json.loads(e.read_text(encoding="utf-8")),
                e.relative_to(REPO).as_posix()) for e in EXERCISES]
     return found
@@ -44,17 +44,19 @@ def source(cell: dict) -> str:
 def test_there_is_a_notebook_for_every_chapter_and_the_repository_copies_are_current() -> None:
     assert len(CHAPTERS) >= 9, f"expected the book's chapters, found {CHAPTERS}"
     copies = sorted((REPO / "notebooks").glob("*.ipynb"))
-    assert [c.stem for c in copies] == [s.stem for s in CHAPTERS], "run python -m book notebooks"
-    stale = [c.name for c, s in zip(copies, CHAPTERS)
-             if c.read_text(encoding="utf-8") != hook.chapter_notebook(s, CONFIG)]
+    assert [c.stem for c in copies] == sorted(CHAPTERS), "run python -m book notebooks"
+    stale = [c.name for c in copies if c.read_text(encoding="utf-8")
+             != hook.chapter_notebook(c.stem, CHAPTERS[c.stem], CONFIG)]
     assert stale == [], f"notebooks/ differs from the pages: {stale}; run python -m book notebooks"
 
 
-@pytest.mark.parametrize("source_page", CHAPTERS, ids=lambda p: p.stem)
-def test_code_cells_are_the_pages_python_fences_in_order(source_page: Path) -> None:
-    cells = chapter_notebook(source_page)["cells"]
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_code_cells_are_the_pages_python_fences_in_order(chapter: str) -> None:
+    # A chapter read on section pages: one notebook, its pages' fences in reading order.
+    cells = chapter_notebook(chapter)["cells"]
     code = [source(c) for c in cells if c["cell_type"] == "code"][1:]  # after the install cell
-    fences = [fence.source.strip("\n") for fence in read_page(source_page).fences]
+    fences = [fence.source.strip("\n") for page in CHAPTERS[chapter]
+              for fence in read_page(page).fences]
     assert code == fences
     prose = "\n".join(source(c) for c in cells if c["cell_type"] == "markdown")
     assert "{.text .output}" not in prose and "```python" not in prose
@@ -102,7 +104,7 @@ def test_install_cell_installs_only_where_the_package_is_missing(monkeypatch) ->
 def test_a_chapter_notebook_runs_top_to_bottom(tmp_path: Path) -> None:
     # Chapter 2, every code cell in order in one fresh interpreter, as a notebook kernel runs
     # them, the install cell left out (the package is installed here).
-    notebook = chapter_notebook(DOCS / "chapters/02-self-attention-without-weights.md")
+    notebook = chapter_notebook("02-self-attention-without-weights")
     cells = [source(c) for c in notebook["cells"]
              if c["cell_type"] == "code" and hook.INSTALL_TAG not in c["metadata"].get("tags", [])]
     assert len(cells) > 10
@@ -120,14 +122,17 @@ def test_a_chapter_notebook_runs_top_to_bottom(tmp_path: Path) -> None:
 
 
 def test_chapter_pages_offer_their_notebook(built_site: Path) -> None:
-    for chapter in CHAPTERS:
-        page = (built_site / "chapters" / chapter.stem / "index.html").read_text(encoding="utf-8")
-        links = re.search(r'<p class="attn-notebook-links">(.*?)</p>', page, flags=re.DOTALL)
-        assert links, f"{chapter.stem}: no notebook links under the title"
-        download = re.search(r'<a href="([^"]+)" download>', links[1])[1]
-        built = (built_site / "chapters" / chapter.stem / download).resolve()
-        assert built.read_text(encoding="utf-8") == hook.chapter_notebook(chapter, CONFIG)
-        assert hook.colab_url(CONFIG["repo_url"], f"notebooks/{chapter.stem}.ipynb") in links[1]
+    # Every page of a chapter, its section pages too, offers the chapter's one notebook.
+    for chapter, sources in CHAPTERS.items():
+        notebook = hook.chapter_notebook(chapter, sources, CONFIG)
+        for source in sources:
+            html = built_site / re.sub(r"(/index)?\.md$", "", source.relative_to(DOCS).as_posix())
+            page = (html / "index.html").read_text(encoding="utf-8")
+            links = re.search(r'<p class="attn-notebook-links">(.*?)</p>', page, flags=re.DOTALL)
+            assert links, f"{source.name}: no notebook links under the title"
+            download = re.search(r'<a href="([^"]+)" download>', links[1])[1]
+            assert (html / download).resolve().read_text(encoding="utf-8") == notebook
+            assert hook.colab_url(CONFIG["repo_url"], f"notebooks/{chapter}.ipynb") in links[1]
 
 
 def test_exercise_pages_link_the_local_site(built_site: Path) -> None:

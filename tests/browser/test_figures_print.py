@@ -33,6 +33,7 @@ from book.browser.chromium import DESKTOP, PHONE
 from book.browser.colour import contrast, luminance
 from book.browser.scripts import MEASURE_FIGURES, MEASURE_TABLES
 from book.browser.server import SiteServer
+from book.chapters import chapter_of, chapters, landing_page
 from book.constants import DOCS, PDF_NAME
 from book.pdf import make_pdf
 
@@ -40,12 +41,13 @@ from book.pdf import make_pdf
 # after the other site tests, by when the site is built (rank 3: see tools/book/scheduling.py).
 pytestmark = pytest.mark.browser_group("browser-print", rank=3)
 
-CHAPTERS = sorted((DOCS / "chapters").glob("[0-9][0-9]-*.md"))
+CHAPTERS = [landing_page(chapter, DOCS) for chapter in chapters()]  # each chapter's first page
+PAGES = [uri for uris in chapters().values() for uri in uris]  # every chapter page, in order
 SHOWN = "chapters/04-causal-attention/"  # heatmaps with numbers, and exercises with solutions
 COPY_BUTTONS = "[data-clipboard-target], clipboard-copy"  # Material's, mkdocs-jupyter's
 
 def chapter_path(source: Path) -> str:
-    return f"chapters/{source.stem}/"
+    return f"chapters/{chapter_of(source.relative_to(DOCS).as_posix())}/"
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +136,8 @@ def test_figure_text_is_legible_on_a_desktop(
     for source in CHAPTERS[3:5]:
         page = open_page(contexts["desktop"], site, chapter_path(source))
         figures = page.evaluate(MEASURE_FIGURES)
-        assert figures, f"{source.stem} shows no figure"
-        problems += figure_problems(figures, f"1280 px {source.stem}")
+        assert figures, f"{chapter_path(source)} shows no figure"
+        problems += figure_problems(figures, f"1280 px {chapter_path(source)}")
     assert problems == [], "\n".join(problems)
 
 
@@ -207,7 +209,11 @@ def test_print_page_holds_the_preface_and_every_chapter(built_site: Path) -> Non
     html = (built_site / "print" / "index.html").read_text(encoding="utf-8")
     html = html[html.index("<article") : html.index("</article>")]  # the content, not the menus
     sections = re.findall(r'<section class="attn-print-section" id="([^"]+)">', html)
-    assert sections == ["preface"] + [s.stem for s in CHAPTERS]
+    # Every chapter page, a chapter's section pages after its landing page: 07-fast-attention,
+    # 07-fast-attention-tiles, ...
+    expected = [re.sub(r"(/index)?\.md$", "", uri).removeprefix("chapters/").replace("/", "-")
+                for uri in PAGES]
+    assert sections == ["preface"] + expected
     assert 'href="../chapters/' not in html, "links to chapters should stay on the print page"
     index = (built_site / "search" / "search_index.json").read_text(encoding="utf-8")
     assert '"location":"print/' not in index, "the print page repeats every chapter in search"

@@ -195,3 +195,27 @@ def page_url(site: Path, page: Path) -> str:
     """The published address of a built page (site_url plus its path)."""
     path = page.relative_to(site).as_posix()
     return SITE_URL + (path.removesuffix("index.html") if page.name == "index.html" else path)
+
+
+_NOT_ELEMENTS = re.compile(r"<!--.*?-->|<(script|style|textarea)\b[^>]*>.*?</\1>", flags=re.DOTALL | re.IGNORECASE)
+_START_TAG = re.compile(r"<[A-Za-z]")
+
+
+def element_count(html: str) -> int:
+    """The number of elements a browser makes of ``html`` (the DOM nodes that are elements): its
+    start tags, counted outside comments and the text of scripts, styles and text areas (whose
+    own element counts)."""
+    return len(_START_TAG.findall(_NOT_ELEMENTS.sub("<x>", html)))
+
+
+def heavy_pages(site: Path, max_bytes: int, max_elements: int) -> list[str]:
+    """The chapter pages of the built ``site`` over ``max_bytes`` of HTML or ``max_elements``
+    elements, each named with its size."""
+    heavy = []
+    for path in sorted((site / "chapters").rglob("index.html")):
+        data = path.read_bytes()
+        elements = element_count(data.decode("utf-8"))
+        if len(data) > max_bytes or elements > max_elements:
+            heavy.append(f"{path.parent.relative_to(site).as_posix()}/: {len(data):,} bytes, "
+                         f"{elements:,} elements")
+    return heavy

@@ -3,6 +3,7 @@
 Not part of the package readers install (``attention``); installed editable beside it by
 ``requirements.txt``. Modules:
 
+- :mod:`book.chapters`: the chapters and the pages each is read on, in reading order;
 - :mod:`book.pages`: the one page reader (Python fences, their output blocks, rewriting them);
 - :mod:`book.runner`: the pytest plugin that runs every fence and notebook cell;
 - :mod:`book.hooks`: the logic of each MkDocs hook (tools/mkdocs_hooks/*.py re-export their events);

@@ -17,7 +17,7 @@ def main(argv: list[str]) -> None:
     if command == "notebooks":
         from .hooks.notebooks import repository_config, write_notebooks
 
-        for path in write_notebooks(REPO / "docs", repository_config()):
+        for path in write_notebooks(repository_config()):
             print(path.relative_to(REPO), file=sys.stderr)
     elif command == "pdf":
         from .pdf import main as pdf_main

@@ -27,3 +27,9 @@ CHROMIUM_ARGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
     "--disable-background-networking", "--disable-component-update",
 )
+
+# The most a chapter page may weigh: HTML bytes and elements (DOM nodes). A heavier page makes a
+# phone freeze while it parses it; a chapter that would be heavier is read on section pages
+# (book.chapters). tests/site/test_site.py measures every built chapter page.
+MAX_PAGE_BYTES = 1_000_000
+MAX_PAGE_ELEMENTS = 25_000

@@ -223,14 +223,15 @@ def notebook_pages(site: Path) -> list[str]:
 
 
 def chapter_pages(site: Path) -> dict[str, str]:
-    """The HTML of every chapter page of the built site, by URL path.
+    """The HTML of every chapter page of the built site, by URL path: the landing and section
+    pages of a chapter read on several pages too.
 
     Raises:
         ValueError: if the site has no chapter page.
     """
     found = {
         page_key("/" + path.relative_to(site).as_posix()): path.read_text(encoding="utf-8")
-        for path in sorted((site / "chapters").glob("*/index.html"))
+        for path in sorted((site / "chapters").rglob("index.html"))
     }
     if not found:
         raise ValueError(f"expected chapter pages in {site / 'chapters'}, found none")

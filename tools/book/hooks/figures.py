@@ -28,7 +28,7 @@ phone one wherever the column is narrower than the desktop one needs (docs/style
 
 Every figure is numbered and captioned: the image's title (``![alt](../figures/x.svg "Caption")``)
 is its caption, "Figure 7.2 — Caption" in a ``<figure id="fig-7-2">`` (chapter 7, its second
-figure; a page outside the chapters numbers its figures 1, 2, ...), and every "Figure 7.2" or
+figure, counted across the chapter's section pages; a page outside the chapters numbers its figures 1, 2, ...), and every "Figure 7.2" or
 "Figures 7.2 and 7.3" in the prose of any page links to it, as equation references do.
 """
 
@@ -65,6 +65,7 @@ from mkdocs.structure.pages import Page  # noqa: E402
 from mkdocs.utils import get_relative_url  # noqa: E402
 
 from .. import figures  # noqa: E402
+from ..chapters import chapter_number, chapters  # noqa: E402
 from ..constants import MIN_TEXT_PX, PHONE_COLUMN_PX, REPO  # noqa: E402  (CSS px)
 from ..figures import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER, theme_heatmaps  # noqa: E402
 from ..figures._phone import phone_layout  # noqa: E402
@@ -87,7 +88,6 @@ FIGURE_IMG = re.compile(
     r'(?: title="(?P<title>[^"]*)")? ?/?>'
 )
 FIGURE_PARAGRAPH = re.compile(rf"<p>\s*(?P<img>{FIGURE_IMG.pattern})\s*</p>")
-CHAPTER = re.compile(r"chapters/(\d+)-[^/]*\.md")
 SOURCE_FIGURE = re.compile(r"\]\((?:\.\./)*figures/([a-z0-9-]+)\.svg")
 # "Figure 7.2", "Figures 7.2 and 7.3", "figures 10.1, 10.2 and 10.4"
 FIG_NUMBER = r"\d+\.\d+"
@@ -373,7 +373,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     pages. Those modules are imported here too, so that a bad name fails at once; the children's
     SVG files are read in ``on_env``, before any is copied or put into a page.
     """
-    number_figures(files)
+    number_figures(files, config["nav"])
     common = inputs_key()
     _entries.clear()
     _missing.clear()
@@ -454,16 +454,20 @@ def figure_anchor(number: str) -> str:
     return "fig-" + number.replace(".", "-")
 
 
-def number_figures(files: Files) -> None:
-    """Number the figures of every chapter in the order its source shows them."""
+def number_figures(files: Files, nav: object) -> None:
+    """Number the figures of every chapter in the order its pages show them, in reading order
+    (``nav``, the nav of mkdocs.yml: a chapter of section pages numbers across them)."""
     _numbers.clear()
-    for file in files.documentation_pages():
-        chapter = CHAPTER.fullmatch(file.src_uri)
-        if chapter is None or not file.abs_src_path:
-            continue
-        names = SOURCE_FIGURE.findall(Path(file.abs_src_path).read_text(encoding="utf-8"))
-        for k, name in enumerate(dict.fromkeys(names), start=1):
-            _numbers[name] = (f"{int(chapter[1])}.{k}", file)
+    for chapter, uris in chapters(nav).items():
+        shown: dict[str, File] = {}
+        for uri in uris:
+            file = files.get_file_from_path(uri)
+            if file is None or not file.abs_src_path:
+                continue
+            for name in SOURCE_FIGURE.findall(Path(file.abs_src_path).read_text(encoding="utf-8")):
+                shown.setdefault(name, file)
+        for k, (name, file) in enumerate(shown.items(), start=1):
+            _numbers[name] = (f"{chapter_number(file.src_uri)}.{k}", file)
 
 
 def caption_figures(fragment: str, page: Page) -> str:
@@ -518,7 +522,7 @@ def link_figure_references(fragment: str, page: Page, missing: list[str]) -> str
 def on_page_content(html_text: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     """Number and caption the page's figures; link its references to figures."""
     if not _numbers:
-        number_figures(files)
+        number_figures(files, config["nav"])
     missing: list[str] = []
     html_text = link_figure_references(caption_figures(html_text, page), page, missing)
     for key in dict.fromkeys(missing):

@@ -1,9 +1,11 @@
 """MkDocs hook: every chapter also as a Jupyter notebook, and notebooks that run anywhere.
 
-For each chapter ``chapters/NN-x.md`` the build makes ``chapters/NN-x.ipynb`` from the page:
-its Python fences become code cells, in order, and the prose between them markdown cells
+For each chapter ``NN-x`` the build makes ``chapters/NN-x.ipynb`` from its page, or from its
+pages in reading order when it is read on section pages (``book.chapters``): one notebook per
+chapter, since a notebook is read top to bottom anyway. The Python fences become code cells, in
+order, and the prose between them markdown cells
 (admonitions and tabs become bold headings; output blocks are left out, since running the cells
-prints them; links become absolute URLs of the site). The chapter page links the notebook for
+prints them; links become absolute URLs of the site). Every page of the chapter links the notebook for
 download and opens it in Colab. Colab opens notebooks from the repository, so the same notebooks
 are kept in ``notebooks/`` at the repository root: ``python -m book notebooks`` writes them
 there, and tests/book/test_notebooks.py fails when they differ from what the build makes.
@@ -25,7 +27,10 @@ import material
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
+from mkdocs.utils import get_relative_url
 
+from ..chapters import chapter_of, repository_nav
+from ..chapters import chapters as book_chapters
 from ..constants import REPO
 from ..pages import parse_page
 
@@ -65,14 +70,10 @@ def site_link(target: str, src_uri: str, site_url: str) -> str:
     if re.match(r"[a-z][a-z0-9+.-]*:|//", target):
         return target
     path, _, anchor = target.partition("#")
-    page_url = src_uri[: -len(".md")] + "/" if src_uri.endswith(".md") else src_uri
-    if path:
-        path = posixpath.normpath(posixpath.join(posixpath.dirname(src_uri), path))
-        if path.endswith(".md"):
-            path = re.sub(r"(^|/)index$", "", path[: -len(".md")])
-            path = f"{path}/" if path else ""
-    else:
-        path = page_url
+    path = posixpath.normpath(posixpath.join(posixpath.dirname(src_uri), path)) if path else src_uri
+    if path.endswith(".md"):
+        path = re.sub(r"(^|/)index$", "", path[: -len(".md")])
+        path = f"{path}/" if path else ""
     return site_url.rstrip("/") + "/" + path + (f"#{anchor}" if anchor else "")
 
 
@@ -165,37 +166,48 @@ def notebook(cells: list[dict]) -> str:
     return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
 
 
-def chapter_notebook(source: Path, config: MkDocsConfig | dict) -> str:
-    """The notebook of the chapter page ``source`` (a path under docs/)."""
-    src_uri = source.resolve().relative_to(Path(config["docs_dir"]).resolve()).as_posix()
-    markdown = source.read_text(encoding="utf-8")
-    title = re.search(r"^# (.+)$", markdown, flags=re.MULTILINE)[1]
-    body = re.sub(r"^# .+\n", "", markdown, count=1, flags=re.MULTILINE)
-    name = f"{NOTEBOOKS_DIR}/{source.stem}.ipynb"
-    cells = header_cells(title, colab_url(config["repo_url"], name),
-                         site_link(source.name, src_uri, config["site_url"]), config["repo_url"])
-    return notebook(cells + page_cells(body, src_uri, config["site_url"], config["repo_url"]))
+def chapter_notebook(chapter: str, sources: list[Path], config: MkDocsConfig | dict) -> str:
+    """The notebook of ``chapter``, made from its pages ``sources`` (paths under docs/, the
+    landing page first): the landing page's title heads it, each page's cells follow in order."""
+    docs_dir = Path(config["docs_dir"]).resolve()
+    name = f"{NOTEBOOKS_DIR}/{chapter}.ipynb"
+    cells: list[dict] = []
+    for source in sources:
+        src_uri = source.resolve().relative_to(docs_dir).as_posix()
+        markdown = source.read_text(encoding="utf-8")
+        if not cells:
+            title = re.search(r"^# (.+)$", markdown, flags=re.MULTILINE)[1]
+            markdown = re.sub(r"^# .+\n", "", markdown, count=1, flags=re.MULTILINE)
+            cells = header_cells(title, colab_url(config["repo_url"], name),
+                                 site_link(source.name, src_uri, config["site_url"]),
+                                 config["repo_url"])
+        cells += page_cells(markdown, src_uri, config["site_url"], config["repo_url"])
+    return notebook(cells)
 
 
-def chapters(docs_dir: Path) -> list[Path]:
-    """The chapter pages, in order."""
-    return sorted((docs_dir / "chapters").glob("[0-9][0-9]-*.md"))
+def chapters(config: MkDocsConfig | dict) -> dict[str, list[Path]]:
+    """Every chapter's pages, in reading order, by chapter (``07-fast-attention``)."""
+    docs_dir = Path(config["docs_dir"])
+    return {chapter: [docs_dir / uri for uri in uris]
+            for chapter, uris in book_chapters(config["nav"]).items()}
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Add ``chapters/NN-x.ipynb`` beside every chapter page."""
-    for source in chapters(Path(config["docs_dir"])):
-        uri = f"chapters/{source.stem}.ipynb"
-        files.append(File.generated(config, uri, content=chapter_notebook(source, config)))
+    """Add ``chapters/NN-x.ipynb`` beside every chapter."""
+    for chapter, sources in chapters(config).items():
+        uri = f"chapters/{chapter}.ipynb"
+        files.append(File.generated(config, uri, content=chapter_notebook(chapter, sources, config)))
     return files
 
 
 def notebook_links(page: Page, config: MkDocsConfig) -> str:
-    """The links under a chapter's title: download the notebook, open it in Colab."""
-    name = Path(page.file.src_uri).stem
+    """The links under the title of every page of a chapter: download the chapter's notebook,
+    open it in Colab."""
+    name = chapter_of(page.file.src_uri)
     colab = colab_url(config["repo_url"], f"{NOTEBOOKS_DIR}/{name}.ipynb")
+    href = get_relative_url(f"chapters/{name}.ipynb", page.url)
     return (f'<p class="attn-notebook-links">This chapter as a notebook: '
-            f'<a href="../{name}.ipynb" download>download</a> · '
+            f'<a href="{href}" download>download</a> · '
             f'<a href="{colab}">open in Colab</a></p>\n')
 
 
@@ -212,7 +224,7 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     button beside "Edit this page" (mkdocs-jupyter copies the .ipynb next to the page), and site
     links made relative."""
     src_uri = page.file.src_uri
-    if src_uri.startswith("chapters/") and src_uri.endswith(".md"):
+    if chapter_of(src_uri) is not None:
         return re.sub(r"(</h1>\n?)", lambda m: m[1] + notebook_links(page, config), html, count=1)
     if src_uri.endswith(".ipynb"):
         root = "../" * page.url.count("/")  # exercises/x/ -> ../../, the site's root
@@ -221,14 +233,14 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     return html
 
 
-def write_notebooks(docs_dir: Path, config: dict) -> list[Path]:
+def write_notebooks(config: dict) -> list[Path]:
     """Write every chapter's notebook into the repository's notebooks/ folder."""
     out = REPO / NOTEBOOKS_DIR
     out.mkdir(exist_ok=True)
     written = []
-    for source in chapters(docs_dir):
-        target = out / f"{source.stem}.ipynb"
-        target.write_text(chapter_notebook(source, config), encoding="utf-8")
+    for chapter, sources in chapters(config).items():
+        target = out / f"{chapter}.ipynb"
+        target.write_text(chapter_notebook(chapter, sources, config), encoding="utf-8")
         written.append(target)
     return written
 
@@ -238,5 +250,4 @@ def repository_config() -> dict:
     text = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
     found = {key: re.search(rf"^{key}:\s*(\S+)", text, flags=re.MULTILINE)[1]
              for key in ("site_url", "repo_url")}
-    return {**found, "docs_dir": str(REPO / "docs")}
-
+    return {**found, "docs_dir": str(REPO / "docs"), "nav": repository_nav()}

@@ -1,10 +1,11 @@
 """MkDocs hook: the whole book on one page, ``print/``, to print or to save as a PDF.
 
 The page ``print.md`` is generated (nothing is written into docs/): after every page has been
-rendered, its content becomes the preface and the chapters one after another, each a section
-whose id is the chapter's file name. Links between the book's pages become links inside the print
-page; other relative links (figures, the references, the appendix) are rewritten to work from
-``print/``. The page is left out of search, which already has every chapter.
+rendered, its content becomes the preface and the chapters one after another (a chapter read on
+section pages as its landing page, then its section pages in the nav's order), each page a
+section whose id names it (``section_id``). Links between the book's pages become links inside
+the print page; other relative links (figures, the references, the appendix) are rewritten to
+work from ``print/``. The page is left out of search, which already has every chapter.
 
 The PDF edition is made from this page after the build, by headless Chromium:
 ``python -m book pdf site/`` writes ``site/print/attention-book.pdf`` and puts its download link
@@ -57,8 +58,12 @@ def book_pages(nav: Navigation) -> list[Page]:
 
 
 def section_id(page: Page) -> str:
-    """The id of a page's section on the print page: ``preface`` or the chapter's file name."""
-    return "preface" if page.file.src_uri == "index.md" else posixpath.basename(page.url.rstrip("/"))
+    """The id of a page's section on the print page: ``preface``, the chapter's name
+    (``07-fast-attention``), or for a section page the chapter's and its own
+    (``07-fast-attention-tiles``)."""
+    if page.file.src_uri == "index.md":
+        return "preface"
+    return page.url.rstrip("/").removeprefix("chapters/").replace("/", "-")
 
 
 def rewrite_links(html: str, page: Page, sections: dict[str, str]) -> str:
