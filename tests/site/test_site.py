@@ -45,9 +45,7 @@ NOT_SPLIT_YET = {
     # Over in bytes only: their figures' SVG, drawn twice (desktop and phone layouts), is a third.
     "chapters/03-scaled-dot-product-attention/": "figures drawn twice inline",
     "chapters/05-multi-head-attention/": "figures drawn twice inline",
-    "chapters/08-positions/": "to be read on section pages, as chapter 7 is",
     "chapters/09-transformer/": "to be read on section pages, as chapter 7 is",
-    "chapters/10-inference/": "to be read on section pages, as chapter 7 is",
     "chapters/11-masks/": "to be read on section pages, as chapter 7 is",
 }
 
