@@ -10,6 +10,7 @@ import torch
 from attention import TinyTransformer
 from attention.bench import validate_results
 from attention.bench.decode import TINY, measure_decode
+from book.chapters import chapters
 from book.constants import REPO
 
 FIXTURE = REPO / "tests/fixtures/bench/cpu-tiny.json"
@@ -72,7 +73,7 @@ def test_bad_counts_are_refused():
 
 
 def test_tiny_is_the_chapter_9_model():
-    text = (REPO / "docs/chapters/09-transformer.md").read_text()
+    text = "".join((REPO / "docs" / uri).read_text() for uri in chapters()["09-transformer"])
     assert ("TinyTransformer(vocab_size={vocab_size}, d_model={d_model}, num_heads={num_heads}, "
             "num_layers={num_layers},").format(**TINY) in text
     assert f'context_length={TINY["context_length"]}, positions="{TINY["positions"]}", mlp={TINY["mlp"]})' in text
