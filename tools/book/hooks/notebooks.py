@@ -37,15 +37,17 @@ from ..pages import parse_page
 NOTEBOOKS_DIR = "notebooks"  # the repository's copies, which Colab opens
 INSTALL_TAG = "install"  # the metadata tag of the install cell
 INSTALL_CELL = """\
-# Installs the book's package (and PyTorch) unless it is already importable, as it is inside the
-# repository after `pip install -e .`; on Colab or in a fresh environment it runs once.
+# Installs the book's package (and PyTorch) unless it is already importable, as
+# it is inside the repository after `pip install -e .`; on Colab or in a fresh
+# environment it runs once.
 import importlib.util
 import subprocess
 import sys
 
 if importlib.util.find_spec("attention") is None:
+    package = "attention @ git+{repo_url}"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torch",
-                    "attention @ git+{repo_url}"], check=True)"""
+                    package], check=True)"""
 CONTAINER = re.compile(r'(?:!!!|\?\?\?)\+?\s+(?P<kind>[\w-]+)(?:\s+"(?P<title>[^"]*)")?\s*$'
                        r'|===\+?\s+"(?P<tab>[^"]*)"\s*$')
 LINK = re.compile(r'(\]\()(?P<target>[^)\s]+)((?:\s+"[^"]*")?\))')  # an image may have a title
