@@ -84,9 +84,12 @@ def _offset(alignment: str, t_q: int | None, t_k: int | None) -> int:
     return t_k - t_q
 
 
-def causal(alignment: str = "top_left", t_q: int | None = None, t_k: int | None = None) -> MaskMod:
-    """Query i sees key j when j <= i + offset: offset 0 top-left (SDPA's ``is_causal``), or
-    t_k - t_q bottom-right (``causal_lower_right``, queries after a cache; needs t_q and t_k).
+def causal(
+    alignment: str = "top_left", t_q: int | None = None, t_k: int | None = None
+) -> MaskMod:
+    """Query i sees key j when j <= i + offset: offset 0 top-left (SDPA's
+    ``is_causal``), or t_k - t_q bottom-right (``causal_lower_right``, queries
+    after a cache; needs t_q and t_k).
 
     Args:
         alignment: ``"top_left"`` or ``"bottom_right"``.
@@ -106,7 +109,9 @@ def causal(alignment: str = "top_left", t_q: int | None = None, t_k: int | None 
     """
     offset = _offset(alignment, t_q, t_k)
 
-    def causal_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    def causal_mask(
+        b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
+    ) -> Tensor:
         return kv_idx <= q_idx + offset
 
     return causal_mask
