@@ -4,8 +4,8 @@ and hides what the prose discusses.
 
 The widths are measured in headless Chromium at 1280 px (the page's widest layout: wider screens
 scale the font with the column): a ``pre > code`` box is 688 px wide, 16 px of padding each side,
-and shows 13.6 px monospace (DejaVu Sans Mono there, 0.602 em a character; SF Mono, Menlo and
-Consolas are no wider), so 80 characters fit. An admonition (an exercise, its solution, a folded
+and shows 13.6 px monospace (DejaVu Sans Mono there, 0.602 em a character), so 80 characters
+fit (``book.constants.CODE_COLUMN``; tests/browser/test_any_screen.py checks it on the site). An admonition (an exercise, its solution, a folded
 ``??? info``) sets its code in a smaller font: 97 characters fit at one level, 93 in a solution
 nested in an exercise. The check reads the Markdown, not the site: every fence of every page
 (Python, its output block, ``text`` and ``bash`` alike) and every code cell of the exercise
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from book.constants import ADMONITION_CODE_COLUMN as BOX_COLUMN
+from book.constants import CODE_COLUMN as COLUMN
 from book.constants import DOCS
 from book.pages import read_page, split_lines
 
-COLUMN = 80  # characters of code a page's column shows at 1280 px
-BOX_COLUMN = 92  # inside an admonition (smaller font), one character short of a nested solution
 ADMONITION = re.compile(r"(?:!!!|\?\?\?)\+?\s")
 # Pages that are being split into section pages, whose code is formatted with the split. Temporary:
 # empty this set when the section pages land (each entry must still exist and still be too wide).

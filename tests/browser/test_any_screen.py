@@ -1,9 +1,9 @@
 """The book on any screen: figures that fit a phone, numbered and captioned; exercise questions in
-view; a search index without private-use characters; the figures' font from the site; and code
-that fits its column on a desktop (reported, not yet required).
+view; a search index without private-use characters; the figures' font from the site; and a code
+column that shows as many characters as tests/book/test_code_width.py lets a line have.
 
 Each check runs at 390 px and 1280 px, in the light and the dark theme, on chapters 4 and 11, whose
-multi-panel figures were the widest (chapter 7, the heaviest page, only for its code); the phone
+multi-panel figures were the widest (the code column only at 1280 px, on chapter 11); the phone
 crawl of test_reader_experience.py covers every page's figure text size.
 """
 
@@ -18,6 +18,7 @@ from playwright.sync_api import Browser, BrowserContext, Page
 
 from book.browser.chromium import DESKTOP, PHONE
 from book.browser.server import SiteServer
+from book.constants import ADMONITION_CODE_COLUMN, CODE_COLUMN
 
 # All tests of this module in one process (one chromium, its pages visited once), scheduled
 # after the other site tests, by when the site is built (rank 3: see the root conftest.py).
@@ -40,6 +41,24 @@ MEASURE = """() => [...document.querySelectorAll('figure.attn-figure-box')].map(
           box: box.clientWidth, scrolls: box.scrollWidth > box.clientWidth + 1,
           caption: (f.querySelector('figcaption') || {}).textContent || ''};
 })"""
+# Whether a line of n characters shows whole in a code block of the page's column and in one of a
+# solution nested in an exercise (every collapsed block opened first), and a line 20 longer not.
+FITS = """([top, box]) => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  const fits = (code, n) => {
+    const shown = code.innerHTML;
+    code.textContent = 'x'.repeat(n);
+    const fit = code.scrollWidth <= code.clientWidth + 1;
+    code.innerHTML = shown;
+    return fit;
+  };
+  const boxOf = e => e.closest('.admonition, details');
+  const blocks = [...document.querySelectorAll('.md-typeset pre > code')];
+  const page = blocks.find(c => !boxOf(c));
+  const nested = blocks.find(c => boxOf(c) && boxOf(boxOf(c).parentElement));
+  return {page: [fits(page, top), fits(page, top + 20)],
+          nested: nested ? [fits(nested, box), fits(nested, box + 20)] : null};
+}"""
 # Exercises: the question's box and the solution's, open or not, and the question's height.
 EXERCISES = """() => [...document.querySelectorAll('.admonition.example, details.example')].map(e => ({
   title: e.querySelector('.admonition-title, summary').textContent.trim(),
@@ -138,16 +157,14 @@ def test_the_figure_font_comes_from_the_site(screens, site: SiteServer, screen: 
     assert any(r.startswith(site.url("")) and r.endswith("DejaVuSans.woff") for r in found["requests"]), found
 
 
-def test_code_fits_its_column_on_a_desktop(screens, site: SiteServer) -> None:
-    """Reported, not required yet: code blocks wider than the 1280 px column scroll sideways
-    (the book's code is not yet formatted to the column). Skips with the count while any does."""
-    wide = {}
-    for path in (CHAPTERS[0], "chapters/07-fast-attention/tiles/"):
-        page = open_page(screens["1280-light"], site, path)
-        wide[path] = page.evaluate("""() => {
-          const blocks = [...document.querySelectorAll('.md-typeset pre > code')];
-          return [blocks.filter(c => c.scrollWidth > c.clientWidth + 1).length, blocks.length];
-        }""")
-    over = {path: f"{n} of {total}" for path, (n, total) in wide.items() if n}
-    if over:
-        pytest.skip(f"code blocks wider than the column at 1280 px: {over}")
+def test_code_column_holds_what_the_width_rule_allows(screens, site: SiteServer) -> None:
+    """tests/book/test_code_width.py holds every line of code and output to CODE_COLUMN characters
+    (ADMONITION_CODE_COLUMN in an admonition's smaller font): on a 1280 px desktop a line that
+    long must show whole, in the page's column and in a solution nested in an exercise, or
+    those limits no longer keep code from scrolling sideways. (A line 20 characters longer must
+    scroll, or the measurement measures nothing.)"""
+    page = open_page(screens["1280-light"], site, CHAPTERS[1])
+    fits = page.evaluate(FITS, [CODE_COLUMN, ADMONITION_CODE_COLUMN])
+    assert fits == {"page": [True, False], "nested": [True, False]}, (
+        f"[{CODE_COLUMN}, {CODE_COLUMN + 20}] characters in the column, [{ADMONITION_CODE_COLUMN}, "
+        f"{ADMONITION_CODE_COLUMN + 20}] in a nested solution fit: {fits}, expected [True, False]")

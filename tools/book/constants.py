@@ -14,6 +14,14 @@ MIN_TEXT_PX = 9
 # is narrower than the figure.
 PHONE_COLUMN_PX = 350
 
+# Characters of code a code block shows without scrolling sideways on a 1280 px desktop (wider
+# screens scale the font with the column), measured in Chromium: 80 in the page's column, 93 in a
+# solution nested in an exercise (an admonition sets code smaller; 97 at one level). Every line
+# of a page's code and output is held to them (tests/book/test_code_width.py), and the browser
+# tests check that the site still shows that many.
+CODE_COLUMN = 80
+ADMONITION_CODE_COLUMN = 92
+
 # The PDF edition: its file name beside the print page, and the paragraph of the print page after
 # which `python -m book pdf` adds the link to it.
 PDF_NAME = "attention-book.pdf"
