@@ -85,7 +85,9 @@ def _offset(alignment: str, t_q: int | None, t_k: int | None) -> int:
 
 
 def causal(
-    alignment: str = "top_left", t_q: int | None = None, t_k: int | None = None
+    alignment: str = "top_left",
+    t_q: int | None = None,
+    t_k: int | None = None,
 ) -> MaskMod:
     """Query i sees key j when j <= i + offset: offset 0 top-left (SDPA's
     ``is_causal``), or t_k - t_q bottom-right (``causal_lower_right``, queries
