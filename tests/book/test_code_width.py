@@ -27,14 +27,6 @@ from book.constants import DOCS
 from book.pages import read_page, split_lines
 
 ADMONITION = re.compile(r"(?:!!!|\?\?\?)\+?\s")
-# Pages that are being split into section pages, whose code is formatted with the split. Temporary:
-# empty this set when the section pages land (each entry must still exist and still be too wide).
-SPLIT_PENDING = frozenset({
-    "chapters/07-fast-attention.md",
-    "chapters/08-positions.md",
-    "chapters/09-transformer.md",
-    "chapters/10-inference.md",
-})
 PAGES = sorted(DOCS.rglob("*.md"))
 NOTEBOOKS = sorted(DOCS.rglob("*.ipynb"))
 
@@ -85,14 +77,6 @@ def notebook_too_wide(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("path", PAGES + NOTEBOOKS, ids=lambda p: str(p.relative_to(DOCS)))
 def test_code_fits_its_column_on_a_desktop(path: Path) -> None:
-    name = str(path.relative_to(DOCS))
     wide = notebook_too_wide(path) if path.suffix == ".ipynb" else page_too_wide(path)
-    if name in SPLIT_PENDING:
-        assert wide, f"{name} fits its column now: remove it from SPLIT_PENDING"
-        return
     assert not wide, f"{len(wide)} lines of code or output wider than the column:\n" + "\n".join(wide)
 
-
-def test_pages_pending_a_split_exist() -> None:
-    missing = sorted(name for name in SPLIT_PENDING if not (DOCS / name).is_file())
-    assert not missing, f"pages in SPLIT_PENDING that no longer exist (remove them): {missing}"
