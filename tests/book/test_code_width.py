@@ -2,15 +2,15 @@
 printed, is wider than the column the site shows it in, so no block scrolls sideways at 1280 px
 and hides what the prose discusses.
 
-The widths are measured in headless Chromium at 1280 px (the page's widest layout: wider screens
-scale the font with the column): a ``pre > code`` box is 688 px wide, 16 px of padding each side,
-and shows 13.6 px monospace (DejaVu Sans Mono there, 0.602 em a character), so 80 characters
-fit (``book.constants.CODE_COLUMN``; tests/browser/test_any_screen.py checks it on the site). An admonition (an exercise, its solution, a folded
-``??? info``) sets its code in a smaller font: 97 characters fit at one level, 93 in a solution
-nested in an exercise. The check reads the Markdown, not the site: every fence of every page
-(Python, its output block, ``text`` and ``bash`` alike) and every code cell of the exercise
-notebooks, with what it shows. Listings of source files (``--8<--``) follow the package's own
-line length and are left out.
+The widths are measured in headless Chromium at 1280 px (wider screens scale the font with the
+column): a ``pre > code`` box is 688 px wide, 16 px of padding each side, and shows 13.6 px
+monospace (DejaVu Sans Mono there, 0.602 em a character), so 80 characters fit
+(``book.constants.CODE_COLUMN``; tests/browser/test_any_screen.py checks it on the site). An
+admonition (an exercise, its solution, a folded ``??? info``) sets its code in a smaller font: 97
+characters fit at one level, 93 in a solution nested in an exercise. The check reads the
+Markdown, not the site: every fence of every page (Python, its output block, ``text`` and
+``bash`` alike) and every code cell of the exercise notebooks, with what it shows. Listings of
+source files (``--8<--``) follow the package's own line length and are left out.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _column(lines: list[str], opener: int) -> int:
 
 
 def page_too_wide(path: Path) -> list[str]:
-    """``page:line: width > column`` for each line of a code or output block wider than its column."""
+    """``page:line: width > column`` for each line of a code or output block too wide."""
     page = read_page(path)
     lines = [line.rstrip("\r\n") for line in split_lines(path.read_text(encoding="utf-8"))]
     spans = [(f.start, f.end) for f in page.fences]
@@ -69,7 +69,8 @@ def notebook_too_wide(path: Path) -> list[str]:
             continue
         shown = ["".join(cell["source"])]
         for output in cell.get("outputs", []):
-            shown += ["".join(output.get("text", "")), "".join(output.get("data", {}).get("text/plain", ""))]
+            plain = output.get("data", {}).get("text/plain", "")
+            shown += ["".join(output.get("text", "")), "".join(plain)]
         wide += [f"{path.relative_to(DOCS)} cell {number}: {len(line)} > {COLUMN}"
                  for text in shown for line in text.splitlines() if len(line) > COLUMN]
     return wide
@@ -78,5 +79,5 @@ def notebook_too_wide(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", PAGES + NOTEBOOKS, ids=lambda p: str(p.relative_to(DOCS)))
 def test_code_fits_its_column_on_a_desktop(path: Path) -> None:
     wide = notebook_too_wide(path) if path.suffix == ".ipynb" else page_too_wide(path)
-    assert not wide, f"{len(wide)} lines of code or output wider than the column:\n" + "\n".join(wide)
+    assert not wide, f"{len(wide)} lines wider than the code column:\n" + "\n".join(wide)
 
