@@ -53,6 +53,11 @@ def check_search(tab: Tab, home: str, query: str, expected: set[str]) -> list[st
     """Typing ``query`` into the search box of the page ``home`` lists every page in
     ``expected`` (URL paths), from an index served by the site, and the result for such a page
     opens it."""
+    with tab.real_search_index():
+        return _search(tab, home, query, expected)
+
+
+def _search(tab: Tab, home: str, query: str, expected: set[str]) -> list[str]:
     page = tab.page
     tab.blank()
     page.goto(home, wait_until="load")

@@ -3,17 +3,29 @@ requests to other hosts, console errors, uncaught exceptions and failed requests
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, Response
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, Response, Route
 
 from .chromium import is_local
+
+# Every page of the site fetches the one search index and indexes it in a worker: 1.7 MB, about
+# half a second of CPU per page load. A tab answers that request with an empty index, except
+# inside Tab.real_search_index(), where the searching checks run.
+SEARCH_INDEX = "**/search/search_index.json"
+EMPTY_SEARCH_INDEX = json.dumps({
+    "config": {"lang": ["en"], "separator": r"[\s\-]+", "pipeline": ["stopWordFilter"]},
+    "docs": [],
+})
 
 
 class Tab:
     """One browser page in its own context, recording each visit's requests to other hosts
     (which fail: see :func:`book.browser.chromium.launch`), console errors, uncaught exceptions
-    and failed requests."""
+    and failed requests. Its pages get an empty search index outside :meth:`real_search_index`."""
 
     def __init__(self, browser: Browser, viewport: dict[str, int], phone: bool = False) -> None:
         self.context: BrowserContext = browser.new_context(
@@ -29,6 +41,7 @@ class Tab:
         self.context.on("requestfinished", self._on_done)
         self.context.on("requestfailed", self._on_failed)
         self.context.on("response", self._on_response)
+        self.context.route(SEARCH_INDEX, self._empty_search_index)
         self.page: Page = self.context.new_page()
         self.page.on("console", self._on_console)
         self.page.on("pageerror", lambda error: self.page_errors.append(str(error)))
@@ -51,6 +64,19 @@ class Tab:
         self.failed: list[str] = []  # local requests that failed or answered 4xx/5xx
         self.requested: list[str] = []  # local requests made
         self._pending: set[Request] = set()
+
+    @contextmanager
+    def real_search_index(self) -> Iterator[None]:
+        """Inside the block, pages load the site's own search index."""
+        self.context.unroute(SEARCH_INDEX, self._empty_search_index)
+        try:
+            yield
+        finally:
+            self.context.route(SEARCH_INDEX, self._empty_search_index)
+
+    @staticmethod
+    def _empty_search_index(route: Route) -> None:
+        route.fulfill(status=200, content_type="application/json", body=EMPTY_SEARCH_INDEX)
 
     def close(self) -> None:
         """Close the page and its context."""
