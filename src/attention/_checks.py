@@ -12,12 +12,14 @@ Notation: b batch size, t tokens, d_in input width, d_out output width, h heads.
 import functools
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import torch
 from torch import Size, Tensor
 
-ALIGNMENTS = ("top_left", "bottom_right")  # where a causal mask's diagonal sits when t_q != t_k
+# Where a causal mask's diagonal sits when t_q != t_k.
+Alignment = Literal["top_left", "bottom_right"]
+ALIGNMENTS: tuple[Alignment, ...] = get_args(Alignment)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -32,7 +32,7 @@ from ._checks import (
 )
 from .functional import additive_causal_mask, attention_weights
 from .inference import Cache, RollingKVCache, window_visible
-from .norms import make_norm
+from .norms import NormKind, make_norm
 from .positions import RotaryEmbedding
 
 __all__ = ["BlockAttention"]
@@ -80,7 +80,7 @@ class BlockAttention(nn.Module):
         *,
         is_causal: bool = False,
         rotary: RotaryEmbedding | None = None,
-        qk_norm: str | None = None,
+        qk_norm: NormKind | None = None,
         bias: bool = True,
         norm_eps: float = 1e-5,
         device: Device = None,

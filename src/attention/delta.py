@@ -24,7 +24,7 @@ lower-triangular system per chunk (the UT form of Yang et al., 2024). The forms 
 (tests/package/test_delta.py).
 """
 
-from typing import Literal, overload
+from typing import Literal, get_args, overload
 
 import torch
 from torch import Tensor
@@ -34,6 +34,8 @@ from ._checks import accumulation_dtype, check_qkv, check_sizes
 __all__ = [
     "DELTA_FORMS",
     "DECAY_FORMS",
+    "DecayForm",
+    "DeltaForm",
     "decayed_linear_attention",
     "delta_attention_matrix",
     "delta_rule",
@@ -41,8 +43,10 @@ __all__ = [
     "gated_delta_rule",
 ]
 
-DECAY_FORMS = ("recurrent", "parallel", "chunked")
-DELTA_FORMS = ("recurrent", "chunked")
+DecayForm = Literal["recurrent", "parallel", "chunked"]
+DeltaForm = Literal["recurrent", "chunked"]
+DECAY_FORMS: tuple[DecayForm, ...] = get_args(DecayForm)
+DELTA_FORMS: tuple[DeltaForm, ...] = get_args(DeltaForm)
 
 
 def _check(
@@ -125,13 +129,13 @@ def _decay_mask(g_cum: Tensor) -> Tensor:
 
 @overload
 def decayed_linear_attention(
-    query: Tensor, key: Tensor, value: Tensor, g: Tensor, *, form: str = ...,
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, *, form: DecayForm = ...,
     chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
     output_final_state: Literal[False] = ...,
 ) -> Tensor: ...
 @overload
 def decayed_linear_attention(
-    query: Tensor, key: Tensor, value: Tensor, g: Tensor, *, form: str = ...,
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, *, form: DecayForm = ...,
     chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
     output_final_state: Literal[True],
 ) -> tuple[Tensor, Tensor]: ...
@@ -141,7 +145,7 @@ def decayed_linear_attention(
     value: Tensor,
     g: Tensor,
     *,
-    form: str = "recurrent",
+    form: DecayForm = "recurrent",
     chunk_size: int = 64,
     scale: float | None = None,
     initial_state: Tensor | None = None,
@@ -236,13 +240,13 @@ def _delta_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, sta
 
 @overload
 def gated_delta_rule(
-    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *, form: str = ...,
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *, form: DeltaForm = ...,
     chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
     output_final_state: Literal[False] = ...,
 ) -> Tensor: ...
 @overload
 def gated_delta_rule(
-    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *, form: str = ...,
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *, form: DeltaForm = ...,
     chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
     output_final_state: Literal[True],
 ) -> tuple[Tensor, Tensor]: ...
@@ -253,7 +257,7 @@ def gated_delta_rule(
     g: Tensor,
     beta: Tensor,
     *,
-    form: str = "recurrent",
+    form: DeltaForm = "recurrent",
     chunk_size: int = 64,
     scale: float | None = None,
     initial_state: Tensor | None = None,
@@ -312,13 +316,13 @@ def gated_delta_rule(
 
 @overload
 def delta_rule(
-    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *, form: str = ...,
+    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *, form: DeltaForm = ...,
     chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
     output_final_state: Literal[False] = ...,
 ) -> Tensor: ...
 @overload
 def delta_rule(
-    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *, form: str = ...,
+    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *, form: DeltaForm = ...,
     chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
     output_final_state: Literal[True],
 ) -> tuple[Tensor, Tensor]: ...
@@ -328,7 +332,7 @@ def delta_rule(
     value: Tensor,
     beta: Tensor,
     *,
-    form: str = "recurrent",
+    form: DeltaForm = "recurrent",
     chunk_size: int = 64,
     scale: float | None = None,
     initial_state: Tensor | None = None,

@@ -19,6 +19,8 @@ with A from :func:`~attention.delta.delta_attention_matrix`, so that the weights
 gives each earlier token can be read as attention weights are.
 """
 
+from typing import Literal, get_args
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -26,9 +28,10 @@ from torch import Tensor, nn
 from .block_attention import BlockAttention
 from .delta import delta_attention_matrix
 
-__all__ = ["RECURRENT_KINDS", "RecurrentBlockAttention", "use_recurrent_attention"]
+__all__ = ["RECURRENT_KINDS", "RecurrentKind", "RecurrentBlockAttention", "use_recurrent_attention"]
 
-RECURRENT_KINDS = ("sum", "decay", "delta", "gated_delta")
+RecurrentKind = Literal["sum", "decay", "delta", "gated_delta"]
+RECURRENT_KINDS: tuple[RecurrentKind, ...] = get_args(RecurrentKind)
 
 
 class RecurrentBlockAttention(nn.Module):
@@ -55,7 +58,7 @@ class RecurrentBlockAttention(nn.Module):
         ((1, 5, 16), (1, 2, 5, 5))
     """
 
-    def __init__(self, attn: BlockAttention, kind: str, conv_size: int | None = 4) -> None:
+    def __init__(self, attn: BlockAttention, kind: RecurrentKind, conv_size: int | None = 4) -> None:
         super().__init__()
         if kind not in RECURRENT_KINDS:
             raise ValueError(f"kind must be one of {RECURRENT_KINDS}, got {kind!r}")
@@ -107,7 +110,7 @@ class RecurrentBlockAttention(nn.Module):
 
 
 def use_recurrent_attention(
-    model: nn.Module, kind: str, layers: list[int] | None = None, conv_size: int | None = 4
+    model: nn.Module, kind: RecurrentKind, layers: list[int] | None = None, conv_size: int | None = 4
 ) -> nn.Module:
     """Replace the attention sublayer of the blocks ``layers`` (None: all) by ``kind``, in place.
 

@@ -84,6 +84,7 @@ from torch import Tensor
 
 from ._checks import (
     KERNEL_RENAMES,
+    Alignment,
     accumulation_dtype,
     check_causal_options,
     check_qkv,
@@ -339,7 +340,7 @@ def flash_attention(
     block_size: int | tuple[int, int] | None = None,
     scale: float | None = None,
     enable_gqa: bool = False,
-    alignment: str = "top_left",
+    alignment: Alignment = "top_left",
     window: int | None = None,
     return_lse: Literal[False] = False,
 ) -> Tensor: ...
@@ -355,7 +356,7 @@ def flash_attention(
     block_size: int | tuple[int, int] | None = None,
     scale: float | None = None,
     enable_gqa: bool = False,
-    alignment: str = "top_left",
+    alignment: Alignment = "top_left",
     window: int | None = None,
     return_lse: Literal[True],
 ) -> tuple[Tensor, Tensor]: ...
@@ -371,7 +372,7 @@ def flash_attention(
     block_size: int | tuple[int, int] | None = None,
     scale: float | None = None,
     enable_gqa: bool = False,
-    alignment: str = "top_left",
+    alignment: Alignment = "top_left",
     window: int | None = None,
     return_lse: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]: ...
@@ -387,7 +388,7 @@ def flash_attention(
     block_size: int | tuple[int, int] | None = None,
     scale: float | None = None,
     enable_gqa: bool = False,
-    alignment: str = "top_left",
+    alignment: Alignment = "top_left",
     window: int | None = None,
     return_lse: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:

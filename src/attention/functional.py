@@ -24,6 +24,7 @@ from torch.types import Device
 from . import masks
 from ._checks import (
     KERNEL_RENAMES,
+    Alignment,
     accumulation_dtype,
     additive_mask,
     check_alignment,
@@ -92,7 +93,7 @@ def causal_mask(
     t_k: int | None = None,
     device: Device = None,
     *,
-    alignment: str = "top_left",
+    alignment: Alignment = "top_left",
 ) -> Tensor:
     """Boolean causal mask of shape (t_q, t_k): True where query i may attend to key j.
 
@@ -130,7 +131,7 @@ def causal_mask(
     )  # (t_q, t_k)
 
 
-def _positions(t_q: int, t_k: int, alignment: str, device: Device) -> tuple[
+def _positions(t_q: int, t_k: int, alignment: Alignment, device: Device) -> tuple[
     Tensor, Tensor
 ]:
     """Query positions (t_q,) and key positions (t_k,): query i at i, or t_k - t_q + i."""
@@ -145,7 +146,7 @@ def sliding_window_mask(
     window: int,
     device: Device = None,
     *,
-    alignment: str = "top_left",
+    alignment: Alignment = "top_left",
 ) -> Tensor:
     """Boolean mask (t_q, t_k) of causal attention over the last ``window`` tokens.
 
@@ -189,7 +190,7 @@ def additive_causal_mask(
     dtype: torch.dtype = torch.float32,
     device: Device = None,
     *,
-    alignment: str = "top_left",
+    alignment: Alignment = "top_left",
 ) -> Tensor:
     """The additive mask M of shape (t_q, t_k): 0 where attending is allowed, -inf where not.
 

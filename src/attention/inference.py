@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from . import masks
-from ._checks import check_alignment, check_dropout, check_heads, check_input, check_sizes
+from ._checks import Alignment, check_alignment, check_dropout, check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
 from .multihead import MultiHeadAttention
 
@@ -120,7 +120,7 @@ def window_visible(query_pos: Tensor, key_pos: Tensor, window: int, sinks: int) 
 
 def sink_window_mask(
     t_q: int, t_k: int, window: int, sinks: int = 0, device: Device = None,
-    *, alignment: str = "top_left",
+    *, alignment: Alignment = "top_left",
 ) -> Tensor:
     """Bool mask (t_q, t_k) of a sliding window of ``window`` tokens plus ``sinks`` first tokens.
 

@@ -31,7 +31,7 @@ queries and keys are first divided by d_k^(1/4), so that x . y = q . k / sqrt(d_
 
 import math
 from collections.abc import Callable
-from typing import Literal, overload
+from typing import Literal, get_args, overload
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +49,8 @@ from ._checks import (
 
 __all__ = [
     "FORMS",
+    "FeatureMapName",
+    "Form",
     "elu_plus_one",
     "favor_attention",
     "favor_error_variance",
@@ -59,7 +61,8 @@ __all__ = [
     "random_projection",
 ]
 
-FORMS = ("parallel", "recurrent", "chunked")
+Form = Literal["parallel", "recurrent", "chunked"]
+FORMS: tuple[Form, ...] = get_args(Form)
 FeatureMap = Callable[[Tensor], Tensor]
 
 
@@ -81,7 +84,8 @@ def elu_plus_one(x: Tensor) -> Tensor:
     return F.elu(x) + 1
 
 
-FEATURE_MAPS: dict[str, FeatureMap] = {"elu+1": elu_plus_one}
+FeatureMapName = Literal["elu+1"]
+FEATURE_MAPS: dict[FeatureMapName, FeatureMap] = {"elu+1": elu_plus_one}  # keys checked by mypy
 
 
 def apply_feature_map(x: Tensor, feature_map: str | FeatureMap, name: str) -> Tensor:
@@ -102,7 +106,7 @@ def apply_feature_map(x: Tensor, feature_map: str | FeatureMap, name: str) -> Te
 
 
 def _check_linear_inputs(
-    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, form: str, chunk_size: int
+    query: Tensor, key: Tensor, value: Tensor, is_causal: bool, form: Form, chunk_size: int
 ) -> None:
     check_qkv(query, key, value)
     check_bool(is_causal, "is_causal")
@@ -122,7 +126,7 @@ def _check_linear_inputs(
 
 
 def _kernel_attention(
-    phi_q: Tensor, phi_k: Tensor, value: Tensor, causal: bool, form: str, chunk_size: int,
+    phi_q: Tensor, phi_k: Tensor, value: Tensor, causal: bool, form: Form, chunk_size: int,
     initial_state: Tensor | None = None, want_state: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """z (..., t_q, d_v) from features phi_q (..., t_q, r) and phi_k (..., t_k, r), in one form,
@@ -173,9 +177,9 @@ def linear_attention(
     key: Tensor,
     value: Tensor,
     *,
-    feature_map: str | FeatureMap = "elu+1",
+    feature_map: FeatureMapName | FeatureMap = "elu+1",
     is_causal: bool = False,
-    form: str = "parallel",
+    form: Form = "parallel",
     chunk_size: int = 64,
     scale: float | None = None,
     initial_state: Tensor | None = None,
@@ -189,9 +193,9 @@ def linear_attention(
     key: Tensor,
     value: Tensor,
     *,
-    feature_map: str | FeatureMap = "elu+1",
+    feature_map: FeatureMapName | FeatureMap = "elu+1",
     is_causal: bool = False,
-    form: str = "parallel",
+    form: Form = "parallel",
     chunk_size: int = 64,
     scale: float | None = None,
     initial_state: Tensor | None = None,
@@ -205,9 +209,9 @@ def linear_attention(
     key: Tensor,
     value: Tensor,
     *,
-    feature_map: str | FeatureMap = "elu+1",
+    feature_map: FeatureMapName | FeatureMap = "elu+1",
     is_causal: bool = False,
-    form: str = "parallel",
+    form: Form = "parallel",
     chunk_size: int = 64,
     scale: float | None = None,
     initial_state: Tensor | None = None,
@@ -221,9 +225,9 @@ def linear_attention(
     key: Tensor,
     value: Tensor,
     *,
-    feature_map: str | FeatureMap = "elu+1",
+    feature_map: FeatureMapName | FeatureMap = "elu+1",
     is_causal: bool = False,
-    form: str = "parallel",
+    form: Form = "parallel",
     chunk_size: int = 64,
     scale: float | None = None,
     initial_state: Tensor | None = None,
@@ -299,7 +303,7 @@ def linear_attention(
 
 @renamed(**KERNEL_RENAMES)
 def linear_attention_weights(
-    query: Tensor, key: Tensor, *, feature_map: str | FeatureMap = "elu+1",
+    query: Tensor, key: Tensor, *, feature_map: FeatureMapName | FeatureMap = "elu+1",
     is_causal: bool = False,
 ) -> Tensor:
     """The weights linear attention gives each value: (..., t_q, t_k), rows summing to 1.
@@ -336,7 +340,7 @@ def linear_attention_weights(
 
 @renamed(causal="is_causal")
 def linear_attention_flops(
-    t: int, r: int, d_v: int, form: str, *, is_causal: bool = False, chunk_size: int = 64
+    t: int, r: int, d_v: int, form: Form, *, is_causal: bool = False, chunk_size: int = 64
 ) -> int:
     """FLOPs of the matrix products of one (batch, head) of :func:`linear_attention`.
 
@@ -487,7 +491,7 @@ def favor_attention(
     seed: int | None = None,
     is_causal: bool = False,
     orthogonal: bool = True,
-    form: str = "chunked",
+    form: Form = "chunked",
     projection: Tensor | None = None,
 ) -> Tensor:
     """FAVOR+: softmax attention estimated with m positive random features, in O(t m d_v).

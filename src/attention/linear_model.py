@@ -13,7 +13,7 @@ phi(q) . phi(k) of :mod:`attention.linear` (with the rotation where it keeps pos
 with each kind of attention.
 """
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -25,7 +25,7 @@ from .linear import apply_feature_map, elu_plus_one, favor_features, random_proj
 __all__ = ["KernelBlockAttention", "use_kernel_attention"]
 
 Kind = Literal["elu+1", "favor"]
-KINDS: tuple[Kind, ...] = ("elu+1", "favor")
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
 class KernelBlockAttention(nn.Module):

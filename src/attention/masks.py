@@ -35,6 +35,7 @@ from torch.types import Device
 
 from ._checks import (
     KERNEL_RENAMES,
+    Alignment,
     accumulation_dtype,
     check_alignment,
     check_qkv,
@@ -70,7 +71,7 @@ MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
-def _offset(alignment: str, t_q: int | None, t_k: int | None) -> int:
+def _offset(alignment: Alignment, t_q: int | None, t_k: int | None) -> int:
     """Position of query 0: 0 aligned top-left, t_k - t_q aligned bottom-right."""
     check_alignment(alignment)
     if alignment == "top_left":
@@ -85,7 +86,7 @@ def _offset(alignment: str, t_q: int | None, t_k: int | None) -> int:
 
 
 def causal(
-    alignment: str = "top_left",
+    alignment: Alignment = "top_left",
     t_q: int | None = None,
     t_k: int | None = None,
 ) -> MaskMod:
@@ -120,7 +121,7 @@ def causal(
 
 
 def sliding_window(
-    window: int, alignment: str = "top_left", t_q: int | None = None, t_k: int | None = None
+    window: int, alignment: Alignment = "top_left", t_q: int | None = None, t_k: int | None = None
 ) -> MaskMod:
     """Causal attention over the ``window`` latest keys: the query at position p sees keys
     p - window < j <= p, as ``flash_attention(..., is_causal=True, window=window)``.

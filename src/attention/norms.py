@@ -12,15 +12,18 @@ RMSNorm drops the mean and the bias β: it rescales x but does not re-centre it.
 the square root it computes what ``torch.nn.RMSNorm`` and Meta's Llama code compute.
 """
 
+from typing import Literal, get_args
+
 import torch
 from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import check_sizes
 
-__all__ = ["NORMS", "RMSNorm", "make_norm", "norm_matrix"]
+__all__ = ["NORMS", "NormKind", "RMSNorm", "make_norm", "norm_matrix"]
 
-NORMS = ("layer", "rms")
+NormKind = Literal["layer", "rms"]
+NORMS: tuple[NormKind, ...] = get_args(NormKind)
 
 
 class RMSNorm(nn.Module):
@@ -64,7 +67,7 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(
-    kind: str, d: int, eps: float = 1e-5, bias: bool = True, *,
+    kind: NormKind, d: int, eps: float = 1e-5, bias: bool = True, *,
     device: Device = None, dtype: torch.dtype | None = None,
 ) -> nn.Module:
     """``nn.LayerNorm(d)`` for ``kind="layer"`` (with β unless ``bias=False``), or RMSNorm.

@@ -28,6 +28,7 @@ numbers one device receives and sends, and the memory that overlapping them with
 """
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -46,10 +47,11 @@ from .io_model import IOCount, TwoLevelMemory
 
 __all__ = ["ring_attention", "ring_attention_io", "ring_shards", "ring_work"]
 
-SHARDINGS = ("contiguous", "zigzag")
+Sharding = Literal["contiguous", "zigzag"]
+SHARDINGS: tuple[Sharding, ...] = get_args(Sharding)
 
 
-def ring_shards(t: int, world_size: int, sharding: str = "contiguous") -> list[Tensor]:
+def ring_shards(t: int, world_size: int, sharding: Sharding = "contiguous") -> list[Tensor]:
     """The positions each of the N devices holds: N int64 tensors, together 0 .. t - 1.
 
     ``"contiguous"``: device r holds chunk r of N. ``"zigzag"``: the sequence is cut into 2N
@@ -92,7 +94,7 @@ def _visible(q_pos: Tensor, k_pos: Tensor, is_causal: bool) -> Tensor:
 
 
 def ring_work(t: int, world_size: int, is_causal: bool = False,
-              sharding: str = "contiguous") -> Tensor:
+              sharding: Sharding = "contiguous") -> Tensor:
     """Score pairs (query, key) device r attends at step sigma: an int64 tensor (N, N) [sigma, r].
 
     A block that no query of the device may see is skipped (0 work); otherwise the count is the
@@ -137,7 +139,7 @@ def _merge(out: Tensor, lse: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tens
 @renamed(**KERNEL_RENAMES)
 def ring_attention(
     query: Tensor, key: Tensor, value: Tensor, *, world_size: int, is_causal: bool = False,
-    sharding: str = "contiguous", scale: float | None = None,
+    sharding: Sharding = "contiguous", scale: float | None = None,
 ) -> Tensor:
     """Self-attention computed as N devices in a ring would, in one process; equal to SDPA.
 

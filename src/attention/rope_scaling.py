@@ -31,6 +31,7 @@ queries and keys (1 except for YaRN). Pass one to ``RotaryEmbedding(..., scaling
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -176,6 +177,12 @@ class NTKAwareScaling:
         return rope_frequencies(rotary_dim, self.base(rotary_dim, base))  # (d_rot/2,)
 
 
+ScaledFeatures = Literal["rotated", "head"]  # the features YaRN's temperature multiplies
+SCALED_FEATURES: tuple[ScaledFeatures, ...] = get_args(ScaledFeatures)
+Ramp = Literal["turns", "index"]  # linear in ν_i (the paper's) or in the pair index (the code's)
+RAMPS: tuple[Ramp, ...] = get_args(Ramp)
+
+
 @dataclass(frozen=True)
 class YaRNScaling:
     """YaRN (Peng et al., 2023): "NTK-by-parts" frequencies and an attention temperature.
@@ -227,17 +234,17 @@ class YaRNScaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None
-    scaled_features: str = "rotated"
-    ramp: str = "turns"
+    scaled_features: ScaledFeatures = "rotated"
+    ramp: Ramp = "turns"
     truncate: bool = True
 
     def __post_init__(self) -> None:
         """Check every parameter; fill in the paper's temperature if none is given."""
-        if self.scaled_features not in ("rotated", "head"):
+        if self.scaled_features not in SCALED_FEATURES:
             raise ValueError(
                 f"scaled_features must be 'rotated' or 'head', got {self.scaled_features!r}"
             )
-        if self.ramp not in ("turns", "index"):
+        if self.ramp not in RAMPS:
             raise ValueError(f"ramp must be 'turns' or 'index', got {self.ramp!r}")
         factor = _number("factor", self.factor, 1.0)
         object.__setattr__(self, "factor", factor)

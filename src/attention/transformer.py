@@ -32,7 +32,7 @@ appends their keys and values to its layer's cache and the causal mask of t quer
 n + t keys is aligned bottom-right. Every position scheme is shifted by n.
 """
 
-from typing import Literal, overload
+from typing import Literal, get_args, overload
 
 import torch
 import torch.nn.functional as F
@@ -49,13 +49,15 @@ from ._checks import (
 )
 from .block_attention import BlockAttention
 from .inference import Cache, KVCache, ModelKVCache
-from .norms import make_norm
+from .norms import NormKind, make_norm
 from .positions import LearnedPositions, RotaryEmbedding, alibi_bias, sinusoidal_positions
 
 __all__ = ["TinyTransformer", "TransformerBlock", "swiglu_width"]
 
-ACTIVATIONS = ("gelu", "relu", "swiglu")
-POSITIONS = (None, "learned", "sinusoidal", "rope", "alibi")
+Activation = Literal["gelu", "relu", "swiglu"]
+ACTIVATIONS: tuple[Activation, ...] = get_args(Activation)
+Positions = Literal["learned", "sinusoidal", "rope", "alibi"]
+POSITIONS: tuple[Positions | None, ...] = (None, *get_args(Positions))
 
 
 def swiglu_width(
@@ -150,10 +152,10 @@ class TransformerBlock(nn.Module):
         norm_first: bool = True,
         *,
         is_causal: bool = False,
-        activation: str = "gelu",
+        activation: Activation = "gelu",
         mlp: bool = True,
         rotary: RotaryEmbedding | None = None,
-        norm: str = "layer",
+        norm: NormKind = "layer",
         parallel: bool = False,
         qk_norm: bool = False,
         bias: bool = True,
@@ -363,12 +365,12 @@ class TinyTransformer(nn.Module):
         num_layers: int,
         context_length: int,
         d_ff: int | None = None,
-        positions: str | None = "learned",
+        positions: Positions | None = "learned",
         mlp: bool = True,
         dropout: float = 0.0,
         *,
-        norm: str = "layer",
-        activation: str = "gelu",
+        norm: NormKind = "layer",
+        activation: Activation = "gelu",
         parallel: bool = False,
         qk_norm: bool = False,
         bias: bool = True,

@@ -34,7 +34,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from ._checks import KERNEL_RENAMES, check_causal_options, check_qkv, renamed
+from ._checks import KERNEL_RENAMES, Alignment, check_causal_options, check_qkv, renamed
 
 try:
     import triton
@@ -314,7 +314,7 @@ def _check_tuning(options: TritonOptions, scale: float, tensors: tuple[Tensor, .
 
 
 def _check_options(
-    is_causal: bool, block_m: int | None, block_n: int | None, alignment: str, window: int | None
+    is_causal: bool, block_m: int | None, block_n: int | None, alignment: Alignment, window: int | None
 ) -> None:
     """ValueError for options the kernels do not take, each named."""
     for name, block in (("block_m", block_m), ("block_n", block_n)):
@@ -334,7 +334,7 @@ def triton_flash_attention(
     block_m: int | None = None,
     block_n: int | None = None,
     enable_gqa: bool = False,
-    alignment: str = "top_left",
+    alignment: Alignment = "top_left",
     window: int | None = None,
     sinks: Tensor | None = None,
     deterministic: bool = True,

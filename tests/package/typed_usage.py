@@ -1,5 +1,9 @@
-"""A user's script, type-checked with ``mypy --strict`` by test_api_docs.py (it is not run): the
-package's annotations must let a caller's own typed code pass without casts or ignores."""
+"""A user's script, type-checked with ``mypy --strict`` by .ci/run (it is not run): the package's
+annotations must let a caller's own typed code pass without casts or ignores (but the one below,
+which shows that a string option is a ``Literal``: mypy's warn_unused_ignores fails the run if the
+wrong string were accepted)."""
+
+# mypy: warn-unused-ignores
 
 from typing import assert_type
 
@@ -18,6 +22,7 @@ from attention import (
     sliding_window_mask,
     split_kv_attention,
 )
+from attention.norms import make_norm
 
 b, h, t, d_h = 2, 4, 16, 8
 query, key, value = (torch.randn(b, h, t, d_h) for _ in range(3))
@@ -45,3 +50,10 @@ flag: bool = bool(torch.rand(()) < 0.5)
 assert_type(flash_attention(query, key, value, return_lse=flag), Tensor | tuple[Tensor, Tensor])
 assert_type(mha.forward(x, return_weights=True), tuple[Tensor, Tensor])
 assert_type(block.forward(x, return_weights=True), tuple[Tensor, Tensor])
+
+# String options are Literals: a spelling the package knows type-checks, a typo does not.
+top_left: Tensor = flash_attention(query, key, value, is_causal=True, alignment="bottom_right")
+chunked: Tensor = linear_attention(query, key, value, form="chunked", feature_map="elu+1")
+swiglu = TransformerBlock(32, h, 64, activation="swiglu", norm="rms")
+norm = make_norm("rms", 32)
+gelu_typo = TransformerBlock(32, h, 64, activation="GELU")  # type: ignore[arg-type]

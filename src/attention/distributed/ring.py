@@ -23,13 +23,13 @@ from torch import Tensor
 from torch.types import Device
 
 from .._checks import KERNEL_RENAMES, accumulation_dtype, renamed
-from ..ring import SHARDINGS, ring_shards
+from ..ring import SHARDINGS, Sharding, ring_shards
 from ._common import agree, global_rank, merge, note
 
 __all__ = ["ring_attention", "shard_positions", "shard_sequence"]
 
 
-def shard_positions(lengths: list[int], sharding: str, device: Device = None) -> list[Tensor]:
+def shard_positions(lengths: list[int], sharding: Sharding, device: Device = None) -> list[Tensor]:
     """The positions each rank's shard holds, from the shard lengths c of ranks 0 .. N - 1.
 
     ``"contiguous"``: rank r holds the c_r tokens after those of rank r - 1 (any lengths).
@@ -67,7 +67,7 @@ def shard_positions(lengths: list[int], sharding: str, device: Device = None) ->
     return [s.to(device) for s in shards]
 
 
-def shard_sequence(x: Tensor, rank: int, world_size: int, sharding: str = "contiguous") -> Tensor:
+def shard_sequence(x: Tensor, rank: int, world_size: int, sharding: Sharding = "contiguous") -> Tensor:
     """Rank ``rank``'s shard of a whole sequence: the rows :func:`attention.ring.ring_shards`
     gives it.
 
@@ -247,7 +247,7 @@ class _RingAttention(torch.autograd.Function):
 
 @renamed(**KERNEL_RENAMES)
 def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool = False,
-                   sharding: str = "contiguous", scale: float | None = None,
+                   sharding: Sharding = "contiguous", scale: float | None = None,
                    group: dist.ProcessGroup | None = None) -> Tensor:
     """Attention over a sequence sharded across the ranks of ``group``: this rank's output shard.
 
