@@ -32,6 +32,24 @@ def attention_flops(
     """FLOPs of the attention core: 4·b·h·t²·d_h forward, halved if causal, ×3.5 with backward.
 
     ``backward=True`` counts the forward *and* the backward pass (1 + 2.5 times the forward).
+
+    Args:
+        b: batch size.
+        h: heads.
+        t: tokens (queries = keys).
+        d_h: width of one head.
+        causal: count half the score matrix, as a causal kernel computes.
+        backward: add the backward pass, 2.5 times the forward.
+
+    Returns:
+        The FLOP count, a float.
+
+    Raises:
+        ValueError: if b, h, t or d_h is not a positive integer.
+
+    Examples:
+        >>> attention_flops(1, 1, 4, 2, causal=False), attention_flops(1, 1, 4, 2)
+        (128.0, 64.0)
     """
     _check_positive(b=b, h=h, t=t, d_h=d_h)
     forward = 4.0 * b * h * t * t * d_h * (0.5 if causal else 1.0)
@@ -45,6 +63,24 @@ def projection_flops(
 
     The backward pass of a linear layer costs twice its forward (gradients of the input and of
     the weight), so ``backward=True`` counts 3 times the forward.
+
+    Args:
+        b: batch size.
+        t: tokens.
+        d_in: input width.
+        d_out: output width, h · d_h.
+        out_proj: add the (d_out, d_out) output projection.
+        backward: add the backward pass, twice the forward.
+
+    Returns:
+        The FLOP count, a float.
+
+    Raises:
+        ValueError: if b, t, d_in or d_out is not a positive integer.
+
+    Examples:
+        >>> projection_flops(1, 2, 3, 4, out_proj=False)  # three products of 2 · 2 · 3 · 4
+        144.0
     """
     _check_positive(b=b, t=t, d_in=d_in, d_out=d_out)
     forward = 2.0 * b * t * d_in * d_out * 3 + (2.0 * b * t * d_out * d_out if out_proj else 0.0)
@@ -53,7 +89,16 @@ def projection_flops(
 
 @dataclass(frozen=True)
 class Peak:
-    """A device's documented dense peak throughput in TFLOP/s, and where the figure comes from."""
+    """A device's documented dense peak throughput in TFLOP/s, and where the figure comes from.
+
+    Args:
+        tflops: the peak, in 10¹² FLOP/s.
+        source: the datasheet it is read from.
+
+    Examples:
+        >>> Peak(1.0, "a datasheet").tflops
+        1.0
+    """
 
     tflops: float
     source: str
@@ -91,7 +136,16 @@ GPU_PEAKS: dict[str, dict[str, Peak]] = {
 
 @dataclass(frozen=True)
 class Bandwidth:
-    """A device's documented memory bandwidth in bytes per second, and where the figure comes from."""
+    """A device's documented memory bandwidth in bytes per second, and where the figure comes from.
+
+    Args:
+        bytes_per_s: the bandwidth β, in bytes/s.
+        source: the datasheet it is read from.
+
+    Examples:
+        >>> Bandwidth(2e12, "a datasheet").bytes_per_s
+        2000000000000.0
+    """
 
     bytes_per_s: float
     source: str
@@ -110,7 +164,18 @@ GPU_BANDWIDTH: dict[str, Bandwidth] = {
 
 
 def device_bandwidth(device_name: str) -> Bandwidth | None:
-    """The documented memory bandwidth of a GPU, or None for a device not in ``GPU_BANDWIDTH``."""
+    """The documented memory bandwidth of a GPU, or None for a device not in ``GPU_BANDWIDTH``.
+
+    Args:
+        device_name: the exact ``torch.cuda.get_device_name()`` string.
+
+    Returns:
+        Its ``Bandwidth``, or None.
+
+    Examples:
+        >>> device_bandwidth("NVIDIA H200").bytes_per_s, device_bandwidth("cpu")
+        (4800000000000.0, None)
+    """
     return GPU_BANDWIDTH.get(device_name)
 
 
@@ -119,6 +184,20 @@ def device_peak(device_name: str, precision: str) -> Peak | None:
 
     Returns None when the device is not in ``GPU_PEAKS`` (every CPU, for instance): then the
     benchmark reports TFLOP/s and says that the peak is unknown, rather than guess one.
+
+    Args:
+        device_name: the exact ``torch.cuda.get_device_name()`` string.
+        precision: ``"fp32"``, ``"tf32"``, ``"bf16"`` or ``"fp16"``.
+
+    Returns:
+        Its ``Peak`` for that precision, or None.
+
+    Raises:
+        ValueError: if precision is not one of the four.
+
+    Examples:
+        >>> device_peak("NVIDIA H200", "bf16").tflops, device_peak("cpu", "fp32")
+        (989.5, None)
     """
     if precision not in ("fp32", "tf32", "bf16", "fp16"):
         raise ValueError(f"precision must be one of fp32, tf32, bf16, fp16, got {precision!r}")

@@ -41,12 +41,39 @@ def _check_row(row: dict) -> None:
 
 
 def stores_scores(row: dict) -> bool:
-    """Whether the kernel that ran (the row's ``backend``) materializes the (t, t) matrices."""
+    """Whether the kernel that ran (the row's ``backend``) materializes the (t, t) matrices.
+
+    Args:
+        row: a benchmark row (a dict with its ``backend``).
+
+    Returns:
+        True for the explicit computation and SDPA's math backend.
+
+    Examples:
+        >>> stores_scores({"backend": "sdpa: math"}), stores_scores({"backend": "sdpa: flash"})
+        (True, False)
+    """
     return str(row.get("backend") or "").startswith(SCORE_MATRIX_BACKENDS)
 
 
 def kernel_bytes(row: dict) -> int:
-    """The bytes a kernel row must move at least (see the module docstring): a lower bound."""
+    """The bytes a kernel row must move at least (see the module docstring): a lower bound.
+
+    Args:
+        row: a kernel row: its ``level``, ``pass``, ``b``, ``h``, ``t``, ``d_h``, ``dtype`` and
+            ``backend``.
+
+    Returns:
+        The bytes, an int.
+
+    Raises:
+        ValueError: if the row is not a kernel row, its dtype is unknown, or a size is not a
+            positive integer.
+
+    Examples:
+        >>> kernel_bytes({"level": "kernel", "pass": "forward", "b": 1, "h": 1, "t": 4, "d_h": 2, "dtype": "float32"})  # Q, K, V and Z: 4 · 4 · 2 numbers of 4 bytes
+        128
+    """
     _check_row(row)
     b, h, t, d_h, s = row["b"], row["h"], row["t"], row["d_h"], DTYPE_BYTES[row["dtype"]]
     backward = row["pass"] == "forward+backward"
@@ -56,7 +83,23 @@ def kernel_bytes(row: dict) -> int:
 
 
 def roof(intensity: float, peak_flops: float, bandwidth: float) -> float:
-    """Attainable FLOP/s at an arithmetic intensity: min(P, β · I)."""
+    """Attainable FLOP/s at an arithmetic intensity: min(P, β · I).
+
+    Args:
+        intensity: I, FLOPs per byte moved.
+        peak_flops: P, the peak FLOP/s.
+        bandwidth: β, bytes/s.
+
+    Returns:
+        min(P, β · I) in FLOP/s.
+
+    Raises:
+        ValueError: if a value is not positive.
+
+    Examples:
+        >>> roof(2.0, peak_flops=100.0, bandwidth=10.0), roof(20.0, peak_flops=100.0, bandwidth=10.0)
+        (20.0, 100.0)
+    """
     for name, value in (("intensity", intensity), ("peak_flops", peak_flops), ("bandwidth", bandwidth)):
         if not value > 0:
             raise ValueError(f"{name} must be positive, got {value!r}")
@@ -67,6 +110,19 @@ def machine_roof(doc: dict, dtype: str) -> dict | None:
     """P (FLOP/s), β (bytes/s), the ridge point and their sources for one dtype of a results file.
 
     None when the file lacks either peak (an older file, or a device with no documented figure).
+
+    Args:
+        doc: a results file, parsed (its ``peaks``).
+        dtype: the dtype's name as the rows record it, for example ``"float32"``.
+
+    Returns:
+        ``peak_flops``, ``bandwidth``, ``ridge`` (FLOP per byte), their sources and whether both
+        were measured; or None.
+
+    Examples:
+        >>> doc = {"peaks": {"float32": {"tflops": 1.0, "source": "a"}, "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}}
+        >>> machine_roof(doc, "float32")["ridge"], machine_roof(doc, "float16")
+        (10.0, None)
     """
     peaks = doc.get("peaks", {})
     compute, memory = peaks.get(dtype) or {}, peaks.get("bandwidth") or {}
@@ -84,6 +140,23 @@ def roofline_points(doc: dict, rows: Iterable[dict] | None = None) -> list[dict]
     Each point: the row's variant, pass, shape and dtype; ``flops``, ``bytes`` (lower bound),
     ``intensity``, ``achieved`` (FLOP/s), ``roof`` (FLOP/s), ``fraction_of_roof`` and ``bound``
     ("memory" or "compute"). Rows whose dtype has no peak are left out.
+
+    Args:
+        doc: a results file, parsed (its ``peaks`` and, unless ``rows`` is given, ``results``).
+        rows: the rows to place instead of the file's.
+
+    Returns:
+        One dict per point, in the rows' order.
+
+    Raises:
+        ValueError: if a kernel row is malformed (see ``kernel_bytes``).
+
+    Examples:
+        >>> row = {**{"level": "kernel", "pass": "forward", "b": 1, "h": 1, "t": 4, "d_h": 2, "dtype": "float32"}, "status": "ok", "variant": "v", "backend": "sdpa: flash",
+        ...        "flops": 128.0, "median_s": 1e-6}
+        >>> [point] = roofline_points({**{"peaks": {"float32": {"tflops": 1.0, "source": "a"}, "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}}, "results": [row]})
+        >>> point["intensity"], point["bound"]
+        (1.0, 'memory')
     """
     points = []
     for row in doc["results"] if rows is None else rows:
@@ -111,8 +184,23 @@ def plot_roofline(points: list[dict], machine: dict, title: str, colours: dict[s
     One colour per variant (``colours`` by name, else matplotlib's tab10 in order), filled
     markers forward, open markers forward+backward; FLOP/s in
     TFLOP/s on a machine whose peak reaches 10 TFLOP/s, else GFLOP/s. Drawn 5.4 inches wide with
-    the legend below, so that its text stays legible on a phone. Returns a matplotlib Figure
-    (imported here, so ``import attention`` does not need matplotlib).
+    the legend below, so that its text stays legible on a phone (matplotlib is imported here,
+    so ``import attention`` does not need it).
+
+    Args:
+        points: what ``roofline_points`` returns.
+        machine: what ``machine_roof`` returns.
+        title: the axes' title.
+        colours: a colour per variant name.
+
+    Returns:
+        A matplotlib Figure.
+
+    Examples:
+        >>> machine = machine_roof({"peaks": {"float32": {"tflops": 1.0, "source": "a"}, "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}}, "float32")
+        >>> fig = plot_roofline([], machine, "no points")
+        >>> fig.axes[0].get_xscale()
+        'log'
     """
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
