@@ -15,6 +15,7 @@ where v here is the learned score vector (not a value v_j) and z is the context 
 
 import torch
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import check_input, check_mask, check_rank, check_sizes, check_token_ids
 from .functional import softmax
@@ -33,6 +34,8 @@ class AdditiveAttention(nn.Module):
         d_query: width of a query (the decoder state).
         d_key: width of a key (an encoder annotation).
         d_attn: width of the score network's hidden layer.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a width is not an integer >= 1.
@@ -45,12 +48,15 @@ class AdditiveAttention(nn.Module):
         (torch.Size([2, 3]), torch.Size([2, 6]))
     """
 
-    def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:
+    def __init__(
+        self, d_query: int, d_key: int, d_attn: int, *, device: Device = None, dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         check_sizes(d_query=d_query, d_key=d_key, d_attn=d_attn)
-        self.W_query = nn.Linear(d_query, d_attn, bias=False)
-        self.W_key = nn.Linear(d_key, d_attn, bias=False)
-        self.v = nn.Linear(d_attn, 1, bias=False)
+        factory = {"device": device, "dtype": dtype}
+        self.W_query = nn.Linear(d_query, d_attn, bias=False, **factory)
+        self.W_key = nn.Linear(d_key, d_attn, bias=False, **factory)
+        self.v = nn.Linear(d_attn, 1, bias=False, **factory)
         self.d_query, self.d_key = d_query, d_key
 
     def forward(
@@ -103,6 +109,8 @@ class Seq2SeqEncoder(nn.Module):
         vocab_size: n_vocab of the source language.
         d_emb: width of a token embedding.
         d_hidden: width of each GRU's state.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1.
@@ -114,12 +122,15 @@ class Seq2SeqEncoder(nn.Module):
         (torch.Size([1, 4, 6]), torch.Size([1, 3]))
     """
 
-    def __init__(self, vocab_size: int, d_emb: int, d_hidden: int) -> None:
+    def __init__(
+        self, vocab_size: int, d_emb: int, d_hidden: int, *, device: Device = None, dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         check_sizes(vocab_size=vocab_size, d_emb=d_emb, d_hidden=d_hidden)
-        self.embedding = nn.Embedding(vocab_size, d_emb)
-        self.rnn = nn.GRU(d_emb, d_hidden, batch_first=True, bidirectional=True)
-        self.init_state = nn.Linear(d_hidden, d_hidden)
+        factory = {"device": device, "dtype": dtype}
+        self.embedding = nn.Embedding(vocab_size, d_emb, **factory)
+        self.rnn = nn.GRU(d_emb, d_hidden, batch_first=True, bidirectional=True, **factory)
+        self.init_state = nn.Linear(d_hidden, d_hidden, **factory)
         self.d_hidden = d_hidden
 
     def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
@@ -152,6 +163,8 @@ class AttentionDecoder(nn.Module):
         d_emb: width of a token embedding.
         d_hidden: width of the GRU state (the encoder's d_hidden).
         d_attn: width of the score network's hidden layer.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1.
@@ -164,13 +177,16 @@ class AttentionDecoder(nn.Module):
         (torch.Size([1, 2, 10]), torch.Size([1, 2, 4]))
     """
 
-    def __init__(self, vocab_size: int, d_emb: int, d_hidden: int, d_attn: int) -> None:
+    def __init__(
+        self, vocab_size: int, d_emb: int, d_hidden: int, d_attn: int, *, device: Device = None, dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         check_sizes(vocab_size=vocab_size, d_emb=d_emb, d_hidden=d_hidden, d_attn=d_attn)
-        self.embedding = nn.Embedding(vocab_size, d_emb)
-        self.attention = AdditiveAttention(d_hidden, 2 * d_hidden, d_attn)
-        self.cell = nn.GRUCell(d_emb + 2 * d_hidden, d_hidden)
-        self.out = nn.Linear(d_hidden + 2 * d_hidden, vocab_size)
+        factory = {"device": device, "dtype": dtype}
+        self.embedding = nn.Embedding(vocab_size, d_emb, **factory)
+        self.attention = AdditiveAttention(d_hidden, 2 * d_hidden, d_attn, **factory)
+        self.cell = nn.GRUCell(d_emb + 2 * d_hidden, d_hidden, **factory)
+        self.out = nn.Linear(d_hidden + 2 * d_hidden, vocab_size, **factory)
         self.d_hidden = d_hidden
 
     def step(

@@ -18,6 +18,7 @@ Per token, from the residual stream x (Qwen3-Next's ``Qwen3NextGatedDeltaNet``):
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import check_sizes
 from .delta import gated_delta_rule
@@ -60,6 +61,8 @@ class GatedDeltaNet(nn.Module):
         conv_size: w_conv, the causal convolution's width (Qwen3-Next uses 4).
         eps: the RMSNorm's epsilon.
         chunk_size: C of the chunked rule (the layer keeps no state between calls: no decoding).
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1 or num_value_heads is not a multiple of
@@ -82,6 +85,9 @@ class GatedDeltaNet(nn.Module):
         conv_size: int = 4,
         eps: float = 1e-6,
         chunk_size: int = 64,
+        *,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d_model=d_model, num_key_heads=num_key_heads, num_value_heads=num_value_heads,
@@ -93,18 +99,19 @@ class GatedDeltaNet(nn.Module):
             )
         self.h_k, self.h_v, self.d_k, self.d_v = num_key_heads, num_value_heads, d_k, d_v
         self.chunk_size = chunk_size
-        self.q_proj = nn.Linear(d_model, num_key_heads * d_k, bias=False)
-        self.k_proj = nn.Linear(d_model, num_key_heads * d_k, bias=False)
-        self.v_proj = nn.Linear(d_model, num_value_heads * d_v, bias=False)
-        self.z_proj = nn.Linear(d_model, num_value_heads * d_v, bias=False)  # output gate
-        self.b_proj = nn.Linear(d_model, num_value_heads, bias=False)  # write strength beta
-        self.a_proj = nn.Linear(d_model, num_value_heads, bias=False)  # decay's step
+        factory = {"device": device, "dtype": dtype}
+        self.q_proj = nn.Linear(d_model, num_key_heads * d_k, bias=False, **factory)
+        self.k_proj = nn.Linear(d_model, num_key_heads * d_k, bias=False, **factory)
+        self.v_proj = nn.Linear(d_model, num_value_heads * d_v, bias=False, **factory)
+        self.z_proj = nn.Linear(d_model, num_value_heads * d_v, bias=False, **factory)  # output gate
+        self.b_proj = nn.Linear(d_model, num_value_heads, bias=False, **factory)  # write strength beta
+        self.a_proj = nn.Linear(d_model, num_value_heads, bias=False, **factory)  # decay's step
         channels = 2 * num_key_heads * d_k + num_value_heads * d_v
-        self.conv = nn.Conv1d(channels, channels, conv_size, groups=channels, bias=False)
-        self.A_log = nn.Parameter(torch.empty(num_value_heads).uniform_(0.01, 16).log())
-        self.dt_bias = nn.Parameter(torch.ones(num_value_heads))
-        self.norm = RMSNorm(d_v, eps=eps)  # per head, before the output gate
-        self.out_proj = nn.Linear(num_value_heads * d_v, d_model, bias=False)
+        self.conv = nn.Conv1d(channels, channels, conv_size, groups=channels, bias=False, **factory)
+        self.A_log = nn.Parameter(torch.empty(num_value_heads, **factory).uniform_(0.01, 16).log())
+        self.dt_bias = nn.Parameter(torch.ones(num_value_heads, **factory))
+        self.norm = RMSNorm(d_v, eps=eps, **factory)  # per head, before the output gate
+        self.out_proj = nn.Linear(num_value_heads * d_v, d_model, bias=False, **factory)
 
     def forward(self, x: Tensor, cache: DeltaState | None = None) -> Tensor:
         """y (b, t, d) from x (b, t, d); with a cache, x continues the tokens it has read."""

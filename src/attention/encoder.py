@@ -22,6 +22,7 @@ from typing import Literal, overload
 
 import torch
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import check_dropout, check_heads, check_input, check_sizes
 from .functional import attention_weights
@@ -42,6 +43,8 @@ class CrossAttention(nn.Module):
         dropout: probability of dropping an attention weight while training, in [0, 1).
         num_heads: number of heads h; must divide d_out.
         qkv_bias: give W_query, W_key and W_value a bias (out_proj always has one).
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or
@@ -61,7 +64,10 @@ class CrossAttention(nn.Module):
         d_out: int,
         dropout: float,
         num_heads: int,
+        *,
         qkv_bias: bool = False,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d_q=d_q, d_kv=d_kv, d_out=d_out)
@@ -69,10 +75,11 @@ class CrossAttention(nn.Module):
         check_dropout(dropout)
         self.d_q, self.d_kv, self.d_out = d_q, d_kv, d_out
         self.num_heads, self.d_h = num_heads, d_out // num_heads
-        self.W_query = nn.Linear(d_q, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_kv, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_kv, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
+        factory = {"device": device, "dtype": dtype}
+        self.W_query = nn.Linear(d_q, d_out, bias=qkv_bias, **factory)
+        self.W_key = nn.Linear(d_kv, d_out, bias=qkv_bias, **factory)
+        self.W_value = nn.Linear(d_kv, d_out, bias=qkv_bias, **factory)
+        self.out_proj = nn.Linear(d_out, d_out, **factory)
         self.dropout = nn.Dropout(dropout)
 
     @overload
@@ -166,6 +173,8 @@ class BidirectionalSelfAttention(CrossAttention):
         dropout: probability of dropping an attention weight while training, in [0, 1).
         num_heads: number of heads h; must divide d_out.
         qkv_bias: give W_query, W_key and W_value a bias (out_proj always has one).
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or
@@ -181,10 +190,12 @@ class BidirectionalSelfAttention(CrossAttention):
     """
 
     def __init__(
-        self, d_in: int, d_out: int, dropout: float, num_heads: int, qkv_bias: bool = False
+        self, d_in: int, d_out: int, dropout: float, num_heads: int, *, qkv_bias: bool = False,
+        device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         check_sizes(d_in=d_in)
-        super().__init__(d_in, d_in, d_out, dropout, num_heads, qkv_bias)
+        super().__init__(d_in, d_in, d_out, dropout, num_heads, qkv_bias=qkv_bias, device=device,
+                         dtype=dtype)
         self.d_in = d_in
 
     @overload  # type: ignore[override]

@@ -17,6 +17,7 @@ initialises it better; copying ``linear.weight.T`` into V1 makes both compute th
 
 import torch
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import check_input, check_sizes
 
@@ -27,6 +28,8 @@ class SelfAttentionV1(nn.Module):
     Args:
         d_in: width of an input token.
         d_out: width of queries, keys, values and context vectors.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if d_in or d_out is not an integer >= 1.
@@ -38,13 +41,14 @@ class SelfAttentionV1(nn.Module):
         tensor([0.3061, 0.8210])
     """
 
-    def __init__(self, d_in: int, d_out: int) -> None:
+    def __init__(self, d_in: int, d_out: int, *, device: Device = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)
         self.d_in = d_in
-        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
-        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
-        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+        factory = {"device": device, "dtype": dtype}
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out, **factory))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out, **factory))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out, **factory))
 
     def forward(self, x: Tensor) -> Tensor:
         """Context vectors (..., t, d_out) of the tokens x (..., t, d_in)."""
@@ -65,6 +69,8 @@ class SelfAttentionV2(nn.Module):
         d_in: width of an input token.
         d_out: width of queries, keys, values and context vectors.
         qkv_bias: give the three projections a bias.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if d_in or d_out is not an integer >= 1.
@@ -76,13 +82,16 @@ class SelfAttentionV2(nn.Module):
         torch.Size([2, 6, 2])
     """
 
-    def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False) -> None:
+    def __init__(
+        self, d_in: int, d_out: int, qkv_bias: bool = False, *, device: Device = None, dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)
         self.d_in = d_in
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        factory = {"device": device, "dtype": dtype}
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
 
     def forward(self, x: Tensor) -> Tensor:
         """Context vectors (..., t, d_out) of the tokens x (..., t, d_in)."""

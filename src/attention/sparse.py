@@ -29,6 +29,7 @@ import math
 
 import torch
 from torch import Tensor, nn
+from torch.types import Device
 
 from ._checks import KERNEL_RENAMES, check_sizes, renamed
 from .masks import MaskMod, and_masks, dense_attention, sliding_window, to_dense
@@ -190,6 +191,8 @@ class LightningIndexer(nn.Module):
         index_dim: d_I, width of an index query and key.
         rope_dim: features of each index query and key that RoPE rotates.
         base: RoPE's base.
+        device: where the parameters are created (torch's default when None).
+        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1, index_dim or rope_dim is odd, or
@@ -206,16 +209,17 @@ class LightningIndexer(nn.Module):
 
     def __init__(
         self, d_in: int, q_rank: int, index_heads: int, index_dim: int, rope_dim: int,
-        base: float = 10000.0,
+        base: float = 10000.0, *, device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, q_rank=q_rank, index_heads=index_heads, index_dim=index_dim)
+        factory = {"device": device, "dtype": dtype}
         self.index_heads, self.index_dim = index_heads, index_dim
-        self.rotary = RotaryEmbedding(index_dim, base, rotary_dim=rope_dim)
-        self.W_query = nn.Linear(q_rank, index_heads * index_dim, bias=False)  # W_IQ
-        self.W_key = nn.Linear(d_in, index_dim, bias=False)  # W_IK
-        self.key_norm = nn.LayerNorm(index_dim, eps=1e-6)
-        self.W_weights = nn.Linear(d_in, index_heads, bias=False)  # W_w
+        self.rotary = RotaryEmbedding(index_dim, base, rotary_dim=rope_dim, device=device)
+        self.W_query = nn.Linear(q_rank, index_heads * index_dim, bias=False, **factory)  # W_IQ
+        self.W_key = nn.Linear(d_in, index_dim, bias=False, **factory)  # W_IK
+        self.key_norm = nn.LayerNorm(index_dim, eps=1e-6, **factory)
+        self.W_weights = nn.Linear(d_in, index_heads, bias=False, **factory)  # W_w
 
     def forward(self, x: Tensor, q_latent: Tensor, start: int = 0) -> Tensor:
         """Index scores (b, t, t) of the tokens x (b, t, d_in), query latents (b, t, d_c').
