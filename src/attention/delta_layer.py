@@ -82,10 +82,10 @@ class GatedDeltaNet(nn.Module):
         num_value_heads: int,
         d_k: int,
         d_v: int,
+        *,
         conv_size: int = 4,
         eps: float = 1e-6,
         chunk_size: int = 64,
-        *,
         device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:

@@ -40,8 +40,8 @@ class CrossAttention(nn.Module):
         d_q: width of the tokens of x, which give the queries.
         d_kv: width of the tokens of the context, which give the keys and values.
         d_out: output width, split into num_heads heads of width d_h = d_out / num_heads.
-        dropout: probability of dropping an attention weight while training, in [0, 1).
         num_heads: number of heads h; must divide d_out.
+        dropout: probability of dropping an attention weight while training, in [0, 1).
         qkv_bias: give W_query, W_key and W_value a bias (out_proj always has one).
         device: where the parameters are created (torch's default when None).
         dtype: their dtype (torch's default when None).
@@ -62,8 +62,8 @@ class CrossAttention(nn.Module):
         d_q: int,
         d_kv: int,
         d_out: int,
-        dropout: float,
         num_heads: int,
+        dropout: float,
         *,
         qkv_bias: bool = False,
         device: Device = None,
@@ -170,8 +170,8 @@ class BidirectionalSelfAttention(CrossAttention):
     Args:
         d_in: width of an input token.
         d_out: output width, split into num_heads heads of width d_h = d_out / num_heads.
-        dropout: probability of dropping an attention weight while training, in [0, 1).
         num_heads: number of heads h; must divide d_out.
+        dropout: probability of dropping an attention weight while training, in [0, 1).
         qkv_bias: give W_query, W_key and W_value a bias (out_proj always has one).
         device: where the parameters are created (torch's default when None).
         dtype: their dtype (torch's default when None).
@@ -190,11 +190,11 @@ class BidirectionalSelfAttention(CrossAttention):
     """
 
     def __init__(
-        self, d_in: int, d_out: int, dropout: float, num_heads: int, *, qkv_bias: bool = False,
+        self, d_in: int, d_out: int, num_heads: int, dropout: float, *, qkv_bias: bool = False,
         device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         check_sizes(d_in=d_in)
-        super().__init__(d_in, d_in, d_out, dropout, num_heads, qkv_bias=qkv_bias, device=device,
+        super().__init__(d_in, d_in, d_out, num_heads, dropout, qkv_bias=qkv_bias, device=device,
                          dtype=dtype)
         self.d_in = d_in
 

@@ -191,7 +191,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def __init__(
         self, d_in: int, d_out: int, num_heads: int, kv_rank: int, rope_dim: int,
-        q_rank: int | None = None, base: float = 10000.0, *,
+        *, q_rank: int | None = None, base: float = 10000.0,
         device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()

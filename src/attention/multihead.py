@@ -52,9 +52,9 @@ class MultiHeadAttentionWrapper(nn.Module):
     Args:
         d_in: width of an input token.
         d_out: width of one head's context vectors.
+        num_heads: h, the number of heads.
         context_length: the most tokens a call may hold.
         dropout: p_drop on each head's attention weights.
-        num_heads: h, the number of heads.
         qkv_bias: give the projections a bias.
         device: where the parameters are created (torch's default when None).
         dtype: their dtype (torch's default when None).
@@ -73,9 +73,9 @@ class MultiHeadAttentionWrapper(nn.Module):
         self,
         d_in: int,
         d_out: int,
+        num_heads: int,
         context_length: int,
         dropout: float,
-        num_heads: int,
         *,
         qkv_bias: bool = False,
         device: Device = None,
@@ -103,9 +103,9 @@ class MultiHeadAttention(nn.Module):
     Args:
         d_in: width of an input token.
         d_out: width of the output, h heads of width d_h.
+        num_heads: h, the number of heads.
         context_length: the most tokens a call may hold.
         dropout: probability of dropping an attention weight, in [0, 1).
-        num_heads: h, the number of heads.
         qkv_bias: give the query, key and value projections a bias.
         proj_dropout: probability of dropping an entry of the output projection's result.
         device: where the parameters are created (torch's default when None).
@@ -127,9 +127,9 @@ class MultiHeadAttention(nn.Module):
         self,
         d_in: int,
         d_out: int,
+        num_heads: int,
         context_length: int,
         dropout: float,
-        num_heads: int,
         *,
         qkv_bias: bool = False,
         proj_dropout: float = 0.0,
@@ -201,9 +201,9 @@ class FusedMultiHeadAttention(nn.Module):
     Args:
         d_in: width of an input token.
         d_out: width of the output, h heads of width d_h.
+        num_heads: h, the number of heads.
         context_length: the most tokens a call may hold.
         dropout: probability of dropping an attention weight, in [0, 1).
-        num_heads: h, the number of heads.
         qkv_bias: give the fused projection a bias.
         proj_dropout: probability of dropping an entry of the output projection's result.
         use_sdpa: compute the attention with ``F.scaled_dot_product_attention``.
@@ -226,9 +226,9 @@ class FusedMultiHeadAttention(nn.Module):
         self,
         d_in: int,
         d_out: int,
+        num_heads: int,
         context_length: int,
         dropout: float,
-        num_heads: int,
         *,
         qkv_bias: bool = False,
         proj_dropout: float = 0.0,
@@ -295,9 +295,9 @@ class FusedMultiHeadAttention(nn.Module):
         fused = cls(
             mha.d_in,
             mha.d_out,
+            mha.num_heads,
             mha.context_length,
             mha.dropout.p,
-            mha.num_heads,
             qkv_bias=mha.W_query.bias is not None,
             proj_dropout=mha.proj_dropout.p,
         ).to(device=mha.W_query.weight.device, dtype=mha.W_query.weight.dtype)
@@ -358,8 +358,8 @@ def from_torch_state_dict(
             False, torch's ``in_proj_bias`` must be zero (or absent) and is dropped.
 
     Returns:
-        The state dict to load into ``MultiHeadAttention(embed_dim, embed_dim, context_length,
-        dropout, num_heads, qkv_bias=qkv_bias)``; a torch module without biases gives a zero
+        The state dict to load into ``MultiHeadAttention(embed_dim, embed_dim, num_heads,
+        context_length, dropout, qkv_bias=qkv_bias)``; a torch module without biases gives a zero
         ``out_proj.bias``.
 
     Raises:

@@ -83,7 +83,7 @@ class SelfAttentionV2(nn.Module):
     """
 
     def __init__(
-        self, d_in: int, d_out: int, qkv_bias: bool = False, *, device: Device = None, dtype: torch.dtype | None = None,
+        self, d_in: int, d_out: int, *, qkv_bias: bool = False, device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)

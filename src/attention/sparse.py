@@ -209,7 +209,7 @@ class LightningIndexer(nn.Module):
 
     def __init__(
         self, d_in: int, q_rank: int, index_heads: int, index_dim: int, rope_dim: int,
-        base: float = 10000.0, *, device: Device = None, dtype: torch.dtype | None = None,
+        *, base: float = 10000.0, device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, q_rank=q_rank, index_heads=index_heads, index_dim=index_dim)

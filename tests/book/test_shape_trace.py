@@ -23,7 +23,7 @@ from book.pages import read_page
 PAGE = REPO / "docs" / "chapters" / "05-multi-head-attention.md"
 HEADER = "| step | code | shape | running example |"
 
-# The running example: MultiHeadAttention(3, 2, 6, 0.0, num_heads=2) on journey_batch().
+# The running example: MultiHeadAttention(3, 2, context_length=6, dropout=0.0, num_heads=2) on journey_batch().
 RUNNING = {"b": 2, "t": 6, "d_in": 3, "d_out": 2, "h": 2, "d_h": 1}
 # Sizes that are all different, so that a swapped pair of axes cannot go unnoticed.
 DISTINCT = {"b": 2, "t": 5, "d_in": 7, "d_out": 12, "h": 3, "d_h": 4}
@@ -86,7 +86,7 @@ class ShapeRecorder(TorchFunctionMode):
 def record_forward(sizes: dict[str, int]) -> list[tuple[str, tuple[int, ...]]]:
     """Records of one forward pass of MultiHeadAttention with the given sizes, input first."""
     torch.manual_seed(123)
-    mha = MultiHeadAttention(sizes["d_in"], sizes["d_out"], sizes["t"], 0.0, sizes["h"])
+    mha = MultiHeadAttention(sizes["d_in"], sizes["d_out"], sizes["h"], sizes["t"], 0.0)
     x = torch.rand(sizes["b"], sizes["t"], sizes["d_in"])  # (b, t, d_in)
     recorder = ShapeRecorder()
     with torch.no_grad(), recorder:

@@ -35,19 +35,19 @@ def _build(cls: type, context_length: int = 6, dropout: float = 0.0) -> torch.nn
     """A module of class ``cls`` with d_in = 3, d_out = 4 (and 2 heads where it has heads)."""
     if cls is CausalAttention:
         return cls(3, 4, context_length, dropout)
-    return cls(3, 4, context_length, dropout, num_heads=2)
+    return cls(3, 4, 2, context_length, dropout)
 
 
 @pytest.mark.parametrize("cls", [MultiHeadAttention, FusedMultiHeadAttention])
 def test_d_out_not_divisible_by_num_heads(cls: type) -> None:
     with pytest.raises(ValueError, match=r"divisible by num_heads, got d_out=10 and num_heads=4"):
-        cls(3, 10, 6, 0.0, num_heads=4)
+        cls(3, 10, context_length=6, dropout=0.0, num_heads=4)
 
 
 @pytest.mark.parametrize("cls", MULTIHEAD_CLASSES)
 def test_no_heads(cls: type) -> None:
     with pytest.raises(ValueError, match=r"num_heads must be at least 1, got 0"):
-        cls(3, 4, 6, 0.0, num_heads=0)
+        cls(3, 4, context_length=6, dropout=0.0, num_heads=0)
 
 
 @pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5])
@@ -84,8 +84,8 @@ def test_last_dimension_not_d_in(cls: type) -> None:
         (SelfAttentionV1(3, 2), torch.randn(3), r"2-d or 3-d, got a 1-d tensor of shape \(3,\)"),
         (SelfAttentionV2(3, 2), torch.randn(1, 2, 4, 3), r"2-d or 3-d, got a 4-d tensor"),
         (CausalAttention(3, 2, 6, 0.0), torch.randn(1, 1, 4, 3), r"2-d or 3-d, got a 4-d tensor"),
-        (MultiHeadAttention(3, 4, 6, 0.0, 2), torch.randn(4, 3), r"must be 3-d, got a 2-d tensor"),
-        (FusedMultiHeadAttention(3, 4, 6, 0.0, 2), torch.randn(4, 3), r"3-d, got a 2-d tensor"),
+        (MultiHeadAttention(3, 4, 2, 6, 0.0), torch.randn(4, 3), r"must be 3-d, got a 2-d tensor"),
+        (FusedMultiHeadAttention(3, 4, 2, 6, 0.0), torch.randn(4, 3), r"3-d, got a 2-d tensor"),
     ],
     ids=["V1", "V2", "causal", "multihead", "fused"],
 )
@@ -139,11 +139,11 @@ def test_context_length_below_one(cls: type, context_length: int) -> None:
 
 
 HEADED_BUILDERS = {
-    "multihead": lambda h: MultiHeadAttention(3, 4, 6, 0.0, h),
-    "fused": lambda h: FusedMultiHeadAttention(3, 4, 6, 0.0, h),
-    "wrapper": lambda h: MultiHeadAttentionWrapper(3, 4, 6, 0.0, h),
-    "cross": lambda h: CrossAttention(3, 5, 4, 0.0, h),
-    "bidirectional": lambda h: BidirectionalSelfAttention(3, 4, 0.0, h),
+    "multihead": lambda h: MultiHeadAttention(3, 4, h, 6, 0.0),
+    "fused": lambda h: FusedMultiHeadAttention(3, 4, h, 6, 0.0),
+    "wrapper": lambda h: MultiHeadAttentionWrapper(3, 4, h, 6, 0.0),
+    "cross": lambda h: CrossAttention(3, 5, 4, h, 0.0),
+    "bidirectional": lambda h: BidirectionalSelfAttention(3, 4, h, 0.0),
 }
 
 
@@ -163,16 +163,16 @@ def test_num_heads_not_an_integer(name: str, num_heads: object, message: str) ->
         (lambda: SelfAttentionV1(3, 0), "d_out must be at least 1, got 0"),
         (lambda: SelfAttentionV2(3, 0), "d_out must be at least 1, got 0"),
         (lambda: CausalAttention(3, 0, 6, 0.0), "d_out must be at least 1, got 0"),
-        (lambda: MultiHeadAttentionWrapper(3, 0, 6, 0.0, 2), "d_out must be at least 1, got 0"),
-        (lambda: MultiHeadAttention(3, 0, 6, 0.0, 2), "d_out must be at least 1, got 0"),
-        (lambda: FusedMultiHeadAttention(3, 0, 6, 0.0, 2), "d_out must be at least 1, got 0"),
-        (lambda: CrossAttention(3, 5, 0, 0.0, 2), "d_out must be at least 1, got 0"),
-        (lambda: BidirectionalSelfAttention(3, 0, 0.0, 2), "d_out must be at least 1, got 0"),
+        (lambda: MultiHeadAttentionWrapper(3, 0, 2, 6, 0.0), "d_out must be at least 1, got 0"),
+        (lambda: MultiHeadAttention(3, 0, 2, 6, 0.0), "d_out must be at least 1, got 0"),
+        (lambda: FusedMultiHeadAttention(3, 0, 2, 6, 0.0), "d_out must be at least 1, got 0"),
+        (lambda: CrossAttention(3, 5, 0, 2, 0.0), "d_out must be at least 1, got 0"),
+        (lambda: BidirectionalSelfAttention(3, 0, 2, 0.0), "d_out must be at least 1, got 0"),
         (lambda: SelfAttentionV1(3.0, 4), "d_in must be an integer, got 3.0 of type float"),
         (lambda: SelfAttentionV2(3, 4.0), "d_out must be an integer, got 4.0 of type float"),
-        (lambda: MultiHeadAttention(0, 4, 6, 0.0, 2), "d_in must be at least 1, got 0"),
-        (lambda: BidirectionalSelfAttention(0, 4, 0.0, 2), "d_in must be at least 1, got 0"),
-        (lambda: CrossAttention(3, 0, 4, 0.0, 2), "d_kv must be at least 1, got 0"),
+        (lambda: MultiHeadAttention(0, 4, 2, 6, 0.0), "d_in must be at least 1, got 0"),
+        (lambda: BidirectionalSelfAttention(0, 4, 2, 0.0), "d_in must be at least 1, got 0"),
+        (lambda: CrossAttention(3, 0, 4, 2, 0.0), "d_kv must be at least 1, got 0"),
         (lambda: CausalAttention(3, 4, 6.0, 0.0), "context_length must be an integer, got 6.0"),
         (lambda: AdditiveAttention(3, 5, 0), "d_attn must be at least 1, got 0"),
         (lambda: Seq2SeqEncoder(11, 4, 0), "d_hidden must be at least 1, got 0"),
@@ -185,7 +185,7 @@ def test_sizes_not_positive_integers(build, message: str) -> None:
 
 
 def test_sizes_of_any_integer_type_are_accepted() -> None:
-    mha = MultiHeadAttention(np.int64(3), 4, 6, 0.0, num_heads=np.int32(2))
+    mha = MultiHeadAttention(np.int64(3), 4, context_length=6, dropout=0.0, num_heads=np.int32(2))
     assert mha(torch.randn(1, 5, 3)).shape == (1, 5, 4)
 
 
@@ -193,7 +193,7 @@ def test_sizes_of_any_integer_type_are_accepted() -> None:
 @pytest.mark.parametrize("cls", [MultiHeadAttention, FusedMultiHeadAttention])
 def test_proj_dropout_outside_unit_interval(cls: type, p: float) -> None:
     with pytest.raises(ValueError, match=rf"proj_dropout must be in \[0, 1\), got {p}"):
-        cls(3, 4, 6, 0.0, 2, proj_dropout=p)
+        cls(3, 4, 2, 6, 0.0, proj_dropout=p)
 
 
 def test_dropout_not_a_number() -> None:

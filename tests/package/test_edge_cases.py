@@ -41,14 +41,14 @@ SELF_ATTENTION_MODULES: dict[str, tuple[Callable[[], nn.Module], int]] = {
     "V1": (lambda: SelfAttentionV1(D_IN, D_OUT), D_OUT),
     "V2": (lambda: SelfAttentionV2(D_IN, D_OUT), D_OUT),
     "causal": (lambda: CausalAttention(D_IN, D_OUT, 6, 0.0), D_OUT),
-    "wrapper": (lambda: MultiHeadAttentionWrapper(D_IN, D_OUT, 6, 0.0, HEADS), HEADS * D_OUT),
-    "multihead": (lambda: MultiHeadAttention(D_IN, D_OUT, 6, 0.0, HEADS), D_OUT),
-    "fused-sdpa": (lambda: FusedMultiHeadAttention(D_IN, D_OUT, 6, 0.0, HEADS), D_OUT),
+    "wrapper": (lambda: MultiHeadAttentionWrapper(D_IN, D_OUT, HEADS, 6, 0.0), HEADS * D_OUT),
+    "multihead": (lambda: MultiHeadAttention(D_IN, D_OUT, HEADS, 6, 0.0), D_OUT),
+    "fused-sdpa": (lambda: FusedMultiHeadAttention(D_IN, D_OUT, HEADS, 6, 0.0), D_OUT),
     "fused-explicit": (
-        lambda: FusedMultiHeadAttention(D_IN, D_OUT, 6, 0.0, HEADS, use_sdpa=False),
+        lambda: FusedMultiHeadAttention(D_IN, D_OUT, HEADS, 6, 0.0, use_sdpa=False),
         D_OUT,
     ),
-    "bidirectional": (lambda: BidirectionalSelfAttention(D_IN, D_OUT, 0.0, HEADS), D_OUT),
+    "bidirectional": (lambda: BidirectionalSelfAttention(D_IN, D_OUT, HEADS, 0.0), D_OUT),
 }
 
 
@@ -180,10 +180,10 @@ def test_seq2seq_on_an_empty_batch() -> None:
 # --- output-projection dropout ----------------------------------------------------------------
 
 PROJ_DROPOUT_MODULES: dict[str, Callable[[float], nn.Module]] = {
-    "multihead": lambda p: MultiHeadAttention(D_IN, 6, 8, 0.0, 3, proj_dropout=p),
-    "fused-sdpa": lambda p: FusedMultiHeadAttention(D_IN, 6, 8, 0.0, 3, proj_dropout=p),
+    "multihead": lambda p: MultiHeadAttention(D_IN, 6, 3, 8, 0.0, proj_dropout=p),
+    "fused-sdpa": lambda p: FusedMultiHeadAttention(D_IN, 6, 3, 8, 0.0, proj_dropout=p),
     "fused-explicit": lambda p: FusedMultiHeadAttention(
-        D_IN, 6, 8, 0.0, 3, use_sdpa=False, proj_dropout=p
+        D_IN, 6, 3, 8, 0.0, use_sdpa=False, proj_dropout=p
     ),
 }
 
@@ -222,14 +222,14 @@ def test_no_dropout_at_all_makes_training_equal_eval(name: str) -> None:
 
 def test_proj_dropout_defaults_to_zero_and_leaves_attention_dropout_alone() -> None:
     torch.manual_seed(0)
-    mha = MultiHeadAttention(D_IN, 6, 8, dropout=0.5, num_heads=3)
+    mha = MultiHeadAttention(D_IN, 6, context_length=8, dropout=0.5, num_heads=3)
     assert mha.proj_dropout.p == 0.0 and mha.dropout.p == 0.5
-    assert FusedMultiHeadAttention(D_IN, 6, 8, 0.5, 3).proj_dropout.p == 0.0
+    assert FusedMultiHeadAttention(D_IN, 6, 3, 8, 0.5).proj_dropout.p == 0.0
 
 
 def test_from_multihead_carries_proj_dropout_over() -> None:
     torch.manual_seed(0)
-    mha = MultiHeadAttention(D_IN, 6, 8, dropout=0.0, num_heads=3, proj_dropout=0.3)
+    mha = MultiHeadAttention(D_IN, 6, context_length=8, dropout=0.0, num_heads=3, proj_dropout=0.3)
     fused = FusedMultiHeadAttention.from_multihead(mha)
     assert fused.proj_dropout.p == 0.3 and fused.training
     x = torch.randn(2, 8, D_IN)

@@ -33,7 +33,7 @@ def torch_mha_like(module: CrossAttention) -> torch.nn.MultiheadAttention:
 @pytest.mark.parametrize("padding", [None, PADDING])
 def test_self_attention_equals_torch_multihead_attention(qkv_bias, padding):
     torch.manual_seed(0)
-    module = BidirectionalSelfAttention(6, 6, 0.0, num_heads=3, qkv_bias=qkv_bias).double()
+    module = BidirectionalSelfAttention(6, 6, dropout=0.0, num_heads=3, qkv_bias=qkv_bias).double()
     x = torch.randn(2, 5, 6, dtype=torch.float64)
     out, weights = module(x, key_padding_mask=padding, return_weights=True)
     ref_out, ref_weights = torch_mha_like(module)(
@@ -45,7 +45,7 @@ def test_self_attention_equals_torch_multihead_attention(qkv_bias, padding):
 
 def test_padded_keys_get_zero_weight_and_cannot_change_real_tokens():
     torch.manual_seed(0)
-    module = BidirectionalSelfAttention(4, 6, 0.0, num_heads=2)
+    module = BidirectionalSelfAttention(4, 6, dropout=0.0, num_heads=2)
     x = torch.randn(2, 5, 4)
     out, weights = module(x, key_padding_mask=PADDING, return_weights=True)
     assert weights.shape == (2, 2, 5, 5)
@@ -59,7 +59,7 @@ def test_padded_keys_get_zero_weight_and_cannot_change_real_tokens():
 
 
 def test_all_padding_gives_finite_output():
-    module = BidirectionalSelfAttention(4, 4, 0.0, num_heads=2)
+    module = BidirectionalSelfAttention(4, 4, dropout=0.0, num_heads=2)
     out = module(torch.randn(1, 3, 4), key_padding_mask=torch.ones(1, 3, dtype=torch.bool))
     torch.testing.assert_close(
         out, module.out_proj.bias.expand(1, 3, 4)
@@ -68,7 +68,7 @@ def test_all_padding_gives_finite_output():
 
 def test_every_token_sees_later_tokens():
     torch.manual_seed(0)
-    module = BidirectionalSelfAttention(4, 4, 0.0, num_heads=2)
+    module = BidirectionalSelfAttention(4, 4, dropout=0.0, num_heads=2)
     x = torch.randn(1, 6, 4)
     x_changed = x.clone()
     x_changed[0, -1] += 1.0  # change only the LAST token
@@ -80,7 +80,7 @@ def test_every_token_sees_later_tokens():
 @given(t=st.integers(1, 7), num_heads=st.sampled_from([1, 2, 4]), seed=st.integers(0, 1000))
 def test_permutation_equivariance(t, num_heads, seed):
     torch.manual_seed(seed)
-    module = BidirectionalSelfAttention(3, 4, 0.0, num_heads).double()
+    module = BidirectionalSelfAttention(3, 4, num_heads, 0.0).double()
     x = torch.randn(2, t, 3, dtype=torch.float64)
     perm = torch.randperm(t)
     torch.testing.assert_close(module(x[:, perm]), module(x)[:, perm], rtol=0, atol=1e-12)
@@ -88,7 +88,7 @@ def test_permutation_equivariance(t, num_heads, seed):
 
 def test_dropout_drops_weights_in_training_only():
     torch.manual_seed(0)
-    module = BidirectionalSelfAttention(4, 4, 0.5, num_heads=2)
+    module = BidirectionalSelfAttention(4, 4, dropout=0.5, num_heads=2)
     x = torch.randn(2, 5, 4)
     module.eval()
     _, clean = module(x, return_weights=True)
@@ -127,7 +127,7 @@ def test_cross_attention_equals_torch_multihead_attention(qkv_bias):
 
 def test_cross_attention_padding_hides_context_tokens():
     torch.manual_seed(0)
-    module = CrossAttention(3, 5, 4, 0.0, num_heads=2)
+    module = CrossAttention(3, 5, 4, dropout=0.0, num_heads=2)
     x, context = torch.randn(2, 4, 3), torch.randn(2, 5, 5)
     out, weights = module(x, context, key_padding_mask=PADDING, return_weights=True)
     assert torch.all(weights[0, :, :, 3:] == 0)
@@ -141,13 +141,13 @@ def test_cross_attention_padding_hides_context_tokens():
 @pytest.mark.parametrize(
     "build, message",
     [
-        (lambda: BidirectionalSelfAttention(4, 6, 0.0, num_heads=4), "d_out=6 and num_heads=4"),
+        (lambda: BidirectionalSelfAttention(4, 6, dropout=0.0, num_heads=4), "d_out=6 and num_heads=4"),
         (
-            lambda: BidirectionalSelfAttention(4, 4, 1.0, num_heads=2),
+            lambda: BidirectionalSelfAttention(4, 4, dropout=1.0, num_heads=2),
             r"dropout must be in \[0, 1\), got 1.0",
         ),
-        (lambda: CrossAttention(4, 3, 4, -0.1, num_heads=2), r"\[0, 1\), got -0.1"),
-        (lambda: CrossAttention(4, 3, 4, 0.0, num_heads=0), "num_heads must be at least 1, got 0"),
+        (lambda: CrossAttention(4, 3, 4, dropout=-0.1, num_heads=2), r"\[0, 1\), got -0.1"),
+        (lambda: CrossAttention(4, 3, 4, dropout=0.0, num_heads=0), "num_heads must be at least 1, got 0"),
     ],
 )
 def test_bad_construction_raises(build, message):
@@ -156,7 +156,7 @@ def test_bad_construction_raises(build, message):
 
 
 def test_bad_self_attention_input_raises():
-    module = BidirectionalSelfAttention(4, 4, 0.0, num_heads=2)
+    module = BidirectionalSelfAttention(4, 4, dropout=0.0, num_heads=2)
     with pytest.raises(ValueError, match="3-d, got a 2-d"):
         module(torch.randn(5, 4))
     with pytest.raises(ValueError, match="d_q=4, got 3"):
@@ -170,7 +170,7 @@ def test_bad_self_attention_input_raises():
 
 
 def test_bad_cross_attention_input_raises():
-    module = CrossAttention(3, 5, 4, 0.0, num_heads=2)
+    module = CrossAttention(3, 5, 4, dropout=0.0, num_heads=2)
     with pytest.raises(ValueError, match="context must have last dimension d_kv=5, got 3"):
         module(torch.randn(2, 4, 3), torch.randn(2, 7, 3))
     with pytest.raises(ValueError, match="same batch size b, got 2 and 1"):

@@ -73,7 +73,7 @@ def test_a_full_cache_with_a_windowed_module_equals_the_rolling_one(num_kv_heads
 
 def test_gqa_with_as_many_kv_heads_as_heads_is_multi_head_attention() -> None:
     torch.manual_seed(0)
-    mha = MultiHeadAttention(6, 8, 9, 0.0, num_heads=4, qkv_bias=True).double()
+    mha = MultiHeadAttention(6, 8, context_length=9, dropout=0.0, num_heads=4, qkv_bias=True).double()
     gqa = GroupedQueryAttention.from_multihead(mha)
     x = torch.randn(2, 9, 6, dtype=torch.float64)
     torch.testing.assert_close(gqa(x), mha(x), atol=1e-12, rtol=0)
@@ -82,7 +82,7 @@ def test_gqa_with_as_many_kv_heads_as_heads_is_multi_head_attention() -> None:
 @pytest.mark.parametrize("num_kv_heads", [2, 1])
 def test_conversion_mean_pools_the_key_and_value_heads_of_each_group(num_kv_heads: int) -> None:
     torch.manual_seed(0)
-    mha = MultiHeadAttention(6, 8, 9, 0.0, num_heads=4, qkv_bias=True).double()
+    mha = MultiHeadAttention(6, 8, context_length=9, dropout=0.0, num_heads=4, qkv_bias=True).double()
     gqa = GroupedQueryAttention.from_multihead(mha, num_kv_heads)
     g = 4 // num_kv_heads
     for name in ("W_key", "W_value"):
@@ -246,7 +246,7 @@ def test_paged_cache_gives_the_contiguous_result(window: int | None) -> None:
          r"one of the sequences"),
         (lambda: _exhaust(), r"the pool has 1 free blocks, sequence 0 needs 2"),
         (lambda: GroupedQueryAttention.from_multihead(
-            MultiHeadAttention(6, 8, 4, 0.0, 4, proj_dropout=0.1)), r"proj_dropout=0"),
+            MultiHeadAttention(6, 8, 4, 4, 0.0, proj_dropout=0.1)), r"proj_dropout=0"),
     ],
 )
 def test_bad_input(make: object, message: str) -> None:

@@ -52,9 +52,9 @@ class RotaryTinyTransformer(TinyTransformer):
 
 BUILD = {
     CausalAttention: lambda **kw: CausalAttention(4, 4, 6, 0.0, **kw),
-    MultiHeadAttentionWrapper: lambda **kw: MultiHeadAttentionWrapper(4, 4, 6, 0.0, 2, **kw),
-    MultiHeadAttention: lambda **kw: MultiHeadAttention(4, 4, 6, 0.0, 2, **kw),
-    FusedMultiHeadAttention: lambda **kw: FusedMultiHeadAttention(4, 4, 6, 0.0, 2, **kw),
+    MultiHeadAttentionWrapper: lambda **kw: MultiHeadAttentionWrapper(4, 4, 2, 6, 0.0, **kw),
+    MultiHeadAttention: lambda **kw: MultiHeadAttention(4, 4, 2, 6, 0.0, **kw),
+    FusedMultiHeadAttention: lambda **kw: FusedMultiHeadAttention(4, 4, 2, 6, 0.0, **kw),
     GroupedQueryAttention: lambda **kw: GroupedQueryAttention(4, 4, 2, 1, **kw),
     BlockAttention: lambda **kw: BlockAttention(4, 2, is_causal=True, **kw),
     TransformerBlock: lambda **kw: TransformerBlock(4, 2, 8, is_causal=True, **kw),
@@ -63,8 +63,8 @@ BUILD = {
     RotaryTinyTransformer: lambda **kw: TinyTransformer(8, 4, 2, 1, 6, positions="rope", **kw),
     SelfAttentionV1: lambda **kw: SelfAttentionV1(3, 2, **kw),
     SelfAttentionV2: lambda **kw: SelfAttentionV2(3, 2, **kw),
-    CrossAttention: lambda **kw: CrossAttention(3, 5, 4, 0.0, 2, **kw),
-    BidirectionalSelfAttention: lambda **kw: BidirectionalSelfAttention(3, 4, 0.0, 2, **kw),
+    CrossAttention: lambda **kw: CrossAttention(3, 5, 4, 2, 0.0, **kw),
+    BidirectionalSelfAttention: lambda **kw: BidirectionalSelfAttention(3, 4, 2, 0.0, **kw),
     AdditiveAttention: lambda **kw: AdditiveAttention(4, 3, 5, **kw),
     Seq2SeqEncoder: lambda **kw: Seq2SeqEncoder(10, 4, 3, **kw),
     AttentionDecoder: lambda **kw: AttentionDecoder(10, 4, 3, 5, **kw),
@@ -125,7 +125,7 @@ def test_causal_mask_is_a_bool_buffer_that_checkpoints_do_not_carry(cls):
     context length."""
     module = BUILD[cls]()
     assert module.mask.dtype == torch.bool and "mask" not in module.state_dict()
-    longer = type(module)(4, 4, 12, 0.0, *(() if cls is CausalAttention else (2,)))
+    longer = type(module)(4, 4, *(() if cls is CausalAttention else (2,)), 12, 0.0)
     longer.load_state_dict(module.state_dict())  # another context length loads
     old = {**module.state_dict(), "mask": torch.triu(torch.ones(6, 6), diagonal=1)}
     module.load_state_dict(old)  # a checkpoint saved with the old float buffer still loads
@@ -135,18 +135,18 @@ def test_causal_mask_is_a_bool_buffer_that_checkpoints_do_not_carry(cls):
 @pytest.mark.parametrize("qkv_bias", [False, True])
 def test_state_dicts_convert_to_and_from_torch_multihead_attention(qkv_bias):
     torch.manual_seed(0)
-    ours = MultiHeadAttention(8, 8, 5, 0.0, num_heads=2, qkv_bias=qkv_bias).eval()
+    ours = MultiHeadAttention(8, 8, context_length=5, dropout=0.0, num_heads=2, qkv_bias=qkv_bias).eval()
     theirs = nn.MultiheadAttention(8, 2, batch_first=True).eval()
     theirs.load_state_dict(to_torch_state_dict(ours.state_dict()))
     x = torch.randn(3, 5, 8)
     future = torch.ones(5, 5, dtype=torch.bool).triu(1)  # torch: True = may not attend
     want, _ = theirs(x, x, x, attn_mask=future, need_weights=False)
     torch.testing.assert_close(ours(x), want, rtol=1e-5, atol=1e-6)
-    back = MultiHeadAttention(8, 8, 5, 0.0, num_heads=2, qkv_bias=qkv_bias)
+    back = MultiHeadAttention(8, 8, context_length=5, dropout=0.0, num_heads=2, qkv_bias=qkv_bias)
     back.load_state_dict(from_torch_state_dict(theirs.state_dict(), qkv_bias=qkv_bias))
     torch.testing.assert_close(back.eval()(x), ours(x), rtol=0, atol=0)
     with pytest.raises(ValueError, match="needs d_in = d_out, got 4 and 8"):
-        to_torch_state_dict(MultiHeadAttention(4, 8, 5, 0.0, num_heads=2).state_dict())
+        to_torch_state_dict(MultiHeadAttention(4, 8, context_length=5, dropout=0.0, num_heads=2).state_dict())
     if not qkv_bias:
         nn.init.ones_(theirs.in_proj_bias)
         with pytest.raises(ValueError, match="in_proj_bias must be zero"):
@@ -179,3 +179,29 @@ def test_latent_and_paged_caches_move():
     pool = PagedKVCache(4, 2, 1, 4).to(device="meta", dtype=torch.float64)
     assert pool.keys.device.type == pool.values.device.type == "meta"
     assert pool.keys.dtype == torch.float64
+
+
+# One argument order over the attention modules: the widths, the head counts and other sizes of
+# the weights, then context_length and dropout; every other option keyword-only.
+ORDER = ["d_in", "d_q", "d_kv", "d_out", "d_model", "num_heads", "num_kv_heads", "kv_rank", "rope_dim",
+         "d_ff", "context_length", "dropout"]
+ATTENTION_MODULES = [SelfAttentionV1, SelfAttentionV2, CausalAttention, MultiHeadAttentionWrapper,
+                     MultiHeadAttention, FusedMultiHeadAttention, CrossAttention,
+                     BidirectionalSelfAttention, GroupedQueryAttention, MultiHeadLatentAttention,
+                     BlockAttention, TransformerBlock]
+
+
+@pytest.mark.parametrize("cls", ATTENTION_MODULES, ids=lambda cls: cls.__name__)
+def test_attention_modules_share_one_argument_order(cls):
+    parameters = list(inspect.signature(cls).parameters.values())
+    positional = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert positional == [n for n in ORDER if n in positional], f"{cls.__name__}{positional}"
+    assert all(p.kind is p.KEYWORD_ONLY for p in parameters if p.name not in ORDER)
+
+
+@pytest.mark.parametrize("cls", [MultiHeadAttentionWrapper, MultiHeadAttention, FusedMultiHeadAttention])
+def test_a_call_in_the_old_order_is_refused_not_swapped(cls):
+    # (d_in, d_out, context_length, dropout, num_heads) before: the old dropout lands on
+    # context_length and num_heads (>= 1) on dropout, and both are refused.
+    with pytest.raises(ValueError, match="context_length must be an integer"):
+        cls(4, 4, 6, 0.0, 2)

@@ -75,13 +75,13 @@ def test_parameter_count_is_equation_5_9(
     # The fused module stacks the same three projections into one: the same count.
     expected = expected_parameters(d_in, d_out, qkv_bias)
     for cls in (MultiHeadAttention, FusedMultiHeadAttention):
-        module = cls(d_in, d_out, context_length, 0.0, num_heads, qkv_bias=qkv_bias)
+        module = cls(d_in, d_out, num_heads, context_length, 0.0, qkv_bias=qkv_bias)
         assert sum(p.numel() for p in module.parameters()) == expected, cls.__name__
 
 
 def test_gpt2_small_parameter_count_against_torch_and_the_gpt2_checkpoint() -> None:
     mha = MultiHeadAttention(768, 768, context_length=1024, dropout=0.0, num_heads=12)
-    with_bias = MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12, qkv_bias=True)
+    with_bias = MultiHeadAttention(768, 768, context_length=1024, dropout=0.0, num_heads=12, qkv_bias=True)
     count = sum(p.numel() for p in mha.parameters())
     count_with_bias = sum(p.numel() for p in with_bias.parameters())
     assert count == 2_360_064  # the exercise's answer (chapter 5, exercise 5.2)

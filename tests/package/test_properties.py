@@ -47,12 +47,12 @@ def test_masked_rows_sum_to_one_or_to_zero_when_nothing_is_visible(
 
 def _causal_modules(d_in: int, t: int, h: int) -> list[torch.nn.Module]:
     d_out = 2 * h
-    fused = FusedMultiHeadAttention(d_in, d_out, t, 0.0, h, use_sdpa=False)
-    fused_sdpa = FusedMultiHeadAttention(d_in, d_out, t, 0.0, h, use_sdpa=True)
+    fused = FusedMultiHeadAttention(d_in, d_out, h, t, 0.0, use_sdpa=False)
+    fused_sdpa = FusedMultiHeadAttention(d_in, d_out, h, t, 0.0, use_sdpa=True)
     return [
         CausalAttention(d_in, d_out, t, 0.0),
-        MultiHeadAttentionWrapper(d_in, 2, t, 0.0, h),
-        MultiHeadAttention(d_in, d_out, t, 0.0, h),
+        MultiHeadAttentionWrapper(d_in, 2, h, t, 0.0),
+        MultiHeadAttention(d_in, d_out, h, t, 0.0),
         fused,
         fused_sdpa,
     ]
@@ -104,11 +104,11 @@ def test_module_dropout_is_identity_in_eval_and_rescales_survivors_in_train(
     t: int, p: float, seed: int
 ) -> None:
     torch.manual_seed(seed)
-    mha = MultiHeadAttention(3, 4, t, p, num_heads=2).double()
+    mha = MultiHeadAttention(3, 4, context_length=t, dropout=p, num_heads=2).double()
     x = _randn(seed, 2, t, 3)
     with torch.no_grad():
         eval_out, eval_weights = mha.eval()(x, return_weights=True)
-        no_dropout = MultiHeadAttention(3, 4, t, 0.0, num_heads=2).double()
+        no_dropout = MultiHeadAttention(3, 4, context_length=t, dropout=0.0, num_heads=2).double()
         no_dropout.load_state_dict(mha.state_dict())
         torch.testing.assert_close(eval_out, no_dropout(x))
         _, train_weights = mha.train()(x, return_weights=True)

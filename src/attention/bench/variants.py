@@ -109,7 +109,7 @@ def make_inputs(problem: Problem, seed: int = 123) -> Inputs:
     torch.manual_seed(seed)
     p, kw = problem, {"dtype": problem.dtype, "device": problem.device}
     if p.level == "layer":
-        mha = MultiHeadAttention(p.d, p.d, p.t, 0.0, p.h).to(**kw)
+        mha = MultiHeadAttention(p.d, p.d, p.h, p.t, 0.0).to(**kw)
         tensors: tuple[Tensor, ...] = (torch.randn(p.b, p.t, p.d, **kw),)  # x: (b, t, d)
         grad_out = torch.randn(p.b, p.t, p.d, **kw)  # (b, t, d)
     else:
@@ -210,7 +210,7 @@ def _train_or_eval(module: nn.Module, problem: Problem) -> nn.Module:
 
 
 def _wrapper(p: Problem, inp: Inputs) -> Built:
-    wrapper = MultiHeadAttentionWrapper(p.d, p.d_h, p.t, 0.0, p.h).to(p.device, p.dtype)
+    wrapper = MultiHeadAttentionWrapper(p.d, p.d_h, p.h, p.t, 0.0).to(p.device, p.dtype)
     with torch.no_grad():
         for i, head in enumerate(wrapper.heads):
             rows = slice(i * p.d_h, (i + 1) * p.d_h)

@@ -52,7 +52,7 @@ def test_causal_halves_and_backward_is_flashattention_count():
 def test_layer_flops_add_the_projections():
     b, t, d, h = 2, 12, 16, 4
     torch.manual_seed(0)
-    layer = FusedMultiHeadAttention(d, d, t, 0.0, h, use_sdpa=False)
+    layer = FusedMultiHeadAttention(d, d, h, t, 0.0, use_sdpa=False)
     x = torch.randn(b, t, d)
     counted = count_flops(lambda: layer(x))  # explicit path: full (t, t) products, then masked
     assert counted == projection_flops(b, t, d, d) + attention_flops(b, h, t, d // h, causal=False)

@@ -2,7 +2,7 @@
 
 Notation: b batch size, t tokens (6 here), d_in input width (3), d_out output width (2),
 h heads (2), d_h = d_out / h width of one head (1). The module is the chapter's
-MultiHeadAttention(3, 2, 6, 0.0, num_heads=2) built right after torch.manual_seed(123).
+MultiHeadAttention(3, 2, context_length=6, dropout=0.0, num_heads=2) built right after torch.manual_seed(123).
 """
 
 import matplotlib.pyplot as plt
