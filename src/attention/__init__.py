@@ -36,14 +36,7 @@ from .functional import (
     softmax,
     softmax_naive,
 )
-from .inference import (
-    GroupedQueryAttention,
-    KVCache,
-    ModelKVCache,
-    RollingKVCache,
-    kv_cache_bytes,
-    sink_window_mask,
-)
+from .inference import GroupedQueryAttention, sink_window_mask
 from .io_model import (
     IOCount,
     TwoLevelMemory,
@@ -52,6 +45,7 @@ from .io_model import (
     tiled_attention_io,
     tiled_io_formula,
 )
+from .kv_cache import KVCache, ModelKVCache, RollingKVCache, kv_cache_bytes
 from .latent import LatentKVCache, MultiHeadLatentAttention, latent_cache_bytes
 from .linear import (
     elu_plus_one,

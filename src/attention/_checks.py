@@ -77,6 +77,12 @@ def check_alignment(alignment: str) -> None:
         raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
 
 
+def check_sinks(sinks: int) -> None:
+    """Require a number of sink tokens: an integer >= 0."""
+    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+        raise ValueError(f"sinks must be an integer >= 0, got {sinks!r}")
+
+
 def check_qkv(query: Tensor, key: Tensor, value: Tensor | None = None, *, min_dim: int = 2) -> None:
     """The one input check of the kernels: query (..., t_q, d_k), key (..., t_k, d_k) and value
     (..., t_k, d_v) are floating-point tensors of one dtype on one device, with at least

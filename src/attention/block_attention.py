@@ -31,7 +31,8 @@ from ._checks import (
     renamed,
 )
 from .functional import additive_causal_mask, attention_weights
-from .inference import Cache, RollingKVCache, window_visible
+from .inference import window_visible
+from .kv_cache import Cache, RollingKVCache
 from .norms import NormKind, make_norm
 from .positions import RotaryEmbedding
 

@@ -43,7 +43,8 @@ from torch import Tensor, nn
 from . import rope_scaling
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
-from .inference import KVCache, RollingKVCache, window_visible
+from .inference import window_visible
+from .kv_cache import KVCache, RollingKVCache
 from .latent import LatentKVCache
 from .norms import RMSNorm
 from .positions import LearnedPositions, RotaryEmbedding

@@ -37,7 +37,7 @@ from torch.types import Device
 
 from ._checks import check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
-from .inference import check_room
+from .kv_cache import check_room
 from .positions import RotaryEmbedding
 
 __all__ = ["LatentKVCache", "MultiHeadLatentAttention", "latent_cache_bytes"]

@@ -11,7 +11,7 @@ paged cache gives each sequence a block table instead, the list of its blocks in
 a free block only when the sequence's last one is full, so at most ``block_size - 1`` slots per
 sequence are unused; blocks return to the pool when a sequence ends. A :class:`PagedSequence`
 is one sequence's view, with the ``length`` and ``append`` of every cache of
-:mod:`attention.inference`.
+:mod:`attention.kv_cache`.
 """
 
 import torch
@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.types import Device
 
 from ._checks import check_sizes
-from .inference import check_chunk
+from .kv_cache import check_chunk
 
 __all__ = ["PagedKVCache", "PagedSequence"]
 

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from .inference import ModelKVCache, RollingKVCache, check_chunk
+from .kv_cache import ModelKVCache, RollingKVCache, check_chunk
 from .positions import RotaryEmbedding
 from .rope_scaling import DynamicNTKScaling
 from .transformer import TinyTransformer

@@ -26,7 +26,7 @@ Dropout sits where PyTorch puts it, all with probability ``dropout`` and only in
 on the attention weights A, on the two residual branches SA(x) and FFN(x), and on the FFN's
 hidden activations. A causal block adds the causal mask to any mask passed in.
 
-Decoding with a KV cache (:mod:`attention.inference`): ``forward(idx, cache=cache)`` takes only
+Decoding with a KV cache (:mod:`attention.kv_cache`): ``forward(idx, cache=cache)`` takes only
 the t new tokens, which sit at positions n .. n + t - 1 after the n cached ones; each block
 appends their keys and values to its layer's cache and the causal mask of t queries against
 n + t keys is aligned bottom-right. Every position scheme is shifted by n.
@@ -48,7 +48,7 @@ from ._checks import (
     renamed,
 )
 from .block_attention import BlockAttention
-from .inference import Cache, KVCache, ModelKVCache
+from .kv_cache import Cache, KVCache, ModelKVCache
 from .norms import NormKind, make_norm
 from .positions import LearnedPositions, RotaryEmbedding, alibi_bias, sinusoidal_positions
 
@@ -248,7 +248,7 @@ class TransformerBlock(nn.Module):
         (the package's convention, the opposite of ``nn.MultiheadAttention``'s), or a float
         added to the scaled scores (such as :func:`~attention.alibi_bias`); the causal mask, if
         the block is causal, is added to it. ``return_weights=True`` also returns A (b, h, t, t).
-        ``cache`` (a causal block only, e.g. a :class:`~attention.inference.KVCache`): x holds
+        ``cache`` (a causal block only, e.g. a :class:`~attention.kv_cache.KVCache`): x holds
         the t newest tokens; A and ``attn_mask`` are then (b, h, t, n + t).
         """
         check_input(x, self.d_model, ranks=(3,), width_name="d_model")

@@ -1,17 +1,12 @@
-"""attention.inference: cached decoding equals the full pass; GQA equals torch and MHA; caches."""
+"""attention.inference: cached decoding equals the full pass; GQA equals torch and MHA."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from attention import MultiHeadAttention, sliding_window_mask
-from attention.inference import (
-    GroupedQueryAttention,
-    KVCache,
-    RollingKVCache,
-    kv_cache_bytes,
-    sink_window_mask,
-)
+from attention.inference import GroupedQueryAttention, sink_window_mask
+from attention.kv_cache import KVCache, RollingKVCache, kv_cache_bytes
 from attention.paged import PagedKVCache
 
 HEADS = [4, 2, 1]  # h_kv for h = 4: multi-head, grouped-query, multi-query
@@ -151,39 +146,6 @@ def test_cached_decoding_with_sinks_equals_the_full_pass(
     outputs = [gqa(part, cache=cache) for part in x.split(chunks, dim=1)]
     torch.testing.assert_close(torch.cat(outputs, dim=1), gqa(x), atol=1e-10, rtol=0)
     assert cache.nbytes == kv_cache_bytes(2, sinks + window, 1, 2, 2, 8)
-
-
-def test_the_rolling_buffer_keeps_its_sinks_and_says_where_each_key_is() -> None:
-    cache = RollingKVCache(1, 1, 3, 1, sinks=2)
-    for p in range(9):
-        keys, _ = cache.append(torch.full((1, 1, 1, 1), float(p)), torch.zeros(1, 1, 1, 1))
-        expected = sorted({*range(min(p + 1, 2)), *range(max(0, p - 2), p + 1)})
-        assert keys.flatten().tolist() == [float(j) for j in expected]
-        assert cache.key_positions.tolist() == expected
-    keys, _ = cache.append(torch.tensor([9.0, 10.0]).view(1, 1, 2, 1), torch.zeros(1, 1, 2, 1))
-    assert cache.key_positions.tolist() == [0, 1, 7, 8, 9, 10]  # sinks, w - 1 kept, the new
-    assert keys.flatten().tolist() == [0.0, 1.0, 7.0, 8.0, 9.0, 10.0]
-    cache.reset()
-    assert cache.length == 0 and cache.key_positions.tolist() == []
-
-
-def test_appending_writes_in_place_and_returns_views() -> None:
-    cache = KVCache(1, 2, 5, 3)
-    keys, values = cache.append(torch.ones(1, 2, 2, 3), torch.full((1, 2, 2, 3), 2.0))
-    assert keys.shape == (1, 2, 2, 3) and keys.data_ptr() == cache.keys.data_ptr()
-    assert (cache.keys[:, :, :2] == 1).all() and (cache.values[:, :, 2:] == 0).all()
-    cache.reset()
-    assert cache.length == 0 and cache.append(keys, values)[0].shape == (1, 2, 2, 3)
-
-
-def test_the_rolling_buffer_returns_the_window_in_order_of_position() -> None:
-    cache = RollingKVCache(1, 1, 3, 1)
-    for p in range(7):
-        keys, _ = cache.append(torch.full((1, 1, 1, 1), float(p)), torch.zeros(1, 1, 1, 1))
-        assert keys.flatten().tolist() == [float(j) for j in range(max(0, p - 2), p + 1)]
-    keys, _ = cache.append(torch.tensor([7.0, 8.0]).view(1, 1, 2, 1), torch.zeros(1, 1, 2, 1))
-    assert keys.flatten().tolist() == [5.0, 6.0, 7.0, 8.0]  # w - 1 kept, then the new ones
-    assert sorted(cache.keys.flatten().tolist()) == [6.0, 7.0, 8.0]  # the last w tokens
 
 
 @pytest.mark.parametrize("window", [None, 2])

@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from ..inference import kv_cache_bytes
+from ..kv_cache import kv_cache_bytes
 from ..transformer import TinyTransformer
 
 TINY = {"vocab_size": 16, "d_model": 32, "num_heads": 2, "num_layers": 2, "context_length": 24,
