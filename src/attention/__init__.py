@@ -26,6 +26,12 @@ from .decoding import split_kv_attention, weights_read_per_token
 from .delta import decayed_linear_attention, delta_rule, gated_delta_rule
 from .delta_layer import GatedDeltaNet
 from .encoder import BidirectionalSelfAttention, CrossAttention
+from .favor import (
+    favor_attention,
+    favor_error_variance,
+    positive_random_features,
+    random_projection,
+)
 from .flash import flash_attention
 from .functional import (
     additive_causal_mask,
@@ -49,13 +55,9 @@ from .kv_cache import KVCache, ModelKVCache, RollingKVCache, kv_cache_bytes
 from .latent import LatentKVCache, MultiHeadLatentAttention, latent_cache_bytes
 from .linear import (
     elu_plus_one,
-    favor_attention,
-    favor_error_variance,
     linear_attention,
     linear_attention_flops,
     linear_attention_weights,
-    positive_random_features,
-    random_projection,
 )
 from .linear_model import KernelBlockAttention, use_kernel_attention
 from .lse_weights import weights_from_lse

@@ -238,6 +238,36 @@ def check_mask(mask: Tensor, scores_shape: Size, name: str = "attn_mask") -> Non
         )
 
 
+def check_block_size(block_size: object) -> None:
+    """Require a tiled kernel's block size: None (its default), an integer >= 1, or a pair
+    (B_q, B_k) of them."""
+    sizes = block_size if isinstance(block_size, tuple) else (block_size,)
+    valid = len(sizes) == (2 if isinstance(block_size, tuple) else 1) and all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes
+    )
+    if block_size is not None and not valid:
+        raise ValueError(
+            f"block_size must be an integer >= 1 or a pair of them, got {block_size!r}"
+        )
+
+
+def check_kv_heads(query: Tensor, kv: Tensor, name: str) -> None:
+    """``enable_gqa``: require query (..., h, t_q, d_k) and kv (..., h_kv, t_k, d) with h_kv
+    dividing h, as PyTorch's ``scaled_dot_product_attention`` does."""
+    for tensor_name, tensor in (("query", query), (name, kv)):
+        if tensor.dim() < 3:
+            raise ValueError(
+                f"with enable_gqa=True, {tensor_name} must have at least 3 dimensions "
+                f"(..., heads, t, d), got shape {tuple(tensor.shape)}"
+            )
+    h, h_kv = query.shape[-3], kv.shape[-3]
+    if h_kv == 0 or h % h_kv != 0:
+        raise ValueError(
+            f"with enable_gqa=True, {name}'s number of heads (dim -3) must divide the query's "
+            f"h={h}, got {h_kv}"
+        )
+
+
 def check_causal_options(is_causal: bool, alignment: str, window: int | None) -> None:
     """``is_causal`` a bool; the causal mask's alignment and window: known values, and only with
     ``is_causal``."""

@@ -86,7 +86,9 @@ from ._checks import (
     KERNEL_RENAMES,
     Alignment,
     accumulation_dtype,
+    check_block_size,
     check_causal_options,
+    check_kv_heads,
     check_qkv,
     renamed,
 )
@@ -319,17 +321,6 @@ class _FlashAttentionBackward(torch.autograd.Function):
         )
 
 
-def _check_block_size(block_size: object) -> None:
-    sizes = block_size if isinstance(block_size, tuple) else (block_size,)
-    valid = len(sizes) == (2 if isinstance(block_size, tuple) else 1) and all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes
-    )
-    if block_size is not None and not valid:
-        raise ValueError(
-            f"block_size must be an integer >= 1 or a pair of them, got {block_size!r}"
-        )
-
-
 @overload
 def flash_attention(
     query: Tensor,
@@ -456,17 +447,12 @@ def flash_attention(
     """
     min_dim = 3 if enable_gqa else 2
     check_qkv(query, key, value, min_dim=min_dim)
-    _check_block_size(block_size)
+    check_block_size(block_size)
     check_causal_options(is_causal, alignment, window)
     if enable_gqa:
         h = query.shape[-3]
-        for name, tensor in (("key", key), ("value", value)):
-            h_kv = tensor.shape[-3]
-            if h_kv == 0 or h % h_kv != 0:
-                raise ValueError(
-                    f"with enable_gqa the number of query heads h must be a multiple of the "
-                    f"number of {name} heads h_kv, got h = {h} and h_kv = {h_kv}"
-                )
+        check_kv_heads(query, key, "key")
+        check_kv_heads(query, value, "value")
         if key.shape[-3] != value.shape[-3]:  # torch allows it: give each query head its own
             key = key.repeat_interleave(h // key.shape[-3], dim=-3)  # (..., h, t_k, d_k)
             value = value.repeat_interleave(h // value.shape[-3], dim=-3)  # (..., h, t_k, d_v)

@@ -31,6 +31,7 @@ from ._checks import (
     check_attn_mask,
     check_bool,
     check_dropout,
+    check_kv_heads,
     check_mask,
     check_qkv,
     check_sizes,
@@ -237,18 +238,8 @@ def repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
         >>> repeat_kv_heads(torch.zeros(4, 1, 1), kv, "key").flatten()
         tensor([0., 0., 1., 1.])
     """
-    for tensor_name, tensor in (("query", query), (name, kv)):
-        if tensor.dim() < 3:
-            raise ValueError(
-                f"with enable_gqa=True, {tensor_name} must have at least 3 dimensions "
-                f"(..., heads, t, d), got shape {tuple(tensor.shape)}"
-            )
+    check_kv_heads(query, kv, name)
     h, h_kv = query.shape[-3], kv.shape[-3]
-    if h_kv == 0 or h % h_kv != 0:
-        raise ValueError(
-            f"with enable_gqa=True, {name}'s number of heads (dim -3) must divide the query's "
-            f"h={h}, got {h_kv}"
-        )
     return kv if h == h_kv else kv.repeat_interleave(h // h_kv, dim=-3)  # (..., h, t_k, d)
 
 

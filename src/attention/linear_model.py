@@ -20,7 +20,8 @@ from torch import Tensor, nn
 
 from ._checks import check_sizes
 from .block_attention import BlockAttention
-from .linear import apply_feature_map, elu_plus_one, favor_features, random_projection
+from .favor import favor_features, random_projection
+from .linear import apply_feature_map, elu_plus_one
 
 __all__ = ["KernelBlockAttention", "use_kernel_attention"]
 

@@ -1,32 +1,22 @@
 """Linear attention (attention.linear): the three forms equal in float64, each against a written-out
-reference; FAVOR+'s kernel estimate unbiased and its output's mean and error within what the
-variance derived in chapter 12 allows; FLOPs as PyTorch counts them; bad input."""
+reference; FLOPs as PyTorch counts them; bad input (FAVOR+'s too: it runs these forms)."""
 
-import math
 
 import pytest
 import torch
-import torch.nn.functional as F
+from _inputs import scaled_qkv as qkv
 from torch.utils.flop_counter import FlopCounterMode
 
+from attention.favor import favor_attention, positive_random_features
 from attention.linear import (
     FORMS,
     elu_plus_one,
-    favor_attention,
-    favor_error_variance,
     linear_attention,
     linear_attention_flops,
     linear_attention_weights,
-    positive_random_features,
-    random_projection,
 )
 
 F64 = torch.float64
-
-
-def qkv(*shape: int, scale: float = 1.0, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    generator = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(*shape, generator=generator, dtype=F64) * scale for _ in range(3))
 
 
 def written_out(query, key, value, causal: bool) -> torch.Tensor:
@@ -101,95 +91,6 @@ def test_flops_are_what_pytorch_counts(form, causal):
 
 
 # FAVOR+ --------------------------------------------------------------------------------------
-
-
-def test_positive_random_features_estimate_the_softmax_kernel_without_bias():
-    # E[phi(x).phi(y)] = exp(x.y) and, per feature, Var = exp(2 x.y) (exp(|x + y|^2) - 1)
-    # (chapter 12). The mean of N independent m-feature estimates is within 5 standard errors.
-    d, m, draws = 4, 8, 1500
-    generator = torch.Generator().manual_seed(7)
-    x, y = torch.randn(2, 3, d, generator=generator, dtype=F64) * 0.4  # three pairs
-    for orthogonal in (False, True):
-        estimates = torch.stack([
-            (positive_random_features(x, g) * positive_random_features(y, g)).sum(-1)
-            for g in (random_projection(m, d, orthogonal, generator, F64) for _ in range(draws))
-        ])  # (draws, 3)
-        exact = torch.exp((x * y).sum(-1))
-        variance = torch.exp(2 * (x * y).sum(-1)) * torch.expm1(((x + y) ** 2).sum(-1)) / m
-        standard_error = (variance / draws).sqrt()
-        assert ((estimates.mean(0) - exact).abs() < 5 * standard_error).all(), orthogonal
-        # a sample variance of such skewed estimates is itself noisy: within a factor of 2.
-        # Orthogonal features have at most the variance of independent ones (Choromanski et al.)
-        assert (estimates.var(0) < 2 * variance).all(), orthogonal
-        assert orthogonal or (estimates.var(0) > variance / 2).all()
-    assert (estimates > 0).all()  # positive features: no negative kernel estimate, ever
-
-
-def test_orthogonal_rows_are_orthogonal_and_each_row_is_standard_normal():
-    generator = torch.Generator().manual_seed(0)
-    g = random_projection(10, 4, True, generator, F64)  # blocks of 4, 4, 2 rows
-    for block in (g[:4], g[4:8], g[8:]):
-        gram = block @ block.T
-        torch.testing.assert_close(gram, torch.diag(gram.diagonal()), atol=1e-12, rtol=0)
-    # A uniformly random rotation has no preferred sign: without the sign correction of QR,
-    # every first row would point the same way in its first coordinate.
-    first = torch.stack([random_projection(4, 4, True, generator, F64)[0] for _ in range(2000)])
-    assert first.mean(0).abs().max() < 5 / math.sqrt(2000)
-    assert first.pow(2).mean(0).sub(1).abs().max() < 0.15  # variance 1 per coordinate
-
-
-def test_favor_output_mean_and_error_are_what_the_variance_predicts():
-    # The output is a ratio of unbiased estimates: to first order in 1/m its error has the
-    # variance of favor_error_variance and its mean is off by
-    # -(1/m) sum_ab alpha_a alpha_b (v_a - z) exp((x + y_a).(x + y_b)).
-    d, m, draws = 4, 64, 2000
-    query, key, value = qkv(6, d, scale=0.3, seed=11)
-    value = value / 0.3
-    exact = F.scaled_dot_product_attention(query, key, value)
-    generator = torch.Generator().manual_seed(5)
-    errors = torch.stack([
-        favor_attention(query, key, value, num_features=m, projection=random_projection(m, d, False, generator, F64)) - exact
-        for _ in range(draws)
-    ])  # (draws, t, d_v)
-    predicted = favor_error_variance(query, key, value, num_features=m)  # (t, d_v)
-    x, y = query * d**-0.25, key * d**-0.25
-    alpha = torch.softmax(x @ y.T, -1)
-    s = x[:, None, :] + y[None, :, :]
-    gram = torch.exp(s @ s.transpose(-2, -1))  # (t, t_k, t_k)
-    deviation = value[None] - exact[:, None]  # (t, t_k, d_v)
-    bias = -torch.einsum("ia,ib,iac,iab->ic", alpha, alpha, deviation, gram) / m
-    assert ((errors.mean(0) - bias).abs() < 5 * (predicted / draws).sqrt() + 2 * bias.abs()).all()
-    ratio = errors.pow(2).mean(0) / (predicted + bias**2)
-    assert 0.8 < ratio.mean() < 1.2 and ratio.min() > 0.6
-
-
-def test_favor_converges_to_softmax_attention_causal_or_not():
-    query, key, value = qkv(2, 2, 12, 8, scale=0.5, seed=2)
-    for causal in (False, True):
-        exact = F.scaled_dot_product_attention(query, key, value, is_causal=causal)
-        errors = [(favor_attention(query, key, value, num_features=m, seed=1, is_causal=causal) - exact).pow(2).mean()
-                  for m in (16, 4096)]
-        assert errors[1] < errors[0] / 20
-        predicted = favor_error_variance(query, key, value, num_features=4096, is_causal=causal).mean()
-        assert errors[1] < 4 * predicted
-
-
-def test_favor_forms_agree_and_the_seed_fixes_the_draw():
-    query, key, value = qkv(1, 2, 20, 8)
-    outs = [favor_attention(query, key, value, num_features=32, seed=3, is_causal=True, form=f) for f in FORMS]
-    for out in outs[1:]:
-        torch.testing.assert_close(out, outs[0], rtol=1e-10, atol=1e-12)
-    assert not torch.equal(outs[0], favor_attention(query, key, value, num_features=32, seed=4, is_causal=True))
-
-
-def test_favor_is_finite_for_large_scores():
-    # Without the shared maximum subtracted from the exponents, exp overflows in float32.
-    query, key, value = (x.float() for x in qkv(1, 16, 64, scale=6.0))
-    out = favor_attention(query, key, value, num_features=64, seed=0, is_causal=True)
-    assert torch.isfinite(out).all()
-
-
-# Bad input ------------------------------------------------------------------------------------
 
 
 class TestBadInput:

@@ -1,0 +1,251 @@
+"""FAVOR+ (Choromanski et al., 2021): softmax attention estimated with positive random features.
+
+Notation (see CONTRIBUTING.md):
+    ...    leading batch dimensions (b, h)
+    t      tokens (t_q queries, t_k keys and values; t_q = t_k when causal)
+    d_k    width of queries and keys, d_v width of values
+    m      number of random features (``num_features``)
+
+FAVOR+ estimates the softmax kernel itself with m positive random features,
+phi(x) = exp(x G^T - |x|^2 / 2) / sqrt(m), whose dot product has expectation exp(x . y) when the
+rows of G are standard normal (orthogonal rows keep that, and for m <= d_k lower the variance);
+queries and keys are first divided by d_k^(1/4), so that x . y = q . k / sqrt(d_k). The features
+then run through any form of linear attention (:mod:`attention.linear`).
+"""
+
+import math
+
+import torch
+from torch import Tensor
+from torch.types import Device
+
+from ._checks import KERNEL_RENAMES, accumulation_dtype, check_sizes, renamed
+from .linear import Form, check_linear_inputs, kernel_attention
+
+__all__ = [
+    "favor_attention",
+    "favor_error_variance",
+    "positive_random_features",
+    "random_projection",
+]
+
+
+def positive_random_features(x: Tensor, projection: Tensor) -> Tensor:
+    """phi(x) = exp(x G^T - |x|^2 / 2) / sqrt(m) (..., t, m) for G = ``projection`` (m, d_k).
+
+    With the rows of G drawn from N(0, I), E[phi(x) . phi(y)] = exp(x . y) for every x and y:
+    an unbiased estimate of the softmax kernel with positive features (Choromanski et al., 2021,
+    Lemma 1).
+
+    Args:
+        x: queries or keys (..., t, d_k).
+        projection: G (m, d_k).
+
+    Returns:
+        phi(x) (..., t, m), positive.
+
+    Raises:
+        ValueError: if projection is not (m, d_k) with x's d_k.
+
+    Examples:
+        >>> g = random_projection(4096, 2, False, torch.Generator().manual_seed(0))  # N(0, I) rows
+        >>> x, y = torch.tensor([[0.5, 0.0]]), torch.tensor([[0.5, 0.5]])
+        >>> estimate = positive_random_features(x, g) @ positive_random_features(y, g).T
+        >>> round(estimate.item(), 2), round(math.exp(0.25), 2)  # the estimate and exp(x . y)
+        (1.27, 1.28)
+    """
+    if projection.dim() != 2 or projection.shape[1] != x.shape[-1]:
+        raise ValueError(
+            f"projection must have shape (m, d_k) with d_k={x.shape[-1]}, "
+            f"got {tuple(projection.shape)}"
+        )
+    m = projection.shape[0]
+    squared = (x * x).sum(dim=-1, keepdim=True) / 2  # (..., t, 1)
+    return torch.exp(x @ projection.transpose(0, 1) - squared) / math.sqrt(m)  # (..., t, m)
+
+
+def random_projection(
+    num_features: int,
+    d_k: int,
+    orthogonal: bool = True,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: Device = None,
+) -> Tensor:
+    """G (m, d_k) whose rows are each distributed as N(0, I_{d_k}).
+
+    ``orthogonal=False``: independent rows. ``orthogonal=True``: in blocks of d_k rows, the rows
+    of a block are orthogonal, each block an independent uniformly random rotation; each row
+    is then scaled to the length of an independent N(0, I) vector, so that each row alone is
+    still N(0, I) and the estimate stays unbiased (the Performer code's default scaling).
+
+    Args:
+        num_features: m, the rows.
+        d_k: width of queries and keys.
+        orthogonal: orthogonal rows within each block of d_k.
+        generator: the random generator to draw from (torch's global one if None).
+        dtype: dtype of G.
+        device: device of G.
+
+    Returns:
+        G (m, d_k).
+
+    Raises:
+        ValueError: if num_features or d_k is not an integer >= 1.
+
+    Examples:
+        >>> g = random_projection(2, 2, generator=torch.Generator().manual_seed(0))
+        >>> abs((g[0] @ g[1]).item()) < 1e-6  # orthogonal rows
+        True
+    """
+    check_sizes(num_features=num_features, d_k=d_k)
+    if not orthogonal:
+        return torch.randn(num_features, d_k, generator=generator, dtype=dtype, device=device)
+    blocks = []
+    for _ in range(math.ceil(num_features / d_k)):
+        gaussian = torch.randn(d_k, d_k, generator=generator, dtype=torch.float64, device=device)
+        rotation, triangular = torch.linalg.qr(gaussian)  # (d_k, d_k) each
+        # QR's orthogonal factor is uniformly random only once its column signs follow the
+        # triangular factor's diagonal (Mezzadri, 2007): without that, its columns lean towards
+        # some directions (Householder QR makes the first one's first coordinate negative).
+        signs = torch.sign(torch.diagonal(triangular))  # (d_k,)
+        blocks.append((rotation * signs).T)  # (d_k, d_k): orthonormal rows
+    directions = torch.cat(blocks)[:num_features]  # (m, d_k)
+    lengths = torch.randn(
+        num_features, d_k, generator=generator, dtype=torch.float64, device=device
+    ).norm(dim=1, keepdim=True)  # (m, 1): chi-distributed with d_k degrees of freedom
+    return (directions * lengths).to(dtype)  # (m, d_k)
+
+
+def favor_features(x: Tensor, projection: Tensor, over: tuple[int, ...]) -> Tensor:
+    """Positive random features of x / d_k^(1/4), divided by exp of their largest exponent.
+
+    The maximum is taken ``over`` the feature dimension (queries: one per query) or the token and
+    feature dimensions (keys: one per head). A factor shared by a query's features, or by all
+    keys, cancels between numerator and normalizer: the output is unchanged, and exp no longer
+    overflows.
+    """
+    x = x.to(accumulation_dtype(x.dtype)) * x.shape[-1] ** -0.25  # (..., t, d_k)
+    exponent = x @ projection.to(x.dtype).transpose(0, 1) - (x * x).sum(-1, keepdim=True) / 2
+    return torch.exp(exponent - exponent.amax(dim=over, keepdim=True))  # (..., t, m)
+
+
+@renamed(**KERNEL_RENAMES)
+def favor_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    num_features: int,
+    seed: int | None = None,
+    is_causal: bool = False,
+    orthogonal: bool = True,
+    form: Form = "chunked",
+    projection: Tensor | None = None,
+) -> Tensor:
+    """FAVOR+: softmax attention estimated with m positive random features, in O(t m d_v).
+
+    The estimate's numerator and normalizer are unbiased, the ratio is not; for moderate scores
+    the error falls as 1 / sqrt(m) (:func:`favor_error_variance`), for large ones more slowly.
+
+    Args:
+        query: (..., t_q, d_k).
+        key: (..., t_k, d_k), the query's dtype and leading dimensions.
+        value: (..., t_k, d_v), likewise.
+        num_features: m, the number of random features.
+        seed: seeds the random projection (a new ``torch.Generator``); None draws it from
+            torch's global generator.
+        is_causal: query i sees keys j <= i only.
+        orthogonal: orthogonal random features (:func:`random_projection`).
+        form: the form of linear attention that runs (the result is the same).
+        projection: a given G (m, d_k) instead of a random one (``num_features`` must be m).
+
+    Returns:
+        An estimate of ``softmax(Q K^T / sqrt(d_k)) V``, (..., t_q, d_v).
+
+    Raises:
+        ValueError: if the inputs do not agree (as :func:`linear_attention`), num_features is
+            not an integer >= 1, seed is not an integer or None, or projection is not
+            (num_features, d_k).
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = (0.5 * torch.randn(3, 1, 6, 4)).unbind(0)
+        >>> estimate = favor_attention(q, k, v, num_features=256, seed=0, is_causal=True)
+        >>> exact = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        >>> (estimate - exact).abs().max().item() < 0.1
+        True
+    """
+    check_linear_inputs(query, key, value, is_causal, form, 1)
+    if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    check_sizes(num_features=num_features)
+    d_k = query.shape[-1]
+    if projection is None:
+        generator = None if seed is None else torch.Generator(query.device).manual_seed(seed)
+        projection = random_projection(
+            num_features, d_k, orthogonal, generator, device=query.device
+        )  # (m, d_k)
+    elif tuple(projection.shape) != (num_features, d_k):
+        raise ValueError(
+            f"projection must have shape (num_features, d_k) = ({num_features}, {d_k}), got "
+            f"{tuple(projection.shape)}"
+        )
+    phi_q = favor_features(query, projection, over=(-1,))  # (..., t_q, m)
+    phi_k = favor_features(key, projection, over=(-2, -1))  # (..., t_k, m)
+    return kernel_attention(phi_q, phi_k, value, is_causal, form, 64)[0].to(value.dtype)
+
+
+@renamed(**KERNEL_RENAMES)
+def favor_error_variance(
+    query: Tensor, key: Tensor, value: Tensor, *, num_features: int, is_causal: bool = False
+) -> Tensor:
+    """The variance of FAVOR+'s output error to first order in 1 / m, for independent features.
+
+    With x_i = q_i / d_k^(1/4), y_j = k_j / d_k^(1/4), alpha the softmax weights and z = alpha V:
+
+        Var[z_hat_ic] ~ (1/m) sum_{a,b} alpha_ia alpha_ib (v_ac - z_ic) (v_bc - z_ic)
+                                        exp((x_i + y_a) . (x_i + y_b))
+
+    (equation (12.13) of the book), computed as exp(|x_i|^2) u_i^T exp(Y Y^T) u_i with
+    u_ia = alpha_ia exp(x_i . y_a)(v_a - z_i).
+
+    Args:
+        query: (..., t_q, d_k).
+        key: (..., t_k, d_k), the query's dtype and leading dimensions.
+        value: (..., t_k, d_v), likewise.
+        num_features: m.
+        is_causal: query i sees keys j <= i only.
+
+    Returns:
+        The variance (..., t_q, d_v), in the accumulation dtype.
+
+    Raises:
+        ValueError: if the inputs do not agree (as :func:`linear_attention`) or num_features is
+            not an integer >= 1.
+
+    Examples:
+        >>> _ = torch.manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 4, 2).unbind(0)
+        >>> var = favor_error_variance(q, k, v, num_features=100)
+        >>> torch.allclose(100 * var, favor_error_variance(q, k, v, num_features=1))  # falls as 1/m
+        True
+    """
+    check_linear_inputs(query, key, value, is_causal, "parallel", 1)
+    check_sizes(num_features=num_features)
+    acc = accumulation_dtype(query.dtype)
+    x = query.to(acc) * query.shape[-1] ** -0.25  # (..., t_q, d_k)
+    y = key.to(acc) * key.shape[-1] ** -0.25  # (..., t_k, d_k)
+    v = value.to(acc)
+    scores = x @ y.transpose(-2, -1)  # (..., t_q, t_k)
+    if is_causal:
+        future = ~torch.ones_like(scores, dtype=torch.bool).tril()  # (..., t_q, t_k)
+        scores = scores.masked_fill(future, float("-inf"))
+    alpha = torch.softmax(scores, dim=-1)  # (..., t_q, t_k)
+    z = alpha @ v  # (..., t_q, d_v)
+    deviation = v[..., None, :, :] - z[..., :, None, :]  # (..., t_q, t_k, d_v): v_a - z_i
+    u = (alpha * scores.exp())[..., None] * deviation  # (..., t_q, t_k, d_v)
+    gram = torch.exp(y @ y.transpose(-2, -1))  # (..., t_k, t_k)
+    quadratic = (u * (gram[..., None, :, :] @ u)).sum(dim=-2)  # (..., t_q, d_v)
+    return torch.exp((x * x).sum(-1, keepdim=True)) * quadratic / num_features
+
