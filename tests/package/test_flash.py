@@ -372,9 +372,9 @@ def test_a_bad_value_outside_the_window_reaches_every_row_as_in_a_v():
 @pytest.mark.parametrize(
     "shapes, kwargs, message",
     [
-        (((2, 6, 5, 4), (2, 4, 3, 4), (2, 4, 3, 4)), {}, "h = 6 and h_kv = 4"),
-        (((2, 3, 5, 4), (2, 6, 3, 4), (2, 6, 3, 4)), {}, "h = 3 and h_kv = 6"),
-        (((2, 6, 5, 4), (2, 3, 3, 4), (2, 4, 3, 4)), {}, "value heads h_kv, got h = 6 and h_kv"),
+        (((2, 6, 5, 4), (2, 4, 3, 4), (2, 4, 3, 4)), {}, "must divide the query's h=6, got 4"),
+        (((2, 3, 5, 4), (2, 6, 3, 4), (2, 6, 3, 4)), {}, "must divide the query's h=3, got 6"),
+        (((2, 6, 5, 4), (2, 3, 3, 4), (2, 4, 3, 4)), {}, r"value's number of heads \(dim -3\) must divide the query's h=6"),
         (((5, 4), (3, 4), (3, 4)), {}, r"at least 3 dimensions \(\.\.\., h, t, d\)"),
     ],
 )
