@@ -83,6 +83,16 @@ def check_sinks(sinks: int) -> None:
         raise ValueError(f"sinks must be an integer >= 0, got {sinks!r}")
 
 
+def check_no_mask_or_cache(layer: str, attn_mask: object, cache: object) -> None:
+    """Require neither a mask (or an additive bias such as ALiBi) nor a KV cache, for a ``layer``
+    that replaces a block's attention and can use neither."""
+    if attn_mask is not None or cache is not None:
+        raise ValueError(
+            f"{layer} takes no attn_mask or bias (ALiBi) and no KV cache, got "
+            f"attn_mask={None if attn_mask is None else 'a tensor'}, cache={cache!r}"
+        )
+
+
 def check_qkv(query: Tensor, key: Tensor, value: Tensor | None = None, *, min_dim: int = 2) -> None:
     """The one input check of the kernels: query (..., t_q, d_k), key (..., t_k, d_k) and value
     (..., t_k, d_v) are floating-point tensors of one dtype on one device, with at least

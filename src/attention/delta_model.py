@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._checks import check_no_mask_or_cache
 from .block_attention import BlockAttention
 from .delta import delta_attention_matrix
 
@@ -85,11 +86,7 @@ class RecurrentBlockAttention(nn.Module):
         self, x: Tensor, attn_mask: Tensor | None = None, cache: object | None = None
     ) -> tuple[Tensor, Tensor]:
         """SA(x) (b, t, d) and the weights A (b, h, t, t) of the rule."""
-        if attn_mask is not None or cache is not None:
-            raise ValueError(
-                "recurrent attention takes no attn_mask or bias and no KV cache, got "
-                f"attn_mask={None if attn_mask is None else 'a tensor'}, cache={cache!r}"
-            )
+        check_no_mask_or_cache("recurrent attention", attn_mask, cache)
         b, t, _ = x.shape
         h, d_h = self.num_heads, self.d_h
         qkv = self.qkv(x)  # (b, t, 3d)

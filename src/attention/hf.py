@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from . import rope_scaling
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
-from .inference import window_visible
+from .inference import cached_visible
 from .kv_cache import KVCache, RollingKVCache
 from .latent import LatentKVCache
 from .norms import RMSNorm
@@ -130,14 +130,7 @@ class _Attention(nn.Module):
             queries, keys = self.rotary(queries, start=n), self.rotary(keys, start=n)
         if cache is not None:
             keys, values = cache.append(keys, values)  # (b, h_kv, t_k, d_h) each
-        t_k = keys.shape[2]
-        if self.window is None:
-            mask = causal_mask(t, t_k, device=x.device, alignment="bottom_right")  # (t, t_k)
-        else:  # a rolling cache returns the visible keys only: their positions say which
-            key_pos = (cache.key_positions if isinstance(cache, RollingKVCache)
-                       else torch.arange(t_k, device=x.device))  # (t_k,)
-            query_pos = torch.arange(n, n + t, device=x.device)  # (t,)
-            mask = window_visible(query_pos, key_pos.to(x.device), self.window, 0)  # (t, t_k)
+        mask = cached_visible(n, t, keys, cache, self.window, 0)  # (t, t_k)
         context = scaled_dot_product_attention(
             queries, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True,
             sinks=self.sinks,

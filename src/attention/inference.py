@@ -47,6 +47,21 @@ def window_visible(query_pos: Tensor, key_pos: Tensor, window: int, sinks: int) 
     return masks.visible(masks.sink_window(window, sinks), query_pos, key_pos)  # (t_q, t_k)
 
 
+def cached_visible(
+    n: int, t: int, keys: Tensor, cache: Cache | None, window: int | None, sinks: int
+) -> Tensor:
+    """Bool (t, t_k): which of the keys (b, h_kv, t_k, d_h) that ``cache.append`` returned each of
+    t new queries, after n cached tokens, sees: causal, aligned bottom-right, or within a window
+    (a rolling cache returns the visible keys only, and their positions say which)."""
+    t_k = keys.shape[2]
+    if window is None:
+        return causal_mask(t, t_k, device=keys.device, alignment="bottom_right")  # (t, t_k)
+    key_pos = (cache.key_positions if isinstance(cache, RollingKVCache)
+               else torch.arange(t_k, device=keys.device))  # (t_k,)
+    query_pos = torch.arange(n, n + t, device=keys.device)  # (t,)
+    return window_visible(query_pos, key_pos.to(keys.device), window, sinks)  # (t, t_k)
+
+
 def sink_window_mask(
     t_q: int, t_k: int, window: int, sinks: int = 0, device: Device = None,
     *, alignment: Alignment = "top_left",
@@ -196,14 +211,7 @@ class GroupedQueryAttention(nn.Module):
         n = 0 if cache is None else cache.length  # position of x's first token
         if cache is not None:
             keys, values = cache.append(keys, values)  # (b, h_kv, t_k, d_h) each
-        t_k = keys.shape[2]
-        if self.window is None:
-            mask = causal_mask(t, t_k, device=x.device, alignment="bottom_right")  # (t, t_k)
-        else:  # a rolling cache returns the visible keys only: their positions say which
-            key_pos = (cache.key_positions if isinstance(cache, RollingKVCache)
-                       else torch.arange(t_k, device=x.device))  # (t_k,)
-            query_pos = torch.arange(n, n + t, device=x.device)  # (t,)
-            mask = window_visible(query_pos, key_pos, self.window, self.sinks)  # (t, t_k)
+        mask = cached_visible(n, t, keys, cache, self.window, self.sinks)  # (t, t_k)
         dropout_p = self.dropout if self.training else 0.0
         context = scaled_dot_product_attention(
             queries, keys, values, attn_mask=mask, dropout_p=dropout_p, enable_gqa=True
