@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..delta import decayed_linear_attention, delta_rule_flops, gated_delta_rule
-from .linear import Form, linear_form, measure_variant
-from .sweep import DTYPES, PASSES, Settings
+from .linear import Form, linear_form, run_variants
+from .sweep import Settings
 
 RULES = ("decay-chunked", "gated-delta-chunked")
 VARIANTS = (*RULES, "linear-chunked", "softmax-sdpa")
@@ -63,19 +63,6 @@ def delta_form(name: str, chunk_size: int) -> Form:
 
 
 def run_delta(settings: Settings, chunk_size: int = 64) -> list[dict]:
-    """The ``delta`` rows of a results file (:class:`~attention.bench.rows.LinearRow` as JSON):
-    every head width of ``settings``, dtype, pass, t and variant."""
-    rows = []
-    for d_h in settings.head_dims:
-        h = settings.d_model // d_h
-        for dtype_name in settings.dtypes:
-            for pass_name in settings.passes:
-                for t in settings.seq_lens:
-                    for name in VARIANTS:
-                        row = measure_variant(
-                            name, delta_form(name, chunk_size), settings.batch_for(t), h, t, d_h,
-                            DTYPES[dtype_name], PASSES[pass_name], settings, chunk_size,
-                            settings.seed,
-                        )
-                        rows.append(row.to_json())
-    return rows
+    """The ``delta`` rows of a results file: every head width of ``settings``, dtype, pass, t
+    and variant (:func:`~attention.bench.linear.run_variants`)."""
+    return run_variants(settings, chunk_size, VARIANTS, delta_form)

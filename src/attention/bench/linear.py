@@ -163,19 +163,29 @@ def measure_linear(
                         chunk_size, seed)
 
 
-def run_linear(settings: Settings, chunk_size: int = 64) -> list[dict]:
-    """The ``linear`` rows of a results file (:class:`~attention.bench.rows.LinearRow` as JSON):
-    every head width of ``settings``, dtype, pass, t and variant."""
+def run_variants(
+    settings: Settings, chunk_size: int, variants: tuple[str, ...],
+    form_of: Callable[[str, int], Form],
+) -> list[dict]:
+    """:class:`~attention.bench.rows.LinearRow` s as JSON, one per head width of ``settings``,
+    dtype, pass, t and variant, each ``form_of(variant, chunk_size)`` measured."""
     rows = []
     for d_h in settings.head_dims:
         h = settings.d_model // d_h
         for dtype_name in settings.dtypes:
             for pass_name in settings.passes:
                 for t in settings.seq_lens:
-                    for name in (*FORM_VARIANTS, *SOFTMAX_VARIANTS):
-                        row = measure_linear(
-                            name, settings.batch_for(t), h, t, d_h, DTYPES[dtype_name],
-                            PASSES[pass_name], settings, chunk_size, settings.seed,
+                    for name in variants:
+                        row = measure_variant(
+                            name, form_of(name, chunk_size), settings.batch_for(t), h, t, d_h,
+                            DTYPES[dtype_name], PASSES[pass_name], settings, chunk_size,
+                            settings.seed,
                         )
                         rows.append(row.to_json())
     return rows
+
+
+def run_linear(settings: Settings, chunk_size: int = 64) -> list[dict]:
+    """The ``linear`` rows of a results file: every head width of ``settings``, dtype, pass, t
+    and variant (:func:`run_variants`)."""
+    return run_variants(settings, chunk_size, (*FORM_VARIANTS, *SOFTMAX_VARIANTS), linear_form)

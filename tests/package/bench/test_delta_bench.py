@@ -2,31 +2,19 @@
 chapter 12's chunked form and softmax attention, each checked against its float64 recurrence
 before it is timed, with the FLOPs of attention.delta.delta_rule_flops."""
 
-import json
-
 import pytest
 import torch
+from _small import SMALL, run_small
 
 from attention.bench import validate_results
-from attention.bench.cli import main
 from attention.bench.delta import VARIANTS, delta_form
 from attention.bench.linear import measure_variant
-from attention.bench.sweep import Settings
 from attention.delta import delta_rule_flops
-
-SMALL = Settings(device=torch.device("cpu"), levels=("kernel",), seq_lens=(24,), d_model=16, heads=2,
-                 head_dims=(8,), tokens=48, batch=None, dtypes=("fp32",), passes=("forward",),
-                 variants=None, compile=False, memory=False, repeats=3, min_time=0.001, max_time=0.05,
-                 seed=0, progress=False)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("bench") / "delta.json"
-    main(["--device", "cpu", "--parts", "delta", "--seq-lens", "24", "--d-model", "16", "--heads", "2",
-          "--head-dims", "8", "--tokens", "48", "--repeats", "3", "--min-time", "0.001", "--max-time", "0.05",
-          "--passes", "forward", "forward+backward", "--no-progress", "--output", str(out)])
-    return json.loads(out.read_text())
+    return run_small(tmp_path_factory.mktemp("bench"), "delta", "--passes", "forward", "forward+backward")
 
 
 def test_every_rule_is_checked_then_timed_with_its_flops(run):

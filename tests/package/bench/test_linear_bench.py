@@ -3,30 +3,19 @@ softmax attention, each checked against its own float64 definition before it is 
 FLOPs of chapter 12; the rows validated by the results schema."""
 
 import copy
-import json
 
 import pytest
 import torch
+from _small import SMALL, run_small
 
 from attention.bench import validate_results
-from attention.bench.cli import main
 from attention.bench.linear import FORM_VARIANTS, SOFTMAX_VARIANTS, measure_linear
-from attention.bench.sweep import Settings
 from attention.linear import linear_attention_flops
-
-SMALL = Settings(device=torch.device("cpu"), levels=("kernel",), seq_lens=(24,), d_model=16, heads=2,
-                 head_dims=(8,), tokens=48, batch=None, dtypes=("fp32",), passes=("forward",),
-                 variants=None, compile=False, memory=False, repeats=3, min_time=0.001, max_time=0.05,
-                 seed=0, progress=False)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("bench") / "linear.json"
-    main(["--device", "cpu", "--parts", "linear", "--seq-lens", "24", "--d-model", "16", "--heads", "2",
-          "--head-dims", "8", "--tokens", "48", "--repeats", "3", "--min-time", "0.001", "--max-time", "0.05",
-          "--no-progress", "--output", str(out)])
-    return json.loads(out.read_text())
+    return run_small(tmp_path_factory.mktemp("bench"), "linear")
 
 
 def test_every_variant_is_checked_then_timed_with_its_flops(run):
