@@ -31,7 +31,7 @@ per query. With float16 or bfloat16 inputs the scores, the partial results and t
 computed in float32, as fused kernels do, and the output is rounded once.
 """
 
-from typing import Literal, overload
+from typing import Literal, TypedDict, Unpack, overload
 
 import torch
 from torch import Tensor, nn
@@ -69,42 +69,28 @@ def weights_read_per_token(model: nn.Module) -> int:
     return total
 
 
+class SplitKVOptions(TypedDict, total=False):
+    """The keyword options of :func:`split_kv_attention` besides ``num_splits`` and
+    ``return_lse``, which its overloads (one per value of that flag) share."""
+
+    scale: float | None
+    enable_gqa: bool
+
+
 @overload
 def split_kv_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    num_splits: int,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-    return_lse: Literal[False] = False,
+    query: Tensor, key: Tensor, value: Tensor, *, num_splits: int, return_lse: Literal[False] = False,
+    **options: Unpack[SplitKVOptions],
 ) -> Tensor: ...
-
-
 @overload
 def split_kv_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    num_splits: int,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-    return_lse: Literal[True],
+    query: Tensor, key: Tensor, value: Tensor, *, num_splits: int, return_lse: Literal[True],
+    **options: Unpack[SplitKVOptions],
 ) -> tuple[Tensor, Tensor]: ...
-
-
 @overload
 def split_kv_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    num_splits: int,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-    return_lse: bool = False,
+    query: Tensor, key: Tensor, value: Tensor, *, num_splits: int, return_lse: bool = False,
+    **options: Unpack[SplitKVOptions],
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 
 

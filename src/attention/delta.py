@@ -24,7 +24,7 @@ lower-triangular system per chunk (the UT form of Yang et al., 2024). The forms 
 (tests/package/test_delta.py).
 """
 
-from typing import Literal, get_args, overload
+from typing import Literal, TypedDict, Unpack, get_args, overload
 
 import torch
 from torch import Tensor
@@ -47,6 +47,26 @@ DecayForm = Literal["recurrent", "parallel", "chunked"]
 DeltaForm = Literal["recurrent", "chunked"]
 DECAY_FORMS: tuple[DecayForm, ...] = get_args(DecayForm)
 DELTA_FORMS: tuple[DeltaForm, ...] = get_args(DeltaForm)
+
+
+class DecayOptions(TypedDict, total=False):
+    """The keyword options of :func:`decayed_linear_attention` besides ``output_final_state``,
+    which its overloads (one per value of that flag) share."""
+
+    form: DecayForm
+    chunk_size: int
+    scale: float | None
+    initial_state: Tensor | None
+
+
+class DeltaOptions(TypedDict, total=False):
+    """The keyword options of :func:`delta_rule` and :func:`gated_delta_rule` besides
+    ``output_final_state``, which their overloads share."""
+
+    form: DeltaForm
+    chunk_size: int
+    scale: float | None
+    initial_state: Tensor | None
 
 
 def _check(
@@ -129,15 +149,13 @@ def _decay_mask(g_cum: Tensor) -> Tensor:
 
 @overload
 def decayed_linear_attention(
-    query: Tensor, key: Tensor, value: Tensor, g: Tensor, *, form: DecayForm = ...,
-    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
-    output_final_state: Literal[False] = ...,
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, *,
+    output_final_state: Literal[False] = ..., **options: Unpack[DecayOptions],
 ) -> Tensor: ...
 @overload
 def decayed_linear_attention(
-    query: Tensor, key: Tensor, value: Tensor, g: Tensor, *, form: DecayForm = ...,
-    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
-    output_final_state: Literal[True],
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, *,
+    output_final_state: Literal[True], **options: Unpack[DecayOptions],
 ) -> tuple[Tensor, Tensor]: ...
 def decayed_linear_attention(
     query: Tensor,
@@ -240,15 +258,13 @@ def _delta_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, sta
 
 @overload
 def gated_delta_rule(
-    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *, form: DeltaForm = ...,
-    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
-    output_final_state: Literal[False] = ...,
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *,
+    output_final_state: Literal[False] = ..., **options: Unpack[DeltaOptions],
 ) -> Tensor: ...
 @overload
 def gated_delta_rule(
-    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *, form: DeltaForm = ...,
-    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
-    output_final_state: Literal[True],
+    query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *,
+    output_final_state: Literal[True], **options: Unpack[DeltaOptions],
 ) -> tuple[Tensor, Tensor]: ...
 def gated_delta_rule(
     query: Tensor,
@@ -316,15 +332,13 @@ def gated_delta_rule(
 
 @overload
 def delta_rule(
-    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *, form: DeltaForm = ...,
-    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
-    output_final_state: Literal[False] = ...,
+    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *,
+    output_final_state: Literal[False] = ..., **options: Unpack[DeltaOptions],
 ) -> Tensor: ...
 @overload
 def delta_rule(
-    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *, form: DeltaForm = ...,
-    chunk_size: int = ..., scale: float | None = ..., initial_state: Tensor | None = ...,
-    output_final_state: Literal[True],
+    query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *,
+    output_final_state: Literal[True], **options: Unpack[DeltaOptions],
 ) -> tuple[Tensor, Tensor]: ...
 def delta_rule(
     query: Tensor,

@@ -77,7 +77,7 @@ the exact answer rounded once, which forming D from the unrounded O gives
 """
 
 import math
-from typing import Literal, overload
+from typing import Literal, TypedDict, Unpack, overload
 
 import torch
 from torch import Tensor
@@ -321,51 +321,32 @@ class _FlashAttentionBackward(torch.autograd.Function):
         )
 
 
+class FlashOptions(TypedDict, total=False):
+    """The keyword options of :func:`flash_attention` besides ``return_lse``, which its
+    overloads (one per value of that flag) share."""
+
+    is_causal: bool
+    block_size: int | tuple[int, int] | None
+    scale: float | None
+    enable_gqa: bool
+    alignment: Alignment
+    window: int | None
+
+
 @overload
 def flash_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    is_causal: bool = False,
-    block_size: int | tuple[int, int] | None = None,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-    alignment: Alignment = "top_left",
-    window: int | None = None,
-    return_lse: Literal[False] = False,
+    query: Tensor, key: Tensor, value: Tensor, *, return_lse: Literal[False] = False,
+    **options: Unpack[FlashOptions],
 ) -> Tensor: ...
-
-
 @overload
 def flash_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    is_causal: bool = False,
-    block_size: int | tuple[int, int] | None = None,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-    alignment: Alignment = "top_left",
-    window: int | None = None,
-    return_lse: Literal[True],
+    query: Tensor, key: Tensor, value: Tensor, *, return_lse: Literal[True],
+    **options: Unpack[FlashOptions],
 ) -> tuple[Tensor, Tensor]: ...
-
-
 @overload
 def flash_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    is_causal: bool = False,
-    block_size: int | tuple[int, int] | None = None,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-    alignment: Alignment = "top_left",
-    window: int | None = None,
-    return_lse: bool = False,
+    query: Tensor, key: Tensor, value: Tensor, *, return_lse: bool = False,
+    **options: Unpack[FlashOptions],
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 
 

@@ -26,7 +26,7 @@ kernel.
 """
 
 from collections.abc import Callable
-from typing import Literal, get_args, overload
+from typing import Literal, TypedDict, Unpack, get_args, overload
 
 import torch
 import torch.nn.functional as F
@@ -161,54 +161,33 @@ def kernel_attention(
     return out[..., :-1] / out[..., -1:], final  # (..., t_q, d_v): numerator over normalizer
 
 
+class LinearOptions(TypedDict, total=False):
+    """The keyword options of :func:`linear_attention` besides ``output_final_state``: the
+    overloads, one per value of that flag, share them."""
+
+    feature_map: FeatureMapName | FeatureMap
+    is_causal: bool
+    form: Form
+    chunk_size: int
+    scale: float | None
+    initial_state: Tensor | None
+
+
 @overload
 def linear_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    feature_map: FeatureMapName | FeatureMap = "elu+1",
-    is_causal: bool = False,
-    form: Form = "parallel",
-    chunk_size: int = 64,
-    scale: float | None = None,
-    initial_state: Tensor | None = None,
-    output_final_state: Literal[False] = False,
+    query: Tensor, key: Tensor, value: Tensor, *, output_final_state: Literal[False] = False,
+    **options: Unpack[LinearOptions],
 ) -> Tensor: ...
-
-
 @overload
 def linear_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    feature_map: FeatureMapName | FeatureMap = "elu+1",
-    is_causal: bool = False,
-    form: Form = "parallel",
-    chunk_size: int = 64,
-    scale: float | None = None,
-    initial_state: Tensor | None = None,
-    output_final_state: Literal[True],
+    query: Tensor, key: Tensor, value: Tensor, *, output_final_state: Literal[True],
+    **options: Unpack[LinearOptions],
 ) -> tuple[Tensor, Tensor]: ...
-
-
 @overload
 def linear_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    *,
-    feature_map: FeatureMapName | FeatureMap = "elu+1",
-    is_causal: bool = False,
-    form: Form = "parallel",
-    chunk_size: int = 64,
-    scale: float | None = None,
-    initial_state: Tensor | None = None,
-    output_final_state: bool = False,
+    query: Tensor, key: Tensor, value: Tensor, *, output_final_state: bool = False,
+    **options: Unpack[LinearOptions],
 ) -> Tensor | tuple[Tensor, Tensor]: ...
-
-
 @renamed(**KERNEL_RENAMES)
 def linear_attention(
     query: Tensor,
