@@ -77,10 +77,11 @@ def check_alignment(alignment: str) -> None:
         raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
 
 
-def check_sinks(sinks: int) -> None:
-    """Require a number of sink tokens: an integer >= 0."""
-    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
-        raise ValueError(f"sinks must be an integer >= 0, got {sinks!r}")
+def check_counts(**values: int) -> None:
+    """Require counts that may be zero (sink tokens, a prefix, new tokens): integers >= 0."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
 
 
 def check_no_mask_or_cache(layer: str, attn_mask: object, cache: object) -> None:

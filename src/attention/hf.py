@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import rope_scaling
+from ._checks import check_counts
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
 from .inference import cached_visible
@@ -345,10 +346,7 @@ class CausalLM(nn.Module):
     @torch.no_grad()
     def generate(self, input_ids: Tensor, max_new_tokens: int) -> Tensor:
         """Greedy decoding with the book's caches: ids (b, t + max_new_tokens)."""
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-            max_new_tokens < 0
-        ):
-            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        check_counts(max_new_tokens=max_new_tokens)
         caches = self.new_caches(input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
         ids, new = input_ids, input_ids
         for _ in range(max_new_tokens):

@@ -28,10 +28,10 @@ from . import masks
 from ._checks import (
     Alignment,
     check_alignment,
+    check_counts,
     check_dropout,
     check_heads,
     check_input,
-    check_sinks,
     check_sizes,
 )
 from .functional import causal_mask, scaled_dot_product_attention
@@ -94,7 +94,7 @@ def sink_window_mask(
                 [ True, False, False,  True,  True]])
     """
     check_sizes(t_q=t_q, t_k=t_k, window=window)
-    check_sinks(sinks)
+    check_counts(sinks=sinks)
     check_alignment(alignment)
     offset = t_k - t_q if alignment == "bottom_right" else 0
     query_pos = torch.arange(offset, offset + t_q, device=device)  # (t_q,)
@@ -159,7 +159,7 @@ class GroupedQueryAttention(nn.Module):
         check_dropout(dropout)
         if window is not None:
             check_sizes(window=window)
-        check_sinks(sinks)
+        check_counts(sinks=sinks)
         if sinks and window is None:
             raise ValueError(f"sinks={sinks} needs a window (sinks are kept beside it), got None")
         self.d_in, self.d_out, self.num_heads = d_in, d_out, num_heads

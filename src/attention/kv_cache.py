@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from ._checks import check_sinks, check_sizes
+from ._checks import check_counts, check_sizes
 
 __all__ = ["KVCache", "ModelKVCache", "RollingKVCache", "kv_cache_bytes"]
 
@@ -218,7 +218,7 @@ class RollingKVCache:
         device: Device = None, sinks: int = 0,
     ) -> None:
         check_sizes(batch_size=batch_size, num_kv_heads=num_kv_heads, window=window, d_h=d_h)
-        check_sinks(sinks)
+        check_counts(sinks=sinks)
         if max_tokens is not None:
             check_sizes(max_tokens=max_tokens)
         self.window, self.sinks, self.max_tokens = window, sinks, max_tokens

@@ -38,6 +38,7 @@ from ._checks import (
     Alignment,
     accumulation_dtype,
     check_alignment,
+    check_counts,
     check_qkv,
     check_sizes,
     renamed,
@@ -222,8 +223,7 @@ def prefix_lm(prefix_length: int) -> MaskMod:
                 [ True,  True, False],
                 [ True,  True,  True]])
     """
-    if isinstance(prefix_length, bool) or not isinstance(prefix_length, int) or prefix_length < 0:
-        raise ValueError(f"prefix_length must be an integer >= 0, got {prefix_length!r}")
+    check_counts(prefix_length=prefix_length)
     return or_masks(causal(), sinks(prefix_length))
 
 
@@ -245,8 +245,7 @@ def sinks(num_sinks: int) -> MaskMod:
         tensor([[ True, False, False],
                 [ True, False, False]])
     """
-    if isinstance(num_sinks, bool) or not isinstance(num_sinks, int) or num_sinks < 0:
-        raise ValueError(f"num_sinks must be an integer >= 0, got {num_sinks!r}")
+    check_counts(num_sinks=num_sinks)
 
     def sink_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return kv_idx < num_sinks

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_context_length, check_input, check_sizes
+from ._checks import check_context_length, check_counts, check_input, check_sizes
 from .rope_scaling import DynamicNTKScaling, RopeScaling, rope_frequencies
 
 __all__ = [
@@ -49,8 +49,7 @@ def _check_even(name: str, value: int) -> None:
 
 def _check_start(start: int) -> None:
     """Require a first position that is an integer >= 0."""
-    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-        raise ValueError(f"start must be an integer >= 0, got {start!r}")
+    check_counts(start=start)
 
 
 def sinusoidal_positions(t: int, d: int) -> Tensor:

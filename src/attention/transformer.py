@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import (
+    check_counts,
     check_dropout,
     check_heads,
     check_input,
@@ -498,10 +499,7 @@ class TinyTransformer(nn.Module):
         ``context_length``.
         """
         check_token_ids(idx, "idx")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-            max_new_tokens < 0
-        ):
-            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        check_counts(max_new_tokens=max_new_tokens)
         b, t = idx.shape
         if t == 0:
             raise ValueError(f"idx must hold at least one token per sequence, got shape {(b, t)}")
