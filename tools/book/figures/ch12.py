@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
-from attention.linear import favor_attention, favor_error_variance, random_projection
+from attention.favor import favor_attention, favor_error_variance, random_projection
 from attention.masks import and_masks, causal, global_tokens, or_masks, sliding_window, to_dense
 from book.constants import DOCS
 
