@@ -22,8 +22,14 @@ intensity is lower and its true roof, if it is below the ridge point, lower too.
 """
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+else:  # matplotlib stays unimported until a plot is drawn; typing.get_type_hints still resolves
+    Figure = Any
 
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 SCORE_MATRIX_BACKENDS = ("explicit", "sdpa: math")  # backends (as recorded) that store (t, t)
@@ -178,7 +184,9 @@ def roofline_points(doc: dict, rows: Iterable[dict] | None = None) -> list[dict]
     return points
 
 
-def plot_roofline(points: list[dict], machine: dict, title: str, colours: dict[str, str] | None = None):
+def plot_roofline(
+    points: list[dict], machine: dict, title: str, colours: dict[str, str] | None = None
+) -> "Figure":
     """A log-log roofline: the roof min(P, β I), and every point at (intensity, achieved FLOP/s).
 
     One colour per variant (``colours`` by name, else matplotlib's tab10 in order), filled
