@@ -36,7 +36,7 @@ from ..flops import attention_flops
 from ..functional import scaled_dot_product_attention
 from ..linear import elu_plus_one, linear_attention, linear_attention_flops
 from .rows import LinearRow
-from .sweep import DTYPES, PASSES, TOLERANCE, Settings, error_reason, relative_error
+from .sweep import TOLERANCE, Settings, error_reason, kernel_problems, relative_error
 from .timing import time_cpu, time_cuda
 
 FORM_VARIANTS = ("linear-parallel", "linear-recurrent", "linear-chunked")
@@ -170,18 +170,11 @@ def run_variants(
     """:class:`~attention.bench.rows.LinearRow` s as JSON, one per head width of ``settings``,
     dtype, pass, t and variant, each ``form_of(variant, chunk_size)`` measured."""
     rows = []
-    for d_h in settings.head_dims:
-        h = settings.d_model // d_h
-        for dtype_name in settings.dtypes:
-            for pass_name in settings.passes:
-                for t in settings.seq_lens:
-                    for name in variants:
-                        row = measure_variant(
-                            name, form_of(name, chunk_size), settings.batch_for(t), h, t, d_h,
-                            DTYPES[dtype_name], PASSES[pass_name], settings, chunk_size,
-                            settings.seed,
-                        )
-                        rows.append(row.to_json())
+    for p in kernel_problems(settings):
+        for name in variants:
+            row = measure_variant(name, form_of(name, chunk_size), p.b, p.h, p.t, p.d_h, p.dtype,
+                                  p.backward, settings, chunk_size, settings.seed)
+            rows.append(row.to_json())
     return rows
 
 

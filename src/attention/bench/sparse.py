@@ -44,7 +44,7 @@ from ..masks import MaskMod, dense_attention, sliding_window, to_dense
 from ..sparse import LightningIndexer, dsa_attention, moba_attention, moba_mask, nsa_attention, nsa_mask
 from .linear import Form, measure_variant, qkv_inputs
 from .rows import SparseRow
-from .sweep import DTYPES, PASSES, Settings
+from .sweep import Settings, kernel_problems
 
 VARIANTS = ("softmax-sdpa", "dsa-indexer", "dsa-dense", "dsa-gathered", "moba", "nsa")
 TOP_K, BLOCK_SIZE = 256, 64  # 1/4 … 1/64 of t = 1024 … 16384: DeepSeek's 2048 of 8K … 128K
@@ -262,15 +262,11 @@ def run_sparse(settings: Settings, top_k: int = TOP_K, block_size: int = BLOCK_S
     keeps the rows before it)."""
     check_sizes(settings.seq_lens, settings.head_dims, top_k, block_size)
     rows = [] if rows is None else rows
-    for d_h in settings.head_dims:
-        h = settings.d_model // d_h
-        for dtype_name in settings.dtypes:
-            for pass_name in settings.passes:
-                for t in settings.seq_lens:
-                    for name in VARIANTS:
-                        row = measure_sparse(name, settings.batch_for(t), h, t, d_h, DTYPES[dtype_name],
-                                             PASSES[pass_name], settings, top_k, block_size, settings.seed)
-                        rows.append(row.to_json())
-                        if done is not None:
-                            done(row)
+    for p in kernel_problems(settings):
+        for name in VARIANTS:
+            row = measure_sparse(name, p.b, p.h, p.t, p.d_h, p.dtype, p.backward, settings, top_k,
+                                 block_size, settings.seed)
+            rows.append(row.to_json())
+            if done is not None:
+                done(row)
     return rows

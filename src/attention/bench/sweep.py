@@ -79,6 +79,12 @@ class Settings:
         return self.batch if self.batch is not None else max(1, self.tokens // t)
 
 
+def kernel_problems(settings: Settings) -> Iterator[Problem]:
+    """The kernel problems of the sweep, whatever its levels: head widths × dtypes × passes ×
+    sequence lengths, d_model / d_h heads each (the parts beside the main sweep measure these)."""
+    return problems(replace(settings, levels=("kernel",)))
+
+
 def problems(settings: Settings) -> Iterator[Problem]:
     """Every problem of the sweep: levels × head widths × dtypes × passes × sequence lengths.
 
