@@ -85,6 +85,15 @@ def _check_status(row: Any, where: str, positive: tuple[str, ...]) -> None:
         raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
 
 
+def _check_timed(row: Any, where: str) -> None:
+    """A row checked against its float64 definition, then timed: :func:`_check_status`, and an
+    ok row has the checked error, >= 0."""
+    _check_status(row, where, positive=("median_s", "flops", "tflops"))
+    if row.status == "ok" and (row.max_rel_err is None or row.max_rel_err < 0):
+        raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
+                         f"got {row.max_rel_err!r}")
+
+
 @dataclass(frozen=True)
 class Row(_JsonRow):
     """One variant on one problem: checked against float64, then timed; or why it was not.
@@ -250,10 +259,7 @@ class LinearRow(_JsonRow):
     def from_json(cls, data: object, where: str = "linear row") -> LinearRow:
         """A linear row from its JSON object; ValueError names the field out of place."""
         row = _from_json(cls, data, where)
-        _check_status(row, where, positive=("median_s", "flops", "tflops"))
-        if row.status == "ok" and (row.max_rel_err is None or row.max_rel_err < 0):
-            raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
-                             f"got {row.max_rel_err!r}")
+        _check_timed(row, where)
         return row
 
 
@@ -335,8 +341,5 @@ class SparseRow(_JsonRow):
     def from_json(cls, data: object, where: str = "sparse row") -> SparseRow:
         """A sparse row from its JSON object; ValueError names the field out of place."""
         row = _from_json(cls, data, where)
-        _check_status(row, where, positive=("median_s", "flops", "tflops"))
-        if row.status == "ok" and (row.max_rel_err is None or row.max_rel_err < 0):
-            raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
-                             f"got {row.max_rel_err!r}")
+        _check_timed(row, where)
         return row
