@@ -10,6 +10,14 @@ KaTeX draws a negated relation as the relation under a slash from a private-use 
 its fonts (``\\neq`` is U+E020 then ``=``), which the index would show as a box in a result's
 title ("Causal alignment when tq\ue020=tk"): once the index is written, each such pair becomes
 its Unicode character (``≠``) and any other private-use character is dropped.
+
+Material's search plugin reads each page with Python's HTML parser, tag by tag, and KaTeX's
+MathML copies and the API page's source listings, which the index leaves out, and the
+highlighted code's ``<span>`` tags are more than half of the book's tags. Just before it reads a
+page, ``on_page_context`` hands it a copy of the content without the first two and with the
+spans inside ``<pre>`` unwrapped (inside ``<pre>`` the index keeps the text as it is, so only
+the tags go); the page's own content is put back right after it (without the ``data-search-*``
+attributes, as the search plugin leaves a page). The index is the same, byte for byte.
 """
 
 from __future__ import annotations
@@ -19,8 +27,11 @@ import re
 from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.plugins import CombinedEvent, event_priority
 from mkdocs.structure.files import Files
+from mkdocs.structure.nav import Navigation
 from mkdocs.structure.pages import Page
+from mkdocs.utils.templates import TemplateContext
 
 SOURCE_LISTING = '<details class="mkdocstrings-source">'
 SEARCH_DIALOG = '<div class="md-search" data-md-component="search" role="dialog">'
@@ -33,6 +44,18 @@ INDEX = Path("search") / "search_index.json"
 NOT = "\ue020"  # KaTeX's negation slash, drawn over the relation that follows it
 NEGATED = {"=": "≠", "≡": "≢", "<": "≮", ">": "≯", "∈": "∉", "⊂": "⊄", "∼": "≁", "≤": "≰", "≥": "≱"}
 PRIVATE_USE = re.compile("[\ue000-\uf8ff]")
+# What the index skips, as the math hook and on_page_content mark it: dropped from its copy.
+LEFT_OUT = re.compile(
+    r'<span class="katex-mathml" data-search-exclude="math"><math\b.*?</math></span>'
+    r'|<span class="vlist-s" data-search-exclude="math">\u200b</span>'
+    r'|<details class="mkdocstrings-source" data-search-exclude="true">.*?</details>',
+    flags=re.DOTALL,
+)
+PRE = re.compile(r"(<pre\b[^>]*>)(.*?)(</pre>)", flags=re.DOTALL)
+SPAN_TAG = re.compile(r"</?span\b[^>]*>")
+# Material's search plugin drops these attributes from a page once it has read it
+SEARCH_ATTRIBUTE = re.compile(r'\s?data-search-\w+="[^"]+"')
+_contents: dict[str, str] = {}  # a page's own content while the search plugin reads its copy
 
 
 def plain(text: str) -> str:
@@ -46,6 +69,39 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     if page.file.src_uri.startswith("chapters/"):
         page.meta["search"] = {"boost": CHAPTER_BOOST, **(page.meta.get("search") or {})}
     return html.replace(SOURCE_LISTING, SOURCE_LISTING[:-1] + ' data-search-exclude="true">')
+
+
+def search_copy(content: str) -> str:
+    """What the search plugin reads of a page: ``content`` without what the index leaves out,
+    and without the span tags inside ``<pre>`` blocks (unless one is marked to leave out)."""
+
+    def unwrap(m: re.Match[str]) -> str:
+        if "data-search-" in m[2]:
+            return m[0]
+        return m[1] + SPAN_TAG.sub("", m[2]) + m[3]
+
+    return PRE.sub(unwrap, LEFT_OUT.sub("", content))
+
+
+@event_priority(100)  # before Material's search plugin reads the page
+def _lighten(context: TemplateContext, page: Page, config: MkDocsConfig,
+             nav: Navigation) -> TemplateContext:
+    if page.content is not None:
+        _contents[page.file.src_uri] = page.content
+        page.content = search_copy(page.content)
+    return context
+
+
+# Priority 0, as the search plugin's: registered after it (a plugin), before the print page's
+# hook, which collects the pages' content.
+def _restore(context: TemplateContext, page: Page, config: MkDocsConfig,
+             nav: Navigation) -> TemplateContext:
+    if page.file.src_uri in _contents:  # as the search plugin leaves a page it has read
+        page.content = SEARCH_ATTRIBUTE.sub("", _contents.pop(page.file.src_uri))
+    return context
+
+
+on_page_context = CombinedEvent(_lighten, _restore)
 
 
 def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
