@@ -225,7 +225,10 @@ def lighten(svg: str) -> str:
     theirs), a path's repeated points and command letters go, the text's font is named once on
     the ``<svg>`` (``SVG_FONT``), comments go, groups lose the ids nothing refers to (the tests'
     ``figure_1``, ``patch_1`` and ``axes_N`` stay) and a group left with no attribute is
-    dissolved into its parent. Whitespace between tags goes, except inside a ``<text>``.
+    dissolved into its parent. A math text's characters no longer repeat the fill of the group
+    around them, and elements in a row with one clip path share a group that has it (a colour
+    bar's strip is 256 paths). Whitespace between tags goes, except inside a ``<text>``, where
+    each run becomes the one space it shows as.
     """
     svg = re.sub(r"<!--.*?-->", "", svg, flags=re.DOTALL)
     svg = _NUMERIC_ATTRIBUTE.sub(_numeric_attribute, svg)
@@ -238,8 +241,12 @@ def lighten(svg: str) -> str:
         svg,
     )
     svg = _dissolve_bare_groups(svg)
+    svg = _MATH_TEXT.sub(_math_text, svg)
     parts = re.split(r"(<text\b.*?</text>)", svg, flags=re.DOTALL)
-    return "".join(p if i % 2 else re.sub(r">\s+<", "><", p) for i, p in enumerate(parts))
+    # Inside a text a run of spaces shows as one space, and matplotlib indents with several.
+    svg = "".join(re.sub(r">[ \t]*\n[ \t]+<", "> <", p) if i % 2 else re.sub(r">\s+<", "><", p)
+                  for i, p in enumerate(parts))
+    return _CLIPPED_RUN.sub(_clip_once, svg)
 
 
 SVG_FONT = "'DejaVu Sans', sans-serif"  # the site ships DejaVu Sans (docs/stylesheets/figures.css)
@@ -250,6 +257,29 @@ _TEXT_FONT = re.compile(r"font-family: 'DejaVu Sans'(?:, [^;\"]*sans-serif)?; |"
                         r"; font-family: 'DejaVu Sans'(?:, [^;\"]*sans-serif)?(?=\")")
 _KEPT_ID = re.compile(r"figure_1|patch_1|axes_\d+")
 _PATH_COMMAND = re.compile(r"([MLQCz])([^MLQCz]*)")
+
+
+# Math text: a group gives the fill, a <text> without style holds one <tspan> per character,
+# each repeating the group's fill.
+_MATH_TEXT = re.compile(r'(<g style="fill: ([^;"]+)"(?: transform="[^"]*")?>\s*<text>)(.*?)(</text>)',
+                        flags=re.DOTALL)
+# Two or more elements in a row, each clipped by the same path: a colour bar's strip, a
+# histogram's bars, a matrix of cells.
+_CLIPPED = r'<(?:path|use) [^>]*? clip-path="url\(#([^)]+)\)"[^>]*/>'
+_CLIPPED_RUN = re.compile(rf"(?:{_CLIPPED.replace('([^)]+)', '(?P<clip>[^)]+)', 1)})"
+                          rf"(?:{_CLIPPED.replace('([^)]+)', '(?P=clip)')})+")
+
+
+def _math_text(m: re.Match[str]) -> str:
+    """A math text's tspans without the fill they inherit from the group around their text."""
+    inner = m[3].replace(f"; fill: {m[2]}\"", '"')
+    return m[1] + inner + m[4]
+
+
+def _clip_once(m: re.Match[str]) -> str:
+    """A run of elements clipped by one path as one clipped group of them."""
+    clip = f' clip-path="url(#{m["clip"]})"'
+    return f"<g{clip}>{m[0].replace(clip, '')}</g>"
 
 
 def _round(m: re.Match[str]) -> str:
