@@ -3,8 +3,8 @@ view; a search index without private-use characters; the figures' font from the 
 column that shows as many characters as tests/book/test_code_width.py lets a line have.
 
 Each check runs at 390 px and 1280 px, in the light and the dark theme, on chapters 4 and 11, whose
-multi-panel figures were the widest (the code column only at 1280 px, on chapter 11); the phone
-crawl of test_reader_experience.py covers every page's figure text size.
+multi-panel figures were the widest (the code column only at 1280 px, on chapter 11's page of
+exercises); the phone crawl of test_reader_experience.py covers every page's figure text size.
 """
 
 from __future__ import annotations
@@ -24,7 +24,14 @@ from book.constants import ADMONITION_CODE_COLUMN, CODE_COLUMN
 # after the other site tests, by when the site is built (rank 3: see the root conftest.py).
 pytestmark = pytest.mark.browser_group("browser-screens", rank=3)
 
-CHAPTERS = ("chapters/04-causal-attention/", "chapters/11-masks/")
+# The pages measured, each with the number of its first figure in its chapter (chapter 11 is read
+# on section pages, one figure on each of these three).
+FIGURE_PAGES = {"chapters/04-causal-attention/": 1, "chapters/11-masks/flexattention/": 1,
+                "chapters/11-masks/weights-from-a-fused-kernel/": 2,
+                "chapters/11-masks/ring-attention/": 3}
+CHAPTERS = tuple(FIGURE_PAGES)
+# Code in the page and in solutions nested in exercises
+EXERCISES_PAGE = "chapters/11-masks/pitfalls-exercises-summary/"
 SCREENS = {
     "390-light": {"viewport": PHONE, "is_mobile": True, "has_touch": True},
     "390-dark": {"viewport": PHONE, "is_mobile": True, "has_touch": True, "color_scheme": "dark"},
@@ -92,7 +99,7 @@ def test_figures_fit_the_screen_with_a_number_and_a_caption(
         figures = page.evaluate(MEASURE)
         assert figures, f"{path}: no figure"
         chapter = int(re.search(r"chapters/(\d+)-", path)[1])
-        for k, figure in enumerate(figures, start=1):
+        for k, figure in enumerate(figures, start=FIGURE_PAGES[path]):
             where = f"{screen} {path} {figure['name']}"
             if figure["id"] != f"fig-{chapter}-{k}":
                 problems.append(f"{where}: anchor {figure['id']!r}, expected fig-{chapter}-{k}")
@@ -163,7 +170,7 @@ def test_code_column_holds_what_the_width_rule_allows(screens, site: SiteServer)
     long must show whole, in the page's column and in a solution nested in an exercise, or
     those limits no longer keep code from scrolling sideways. (A line 20 characters longer must
     scroll, or the measurement measures nothing.)"""
-    page = open_page(screens["1280-light"], site, CHAPTERS[1])
+    page = open_page(screens["1280-light"], site, EXERCISES_PAGE)
     fits = page.evaluate(FITS, [CODE_COLUMN, ADMONITION_CODE_COLUMN])
     assert fits == {"page": [True, False], "nested": [True, False]}, (
         f"[{CODE_COLUMN}, {CODE_COLUMN + 20}] characters in the column, [{ADMONITION_CODE_COLUMN}, "
