@@ -5,6 +5,7 @@ figures show what their captions say: the right numbers, queries as rows and key
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import math
 import re
@@ -450,6 +451,43 @@ def test_the_site_style_marks_heatmaps_for_the_dark_theme_and_swaps_their_cell_t
         assert colours == {"0.05": ON_LIGHT_CELL, "0.95": ON_DARK_CELL, "0.70": ON_DARK_CELL, "0.30": ON_LIGHT_CELL}
     finally:
         plt.close(fig)
+
+
+def test_the_lighter_svg_draws_the_same_figure() -> None:
+    """The hook's SVG is the figure matplotlib wrote, lighter: the same elements at the same
+    places (to 0.005 pt), the dark theme's ids and the tests' kept, matplotlib's own ids gone."""
+    import xml.etree.ElementTree as ET
+
+    from book.figures import invert_in_dark
+
+    fig, (left, right) = plt.subplots(1, 2)
+    left.plot(np.linspace(0, 1, 50) ** 2, label="$x^{2}$")
+    left.set_title(r"$\alpha_{ij} = 10^{-3}$")
+    image = right.imshow(np.arange(16.0).reshape(4, 4), cmap="Blues")
+    invert_in_dark(image, fig.colorbar(image, ax=right))
+    try:
+        with matplotlib.rc_context(hook.SVG_STYLE):
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="svg", metadata={"Date": None})
+    finally:
+        plt.close(fig)
+    raw = buffer.getvalue().decode("utf-8")
+    light = hook.lighten(raw)
+    assert len(light) < 0.7 * len(raw)
+    trees = [ET.fromstring(svg.encode()) for svg in (raw, light)]  # both well formed
+    drawn = [[e.tag for e in tree.iter() if e.tag.rpartition("}")[2] in
+              ("path", "use", "image", "text", "tspan")] for tree in trees]
+    assert drawn[0] == drawn[1]
+    positions = [np.array([float(v) for v in re.findall(r'<(?:use|tspan) [^>]*?\bx="([-\d.]+)"', svg)])
+                 for svg in (raw, light)]
+    assert len(positions[0]) > 20 and np.abs(positions[0] - positions[1]).max() <= 0.005 + 1e-9
+    paths = [re.findall(r' d="([^"]*)"', svg) for svg in (raw, light)]
+    assert len(" ".join(paths[1])) < 0.7 * len(" ".join(paths[0]))
+    assert not re.search(r"\d\.\d{3}", " ".join(paths[1]))
+    ids = re.findall(r'\bid="([^"]+)"', light)
+    assert {"figure_1", "patch_1", "axes_1", "dark-invert-0", "dark-invert-1"} <= set(ids)
+    assert not any(re.fullmatch(r"(text|line2d|xtick|ytick)_\d+", i) for i in ids)
+    assert light.count("'DejaVu Sans'") == 1, "the font is named once, on the <svg>"
 
 
 def test_a_failed_build_stops_the_children_drawing_figures(monkeypatch, tmp_path: Path) -> None:

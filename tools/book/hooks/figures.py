@@ -223,8 +223,9 @@ def lighten(svg: str) -> str:
     id around every artist. Here coordinates keep two decimals (a hundredth of a point, under a
     hundredth of a CSS pixel at the figure's natural size; the factors of a ``scale`` keep
     theirs), a path's repeated points and command letters go, the text's font is named once on
-    the ``<svg>`` (``SVG_FONT``), comments go, groups lose the ids nothing refers to (the tests'
-    ``figure_1``, ``patch_1`` and ``axes_N`` stay) and a group left with no attribute is
+    the ``<svg>`` (``SVG_FONT``), comments go, groups lose the ids matplotlib made up and nothing
+    refers to (the tests' ``figure_1``, ``patch_1`` and ``axes_N`` stay, as does a gid such as
+    ``dark-invert-2``, which the dark theme's style finds) and a group left with no attribute is
     dissolved into its parent. A math text's characters no longer repeat the fill of the group
     around them, and elements in a row with one clip path share a group that has it (a colour
     bar's strip is 256 paths). Whitespace between tags goes, except inside a ``<text>``, where
@@ -237,7 +238,8 @@ def lighten(svg: str) -> str:
     referenced = set(re.findall(r"(?:url\(#|href=\"#)([^\")]+)", svg))
     svg = re.sub(
         r'<g id="([^"]+)"',
-        lambda m: m.group(0) if m[1] in referenced or _KEPT_ID.fullmatch(m[1]) else "<g",
+        lambda m: "<g" if _AUTO_ID.fullmatch(m[1]) and not (
+            m[1] in referenced or _KEPT_ID.fullmatch(m[1])) else m[0],
         svg,
     )
     svg = _dissolve_bare_groups(svg)
@@ -255,7 +257,8 @@ _NUMERIC_ATTRIBUTE = re.compile(r'\s(d|x|y|transform)="([^"]*)"')
 # The font of text in the book's font: the <svg>'s, where the page ships it. Others stay.
 _TEXT_FONT = re.compile(r"font-family: 'DejaVu Sans'(?:, [^;\"]*sans-serif)?; |"
                         r"; font-family: 'DejaVu Sans'(?:, [^;\"]*sans-serif)?(?=\")")
-_KEPT_ID = re.compile(r"figure_1|patch_1|axes_\d+")
+_AUTO_ID = re.compile(r"[A-Za-z][\w.]*_\d+")  # the ids matplotlib makes up: ``text_12``, ...
+_KEPT_ID = re.compile(r"figure_1|patch_1|axes_\d+")  # ... but these, which the tests look for
 _PATH_COMMAND = re.compile(r"([MLQCz])([^MLQCz]*)")
 
 
