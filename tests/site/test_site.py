@@ -41,15 +41,7 @@ def test_strict_build_has_no_warnings(site_build) -> None:
 
 # Chapter pages still too heavy, each with the reason. The test fails when one of them gets
 # light enough: take it off the list then.
-NOT_SPLIT_YET = {
-    # Over in bytes only: their figures' SVG, drawn twice (desktop and phone layouts), is a third.
-    "chapters/03-scaled-dot-product-attention/": "figures drawn twice inline",
-    "chapters/05-multi-head-attention/": "figures drawn twice inline",
-    # One chain of code, the model trained in 9.9, runs through 9.11: a lighter page needs the
-    # runner to carry a chain across pages, or the training repeated on the next page.
-    "chapters/09-transformer/induction-heads/": "one chain of code through 9.9 to 9.11",
-    "chapters/11-masks/": "to be read on section pages, as chapter 7 is",
-}
+NOT_SPLIT_YET: dict[str, str] = {}  # page: why it is still over the limits
 
 
 def test_no_chapter_page_is_too_heavy_for_a_phone(built_site: Path) -> None:
