@@ -18,6 +18,10 @@ that the figure modules import, the results files, and the versions of Python, m
 and torch). A build that changed none of them, such
 as one after editing a chapter's text, copies the cached SVG files instead of drawing them again.
 
+Matplotlib's SVG is made lighter before it is cached (:func:`lighten`: two decimals of a point,
+the font named once, no ids or groups that nothing needs), the same to the eye: a page carries a
+wide figure twice, and a chapter page must stay under ``MAX_PAGE_BYTES``.
+
 After the search index has read a page (so no tick label lands in it), ``on_post_page`` puts
 each figure's SVG into the page itself, where the theme's colours reach it: in the dark theme the
 ink turns light. The SVG is drawn at its natural size, never wider than the text, but never so
@@ -246,7 +250,8 @@ def lighten(svg: str) -> str:
     svg = _MATH_TEXT.sub(_math_text, svg)
     parts = re.split(r"(<text\b.*?</text>)", svg, flags=re.DOTALL)
     # Inside a text a run of spaces shows as one space, and matplotlib indents with several.
-    svg = "".join(re.sub(r">[ \t]*\n[ \t]+<", "> <", p) if i % 2 else re.sub(r">\s+<", "><", p)
+    svg = "".join(re.sub(r">[ \t]*\n[ \t]+<", "> <", p) if i % 2
+                  else re.sub(r"^\s+(?=<)|(?<=>)\s+$", "", re.sub(r">\s+<", "><", p))
                   for i, p in enumerate(parts))
     return _CLIPPED_RUN.sub(_clip_once, svg)
 
