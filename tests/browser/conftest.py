@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
-from book.browser.chromium import DESKTOP, PHONE, launch
+from book.browser.chromium import DESKTOP, PHONE, SCREENS, launch
 from book.browser.crawl import Snapshot, crawl, page_key
 from book.browser.server import SiteServer
 from book.browser.tab import Tab
@@ -95,6 +95,23 @@ def phones(browser: Browser) -> Iterator[list[Tab]]:
     yield tabs
     for tab in tabs:
         tab.close()
+
+
+@pytest.fixture(scope="module")
+def screens(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
+    """A context per screen of book.browser.chromium.SCREENS, the module's own: no setting leaks
+    into the tabs of other tests."""
+    made = {name: browser.new_context(**options) for name, options in SCREENS.items()}
+    yield made
+    for context in made.values():
+        context.close()
+
+
+def open_page(context: BrowserContext, site: SiteServer, path: str) -> Page:
+    """The context's tab (opened on first use) with the site's ``path`` loaded."""
+    page = context.pages[0] if context.pages else context.new_page()
+    page.goto(site.url(path), wait_until="load")
+    return page
 
 
 @pytest.fixture(scope="session")

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page
+from playwright.sync_api import BrowserContext
 
-from book.browser.chromium import DESKTOP, PHONE
+from book.browser.chromium import DESKTOP, SCREENS
 from book.browser.server import SiteServer
 from book.constants import ADMONITION_CODE_COLUMN, CODE_COLUMN
+from tests.browser.conftest import open_page
 
 # All tests of this module in one process (one chromium, its pages visited once), scheduled
 # after the other site tests, by when the site is built (rank 3: see the root conftest.py).
@@ -32,12 +32,6 @@ FIGURE_PAGES = {"chapters/04-causal-attention/": 1, "chapters/11-masks/flexatten
 CHAPTERS = tuple(FIGURE_PAGES)
 # Code in the page and in solutions nested in exercises
 EXERCISES_PAGE = "chapters/11-masks/pitfalls-exercises-summary/"
-SCREENS = {
-    "390-light": {"viewport": PHONE, "is_mobile": True, "has_touch": True},
-    "390-dark": {"viewport": PHONE, "is_mobile": True, "has_touch": True, "color_scheme": "dark"},
-    "1280-light": {"viewport": DESKTOP},
-    "1280-dark": {"viewport": DESKTOP, "color_scheme": "dark"},
-}
 # Every figure as shown: the drawing displayed (desktop or phone layout), its box's width, whether
 # the box scrolls, and its caption.
 MEASURE = """() => [...document.querySelectorAll('figure.attn-figure-box')].map(f => {
@@ -75,20 +69,6 @@ EXERCISES = """() => [...document.querySelectorAll('.admonition.example, details
 }))"""
 
 
-@pytest.fixture(scope="module")
-def screens(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
-    made = {name: browser.new_context(**options) for name, options in SCREENS.items()}
-    yield made
-    for context in made.values():
-        context.close()
-
-
-def open_page(context: BrowserContext, site: SiteServer, path: str) -> Page:
-    page = context.pages[0] if context.pages else context.new_page()
-    page.goto(site.url(path), wait_until="load")
-    return page
-
-
 @pytest.mark.parametrize("screen", sorted(SCREENS))
 def test_figures_fit_the_screen_with_a_number_and_a_caption(
     screens: dict[str, BrowserContext], site: SiteServer, screen: str
@@ -111,7 +91,7 @@ def test_figures_fit_the_screen_with_a_number_and_a_caption(
                 problems.append(f"{where}: {figure['width']:.0f} px wide in a {figure['box']} px box")
             phone_layouts += figure["shown"] == ["attn-narrow"]
     assert problems == [], "\n".join(problems)
-    if screen.startswith("390"):
+    if screen.startswith("phone"):
         assert phone_layouts >= 4, f"only {phone_layouts} figures use their phone layout at 390 px"
     else:
         assert phone_layouts == 0, "a desktop shows a phone layout"
@@ -119,7 +99,7 @@ def test_figures_fit_the_screen_with_a_number_and_a_caption(
 
 def test_a_figure_reference_links_to_its_figure(screens, site: SiteServer) -> None:
     # Chapter 10 is read on section pages: the reference and its figure are on two of them.
-    page = open_page(screens["1280-light"], site, "chapters/10-inference/windows-pages-and-speed/")
+    page = open_page(screens["desktop"], site, "chapters/10-inference/windows-pages-and-speed/")
     link = page.locator("a.figref", has_text="10.1").first
     assert link.get_attribute("href") == "../cache-size-mqa-gqa/#fig-10-1"
     link.click()
@@ -129,7 +109,7 @@ def test_a_figure_reference_links_to_its_figure(screens, site: SiteServer) -> No
     assert 0 <= top < DESKTOP["height"] / 2, f"Figure 10.1 is not in view after its link: {top}"
 
 
-@pytest.mark.parametrize("screen", ["390-light", "1280-dark"])
+@pytest.mark.parametrize("screen", ["phone", "desktop-dark"])
 def test_exercise_questions_show_and_only_solutions_collapse(screens, site: SiteServer, screen: str) -> None:
     page = open_page(screens[screen], site, CHAPTERS[0])
     exercises = [e for e in page.evaluate(EXERCISES) if e["title"].startswith("Exercise")]
@@ -148,7 +128,7 @@ def test_the_search_index_has_no_private_use_characters(site: SiteServer) -> Non
     assert any("tq≠tk" in t.replace(" ", "") for t in titles), "section 10.3's title lost its ≠"
 
 
-@pytest.mark.parametrize("screen", ["390-dark", "1280-light"])
+@pytest.mark.parametrize("screen", ["phone-dark", "desktop"])
 def test_the_figure_font_comes_from_the_site(screens, site: SiteServer, screen: str) -> None:
     page = open_page(screens[screen], site, CHAPTERS[0])
     page.locator("figure.attn-figure-box").first.scroll_into_view_if_needed()
@@ -170,7 +150,7 @@ def test_code_column_holds_what_the_width_rule_allows(screens, site: SiteServer)
     long must show whole, in the page's column and in a solution nested in an exercise, or
     those limits no longer keep code from scrolling sideways. (A line 20 characters longer must
     scroll, or the measurement measures nothing.)"""
-    page = open_page(screens["1280-light"], site, EXERCISES_PAGE)
+    page = open_page(screens["desktop"], site, EXERCISES_PAGE)
     fits = page.evaluate(FITS, [CODE_COLUMN, ADMONITION_CODE_COLUMN])
     assert fits == {"page": [True, False], "nested": [True, False]}, (
         f"[{CODE_COLUMN}, {CODE_COLUMN + 20}] characters in the column, [{ADMONITION_CODE_COLUMN}, "

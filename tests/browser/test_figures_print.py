@@ -19,23 +19,22 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pypdf
 import pytest
 from PIL import Image
-from playwright.sync_api import Browser, BrowserContext, Page
+from playwright.sync_api import BrowserContext, Page
 
 from book.browser.checks import figure_problems, table_problems
-from book.browser.chromium import DESKTOP, PHONE
 from book.browser.colour import contrast, luminance
 from book.browser.scripts import MEASURE_FIGURES, MEASURE_TABLES
 from book.browser.server import SiteServer
 from book.chapters import chapter_of, chapters, landing_page
 from book.constants import DOCS, PDF_NAME
 from book.pdf import make_pdf
+from tests.browser.conftest import open_page
 
 # All tests of this module in one process (one chromium, its pages visited once), scheduled
 # after the other site tests, by when the site is built (rank 3: see tools/book/scheduling.py).
@@ -48,28 +47,6 @@ COPY_BUTTONS = "[data-clipboard-target], clipboard-copy"  # Material's, mkdocs-j
 
 def chapter_path(source: Path) -> str:
     return f"chapters/{chapter_of(source.relative_to(DOCS).as_posix())}/"
-
-
-@pytest.fixture(scope="module")
-def contexts(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
-    """A phone in the light and in the dark scheme, and a desktop: their own contexts, so that no
-    setting leaks into the tabs of other tests."""
-    made = {
-        "phone": browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True),
-        "phone-dark": browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True,
-                                          color_scheme="dark"),
-        "desktop": browser.new_context(viewport=DESKTOP),
-        "desktop-dark": browser.new_context(viewport=DESKTOP, color_scheme="dark"),
-    }
-    yield made
-    for context in made.values():
-        context.close()
-
-
-def open_page(context: BrowserContext, site: SiteServer, path: str) -> Page:
-    page = context.pages[0] if context.pages else context.new_page()
-    page.goto(site.url(path), wait_until="load")
-    return page
 
 
 # The first heatmap that the dark theme inverts on the page: its box, and every number written in
@@ -128,13 +105,13 @@ def edge_shades(page: Page, figure: str, strip: int = 10) -> dict[str, float]:
 
 
 def test_figure_text_is_legible_on_a_desktop(
-    contexts: dict[str, BrowserContext], site: SiteServer
+    screens: dict[str, BrowserContext], site: SiteServer
 ) -> None:
     """The heatmaps with a number in every cell (chapters 4 and 5) at 1280 px; every page at
     390 px is checked on the crawl (test_reader_experience.py)."""
     problems = []
     for source in CHAPTERS[3:5]:
-        page = open_page(contexts["desktop"], site, chapter_path(source))
+        page = open_page(screens["desktop"], site, chapter_path(source))
         figures = page.evaluate(MEASURE_FIGURES)
         assert figures, f"{chapter_path(source)} shows no figure"
         problems += figure_problems(figures, f"1280 px {chapter_path(source)}")
@@ -142,11 +119,11 @@ def test_figure_text_is_legible_on_a_desktop(
 
 
 def test_figures_take_the_dark_theme(
-    contexts: dict[str, BrowserContext], site: SiteServer, screenshots: Path
+    screens: dict[str, BrowserContext], site: SiteServer, screenshots: Path
 ) -> None:
     shots, heatmaps, problems = {}, {}, []
     for scheme in ("phone", "phone-dark"):
-        page = open_page(contexts[scheme], site, SHOWN)
+        page = open_page(screens[scheme], site, SHOWN)
         figure = page.locator(".attn-figure").first
         figure.scroll_into_view_if_needed()
         shots[scheme] = page.evaluate("""() => {
@@ -176,9 +153,9 @@ def test_figures_take_the_dark_theme(
 
 
 def test_exercises_print_open_and_buttons_do_not_print(
-    contexts: dict[str, BrowserContext], site: SiteServer, screenshots: Path
+    screens: dict[str, BrowserContext], site: SiteServer, screenshots: Path
 ) -> None:
-    page = open_page(contexts["desktop"], site, SHOWN)
+    page = open_page(screens["desktop"], site, SHOWN)
     hidden = """() => [...document.querySelectorAll('.md-typeset details:not([open])')].map(d =>
       [...d.children].filter(c => c.tagName !== 'SUMMARY')
         .every(c => !c.checkVisibility() || c.getBoundingClientRect().height === 0))"""
@@ -261,14 +238,14 @@ def cue_darkening(page: Page, figure: str, scroll: str) -> dict[str, float]:
 
 
 def test_a_figure_wider_than_the_phone_shows_that_it_scrolls(
-    contexts: dict[str, BrowserContext], site: SiteServer
+    screens: dict[str, BrowserContext], site: SiteServer
 ) -> None:
     """The edge past which more of a figure lies is shaded; at the end of the scroll, or when the
     figure fits, it is not."""
     found = {}
     for where, wide in (("phone", "f.scrollWidth > f.clientWidth + 8"),
                         ("desktop", "f.scrollWidth <= f.clientWidth")):
-        page = open_page(contexts[where], site, SHOWN)
+        page = open_page(screens[where], site, SHOWN)
         if where == "phone":  # every figure has a layout that fits a phone: widen one beyond it
             page.add_style_tag(content=".attn-figure > svg { min-width: 800px !important }")
         index = page.evaluate(f"() => [...document.querySelectorAll('.attn-figure')].findIndex(f => {wide})")
@@ -295,7 +272,7 @@ MEASURE_INK = """() => {
 
 
 def test_appendix_reads_at_both_widths_in_both_themes(
-    contexts: dict[str, BrowserContext], site: SiteServer, screenshots: Path
+    screens: dict[str, BrowserContext], site: SiteServer, screenshots: Path
 ) -> None:
     """Every appendix page on a 1280 px desktop (390 px light: the crawl), and the H200 page at
     390 px and 1280 px in the dark theme: figure text of 9 px or more, tables that fit or scroll
@@ -304,7 +281,7 @@ def test_appendix_reads_at_both_widths_in_both_themes(
     visits = [("desktop", path) for path in APPENDIX]
     visits += [("phone-dark", "appendix/gpu-h200/"), ("desktop-dark", "appendix/gpu-h200/")]
     for where, path in visits:
-        page = open_page(contexts[where], site, path)
+        page = open_page(screens[where], site, path)
         figures, tables = page.evaluate(MEASURE_FIGURES), page.evaluate(MEASURE_TABLES)
         assert tables, f"{where} {path}: no table"
         problems += figure_problems(figures, f"{where} {path}") + table_problems(tables, f"{where} {path}")
@@ -319,11 +296,11 @@ def test_appendix_reads_at_both_widths_in_both_themes(
 
 
 def test_a_table_wider_than_the_phone_scrolls_with_its_first_column_in_view(
-    contexts: dict[str, BrowserContext], site: SiteServer
+    screens: dict[str, BrowserContext], site: SiteServer
 ) -> None:
     """The right edge of a table that scrolls is shaded until its end is reached; its first
     column stays where it was while the rest scrolls under it."""
-    page = open_page(contexts["phone"], site, "appendix/gpu-h100/")
+    page = open_page(screens["phone"], site, "appendix/gpu-h100/")
     index = page.evaluate("() => [...document.querySelectorAll('.md-typeset__scrollwrap')]"
                           ".findIndex(b => b.scrollWidth > b.clientWidth + 40 && b.offsetParent)")
     assert index >= 0, "no visible table of the H100 page is wider than the phone"

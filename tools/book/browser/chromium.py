@@ -9,6 +9,7 @@ from the internet fails, and :class:`book.browser.tab.Tab` records the attempt.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from playwright.sync_api import Browser, Playwright
@@ -28,6 +29,14 @@ BROWSER_ARGS = (
 DEAD_PROXY = {"server": "http://127.0.0.1:9", "bypass": ",".join(LOCAL_HOSTS)}
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}  # a current phone
+# The screens a page is laid out on in the light and the dark scheme: keyword arguments of
+# ``Browser.new_context``.
+SCREENS: dict[str, dict[str, Any]] = {
+    "phone": {"viewport": PHONE, "is_mobile": True, "has_touch": True},
+    "phone-dark": {"viewport": PHONE, "is_mobile": True, "has_touch": True, "color_scheme": "dark"},
+    "desktop": {"viewport": DESKTOP},
+    "desktop-dark": {"viewport": DESKTOP, "color_scheme": "dark"},
+}
 
 
 def launch(playwright: Playwright, executable: Path = CHROMIUM) -> Browser:
