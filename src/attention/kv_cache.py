@@ -66,26 +66,32 @@ def kv_cache_bytes(
     return 2 * batch_size * tokens * num_layers * num_kv_heads * d_h * bytes_per_value
 
 
+def check_tokens(dims: str, dtype: torch.dtype, **chunks: tuple[Tensor, tuple[int | str, ...]]) -> None:
+    """Require each named chunk of new tokens to have its expected shape, where ``"t"`` stands
+    for any number of tokens, the same in every chunk, and the cache's dtype; ``dims`` names the
+    axes in the message."""
+    for name, (tensor, expected) in chunks.items():
+        shape = tuple(tensor.shape)
+        if len(shape) != len(expected) or any(s != e for s, e in zip(shape, expected) if e != "t"):
+            shown = ", ".join(map(str, expected))
+            raise ValueError(f"{name} must have shape {dims} = ({shown}), got {shape}")
+        if tensor.dtype != dtype:
+            raise ValueError(f"{name} must have the cache's dtype {dtype}, got {tensor.dtype}")
+    tokens = {name: tensor.shape[expected.index("t")] for name, (tensor, expected) in chunks.items()}
+    if len(set(tokens.values())) > 1:
+        raise ValueError(
+            f"{' and '.join(tokens)} must hold the same number of tokens, got "
+            f"{' and '.join(map(str, tokens.values()))}"
+        )
+
+
 def check_chunk(
     keys: Tensor, values: Tensor, expected: tuple[int, int, int], store: Tensor
 ) -> None:
     """Require keys and values (b, h_kv, t, d_h) of the cache's (b, h_kv, d_h) and dtype."""
-    for name, tensor in (("keys", keys), ("values", values)):
-        b, h_kv, d_h = expected
-        if tensor.dim() != 4 or (tensor.shape[0], tensor.shape[1], tensor.shape[3]) != expected:
-            raise ValueError(
-                f"{name} must have shape (b, h_kv, t, d_h) = ({b}, {h_kv}, t, {d_h}), "
-                f"got {tuple(tensor.shape)}"
-            )
-        if tensor.dtype != store.dtype:
-            raise ValueError(
-                f"{name} must have the cache's dtype {store.dtype}, got {tensor.dtype}"
-            )
-    if keys.shape[2] != values.shape[2]:
-        raise ValueError(
-            f"keys and values must hold the same number of tokens, got {keys.shape[2]} and "
-            f"{values.shape[2]}"
-        )
+    b, h_kv, d_h = expected
+    shape = (b, h_kv, "t", d_h)
+    check_tokens("(b, h_kv, t, d_h)", store.dtype, keys=(keys, shape), values=(values, shape))
 
 
 def check_room(length: int, t: int, max_tokens: int | None) -> None:

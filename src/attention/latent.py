@@ -37,7 +37,7 @@ from torch.types import Device
 
 from ._checks import check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
-from .kv_cache import check_room
+from .kv_cache import check_room, check_tokens
 from .positions import RotaryEmbedding
 
 __all__ = ["LatentKVCache", "MultiHeadLatentAttention", "latent_cache_bytes"]
@@ -121,22 +121,10 @@ class LatentKVCache:
 
     def append(self, latents: Tensor, rope_keys: Tensor) -> tuple[Tensor, Tensor]:
         """Store latents (b, t, d_c), rope_keys (b, t, d_h^R); return all, (b, n + t, ·) each."""
-        for name, new, store in (("latents", latents, self.latents),
-                                 ("rope_keys", rope_keys, self.rope_keys)):
-            b, _, width = store.shape
-            if new.dim() != 3 or (new.shape[0], new.shape[2]) != (b, width):
-                raise ValueError(
-                    f"{name} must have shape (b, t, {width}) with b={b}, got {tuple(new.shape)}"
-                )
-            if new.dtype != store.dtype:
-                raise ValueError(
-                    f"{name} must have the cache's dtype {store.dtype}, got {new.dtype}"
-                )
-        if latents.shape[1] != rope_keys.shape[1]:
-            raise ValueError(
-                f"latents and rope_keys must hold the same number of tokens, got "
-                f"{latents.shape[1]} and {rope_keys.shape[1]}"
-            )
+        b, _, d_c = self.latents.shape
+        rope_dim = self.rope_keys.shape[2]
+        check_tokens("(b, t, width)", self.latents.dtype,
+                     latents=(latents, (b, "t", d_c)), rope_keys=(rope_keys, (b, "t", rope_dim)))
         start, end = self.length, self.length + latents.shape[1]
         check_room(start, latents.shape[1], self.max_tokens)
         self.latents[:, start:end] = latents

@@ -140,7 +140,7 @@ def test_deepseek_v2_cache_is_that_of_gqa_with_two_and_a_quarter_groups() -> Non
         (lambda: _mla()(torch.randn(1, 5, 10, dtype=torch.float64), _mla().new_cache(1, 4)),
          r"max_tokens=4 tokens, got 5"),
         (lambda: _mla()(torch.randn(2, 1, 10, dtype=torch.float64), _mla().new_cache(1, 4)),
-         r"latents must have shape \(b, t, 5\) with b=1, got \(2, 1, 5\)"),
+         r"latents must have shape \(b, t, width\) = \(1, t, 5\), got \(2, 1, 5\)"),
         (lambda: LatentKVCache(1, 4, 5, 4, torch.float64).append(torch.ones(1, 1, 5),
                                                                torch.ones(1, 1, 4)),
          r"latents must have the cache's dtype torch.float64, got torch.float32"),
