@@ -1,21 +1,41 @@
 """Inputs and weights shared by several test modules."""
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
 
-def qkv(b: int, t_q: int, t_k: int, d_k: int = 4, d_v: int = 3) -> list[torch.Tensor]:
-    """float64 query (b, t_q, d_k), key (b, t_k, d_k), value (b, t_k, d_v) that require grad."""
-    g = torch.Generator().manual_seed(0)
-    shapes = [(b, t_q, d_k), (b, t_k, d_k), (b, t_k, d_v)]
-    return [torch.randn(s, generator=g, dtype=torch.float64).requires_grad_() for s in shapes]
+def qkv(
+    q_shape: Sequence[int],
+    k_shape: Sequence[int] | None = None,
+    v_shape: Sequence[int] | None = None,
+    *,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+    scale: float = 1.0,
+    to: torch.dtype | None = None,
+    requires_grad: bool = False,
+    generator: torch.Generator | None = None,
+) -> list[torch.Tensor]:
+    """Query, key and value drawn N(0, scale²) in that order in ``dtype``, then rounded ``to``.
+
+    The key takes the query's shape unless given, the value the key's: ``qkv((b, h, t, d))`` for
+    self-attention, ``qkv((b, h, t_q, d_k), (b, h_kv, t_k, d_k), (b, h_kv, t_k, d_v))`` for
+    grouped-query heads and another width of values. One generator seeded with ``seed`` draws
+    them, or ``generator`` itself, so that a caller can draw more after them. Drawing in one
+    dtype and rounding to another keeps the same draw for every ``to``.
+    """
+    k_shape = q_shape if k_shape is None else k_shape
+    v_shape = k_shape if v_shape is None else v_shape
+    g = torch.Generator().manual_seed(seed) if generator is None else generator
+    drawn = [scale * torch.randn(tuple(s), generator=g, dtype=dtype) for s in (q_shape, k_shape, v_shape)]
+    return [(x if to is None else x.to(to)).requires_grad_(requires_grad) for x in drawn]
 
 
-def scaled_qkv(*shape: int, scale: float = 1.0, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """float64 query, key and value of one ``shape``, drawn from N(0, scale²) (no grad)."""
-    generator = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(*shape, generator=generator, dtype=torch.float64) * scale
-                 for _ in range(3))
+def seeded_randn(seed: int, *shape: int) -> torch.Tensor:
+    """One float64 standard-normal tensor from its own generator: ``seed`` alone fixes it."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 def randomize(module: nn.Module) -> nn.Module:

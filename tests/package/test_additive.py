@@ -1,6 +1,7 @@
 """Additive (Bahdanau) attention: the score formula, masking, and a seq2seq model that learns."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -128,22 +129,69 @@ def test_seq2seq_learns_reversal_with_anti_diagonal_attention(one_thread):
     assert (looks_at == torch.arange(5, -1, -1)).float().mean() > 0.9
 
 
-def test_bad_input_raises():
-    attention = AdditiveAttention(4, 3, 5)
-    query, keys = torch.randn(2, 4), torch.randn(2, 6, 3)
-    with pytest.raises(ValueError, match="query must be 2-d, got a 3-d"):
-        attention(query[:, None], keys)
-    with pytest.raises(ValueError, match="d_key=3, got 2"):
-        attention(query, keys[..., :2])
-    with pytest.raises(ValueError, match="must agree on b and t"):
-        attention(query, keys, torch.randn(2, 5, 3))
-    with pytest.raises(
-        ValueError, match=r"broadcast to the scores' shape \(2, 6\), got shape \(2, 5\)"
-    ):
-        attention(query, keys, mask=torch.ones(2, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match="bool tensor"):
-        attention(query, keys, mask=torch.ones(2, 6))
-    with pytest.raises(ValueError, match="share d_hidden, got 32 and 16"):
-        Seq2Seq(Seq2SeqEncoder(11, 16, 32), AttentionDecoder(11, 16, 16, 32))
-    with pytest.raises(ValueError, match="max_len must be at least 1, got 0"):
-        small_model().greedy_decode(torch.zeros(1, 6, dtype=torch.long), max_len=0, bos=BOS)
+def _seq2seq() -> Seq2Seq:
+    return Seq2Seq(Seq2SeqEncoder(11, 4, 6), AttentionDecoder(11, 4, 6, 5))
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_query_keys_mask_and_model_sizes_must_agree(self):
+        attention = AdditiveAttention(4, 3, 5)
+        query, keys = torch.randn(2, 4), torch.randn(2, 6, 3)
+        with pytest.raises(ValueError, match="query must be 2-d, got a 3-d"):
+            attention(query[:, None], keys)
+        with pytest.raises(ValueError, match="d_key=3, got 2"):
+            attention(query, keys[..., :2])
+        with pytest.raises(ValueError, match=r"must agree on b and t.*got shapes \(2, 4\), \(2, 6, 3\), \(2, 5, 3\)"):
+            attention(query, keys, torch.randn(2, 5, 3))
+        with pytest.raises(
+            ValueError, match=r"broadcast to the scores' shape \(2, 6\), got shape \(2, 5\)"
+        ):
+            attention(query, keys, mask=torch.ones(2, 5, dtype=torch.bool))
+        with pytest.raises(ValueError, match=r"bool tensor.*got dtype torch\.float32"):
+            attention(query, keys, mask=torch.ones(2, 6))
+        with pytest.raises(ValueError, match="share d_hidden, got 32 and 16"):
+            Seq2Seq(Seq2SeqEncoder(11, 16, 32), AttentionDecoder(11, 16, 16, 32))
+        with pytest.raises(ValueError, match="max_len must be at least 1, got 0"):
+            small_model().greedy_decode(torch.zeros(1, 6, dtype=torch.long), max_len=0, bos=BOS)
+
+    @pytest.mark.parametrize(
+        ("build", "message"),
+        [
+            (lambda: AdditiveAttention(3, 5, 0), "d_attn must be at least 1, got 0"),
+            (lambda: Seq2SeqEncoder(11, 4, 0), "d_hidden must be at least 1, got 0"),
+            (lambda: AttentionDecoder(0, 4, 6, 5), "vocab_size must be at least 1, got 0"),
+        ],
+    )
+    def test_sizes_must_be_positive_integers(self, build, message: str) -> None:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            build()
+
+    @pytest.mark.parametrize(
+        ("src", "message"),
+        [
+            (torch.tensor([1, 2, 3]), "src must be 2-d, got a 1-d tensor of shape (3,)"),
+            (torch.tensor(4), "src must be 2-d, got a 0-d tensor of shape ()"),
+            (torch.ones(2, 3, 1, dtype=torch.long), "src must be 2-d, got a 3-d tensor"),
+            (torch.ones(2, 3), "src must hold integer token ids (torch.int64 or torch.int32), got torch.float32"),
+            (torch.ones(2, 0, dtype=torch.long), "src must have at least 1 token, got shape (2, 0)"),
+        ],
+        ids=["1-d", "0-d", "3-d", "float", "empty"],
+    )
+    def test_seq2seq_source_must_be_a_nonempty_matrix_of_token_ids(self, src: torch.Tensor, message: str) -> None:
+        model = _seq2seq()
+        tgt_in = torch.zeros(2, 4, dtype=torch.long)
+        for call in (lambda: model(src, tgt_in), lambda: model.greedy_decode(src, 3, bos=0)):
+            with pytest.raises(ValueError, match=re.escape(message)):
+                call()
+
+    def test_seq2seq_target_must_be_a_matrix_of_the_sources_batch(self) -> None:
+        model = _seq2seq()
+        src = torch.zeros(2, 5, dtype=torch.long)
+        with pytest.raises(ValueError, match=re.escape("tgt_in must be 2-d, got a 1-d tensor")):
+            model(src, torch.zeros(4, dtype=torch.long))
+        with pytest.raises(ValueError, match="same batch size b, got 2 and 3"):
+            model(src, torch.zeros(3, 4, dtype=torch.long))
+        with pytest.raises(ValueError, match="max_len must be at least 1, got 0"):
+            model.greedy_decode(src, 0, bos=0)

@@ -1,5 +1,8 @@
 """CausalAttention: the book's printed tensor, the mask, dropout, batching."""
 
+import re
+
+import pytest
 import torch
 
 from attention import CausalAttention, causal_mask, journey_batch, scaled_dot_product_attention
@@ -65,3 +68,43 @@ def test_dropout_only_in_training_mode() -> None:
     torch.testing.assert_close(first, second)
     assert not torch.allclose(first, dropped)
 
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5])
+    def test_dropout_must_be_in_the_unit_interval(self, dropout: float) -> None:
+        with pytest.raises(ValueError, match=rf"dropout must be in \[0, 1\), got {dropout}"):
+            CausalAttention(3, 4, 6, dropout)
+
+    def test_dropout_must_be_a_number(self) -> None:
+        with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got '0.1'"):
+            CausalAttention(3, 4, 6, "0.1")
+
+    def test_sequence_must_fit_the_context_length(self) -> None:
+        with pytest.raises(ValueError, match=r"at most context_length=6, got 7"):
+            CausalAttention(3, 4, 6, 0.0)(torch.randn(2, 7, 3))
+
+    def test_last_dimension_must_be_d_in(self) -> None:
+        with pytest.raises(ValueError, match=r"last dimension d_in=3, got 5"):
+            CausalAttention(3, 4, 6, 0.0)(torch.randn(2, 4, 5))
+
+    def test_input_must_be_2d_or_3d(self) -> None:
+        with pytest.raises(ValueError, match=r"2-d or 3-d, got a 4-d tensor"):
+            CausalAttention(3, 2, 6, 0.0)(torch.randn(1, 1, 4, 3))
+
+    @pytest.mark.parametrize("context_length", [0, -1])
+    def test_context_length_must_be_at_least_one(self, context_length: int) -> None:
+        with pytest.raises(ValueError, match=f"context_length must be at least 1, got {context_length}"):
+            CausalAttention(3, 4, context_length, 0.0)
+
+    @pytest.mark.parametrize(
+        ("build", "message"),
+        [
+            (lambda: CausalAttention(3, 0, 6, 0.0), "d_out must be at least 1, got 0"),
+            (lambda: CausalAttention(3, 4, 6.0, 0.0), "context_length must be an integer, got 6.0"),
+        ],
+    )
+    def test_sizes_must_be_positive_integers(self, build, message: str) -> None:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            build()

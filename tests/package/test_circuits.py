@@ -147,7 +147,7 @@ class TestBadInput:
         [
             (lambda: head_weights(TransformerBlock(8, 2, 16), 2), r"\[0, 2\), got 2"),
             (lambda: ov_circuit(TransformerBlock(8, 2, 16), True), r"got True"),
-            (lambda: rotation_matrix(RotaryEmbedding(4), -1), r"offset must be an integer >= 0"),
+            (lambda: rotation_matrix(RotaryEmbedding(4), -1), r"offset must be an integer >= 0.*got -1"),
             (
                 lambda: composition_score(torch.ones(3, 4), torch.ones(3, 4)),
                 r"\(m, n\) and \(n, k\), got shapes \(3, 4\) and \(3, 4\)",
@@ -163,10 +163,10 @@ class TestBadInput:
                 lambda: ablate_heads(
                     TinyTransformer(5, 8, 2, 1, 4, bias=False), [(0, 0)], torch.zeros(1, 2, 4)
                 ),
-                r"mean ablation needs out_proj with a bias",
+                r"mean ablation needs out_proj with a bias.*got bias=None",
             ),
         ],
     )
-    def test_is_refused(self, make: object, message: str) -> None:
+    def test_heads_layers_and_matrix_shapes_must_be_in_range(self, make: object, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             make()  # type: ignore[operator]

@@ -6,15 +6,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import qkv
 
 from attention import TinyTransformer
 from attention.decoding import split_kv_attention, weights_read_per_token
-
-
-def _qkv(shape_q: tuple[int, ...], shape_kv: tuple[int, ...], dtype=torch.float64):
-    g = torch.Generator().manual_seed(0)
-    return [torch.randn(s, generator=g, dtype=torch.float64).to(dtype)
-            for s in (shape_q, shape_kv, shape_kv)]
 
 
 @pytest.mark.parametrize("num_splits", [1, 2, 7, 64, 100])
@@ -24,7 +19,7 @@ def _qkv(shape_q: tuple[int, ...], shape_kv: tuple[int, ...], dtype=torch.float6
     ((2, 4, 1, 8), (1, 4, 100, 8)),  # leading dimensions that broadcast
 ])
 def test_split_kv_equals_torchs_attention(shape_q, shape_kv, num_splits: int) -> None:
-    q, k, v = _qkv(shape_q, shape_kv)
+    q, k, v = qkv(shape_q, shape_kv)
     out, lse = split_kv_attention(q, k, v, num_splits=num_splits, return_lse=True)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), atol=1e-12, rtol=0)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -33,14 +28,14 @@ def test_split_kv_equals_torchs_attention(shape_q, shape_kv, num_splits: int) ->
 
 @pytest.mark.parametrize("h_kv", [1, 2, 8])
 def test_split_kv_with_grouped_query_heads(h_kv: int) -> None:
-    q, k, v = _qkv((2, 8, 1, 16), (2, h_kv, 37, 16))
+    q, k, v = qkv((2, 8, 1, 16), (2, h_kv, 37, 16))
     out = split_kv_attention(q, k, v, num_splits=5, enable_gqa=True, scale=0.3)
     reference = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, scale=0.3)
     torch.testing.assert_close(out, reference, atol=1e-12, rtol=0)
 
 
 def test_the_merge_is_the_rescaling_of_the_partial_results() -> None:
-    q, k, v = _qkv((1, 1, 4), (1, 10, 4))
+    q, k, v = qkv((1, 1, 4), (1, 10, 4))
     parts = [split_kv_attention(q, k[:, j:j + 5], v[:, j:j + 5], num_splits=1, return_lse=True)
              for j in (0, 5)]
     (z_1, l_1), (z_2, l_2) = parts
@@ -51,7 +46,7 @@ def test_the_merge_is_the_rescaling_of_the_partial_results() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_precision_keeps_float32_statistics(dtype: torch.dtype) -> None:
-    q, k, v = _qkv((1, 4, 1, 64), (1, 4, 2048, 64), dtype)
+    q, k, v = qkv((1, 4, 1, 64), (1, 4, 2048, 64), to=dtype)
     reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
     out = split_kv_attention(q, k, v, num_splits=16)
     assert out.dtype == dtype
@@ -59,28 +54,6 @@ def test_half_precision_keeps_float32_statistics(dtype: torch.dtype) -> None:
     error = (out.double() - reference).abs().max().item()
     assert error <= 2 * (naive.double() - reference).abs().max().item()  # FlashAttention's rule
     assert error <= 1.2 * (reference.to(dtype).double() - reference).abs().max().item()
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (((1, 1, 4), (1, 5, 4), 0), r"num_splits must be at least 1, got 0"),
-        (((1, 1, 4), (1, 5, 4), 6), r"num_splits must be at most t_k=5 .*, got 6"),
-        (((1, 1, 4), (1, 5, 4), 2.0), r"num_splits must be an integer"),
-        (((1, 1, 4), (1, 5, 3), 1), r"same last dimension d_k, got 4 and 3"),
-    ],
-)
-def test_bad_input(args: tuple, message: str) -> None:
-    shape_q, shape_kv, num_splits = args
-    q, k, v = _qkv(shape_q, shape_kv)
-    with pytest.raises(ValueError, match=message):
-        split_kv_attention(q, k, v, num_splits=num_splits)
-
-
-def test_bad_grouped_query_heads() -> None:
-    q, k, v = _qkv((1, 6, 1, 4), (1, 4, 5, 4))
-    with pytest.raises(ValueError, match=r"must divide the query's h=6, got 4"):
-        split_kv_attention(q, k, v, num_splits=2, enable_gqa=True)
 
 
 @pytest.mark.parametrize("positions", ["learned", "rope"])
@@ -100,3 +73,27 @@ def test_tied_weights_are_read_whole_once() -> None:
     # untied: the LM head (50 x 8) read whole plus one row of the embedding; tied: the shared
     # matrix read whole, once
     assert weights_read_per_token(untied) - weights_read_per_token(tied) == 8
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (((1, 1, 4), (1, 5, 4), 0), r"num_splits must be at least 1, got 0"),
+            (((1, 1, 4), (1, 5, 4), 6), r"num_splits must be at most t_k=5 .*, got 6"),
+            (((1, 1, 4), (1, 5, 4), 2.0), r"num_splits must be an integer.*got 2\.0 of type float"),
+            (((1, 1, 4), (1, 5, 3), 1), r"same last dimension d_k, got 4 and 3"),
+        ],
+    )
+    def test_num_splits_must_be_from_1_to_t_k_and_d_k_must_agree(self, args: tuple, message: str) -> None:
+        shape_q, shape_kv, num_splits = args
+        q, k, v = qkv(shape_q, shape_kv)
+        with pytest.raises(ValueError, match=message):
+            split_kv_attention(q, k, v, num_splits=num_splits)
+
+    def test_key_heads_must_divide_the_query_heads(self) -> None:
+        q, k, v = qkv((1, 6, 1, 4), (1, 4, 5, 4))
+        with pytest.raises(ValueError, match=r"must divide the query's h=6, got 4"):
+            split_kv_attention(q, k, v, num_splits=2, enable_gqa=True)

@@ -1,12 +1,13 @@
-"""attention.delta and attention.delta_layer: the forms agree in float64, a chunked prefill
-continued recurrently equals one call, gradients agree, and the rules match transformers'
-Qwen3-Next reference functions (which compute in float32) and its gated delta layer."""
+"""attention.delta: the forms agree in float64, a chunked prefill continued recurrently equals
+one call, gradients agree, and the rules match transformers' Qwen3-Next reference functions
+(which compute in float32)."""
 
 import logging
 
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import qkv
 
 from attention.delta import (
     decayed_linear_attention,
@@ -14,16 +15,14 @@ from attention.delta import (
     delta_rule,
     gated_delta_rule,
 )
-from attention.delta_layer import GatedDeltaNet
 
 F64 = torch.float64
 
 
 def _inputs(b=2, h_k=2, h_v=4, t=23, d_k=8, d_v=6, dtype=F64, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, h_k, t, d_k, generator=gen, dtype=dtype)
-    k = F.normalize(torch.randn(b, h_k, t, d_k, generator=gen, dtype=dtype), dim=-1)
-    v = torch.randn(b, h_v, t, d_v, generator=gen, dtype=dtype)
+    q, k, v = qkv((b, h_k, t, d_k), (b, h_k, t, d_k), (b, h_v, t, d_v), dtype=dtype, generator=gen)
+    k = F.normalize(k, dim=-1)
     g = -torch.rand(b, h_v, t, generator=gen, dtype=dtype)
     beta = torch.rand(b, h_v, t, generator=gen, dtype=dtype)
     s0 = torch.randn(b, h_v, d_k, d_v, generator=gen, dtype=dtype)
@@ -163,73 +162,38 @@ def test_gated_delta_rule_matches_transformers_reference(qwen3_next, h_k, h_v, t
         torch.testing.assert_close(ref_s, ours_s, rtol=1e-5, atol=1e-5)
 
 
-def test_layer_matches_transformers_qwen3_next_layer(qwen3_next):
-    from transformers import AutoConfig
-
-    config = AutoConfig.for_model(
-        "qwen3_next", hidden_size=32, linear_num_key_heads=2, linear_num_value_heads=4,
-        linear_key_head_dim=8, linear_value_head_dim=6, linear_conv_kernel_dim=4,
-    )
-    torch.manual_seed(0)
-    theirs = qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0).double()
-    ours = GatedDeltaNet.from_qwen3_next(theirs)
-    x = torch.randn(2, 70, 32, dtype=F64)
-    with torch.no_grad():
-        expected, got = theirs(x), ours(x)
-    # transformers' rule runs in float32 inside a float64 layer: agreement to float32 rounding.
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
-
-
 class TestBadInput:
     def test_positive_log_decay_is_refused(self):
         q, k, v, g, beta, _ = _inputs()
-        with pytest.raises(ValueError, match=r"g is a log decay and must be <= 0.*0\.5"):
+        with pytest.raises(ValueError, match=r"g is a log decay and must be.*got a maximum of 0\.5"):
             gated_delta_rule(q, k, v, g + 0.5 - g.max(), beta)
-        with pytest.raises(ValueError, match="must be <= 0"):
+        with pytest.raises(ValueError, match=r"must be <= 0.*got a maximum of 0\.9886"):
             decayed_linear_attention(q, k, v, -g)
 
     def test_beta_outside_unit_interval_is_refused(self):
         q, k, v, g, beta, _ = _inputs()
-        with pytest.raises(ValueError, match=r"beta must lie in \[0, 1\].*to 1\.5"):
+        with pytest.raises(ValueError, match=r"beta must lie in \[0.*got values from 1\.5 to 1\.5"):
             gated_delta_rule(q, k, v, g, beta * 0 + 1.5)
 
-    def test_shapes_are_named(self):
+    def test_heads_and_shapes_of_every_input_must_agree(self):
         q, k, v, g, beta, s0 = _inputs()
         with pytest.raises(ValueError, match=r"value heads h_v must be a multiple of h_k=2, got h_v=3"):
             gated_delta_rule(q, k, v[:, :3], g[:, :3], beta[:, :3])
-        with pytest.raises(ValueError, match=r"beta must have shape \(b, h_v, t\) = \(2, 4, 23\)"):
+        with pytest.raises(ValueError, match=r"beta must have shape \(b, h_v, t\) = \(2, 4, 23\).*got \(2, 4, 22\)"):
             gated_delta_rule(q, k, v, g, beta[..., :-1])
-        with pytest.raises(ValueError, match=r"initial_state must have shape"):
+        with pytest.raises(ValueError, match=r"initial_state must have shape.*got \(2, 4, 8, 5\)"):
             gated_delta_rule(q, k, v, g, beta, initial_state=s0[..., :-1])
-        with pytest.raises(ValueError, match="query and key must have one shape"):
+        with pytest.raises(
+            ValueError, match=r"query and key must have one shape.*got \(2, 2, 23, 8\) and \(2, 2, 23, 7\)"
+        ):
             delta_rule(q, k[..., :-1], v, beta)
 
-    def test_forms_and_chunk_size(self):
+    def test_form_must_be_known_and_chunk_size_at_least_one(self):
         q, k, v, g, beta, _ = _inputs()
         with pytest.raises(ValueError, match=r"form must be one of \('recurrent', 'chunked'\), got 'parallel'"):
             gated_delta_rule(q, k, v, g, beta, form="parallel")
         with pytest.raises(ValueError, match="chunk_size must be at least 1, got 0"):
             decayed_linear_attention(q, k, v, g, form="chunked", chunk_size=0)
-
-    def test_layer_heads(self):
-        with pytest.raises(ValueError, match="num_value_heads must be a multiple of num_key_heads=2, got 3"):
-            GatedDeltaNet(16, 2, 3, 4, 4)
-
-
-
-def test_layer_with_a_state_continues_where_it_stopped():
-    """A DeltaState carries the convolution's last inputs and S: prefill then one token at a time
-    gives the outputs of one call over the whole sequence."""
-    from attention.delta_layer import DeltaState
-
-    torch.manual_seed(0)
-    layer = GatedDeltaNet(16, 2, 4, 4, 3).double()
-    x = torch.randn(2, 9, 16, dtype=F64)
-    state = DeltaState()
-    parts = [layer(x[:, :5], state)] + [layer(x[:, i:i + 1], state) for i in range(5, 9)]
-    torch.testing.assert_close(torch.cat(parts, dim=1), layer(x), rtol=1e-12, atol=1e-13)
-    assert state.length == 9 and state.state.shape == (2, 4, 4, 3)
-
 
 @pytest.mark.parametrize("delta", [False, True])
 def test_flops_count_what_the_chunked_forms_multiply(delta):

@@ -44,7 +44,7 @@ def test_the_gated_delta_sublayer_is_the_rule_on_its_convolved_inputs():
 
 
 class TestBadInput:
-    def test_unknown_kind_and_layers_are_named(self):
+    def test_kind_must_be_known_and_layers_must_exist(self):
         with pytest.raises(ValueError, match=r"kind must be one of .*got 'gla'"):
             use_recurrent_attention(_model(), "gla")
         with pytest.raises(ValueError, match=r"layers must be indices of the model's 2 blocks, got \[2\]"):

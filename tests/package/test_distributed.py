@@ -216,10 +216,13 @@ def test_the_run_takes_seconds(run):
     assert seconds < 30, f"world size {world}: {seconds:.1f} s"
 
 
-@pytest.mark.parametrize("fn", [ring_attention, ulysses_attention])
-def test_the_kernel_conventions_hold_before_any_process_group(fn):
-    q = torch.randn(1, 2, 4, 4)
-    with pytest.raises(TypeError, match="did you mean is_causal"):
-        fn(q, q, q, causal=True)
-    with pytest.raises(ValueError, match="is_causal must be a bool"):
-        fn(q, q, q, is_causal=torch.tensor(True))
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize("fn", [ring_attention, ulysses_attention])
+    def test_the_kernel_conventions_hold_before_any_process_group(self, fn):
+        q = torch.randn(1, 2, 4, 4)
+        with pytest.raises(TypeError, match="did you mean is_causal"):
+            fn(q, q, q, causal=True)
+        with pytest.raises(ValueError, match=r"is_causal must be a bool.*got tensor\(True\) of type Tensor"):
+            fn(q, q, q, is_causal=torch.tensor(True))

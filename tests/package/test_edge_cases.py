@@ -259,7 +259,7 @@ OURS = {
 @pytest.mark.parametrize("b, t_q, t_k", [(2, 3, 0), (2, 0, 5), (2, 0, 0), (0, 3, 5)])
 def test_empty_inputs_give_torchs_outputs_and_gradients(b, t_q, t_k, causal) -> None:
     """No keys: zero rows. No queries, or no batch: empty outputs. Gradients: zeros, no crash."""
-    q, k, v = qkv(b, t_q, t_k)
+    q, k, v = qkv((b, t_q, 4), (b, t_k, 4), (b, t_k, 3), requires_grad=True)
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     expected_grads = torch.autograd.grad(expected, (q, k, v), torch.ones_like(expected))
     for name, fn in OURS.items():
@@ -273,7 +273,7 @@ def test_empty_inputs_give_torchs_outputs_and_gradients(b, t_q, t_k, causal) -> 
 
 
 def test_no_keys_gives_zero_rows_also_in_half_precision() -> None:
-    q, k, v = (x.detach().bfloat16() for x in qkv(2, 3, 0))
+    q, k, v = (x.bfloat16() for x in qkv((2, 3, 4), (2, 0, 4), (2, 0, 3)))
     for name, fn in OURS.items():
         out = fn(q, k, v, False)
         assert out.dtype == torch.bfloat16 and torch.equal(out, torch.zeros(2, 3, 3)), name
@@ -290,7 +290,7 @@ def test_no_keys_gives_zero_rows_also_in_half_precision() -> None:
     ],
 )
 def test_masks_torch_accepts_give_torchs_answer(query_dtype, mask_dtype) -> None:
-    q, k, v = (x.detach().to(query_dtype) for x in qkv(2, 3, 5))
+    q, k, v = (x.to(query_dtype) for x in qkv((2, 3, 4), (2, 5, 4), (2, 5, 3)))
     mask = torch.randn(3, 5, generator=torch.Generator().manual_seed(1)).to(mask_dtype)
     if mask_dtype == torch.bool:
         mask[:, 0] = True
@@ -318,7 +318,7 @@ def nan_rows(out: torch.Tensor) -> list[bool]:
     ],
 )
 def test_nan_and_inf_propagate_as_in_torch(tensor, index, value, expected_nan_rows) -> None:
-    q, k, v = (x.detach() for x in qkv(1, 6, 6))
+    q, k, v = qkv((1, 6, 4), (1, 6, 4), (1, 6, 3))
     {"q": q, "k": k, "v": v}[tensor][index] = value
     expected = F.scaled_dot_product_attention(q, k, v)
     if expected_nan_rows is None:
@@ -331,7 +331,7 @@ def test_nan_and_inf_propagate_as_in_torch(tensor, index, value, expected_nan_ro
 
 
 def test_inf_in_a_value_gives_inf_where_its_weight_is_positive() -> None:
-    q, k, v = (x.detach() for x in qkv(1, 6, 6))
+    q, k, v = qkv((1, 6, 4), (1, 6, 4), (1, 6, 3))
     v[0, 2, 1] = INF
     expected = F.scaled_dot_product_attention(q, k, v)
     assert torch.isinf(expected[0, :, 1]).all() and torch.isfinite(expected[0, :, [0, 2]]).all()
@@ -342,7 +342,7 @@ def test_inf_in_a_value_gives_inf_where_its_weight_is_positive() -> None:
 def test_rows_whose_scores_are_all_minus_inf_give_zeros() -> None:
     """Not a mask but the data: every score -inf. torch answers 0; online softmax needs care,
     since exp(s - m) with s = m = -inf is nan (FlashAttention-2 shifts such rows by 0)."""
-    q, k, v = (x.detach() for x in qkv(1, 6, 6))
+    q, k, v = qkv((1, 6, 4), (1, 6, 4), (1, 6, 3))
     q[..., 0] = q[..., 0].abs() + 0.1  # > 0
     k[..., 0] = -INF
     k[..., 1:] = 0.0  # so that q_i · k_j = -inf exactly
@@ -362,7 +362,7 @@ def test_rows_whose_scores_are_all_minus_inf_give_zeros() -> None:
 def test_a_key_hidden_by_causality_does_not_reach_the_rows_that_cannot_see_it() -> None:
     """Ours replace a hidden score by -inf, nan included, so rows 0 and 1 stay finite with a
     nan in key 2; torch's math backend adds -inf to the nan and makes every row nan."""
-    q, k, v = (x.detach() for x in qkv(1, 6, 6))
+    q, k, v = qkv((1, 6, 4), (1, 6, 4), (1, 6, 3))
     k[0, 2, 0] = NAN
     for name, fn in OURS.items():
         assert nan_rows(fn(q, k, v, True)) == [False, False, True, True, True, True], name
@@ -372,7 +372,7 @@ def test_a_key_hidden_by_causality_does_not_reach_the_rows_that_cannot_see_it() 
 
 
 def test_plus_inf_in_an_additive_mask_makes_its_row_nan_like_torch() -> None:
-    q, k, v = (x.detach() for x in qkv(1, 6, 6))
+    q, k, v = qkv((1, 6, 4), (1, 6, 4), (1, 6, 3))
     mask = torch.zeros(6, 6, dtype=torch.float64)
     mask[3, 1] = INF
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -387,7 +387,7 @@ def test_plus_inf_in_an_additive_mask_makes_its_row_nan_like_torch() -> None:
 def test_a_bad_value_hidden_by_causality_reaches_every_row_in_both(bad, block_size) -> None:
     """In A V a hidden value meets a weight of exactly 0, and 0 · nan = 0 · inf = nan; flash
     must not lose it by skipping the tiles above the diagonal, whatever the tiling."""
-    q, k, v = (x.detach() for x in qkv(1, 6, 6))
+    q, k, v = qkv((1, 6, 4), (1, 6, 4), (1, 6, 3))
     v[0, 4, 1] = bad
     expected = scaled_dot_product_attention(q, k, v, is_causal=True)
     assert torch.isnan(expected[0, :4, 1]).all()  # rows 0-3 cannot see key 4: weight 0

@@ -1,5 +1,7 @@
 """Encoder attention: equals torch.nn.MultiheadAttention, padding hides keys, nothing is causal."""
 
+import re
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -138,40 +140,70 @@ def test_cross_attention_padding_hides_context_tokens():
     )
 
 
-@pytest.mark.parametrize(
-    "build, message",
-    [
-        (lambda: BidirectionalSelfAttention(4, 6, dropout=0.0, num_heads=4), "d_out=6 and num_heads=4"),
-        (
-            lambda: BidirectionalSelfAttention(4, 4, dropout=1.0, num_heads=2),
-            r"dropout must be in \[0, 1\), got 1.0",
-        ),
-        (lambda: CrossAttention(4, 3, 4, dropout=-0.1, num_heads=2), r"\[0, 1\), got -0.1"),
-        (lambda: CrossAttention(4, 3, 4, dropout=0.0, num_heads=0), "num_heads must be at least 1, got 0"),
-    ],
-)
-def test_bad_construction_raises(build, message):
-    with pytest.raises(ValueError, match=message):
-        build()
+HEADED_BUILDERS = {
+    "cross": lambda h: CrossAttention(3, 5, 4, num_heads=h, dropout=0.0),
+    "bidirectional": lambda h: BidirectionalSelfAttention(3, 4, num_heads=h, dropout=0.0),
+}
 
 
-def test_bad_self_attention_input_raises():
-    module = BidirectionalSelfAttention(4, 4, dropout=0.0, num_heads=2)
-    with pytest.raises(ValueError, match="3-d, got a 2-d"):
-        module(torch.randn(5, 4))
-    with pytest.raises(ValueError, match="d_q=4, got 3"):
-        module(torch.randn(2, 5, 3))
-    with pytest.raises(
-        ValueError, match=r"shape \(b, t_k\) = \(2, 5\), got torch.bool of shape \(2, 4\)"
-    ):
-        module(torch.randn(2, 5, 4), key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match="bool tensor"):
-        module(torch.randn(2, 5, 4), key_padding_mask=torch.zeros(2, 5))
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
 
+    @pytest.mark.parametrize(
+        "build, message",
+        [
+            (lambda: BidirectionalSelfAttention(4, 6, dropout=0.0, num_heads=4),
+             r"d_out must be divisible by num_heads.*got d_out=6 and num_heads=4"),
+            (
+                lambda: BidirectionalSelfAttention(4, 4, dropout=1.0, num_heads=2),
+                r"dropout must be in \[0, 1\), got 1.0",
+            ),
+            (lambda: CrossAttention(4, 3, 4, dropout=-0.1, num_heads=2), r"\[0, 1\), got -0.1"),
+            (lambda: CrossAttention(4, 3, 4, dropout=0.0, num_heads=0), "num_heads must be at least 1, got 0"),
+        ],
+    )
+    def test_heads_must_divide_d_out_and_dropout_lie_in_the_unit_interval(self, build, message):
+        with pytest.raises(ValueError, match=message):
+            build()
 
-def test_bad_cross_attention_input_raises():
-    module = CrossAttention(3, 5, 4, dropout=0.0, num_heads=2)
-    with pytest.raises(ValueError, match="context must have last dimension d_kv=5, got 3"):
-        module(torch.randn(2, 4, 3), torch.randn(2, 7, 3))
-    with pytest.raises(ValueError, match="same batch size b, got 2 and 1"):
-        module(torch.randn(2, 4, 3), torch.randn(1, 7, 5))
+    def test_input_and_padding_mask_must_fit_the_module(self):
+        module = BidirectionalSelfAttention(4, 4, dropout=0.0, num_heads=2)
+        with pytest.raises(ValueError, match="3-d, got a 2-d"):
+            module(torch.randn(5, 4))
+        with pytest.raises(ValueError, match="d_q=4, got 3"):
+            module(torch.randn(2, 5, 3))
+        with pytest.raises(
+            ValueError, match=r"shape \(b, t_k\) = \(2, 5\), got torch.bool of shape \(2, 4\)"
+        ):
+            module(torch.randn(2, 5, 4), key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
+        with pytest.raises(ValueError, match=r"bool tensor.*got torch\.float32 of shape \(2, 5\)"):
+            module(torch.randn(2, 5, 4), key_padding_mask=torch.zeros(2, 5))
+
+    def test_context_must_have_d_kv_and_the_querys_batch(self):
+        module = CrossAttention(3, 5, 4, dropout=0.0, num_heads=2)
+        with pytest.raises(ValueError, match="context must have last dimension d_kv=5, got 3"):
+            module(torch.randn(2, 4, 3), torch.randn(2, 7, 3))
+        with pytest.raises(ValueError, match="same batch size b, got 2 and 1"):
+            module(torch.randn(2, 4, 3), torch.randn(1, 7, 5))
+
+    @pytest.mark.parametrize(
+        ("num_heads", "message"),
+        [(2.0, "2.0 of type float"), ("2", "'2' of type str"), (True, "True of type bool")],
+    )
+    @pytest.mark.parametrize("name", HEADED_BUILDERS)
+    def test_num_heads_must_be_an_integer(self, name: str, num_heads: object, message: str) -> None:
+        with pytest.raises(ValueError, match=f"num_heads must be an integer, got {message}"):
+            HEADED_BUILDERS[name](num_heads)
+
+    @pytest.mark.parametrize(
+        ("build", "message"),
+        [
+            (lambda: CrossAttention(3, 5, 0, num_heads=2, dropout=0.0), "d_out must be at least 1, got 0"),
+            (lambda: BidirectionalSelfAttention(3, 0, num_heads=2, dropout=0.0), "d_out must be at least 1, got 0"),
+            (lambda: BidirectionalSelfAttention(0, 4, num_heads=2, dropout=0.0), "d_in must be at least 1, got 0"),
+            (lambda: CrossAttention(3, 0, 4, num_heads=2, dropout=0.0), "d_kv must be at least 1, got 0"),
+        ],
+    )
+    def test_sizes_must_be_positive_integers(self, build, message: str) -> None:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            build()

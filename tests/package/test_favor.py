@@ -3,9 +3,10 @@ the output's mean and error within what the variance derived in chapter 12 allow
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import scaled_qkv as qkv
+from _inputs import qkv
 
 from attention.favor import (
     favor_attention,
@@ -58,7 +59,7 @@ def test_favor_output_mean_and_error_are_what_the_variance_predicts():
     # variance of favor_error_variance and its mean is off by
     # -(1/m) sum_ab alpha_a alpha_b (v_a - z) exp((x + y_a).(x + y_b)).
     d, m, draws = 4, 64, 2000
-    query, key, value = qkv(6, d, scale=0.3, seed=11)
+    query, key, value = qkv((6, d), seed=11, scale=0.3)
     value = value / 0.3
     exact = F.scaled_dot_product_attention(query, key, value)
     generator = torch.Generator().manual_seed(5)
@@ -79,7 +80,7 @@ def test_favor_output_mean_and_error_are_what_the_variance_predicts():
 
 
 def test_favor_converges_to_softmax_attention_causal_or_not():
-    query, key, value = qkv(2, 2, 12, 8, scale=0.5, seed=2)
+    query, key, value = qkv((2, 2, 12, 8), seed=2, scale=0.5)
     for causal in (False, True):
         exact = F.scaled_dot_product_attention(query, key, value, is_causal=causal)
         errors = [(favor_attention(query, key, value, num_features=m, seed=1, is_causal=causal) - exact).pow(2).mean()
@@ -90,7 +91,7 @@ def test_favor_converges_to_softmax_attention_causal_or_not():
 
 
 def test_favor_forms_agree_and_the_seed_fixes_the_draw():
-    query, key, value = qkv(1, 2, 20, 8)
+    query, key, value = qkv((1, 2, 20, 8))
     outs = [favor_attention(query, key, value, num_features=32, seed=3, is_causal=True, form=f) for f in FORMS]
     for out in outs[1:]:
         torch.testing.assert_close(out, outs[0], rtol=1e-10, atol=1e-12)
@@ -99,9 +100,24 @@ def test_favor_forms_agree_and_the_seed_fixes_the_draw():
 
 def test_favor_is_finite_for_large_scores():
     # Without the shared maximum subtracted from the exponents, exp overflows in float32.
-    query, key, value = (x.float() for x in qkv(1, 16, 64, scale=6.0))
+    query, key, value = (x.float() for x in qkv((1, 16, 64), scale=6.0))
     out = favor_attention(query, key, value, num_features=64, seed=0, is_causal=True)
     assert torch.isfinite(out).all()
 
 
 # Bad input ------------------------------------------------------------------------------------
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_favor_features_seed_and_projection_must_be_valid(self):
+        q, k, v = qkv((2, 5, 4))
+        with pytest.raises(ValueError, match="num_features must be at least 1, got 0"):
+            favor_attention(q, k, v, num_features=0)
+        with pytest.raises(ValueError, match=r"seed must be an integer or None.*got 1\.5"):
+            favor_attention(q, k, v, num_features=8, seed=1.5)
+        with pytest.raises(ValueError, match=r"projection must have shape \(num_features, d_k\).*got \(8, 3\)"):
+            favor_attention(q, k, v, num_features=8, projection=torch.randn(8, 3, dtype=F64))
+        with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(8, 3\)"):
+            positive_random_features(q, torch.randn(8, 3))

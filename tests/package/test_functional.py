@@ -1,8 +1,11 @@
 """attention.functional: softmax, masks and scaled dot-product attention vs the book and torch."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import qkv
 from torch.autograd import gradcheck
 
 from attention import (
@@ -269,22 +272,6 @@ def test_enable_gqa_equals_torch(h_k: int, h_v: int) -> None:
         torch.testing.assert_close(weights[:, i], expected, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize(
-    ("q_shape", "k_shape", "message"),
-    [
-        ((2, 6, 4, 5), (2, 4, 7, 5), r"key's number of heads \(dim -3\) must divide .* h=6, got 4"),
-        ((6, 4, 5), (4, 7, 5), r"must divide the query's h=6, got 4"),
-        ((4, 5), (7, 5), r"query must have at least 3 dimensions \(\.\.\., heads, t, d\), got"),
-    ],
-)
-def test_enable_gqa_bad_heads(q_shape: tuple, k_shape: tuple, message: str) -> None:
-    q, k = torch.randn(q_shape), torch.randn(k_shape)
-    with pytest.raises(ValueError, match=message):
-        scaled_dot_product_attention(q, k, k, enable_gqa=True)
-    with pytest.raises(ValueError, match=message):
-        attention_weights(q, k, enable_gqa=True)
-
-
 @pytest.mark.parametrize(("t_q", "t_k"), [(3, 5), (5, 3), (4, 4), (1, 6)])
 def test_bottom_right_causal_mask_puts_the_queries_last(t_q: int, t_k: int) -> None:
     """The t_q queries are the last t_q of t_k positions (torch's ``causal_lower_right``).
@@ -308,7 +295,101 @@ def test_bottom_right_causal_mask_puts_the_queries_last(t_q: int, t_k: int) -> N
     assert torch.equal(additive_causal_mask(t_q, t_k, alignment="bottom_right") == 0, mask)
 
 
-def test_causal_mask_bad_alignment() -> None:
-    expected = r"alignment must be one of \('top_left', 'bottom_right'\), got 'left'"
-    with pytest.raises(ValueError, match=expected):
-        causal_mask(3, 5, alignment="left")
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize(
+        ("q_shape", "k_shape", "message"),
+        [
+            ((2, 6, 4, 5), (2, 4, 7, 5), r"key's number of heads \(dim -3\) must divide .* h=6, got 4"),
+            ((6, 4, 5), (4, 7, 5), r"must divide the query's h=6, got 4"),
+            ((4, 5), (7, 5), r"query must have at least 3 dimensions \(\.\.\., heads, t, d\), got"),
+        ],
+    )
+    def test_enable_gqa_bad_heads(self, q_shape: tuple, k_shape: tuple, message: str) -> None:
+        q, k = torch.randn(q_shape), torch.randn(k_shape)
+        with pytest.raises(ValueError, match=message):
+            scaled_dot_product_attention(q, k, k, enable_gqa=True)
+        with pytest.raises(ValueError, match=message):
+            attention_weights(q, k, enable_gqa=True)
+
+    def test_causal_mask_bad_alignment(self) -> None:
+        expected = r"alignment must be one of \('top_left', 'bottom_right'\), got 'left'"
+        with pytest.raises(ValueError, match=expected):
+            causal_mask(3, 5, alignment="left")
+
+    @pytest.mark.parametrize("dropout_p", [-0.5, 1.0])
+    def test_dropout_p_must_be_in_the_unit_interval(self, dropout_p: float) -> None:
+        x = torch.randn(2, 4, 3)
+        with pytest.raises(ValueError, match=rf"dropout_p must be in \[0, 1\), got {dropout_p}"):
+            scaled_dot_product_attention(x, x, x, dropout_p=dropout_p)
+
+    @pytest.mark.parametrize(
+        ("mask_shape", "scores_shape"),
+        [((4, 5), (2, 3, 5, 7)), ((5, 1, 7), (2, 3, 5, 7)), ((1, 2, 3, 5, 7), (2, 3, 5, 7))],
+    )
+    def test_mask_must_broadcast_to_the_scores(self, mask_shape: tuple, scores_shape: tuple) -> None:
+        b, h, t_q, t_k = scores_shape
+        q, k = torch.randn(b, h, t_q, 8), torch.randn(b, h, t_k, 8)
+        expected = re.escape(f"broadcast to the scores' shape {scores_shape}, got shape {mask_shape}")
+        for mask in (torch.ones(mask_shape, dtype=torch.bool), torch.zeros(mask_shape)):
+            with pytest.raises(ValueError, match=expected):
+                scaled_dot_product_attention(q, k, k, attn_mask=mask)
+
+    def test_query_key_and_value_must_agree_in_d_k_and_t_k(self) -> None:
+        with pytest.raises(ValueError, match=r"same last dimension d_k, got 4 and 5"):
+            attention_weights(torch.randn(3, 4), torch.randn(3, 5))
+        with pytest.raises(ValueError, match=r"same number of tokens t_k, got 3 and 2"):
+            scaled_dot_product_attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 4))
+        expected = r"query must have at least 2 dimensions .*got a 1-d tensor of shape \(4,\)"
+        with pytest.raises(ValueError, match=expected):
+            attention_weights(torch.randn(4), torch.randn(3, 4))
+
+    def test_a_mask_and_is_causal_are_exclusive(self) -> None:
+        x = torch.randn(4, 3)
+        with pytest.raises(ValueError, match=r"attn_mask must be None when is_causal=True.*got a tensor"):
+            scaled_dot_product_attention(x, x, x, attn_mask=torch.ones(4, 4) > 0, is_causal=True)
+
+    def test_zero_width_queries_and_keys_are_refused(self) -> None:
+        """d_k = 0 has no scale 1/sqrt(d_k); it used to raise ZeroDivisionError."""
+        q, k, v = qkv((2, 3, 0), (2, 5, 0), (2, 5, 3))
+        for fn in (lambda: scaled_dot_product_attention(q, k, v), lambda: attention_weights(q, k)):
+            with pytest.raises(ValueError, match="d_k must be at least 1.*got d_k = 0"):
+                fn()
+
+    @pytest.mark.parametrize(
+        "dtypes", [(torch.float32, torch.float64, torch.float64), (torch.float64,) * 2 + (torch.half,)]
+    )
+    def test_query_key_and_value_must_share_one_dtype(self, dtypes) -> None:
+        q, k, v = (x.to(dt) for x, dt in zip(qkv((2, 3, 4), (2, 5, 4), (2, 5, 3)), dtypes))
+        listed = ", ".join(f"{name} {dt} on cpu" for name, dt in zip(("query", "key", "value"), dtypes))
+        with pytest.raises(ValueError, match=f"query, key, value must share one dtype, got {listed}"):
+            scaled_dot_product_attention(q, k, v)
+        if dtypes[0] != dtypes[1]:
+            with pytest.raises(
+                ValueError, match=r"query, key must share one dtype.*got query torch\.float32 on cpu, key torch\.float64 on cpu"
+            ):
+                attention_weights(q, k)
+
+    @pytest.mark.parametrize(
+        "query_dtype, mask_dtype",
+        [
+            (torch.float32, torch.uint8),
+            (torch.float32, torch.int32),
+            (torch.float64, torch.int64),
+            (torch.float32, torch.float64),
+            (torch.float32, torch.float16),
+            (torch.bfloat16, torch.float16),
+        ],
+    )
+    def test_masks_torch_refuses_are_refused(self, query_dtype, mask_dtype) -> None:
+        """An integer 0/1 mask used to be added to the scores as if it were additive."""
+        q, k, v = (x.to(query_dtype) for x in qkv((2, 3, 4), (2, 5, 4), (2, 5, 3)))
+        mask = torch.ones(3, 5, dtype=mask_dtype)
+        with pytest.raises(RuntimeError, match="Expected attn_mask dtype"):
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # torch refuses it too
+        message = f"torch.float32 or the query's {query_dtype}, got {mask_dtype}"
+        with pytest.raises(ValueError, match=message):
+            scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        with pytest.raises(ValueError, match=message):
+            attention_weights(q, k, attn_mask=mask)

@@ -21,6 +21,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import qkv
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attention.flash import flash_attention
@@ -33,15 +34,6 @@ IMPLEMENTATIONS = {
     "flash, block 64": lambda q, k, v, causal: flash_attention(q, k, v, is_causal=causal, block_size=64),
     "flash, block 16": lambda q, k, v, causal: flash_attention(q, k, v, is_causal=causal, block_size=16),
 }
-
-
-def half_qkv(
-    shape_q: tuple[int, ...], shape_kv: tuple[int, ...], dtype: torch.dtype, std: float = 1.0
-) -> list[torch.Tensor]:
-    """Query (..., t_q, d), key and value (..., t_k, d), drawn N(0, std²) and rounded to dtype."""
-    g = torch.Generator().manual_seed(0)
-    shapes = (shape_q, shape_kv, shape_kv)
-    return [(std * torch.randn(s, generator=g)).to(dtype).requires_grad_() for s in shapes]
 
 
 def naive_attention(
@@ -87,8 +79,8 @@ GRID = [
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("t_q, t_k, d, causal", GRID)
-def test_flashattention_rule(t_q: int, t_k: int, d: int, causal: bool, dtype: torch.dtype) -> None:
-    q, k, v = half_qkv((1, 2, t_q, d), (1, 2, t_k, d), dtype)
+def test_half_precision_error_is_within_flashattentions_bound(t_q: int, t_k: int, d: int, causal: bool, dtype: torch.dtype) -> None:
+    q, k, v = qkv((1, 2, t_q, d), (1, 2, t_k, d), dtype=torch.float32, to=dtype, requires_grad=True)
     grad_out = torch.randn(1, 2, t_q, d, generator=torch.Generator().manual_seed(1)).to(dtype)
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
     ref = output_and_grads(naive_attention, q64, k64, v64, causal, grad_out)
@@ -163,7 +155,7 @@ def test_within_pytorchs_tolerance_rule_without_fudge_factor(t_q, t_k, d, causal
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_explicit_attention_is_the_float32_computation_rounded_once(dtype) -> None:
-    q, k, v = (x.detach() for x in half_qkv((2, 3, 9, 16), (2, 3, 11, 16), dtype, std=2.0))
+    q, k, v = (x.detach() for x in qkv((2, 3, 9, 16), (2, 3, 11, 16), dtype=torch.float32, scale=2.0, to=dtype, requires_grad=True))
     mask = torch.randn(9, 11, generator=torch.Generator().manual_seed(1))  # float32, added in it
     q32, k32, v32 = q.float(), k.float(), v.float()
     weights = attention_weights(q, k, attn_mask=mask)
@@ -178,7 +170,7 @@ def test_explicit_attention_is_the_float32_computation_rounded_once(dtype) -> No
     "shape, causal", [((2, 4, 256, 64), True), ((1, 2, 1000, 128), False), ((2, 3, 77, 40), True)]
 )
 def test_forward_error_at_most_1_5x_torch(shape, causal, dtype) -> None:
-    q, k, v = (x.detach() for x in half_qkv(shape, shape, dtype, std=2.0))
+    q, k, v = (x.detach() for x in qkv(shape, shape, dtype=torch.float32, scale=2.0, to=dtype, requires_grad=True))
     ref = naive_attention(q.double(), k.double(), v.double(), causal)
     e_torch = max_error(F.scaled_dot_product_attention(q, k, v, is_causal=causal), ref)
     for name in ("sdpa", "flash, block 64"):
@@ -189,7 +181,7 @@ def test_forward_error_at_most_1_5x_torch(shape, causal, dtype) -> None:
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_error_does_not_grow_with_the_number_of_key_blocks(dtype) -> None:
     """One query against 4099 keys in 586 blocks of 7: rounding l and acc per block would add up."""
-    q, k, v = (x.detach() for x in half_qkv((1, 1, 64), (1, 4099, 64), dtype, std=2.0))
+    q, k, v = (x.detach() for x in qkv((1, 1, 64), (1, 4099, 64), dtype=torch.float32, scale=2.0, to=dtype, requires_grad=True))
     ref = naive_attention(q.double(), k.double(), v.double(), causal=False)
     e_torch = max_error(F.scaled_dot_product_attention(q, k, v), ref)
     e_flash = max_error(flash_attention(q, k, v, block_size=7), ref)
@@ -203,7 +195,7 @@ def test_output_and_gradients_as_accurate_in_32_blocks_as_in_one(dtype) -> None:
     Sums of dQ (over key blocks) or dK, dV (over query blocks) kept in the input dtype would be
     rounded once per block: 4 to 6 times the one-block error here (measured).
     """
-    q, k, v = half_qkv((1, 1, 128, 64), (1, 1, 128, 64), dtype)
+    q, k, v = qkv((1, 1, 128, 64), (1, 1, 128, 64), dtype=torch.float32, to=dtype, requires_grad=True)
     grad_out = torch.randn(1, 1, 128, 64, generator=torch.Generator().manual_seed(1)).to(dtype)
     q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
     ref = output_and_grads(naive_attention, q64, k64, v64, False, grad_out)
@@ -230,7 +222,7 @@ def test_one_key_gives_exact_output_and_zero_query_and_key_gradients(dtype) -> N
     D = rowsum(dO ∘ O) with O = v), so it is 0 up to their float32 rounding, which is bounded
     by 2 d eps |dO| |v| per row (the standard bound for a length-d float32 dot product).
     """
-    q, k, v = half_qkv((2, 2, 37, 64), (2, 2, 1, 64), dtype)
+    q, k, v = qkv((2, 2, 37, 64), (2, 2, 1, 64), dtype=torch.float32, to=dtype, requires_grad=True)
     grad_out = torch.randn(2, 2, 37, 64, generator=torch.Generator().manual_seed(1)).to(dtype)
     for name, fn in IMPLEMENTATIONS.items():
         out, dq, dk, _ = output_and_grads(fn, q, k, v, False, grad_out)

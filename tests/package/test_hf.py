@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from attention.hf import CausalLM, from_transformers, upcast_transformers  # no transformers import
-from attention.rope_scaling import YaRNScaling
 
 transformers = pytest.importorskip("transformers")
 
@@ -115,37 +114,32 @@ def test_unpatched_reference_agrees_to_float32_rounding() -> None:
     assert 1e-12 < error < 1e-5
 
 
-def test_rope_scaling_the_book_lacks_is_refused() -> None:
-    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
-            "long_factor": [1.0] * 4, "original_max_position_embeddings": 16}
-    with pytest.raises(ValueError, match="rope_type='longrope' is not supported"):
-        from_transformers(_model("llama", {**GQA, "rope_parameters": rope}))
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
 
+    def test_rope_scaling_the_book_lacks_is_refused(self) -> None:
+        rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
+                "long_factor": [1.0] * 4, "original_max_position_embeddings": 16}
+        with pytest.raises(ValueError, match="rope_type='longrope' is not supported"):
+            from_transformers(_model("llama", {**GQA, "rope_parameters": rope}))
 
+    def test_unsupported_models_and_options_are_refused(self) -> None:
+        with pytest.raises(ValueError, match=r"model_type in .*got Linear with model_type None"):
+            from_transformers(torch.nn.Linear(2, 2))
+        with pytest.raises(ValueError, match=r"model_type in .*got PhiForCausalLM with model_type 'phi'"):
+            from_transformers(_model("phi", **SMALL))
+        with pytest.raises(ValueError, match="reorder_and_upcast_attn=True"):
+            from_transformers(_model("gpt2", **dict(CASES["gpt2"][1], reorder_and_upcast_attn=True)))
+        with pytest.raises(ValueError, match="deepseek_v32 is not supported yet: .*sparse"):
+            from_transformers(_model("deepseek_v32", {**CASES["deepseek_v3"][1]}))
 
-def test_yarn_ramp_is_checked() -> None:
-    with pytest.raises(ValueError, match="ramp must be 'turns' or 'index'"):
-        YaRNScaling(4.0, 64, ramp="pairs")
-
-
-def test_unsupported_models_and_options_are_refused() -> None:
-    with pytest.raises(ValueError, match="model_type in"):
-        from_transformers(torch.nn.Linear(2, 2))
-    with pytest.raises(ValueError, match="model_type in"):
-        from_transformers(_model("phi", **SMALL))
-    with pytest.raises(ValueError, match="reorder_and_upcast_attn=True"):
-        from_transformers(_model("gpt2", **dict(CASES["gpt2"][1], reorder_and_upcast_attn=True)))
-    with pytest.raises(ValueError, match="deepseek_v32 is not supported yet: .*sparse"):
-        from_transformers(_model("deepseek_v32", {**CASES["deepseek_v3"][1]}))
-
-
-def test_bad_input_is_refused() -> None:
-    ours = from_transformers(_model(*CASES["gpt2"]))
-    with pytest.raises(ValueError, match=r"\(b, t\) tensor of torch.long"):
-        ours(torch.zeros(7, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"lie in \[0, 64\)"):
-        ours(torch.full((1, 3), 64))
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        ours.generate(torch.zeros(1, 3, dtype=torch.long), -1)
-    with pytest.raises(ValueError, match="must be float64"):
-        upcast_transformers(_model(*CASES["gpt2"]).float())
+    def test_token_ids_max_new_tokens_and_dtype_must_be_valid(self) -> None:
+        ours = from_transformers(_model(*CASES["gpt2"]))
+        with pytest.raises(ValueError, match=r"\(b, t\) tensor of torch.long.*got shape \(7,\) and dtype torch\.int64"):
+            ours(torch.zeros(7, dtype=torch.long))
+        with pytest.raises(ValueError, match=r"lie in \[0, 64\).*got values outside it"):
+            ours(torch.full((1, 3), 64))
+        with pytest.raises(ValueError, match=r"max_new_tokens.*got -1"):
+            ours.generate(torch.zeros(1, 3, dtype=torch.long), -1)
+        with pytest.raises(ValueError, match="must be float64"):
+            upcast_transformers(_model(*CASES["gpt2"]).float())

@@ -7,7 +7,6 @@ import torch.nn.functional as F
 from attention import MultiHeadAttention, sliding_window_mask
 from attention.inference import GroupedQueryAttention, sink_window_mask
 from attention.kv_cache import KVCache, RollingKVCache, kv_cache_bytes
-from attention.paged import PagedKVCache
 
 HEADS = [4, 2, 1]  # h_kv for h = 4: multi-head, grouped-query, multi-query
 CHUNKS = [(3, 1, 1, 1, 1, 1, 1), (2, 4, 1, 2), (9,)]  # prefill + one at a time, chunked, one-shot
@@ -148,82 +147,8 @@ def test_cached_decoding_with_sinks_equals_the_full_pass(
     assert cache.nbytes == kv_cache_bytes(2, sinks + window, 1, 2, 2, 8)
 
 
-@pytest.mark.parametrize("window", [None, 2])
-def test_paged_cache_gives_the_contiguous_result(window: int | None) -> None:
-    gqa = _gqa(2, window)
-    pool = PagedKVCache(num_blocks=8, block_size=3, num_kv_heads=2, d_h=2, dtype=torch.float64)
-    a, b = pool.add_sequence(), pool.add_sequence()
-    xa, xb = torch.randn(1, 8, 6, dtype=torch.float64), torch.randn(1, 5, 6, dtype=torch.float64)
-    outs = {a: [gqa(xa[:, :4], pool.sequence(a))], b: [gqa(xb[:, :2], pool.sequence(b))]}
-    for step in range(4):  # the two sequences take turns, so their blocks interleave in the pool
-        outs[a].append(gqa(xa[:, 4 + step : 5 + step], pool.sequence(a)))
-        if step < 3:
-            outs[b].append(gqa(xb[:, 2 + step : 3 + step], pool.sequence(b)))
-    # a: 4 tokens in blocks 0, 1; b: 2 in block 2; b's 4th token opens block 3, a's 7th block 4
-    assert pool.block_tables == {a: [0, 1, 4], b: [2, 3]}
-    for seq, x, prefill in ((a, xa, 4), (b, xb, 2)):
-        contiguous = KVCache(1, 2, x.shape[1], 2, dtype=torch.float64)
-        parts = x.split([prefill] + [1] * (x.shape[1] - prefill), dim=1)  # as the pool got them
-        expected = torch.cat([gqa(part, contiguous) for part in parts], dim=1)
-        torch.testing.assert_close(torch.cat(outs[seq], dim=1), expected, atol=1e-10, rtol=0)
-        keys, values = pool.gather(seq)
-        torch.testing.assert_close(keys, contiguous.keys, atol=0, rtol=0)
-        torch.testing.assert_close(values, contiguous.values, atol=0, rtol=0)
-    pool.free(a)
-    assert sorted(pool.free_blocks) == [0, 1, 4, 5, 6, 7]
-    assert pool.nbytes == 2 * 8 * 2 * 3 * 2 * 8
-
-
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (lambda: GroupedQueryAttention(6, 8, 4, 3), r"num_heads=4 and num_kv_heads=3"),
-        (lambda: GroupedQueryAttention(6, 8, 4, 0), r"num_kv_heads must be at least 1, got 0"),
-        (lambda: GroupedQueryAttention(6, 8, 4, 2, window=0), r"window must be at least 1"),
-        (lambda: GroupedQueryAttention(6, 9, 4, 2), r"d_out=9 and num_heads=4"),
-        (lambda: _gqa(2)(torch.randn(1, 3, 5, dtype=torch.float64)), r"d_in=6, got 5"),
-        (lambda: _gqa(2).new_cache(1, 0), r"max_tokens must be at least 1, got 0"),
-        (lambda: _fill(_gqa(2), _gqa(2).new_cache(1, 4), 5), r"max_tokens=4 tokens, got 5"),
-        (lambda: _fill(_gqa(2, 2), _gqa(2, 2).new_cache(1, 4), 5), r"max_tokens=4 tokens, got 5"),
-        (lambda: _fill(_gqa(2), _gqa(2).new_cache(2, 4), 1), r"\(2, 2, t, 2\), got \(1, 2, 1, 2\)"),
-        (lambda: _fill(_gqa(2, 3), _gqa(2, 2).new_cache(1, 4), 1),
-         r"window=3 and sinks=0, got window=2 and sinks=0"),
-        (lambda: _fill(_gqa(2), RollingKVCache(1, 2, 2, 2, dtype=torch.float64), 1),
-         r"window=None and sinks=0, got window=2"),
-        (lambda: GroupedQueryAttention(6, 8, 4, 2, sinks=1), r"sinks=1 needs a window"),
-        (lambda: GroupedQueryAttention(6, 8, 4, 2, window=2, sinks=-1),
-         r"sinks must be an integer"),
-        (lambda: _fill(_sink_gqa(2, 2, 1), _gqa(2, 2).new_cache(1, 4), 1),
-         r"window=2 and sinks=1, got window=2 and sinks=0"),
-        (lambda: sink_window_mask(2, 4, 2, sinks=True), r"sinks must be an integer >= 0, got True"),
-        (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 2, 2)),
-         r"same number of tokens, got 1 and 2"),
-        (lambda: _fill(_gqa(2), KVCache(1, 2, 4, 2), 1),
-         r"keys must have the cache's dtype torch.float32, got torch.float64"),
-        (lambda: kv_cache_bytes(1, 0, 1, 1, 1, 2), r"tokens must be at least 1, got 0"),
-        (lambda: kv_cache_bytes(1, 1, 1, 1, 1, 0.5), r"bytes_per_value must be an integer"),
-        (lambda: PagedKVCache(2, 2, 1, 1).append(0, torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1)),
-         r"seq must be one of the sequences \[\], got 0"),
-        (lambda: _fill(_gqa(2), PagedKVCache(1, 2, 2, 2, torch.float64).sequence(0), 1),
-         r"one of the sequences"),
-        (lambda: _exhaust(), r"the pool has 1 free blocks, sequence 0 needs 2"),
-        (lambda: GroupedQueryAttention.from_multihead(
-            MultiHeadAttention(6, 8, 4, 4, 0.0, proj_dropout=0.1)), r"proj_dropout=0"),
-    ],
-)
-def test_bad_input(make: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        make()
-
-
 def _fill(gqa: GroupedQueryAttention, cache: object, t: int) -> None:
     gqa(torch.randn(1, t, 6, dtype=torch.float64), cache)
-
-
-def _exhaust() -> None:
-    pool = PagedKVCache(2, 2, 1, 1)
-    pool.append(pool.add_sequence(), torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1))
-    pool.append(0, torch.ones(1, 1, 3, 1), torch.ones(1, 1, 3, 1))
 
 
 def test_sliding_window_mask_aligned_bottom_right() -> None:
@@ -232,3 +157,45 @@ def test_sliding_window_mask_aligned_bottom_right() -> None:
         [False, True, True, True, False],  # query 0 sits at position 3: keys 1, 2, 3
         [False, False, True, True, True],  # query 1 at position 4: keys 2, 3, 4
     ]
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: GroupedQueryAttention(6, 8, 4, 3),
+             r"num_heads must be divisible by num_kv_heads.*got num_heads=4 and num_kv_heads=3"),
+            (lambda: GroupedQueryAttention(6, 8, 4, 0), r"num_kv_heads must be at least 1, got 0"),
+            (lambda: GroupedQueryAttention(6, 8, 4, 2, window=0), r"window must be at least 1.*got 0"),
+            (lambda: GroupedQueryAttention(6, 9, 4, 2),
+             r"d_out must be divisible by num_heads.*got d_out=9 and num_heads=4"),
+            (lambda: _gqa(2)(torch.randn(1, 3, 5, dtype=torch.float64)), r"d_in=6, got 5"),
+            (lambda: _gqa(2).new_cache(1, 0), r"max_tokens must be at least 1, got 0"),
+            (lambda: _fill(_gqa(2), _gqa(2).new_cache(1, 4), 5), r"max_tokens=4 tokens, got 5"),
+            (lambda: _fill(_gqa(2, 2), _gqa(2, 2).new_cache(1, 4), 5), r"max_tokens=4 tokens, got 5"),
+            (lambda: _fill(_gqa(2), _gqa(2).new_cache(2, 4), 1), r"\(2, 2, t, 2\), got \(1, 2, 1, 2\)"),
+            (lambda: _fill(_gqa(2, 3), _gqa(2, 2).new_cache(1, 4), 1),
+             r"window=3 and sinks=0, got window=2 and sinks=0"),
+            (lambda: _fill(_gqa(2), RollingKVCache(1, 2, 2, 2, dtype=torch.float64), 1),
+             r"window=None and sinks=0, got window=2"),
+            (lambda: GroupedQueryAttention(6, 8, 4, 2, sinks=1), r"sinks=1 needs a window.*got None"),
+            (lambda: GroupedQueryAttention(6, 8, 4, 2, window=2, sinks=-1),
+             r"sinks must be an integer.*got -1"),
+            (lambda: _fill(_sink_gqa(2, 2, 1), _gqa(2, 2).new_cache(1, 4), 1),
+             r"window=2 and sinks=1, got window=2 and sinks=0"),
+            (lambda: sink_window_mask(2, 4, 2, sinks=True), r"sinks must be an integer >= 0, got True"),
+            (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 2, 2)),
+             r"same number of tokens, got 1 and 2"),
+            (lambda: _fill(_gqa(2), KVCache(1, 2, 4, 2), 1),
+             r"keys must have the cache's dtype torch.float32, got torch.float64"),
+            (lambda: kv_cache_bytes(1, 0, 1, 1, 1, 2), r"tokens must be at least 1, got 0"),
+            (lambda: kv_cache_bytes(1, 1, 1, 1, 1, 0.5), r"bytes_per_value must be an integer.*got 0\.5 of type float"),
+            (lambda: GroupedQueryAttention.from_multihead(
+                MultiHeadAttention(6, 8, 4, 4, 0.0, proj_dropout=0.1)), r"proj_dropout=0.*got 0\.1"),
+        ],
+    )
+    def test_heads_windows_and_caches_must_fit_each_other(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()

@@ -5,6 +5,7 @@ import inspect
 
 import pytest
 import torch
+from _inputs import qkv
 
 import attention
 from attention import (
@@ -36,35 +37,7 @@ KERNELS = {
 }
 
 
-def qkv(dtypes=(torch.float32,) * 3, devices=("cpu",) * 3):
-    g = torch.Generator().manual_seed(0)
-    return [torch.randn(1, 2, 4, 8, generator=g).to(dtype).to(device)
-            for dtype, device in zip(dtypes, devices)]
-
-
-@pytest.mark.parametrize("name", KERNELS)
-def test_integer_inputs_are_refused(name):
-    """torch's SDPA raises on int tensors; the book's returned a truncated int result."""
-    q, k, v = (x.long() for x in qkv())
-    with pytest.raises(ValueError, match=r"must be floating point, got query torch.int64 on cpu"):
-        KERNELS[name](q, k, v)
-
-
-@pytest.mark.parametrize("name", KERNELS)
-def test_mixed_dtypes_are_refused_naming_each_tensor(name):
-    q, k, v = qkv((torch.float64, torch.float32, torch.float64))
-    with pytest.raises(ValueError, match=r"must share one dtype, got query torch.float64 on cpu, "
-                                         r"key torch.float32 on cpu"):
-        KERNELS[name](q, k, v)
-
-
-@pytest.mark.parametrize("name", KERNELS)
-def test_tensors_on_two_devices_are_refused(name):
-    """A meta query with CPU keys returned a CPU tensor."""
-    q, k, v = qkv(devices=("meta", "cpu", "cpu"))
-    with pytest.raises(ValueError, match=r"must be on one device, got query torch.float32 on "
-                                         r"meta, key torch.float32 on cpu"):
-        KERNELS[name](q, k, v)
+SHAPE = (1, 2, 4, 8)  # (b, h, t, d) of every kernel's query, key and value
 
 
 # Every public function of the package that takes query and key first: a kernel.
@@ -92,14 +65,6 @@ def test_options_after_the_tensors_are_keyword_only(fn):
     assert all(p.name == "is_causal" and p.default is False for p in causal), fn.__name__
 
 
-@pytest.mark.parametrize("name", ["scaled_dot_product_attention", "flash_attention",
-                                  "ring_attention", "linear_attention"])
-def test_is_causal_must_be_a_bool(name):
-    q, k, v = qkv()
-    with pytest.raises(ValueError, match=r"is_causal must be a bool, got tensor"):
-        KERNELS[name](q, k, v, is_causal=torch.tensor(True))
-
-
 @pytest.mark.parametrize("foreign, ours", [
     ("causal", "is_causal"), ("softmax_scale", "scale"), ("causal_alignment", "alignment"),
     ("window_size", r"window=w \(flash-attn's window_size=\(w - 1, 0\)"),
@@ -107,7 +72,7 @@ def test_is_causal_must_be_a_bool(name):
 @pytest.mark.parametrize("name", ["flash_attention", "scaled_dot_product_attention",
                                   "linear_attention", "ring_attention"])
 def test_flash_attn_names_say_which_keyword_to_use(name, foreign, ours):
-    q, k, v = qkv()
+    q, k, v = qkv(SHAPE, dtype=torch.float32)
     with pytest.raises(TypeError, match=rf"unexpected keyword argument '{foreign}': did you "
                                         rf"mean {ours}"):
         KERNELS[name](q, k, v, **{foreign: True})
@@ -118,21 +83,6 @@ def test_modules_say_is_causal_for_causal():
                  lambda: TransformerBlock(8, 2, 16, causal=True)):
         with pytest.raises(TypeError, match="did you mean is_causal"):
             make()
-
-
-@pytest.mark.parametrize("is_causal", [False, True])
-def test_block_attention_has_one_mask_rule(is_causal):
-    """An int 0/1 mask was added to the scores of a causal block and refused otherwise."""
-    torch.manual_seed(0)
-    block = BlockAttention(8, 2, is_causal=is_causal)
-    x = torch.randn(1, 4, 8)
-    keep = torch.ones(4, 4, dtype=torch.bool).tril()
-    with pytest.raises(ValueError, match=r"attn_mask must be bool .* got torch.int64"):
-        block(x, keep.long())
-    out, weights = block(x, keep)  # bool: True = may attend
-    assert not weights[..., ~keep].any()
-    additive = torch.zeros(4, 4).masked_fill(~keep, float("-inf"))
-    torch.testing.assert_close(block(x, additive)[0], out)  # a float mask adds
 
 
 def test_sliding_window_forms_agree():
@@ -164,3 +114,37 @@ def test_an_empty_row_has_lse_minus_inf_everywhere():
     rule = masks.causal("bottom_right", 3, 2)
     _, dense_lse = dense_attention(q, k, v, mask_mod=rule, return_lse=True)
     assert lse[0, 0, 0] == dense_lse[0, 0, 0] == float("-inf")
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize("name", KERNELS)
+    def test_integer_inputs_are_refused(self, name):
+        """torch's SDPA raises on int tensors; the book's returned a truncated int result."""
+        q, k, v = qkv(SHAPE, dtype=torch.float32, to=torch.long)
+        with pytest.raises(ValueError, match=r"must be floating point, got query torch.int64 on cpu"):
+            KERNELS[name](q, k, v)
+
+    @pytest.mark.parametrize("name", KERNELS)
+    def test_mixed_dtypes_are_refused_naming_each_tensor(self, name):
+        dtypes = (torch.float64, torch.float32, torch.float64)
+        q, k, v = (x.to(dt) for x, dt in zip(qkv(SHAPE, dtype=torch.float32), dtypes))
+        with pytest.raises(ValueError, match=r"must share one dtype, got query torch.float64 on cpu, "
+                                             r"key torch.float32 on cpu"):
+            KERNELS[name](q, k, v)
+
+    @pytest.mark.parametrize("name", KERNELS)
+    def test_tensors_on_two_devices_are_refused(self, name):
+        """A meta query with CPU keys returned a CPU tensor."""
+        q, k, v = (x.to(dev) for x, dev in zip(qkv(SHAPE, dtype=torch.float32), ("meta", "cpu", "cpu")))
+        with pytest.raises(ValueError, match=r"must be on one device, got query torch.float32 on "
+                                             r"meta, key torch.float32 on cpu"):
+            KERNELS[name](q, k, v)
+
+    @pytest.mark.parametrize("name", ["scaled_dot_product_attention", "flash_attention",
+                                      "ring_attention", "linear_attention"])
+    def test_is_causal_must_be_a_bool(self, name):
+        q, k, v = qkv(SHAPE, dtype=torch.float32)
+        with pytest.raises(ValueError, match=r"is_causal must be a bool, got tensor"):
+            KERNELS[name](q, k, v, is_causal=torch.tensor(True))

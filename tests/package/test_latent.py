@@ -126,29 +126,34 @@ def test_deepseek_v2_cache_is_that_of_gqa_with_two_and_a_quarter_groups() -> Non
     assert mla / kv_cache_bytes(1, 1, 60, 1, 128, bytes_per_value=2) == 2.25  # table 1
 
 
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (lambda: MultiHeadLatentAttention(10, 12, 5, 4, 4), r"d_out=12 and num_heads=5"),
-        (lambda: MultiHeadLatentAttention(10, 12, 3, 0, 4), r"kv_rank must be at least 1, got 0"),
-        (lambda: MultiHeadLatentAttention(10, 12, 3, 4, 3), r"d_h must be even"),
-        (lambda: MultiHeadLatentAttention(10, 12, 3, 4, 4, q_rank=0), r"q_rank must be at least 1"),
-        (lambda: _mla()(torch.randn(1, 3, 9, dtype=torch.float64)), r"d_in=10, got 9"),
-        (lambda: _mla()(torch.randn(3, 10, dtype=torch.float64)), r"must be 3-d"),
-        (lambda: _mla()(torch.randn(1, 3, 10, dtype=torch.float64), cache=object()),
-         r"cache must be a LatentKVCache"),
-        (lambda: _mla()(torch.randn(1, 5, 10, dtype=torch.float64), _mla().new_cache(1, 4)),
-         r"max_tokens=4 tokens, got 5"),
-        (lambda: _mla()(torch.randn(2, 1, 10, dtype=torch.float64), _mla().new_cache(1, 4)),
-         r"latents must have shape \(b, t, width\) = \(1, t, 5\), got \(2, 1, 5\)"),
-        (lambda: LatentKVCache(1, 4, 5, 4, torch.float64).append(torch.ones(1, 1, 5),
-                                                               torch.ones(1, 1, 4)),
-         r"latents must have the cache's dtype torch.float64, got torch.float32"),
-        (lambda: LatentKVCache(1, 4, 5, 4).append(torch.ones(1, 2, 5), torch.ones(1, 1, 4)),
-         r"same number of tokens, got 2 and 1"),
-        (lambda: latent_cache_bytes(1, 0, 1, 1, 1, 2), r"tokens must be at least 1, got 0"),
-    ],
-)
-def test_bad_input(make: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        make()
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: MultiHeadLatentAttention(10, 12, 5, 4, 4),
+             r"d_out must be divisible by num_heads.*got d_out=12 and num_heads=5"),
+            (lambda: MultiHeadLatentAttention(10, 12, 3, 0, 4), r"kv_rank must be at least 1, got 0"),
+            (lambda: MultiHeadLatentAttention(10, 12, 3, 4, 3), r"d_h must be even.*got 3"),
+            (lambda: MultiHeadLatentAttention(10, 12, 3, 4, 4, q_rank=0), r"q_rank must be at least 1.*got 0"),
+            (lambda: _mla()(torch.randn(1, 3, 9, dtype=torch.float64)), r"d_in=10, got 9"),
+            (lambda: _mla()(torch.randn(3, 10, dtype=torch.float64)),
+             r"must be 3-d.*got a 2-d tensor of shape \(3, 10\)"),
+            (lambda: _mla()(torch.randn(1, 3, 10, dtype=torch.float64), cache=object()),
+             r"cache must be a LatentKVCache.*got <object object"),
+            (lambda: _mla()(torch.randn(1, 5, 10, dtype=torch.float64), _mla().new_cache(1, 4)),
+             r"max_tokens=4 tokens, got 5"),
+            (lambda: _mla()(torch.randn(2, 1, 10, dtype=torch.float64), _mla().new_cache(1, 4)),
+             r"latents must have shape \(b, t, width\) = \(1, t, 5\), got \(2, 1, 5\)"),
+            (lambda: LatentKVCache(1, 4, 5, 4, torch.float64).append(torch.ones(1, 1, 5),
+                                                                   torch.ones(1, 1, 4)),
+             r"latents must have the cache's dtype torch.float64, got torch.float32"),
+            (lambda: LatentKVCache(1, 4, 5, 4).append(torch.ones(1, 2, 5), torch.ones(1, 1, 4)),
+             r"same number of tokens, got 2 and 1"),
+            (lambda: latent_cache_bytes(1, 0, 1, 1, 1, 2), r"tokens must be at least 1, got 0"),
+        ],
+    )
+    def test_ranks_inputs_and_cache_must_fit_each_other(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()

@@ -1,13 +1,12 @@
 """Linear attention (attention.linear): the three forms equal in float64, each against a written-out
-reference; FLOPs as PyTorch counts them; bad input (FAVOR+'s too: it runs these forms)."""
+reference; FLOPs as PyTorch counts them; bad input."""
 
 
 import pytest
 import torch
-from _inputs import scaled_qkv as qkv
+from _inputs import qkv
 from torch.utils.flop_counter import FlopCounterMode
 
-from attention.favor import favor_attention, positive_random_features
 from attention.linear import (
     FORMS,
     elu_plus_one,
@@ -33,7 +32,7 @@ def written_out(query, key, value, causal: bool) -> torch.Tensor:
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("shape, chunk_size", [((2, 2, 9, 4), 4), ((7, 3), 64), ((1, 2, 5, 6), 1)])
 def test_the_three_forms_are_the_written_out_sum(shape, chunk_size, causal):
-    query, key, value = qkv(*shape)
+    query, key, value = qkv(shape)
     want = written_out(query, key, value, causal)
     for form in FORMS:
         got = linear_attention(query, key, value, is_causal=causal, form=form, chunk_size=chunk_size)
@@ -44,7 +43,7 @@ def test_the_three_forms_are_the_written_out_sum(shape, chunk_size, causal):
 
 
 def test_values_of_another_width_and_a_feature_map_of_another_width():
-    query, key, _ = qkv(2, 10, 4)
+    query, key, _ = qkv((2, 10, 4))
     value = torch.randn(2, 10, 7, dtype=F64)
     squares = lambda x: torch.cat([x, x * x], dim=-1).exp()  # noqa: E731  r = 2 d_k, positive
     outs = [linear_attention(query, key, value, feature_map=squares, is_causal=True, form=f,
@@ -57,7 +56,7 @@ def test_values_of_another_width_and_a_feature_map_of_another_width():
 def test_gradients_of_the_three_forms_agree():
     grads = []
     for form in FORMS:
-        tensors = [x.requires_grad_() for x in qkv(2, 11, 4, seed=3)]
+        tensors = [x.requires_grad_() for x in qkv((2, 11, 4), seed=3)]
         linear_attention(*tensors, is_causal=True, form=form, chunk_size=4).pow(2).sum().backward()
         grads.append([x.grad for x in tensors])
     for other in grads[1:]:
@@ -67,7 +66,7 @@ def test_gradients_of_the_three_forms_agree():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_is_accumulated_in_float32(dtype):
-    query, key, value = (x.to(dtype) for x in qkv(2, 64, 16))
+    query, key, value = (x.to(dtype) for x in qkv((2, 64, 16)))
     want = linear_attention(*(x.double() for x in (query, key, value)), is_causal=True)
     got = linear_attention(query, key, value, is_causal=True, form="chunked", chunk_size=16)
     assert got.dtype == dtype
@@ -81,7 +80,7 @@ def test_half_precision_is_accumulated_in_float32(dtype):
 @pytest.mark.parametrize("form", FORMS)
 def test_flops_are_what_pytorch_counts(form, causal):
     t, r, d_v, chunk = 21, 4, 3, 8
-    query, key, value = qkv(1, 1, t, r)
+    query, key, value = qkv((1, 1, t, r))
     value = value[..., :d_v]
     with FlopCounterMode(display=False) as counter:
         linear_attention(query, key, value, is_causal=causal, form=form, chunk_size=chunk)
@@ -94,45 +93,40 @@ def test_flops_are_what_pytorch_counts(form, causal):
 
 
 class TestBadInput:
-    def test_linear_attention(self):
-        q, k, v = qkv(2, 5, 4)
-        with pytest.raises(ValueError, match="form must be one of"):
+    def test_forms_feature_maps_and_shapes_must_be_valid(self):
+        q, k, v = qkv((2, 5, 4))
+        with pytest.raises(ValueError, match=r"form must be one of \('parallel', 'recurrent', 'chunked'\), got 'scan'"):
             linear_attention(q, k, v, form="scan")
         with pytest.raises(ValueError, match="chunk_size must be at least 1, got 0"):
             linear_attention(q, k, v, form="chunked", chunk_size=0)
-        with pytest.raises(ValueError, match="feature_map must be one of"):
+        with pytest.raises(ValueError, match=r"feature_map must be one of.*got 'relu'"):
             linear_attention(q, k, v, feature_map="relu")
-        with pytest.raises(ValueError, match="features >= 0"):
+        with pytest.raises(ValueError, match=r"features >= 0.*got a negative feature of query"):
             linear_attention(q, k, v, feature_map=lambda x: x)
-        with pytest.raises(ValueError, match="one width r"):
+        with pytest.raises(ValueError, match=r"one width r.*got 3 and 2"):
             linear_attention(q, k[:, :4], v[:, :4],
                              feature_map=lambda x: x.exp()[..., : x.shape[-2] - 2])
-        with pytest.raises(ValueError, match="as many queries as keys"):
+        with pytest.raises(ValueError, match=r"as many queries as keys.*got t_q=3 and t_k=5"):
             linear_attention(q[:, :3], k, v, is_causal=True)
-        with pytest.raises(ValueError, match="same last dimension d_k"):
+        with pytest.raises(ValueError, match=r"same last dimension d_k.*got 4 and 3"):
             linear_attention(q, k[..., :3], v)
-        with pytest.raises(ValueError, match="same leading dimensions"):
+        with pytest.raises(ValueError, match=r"same leading dimensions.*got \(2,\), \(1,\) and \(1,\)"):
             linear_attention(q, k[:1], v[:1])
-        with pytest.raises(ValueError, match="floating point"):
+        with pytest.raises(ValueError, match=r"floating point.*got query torch\.int64 on cpu"):
             linear_attention(*(x.long() for x in (q, k, v)))
-        with pytest.raises(ValueError, match="form must be one of"):
+        with pytest.raises(ValueError, match=r"form must be one of \('parallel', 'recurrent', 'chunked'\), got 'scan'"):
             linear_attention_flops(8, 4, 4, "scan")
 
-    def test_favor(self):
-        q, k, v = qkv(2, 5, 4)
-        with pytest.raises(ValueError, match="num_features must be at least 1, got 0"):
-            favor_attention(q, k, v, num_features=0)
-        with pytest.raises(ValueError, match="seed must be an integer or None"):
-            favor_attention(q, k, v, num_features=8, seed=1.5)
-        with pytest.raises(ValueError, match=r"projection must have shape \(num_features, d_k\)"):
-            favor_attention(q, k, v, num_features=8, projection=torch.randn(8, 3, dtype=F64))
-        with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\)"):
-            positive_random_features(q, torch.randn(8, 3))
+    def test_initial_state_must_have_the_normaliser_column(self):
+        query, key, value = qkv((2, 10, 4))
+        state = torch.zeros(2, 4, 4, dtype=query.dtype)  # (..., r, d_v): the normaliser column missing
+        with pytest.raises(ValueError, match=r"initial_state must have shape \(..., r, d_v \+ 1\).*got \(2, 4, 4\)"):
+            linear_attention(query, key, value, initial_state=state)
 
 
 def test_chunked_prefill_then_recurrent_decode_equals_one_call():
     """As flash-linear-attention's (o, final_state): the state carries on from a prefill."""
-    query, key, value = qkv(2, 10, 4)
+    query, key, value = qkv((2, 10, 4))
     want = linear_attention(query, key, value, is_causal=True, scale=0.5)
     out, state = linear_attention(query[:, :7], key[:, :7], value[:, :7], is_causal=True,
                                   form="chunked", chunk_size=3, scale=0.5,
@@ -151,5 +145,3 @@ def test_chunked_prefill_then_recurrent_decode_equals_one_call():
                                         output_final_state=True)
             torch.testing.assert_close(final, state, rtol=1e-12, atol=1e-12)
     assert not torch.allclose(want, linear_attention(query, key, value, is_causal=True))
-    with pytest.raises(ValueError, match=r"initial_state must have shape \(..., r, d_v \+ 1\)"):
-        linear_attention(query, key, value, initial_state=state[..., :-1])

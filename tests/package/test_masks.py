@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import qkv
 from torch.nn.attention.flex_attention import (
     AuxRequest,
     create_block_mask,
@@ -33,13 +34,6 @@ RULES = {
     "window 3 + 2 sinks": M.and_masks(M.causal(), M.or_masks(M.sliding_window(3), M.sinks(2))),
     "global tokens": M.global_tokens(torch.arange(T) % 6 == 0),
 }
-
-
-def qkv(b=2, h=3, t_q=T, t_k=T, d=8, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(b, h, t_q, d, generator=g, dtype=dtype),
-            torch.randn(b, h, t_k, d, generator=g, dtype=dtype),
-            torch.randn(b, h, t_k, d, generator=g, dtype=dtype))
 
 
 def written_out(name: str) -> torch.Tensor:
@@ -89,7 +83,7 @@ def test_batch_dependent_rules_give_one_mask_per_row():
 @pytest.mark.parametrize("name", ["causal", "causal documents", "prefix LM 5",
                                   "window 3 + 2 sinks", "global tokens"])
 def test_flex_attention_with_block_mask_equals_sdpa_with_dense_mask(name):
-    q, k, v = qkv()
+    q, k, v = qkv((2, 3, T, 8))
     rule = RULES[name]
     block_mask = create_block_mask(rule, None, None, T, T, device="cpu", BLOCK_SIZE=4)
     flex = flex_attention(q, k, v, block_mask=block_mask)
@@ -116,7 +110,7 @@ def test_block_sparsity_of_causal_by_hand():
 
 
 def test_score_mods_equal_flex_attention_and_the_written_out_computation():
-    q, k, v = qkv()
+    q, k, v = qkv((2, 3, T, 8))
     g = torch.Generator().manual_seed(1)
     table = torch.randn(32, 3, generator=g, dtype=torch.float64)
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
@@ -136,7 +130,7 @@ def test_score_mods_equal_flex_attention_and_the_written_out_computation():
 
 
 def test_score_and_mask_together_with_the_log_sum_exp():
-    q, k, v = qkv()
+    q, k, v = qkv((2, 3, T, 8))
     rule = RULES["causal documents"]
     block_mask = create_block_mask(rule, None, None, T, T, device="cpu", BLOCK_SIZE=4)
     out, aux = flex_attention(q, k, v, score_mod=M.alibi(3), block_mask=block_mask,
@@ -147,7 +141,7 @@ def test_score_and_mask_together_with_the_log_sum_exp():
 
 
 def test_a_query_that_sees_nothing_gets_zero_and_minus_infinite_lse():
-    q, k, v = qkv(t_q=4, t_k=4)
+    q, k, v = qkv((2, 3, 4, 8))
     nothing_for_row_1 = M.and_masks(M.causal(), lambda b, h, q_idx, kv_idx: q_idx != 1)
     out, lse = M.dense_attention(q, k, v, mask_mod=nothing_for_row_1, return_lse=True)
     assert torch.equal(out[:, :, 1], torch.zeros_like(out[:, :, 1]))
@@ -172,7 +166,7 @@ def test_t5_buckets_follow_equation_8_11():
     assert set(both.tolist()) == set(range(32)) - {16}  # offset 0 is in the first half
 
 
-def test_combinators():
+def test_and_masks_intersect_and_or_masks_unite():
     rule_a, rule_b = RULES["sliding window 4"], RULES["prefix LM 5"]
     dense_a, dense_b = M.to_dense(rule_a, T, T), M.to_dense(rule_b, T, T)
     assert torch.equal(M.to_dense(M.and_masks(rule_a, rule_b), T, T), dense_a & dense_b)
@@ -195,20 +189,25 @@ class TestBadInput:
         (lambda: M.causal("bottom_left"), r"alignment must be one of .*got 'bottom_left'"),
         (lambda: M.causal("bottom_right"), r"needs t_q and t_k.*got t_q=None"),
         (lambda: M.sliding_window(0), r"window must be at least 1, got 0"),
-        (lambda: M.document(torch.zeros(2, 2, 2, dtype=torch.long)), r"doc_ids must be a 1-d or 2-d"),
+        (lambda: M.document(torch.zeros(2, 2, 2, dtype=torch.long)),
+         r"doc_ids must be a 1-d or 2-d.*got \(2, 2, 2\) of torch\.int64"),
         (lambda: M.document(torch.zeros(4)), r"doc_ids must be .* integer tensor, got \(4,\) of torch.float32"),
-        (lambda: M.padding(torch.tensor([[3]])), r"lengths must be a 1-d integer tensor"),
+        (lambda: M.padding(torch.tensor([[3]])), r"lengths must be a 1-d integer tensor.*got \(1, 1\) of torch\.int64"),
         (lambda: M.prefix_lm(-1), r"prefix_length must be an integer >= 0, got -1"),
         (lambda: M.sinks(1.5), r"num_sinks must be an integer >= 0, got 1.5"),
-        (lambda: M.global_tokens(torch.tensor([0, 1])), r"is_global must be a 1-d bool tensor"),
+        (lambda: M.global_tokens(torch.tensor([0, 1])),
+         r"is_global must be a 1-d bool tensor.*got \(\(2,\), torch\.int64\)"),
         (lambda: M.soft_cap(0), r"cap must be a number > 0, got 0"),
         (lambda: M.t5_bias(torch.zeros(16, 2)), r"table must have shape \(num_buckets=32, h\), got \(16, 2\)"),
         (lambda: M.to_dense(M.causal(), 0, 3), r"t_q must be at least 1, got 0"),
         (lambda: M.block_sparsity(M.causal(), 4, 4, 0), r"block_q must be at least 1, got 0"),
-        (lambda: M.to_bias(M.soft_cap(5.0), 3, 3, 1), r"score_mod must add a term"),
-        (lambda: M.apply_score_mod(torch.zeros(3, 3), M.alibi(1)), r"scores must be \(b, h, t_q, t_k\)"),
-        (lambda: M.dense_attention(*qkv(t_k=5)[:2], torch.zeros(2, 3, 4, 8, dtype=torch.float64)), r"same number of tokens t_k, got 5 and 4"),
+        (lambda: M.to_bias(M.soft_cap(5.0), 3, 3, 1),
+         r"score_mod must add a term.*got xi\(s\) - xi\(0\) = -4\.99994 for s = -30"),
+        (lambda: M.apply_score_mod(torch.zeros(3, 3), M.alibi(1)),
+         r"scores must be \(b, h, t_q, t_k\).*got shape \(3, 3\)"),
+        (lambda: M.dense_attention(*qkv((2, 3, T, 8), (2, 3, 5, 8))[:2], torch.zeros(2, 3, 4, 8, dtype=torch.float64)),
+         r"same number of tokens t_k, got 5 and 4"),
     ])
-    def test_raises_value_error(self, call, message):
+    def test_each_rule_checks_its_arguments(self, call, message):
         with pytest.raises(ValueError, match=message):
             call()

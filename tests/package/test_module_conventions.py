@@ -145,12 +145,6 @@ def test_state_dicts_convert_to_and_from_torch_multihead_attention(qkv_bias):
     back = MultiHeadAttention(8, 8, context_length=5, dropout=0.0, num_heads=2, qkv_bias=qkv_bias)
     back.load_state_dict(from_torch_state_dict(theirs.state_dict(), qkv_bias=qkv_bias))
     torch.testing.assert_close(back.eval()(x), ours(x), rtol=0, atol=0)
-    with pytest.raises(ValueError, match="needs d_in = d_out, got 4 and 8"):
-        to_torch_state_dict(MultiHeadAttention(4, 8, context_length=5, dropout=0.0, num_heads=2).state_dict())
-    if not qkv_bias:
-        nn.init.ones_(theirs.in_proj_bias)
-        with pytest.raises(ValueError, match="in_proj_bias must be zero"):
-            from_torch_state_dict(theirs.state_dict(), qkv_bias=False)
 
 
 def test_rotary_frequencies_follow_to_and_stay_out_of_checkpoints():
@@ -164,7 +158,7 @@ def test_rotary_frequencies_follow_to_and_stay_out_of_checkpoints():
 
 @pytest.mark.parametrize("make", [lambda: KVCache(1, 2, 8, 4),
                                   lambda: RollingKVCache(1, 2, 3, 4, sinks=1)])
-def test_caches_move(make):
+def test_caches_move_in_place_with_to(make):
     cache = make()
     cache.append(torch.ones(1, 2, 2, 4), torch.ones(1, 2, 2, 4))
     moved = cache.to(device="meta", dtype=torch.float64)
@@ -199,9 +193,20 @@ def test_attention_modules_share_one_argument_order(cls):
     assert all(p.kind is p.KEYWORD_ONLY for p in parameters if p.name not in ORDER)
 
 
-@pytest.mark.parametrize("cls", [MultiHeadAttentionWrapper, MultiHeadAttention, FusedMultiHeadAttention])
-def test_a_call_in_the_old_order_is_refused_not_swapped(cls):
-    # (d_in, d_out, context_length, dropout, num_heads) before: the old dropout lands on
-    # context_length and num_heads (>= 1) on dropout, and both are refused.
-    with pytest.raises(ValueError, match="context_length must be an integer"):
-        cls(4, 4, 6, 0.0, 2)
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_state_dict_conversion_refuses_what_the_other_side_cannot_hold(self):
+        with pytest.raises(ValueError, match="needs d_in = d_out, got 4 and 8"):
+            to_torch_state_dict(MultiHeadAttention(4, 8, context_length=5, dropout=0.0, num_heads=2).state_dict())
+        theirs = nn.MultiheadAttention(8, 2, batch_first=True)
+        nn.init.ones_(theirs.in_proj_bias)
+        with pytest.raises(ValueError, match=r"in_proj_bias must be zero.*got a non-zero bias"):
+            from_torch_state_dict(theirs.state_dict(), qkv_bias=False)
+
+    @pytest.mark.parametrize("cls", [MultiHeadAttentionWrapper, MultiHeadAttention, FusedMultiHeadAttention])
+    def test_a_call_in_the_old_order_is_refused_not_swapped(self, cls):
+        # (d_in, d_out, context_length, dropout, num_heads) before: the old dropout lands on
+        # context_length and num_heads (>= 1) on dropout, and both are refused.
+        with pytest.raises(ValueError, match="context_length must be an integer"):
+            cls(4, 4, 6, 0.0, 2)

@@ -1,5 +1,8 @@
 """Multi-head attention: the book's figures; each version equals the previous one and torch."""
 
+import re
+
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -190,3 +193,79 @@ def test_gradcheck_float64() -> None:
     flash_attention is gradchecked in tests/package/test_flash.py."""
     x = torch.rand(2, 4, 3)
     assert module_gradcheck(MultiHeadAttention(3, 4, context_length=5, dropout=0.0, num_heads=2), x)
+
+
+MULTIHEAD_CLASSES = [MultiHeadAttention, FusedMultiHeadAttention, MultiHeadAttentionWrapper]
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize("cls", [MultiHeadAttention, FusedMultiHeadAttention])
+    def test_d_out_must_be_divisible_by_num_heads(self, cls: type) -> None:
+        with pytest.raises(ValueError, match=r"divisible by num_heads, got d_out=10 and num_heads=4"):
+            cls(3, 10, num_heads=4, context_length=6, dropout=0.0)
+
+    @pytest.mark.parametrize("cls", MULTIHEAD_CLASSES)
+    def test_num_heads_must_be_at_least_one(self, cls: type) -> None:
+        with pytest.raises(ValueError, match=r"num_heads must be at least 1, got 0"):
+            cls(3, 4, num_heads=0, context_length=6, dropout=0.0)
+
+    @pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5])
+    @pytest.mark.parametrize("cls", MULTIHEAD_CLASSES)
+    def test_dropout_must_be_in_the_unit_interval(self, cls: type, dropout: float) -> None:
+        with pytest.raises(ValueError, match=rf"dropout must be in \[0, 1\), got {dropout}"):
+            cls(3, 4, num_heads=2, context_length=6, dropout=dropout)
+
+    @pytest.mark.parametrize("cls", MULTIHEAD_CLASSES)
+    def test_sequence_must_fit_the_context_length(self, cls: type) -> None:
+        with pytest.raises(ValueError, match=r"at most context_length=6, got 7"):
+            cls(3, 4, num_heads=2, context_length=6, dropout=0.0)(torch.randn(2, 7, 3))
+
+    @pytest.mark.parametrize("cls", MULTIHEAD_CLASSES)
+    def test_last_dimension_must_be_d_in(self, cls: type) -> None:
+        with pytest.raises(ValueError, match=r"last dimension d_in=3, got 5"):
+            cls(3, 4, num_heads=2, context_length=6, dropout=0.0)(torch.randn(2, 4, 5))
+
+    @pytest.mark.parametrize("cls", [MultiHeadAttention, FusedMultiHeadAttention], ids=["multihead", "fused"])
+    def test_input_must_be_3d(self, cls: type) -> None:
+        with pytest.raises(ValueError, match=r"must be 3-d, got a 2-d tensor"):
+            cls(3, 4, num_heads=2, context_length=6, dropout=0.0)(torch.randn(4, 3))
+
+    @pytest.mark.parametrize("context_length", [0, -1])
+    @pytest.mark.parametrize("cls", MULTIHEAD_CLASSES)
+    def test_context_length_must_be_at_least_one(self, cls: type, context_length: int) -> None:
+        with pytest.raises(ValueError, match=f"context_length must be at least 1, got {context_length}"):
+            cls(3, 4, num_heads=2, context_length=context_length, dropout=0.0)
+
+    @pytest.mark.parametrize(
+        ("num_heads", "message"),
+        [(2.0, "2.0 of type float"), ("2", "'2' of type str"), (True, "True of type bool")],
+    )
+    @pytest.mark.parametrize("cls", MULTIHEAD_CLASSES, ids=["multihead", "fused", "wrapper"])
+    def test_num_heads_must_be_an_integer(self, cls: type, num_heads: object, message: str) -> None:
+        with pytest.raises(ValueError, match=f"num_heads must be an integer, got {message}"):
+            cls(3, 4, num_heads=num_heads, context_length=6, dropout=0.0)
+
+    @pytest.mark.parametrize(
+        ("build", "message"),
+        [
+            (lambda: MultiHeadAttentionWrapper(3, 0, num_heads=2, context_length=6, dropout=0.0), "d_out must be at least 1, got 0"),
+            (lambda: MultiHeadAttention(3, 0, num_heads=2, context_length=6, dropout=0.0), "d_out must be at least 1, got 0"),
+            (lambda: FusedMultiHeadAttention(3, 0, num_heads=2, context_length=6, dropout=0.0), "d_out must be at least 1, got 0"),
+            (lambda: MultiHeadAttention(0, 4, num_heads=2, context_length=6, dropout=0.0), "d_in must be at least 1, got 0"),
+        ],
+    )
+    def test_sizes_must_be_positive_integers(self, build, message: str) -> None:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            build()
+
+    def test_sizes_of_any_integer_type_are_accepted(self) -> None:
+        mha = MultiHeadAttention(np.int64(3), 4, num_heads=np.int32(2), context_length=6, dropout=0.0)
+        assert mha(torch.randn(1, 5, 3)).shape == (1, 5, 4)
+
+    @pytest.mark.parametrize("p", [-0.1, 1.0])
+    @pytest.mark.parametrize("cls", [MultiHeadAttention, FusedMultiHeadAttention])
+    def test_proj_dropout_must_be_in_the_unit_interval(self, cls: type, p: float) -> None:
+        with pytest.raises(ValueError, match=rf"proj_dropout must be in \[0, 1\), got {p}"):
+            cls(3, 4, num_heads=2, context_length=6, dropout=0.0, proj_dropout=p)

@@ -102,6 +102,6 @@ class TestBadInput:
             (lambda: norm_matrix(nn.Linear(2, 2)), r"RMSNorm or a 1-d nn.LayerNorm, got Linear"),
         ],
     )
-    def test_is_refused(self, make: object, message: str) -> None:
+    def test_sizes_eps_and_norm_kinds_must_be_valid(self, make: object, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             make()  # type: ignore[operator]

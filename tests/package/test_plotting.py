@@ -4,6 +4,8 @@ The matrices below are not square and not symmetric, and their entries are all d
 transposed image, swapped tick labels or an annotation in the wrong cell cannot go unnoticed.
 """
 
+import re
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -159,3 +161,19 @@ def test_heatmap_artists_are_named_for_a_style_and_cell_text_contrasts() -> None
             assert text.get_color() == ("white" if dark_cell else "black"), (row, col)
     finally:
         plt.close(fig)
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_weights_must_be_a_matrix_and_labels_fit_it(self) -> None:
+        with pytest.raises(ValueError, match=r"2-d \(t_q, t_k\) matrix, got shape \(2, 3, 3\)"):
+            plot_attention(torch.rand(2, 3, 3))
+        with pytest.raises(ValueError, match=r"col_labels must have 3 entries, got 2"):
+            plot_attention(torch.rand(2, 3), col_labels=["a", "b"])
+
+    @pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0)])
+    def test_an_empty_matrix_is_refused(self, shape: tuple[int, int]) -> None:
+        expected = re.escape(f"at least one row (query) and one column (key), got shape {shape}")
+        with pytest.raises(ValueError, match=expected):
+            plot_attention(torch.rand(shape))

@@ -1,6 +1,7 @@
 """Invariants for every input (hypothesis): probabilities, causality, permutations, dropout."""
 
 import torch
+from _inputs import seeded_randn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,16 +19,12 @@ sizes = st.integers(min_value=1, max_value=6)
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
 
 
-def _randn(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
-
 @FAST
 @given(b=sizes, t_q=sizes, t_k=sizes, d_k=sizes, is_causal=st.booleans(), seed=seeds)
 def test_weights_are_nonnegative_and_rows_sum_to_one(
     b: int, t_q: int, t_k: int, d_k: int, is_causal: bool, seed: int
 ) -> None:
-    q, k = _randn(seed, b, t_q, d_k) * 5, _randn(seed + 1, b, t_k, d_k) * 5
+    q, k = seeded_randn(seed, b, t_q, d_k) * 5, seeded_randn(seed + 1, b, t_k, d_k) * 5
     weights = attention_weights(q, k, is_causal=is_causal)
     assert (weights >= 0).all()
     torch.testing.assert_close(weights.sum(-1), torch.ones(b, t_q, dtype=torch.float64))
@@ -38,8 +35,8 @@ def test_weights_are_nonnegative_and_rows_sum_to_one(
 def test_masked_rows_sum_to_one_or_to_zero_when_nothing_is_visible(
     t_q: int, t_k: int, seed: int
 ) -> None:
-    q, k = _randn(seed, t_q, 4), _randn(seed + 1, t_k, 4)
-    mask = _randn(seed + 2, t_q, t_k) > 0
+    q, k = seeded_randn(seed, t_q, 4), seeded_randn(seed + 1, t_k, 4)
+    mask = seeded_randn(seed + 2, t_q, t_k) > 0
     weights = attention_weights(q, k, attn_mask=mask)
     assert (weights[~mask] == 0).all()
     torch.testing.assert_close(weights.sum(-1), mask.any(-1).double())
@@ -64,9 +61,9 @@ def test_future_tokens_do_not_change_earlier_outputs(
     b: int, t: int, d_in: int, h: int, data: st.DataObject, seed: int
 ) -> None:
     cut = data.draw(st.integers(1, t - 1), label="cut")
-    x = _randn(seed, b, t, d_in)
+    x = seeded_randn(seed, b, t, d_in)
     changed = x.clone()
-    changed[:, cut:] = _randn(seed + 1, b, t - cut, d_in)  # new future, same past
+    changed[:, cut:] = seeded_randn(seed + 1, b, t - cut, d_in)  # new future, same past
     for module in _causal_modules(d_in, t, h):
         module = module.double()
         with torch.no_grad():
@@ -78,7 +75,7 @@ def test_future_tokens_do_not_change_earlier_outputs(
 def test_unmasked_attention_is_permutation_equivariant(
     b: int, t_q: int, t_k: int, d: int, seed: int, data: st.DataObject
 ) -> None:
-    q, k, v = _randn(seed, b, t_q, d), _randn(seed + 1, b, t_k, d), _randn(seed + 2, b, t_k, d)
+    q, k, v = seeded_randn(seed, b, t_q, d), seeded_randn(seed + 1, b, t_k, d), seeded_randn(seed + 2, b, t_k, d)
     perm_q = torch.tensor(data.draw(st.permutations(range(t_q)), label="perm_q"))
     perm_k = torch.tensor(data.draw(st.permutations(range(t_k)), label="perm_k"))
     out = scaled_dot_product_attention(q, k, v)
@@ -91,7 +88,7 @@ def test_unmasked_attention_is_permutation_equivariant(
 @FAST
 @given(t=st.integers(2, 8), p=st.floats(0.05, 0.9), seed=seeds)
 def test_dropout_zeroes_or_rescales_each_weight(t: int, p: float, seed: int) -> None:
-    q, k = _randn(seed, 2, t, 4), _randn(seed + 1, 2, t, 4)
+    q, k = seeded_randn(seed, 2, t, 4), seeded_randn(seed + 1, 2, t, 4)
     weights = attention_weights(q, k, is_causal=True)
     dropped = attention_weights(q, k, is_causal=True, dropout_p=p)
     kept = dropped != 0
@@ -105,7 +102,7 @@ def test_module_dropout_is_identity_in_eval_and_rescales_survivors_in_train(
 ) -> None:
     torch.manual_seed(seed)
     mha = MultiHeadAttention(3, 4, context_length=t, dropout=p, num_heads=2).double()
-    x = _randn(seed, 2, t, 3)
+    x = seeded_randn(seed, 2, t, 3)
     with torch.no_grad():
         eval_out, eval_weights = mha.eval()(x, return_weights=True)
         no_dropout = MultiHeadAttention(3, 4, context_length=t, dropout=0.0, num_heads=2).double()

@@ -3,27 +3,23 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import qkv
 
 from attention.ring import ring_attention, ring_attention_io, ring_shards, ring_work
-
-
-def qkv(t=24, d=8, seed=0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(2, 3, t, d, generator=g, dtype=dtype) for _ in range(3)]
 
 
 @pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("world_size, t", [(1, 24), (2, 24), (3, 24), (4, 26)])
 def test_equals_full_attention(sharding, is_causal, world_size, t):
-    q, k, v = qkv(t)
+    q, k, v = qkv((2, 3, t, 8))
     out = ring_attention(q, k, v, world_size=world_size, is_causal=is_causal, sharding=sharding)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
     torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
 
 
 def test_half_precision_is_accumulated_in_float32():
-    q, k, v = qkv(16, dtype=torch.float64)
+    q, k, v = qkv((2, 3, 16, 8))
     want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     got = ring_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), world_size=4, is_causal=True,
                          sharding="zigzag")
@@ -61,23 +57,26 @@ def test_io_counts_each_block_received_and_sent_once():
     count = ring_attention_io(t, d_h, world_size, m_device=10**6)
     assert count.reads == count.writes == 2 * (world_size - 1) * c * d_h
     assert count.peak == 6 * c * d_h + c  # Q, O, lse, and two blocks of K and V
-    with pytest.raises(ValueError, match=r"working set must fit .* m_sram=49000"):
-        ring_attention_io(t, d_h, world_size, m_device=49_000)  # one block short of double buffering
 
 
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
         (lambda: ring_shards(8, 0), r"world_size must be at least 1, got 0"),
         (lambda: ring_shards(8, 2, "striped"), r"sharding must be one of \('contiguous', 'zigzag'\), got 'striped'"),
-        (lambda: ring_shards(6, 4, "zigzag"), r"zigzag sharding over world_size=4 needs t >= 8 tokens"),
-        (lambda: ring_attention(qkv(7)[0], *qkv(8)[1:], world_size=2), r"the same t, got 7, 8, 8"),
+        (lambda: ring_shards(6, 4, "zigzag"), r"zigzag sharding over world_size=4 needs t >= 8 tokens.*got t=6"),
+        (lambda: ring_attention(qkv((2, 3, 7, 8))[0], *qkv((2, 3, 8, 8))[1:], world_size=2),
+         r"the same t, got 7, 8, 8"),
         (lambda: ring_attention(torch.zeros(8), torch.zeros(8), torch.zeros(8), world_size=2),
-         r"query must have at least 2 dimensions"),
-        (lambda: ring_attention_io(10, 4, 3, 100), r"t must be a multiple of world_size"),
+         r"query must have at least 2 dimensions.*got a 1-d tensor of shape \(8,\)"),
+        (lambda: ring_attention_io(10, 4, 3, 100), r"t must be a multiple of world_size.*got t=10, world_size=3"),
     ])
-    def test_raises_value_error(self, call, message):
+    def test_world_size_sharding_and_shapes_must_fit(self, call, message):
         with pytest.raises(ValueError, match=message):
             call()
+
+    def test_io_model_refuses_a_device_too_small_for_the_working_set(self):
+        with pytest.raises(ValueError, match=r"working set must fit .* m_sram=49000.*got 49280 elements"):
+            ring_attention_io(1024, 64, 8, m_device=49_000)  # one block short of double buffering
 
 
 @pytest.mark.parametrize("sharding, is_causal", [("contiguous", False), ("zigzag", True)])

@@ -40,15 +40,6 @@ def test_bytes_are_the_tensors_each_path_must_touch(dtype, pass_name):
         assert kernel_bytes(row(stored, pass_name, name)) == once + passes * scores.nbytes
 
 
-def test_bad_rows_and_peaks_are_refused():
-    with pytest.raises(ValueError, match="kernel row"):
-        kernel_bytes(row("sdpa: math") | {"level": "layer"})
-    with pytest.raises(ValueError, match="t must be a positive integer, got 0"):
-        kernel_bytes(row("sdpa: math", t=0))
-    with pytest.raises(ValueError, match="bandwidth must be positive"):
-        roof(1.0, 1e9, 0.0)
-
-
 def doc_with_peaks(tflops: float, bytes_per_s: float) -> dict:
     """The fixture's real rows with peaks put in by hand: only the roofline arithmetic is under test."""
     doc = json.loads(FIXTURE.read_text())
@@ -117,8 +108,6 @@ def test_matmul_peak_counts_two_n_cubed_and_keeps_the_best(monkeypatch):
     result = measure_matmul(CPU, (32, 64), repeats=3)
     assert [r["gflops"] for r in result["sizes"]] == pytest.approx([2 * 32**3 / 1e-3 / 1e9, 2 * 64**3 / 2e-3 / 1e9])
     assert result["best_n"] == 64 and result["gflops"] == result["sizes"][1]["gflops"]
-    with pytest.raises(ValueError, match="positive matrix sides"):
-        measure_matmul(CPU, (0,))
 
 
 def test_stream_bytes_are_counted_as_stream_counts_them(monkeypatch):
@@ -152,3 +141,19 @@ def test_chapter_figure_reads_the_results_file(tmp_path, monkeypatch):
     ax = ch07.measured_roofline().axes[0]
     n_points = sum(len(line.get_xdata()) for line in ax.lines[2:])  # after the roof and the ridge
     assert n_points == len(roofline_points(copy.deepcopy(doc_with_peaks(0.05, 2e9))))
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_bad_rows_and_peaks_are_refused(self):
+        with pytest.raises(ValueError, match=r"kernel row.*got level 'layer'"):
+            kernel_bytes(row("sdpa: math") | {"level": "layer"})
+        with pytest.raises(ValueError, match="t must be a positive integer, got 0"):
+            kernel_bytes(row("sdpa: math", t=0))
+        with pytest.raises(ValueError, match=r"bandwidth must be positive.*got 0\.0"):
+            roof(1.0, 1e9, 0.0)
+
+    def test_matmul_peak_needs_positive_matrix_sides(self):
+        with pytest.raises(ValueError, match=r"positive matrix sides.*got \(0,\)"):
+            measure_matmul(CPU, (0,))

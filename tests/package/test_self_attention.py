@@ -1,5 +1,8 @@
 """SelfAttentionV1 and V2: the book's printed tensors, weight transfer, batching."""
 
+import re
+
+import pytest
 import torch
 
 from attention import SelfAttentionV1, SelfAttentionV2, attention_weights, journey_inputs
@@ -70,3 +73,36 @@ def test_batched_input_equals_each_sequence_alone() -> None:
             for i in range(3):
                 torch.testing.assert_close(out[i], module(batch[i]))
 
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize("cls", [SelfAttentionV1, SelfAttentionV2])
+    def test_last_dimension_must_be_d_in(self, cls: type) -> None:
+        with pytest.raises(ValueError, match=r"last dimension d_in=3, got 5"):
+            cls(3, 4)(torch.randn(2, 4, 5))
+
+    @pytest.mark.parametrize(
+        ("module", "x", "message"),
+        [
+            (SelfAttentionV1(3, 2), torch.randn(3), r"2-d or 3-d, got a 1-d tensor of shape \(3,\)"),
+            (SelfAttentionV2(3, 2), torch.randn(1, 2, 4, 3), r"2-d or 3-d, got a 4-d tensor"),
+        ],
+        ids=["V1", "V2"],
+    )
+    def test_input_must_be_2d_or_3d(self, module: torch.nn.Module, x: torch.Tensor, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            module(x)
+
+    @pytest.mark.parametrize(
+        ("build", "message"),
+        [
+            (lambda: SelfAttentionV1(3, 0), "d_out must be at least 1, got 0"),
+            (lambda: SelfAttentionV2(3, 0), "d_out must be at least 1, got 0"),
+            (lambda: SelfAttentionV1(3.0, 4), "d_in must be an integer, got 3.0 of type float"),
+            (lambda: SelfAttentionV2(3, 4.0), "d_out must be an integer, got 4.0 of type float"),
+        ],
+    )
+    def test_sizes_must_be_positive_integers(self, build, message: str) -> None:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            build()

@@ -3,15 +3,15 @@ the same as a zero-value key, as rescaling by the lse, with the gradient derived
 
 import pytest
 import torch
+from _inputs import qkv
 
 from attention.functional import causal_mask, scaled_dot_product_attention
 
 
 def _inputs() -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(2, 4, 5, 3, dtype=torch.float64, generator=g)  # (b, h, t, d_k)
-    k, v = (torch.randn(2, 2, 5, 3, dtype=torch.float64, generator=g) for _ in range(2))  # h_kv=2
-    sinks = torch.randn(4, dtype=torch.float64, generator=g)
+    q, k, v = qkv((2, 4, 5, 3), (2, 2, 5, 3), generator=g)  # (b, h, t, d_k) with h_kv = 2
+    sinks = torch.randn(4, dtype=torch.float64, generator=g)  # drawn after them
     return q, k, v, sinks
 
 
@@ -58,8 +58,15 @@ def test_sink_gradient_is_minus_sink_weight_times_d() -> None:
     )
 
 
-@pytest.mark.parametrize("sinks", [torch.zeros(3), torch.zeros(4, 1), torch.zeros(4, dtype=torch.long)])
-def test_sinks_of_the_wrong_shape_or_dtype_are_refused(sinks: torch.Tensor) -> None:
-    q, k, v, _ = _inputs()
-    with pytest.raises(ValueError, match=r"sinks must be a float tensor of shape \(h,\) = \(4,\)"):
-        scaled_dot_product_attention(q, k, v, sinks=sinks, enable_gqa=True)
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize(("sinks", "got"), [
+        (torch.zeros(3), r"shape \(3,\) and dtype torch.float32"),
+        (torch.zeros(4, 1), r"shape \(4, 1\) and dtype torch.float32"),
+        (torch.zeros(4, dtype=torch.long), r"shape \(4,\) and dtype torch.int64"),
+    ])
+    def test_sinks_of_the_wrong_shape_or_dtype_are_refused(self, sinks: torch.Tensor, got: str) -> None:
+        q, k, v, _ = _inputs()
+        with pytest.raises(ValueError, match=r"sinks must be a float tensor of shape \(h,\) = \(4,\).*got " + got):
+            scaled_dot_product_attention(q, k, v, sinks=sinks, enable_gqa=True)

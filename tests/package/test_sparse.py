@@ -6,6 +6,7 @@ from unittest import mock
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import qkv
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from attention.masks import dense_attention, sliding_window, to_dense
@@ -24,11 +25,6 @@ from attention.sparse import (
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
 B, H, T, D, BLOCK = 2, 3, 16, 8, 4
-
-
-def _qkv(seed: int = 123, t: int = T) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(3, B, H, t, D, dtype=torch.float64, generator=generator).unbind(0)
 
 
 def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -56,7 +52,7 @@ def test_selecting_before_the_causal_mask_would_see_the_future():
 
 @pytest.mark.parametrize("rule_name", ["topk", "block_topk", "moba"])
 def test_dense_and_flex_forms_are_equal_in_float64(rule_name):
-    q, k, v = _qkv()
+    q, k, v = qkv((B, H, T, D), seed=123)
     if rule_name == "topk":
         rule = topk_mask(q @ k.transpose(-2, -1), 5)
     elif rule_name == "block_topk":
@@ -85,7 +81,7 @@ def test_block_selection_keeps_the_own_and_first_block_and_no_later_one():
 
 
 def test_moba_keeps_the_own_block_and_the_earlier_blocks_with_the_best_mean_key():
-    q, k, _ = _qkv()
+    q, k, _ = qkv((B, H, T, D), seed=123)
     top, n_blocks = 2, T // BLOCK
     mask = to_dense(moba_mask(q, k, block_size=BLOCK, top_k=top), T, T, B, H)  # (b, h, t, t)
     blocks = mask.view(B, H, T, n_blocks, BLOCK).any(dim=-1)  # (b, h, t, T_k)
@@ -101,7 +97,7 @@ def test_moba_keeps_the_own_block_and_the_earlier_blocks_with_the_best_mean_key(
 
 
 def test_nsa_selects_the_blocks_the_compressed_branch_weighs_most():
-    q, k, v = _qkv()
+    q, k, v = qkv((B, H, T, D), seed=123)
     ones = torch.ones(B, H, T, 1, dtype=torch.float64)
     gates = torch.cat([0 * ones, ones, 0 * ones], -1)  # the selected branch alone
     selected = nsa_attention(q, k, v, gates, block_size=BLOCK, top_k=3, window=5)
@@ -120,13 +116,13 @@ def test_nsa_selects_the_blocks_the_compressed_branch_weighs_most():
 
 
 def test_moba_with_every_block_is_causal_attention():
-    q, k, v = _qkv()
+    q, k, v = qkv((B, H, T, D), seed=123)
     torch.testing.assert_close(moba_attention(q, k, v, block_size=BLOCK, top_k=T // BLOCK),
                                _causal_attention(q, k, v), rtol=0, atol=1e-14)
 
 
-def test_nsa_branches():
-    q, k, v = _qkv()
+def test_each_nsa_branch_alone_is_its_own_attention():
+    q, k, v = qkv((B, H, T, D), seed=123)
     ones = torch.ones(B, H, T, 1, dtype=torch.float64)
     zeros = torch.zeros_like(ones)
     sliding = dense_attention(q, k, v, mask_mod=sliding_window(5))
@@ -150,7 +146,7 @@ def test_nsa_branches():
 
 
 def test_dsa_gather_form_equals_the_dense_form_and_all_keys_is_causal():
-    q, k, v = _qkv()
+    q, k, v = qkv((B, H, T, D), seed=123)
     index = torch.randn(B, T, T, dtype=torch.float64)
     dense = dsa_attention(q, k, v, index, top_k=5)
     torch.testing.assert_close(dsa_attention(q, k, v, index, top_k=5, gather=True), dense,
@@ -160,7 +156,7 @@ def test_dsa_gather_form_equals_the_dense_form_and_all_keys_is_causal():
 
 
 def test_queries_after_a_cache_select_bottom_right():
-    q, k, v = _qkv()
+    q, k, v = qkv((B, H, T, D), seed=123)
     q = q[..., -5:, :]  # the 5 newest queries, at positions 11 .. 15, against all 16 keys
     index = torch.randn(B, 5, T, dtype=torch.float64)
     mask = to_dense(topk_mask(index[:, None], 13), 5, T, B, 1)  # (b, 1, t_q, t_k)
@@ -230,7 +226,7 @@ def test_dsa_equals_transformers_deepseek_v32_attention():
             torch.testing.assert_close(out, reference, rtol=0, atol=1e-14)
 
 
-class TestSparseFailureModes:
+class TestBadInput:
     def test_top_k_below_one(self):
         with pytest.raises(ValueError, match=r"top_k must be at least 1, got 0"):
             topk_mask(torch.zeros(4, 4), 0)
@@ -240,27 +236,27 @@ class TestSparseFailureModes:
             block_topk_mask(torch.zeros(8, 2), 1, 4, keep_first=True)
 
     def test_nsa_mask_needs_the_first_and_own_block(self):
-        q, k, _ = _qkv()
+        q, k, _ = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"at least the 2 always-kept blocks, got 1"):
             nsa_mask(q, k, block_size=BLOCK, top_k=1)
 
     def test_block_size_must_divide(self):
-        q, k, v = _qkv()
+        q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"block_size must divide the keys' t_k=16, got "
                                              r"block_size=5"):
             moba_attention(q, k, v, block_size=5, top_k=2)
 
     def test_scores_must_be_a_matrix(self):
-        with pytest.raises(ValueError, match=r"scores must be a floating"):
+        with pytest.raises(ValueError, match=r"scores must be a floating.*got \(\(4,\), torch\.float32\)"):
             topk_mask(torch.zeros(4), 2)
 
-    def test_gates_shape(self):
-        q, k, v = _qkv()
+    def test_gates_must_have_one_per_branch(self):
+        q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"gates must have shape .* got \(2, 3, 16, 2\)"):
             nsa_attention(q, k, v, torch.zeros(B, H, T, 2), block_size=BLOCK, top_k=2, window=4)
 
-    def test_index_scores_shape(self):
-        q, k, v = _qkv()
+    def test_index_scores_must_have_one_per_query_and_key(self):
+        q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"index_scores must have shape .* got \(2, 16\)"):
             dsa_attention(q, k, v, torch.zeros(B, T), top_k=2)
 

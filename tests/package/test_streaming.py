@@ -105,8 +105,6 @@ def test_before_any_eviction_streaming_is_the_full_model() -> None:
         prefill = model(idx, cache=cache)  # 7 = n_sink + w tokens in one call
         torch.testing.assert_close(prefill, model(idx), atol=1e-12, rtol=0)
         model(idx[:, :1], cache=cache)  # the first eviction: one token at a time from now on
-        with pytest.raises(ValueError, match=r"one at a time, got 2 tokens after 8"):
-            model(idx[:, :2], cache=cache)
 
 
 @pytest.mark.parametrize(("w", "sinks"), WINDOWS)
@@ -159,19 +157,32 @@ def test_a_rolling_cache_in_chunks_is_the_model_under_the_window_mask(
     torch.testing.assert_close(torch.cat(chunks, dim=1), reference, atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (lambda: streaming_cache(_model(1, "learned"), 1, 4, 1), r"got 'learned'"),
-        (lambda: streaming_cache(_model(1, "alibi"), 1, 4, 1), r"got 'alibi'"),
-        (lambda: streaming_cache(_model(1), 1, 4, -1), r"sinks must be an integer >= 0, got -1"),
-        (lambda: streaming_cache(_model(1), 1, 0, 1), r"window must be at least 1, got 0"),
-        (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(4)),
-         r"rotary must rotate keys of width d_h=8, got d_h=4"),
-        (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(8, scaling=DynamicNTKScaling(
-            2.0, 4))), r"rotary must have fixed frequencies"),
-    ],
-)
-def test_bad_input(make: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        make()
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: streaming_cache(_model(1, "learned"), 1, 4, 1), r"got 'learned'"),
+            (lambda: streaming_cache(_model(1, "alibi"), 1, 4, 1), r"got 'alibi'"),
+            (lambda: streaming_cache(_model(1), 1, 4, -1), r"sinks must be an integer >= 0, got -1"),
+            (lambda: streaming_cache(_model(1), 1, 0, 1), r"window must be at least 1, got 0"),
+            (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(4)),
+             r"rotary must rotate keys of width d_h=8, got d_h=4"),
+            (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(8, scaling=DynamicNTKScaling(
+                2.0, 4))), r"rotary must have fixed frequencies"),
+        ],
+    )
+    def test_streaming_needs_rotary_positions_and_positive_sizes(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()
+
+    def test_after_the_first_eviction_tokens_come_one_at_a_time(self) -> None:
+        model = _model(2)
+        idx = torch.randint(16, (3, 7), generator=torch.Generator().manual_seed(3))
+        cache = streaming_cache(model, 3, 5, 2)
+        with torch.no_grad():
+            model(idx, cache=cache)  # 7 = n_sink + w tokens in one call
+            model(idx[:, :1], cache=cache)  # the first eviction
+            with pytest.raises(ValueError, match=r"one at a time, got 2 tokens after 8"):
+                model(idx[:, :2], cache=cache)

@@ -40,17 +40,6 @@ def test_tiny_transformer_is_causal(positions: str | None) -> None:
     assert not torch.allclose(model(other)[:, 4:], logits[:, 4:])
 
 
-@pytest.mark.parametrize("positions", POSITIONS)
-def test_only_learned_positions_stop_at_the_context_length(positions: str | None) -> None:
-    model = TinyTransformer(11, 8, 2, 1, context_length=4, positions=positions)
-    idx = torch.zeros(1, 6, dtype=torch.long)
-    if positions == "learned":
-        with pytest.raises(ValueError, match=r"at most context_length=4, got 6"):
-            model(idx)
-    else:
-        assert model(idx).shape == (1, 6, 11)
-
-
 def test_positions_tell_tokens_apart_only_when_there_are_some() -> None:
     """With no positions and the same token everywhere, every position gets the same logits."""
     idx = torch.full((1, 5), 3)
@@ -133,34 +122,6 @@ def test_head_scores_recognise_previous_token_and_induction_patterns() -> None:
     assert prev_scores.tolist() == [[1.0]] and ind_scores.tolist() == [[0.0]]
     prev_scores, ind_scores = head_scores(_FixedAttention(induction), tokens)
     assert ind_scores.tolist() == [[1.0]] and prev_scores.item() == pytest.approx(3 / 7)
-    with pytest.raises(ValueError, match=r"must repeat a token"):
-        head_scores(_FixedAttention(previous), torch.arange(8)[None])
-
-
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (lambda: TinyTransformer(11, 8, 2, 1, 4, positions="absolute"), r"got 'absolute'"),
-        (lambda: TinyTransformer(11, 8, 3, 1, 4), r"d_model=8 and num_heads=3"),
-        (lambda: TinyTransformer(11, 8, 2, 1, 4)(torch.zeros(1, 3)), r"idx must hold integer"),
-        (lambda: TinyTransformer(11, 8, 2, 1, 4)(torch.tensor([[1, 11]])), r"from 1 to 11"),
-        (lambda: train_lm(nn.Linear(2, 2), lambda g: None, steps=0), r"steps must be at least 1"),
-        (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, lr=0), r"lr must be .* got 0"),
-        (lambda: induction_data(4, 12, 5, max_period=6), r"max_period=6, vocab_size=5"),
-        (lambda: induction_data(4, 12, 16, min_period=5, max_period=4), r"min_period=5"),
-        (lambda: lookback_data(4, 3, 5, offset=3), r"offset must be less than seq_len=3, got 3"),
-        (
-            lambda: next_token_accuracy(
-                TinyTransformer(5, 8, 2, 1, 4), torch.zeros(1, 3, dtype=torch.long),
-                torch.full((1, 3), -100),
-            ),
-            r"with 0 scored",
-        ),
-    ],
-)
-def test_model_and_training_bad_input(make: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        make()  # type: ignore[operator]
 
 
 # --- decoding with a KV cache --------------------------------------------------------------------
@@ -261,26 +222,72 @@ def test_model_cache_memory_is_the_formula() -> None:
     assert cache.length == 0
 
 
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (lambda: _decoder("learned").generate(torch.zeros(1, 3, dtype=torch.long), 8),
-         r"context_length=9 with learned positions, got 3 \+ 8 - 1 = 10"),
-        (lambda: _decoder("learned").new_cache(1, 10), r"max_tokens must be at most context_len"),
-        (lambda: _decoder(None).generate(torch.zeros(1, 3, dtype=torch.long), -1),
-         r"max_new_tokens must be an integer >= 0, got -1"),
-        (lambda: _decoder(None).generate(torch.zeros(1, 0, dtype=torch.long), 2),
-         r"at least one token per sequence, got shape \(1, 0\)"),
-        (lambda: _decoder(None)(torch.zeros(1, 4, dtype=torch.long), cache=_cache(1, 3)),
-         r"max_tokens=3 tokens, got 4"),
-        (lambda: _decoder(None)(torch.zeros(2, 1, dtype=torch.long), cache=_cache(1, 3)),
-         r"\(1, 2, t, 4\), got \(2, 2, 1, 4\)"),
-        (lambda: _decoder(None)(torch.zeros(1, 1, dtype=torch.long), cache=KVCache(1, 2, 3, 4)),
-         r"cache must be a ModelKVCache of 2 layers"),
-        (lambda: TransformerBlock(8, 2, 16)(torch.randn(1, 2, 8), cache=KVCache(1, 2, 3, 4)),
-         r"a cache needs a causal block \(is_causal=True\), got is_causal=False"),
-    ],
-)
-def test_cache_bad_input(make: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        make()  # type: ignore[operator]
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize("positions", POSITIONS)
+    def test_only_learned_positions_stop_at_the_context_length(self, positions: str | None) -> None:
+        model = TinyTransformer(11, 8, 2, 1, context_length=4, positions=positions)
+        idx = torch.zeros(1, 6, dtype=torch.long)
+        if positions == "learned":
+            with pytest.raises(ValueError, match=r"at most context_length=4, got 6"):
+                model(idx)
+        else:
+            assert model(idx).shape == (1, 6, 11)
+
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: TinyTransformer(11, 8, 2, 1, 4, positions="absolute"), r"got 'absolute'"),
+            (lambda: TinyTransformer(11, 8, 3, 1, 4),
+             r"d_model must be divisible by num_heads.*got d_model=8 and num_heads=3"),
+            (lambda: TinyTransformer(11, 8, 2, 1, 4)(torch.zeros(1, 3)), r"idx must hold integer.*got torch\.float32"),
+            (lambda: TinyTransformer(11, 8, 2, 1, 4)(torch.tensor([[1, 11]])),
+             r"idx must hold token ids in \[0.*got ids from 1 to 11"),
+            (lambda: train_lm(nn.Linear(2, 2), lambda g: None, steps=0), r"steps must be at least 1.*got 0"),
+            (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, lr=0), r"lr must be .* got 0"),
+            (lambda: induction_data(4, 12, 5, max_period=6),
+             r"need min_period <= max_period.*got min_period=2, max_period=6, vocab_size=5, seq_len=12"),
+            (lambda: induction_data(4, 12, 16, min_period=5, max_period=4),
+             r"need min_period <= max_period.*got min_period=5, max_period=4, vocab_size=16, seq_len=12"),
+            (lambda: lookback_data(4, 3, 5, offset=3), r"offset must be less than seq_len=3, got 3"),
+            (
+                lambda: next_token_accuracy(
+                    TinyTransformer(5, 8, 2, 1, 4), torch.zeros(1, 3, dtype=torch.long),
+                    torch.full((1, 3), -100),
+                ),
+                r"targets must have the inputs' shape.*got shape \(1, 3\) with 0 scored",
+            ),
+        ],
+    )
+    def test_model_sizes_token_ids_and_training_arguments_must_be_valid(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()  # type: ignore[operator]
+
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: _decoder("learned").generate(torch.zeros(1, 3, dtype=torch.long), 8),
+             r"context_length=9 with learned positions, got 3 \+ 8 - 1 = 10"),
+            (lambda: _decoder("learned").new_cache(1, 10), r"max_tokens must be at most context_len.*got 10"),
+            (lambda: _decoder(None).generate(torch.zeros(1, 3, dtype=torch.long), -1),
+             r"max_new_tokens must be an integer >= 0, got -1"),
+            (lambda: _decoder(None).generate(torch.zeros(1, 0, dtype=torch.long), 2),
+             r"at least one token per sequence, got shape \(1, 0\)"),
+            (lambda: _decoder(None)(torch.zeros(1, 4, dtype=torch.long), cache=_cache(1, 3)),
+             r"max_tokens=3 tokens, got 4"),
+            (lambda: _decoder(None)(torch.zeros(2, 1, dtype=torch.long), cache=_cache(1, 3)),
+             r"\(1, 2, t, 4\), got \(2, 2, 1, 4\)"),
+            (lambda: _decoder(None)(torch.zeros(1, 1, dtype=torch.long), cache=KVCache(1, 2, 3, 4)),
+             r"cache must be a ModelKVCache of 2 layers.*got <attention\.kv_cache\.KVCache object"),
+            (lambda: TransformerBlock(8, 2, 16)(torch.randn(1, 2, 8), cache=KVCache(1, 2, 3, 4)),
+             r"a cache needs a causal block \(is_causal=True\), got is_causal=False"),
+        ],
+    )
+    def test_cache_must_fit_the_model_and_the_tokens(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()  # type: ignore[operator]
+
+    def test_head_scores_need_a_sequence_that_repeats_a_token(self) -> None:
+        with pytest.raises(ValueError, match=r"must repeat a token.*got none"):
+            head_scores(_FixedAttention(torch.eye(8)), torch.arange(8)[None])

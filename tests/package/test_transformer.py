@@ -10,7 +10,6 @@ from _inputs import randomize
 from torch import nn
 
 from attention import (
-    BlockAttention,
     RotaryEmbedding,
     TransformerBlock,
     alibi_bias,
@@ -133,53 +132,6 @@ def test_an_attention_only_block_has_no_feed_forward_network() -> None:
     torch.testing.assert_close(block(x), x + block.attn(block.norm1(x))[0])
 
 
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (lambda: TransformerBlock(10, 4, 16), r"d_model=10 and num_heads=4"),
-        (lambda: TransformerBlock(8, 2, 0), r"d_ff must be at least 1, got 0"),
-        (lambda: TransformerBlock(8, 2, 16, dropout=1.0), r"dropout must be in \[0, 1\)"),
-        (
-            lambda: TransformerBlock(8, 2, 16, activation="tanh"),
-            r"one of \('gelu', 'relu', 'swiglu'\), got 'tanh'",
-        ),
-        (lambda: TransformerBlock(8, 2, 16, rotary=RotaryEmbedding(8)), r"d_h=4, got d_h=8"),
-        (lambda: TransformerBlock(8, 2, 16, norm="batch"), r"\('layer', 'rms'\), got 'batch'"),
-        (
-            lambda: TransformerBlock(8, 2, 16, norm_first=False, parallel=True),
-            r"parallel=True needs a pre-norm block .* got norm_first=False, mlp=True",
-        ),
-        (
-            lambda: TransformerBlock(8, 2, 16, mlp=False, parallel=True),
-            r"got norm_first=True, mlp=False",
-        ),
-        (lambda: swiglu_width(0), r"d_model must be at least 1, got 0"),
-        (lambda: swiglu_width(64, ffn_dim_multiplier=0), r"ffn_dim_multiplier must be a number"),
-        (lambda: TransformerBlock(8, 2, 16)(torch.zeros(2, 4, 6)), r"d_model=8, got 6"),
-        (lambda: TransformerBlock.from_torch(nn.Linear(2, 2)), r"TransformerEncoderLayer, got"),
-        (
-            lambda: TransformerBlock.from_torch(nn.TransformerEncoderLayer(8, 2, 16)),
-            r"batch_first=True .* got False",
-        ),
-        (
-            lambda: TransformerBlock.from_torch(
-                nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, bias=False)
-            ),
-            r"must have biases",
-        ),
-        (
-            lambda: TransformerBlock.from_torch(
-                nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, activation=torch.tanh)
-            ),
-            r"gelu or relu, got",
-        ),
-    ],
-)
-def test_block_bad_input(make: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        make()  # type: ignore[operator]
-
-
 # --- today's variants: RMSNorm, SwiGLU, parallel, QK-norm, no biases ------------------------------
 
 
@@ -276,22 +228,6 @@ def test_qk_norm_normalizes_each_head_s_queries_and_keys(norm: str) -> None:
     assert attn.q_norm.weight.shape == (4,)
 
 
-def test_qk_norm_bounds_the_scores_however_large_the_weights() -> None:
-    """|q̂ · k̂| <= max|γ_q| max|γ_k| d_h for RMS-normalized rows (exercise 9.7), so with gains
-    of 1 a scaled score is at most d_h / sqrt(d_h) = 2 here."""
-    torch.manual_seed(0)
-    x = torch.randn(1, 6, 8, dtype=torch.float64)
-    for qk_norm in (False, True):
-        attn = BlockAttention(8, 2, qk_norm="rms" if qk_norm else None, bias=False).double()
-        with torch.no_grad():
-            attn.qkv.weight.mul_(1000.0)
-        q, k, _ = attn.qkv(x).split(8, dim=2)
-        if qk_norm:
-            q, k = attn.q_norm(q.view(1, 6, 2, 4)), attn.k_norm(k.view(1, 6, 2, 4))
-        scores = torch.einsum("bihd,bjhd->bhij", q.view(1, 6, 2, 4), k.view(1, 6, 2, 4)) / 2.0
-        assert (scores.abs().max() <= 4 / 2.0 + 1e-9) == qk_norm
-
-
 def test_bias_false_leaves_no_bias_anywhere() -> None:
     for norm in ("layer", "rms"):
         block = TransformerBlock(8, 2, 16, norm=norm, qk_norm=True, activation="swiglu",
@@ -333,3 +269,54 @@ def test_defaults_build_the_same_block_and_random_draws_as_before_the_variants()
     for ours, theirs in ((block.attn.qkv, qkv), (block.attn.out_proj, out_proj),
                          (block.linear1, linear1), (block.linear2, linear2)):
         assert torch.equal(ours.weight, theirs.weight) and torch.equal(ours.bias, theirs.bias)
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: TransformerBlock(10, 4, 16),
+             r"d_model must be divisible by num_heads.*got d_model=10 and num_heads=4"),
+            (lambda: TransformerBlock(8, 2, 0), r"d_ff must be at least 1, got 0"),
+            (lambda: TransformerBlock(8, 2, 16, dropout=1.0), r"dropout must be in \[0, 1\).*got 1\.0"),
+            (
+                lambda: TransformerBlock(8, 2, 16, activation="tanh"),
+                r"one of \('gelu', 'relu', 'swiglu'\), got 'tanh'",
+            ),
+            (lambda: TransformerBlock(8, 2, 16, rotary=RotaryEmbedding(8)), r"d_h=4, got d_h=8"),
+            (lambda: TransformerBlock(8, 2, 16, norm="batch"), r"\('layer', 'rms'\), got 'batch'"),
+            (
+                lambda: TransformerBlock(8, 2, 16, norm_first=False, parallel=True),
+                r"parallel=True needs a pre-norm block .* got norm_first=False, mlp=True",
+            ),
+            (
+                lambda: TransformerBlock(8, 2, 16, mlp=False, parallel=True),
+                r"got norm_first=True, mlp=False",
+            ),
+            (lambda: swiglu_width(0), r"d_model must be at least 1, got 0"),
+            (lambda: swiglu_width(64, ffn_dim_multiplier=0), r"ffn_dim_multiplier must be a number.*got 0"),
+            (lambda: TransformerBlock(8, 2, 16)(torch.zeros(2, 4, 6)), r"d_model=8, got 6"),
+            (lambda: TransformerBlock.from_torch(nn.Linear(2, 2)), r"TransformerEncoderLayer, got"),
+            (
+                lambda: TransformerBlock.from_torch(nn.TransformerEncoderLayer(8, 2, 16)),
+                r"batch_first=True .* got False",
+            ),
+            (
+                lambda: TransformerBlock.from_torch(
+                    nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, bias=False)
+                ),
+                r"must have biases.*got bias=False",
+            ),
+            (
+                lambda: TransformerBlock.from_torch(
+                    nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, activation=torch.tanh)
+                ),
+                r"gelu or relu, got",
+            ),
+        ],
+    )
+    def test_block_sizes_options_and_torch_layers_must_be_valid(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()  # type: ignore[operator]

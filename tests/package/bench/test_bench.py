@@ -8,10 +8,9 @@ import json
 import pytest
 import torch
 from torch.utils import benchmark
-from torch.utils.flop_counter import FlopCounterMode
 
-from attention import FusedMultiHeadAttention, flash
-from attention.bench import attention_flops, device_peak, projection_flops, timing, validate_results, variants
+from attention import flash
+from attention.bench import timing, validate_results, variants
 from attention.bench.cli import main
 from attention.bench.memprobe import measure_in_subprocess
 from attention.bench.rows import Row
@@ -21,52 +20,6 @@ from attention.bench.variants import Built, Problem, Variant, make_inputs
 from attention.functional import scaled_dot_product_attention as explicit_attention
 
 CPU = torch.device("cpu")
-
-
-def count_flops(fn) -> int:
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return counter.get_total_flops()
-
-
-def test_forward_flops_are_the_two_matrix_products():
-    b, h, t, d_h = 2, 3, 16, 8
-    q, k, v = (torch.randn(b, h, t, d_h) for _ in range(3))
-    counted = count_flops(lambda: explicit_attention(q, k, v))  # Ω = Q Kᵀ and Z = A V, no mask
-    assert attention_flops(b, h, t, d_h, causal=False) == counted == 4 * b * h * t * t * d_h
-
-
-def test_causal_halves_and_backward_is_flashattention_count():
-    b, h, t, d_h = 1, 2, 32, 16
-    full = attention_flops(b, h, t, d_h, causal=False)
-    assert attention_flops(b, h, t, d_h, causal=True) == full / 2
-    # FlashAttention's backward recomputes Ω and does four more products: five in all, 2.5x the
-    # forward's two. Our flash_attention, on one tile (block_size >= t), does exactly that.
-    q, k, v = (torch.randn(b, h, t, d_h, requires_grad=True) for _ in range(3))
-    out = flash.flash_attention(q, k, v, block_size=t)
-    backward = count_flops(lambda: out.backward(torch.ones_like(out)))
-    assert backward == 2.5 * full
-    assert attention_flops(b, h, t, d_h, causal=False, backward=True) == full + backward
-
-
-def test_layer_flops_add_the_projections():
-    b, t, d, h = 2, 12, 16, 4
-    torch.manual_seed(0)
-    layer = FusedMultiHeadAttention(d, d, h, t, 0.0, use_sdpa=False)
-    x = torch.randn(b, t, d)
-    counted = count_flops(lambda: layer(x))  # explicit path: full (t, t) products, then masked
-    assert counted == projection_flops(b, t, d, d) + attention_flops(b, h, t, d // h, causal=False)
-    assert projection_flops(b, t, d, d, out_proj=False) == 3 * 2 * b * t * d * d
-    with pytest.raises(ValueError, match="t must be a positive integer, got 0"):
-        attention_flops(1, 1, 0, 8)
-
-
-def test_device_peaks_are_documented_or_unknown():
-    peak = device_peak("NVIDIA H100 80GB HBM3", "bf16")
-    assert peak.tflops > 0 and peak.source.startswith("https://www.nvidia.com/")
-    assert device_peak("Intel(R) Xeon(R) Processor", "fp32") is None  # never a guessed peak
-    with pytest.raises(ValueError, match="precision must be one of"):
-        device_peak("NVIDIA H200", "int8")
 
 
 @pytest.mark.parametrize(
@@ -96,8 +49,6 @@ def test_timer_reports_seconds_per_call_on_a_known_clock(monkeypatch, seconds, e
         assert measured.number > 1 and measured.repeats * measured.number * seconds >= 0.3
     else:
         assert measured.repeats == blocks and measured.number == 1
-    with pytest.raises(ValueError, match="repeats must be at least 3"):
-        time_cpu(call, estimate=seconds, repeats=2)
 
 
 def test_median_and_iqr_of_known_times():
@@ -146,8 +97,6 @@ def test_a_row_records_the_kernel_config_its_variant_reports():
     row = measure(reporting, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
     assert row.status == "ok" and row.kernel_config == configs
     assert Row.from_json(row.to_json()).kernel_config == configs
-    with pytest.raises(ValueError, match="kernel_config"):
-        Row.from_json(row.to_json() | {"kernel_config": [64, 64]})
 
 
 def test_a_copy_of_the_tree_is_clean_only_when_checked(monkeypatch):
@@ -262,39 +211,11 @@ def test_tiny_sweep_records_what_ran_and_why_not(tiny_run):
     assert goal["ratio_fused_sdpa_to_torch_mha"] == pytest.approx(goal["fused_sdpa_s"] / goal["torch_mha_s"])
 
 
-def test_schema_names_the_field_out_of_place(tiny_run):
-    broken = copy.deepcopy(tiny_run)
-    ok_row = next(r for r in broken["results"] if r["status"] == "ok")
-    ok_row["median_s"] = None
-    with pytest.raises(ValueError, match=r"results\[\d+\]\.median_s"):
-        validate_results(broken)
-    for key, value, message in [("tflops", 0.0, "a positive number"), ("iqr_s", -1.0, "a number >= 0")]:
-        broken = copy.deepcopy(tiny_run)
-        next(r for r in broken["results"] if r["status"] == "ok")[key] = value
-        with pytest.raises(ValueError, match=rf"results\[\d+\]\.{key}: expected {message}"):
-            validate_results(broken)
-    broken = copy.deepcopy(tiny_run)
-    del broken["provenance"]["torch"]
-    with pytest.raises(ValueError, match="provenance: expected key 'torch'"):
-        validate_results(broken)
-    broken = copy.deepcopy(tiny_run)
-    next(r for r in broken["results"] if r["status"] != "ok")["reason"] = None
-    with pytest.raises(ValueError, match="reason"):
-        validate_results(broken)
-
-
 def test_bad_options_are_rejected(tmp_path):
     with pytest.raises(SystemExit):
         main(["--variants", "no-such-variant", "--output", str(tmp_path / "x.json")])
     with pytest.raises(SystemExit):
         main(["--d-model", "30", "--heads", "4", "--output", str(tmp_path / "x.json")])
-
-
-def test_problem_rejects_bad_shapes():
-    with pytest.raises(ValueError, match="level must be one of"):
-        Problem("block", 1, 8, 2, 4, torch.float32, CPU, False)
-    with pytest.raises(ValueError, match="t must be at least 1, got 0"):
-        Problem("kernel", 1, 0, 2, 4, torch.float32, CPU, False)
 
 
 def test_tiny_run_measures_peaks_and_uses_them(tiny_run):
@@ -334,14 +255,6 @@ def test_parts_run_alone(tmp_path):
     assert doc["results"] == [] and "ratios" not in doc["goals"] and "bandwidth" not in doc["peaks"]
     assert len(doc["decode"]) == 2
     validate_results(json.loads(out.read_text()))
-
-
-def test_gpu_bandwidth_is_documented_or_unknown():
-    from attention.flops import GPU_BANDWIDTH, GPU_PEAKS, device_bandwidth
-
-    assert set(GPU_BANDWIDTH) == set(GPU_PEAKS)  # every GPU with a peak has a bandwidth
-    assert device_bandwidth("NVIDIA H100 80GB HBM3").bytes_per_s == 3.35e12  # the chapter's figure
-    assert device_bandwidth("Intel(R) Xeon(R) Processor") is None
 
 
 QUICK = [
@@ -441,3 +354,47 @@ def test_the_last_line_counts_the_rows_of_every_part_that_ran():
     doc = {"results": [ok, skipped], "complete": False, "stopped": "time budget spent after 2 rows"}
     assert rows_summary(doc) == "1 of 2 sweep rows ok (time budget spent after 2 rows)"
     assert rows_summary({"results": [], "complete": True}) == "no timed rows"
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_schema_names_the_field_out_of_place(self, tiny_run):
+        broken = copy.deepcopy(tiny_run)
+        ok_row = next(r for r in broken["results"] if r["status"] == "ok")
+        ok_row["median_s"] = None
+        with pytest.raises(ValueError, match=r"results\[\d+\]\.median_s.*got None"):
+            validate_results(broken)
+        for key, value, message in [("tflops", 0.0, "a positive number.*got 0.0"), ("iqr_s", -1.0, "a number >= 0.*got -1.0")]:
+            broken = copy.deepcopy(tiny_run)
+            next(r for r in broken["results"] if r["status"] == "ok")[key] = value
+            with pytest.raises(ValueError, match=rf"results\[\d+\]\.{key}: expected {message}"):
+                validate_results(broken)
+        broken = copy.deepcopy(tiny_run)
+        del broken["provenance"]["torch"]
+        with pytest.raises(ValueError, match=r"provenance: expected key 'torch'.*got keys \["):
+            validate_results(broken)
+        broken = copy.deepcopy(tiny_run)
+        next(r for r in broken["results"] if r["status"] != "ok")["reason"] = None
+        with pytest.raises(ValueError, match=r"results\[\d+\]\.reason: expected why a skipped row has no time, got None"):
+            validate_results(broken)
+
+    def test_problem_rejects_bad_shapes(self):
+        with pytest.raises(ValueError, match=r"level must be one of.*got 'block'"):
+            Problem("block", 1, 8, 2, 4, torch.float32, CPU, False)
+        with pytest.raises(ValueError, match="t must be at least 1, got 0"):
+            Problem("kernel", 1, 0, 2, 4, torch.float32, CPU, False)
+
+    def test_the_timer_needs_at_least_three_repeats(self):
+        with pytest.raises(ValueError, match=r"repeats must be at least 3.*got 2"):
+            time_cpu(lambda: None, estimate=1e-6, repeats=2)
+
+    def test_a_kernel_config_must_be_a_dict_of_kernels(self):
+        problem = Problem("kernel", 1, 32, 2, 16, torch.float32, CPU, backward=False)
+        inputs = make_inputs(problem)
+        q, k, v = inputs.tensors
+        exact = Built(lambda: explicit_attention(q, k, v, is_causal=True), config=lambda: {"forward": [64, 64, 4, 3]})
+        reporting = Variant("reporting", "kernel", "exact, and says its config", lambda p, i: exact)
+        row = measure(reporting, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
+        with pytest.raises(ValueError, match=r"row\.kernel_config: expected dict \| None, got \[64, 64\]"):
+            Row.from_json(row.to_json() | {"kernel_config": [64, 64]})

@@ -34,13 +34,19 @@ def test_every_scheme_and_pass_checked_timed_and_counted(rows):
 def test_rows_follow_the_schema(rows):
     doc = json.loads(FIXTURE.read_text()) | {"distributed": rows}
     validate_results(doc)
-    broken = copy.deepcopy(doc)
-    broken["distributed"][0]["bytes_sent"] = None
-    with pytest.raises(ValueError, match=r"distributed\[0\]\.bytes_sent: expected a positive number"):
-        validate_results(broken)
 
 
-def test_a_shape_the_shards_cannot_split_is_refused():
-    settings = settings_from_args(build_parser().parse_args(SMALL))
-    with pytest.raises(ValueError, match="t a multiple of 2N"):
-        distributed.run_distributed(settings, world_sizes=(4,), shape=SHAPE | {"t": 12})
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_a_shape_the_shards_cannot_split_is_refused(self):
+        settings = settings_from_args(build_parser().parse_args(SMALL))
+        with pytest.raises(ValueError, match=r"t a multiple of 2N.*got t=12, h=2, N=4"):
+            distributed.run_distributed(settings, world_sizes=(4,), shape=SHAPE | {"t": 12})
+
+    def test_the_schema_names_the_field_out_of_place(self, rows):
+        doc = json.loads(FIXTURE.read_text()) | {"distributed": rows}
+        broken = copy.deepcopy(doc)
+        broken["distributed"][0]["bytes_sent"] = None
+        with pytest.raises(ValueError, match=r"distributed\[0\]\.bytes_sent: expected a positive number.*got None"):
+            validate_results(broken)

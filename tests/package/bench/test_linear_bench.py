@@ -47,16 +47,19 @@ def test_a_form_is_checked_against_linear_attention_not_softmax(monkeypatch):
     assert row.status == "failed" and row.median_s is None and "relative error" in row.reason
 
 
-def test_the_schema_names_a_linear_row_out_of_place(run):
-    broken = copy.deepcopy(run)
-    broken["linear"][0]["median_s"] = None
-    with pytest.raises(ValueError, match=r"linear\[0\]\.median_s"):
-        validate_results(broken)
-    broken = copy.deepcopy(run)
-    del broken["linear"][1]["chunk_size"]
-    with pytest.raises(ValueError, match=r"linear\[1\]: expected key 'chunk_size'"):
-        validate_results(broken)
-    broken = copy.deepcopy(run)
-    broken["linear"][2] |= {"status": "failed", "reason": ""}
-    with pytest.raises(ValueError, match=r"linear\[2\]\.reason"):
-        validate_results(broken)
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_the_schema_names_a_linear_row_out_of_place(self, run):
+        broken = copy.deepcopy(run)
+        broken["linear"][0]["median_s"] = None
+        with pytest.raises(ValueError, match=r"linear\[0\]\.median_s.*got None"):
+            validate_results(broken)
+        broken = copy.deepcopy(run)
+        del broken["linear"][1]["chunk_size"]
+        with pytest.raises(ValueError, match=r"linear\[1\]: expected key 'chunk_size'.*got keys \["):
+            validate_results(broken)
+        broken = copy.deepcopy(run)
+        broken["linear"][2] |= {"status": "failed", "reason": ""}
+        with pytest.raises(ValueError, match=r"linear\[2\]\.reason.*got ''"):
+            validate_results(broken)

@@ -57,8 +57,6 @@ def test_every_form_counts_its_scores_by_one_convention():
     assert formed == {"sdpa-dense-mask": t * t, "flex-block-mask": len(touched) * 128 * 128,
                       "varlen": 100**2 + 200**2 + 12**2 + 300**2, "sdpa-padded": 4 * 300**2}
     assert formed["varlen"] <= formed["flex-block-mask"] <= formed["sdpa-dense-mask"]
-    with pytest.raises(ValueError, match="variant must be one of"):
-        masks.scores_formed("flex", lengths)
 
 
 def test_a_wrong_result_is_a_failed_row_not_a_time(monkeypatch):
@@ -72,21 +70,32 @@ def test_a_wrong_result_is_a_failed_row_not_a_time(monkeypatch):
 def test_rows_follow_the_schema(rows):
     doc = json.loads(FIXTURE.read_text()) | {"masks": rows}
     validate_results(doc)
-    broken = copy.deepcopy(doc)
-    broken["masks"][0]["lengths"][0] += 1
-    with pytest.raises(ValueError, match=r"masks\[0\]\.lengths: expected document lengths summing to t=48"):
-        validate_results(broken)
-    broken = copy.deepcopy(doc)
-    broken["masks"][2]["median_s"] = None
-    with pytest.raises(ValueError, match=r"masks\[2\]\.median_s: expected a positive number"):
-        validate_results(broken)
-    broken = copy.deepcopy(doc)
-    broken["masks"][1]["reason"] = ""
-    with pytest.raises(ValueError, match=r"masks\[1\]\.reason: expected why a skipped row"):
-        validate_results(broken)
 
 
 def test_document_lengths_cut_the_row():
     lengths = masks.document_lengths(100, 8, seed=123)
     assert int(lengths.sum()) == 100 and len(lengths) == 8 and int(lengths.min()) >= 1
     assert lengths.tolist() == masks.document_lengths(100, 8, seed=123).tolist()
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_the_schema_names_the_field_out_of_place(self, rows):
+        doc = json.loads(FIXTURE.read_text()) | {"masks": rows}
+        broken = copy.deepcopy(doc)
+        broken["masks"][0]["lengths"][0] += 1
+        with pytest.raises(ValueError, match=r"masks\[0\]\.lengths: expected document lengths summing to t=48.*got \[2, 3, 11, 10, 5, 13, 1, 4\]"):
+            validate_results(broken)
+        broken = copy.deepcopy(doc)
+        broken["masks"][2]["median_s"] = None
+        with pytest.raises(ValueError, match=r"masks\[2\]\.median_s: expected a positive number.*got None"):
+            validate_results(broken)
+        broken = copy.deepcopy(doc)
+        broken["masks"][1]["reason"] = ""
+        with pytest.raises(ValueError, match=r"masks\[1\]\.reason: expected why a skipped row.*got ''"):
+            validate_results(broken)
+
+    def test_scores_formed_knows_only_the_variants(self):
+        with pytest.raises(ValueError, match=r"variant must be one of.*got 'flex'"):
+            masks.scores_formed("flex", torch.tensor([100, 200]))

@@ -79,14 +79,17 @@ def test_a_form_that_ignores_its_selection_fails_its_check(monkeypatch):
     assert row.status == "failed" and row.median_s is None and "relative error" in row.reason
 
 
-def test_sizes_the_forms_cannot_take_are_refused_naming_them(tmp_path):
-    with pytest.raises(ValueError, match="k_top=8 and B=3"):
-        check_sizes((32,), (8,), 8, 3)
-    with pytest.raises(ValueError, match="k_top=8 and B=8"):  # NSA needs its first and own block
-        check_sizes((32,), (8,), 8, 8)
-    with pytest.raises(ValueError, match=r"B=4 to divide every t, got t = \[30\]"):
-        check_sizes((30,), (8,), 8, 4)
-    with pytest.raises(ValueError, match=r"divisible by 4, got \[6\]"):
-        check_sizes((32,), (6,), 8, 4)
-    with pytest.raises(SystemExit):
-        main([*TINY, "--sparse-block-size", "3", "--output", str(tmp_path / "x.json")])
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_sizes_the_forms_cannot_take_are_refused_naming_them(self, tmp_path):
+        with pytest.raises(ValueError, match="k_top=8 and B=3"):
+            check_sizes((32,), (8,), 8, 3)
+        with pytest.raises(ValueError, match="k_top=8 and B=8"):  # NSA needs its first and own block
+            check_sizes((32,), (8,), 8, 8)
+        with pytest.raises(ValueError, match=r"B=4 to divide every t, got t = \[30\]"):
+            check_sizes((30,), (8,), 8, 4)
+        with pytest.raises(ValueError, match=r"divisible by 4, got \[6\]"):
+            check_sizes((32,), (6,), 8, 4)
+        with pytest.raises(SystemExit):
+            main([*TINY, "--sparse-block-size", "3", "--output", str(tmp_path / "x.json")])

@@ -1,58 +1,21 @@
-"""flash_attention(..., return_lse=True) and weights_from_lse: any rows of the weights from the
-saved log-sum-exp, equal to the explicit weights in float64."""
+"""weights_from_lse: any rows of the weights from the log-sum-exp flash_attention (or flex
+attention) saved, equal to the explicit weights in float64."""
 
 import math
 
 import pytest
 import torch
+from _inputs import qkv
 from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
 
 from attention import attention_weights, flash_attention, masks, weights_from_lse
-
-
-def qkv(batch=(2, 3), t_q=13, t_k=13, d=8, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*batch, t_q, d, generator=g, dtype=dtype),
-            torch.randn(*batch, t_k, d, generator=g, dtype=dtype),
-            torch.randn(*batch, t_k, d, generator=g, dtype=dtype))
-
-
-def explicit_lse(q, k, visible, scale):
-    scores = (q @ k.transpose(-2, -1) * scale).masked_fill(~visible, -math.inf)
-    return torch.logsumexp(scores, dim=-1)
-
-
-@pytest.mark.parametrize("is_causal, alignment, window", [
-    (False, "top_left", None), (True, "top_left", None), (True, "bottom_right", None),
-    (True, "top_left", 4)])
-@pytest.mark.parametrize("t_q, t_k", [(13, 13), (7, 13)])
-def test_lse_is_the_log_sum_exp_of_the_visible_scores(is_causal, alignment, window, t_q, t_k):
-    q, k, v = qkv(t_q=t_q, t_k=t_k)
-    kwargs = {"alignment": alignment, "window": window} if is_causal else {}
-    kwargs |= {"is_causal": is_causal, "block_size": 4, "scale": 0.3}
-    out, lse = flash_attention(q, k, v, return_lse=True, **kwargs)
-    torch.testing.assert_close(out, flash_attention(q, k, v, **kwargs), rtol=0, atol=0)
-    offset = t_k - t_q if alignment == "bottom_right" else 0
-    rows, cols = torch.arange(t_q)[:, None] + offset, torch.arange(t_k)[None, :]
-    visible = (cols <= rows) & (cols > rows - (window or t_k)) if is_causal else cols >= 0
-    assert lse.shape == (2, 3, t_q) and not lse.requires_grad
-    torch.testing.assert_close(lse, explicit_lse(q, k, visible, 0.3), rtol=0, atol=1e-12)
-
-
-@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-def test_lse_equals_flex_attentions():
-    q, k, v = qkv(batch=(1, 2), t_q=12, t_k=12)
-    block_mask = create_block_mask(masks.causal(), None, None, 12, 12, device="cpu", BLOCK_SIZE=4)
-    _, aux = flex_attention(q, k, v, block_mask=block_mask, return_aux=AuxRequest(lse=True))
-    torch.testing.assert_close(flash_attention(q, k, v, is_causal=True, block_size=4, return_lse=True)[1], aux.lse,
-                               rtol=0, atol=1e-12)
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize("score_mod", [None, masks.alibi(2), masks.soft_cap(1.5)], ids=["none", "alibi", "soft_cap"])
 @pytest.mark.parametrize("rows", [slice(0, 12), slice(5, 9)])
 def test_weights_from_flex_attentions_lse_under_its_mask_and_score_rules(score_mod, rows):
-    q, k, v = qkv(batch=(2, 2), t_q=12, t_k=12)
+    q, k, v = qkv((2, 2, 12, 8))
     doc_ids = torch.tensor([[0] * 5 + [1] * 7, [0] * 2 + [1] * 6 + [2] * 4])  # (b, t): per row
     rule = masks.and_masks(masks.causal(), masks.document(doc_ids))
     block_mask = create_block_mask(rule, 2, None, 12, 12, device="cpu", BLOCK_SIZE=4)
@@ -73,7 +36,7 @@ def test_weights_from_flex_attentions_lse_under_its_mask_and_score_rules(score_m
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("rows", [slice(0, 13), slice(0, 1), slice(5, 9), slice(12, 13)])
 def test_weights_of_any_block_of_rows_equal_the_explicit_weights(is_causal, rows):
-    q, k, v = qkv()
+    q, k, v = qkv((2, 3, 13, 8))
     _, lse = flash_attention(q, k, v, is_causal=is_causal, block_size=4, return_lse=True)
     got = weights_from_lse(q[..., rows, :], k, lse[..., rows], is_causal=is_causal,
                            row_offset=rows.start)
@@ -84,7 +47,7 @@ def test_weights_of_any_block_of_rows_equal_the_explicit_weights(is_causal, rows
 
 
 def test_a_row_that_sees_nothing_has_lse_minus_inf_and_zero_weights():
-    q, k, v = qkv(t_q=6, t_k=3)  # bottom-right: queries 0, 1 and 2 sit before every key
+    q, k, v = qkv((2, 3, 6, 8), (2, 3, 3, 8))  # bottom-right: queries 0, 1 and 2 sit before every key
     out, lse = flash_attention(
         q, k, v, is_causal=True, block_size=2, alignment="bottom_right", return_lse=True
     )
@@ -96,7 +59,7 @@ def test_a_row_that_sees_nothing_has_lse_minus_inf_and_zero_weights():
 
 
 def test_half_precision_keeps_lse_in_float32_and_weights_close():
-    q, k, v = qkv()
+    q, k, v = qkv((2, 3, 13, 8))
     out, lse = flash_attention(
         q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True, block_size=4, return_lse=True
     )
@@ -120,27 +83,15 @@ def test_grouped_query_heads_give_one_lse_per_query_head():
 
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
-        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 3), torch.zeros(3)), r"same last dimension d_k, got 4 and 3"),
-        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(4)), r"lse must have the query rows' shape \(3,\), got \(4,\)"),
-        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), row_offset=1.0), r"row_offset must be an integer, got 1.0"),
-        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), mask_mod=masks.causal()), r"mask_mod and score_mod need query \(b, h, n, d_k\), got shape \(3, 4\)"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 3), torch.zeros(3)),
+         r"same last dimension d_k, got 4 and 3"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(4)),
+         r"lse must have the query rows' shape \(3,\), got \(4,\)"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), row_offset=1.0),
+         r"row_offset must be an integer, got 1.0"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), mask_mod=masks.causal()),
+         r"mask_mod and score_mod need query \(b, h, n, d_k\), got shape \(3, 4\)"),
     ])
-    def test_raises_value_error(self, call, message):
+    def test_weights_from_lse_needs_matching_shapes(self, call, message):
         with pytest.raises(ValueError, match=message):
             call()
-
-
-def test_lse_is_differentiable():
-    """d lse_i / d s_ij = P_ij: the backward adds dlse to dS = P ∘ (dP - (D - dlse))."""
-    q, k, v = (x.requires_grad_() for x in qkv(t_q=5, t_k=7))
-    for kwargs in ({}, {"is_causal": True, "alignment": "bottom_right", "window": 3}):
-        assert torch.autograd.gradcheck(
-            lambda q, k, v: flash_attention(q, k, v, block_size=2, return_lse=True, **kwargs),
-            (q[:1, :1], k[:1, :1], v[:1, :1]),
-        )
-    lse = flash_attention(q, k, v, block_size=2, return_lse=True)[1]
-    scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # (b, h, t_q, t_k)
-    want = torch.autograd.grad(torch.logsumexp(scores, dim=-1).sum(), (q, k))
-    got = torch.autograd.grad(lse.sum(), (q, k))
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

@@ -1,0 +1,47 @@
+"""BlockAttention: one mask rule, and QK-norm bounds the scores."""
+
+import pytest
+import torch
+
+from attention import BlockAttention
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_a_bool_mask_hides_keys_and_a_float_mask_adds(is_causal):
+    """One mask rule, causal or not: an int 0/1 mask was once added to a causal block's scores."""
+    torch.manual_seed(0)
+    block = BlockAttention(8, 2, is_causal=is_causal)
+    x = torch.randn(1, 4, 8)
+    keep = torch.ones(4, 4, dtype=torch.bool).tril()
+    out, weights = block(x, keep)  # bool: True = may attend
+    assert not weights[..., ~keep].any()
+    additive = torch.zeros(4, 4).masked_fill(~keep, float("-inf"))
+    torch.testing.assert_close(block(x, additive)[0], out)  # a float mask adds
+
+
+def test_qk_norm_bounds_the_scores_however_large_the_weights() -> None:
+    """|q̂ · k̂| <= max|γ_q| max|γ_k| d_h for RMS-normalized rows (exercise 9.7), so with gains
+    of 1 a scaled score is at most d_h / sqrt(d_h) = 2 here."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    for qk_norm in (False, True):
+        attn = BlockAttention(8, 2, qk_norm="rms" if qk_norm else None, bias=False).double()
+        with torch.no_grad():
+            attn.qkv.weight.mul_(1000.0)
+        q, k, _ = attn.qkv(x).split(8, dim=2)
+        if qk_norm:
+            q, k = attn.q_norm(q.view(1, 6, 2, 4)), attn.k_norm(k.view(1, 6, 2, 4))
+        scores = torch.einsum("bihd,bjhd->bhij", q.view(1, 6, 2, 4), k.view(1, 6, 2, 4)) / 2.0
+        assert (scores.abs().max() <= 4 / 2.0 + 1e-9) == qk_norm
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize("is_causal", [False, True])
+    def test_an_integer_mask_is_refused(self, is_causal):
+        """An int 0/1 mask was added to the scores of a causal block and refused otherwise."""
+        block = BlockAttention(8, 2, is_causal=is_causal)
+        keep = torch.ones(4, 4, dtype=torch.bool).tril()
+        with pytest.raises(ValueError, match=r"attn_mask must be bool .* got torch.int64"):
+            block(torch.randn(1, 4, 8), keep.long())

@@ -1,0 +1,50 @@
+"""attention.delta_layer: Qwen3-Next's gated delta layer, against transformers' and with a state
+that continues a sequence."""
+
+import logging
+
+import pytest
+import torch
+
+from attention.delta_layer import DeltaState, GatedDeltaNet
+
+F64 = torch.float64
+
+
+def test_layer_matches_transformers_qwen3_next_layer():
+    logging.getLogger("transformers").setLevel(logging.ERROR)  # "fla is not installed" notices
+    qwen3_next = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(
+        "qwen3_next", hidden_size=32, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=8, linear_value_head_dim=6, linear_conv_kernel_dim=4,
+    )
+    torch.manual_seed(0)
+    theirs = qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0).double()
+    ours = GatedDeltaNet.from_qwen3_next(theirs)
+    x = torch.randn(2, 70, 32, dtype=F64)
+    with torch.no_grad():
+        expected, got = theirs(x), ours(x)
+    # transformers' rule runs in float32 inside a float64 layer: agreement to float32 rounding.
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
+def test_layer_with_a_state_continues_where_it_stopped():
+    """A DeltaState carries the convolution's last inputs and S: prefill then one token at a time
+    gives the outputs of one call over the whole sequence."""
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(16, 2, 4, 4, 3).double()
+    x = torch.randn(2, 9, 16, dtype=F64)
+    state = DeltaState()
+    parts = [layer(x[:, :5], state)] + [layer(x[:, i:i + 1], state) for i in range(5, 9)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), layer(x), rtol=1e-12, atol=1e-13)
+    assert state.length == 9 and state.state.shape == (2, 4, 4, 3)
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_value_heads_must_be_a_multiple_of_key_heads(self):
+        with pytest.raises(ValueError, match="num_value_heads must be a multiple of num_key_heads=2, got 3"):
+            GatedDeltaNet(16, 2, 3, 4, 4)

@@ -1,0 +1,67 @@
+"""attention.paged: a pool of fixed-size blocks gives what one contiguous cache gives."""
+
+import pytest
+import torch
+
+from attention.inference import GroupedQueryAttention
+from attention.kv_cache import KVCache
+from attention.paged import PagedKVCache
+
+
+def _gqa(num_kv_heads: int, window: int | None = None) -> GroupedQueryAttention:
+    torch.manual_seed(0)
+    return GroupedQueryAttention(6, 8, 4, num_kv_heads, qkv_bias=True, window=window).double()
+
+
+def _fill(gqa: GroupedQueryAttention, cache: object, t: int) -> None:
+    gqa(torch.randn(1, t, 6, dtype=torch.float64), cache)
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_paged_cache_gives_the_contiguous_result(window: int | None) -> None:
+    gqa = _gqa(2, window)
+    pool = PagedKVCache(num_blocks=8, block_size=3, num_kv_heads=2, d_h=2, dtype=torch.float64)
+    a, b = pool.add_sequence(), pool.add_sequence()
+    xa, xb = torch.randn(1, 8, 6, dtype=torch.float64), torch.randn(1, 5, 6, dtype=torch.float64)
+    outs = {a: [gqa(xa[:, :4], pool.sequence(a))], b: [gqa(xb[:, :2], pool.sequence(b))]}
+    for step in range(4):  # the two sequences take turns, so their blocks interleave in the pool
+        outs[a].append(gqa(xa[:, 4 + step : 5 + step], pool.sequence(a)))
+        if step < 3:
+            outs[b].append(gqa(xb[:, 2 + step : 3 + step], pool.sequence(b)))
+    # a: 4 tokens in blocks 0, 1; b: 2 in block 2; b's 4th token opens block 3, a's 7th block 4
+    assert pool.block_tables == {a: [0, 1, 4], b: [2, 3]}
+    for seq, x, prefill in ((a, xa, 4), (b, xb, 2)):
+        contiguous = KVCache(1, 2, x.shape[1], 2, dtype=torch.float64)
+        parts = x.split([prefill] + [1] * (x.shape[1] - prefill), dim=1)  # as the pool got them
+        expected = torch.cat([gqa(part, contiguous) for part in parts], dim=1)
+        torch.testing.assert_close(torch.cat(outs[seq], dim=1), expected, atol=1e-10, rtol=0)
+        keys, values = pool.gather(seq)
+        torch.testing.assert_close(keys, contiguous.keys, atol=0, rtol=0)
+        torch.testing.assert_close(values, contiguous.values, atol=0, rtol=0)
+    pool.free(a)
+    assert sorted(pool.free_blocks) == [0, 1, 4, 5, 6, 7]
+    assert pool.nbytes == 2 * 8 * 2 * 3 * 2 * 8
+
+
+def _exhaust() -> None:
+    pool = PagedKVCache(2, 2, 1, 1)
+    pool.append(pool.add_sequence(), torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1))
+    pool.append(0, torch.ones(1, 1, 3, 1), torch.ones(1, 1, 3, 1))
+
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: PagedKVCache(2, 2, 1, 1).append(0, torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1)),
+             r"seq must be one of the sequences \[\], got 0"),
+            (lambda: _fill(_gqa(2), PagedKVCache(1, 2, 2, 2, torch.float64).sequence(0), 1),
+             r"one of the sequences.*got 0"),
+            (lambda: _exhaust(), r"the pool has 1 free blocks, sequence 0 needs 2"),
+        ],
+    )
+    def test_sequences_must_exist_and_fit_the_pool(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()
