@@ -13,13 +13,11 @@ from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, R
 from .chromium import is_local
 
 # Every page of the site fetches the one search index and indexes it in a worker: 1.7 MB, about
-# half a second of CPU per page load. A tab answers that request with an empty index, except
-# inside Tab.real_search_index(), where the searching checks run.
+# half a second of CPU per page load. A tab answers that request with the site's index emptied
+# of its documents (its configuration kept, which the theme's script reads), except inside
+# Tab.real_search_index(), where the searching checks run.
 SEARCH_INDEX = "**/search/search_index.json"
-EMPTY_SEARCH_INDEX = json.dumps({
-    "config": {"lang": ["en"], "separator": r"[\s\-]+", "pipeline": ["stopWordFilter"]},
-    "docs": [],
-})
+_empty_indexes: dict[str, str] = {}  # the site's index without documents, by its URL
 
 
 class Tab:
@@ -76,7 +74,14 @@ class Tab:
 
     @staticmethod
     def _empty_search_index(route: Route) -> None:
-        route.fulfill(status=200, content_type="application/json", body=EMPTY_SEARCH_INDEX)
+        url = route.request.url
+        if url not in _empty_indexes:
+            response = route.fetch()
+            if not response.ok:  # a missing index is the page's problem: it sees it as it is
+                route.fulfill(response=response)
+                return
+            _empty_indexes[url] = json.dumps({**response.json(), "docs": []})
+        route.fulfill(status=200, content_type="application/json", body=_empty_indexes[url])
 
     def close(self) -> None:
         """Close the page and its context."""
