@@ -125,11 +125,20 @@ def default_block_sizes(t_q: int, t_k: int) -> tuple[int, int]:
 
 
 def _flash_forward(
-    query: Tensor, key: Tensor, value: Tensor, scale: float, tiles: Tiles, blocks: tuple[int, int]
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    sinks: Tensor | None,
+    scale: float,
+    tiles: Tiles,
+    blocks: tuple[int, int],
 ) -> tuple[Tensor, Tensor]:
     """Tiled forward pass: returns the output (N, g, t_q, d_v) and the log-sum-exp lse (N, g, t_q).
 
-    query (N, g, t_q, d_k), key (N, t_k, d_k), value (N, t_k, d_v). m, l, acc, lse and the
+    query (N, g, t_q, d_k), key (N, t_k, d_k), value (N, t_k, d_v); ``sinks`` (N, g) in the
+    accumulation dtype, each row's learned sink logit, or None. A sink is one more score with a
+    value of zero: it starts the row's m at σ and its l at 1, and lse includes it. m, l, acc, lse
+    and the
     returned output are in the accumulation dtype (float32 for half inputs): the caller rounds
     the output to the input dtype once, and the backward's D is formed from the unrounded one.
     Scores and m are in base 2 (times log2 e); lse is returned in natural units.
@@ -157,6 +166,10 @@ def _flash_forward(
         rows = slice(q_start, q_start + n_q)
         q_blk = (query[:, :, rows].to(acc_dtype) * (scale * LOG2E)).reshape(n, g * n_q, d_k)
         m = l = acc = None  # (N, g n_q), (N, g n_q), (N, g n_q, d_v), set by the first tile
+        if sinks is not None:  # the sink's term exp(σ - m) = 1 (0 for σ = -inf), its value 0
+            m = (sinks * LOG2E)[:, :, None].expand(n, g, n_q).reshape(n, g * n_q)
+            l = (m != -math.inf).to(acc_dtype)  # (N, g n_q)
+            acc = query.new_zeros(n, g * n_q, d_v, dtype=acc_dtype)
         lo, hi = tiles.key_range(q_start, n_q, t_k) if skip else (0, t_k)
         for k_start, n_k in key_blocks(lo, hi, block_k):
             keys = slice(k_start, k_start + n_k)
@@ -181,7 +194,7 @@ def _flash_forward(
                 add_product_(acc.mul_(rescale[..., None]), p, value[:, keys])  # (N, g n_q, d_v)
             m = m_new
             del s, p  # one tile at a time: free it before the next one is made
-        if m is None:  # the block sees no key (t_k = 0, say): zero output, lse = -inf
+        if m is None:  # the block sees no key (t_k = 0, say) nor a sink: zero output, lse = -inf
             out[:, :, rows] = 0.0
             lse[:, :, rows] = -math.inf
             continue
@@ -202,15 +215,19 @@ def _flash_backward(
     value: Tensor,
     out: Tensor,
     lse: Tensor,
+    sinks: Tensor | None,
     grad_out: Tensor,
     grad_lse: Tensor | None,
     scale: float,
     tiles: Tiles,
     blocks: tuple[int, int],
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Tiled backward pass: recomputes each tile's weights from lse and returns dQ, dK, dV.
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Tiled backward pass: recomputes each tile's weights from lse; returns dQ, dK, dV, dsinks.
 
     ``grad_lse`` (N, g, t_q), the gradient of the returned lse, or None: it moves D to D - dlse.
+    ``sinks`` (N, g) or None. The lse includes the sink, so every recomputed P is the weight
+    with the sink in its denominator; the sink's own gradient is -Σ_i P_sink,i (D_i - dlse_i)
+    over each row's queries (its value is zero, so its dP is zero), with P_sink = exp(σ - lse).
 
     ``out`` is the forward's output before rounding. D, P, dP, dS and the dQ, dK, dV
     accumulators are in the accumulation dtype (float32 for half inputs); each gradient is
@@ -270,7 +287,12 @@ def _flash_backward(
     else:
         grad_q = torch.zeros_like(query, dtype=acc_dtype)  # (N, g, t_q, d_k)
     grad_k.mul_(1.0 / LOG2E)  # c dSᵀ Q / log2 e = scale · dSᵀ Q
-    return (grad_q * scale).to(query.dtype), grad_k.to(key.dtype), grad_v.to(value.dtype)
+    grad_sinks = None
+    if sinks is not None:  # a row with lse = -inf saw nothing, not even its sink: P_sink = 0
+        p_sink = (sinks[:, :, None] - lse.nan_to_num(neginf=math.inf)).exp()  # (N, g, t_q)
+        grad_sinks = -(p_sink * d).sum(dim=-1)  # (N, g); d is D - dlse
+    grads = (grad_q * scale).to(query.dtype), grad_k.to(key.dtype), grad_v.to(value.dtype)
+    return *grads, grad_sinks
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -281,9 +303,9 @@ class _FlashAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, query, key, value, scale, tiles, blocks):  # type: ignore[override]
-        out, lse = _flash_forward(query, key, value, scale, tiles, blocks)
-        ctx.save_for_backward(query, key, value, out, lse)
+    def forward(ctx, query, key, value, sinks, scale, tiles, blocks):  # type: ignore[override]
+        out, lse = _flash_forward(query, key, value, sinks, scale, tiles, blocks)
+        ctx.save_for_backward(query, key, value, out, lse, sinks)
         ctx.scale, ctx.tiles, ctx.blocks = scale, tiles, blocks
         ctx.set_materialize_grads(False)  # so no zero gradient of lse is allocated for backward
         return out.to(query.dtype), lse  # out rounded once (no copy when the dtypes agree)
@@ -291,12 +313,13 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
         if grad_out is None and grad_lse is None:  # no gradient reached either output
-            return None, None, None, None, None, None
-        query, key, value, out, lse = ctx.saved_tensors
+            return None, None, None, None, None, None, None
+        query, key, value, out, lse, sinks = ctx.saved_tensors
         if grad_out is None:  # only lse is used (grads are not materialized)
             grad_out = torch.zeros_like(out)
         grads = _FlashAttentionBackward.apply(
-            grad_out, grad_lse, query, key, value, out, lse, ctx.scale, ctx.tiles, ctx.blocks
+            grad_out, grad_lse, query, key, value, out, lse, sinks, ctx.scale, ctx.tiles,
+            ctx.blocks,
         )
         return *grads, None, None, None
 
@@ -310,14 +333,34 @@ class _FlashAttentionBackward(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, grad_out, grad_lse, query, key, value, out, lse, *args):  # type: ignore
-        return _flash_backward(query, key, value, out, lse, grad_out, grad_lse, *args)
+    def forward(ctx, grad_out, grad_lse, query, key, value, out, lse, sinks, *args):  # type: ignore
+        return _flash_backward(query, key, value, out, lse, sinks, grad_out, grad_lse, *args)
 
     @staticmethod
     def backward(ctx, *grads):  # type: ignore[override]
         raise RuntimeError(
             "flash_attention has first derivatives only: its tiled backward cannot be "
             "differentiated again; for second derivatives use scaled_dot_product_attention"
+        )
+
+
+def _check_sinks(sinks: object, query: Tensor) -> None:
+    """ValueError unless ``sinks`` is None or a float tensor (h,) on the query's device."""
+    if sinks is None:
+        return
+    h = query.shape[-3] if query.dim() >= 3 else None
+    if h is None or not isinstance(sinks, Tensor) or tuple(sinks.shape) != (h,) or not (
+        sinks.is_floating_point()
+    ) or sinks.device != query.device:
+        got = (
+            f"shape {tuple(sinks.shape)}, dtype {sinks.dtype} on {sinks.device}"
+            if isinstance(sinks, Tensor)
+            else type(sinks).__name__
+        )
+        expected = f"shape ({h},)" if h is not None else "a query (..., h, t_q, d_k)"
+        raise ValueError(
+            f"sinks must be a float tensor of {expected}, one logit per query head, on "
+            f"{query.device}, got {got}"
         )
 
 
@@ -331,6 +374,7 @@ class FlashOptions(TypedDict, total=False):
     enable_gqa: bool
     alignment: Alignment
     window: int | None
+    sinks: Tensor | None
 
 
 @overload
@@ -362,6 +406,7 @@ def flash_attention(
     enable_gqa: bool = False,
     alignment: Alignment = "top_left",
     window: int | None = None,
+    sinks: Tensor | None = None,
     return_lse: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Exact attention softmax(Q Kᵀ · scale) V computed in tiles, with FlashAttention's backward.
@@ -391,11 +436,19 @@ def flash_attention(
             skipped. flash-attn's ``window_size=(w - 1, 0)`` (w - 1 keys to the left, none to
             the right) is ``window=w`` with ``is_causal=True`` and ``alignment="bottom_right"``,
             flash-attn's alignment.
+        sinks: learned attention sinks (h,), one logit per query head (h = query.shape[-3]),
+            float, on the query's device, or None: each row's softmax denominator gets one more
+            term exp(σ), as if the row saw one more key of score σ and value zero (gpt-oss's
+            sinks, as in :func:`~attention.scaled_dot_product_attention`); not multiplied by
+            ``scale``; differentiable, its gradient -Σ_i α_i^sink D_i (chapter 15, equation
+            (15.2)).
         return_lse: also return the log-sum-exp lse = log Σ_j exp(scale · q_i · k_j) of each
             query over the keys it sees, (..., t_q) (with ``enable_gqa`` (..., h, t_q)), in the
             accumulation dtype (float32 for half inputs), as FlashAttention's kernels store it
             for the backward pass: -inf for a row that sees no key (as FlexAttention). It is
-            differentiable (ring attention merges partials with weights made from it).
+            differentiable (ring attention merges partials with weights made from it). With
+            ``sinks`` the sum includes the sink's exp(σ), so that exp(s_ij - lse) are the
+            weights with the sink.
             :func:`weights_from_lse` rebuilds any rows of the attention weights from it.
 
     Returns:
@@ -414,7 +467,8 @@ def flash_attention(
             of different widths, d_k = 0, key and value of different lengths, leading
             dimensions that do not broadcast, tensors that are not floating point or not of one
             dtype and one device, a bad ``block_size``, h not a multiple of h_kv, an unknown
-            ``alignment``, a ``window`` < 1, or an alignment or window without ``is_causal``.
+            ``alignment``, a ``window`` < 1, an alignment or window without ``is_causal``, or
+            ``sinks`` that are not a float tensor of shape (h,) on the query's device.
         TypeError: flash-attn's keywords (``causal``, ``softmax_scale``, ``window_size``), with
             the keyword this function takes instead.
 
@@ -430,6 +484,7 @@ def flash_attention(
     check_qkv(query, key, value, min_dim=min_dim)
     check_block_size(block_size)
     check_causal_options(is_causal, alignment, window)
+    _check_sinks(sinks, query)
     if enable_gqa:
         h = query.shape[-3]
         check_kv_heads(query, key, "key")
@@ -466,7 +521,16 @@ def flash_attention(
         blocks = block_size if isinstance(block_size, tuple) else (block_size, block_size)
     offset = None if not is_causal else (0 if alignment == "top_left" else t_k - t_q)
     tiles = Tiles(offset, window, query.device)
-    out, lse = _FlashAttention.apply(query, key, value, scale, tiles, blocks)  # (N, g, t_q, ..)
+    sink_rows = None  # (N, g): the sink of each row's head, differentiable back to (h,)
+    if sinks is not None:
+        # query head k is the last batch dimension, or with GQA head k = i_kv · g + i of the
+        # key-value head i_kv: row (N, i)
+        if enable_gqa:
+            sink_rows = sinks.view(heads, g).expand(*batch, heads, g).reshape(n, g)
+        else:
+            sink_rows = sinks.expand(*batch).reshape(n, 1)
+        sink_rows = sink_rows.to(accumulation_dtype(query.dtype))
+    out, lse = _FlashAttention.apply(query, key, value, sink_rows, scale, tiles, blocks)
     heads_dim = [g * heads] if enable_gqa else []
     out = out.view(*batch, *heads_dim, t_q, d_v)  # (..., t_q, d_v)
     return (out, lse.view(*batch, *heads_dim, t_q)) if return_lse else out
