@@ -16,10 +16,13 @@ chapters 4 and 10, positions are :class:`~attention.LearnedPositions` or
 The feed-forward sublayers are two or three ``nn.Linear`` and an activation, as in chapter 9.
 
 Supported: GPT-2, GPT-NeoX, Llama (RoPE scaling none, linear, llama3, dynamic or YaRN), Mistral,
-Qwen3, Gemma 3 (text), gpt-oss, DeepSeek-V3 and Qwen3-Next; the mixture-of-experts
-feed-forward sublayers of the last three are ``transformers``' own modules (the book does not
-teach routing). DeepSeek-V3's attention is multi-head latent attention over
-:class:`~attention.latent.LatentKVCache`; Qwen3-Next's linear layers are
+Qwen3, Gemma 3 (text), gpt-oss, DeepSeek-V3, Qwen3-Next and DeepSeek-V3.2; the
+mixture-of-experts feed-forward sublayers of the last four are ``transformers``' own modules
+(the book does not teach routing). DeepSeek-V3's attention is multi-head latent attention over
+:class:`~attention.latent.LatentKVCache`; DeepSeek-V3.2's is the same over the top-k tokens a
+:class:`~attention.sparse.LightningIndexer` selects (:func:`~attention.sparse.dsa_attention`),
+with the index keys cached beside the latents (:class:`~attention.sparse.IndexedLatentKVCache`);
+Qwen3-Next's linear layers are
 :class:`~attention.delta_layer.GatedDeltaNet`, whose cache is a
 :class:`~attention.delta_layer.DeltaState`, and its attention layers have an output gate. Anything else, a configuration option the book does not implement, or a model
 whose RoPE frequencies differ from the book's rule, is a ValueError that says so: never a
@@ -49,20 +52,18 @@ from .kv_cache import KVCache, RollingKVCache
 from .latent import LatentKVCache
 from .norms import RMSNorm
 from .positions import LearnedPositions, RotaryEmbedding
+from .sparse import IndexedLatentKVCache, LightningIndexer, dsa_attention
 
 __all__ = ["SUPPORTED", "CausalLM", "from_transformers", "upcast_transformers"]
 
 SUPPORTED = (
     "gpt2", "gpt_neox", "llama", "mistral", "qwen3", "gemma3_text", "gpt_oss", "deepseek_v3",
-    "qwen3_next",
+    "qwen3_next", "deepseek_v32",
 )
 """The ``config.model_type`` values :func:`from_transformers` accepts (``gemma3`` models are
 read through their text model)."""
 
-_REFUSED = {
-    "deepseek_v32": "DeepSeek-V3.2's indexer needs a cache of its index keys to generate, which "
-    "attention.sparse.LightningIndexer does not have",
-}
+_REFUSED: dict[str, str] = {}  # model type -> why it is refused for now (none at present)
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": F.gelu,
@@ -193,11 +194,57 @@ class _LatentAttention(nn.Module):
         kv = self.W_up_kv(latents).view(b, t_k, h, d_nope + d_v).transpose(1, 2)
         k_content, values = kv.split([d_nope, d_v], dim=-1)  # (b, h, t_k, d_nope), (.., d_v)
         keys = torch.cat([k_content, rope_keys[:, None].expand(b, h, t_k, d_r)], dim=-1)
-        mask = causal_mask(t, t_k, device=x.device, alignment="bottom_right")  # (t, t_k)
-        context = scaled_dot_product_attention(
-            torch.cat([q_content, q_rope], dim=-1), keys, values, attn_mask=mask, scale=self.scale
-        )  # (b, h, t, d_v)
+        queries = torch.cat([q_content, q_rope], dim=-1)  # (b, h, t, d_nope + d_R)
+        context = self._attend(queries, keys, values, x, c_q, cache)  # (b, h, t, d_v)
         return self.out_proj(context.transpose(1, 2).reshape(b, t, h * d_v))  # (b, t, d)
+
+    def _attend(self, queries: Tensor, keys: Tensor, values: Tensor, x: Tensor, c_q: Tensor,
+                cache: LatentKVCache | None) -> Tensor:
+        """Causal attention (b, h, t, d_v) of the t queries over the t_k keys."""
+        t, t_k = queries.shape[2], keys.shape[2]
+        mask = causal_mask(t, t_k, device=x.device, alignment="bottom_right")  # (t, t_k)
+        return scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
+                                            scale=self.scale)
+
+
+class _SparseLatentAttention(_LatentAttention):
+    """DeepSeek-V3.2: DeepSeek-V3's latent attention over the top-k tokens an indexer selects.
+
+    The lightning indexer (chapter 14) reads the block's input x and MLA's query latent c_Q;
+    one selection serves every head (:func:`~attention.sparse.dsa_attention`). Its RoPE is the
+    model's, in two halves where MLA's pairs are interleaved, as transformers' indexer has it.
+    """
+
+    def __init__(self, source: nn.Module, config: Any, rotary: RotaryEmbedding, scale: float) -> None:
+        """Copies of ``source``'s projections, norms and indexer."""
+        super().__init__(source, config, rotary, scale)
+        theirs = source.indexer
+        self.top_k = config.index_topk
+        self.indexer = LightningIndexer(
+            config.hidden_size, config.q_lora_rank, config.index_n_heads, config.index_head_dim,
+            config.qk_rope_head_dim, base=config.rope_parameters["rope_theta"],
+            scaling=rotary.scaling,
+        )
+        ours = self.indexer
+        for linear, their in ((ours.W_query, theirs.wq_b), (ours.W_key, theirs.wk),
+                              (ours.W_weights, theirs.weights_proj)):
+            _copy(linear, their.weight, their.bias)
+        ours.key_norm = _layer_norm(theirs.k_norm)
+
+    def new_cache(self, batch_size: int, max_tokens: int) -> IndexedLatentKVCache:
+        """d_c + d_h^R + d_I numbers per token: the latent, the rotated key, the index key."""
+        weight = self.W_down_kv.weight
+        return IndexedLatentKVCache(batch_size, max_tokens, self.d_c, self.d_r,
+                                    self.indexer.index_dim, dtype=weight.dtype,
+                                    device=weight.device)
+
+    def _attend(self, queries: Tensor, keys: Tensor, values: Tensor, x: Tensor, c_q: Tensor,
+                cache: LatentKVCache | None) -> Tensor:
+        """Attention (b, h, t, d_v) over each query's top-k visible keys by the index scores."""
+        index_cache = cache if isinstance(cache, IndexedLatentKVCache) else None
+        start = keys.shape[2] - queries.shape[2]  # the n cached tokens before these
+        scores = self.indexer(x, c_q, start=start, cache=index_cache)  # (b, t, t_k)
+        return dsa_attention(queries, keys, values, scores, top_k=self.top_k, scale=self.scale)
 
 
 class _FeedForward(nn.Module):
@@ -636,34 +683,39 @@ def _llama_like(model: nn.Module) -> CausalLM:
 
 
 def _deepseek_v3(model: nn.Module) -> CausalLM:
-    """DeepSeek-V3: multi-head latent attention, YaRN on the shared rotary key, MoE borrowed."""
+    """DeepSeek-V3 (and V3.2): multi-head latent attention, YaRN on the shared rotary key, MoE
+    borrowed; V3.2 adds the lightning indexer's selection."""
     config, body = model.config, model.model
+    sparse = config.model_type == "deepseek_v32"
     _option(config, "attention_bias", (False,))
     params = config.rope_parameters
     rotary = _rotary(params, config.qk_rope_head_dim, config, body.rotary_emb.inv_freq,
-                     interleaved=bool(config.rope_interleave))
+                     interleaved=sparse or bool(config.rope_interleave))  # V3.2: always
     scale = (config.qk_nope_head_dim + config.qk_rope_head_dim) ** -0.5
     weight_all = params.get("mscale_all_dim") or 0.0
     if params.get("rope_type", "default") != "default" and weight_all and params["factor"] > 1:
         scale *= (0.1 * weight_all * math.log(params["factor"]) + 1.0) ** 2  # YaRN's mscale²
     eps, blocks = config.rms_norm_eps, []
     for i, layer in enumerate(body.layers):
-        attention = _LatentAttention(layer.self_attn, config, rotary, scale)
-        dense = i < config.first_k_dense_replace
+        kind = _SparseLatentAttention if sparse else _LatentAttention
+        attention = kind(layer.self_attn, config, rotary, scale)
+        dense = (config.mlp_layer_types[i] == "dense" if sparse
+                 else i < config.first_k_dense_replace)
         ffn = _feed_forward(config, layer.mlp, False) if dense else _Borrowed(layer.mlp)
         norms = (_rms_norm(layer.input_layernorm, eps),
                  _rms_norm(layer.post_attention_layernorm, eps))
         blocks.append(_Block(attention, ffn, norms))
     return CausalLM(
         nn.Embedding.from_pretrained(body.embed_tokens.weight.detach().clone(), freeze=False),
-        blocks, _rms_norm(body.norm, eps), _linear_from(model.lm_head), name="deepseek_v3",
+        blocks, _rms_norm(body.norm, eps), _linear_from(model.lm_head),
+        name=config.model_type,
     )
 
 
 _READERS = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
     "qwen3": _llama_like, "gemma3_text": _llama_like, "gpt_oss": _llama_like,
-    "deepseek_v3": _deepseek_v3, "qwen3_next": _llama_like,
+    "deepseek_v3": _deepseek_v3, "qwen3_next": _llama_like, "deepseek_v32": _deepseek_v3,
 }
 
 

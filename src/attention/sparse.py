@@ -32,11 +32,15 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import KERNEL_RENAMES, check_sizes, renamed
+from .kv_cache import check_room
+from .latent import LatentKVCache
 from .masks import MaskMod, and_masks, dense_attention, sliding_window, to_dense
 from .masks import causal as causal_rule
 from .positions import RotaryEmbedding
+from .rope_scaling import RopeScaling
 
 __all__ = [
+    "IndexedLatentKVCache",
     "LightningIndexer",
     "block_topk_mask",
     "dsa_attention",
@@ -191,6 +195,8 @@ class LightningIndexer(nn.Module):
         index_dim: d_I, width of an index query and key.
         rope_dim: features of each index query and key that RoPE rotates.
         base: RoPE's base.
+        scaling: a rule of :mod:`attention.rope_scaling` for that RoPE (the model's own, as
+            DeepSeek-V3.2 shares its rotary table with the indexer), or None.
         device: where the parameters are created (torch's default when None).
         dtype: their dtype (torch's default when None).
 
@@ -209,31 +215,126 @@ class LightningIndexer(nn.Module):
 
     def __init__(
         self, d_in: int, q_rank: int, index_heads: int, index_dim: int, rope_dim: int,
-        *, base: float = 10000.0, device: Device = None, dtype: torch.dtype | None = None,
+        *, base: float = 10000.0, scaling: RopeScaling | None = None, device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, q_rank=q_rank, index_heads=index_heads, index_dim=index_dim)
         factory = {"device": device, "dtype": dtype}
         self.index_heads, self.index_dim = index_heads, index_dim
-        self.rotary = RotaryEmbedding(index_dim, base, rotary_dim=rope_dim, device=device)
+        self.rotary = RotaryEmbedding(index_dim, base, rotary_dim=rope_dim, scaling=scaling,
+                                      device=device)
         self.W_query = nn.Linear(q_rank, index_heads * index_dim, bias=False, **factory)  # W_IQ
         self.W_key = nn.Linear(d_in, index_dim, bias=False, **factory)  # W_IK
         self.key_norm = nn.LayerNorm(index_dim, eps=1e-6, **factory)
         self.W_weights = nn.Linear(d_in, index_heads, bias=False, **factory)  # W_w
 
-    def forward(self, x: Tensor, q_latent: Tensor, start: int = 0) -> Tensor:
-        """Index scores (b, t, t) of the tokens x (b, t, d_in), query latents (b, t, d_c').
+    def forward(
+        self, x: Tensor, q_latent: Tensor, start: int = 0,
+        cache: "IndexedLatentKVCache | None" = None,
+    ) -> Tensor:
+        """Index scores (b, t, n + t) of the tokens x (b, t, d_in), query latents (b, t, d_c').
 
+        The tokens sit at positions start .. start + t - 1 and score each other (n = 0), or,
+        with a ``cache`` of n tokens' index keys, also the cached ones: their keys are appended
+        after the cache's latents (:meth:`IndexedLatentKVCache.append_index_keys`, so append
+        the latents first) and sit at positions n - t .. n - 1 of the cache's length n.
         Unmasked: :func:`topk_mask` (or :func:`dsa_attention`) hides the later keys first.
         """
         b, t, _ = x.shape
         h_i, d_i = self.index_heads, self.index_dim
+        if cache is not None:
+            start = cache.length - t  # the latents of these tokens are already appended
         queries = self.W_query(q_latent).view(b, t, h_i, d_i).transpose(1, 2)  # (b, h_I, t, d_I)
         queries = self.rotary(queries, start=start)
         keys = self.rotary(self.key_norm(self.W_key(x)), start=start)  # (b, t, d_I)
+        if cache is not None:
+            keys = cache.append_index_keys(keys)  # (b, n + t, d_I)
         per_head = torch.relu(queries @ keys[:, None].transpose(-2, -1) * d_i**-0.5)  # (b,h_I,t,t)
         weights = self.W_weights(x) * h_i**-0.5  # (b, t, h_I): η_il
         return torch.einsum("bih,bhij->bij", weights, per_head)  # (b, t, t)
+
+
+class IndexedLatentKVCache(LatentKVCache):
+    """Chapter 10's latent cache and, beside it, the lightning indexer's key of each token.
+
+    DeepSeek Sparse Attention scores every earlier token at each step, so generating needs each
+    token's index key k_j (d_I numbers, shared by the index heads) as MLA needs its latent:
+    d_c + d_h^R + d_I numbers per token and layer. ``append(latents, rope_keys)`` stores a
+    chunk's latents as in :class:`~attention.latent.LatentKVCache`; then
+    ``append_index_keys(keys)`` stores the same tokens' index keys and returns all of them.
+    (transformers' DeepSeek-V3.2 keeps them the same way, in its cache's indexed layers.)
+
+    Args:
+        batch_size: b.
+        max_tokens: the most tokens it holds.
+        kv_rank: d_c, width of a latent.
+        rope_dim: d_h^R, width of a rotary key.
+        index_dim: d_I, width of an index key.
+        dtype: dtype of the storage (torch's default if None).
+        device: device of the storage.
+
+    Raises:
+        ValueError: if a size is not an integer >= 1.
+
+    Examples:
+        >>> cache = IndexedLatentKVCache(1, max_tokens=8, kv_rank=4, rope_dim=2, index_dim=3)
+        >>> _ = cache.append(torch.ones(1, 3, 4), torch.ones(1, 3, 2))
+        >>> cache.append_index_keys(torch.ones(1, 3, 3)).shape, cache.nbytes
+        (torch.Size([1, 3, 3]), 288)
+    """
+
+    def __init__(
+        self, batch_size: int, max_tokens: int, kv_rank: int, rope_dim: int, index_dim: int,
+        dtype: torch.dtype | None = None, device: Device = None,
+    ) -> None:
+        super().__init__(batch_size, max_tokens, kv_rank, rope_dim, dtype, device)
+        check_sizes(index_dim=index_dim)
+        self.index_keys = torch.zeros(batch_size, max_tokens, index_dim, dtype=dtype,
+                                      device=device)  # (b, max_tokens, d_I)
+        self.index_length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the latents, rotary keys and index keys (all max_tokens slots)."""
+        return super().nbytes + self.index_keys.nbytes
+
+    def append_index_keys(self, keys: Tensor) -> Tensor:
+        """Store the index keys (b, t, d_I) of the t tokens whose latents were appended last.
+
+        Returns all stored index keys (b, n + t, d_I), n + t = ``length``.
+        """
+        b, _, width = self.index_keys.shape
+        if keys.dim() != 3 or (keys.shape[0], keys.shape[2]) != (b, width) or (
+            keys.dtype != self.index_keys.dtype
+        ):
+            raise ValueError(
+                f"keys must have shape (b, t, {width}) with b={b} and dtype "
+                f"{self.index_keys.dtype}, got {tuple(keys.shape)} and {keys.dtype}"
+            )
+        start, end = self.index_length, self.index_length + keys.shape[1]
+        check_room(start, keys.shape[1], self.max_tokens)
+        if end != self.length:
+            raise ValueError(
+                f"index keys must follow the latents of the same tokens: {self.length} latents "
+                f"are stored, and {start} + {keys.shape[1]} index keys would be"
+            )
+        self.index_keys[:, start:end] = keys
+        self.index_length = end
+        return self.index_keys[:, :end]  # (b, n + t, d_I)
+
+    def reset(self) -> None:
+        """Forget every token (the storage is kept and overwritten by the next append)."""
+        super().reset()
+        self.index_length = 0
+
+    def to(
+        self, device: Device = None, dtype: torch.dtype | None = None
+    ) -> "IndexedLatentKVCache":
+        """Move the latents, rotary keys and index keys, in place; returns the cache."""
+        super().to(device, dtype)
+        self.index_keys = self.index_keys.to(device=device, dtype=dtype)
+        return self
 
 
 @renamed(**KERNEL_RENAMES)

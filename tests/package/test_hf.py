@@ -54,6 +54,15 @@ CASES = {
         "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                             "original_max_position_embeddings": 16, "mscale": 1.0,
                             "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}}),
+    "deepseek_v32": ("deepseek_v32", {  # V3 plus the lightning indexer's top 4 of 7 to 23
+        **SMALL, "num_key_value_heads": 4, "q_lora_rank": 16, "kv_lora_rank": 8,
+        "qk_rope_head_dim": 4, "qk_nope_head_dim": 8, "v_head_dim": 6,
+        "moe_intermediate_size": 16, "n_routed_experts": 4, "num_experts_per_tok": 2,
+        "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "index_topk": 4,
+        "index_head_dim": 8, "index_n_heads": 4,
+        "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                            "original_max_position_embeddings": 16, "mscale": 1.0,
+                            "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}}),
     "qwen3_next": ("qwen3_next", {  # gated attention and Gated DeltaNet layers, MoE borrowed
         **GQA, "head_dim": 8, "layer_types": ["linear_attention", "full_attention"],
         "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
@@ -62,7 +71,7 @@ CASES = {
 }
 
 
-MOE = ("gpt_oss", "deepseek_v3", "qwen3_next")
+MOE = ("gpt_oss", "deepseek_v3", "qwen3_next", "deepseek_v32")
 
 
 def _model(model_type: str, options: dict | None = None, **more: object) -> torch.nn.Module:
@@ -104,6 +113,15 @@ def test_sliding_window_layers_use_a_rolling_cache() -> None:
     assert [type(c).__name__ for c in caches] == ["RollingKVCache", "RollingKVCache", "KVCache"]
 
 
+def test_deepseek_v32_caches_its_index_keys_beside_the_latents() -> None:
+    ours = from_transformers(_model(*CASES["deepseek_v32"]))
+    caches = ours.new_caches(1, 10)
+    assert [type(c).__name__ for c in caches] == ["IndexedLatentKVCache"] * 2
+    ours(torch.arange(6)[None], caches)
+    assert [(c.length, c.index_length) for c in caches] == [(6, 6)] * 2
+    assert caches[0].nbytes == 10 * (8 + 4 + 8) * 8  # (d_c + d_h^R + d_I) per token, float64
+
+
 def test_unpatched_reference_agrees_to_float32_rounding() -> None:
     """Without upcast_transformers, transformers' float32 RoPE and RMSNorm show up, and only them."""
     model = _model("llama", **GQA)
@@ -130,8 +148,6 @@ class TestBadInput:
             from_transformers(_model("phi", **SMALL))
         with pytest.raises(ValueError, match="reorder_and_upcast_attn=True"):
             from_transformers(_model("gpt2", **dict(CASES["gpt2"][1], reorder_and_upcast_attn=True)))
-        with pytest.raises(ValueError, match="deepseek_v32 is not supported yet: .*sparse"):
-            from_transformers(_model("deepseek_v32", {**CASES["deepseek_v3"][1]}))
 
     def test_token_ids_max_new_tokens_and_dtype_must_be_valid(self) -> None:
         ours = from_transformers(_model(*CASES["gpt2"]))

@@ -11,6 +11,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from attention.masks import dense_attention, sliding_window, to_dense
 from attention.sparse import (
+    IndexedLatentKVCache,
     LightningIndexer,
     block_topk_mask,
     dsa_attention,
@@ -226,7 +227,36 @@ def test_dsa_equals_transformers_deepseek_v32_attention():
             torch.testing.assert_close(out, reference, rtol=0, atol=1e-14)
 
 
+def test_indexer_with_a_cache_scores_chunk_by_chunk_as_all_at_once() -> None:
+    """Generating: the cached index keys keep their positions, so each chunk's rows are the same."""
+    torch.manual_seed(0)
+    indexer = LightningIndexer(8, 4, 2, 6, 4).double()
+    x, c_q = torch.randn(2, 7, 8, dtype=torch.float64), torch.randn(2, 7, 4, dtype=torch.float64)
+    with torch.no_grad():
+        whole = indexer(x, c_q)  # (2, 7, 7)
+        cache = IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
+                                     dtype=torch.float64)
+        rows = []
+        for lo, hi in ((0, 4), (4, 5), (5, 7)):
+            cache.append(x.new_zeros(2, hi - lo, 3), x.new_zeros(2, hi - lo, 2))
+            rows.append(indexer(x[:, lo:hi], c_q[:, lo:hi], cache=cache))  # (2, t, hi)
+    for (lo, hi), chunk in zip(((0, 4), (4, 5), (5, 7)), rows):
+        torch.testing.assert_close(chunk, whole[:, lo:hi, :hi], rtol=1e-14, atol=1e-14)
+    assert cache.index_length == cache.length == 7 and cache.nbytes == 2 * 7 * 11 * 8
+
+
 class TestBadInput:
+    def test_index_keys_must_follow_the_latents_and_have_their_width(self) -> None:
+        cache = IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
+                                     dtype=torch.float64)
+        keys = torch.zeros(2, 1, 6, dtype=torch.float64)
+        with pytest.raises(ValueError, match="index keys must follow the latents"):
+            cache.append_index_keys(keys)
+        cache.append(torch.zeros(2, 1, 3, dtype=torch.float64),
+                     torch.zeros(2, 1, 2, dtype=torch.float64))
+        with pytest.raises(ValueError, match=r"keys must have shape \(b, t, 6\) with b=2.*got"):
+            cache.append_index_keys(keys[..., :5])
+
     def test_top_k_below_one(self):
         with pytest.raises(ValueError, match=r"top_k must be at least 1, got 0"):
             topk_mask(torch.zeros(4, 4), 0)
