@@ -11,6 +11,7 @@ Notation (see CONTRIBUTING.md):
     Q, K    = Q R, K R                                    RoPE, if ``rotary``
     A       = drop(softmax(Q Kᵀ / sqrt(d_h) + M))         (b, h, t, t_k)
     SA(x)   = drop((A V, heads merged) W_o)               (b, t, d)
+    or, with ``output_gate``, drop((A V ⊙ sigmoid(x W_g), heads merged) W_o)
 
 :class:`~attention.TransformerBlock` keeps one of these as its submodule ``attn`` and calls
 ``attn(x, attn_mask, cache)``, which returns SA(x) and A. Any module with that call and that
@@ -45,8 +46,11 @@ class BlockAttention(nn.Module):
     ``is_causal=True`` lets token i attend to tokens j <= i only; ``rotary`` rotates queries and
     keys by their positions; ``qk_norm`` ("layer" or "rms") normalizes each head's queries and
     keys over d_h, with one gain shared by all heads, before the rotation (Dehghani et al.,
-    2023). ``bias=False`` drops the biases of the projections and of a LayerNorm. The call
-    returns SA(x) and the attention weights.
+    2023). ``bias=False`` drops the biases of the projections and of a LayerNorm.
+    ``output_gate=True`` multiplies each head's context vector, feature by feature, by
+    sigmoid(x W_g) before W_o: gated attention (Qiu et al., 2025), Qwen3-Next's gate, which
+    lets a head output nothing without putting its weight anywhere. The call returns SA(x) and
+    the attention weights.
 
     Args:
         d_model: d, the width of the tokens; h heads of width d / h.
@@ -57,12 +61,15 @@ class BlockAttention(nn.Module):
         qk_norm: ``"layer"``, ``"rms"`` or None.
         bias: biases in the projections (and a LayerNorm's).
         norm_eps: ε of the QK-norms.
+        output_gate: a sigmoid gate W_g (d, d) on the context vectors, made after the other
+            parameters (so the others draw the same random numbers with or without it).
         device: where the parameters are created (torch's default when None).
         dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if d_model or num_heads is not an integer >= 1, num_heads does not divide
-            d_model, dropout is outside [0, 1), or qk_norm is unknown.
+            d_model, dropout is outside [0, 1), qk_norm is unknown, or output_gate is not a
+            bool.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -84,6 +91,7 @@ class BlockAttention(nn.Module):
         qk_norm: NormKind | None = None,
         bias: bool = True,
         norm_eps: float = 1e-5,
+        output_gate: bool = False,
         device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -92,6 +100,7 @@ class BlockAttention(nn.Module):
         check_heads(d_model, num_heads, width_name="d_model")
         check_dropout(dropout)
         check_bool(is_causal, "is_causal")
+        check_bool(output_gate, "output_gate")
         d_h = d_model // num_heads
         if rotary is not None and rotary.d_h != d_h:
             raise ValueError(f"rotary must rotate heads of width d_h={d_h}, got d_h={rotary.d_h}")
@@ -105,6 +114,8 @@ class BlockAttention(nn.Module):
         if qk_norm is not None:
             self.q_norm = make_norm(qk_norm, d_h, norm_eps, bias, **factory)
             self.k_norm = make_norm(qk_norm, d_h, norm_eps, bias, **factory)
+        # W_g (d, d): one gate per feature of each head, from the block's (normed) input x
+        self.gate = nn.Linear(d_model, d_model, bias=bias, **factory) if output_gate else None
 
     def _mask(
         self, t: int, t_k: int, attn_mask: Tensor | None, x: Tensor, cache: Cache | None
@@ -163,4 +174,6 @@ class BlockAttention(nn.Module):
             queries, keys, attn_mask=mask, dropout_p=dropout_p
         )  # (b, h, t, t_k)
         context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b,t,d)
+        if self.gate is not None:  # gated attention: each feature of each head scaled by (0, 1)
+            context = context * torch.sigmoid(self.gate(x))  # (b, t, d)
         return self.proj_dropout(self.out_proj(context)), attn_weights

@@ -107,7 +107,8 @@ class TransformerBlock(nn.Module):
     block of ``torch.nn.TransformerEncoderLayer(norm_first=True, activation="gelu")``; the
     keyword arguments build today's variants: ``norm="rms"`` (RMSNorm), ``activation="swiglu"``,
     ``parallel=True`` (attention and FFN both read N1(x)), ``qk_norm=True`` (queries and keys
-    normalized per head by the block's kind of norm) and ``bias=False`` (no biases in the
+    normalized per head by the block's kind of norm), ``output_gate=True`` (a sigmoid gate on
+    each head's output, :class:`~attention.BlockAttention`) and ``bias=False`` (no biases in the
     linear layers and the norms). The attention sublayer is the submodule ``attn``, with h heads
     of width d_model / h; the FFN maps d_model -> d_ff -> d_model.
 
@@ -127,6 +128,7 @@ class TransformerBlock(nn.Module):
         qk_norm: normalize queries and keys per head.
         bias: biases in the linear layers and the norms.
         norm_eps: ε of every norm.
+        output_gate: gated attention, a sigmoid gate on each head's context vectors.
         device: where the parameters are created (torch's default when None).
         dtype: their dtype (torch's default when None).
 
@@ -161,6 +163,7 @@ class TransformerBlock(nn.Module):
         qk_norm: bool = False,
         bias: bool = True,
         norm_eps: float = 1e-5,
+        output_gate: bool = False,
         device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -181,8 +184,8 @@ class TransformerBlock(nn.Module):
         self.mlp, self.parallel = mlp, parallel
         self.attn = BlockAttention(
             d_model, num_heads, dropout, is_causal=is_causal, rotary=rotary,
-            qk_norm=norm if qk_norm else None, bias=bias, norm_eps=norm_eps, device=device,
-            dtype=dtype,
+            qk_norm=norm if qk_norm else None, bias=bias, norm_eps=norm_eps,
+            output_gate=output_gate, device=device, dtype=dtype,
         )  # built first: the same random draws as before it was a submodule
         factory = {"device": device, "dtype": dtype}
         self.norm1 = make_norm(norm, d_model, norm_eps, bias, **factory)
@@ -339,6 +342,7 @@ class TinyTransformer(nn.Module):
         parallel: parallel blocks (see :class:`~attention.TransformerBlock`).
         qk_norm: normalize queries and keys per head.
         bias: biases in the linear layers and the norms.
+        output_gate: gated attention in every block (see :class:`~attention.BlockAttention`).
         tie_weights: the LM head uses the token embedding's matrix (Press and Wolf, 2017).
         device: where the parameters are created (torch's default when None).
         dtype: their dtype (torch's default when None).
@@ -375,6 +379,7 @@ class TinyTransformer(nn.Module):
         parallel: bool = False,
         qk_norm: bool = False,
         bias: bool = True,
+        output_gate: bool = False,
         tie_weights: bool = False,
         device: Device = None,
         dtype: torch.dtype | None = None,
@@ -400,7 +405,8 @@ class TinyTransformer(nn.Module):
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 d_model, num_heads, d_ff, dropout, is_causal=True, activation=activation, mlp=mlp,
-                rotary=rotary, norm=norm, parallel=parallel, qk_norm=qk_norm, bias=bias, **factory,
+                rotary=rotary, norm=norm, parallel=parallel, qk_norm=qk_norm, bias=bias,
+                output_gate=output_gate, **factory,
             )
             for _ in range(num_layers)
         )
