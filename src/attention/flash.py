@@ -38,6 +38,11 @@ no finite score (t_k = 0, or all its scores -inf) gets output 0 and lse = -inf, 
 FlexAttention and torch return it; the backward treats its lse as +inf, so that its
 P = exp(S - lse) = 0 instead of exp(-inf - (-inf)) = nan (FlashAttention-2 stores +inf).
 
+Learned sinks (gpt-oss): one logit σ per query head in every row's softmax denominator, a key
+of score σ and value zero. It starts each row's m at σ and its l at 1 before the first tile;
+lse then includes it, so the backward's P = exp(S - lse) needs nothing new, and dσ is
+-Σ_i P_sink,i (D_i - dlse_i), P_sink,i = exp(σ - lse_i): chapter 15, equation (15.2).
+
 Masks without a mask tensor. Query i sits at position i + offset, with offset 0 for causal
 attention aligned top-left (torch's ``is_causal``) and t_k - t_q aligned bottom-right (torch's
 ``causal_lower_right``); it sees key j when j <= i + offset and, with a window w, also
