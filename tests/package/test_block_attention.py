@@ -2,8 +2,9 @@
 
 import pytest
 import torch
+from _inputs import randomize
 
-from attention import BlockAttention
+from attention import BlockAttention, TransformerBlock
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
@@ -35,8 +36,31 @@ def test_qk_norm_bounds_the_scores_however_large_the_weights() -> None:
         assert (scores.abs().max() <= 4 / 2.0 + 1e-9) == qk_norm
 
 
+def test_output_gate_scales_each_head_s_context_by_a_sigmoid_of_the_input() -> None:
+    """Gated attention (Qiu et al., 2025): (A V ⊙ sigmoid(x W_g)) W_o; the other draws unchanged."""
+    torch.manual_seed(0)
+    plain = BlockAttention(8, 2, is_causal=True).double()
+    torch.manual_seed(0)
+    gated = randomize(BlockAttention(8, 2, is_causal=True, output_gate=True).double())
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    _, weights = gated(x)
+    v = gated.qkv(x)[..., 16:].view(2, 5, 2, 4).transpose(1, 2)  # (b, h, t, d_h)
+    context = (weights @ v).transpose(1, 2).reshape(2, 5, 8)
+    expected = gated.out_proj(context * torch.sigmoid(x @ gated.gate.weight.T + gated.gate.bias))
+    torch.testing.assert_close(gated(x)[0], expected, rtol=1e-13, atol=1e-14)
+    torch.manual_seed(0)
+    redrawn = BlockAttention(8, 2, is_causal=True, output_gate=True).double()
+    assert torch.equal(redrawn.qkv.weight, plain.qkv.weight) and plain.gate is None
+    block = TransformerBlock(8, 2, 16, is_causal=True, output_gate=True)
+    assert block.attn.gate.weight.shape == (8, 8)
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
+
+    def test_output_gate_must_be_a_bool(self) -> None:
+        with pytest.raises(ValueError, match="output_gate must be a bool, got 'yes'"):
+            BlockAttention(8, 2, output_gate="yes")  # type: ignore[arg-type]
 
     @pytest.mark.parametrize("is_causal", [False, True])
     def test_an_integer_mask_is_refused(self, is_causal):
