@@ -198,6 +198,22 @@ def test_hook_rejects_a_name_used_twice(tmp_path: Path, monkeypatch) -> None:
         hook.load_figures(package)
 
 
+def test_each_module_is_drawn_by_the_one_process_that_claims_it(tmp_path: Path, monkeypatch) -> None:
+    package = figure_package(tmp_path, monkeypatch, {
+        "ch01": 'FIGURES = {"ch01-a": good}\n', "ch02": 'FIGURES = {"ch02-a": good}\n'})
+    first, second = tmp_path / "first", tmp_path / "second"
+    jobs = [(f"{package.__name__}.ch01", first), (f"{package.__name__}.ch02", second)]
+    for folder in (first, second):
+        folder.mkdir()
+    (second / hook.CLAIMED).touch()  # another process is drawing ch02
+    hook.render_all(jobs)
+    assert (first / "ch01-a.svg").is_file() and (first / hook.CLAIMED).is_file()
+    assert not (second / "ch02-a.svg").exists()
+    (first / "ch01-a.svg").unlink()
+    hook.render_all(jobs)  # a second process finds both claimed and draws nothing
+    assert not (first / "ch01-a.svg").exists()
+
+
 def test_hook_rejects_a_function_that_returns_no_figure(tmp_path: Path, monkeypatch) -> None:
     package = figure_package(
         tmp_path, monkeypatch, {"ch01": 'FIGURES = {"ch01-a": good, "ch01-b": lambda: None}\n'}

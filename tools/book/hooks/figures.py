@@ -107,6 +107,7 @@ RESULTS = ("docs/appendix/results", "*.json")  # the measurements some figures d
 FIGURE_SOURCES = Path(figures.__file__).parent
 DRAWN_BY = ("matplotlib", "numpy", "torch")
 NAMES = "names.txt"  # written last into a cache entry: the entry is complete
+CLAIMED = "claimed"  # made by the process that draws a cache entry's figures
 CHILDREN = 2  # processes that draw the figures missing from the cache, beside the build's own
 _svgs: dict[str, bytes] = {}  # this build's figures, by name
 _phone_svgs: dict[str, bytes] = {}  # the phone layouts of those too wide for a phone
@@ -413,9 +414,16 @@ def on_pre_build(config: MkDocsConfig) -> None:
 
 
 def render_all(jobs: list[tuple[str, Path]]) -> None:
-    """Render the figures of each (module, folder) into ``folder/<name>.svg`` (each file replaced
-    in one step), and the phone layout of each that has one into ``folder/phone/<name>.svg``."""
+    """Render the figures of each (module, folder) that no other process has claimed into
+    ``folder/<name>.svg`` (each file replaced in one step), and the phone layout of each that has
+    one into ``folder/phone/<name>.svg``. Every drawing process is given every job and claims
+    them one at a time (``folder/CLAIMED``, made only if absent): none waits while another still
+    has several modules to draw."""
     for module, out_dir in jobs:
+        try:
+            os.close(os.open(out_dir / CLAIMED, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
         (out_dir / "phone").mkdir(exist_ok=True)
         for name, make in load_figures(modules=[module]).items():
             wide, phone = render_svgs(name, make)
@@ -497,7 +505,8 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
     A module whose figures are not cached has them drawn in child processes (``python -P -m
     book.hooks.figures MODULE=FOLDER ...``, :data:`CHILDREN` of them) while this one renders the
-    pages. Those modules are imported here too, so that a bad name fails at once; the children's
+    pages, and then by this one too (``on_env``), each module by whichever process claims it
+    first. Those modules are imported here too, so that a bad name fails at once; the children's
     SVG files are read in ``on_env``, before any is copied or put into a page.
     """
     number_figures(files, config["nav"])
@@ -519,13 +528,15 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
             if name in seen:
                 raise PluginError(f"{module}: figure name {name!r} is already used by {seen[name]}")
             seen[name] = module
-    missing = list(_missing)
+    # The largest modules first, so that the last to be drawn are quick ones.
+    missing = sorted(_missing, key=lambda m: -(FIGURE_SOURCES / f"{m.rpartition('.')[2]}.py").stat().st_size)
+    for module in missing:
+        (_entries[module] / CLAIMED).unlink(missing_ok=True)  # left by a build that stopped
     for i in range(min(CHILDREN, len(missing))):
-        jobs = missing[i::CHILDREN]
-        log = _entries[jobs[0]] / "stderr.txt"
+        log = _entries[missing[i]] / "stderr.txt"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-P", "-m", "book.hooks.figures", *(f"{m}={_entries[m]}" for m in jobs)],
+                [sys.executable, "-P", "-m", "book.hooks.figures", *(f"{m}={_entries[m]}" for m in missing)],
                 stdout=out, stderr=subprocess.STDOUT,
             )
         _children.append((process, log))
@@ -539,11 +550,13 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 
 def on_env(env: object, config: MkDocsConfig, files: Files) -> object:
-    """Wait for the figures, and keep each one's SVG for ``on_post_page``.
+    """Draw the figures no child has started on yet, wait for the children, and keep each
+    figure's SVG for ``on_post_page``.
 
     Raises:
         PluginError: with a child's output, if drawing a figure failed.
     """
+    render_all([(module, _entries[module]) for module in _missing])
     for process, log in _children:
         if process.wait() != 0:
             output = log.read_text(errors="replace")
