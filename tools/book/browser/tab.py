@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, Response, Route
+from playwright.sync_api import Error as PlaywrightError
 
 from .chromium import is_local
 
@@ -72,16 +73,19 @@ class Tab:
         finally:
             self.context.route(SEARCH_INDEX, self._empty_search_index)
 
-    @staticmethod
-    def _empty_search_index(route: Route) -> None:
+    def _empty_search_index(self, route: Route) -> None:
         url = route.request.url
-        if url not in _empty_indexes:
-            response = route.fetch()
-            if not response.ok:  # a missing index is the page's problem: it sees it as it is
-                route.fulfill(response=response)
-                return
-            _empty_indexes[url] = json.dumps({**response.json(), "docs": []})
-        route.fulfill(status=200, content_type="application/json", body=_empty_indexes[url])
+        try:
+            if url not in _empty_indexes:
+                response = route.fetch()
+                if not response.ok:  # a missing index is the page's problem: it sees it as it is
+                    route.fulfill(response=response)
+                    return
+                _empty_indexes[url] = json.dumps({**response.json(), "docs": []})
+            route.fulfill(status=200, content_type="application/json", body=_empty_indexes[url])
+        except PlaywrightError as error:  # the tab closed the page meanwhile, or a real failure
+            if not self.page.is_closed():
+                self.failed.append(f"{url} (the emptied search index: {str(error).splitlines()[0]})")
 
     def close(self) -> None:
         """Close the page and its context."""
