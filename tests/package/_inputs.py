@@ -3,7 +3,14 @@
 from collections.abc import Sequence
 
 import torch
+from hypothesis import settings
+from hypothesis import strategies as st
 from torch import nn
+
+# The property tests' settings: few examples, no deadline (a 2-core machine, busy with the rest of
+# the suite), and the seeds they draw inputs from.
+FAST = settings(max_examples=25, deadline=None)
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
 
 
 def qkv(

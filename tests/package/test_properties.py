@@ -1,8 +1,8 @@
 """Invariants for every input (hypothesis): probabilities, causality, permutations, dropout."""
 
 import torch
-from _inputs import seeded_randn
-from hypothesis import given, settings
+from _inputs import FAST, seeded_randn, seeds
+from hypothesis import given
 from hypothesis import strategies as st
 
 from attention import (
@@ -14,9 +14,7 @@ from attention import (
     scaled_dot_product_attention,
 )
 
-FAST = settings(max_examples=25, deadline=None)
 sizes = st.integers(min_value=1, max_value=6)
-seeds = st.integers(min_value=0, max_value=2**31 - 1)
 
 
 @FAST

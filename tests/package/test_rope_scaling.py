@@ -10,9 +10,9 @@ import math
 
 import pytest
 import torch
-from _inputs import seeded_randn
+from _inputs import FAST, seeded_randn, seeds
 from _rope import rotate_pairs_by_hand
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from attention import (
@@ -23,9 +23,6 @@ from attention import (
     RotaryEmbedding,
     YaRNScaling,
 )
-
-FAST = settings(max_examples=25, deadline=None)
-seeds = st.integers(min_value=0, max_value=2**31 - 1)
 
 
 def _theta(d: int, base: float) -> list[float]:
