@@ -15,7 +15,7 @@ import re
 import pytest
 from playwright.sync_api import BrowserContext
 
-from book.browser.chromium import DESKTOP
+from book.browser.chromium import DESKTOP, SCREENS
 from book.browser.server import SiteServer
 from book.constants import ADMONITION_CODE_COLUMN, CODE_COLUMN
 from tests.browser.conftest import open_page
@@ -69,9 +69,7 @@ EXERCISES = """() => [...document.querySelectorAll('.admonition.example, details
 }))"""
 
 
-# A phone in the dark scheme and a desktop in the light one: the theme changes a figure's colours
-# (test_figures_print.py::test_figures_take_the_dark_theme), not its layout.
-@pytest.mark.parametrize("screen", ["phone-dark", "desktop"])
+@pytest.mark.parametrize("screen", sorted(SCREENS))
 def test_figures_fit_the_screen_with_a_number_and_a_caption(
     screens: dict[str, BrowserContext], site: SiteServer, screen: str
 ) -> None:
