@@ -16,7 +16,7 @@ import functools
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 STATUSES = ("ok", "skipped", "unsupported", "failed")
 JSON_NAMES = {"pass_name": "pass"}  # a field whose JSON key is a Python keyword
@@ -94,8 +94,54 @@ def _check_timed(row: Any, where: str) -> None:
                          f"got {row.max_rel_err!r}")
 
 
-@dataclass(frozen=True)
-class Row(_JsonRow):
+@dataclass(frozen=True, kw_only=True)
+class _Measured(_JsonRow):
+    """What every measured row ends with (keyword-only, so that a kind's own fields come first in
+    its constructor): ``status`` and ``reason`` as in :class:`Row`, the error checked against
+    float64, the median time and its spread over ``repeats`` timed runs, and ``run``, in a merged
+    file which source run measured it."""
+
+    status: str
+    reason: str | None
+    max_rel_err: float | None
+    median_s: float | None
+    iqr_s: float | None
+    repeats: int | None
+    run: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Timed(_Measured):
+    """A measured row that times ``number`` calls per run and counts its FLOPs and TFLOP/s."""
+
+    number: int | None
+    flops: float | None
+    tflops: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Variant(_Timed):
+    """One variant at one size, checked then timed: the rows of the parts that reuse
+    :func:`~attention.bench.linear.measure_variant`."""
+
+    variant: str
+    pass_name: str  # "forward" or "forward+backward"; "pass" in JSON
+    b: int
+    h: int
+    t: int
+    d_h: int
+    dtype: str
+
+    @classmethod
+    def from_json(cls, data: object, where: str = "row") -> Self:
+        """A row from its JSON object; ValueError names ``where`` and the field out of place."""
+        row = _from_json(cls, data, where)
+        _check_timed(row, where)
+        return row
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row(_Timed):
     """One variant on one problem: checked against float64, then timed; or why it was not.
 
     ``status`` is "ok" (then the time, FLOPs and TFLOP/s are numbers and ``backend`` names the
@@ -112,22 +158,12 @@ class Row(_JsonRow):
     d_h: int
     d: int
     dtype: str
-    status: str
-    reason: str | None
     backend: str | None
     ops: list[str]
-    max_rel_err: float | None
-    median_s: float | None
-    iqr_s: float | None
-    repeats: int | None
-    number: int | None
-    flops: float | None
-    tflops: float | None
     peak_tflops: float | None
     pct_of_peak: float | None
     peak_bytes: int | None
     gpu_kernels: int | None = None  # GPU kernels one call launched (counted on GPUs)
-    run: int | None = None  # in a merged file: which source run measured it
     kernel_config: dict | None = None  # our Triton kernels: {kernel: [BLOCK_M, BLOCK_N, warps, stages]}
 
     @classmethod
@@ -182,8 +218,8 @@ class DecodeRow(_JsonRow):
         return row
 
 
-@dataclass(frozen=True)
-class MaskRow(_JsonRow):
+@dataclass(frozen=True, kw_only=True)
+class MaskRow(_Measured):
     """One form of chapter 11's causal document mask on one packed row (attention.bench.masks).
 
     ``lengths`` are the packed documents, summing to ``t``; ``scores_formed`` the entries of the
@@ -202,18 +238,11 @@ class MaskRow(_JsonRow):
     d_h: int
     dtype: str
     pass_name: str  # "forward"; "pass" in JSON
-    status: str
-    reason: str | None
     block_size: int | None
     scores_formed: int
     flops: float
-    max_rel_err: float | None
-    median_s: float | None
-    iqr_s: float | None
-    repeats: int | None
     number: int | None
     tflops: float | None
-    run: int | None = None
 
     @classmethod
     def from_json(cls, data: object, where: str = "masks row") -> MaskRow:
@@ -226,8 +255,8 @@ class MaskRow(_JsonRow):
         return row
 
 
-@dataclass(frozen=True)
-class LinearRow(_JsonRow):
+@dataclass(frozen=True, kw_only=True)
+class LinearRow(_Variant):
     """Chapter 12's linear attention in one form, or causal softmax attention, at one length t
     (attention.bench.linear).
 
@@ -236,35 +265,11 @@ class LinearRow(_JsonRow):
     variant's matrix products. ``status`` as in :class:`Row`.
     """
 
-    variant: str
-    pass_name: str  # "forward" or "forward+backward"; "pass" in JSON
-    b: int
-    h: int
-    t: int
-    d_h: int
     chunk_size: int
-    dtype: str
-    status: str
-    reason: str | None
-    max_rel_err: float | None
-    median_s: float | None
-    iqr_s: float | None
-    repeats: int | None
-    number: int | None
-    flops: float | None
-    tflops: float | None
-    run: int | None = None
-
-    @classmethod
-    def from_json(cls, data: object, where: str = "linear row") -> LinearRow:
-        """A linear row from its JSON object; ValueError names the field out of place."""
-        row = _from_json(cls, data, where)
-        _check_timed(row, where)
-        return row
 
 
-@dataclass(frozen=True)
-class DistributedRow(_JsonRow):
+@dataclass(frozen=True, kw_only=True)
+class DistributedRow(_Measured):
     """Ring or Ulysses attention on N gloo processes of this machine, one pass
     (attention.bench.distributed).
 
@@ -285,18 +290,11 @@ class DistributedRow(_JsonRow):
     d_h: int
     dtype: str
     is_causal: bool
-    status: str
-    reason: str | None
-    max_rel_err: float | None
-    median_s: float | None
-    iqr_s: float | None
-    repeats: int | None
     step_s: float | None
     compute_step_s: float | None
     transfer_step_s: float | None
     bytes_sent: int | None
     bytes_predicted: int | None
-    run: int | None = None
 
     @classmethod
     def from_json(cls, data: object, where: str = "distributed row") -> DistributedRow:
@@ -306,8 +304,8 @@ class DistributedRow(_JsonRow):
         return row
 
 
-@dataclass(frozen=True)
-class SparseRow(_JsonRow):
+@dataclass(frozen=True, kw_only=True)
+class SparseRow(_Variant):
     """One of chapter 14's selections, or causal softmax attention, at one length t
     (attention.bench.sparse).
 
@@ -316,30 +314,6 @@ class SparseRow(_JsonRow):
     selection; ``flops`` counts the work of the selection as defined. ``status`` as in :class:`Row`.
     """
 
-    variant: str
-    pass_name: str  # "forward" or "forward+backward"; "pass" in JSON
-    b: int
-    h: int
-    t: int
-    d_h: int
     top_k: int
     block_size: int
     window: int
-    dtype: str
-    status: str
-    reason: str | None
-    max_rel_err: float | None
-    median_s: float | None
-    iqr_s: float | None
-    repeats: int | None
-    number: int | None
-    flops: float | None
-    tflops: float | None
-    run: int | None = None
-
-    @classmethod
-    def from_json(cls, data: object, where: str = "sparse row") -> SparseRow:
-        """A sparse row from its JSON object; ValueError names the field out of place."""
-        row = _from_json(cls, data, where)
-        _check_timed(row, where)
-        return row
