@@ -12,6 +12,28 @@ from torch import nn
 FAST = settings(max_examples=25, deadline=None)
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
 
+# (query dtype, mask dtype, whether torch's scaled_dot_product_attention takes the mask): a bool
+# mask, or an additive one in float32 or the query's dtype; an integer mask or another float one
+# it refuses (the package's attention follows it both ways).
+MASK_DTYPES = [
+    (torch.float64, torch.bool, True),
+    (torch.float64, torch.float64, True),
+    (torch.float64, torch.float32, True),
+    (torch.bfloat16, torch.float32, True),
+    (torch.bfloat16, torch.bfloat16, True),
+    (torch.float32, torch.uint8, False),
+    (torch.float32, torch.int32, False),
+    (torch.float64, torch.int64, False),
+    (torch.float32, torch.float64, False),
+    (torch.float32, torch.float16, False),
+    (torch.bfloat16, torch.float16, False),
+]
+
+
+def mask_dtypes(accepted: bool) -> list[tuple[torch.dtype, torch.dtype]]:
+    """The (query dtype, mask dtype) pairs of :data:`MASK_DTYPES` that torch accepts, or refuses."""
+    return [(query, mask) for query, mask, ok in MASK_DTYPES if ok == accepted]
+
 
 def qkv(
     q_shape: Sequence[int],

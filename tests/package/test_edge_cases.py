@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import qkv
+from _inputs import mask_dtypes, qkv
 from torch import Tensor, nn
 
 from attention import (
@@ -279,16 +279,7 @@ def test_no_keys_gives_zero_rows_also_in_half_precision() -> None:
         assert out.dtype == torch.bfloat16 and torch.equal(out, torch.zeros(2, 3, 3)), name
 
 
-@pytest.mark.parametrize(
-    "query_dtype, mask_dtype",
-    [
-        (torch.float64, torch.bool),
-        (torch.float64, torch.float64),
-        (torch.float64, torch.float32),
-        (torch.bfloat16, torch.float32),
-        (torch.bfloat16, torch.bfloat16),
-    ],
-)
+@pytest.mark.parametrize("query_dtype, mask_dtype", mask_dtypes(accepted=True))
 def test_masks_torch_accepts_give_torchs_answer(query_dtype, mask_dtype) -> None:
     q, k, v = (x.to(query_dtype) for x in qkv((2, 3, 4), (2, 5, 4), (2, 5, 3)))
     mask = torch.randn(3, 5, generator=torch.Generator().manual_seed(1)).to(mask_dtype)
