@@ -13,6 +13,7 @@ import ast
 import doctest
 import importlib
 import inspect
+import re
 import textwrap
 import tomllib
 import typing
@@ -128,6 +129,29 @@ def griffe_package() -> griffe.Module:
     return griffe.load("attention", search_paths=[str(REPO / "src")], docstring_parser="google")
 
 
+# A sibling's arguments by reference, as PyTorch's documentation does: a docstring that says
+# "Other arguments as in :class:`X`." documents in its Args only what differs (in the
+# signature's order), and every other parameter must be documented by X under the same name.
+REFERENCE = re.compile(r"(?:Other a|A)rguments as in :(?:func|class):`~?([\w.]+)`")
+
+
+def _args(docstring: griffe.Docstring) -> list[str]:
+    """The parameters a docstring's Args section lists, in order."""
+    sections = {s.kind.value: s for s in docstring.parse("google")}
+    return [p.name.lstrip("*") for p in getattr(sections.get("parameters"), "value", [])]
+
+
+def _resolve(name: str, module: str, package: griffe.Module) -> griffe.Object | griffe.Alias | None:
+    """The object a Sphinx role names, from ``module``: a name of its own, or a full path."""
+    for path in (f"{module}.{name}", name):
+        path = path.removeprefix("attention.")
+        try:
+            return package[path]
+        except KeyError:
+            continue
+    return None
+
+
 @pytest.mark.parametrize(("module", "name"), PUBLIC, ids=_IDS)
 def test_docstring_sections(module: str, name: str, griffe_package: griffe.Module) -> None:
     obj = getattr(importlib.import_module(module), name)
@@ -137,7 +161,15 @@ def test_docstring_sections(module: str, name: str, griffe_package: griffe.Modul
     sections = {s.kind.value: s for s in docstring.parse("google")}
     signature = inspect.signature(obj)
     parameters = [p.lstrip("*") for p in signature.parameters]
-    documented = [p.name.lstrip("*") for p in getattr(sections.get("parameters"), "value", [])]
+    documented = _args(docstring)
+    referred = REFERENCE.search(docstring.value)
+    if referred is not None:  # the rest as the sibling documents them, under the same names
+        target = _resolve(referred.group(1), module, griffe_package)
+        assert target is not None, f"{path}: {referred.group(0)} names no object of the package"
+        theirs = _args(target.docstring) if target.docstring is not None else []
+        missing = [p for p in parameters if p not in documented and p not in theirs]
+        assert missing == [], f"{path}: neither it nor {target.path} documents {missing}"
+        parameters = [p for p in parameters if p in documented]
     assert documented == parameters, f"{path}: Args lists {documented}, the signature {parameters}"
     if not inspect.isclass(obj):
         generator = inspect.isgeneratorfunction(obj)
