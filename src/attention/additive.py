@@ -158,13 +158,12 @@ class AttentionDecoder(nn.Module):
     layer. ``d_hidden`` is the width of the GRU state, ``d_attn`` that of the hidden layer of the
     additive attention's score network (two different widths).
 
+    Other arguments as in :class:`AdditiveAttention`, the attention it holds.
+
     Args:
         vocab_size: n_vocab of the target language.
         d_emb: width of a token embedding.
         d_hidden: width of the GRU state (the encoder's d_hidden).
-        d_attn: width of the score network's hidden layer.
-        device: where the parameters are created (torch's default when None).
-        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1.

@@ -167,18 +167,13 @@ class BidirectionalSelfAttention(CrossAttention):
     parameters as the book's ``MultiHeadAttention`` (``W_query``, ``W_key``, ``W_value``,
     ``out_proj``) but no causal mask and no context_length.
 
+    Other arguments as in :class:`CrossAttention`.
+
     Args:
-        d_in: width of an input token.
-        d_out: output width, split into num_heads heads of width d_h = d_out / num_heads.
-        num_heads: number of heads h; must divide d_out.
-        dropout: probability of dropping an attention weight while training, in [0, 1).
-        qkv_bias: give W_query, W_key and W_value a bias (out_proj always has one).
-        device: where the parameters are created (torch's default when None).
-        dtype: their dtype (torch's default when None).
+        d_in: width of an input token, both CrossAttention's d_q and its d_kv.
 
     Raises:
-        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or
-            dropout is outside [0, 1).
+        ValueError: as :class:`CrossAttention`.
 
     Examples:
         >>> _ = torch.manual_seed(123)

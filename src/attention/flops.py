@@ -138,9 +138,10 @@ GPU_PEAKS: dict[str, dict[str, Peak]] = {
 class Bandwidth:
     """A device's documented memory bandwidth in bytes per second, and where the figure comes from.
 
+    Other arguments as in :class:`Peak`.
+
     Args:
         bytes_per_s: the bandwidth β, in bytes/s.
-        source: the datasheet it is read from.
 
     Examples:
         >>> Bandwidth(2e12, "a datasheet").bytes_per_s

@@ -182,10 +182,7 @@ def tiled_blocks(t: int, d_h: int, m_sram: int) -> tuple[int, int]:
     B_c = ceil(M / 4d) key rows in its key-outer loop order; here the roles swap, because the
     query-outer order re-reads K and V, and the re-read blocks should be few.)
 
-    Args:
-        t: number of tokens.
-        d_h: width of a head.
-        m_sram: capacity of the fast memory, in elements.
+    Arguments as in :func:`standard_blocks`.
 
     Returns:
         (B_q, B_k).

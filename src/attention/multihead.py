@@ -49,15 +49,11 @@ class MultiHeadAttentionWrapper(nn.Module):
     Each head is a :class:`~attention.CausalAttention` of its own; their context vectors are
     concatenated.
 
+    Other arguments as in :class:`~attention.CausalAttention`: those of each head.
+
     Args:
-        d_in: width of an input token.
         d_out: width of one head's context vectors.
         num_heads: h, the number of heads.
-        context_length: the most tokens a call may hold.
-        dropout: p_drop on each head's attention weights.
-        qkv_bias: give the projections a bias.
-        device: where the parameters are created (torch's default when None).
-        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if a size is not an integer >= 1 or dropout is outside [0, 1).
@@ -198,21 +194,14 @@ class FusedMultiHeadAttention(nn.Module):
     both give the same result. :meth:`from_multihead` builds one from a
     :class:`MultiHeadAttention`.
 
+    Other arguments as in :class:`MultiHeadAttention`.
+
     Args:
-        d_in: width of an input token.
-        d_out: width of the output, h heads of width d_h.
-        num_heads: h, the number of heads.
-        context_length: the most tokens a call may hold.
-        dropout: probability of dropping an attention weight, in [0, 1).
         qkv_bias: give the fused projection a bias.
-        proj_dropout: probability of dropping an entry of the output projection's result.
         use_sdpa: compute the attention with ``F.scaled_dot_product_attention``.
-        device: where the parameters are created (torch's default when None).
-        dtype: their dtype (torch's default when None).
 
     Raises:
-        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or a
-            dropout is outside [0, 1).
+        ValueError: as :class:`MultiHeadAttention`.
 
     Examples:
         >>> _ = torch.manual_seed(123)

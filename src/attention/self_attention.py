@@ -65,12 +65,10 @@ class SelfAttentionV1(nn.Module):
 class SelfAttentionV2(nn.Module):
     """Self-attention with ``nn.Linear`` projections (bias only if ``qkv_bias``).
 
+    Other arguments as in :class:`SelfAttentionV1`.
+
     Args:
-        d_in: width of an input token.
-        d_out: width of queries, keys, values and context vectors.
         qkv_bias: give the three projections a bias.
-        device: where the parameters are created (torch's default when None).
-        dtype: their dtype (torch's default when None).
 
     Raises:
         ValueError: if d_in or d_out is not an integer >= 1.

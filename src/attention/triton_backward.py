@@ -225,22 +225,13 @@ def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out
     ran: D first, then the dK/dV kernel over key blocks, then (``deterministic``) the dQ kernel;
     without it, dQ is added up in float32 by the dK/dV kernel and rounded once.
 
-    Where the tensors must be, and what is not checked, as for
-    :func:`~attention.triton_forward.forward`, whose Z and lse it takes.
+    Other arguments as in :func:`~attention.triton_forward.forward`, whose Z and lse it takes;
+    where the tensors must be, and what is not checked, as there.
 
     Args:
-        q: queries (b, h, t_q, d_h).
-        k: keys (b, h_kv, t_k, d_h).
-        v: values (b, h_kv, t_k, d_h).
         out: Z (b, h, t_q, d_h) of the forward pass.
         lse: the forward pass's base-2 log-sum-exp (b, h, t_q), float32.
         grad_out: dZ (b, h, t_q, d_h).
-        sinks: learned sink logits (h,), or None.
-        scale: multiplies the scores.
-        causal: hide the keys after each query's position.
-        offset: position of query 0 (0 top-left, t_k - t_q bottom-right).
-        window: w, the keys each query sees up to its position (None: all).
-        blocks: (BLOCK_M, BLOCK_N) fixes the tile; None autotunes on a GPU.
         deterministic: dQ in a kernel of its own (the same bits every run).
         longest_first: start the query blocks with the most keys first (dQ kernel).
 

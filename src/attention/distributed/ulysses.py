@@ -66,14 +66,13 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
     heads is ``F.scaled_dot_product_attention``, so the gradient is autograd's, with each
     all-to-all's reversed.
 
+    Other arguments as in :func:`~attention.distributed.ring.ring_attention`.
+
     Args:
         query: this rank's queries (b, h, c, d_k); h must be a multiple of N.
         key: its keys (b, h_kv, c, d_k); h_kv a multiple or a divisor of N (a key-value head is
             then copied to the ranks that share it).
-        value: its values (b, h_kv, c, d_v).
         is_causal: SDPA's causal mask over the whole sequence.
-        scale: the score scale, 1 / sqrt(d_k) by default.
-        group: the process group, the default one if None.
 
     Returns:
         This rank's output shard (b, h, c, d_v).
