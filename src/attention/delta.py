@@ -354,16 +354,7 @@ def delta_rule(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """DeltaNet's rule, S_i = S_{i-1} + beta_i k_i^T (v_i - k_i S_{i-1}): the gated rule, g = 0.
 
-    Args:
-        query: (b, h_k, t, d_k).
-        key: (b, h_k, t, d_k).
-        value: (b, h_v, t, d_v), h_v a multiple of h_k.
-        beta: (b, h_v, t), the write strength, in [0, 1].
-        form: ``"recurrent"`` or ``"chunked"``.
-        chunk_size: C, tokens per chunk of the chunked form.
-        scale: multiplies the queries; None means d_k^(-1/2).
-        initial_state: S_0 (b, h_v, d_k, d_v), or None for zeros.
-        output_final_state: also return S_t after the last token.
+    Arguments as in :func:`gated_delta_rule`, without g.
 
     Returns:
         z (b, h_v, t, d_v), and S_t (b, h_v, d_k, d_v) when ``output_final_state``.
