@@ -65,6 +65,12 @@ KERNEL_RENAMES = {
 }
 
 
+def kernel_keywords(fn: F) -> F:
+    """Decorator of the attention kernels: :func:`renamed` with :data:`KERNEL_RENAMES`, so that
+    flash-attn's and older names of their keywords raise a ``TypeError`` naming ours."""
+    return renamed(**KERNEL_RENAMES)(fn)
+
+
 def check_bool(value: object, name: str) -> None:
     """Require a Python bool (a tensor or an int would be truth-tested silently)."""
     if not isinstance(value, bool):

@@ -36,7 +36,7 @@ from typing import Literal, TypedDict, Unpack, overload
 import torch
 from torch import Tensor, nn
 
-from ._checks import KERNEL_RENAMES, accumulation_dtype, check_qkv, check_sizes, renamed
+from ._checks import accumulation_dtype, check_qkv, check_sizes, kernel_keywords
 from .functional import repeat_kv_heads
 
 __all__ = ["split_kv_attention", "weights_read_per_token"]
@@ -94,7 +94,7 @@ def split_kv_attention(
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def split_kv_attention(
     query: Tensor,
     key: Tensor,

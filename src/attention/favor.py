@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from ._checks import KERNEL_RENAMES, accumulation_dtype, check_sizes, renamed
+from ._checks import accumulation_dtype, check_sizes, kernel_keywords
 from .linear import Form, check_linear_inputs, kernel_attention
 
 __all__ = [
@@ -130,7 +130,7 @@ def favor_features(x: Tensor, projection: Tensor, over: tuple[int, ...]) -> Tens
     return torch.exp(exponent - exponent.amax(dim=over, keepdim=True))  # (..., t, m)
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def favor_attention(
     query: Tensor,
     key: Tensor,
@@ -196,7 +196,7 @@ def favor_attention(
     return kernel_attention(phi_q, phi_k, value, is_causal, form, 64)[0].to(value.dtype)
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def favor_error_variance(
     query: Tensor, key: Tensor, value: Tensor, *, num_features: int, is_causal: bool = False
 ) -> Tensor:

@@ -88,14 +88,13 @@ import torch
 from torch import Tensor
 
 from ._checks import (
-    KERNEL_RENAMES,
     Alignment,
     accumulation_dtype,
     check_block_size,
     check_causal_options,
     check_kv_heads,
     check_qkv,
-    renamed,
+    kernel_keywords,
 )
 from .flash_tiles import Tiles, add_product_, key_blocks, score_tile, tile_view
 
@@ -399,7 +398,7 @@ def flash_attention(
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def flash_attention(
     query: Tensor,
     key: Tensor,

@@ -23,7 +23,6 @@ from torch.types import Device
 
 from . import masks
 from ._checks import (
-    KERNEL_RENAMES,
     Alignment,
     accumulation_dtype,
     additive_mask,
@@ -35,7 +34,7 @@ from ._checks import (
     check_mask,
     check_qkv,
     check_sizes,
-    renamed,
+    kernel_keywords,
 )
 
 
@@ -297,7 +296,7 @@ def _weights(
     return attn_weights
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def attention_weights(
     query: Tensor,
     key: Tensor,
@@ -348,7 +347,7 @@ def attention_weights(
     return _weights(query, key, attn_mask, dropout_p, is_causal, scale).to(query.dtype)
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,

@@ -33,11 +33,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._checks import (
-    KERNEL_RENAMES,
     accumulation_dtype,
     check_bool,
     check_qkv,
     check_sizes,
+    kernel_keywords,
     renamed,
 )
 
@@ -188,7 +188,7 @@ def linear_attention(
     query: Tensor, key: Tensor, value: Tensor, *, output_final_state: bool = False,
     **options: Unpack[LinearOptions],
 ) -> Tensor | tuple[Tensor, Tensor]: ...
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def linear_attention(
     query: Tensor,
     key: Tensor,
@@ -270,7 +270,7 @@ def linear_attention(
     return (out, final) if output_final_state else out
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def linear_attention_weights(
     query: Tensor, key: Tensor, *, feature_map: FeatureMapName | FeatureMap = "elu+1",
     is_causal: bool = False,

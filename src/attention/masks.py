@@ -34,14 +34,13 @@ from torch import Tensor
 from torch.types import Device
 
 from ._checks import (
-    KERNEL_RENAMES,
     Alignment,
     accumulation_dtype,
     check_alignment,
     check_counts,
     check_qkv,
     check_sizes,
-    renamed,
+    kernel_keywords,
 )
 from .positions import alibi_slopes64
 
@@ -736,7 +735,7 @@ def dense_attention(
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def dense_attention(
     query: Tensor, key: Tensor, value: Tensor, *, score_mod: ScoreMod | None = None,
     mask_mod: MaskMod | None = None, scale: float | None = None, return_lse: bool = False,

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import KERNEL_RENAMES, check_bool, check_qkv, renamed
+from ._checks import check_bool, check_qkv, kernel_keywords
 from .functional import causal_mask
 
 __all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_attention"]
@@ -158,7 +158,7 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
     return out
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def varlen_attention(
     query: Tensor, key: Tensor, value: Tensor, cu_seqlens_q: Tensor,
     cu_seqlens_k: Tensor | None = None, *, is_causal: bool = False, scale: float | None = None,

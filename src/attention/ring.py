@@ -35,12 +35,11 @@ from torch import Tensor
 
 from . import masks
 from ._checks import (
-    KERNEL_RENAMES,
     accumulation_dtype,
     check_bool,
     check_qkv,
     check_sizes,
-    renamed,
+    kernel_keywords,
 )
 from .flash import flash_attention
 from .io_model import IOCount, TwoLevelMemory
@@ -136,7 +135,7 @@ def _merge(out: Tensor, lse: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tens
     return weight_a[..., None] * out + weight_b[..., None] * out_b, new
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def ring_attention(
     query: Tensor, key: Tensor, value: Tensor, *, world_size: int, is_causal: bool = False,
     sharding: Sharding = "contiguous", scale: float | None = None,

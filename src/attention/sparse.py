@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import KERNEL_RENAMES, check_sizes, renamed
+from ._checks import check_sizes, kernel_keywords, renamed
 from .kv_cache import check_room
 from .latent import LatentKVCache
 from .masks import MaskMod, and_masks, dense_attention, sliding_window, to_dense
@@ -337,7 +337,7 @@ class IndexedLatentKVCache(LatentKVCache):
         return self
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def dsa_attention(
     query: Tensor, key: Tensor, value: Tensor, index_scores: Tensor, *, top_k: int,
     scale: float | None = None, gather: bool = False,
@@ -474,7 +474,7 @@ def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> Mas
     return block_topk_mask(gate, top_k, block_size)
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def moba_attention(
     query: Tensor, key: Tensor, value: Tensor, *, block_size: int, top_k: int,
     scale: float | None = None,
@@ -555,7 +555,7 @@ def nsa_mask(
     return block_topk_mask(p_cmp, top_k, block_size, keep_first=True)
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def nsa_attention(
     query: Tensor, key: Tensor, value: Tensor, gates: Tensor, *, block_size: int, top_k: int,
     window: int, scale: float | None = None,

@@ -34,7 +34,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from ._checks import KERNEL_RENAMES, Alignment, check_causal_options, check_qkv, renamed
+from ._checks import Alignment, check_causal_options, check_qkv, kernel_keywords
 
 try:
     import triton
@@ -323,7 +323,7 @@ def _check_options(
     check_causal_options(is_causal, alignment, window)
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def triton_flash_attention(
     query: Tensor,
     key: Tensor,

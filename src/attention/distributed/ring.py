@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.types import Device
 
-from .._checks import KERNEL_RENAMES, accumulation_dtype, renamed
+from .._checks import accumulation_dtype, kernel_keywords
 from ..ring import SHARDINGS, Sharding, ring_shards
 from ._common import agree, global_rank, merge, note
 
@@ -245,7 +245,7 @@ class _RingAttention(torch.autograd.Function):
                 None, None, None, None)
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool = False,
                    sharding: Sharding = "contiguous", scale: float | None = None,
                    group: dist.ProcessGroup | None = None) -> Tensor:

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._checks import KERNEL_RENAMES, renamed
+from .._checks import kernel_keywords
 from ._common import agree, note
 
 __all__ = ["ulysses_attention"]
@@ -57,7 +57,7 @@ def _kv_heads(h: int, h_kv: int, world: int) -> tuple[int, list[int]]:
     return 1, [j * (h // world) // groups for j in range(world)]
 
 
-@renamed(**KERNEL_RENAMES)
+@kernel_keywords
 def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool = False,
                       scale: float | None = None, group: dist.ProcessGroup | None = None) -> Tensor:
     """Attention over a sequence in contiguous equal shards, by heads: this rank's output shard.
