@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
-from book.browser.chromium import DESKTOP, PHONE, SCREENS, launch
+from book.browser.chromium import DESKTOP, PHONE, SCREENS, TIMEOUT_MS, launch
 from book.browser.crawl import Snapshot, crawl, page_key
 from book.browser.server import SiteServer
 from book.browser.tab import Tab
@@ -102,6 +102,8 @@ def screens(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
     """A context per screen of book.browser.chromium.SCREENS, the module's own: no setting leaks
     into the tabs of other tests."""
     made = {name: browser.new_context(**options) for name, options in SCREENS.items()}
+    for context in made.values():
+        context.set_default_timeout(TIMEOUT_MS)
     yield made
     for context in made.values():
         context.close()

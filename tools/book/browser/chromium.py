@@ -27,6 +27,10 @@ BROWSER_ARGS = (
 # through Playwright's request routing would stop every request of every page in Python: a fifth of
 # the suite's browser time.)
 DEAD_PROXY = {"server": "http://127.0.0.1:9", "bypass": ",".join(LOCAL_HOSTS)}
+# How long a page may take to load, or a step to finish, before a test gives up: the whole-book
+# page (15 MB) takes 15 to 40 s to load on a 2-core machine busy with the rest of the run, past
+# Playwright's default of 30 s.
+TIMEOUT_MS = 120_000
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}  # a current phone
 # The screens a page is laid out on in the light and the dark scheme: keyword arguments of

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, Response, Route
 from playwright.sync_api import Error as PlaywrightError
 
-from .chromium import is_local
+from .chromium import TIMEOUT_MS, is_local
 
 # Every page of the site fetches the one search index and indexes it in a worker: 1.7 MB, about
 # half a second of CPU per page load. A tab answers that request with the site's index emptied
@@ -41,6 +41,7 @@ class Tab:
         self.context.on("requestfailed", self._on_failed)
         self.context.on("response", self._on_response)
         self.context.route(SEARCH_INDEX, self._empty_search_index)
+        self.context.set_default_timeout(TIMEOUT_MS)
         self.page: Page = self.context.new_page()
         self.page.on("console", self._on_console)
         self.page.on("pageerror", lambda error: self.page_errors.append(str(error)))
