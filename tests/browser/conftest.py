@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
@@ -109,10 +110,25 @@ def screens(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
         context.close()
 
 
-def open_page(context: BrowserContext, site: SiteServer, path: str) -> Page:
-    """The context's tab (opened on first use) with the site's ``path`` loaded."""
-    page = context.pages[0] if context.pages else context.new_page()
-    page.goto(site.url(path), wait_until="load")
+# The pages each context has loaded and only read so far, by path: the tests of a module that
+# read the same page on the same screen share one load of it (a chapter is slow to lay out).
+_read_only: WeakKeyDictionary[BrowserContext, dict[str, Page]] = WeakKeyDictionary()
+
+
+def open_page(context: BrowserContext, site: SiteServer, path: str, changes: bool = False) -> Page:
+    """A tab of ``context`` showing the site's ``path``.
+
+    A test that only reads the page (it may scroll it) gets the tab that an earlier test of the
+    module loaded, if there is one; a test that ``changes`` the page (adds a style, opens boxes,
+    follows a link) takes that tab for itself, or a fresh load, and no later test gets it.
+    """
+    shown = _read_only.setdefault(context, {})
+    page = shown.pop(path, None) if changes else shown.get(path)
+    if page is None or page.is_closed():
+        page = context.new_page()
+        page.goto(site.url(path), wait_until="load")
+        if not changes:
+            shown[path] = page
     return page
 
 

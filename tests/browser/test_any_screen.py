@@ -99,7 +99,8 @@ def test_figures_fit_the_screen_with_a_number_and_a_caption(
 
 def test_a_figure_reference_links_to_its_figure(screens, site: SiteServer) -> None:
     # Chapter 10 is read on section pages: the reference and its figure are on two of them.
-    page = open_page(screens["desktop"], site, "chapters/10-inference/windows-pages-and-speed/")
+    page = open_page(screens["desktop"], site, "chapters/10-inference/windows-pages-and-speed/",
+                     changes=True)
     link = page.locator("a.figref", has_text="10.1").first
     assert link.get_attribute("href") == "../cache-size-mqa-gqa/#fig-10-1"
     link.click()
@@ -150,7 +151,7 @@ def test_code_column_holds_what_the_width_rule_allows(screens, site: SiteServer)
     long must show whole, in the page's column and in a solution nested in an exercise, or
     those limits no longer keep code from scrolling sideways. (A line 20 characters longer must
     scroll, or the measurement measures nothing.)"""
-    page = open_page(screens["desktop"], site, EXERCISES_PAGE)
+    page = open_page(screens["desktop"], site, EXERCISES_PAGE, changes=True)
     fits = page.evaluate(FITS, [CODE_COLUMN, ADMONITION_CODE_COLUMN])
     assert fits == {"page": [True, False], "nested": [True, False]}, (
         f"[{CODE_COLUMN}, {CODE_COLUMN + 20}] characters in the column, [{ADMONITION_CODE_COLUMN}, "

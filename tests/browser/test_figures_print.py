@@ -245,7 +245,7 @@ def test_a_figure_wider_than_the_phone_shows_that_it_scrolls(
     found = {}
     for where, wide in (("phone", "f.scrollWidth > f.clientWidth + 8"),
                         ("desktop", "f.scrollWidth <= f.clientWidth")):
-        page = open_page(screens[where], site, SHOWN)
+        page = open_page(screens[where], site, SHOWN, changes=True)
         if where == "phone":  # every figure has a layout that fits a phone: widen one beyond it
             page.add_style_tag(content=".attn-figure > svg { min-width: 800px !important }")
         index = page.evaluate(f"() => [...document.querySelectorAll('.attn-figure')].findIndex(f => {wide})")
@@ -300,7 +300,7 @@ def test_a_table_wider_than_the_phone_scrolls_with_its_first_column_in_view(
 ) -> None:
     """The right edge of a table that scrolls is shaded until its end is reached; its first
     column stays where it was while the rest scrolls under it."""
-    page = open_page(screens["phone"], site, "appendix/gpu-h100/")
+    page = open_page(screens["phone"], site, "appendix/gpu-h100/", changes=True)
     index = page.evaluate("() => [...document.querySelectorAll('.md-typeset__scrollwrap')]"
                           ".findIndex(b => b.scrollWidth > b.clientWidth + 40 && b.offsetParent)")
     assert index >= 0, "no visible table of the H100 page is wider than the phone"
