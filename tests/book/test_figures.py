@@ -243,6 +243,33 @@ def test_trained_heatmaps_show_a_previous_token_head_and_an_induction_head(draw)
     assert [tokens[i] for i in range(6, t)] == [tokens[i - 6] for i in range(6, t)]  # period 6
 
 
+def test_the_trained_model_is_kept_for_the_same_sources_only(tmp_path, monkeypatch) -> None:
+    # Chapter 9's figures read the model trained by an earlier build or run while the package,
+    # the figure module and the versions are the same; any edit trains it again.
+    from book.figures import ch09
+
+    (tmp_path / "src" / "attention").mkdir(parents=True)
+    package, module = tmp_path / "src" / "attention" / "a.py", tmp_path / "ch09.py"
+    package.write_text("x = 1\n")
+    module.write_text("# the figures\n")
+    monkeypatch.setattr(ch09, "REPO", tmp_path)
+    monkeypatch.setattr(ch09, "__file__", str(module))
+    monkeypatch.setattr(ch09, "TRAINED", tmp_path / "trained")
+    keys = [ch09.training_key()]
+    for path, text in ((package, "x = 2\n"), (module, "# the figures, edited\n")):
+        path.write_text(text)
+        keys.append(ch09.training_key())
+    assert len(set(keys)) == 3, keys
+    torch.manual_seed(0)
+    model = ch09.new_model()
+    stored = ([0.5, 0.25], [0], [(torch.ones(2, 2), torch.zeros(2, 2))])
+    (tmp_path / "trained").mkdir()
+    torch.save((model.state_dict(), False, *stored), tmp_path / "trained" / f"ch09-{keys[-1]}.pt")
+    read, *rest = ch09.trained.__wrapped__()
+    assert not read.training and tuple(rest[:2]) == stored[:2]
+    assert all(torch.equal(a, b) for a, b in zip(read.state_dict().values(), model.state_dict().values()))
+
+
 def test_circuit_panels_show_a_positional_head_k_composition_and_copying(draw) -> None:
     # Section 9.11 from the weights of the same trained model: layer 0 head 0 scores the key one
     # place back highest among the near offsets; the virtual QK matrix of layer 1 head 0 through

@@ -4,7 +4,9 @@ Notation: b batch size, t tokens (24), n_vocab vocabulary size (16), d model wid
 layer (2), L layers (2), d_h head width (16). The model, the data and the training are the
 chapter's (section 9.9): ``TinyTransformer`` with rotary positions and no feed-forward network,
 trained for 300 AdamW steps on repeated random segments (``induction_data``), seed 123, on one
-thread. The model is trained once per build: every figure shares ``trained()``. The circuits
+thread. The model is trained once: every figure shares ``trained()``, which keeps what it trained
+in ``.cache/trained/`` (git-ignored) for the next build or test run, while the package, this
+module and the versions are as they were. The circuits
 (section 9.11) are read from its weights in float64, in the row-vector convention: W_QK and
 W_OV as ``qk_circuit`` and ``ov_circuit`` return them, W_E the token embeddings (n_vocab, d), W_U the
 LM head (d, n_vocab) and Gamma_f the final LayerNorm's linear part.
@@ -12,9 +14,13 @@ LM head (d, n_vocab) and Gamma_f the final LayerNorm's linear part.
 
 import contextlib
 import functools
+import hashlib
 import itertools
 import math
+import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -33,7 +39,11 @@ from attention import (
     train_lm,
 )
 from attention.norms import norm_matrix
+from book.constants import REPO
 from book.figures import invert_in_dark
+
+Trained = tuple[TinyTransformer, list[float], list[int], list[tuple[Tensor, Tensor]]]
+TRAINED = REPO / ".cache" / "trained"  # what trained() trained, named by what it was trained from
 
 STEPS, EVERY = 300, 10  # training steps; the heads are measured every EVERY steps
 SEQUENCE = 2  # the held-out sequence drawn in the heatmaps (period 6)
@@ -61,9 +71,45 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def training_key() -> str:
+    """A digest of what ``trained()`` depends on: the package's sources, this module, and the
+    versions of Python and PyTorch."""
+    digest = hashlib.sha256(f"{sys.version}\n{torch.__version__}\n".encode())
+    for path in [*sorted((REPO / "src" / "attention").rglob("*.py")), Path(__file__)]:
+        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=1)
-def trained() -> tuple[TinyTransformer, list[float], list[int], list[tuple[Tensor, Tensor]]]:
-    """Train the chapter's model once: (model, loss per step, measured steps, head scores).
+def trained() -> Trained:
+    """The chapter's model, trained once (:func:`train`), or as an earlier run trained it from the
+    same sources and versions (read from ``TRAINED``)."""
+    stored = TRAINED / f"ch09-{training_key()}.pt"
+    if stored.is_file():
+        state, training, losses, measured, scores = torch.load(stored)
+        model = new_model()
+        model.load_state_dict(state)
+        return model.train(training), losses, measured, scores
+    model, losses, measured, scores = train()
+    TRAINED.mkdir(parents=True, exist_ok=True)
+    for old in TRAINED.glob("ch09-*.pt"):
+        old.unlink(missing_ok=True)
+    partial = stored.with_suffix(f".{os.getpid()}.tmp")
+    torch.save((model.state_dict(), model.training, losses, measured, scores), partial)
+    partial.replace(stored)  # whole or not at all: another process may be reading it
+    return model, losses, measured, scores
+
+
+def new_model() -> TinyTransformer:
+    """The chapter's model, untrained (the seed set first, as on the page)."""
+    return TinyTransformer(
+        vocab_size=16, d_model=32, num_heads=2, num_layers=2, context_length=24,
+        positions="rope", mlp=False,
+    )
+
+
+def train() -> Trained:
+    """Train the chapter's model: (model, loss per step, measured steps, head scores).
 
     Before every EVERY-th step the two head scores of every head, (L, h) each, are measured on
     the first 64 held-out sequences. ``head_scores`` runs without gradients and draws no random
@@ -71,10 +117,7 @@ def trained() -> tuple[TinyTransformer, list[float], list[int], list[tuple[Tenso
     """
     with one_thread():  # the page's setting, so the figures show the page's run
         torch.manual_seed(123)
-        model = TinyTransformer(
-            vocab_size=16, d_model=32, num_heads=2, num_layers=2, context_length=24,
-            positions="rope", mlp=False,
-        )
+        model = new_model()
         probe = held_out()[0][:64]  # (64, t)
         counter = itertools.count()
         measured: list[int] = []
