@@ -54,6 +54,16 @@ def test_crawl_reaches_every_page(pages: dict[str, Snapshot], site: SiteServer) 
     assert not unreached, f"pages no link leads to from the home page: {sorted(unreached)}"
 
 
+def test_only_the_print_page_is_left_alone_by_the_themes_scripts(
+    pages: dict[str, Snapshot]
+) -> None:
+    # The whole book on one page has no copy buttons (overrides/print.html): mounting them took
+    # seconds of a phone's CPU. Every other page gets them (check_copy_buttons).
+    left_alone = [path for path, snap in pages.items() if not snap.dom["mounted"]]
+    assert left_alone == ["/print/"], left_alone
+    assert all(block["buttons"] == 0 for block in pages["/print/"].dom["blocks"])
+
+
 def test_pages_load_without_errors(pages: dict[str, Snapshot]) -> None:
     problems = problems_on(pages, check_loads_cleanly)
     assert not problems, "\n".join(problems)

@@ -5,7 +5,10 @@ rendered, its content becomes the preface and the chapters one after another (a 
 section pages as its landing page, then its section pages in the nav's order), each page a
 section whose id names it (``section_id``). Links between the book's pages become links inside
 the print page; other relative links (figures, the references, the appendix) are rewritten to
-work from ``print/``. The page is left out of search, which already has every chapter.
+work from ``print/``. The page is left out of search, which already has every chapter, and
+Material's scripts leave its content alone (``overrides/print.html``): no copy buttons, which do
+not print, and a page that opens in seconds instead of laying the whole book out once per code
+block.
 
 The PDF edition is made from this page after the build, by headless Chromium:
 ``python -m book pdf site/`` writes ``site/print/attention-book.pdf`` and puts its download link
@@ -32,6 +35,7 @@ PRINT_URL = "print/"
 SOURCE = f"""---
 title: The whole book
 description: Every chapter of the book on one page, to print or to save as a PDF.
+template: print.html
 search:
   exclude: true
 hide:

@@ -113,6 +113,8 @@
     headings: [...document.querySelectorAll(".md-content h1, .md-content h2, .md-content h3")]
       .map(h => short(h.textContent)),
     rawMath, math, equations, blocks, images, ids,
+    // Whether the theme's scripts mount the content (copy buttons): all pages but the print page
+    mounted: !!document.querySelector("[data-md-component=content]"),
     tables: measureTables(), figures: measureFigures(),
     links: [...new Set([...document.querySelectorAll("a[href]")].map(a => a.href))],
     overflow: {scrollWidth: root.scrollWidth, clientWidth: width, wide},
