@@ -36,7 +36,8 @@ def inputs_digest(repo: Path = REPO) -> str:
         path = repo / name
         if name and not name.startswith("tests/") and path.is_file():
             digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    # a set: a folder on the path twice (mkdocstrings adds its own) lists its distributions twice
+    installed = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()})
     digest.update("\n".join(installed).encode())
     return digest.hexdigest()
 
