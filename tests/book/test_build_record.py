@@ -23,6 +23,7 @@ def repo(tmp_path: Path) -> Path:
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text("")
     (tmp_path / ".gitignore").write_text("site/\n.cache/\n")
+    (tmp_path / "requirements.txt").write_text("pytest==9.1.1\nsetuptools==1.0  # a pin\n")
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "index.html").write_text("<h1>Home</h1>")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
@@ -47,6 +48,22 @@ def test_a_recorded_build_is_reused_until_an_input_or_a_built_file_changes(repo:
     assert record.is_file()
     build_record.forget(site, record)
     assert not record.exists()
+
+
+def test_the_inputs_do_not_depend_on_what_the_process_put_on_its_path(
+    repo: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Importing setuptools puts its vendored packages on the path: the build and the tests
+    # must still agree on the inputs.
+    before = build_record.inputs_digest(repo)
+    extra = tmp_path_factory.mktemp("vendored")
+    (extra / "vendored_thing-1.0.dist-info").mkdir()
+    (extra / "vendored_thing-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vendored_thing\nVersion: 1.0\n")
+    monkeypatch.syspath_prepend(str(extra))
+    assert build_record.inputs_digest(repo) == before
+    (repo / "requirements.txt").write_text("pytest==9.1.1\nvendored_thing==1.0\n")
+    assert build_record.inputs_digest(repo) != before
 
 
 @pytest.mark.parametrize(("command", "dirty", "strict", "warn", "recorded"), [

@@ -3,10 +3,11 @@ making their own when nothing it was made from has changed since (``.ci/run`` bu
 just before it runs ``pytest``).
 
 A build writes the record (the hook tools/mkdocs_hooks/build_record.py) only when it ran as
-``mkdocs build --strict``, not dirty, and logged no warning or error. The record holds three
-digests: of the inputs (every file git lists outside ``tests/``, read when the build started), of
-the installed distributions, and of the built files (names, sizes, modification times).
-:func:`reusable_site` returns the site only while all three still match.
+``mkdocs build --strict``, not dirty, and logged no warning or error. The record holds two
+digests: of the inputs (every file git lists outside ``tests/``, read when the build started, and
+the installed versions of the pinned requirements) and of the built files (names, sizes,
+modification times).
+:func:`reusable_site` returns the site only while both still match.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -22,11 +24,13 @@ from pathlib import Path
 from .constants import REPO
 
 RECORD = REPO / ".cache" / "site-build.json"
+REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==", re.MULTILINE)
 
 
 def inputs_digest(repo: Path = REPO) -> str:
     """A digest of every file the build may read: what git lists (tracked, or untracked and not
-    ignored) outside ``tests/``, names and contents, and of the installed distributions."""
+    ignored) outside ``tests/``, names and contents, and of the installed versions of the
+    requirements that requirements.txt pins."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=repo, capture_output=True, check=True,
@@ -36,9 +40,14 @@ def inputs_digest(repo: Path = REPO) -> str:
         path = repo / name
         if name and not name.startswith("tests/") and path.is_file():
             digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    # a set: a folder on the path twice (mkdocstrings adds its own) lists its distributions twice
-    installed = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()})
-    digest.update("\n".join(installed).encode())
+    # The installed versions of the pinned requirements, looked up by name: a scan of every
+    # distribution on the path would depend on what the process imported (setuptools puts its
+    # vendored packages on the path) and on folders listed twice.
+    for name in sorted(REQUIREMENT.findall((repo / "requirements.txt").read_text())):
+        try:
+            digest.update(f"{name}=={metadata.version(name)}\n".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{name} missing\n".encode())
     return digest.hexdigest()
 
 
