@@ -62,6 +62,10 @@ def test_only_the_print_page_is_left_alone_by_the_themes_scripts(
     left_alone = [path for path, snap in pages.items() if not snap.dom["mounted"]]
     assert left_alone == ["/print/"], left_alone
     assert all(block["buttons"] == 0 for block in pages["/print/"].dom["blocks"])
+    # Nor are its chapters out of view laid out (print.css), so READ_PAGE leaves their figures,
+    # tables and equations unmeasured there: they are measured on the chapters' own pages.
+    unmeasured = {path: snap.dom["unmeasured"] for path, snap in pages.items() if snap.dom["unmeasured"]}
+    assert list(unmeasured) == ["/print/"] and unmeasured["/print/"] > 100, unmeasured
 
 
 def test_pages_load_without_errors(pages: dict[str, Snapshot]) -> None:

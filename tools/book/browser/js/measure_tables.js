@@ -1,7 +1,9 @@
 // For every table of the page: whether it fits its column or scrolls in a box inside the page,
 // whether its first column stays in view while it scrolls, and every code name in it that breaks
-// across lines (an inline element that breaks has more than one box).
-() => [...document.querySelectorAll('.md-content table')].map(t => {
+// across lines (an inline element that breaks has more than one box). Given a function ``skip``,
+// the tables for which ``skip(table)`` is true are left out.
+skip => [...document.querySelectorAll('.md-content table')]
+    .filter(t => !(typeof skip === 'function' && skip(t))).map(t => {
   const column = t.closest('.md-typeset').getBoundingClientRect().right;
   const fits = t.getBoundingClientRect().right <= column + 1;
   let box = null;  // the box that scrolls it: the table itself, or the nearest ancestor that does

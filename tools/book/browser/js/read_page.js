@@ -3,6 +3,16 @@
 // results it returns as `figures` and `tables`.
 (measureFigures, measureTables) => {
   const RENDERED = ".katex";
+  // The whole-book page lays out only the chapters near the view (content-visibility in
+  // print.css); measuring an element of another would lay it out, which costs seconds. Those
+  // chapters are measured on their own pages; here they are counted, in `unmeasured`.
+  let unmeasured = 0;
+  const skipped = el => {
+    const off = !!el.closest(".attn-print-section") &&
+      !el.checkVisibility({contentVisibilityAuto: true});
+    unmeasured += off;
+    return off;
+  };
   // Text a reader reads as prose: not code, not KaTeX's output (its MathML copy holds the TeX).
   const NOT_PROSE = "script, style, template, noscript, pre, code, kbd, samp, textarea, " +
     ".katex, .md-search";
@@ -41,6 +51,7 @@
   // equation.
   const equations = [];
   for (const box of document.querySelectorAll(".md-content div.arithmatex")) {
+    if (skipped(box)) continue;
     const tex = short((box.querySelector("annotation") || box).textContent);
     const outer = box.getBoundingClientRect();
     if (box.scrollWidth > box.clientWidth + 1) {
@@ -115,7 +126,7 @@
     rawMath, math, equations, blocks, images, ids,
     // Whether the theme's scripts mount the content (copy buttons): all pages but the print page
     mounted: !!document.querySelector("[data-md-component=content]"),
-    tables: measureTables(), figures: measureFigures(),
+    tables: measureTables(skipped), figures: measureFigures(skipped), unmeasured,
     links: [...new Set([...document.querySelectorAll("a[href]")].map(a => a.href))],
     overflow: {scrollWidth: root.scrollWidth, clientWidth: width, wide},
   };
