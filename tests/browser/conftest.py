@@ -98,10 +98,10 @@ def phones(browser: Browser) -> Iterator[list[Tab]]:
         tab.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def screens(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
-    """A context per screen of book.browser.chromium.SCREENS, the module's own: no setting leaks
-    into the tabs of other tests."""
+    """A context per screen of book.browser.chromium.SCREENS, shared by the tests of a process:
+    the tabs of other fixtures (``desktops``, ``phones``) keep their own settings."""
     made = {name: browser.new_context(**options) for name, options in SCREENS.items()}
     for context in made.values():
         context.set_default_timeout(TIMEOUT_MS)
@@ -110,16 +110,16 @@ def screens(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
         context.close()
 
 
-# The pages each context has loaded and only read so far, by path: the tests of a module that
-# read the same page on the same screen share one load of it (a chapter is slow to lay out).
+# The pages each context has loaded and only read so far, by path: the tests that read the same
+# page on the same screen share one load of it (a chapter is slow to lay out).
 _read_only: WeakKeyDictionary[BrowserContext, dict[str, Page]] = WeakKeyDictionary()
 
 
 def open_page(context: BrowserContext, site: SiteServer, path: str, changes: bool = False) -> Page:
     """A tab of ``context`` showing the site's ``path``.
 
-    A test that only reads the page (it may scroll it) gets the tab that an earlier test of the
-    module loaded, if there is one; a test that ``changes`` the page (adds a style, opens boxes,
+    A test that only reads the page (it may scroll it) gets the tab that an earlier test
+    loaded, if there is one; a test that ``changes`` the page (adds a style, opens boxes,
     follows a link) takes that tab for itself, or a fresh load, and no later test gets it.
     """
     shown = _read_only.setdefault(context, {})

@@ -20,8 +20,9 @@ from book.browser.server import SiteServer
 from book.constants import ADMONITION_CODE_COLUMN, CODE_COLUMN
 from tests.browser.conftest import open_page
 
-# All tests of this module in one process (one chromium, its pages visited once), scheduled
-# after the other site tests, by when the site is built (rank 3: see the root conftest.py).
+# One process for test_any_screen.py, test_figures_print.py and test_math.py: one chromium, and a
+# page that tests only read is loaded once per screen. Scheduled after the other site tests, by
+# when the site is built (rank 3: see tools/book/scheduling.py).
 pytestmark = pytest.mark.browser_group("browser-screens", rank=3)
 
 # The pages measured, each with the number of its first figure in its chapter (chapter 11 is read

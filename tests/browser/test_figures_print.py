@@ -36,9 +36,10 @@ from book.constants import DOCS, PDF_NAME
 from book.pdf import make_pdf
 from tests.browser.conftest import open_page
 
-# All tests of this module in one process (one chromium, its pages visited once), scheduled
-# after the other site tests, by when the site is built (rank 3: see tools/book/scheduling.py).
-pytestmark = pytest.mark.browser_group("browser-print", rank=3)
+# One process for test_any_screen.py, test_figures_print.py and test_math.py: one chromium, and a
+# page that tests only read is loaded once per screen. Scheduled after the other site tests, by
+# when the site is built (rank 3: see tools/book/scheduling.py).
+pytestmark = pytest.mark.browser_group("browser-screens", rank=3)
 
 CHAPTERS = [landing_page(chapter, DOCS) for chapter in chapters()]  # each chapter's first page
 PAGES = [uri for uris in chapters().values() for uri in uris]  # every chapter page, in order

@@ -18,9 +18,10 @@ from book.browser.crawl import Snapshot, built_pages, showcase_chapter, visit_al
 from book.browser.server import SiteServer
 from book.browser.tab import Tab
 
-# All tests of this module in one process (one chromium, its pages visited once), scheduled
-# after the other site tests, by when the site is built (rank 3: see tools/book/scheduling.py).
-pytestmark = pytest.mark.browser_group("browser-math", rank=3)
+# One process for test_any_screen.py, test_figures_print.py and test_math.py: one chromium, and a
+# page that tests only read is loaded once per screen. Scheduled after the other site tests, by
+# when the site is built (rank 3: see tools/book/scheduling.py).
+pytestmark = pytest.mark.browser_group("browser-screens", rank=3)
 
 
 DESKTOP_CHAPTERS = (
