@@ -15,7 +15,10 @@ pyproject.toml). Tests that must share a process are grouped:
   its tests on both processes, each with its own chromium);
 - the tests of a module that use a module-scoped fixture (a process running Triton's interpreter,
   a benchmark run, a model from transformers): made once, not once per process; the group is
-  ``module:<path>``.
+  ``module:<path>``;
+- the tests of the built site's files (tests/site/): its 40 MB of HTML are parsed once
+  (``tests.site._html.scan`` keeps each page's parse), not once per process; the group is
+  ``site-html``.
 
 xdist reports a grouped test's id with its group appended (``docs/x.md::line-42@page:docs/x.md``,
 ``...::test_x@browser-crawl``); such an id, copied from a FAILED line, is accepted on the command
@@ -29,12 +32,15 @@ Loaded by the root conftest.py and by the page runner (``book.runner.plugin``).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 PAGE_MARKER = "page"  # what the runner marks every item of a page with
 PAGE_GROUP = "page:"
 MODULE_GROUP = "module:"
+SITE_GROUP = "site-html"
+SITE_TESTS = ("tests", "site")  # the folder, from the root, whose tests read the built site's files
 BROWSER_MARK = "browser_group"  # how a browser test module declares its group and rank
 SITE_FIXTURES = {"built_site", "site_build"}
 # Every browser group is named so, which lets a test id copied with its group be recognised
@@ -42,7 +48,7 @@ SITE_FIXTURES = {"built_site", "site_build"}
 _BROWSER_GROUP = re.compile(r"browser-[a-z0-9-]+")
 _GROUP_SUFFIX = re.compile(
     r"@(?:(?:" + re.escape(PAGE_GROUP) + "|" + re.escape(MODULE_GROUP) + r")[^@]*|"
-    + _BROWSER_GROUP.pattern + ")$"
+    + _BROWSER_GROUP.pattern + "|" + re.escape(SITE_GROUP) + ")$"
 )
 
 
@@ -86,6 +92,11 @@ def module_group(item: pytest.Item) -> str | None:
     return None
 
 
+def site_group(item: pytest.Item, root: Path) -> str | None:
+    """``site-html`` for a test under tests/site/, else None."""
+    return SITE_GROUP if root.joinpath(*SITE_TESTS) in item.path.parents else None
+
+
 def stop_undeclared(modules: set[str]) -> None:
     """Stop the run, naming the browser test modules that declare no group and rank."""
     pytest.exit(
@@ -122,7 +133,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         group = page_group(item) or (browser_group(item) or (None,))[0]
         if group is None and browser_tests not in item.path.parents:
-            group = module_group(item)
+            group = site_group(item, config.rootpath) or module_group(item)
         if group and grouping:
             item.add_marker(pytest.mark.xdist_group(group))
         elif group is None and browser_tests in item.path.parents:
