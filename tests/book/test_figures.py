@@ -587,3 +587,17 @@ def test_figures_are_numbered_captioned_and_referenced(monkeypatch) -> None:
     assert missing == ["9.9"]
     with pytest.raises(PluginError, match="no caption"):
         hook.caption_figures('<p><img alt="A" src="../figures/ch07-a.svg" /></p>', page)
+
+
+def test_the_dark_theme_changes_only_the_figures_colours() -> None:
+    """figures.css's rules for the dark theme set colours and filters, never a size, a display or
+    a position: a figure is laid out the same in both themes, so the browser tests measure its
+    fit in the light theme only (tests/browser/test_any_screen.py)."""
+    css = re.sub(r"/\*.*?\*/", "", (REPO / "docs/stylesheets/figures.css").read_text(encoding="utf-8"),
+                 flags=re.DOTALL)
+    dark = [body for selector, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css)
+            if '[data-md-color-scheme="slate"]' in selector]
+    properties = {line.split(":")[0].strip() for body in dark for line in body.split(";") if ":" in line}
+    assert dark and properties, "figures.css has no rule for the dark theme: nothing was checked"
+    layout = {p for p in properties if p != "filter" and not p.startswith("--attn-")}
+    assert layout == set(), f"the dark theme's figure rules set {sorted(layout)}"

@@ -2,9 +2,11 @@
 view; a search index without private-use characters; the figures' font from the site; and a code
 column that shows as many characters as tests/book/test_code_width.py lets a line have.
 
-Each check runs at 390 px and 1280 px, in the light and the dark theme, on chapters 4 and 11, whose
-multi-panel figures were the widest (the code column only at 1280 px, on chapter 11's page of
-exercises); the phone crawl of test_reader_experience.py covers every page's figure text size.
+The figures are measured at 390 px and 1280 px on chapters 4 and 11, whose multi-panel figures
+were the widest; the dark theme changes their colours only (tests/book/test_figures.py holds
+figures.css to that), and test_figures_print.py checks their ink in it. The other checks run on
+both widths and both themes (the code column only at 1280 px, on chapter 11's page of exercises);
+the phone crawl of test_reader_experience.py covers every page's figure text size.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 import pytest
 from playwright.sync_api import BrowserContext
 
-from book.browser.chromium import DESKTOP, SCREENS
+from book.browser.chromium import DESKTOP
 from book.browser.server import SiteServer
 from book.constants import ADMONITION_CODE_COLUMN, CODE_COLUMN
 from tests.browser.conftest import open_page
@@ -70,7 +72,7 @@ EXERCISES = """() => [...document.querySelectorAll('.admonition.example, details
 }))"""
 
 
-@pytest.mark.parametrize("screen", sorted(SCREENS))
+@pytest.mark.parametrize("screen", ["phone", "desktop"])
 def test_figures_fit_the_screen_with_a_number_and_a_caption(
     screens: dict[str, BrowserContext], site: SiteServer, screen: str
 ) -> None:
