@@ -7,6 +7,7 @@ notebooks/ (which "Open in Colab" opens from the repository) must equal them.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
@@ -25,8 +26,15 @@ CHAPTERS = hook.chapters(CONFIG)  # chapter -> its pages, in reading order
 EXERCISES = sorted((DOCS / "exercises").glob("*.ipynb"))
 
 
+@functools.cache
+def notebook_text(chapter: str) -> str:
+    """The chapter's notebook as the hook writes it: made once per process (its pages are parsed
+    for it), since the parametrized tests below read every notebook at collection."""
+    return hook.chapter_notebook(chapter, CHAPTERS[chapter], CONFIG)
+
+
 def chapter_notebook(chapter: str) -> dict:
-    return json.loads(hook.chapter_notebook(chapter, CHAPTERS[chapter], CONFIG))
+    return json.loads(notebook_text(chapter))
 
 
 def every_notebook() -> list[tuple[str, dict, str]]:
@@ -45,8 +53,7 @@ def test_there_is_a_notebook_for_every_chapter_and_the_repository_copies_are_cur
     assert len(CHAPTERS) >= 9, f"expected the book's chapters, found {CHAPTERS}"
     copies = sorted((REPO / "notebooks").glob("*.ipynb"))
     assert [c.stem for c in copies] == sorted(CHAPTERS), "run python -m book notebooks"
-    stale = [c.name for c in copies if c.read_text(encoding="utf-8")
-             != hook.chapter_notebook(c.stem, CHAPTERS[c.stem], CONFIG)]
+    stale = [c.name for c in copies if c.read_text(encoding="utf-8") != notebook_text(c.stem)]
     assert stale == [], f"notebooks/ differs from the pages: {stale}; run python -m book notebooks"
 
 
