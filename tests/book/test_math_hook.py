@@ -70,6 +70,28 @@ def test_equation_references_link_to_their_page(prose: str, linked: list[str]) -
     assert re.sub(r"<a class=\"eqref\"[^>]*>(.*?)</a>", r"\1", out) == prose
 
 
+WORD = re.compile(r"\bword\b")
+
+
+@pytest.mark.parametrize(
+    "fragment, expected",
+    [
+        ("a word <b>word</b> word", "a WORD <b>WORD</b> WORD"),
+        ("<pre><code>word<a id=x></a>word</code></pre> word", "<pre><code>word<a id=x></a>word</code></pre> WORD"),
+        ("<A HREF=x>word</A> word", "<A HREF=x>word</A> WORD"),  # tag names in any case
+        ("<a/>word <code/>word", "<a/>WORD <code/>WORD"),  # elements that close themselves
+        ("</code>word <a>word</b>word</a>word", "</code>WORD <a>word</b>word</a>WORD"),  # stray ends
+        ("<code><a>word</code>word</a>word", "<code><a>word</code>word</a>word"),  # one close too few
+        ("<!-- <code> -->word <!-- word -->", "<!-- <code> -->WORD <!-- word -->"),  # comments
+        ('<span title="<code>">word</span> word', '<span title="<code>">WORD</span> WORD'),  # "<" in a tag
+        ("<article>word<h2>word</h2>word", "<article>WORD<h2>word</h2>WORD"),
+        ("<abbr>word</abbr> <annotation>word</annotation>", "<abbr>WORD</abbr> <annotation>WORD</annotation>"),
+    ],
+)
+def test_text_is_changed_outside_links_code_headings_and_math_only(fragment: str, expected: str) -> None:
+    assert hook.map_text(fragment, WORD, lambda m: m.group(0).upper()) == expected
+
+
 def test_a_reference_to_no_equation_is_reported() -> None:
     hook._tags.clear()
     missing: list[str] = []

@@ -82,8 +82,8 @@ def test_every_equation_reference_is_a_link_to_its_equation(built_site: Path) ->
         body = article(page.read_text("utf-8"))
         name = page.relative_to(built_site).as_posix()
         # Prose outside links, code and headings that still names an equation: not linked.
-        hook._map_text(body, lambda text: unlinked.extend(
-            f"{name}: {m.group(0)!r}" for m in hook.EQ_REFERENCE.finditer(text)) or text)
+        hook.map_text(body, hook.EQ_REFERENCE,
+                      lambda m: unlinked.append(f"{name}: {m.group(0)!r}") or m.group(0))
         for href in re.findall(r'<a class="eqref" href="([^"]*)"', body):
             links += 1
             url = urlsplit(urljoin(f"http://site/{name}", href))

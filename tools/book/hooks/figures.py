@@ -73,7 +73,7 @@ from ..chapters import chapter_number, chapters  # noqa: E402
 from ..constants import MIN_TEXT_PX, PHONE_COLUMN_PX, REPO  # noqa: E402  (CSS px)
 from ..figures import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER, theme_heatmaps  # noqa: E402
 from ..figures._phone import phone_layout  # noqa: E402
-from .math import NO_LINKS, _map_text, link_references  # noqa: E402
+from .math import NO_LINKS, link_references, map_text  # noqa: E402
 
 log = logging.getLogger("mkdocs.hooks.figures")
 
@@ -655,8 +655,7 @@ def link_figure_references(fragment: str, page: Page, missing: list[str]) -> str
     def reference(m: re.Match[str]) -> str:
         return re.sub(FIG_NUMBER, number, m.group(0))
 
-    return _map_text(fragment, lambda text: FIG_REFERENCE.sub(reference, text),
-                     skip=NO_LINKS | {"figcaption"})
+    return map_text(fragment, FIG_REFERENCE, reference, skip=NO_LINKS | {"figcaption"})
 
 
 def on_page_content(html_text: str, page: Page, config: MkDocsConfig, files: Files) -> str:

@@ -68,8 +68,8 @@ EQ_REFERENCE = re.compile(
 )
 MARKUP = re.compile(r"<!--.*?-->|<[^>]*>", flags=re.DOTALL)
 # Elements whose text is never searched for references: links, code, headings, math.
-NO_LINKS = {"a", "code", "pre", "kbd", "script", "style", "textarea", "h1", "h2", "h3", "h4",
-            "h5", "h6", "math", "svg"}
+NO_LINKS = frozenset({"a", "code", "pre", "kbd", "script", "style", "textarea", "h1", "h2", "h3",
+                      "h4", "h5", "h6", "math", "svg"})
 NAV_ENTRY = re.compile(r'(<span class="md-ellipsis">)(.*?)(</span>)', flags=re.DOTALL)
 INLINE_TEX = re.compile(r"\\\((.+?)\\\)", flags=re.DOTALL)
 TITLE = re.compile(r"<title>(.*?)</title>", flags=re.DOTALL)
@@ -195,11 +195,12 @@ def _notebook_math(fragment: str) -> str:
             return f'<div class="arithmatex">\\[{match.group(1)}\\]</div>'
         return f'<span class="arithmatex">\\({match.group(2)}\\)</span>'
 
-    return _map_text(fragment, lambda text: NOTEBOOK_MATH.sub(one, text))
+    return map_text(fragment, NOTEBOOK_MATH, one)
 
 
-def _map_text(fragment: str, change: Callable[[str], str], skip: set[str] = NO_LINKS) -> str:
-    """Apply ``change`` to every text run of an HTML fragment outside the elements in ``skip``."""
+def _map_runs(fragment: str, change: Callable[[str], str], skip: frozenset[str]) -> str:
+    """Apply ``change`` to every text run of an HTML fragment outside the elements in ``skip``,
+    visiting every tag."""
     out, open_skips, last = [], [], 0
     for m in MARKUP.finditer(fragment):
         text = fragment[last:m.start()]
@@ -215,6 +216,55 @@ def _map_text(fragment: str, change: Callable[[str], str], skip: set[str] = NO_L
                 open_skips.pop()
     text = fragment[last:]
     out.append(change(text) if text and not open_skips else text)
+    return "".join(out)
+
+
+@functools.cache
+def _skip_markup(skip: frozenset[str]) -> re.Pattern[str]:
+    """The comments, and the tags of the elements in ``skip``: a tokenizer that finds them where
+    MARKUP does, in a fragment none of whose tags holds a ``<``."""
+    names = "|".join(sorted(skip, key=len, reverse=True))
+    return re.compile(rf"<!--.*?-->|<(/?)({names})(?![A-Za-z0-9])[^>]*>",
+                      flags=re.DOTALL | re.IGNORECASE)
+
+
+def map_text(fragment: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str],
+             skip: frozenset[str] = NO_LINKS) -> str:
+    """``fragment`` with each match of ``pattern`` in a text run outside the elements in ``skip``
+    replaced by ``replace(match)`` (``pattern.sub`` applied to every such run).
+
+    Only the stretches between skipped elements in which ``pattern`` matches at all are split
+    into text runs: a long page has tens of thousands of tags and few matches. (A match inside a
+    run is a match of the stretch: a run is bounded by ``>`` and ``<``, which no word character
+    or ``$`` is.) A fragment with a ``<`` inside a tag or comment, where that tokenizer could part
+    ways with MARKUP, takes the way through every tag.
+    """
+    def change(text: str) -> str:
+        return pattern.sub(replace, text)
+
+    if re.search(r"<[^>]*<", fragment):
+        return _map_runs(fragment, change, skip)
+    def stretch(end: int) -> str:  # fragment[start:end], outside the skipped elements
+        if pattern.search(fragment, start, end):  # as on the slice: a ">" precedes start
+            return _map_runs(fragment[start:end], change, skip)
+        return fragment[start:end]
+
+    out, open_skips, start = [], [], 0  # start: where the stretch outside skipped elements began
+    for m in _skip_markup(skip).finditer(fragment):
+        if m.group(2) is None or m.group(0).endswith("/>"):
+            continue  # a comment, or an element that closes itself
+        name = m.group(2).lower()
+        if not m.group(1):
+            if not open_skips:
+                out.append(stretch(m.start()))
+                start = m.start()
+            open_skips.append(name)
+        elif open_skips and open_skips[-1] == name:
+            open_skips.pop()
+            if not open_skips:
+                out.append(fragment[start:m.end()])
+                start = m.end()
+    out.append(fragment[start:] if open_skips else stretch(len(fragment)))
     return "".join(out)
 
 
@@ -251,7 +301,7 @@ def link_references(fragment: str, page: Page, missing: list[str]) -> str:
     def reference(m: re.Match) -> str:
         return re.sub(r"\((\d+\.\d+)\)", number, m.group(0))
 
-    return _map_text(fragment, lambda text: EQ_REFERENCE.sub(reference, text))
+    return map_text(fragment, EQ_REFERENCE, reference)
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
