@@ -6,6 +6,7 @@ tests/site/test_site_math.py, and what a browser shows in tests/browser/test_mat
 
 from __future__ import annotations
 
+import json
 import re
 from types import SimpleNamespace
 
@@ -127,3 +128,37 @@ def test_a_sized_delimiter_pair_is_never_broken() -> None:
     tex = r"Y = \operatorname{dropout}\big(a + b\big) , \qquad Z = c"
     assert hook.breakable(tex) == (r"{Y}\allowbreak{{}= \operatorname{dropout}\big(a + b\big) ,}"
                                    r"\allowbreak\qquad{Z}\allowbreak{{}= c}")
+
+
+@pytest.fixture
+def fresh_process(tmp_path, monkeypatch):
+    """The hook as a new build process finds it, with its typeset cache in ``tmp_path``."""
+
+    def restart() -> None:
+        hook._typeset_cache.cache_clear()
+        hook.render.cache_clear()
+        hook._unsaved.clear()
+
+    monkeypatch.setattr(hook, "TYPESET_CACHE", tmp_path)
+    restart()
+    yield restart
+    restart()
+
+
+def test_typeset_formulas_are_kept_for_the_next_build_of_the_same_katex(fresh_process, monkeypatch) -> None:
+    first = hook.render(r"\alpha_{ij}", False)
+    hook.on_post_build(None)
+    kept = hook.typeset_cache_file()
+    assert json.loads(kept.read_text(encoding="utf-8"))[r"0\alpha_{ij}"].startswith('<span class="katex">')
+    fresh_process()  # the next build reads the file, and KaTeX does not run for that formula
+    monkeypatch.setattr(hook, "_katex", lambda: pytest.fail("KaTeX ran for a kept formula"))
+    assert hook.render(r"\alpha_{ij}", False) == first
+    # Other options (or another KaTeX) are another file; the old one goes at the next save.
+    monkeypatch.setattr(hook, "OPTIONS", {**hook.OPTIONS, "output": "html"})
+    assert hook.typeset_cache_file() != kept
+    fresh_process()
+    with pytest.raises(pytest.fail.Exception):
+        hook.render(r"\alpha_{ij}", False)
+    hook._unsaved.add("0x")
+    hook.on_post_build(None)
+    assert list(kept.parent.iterdir()) == [hook.typeset_cache_file()]

@@ -3,4 +3,4 @@
 The logic is book.hooks.math (tools/book/hooks/math.py).
 """
 
-from book.hooks.math import on_files, on_page_content, on_post_page  # noqa: F401
+from book.hooks.math import on_files, on_page_content, on_post_build, on_post_page  # noqa: F401
