@@ -17,7 +17,6 @@ import functools
 import hashlib
 import itertools
 import math
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +38,7 @@ from attention import (
     train_lm,
 )
 from attention.norms import norm_matrix
+from book.cache import keep
 from book.constants import REPO
 from book.figures import invert_in_dark
 
@@ -91,12 +91,8 @@ def trained() -> Trained:
         model.load_state_dict(state)
         return model.train(training), losses, measured, scores
     model, losses, measured, scores = train()
-    TRAINED.mkdir(parents=True, exist_ok=True)
-    for old in TRAINED.glob("ch09-*.pt"):
-        old.unlink(missing_ok=True)
-    partial = stored.with_suffix(f".{os.getpid()}.tmp")
-    torch.save((model.state_dict(), model.training, losses, measured, scores), partial)
-    partial.replace(stored)  # whole or not at all: another process may be reading it
+    keep(stored, lambda partial: torch.save(
+        (model.state_dict(), model.training, losses, measured, scores), partial))
     return model, losses, measured, scores
 
 

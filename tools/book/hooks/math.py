@@ -32,7 +32,6 @@ import hashlib
 import html
 import json
 import logging
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +43,7 @@ from mkdocs.structure.pages import Page
 from mkdocs.utils import get_relative_url
 from py_mini_racer import JSEvalException, MiniRacer
 
+from ..cache import keep
 from ..constants import DOCS, REPO
 
 log = logging.getLogger("mkdocs.hooks.math")
@@ -273,12 +273,13 @@ def map_text(fragment: str, pattern: re.Pattern[str], replace: Callable[[re.Matc
     def change(text: str) -> str:
         return pattern.sub(replace, text)
 
-    if re.search(r"<[^>]*<", fragment):
-        return _map_runs(fragment, change, skip)
-    def stretch(end: int) -> str:  # fragment[start:end], outside the skipped elements
+    def stretch(start: int, end: int) -> str:  # fragment[start:end], outside skipped elements
         if pattern.search(fragment, start, end):  # as on the slice: a ">" precedes start
             return _map_runs(fragment[start:end], change, skip)
         return fragment[start:end]
+
+    if re.search(r"<[^>]*<", fragment):
+        return _map_runs(fragment, change, skip)
 
     out, open_skips, start = [], [], 0  # start: where the stretch outside skipped elements began
     for m in _skip_markup(skip).finditer(fragment):
@@ -287,7 +288,7 @@ def map_text(fragment: str, pattern: re.Pattern[str], replace: Callable[[re.Matc
         name = m.group(2).lower()
         if not m.group(1):
             if not open_skips:
-                out.append(stretch(m.start()))
+                out.append(stretch(start, m.start()))
                 start = m.start()
             open_skips.append(name)
         elif open_skips and open_skips[-1] == name:
@@ -295,7 +296,7 @@ def map_text(fragment: str, pattern: re.Pattern[str], replace: Callable[[re.Matc
             if not open_skips:
                 out.append(fragment[start:m.end()])
                 start = m.end()
-    out.append(fragment[start:] if open_skips else stretch(len(fragment)))
+    out.append(fragment[start:] if open_skips else stretch(start, len(fragment)))
     return "".join(out)
 
 
@@ -402,17 +403,11 @@ def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
 
 
 def on_post_build(config: MkDocsConfig) -> None:
-    """Save the formulas this build typeset to the cache file, and drop the files of other
-    versions of KaTeX or OPTIONS. The file is replaced whole, never written in place: a build
-    running beside this one reads either the old file or the new."""
+    """Save the formulas this build typeset to the cache file (replaced whole: a build running
+    beside this one reads the old file or the new), and drop the files of other versions of
+    KaTeX or OPTIONS."""
     if not _unsaved:
         return
-    path = typeset_cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(_typeset_cache(), ensure_ascii=False), encoding="utf-8")
-    os.replace(partial, path)
+    text = json.dumps(_typeset_cache(), ensure_ascii=False)
+    keep(typeset_cache_file(), lambda partial: partial.write_text(text, encoding="utf-8"))
     _unsaved.clear()
-    for other in path.parent.glob("*.json"):
-        if other != path:
-            other.unlink(missing_ok=True)
