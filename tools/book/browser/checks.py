@@ -60,10 +60,9 @@ def check_links(snap: Snapshot, targets: LinkTargets) -> list[str]:
         parts = urlsplit(link)
         if f"{parts.scheme}://{parts.netloc}" != origin:
             continue  # another site (the repository, a paper): not followed
-        ids = targets.ids(link)
-        if ids is None:
+        if not targets.exists(link):
             problems.append(f"{snap.path}: link to {parts.path} leads nowhere (not found)")
-        elif parts.fragment and unquote(parts.fragment) not in ids:
+        elif parts.fragment and unquote(parts.fragment) not in (targets.ids(link) or ()):
             problems.append(
                 f"{snap.path}: link to {page_key(link)}#{parts.fragment}: no such anchor there"
             )

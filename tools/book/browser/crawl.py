@@ -156,32 +156,45 @@ class _Ids(HTMLParser):
 class LinkTargets:
     """Where an internal link can land: the ids of each page of the site.
 
-    Pages the browser visited give the ids of their DOM; any other URL is fetched once (its
-    ids parsed from the HTML). ``ids`` returns None for a URL that does not exist.
+    Pages the browser visited give the ids of their DOM; any other URL is fetched once, and its
+    HTML parsed for ids only when a link asks for an anchor there (the navigation links every
+    page, and parsing the whole site in Python takes seconds).
     """
 
     def __init__(self, pages: dict[str, Snapshot] | None = None) -> None:
-        self._known: dict[str, frozenset[str] | None] = {
+        self._ids: dict[str, frozenset[str] | None] = {  # None: no such document
             _without_fragment(snap.url): frozenset(snap.dom["ids"])
             for snap in (pages or {}).values()
         }
+        self._unparsed: dict[str, str] = {}  # HTML fetched, its ids not yet asked for
 
-    def ids(self, url: str) -> frozenset[str] | None:
-        """The ids of the document at ``url`` (empty for a file that is not HTML), or None."""
+    def exists(self, url: str) -> bool:
+        """True if the document at ``url`` exists."""
         key = _without_fragment(url)
-        if key not in self._known:
+        if key not in self._ids and key not in self._unparsed:
             try:
                 with urllib.request.urlopen(key, timeout=10) as answer:
                     kind = answer.headers.get_content_type()
                     body = answer.read()
             except urllib.error.URLError:
-                self._known[key] = None
+                self._ids[key] = None
             else:
-                parser = _Ids()
                 if kind == "text/html":
-                    parser.feed(body.decode("utf-8", errors="replace"))
-                self._known[key] = frozenset(parser.ids)
-        return self._known[key]
+                    self._unparsed[key] = body.decode("utf-8", errors="replace")
+                else:
+                    self._ids[key] = frozenset()
+        return self._ids.get(key, frozenset()) is not None
+
+    def ids(self, url: str) -> frozenset[str] | None:
+        """The ids of the document at ``url`` (empty for a file that is not HTML), or None."""
+        key = _without_fragment(url)
+        if not self.exists(url):
+            return None
+        if key in self._unparsed:
+            parser = _Ids()
+            parser.feed(self._unparsed.pop(key))
+            self._ids[key] = frozenset(parser.ids)
+        return self._ids[key]
 
 
 def _without_fragment(url: str) -> str:
