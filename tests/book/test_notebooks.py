@@ -29,7 +29,7 @@ EXERCISES = sorted((DOCS / "exercises").glob("*.ipynb"))
 @functools.cache
 def notebook_text(chapter: str) -> str:
     """The chapter's notebook as the hook writes it: made once per process (its pages are parsed
-    for it), since the parametrized tests below read every notebook at collection."""
+    for it), since several tests below read every notebook."""
     return hook.chapter_notebook(chapter, CHAPTERS[chapter], CONFIG)
 
 
@@ -37,12 +37,17 @@ def chapter_notebook(chapter: str) -> dict:
     return json.loads(notebook_text(chapter))
 
 
-def every_notebook() -> list[tuple[str, dict, str]]:
-    """(name, notebook, its path in the repository) for every chapter and exercise notebook."""
-    found = [(c, chapter_notebook(c), f"notebooks/{c}.ipynb") for c in CHAPTERS]
-    found += [(e.stem, json.loads(e.read_text(encoding="utf-8")),
-               e.relative_to(REPO).as_posix()) for e in EXERCISES]
-    return found
+# Every chapter and exercise notebook, by name, with its path in the repository (what Colab
+# opens). The notebooks themselves are made or read by the tests, not at collection.
+NOTEBOOKS = {c: f"notebooks/{c}.ipynb" for c in CHAPTERS} | {
+    e.stem: e.relative_to(REPO).as_posix() for e in EXERCISES}
+
+
+def notebook_named(name: str) -> dict:
+    """The chapter notebook the hook makes, or the exercise notebook as stored."""
+    if name in CHAPTERS:
+        return chapter_notebook(name)
+    return json.loads((REPO / NOTEBOOKS[name]).read_text(encoding="utf-8"))
 
 
 def source(cell: dict) -> str:
@@ -70,10 +75,9 @@ def test_code_cells_are_the_pages_python_fences_in_order(chapter: str) -> None:
     assert not re.search(r"^(?:!!!|\?\?\?|===)", prose, flags=re.MULTILINE), "admonition syntax left"
 
 
-@pytest.mark.parametrize("name, notebook, path", every_notebook(), ids=lambda v: v if isinstance(v, str) else "")
-def test_every_notebook_installs_the_package_and_opens_in_colab(name: str, notebook: dict,
-                                                                 path: str) -> None:
-    cells = notebook["cells"]
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_notebook_installs_the_package_and_opens_in_colab(name: str) -> None:
+    cells, path = notebook_named(name)["cells"], NOTEBOOKS[name]
     code = [c for c in cells if c["cell_type"] == "code"]
     assert hook.INSTALL_TAG in code[0]["metadata"].get("tags", []), f"{name}: no install cell first"
     assert source(code[0]) == hook.INSTALL_CELL.format(repo_url=CONFIG["repo_url"])
@@ -83,11 +87,11 @@ def test_every_notebook_installs_the_package_and_opens_in_colab(name: str, noteb
     assert (REPO / path).is_file(), f"the Colab link opens {path}, which the repository lacks"
 
 
-@pytest.mark.parametrize("name, notebook, path", every_notebook(), ids=lambda v: v if isinstance(v, str) else "")
-def test_no_relative_links_in_notebooks(name: str, notebook: dict, path: str) -> None:
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_no_relative_links_in_notebooks(name: str) -> None:
     relative = [
         target
-        for cell in notebook["cells"] if cell["cell_type"] == "markdown"
+        for cell in notebook_named(name)["cells"] if cell["cell_type"] == "markdown"
         for target in re.findall(r"\]\(([^)\s]+)\)|(?:href|src)=\"([^\"]+)\"", source(cell))
         for target in target if target and not re.match(r"https?://", target)
     ]
