@@ -183,7 +183,7 @@ class LinkTargets:
                     self._unparsed[key] = body.decode("utf-8", errors="replace")
                 else:
                     self._ids[key] = frozenset()
-        return self._ids.get(key, frozenset()) is not None
+        return key in self._unparsed or self._ids[key] is not None
 
     def ids(self, url: str) -> frozenset[str] | None:
         """The ids of the document at ``url`` (empty for a file that is not HTML), or None."""
