@@ -4,13 +4,15 @@ Notation (see CONTRIBUTING.md): b batch size, t number of keys (source tokens), 
 target tokens, d_query / d_key / d_value widths of a query, a key and a value, d_attn width of
 the hidden layer of the score, d_emb token-embedding width, d_hidden GRU state width.
 
-Bahdanau, Cho and Bengio (ICLR 2015; arXiv 2014) score a query q (the decoder state) against each key k_j (the
-encoder's annotation of source token j) with a one-hidden-layer network instead of a dot product:
+Bahdanau, Cho and Bengio (ICLR 2015; arXiv 2014) score a query q (the decoder state) against
+each key k_j (the encoder's annotation of source token j) with a one-hidden-layer network
+instead of a dot product:
 
     ω_j = vᵀ tanh(W₁ q + W₂ k_j),    α = softmax(ω),    z = Σ_j α_j v_j,
 
-where v here is the learned score vector (not a value v_j) and z is the context vector. In the code W₁ is ``W_query``, W₂ is
-``W_key`` and v is ``v``; as everywhere in the book, ``nn.Linear`` applies them to row vectors.
+where v here is the learned score vector (not a value v_j) and z is the context vector. In the
+code W₁ is ``W_query``, W₂ is ``W_key`` and v is ``v``; as everywhere in the book, ``nn.Linear``
+applies them to row vectors.
 """
 
 import torch
@@ -49,7 +51,8 @@ class AdditiveAttention(nn.Module):
     """
 
     def __init__(
-        self, d_query: int, d_key: int, d_attn: int, *, device: Device = None, dtype: torch.dtype | None = None,
+        self, d_query: int, d_key: int, d_attn: int, *, device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d_query=d_query, d_key=d_key, d_attn=d_attn)
@@ -60,7 +63,8 @@ class AdditiveAttention(nn.Module):
         self.d_query, self.d_key = d_query, d_key
 
     def forward(
-        self, query: Tensor, keys: Tensor, values: Tensor | None = None, mask: Tensor | None = None
+        self, query: Tensor, keys: Tensor, values: Tensor | None = None,
+        mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Return the context vector c (b, d_value) and the attention weights α (b, t).
 
@@ -85,7 +89,8 @@ class AdditiveAttention(nn.Module):
                 f"on b and t, got shapes {tuple(query.shape)}, {tuple(keys.shape)}, "
                 f"{tuple(values.shape)}"
             )
-        hidden = torch.tanh(self.W_query(query)[:, None, :] + self.W_key(keys))  # (b, t, d_attn)
+        # (b, t, d_attn)
+        hidden = torch.tanh(self.W_query(query)[:, None, :] + self.W_key(keys))
         attn_scores = self.v(hidden).squeeze(-1)  # (b, t)
         if mask is not None:
             if mask.dtype != torch.bool:
@@ -123,7 +128,8 @@ class Seq2SeqEncoder(nn.Module):
     """
 
     def __init__(
-        self, vocab_size: int, d_emb: int, d_hidden: int, *, device: Device = None, dtype: torch.dtype | None = None,
+        self, vocab_size: int, d_emb: int, d_hidden: int, *, device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(vocab_size=vocab_size, d_emb=d_emb, d_hidden=d_hidden)
@@ -146,7 +152,8 @@ class Seq2SeqEncoder(nn.Module):
         check_token_ids(src, "src")
         if src.shape[1] == 0:
             raise ValueError(f"src must have at least 1 token, got shape {tuple(src.shape)}")
-        annotations, last = self.rnn(self.embedding(src))  # (b, t, 2·d_hidden), (2, b, d_hidden)
+        # (b, t, 2·d_hidden), (2, b, d_hidden)
+        annotations, last = self.rnn(self.embedding(src))
         state = torch.tanh(self.init_state(last[1]))  # (b, d_hidden), from the backward GRU
         return annotations, state
 
@@ -155,8 +162,8 @@ class AttentionDecoder(nn.Module):
     """GRU decoder that attends over the encoder's annotations at every step (Bahdanau style).
 
     An embedding, additive attention over 2·d_hidden-wide annotations, a GRU cell and an output
-    layer. ``d_hidden`` is the width of the GRU state, ``d_attn`` that of the hidden layer of the
-    additive attention's score network (two different widths).
+    layer. ``d_hidden`` is the width of the GRU state, ``d_attn`` that of the hidden layer of
+    the additive attention's score network (two different widths).
 
     Other arguments as in :class:`AdditiveAttention`, the attention it holds.
 
@@ -177,7 +184,8 @@ class AttentionDecoder(nn.Module):
     """
 
     def __init__(
-        self, vocab_size: int, d_emb: int, d_hidden: int, d_attn: int, *, device: Device = None, dtype: torch.dtype | None = None,
+        self, vocab_size: int, d_emb: int, d_hidden: int, d_attn: int, *, device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(vocab_size=vocab_size, d_emb=d_emb, d_hidden=d_hidden, d_attn=d_attn)
@@ -191,14 +199,18 @@ class AttentionDecoder(nn.Module):
     def step(
         self, token: Tensor, state: Tensor, annotations: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """One step: last token (b,), state (b, d_hidden) → logits (b, vocab), state, α (b, t)."""
+        """One step: last token (b,), state (b, d_hidden) → logits (b, vocab), state,
+        α (b, t)."""
         context, attn_weights = self.attention(state, annotations)  # (b, 2·d_hidden), (b, t)
-        rnn_input = torch.cat([self.embedding(token), context], dim=-1)  # (b, d_emb + 2·d_hidden)
+        # (b, d_emb + 2·d_hidden)
+        rnn_input = torch.cat([self.embedding(token), context], dim=-1)
         state = self.cell(rnn_input, state)  # (b, d_hidden)
         logits = self.out(torch.cat([state, context], dim=-1))  # (b, vocab)
         return logits, state, attn_weights
 
-    def forward(self, tgt_in: Tensor, state: Tensor, annotations: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, tgt_in: Tensor, state: Tensor, annotations: Tensor
+    ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: feed tgt_in (b, t_tgt) → logits (b, t_tgt, vocab), α (b, t_tgt, t).
 
         No target tokens (t_tgt = 0) give empty logits (b, 0, vocab) and weights (b, 0, t).

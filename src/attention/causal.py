@@ -1,4 +1,5 @@
-"""Causal (masked) self-attention with dropout: a token attends only to itself and earlier tokens.
+"""Causal (masked) self-attention with dropout: a token attends only to itself and earlier
+tokens.
 
 Notation (see CONTRIBUTING.md):
     b      batch size (optional: accepts (t, d_in) and (b, t, d_in))
@@ -30,7 +31,8 @@ def register_causal_mask(
     module: nn.Module, context_length: int, device: Device = None
 ) -> None:
     """Give ``module`` the bool buffer ``mask`` (context_length, context_length), True above the
-    diagonal, not saved in the state dict; an old checkpoint's ``mask`` entry is dropped on load.
+    diagonal, not saved in the state dict; an old checkpoint's ``mask`` entry is dropped on
+    load.
 
     Like every buffer it is uninitialized after ``module.to_empty(...)``: call this again then.
 

@@ -1,4 +1,5 @@
-"""Encoder-style attention without a causal mask: cross-attention and bidirectional self-attention.
+"""Encoder-style attention without a causal mask: cross-attention and bidirectional
+self-attention.
 
 Notation (see CONTRIBUTING.md): b batch size, t_q number of queries (tokens of x), t_k number of
 keys and values (tokens of the context), d_q / d_kv widths of x / of the context (d_in for
@@ -145,8 +146,8 @@ class CrossAttention(nn.Module):
         if key_padding_mask is not None:
             if key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (b, t_k):
                 raise ValueError(
-                    f"key_padding_mask must be a bool tensor of shape (b, t_k) = {(b, t_k)}, got "
-                    f"{key_padding_mask.dtype} of shape {tuple(key_padding_mask.shape)}"
+                    f"key_padding_mask must be a bool tensor of shape (b, t_k) = {(b, t_k)}, "
+                    f"got {key_padding_mask.dtype} of shape {tuple(key_padding_mask.shape)}"
                 )
             attn_mask = ~key_padding_mask[:, None, None, :]  # (b, 1, 1, t_k), True = may attend
         h, d_h = self.num_heads, self.d_h
@@ -189,8 +190,8 @@ class BidirectionalSelfAttention(CrossAttention):
         device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         check_sizes(d_in=d_in)
-        super().__init__(d_in, d_in, d_out, num_heads, dropout, qkv_bias=qkv_bias, device=device,
-                         dtype=dtype)
+        super().__init__(d_in, d_in, d_out, num_heads, dropout, qkv_bias=qkv_bias,
+                         device=device, dtype=dtype)
         self.d_in = d_in
 
     @overload  # type: ignore[override]
@@ -201,7 +202,8 @@ class BidirectionalSelfAttention(CrossAttention):
 
     @overload
     def forward(
-        self, x: Tensor, key_padding_mask: Tensor | None = None, *, return_weights: Literal[True]
+        self, x: Tensor, key_padding_mask: Tensor | None = None, *,
+        return_weights: Literal[True],
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload

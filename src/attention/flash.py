@@ -68,9 +68,9 @@ Speed in plain PyTorch (each line of Python costs microseconds, so there are few
   a key tile is read once for all of them and never copied.
 
 Precision, as in fused kernels: for float16 and bfloat16 inputs every statistic and accumulator
-(S, m, l, acc and lse forward; D, P, dP, dS and the dQ, dK, dV sums backward) is float32. K and V
-are upcast once, Q one block at a time, and each result is rounded to the input dtype once, when
-it is written.
+(S, m, l, acc and lse forward; D, P, dP, dS and the dQ, dK, dV sums backward) is float32. K and
+V are upcast once, Q one block at a time, and each result is rounded to the input dtype once,
+when it is written.
 Rounding acc and l to 8 or 11 bits after every key block instead would add an error per block.
 The output is also saved for the backward unrounded (float32, 2 more bytes per element than the
 rounded one), and D is formed from it: D is the P-weighted mean of the row's dP, so dP - D
@@ -137,12 +137,13 @@ def _flash_forward(
     tiles: Tiles,
     blocks: tuple[int, int],
 ) -> tuple[Tensor, Tensor]:
-    """Tiled forward pass: returns the output (N, g, t_q, d_v) and the log-sum-exp lse (N, g, t_q).
+    """Tiled forward pass: returns the output (N, g, t_q, d_v) and the log-sum-exp lse
+    (N, g, t_q).
 
     query (N, g, t_q, d_k), key (N, t_k, d_k), value (N, t_k, d_v); ``sinks`` (N, g) in the
     accumulation dtype, each row's learned sink logit, or None. A sink is one more score with a
-    value of zero: it starts the row's m at σ and its l at 1, and lse includes it. m, l, acc, lse
-    and the
+    value of zero: it starts the row's m at σ and its l at 1, and lse includes it. m, l, acc,
+    lse and the
     returned output are in the accumulation dtype (float32 for half inputs): the caller rounds
     the output to the input dtype once, and the backward's D is formed from the unrounded one.
     Scores and m are in base 2 (times log2 e); lse is returned in natural units.
@@ -187,7 +188,8 @@ def _flash_forward(
                 s_max = s.amax(dim=-1)
             m_new = s_max if m is None else torch.maximum(m, s_max)  # (N, g n_q)
             # A row whose scores are all -inf so far is shifted by 0, not by -inf: its
-            # exp(-inf - 0) = 0 instead of exp(-inf + inf) = nan (FlashAttention-2 does the same).
+            # exp(-inf - 0) = 0 instead of exp(-inf + inf) = nan (FlashAttention-2 does the
+            # same).
             shift = m_new.nan_to_num(nan=math.nan, posinf=math.inf, neginf=0.0)  # (N, g n_q)
             p = s.sub_(shift[..., None]).exp2_()  # (N, g n_q, n_k), 0 where hidden; in place
             if m is None:  # the first tile: nothing to rescale
@@ -198,7 +200,8 @@ def _flash_forward(
                 add_product_(acc.mul_(rescale[..., None]), p, value[:, keys])  # (N, g n_q, d_v)
             m = m_new
             del s, p  # one tile at a time: free it before the next one is made
-        if m is None:  # the block sees no key (t_k = 0, say) nor a sink: zero output, lse = -inf
+        # the block sees no key (t_k = 0, say) nor a sink: zero output, lse = -inf
+        if m is None:
             out[:, :, rows] = 0.0
             lse[:, :, rows] = -math.inf
             continue
@@ -209,7 +212,9 @@ def _flash_forward(
         z = acc.div_(l.masked_fill(no_mass, 1.0)[..., None])  # (N, g n_q, d_v)
         out[:, :, rows] = z.view(n, g, n_q, d_v)
         lse_2 = m + l.log2()  # (N, g n_q), in base 2; lse = lse_2 · ln 2
-        lse[:, :, rows] = lse_2.mul_(math.log(2.0)).masked_fill_(no_mass, -math.inf).view(n, g, n_q)
+        lse[:, :, rows] = lse_2.mul_(math.log(2.0)).masked_fill_(no_mass, -math.inf).view(
+            n, g, n_q
+        )
     return out, lse
 
 
@@ -279,7 +284,8 @@ def _flash_backward(
             r, n_cols = g * n_q, end - first
             tile = tile_view(scores, n, r, n_cols)  # (N, g n_q, n)
             s, _ = score_tile(q_blk, k_blk, tiles, tile, q_start, n_q, first, n_cols)
-            p = s.sub_(lse_blk).exp2_()  # (N, g n_q, n), P = exp(S - lse) = 2^(c S - lse log2 e)
+            # (N, g n_q, n), P = exp(S - lse) = 2^(c S - lse log2 e)
+            p = s.sub_(lse_blk).exp2_()
             dp = torch.bmm(do_blk, v_blk.transpose(1, 2), out=tile_view(grads, n, r, n_cols))
             ds = dp.sub_(d_blk).mul_(p)  # (N, g n_q, n), dS = P ∘ (dP - D), in place
             add_product_(grad_q, ds, k_blk)  # (N, g n_q, d_k)
@@ -331,13 +337,16 @@ class _FlashAttention(torch.autograd.Function):
 class _FlashAttentionBackward(torch.autograd.Function):
     """The tiled backward as a graph node of its own, so that differentiating it raises.
 
-    O and lse come out of the forward as constants, so autograd could not differentiate the tiled
-    backward correctly. ``once_differentiable`` is not enough: its error node is detached from
-    Q, K and V, so ``torch.autograd.grad(dq.sum(), q, allow_unused=True)`` returns None, a zero.
+    O and lse come out of the forward as constants, so autograd could not differentiate the
+    tiled backward correctly. ``once_differentiable`` is not enough: its error node is detached
+    from Q, K and V, so ``torch.autograd.grad(dq.sum(), q, allow_unused=True)`` returns None, a
+    zero.
     """
 
     @staticmethod
-    def forward(ctx, grad_out, grad_lse, query, key, value, out, lse, sinks, *args):  # type: ignore
+    def forward(  # type: ignore
+        ctx, grad_out, grad_lse, query, key, value, out, lse, sinks, *args
+    ):
         return _flash_backward(query, key, value, out, lse, sinks, grad_out, grad_lse, *args)
 
     @staticmethod
@@ -413,7 +422,8 @@ def flash_attention(
     sinks: Tensor | None = None,
     return_lse: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Exact attention softmax(Q Kᵀ · scale) V computed in tiles, with FlashAttention's backward.
+    """Exact attention softmax(Q Kᵀ · scale) V computed in tiles, with FlashAttention's
+    backward.
 
     Gradients are first-order only: the backward is hand-written and itself not differentiable,
     so a second derivative raises a RuntimeError instead of returning a wrong value.

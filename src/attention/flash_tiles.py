@@ -2,10 +2,11 @@
 masks of the tiles that cross an edge (built once per shape), and the in-place tile products.
 
 Notation (see CONTRIBUTING.md): t_q / t_k queries / keys, n_q / n_k rows of a query / key tile,
-g query heads per key-value head (grouped-query attention), N batch and key-value heads together.
-A query block's visible keys are [lo, hi); tiles wholly below the diagonal (and inside the window)
-need no mask, tiles wholly above it are never formed, and only the tiles that cross an edge are
-masked, with a bias of 0 and -inf. The masks are those of :mod:`attention.masks`' rules.
+g query heads per key-value head (grouped-query attention), N batch and key-value heads
+together. A query block's visible keys are [lo, hi); tiles wholly below the diagonal (and inside
+the window) need no mask, tiles wholly above it are never formed, and only the tiles that cross
+an edge are masked, with a bias of 0 and -inf. The masks are those of :mod:`attention.masks`'
+rules.
 """
 
 import torch
@@ -40,7 +41,8 @@ class Tiles:
         self.exact = False  # set once a hidden score was nan or +inf: fill, do not add, then
 
     def key_range(self, q_start: int, n_q: int, t_k: int) -> tuple[int, int]:
-        """Keys [lo, hi) that at least one query of the block q_start .. q_start + n_q - 1 sees."""
+        """Keys [lo, hi) that at least one query of the block q_start .. q_start + n_q - 1
+        sees."""
         if self.offset is None:
             return 0, t_k
         hi = min(t_k, q_start + n_q + self.offset)  # past the last row's diagonal
@@ -69,9 +71,9 @@ class Tiles:
 
         Adds a bias of 0 or -inf, which is about ten times faster on a CPU than
         ``masked_fill_``; the two differ only where a hidden score is nan or +inf, which the
-        bias turns into nan. So the forward pass checks each biased tile (see ``_flash_forward``)
-        and sets ``exact`` if it met one; from then on the mask is filled in. Returns whether
-        a bias was added.
+        bias turns into nan. So the forward pass checks each biased tile (see
+        ``_flash_forward``) and sets ``exact`` if it met one; from then on the mask is filled
+        in. Returns whether a bias was added.
         """
         hide = self.hidden(q_start, n_q, k_start, n_k)
         if hide is None:
@@ -82,9 +84,9 @@ class Tiles:
             return False
         key = (q_start + (self.offset or 0) - k_start, n_q, n_k, s.dtype)
         if key not in self.biases:
-            self.biases[key] = torch.zeros(hide.shape, dtype=s.dtype, device=s.device).masked_fill_(
-                hide, float("-inf")
-            )  # (n_q, n_k)
+            self.biases[key] = torch.zeros(
+                hide.shape, dtype=s.dtype, device=s.device
+            ).masked_fill_(hide, float("-inf"))  # (n_q, n_k)
         s.add_(self.biases[key])
         return True
 

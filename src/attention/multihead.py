@@ -162,7 +162,9 @@ class MultiHeadAttention(nn.Module):
         self, x: Tensor, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]: ...
 
-    def forward(self, x: Tensor, return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, return_weights: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Context vectors (b, t, d_out) of the tokens x (b, t, d_in).
 
         With ``return_weights=True`` also returns the attention weights (b, h, t, t) that were
@@ -261,7 +263,8 @@ class FusedMultiHeadAttention(nn.Module):
         else:
             # As in MultiHeadAttention, with fewer passes over the (b h, t, t) scores: the
             # product applies the scale (alpha), and the mask is written into it in place.
-            q, k, v = (y.reshape(b * h, t, d_h) for y in (queries, keys, values))  # (b h, t, d_h)
+            # (b h, t, d_h)
+            q, k, v = (y.reshape(b * h, t, d_h) for y in (queries, keys, values))
             attn_scores = torch.baddbmm(
                 q.new_zeros(()), q, k.transpose(1, 2), beta=0, alpha=d_h**-0.5
             )  # (b h, t, t), Q Kᵀ / sqrt(d_h)
@@ -292,7 +295,8 @@ class FusedMultiHeadAttention(nn.Module):
         ).to(device=mha.W_query.weight.device, dtype=mha.W_query.weight.dtype)
         projections = (mha.W_query, mha.W_key, mha.W_value)
         with torch.no_grad():
-            fused.qkv.weight.copy_(torch.cat([p.weight for p in projections]))  # (3 d_out, d_in)
+            # (3 d_out, d_in)
+            fused.qkv.weight.copy_(torch.cat([p.weight for p in projections]))
             if fused.qkv.bias is not None:
                 fused.qkv.bias.copy_(torch.cat([p.bias for p in projections]))  # (3 d_out,)
             fused.out_proj.load_state_dict(mha.out_proj.state_dict())
@@ -327,12 +331,15 @@ def to_torch_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
         raise ValueError(f"state must be a MultiHeadAttention state dict, got no {missing}")
     d_out, d_in = state["W_query.weight"].shape
     if d_in != d_out:
-        raise ValueError(f"torch.nn.MultiheadAttention needs d_in = d_out, got {d_in} and {d_out}")
+        raise ValueError(
+            f"torch.nn.MultiheadAttention needs d_in = d_out, got {d_in} and {d_out}"
+        )
     weight = torch.cat([state[f"{n}.weight"] for n in names])  # (3 d_out, d_in)
     biases = [state.get(f"{n}.bias") for n in names]
     bias = torch.cat([b if b is not None else weight.new_zeros(d_out) for b in biases])
     return {"in_proj_weight": weight, "in_proj_bias": bias,
-            "out_proj.weight": state["out_proj.weight"], "out_proj.bias": state["out_proj.bias"]}
+            "out_proj.weight": state["out_proj.weight"],
+            "out_proj.bias": state["out_proj.bias"]}
 
 
 def from_torch_state_dict(
@@ -348,8 +355,8 @@ def from_torch_state_dict(
 
     Returns:
         The state dict to load into ``MultiHeadAttention(embed_dim, embed_dim, num_heads,
-        context_length, dropout, qkv_bias=qkv_bias)``; a torch module without biases gives a zero
-        ``out_proj.bias``.
+        context_length, dropout, qkv_bias=qkv_bias)``; a torch module without biases gives a
+        zero ``out_proj.bias``.
 
     Raises:
         ValueError: separate query, key and value weights (kdim or vdim given), or a non-zero
@@ -369,10 +376,12 @@ def from_torch_state_dict(
     for i, name in enumerate(("W_query", "W_key", "W_value")):
         out[f"{name}.weight"] = weights[i]
         if qkv_bias:
-            out[f"{name}.bias"] = bias.chunk(3)[i] if bias is not None else weights[i].new_zeros(
-                weights[i].shape[0])
+            out[f"{name}.bias"] = (bias.chunk(3)[i] if bias is not None
+                                   else weights[i].new_zeros(weights[i].shape[0]))
     if not qkv_bias and bias is not None and bool(bias.any()):
-        raise ValueError("in_proj_bias must be zero to load without qkv_bias, got a non-zero bias")
+        raise ValueError(
+            "in_proj_bias must be zero to load without qkv_bias, got a non-zero bias"
+        )
     out["out_proj.weight"] = state["out_proj.weight"]
     out_bias = state.get("out_proj.bias")
     out["out_proj.bias"] = out_bias if out_bias is not None else weights[0].new_zeros(

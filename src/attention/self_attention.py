@@ -41,7 +41,9 @@ class SelfAttentionV1(nn.Module):
         tensor([0.3061, 0.8210])
     """
 
-    def __init__(self, d_in: int, d_out: int, *, device: Device = None, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, d_in: int, d_out: int, *, device: Device = None, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)
         self.d_in = d_in
@@ -81,7 +83,8 @@ class SelfAttentionV2(nn.Module):
     """
 
     def __init__(
-        self, d_in: int, d_out: int, *, qkv_bias: bool = False, device: Device = None, dtype: torch.dtype | None = None,
+        self, d_in: int, d_out: int, *, qkv_bias: bool = False, device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)
