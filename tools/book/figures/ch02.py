@@ -46,8 +46,10 @@ def query2_weights() -> Figure:
     positions = torch.arange(len(JOURNEY_TOKENS)).numpy()
     width = 0.38
     fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
-    ax.bar(positions - width / 2, by_sum.numpy(), width, label="divide by the sum", color="#9ecae1")
-    bars = ax.bar(positions + width / 2, by_softmax.numpy(), width, label="softmax", color="#2171b5")
+    ax.bar(positions - width / 2, by_sum.numpy(), width, label="divide by the sum",
+           color="#9ecae1")
+    bars = ax.bar(positions + width / 2, by_softmax.numpy(), width, label="softmax",
+                  color="#2171b5")
     ax.bar_label(bars, fmt="%.4f", fontsize=9, padding=2)
     ax.axhline(1 / len(JOURNEY_TOKENS), color=INK, alpha=0.6, linestyle=":", linewidth=1)
     ax.annotate("uniform $1/t$", (-0.5, 1 / len(JOURNEY_TOKENS) + 0.004), color=INK, alpha=0.75)

@@ -2,7 +2,8 @@
 
 Notation: b batch size, t tokens (6 here), d_in input width (3), d_out output width (2),
 h heads (2), d_h = d_out / h width of one head (1). The module is the chapter's
-MultiHeadAttention(3, 2, context_length=6, dropout=0.0, num_heads=2) built right after torch.manual_seed(123).
+MultiHeadAttention(3, 2, context_length=6, dropout=0.0, num_heads=2) built right after
+torch.manual_seed(123).
 """
 
 import matplotlib.pyplot as plt
@@ -15,7 +16,8 @@ from book.figures import INK, cell_text_colour, invert_in_dark
 
 
 def per_head_weights() -> Figure:
-    """One heatmap per head of the (t, t) causal weights (first sequence), and their difference."""
+    """One heatmap per head of the (t, t) causal weights (first sequence), and their
+    difference."""
     torch.manual_seed(123)
     mha = MultiHeadAttention(3, 2, context_length=6, dropout=0.0, num_heads=2)
     with torch.no_grad():
@@ -33,16 +35,19 @@ def per_head_weights() -> Figure:
         )
     difference = attn_weights[0, 0] - attn_weights[0, 1]  # (t, t)
     t = len(JOURNEY_TOKENS)
-    future = torch.ones(t, t, dtype=torch.bool).triu(diagonal=1)  # (t, t), blank above the diagonal
+    # (t, t), blank above the diagonal
+    future = torch.ones(t, t, dtype=torch.bool).triu(diagonal=1)
     limit = difference.abs().max().item()
     image = axes[2].imshow(
-        difference.masked_fill(future, float("nan")).numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit
+        difference.masked_fill(future, float("nan")).numpy(), cmap="RdBu_r",
+        vmin=-limit, vmax=limit
     )
     for i in range(t):
         for j in range(i + 1):
             value = round(difference[i, j].item(), 3) + 0.0  # + 0.0 turns -0.0 into 0.0
             color = cell_text_colour(abs(value) / limit)
-            axes[2].text(j, i, f"{value:+.3f}", ha="center", va="center", fontsize=10, color=color)
+            axes[2].text(j, i, f"{value:+.3f}", ha="center", va="center", fontsize=10,
+                         color=color)
     axes[2].set_xticks(range(t), labels=JOURNEY_TOKENS)
     axes[2].set_yticks(range(t), labels=JOURNEY_TOKENS)
     axes[2].tick_params(axis="x", labelrotation=45)

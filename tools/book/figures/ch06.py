@@ -46,7 +46,8 @@ def padding_mask() -> Figure:
 
 
 def cross_attention() -> Figure:
-    """The (t_q, t_k) = (4, 6) cross-attention weights of both heads: decoder rows, source columns."""
+    """The (t_q, t_k) = (4, 6) cross-attention weights of both heads: decoder rows, source
+    columns."""
     torch.manual_seed(123)
     decoder_states = journey_inputs()[:4].unsqueeze(0)  # (b, t_q, d_q) = (1, 4, 3)
     encoder_states = torch.randn(1, 6, 5)  # (b, t_k, d_kv) = (1, 6, 5)

@@ -1,9 +1,10 @@
-"""Figures of chapter 7: what attention costs, how tiling avoids the score matrix, and why IO matters.
+"""Figures of chapter 7: what attention costs, how tiling avoids the score matrix, and why IO
+matters.
 
-Notation: b batch size, h heads, t tokens (t_q, t_k for queries and keys), d_h width of one head,
-B the block size of the tiled kernel (``block_size``: B queries and B keys per tile), T = t / B the
-number of blocks along each side, s the bytes of one number (4 in float32, 2 in float16 and
-bfloat16).
+Notation: b batch size, h heads, t tokens (t_q, t_k for queries and keys), d_h width of one
+head, B the block size of the tiled kernel (``block_size``: B queries and B keys per tile),
+T = t / B the number of blocks along each side, s the bytes of one number (4 in float32, 2 in
+float16 and bfloat16).
 """
 
 import json
@@ -33,8 +34,8 @@ _H100 = "NVIDIA H100 80GB HBM3"
 H100_PEAK_FLOPS = device_peak(_H100, "bf16").tflops * 1e12
 H100_HBM_BYTES_PER_S = device_bandwidth(_H100).bytes_per_s
 # FlashAttention-3's reported FP16 throughput on an H100, reached in the forward pass without a
-# causal mask, with heads of width 256 (Shah et al., 2024, abstract and figure 5, panel e): a cited
-# figure.
+# causal mask, with heads of width 256 (Shah et al., 2024, abstract and figure 5, panel e): a
+# cited figure.
 FA3_FP16_FLOPS = 740e12
 
 
@@ -46,7 +47,8 @@ def _peak_bytes(fn: Callable[..., object], *args: object, **kwargs: object) -> t
 
 
 def memory_vs_t() -> Figure:
-    """Peak live bytes of explicit and tiled causal attention, one head of width 64, t from 128 to 2048."""
+    """Peak live bytes of explicit and tiled causal attention, one head of width 64, t from 128
+    to 2048."""
     torch.manual_seed(123)
     lengths = [128, 256, 512, 1024, 2048]
     explicit, flash = [], []
@@ -59,11 +61,13 @@ def memory_vs_t() -> Figure:
     fig, ax = plt.subplots(figsize=(6.8, 4.4), layout="constrained")
     curves = ((explicit, EXPLICIT_COLOR, "explicit"), (flash, FLASH_COLOR, "flash_attention"))
     for rows, color, name in curves:
-        ax.plot(lengths, [p / kib for p, _ in rows], "o-", color=color, label=f"{name}: peak live bytes")
+        ax.plot(lengths, [p / kib for p, _ in rows], "o-", color=color,
+                label=f"{name}: peak live bytes")
         ax.plot(lengths, [g / kib for _, g in rows], "s--", color=color, alpha=0.7,
                 label=f"{name}: largest tensor")
     ratio = explicit[-1][0] / flash[-1][0]
-    ax.annotate(f"peak {ratio:.0f}x smaller at t = {lengths[-1]}", (lengths[-1], flash[-1][0] / kib),
+    ax.annotate(f"peak {ratio:.0f}x smaller at t = {lengths[-1]}",
+                (lengths[-1], flash[-1][0] / kib),
                 xytext=(-6, 10), textcoords="offset points", ha="right")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
@@ -80,7 +84,8 @@ def memory_vs_t() -> Figure:
 
 
 def _visited_tiles(blocks: int, block_size: int, is_causal: bool) -> int:
-    """Tiles that flash_attention computes, counted from its FLOPs: each tile costs 4 B^2 d_h."""
+    """Tiles that flash_attention computes, counted from its FLOPs: each tile costs
+    4 B^2 d_h."""
     t, d_h = blocks * block_size, 2
     q = torch.randn(1, t, d_h)  # (b, t, d_h)
     with FlopCounterMode(display=False) as counter:
@@ -97,15 +102,19 @@ def _draw_grid(ax: Axes, blocks: int, is_causal: bool, highlight_row: int) -> No
                                        hatch="///", linewidth=0.6))
                 continue
             color = FLASH_COLOR if i == highlight_row else "#a6d8c8"
-            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=color, edgecolor="white", linewidth=1.2))
-            if is_causal and i == j:  # a diagonal tile: computed, then masked above its diagonal
+            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=color, edgecolor="white",
+                                   linewidth=1.2))
+            # a diagonal tile: computed, then masked above its diagonal
+            if is_causal and i == j:
                 ax.add_patch(Polygon([(j, i), (j + 1, i), (j + 1, i + 1)], closed=True,
                                      facecolor="white", alpha=0.75, edgecolor="none"))
     ax.set_xlim(0, blocks)
     ax.set_ylim(blocks, 0)
     ax.set_aspect("equal")
-    ax.set_xticks([j + 0.5 for j in range(blocks)], labels=[f"$K_{j + 1}$" for j in range(blocks)])
-    ax.set_yticks([i + 0.5 for i in range(blocks)], labels=[f"$Q_{i + 1}$" for i in range(blocks)])
+    ax.set_xticks([j + 0.5 for j in range(blocks)],
+                  labels=[f"$K_{j + 1}$" for j in range(blocks)])
+    ax.set_yticks([i + 0.5 for i in range(blocks)],
+                  labels=[f"$Q_{i + 1}$" for i in range(blocks)])
     ax.tick_params(length=0)
     ax.xaxis.set_ticks_position("top")
     for spine in ax.spines.values():
@@ -113,15 +122,17 @@ def _draw_grid(ax: Axes, blocks: int, is_causal: bool, highlight_row: int) -> No
 
 
 def tiling() -> Figure:
-    """The grid of (B, B) score tiles that flash_attention visits, without and with a causal mask."""
+    """The grid of (B, B) score tiles that flash_attention visits, without and with a causal
+    mask."""
     torch.manual_seed(123)
     blocks, block_size, row = 8, 4, 5
     fig, axes = plt.subplots(1, 2, figsize=(8.6, 4.9), layout="constrained")
     for ax, is_causal in zip(axes, (False, True)):
         _draw_grid(ax, blocks, is_causal, row)
         last = row + 1 if is_causal else blocks
-        ax.add_patch(FancyArrowPatch((0.15, row + 0.68), (last - 0.15, row + 0.68), arrowstyle="-|>",
-                                     mutation_scale=14, color="black", linewidth=1.4))
+        ax.add_patch(FancyArrowPatch((0.15, row + 0.68), (last - 0.15, row + 0.68),
+                                     arrowstyle="-|>", mutation_scale=14, color="black",
+                                     linewidth=1.4))
         visited = _visited_tiles(blocks, block_size, is_causal)
         title = "causal: skip tiles above the diagonal" if is_causal else "full attention"
         ax.set_title(f"{title}\n{visited} of {blocks * blocks} tiles computed", fontsize=11)
@@ -129,15 +140,18 @@ def tiling() -> Figure:
     axes[0].set_ylabel("query blocks $Q_i$ (one per thread block)")
     axes[0].text(blocks / 2, row + 0.3, "inner loop: update $m$, $\\ell$, $O_i$ tile by tile",
                  ha="center", va="center", fontsize=9, color="white")
-    axes[1].annotate("diagonal tiles: computed,\nthen masked inside", (blocks - 1.5, blocks - 1.5),
+    axes[1].annotate("diagonal tiles: computed,\nthen masked inside",
+                     (blocks - 1.5, blocks - 1.5),
                      xytext=(blocks - 0.2, blocks - 5.6), ha="right",
-                     bbox={"boxstyle": "round,pad=0.25", "facecolor": PAPER, "edgecolor": "none"},
+                     bbox={"boxstyle": "round,pad=0.25", "facecolor": PAPER,
+                           "edgecolor": "none"},
                      arrowprops={"arrowstyle": "->", "color": INK, "linewidth": 0.8})
     return fig
 
 
 def roofline() -> Figure:
-    """Attainable throughput min(P, I * beta) on an H100 SXM, with the attention kernels placed on it.
+    """Attainable throughput min(P, I * beta) on an H100 SXM, with the attention kernels placed
+    on it.
 
     The tiled kernel is placed with K and V read from HBM once per query block (the two-level
     count, equation (7.16)), once per cluster of two query blocks that share each fetch (as
@@ -157,12 +171,14 @@ def roofline() -> Figure:
             flops / (s * (2 * t * d_h + 2 * t * d_h * t / 128)), (8, -30)),
         "cluster of $2 \\times 128$ rows": (
             flops / (s * (2 * t * d_h + 2 * t * d_h * t / 256)), (-18, -12)),
-        "tiled, $K, V$ once per head\n(shared through L2)": (flops / (s * 4 * t * d_h), (0, -30)),
+        "tiled, $K, V$ once per head\n(shared through L2)": (
+            flops / (s * 4 * t * d_h), (0, -30)),
     }
     beta = H100_HBM_BYTES_PER_S
     ridge = H100_PEAK_FLOPS / beta
     intensities = torch.logspace(-1, 4, 200)
-    attainable = torch.minimum(torch.full_like(intensities, H100_PEAK_FLOPS), intensities * beta) / 1e12
+    attainable = torch.minimum(torch.full_like(intensities, H100_PEAK_FLOPS),
+                               intensities * beta) / 1e12
 
     fig, ax = plt.subplots(figsize=(7.6, 4.9), layout="constrained")
     ax.plot(intensities.numpy(), attainable.numpy(), color=INK, linewidth=1.8)
@@ -177,7 +193,8 @@ def roofline() -> Figure:
     ax.axhline(FA3_FP16_FLOPS / 1e12, color=FLASH_COLOR, linestyle="--", linewidth=1)
     ax.plot([needed], [FA3_FP16_FLOPS / 1e12], "|", color=FLASH_COLOR, markersize=12)
     ax.annotate(f"FlashAttention-3, FP16 forward, not causal, $d_h = 256$, reported:"
-                f" {FA3_FP16_FLOPS / 1e12:.0f} TFLOP/s;\nneeds $I \\geq$ {needed:.0f} FLOP/byte",
+                f" {FA3_FP16_FLOPS / 1e12:.0f} TFLOP/s;\n"
+                f"needs $I \\geq$ {needed:.0f} FLOP/byte",
                 (0.12, FA3_FP16_FLOPS / 1e12),
                 xytext=(0, 5), textcoords="offset points", ha="left", va="bottom", fontsize=9,
                 color=FLASH_COLOR)
@@ -188,7 +205,8 @@ def roofline() -> Figure:
             value = f"{intensity:.0f}" if intensity >= 10 else f"{intensity:.2f}"
             ax.annotate(f"{name}: {value}", (intensity, bound), xytext=offset,
                         textcoords="offset points", fontsize=9, color=color,
-                        ha={1: "left", 0: "center", -1: "right"}[(offset[0] > 0) - (offset[0] < 0)],
+                        ha={1: "left", 0: "center", -1: "right"}[
+                            (offset[0] > 0) - (offset[0] < 0)],
                         va="center")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -214,7 +232,8 @@ def measured_roofline() -> Figure:
     if machine is None:
         fig, ax = plt.subplots(figsize=(7.2, 2.0), layout="constrained")
         ax.text(0.5, 0.5, "not measured yet: docs/appendix/results/cpu.json has no peaks\n"
-                "(python -m attention.bench --parts peaks measures them)", ha="center", va="center")
+                "(python -m attention.bench --parts peaks measures them)", ha="center",
+                va="center")
         ax.set_axis_off()
         return fig
     points = roofline_points(run, [r for r in run["results"] if r["dtype"] == "float32"])

@@ -1,15 +1,15 @@
 """Figures of chapter 9: the tiny decoder-only model trained on the page, and what its heads do.
 
-Notation: b batch size, t tokens (24), n_vocab vocabulary size (16), d model width (32), h heads per
-layer (2), L layers (2), d_h head width (16). The model, the data and the training are the
+Notation: b batch size, t tokens (24), n_vocab vocabulary size (16), d model width (32), h heads
+per layer (2), L layers (2), d_h head width (16). The model, the data and the training are the
 chapter's (section 9.9): ``TinyTransformer`` with rotary positions and no feed-forward network,
 trained for 300 AdamW steps on repeated random segments (``induction_data``), seed 123, on one
-thread. The model is trained once: every figure shares ``trained()``, which keeps what it trained
-in ``.cache/trained/`` (git-ignored) for the next build or test run, while the package, this
-module and the versions are as they were. The circuits
+thread. The model is trained once: every figure shares ``trained()``, which keeps what it
+trained in ``.cache/trained/`` (git-ignored) for the next build or test run, while the package,
+this module and the versions are as they were. The circuits
 (section 9.11) are read from its weights in float64, in the row-vector convention: W_QK and
-W_OV as ``qk_circuit`` and ``ov_circuit`` return them, W_E the token embeddings (n_vocab, d), W_U the
-LM head (d, n_vocab) and Gamma_f the final LayerNorm's linear part.
+W_OV as ``qk_circuit`` and ``ov_circuit`` return them, W_E the token embeddings (n_vocab, d),
+W_U the LM head (d, n_vocab) and Gamma_f the final LayerNorm's linear part.
 """
 
 import contextlib
@@ -43,7 +43,8 @@ from book.constants import REPO
 from book.figures import invert_in_dark
 
 Trained = tuple[TinyTransformer, list[float], list[int], list[tuple[Tensor, Tensor]]]
-TRAINED = REPO / ".cache" / "trained"  # what trained() trained, named by what it was trained from
+# what trained() trained, named by what it was trained from
+TRAINED = REPO / ".cache" / "trained"
 
 STEPS, EVERY = 300, 10  # training steps; the heads are measured every EVERY steps
 SEQUENCE = 2  # the held-out sequence drawn in the heatmaps (period 6)
@@ -82,8 +83,8 @@ def training_key() -> str:
 
 @functools.lru_cache(maxsize=1)
 def trained() -> Trained:
-    """The chapter's model, trained once (:func:`train`), or as an earlier run trained it from the
-    same sources and versions (read from ``TRAINED``)."""
+    """The chapter's model, trained once (:func:`train`), or as an earlier run trained it from
+    the same sources and versions (read from ``TRAINED``)."""
     stored = TRAINED / f"ch09-{training_key()}.pt"
     if stored.is_file():
         state, training, losses, measured, scores = torch.load(stored)
@@ -182,7 +183,8 @@ def induction_heads() -> Figure:
         _, weights = model(sequence, return_weights=True)  # L x (1, h, t, t)
     labels = [str(token) for token in sequence[0].tolist()]
     fig, axes = plt.subplots(1, 2, figsize=(9.4, 5.4), layout="constrained")
-    for ax, layer, kind in ((axes[0], 0, "previous-token head"), (axes[1], 1, "induction head")):
+    for ax, layer, kind in ((axes[0], 0, "previous-token head"),
+                            (axes[1], 1, "induction head")):
         plot_attention(
             weights[layer][0, 0], labels, labels, ax=ax, annotate=False,
             title=(f"layer {layer}, head 0: {kind}\nprevious-token score "
@@ -195,14 +197,16 @@ def induction_heads() -> Figure:
 
 
 def layer0_scores(model: TinyTransformer, head: int, offsets: range) -> Tensor:
-    """Exact layer-0 scores (offsets, n_vocab, n_vocab): query token a at i against key token b at j.
+    """Exact layer-0 scores (offsets, n_vocab, n_vocab): query token a at i against key token b
+    at j.
 
     Layer 0 reads only the token embedding, so LN_1, the biases and the rotation R_(i-j) give
     every score q(a) R_(i-j) k(b)^T / sqrt(d_h) without running a sequence.
     """
     block = model.blocks[0]
     d, d_h = block.d_model, block.d_h
-    weight, bias = block.attn.qkv.weight.double(), block.attn.qkv.bias.double()  # (3d, d), (3d,)
+    # (3d, d), (3d,)
+    weight, bias = block.attn.qkv.weight.double(), block.attn.qkv.bias.double()
     with torch.no_grad():
         normed = block.norm1(model.tok_emb.weight).double()  # (n_vocab, d)
         queries, keys, _ = (normed @ weight.T + bias).split(d, dim=1)  # (n_vocab, d) each
@@ -214,15 +218,18 @@ def layer0_scores(model: TinyTransformer, head: int, offsets: range) -> Tensor:
 
 
 def full_ov(model: TinyTransformer, layer: int, head: int) -> Tensor:
-    """W_E W_OV Gamma_f W_U (n_vocab, n_vocab): how attending to token b (row) moves the logit of c."""
+    """W_E W_OV Gamma_f W_U (n_vocab, n_vocab): how attending to token b (row) moves the
+    logit of c."""
     embedding = model.tok_emb.weight.detach().double()  # (n_vocab, d)
     unembedding = model.lm_head.weight.detach().double().T  # (d, n_vocab)
     final = norm_matrix(model.final_norm).double()  # (d, d)
-    return embedding @ ov_circuit(model.blocks[layer], head) @ final @ unembedding  # (n_vocab, n_vocab)
+    # (n_vocab, n_vocab)
+    return embedding @ ov_circuit(model.blocks[layer], head) @ final @ unembedding
 
 
 def virtual_qk(model: TinyTransformer, head: int, offset: int) -> Tensor:
-    """W_E W_QK(offset) W_OV^T W_E^T (n_vocab, n_vocab): layer 1 ``head`` through layer 0 head 0's output.
+    """W_E W_QK(offset) W_OV^T W_E^T (n_vocab, n_vocab): layer 1 ``head`` through layer 0
+    head 0's output.
 
     Entry (a, a') scores a query holding token a against a key whose previous token is a'.
     """
@@ -231,7 +238,9 @@ def virtual_qk(model: TinyTransformer, head: int, offset: int) -> Tensor:
     return embedding @ qk @ ov_circuit(model.blocks[0], 0).T @ embedding.T  # (n_vocab, n_vocab)
 
 
-def signed_heatmap(fig: Figure, ax, matrix: Tensor, title: str, xlabel: str, ylabel: str) -> None:
+def signed_heatmap(
+    fig: Figure, ax, matrix: Tensor, title: str, xlabel: str, ylabel: str
+) -> None:
     """A (n_vocab, n_vocab) matrix in a diverging map centred on 0, token ids on both axes."""
     limit = matrix.abs().max().item()
     image = ax.imshow(matrix.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit)
@@ -245,7 +254,8 @@ def signed_heatmap(fig: Figure, ax, matrix: Tensor, title: str, xlabel: str, yla
 
 
 def circuits() -> Figure:
-    """The heads read from the weights: positional QK, K-composition, copying OV, eigenvalues."""
+    """The heads read from the weights: positional QK, K-composition, copying OV,
+    eigenvalues."""
     model, *_ = trained()
     with one_thread():
         profiles = [layer0_scores(model, head, range(24)).flatten(1) for head in range(2)]
@@ -266,8 +276,8 @@ def circuits() -> Figure:
     axes[0, 0].legend(loc="upper right")
     signed_heatmap(fig, axes[0, 1], virtual, f"K-composition, offset {OFFSET}",
                    "token before the key", "query token")
-    signed_heatmap(fig, axes[1, 0], copying, "Full OV circuit, layer 1 head 0", "logit of token",
-                   "attended token")
+    signed_heatmap(fig, axes[1, 0], copying, "Full OV circuit, layer 1 head 0",
+                   "logit of token", "attended token")
     markers = {(1, 0): ("o", "#756bb1"), (1, 1): ("x", "#756bb1"), (0, 0): ("o", "#31a354"),
                (0, 1): ("x", "#31a354")}
     for (layer, head), (marker, color) in markers.items():
