@@ -1,4 +1,5 @@
-"""FlashAttention as Triton GPU kernels, forward and backward: the algorithm of ``flash.py`` on a GPU.
+"""FlashAttention as Triton GPU kernels, forward and backward: the algorithm of ``flash.py``
+on a GPU.
 
 Notation (see CONTRIBUTING.md):
     b      batch size
@@ -9,11 +10,11 @@ Notation (see CONTRIBUTING.md):
 :func:`triton_flash_attention` checks its arguments, runs the kernels of
 :mod:`attention.triton_forward` and :mod:`attention.triton_backward`, and makes the result
 differentiable: an ``autograd.Function`` whose forward pass saves Q, K, V, the output and the
-log-sum-exp of each row (all O(t · d_h)) and whose backward pass recomputes each tile of weights
-from them, as section 7.4 derives. The backward pass is itself not differentiable: a second
-derivative raises. Beyond the options of ``flash_attention`` it takes learned sinks (one logit
-per head, differentiable), a choice of backward (``deterministic``: dQ in a pass of its own, or
-by atomic additions) and :class:`TritonOptions`, speed choices not yet timed on a GPU;
+log-sum-exp of each row (all O(t · d_h)) and whose backward pass recomputes each tile of
+weights from them, as section 7.4 derives. The backward pass is itself not differentiable: a
+second derivative raises. Beyond the options of ``flash_attention`` it takes learned sinks (one
+logit per head, differentiable), a choice of backward (``deterministic``: dQ in a pass of its
+own, or by atomic additions) and :class:`TritonOptions`, speed choices not yet timed on a GPU;
 :func:`triton_last_configs` says which tiles, warps and stages the last call ran with.
 
 This module imports Triton when it is imported (``import attention`` does not import it); the
@@ -43,17 +44,20 @@ except ImportError as error:  # the package works without Triton; this module ex
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["TritonOptions", "triton_available", "triton_flash_attention", "triton_interpreter", "triton_last_configs"]
+__all__ = ["TritonOptions", "triton_available", "triton_flash_attention", "triton_interpreter",
+           "triton_last_configs"]
 
 HEAD_DIMS = (16, 32, 64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
-MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis, which numbers the (batch, head) pairs
+# CUDA's limit on a grid's second axis, which numbers the (batch, head) pairs
+MAX_GRID_Y = 65535
 MAX_INT32 = 2**31 - 1  # offsets inside one (batch, head) slice are int32 in the kernels
 _last_configs: dict[str, tuple[int, int, int, int]] = {}
 
 
 def _interpreting() -> bool:
-    """Whether Triton would define a kernel now for its interpreter (TRITON_INTERPRET is set)."""
+    """Whether Triton would define a kernel now for its interpreter
+    (TRITON_INTERPRET is set)."""
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes", "y")
 
 
@@ -87,8 +91,8 @@ def triton_interpreter() -> Iterator[None]:
     ``triton.jit`` defines inside the block are interpreted kernels; this package's kernels are
     defined again when the variable has changed since they were. If Triton was imported before
     the variable was set, the functions of ``triton.language`` written in Triton (``tl.zeros``,
-    ``tl.sum``, ...) were compiled-kernel functions, which refuse to be called from Python: inside
-    the block they run in the interpreter too.
+    ``tl.sum``, ...) were compiled-kernel functions, which refuse to be called from Python:
+    inside the block they run in the interpreter too.
 
     Returns:
         A context manager; the block runs with ``TRITON_INTERPRET=1``.
@@ -127,13 +131,15 @@ def triton_interpreter() -> Iterator[None]:
 
 
 def _kernels() -> tuple[ModuleType, ModuleType]:
-    """The forward and backward kernel modules, defined for the interpreter if TRITON_INTERPRET is
-    set now, else compiled (``triton.jit`` decides when it defines a kernel: define them again)."""
+    """The forward and backward kernel modules, defined for the interpreter if TRITON_INTERPRET
+    is set now, else compiled (``triton.jit`` decides when it defines a kernel:
+    define them again)."""
     from . import triton_backward, triton_forward
 
     if triton_forward.INTERPRET != _interpreting():
         triton_forward = importlib.reload(triton_forward)
-        triton_backward = importlib.reload(triton_backward)  # it imports the helpers of the new one
+        # it imports the helpers of the new one
+        triton_backward = importlib.reload(triton_backward)
     return triton_forward, triton_backward
 
 
@@ -144,19 +150,22 @@ class TritonOptions:
     None of them is on by default: each waits for a GPU run to show it faster.
 
     Args:
-        longest_first: the query blocks with the most keys to visit (the last ones, under a causal
-            mask) start first, in the forward and dQ kernels, so that short blocks fill the end.
+        longest_first: the query blocks with the most keys to visit (the last ones, under a
+            causal mask) start first, in the forward and dQ kernels, so that short blocks
+            fill the end.
         fold_scale: the forward kernel takes the row maximum of the raw scores and applies the
             scale and the shift in one fused multiply-add before ``exp2`` (needs scale > 0).
         descriptors: the forward kernel reads Q, K and V through tensor descriptors
-            (``tl.make_tensor_descriptor``, the Tensor Memory Accelerator on Hopper GPUs) instead
-            of tiles of pointers; needs the last axis contiguous and 16-byte aligned rows.
+            (``tl.make_tensor_descriptor``, the Tensor Memory Accelerator on Hopper GPUs)
+            instead of tiles of pointers; needs the last axis contiguous and 16-byte
+            aligned rows.
         warp_specialize: the forward kernel's loops are warp-specialized
             (``tl.range(..., warp_specialize=True)``): some warps load, others compute.
 
     Examples:
         >>> TritonOptions(longest_first=True)
-        TritonOptions(longest_first=True, fold_scale=False, descriptors=False, warp_specialize=False)
+        TritonOptions(longest_first=True, fold_scale=False, descriptors=False,
+                      warp_specialize=False)
     """
 
     longest_first: bool = False
@@ -186,7 +195,8 @@ def triton_last_configs() -> dict[str, tuple[int, int, int, int]]:
         A copy of the configurations, by kernel name; empty before the first call.
 
     Examples:
-        >>> q = torch.randn(1, 8, 1024, 64, device="cuda", dtype=torch.float16)  # doctest: +SKIP
+        >>> q = torch.randn(1, 8, 1024, 64, device="cuda",
+        ...                 dtype=torch.float16)  # doctest: +SKIP
         >>> _ = triton_flash_attention(q, q, q, is_causal=True)  # doctest: +SKIP
         >>> triton_last_configs()["forward"]  # doctest: +SKIP
     """
@@ -199,8 +209,9 @@ class _TritonFlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, sinks, call):  # type: ignore[override]
         forward = _kernels()[0].forward
-        out, lse, config = forward(query, key, value, sinks, call.scale, call.causal, call.offset, call.window,
-                                   call.blocks, call.tuning.longest_first, call.tuning.fold_scale,
+        out, lse, config = forward(query, key, value, sinks, call.scale, call.causal,
+                                   call.offset, call.window, call.blocks,
+                                   call.tuning.longest_first, call.tuning.fold_scale,
                                    call.tuning.descriptors, call.tuning.warp_specialize)
         _last_configs.clear()
         _last_configs["forward"] = config
@@ -211,7 +222,8 @@ class _TritonFlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
         query, key, value, out, lse, sinks = ctx.saved_tensors
-        grads = _TritonFlashAttentionBackward.apply(grad_out, query, key, value, out, lse, sinks, ctx.call)
+        grads = _TritonFlashAttentionBackward.apply(grad_out, query, key, value, out, lse,
+                                                    sinks, ctx.call)
         return *grads, None
 
 
@@ -223,11 +235,12 @@ class _TritonFlashAttentionBackward(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, grad_out, query, key, value, out, lse, sinks, call):  # type: ignore[override]
+    def forward(ctx, grad_out, query, key, value, out, lse, sinks,  # type: ignore[override]
+                call):
         backward = _kernels()[1].backward
-        grads, configs = backward(query, key, value, out, lse, grad_out, sinks, call.scale, call.causal,
-                                  call.offset, call.window, call.blocks, call.deterministic,
-                                  call.tuning.longest_first)
+        grads, configs = backward(query, key, value, out, lse, grad_out, sinks, call.scale,
+                                  call.causal, call.offset, call.window, call.blocks,
+                                  call.deterministic, call.tuning.longest_first)
         _last_configs.update(configs)
         return grads
 
@@ -244,31 +257,40 @@ def _check_tensors(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) 
     device = "cpu" if _interpreting() else "cuda"
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if tensor.dim() != 4:
-            raise ValueError(f"{name} must have shape (b, h, t, d_h), got shape {tuple(tensor.shape)}")
+            raise ValueError(
+                f"{name} must have shape (b, h, t, d_h), got shape {tuple(tensor.shape)}"
+            )
         if tensor.dtype not in DTYPES:
             raise ValueError(f"{name} must be float16 or bfloat16, got {tensor.dtype}")
         if tensor.device.type != device:
             raise ValueError(f"{name} must be on {device}, got {tensor.device}")
-    check_qkv(query, key, value, min_dim=4)  # one dtype, one device, widths: every kernel's check
+    # one dtype, one device, widths: every kernel's check
+    check_qkv(query, key, value, min_dim=4)
     b, h, t_q, d_h = query.shape
     h_kv = key.shape[1]
     if enable_gqa and (key.shape[1] != value.shape[1] or h_kv == 0 or h % h_kv):
         raise ValueError(
-            "with enable_gqa, key and value must have the same number of heads h_kv, and h must be a "
-            f"multiple of it, got h = {h}, key heads {key.shape[1]} and value heads {value.shape[1]}"
+            "with enable_gqa, key and value must have the same number of heads h_kv, and h "
+            f"must be a multiple of it, got h = {h}, key heads {key.shape[1]} "
+            f"and value heads {value.shape[1]}"
         )
     heads = "h_kv" if enable_gqa else str(h)
     if key.shape != value.shape or key.shape[0] != b or key.shape[3] != d_h or (
         not enable_gqa and h_kv != h
     ):
         shapes = f"{tuple(key.shape)} and {tuple(value.shape)}"
-        raise ValueError(f"key and value must have shape ({b}, {heads}, t_k, {d_h}), got {shapes}")
+        raise ValueError(
+            f"key and value must have shape ({b}, {heads}, t_k, {d_h}), got {shapes}"
+        )
     if d_h not in HEAD_DIMS:
         raise ValueError(f"d_h must be one of {HEAD_DIMS}, got {d_h}")
     if key.shape[2] == 0 or t_q == 0:
         raise ValueError(f"t_q and t_k must be positive, got t_q={t_q} and t_k={key.shape[2]}")
     if b * h > MAX_GRID_Y:  # the grid's second axis numbers the (batch, head) pairs
-        raise ValueError(f"b · h must be at most {MAX_GRID_Y} (CUDA's grid limit), got b · h = {b} · {h} = {b * h}")
+        raise ValueError(
+            f"b · h must be at most {MAX_GRID_Y} (CUDA's grid limit), "
+            f"got b · h = {b} · {h} = {b * h}"
+        )
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         _check_slice_offsets(name, tuple(tensor.shape), tensor.stride())
 
@@ -279,19 +301,24 @@ def _check_slice_offsets(name: str, shape: tuple[int, ...], strides: tuple[int, 
     last = (shape[2] - 1) * strides[2] + (shape[3] - 1) * strides[3]
     if last > MAX_INT32:
         raise ValueError(
-            f"{name}: the offset of the last element of a (batch, head) slice must be at most {MAX_INT32} "
-            f"(int32), got (t - 1) · stride_t + (d_h - 1) · stride_d = {last}"
+            f"{name}: the offset of the last element of a (batch, head) slice must be at most "
+            f"{MAX_INT32} (int32), got (t - 1) · stride_t + (d_h - 1) · stride_d = {last}"
         )
 
 
 def _check_sinks(sinks: Tensor | None, query: Tensor) -> None:
-    """ValueError unless ``sinks`` is None or one float logit per query head, on query's device."""
+    """ValueError unless ``sinks`` is None or one float logit per query head,
+    on query's device."""
     if sinks is None:
         return
     h = query.shape[1]
     if not isinstance(sinks, Tensor) or sinks.shape != (h,) or not sinks.is_floating_point():
-        got = f"shape {tuple(sinks.shape)}, {sinks.dtype}" if isinstance(sinks, Tensor) else type(sinks).__name__
-        raise ValueError(f"sinks must be a float tensor of shape ({h},), one logit per query head, got {got}")
+        got = (f"shape {tuple(sinks.shape)}, {sinks.dtype}" if isinstance(sinks, Tensor)
+               else type(sinks).__name__)
+        raise ValueError(
+            f"sinks must be a float tensor of shape ({h},), one logit per query head, "
+            f"got {got}"
+        )
     if sinks.device != query.device:
         raise ValueError(f"sinks must be on {query.device}, got {sinks.device}")
 
@@ -301,20 +328,23 @@ def _check_tuning(options: TritonOptions, scale: float, tensors: tuple[Tensor, .
     if not isinstance(options, TritonOptions):
         raise ValueError(f"options must be a TritonOptions, got {type(options).__name__}")
     if options.fold_scale and not scale > 0:
-        raise ValueError(f"fold_scale takes the row maximum before scaling, so needs scale > 0, got {scale}")
+        raise ValueError(
+            f"fold_scale takes the row maximum before scaling, so needs scale > 0, got {scale}"
+        )
     if options.descriptors:
         for name, tensor in zip(("query", "key", "value"), tensors):
             strides = tensor.stride()
             if strides[3] != 1 or any(s % 8 for s in strides[:3]) or tensor.data_ptr() % 16:
                 raise ValueError(
-                    f"descriptors need {name}'s last axis contiguous, its other strides multiples of 8 and "
-                    f"its start 16-byte aligned, got strides {strides}, start at byte {tensor.data_ptr() % 16} "
-                    "of 16"
+                    f"descriptors need {name}'s last axis contiguous, its other strides "
+                    f"multiples of 8 and its start 16-byte aligned, got strides {strides}, "
+                    f"start at byte {tensor.data_ptr() % 16} of 16"
                 )
 
 
 def _check_options(
-    is_causal: bool, block_m: int | None, block_n: int | None, alignment: Alignment, window: int | None
+    is_causal: bool, block_m: int | None, block_n: int | None, alignment: Alignment,
+    window: int | None
 ) -> None:
     """ValueError for options the kernels do not take, each named."""
     for name, block in (("block_m", block_m), ("block_n", block_n)):
@@ -350,16 +380,17 @@ def triton_flash_attention(
             ``alignment`` says.
         scale: multiplies the scores; defaults to 1 / sqrt(d_h).
         block_m: queries per tile (a power of two, at least 16). With ``block_m`` and
-            ``block_n`` both None (the default) the kernels choose their tiles, warps and pipeline
-            stages by autotuning; with one of them given, the other is 64 and 4 warps run a tile.
+            ``block_n`` both None (the default) the kernels choose their tiles, warps and
+            pipeline stages by autotuning; with one of them given, the other is 64 and
+            4 warps run a tile.
         block_n: keys per tile (a power of two, at least 16).
         enable_gqa: grouped-query attention as in torch: query head i uses key and value head
             i // (h // h_kv); K and V are read in place, never repeated.
         alignment: with ``is_causal``, ``"top_left"`` (query i at position i) or
             ``"bottom_right"`` (query i at position t_k - t_q + i, as
             ``torch.nn.attention.bias.causal_lower_right``).
-        window: with ``is_causal``, each query sees only the ``window`` latest keys up to its own
-            position p: keys j with p - window < j <= p.
+        window: with ``is_causal``, each query sees only the ``window`` latest keys up to its
+            own position p: keys j with p - window < j <= p.
         sinks: learned attention sinks, (h,): one logit per query head, added to each row's
             softmax denominator only, as a key with that score and a value of zero (as in
             gpt-oss); differentiable. It is not multiplied by ``scale``.
@@ -370,18 +401,20 @@ def triton_flash_attention(
         options: speed choices of the kernels (:class:`TritonOptions`), none by default.
 
     Returns:
-        (b, h, t_q, d_h) in the inputs' dtype (float32 sums inside, rounded once). A row that may
-        see no key is zero, as in torch, and its gradients are zero. Key blocks that no query of a
-        tile may see are never read, so a nan or inf there does not reach the output.
+        (b, h, t_q, d_h) in the inputs' dtype (float32 sums inside, rounded once). A row that
+        may see no key is zero, as in torch, and its gradients are zero. Key blocks that no
+        query of a tile may see are never read, so a nan or inf there does not reach the output.
 
     Raises:
         RuntimeError: Triton is missing, or neither CUDA nor its interpreter is available; or a
             second derivative is asked for.
         ValueError: shapes, dtypes, devices, block sizes or options the kernels do not take,
-            b · h above CUDA's grid limit of 65,535, or a (batch, head) slice too long for int32.
+            b · h above CUDA's grid limit of 65,535, or a (batch, head) slice
+            too long for int32.
 
     Examples:
-        >>> q = torch.randn(1, 8, 1024, 64, device="cuda", dtype=torch.float16)  # doctest: +SKIP
+        >>> q = torch.randn(1, 8, 1024, 64, device="cuda",
+        ...                 dtype=torch.float16)  # doctest: +SKIP
         >>> out = triton_flash_attention(q, q, q, is_causal=True)  # doctest: +SKIP
     """
     ok, reason = triton_available()

@@ -1,4 +1,5 @@
-"""FlashAttention's forward pass as a Triton kernel, and what the backward kernels share with it.
+"""FlashAttention's forward pass as a Triton kernel, and what the backward kernels share
+with it.
 
 Notation (see CONTRIBUTING.md):
     b        batch size
@@ -13,23 +14,24 @@ The offset is 0 for a causal mask aligned top-left and t_k - t_q for one aligned
 without a window a causal query sees keys j <= p.
 
 A kernel runs as a grid of *programs*, each one thread block on the GPU, told apart by
-``tl.program_id``. ``_forward`` runs on the grid (t_q / BLOCK_M, b·h): a program owns one block of
-queries of one head, walks over the key blocks with the online softmax of section 7.2 in
-registers (in base 2: scores times c, ``exp2``), and writes its block of Z and the log-sum-exp of
-each row, in base 2. Its loop over key blocks is cut in three: blocks the window's left edge cuts
-(masked), blocks every row of the program sees whole (no mask, no bounds check: the causal
+``tl.program_id``. ``_forward`` runs on the grid (t_q / BLOCK_M, b·h): a program owns one block
+of queries of one head, walks over the key blocks with the online softmax of section 7.2 in
+registers (in base 2: scores times c, ``exp2``), and writes its block of Z and the log-sum-exp
+of each row, in base 2. Its loop over key blocks is cut in three: blocks the window's left edge
+cuts (masked), blocks every row of the program sees whole (no mask, no bounds check: the causal
 split's off-diagonal blocks), and blocks cut by the diagonal or the end of the keys (masked).
 :mod:`attention.triton_backward` cuts its loops the same way, with the helpers defined here.
 A learned sink (one logit per head) starts each row's running maximum and sum, as one more score
 with a value of zero.
 
-The constexpr flags LONGEST_FIRST, FOLD_SCALE, DESCRIPTORS and WARP_SPECIALIZE are the choices of
-:class:`attention.triton_flash.TritonOptions`, all off by default: none has been timed on a GPU.
+The constexpr flags LONGEST_FIRST, FOLD_SCALE, DESCRIPTORS and WARP_SPECIALIZE are the choices
+of :class:`attention.triton_flash.TritonOptions`, all off by default: none has been timed
+on a GPU.
 
 Block shapes, warps and pipeline stages are chosen by ``triton.autotune`` on the GPU, among the
 configurations below, once per (t_q, t_k, d_h, causal), dtype and flags; Triton's interpreter
-gets one fixed configuration. Importing this module defines the kernels, and ``triton.jit`` decides then
-whether they are compiled or interpreted (``TRITON_INTERPRET``).
+gets one fixed configuration. Importing this module defines the kernels, and ``triton.jit``
+decides then whether they are compiled or interpreted (``TRITON_INTERPRET``).
 """
 
 from typing import Any
@@ -48,34 +50,39 @@ from torch import Tensor
 #   128 x 64 with 4 warps at d_h = 128 and 128 x 128 at d_h = 64 on A100 and H100
 #   (csrc/flash_attn/src/flash_fwd_launch_template.h); 128 query rows with 8 warps are two
 #   warpgroups, as FlashAttention-3's two consumer warpgroups on Hopper. Triton's tutorial
-#   (python/tutorials/06-fused-attention.py, current version) tries BLOCK_M in {64, 128}, BLOCK_N in
-#   {32, 64, 128}, 2, 3 or 4 stages and 4 or 8 warps, drops 8 warps for tiles under 128 x 128 on
-#   Hopper, reads Q, K and V through tensor descriptors, and tries warp_specialize on Blackwell
-#   only (here TritonOptions.descriptors and .warp_specialize). 64 x 32 is the small one that
-#   fits an sm86/sm89 GPU at d_h = 128.
+#   (python/tutorials/06-fused-attention.py, current version) tries BLOCK_M in {64, 128},
+#   BLOCK_N in {32, 64, 128}, 2, 3 or 4 stages and 4 or 8 warps, drops 8 warps for tiles under
+#   128 x 128 on Hopper, reads Q, K and V through tensor descriptors, and tries warp_specialize
+#   on Blackwell only (here TritonOptions.descriptors and .warp_specialize). 64 x 32 is the
+#   small one that fits an sm86/sm89 GPU at d_h = 128.
 # - dK, dV (BLOCK_N keys kept, BLOCK_M queries streamed) and dQ (BLOCK_M queries kept, BLOCK_N
-#   keys streamed): FlashAttention-2 keeps 128 keys against 64 queries at d_h = 128, with 8 warps
-#   (flash_bwd_launch_template.h); the tutorial 128 keys against 32 queries, and 128 queries
-#   against 32 keys, with 4 warps at d_h = 64. Here 128 kept rows get 8 warps: at d_h = 128 the
-#   float32 dK and dV of 128 keys are 2 x 128 x 128 numbers, 256 registers a thread with 4 warps
-#   (128 threads), more than the 255 a thread may have.
+#   keys streamed): FlashAttention-2 keeps 128 keys against 64 queries at d_h = 128, with 8
+#   warps (flash_bwd_launch_template.h); the tutorial 128 keys against 32 queries, and 128
+#   queries against 32 keys, with 4 warps at d_h = 64. Here 128 kept rows get 8 warps: at
+#   d_h = 128 the float32 dK and dV of 128 keys are 2 x 128 x 128 numbers, 256 registers a
+#   thread with 4 warps (128 threads), more than the 255 a thread may have.
 # Shared memory, estimated by shared_memory_bytes: every tile a program keeps, plus num_stages
-# copies of every tile it streams, d_h numbers of 2 bytes a row. At d_h = 128 every configuration
-# below needs at most 160 KiB, within the 163 KB a thread block may use on an A100 (compute
-# capability 8.0; 227 KB on an H100); the test module checks it. On sm86/sm89 GPUs (99 KB) Triton
-# cannot compile the larger ones, and the autotuner times those as infinitely slow.
-FORWARD_CONFIGS = ((64, 64, 4, 3), (64, 32, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2))
+# copies of every tile it streams, d_h numbers of 2 bytes a row. At d_h = 128 every
+# configuration below needs at most 160 KiB, within the 163 KB a thread block may use on an A100
+# (compute capability 8.0; 227 KB on an H100); the test module checks it. On sm86/sm89 GPUs
+# (99 KB) Triton cannot compile the larger ones, and the autotuner times those as
+# infinitely slow.
+FORWARD_CONFIGS = ((64, 64, 4, 3), (64, 32, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3),
+                   (128, 128, 8, 2))
 DKDV_CONFIGS = ((32, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2))
 DQ_CONFIGS = ((64, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 2))
-INTERPRETER_CONFIG = (16, 16, 4, 1)  # small tiles: the tests' short sequences span several blocks
+# small tiles: the tests' short sequences span several blocks
+INTERPRETER_CONFIG = (16, 16, 4, 1)
 PREPROCESS_BLOCK = 64
 TUNING_KEY = ["T_Q", "T_K", "D_H", "IS_CAUSAL"]
 LOG2E = 1.4426950408889634  # scores times LOG2E are in base 2: e^x = 2^(x · LOG2E)
-INTS = ["T_Q", "T_K", "OFFSET", "WINDOW"]  # never specialized: a value of 1 must not become a constant
+# never specialized: a value of 1 must not become a constant
+INTS = ["T_Q", "T_K", "OFFSET", "WINDOW"]
 
 
 def shared_memory_bytes(kernel: str, block_m: int, block_n: int, stages: int, d_h: int) -> int:
-    """Estimated shared memory of one program: kept tiles, plus ``stages`` copies of streamed ones.
+    """Estimated shared memory of one program: kept tiles, plus ``stages``
+    copies of streamed ones.
 
     forward: Q (BLOCK_M rows) kept, K and V (BLOCK_N rows each) streamed; dkdv: K and V kept, Q
     and dZ streamed; dq: Q and dZ kept, K and V streamed. Each row is d_h numbers of 2 bytes.
@@ -102,12 +109,13 @@ def shared_memory_bytes(kernel: str, block_m: int, block_n: int, stages: int, d_
 @triton.jit
 def tile_pointers(base, batch, head, i, j, stride_b, stride_h, stride_i, stride_j):
     """Pointers to the (len(i), len(j)) tile of rows i, columns j of one (batch, head) slice."""
-    return base + batch * stride_b + head * stride_h + i[:, None] * stride_i + j[None, :] * stride_j
+    return (base + batch * stride_b + head * stride_h + i[:, None] * stride_i
+            + j[None, :] * stride_j)
 
 
 @triton.jit
-def key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr,
+              HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Key blocks of the query block at start_m: [lo, mid_lo) masked, [mid_lo, mid_hi) whole,
     [mid_hi, hi) masked. Divisions only of numbers >= 0 (Triton rounds toward zero)."""
     last = tl.minimum(start_m + BLOCK_M, T_Q) - 1  # the block's last query row
@@ -118,7 +126,8 @@ def key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WI
     if IS_CAUSAL:
         hi = tl.minimum(T_K, last + OFFSET + 1)  # past the last row's diagonal
         mid_hi = (tl.maximum(tl.minimum(T_K, start_m + OFFSET + 1), 0) // BLOCK_N) * BLOCK_N
-        if HAS_WINDOW:  # the first row's window starts at its position - w + 1, the last row's later
+        # the first row's window starts at its position - w + 1, the last row's later
+        if HAS_WINDOW:
             lo = (tl.maximum(start_m + OFFSET - WINDOW + 1, 0) // BLOCK_N) * BLOCK_N
             mid_lo = tl.cdiv(tl.maximum(last + OFFSET - WINDOW + 1, 0), BLOCK_N) * BLOCK_N
     hi = tl.maximum(hi, lo)
@@ -128,8 +137,8 @@ def key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WI
 
 
 @triton.jit
-def query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr,
+                HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Query blocks that see the key block at start_n: [lo, mid_lo) masked (the diagonal),
     [mid_lo, mid_hi) whole, [mid_hi, hi) masked (the window's edge, the last rows)."""
     last_key = tl.minimum(start_n + BLOCK_N, T_K) - 1
@@ -138,11 +147,14 @@ def query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_
     hi = T_Q + lo
     mid_hi = (T_Q // BLOCK_M) * BLOCK_M
     if IS_CAUSAL:
-        lo = (tl.maximum(start_n - OFFSET, 0) // BLOCK_M) * BLOCK_M  # first row that sees key start_n
-        mid_lo = tl.cdiv(tl.maximum(last_key - OFFSET, 0), BLOCK_M) * BLOCK_M  # first row sees the last key
+        # first row that sees key start_n
+        lo = (tl.maximum(start_n - OFFSET, 0) // BLOCK_M) * BLOCK_M
+        # first row sees the last key
+        mid_lo = tl.cdiv(tl.maximum(last_key - OFFSET, 0), BLOCK_M) * BLOCK_M
         if HAS_WINDOW:  # row i sees key j while i + offset < j + w
             hi = tl.minimum(T_Q, last_key + WINDOW - OFFSET)
-            mid_hi = (tl.maximum(tl.minimum(T_Q, start_n + WINDOW - OFFSET), 0) // BLOCK_M) * BLOCK_M
+            mid_hi = (tl.maximum(tl.minimum(T_Q, start_n + WINDOW - OFFSET), 0)
+                      // BLOCK_M) * BLOCK_M
     hi = tl.maximum(hi, lo)
     mid_lo = tl.minimum(tl.maximum(mid_lo, lo), hi)
     mid_hi = tl.minimum(tl.maximum(mid_hi, mid_lo), hi)
@@ -150,7 +162,8 @@ def query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_
 
 
 @triton.jit
-def visible_mask(rows, keys, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+def visible_mask(rows, keys, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr,
+                 HAS_WINDOW: tl.constexpr):
     """True where query row ``rows`` may see key ``keys`` (any two shapes that broadcast)."""
     ok = (rows < T_Q) & (keys < T_K)
     if IS_CAUSAL:
@@ -162,9 +175,10 @@ def visible_mask(rows, keys, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr, 
 
 @triton.jit
 def _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, start, end,
-                  T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                  MASKED: tl.constexpr, BLOCK_N: tl.constexpr, FOLD_SCALE: tl.constexpr,
-                  DESCRIPTORS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+                  T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL: tl.constexpr,
+                  HAS_WINDOW: tl.constexpr, MASKED: tl.constexpr, BLOCK_N: tl.constexpr,
+                  FOLD_SCALE: tl.constexpr, DESCRIPTORS: tl.constexpr,
+                  WARP_SPECIALIZE: tl.constexpr):
     """The online softmax over the key blocks in [start, end): m, l and acc stay in registers.
 
     ``k_src`` and ``v_src`` are pointer tiles (K read transposed) or, with DESCRIPTORS, tensor
@@ -185,7 +199,8 @@ def _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, start,
         if not FOLD_SCALE:
             s = s * qk_scale
         if MASKED:
-            seen = visible_mask(rows[:, None], keys[None, :], T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW)
+            seen = visible_mask(rows[:, None], keys[None, :], T_Q, T_K, OFFSET, WINDOW,
+                                IS_CAUSAL, HAS_WINDOW)
             s = tl.where(seen, s, float("-inf"))
         row_max = tl.max(s, 1)  # (BLOCK_M,); the scale c > 0 keeps the argmax
         if FOLD_SCALE:
@@ -196,7 +211,8 @@ def _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, start,
         else:
             shift = m_new
         if FOLD_SCALE:
-            p = tl.math.exp2(tl.fma(s, qk_scale, -shift[:, None]))  # c·s - shift in one instruction
+            # c·s - shift in one instruction
+            p = tl.math.exp2(tl.fma(s, qk_scale, -shift[:, None]))
         else:
             p = tl.math.exp2(s - shift[:, None])  # (BLOCK_M, BLOCK_N)
         rescale = tl.math.exp2(m - shift)  # (BLOCK_M,), 0 while m = -inf
@@ -208,8 +224,9 @@ def _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, start,
 
 @triton.jit
 def block_start(BLOCK_M: tl.constexpr, LONGEST_FIRST: tl.constexpr):
-    """First query row of this program's block; with LONGEST_FIRST the grid's first programs take
-    the last blocks, which see the most keys under a causal mask (programs start in grid order)."""
+    """First query row of this program's block; with LONGEST_FIRST the grid's first programs
+    take the last blocks, which see the most keys under a causal mask
+    (programs start in grid order)."""
     pid = tl.program_id(0)
     if LONGEST_FIRST:
         pid = tl.num_programs(0) - 1 - pid
@@ -219,60 +236,80 @@ def block_start(BLOCK_M: tl.constexpr, LONGEST_FIRST: tl.constexpr):
 @triton.jit
 def _slice_descriptor(base, T, stride_t, D_H: tl.constexpr, BLOCK: tl.constexpr):
     """A tensor descriptor of one (batch, head) slice, (T, D_H) with rows ``stride_t`` apart."""
-    return tl.make_tensor_descriptor(base, shape=[T, D_H], strides=[stride_t, 1], block_shape=[BLOCK, D_H])
+    return tl.make_tensor_descriptor(base, shape=[T, D_H], strides=[stride_t, 1],
+                                     block_shape=[BLOCK, D_H])
 
 
 @triton.jit(do_not_specialize=INTS)
 def _forward(Q, K, V, O, LSE, SINKS,
-             stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
-             stride_vb, stride_vh, stride_vt, stride_vd, stride_ob, stride_oh, stride_ot, stride_od,
-             H, G, T_Q, T_K, OFFSET, WINDOW, qk_scale, D_H: tl.constexpr, IS_CAUSAL: tl.constexpr,
-             HAS_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr, LONGEST_FIRST: tl.constexpr,
-             FOLD_SCALE: tl.constexpr, DESCRIPTORS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+             stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt,
+             stride_kd, stride_vb, stride_vh, stride_vt, stride_vd, stride_ob, stride_oh,
+             stride_ot, stride_od, H, G, T_Q, T_K, OFFSET, WINDOW, qk_scale, D_H: tl.constexpr,
+             IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr,
+             LONGEST_FIRST: tl.constexpr, FOLD_SCALE: tl.constexpr, DESCRIPTORS: tl.constexpr,
+             WARP_SPECIALIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Z and lse (base 2) of one block of BLOCK_M queries of one head."""
     start_m = block_start(BLOCK_M, LONGEST_FIRST)
-    bh = tl.program_id(1).to(tl.int64)  # (batch, head) as one index; int64: offsets may pass 2**31
+    # (batch, head) as one index; int64: offsets may pass 2**31
+    bh = tl.program_id(1).to(tl.int64)
     batch, head = bh // H, bh % H
     kv_head = head // G  # grouped-query attention: g query heads read one key-value head
     rows = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query indices
     cols = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key offsets in a block
     dims = tl.arange(0, D_H)  # (D_H,)
     if DESCRIPTORS:
-        q_desc = _slice_descriptor(Q + batch * stride_qb + head * stride_qh, T_Q, stride_qt, D_H, BLOCK_M)
+        q_desc = _slice_descriptor(Q + batch * stride_qb + head * stride_qh,
+                                   T_Q, stride_qt, D_H, BLOCK_M)
         q = q_desc.load([start_m, 0])  # (BLOCK_M, D_H), zeros past T_Q
-        k_src = _slice_descriptor(K + batch * stride_kb + kv_head * stride_kh, T_K, stride_kt, D_H, BLOCK_N)
-        v_src = _slice_descriptor(V + batch * stride_vb + kv_head * stride_vh, T_K, stride_vt, D_H, BLOCK_N)
+        k_src = _slice_descriptor(K + batch * stride_kb + kv_head * stride_kh,
+                                  T_K, stride_kt, D_H, BLOCK_N)
+        v_src = _slice_descriptor(V + batch * stride_vb + kv_head * stride_vh,
+                                  T_K, stride_vt, D_H, BLOCK_N)
     else:
-        q_ptrs = tile_pointers(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd)
-        q = tl.load(q_ptrs, mask=rows[:, None] < T_Q, other=0.0)  # (BLOCK_M, D_H), kept all along
-        # The first key block's pointers; block n adds n · stride. Swapping the roles of the two
-        # strides reads K transposed, (D_H, BLOCK_N), with no copy.
-        k_src = tile_pointers(K, batch, kv_head, dims, cols, stride_kb, stride_kh, stride_kd, stride_kt)
-        v_src = tile_pointers(V, batch, kv_head, cols, dims, stride_vb, stride_vh, stride_vt, stride_vd)
+        q_ptrs = tile_pointers(Q, batch, head, rows, dims,
+                               stride_qb, stride_qh, stride_qt, stride_qd)
+        # (BLOCK_M, D_H), kept all along
+        q = tl.load(q_ptrs, mask=rows[:, None] < T_Q, other=0.0)
+        # The first key block's pointers; block n adds n · stride. Swapping the roles of the
+        # two strides reads K transposed, (D_H, BLOCK_N), with no copy.
+        k_src = tile_pointers(K, batch, kv_head, dims, cols,
+                              stride_kb, stride_kh, stride_kd, stride_kt)
+        v_src = tile_pointers(V, batch, kv_head, cols, dims,
+                              stride_vb, stride_vh, stride_vt, stride_vd)
     m = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running maximum, base 2
     l = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of 2^(s - m)
-    if HAS_SINKS:  # the sink is one more score, with a value of zero: it starts the running sums
+    # the sink is one more score, with a value of zero: it starts the running sums
+    if HAS_SINKS:
         sink = tl.load(SINKS + head).to(tl.float32) * 1.4426950408889634  # base 2
-        m = tl.zeros([BLOCK_M], dtype=tl.float32) + sink  # 2^(sink - m) = 1; nothing for a sink of -inf
+        # 2^(sink - m) = 1; nothing for a sink of -inf
+        m = tl.zeros([BLOCK_M], dtype=tl.float32) + sink
         l = tl.where(m == float("-inf"), l, l + 1.0)
     acc = tl.zeros([BLOCK_M, D_H], dtype=tl.float32)  # running sum of 2^(s - m) v
     lo, mid_lo, mid_hi, hi = key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL, HAS_WINDOW,
                                         BLOCK_M, BLOCK_N)
-    acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, lo, mid_lo,
+    # masked: the window's edge
+    acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows,
+                              lo, mid_lo,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                              True, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)  # masked: the window's edge
-    acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, mid_lo, mid_hi,
+                              True, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)
+    # every row sees every key
+    acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows,
+                              mid_lo, mid_hi,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                              False, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)  # every row sees every key
-    acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, mid_hi, hi,
+                              False, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)
+    # masked: the diagonal, the end
+    acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows,
+                              mid_hi, hi,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                              True, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)  # masked: the diagonal, the end
-    empty = l == 0.0  # a row that sees no key (nor a sink): output 0, lse = +inf (so P = 0 backward)
+                              True, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)
+    # a row that sees no key (nor a sink): output 0, lse = +inf (so P = 0 backward)
+    empty = l == 0.0
     l = tl.where(empty, 1.0, l)
     out = acc / l[:, None]  # (BLOCK_M, D_H)
-    lse = tl.where(empty, float("inf"), m + tl.math.log2(l))  # (BLOCK_M,), log2 of the row's sum
-    o_ptrs = tile_pointers(O, batch, head, rows, dims, stride_ob, stride_oh, stride_ot, stride_od)
+    # (BLOCK_M,), log2 of the row's sum
+    lse = tl.where(empty, float("inf"), m + tl.math.log2(l))
+    o_ptrs = tile_pointers(O, batch, head, rows, dims,
+                           stride_ob, stride_oh, stride_ot, stride_od)
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rows[:, None] < T_Q)
     tl.store(LSE + bh * T_Q + rows, lse, mask=rows < T_Q)
 
@@ -281,9 +318,10 @@ def _forward(Q, K, V, O, LSE, SINKS,
 INTERPRET = type(_forward).__name__ == "InterpretedFunction"
 
 
-def tuned(kernel: Any, configs: tuple[tuple[int, int, int, int], ...], options: tuple[str, ...] = (),
-           reset_to_zero: list[str] | None = None) -> Any:
-    """``kernel`` autotuned over ``configs`` on a GPU; with the one interpreter config otherwise.
+def tuned(kernel: Any, configs: tuple[tuple[int, int, int, int], ...],
+          options: tuple[str, ...] = (), reset_to_zero: list[str] | None = None) -> Any:
+    """``kernel`` autotuned over ``configs`` on a GPU; with the one interpreter
+    config otherwise.
 
     Tuned again for each value of TUNING_KEY and of the ``options`` (constexpr flags) it takes.
 
@@ -301,16 +339,19 @@ def tuned(kernel: Any, configs: tuple[tuple[int, int, int, int], ...], options: 
     """
     chosen = (INTERPRETER_CONFIG,) if INTERPRET else configs
     return triton.autotune(
-        [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in chosen],
+        [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+         for m, n, w, s in chosen],
         key=TUNING_KEY + list(options), reset_to_zero=reset_to_zero,
     )(kernel)
 
 
-_forward_tuned = tuned(_forward, FORWARD_CONFIGS, ("HAS_SINKS", "LONGEST_FIRST", "FOLD_SCALE", "DESCRIPTORS", "WARP_SPECIALIZE"))
+_forward_tuned = tuned(_forward, FORWARD_CONFIGS, ("HAS_SINKS", "LONGEST_FIRST", "FOLD_SCALE",
+                                                   "DESCRIPTORS", "WARP_SPECIALIZE"))
 FIXED_STAGES = 3  # Triton's default num_stages, which a launch with fixed blocks gets
 
 
-def launch(kernel: Any, autotuned: Any, blocks: tuple[int, int] | None) -> tuple[Any, dict[str, int]]:
+def launch(kernel: Any, autotuned: Any,
+           blocks: tuple[int, int] | None) -> tuple[Any, dict[str, int]]:
     """The autotuned kernel, or, for blocks (BLOCK_M, BLOCK_N) given, the kernel with 4 warps.
 
     Args:
@@ -327,12 +368,13 @@ def launch(kernel: Any, autotuned: Any, blocks: tuple[int, int] | None) -> tuple
     """
     if blocks is None:
         return autotuned, {}
-    return kernel, {"BLOCK_M": blocks[0], "BLOCK_N": blocks[1], "num_warps": 4, "num_stages": FIXED_STAGES}
+    return kernel, {"BLOCK_M": blocks[0], "BLOCK_N": blocks[1], "num_warps": 4,
+                    "num_stages": FIXED_STAGES}
 
 
 def launched_config(kernel: Any, meta: dict[str, int]) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the launch of ``kernel`` just made: the fixed
-    ``meta``, or the configuration the autotuner chose for this shape.
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the launch of ``kernel`` just made: the
+    fixed ``meta``, or the configuration the autotuner chose for this shape.
 
     Args:
         kernel: the kernel launched (autotuned when ``meta`` is empty).
@@ -367,7 +409,8 @@ def mask_args(causal: bool, offset: int, window: int | None) -> dict:
         >>> mask_args(True, 0, None)
         {'OFFSET': 0, 'WINDOW': 0, 'IS_CAUSAL': True, 'HAS_WINDOW': False}
     """
-    return {"OFFSET": offset, "WINDOW": window or 0, "IS_CAUSAL": causal, "HAS_WINDOW": window is not None}
+    return {"OFFSET": offset, "WINDOW": window or 0, "IS_CAUSAL": causal,
+            "HAS_WINDOW": window is not None}
 
 
 def _allocate_descriptor_scratch(size: int, alignment: int, stream: int | None) -> Tensor:
@@ -375,9 +418,10 @@ def _allocate_descriptor_scratch(size: int, alignment: int, stream: int | None) 
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float, causal: bool, offset: int,
-            window: int | None, blocks: tuple[int, int] | None, longest_first: bool, fold_scale: bool,
-            descriptors: bool, warp_specialize: bool) -> tuple[Tensor, Tensor, tuple[int, int, int, int]]:
+def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float, causal: bool,
+            offset: int, window: int | None, blocks: tuple[int, int] | None,
+            longest_first: bool, fold_scale: bool, descriptors: bool,
+            warp_specialize: bool) -> tuple[Tensor, Tensor, tuple[int, int, int, int]]:
     """Z (b, h, t_q, d_h), the base-2 log-sum-exp (b, h, t_q) of q (b, h, t_q, d_h), k and v
     (b, h_kv, t_k, d_h), and the (BLOCK_M, BLOCK_N, warps, stages) that ran.
 
@@ -415,9 +459,10 @@ def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float,
         triton.set_allocator(_allocate_descriptor_scratch)
     kernel, meta = launch(_forward, _forward_tuned, blocks)
     grid = lambda meta: (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)  # noqa: E731
-    kernel[grid](q, k, v, out, lse, sinks if sinks is not None else lse, *q.stride(), *k.stride(),
-                 *v.stride(), *out.stride(), H=h, G=h // k.shape[1], T_Q=t_q, T_K=k.shape[2],
-                 qk_scale=scale * LOG2E, D_H=d_h, **mask_args(causal, offset, window),
-                 HAS_SINKS=sinks is not None, LONGEST_FIRST=longest_first, FOLD_SCALE=fold_scale,
-                 DESCRIPTORS=descriptors, WARP_SPECIALIZE=warp_specialize, **meta)
+    kernel[grid](q, k, v, out, lse, sinks if sinks is not None else lse, *q.stride(),
+                 *k.stride(), *v.stride(), *out.stride(), H=h, G=h // k.shape[1], T_Q=t_q,
+                 T_K=k.shape[2], qk_scale=scale * LOG2E, D_H=d_h,
+                 **mask_args(causal, offset, window), HAS_SINKS=sinks is not None,
+                 LONGEST_FIRST=longest_first, FOLD_SCALE=fold_scale, DESCRIPTORS=descriptors,
+                 WARP_SPECIALIZE=warp_specialize, **meta)
     return out, lse, launched_config(kernel, meta)
