@@ -1,8 +1,9 @@
 """Figures of chapter 1: why attention.
 
-Notation: b batch size, t tokens, d_in token width, d_hidden RNN state width, d_attn width of the
-additive attention's hidden layer; the reversal model maps a source of t = 6 digits to the same
-digits in reverse order. The gradient figure uses an untrained RNN and weight-free attention.
+Notation: b batch size, t tokens, d_in token width, d_hidden RNN state width, d_attn width of
+the additive attention's hidden layer; the reversal model maps a source of t = 6 digits to the
+same digits in reverse order. The gradient figure uses an untrained RNN and weight-free
+attention.
 """
 
 import matplotlib.pyplot as plt

@@ -58,7 +58,8 @@ def variance_vs_dk() -> Figure:
 
 
 def softmax_saturation() -> Figure:
-    """Weights of the query "journey" and the norm of the softmax Jacobian as the scores grow."""
+    """Weights of the query "journey" and the norm of the softmax Jacobian as the scores
+    grow."""
     inputs = journey_inputs()  # (t, d_in)
     torch.manual_seed(123)
     W_query, W_key = torch.rand(3, 2), torch.rand(3, 2)  # (d_in, d_out) each
@@ -90,7 +91,9 @@ def softmax_saturation() -> Figure:
     right.set_title("Size of the softmax Jacobian")
     for ax in (left, right):
         ax.spines[["top", "right"]].set_visible(False)
-    fig.suptitle("Scores of the untrained $W_q$, $W_k$ of section 3.2 (seed 123), scaled by $c$")
+    fig.suptitle(
+        "Scores of the untrained $W_q$, $W_k$ of section 3.2 (seed 123), scaled by $c$"
+    )
     return fig
 
 
