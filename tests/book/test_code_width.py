@@ -9,8 +9,9 @@ monospace (DejaVu Sans Mono there, 0.602 em a character), so 80 characters fit
 admonition (an exercise, its solution, a folded ``??? info``) sets its code in a smaller font: 97
 characters fit at one level, 93 in a solution nested in an exercise. The check reads the
 Markdown, not the site: every fence of every page (Python, its output block, ``text`` and
-``bash`` alike) and every code cell of the exercise notebooks, with what it shows. Listings of
-source files (``--8<--``) follow the package's own line length and are left out.
+``bash`` alike), every line of a source file a fence lists whole (``--8<-- "src/..."``, in a box
+of its own: ``LISTING_CODE_COLUMN``), and every code cell of the exercise notebooks, with what
+it shows.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import pytest
 
 from book.constants import ADMONITION_CODE_COLUMN as BOX_COLUMN
 from book.constants import CODE_COLUMN as COLUMN
-from book.constants import DOCS
+from book.constants import DOCS, LISTING_CODE_COLUMN, REPO
 from book.pages import read_page, split_lines
 
 ADMONITION = re.compile(r"(?:!!!|\?\?\?)\+?\s")
+LISTING = re.compile(r'\s*--8<-- "(?P<path>[^":]+)"\s*')  # a whole file; pymdownx.snippets
 PAGES = sorted(DOCS.rglob("*.md"))
 NOTEBOOKS = sorted(DOCS.rglob("*.ipynb"))
 
@@ -53,12 +55,29 @@ def page_too_wide(path: Path) -> list[str]:
     wide = []
     for start, end in sorted(spans):
         body = lines[start + 1 : end - 1]
-        if any("--8<--" in line for line in body):
-            continue
         indent, column = _indent(lines[start]), _column(lines, start)
-        wide += [f"{path.relative_to(DOCS)}:{start + 2 + k}: {len(line) - indent} > {column}"
-                 for k, line in enumerate(body) if len(line) - indent > column]
+        for number, line in enumerate(body, start=start + 2):
+            if "--8<--" in line:
+                listed = LISTING_CODE_COLUMN if column == BOX_COLUMN else COLUMN
+                wide += [f"{path.relative_to(DOCS)}:{number}: {problem}"
+                         for problem in listing_too_wide(line, listed)]
+            elif len(line) - indent > column:
+                wide.append(f"{path.relative_to(DOCS)}:{number}: {len(line) - indent} > {column}")
     return wide
+
+
+def listing_too_wide(line: str, column: int) -> list[str]:
+    """``file:line: width > column`` for each line of the file that ``line`` lists (a fence line
+    ``--8<-- "src/attention/flash.py"``) wider than ``column``."""
+    listing = LISTING.fullmatch(line)
+    if listing is None:
+        return [f"expected a whole file, --8<-- \"path\", got {line.strip()!r}"]
+    source = REPO / listing["path"]
+    if not source.is_file():
+        return [f"expected a file of the repository, got {listing['path']!r}"]
+    shown = source.read_text(encoding="utf-8").splitlines()
+    return [f"{listing['path']}:{number}: {len(text)} > {column}"
+            for number, text in enumerate(shown, start=1) if len(text) > column]
 
 
 def notebook_too_wide(path: Path) -> list[str]:

@@ -19,7 +19,7 @@ from playwright.sync_api import BrowserContext
 
 from book.browser.chromium import DESKTOP
 from book.browser.server import SiteServer
-from book.constants import ADMONITION_CODE_COLUMN, CODE_COLUMN
+from book.constants import ADMONITION_CODE_COLUMN, CODE_COLUMN, LISTING_CODE_COLUMN
 from tests.browser.conftest import open_page
 
 # One process for test_any_screen.py, test_figures_print.py and test_math.py: one chromium, and a
@@ -47,8 +47,9 @@ MEASURE = """() => [...document.querySelectorAll('figure.attn-figure-box')].map(
 })"""
 # Whether a line of n characters shows whole in a code block of the page's column and in one of a
 # solution nested in an exercise (every collapsed block opened first), and a line 20 longer not.
-FITS = """([top, box]) => {
-  document.querySelectorAll('details').forEach(d => { d.open = true; });
+FITS = """([top, listing, box]) => {
+  const details = [...document.querySelectorAll('details')], open = details.map(d => d.open);
+  details.forEach(d => { d.open = true; });
   const fits = (code, n) => {
     const shown = code.innerHTML;
     code.textContent = 'x'.repeat(n);
@@ -59,9 +60,13 @@ FITS = """([top, box]) => {
   const boxOf = e => e.closest('.admonition, details');
   const blocks = [...document.querySelectorAll('.md-typeset pre > code')];
   const page = blocks.find(c => !boxOf(c));
+  const boxed = blocks.find(c => boxOf(c) && !boxOf(boxOf(c).parentElement));
   const nested = blocks.find(c => boxOf(c) && boxOf(boxOf(c).parentElement));
-  return {page: [fits(page, top), fits(page, top + 20)],
-          nested: nested ? [fits(nested, box), fits(nested, box + 20)] : null};
+  const found = {page: page ? [fits(page, top), fits(page, top + 20)] : null,
+                 boxed: boxed ? [fits(boxed, listing), fits(boxed, listing + 20)] : null,
+                 nested: nested ? [fits(nested, box), fits(nested, box + 20)] : null};
+  details.forEach((d, i) => { d.open = open[i]; });  // the page as it was: other tests read it
+  return found;
 }"""
 # Exercises: the question's box and the solution's, open or not, and the question's height.
 EXERCISES = """() => [...document.querySelectorAll('.admonition.example, details.example')].map(e => ({
@@ -150,12 +155,17 @@ def test_the_figure_font_comes_from_the_site(screens, site: SiteServer, screen: 
 
 def test_code_column_holds_what_the_width_rule_allows(screens, site: SiteServer) -> None:
     """tests/book/test_code_width.py holds every line of code and output to CODE_COLUMN characters
-    (ADMONITION_CODE_COLUMN in an admonition's smaller font): on a 1280 px desktop a line that
-    long must show whole, in the page's column and in a solution nested in an exercise, or
-    those limits no longer keep code from scrolling sideways. (A line 20 characters longer must
-    scroll, or the measurement measures nothing.)"""
-    page = open_page(screens["desktop"], site, EXERCISES_PAGE, changes=True)
-    fits = page.evaluate(FITS, [CODE_COLUMN, ADMONITION_CODE_COLUMN])
-    assert fits == {"page": [True, False], "nested": [True, False]}, (
-        f"[{CODE_COLUMN}, {CODE_COLUMN + 20}] characters in the column, [{ADMONITION_CODE_COLUMN}, "
-        f"{ADMONITION_CODE_COLUMN + 20}] in a nested solution fit: {fits}, expected [True, False]")
+    (ADMONITION_CODE_COLUMN in an admonition's smaller font, LISTING_CODE_COLUMN in a listing's
+    box, one level deep): on a 1280 px desktop a line that long must show whole, in the page's
+    column, in a box and in a solution nested in an exercise, or those limits no longer keep code
+    from scrolling sideways. (A line 20 characters longer must scroll, or the measurement
+    measures nothing.)"""
+    columns = [CODE_COLUMN, LISTING_CODE_COLUMN, ADMONITION_CODE_COLUMN]
+    fits = open_page(screens["desktop"], site, EXERCISES_PAGE).evaluate(FITS, columns)
+    # The exercises page has no code in a box of its own; chapter 4's listings are.
+    fits["boxed"] = open_page(screens["desktop"], site, CHAPTERS[0]).evaluate(FITS, columns)["boxed"]
+    expected = {"page": [True, False], "boxed": [True, False], "nested": [True, False]}
+    assert fits == expected, (
+        f"[{CODE_COLUMN}, {CODE_COLUMN + 20}] characters in the column, [{LISTING_CODE_COLUMN}, "
+        f"{LISTING_CODE_COLUMN + 20}] in a box, [{ADMONITION_CODE_COLUMN}, "
+        f"{ADMONITION_CODE_COLUMN + 20}] in a nested solution fit: {fits}, expected {expected}")

@@ -18,9 +18,11 @@ PHONE_COLUMN_PX = 350
 # screens scale the font with the column), measured in Chromium: 80 in the page's column, 93 in a
 # solution nested in an exercise (an admonition sets code smaller; 97 at one level). Every line
 # of a page's code and output is held to them (tests/book/test_code_width.py), and the browser
-# tests check that the site still shows that many.
+# tests check that the site still shows that many. A source file a page lists whole (``--8<--``)
+# sits in a box of its own, one level deep: its lines are held to that box's width.
 CODE_COLUMN = 80
 ADMONITION_CODE_COLUMN = 92
+LISTING_CODE_COLUMN = 96
 
 # The PDF edition: its file name beside the print page, and the paragraph of the print page after
 # which `python -m book pdf` adds the link to it.
