@@ -2,8 +2,8 @@
 Google-style Args / Returns / Raises sections and an example that runs, and a user's script
 type-checks against the annotations the package ships (py.typed).
 
-"Public" is what the API reference page shows: ``attention.__all__`` and the public names of each
-module that docs/reference/api.md lists (its ``__all__``, or what it defines without a leading
+"Public" is what the API reference shows: ``attention.__all__`` and the public names of each
+module that a page of docs/reference/ shows (its ``__all__``, or what it defines without a leading
 underscore).
 """
 
@@ -26,17 +26,16 @@ import griffe
 import pytest
 
 import attention
+from book.docstrings import reference_modules
 
 REPO = Path(__file__).resolve().parents[2]
-API_PAGE = REPO / "docs" / "reference" / "api.md"
 
 
 def api_modules() -> list[ModuleType]:
-    """The modules docs/reference/api.md renders, in its order (the Triton kernels' modules only
-    where Triton is installed: it has wheels for Linux only)."""
-    lines = API_PAGE.read_text(encoding="utf-8").splitlines()
+    """The modules the pages of docs/reference/ show, page by page (the Triton kernels' modules
+    only where Triton is installed: it has wheels for Linux only)."""
     modules = []
-    for name in (line[4:].strip() for line in lines if line.startswith("::: ")):
+    for name in reference_modules():
         try:
             modules.append(importlib.import_module(name))
         except ModuleNotFoundError as error:

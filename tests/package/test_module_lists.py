@@ -1,13 +1,16 @@
 """The lists a new module of the package must join agree with each other: what ``__init__``
-imports, its ``__all__``, and the modules the API reference page (docs/reference/api.md) shows."""
+imports, its ``__all__``, and the modules the API reference's pages (docs/reference/) show."""
 
 from __future__ import annotations
 
 import ast
-import re
+from pathlib import Path
+
+import pytest
 
 import attention
-from book.constants import DOCS, REPO
+from book.constants import REPO
+from book.docstrings import reference_modules
 
 PACKAGE = REPO / "src" / "attention"
 
@@ -29,12 +32,21 @@ def test_init_exports_exactly_what_it_imports() -> None:
     assert len(attention.__all__) == len(set(attention.__all__)), "a name twice in __all__"
 
 
-def test_every_public_module_is_on_the_api_page_and_the_page_names_no_other() -> None:
-    shown = re.findall(r"^::: attention\.(\w+)\s*$", (DOCS / "reference" / "api.md").read_text(encoding="utf-8"),
-                       flags=re.MULTILINE)
+def test_every_public_module_is_on_an_api_page_and_the_pages_name_no_other() -> None:
+    shown = [name.removeprefix("attention.").split(".") for name in reference_modules()]
     modules = {p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_")}
-    assert sorted(modules - set(shown)) == [], "modules missing from docs/reference/api.md"
-    assert sorted(set(shown) - modules) == [], "docs/reference/api.md shows modules that do not exist"
-    assert len(shown) == len(set(shown)), "a module twice on the API page"
+    top = {parts[0] for parts in shown if len(parts) == 1}  # attention.x, of attention/x.py
+    assert sorted(modules - top) == [], "modules missing from docs/reference/"
+    missing = [".".join(parts) for parts in shown if not PACKAGE.joinpath(*parts).with_suffix(".py").is_file()]
+    assert missing == [], "docs/reference/ shows modules that do not exist"
     imported, _ = init_imports()
     assert sorted(imported - modules) == [], "__init__ imports from a private or missing module"
+
+
+class TestBadInput:
+    def test_a_module_shown_on_two_pages_is_refused(self, tmp_path: Path) -> None:
+        (tmp_path / "a.md").write_text("# A\n\n::: attention.causal\n", encoding="utf-8")
+        (tmp_path / "b.md").write_text("# B\n\n::: attention.flash\n\n::: attention.causal\n",
+                                       encoding="utf-8")
+        with pytest.raises(ValueError, match=r"attention\.causal on a\.md and b\.md"):
+            reference_modules(tmp_path)

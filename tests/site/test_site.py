@@ -215,13 +215,25 @@ def public_docstrings(source: Path) -> list[str]:
     return found
 
 
+def api_pages(site: Path) -> dict[Path, str]:
+    """The built pages of the API reference that show modules, by folder, and their HTML."""
+    pages = {page.parent: page.read_text(encoding="utf-8")
+             for page in sorted((site / "reference").glob("*/index.html"))}
+    assert len(pages) > 1, f"no API reference pages in {site / 'reference'}"
+    return pages
+
+
 def test_api_reference_turns_sphinx_roles_into_links(built_site: Path) -> None:
-    html = (built_site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
-    shown = SOURCE_LISTING.sub("", html)  # the source listings show the docstrings as written
-    assert not SPHINX_ROLE.search(shown), SPHINX_ROLE.search(shown).group(0)
-    ids = set(re.findall(r' id="([^"]+)"', html))
-    links = set(re.findall(r'<a class="autorefs autorefs-internal"[^>]*href="#([^"]+)"[^>]*>'
-                           r"<code>([\w.]+)</code></a>", shown))
+    pages = api_pages(built_site)
+    ids = {folder: set(re.findall(r' id="([^"]+)"', html)) for folder, html in pages.items()}
+    links = set()  # (the page and the id a link leads to, the name it shows)
+    for folder, html in pages.items():
+        shown = SOURCE_LISTING.sub("", html)  # the source listings show the docstrings as written
+        assert not SPHINX_ROLE.search(shown), SPHINX_ROLE.search(shown).group(0)
+        for href, text in re.findall(r'<a class="autorefs autorefs-internal"[^>]*href="([^"]*#[^"]+)"'
+                                     r"[^>]*><code>([\w.]+)</code></a>", shown):
+            page, _, target = href.partition("#")
+            links.add(((folder / page).resolve(), target, text))
     roles = {
         (match.group(2).rsplit(".", 1)[-1] if match.group(1) else match.group(2))
         for source in (REPO / "src" / "attention").glob("[!_]*.py")
@@ -230,13 +242,14 @@ def test_api_reference_turns_sphinx_roles_into_links(built_site: Path) -> None:
     }
     assert roles, "no docstring uses a Sphinx role: nothing was checked"
     for name in sorted(roles):
-        targets = [target for target, text in links if text == name]
-        assert targets, f"the role naming {name!r} is not a link on the API page"
-        assert all(t in ids and t.endswith(name.rsplit(".", 1)[-1]) for t in targets), targets
+        targets = [(page, target) for page, target, text in links if text == name]
+        assert targets, f"the role naming {name!r} is not a link on the API pages"
+        assert all(target in ids.get(page, ()) and target.endswith(name.rsplit(".", 1)[-1])
+                   for page, target in targets), targets
 
 
 def test_api_reference_shows_notation_legends_as_tables(built_site: Path) -> None:
-    html = (built_site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    html = "".join(api_pages(built_site).values())
     legends = [
         source.stem
         for source in (REPO / "src" / "attention").glob("[!_]*.py")
@@ -252,15 +265,16 @@ def test_api_reference_shows_notation_legends_as_tables(built_site: Path) -> Non
     assert "CONTRIBUTING" not in SOURCE_LISTING.sub("", html), "a link to a file not on the site"
 
 
-def test_generated_api_page_has_no_edit_link(built_site: Path) -> None:
+def test_generated_api_pages_have_no_edit_link(built_site: Path) -> None:
     def edit_links(page: Path) -> int:
         return page.read_text(encoding="utf-8").count('title="Edit this page"')
 
-    assert edit_links(built_site / "reference" / "api" / "index.html") == 0
+    assert all(html.count('title="Edit this page"') == 0 for html in api_pages(built_site).values())
+    assert edit_links(built_site / "reference" / "index.html") == 1  # written by hand
     assert edit_links(built_site / "chapters" / "01-why-attention" / "index.html") == 1
 
 
 def test_search_index_leaves_out_source_listings(built_site: Path) -> None:
     index = (built_site / "search" / "search_index.json").read_text(encoding="utf-8")
-    assert '"location":"reference/api/' in index.replace(" ", ""), "the API page is not indexed"
+    assert '"location":"reference/fast-attention/' in index.replace(" ", ""), "the API is not indexed"
     assert "Source code in" not in index and "def softmax(" not in index

@@ -1,13 +1,13 @@
-"""Griffe extension (mkdocs.yml, mkdocstrings ``extensions``): docstrings as the API page shows
-them.
+"""Griffe extension (mkdocs.yml, mkdocstrings ``extensions``): docstrings as the API reference
+shows them.
 
 The package's docstrings are read in three places: ``help()`` in a terminal, the source, and the
-API reference page. They are written for the first two, in plain text with Sphinx roles; this
-extension rewrites them, for the page only and when the site is built, so that the source stays
+API reference pages. They are written for the first two, in plain text with Sphinx roles; this
+extension rewrites them, for the pages only and when the site is built, so that the source stays
 plain:
 
 - A Sphinx role, ``:func:`softmax```, ``:class:`~attention.CrossAttention```, ``:mod:`x```,
-  becomes a mkdocstrings cross-reference to the object's entry on the page (mkdocstrings does not
+  becomes a mkdocstrings cross-reference to the object's entry, on its page (mkdocstrings does not
   read Sphinx roles; it would show them as literal text). The name is looked up as Python would
   see it from the docstring's object: its own members, then those of the enclosing class and
   module, then the package's. A name that resolves to nothing stops the strict build.
@@ -22,16 +22,23 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from griffe import Alias, Extension, Module, Object
+
+from .constants import DOCS
 
 # mkdocs counts warnings of loggers under "mkdocs": --strict then fails the build.
 log = logging.getLogger("mkdocs.plugins.docstrings")
 
 ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc|obj):`(~?)([\w.]+)`")
+# The API reference: an overview (index.md) and a page per part of the book, each showing its
+# modules with mkdocstrings' ``::: attention.x`` lines.
+REFERENCE = DOCS / "reference"
+SHOWN = re.compile(r"^::: (attention(?:\.\w+)+)[ \t]*$", re.MULTILINE)
 # The notation table of the preface (docs/index.md, heading "Notation"), linked from the API
-# page (docs/reference/api.md); MkDocs checks the link and its anchor like any other.
+# pages (docs/reference/*.md); MkDocs checks the link and its anchor like any other.
 LEGEND_LINK = "see the book's [notation](../index.md#notation)"
 LEGEND_HEAD = re.compile(r"^Notation \(see CONTRIBUTING\.md\):[ \t]*$", re.MULTILINE)
 # One row of an indented legend: the symbols, two or more spaces, the meaning.
@@ -108,8 +115,25 @@ def legend_table(text: str) -> str:
     return text[: head.start()] + legend
 
 
+def reference_modules(folder: Path = REFERENCE) -> dict[str, Path]:
+    """The page of the API reference (the pages in ``folder``) that shows each module, by the
+    module's dotted name, page by page in file-name order and in each page's order.
+
+    Raises:
+        ValueError: if two pages, or two lines of one page, show the same module.
+    """
+    shown: dict[str, Path] = {}
+    for page in sorted(folder.glob("*.md")):
+        for name in SHOWN.findall(page.read_text(encoding="utf-8")):
+            if name in shown:
+                raise ValueError(f"expected each module on one page, got {name} on "
+                                 f"{shown[name].name} and {page.name}")
+            shown[name] = page
+    return shown
+
+
 class SiteDocstrings(Extension):
-    """Rewrite the package's docstrings for the API page (see the module docstring)."""
+    """Rewrite the package's docstrings for the API reference (see the module docstring)."""
 
     def on_package(self, *, pkg: Module, **kwargs: Any) -> None:
         for obj in walk(pkg):
