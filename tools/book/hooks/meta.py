@@ -3,8 +3,8 @@
 - Every page gets a description (``<meta name="description">`` and the social-card tags of
   overrides/main.html): its front matter's ``description:``, or else the text of its first
   paragraph of prose, cut near 160 characters.
-- A page whose front matter says ``edit: false`` (generated from elsewhere, like the API page)
-  gets no "Edit this page" button.
+- A page whose front matter says ``edit: false`` (generated from elsewhere, like the API
+  reference's pages) gets no "Edit this page" button.
 """
 
 from __future__ import annotations

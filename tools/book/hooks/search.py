@@ -1,10 +1,10 @@
 """MkDocs hook: search finds the chapter that explains a word, and is named for screen readers.
 
-The API page's source listings (mkdocstrings' "Source code in ...") stay out of the index, since
-every function's source names softmax, masks and d_k; chapters are boosted (``CHAPTER_BOOST``)
-and the API page lowered (its front matter), so that a word the book explains finds the chapter
-that explains it, and an object's name its entry. The search dialog gets an accessible name
-(Material's ``role="dialog"`` has none).
+The API reference's source listings (mkdocstrings' "Source code in ...") stay out of the index,
+since every function's source names softmax, masks and d_k; chapters are boosted
+(``CHAPTER_BOOST``) and the API reference lowered (its pages' front matter), so that a word the
+book explains finds the chapter that explains it, and an object's name its entry. The search
+dialog gets an accessible name (Material's ``role="dialog"`` has none).
 
 KaTeX draws a negated relation as the relation under a slash from a private-use code point of
 its fonts (``\\neq`` is U+E020 then ``=``), which the index would show as a box in a result's
@@ -12,7 +12,7 @@ title ("Causal alignment when tq\ue020=tk"): once the index is written, each suc
 its Unicode character (``≠``) and any other private-use character is dropped.
 
 Material's search plugin reads each page with Python's HTML parser, tag by tag, and KaTeX's
-MathML copies and the API page's source listings, which the index leaves out, and the
+MathML copies and the API reference's source listings, which the index leaves out, and the
 highlighted code's ``<span>`` tags are more than half of the book's tags. Just before it reads a
 page, ``on_page_context`` hands it a copy of the content without the first two and with the
 spans inside ``<pre>`` unwrapped (inside ``<pre>`` the index keeps the text as it is, so only
@@ -36,8 +36,8 @@ from mkdocs.utils.templates import TemplateContext
 SOURCE_LISTING = '<details class="mkdocstrings-source">'
 SEARCH_DIALOG = '<div class="md-search" data-md-component="search" role="dialog">'
 NAMED_SEARCH_DIALOG = SEARCH_DIALOG.replace(' role="dialog"', ' role="dialog" aria-label="Search"')
-# Search score factor of chapter pages (Material's ``search.boost``): with it, and the API page
-# at 0.3, a search for softmax, causal mask, flash or d_k lists a chapter first
+# Search score factor of chapter pages (Material's ``search.boost``): with it, and the API
+# reference at 0.3, a search for softmax, causal mask, flash or d_k lists a chapter first
 # (tests/browser/test_site_quality.py).
 CHAPTER_BOOST = 2
 INDEX = Path("search") / "search_index.json"
