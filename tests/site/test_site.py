@@ -217,7 +217,7 @@ def public_docstrings(source: Path) -> list[str]:
 
 def api_pages(site: Path) -> dict[Path, str]:
     """The built pages of the API reference that show modules, by folder, and their HTML."""
-    pages = {page.parent: page.read_text(encoding="utf-8")
+    pages = {page.parent.resolve(): page.read_text(encoding="utf-8")
              for page in sorted((site / "reference").glob("*/index.html"))}
     assert len(pages) > 1, f"no API reference pages in {site / 'reference'}"
     return pages
@@ -226,14 +226,14 @@ def api_pages(site: Path) -> dict[Path, str]:
 def test_api_reference_turns_sphinx_roles_into_links(built_site: Path) -> None:
     pages = api_pages(built_site)
     ids = {folder: set(re.findall(r' id="([^"]+)"', html)) for folder, html in pages.items()}
-    links = set()  # (the page and the id a link leads to, the name it shows)
+    links = set()  # (the page a link is on, the page and the id it leads to, the name it shows)
     for folder, html in pages.items():
         shown = SOURCE_LISTING.sub("", html)  # the source listings show the docstrings as written
         assert not SPHINX_ROLE.search(shown), SPHINX_ROLE.search(shown).group(0)
         for href, text in re.findall(r'<a class="autorefs autorefs-internal"[^>]*href="([^"]*#[^"]+)"'
                                      r"[^>]*><code>([\w.]+)</code></a>", shown):
             page, _, target = href.partition("#")
-            links.add(((folder / page).resolve(), target, text))
+            links.add((folder, (folder / page).resolve(), target, text))
     roles = {
         (match.group(2).rsplit(".", 1)[-1] if match.group(1) else match.group(2))
         for source in (REPO / "src" / "attention").glob("[!_]*.py")
@@ -241,8 +241,9 @@ def test_api_reference_turns_sphinx_roles_into_links(built_site: Path) -> None:
         for match in SPHINX_ROLE.finditer(docstring)
     }
     assert roles, "no docstring uses a Sphinx role: nothing was checked"
+    assert any(on != to for on, to, _, _ in links), "no link leads to another page: none checked"
     for name in sorted(roles):
-        targets = [(page, target) for page, target, text in links if text == name]
+        targets = [(to, target) for _, to, target, text in links if text == name]
         assert targets, f"the role naming {name!r} is not a link on the API pages"
         assert all(target in ids.get(page, ()) and target.endswith(name.rsplit(".", 1)[-1])
                    for page, target in targets), targets
