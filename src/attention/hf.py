@@ -148,8 +148,9 @@ class _LatentAttention(nn.Module):
 
     :class:`~attention.latent.MultiHeadLatentAttention` with what DeepSeek-V2 and V3 add to the
     paper's equations: RMSNorm on the query latent and on the key-value latent c (which is what
-    the cache holds), content keys and values of different widths (``qk_nope_head_dim`` and
-    ``v_head_dim``), interleaved RoPE pairs, and YaRN's mscale² on the scores.
+    the cache holds), content keys and values each of its own width (``qk_nope_head_dim`` and
+    ``v_head_dim``, both 128 in DeepSeek-V3), interleaved RoPE pairs, and YaRN's mscale² on the
+    scores.
     """
 
     def __init__(self, source: nn.Module, config: Any, rotary: RotaryEmbedding, scale: float) -> None:
@@ -645,6 +646,7 @@ def _llama_like(model: nn.Module) -> CausalLM:
         )
     if gemma:
         _option(config, "attn_logit_softcapping", (None,))
+        _option(config, "use_bidirectional_attention", (False, None))  # an encoder's mask
         scale = config.query_pre_attn_scalar**-0.5
     else:
         scale = d_h**-0.5

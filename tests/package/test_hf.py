@@ -148,6 +148,10 @@ class TestBadInput:
             from_transformers(_model("phi", **SMALL))
         with pytest.raises(ValueError, match="reorder_and_upcast_attn=True"):
             from_transformers(_model("gpt2", **dict(CASES["gpt2"][1], reorder_and_upcast_attn=True)))
+        # bidirectional Gemma 3 (an encoder) attends both ways within its windows: not causal
+        kind, options = CASES["gemma3"]
+        with pytest.raises(ValueError, match=r"use_bidirectional_attention=True .* \(False, None\)"):
+            from_transformers(_model(kind, **dict(options, use_bidirectional_attention=True)))
 
     def test_token_ids_max_new_tokens_and_dtype_must_be_valid(self) -> None:
         ours = from_transformers(_model(*CASES["gpt2"]))
