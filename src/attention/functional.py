@@ -375,9 +375,10 @@ def scaled_dot_product_attention(
     through 0 · nan = nan in A V. Half-precision inputs: A and A V are computed in float32 and Z
     is rounded once.
 
-    ``sinks`` (h,), the learned sinks of gpt-oss (beyond torch's arguments): query head k's
-    softmax gets one more term exp(σ_k) in its denominator, as if it saw one more key of score
-    σ_k and value zero, so each row's weights sum to less than 1. Needs query (..., h, t_q, d_k).
+    ``sinks`` (h,), the learned sinks of gpt-oss (beyond torch's arguments): each query head's
+    softmax gets one more term exp(σ), σ the head's own logit, in its denominator, as if it saw
+    one more key of score σ and value zero, so each row's weights sum to less than 1. Needs query
+    (..., h, t_q, d_k).
 
     Args:
         query: (..., t_q, d_k).
