@@ -396,15 +396,18 @@ def dsa_attention(
 
 def dsa_flops(
     t: int, top_k: int, num_heads: int, kv_rank: int, rope_dim: int, index_heads: int,
-    index_dim: int,
+    index_dim: int, *, head_dim: int | None = None,
 ) -> tuple[int, int, int]:
     """FLOPs of one layer's causal prefill of t tokens: (indexer, selected attention, dense).
 
-    Attention is MLA's absorbed form (chapter 10): per query–key pair and head, a score of
-    width d_c + d_h^R and a value of width d_c, 2 (2 d_c + d_h^R) FLOPs. The indexer costs
+    Selected attention is MLA's absorbed form (chapter 10), the multi-query form DSA runs in:
+    per query–key pair and head, a score of width d_c + d_h^R and a value of width d_c,
+    2 (2 d_c + d_h^R) FLOPs, over min(i + 1, k) keys of query i. The indexer costs
     2 h_I (d_I + 1) per pair (its dot products, then the weighted sum of the ReLUs) over all
-    t (t + 1) / 2 causal pairs; selected attention runs over min(i + 1, k) keys of query i.
-    Projections, linear in t, are left out.
+    t (t + 1) / 2 causal pairs. Dense attention runs over the same causal pairs, in the absorbed
+    form by default (as decoding runs it), or, given ``head_dim``, in the expanded form that a
+    dense prefill runs: keys of width d_h + d_h^R and values of width d_h, 2 (2 d_h + d_h^R)
+    per pair and head. Projections, linear in t, are left out.
 
     Args:
         t: tokens of the prefill.
@@ -414,6 +417,8 @@ def dsa_flops(
         rope_dim: d_h^R.
         index_heads: h_I.
         index_dim: d_I.
+        head_dim: d_h, width of a head's content key and of its value, to price dense attention
+            in the expanded form; None prices it in the absorbed form.
 
     Returns:
         (indexer, selected attention, dense attention) FLOPs.
@@ -424,15 +429,20 @@ def dsa_flops(
     Examples:
         >>> dsa_flops(4, top_k=2, num_heads=1, kv_rank=1, rope_dim=1, index_heads=1, index_dim=1)
         (40, 42, 60)
+        >>> dsa_flops(4, 2, 1, 1, 1, 1, 1, head_dim=2)[2]  # expanded: 2 (2·2 + 1) per pair
+        100
     """
     check_sizes(t=t, top_k=top_k, num_heads=num_heads, kv_rank=kv_rank, rope_dim=rope_dim,
                 index_heads=index_heads, index_dim=index_dim)
+    if head_dim is not None:
+        check_sizes(head_dim=head_dim)
     causal_pairs = t * (t + 1) // 2
     k = min(top_k, t)
     selected_pairs = k * (k + 1) // 2 + (t - k) * k  # Σ_i min(i + 1, k)
-    per_pair = 2 * num_heads * (2 * kv_rank + rope_dim)
+    absorbed = 2 * num_heads * (2 * kv_rank + rope_dim)  # per pair
+    dense = absorbed if head_dim is None else 2 * num_heads * (2 * head_dim + rope_dim)
     indexer = 2 * index_heads * (index_dim + 1) * causal_pairs
-    return indexer, per_pair * selected_pairs, per_pair * causal_pairs
+    return indexer, absorbed * selected_pairs, dense * causal_pairs
 
 
 def _block_means(x: Tensor, block_size: int, name: str) -> Tensor:

@@ -174,6 +174,19 @@ def test_dsa_flops_count_the_pairs():
     assert indexer == 2 * 5 * 7 * 55
 
 
+def test_dsa_flops_price_a_dense_prefill_in_the_expanded_form():
+    """head_dim changes the dense baseline only: 2 h (2 d_h + d_h^R) per pair, not 2 h (2 d_c +
+    d_h^R); the selected attention stays absorbed."""
+    absorbed = dsa_flops(10, 4, 2, 3, 1, 5, 6)
+    expanded = dsa_flops(10, 4, 2, 3, 1, 5, 6, head_dim=2)
+    assert expanded[:2] == absorbed[:2]
+    assert expanded[2] == 2 * 2 * (2 * 2 + 1) * 55
+    # at DeepSeek-V3.2's sizes the expanded form is 3.4 times cheaper per pair
+    sizes = dict(num_heads=128, kv_rank=512, rope_dim=64, index_heads=64, index_dim=128)
+    ratio = dsa_flops(1, 1, **sizes)[2] / dsa_flops(1, 1, **sizes, head_dim=128)[2]
+    assert ratio == pytest.approx((2 * 512 + 64) / (2 * 128 + 64))
+
+
 def test_dsa_equals_transformers_deepseek_v32_attention():
     """Same weights, float64: identical selections and outputs (SDPA, whose softmax keeps
     float64; transformers' indexer computes its scores in float32)."""
@@ -289,6 +302,10 @@ class TestBadInput:
         q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"index_scores must have shape .* got \(2, 16\)"):
             dsa_attention(q, k, v, torch.zeros(B, T), top_k=2)
+
+    def test_dsa_flops_head_dim_must_be_a_size(self):
+        with pytest.raises(ValueError, match=r"head_dim must be at least 1, got 0"):
+            dsa_flops(10, 4, 2, 3, 1, 5, 6, head_dim=0)
 
     def test_top_k_above_the_keys_is_clamped(self):
         mask = to_dense(topk_mask(torch.zeros(3, 3), 10), 3, 3)
