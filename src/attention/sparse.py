@@ -21,8 +21,8 @@ Three selections of 2025 models:
     MoBA  (Lu et al., 2025)    query i scores each key block by q_i · mean(K_block) and keeps its
           top k blocks, its own block always among them
     NSA   (Yuan et al., 2025)  compressed blocks, selected blocks (ranked by the compressed
-          branch's weights; the first and the own block always kept) and a sliding window,
-          mixed by gates in [0, 1]
+          branch's weights; NSA always keeps the first and two local blocks, this module the
+          first and the own) and a sliding window, mixed by gates in [0, 1]
 """
 
 import math
