@@ -17,7 +17,7 @@ clamped to t_k, as transformers' DeepSeek-V3.2 indexer does. Ties go as ``torch.
 Three selections of 2025 models:
 
     DSA   (DeepSeek-AI, 2025)  a lightning indexer scores every earlier token,
-          a_ij = Σ_l η_il ReLU(q_il · k_j / sqrt(d_I)) / sqrt(h_I); query i keeps its top k tokens
+          I_ij = Σ_l η_il ReLU(q_il · k_j / sqrt(d_I)) / sqrt(h_I); query i keeps its top k tokens
     MoBA  (Lu et al., 2025)    query i scores each key block by q_i · mean(K_block) and keeps its
           top k blocks, its own block always among them
     NSA   (Yuan et al., 2025)  compressed blocks, selected blocks (ranked by the compressed
@@ -178,7 +178,7 @@ def block_topk_mask(
 
 
 class LightningIndexer(nn.Module):
-    """DeepSeek Sparse Attention's indexer: cheap scores a_ij of query i against every token j.
+    """DeepSeek Sparse Attention's indexer: cheap scores I_ij of query i against every token j.
 
     Per token: h_I index queries q_il = RoPE(c_Q^(i) W_IQ) from MLA's query latent c_Q (d_c'),
     one index key k_j = RoPE(LayerNorm(x^(j) W_IK)) shared by the heads, and per-head weights
