@@ -180,8 +180,9 @@ def block_topk_mask(
 class LightningIndexer(nn.Module):
     """DeepSeek Sparse Attention's indexer: cheap scores I_ij of query i against every token j.
 
-    Per token: h_I index queries q_il = RoPE(c_Q^(i) W_IQ) from MLA's query latent c_Q (d_c'),
-    one index key k_j = RoPE(LayerNorm(x^(j) W_IK)) shared by the heads, and per-head weights
+    Per token: h_I index queries q_il = RoPE(c_Q^(i) W_IQ) from MLA's query latent c_Q (d_c',
+    after MLA's RMSNorm, as DeepSeek and transformers pass it), one index key
+    k_j = RoPE(LayerNorm(x^(j) W_IK)) shared by the heads, and per-head weights
     η_il = x^(i) W_w / sqrt(h_I) (the report's w; the book keeps w for a window). RoPE rotates
     the first ``rope_dim`` features in two halves.
     Parameters as transformers' ``DeepseekV32Indexer``: W_IQ = ``wq_b``, W_IK = ``wk``,
