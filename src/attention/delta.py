@@ -13,11 +13,12 @@ Notation (see CONTRIBUTING.md):
 Tokens are rows, as in the book. Every rule here keeps a state S_i (no normalizer, unlike
 chapter 12's linear attention) and reads it with the scaled query, z_i = q_i S_i / sqrt(d_k):
 
-    decay (RetNet, GLA, Mamba-2's SSD)     S_i = a_i S_{i-1} + k_i^T v_i
+    decay (RetNet, Mamba-2's SSD)          S_i = a_i S_{i-1} + k_i^T v_i
     delta rule (Schlag et al., DeltaNet)   S_i = S_{i-1} + beta_i k_i^T (v_i - k_i S_{i-1})
     gated delta rule (Gated DeltaNet)      S_i = a_i (I - beta_i k_i^T k_i) S_{i-1} + beta_i k_i^T v_i
 
-with beta_i in [0, 1]. Each rule has a recurrent form (one token at a time: the definition) and a
+with beta_i in [0, 1]. (GLA's decay is diag(a_i), one factor per key feature: not the scalar
+decay here.) Each rule has a recurrent form (one token at a time: the definition) and a
 chunked form (matrix products within chunks of C tokens, the state carried across them); scalar
 decay also has a parallel form, (Lambda o Q K^T) V. The chunked delta rule solves one unit
 lower-triangular system per chunk (the UT form of Yang et al., 2024). The forms agree in float64
