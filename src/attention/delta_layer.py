@@ -60,7 +60,9 @@ class GatedDeltaNet(nn.Module):
         d_v: width of each value head.
         conv_size: w_conv, the causal convolution's width (Qwen3-Next uses 4).
         eps: the RMSNorm's epsilon.
-        chunk_size: C of the chunked rule (the layer keeps no state between calls: no decoding).
+        chunk_size: C of the chunked rule, which every call uses: on a whole sequence, or, with
+            a :class:`DeltaState` cache, on the tokens that continue it (one at a time when
+            decoding).
         device: where the parameters are created (torch's default when None).
         dtype: their dtype (torch's default when None).
 
