@@ -1,4 +1,4 @@
-"""Chapter 13's comparison: the tiny model trained with each recurrent rule, on two tasks.
+"""Chapter 13's comparison: the tiny model trained with each recurrent rule, on three tasks.
 
     python -m book.experiments.delta_training            # every run: a few minutes on 2 cores
     python -m book.experiments.delta_training --check    # reruns one row, compares it
