@@ -2,7 +2,8 @@
 
 Notation (see CONTRIBUTING.md):
     b      batch size
-    t      number of new tokens in one call; n tokens cached before it, t_k keys attended to
+    t      tokens of one call, its queries (t_q in chapter 10), which come after the
+           ``cache.length`` tokens cached before the call; t_k keys attended to
     d_in   width of an input token vector, d_out width of the output
     h      query heads, h_kv key/value heads (h_kv divides h), g = h / h_kv queries per group
     d_h    width of one head, d_h = d_out / h
@@ -10,14 +11,15 @@ Notation (see CONTRIBUTING.md):
     n_sink attention sinks: the first n_sink tokens, which every later token also sees
 
 A decoder generates one token at a time and keeps the keys and values of earlier tokens in a
-cache (:mod:`attention.kv_cache`), of 2 · b · t · n_layers · h_kv · d_h values. Multi-query
-(h_kv = 1, Shazeer 2019) and grouped-query attention (1 < h_kv < h, Ainslie et al. 2023) shrink
-it by h / h_kv: query head i uses key/value head i // g. A sliding window of w tokens bounds it
-by w, whatever the length, and attention sinks (StreamingLLM, Xiao et al. 2023) keep the first
-n_sink tokens visible beside the window.
+cache (:mod:`attention.kv_cache`), of 2 · b · t_k · L · h_kv · d_h values for t_k cached tokens
+and L layers (the book's equation (10.6)). Multi-query (h_kv = 1, Shazeer 2019) and grouped-query
+attention (1 < h_kv < h, Ainslie et al. 2023) shrink it by h / h_kv: query head i uses key/value
+head i // g. A sliding window of w tokens bounds it by w, whatever the length, and attention sinks
+(StreamingLLM, Xiao et al. 2023) keep the first n_sink tokens visible beside the window.
 
-New tokens attend to every cached token and causally among themselves: the causal mask of t
-queries against t_k = n + t keys is aligned bottom-right (query i is at position n + i).
+The tokens of a call attend to every cached token and causally among themselves: the causal
+mask of t queries against t_k = length + t keys, length = ``cache.length`` before the call, is
+aligned bottom-right (query i, from 0, is at position length + i; the book's equation (10.5)).
 """
 
 import torch
@@ -51,8 +53,9 @@ def cached_visible(
     n: int, t: int, keys: Tensor, cache: Cache | None, window: int | None, sinks: int
 ) -> Tensor:
     """Bool (t, t_k): which of the keys (b, h_kv, t_k, d_h) that ``cache.append`` returned each of
-    t new queries, after n cached tokens, sees: causal, aligned bottom-right, or within a window
-    (a rolling cache returns the visible keys only, and their positions say which)."""
+    t new queries, after the ``n`` tokens cached before them, sees: causal, aligned bottom-right,
+    or within a window (a rolling cache returns the visible keys only, and their positions say
+    which)."""
     t_k = keys.shape[2]
     if window is None:
         return causal_mask(t, t_k, device=keys.device, alignment="bottom_right")  # (t, t_k)

@@ -2,7 +2,9 @@
 
 Notation (see CONTRIBUTING.md):
     b      batch size
-    t      number of new tokens in one call; n tokens cached before it
+    t      tokens per sequence: those cached, in the cache's size; in ``append``, those of one
+           call, stored after the ``length`` tokens already cached
+    t_k    keys that ``append`` returns: length + t, fewer when a window has dropped old ones
     h_kv   key/value heads, d_h the width of one head
     w      sliding window: the token at position p sees positions p - w < j <= p
     n_sink attention sinks: the first n_sink tokens, which every later token also sees
@@ -11,7 +13,7 @@ A decoder generates one token at a time. The keys and values of earlier tokens n
 they are stored once (the KV cache) instead of being recomputed at every step. Per model, the cache
 holds
 
-    2 · b · t · n_layers · h_kv · d_h   values     (keys and values, every layer, every token)
+    2 · b · t · L · h_kv · d_h   values     (keys and values, each of L layers, every token)
 
 which :func:`kv_cache_bytes` multiplies by the bytes of one value. A sliding window of w tokens
 bounds it by w, whatever the length: :class:`RollingKVCache` keeps w slots, and n_sink more for
@@ -36,7 +38,7 @@ def kv_cache_bytes(
     batch_size: int, tokens: int, num_layers: int, num_kv_heads: int, d_h: int,
     bytes_per_value: int,
 ) -> int:
-    """Bytes of a KV cache: 2 · b · t · n_layers · h_kv · d_h · bytes_per_value.
+    """Bytes of a KV cache: 2 · b · t · L · h_kv · d_h · bytes_per_value.
 
     The 2 counts keys and values; ``bytes_per_value`` is 4 for float32, 2 for float16 and
     bfloat16 (``dtype.itemsize`` in PyTorch).
@@ -156,7 +158,7 @@ class KVCache:
         return self.keys.nbytes + self.values.nbytes
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Store keys, values (b, h_kv, t, d_h); return all stored ones, (b, h_kv, n + t, d_h)."""
+        """Store keys, values (b, h_kv, t, d_h); return all stored ones, (b, h_kv, t_k, d_h)."""
         b, h_kv, _, d_h = self.keys.shape
         check_chunk(keys, values, (b, h_kv, d_h), self.keys)
         start, end = self.length, self.length + keys.shape[2]
@@ -164,7 +166,7 @@ class KVCache:
         self.keys[:, :, start:end] = keys
         self.values[:, :, start:end] = values
         self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]  # (b, h_kv, n + t, d_h) views
+        return self.keys[:, :, :end], self.values[:, :, :end]  # (b, h_kv, t_k, d_h) views
 
     def reset(self) -> None:
         """Forget every token (the storage is kept and overwritten by the next append)."""

@@ -1,7 +1,8 @@
 """Multi-head latent attention (MLA, DeepSeek-V2): a cache of one small latent per token.
 
 Notation (see CONTRIBUTING.md):
-    b      batch size; t new tokens, n cached before them, t_k = n + t keys attended to
+    b      batch size; t tokens of one call, after the cache's ``length`` tokens cached before
+           it; t_k = length + t keys attended to
     d_in   width of an input token vector x, d_out width of the output
     h      heads, d_h = d_out / h the width of each head's content query, key and value
     d_c    ``kv_rank``: width of the latent c that keys and values are made from
@@ -120,7 +121,7 @@ class LatentKVCache:
         return self.latents.nbytes + self.rope_keys.nbytes
 
     def append(self, latents: Tensor, rope_keys: Tensor) -> tuple[Tensor, Tensor]:
-        """Store latents (b, t, d_c), rope_keys (b, t, d_h^R); return all, (b, n + t, ·) each."""
+        """Store latents (b, t, d_c), rope_keys (b, t, d_h^R); return all, (b, t_k, ·) each."""
         b, _, d_c = self.latents.shape
         rope_dim = self.rope_keys.shape[2]
         check_tokens("(b, t, width)", self.latents.dtype,
@@ -130,7 +131,7 @@ class LatentKVCache:
         self.latents[:, start:end] = latents
         self.rope_keys[:, start:end] = rope_keys
         self.length = end
-        return self.latents[:, :end], self.rope_keys[:, :end]  # (b, n + t, d_c), (b, n + t, d_h^R)
+        return self.latents[:, :end], self.rope_keys[:, :end]  # (b, t_k, d_c), (b, t_k, d_h^R)
 
     def reset(self) -> None:
         """Forget every token (the storage is kept and overwritten by the next append)."""
@@ -153,7 +154,8 @@ class MultiHeadLatentAttention(nn.Module):
     :class:`~attention.GroupedQueryAttention`; ``absorbed=True`` computes the same function with
     W_UK folded into the queries and W_UV into the output (see the module docstring), attending
     over the cached latents directly. Positions: queries and the shared key are rotated by their
-    position (n + i for the i-th new token after n cached ones). No bias and no dropout.
+    position (length + i for token i of a call, from 0, after the cache's ``length`` tokens). No
+    bias and no dropout.
 
     Args:
         d_in: width of the input tokens.
