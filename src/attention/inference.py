@@ -5,7 +5,7 @@ Notation (see CONTRIBUTING.md):
     t      tokens of one call, its queries (t_q in chapter 10), which come after the
            ``cache.length`` tokens cached before the call; t_k keys attended to
     d_in   width of an input token vector, d_out width of the output
-    h      query heads, h_kv key/value heads (h_kv divides h), g = h / h_kv queries per group
+    h      query heads, h_kv key/value heads (h_kv divides h), G = h / h_kv queries per group
     d_h    width of one head, d_h = d_out / h
     w      sliding window: the token at position p sees positions p - w < j <= p
     n_sink attention sinks: the first n_sink tokens, which every later token also sees
@@ -14,7 +14,7 @@ A decoder generates one token at a time and keeps the keys and values of earlier
 cache (:mod:`attention.kv_cache`), of 2 · b · t_k · L · h_kv · d_h values for t_k cached tokens
 and L layers (the book's equation (10.6)). Multi-query (h_kv = 1, Shazeer 2019) and grouped-query
 attention (1 < h_kv < h, Ainslie et al. 2023) shrink it by h / h_kv: query head i uses key/value
-head i // g. A sliding window of w tokens bounds it by w, whatever the length, and attention sinks
+head i // G. A sliding window of w tokens bounds it by w, whatever the length, and attention sinks
 (StreamingLLM, Xiao et al. 2023) keep the first n_sink tokens visible beside the window.
 
 The tokens of a call attend to every cached token and causally among themselves: the causal
@@ -228,7 +228,7 @@ class GroupedQueryAttention(nn.Module):
     ) -> "GroupedQueryAttention":
         """A grouped-query module made from ``mha``'s weights (Ainslie et al.'s conversion).
 
-        Queries and the output projection are copied. Each group of g = h / h_kv key (and value)
+        Queries and the output projection are copied. Each group of G = h / h_kv key (and value)
         heads becomes one head, the mean of the group's projection weights and biases; with
         ``num_kv_heads`` = h (the default) nothing is averaged and the module computes exactly
         what ``mha`` computes. The attention dropout and the training mode are carried over; an
