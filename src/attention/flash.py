@@ -53,9 +53,6 @@ Speed in plain PyTorch (each line of Python costs microseconds, so there are few
 
 - large tiles (see :func:`default_block_sizes`);
 - queries are multiplied by the scale once, not every tile of scores;
-- scores are kept in base 2, as FlashAttention-2's kernels keep them: with c = scale · log2(e),
-  exp(scale · ω) = 2^(c · ω), so c is folded into the queries and ``exp2``, which torch computes
-  faster than ``exp`` on a CPU, replaces it (both are within about one ulp of float64);
 - the exponentials, the rescaling and the accumulation run in place (``sub_``, ``exp2_``,
   ``baddbmm`` into its own input), and each pass writes its tiles of scores (and dP) into one
   buffer made at its start, not into a new tensor per tile;
@@ -66,6 +63,12 @@ Speed in plain PyTorch (each line of Python costs microseconds, so there are few
   tile;
 - grouped-query attention stacks the g query heads of a key-value head as rows of one block, so
   a key tile is read once for all of them and never copied.
+
+Scores are kept in base 2, as FlashAttention-2's kernels and the Triton tutorial keep them: with
+c = scale · log2(e), exp(scale · ω) = 2^(c · ω), so c is folded into the queries with the scale
+and ``exp2`` replaces ``exp`` (both are within about one ulp of float64). A GPU evaluates 2^x in
+one instruction, and c then joins the subtraction of the row maximum in one fused multiply-add;
+the loop keeps the kernels' base so that it reads like them.
 
 Precision, as in fused kernels: for float16 and bfloat16 inputs every statistic and accumulator
 (S, m, l, acc and lse forward; D, P, dP, dS and the dQ, dK, dV sums backward) is float32. K and
