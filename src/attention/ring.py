@@ -248,6 +248,11 @@ def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCou
         raise ValueError(f"t must be a multiple of world_size for equal shards, got t={t}, "
                          f"world_size={world_size}")
     c = t // world_size
+    blocks = "two blocks" if world_size > 1 else "one block"  # of K and V at once: this one and the next
+    need = (6 if world_size > 1 else 4) * c * d_h + c  # Q, O, the blocks of K and V, and lse
+    if m_device < need:
+        raise ValueError(f"m_device must hold Q, O, lse and {blocks} of K and V, "
+                         f"{need} numbers for t_shard={c}, d_h={d_h}, got m_device={m_device}")
     mem = TwoLevelMemory(m_device)
     mem.allocate("Q_r", c, d_h)  # (c, d_h): this device's queries, never sent
     mem.allocate("O_r", c, d_h)  # (c, d_h) running output

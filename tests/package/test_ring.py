@@ -74,9 +74,15 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             call()
 
-    def test_io_model_refuses_a_device_too_small_for_the_working_set(self):
-        with pytest.raises(ValueError, match=r"working set must fit .* m_sram=49000.*got 49280 elements"):
-            ring_attention_io(1024, 64, 8, m_device=49_000)  # one block short of double buffering
+    @pytest.mark.parametrize("t, world_size, m_device, message", [
+        # one block short of double buffering
+        (1024, 8, 49_000, r"two blocks of K and V, 49280 numbers for t_shard=128, d_h=64, got m_device=49000"),
+        # one device: its own block only, nothing travels
+        (128, 1, 32_000, r"one block of K and V, 32896 numbers for t_shard=128, d_h=64, got m_device=32000"),
+    ])
+    def test_io_model_refuses_a_device_too_small_for_the_working_set(self, t, world_size, m_device, message):
+        with pytest.raises(ValueError, match=r"m_device must hold Q, O, lse and " + message):
+            ring_attention_io(t, 64, world_size, m_device=m_device)
 
 
 @pytest.mark.parametrize("sharding, is_causal", [("contiguous", False), ("zigzag", True)])
