@@ -2,12 +2,12 @@
 
 Notation (see CONTRIBUTING.md): ``...`` leading batch dimensions (b, h), t tokens, d_k and d_v
 the widths of keys and values, d_h = d_k = d_v in the counts; N = ``world_size`` devices,
-t_shard = t / N tokens per device (``c`` in the code), r a device and sigma a step of the ring,
+t_shard = t / N tokens per device (``c`` in the code), r a device and l a step of the ring,
 both counted from 0; lse a log-sum-exp; J and J' two disjoint sets of keys.
 
 The sequence is cut into N shards; device r holds the queries, keys and values of its shard.
-Keys and values travel round the ring: at step sigma device r holds the key-value block of device
-(r - sigma) mod N, attends its queries to it, and passes it on to device r + 1 while it receives the
+Keys and values travel round the ring: at step l device r holds the key-value block of device
+(r - l) mod N, attends its queries to it, and passes it on to device r + 1 while it receives the
 next one. Each step gives a partial output O and its lse for the block's keys, and the
 partials are merged with the online-softmax rule of chapter 7 (equation 7.8, with the outputs
 kept normalized; equation 11.8):
@@ -94,11 +94,11 @@ def _visible(q_pos: Tensor, k_pos: Tensor, is_causal: bool) -> Tensor:
 
 def ring_work(t: int, world_size: int, is_causal: bool = False,
               sharding: Sharding = "contiguous") -> Tensor:
-    """Score pairs (query, key) device r attends at step sigma: an int64 tensor (N, N) [sigma, r].
+    """Score pairs (query, key) device r attends at step l: an int64 tensor (N, N) [l, r].
 
     A block that no query of the device may see is skipped (0 work); otherwise the count is the
     visible pairs, what a kernel that skips masked tiles computes. A synchronous ring's step
-    lasts as long as its busiest device: the sum over sigma of the row maxima.
+    lasts as long as its busiest device: the sum over l of the row maxima.
 
     Args:
         t: number of tokens.

@@ -2,11 +2,11 @@
 
 Notation (see CONTRIBUTING.md): b batch size, h query heads, h_kv key-value heads (G = h / h_kv
 queries per key-value head), t_shard tokens of a rank's shard (``c`` in the code), d_k and d_v
-the widths of keys and values; N ranks, rank r, step sigma, lse a log-sum-exp.
+the widths of keys and values; N ranks, rank r, step l, lse a log-sum-exp.
 
 The single-process simulator :func:`attention.ring.ring_attention` is the model; this is the
-same algorithm with the devices made real. At step sigma rank r holds the key-value block of rank
-(r - sigma) mod N. It posts the send of that block to rank r + 1 and the receive of the next one
+same algorithm with the devices made real. At step l rank r holds the key-value block of rank
+(r - l) mod N. It posts the send of that block to rank r + 1 and the receive of the next one
 from rank r - 1 (``batch_isend_irecv``), computes its queries against the block it holds while
 they travel, and only then waits: communication overlaps the block's compute. Partials merge by
 equation (11.8). The backward pass (FlashAttention-2's, tile by tile, with D = rowsum(dO ∘ O)

@@ -147,7 +147,7 @@ def ring_balance() -> Figure:
             ax.text(device, step, f"{value:.1f}" if value else "0", ha="center", va="center",
                     fontsize=8.5, color=cell_text_colour(value / top))
         ax.set_xlabel("device r", fontsize=9)
-        ax.set_ylabel("step k", fontsize=9)
+        ax.set_ylabel("step l", fontsize=9)
         ax.set_xticks(range(devices))
         ax.set_yticks(range(devices))
         ax.tick_params(labelsize=9)
