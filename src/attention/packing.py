@@ -1,16 +1,16 @@
 """Packing sequences of different lengths into one row instead of padding them to the longest.
 
-Notation (see CONTRIBUTING.md): n sequences of lengths t_1 ... t_n (sequence u has t_u tokens),
+Notation (see CONTRIBUTING.md): n sequences of lengths t_1 ... t_n (sequence m has t_m tokens),
 t = t_1 + ... + t_n tokens in all, t_max the longest; h heads, d_k and d_v the widths of keys and
 values.
 
-A padded batch (n, t_max, ...) spends memory and work on t_max - t_u padding tokens in row u. A
+A padded batch (n, t_max, ...) spends memory and work on t_max - t_m padding tokens in row m. A
 packed batch lays the sequences end to end, (t, ...), and keeps where each starts in the
 *cumulative sequence lengths* of flash-attention's variable-length ("varlen") interface:
 
     cu_seqlens = [0, t_1, t_1 + t_2, ..., t]      int32, shape (n + 1,)
 
-so sequence u is rows ``cu_seqlens[u]:cu_seqlens[u + 1]``, as ``flash_attn_varlen_func``
+so sequence m is rows ``cu_seqlens[m]:cu_seqlens[m + 1]``, as ``flash_attn_varlen_func``
 (Dao-AILab/flash-attention, ``flash_attn/flash_attn_interface.py``) takes it, with queries, keys
 and values of shape (t, h, d) (it also takes the longest lengths, ``max_seqlen_q`` and
 ``max_seqlen_k``, which size its grid of query blocks). Attention must then stay inside each sequence: either a kernel
@@ -103,14 +103,14 @@ def pack(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     flash-attention's ``unpad_input``, with lengths instead of a padding mask.
 
     Args:
-        x: the padded batch (n, t_max, ...); row u holds t_u real tokens, then padding.
+        x: the padded batch (n, t_max, ...); row m holds t_m real tokens, then padding.
         lengths: t_1 .. t_n (n,).
 
     Returns:
         (packed, cu_seqlens): packed (t, ...) and cu_seqlens (n + 1,) int32.
 
     Raises:
-        ValueError: if lengths is not valid, or x is not (n, t_max, ...) with t_max >= max t_u.
+        ValueError: if lengths is not valid, or x is not (n, t_max, ...) with t_max >= max t_m.
 
     Examples:
         >>> x = torch.tensor([[1, 2, 0], [3, 4, 5]])
@@ -133,13 +133,13 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
     Args:
         packed: the packed tokens (t, ...).
         cu_seqlens: [0, t_1, ..., t] (n + 1,).
-        t_max: the padded length (the longest t_u if None).
+        t_max: the padded length (the longest t_m if None).
 
     Returns:
         The batch (n, t_max, ...).
 
     Raises:
-        ValueError: if cu_seqlens does not rise strictly from 0 to t, or t_max < max t_u.
+        ValueError: if cu_seqlens does not rise strictly from 0 to t, or t_max < max t_m.
 
     Examples:
         >>> unpack(torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 2, 5]))
@@ -165,9 +165,9 @@ def varlen_attention(
 ) -> Tensor:
     """Attention within each packed sequence, in flash-attention's varlen layout.
 
-    Sequence u's queries are rows ``cu_seqlens_q[u]:cu_seqlens_q[u + 1]`` and its keys
-    ``cu_seqlens_k[u]:...``. Each sequence is attended alone, so the work is that of the diagonal
-    blocks, the sum of t_u², never t². ``is_causal`` aligns each sequence's mask bottom-right, as
+    Sequence m's queries are rows ``cu_seqlens_q[m]:cu_seqlens_q[m + 1]`` and its keys
+    ``cu_seqlens_k[m]:...``. Each sequence is attended alone, so the work is that of the diagonal
+    blocks, the sum of t_m², never t². ``is_causal`` aligns each sequence's mask bottom-right, as
     ``flash_attn_varlen_func`` does since flash-attention 2.1 (the same as top-left when a
     sequence has as many queries as keys).
 

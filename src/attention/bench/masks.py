@@ -1,6 +1,6 @@
 """The document mask, timed four ways: dense SDPA, FlexAttention, packed (varlen) and padded.
 
-Notation (see CONTRIBUTING.md): n documents (document u has t_u tokens) packed into one row of
+Notation (see CONTRIBUTING.md): n documents (document m has t_m tokens) packed into one row of
 t = t_1 + ... + t_n tokens, t_max the longest; h heads of width d_h; B the block size of a
 BlockMask (128, FlexAttention's default).
 
@@ -10,11 +10,11 @@ compute the same outputs and form score matrices of different sizes (:func:`scor
 
     sdpa-dense-mask    one row (1, h, t, d_h), SDPA with the dense (t, t) boolean mask  t²
     flex-block-mask    torch.compile(flex_attention) with the rule's BlockMask   (document tiles) · B²
-    varlen             attention.packing.varlen_attention, SDPA per document        Σ t_u²
+    varlen             attention.packing.varlen_attention, SDPA per document        Σ t_m²
     sdpa-padded        the documents padded to (n, h, t_max, d_h), SDPA is_causal    n · t_max²
 
 Each is checked against a float64 reference (each document alone) before it is timed, forward
-only, in float32. ``flops`` is the useful work, 4 · h · d_h · Σ t_u (t_u + 1) / 2, the same for
+only, in float32. ``flops`` is the useful work, 4 · h · d_h · Σ t_m (t_m + 1) / 2, the same for
 every variant; ``scores_formed`` counts the score matrices each forms, by one convention for
 all: whole matrices (or whole tiles), before any causal skipping (see :func:`scores_formed`).
 """
@@ -44,7 +44,7 @@ VARIANTS = {
 }
 METHOD = ("the causal document mask of chapter 11 over one packed row of t tokens holding 8 documents "
           "(lengths drawn from the seed); each variant checked against float64 first, then timed "
-          "forward in float32 like the sweep; flops = 4 h d_h sum t_u (t_u + 1) / 2, the useful work")
+          "forward in float32 like the sweep; flops = 4 h d_h sum t_m (t_m + 1) / 2, the useful work")
 
 
 def document_lengths(t: int, n: int, seed: int) -> torch.Tensor:
@@ -91,8 +91,8 @@ def scores_formed(variant: str, lengths: torch.Tensor) -> int:
     One convention for every form: its score matrices counted whole, before any causal skipping
     (SDPA with a dense mask computes all of them; SDPA with is_causal and FlexAttention skip
     about half of theirs). The dense mask forms t², the padded batch n · t_max², the
-    per-document loop Σ t_u², and FlexAttention its B x B tiles that the document rule alone
-    keeps, times B²: Σ t_u² and the hidden pairs of the tiles that cross a document boundary.
+    per-document loop Σ t_m², and FlexAttention its B x B tiles that the document rule alone
+    keeps, times B²: Σ t_m² and the hidden pairs of the tiles that cross a document boundary.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {variant!r}")
