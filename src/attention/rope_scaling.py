@@ -22,7 +22,7 @@ A rule replaces each θ_i by θ'_i, so that every wavelength grows by λ'_i / λ
     Llama3Scaling          the same ramp without the temperature, ν_lo and ν_hi named
                            ``low_freq_factor`` and ``high_freq_factor``      (Meta's Llama 3.1 code)
     DynamicNTKScaling      NTK-aware scaling whose factor follows the length l read so far:
-                           s = max(1, κ l / t_train - (κ - 1))               (emozilla, 2023; YaRN 3.3)
+                           κ_l = max(1, κ l / t_train - (κ - 1))             (emozilla, 2023; YaRN 3.3)
 
 Each rule is a frozen dataclass that checks its parameters when it is made; ``frequencies``
 returns the θ'_i in float64 and ``attention_factor`` the number that multiplies the rotated
@@ -352,14 +352,15 @@ class Llama3Scaling:
 
 @dataclass(frozen=True)
 class DynamicNTKScaling:
-    """Dynamic NTK scaling (emozilla, 2023; Peng et al., 2023, section 3.3): κ set by the length.
+    """Dynamic NTK scaling (emozilla, 2023; Peng et al., 2023, section 3.3): factor set by length.
 
     While a sequence is no longer than t_train nothing changes; past it, the frequencies are
-    those of :class:`NTKAwareScaling` with the factor s = κ l / t_train - (κ - 1), l the length
+    those of :class:`NTKAwareScaling` with the factor κ_l = κ l / t_train - (κ - 1), l the length
     read so far (the last position plus one). This is Hugging Face's rule
-    (``_compute_dynamic_ntk_parameters``); with κ = 1 it is YaRN's s = max(1, l / t_train). The
-    frequencies change with l, so every key must be rotated with those of the current length:
-    a cache must hold keys before rotation, or the old keys keep the old frequencies.
+    (``_compute_dynamic_ntk_parameters``); with κ = 1 it is YaRN's max(1, l / t_train) (the
+    paper's s). The frequencies change with l, so every key must be rotated with those of the
+    current length: a cache must hold keys before rotation, or the old keys keep the old
+    frequencies.
 
     Args:
         factor: κ >= 1.
@@ -389,14 +390,14 @@ class DynamicNTKScaling:
         return 1.0
 
     def stretch(self, length: int) -> float:
-        """The factor s for a sequence of ``length`` tokens: max(1, κ l / t_train - (κ - 1))."""
+        """The factor κ_l for l = ``length`` tokens: max(1, κ l / t_train - (κ - 1))."""
         if isinstance(length, bool) or not isinstance(length, int) or length < 0:
             raise ValueError(f"length must be an integer >= 0 (tokens), got {length!r}")
         length = max(length, self.original_context)
         return self.factor * length / self.original_context - (self.factor - 1)
 
     def frequencies(self, rotary_dim: int, base: float, length: int = 0) -> Tensor:
-        """NTK-aware θ'_i for factor s(length): shape (rotary_dim/2,), float64."""
+        """NTK-aware θ'_i for the factor κ_l, l = ``length``: shape (rotary_dim/2,), float64."""
         return NTKAwareScaling(self.stretch(length)).frequencies(rotary_dim, base)  # (d_rot/2,)
 
 
