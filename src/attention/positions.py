@@ -9,15 +9,15 @@ Notation (see CONTRIBUTING.md):
 
 Four ways to tell attention where a token is:
 
-    sinusoidal_positions   PE[p, 2i] = sin(p ω_i), PE[p, 2i+1] = cos(p ω_i),
-                           ω_i = 10000^(-2i/d), added to the token embeddings (Vaswani et al.)
+    sinusoidal_positions   PE[p, 2i] = sin(p θ_i), PE[p, 2i+1] = cos(p θ_i),
+                           θ_i = 10000^(-2i/d), added to the token embeddings (Vaswani et al.)
     LearnedPositions       one trained vector per position, added to the embeddings (GPT-2)
     RotaryEmbedding        rotate each pair of query/key features by the angle p θ_i,
                            θ_i = base^(-2i/d_rot), the first d_rot features of each head
                            (all by default) (Su et al., RoFormer); scaled by the rules of
                            :mod:`attention.rope_scaling` to read longer sequences
-    alibi_bias             add -m_h (i - j) to the score of query i against key j, one slope m_h
-                           per head (Press et al., ALiBi)
+    alibi_bias             add -m_η (i - j) to the score of query i against key j, one slope m_η
+                           per head η (Press et al., ALiBi)
 
 The tables are computed in float64 and returned in torch's default dtype (float32 unless changed).
 """
@@ -321,7 +321,7 @@ class RotaryEmbedding(nn.Module):
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
-    """The ALiBi slope m_h of each head (Press et al., 2022): shape (h,).
+    """The ALiBi slope m_η of each head η = 1 .. h (Press et al., 2022): shape (h,).
 
     For h a power of two the slopes are the geometric sequence that starts at 2^(-8/h) with
     that ratio: 2^(-8/h), 2^(-16/h), ..., 2^(-8) (for 8 heads 1/2, 1/4, ..., 1/256). Otherwise,
@@ -358,7 +358,7 @@ def alibi_slopes64(num_heads: int) -> Tensor:
 
 
 def alibi_bias(num_heads: int, t_q: int, t_k: int) -> Tensor:
-    """ALiBi's additive bias -m_h (i - j) of query i against key j, shape (h, t_q, t_k).
+    """ALiBi's additive bias -m_η (i - j) of query i against key j, shape (h, t_q, t_k).
 
     Positions are aligned bottom-right, as when a model decodes with a cache of keys: the last
     query and the last key share a position, so query i (0 .. t_q-1) sits at t_k - t_q + i
