@@ -2,7 +2,7 @@
 
 Notation: t tokens, d width of a position vector, p a position counted from 0, i the position of a
 query and j that of a key, so that j - i is the key's offset from its query (negative: the key
-comes first); h heads, m_h the ALiBi slope of head h. For RoPE, i also numbers a rotated pair,
+comes first); h heads, m_η the ALiBi slope of head η. For RoPE, i also numbers a rotated pair,
 with frequency θ_i and wavelength λ_i = 2π / θ_i; t_train is the training context and κ the
 stretch factor of a scaling rule. Nothing here is trained: every figure is a formula or a table of
 the package, drawn.
@@ -47,7 +47,7 @@ def sinusoidal_table() -> Figure:
 
 
 def alibi_biases() -> Figure:
-    """ALiBi's bias -m_h (i - j) against the distance i - j for the 12 slopes of 12 heads.
+    """ALiBi's bias -m_η (i - j) against the distance i - j for the 12 slopes of 12 heads.
 
     The first 8 are the slopes of 8 heads; of the 4 added for 12 heads (dashed), 2^-0.5 is the
     steepest of all and the others lie between the first four.
@@ -65,7 +65,7 @@ def alibi_biases() -> Figure:
         label = f"head {head + 1}: $m = 2^{{{exponent:g}}}$"
         ax.plot(distance, -slope * distance, style, color=color, label=label)
     ax.set_xlabel("distance $i - j$ (key $j$ at or before query $i$)")
-    ax.set_ylabel("bias added to the score, $-m_h (i - j)$")
+    ax.set_ylabel(r"bias added to the score, $-m_\eta (i - j)$")
     ax.set_ylim(-8.5, 0.5)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
