@@ -31,7 +31,7 @@ def variance_vs_dk() -> Figure:
     left.plot(widths, widths, color="0.6", linestyle=":", linewidth=1.2, label="$d_k$")
     left.plot(widths, raw_var, "o-", color=RAW_COLOR, label="Var$(q \\cdot k)$")
     left.plot(widths, scaled_var, "s-", color=SCALED_COLOR,
-              label="Var$(q \\cdot k / \\sqrt{d_k})$")
+              label="Var$(q \\cdot k / √d_k)$")
     left.set_xscale("log", base=2)
     left.set_yscale("log", base=2)
     left.set_xlabel("width of queries and keys $d_k$")
@@ -47,7 +47,7 @@ def variance_vs_dk() -> Figure:
     right.hist(scores.numpy(), bins=bins, density=True, histtype="stepfilled",
                color=RAW_COLOR, alpha=0.75, label="$q \\cdot k$ (std 8)")
     right.hist((scores / d_k**0.5).numpy(), bins=bins, density=True, histtype="stepfilled",
-               color=SCALED_COLOR, alpha=0.75, label="$q \\cdot k / \\sqrt{d_k}$ (std 1)")
+               color=SCALED_COLOR, alpha=0.75, label="$q \\cdot k / √d_k$ (std 1)")
     right.set_xlabel("score")
     right.set_ylabel("density")
     right.set_title(f"Scores of 20,000 random pairs, $d_k = {d_k}$")
@@ -79,7 +79,7 @@ def softmax_saturation() -> Figure:
     left.set_xscale("log")
     left.set_xlabel("factor $c$ on the scores")
     left.set_ylabel("attention weight $\\alpha_{2j}$")
-    left.set_title('Query "journey": weights of $c\\,\\omega_{2j}/\\sqrt{d_k}$')
+    left.set_title('Query "journey": weights of $c\\,\\omega_{2j}/√d_k$')
     left.legend(frameon=False, loc="center left")
 
     right.plot(factors.numpy(), norm.numpy(), color="#7570b3", linewidth=2)

@@ -62,10 +62,10 @@ def causal_mask_steps() -> Figure:
     masked = scores + additive_causal_mask(len(JOURNEY_TOKENS))  # (t, t)
     weights = softmax(masked, dim=-1)  # (t, t)
     fig, axes = plt.subplots(1, 3, figsize=(10.5, 4.4), layout="constrained")
-    plot_scores(scores, axes[0], "1. Scores $\\Omega / \\sqrt{d_k}$")
-    plot_scores(masked, axes[1], "2. Masked scores $\\Omega / \\sqrt{d_k} + M$")
+    plot_scores(scores, axes[0], "1. Scores $\\Omega / √d_k$")
+    plot_scores(masked, axes[1], "2. Masked scores $\\Omega / √d_k + M$")
     plot_attention(weights, JOURNEY_TOKENS, JOURNEY_TOKENS, ax=axes[2],
-                   title="3. Weights $\\mathrm{softmax}(\\Omega / \\sqrt{d_k} + M)$")
+                   title="3. Weights $\\mathrm{softmax}(\\Omega / √d_k + M)$")
     fig.suptitle("Causal mask on the running example (untrained SelfAttentionV2, seed 789)")
     return fig
 

@@ -40,7 +40,7 @@ def sinusoidal_table() -> Figure:
     image = axes[1].imshow(dots.numpy(), cmap="viridis", aspect="auto")
     axes[1].set_xlabel("position $q$")
     axes[1].set_ylabel("position $p$")
-    axes[1].set_title(r"$PE(p) \cdot PE(p')$: constant along each diagonal")
+    axes[1].set_title(r"$PE(p) \cdot PE(p′)$: constant along each diagonal")
     fig.colorbar(image, ax=axes[1], shrink=0.85)
     fig.suptitle("The sinusoidal position table of Vaswani et al. (2017)")
     return fig
@@ -153,7 +153,7 @@ def rope_scaling() -> Figure:
         axes[0].plot(pairs, theta / scaled, color=RULE_COLORS[name], label=label)
         if base == 10000.0:
             axes[1].plot(pairs, 2 * math.pi / scaled, color=RULE_COLORS[name], label=name)
-    axes[0].set_ylabel(r"stretch $\lambda'_i / \lambda_i$")
+    axes[0].set_ylabel(r"stretch $\lambda′_i / \lambda_i$")
     axes[0].set_ylim(0.5, 8.7)
     axes[0].legend(frameon=False, loc="center left", bbox_to_anchor=(0.0, 0.58), handlelength=1.2)
     axes[0].set_title(rf"$d_h = {d_h}$, $\kappa = {kappa}$")
@@ -162,7 +162,7 @@ def rope_scaling() -> Figure:
         axes[1].text(1, tokens * 1.25, text, color=INK)
     axes[1].legend(handles=axes[1].lines[:1], frameon=False, loc="lower right")
     axes[1].set_yscale("log")
-    axes[1].set_ylabel(r"wavelength $\lambda'_i$ (tokens)")
+    axes[1].set_ylabel(r"wavelength $\lambda′_i$ (tokens)")
     axes[1].set_title(r"base 10,000, $t_{train} = 4096$")
     for ax in axes:
         ax.set_xlabel("pair $i$")
@@ -189,7 +189,7 @@ def rope_decay() -> Figure:
         mean_partial_sums = phases.cumsum(dim=-1).abs().mean(dim=-1)  # (offsets,): mean |σ_j|
         ax.plot(offsets, mean_partial_sums, style, color=color, label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("distance $p - p'$ (tokens)")
+    ax.set_xlabel("distance $p - p′$ (tokens)")
     ax.set_ylabel(r"$\frac{2}{d_h} \sum_j |\sigma_j|$")
     ax.set_title(rf"RoPE's long-term decay bound (Su et al., section 3.4.3), $d_h = {d_h}$")
     ax.legend(frameon=False, loc="lower left")
