@@ -224,6 +224,21 @@ def test_hook_rejects_a_function_that_returns_no_figure(tmp_path: Path, monkeypa
         hook.render_svg("ch01-b", figures["ch01-b"])
 
 
+@pytest.mark.parametrize("label, font, text", [
+    ("$\\Omega / \\sqrt{d_k}$", "STIXSizeOneSym", "√"),  # a radical in STIX's size variant
+    ("distance $p - p'$", "cmsy10", "0"),  # a prime: cmsy10's glyph of "0", "p0" in a browser
+])
+def test_hook_rejects_text_in_a_font_the_site_does_not_ship(label: str, font: str, text: str) -> None:
+    def titled() -> Figure:
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.set_title(label)
+        return fig
+
+    with pytest.raises(PluginError, match=rf"'ch01-a': .* got {text!r} in {font!r}"):
+        hook.render_svg("ch01-a", titled)
+    assert {"DejaVu Sans", "DejaVu Sans Mono"} <= hook.shipped_fonts()
+
+
 def test_trained_heatmaps_show_a_previous_token_head_and_an_induction_head(draw) -> None:
     # The chapter 9 model, trained once by the figure script: on a sequence of period P = 6,
     # layer 0 head 0 looks one token back, layer 1 head 0 at the token after the earlier copy of

@@ -105,6 +105,7 @@ CACHE = REPO / ".cache" / "figures"
 SOURCES = ("src", "tools")  # the repository's code: a module imported from these is an input
 RESULTS = ("docs/appendix/results", "*.json")  # the measurements some figures draw
 FIGURE_SOURCES = Path(figures.__file__).parent
+FONT_CSS = REPO / "docs" / "stylesheets" / "figures.css"  # its @font-face rules: the fonts shipped
 DRAWN_BY = ("matplotlib", "numpy", "torch")
 NAMES = "names.txt"  # written last into a cache entry: the entry is complete
 CLAIMED = "claimed"  # made by the process that draws a cache entry's figures
@@ -204,6 +205,7 @@ def render_svgs(name: str, make: Callable[[], Figure]) -> tuple[bytes, bytes | N
         buffer = io.BytesIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None})
         wide = _swap_colours(buffer.getvalue())
+        refuse_foreign_fonts(name, wide)
         if legible_px(wide) <= PHONE_COLUMN_PX:
             plt.close(fig)
             return wide, None
@@ -211,6 +213,33 @@ def render_svgs(name: str, make: Callable[[], Figure]) -> tuple[bytes, bytes | N
         width = min(PHONE_WIDTH_IN, PHONE_COLUMN_PX * smallest / MIN_TEXT_PX / 72)
         phone = figure_svg(phone_layout(fig, width))
     return wide, phone
+
+
+def shipped_fonts(css: Path = FONT_CSS) -> set[str]:
+    """The font families the site ships for figures: those of the ``@font-face`` rules of
+    docs/stylesheets/figures.css."""
+    return set(re.findall(r'@font-face\s*\{[^}]*?font-family:\s*"([^"]+)"', css.read_text("utf-8")))
+
+
+def refuse_foreign_fonts(name: str, svg: bytes) -> None:
+    """Refuse a figure whose text names a font the site does not ship.
+
+    Mathtext sets a few symbols in fonts of its own: ``\\sqrt`` in STIX's size variants, ``'``
+    (``\\prime``) in Computer Modern's cmsy10, where the prime is the glyph of the character "0".
+    A reader's browser has neither, so it drew a tiny radical and "p0" for "p′".
+
+    Raises:
+        PluginError: naming the figure, each such font and the characters set in it.
+    """
+    found = re.findall(r"font-family: ?'([^']+)'[^>]*>([^<]*)<", svg.decode("utf-8"))
+    foreign = sorted({(font, text) for font, text in found if font not in shipped_fonts()})
+    if foreign:
+        listed = ", ".join(f"{text!r} in {font!r}" for font, text in foreign)
+        raise PluginError(
+            f"figure {name!r}: expected text in the fonts the site ships "
+            f"({', '.join(sorted(shipped_fonts()))}), got {listed}: write the character itself "
+            f"(√ for \\sqrt, ′ for a prime) so that it is set in DejaVu Sans"
+        )
 
 
 def _swap_colours(svg: bytes) -> bytes:
