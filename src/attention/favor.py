@@ -7,8 +7,8 @@ Notation (see CONTRIBUTING.md):
     m      number of random features (``num_features``)
 
 FAVOR+ estimates the softmax kernel itself with m positive random features,
-phi(x) = exp(x G^T - |x|^2 / 2) / sqrt(m), whose dot product has expectation exp(x . y) when the
-rows of G are standard normal (orthogonal rows keep that, and for m <= d_k lower the variance);
+phi(x) = exp(x Ψ^T - |x|^2 / 2) / sqrt(m), whose dot product has expectation exp(x . y) when the
+rows of Ψ are standard normal (orthogonal rows keep that, and for m <= d_k lower the variance);
 queries and keys are first divided by d_k^(1/4), so that x . y = q . k / sqrt(d_k). The features
 then run through any form of linear attention (:mod:`attention.linear`).
 """
@@ -31,15 +31,15 @@ __all__ = [
 
 
 def positive_random_features(x: Tensor, projection: Tensor) -> Tensor:
-    """phi(x) = exp(x G^T - |x|^2 / 2) / sqrt(m) (..., t, m) for G = ``projection`` (m, d_k).
+    """phi(x) = exp(x Ψ^T - |x|^2 / 2) / sqrt(m) (..., t, m) for Ψ = ``projection`` (m, d_k).
 
-    With the rows of G drawn from N(0, I), E[phi(x) . phi(y)] = exp(x . y) for every x and y:
+    With the rows of Ψ drawn from N(0, I), E[phi(x) . phi(y)] = exp(x . y) for every x and y:
     an unbiased estimate of the softmax kernel with positive features (Choromanski et al., 2021,
     Lemma 1).
 
     Args:
         x: queries or keys (..., t, d_k).
-        projection: G (m, d_k).
+        projection: Ψ (m, d_k).
 
     Returns:
         phi(x) (..., t, m), positive.
@@ -48,9 +48,9 @@ def positive_random_features(x: Tensor, projection: Tensor) -> Tensor:
         ValueError: if projection is not (m, d_k) with x's d_k.
 
     Examples:
-        >>> g = random_projection(4096, 2, False, torch.Generator().manual_seed(0))  # N(0, I) rows
+        >>> psi = random_projection(4096, 2, False, torch.Generator().manual_seed(0))  # N(0, I) rows
         >>> x, y = torch.tensor([[0.5, 0.0]]), torch.tensor([[0.5, 0.5]])
-        >>> estimate = positive_random_features(x, g) @ positive_random_features(y, g).T
+        >>> estimate = positive_random_features(x, psi) @ positive_random_features(y, psi).T
         >>> round(estimate.item(), 2), round(math.exp(0.25), 2)  # the estimate and exp(x . y)
         (1.27, 1.28)
     """
@@ -72,7 +72,7 @@ def random_projection(
     dtype: torch.dtype = torch.float32,
     device: Device = None,
 ) -> Tensor:
-    """G (m, d_k) whose rows are each distributed as N(0, I_{d_k}).
+    """Ψ (m, d_k) whose rows are each distributed as N(0, I_{d_k}).
 
     ``orthogonal=False``: independent rows. ``orthogonal=True``: in blocks of d_k rows, the rows
     of a block are orthogonal, each block an independent uniformly random rotation; each row
@@ -84,18 +84,18 @@ def random_projection(
         d_k: width of queries and keys.
         orthogonal: orthogonal rows within each block of d_k.
         generator: the random generator to draw from (torch's global one if None).
-        dtype: dtype of G.
-        device: device of G.
+        dtype: dtype of Ψ.
+        device: device of Ψ.
 
     Returns:
-        G (m, d_k).
+        Ψ (m, d_k).
 
     Raises:
         ValueError: if num_features or d_k is not an integer >= 1.
 
     Examples:
-        >>> g = random_projection(2, 2, generator=torch.Generator().manual_seed(0))
-        >>> abs((g[0] @ g[1]).item()) < 1e-6  # orthogonal rows
+        >>> psi = random_projection(2, 2, generator=torch.Generator().manual_seed(0))
+        >>> abs((psi[0] @ psi[1]).item()) < 1e-6  # orthogonal rows
         True
     """
     check_sizes(num_features=num_features, d_k=d_k)
@@ -158,7 +158,7 @@ def favor_attention(
         is_causal: query i sees keys j <= i only.
         orthogonal: orthogonal random features (:func:`random_projection`).
         form: the form of linear attention that runs (the result is the same).
-        projection: a given G (m, d_k) instead of a random one (``num_features`` must be m).
+        projection: a given Ψ (m, d_k) instead of a random one (``num_features`` must be m).
 
     Returns:
         An estimate of ``softmax(Q K^T / sqrt(d_k)) V``, (..., t_q, d_v).
