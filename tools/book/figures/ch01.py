@@ -2,8 +2,8 @@
 
 Notation: b batch size, t tokens, d_in token width, d_hidden RNN state width, d_attn width of
 the additive attention's hidden layer; the reversal model maps a source of t = 6 digits to the
-same digits in reverse order. The gradient figure uses an untrained RNN and weight-free
-attention.
+same digits in reverse order. The gradient figure uses an untrained RNN and self-attention
+without trainable weights, scaled by 1/sqrt(d_k).
 """
 
 import matplotlib.pyplot as plt
@@ -85,7 +85,7 @@ def gradient_paths() -> Figure:
     ax.semilogy(positions, rnn_norms.numpy(), "o-", color="#d94801", markersize=4,
                 label="untrained RNN: final state $h^{(30)}$")
     ax.semilogy(positions, attn_norms.numpy(), "s-", color="#2171b5", markersize=4,
-                label="weight-free self-attention: last context vector $z^{(30)}$")
+                label="self-attention, no weights, scaled: last context vector $z^{(30)}$")
     ax.set_xlabel("input token $j$")
     ax.set_ylabel(r"$\Vert \partial\,(\mathrm{sum\ of\ output}) / \partial x^{(j)} \Vert$")
     ax.set_title("How strongly each of 30 tokens reaches the last output")
