@@ -8,7 +8,7 @@ Bahdanau, Cho and Bengio (ICLR 2015; arXiv 2014) score a query q (the decoder st
 each key k_j (the encoder's annotation of source token j) with a one-hidden-layer network
 instead of a dot product:
 
-    ω_j = vᵀ tanh(W₁ q + W₂ k_j),    α = softmax(ω),    z = Σ_j α_j v_j,
+    ω_j = tanh(q W₁ + k_j W₂) v,    α = softmax(ω),    z = Σ_j α_j v_j,
 
 where v here is the learned score vector (not a value v_j) and z is the context vector. In the
 code W₁ is ``W_query``, W₂ is ``W_key`` and v is ``v``; as everywhere in the book, ``nn.Linear``
@@ -29,7 +29,7 @@ class AdditiveAttention(nn.Module):
     """Additive (Bahdanau) attention of one query per batch element over a sequence of keys.
 
     W₁ = ``W_query`` maps d_query → d_attn, W₂ = ``W_key`` maps d_key → d_attn, and v
-    (``v``, length d_attn) turns the hidden layer tanh(W₁ q + W₂ k_j) into a score. ``d_attn``
+    (``v``, length d_attn) turns the hidden layer tanh(q W₁ + k_j W₂) into a score. ``d_attn``
     is unrelated to the GRU state width ``d_hidden`` of the encoder-decoder.
 
     Args:
@@ -66,7 +66,7 @@ class AdditiveAttention(nn.Module):
         self, query: Tensor, keys: Tensor, values: Tensor | None = None,
         mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Return the context vector c (b, d_value) and the attention weights α (b, t).
+        """Return the context vector z (b, d_value) and the attention weights α (b, t).
 
         Args:
             query: (b, d_query), one query per batch element.
