@@ -3,7 +3,7 @@ deterministic), or added up with atomics inside the dK/dV pass (FlashAttention-2
 
 Notation (see CONTRIBUTING.md):
     b        batch size
-    h        query heads, h_kv key and value heads, g = h / h_kv query heads per key-value head
+    h        query heads, h_kv key and value heads, G = h / h_kv query heads per key-value head
     t_q      number of queries, t_k number of keys
     d_h      head width
     BLOCK_M  query rows of a tile, BLOCK_N its key rows
@@ -17,7 +17,7 @@ Masks, block ranges and the tuning lists are those of :mod:`attention.triton_for
 
 - ``_preprocess``, grid (t_q / BLOCK_M, b·h): D = rowsum(dZ ∘ Z), one float32 per query.
 - ``_backward_dkdv``, grid (t_k / BLOCK_N, b·h_kv): a program holds one block of K and V and
-  walks over the query blocks of the g query heads that share them, recomputing
+  walks over the query blocks of the G query heads that share them, recomputing
   P = 2^(c·Q Kᵀ - lse) tile by tile, and accumulates dK and dV in registers; each is written
   once. No (t_q, t_k) matrix exists. With ``ATOMIC_DQ`` it also adds each tile's dS K to a
   float32 dQ in HBM with atomic additions, five products per tile in all, and dQ is rounded to
@@ -123,7 +123,7 @@ def _backward_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC,
                    T_K, OFFSET, WINDOW, qk_scale, sm_scale, D_H: tl.constexpr,
                    IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, ATOMIC_DQ: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """dK and dV of one block of BLOCK_N keys of one key-value head, over its g query heads;
+    """dK and dV of one block of BLOCK_N keys of one key-value head, over its G query heads;
     with ATOMIC_DQ also their share of dQ, added into DQ_ACC,
     float32 (b, h, t_q, d_h) contiguous."""
     start_n = tl.program_id(0) * BLOCK_N

@@ -3,7 +3,7 @@ with it.
 
 Notation (see CONTRIBUTING.md):
     b        batch size
-    h        query heads, h_kv key and value heads, g = h / h_kv query heads per key-value head
+    h        query heads, h_kv key and value heads, G = h / h_kv query heads per key-value head
     t_q      number of queries, t_k number of keys
     d_h      head width (d_k = d_v = d_h)
     BLOCK_M  query rows of a tile (B_r in chapter 7), BLOCK_N its key rows (B_c)
@@ -253,7 +253,7 @@ def _forward(Q, K, V, O, LSE, SINKS,
     # (batch, head) as one index; int64: offsets may pass 2**31
     bh = tl.program_id(1).to(tl.int64)
     batch, head = bh // H, bh % H
-    kv_head = head // G  # grouped-query attention: g query heads read one key-value head
+    kv_head = head // G  # grouped-query attention: G query heads read one key-value head
     rows = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query indices
     cols = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key offsets in a block
     dims = tl.arange(0, D_H)  # (D_H,)
