@@ -231,13 +231,14 @@ def refuse_foreign_fonts(name: str, svg: bytes) -> None:
     Raises:
         PluginError: naming the figure, each such font and the characters set in it.
     """
+    shipped = shipped_fonts()
     found = re.findall(r"font-family: ?'([^']+)'[^>]*>([^<]*)<", svg.decode("utf-8"))
-    foreign = sorted({(font, text) for font, text in found if font not in shipped_fonts()})
+    foreign = sorted({(font, text) for font, text in found if font not in shipped})
     if foreign:
         listed = ", ".join(f"{text!r} in {font!r}" for font, text in foreign)
         raise PluginError(
             f"figure {name!r}: expected text in the fonts the site ships "
-            f"({', '.join(sorted(shipped_fonts()))}), got {listed}: write the character itself "
+            f"({', '.join(sorted(shipped))}), got {listed}: write the character itself "
             f"(√ for \\sqrt, ′ for a prime) so that it is set in DejaVu Sans"
         )
 
