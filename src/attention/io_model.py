@@ -13,7 +13,8 @@ Notation (see CONTRIBUTING.md):
     d_h       head width (the paper's d)
     m_sram    fast-memory size in elements (the paper's M; M is the mask in this book)
     B_q, B_k  block sizes: B_q query rows and B_k key rows per tile (the paper's B_r, B_c);
-              T_q = ceil(t / B_q) query blocks
+              T_q^std, T_q^tiled = ceil(t / B_q) query blocks of standard and of tiled
+              attention, each with its own B_q (standard_blocks, tiled_blocks)
     Q, K, V   (t, d_h) inputs; S = QK^T (t, t) scores; A = softmax(S) (t, t); Z = AV (t, d_h)
 
 Theorem 2 of Dao et al. (2022): standard attention makes Theta(t d_h + t^2) accesses to slow
@@ -305,12 +306,13 @@ def tiled_attention_io(
 
 
 def standard_io_formula(t: int, d_h: int, m_sram: int | None = None) -> int:
-    """Exact total of :func:`standard_attention_io`: 2 t d_h (1 + T_q) + 4 t^2.
+    """Exact total of :func:`standard_attention_io`: 2 t d_h (1 + T_q^std) + 4 t^2.
 
-    Pass 1 reads Q once (t d_h) and K once per query block (T_q t d_h) and writes S (t^2);
-    pass 2 reads S and writes A (2 t^2); pass 3 reads A (t^2) and V once per query block
-    (T_q t d_h) and writes Z (t d_h). With ``m_sram=None``, T_q = 1: the count when a query
-    block holds all t rows, 4 t d_h + 4 t^2, the Theta(t d_h + t^2) of Dao et al.'s Theorem 2.
+    T_q^std = ceil(t / B_q) with B_q from :func:`standard_blocks`. Pass 1 reads Q once (t d_h)
+    and K once per query block (T_q^std t d_h) and writes S (t^2); pass 2 reads S and writes A
+    (2 t^2); pass 3 reads A (t^2) and V once per query block (T_q^std t d_h) and writes Z
+    (t d_h). With ``m_sram=None``, T_q^std = 1: the count when a query block holds all t rows,
+    4 t d_h + 4 t^2, the Theta(t d_h + t^2) of Dao et al.'s Theorem 2.
 
     Args:
         t: number of tokens.
@@ -334,11 +336,12 @@ def standard_io_formula(t: int, d_h: int, m_sram: int | None = None) -> int:
 
 
 def tiled_io_formula(t: int, d_h: int, m_sram: int) -> int:
-    """Exact total of :func:`tiled_attention_io` with default blocks: 2 t d_h (1 + T_q) + t.
+    """Exact total of :func:`tiled_attention_io`, default blocks: 2 t d_h (1 + T_q^tiled) + t.
 
-    Q is read once and Z written once (2 t d_h), L written once (t), K and V read once per
-    query block (2 t d_h T_q). With B_q ~ m_sram / (3 d_h), T_q ~ 3 t d_h / m_sram and the
-    total is about 6 t^2 d_h^2 / m_sram: Theorem 2's Theta(t^2 d_h^2 / m_sram). Once
+    T_q^tiled = ceil(t / B_q) with B_q from :func:`tiled_blocks`. Q is read once and Z written
+    once (2 t d_h), L written once (t), K and V read once per query block (2 t d_h T_q^tiled).
+    With B_q ~ m_sram / (3 d_h), T_q^tiled ~ 3 t d_h / m_sram and the total is about
+    6 t^2 d_h^2 / m_sram: Theorem 2's Theta(t^2 d_h^2 / m_sram). Once
     m_sram >= t (3 d_h + 2) + 2 d_h^2, one query block holds everything and the total stops
     falling, at 4 t d_h + t: each input read once, the output written once.
 
