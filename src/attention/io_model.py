@@ -260,7 +260,7 @@ def tiled_attention_io(
 
     For each block of B_q queries (outer loop) it walks over all blocks of B_k keys and values
     (inner loop), keeping Q_i, O_i, m_i and l_i in fast memory throughout; then it writes O_i and
-    the log-sum-exp L_i = m_i + log l_i (kept for the backward pass).
+    the log-sum-exp lse_i = m_i + log l_i (kept for the backward pass).
 
     Args:
         t: number of tokens.
@@ -300,7 +300,7 @@ def tiled_attention_io(
             mem.allocate("S_ij", rows, cols)  # (B_q, B_k) = Q_i K_j^T, used and dropped
             mem.free("K_j", "V_j", "S_ij")
         mem.store("O_i")  # O_i / l_i
-        mem.store("l_i")  # now L_i = m_i + log l_i
+        mem.store("l_i")  # now lse_i = m_i + log l_i
         mem.free("Q_i", "O_i", "m_i", "l_i")
     return mem.count()
 
@@ -339,7 +339,7 @@ def tiled_io_formula(t: int, d_h: int, m_sram: int) -> int:
     """Exact total of :func:`tiled_attention_io`, default blocks: 2 t d_h (1 + T_q^tiled) + t.
 
     T_q^tiled = ceil(t / B_q) with B_q from :func:`tiled_blocks`. Q is read once and Z written
-    once (2 t d_h), L written once (t), K and V read once per query block (2 t d_h T_q^tiled).
+    once (2 t d_h), lse written once (t), K and V read once per query block (2 t d_h T_q^tiled).
     With B_q ~ m_sram / (3 d_h), T_q^tiled ~ 3 t d_h / m_sram and the total is about
     6 t^2 d_h^2 / m_sram: Theorem 2's Theta(t^2 d_h^2 / m_sram). Once
     m_sram >= t (3 d_h + 2) + 2 d_h^2, one query block holds everything and the total stops
