@@ -527,6 +527,13 @@ def _complete(block_size: int) -> MaskMod:
     return complete
 
 
+def _check_self_attention(query: Tensor, key: Tensor) -> None:
+    """NSA's branches need t_k = t_q: its compressed branch puts query i at position i."""
+    if key.shape[-2] != query.shape[-2]:
+        raise ValueError(f"NSA is self-attention: key must hold t_k = t_q = {query.shape[-2]} "
+                         f"tokens, got t_k={key.shape[-2]}")
+
+
 def nsa_mask(
     query: Tensor, key: Tensor, *, block_size: int, top_k: int, scale: float | None = None,
 ) -> MaskMod:
@@ -547,7 +554,8 @@ def nsa_mask(
         The mask rule.
 
     Raises:
-        ValueError: if B does not divide t, or top_k is not an integer >= 2.
+        ValueError: if key and query hold different numbers of tokens, B does not divide t, or
+            top_k is not an integer >= 2.
 
     Examples:
         >>> q = k = torch.ones(1, 1, 4, 2)
@@ -557,6 +565,7 @@ def nsa_mask(
                 [ True, False,  True, False],
                 [ True, False, False,  True]])
     """
+    _check_self_attention(query, key)  # the compressed branch puts query i at position i
     keys_c = _block_means(key, block_size, "keys")  # (b, h, T, d_k)
     t, n_blocks = query.shape[-2], keys_c.shape[-2]
     scale = query.shape[-1] ** -0.5 if scale is None else scale
@@ -607,10 +616,8 @@ def nsa_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6)  # a window of t keys is causal attention
         True
     """
+    _check_self_attention(query, key)
     b, h, t, _ = query.shape
-    if key.shape[-2] != t:
-        raise ValueError(f"NSA is self-attention: key must hold t_k = t_q = {t} tokens, "
-                         f"got t_k={key.shape[-2]}")
     if gates.shape != (b, h, t, 3):
         raise ValueError(f"gates must have shape (b, h, t, 3) = {(b, h, t, 3)}, "
                          f"got {tuple(gates.shape)}")

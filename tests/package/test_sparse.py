@@ -283,6 +283,17 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"at least the 2 always-kept blocks, got 1"):
             nsa_mask(q, k, block_size=BLOCK, top_k=1)
 
+    def test_nsa_needs_as_many_queries_as_keys(self):
+        # nsa_mask's compressed branch places query i at position i, its selection at
+        # t_k - t_q + i: with t_q < t_k the two disagreed and the mask came out silently wrong.
+        q, k, v = qkv((B, H, T, D), seed=123)
+        message = r"NSA is self-attention: key must hold t_k = t_q = 4 tokens, got t_k=16"
+        with pytest.raises(ValueError, match=message):
+            nsa_mask(q[..., -4:, :], k, block_size=BLOCK, top_k=2)
+        with pytest.raises(ValueError, match=message):
+            nsa_attention(q[..., -4:, :], k, v, torch.ones(B, H, 4, 3), block_size=BLOCK,
+                          top_k=2, window=4)
+
     def test_block_size_must_divide(self):
         q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"block_size must divide the keys' t_k=16, got "
