@@ -139,6 +139,26 @@ def check_qkv(query: Tensor, key: Tensor, value: Tensor | None = None, *, min_di
         )
 
 
+def check_batch_dims(*named: tuple[str, Tensor], min_dim: int = 2, gqa: bool = False) -> Size:
+    """Require the leading dimensions of the named tensors, all but the last ``min_dim`` (the
+    token and width axes, or heads too), to broadcast, as in a batched matmul; returns their
+    broadcast shape. The ValueError names every tensor's leading shape and, for a function
+    that takes ``enable_gqa`` (``gqa``), suggests it when the head counts (dim -3) differ."""
+    leads = [tensor.shape[: tensor.dim() - min_dim] for _, tensor in named]
+    try:
+        return torch.broadcast_shapes(*leads)
+    except RuntimeError:
+        pass
+    names = [name for name, _ in named]
+    which = ", ".join(names[:-1]) + " and " + names[-1]
+    got = ", ".join(str(tuple(shape)) for shape in leads)
+    heads = {tensor.shape[-3] for _, tensor in named if tensor.dim() >= 3}
+    hint = ""
+    if gqa and len(heads) > 1:
+        hint = " (for fewer key and value heads than query heads, pass enable_gqa=True)"
+    raise ValueError(f"leading dimensions of {which} must broadcast, got {got}{hint}")
+
+
 def check_attn_mask(attn_mask: Tensor, query: Tensor, name: str = "attn_mask") -> None:
     """The one mask rule: ``bool`` keeps (True = may attend) or hides; a float is added to the
     scaled scores and has dtype float32 or the query's (torch's rule); any other dtype, an int

@@ -36,7 +36,13 @@ from typing import Literal, TypedDict, Unpack, overload
 import torch
 from torch import Tensor, nn
 
-from ._checks import accumulation_dtype, check_qkv, check_sizes, kernel_keywords
+from ._checks import (
+    accumulation_dtype,
+    check_batch_dims,
+    check_qkv,
+    check_sizes,
+    kernel_keywords,
+)
 from .functional import repeat_kv_heads
 
 __all__ = ["split_kv_attention", "weights_read_per_token"]
@@ -125,8 +131,9 @@ def split_kv_attention(
         rounding; with ``return_lse``, also lse of shape (..., t_q), in the accumulation dtype.
 
     Raises:
-        ValueError: if query, key and value do not agree (dtype, device, widths, lengths),
-            num_splits is not an integer in [1, t_k], or h_kv does not divide h.
+        ValueError: if query, key and value do not agree (dtype, device, widths, lengths,
+            leading dimensions that do not broadcast), num_splits is not an integer in
+            [1, t_k], or h_kv does not divide h.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -147,6 +154,7 @@ def split_kv_attention(
     if enable_gqa:
         key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
         value = repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
+    check_batch_dims(("query", query), ("key", key), ("value", value), gqa=not enable_gqa)
     acc = accumulation_dtype(query.dtype)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     q = query.to(acc) * scale  # (..., t_q, d_k)

@@ -93,6 +93,7 @@ from torch import Tensor
 from ._checks import (
     Alignment,
     accumulation_dtype,
+    check_batch_dims,
     check_block_size,
     check_causal_options,
     check_kv_heads,
@@ -514,13 +515,8 @@ def flash_attention(
         heads, g = 1, 1
     # Each tensor's own leading dimensions: the three may differ in rank, as torch allows.
     leads = [x.shape[: x.dim() - min_dim] for x in (query, key, value)]
-    try:
-        batch = torch.broadcast_shapes(*leads)
-    except RuntimeError:
-        raise ValueError(
-            "leading dimensions of query, key and value must broadcast, got "
-            + ", ".join(str(tuple(shape)) for shape in leads)
-        ) from None
+    named = (("query", query), ("key", key), ("value", value))
+    batch = check_batch_dims(*named, min_dim=min_dim, gqa=not enable_gqa)
     (t_q, d_k), (t_k, d_v) = query.shape[-2:], value.shape[-2:]
     n = math.prod(batch) * heads
     # expand, then reshape (a copy where a dimension was broadcast): autograd's expand sums the

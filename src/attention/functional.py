@@ -28,6 +28,7 @@ from ._checks import (
     additive_mask,
     check_alignment,
     check_attn_mask,
+    check_batch_dims,
     check_bool,
     check_dropout,
     check_kv_heads,
@@ -329,9 +330,10 @@ def attention_weights(
         A (..., t_q, t_k) in the query's dtype.
 
     Raises:
-        ValueError: if the tensors do not agree (dtype, device, widths), the mask is not bool or
-            float (or does not broadcast), ``is_causal`` is combined with a mask or is not a bool,
-            dropout_p is outside [0, 1), or h_kv does not divide h.
+        ValueError: if the tensors do not agree (dtype, device, widths, leading dimensions that
+            do not broadcast), the mask is not bool or float (or does not broadcast),
+            ``is_causal`` is combined with a mask or is not a bool, dropout_p is outside [0, 1),
+            or h_kv does not divide h.
 
     Examples:
         >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # (t_q, d_k)
@@ -344,6 +346,7 @@ def attention_weights(
     check_qkv(query, key)
     if enable_gqa:
         key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
+    check_batch_dims(("query", query), ("key", key), gqa=not enable_gqa)
     return _weights(query, key, attn_mask, dropout_p, is_causal, scale).to(query.dtype)
 
 
@@ -396,8 +399,8 @@ def scaled_dot_product_attention(
         Z (..., t_q, d_v) in the value's dtype.
 
     Raises:
-        ValueError: if the tensors do not agree (dtype, device, widths, lengths) or are not
-            floating point, the mask is not bool or float, ``is_causal`` is combined with a mask
+        ValueError: if the tensors do not agree (dtype, device, widths, lengths, leading
+            dimensions that do not broadcast) or are not floating point, the mask is not bool or float, ``is_causal`` is combined with a mask
             or is not a bool, dropout_p is outside [0, 1), or h_kv does not divide h.
 
     Examples:
@@ -415,6 +418,8 @@ def scaled_dot_product_attention(
     if enable_gqa:
         key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
         value = repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
+    named = (("query", query), ("key", key), ("value", value))
+    check_batch_dims(*named, gqa=not enable_gqa)
     attn_weights = _weights(
         query, key, attn_mask, dropout_p, is_causal, scale, sinks
     )  # (..., t_q, t_k)

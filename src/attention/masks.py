@@ -37,6 +37,7 @@ from ._checks import (
     Alignment,
     accumulation_dtype,
     check_alignment,
+    check_batch_dims,
     check_counts,
     check_qkv,
     check_sizes,
@@ -759,7 +760,7 @@ def dense_attention(
 
     Raises:
         ValueError: if a tensor is not 4-d, or query, key and value do not agree in dtype,
-            device or shape.
+            device or shape (their b and h must broadcast).
 
     Examples:
         >>> q = torch.randn(1, 2, 4, 8)
@@ -772,6 +773,7 @@ def dense_attention(
         if isinstance(x, Tensor) and x.dim() != 4:
             raise ValueError(f"{name} must be (b, h, t, d), got shape {tuple(x.shape)}")
     check_qkv(query, key, value)
+    check_batch_dims(("query", query), ("key", key), ("value", value))  # b and h broadcast
     acc = accumulation_dtype(query.dtype)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     scores = query.to(acc) @ key.to(acc).transpose(-2, -1) * scale  # (b, h, t_q, t_k)

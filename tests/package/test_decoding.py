@@ -93,6 +93,12 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             split_kv_attention(q, k, v, num_splits=num_splits)
 
+    def test_fewer_key_heads_without_enable_gqa(self) -> None:
+        q, k, v = qkv((1, 4, 1, 4), (1, 2, 5, 4))
+        with pytest.raises(ValueError, match=r"must broadcast, got \(1, 4\), \(1, 2\), \(1, 2\) "
+                                             r"\(for fewer key and value heads .* enable_gqa=True\)"):
+            split_kv_attention(q, k, v, num_splits=2)
+
     def test_key_heads_must_divide_the_query_heads(self) -> None:
         q, k, v = qkv((1, 6, 1, 4), (1, 4, 5, 4))
         with pytest.raises(ValueError, match=r"must divide the query's h=6, got 4"):

@@ -313,6 +313,20 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             attention_weights(q, k, enable_gqa=True)
 
+    @pytest.mark.parametrize(
+        ("q_shape", "kv_shape", "message"),
+        [
+            ((3, 4, 5, 6), (2, 4, 5, 6), r"must broadcast, got \(3, 4\), \(2, 4\)"),
+            ((2, 4, 5, 6), (2, 2, 5, 6), r"must broadcast, got \(2, 4\), \(2, 2\).* enable_gqa=True"),
+        ],
+    )
+    def test_leading_dimensions_must_broadcast(self, q_shape: tuple, kv_shape: tuple, message: str) -> None:
+        q, k = torch.randn(q_shape), torch.randn(kv_shape)
+        with pytest.raises(ValueError, match=r"leading dimensions of query, key.* " + message):
+            scaled_dot_product_attention(q, k, k)
+        with pytest.raises(ValueError, match=r"leading dimensions of query and key " + message):
+            attention_weights(q, k)
+
     def test_causal_mask_bad_alignment(self) -> None:
         expected = r"alignment must be one of \('top_left', 'bottom_right'\), got 'left'"
         with pytest.raises(ValueError, match=expected):

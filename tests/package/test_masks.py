@@ -207,6 +207,8 @@ class TestBadInput:
          r"scores must be \(b, h, t_q, t_k\).*got shape \(3, 3\)"),
         (lambda: M.dense_attention(*qkv((2, 3, T, 8), (2, 3, 5, 8))[:2], torch.zeros(2, 3, 4, 8, dtype=torch.float64)),
          r"same number of tokens t_k, got 5 and 4"),
+        (lambda: M.dense_attention(*qkv((2, 4, T, 8), (2, 2, T, 8))),
+         r"leading dimensions of query, key and value must broadcast, got \(2, 4\), \(2, 2\)"),
     ])
     def test_each_rule_checks_its_arguments(self, call, message):
         with pytest.raises(ValueError, match=message):
