@@ -36,6 +36,7 @@ from torch import Tensor
 from . import masks
 from ._checks import (
     accumulation_dtype,
+    check_batch_dims,
     check_bool,
     check_qkv,
     check_sizes,
@@ -151,7 +152,7 @@ def ring_attention(
     Args:
         query: (..., t, d_k).
         key: (..., t, d_k).
-        value: (..., t, d_v).
+        value: (..., t, d_v). Leading dimensions of the three broadcast, as in SDPA.
         world_size: N, the number of devices.
         is_causal: SDPA's (query i sees keys j <= i, by position whatever the sharding).
         sharding: ``"contiguous"`` or ``"zigzag"``.
@@ -161,8 +162,8 @@ def ring_attention(
         Z (..., t, d_v) in the original token order.
 
     Raises:
-        ValueError: if query, key and value do not agree (dtype, device, one t, one d_k), or the
-            sharding does not fit t.
+        ValueError: if query, key and value do not agree (dtype, device, one t, one d_k,
+            leading dimensions that broadcast), or the sharding does not fit t.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -179,8 +180,7 @@ def ring_attention(
             "ring attention shards one sequence: query, key and value must have the same t, "
             f"got {query.shape[-2]}, {key.shape[-2]}, {value.shape[-2]}"
         )
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(f"query and key must share d_k, got {query.shape[-1]} and {key.shape[-1]}")
+    batch = check_batch_dims(("query", query), ("key", key), ("value", value))
     t = query.shape[-2]
     runs = [_runs(positions) for positions in ring_shards(t, world_size, sharding)]
     scale = query.shape[-1] ** -0.5 if scale is None else scale
@@ -201,7 +201,7 @@ def ring_attention(
                     )  # O (..., n, d_v) and lse (..., n) of this block
                     seen = state.get((q0, q1))
                     state[q0, q1] = partial if seen is None else _merge(*seen, *partial)
-    result = v.new_empty(*query.shape[:-1], v.shape[-1])  # (..., t, d_v)
+    result = v.new_empty(*batch, t, v.shape[-1])  # (..., t, d_v), the leading dims broadcast
     for (q0, q1), (out, _) in state.items():
         result[..., q0:q1, :] = out
     return result.to(value.dtype)

@@ -68,6 +68,8 @@ class TestBadInput:
          r"the same t, got 7, 8, 8"),
         (lambda: ring_attention(torch.zeros(8), torch.zeros(8), torch.zeros(8), world_size=2),
          r"query must have at least 2 dimensions.*got a 1-d tensor of shape \(8,\)"),
+        (lambda: ring_attention(*qkv((3, 2, 8, 4), (2, 2, 8, 4)), world_size=2),
+         r"leading dimensions of query, key and value must broadcast, got \(3, 2\), \(2, 2\)"),
         (lambda: ring_attention_io(10, 4, 3, 100), r"t must be a multiple of world_size.*got t=10, world_size=3"),
     ])
     def test_world_size_sharding_and_shapes_must_fit(self, call, message):
@@ -83,6 +85,13 @@ class TestBadInput:
     def test_io_model_refuses_a_device_too_small_for_the_working_set(self, t, world_size, m_device, message):
         with pytest.raises(ValueError, match=r"m_device must hold Q, O, lse and " + message):
             ring_attention_io(t, 64, world_size, m_device=m_device)
+
+
+def test_leading_dimensions_broadcast_as_in_sdpa():
+    # a query shared by the batch: the output takes the broadcast shape, as SDPA's does
+    q, k, v = qkv((1, 2, 8, 4), (3, 2, 8, 4))
+    out = ring_attention(q, k, v, world_size=2, is_causal=True)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
 @pytest.mark.parametrize("sharding, is_causal", [("contiguous", False), ("zigzag", True)])
