@@ -184,8 +184,9 @@ def varlen_attention(
         (t_q, h, d_v).
 
     Raises:
-        ValueError: if a tensor is not (t, h, d), a cu_seqlens does not rise strictly from 0 to
-            its tensor's length, or the two count different sequences.
+        ValueError: if a tensor is not (t, h, d), key or value has neither h heads nor 1, the
+            tensors do not agree (dtype, device, widths), a cu_seqlens does not rise strictly
+            from 0 to its tensor's length, or the two count different sequences.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -204,6 +205,12 @@ def varlen_attention(
                 f"{name} must be (t, h, d) in the varlen layout, got shape {tuple(x.shape)}"
             )
     check_qkv(query, key, value)
+    h = query.shape[1]
+    if any(x.shape[1] not in (1, h) for x in (key, value)):
+        raise ValueError(
+            f"key and value must have the query's h={h} heads (or 1, shared), got "
+            f"{key.shape[1]} and {value.shape[1]}"
+        )
     check_bool(is_causal, "is_causal")
     _check_cu_seqlens(cu_seqlens_q, query.shape[0])
     _check_cu_seqlens(cu_seqlens_k, key.shape[0])

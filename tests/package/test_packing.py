@@ -105,6 +105,8 @@ class TestBadInput:
          r"query must be \(t, h, d\) in the varlen layout.*got shape \(4, 2\)"),
         (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4]), torch.tensor([0, 1, 4])),
          r"must count the same sequences.*got 1 and 2 sequences"),
+        (lambda: varlen_attention(torch.zeros(4, 4, 2), torch.zeros(4, 2, 2), torch.zeros(4, 2, 2), torch.tensor([0, 4])),
+         r"key and value must have the query's h=4 heads \(or 1, shared\), got 2 and 2"),
     ])
     def test_lengths_and_cu_seqlens_must_describe_the_packed_tokens(self, call, message):
         with pytest.raises(ValueError, match=message):
