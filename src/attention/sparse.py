@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_sizes, kernel_keywords, renamed
+from ._checks import check_batch_dims, check_qkv, check_sizes, kernel_keywords, renamed
 from .kv_cache import check_room
 from .latent import LatentKVCache
 from .masks import MaskMod, and_masks, dense_attention, sliding_window, to_dense
@@ -373,6 +373,9 @@ def dsa_attention(
         >>> torch.allclose(dense, dsa_attention(q, k, v, scores, top_k=3, gather=True), atol=1e-6)
         True
     """
+    _check_4d(query=query, key=key, value=value)
+    check_qkv(query, key, value)  # also on the gather path, which dense_attention does not see
+    check_batch_dims(("query", query), ("key", key), ("value", value))
     expected = (query.shape[0], query.shape[-2], key.shape[-2])  # (b, t_q, t_k)
     if tuple(index_scores.shape) != expected:
         raise ValueError(f"index_scores must have shape (b, t_q, t_k) = {expected}, "
@@ -446,6 +449,14 @@ def dsa_flops(
     return indexer, absorbed * selected_pairs, dense * causal_pairs
 
 
+def _check_4d(**tensors: Tensor) -> None:
+    """Require each named tensor to be (b, h, t, d)."""
+    for name, x in tensors.items():
+        if not isinstance(x, Tensor) or x.dim() != 4:
+            got = f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be (b, h, t, d), got {got}")
+
+
 def _block_means(x: Tensor, block_size: int, name: str) -> Tensor:
     """Mean of each block of B rows: (b, h, t, d) -> (b, h, t / B, d); B must divide t."""
     check_sizes(block_size=block_size)
@@ -481,6 +492,7 @@ def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> Mas
                 [False, False,  True, False],
                 [False, False,  True,  True]])
     """
+    _check_4d(query=query, key=key)
     gate = query @ _block_means(key, block_size, "keys").transpose(-2, -1)  # (b, h, t_q, T_k)
     return block_topk_mask(gate, top_k, block_size)
 
@@ -528,7 +540,9 @@ def _complete(block_size: int) -> MaskMod:
 
 
 def _check_self_attention(query: Tensor, key: Tensor) -> None:
-    """NSA's branches need t_k = t_q: its compressed branch puts query i at position i."""
+    """NSA's branches need (b, h, t, d) tensors and t_k = t_q: its compressed branch puts
+    query i at position i."""
+    _check_4d(query=query, key=key)
     if key.shape[-2] != query.shape[-2]:
         raise ValueError(f"NSA is self-attention: key must hold t_k = t_q = {query.shape[-2]} "
                          f"tokens, got t_k={key.shape[-2]}")
@@ -554,8 +568,8 @@ def nsa_mask(
         The mask rule.
 
     Raises:
-        ValueError: if key and query hold different numbers of tokens, B does not divide t, or
-            top_k is not an integer >= 2.
+        ValueError: if query or key is not 4-d, they hold different numbers of tokens, B does
+            not divide t, or top_k is not an integer >= 2.
 
     Examples:
         >>> q = k = torch.ones(1, 1, 4, 2)
@@ -617,6 +631,7 @@ def nsa_attention(
         True
     """
     _check_self_attention(query, key)
+    _check_4d(value=value)
     b, h, t, _ = query.shape
     if gates.shape != (b, h, t, 3):
         raise ValueError(f"gates must have shape (b, h, t, 3) = {(b, h, t, 3)}, "

@@ -294,6 +294,17 @@ class TestBadInput:
             nsa_attention(q[..., -4:, :], k, v, torch.ones(B, H, 4, 3), block_size=BLOCK,
                           top_k=2, window=4)
 
+    def test_dsa_gather_checks_query_key_and_value(self):
+        q, k, v = qkv((B, H, T, D), seed=123)
+        scores = torch.zeros(B, T, T, dtype=q.dtype)
+        with pytest.raises(ValueError, match=r"same last dimension d_k, got 8 and 7"):
+            dsa_attention(q, k[..., :7], v, scores, top_k=2, gather=True)
+
+    def test_moba_needs_4d_tensors(self):
+        q, k, _ = qkv((B, H, T, D), seed=123)
+        with pytest.raises(ValueError, match=r"query must be \(b, h, t, d\), got shape \(3, 16, 8\)"):
+            moba_mask(q[0], k[0], block_size=BLOCK, top_k=2)
+
     def test_block_size_must_divide(self):
         q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"block_size must divide the keys' t_k=16, got "
