@@ -30,6 +30,7 @@ from ._checks import (
     check_attn_mask,
     check_batch_dims,
     check_bool,
+    check_counts,
     check_dropout,
     check_kv_heads,
     check_mask,
@@ -115,7 +116,8 @@ def causal_mask(
         The mask (t_q, t_k), bool.
 
     Raises:
-        ValueError: if alignment is neither ``"top_left"`` nor ``"bottom_right"``.
+        ValueError: if t_q or t_k is not an integer >= 0, or alignment is neither
+            ``"top_left"`` nor ``"bottom_right"``.
 
     Examples:
         >>> causal_mask(2, 3)
@@ -127,6 +129,7 @@ def causal_mask(
     """
     check_alignment(alignment)
     t_k = t_q if t_k is None else t_k
+    check_counts(t_q=t_q, t_k=t_k)
     return masks.visible(
         masks.causal(), *_positions(t_q, t_k, alignment, device)
     )  # (t_q, t_k)
@@ -206,13 +209,15 @@ def additive_causal_mask(
         M (t_q, t_k).
 
     Raises:
-        ValueError: if alignment is unknown.
+        ValueError: if dtype is not a floating-point one, or as :func:`causal_mask`.
 
     Examples:
         >>> additive_causal_mask(2)
         tensor([[0., -inf],
                 [0., 0.]])
     """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point dtype (M holds -inf), got {dtype}")
     return additive_mask(causal_mask(t_q, t_k, device=device, alignment=alignment), dtype)
 
 

@@ -327,6 +327,20 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"leading dimensions of query and key " + message):
             attention_weights(q, k)
 
+    @pytest.mark.parametrize(
+        ("call", "message"),
+        [
+            (lambda: causal_mask(-1), r"t_q must be an integer >= 0, got -1"),
+            (lambda: causal_mask(2.0), r"t_q must be an integer >= 0, got 2\.0"),
+            (lambda: causal_mask(2, -3), r"t_k must be an integer >= 0, got -3"),
+            (lambda: additive_causal_mask(2, dtype=torch.int64),
+             r"dtype must be a floating-point dtype \(M holds -inf\), got torch\.int64"),
+        ],
+    )
+    def test_mask_sizes_and_dtype(self, call, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            call()
+
     def test_causal_mask_bad_alignment(self) -> None:
         expected = r"alignment must be one of \('top_left', 'bottom_right'\), got 'left'"
         with pytest.raises(ValueError, match=expected):
