@@ -370,9 +370,10 @@ def scaled_dot_product_attention(
 ) -> Tensor:
     """Context vectors Z = A V of shape (..., t_q, d_v), written out explicitly.
 
-    Same arguments and semantics as ``torch.nn.functional.scaled_dot_product_attention``; with
-    ``enable_gqa=True``, key and value (..., h_kv, t_k, d) may each have fewer heads than the
-    query, a number that divides h.
+    Same arguments and semantics as ``torch.nn.functional.scaled_dot_product_attention``, the
+    options keyword-only here (torch also takes ``attn_mask``, ``dropout_p`` and ``is_causal``
+    by position); with ``enable_gqa=True``, key and value (..., h_kv, t_k, d) may each have
+    fewer heads than the query, a number that divides h.
 
     A query whose keys are all masked gets a zero context vector, never nan, and with no keys
     (t_k = 0) every context vector is zero; PyTorch's SDPA on the CPU does the same (its GPU
