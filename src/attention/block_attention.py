@@ -28,6 +28,8 @@ from ._checks import (
     check_bool,
     check_dropout,
     check_heads,
+    check_input,
+    check_mask,
     check_sizes,
     renamed,
 )
@@ -132,6 +134,7 @@ class BlockAttention(nn.Module):
         """
         if attn_mask is not None:
             check_attn_mask(attn_mask, x)
+            check_mask(attn_mask, torch.Size((x.shape[0], self.num_heads, t, t_k)))
         if not self.is_causal:
             return attn_mask
         if isinstance(cache, RollingKVCache):
@@ -154,7 +157,22 @@ class BlockAttention(nn.Module):
         Without a cache t_k = t; with one, x's keys and values are appended to it and the t
         queries attend to all t_k = n + t cached tokens, x's first token at position n (to those
         within the window and the sinks of a :class:`~attention.RollingKVCache`).
+
+        Args:
+            x: the tokens (b, t, d).
+            attn_mask: None, or a mask broadcastable to (b, h, t, t_k): bool (True = may
+                attend) or a float added to the scaled scores; with ``is_causal`` it is
+                combined with the causal mask (aligned bottom-right).
+            cache: a KV cache that x's keys and values are appended to, or None.
+
+        Returns:
+            SA(x) (b, t, d) and A (b, h, t, t_k).
+
+        Raises:
+            ValueError: if x is not (b, t, d), or attn_mask is neither bool nor a float of
+                x's dtype or float32, or does not broadcast to (b, h, t, t_k).
         """
+        check_input(x, self.d_model, (3,), "x", "d_model")
         b, t, _ = x.shape
         h, d_h = self.num_heads, self.d_h
         queries, keys, values = self.qkv(x).split(self.d_model, dim=2)  # 3 x (b, t, d)

@@ -62,6 +62,24 @@ class TestBadInput:
         with pytest.raises(ValueError, match="output_gate must be a bool, got 'yes'"):
             BlockAttention(8, 2, output_gate="yes")  # type: ignore[arg-type]
 
+    @pytest.mark.parametrize(
+        ("shape", "message"),
+        [
+            ((4, 8), r"x must be 3-d, got a 2-d tensor of shape \(4, 8\)"),
+            ((1, 4, 7), r"x must have last dimension d_model=8, got 7"),
+        ],
+    )
+    def test_x_must_be_b_t_d(self, shape, message) -> None:
+        with pytest.raises(ValueError, match=message):
+            BlockAttention(8, 2)(torch.randn(shape))
+
+    @pytest.mark.parametrize("is_causal", [False, True])
+    def test_a_mask_must_broadcast_to_the_scores(self, is_causal) -> None:
+        block = BlockAttention(8, 2, is_causal=is_causal)
+        with pytest.raises(ValueError, match=r"attn_mask must broadcast to the scores' shape "
+                                             r"\(1, 2, 4, 4\), got shape \(5, 5\)"):
+            block(torch.randn(1, 4, 8), torch.ones(5, 5, dtype=torch.bool))
+
     @pytest.mark.parametrize("is_causal", [False, True])
     def test_an_integer_mask_is_refused(self, is_causal):
         """An int 0/1 mask was added to the scores of a causal block and refused otherwise."""
