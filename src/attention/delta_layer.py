@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_sizes
+from ._checks import check_input, check_sizes
 from .delta import gated_delta_rule
 from .norms import RMSNorm
 
@@ -116,7 +116,12 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = nn.Linear(num_value_heads * d_v, d_model, bias=False, **factory)
 
     def forward(self, x: Tensor, cache: DeltaState | None = None) -> Tensor:
-        """y (b, t, d) from x (b, t, d); with a cache, x continues the tokens it has read."""
+        """y (b, t, d) from x (b, t, d); with a cache, x continues the tokens it has read.
+
+        Raises:
+            ValueError: if x is not (b, t, d).
+        """
+        check_input(x, self.q_proj.in_features, (3,), "x", "d_model")
         b, t, _ = x.shape
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # (b, t, ch)
         k_size = self.conv.kernel_size[0]

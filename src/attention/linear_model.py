@@ -18,7 +18,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_no_mask_or_cache, check_sizes
+from ._checks import check_input, check_no_mask_or_cache, check_sizes
 from .block_attention import BlockAttention
 from .favor import favor_features, random_projection
 from .linear import apply_feature_map, elu_plus_one
@@ -92,8 +92,13 @@ class KernelBlockAttention(nn.Module):
     def forward(
         self, x: Tensor, attn_mask: Tensor | None = None, cache: object | None = None
     ) -> tuple[Tensor, Tensor]:
-        """SA(x) (b, t, d) with the kernel, and the kernel's attention weights (b, h, t, t)."""
+        """SA(x) (b, t, d) with the kernel, and the kernel's attention weights (b, h, t, t).
+
+        Raises:
+            ValueError: if x is not (b, t, d), or a mask or a cache is given.
+        """
         check_no_mask_or_cache("kernel attention", attn_mask, cache)
+        check_input(x, self.d_model, (3,), "x", "d_model")
         b, t, _ = x.shape
         h, d_h = self.num_heads, self.d_h
         queries, keys, values = self.qkv(x).split(self.d_model, dim=2)  # 3 x (b, t, d)

@@ -45,6 +45,13 @@ def test_layer_with_a_state_continues_where_it_stopped():
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
+    def test_x_must_be_b_t_d(self):
+        layer = GatedDeltaNet(16, 2, 2, 4, 4)
+        with pytest.raises(ValueError, match=r"x must have last dimension d_model=16, got 8"):
+            layer(torch.randn(1, 5, 8))
+        with pytest.raises(ValueError, match=r"x must be 3-d, got a 2-d tensor of shape \(5, 16\)"):
+            layer(torch.randn(5, 16))
+
     def test_value_heads_must_be_a_multiple_of_key_heads(self):
         with pytest.raises(ValueError, match="num_value_heads must be a multiple of num_key_heads=2, got 3"):
             GatedDeltaNet(16, 2, 3, 4, 4)

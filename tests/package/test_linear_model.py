@@ -83,3 +83,6 @@ class TestBadInput:
             ValueError, match=r"projection is needed for kind='favor'.*got kind='favor' and projection=None"
         ):
             KernelBlockAttention(tiny().blocks[0].attn, "favor")
+        kernel = KernelBlockAttention(tiny().blocks[0].attn, "elu+1")
+        with pytest.raises(ValueError, match=r"x must have last dimension d_model=16, got 8"):
+            kernel(torch.randn(1, 4, 8))
