@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import masks
-from ._checks import accumulation_dtype, check_bool, check_qkv
+from ._checks import accumulation_dtype, check_batch_dims, check_bool, check_qkv
 from .masks import MaskMod, ScoreMod
 
 __all__ = ["weights_from_lse"]
@@ -63,8 +63,9 @@ def weights_from_lse(
         The weights (..., n, t_k).
 
     Raises:
-        ValueError: if query and key do not agree, lse does not have the rows' shape, or
-            row_offset is not an integer.
+        ValueError: if query and key do not agree (dtype, device, d_k) or their leading
+            dimensions do not broadcast, lse does not have the rows' shape, row_offset is not
+            an integer, or mask_mod or score_mod is given with a query that is not 4-d.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -76,6 +77,7 @@ def weights_from_lse(
         True
     """
     check_qkv(query, key)
+    check_batch_dims(("query", query), ("key", key))
     check_bool(is_causal, "is_causal")
     if lse.shape != query.shape[:-1]:
         raise ValueError(f"lse must have the query rows' shape {tuple(query.shape[:-1])}, "

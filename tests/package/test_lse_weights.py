@@ -91,6 +91,8 @@ class TestBadInput:
          r"row_offset must be an integer, got 1.0"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), mask_mod=masks.causal()),
          r"mask_mod and score_mod need query \(b, h, n, d_k\), got shape \(3, 4\)"),
+        (lambda: weights_from_lse(torch.zeros(2, 3, 4), torch.zeros(3, 5, 4), torch.zeros(2, 3)),
+         r"leading dimensions of query and key must broadcast, got \(2,\), \(3,\)"),
     ])
     def test_weights_from_lse_needs_matching_shapes(self, call, message):
         with pytest.raises(ValueError, match=message):
