@@ -162,8 +162,8 @@ def ring_attention(
         Z (..., t, d_v) in the original token order.
 
     Raises:
-        ValueError: if query, key and value do not agree (dtype, device, one t, one d_k,
-            leading dimensions that broadcast), or the sharding does not fit t.
+        ValueError: if query, key and value do not agree (dtype, device, one t, one d_k) or
+            their leading dimensions do not broadcast, or the sharding does not fit t.
 
     Examples:
         >>> _ = torch.manual_seed(0)
