@@ -484,9 +484,10 @@ def flash_attention(
         ValueError: a tensor with fewer than 2 dimensions (3 with ``enable_gqa``), query and key
             of different widths, d_k = 0, key and value of different lengths, leading
             dimensions that do not broadcast, tensors that are not floating point or not of one
-            dtype and one device, a bad ``block_size``, h not a multiple of h_kv, an unknown
-            ``alignment``, a ``window`` < 1, an alignment or window without ``is_causal``, or
-            ``sinks`` that are not a float tensor of shape (h,) on the query's device.
+            dtype and one device, a bad ``block_size``, h not a multiple of h_kv, an
+            ``is_causal`` that is not a bool, an unknown ``alignment``, a ``window`` < 1, an
+            alignment or window without ``is_causal``, or ``sinks`` that are not a float tensor
+            of shape (h,) on the query's device.
         TypeError: flash-attn's keywords (``causal``, ``softmax_scale``, ``window_size``), with
             the keyword this function takes instead.
 

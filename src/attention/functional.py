@@ -336,9 +336,9 @@ def attention_weights(
 
     Raises:
         ValueError: if the tensors do not agree (dtype, device, widths, leading dimensions that
-            do not broadcast), the mask is not bool or float (or does not broadcast),
-            ``is_causal`` is combined with a mask or is not a bool, dropout_p is outside [0, 1),
-            or h_kv does not divide h.
+            do not broadcast) or are not floating point, the mask is not bool or float (or does
+            not broadcast), ``is_causal`` is combined with a mask or is not a bool, dropout_p is
+            outside [0, 1), or h_kv does not divide h.
 
     Examples:
         >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # (t_q, d_k)
@@ -406,8 +406,10 @@ def scaled_dot_product_attention(
 
     Raises:
         ValueError: if the tensors do not agree (dtype, device, widths, lengths, leading
-            dimensions that do not broadcast) or are not floating point, the mask is not bool or float, ``is_causal`` is combined with a mask
-            or is not a bool, dropout_p is outside [0, 1), or h_kv does not divide h.
+            dimensions that do not broadcast) or are not floating point, the mask is not bool
+            or float (or does not broadcast), ``is_causal`` is combined with a mask or is not a
+            bool, dropout_p is outside [0, 1), h_kv does not divide h, or sinks is not a float
+            tensor of shape (h,).
 
     Examples:
         >>> _ = torch.manual_seed(123)
