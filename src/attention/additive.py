@@ -78,6 +78,10 @@ class AdditiveAttention(nn.Module):
         No keys (t = 0) leave nothing to attend to: the weights are empty (b, 0) and the
         context vector is zero, what ``F.scaled_dot_product_attention`` gives a query with no
         keys.
+
+        Raises:
+            ValueError: if query, keys or values do not have the shapes above or disagree on b and
+                t, or mask is not bool or does not broadcast to (b, t).
         """
         check_input(query, self.d_query, (2,), "query", "d_query")
         check_input(keys, self.d_key, (3,), "keys", "d_key")
@@ -148,6 +152,9 @@ class Seq2SeqEncoder(nn.Module):
 
         An empty source (t = 0) is refused with a ``ValueError``: there is no token 0 to take
         that state from, and ``nn.GRU`` itself rejects sequences of length 0.
+
+        Raises:
+            ValueError: if src is not (b, t) of integer ids with t >= 1.
         """
         check_token_ids(src, "src")
         if src.shape[1] == 0:
@@ -214,6 +221,9 @@ class AttentionDecoder(nn.Module):
         """Teacher forcing: feed tgt_in (b, t_tgt) → logits (b, t_tgt, vocab), α (b, t_tgt, t).
 
         No target tokens (t_tgt = 0) give empty logits (b, 0, vocab) and weights (b, 0, t).
+
+        Raises:
+            ValueError: if tgt_in is not (b, t_tgt) of integer ids.
         """
         check_token_ids(tgt_in, "tgt_in")
         b, t_tgt = tgt_in.shape
@@ -260,6 +270,9 @@ class Seq2Seq(nn.Module):
         """src (b, t), tgt_in (b, t_tgt) (targets shifted right, starting with BOS).
 
         Returns logits (b, t_tgt, vocab) and attention weights (b, t_tgt, t).
+
+        Raises:
+            ValueError: if src or tgt_in is not (b, ·) of integer ids, or their batch sizes differ.
         """
         check_token_ids(src, "src")
         check_token_ids(tgt_in, "tgt_in")
@@ -276,6 +289,10 @@ class Seq2Seq(nn.Module):
         """Decode max_len tokens, each step feeding back the most likely token.
 
         Returns tokens (b, max_len) and attention weights (b, max_len, t).
+
+        Raises:
+            ValueError: if max_len is not an integer >= 1, or src is not (b, t) of integer ids with
+                t >= 1.
         """
         check_sizes(max_len=max_len)
         annotations, state = self.encoder(src)  # (b, t, 2·d_hidden), (b, d_hidden)

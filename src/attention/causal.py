@@ -106,7 +106,11 @@ class CausalAttention(nn.Module):
         register_causal_mask(self, context_length, device)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Context vectors (..., t, d_out) of the tokens x (..., t, d_in)."""
+        """Context vectors (..., t, d_out) of the tokens x (..., t, d_in).
+
+        Raises:
+            ValueError: if x is not (t, d_in) or (b, t, d_in), or t exceeds context_length.
+        """
         check_input(x, self.d_in)
         t = x.shape[-2]
         check_context_length(t, self.context_length)

@@ -85,7 +85,11 @@ class RecurrentBlockAttention(nn.Module):
     def forward(
         self, x: Tensor, attn_mask: Tensor | None = None, cache: object | None = None
     ) -> tuple[Tensor, Tensor]:
-        """SA(x) (b, t, d) and the weights A (b, h, t, t) of the rule."""
+        """SA(x) (b, t, d) and the weights A (b, h, t, t) of the rule.
+
+        Raises:
+            ValueError: if a mask or a cache is given.
+        """
         check_no_mask_or_cache("recurrent attention", attn_mask, cache)
         b, t, _ = x.shape
         h, d_h = self.num_heads, self.d_h

@@ -368,7 +368,12 @@ class CausalLM(nn.Module):
     def forward(
         self, input_ids: Tensor, caches: list[KVCache | RollingKVCache] | None = None
     ) -> Tensor:
-        """Logits (b, t, V) of the token ids (b, t), after the cached tokens if any."""
+        """Logits (b, t, V) of the token ids (b, t), after the cached tokens if any.
+
+        Raises:
+            ValueError: if input_ids is not a (b, t) int64 tensor of ids in [0, vocab_size), or
+                caches does not hold one cache per layer.
+        """
         if input_ids.dim() != 2 or input_ids.dtype != torch.long:
             raise ValueError(
                 f"input_ids must be a (b, t) tensor of torch.long, got shape "
@@ -393,7 +398,12 @@ class CausalLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, input_ids: Tensor, max_new_tokens: int) -> Tensor:
-        """Greedy decoding with the book's caches: ids (b, t + max_new_tokens)."""
+        """Greedy decoding with the book's caches: ids (b, t + max_new_tokens).
+
+        Raises:
+            ValueError: if max_new_tokens is not an integer >= 0, or input_ids as in
+                :meth:`forward`.
+        """
         check_counts(max_new_tokens=max_new_tokens)
         caches = self.new_caches(input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
         ids, new = input_ids, input_ids

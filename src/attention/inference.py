@@ -197,6 +197,10 @@ class GroupedQueryAttention(nn.Module):
         their keys and values are appended to the cache, and each attends to every cached token
         and to the new ones up to itself (bottom-right causal; within the window and the
         sinks, if any).
+
+        Raises:
+            ValueError: if x is not (b, t, d_in), or a :class:`~attention.RollingKVCache` has
+                another window or other sinks than the layer.
         """
         check_input(x, self.d_in, ranks=(3,))
         if isinstance(cache, RollingKVCache) and (cache.window, cache.sinks) != (

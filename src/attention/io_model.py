@@ -100,7 +100,11 @@ class TwoLevelMemory:
         self.reads += rows * cols
 
     def allocate(self, name: str, rows: int, cols: int) -> None:
-        """Hold a (rows, cols) block computed in fast memory (an accumulator, a tile of scores)."""
+        """Hold a (rows, cols) block computed in fast memory (an accumulator, a tile of scores).
+
+        Raises:
+            ValueError: if the block is already held or does not fit in m_sram.
+        """
         if name in self.held:
             raise ValueError(f"block {name!r} is already held; free it first")
         used = sum(self.held.values()) + rows * cols
@@ -113,7 +117,11 @@ class TwoLevelMemory:
         self.peak = max(self.peak, used)
 
     def store(self, name: str) -> None:
-        """Write a held block to slow memory; it stays held."""
+        """Write a held block to slow memory; it stays held.
+
+        Raises:
+            ValueError: if the block is not held.
+        """
         if name not in self.held:
             raise ValueError(f"block {name!r} must be held to be stored; held: {sorted(self.held)}")
         self.writes += self.held[name]

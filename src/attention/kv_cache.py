@@ -158,7 +158,12 @@ class KVCache:
         return self.keys.nbytes + self.values.nbytes
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Store keys, values (b, h_kv, t, d_h); return all stored ones, (b, h_kv, t_k, d_h)."""
+        """Store keys, values (b, h_kv, t, d_h); return all stored ones, (b, h_kv, t_k, d_h).
+
+        Raises:
+            ValueError: if keys or values are not (b, h_kv, t, d_h) of the cache's dtype, or the
+                tokens overflow max_tokens.
+        """
         b, h_kv, _, d_h = self.keys.shape
         check_chunk(keys, values, (b, h_kv, d_h), self.keys)
         start, end = self.length, self.length + keys.shape[2]
@@ -247,7 +252,12 @@ class RollingKVCache:
         return torch.where(positions < s, positions, s + (positions - s) % w)
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Store keys, values (b, h_kv, t, d_h); return the visible ones, (b, h_kv, t_k, d_h)."""
+        """Store keys, values (b, h_kv, t, d_h); return the visible ones, (b, h_kv, t_k, d_h).
+
+        Raises:
+            ValueError: if keys or values are not (b, h_kv, t, d_h) of the cache's dtype, or the
+                positions overflow max_tokens.
+        """
         b, h_kv, _, d_h = self.keys.shape
         check_chunk(keys, values, (b, h_kv, d_h), self.keys)
         n, t, s, w = self.length, keys.shape[2], self.sinks, self.window

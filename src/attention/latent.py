@@ -121,7 +121,12 @@ class LatentKVCache:
         return self.latents.nbytes + self.rope_keys.nbytes
 
     def append(self, latents: Tensor, rope_keys: Tensor) -> tuple[Tensor, Tensor]:
-        """Store latents (b, t, d_c), rope_keys (b, t, d_h^R); return all, (b, t_k, ·) each."""
+        """Store latents (b, t, d_c), rope_keys (b, t, d_h^R); return all, (b, t_k, ·) each.
+
+        Raises:
+            ValueError: if latents or rope_keys do not have the cache's shape and dtype, or the
+                tokens overflow max_tokens.
+        """
         b, _, d_c = self.latents.shape
         rope_dim = self.rope_keys.shape[2]
         check_tokens("(b, t, width)", self.latents.dtype,
@@ -219,6 +224,9 @@ class MultiHeadLatentAttention(nn.Module):
 
         With a cache, x holds the t newest tokens: their latents and rotary keys are appended
         and each attends to every cached token and to the new ones up to itself.
+
+        Raises:
+            ValueError: if x is not (b, t, d_in), or cache is not a :class:`LatentKVCache`.
         """
         check_input(x, self.d_in, ranks=(3,))
         if cache is not None and not isinstance(cache, LatentKVCache):

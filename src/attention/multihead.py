@@ -169,6 +169,9 @@ class MultiHeadAttention(nn.Module):
 
         With ``return_weights=True`` also returns the attention weights (b, h, t, t) that were
         applied to the values (after dropout, so in training mode some are zeroed or rescaled).
+
+        Raises:
+            ValueError: if x is not (b, t, d_in), or t exceeds context_length.
         """
         check_input(x, self.d_in, ranks=(3,))
         b, t, _ = x.shape
@@ -246,7 +249,11 @@ class FusedMultiHeadAttention(nn.Module):
         register_causal_mask(self, context_length, device)  # bool, not in the state dict
 
     def forward(self, x: Tensor) -> Tensor:
-        """Context vectors (b, t, d_out) of the tokens x (b, t, d_in)."""
+        """Context vectors (b, t, d_out) of the tokens x (b, t, d_in).
+
+        Raises:
+            ValueError: if x is not (b, t, d_in), or t exceeds context_length.
+        """
         check_input(x, self.d_in, ranks=(3,))
         b, t, _ = x.shape
         check_context_length(t, self.context_length)

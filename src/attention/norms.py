@@ -59,7 +59,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d, device=device, dtype=dtype))  # γ
 
     def forward(self, x: Tensor) -> Tensor:
-        """γ ⊙ x / sqrt(mean(x²) + ε) for x (..., d): shape (..., d)."""
+        """γ ⊙ x / sqrt(mean(x²) + ε) for x (..., d): shape (..., d).
+
+        Raises:
+            ValueError: if x is not (..., d).
+        """
         if x.dim() == 0 or x.shape[-1] != self.d:
             raise ValueError(f"x must have shape (..., d) with d={self.d}, got {tuple(x.shape)}")
         mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)

@@ -91,6 +91,10 @@ class PagedKVCache:
 
         The result, (1, h_kv, n + t, d_h) each, is gathered from the sequence's blocks: a copy,
         equal to what a contiguous :class:`KVCache` returns.
+
+        Raises:
+            ValueError: if seq is not a sequence of the pool, keys or values are not (1, h_kv, t,
+                d_h) of its dtype, or the pool has too few free blocks.
         """
         self._check_sequence(seq)
         _, h_kv, size, d_h = self.keys.shape

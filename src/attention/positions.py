@@ -118,7 +118,12 @@ class LearnedPositions(nn.Module):
         self.embedding = nn.Embedding(context_length, d, device=device, dtype=dtype)  # (t_max, d)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """x (b, t, d) plus the vectors of positions start .. start + t - 1: shape (b, t, d)."""
+        """x (b, t, d) plus the vectors of positions start .. start + t - 1: shape (b, t, d).
+
+        Raises:
+            ValueError: if x is not (b, t, d), start is not an integer >= 0, or start + t exceeds
+                context_length.
+        """
         check_input(x, self.d, ranks=(3,), width_name="d")
         _check_start(start)
         check_context_length(start + x.shape[1], self.context_length)
@@ -253,7 +258,11 @@ class RotaryEmbedding(nn.Module):
         return self
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """x (..., t, d_h) with token i rotated by its position start + i: shape (..., t, d_h)."""
+        """x (..., t, d_h) with token i rotated by its position start + i: shape (..., t, d_h).
+
+        Raises:
+            ValueError: if x is not (..., t, d_h) or start is not an integer >= 0.
+        """
         self._check(x)
         _check_start(start)
         frequencies = self.frequencies  # (d_rot/2,) float64
@@ -269,6 +278,10 @@ class RotaryEmbedding(nn.Module):
 
         A pure rotation, without YaRN's attention factor, which x already carries. Refused under
         dynamic scaling, whose frequencies depend on the length: rotate unrotated keys instead.
+
+        Raises:
+            ValueError: if x is not (..., t, d_h), offset is not an integer >= 0, or the scaling is
+                dynamic.
         """
         self._check(x)
         _check_start(offset)

@@ -164,7 +164,11 @@ class NTKAwareScaling:
         return 1.0
 
     def base(self, rotary_dim: int, base: float) -> float:
-        """The new base, base · κ^(d_rot / (d_rot - 2))."""
+        """The new base, base · κ^(d_rot / (d_rot - 2)).
+
+        Raises:
+            ValueError: if rotary_dim is below 4.
+        """
         if rotary_dim < 4:
             raise ValueError(
                 f"NTK-aware scaling needs rotary_dim >= 4 (two pairs: one kept, one "
@@ -390,7 +394,11 @@ class DynamicNTKScaling:
         return 1.0
 
     def stretch(self, length: int) -> float:
-        """The factor κ_l for l = ``length`` tokens: max(1, κ l / t_train - (κ - 1))."""
+        """The factor κ_l for l = ``length`` tokens: max(1, κ l / t_train - (κ - 1)).
+
+        Raises:
+            ValueError: if length is not an integer >= 0.
+        """
         if isinstance(length, bool) or not isinstance(length, int) or length < 0:
             raise ValueError(f"length must be an integer >= 0 (tokens), got {length!r}")
         length = max(length, self.original_context)

@@ -53,7 +53,11 @@ class SelfAttentionV1(nn.Module):
         self.W_value = nn.Parameter(torch.rand(d_in, d_out, **factory))
 
     def forward(self, x: Tensor) -> Tensor:
-        """Context vectors (..., t, d_out) of the tokens x (..., t, d_in)."""
+        """Context vectors (..., t, d_out) of the tokens x (..., t, d_in).
+
+        Raises:
+            ValueError: if x is not (t, d_in) or (b, t, d_in).
+        """
         check_input(x, self.d_in)
         queries = x @ self.W_query  # (..., t, d_out)
         keys = x @ self.W_key  # (..., t, d_out)
@@ -95,7 +99,11 @@ class SelfAttentionV2(nn.Module):
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Context vectors (..., t, d_out) of the tokens x (..., t, d_in)."""
+        """Context vectors (..., t, d_out) of the tokens x (..., t, d_in).
+
+        Raises:
+            ValueError: if x is not (t, d_in) or (b, t, d_in).
+        """
         check_input(x, self.d_in)
         queries = self.W_query(x)  # (..., t, d_out)
         keys = self.W_key(x)  # (..., t, d_out)

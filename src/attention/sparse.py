@@ -304,6 +304,10 @@ class IndexedLatentKVCache(LatentKVCache):
         """Store the index keys (b, t, d_I) of the t tokens whose latents were appended last.
 
         Returns all stored index keys (b, n + t, d_I), n + t = ``length``.
+
+        Raises:
+            ValueError: if keys is not (b, t, d_I) of the cache's dtype, does not follow the latents
+                appended last, or overflows max_tokens.
         """
         b, _, width = self.index_keys.shape
         if keys.dim() != 3 or (keys.shape[0], keys.shape[2]) != (b, width) or (

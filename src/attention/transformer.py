@@ -254,6 +254,10 @@ class TransformerBlock(nn.Module):
         the block is causal, is added to it. ``return_weights=True`` also returns A (b, h, t, t).
         ``cache`` (a causal block only, e.g. a :class:`~attention.kv_cache.KVCache`): x holds
         the t newest tokens; A and ``attn_mask`` are then (b, h, t, n + t).
+
+        Raises:
+            ValueError: if x is not (b, t, d), attn_mask is neither bool nor a float of x's dtype or
+                float32 (or does not broadcast), or a cache is given to a block that is not causal.
         """
         check_input(x, self.d_model, ranks=(3,), width_name="d_model")
         if cache is not None and not self.is_causal:
@@ -425,6 +429,10 @@ class TinyTransformer(nn.Module):
 
         On the model's device and dtype; 2 · b · max_tokens · n_layers · h · d_h values. With
         learned positions, max_tokens must be at most ``context_length``.
+
+        Raises:
+            ValueError: if a size is not an integer >= 1, or, with learned positions, max_tokens
+                exceeds context_length.
         """
         if self.positions == "learned":
             check_sizes(max_tokens=max_tokens)
@@ -463,6 +471,11 @@ class TinyTransformer(nn.Module):
         ``num_layers`` tensors (b, h, t, t). With a ``cache`` from :meth:`new_cache`, idx holds
         only the t new tokens, at positions n .. n + t - 1 after the n cached ones: the logits
         are those of the full sequence's last t rows, and the weights are (b, h, t, n + t).
+
+        Raises:
+            ValueError: if idx is not (b, t) of integer ids in [0, n_vocab), cache is not a
+                ModelKVCache with one cache per layer, or, with learned positions, the cached and
+                new tokens exceed context_length.
         """
         check_token_ids(idx, "idx")
         if idx.numel() and not 0 <= int(idx.min()) <= int(idx.max()) < self.vocab_size:
@@ -503,6 +516,10 @@ class TinyTransformer(nn.Module):
         The model's mode is left as it is (call ``eval()`` first when it has dropout). With
         learned positions, t + max_new_tokens - 1 tokens (all but the last) must fit in
         ``context_length``.
+
+        Raises:
+            ValueError: if idx is not (b, t) of integer ids with t >= 1, max_new_tokens is not an
+                integer >= 0, or, with learned positions, the tokens do not fit in context_length.
         """
         check_token_ids(idx, "idx")
         check_counts(max_new_tokens=max_new_tokens)
