@@ -249,17 +249,18 @@ def repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
 
 
 def _check_sinks(sinks: Tensor | None, query: Tensor) -> None:
-    """Require None or one floating logit per query head: shape (h,), h = query.shape[-3]."""
+    """Require None or one floating logit per query head on the query's device: shape (h,),
+    h = query.shape[-3]."""
     if sinks is None:
         return
     h = query.shape[-3] if query.dim() >= 3 else None
     if (not isinstance(sinks, Tensor) or h is None or tuple(sinks.shape) != (h,)
-            or not sinks.is_floating_point()):
-        got = (f"shape {tuple(sinks.shape)} and dtype {sinks.dtype}"
+            or not sinks.is_floating_point() or sinks.device != query.device):
+        got = (f"shape {tuple(sinks.shape)} and dtype {sinks.dtype} on {sinks.device}"
                if isinstance(sinks, Tensor) else type(sinks).__name__)
         raise ValueError(
             f"sinks must be a float tensor of shape (h,) = ({h},), one logit per query head of a "
-            f"query (..., h, t_q, d_k), got {got}"
+            f"query (..., h, t_q, d_k), on {query.device}, got {got}"
         )
 
 
@@ -409,7 +410,7 @@ def scaled_dot_product_attention(
             dimensions that do not broadcast) or are not floating point, the mask is not bool
             or float (or does not broadcast), ``is_causal`` is combined with a mask or is not a
             bool, dropout_p is outside [0, 1), h_kv does not divide h, or sinks is not a float
-            tensor of shape (h,).
+            tensor of shape (h,) on the query's device.
 
     Examples:
         >>> _ = torch.manual_seed(123)

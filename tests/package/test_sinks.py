@@ -156,6 +156,7 @@ class TestBadInput:
         (torch.zeros(3), r"shape \(3,\) and dtype torch.float32"),
         (torch.zeros(4, 1), r"shape \(4, 1\) and dtype torch.float32"),
         (torch.zeros(4, dtype=torch.long), r"shape \(4,\) and dtype torch.int64"),
+        (torch.zeros(4, device="meta"), r"shape \(4,\) and dtype torch.float32 on meta"),
     ])
     def test_sinks_of_the_wrong_shape_or_dtype_are_refused(self, sinks: torch.Tensor, got: str) -> None:
         q, k, v, _ = _inputs()
