@@ -319,6 +319,17 @@ def test_headings_write_their_math_as_math(pages):
         assert "d_h" not in outside and "\\" not in outside, heading
 
 
+def test_a_number_inside_math_keeps_its_thousands_comma_tight(pages):
+    # TeX sets a space after a bare comma (16, 384); the generator writes 16{,}384 inside $...$.
+    for name, text in pages.items():
+        for line in text.splitlines():
+            if "$$" in line:
+                continue
+            for formula in line.split("$")[1::2]:
+                assert not re.search(r"\d,\d", formula), f"{name}: ${formula}$"
+    assert "$b \\cdot t = 16{,}384$ tokens" in pages["gpu-h100.md"]
+
+
 def test_the_product_names_goals_not_issue_numbers():
     # What the package, its --help and the tooling say is about the product, not the tracker.
     places = [REPO / "src", REPO / "tools"]  # the package; the tooling, its hooks and figures

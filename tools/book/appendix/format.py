@@ -33,6 +33,12 @@ def ratio_range(values: Sequence[float]) -> str:
     return hi if lo == hi.rstrip("×") else f"{lo}–{hi}"
 
 
+def tex_count(n: int) -> str:
+    """A whole number for inside ``$...$``: ``16{,}384``. A bare comma is punctuation in TeX, which
+    sets a space after it (``16, 384``); in braces it is an ordinary symbol."""
+    return f"{n:,}".replace(",", "{,}")
+
+
 def readable_bytes(nbytes: float | None) -> str:
     """Bytes in binary units, two or three significant digits: "6.1 GiB", "17 MiB", "512 B"."""
     if nbytes is None:

@@ -16,7 +16,7 @@ from attention.bench.parts import BY_NAME, ROW_KINDS, Part
 from attention.roofline import machine_roof
 
 from . import tables
-from .format import rate, readable_bytes, table
+from .format import rate, readable_bytes, table, tex_count
 from .load import PROVENANCE_FIELDS, RESULTS, Run, commit_words, file_provenance, pinned_version, results_files
 from .plots import figure_names
 
@@ -93,7 +93,7 @@ def provenance_markdown(run: Run) -> str:
     s = run.doc["settings"]
     lines = [
         f"**Measured** on {run.date} on {machine}; {versions}; {' and '.join(commits)}. "
-        f"Model width $d = {s['d_model']}$, {s['tokens']:,} tokens per batch ($b = {s['tokens']:,} / t$), "
+        f"Model width $d = {s['d_model']}$, {s['tokens']:,} tokens per batch ($b = {tex_count(s['tokens'])} / t$), "
         "every variant causal and checked against a float64 reference before it is timed.",
         "",
     ]

@@ -16,7 +16,7 @@ from attention.bench.rows import DistributedRow, LinearRow, MaskRow, Row, Sparse
 from attention.bench.timing import PROFILED_LABELS
 from attention.roofline import machine_roof, roofline_points
 
-from .format import code, ms, rate, ratio, readable_bytes, source, table, tflops
+from .format import code, ms, rate, ratio, readable_bytes, source, table, tex_count, tflops
 from .load import Group, Run
 
 
@@ -30,7 +30,7 @@ def batch_note(rows: list[Row]) -> str:
     if len({b for _, b in by_t}) == 1:
         return f"$b = {by_t[0][1]}$"
     (t0, b0), (t1, b1) = by_t[0], by_t[-1]
-    return f"$b \\cdot t = {b0 * t0:,}$ tokens: $b = {b0}$ at $t = {t0}$ … $b = {b1}$ at $t = {t1}$"
+    return f"$b \\cdot t = {tex_count(b0 * t0)}$ tokens: $b = {b0}$ at $t = {t0}$ … $b = {b1}$ at $t = {t1}$"
 
 
 def time_grid(variants: Iterable[str], ts: list[int], ok: list) -> list[list[str]]:
@@ -305,7 +305,7 @@ def _forms_table(run: Run, key: str, what: str) -> str:
     body = time_grid(dict.fromkeys(r.variant for r in rows), ts, ok)
     first = rows[0]
     by_t = sorted({(r.t, r.b) for r in rows})
-    tokens = f"{by_t[0][0] * by_t[0][1]:,}".replace(",", "{,}")  # a thousands comma in TeX
+    tokens = tex_count(by_t[0][0] * by_t[0][1])
     caption = (f"Median time per call in ms, {first.pass_name}, causal, $h = {first.h}$, $d_h = {first.d_h}$, "
                f"{first.dtype}, chunks of {first.chunk_size} tokens; $b \\cdot t = {tokens}$; "
                "the fastest at each $t$ in bold.")
@@ -365,7 +365,7 @@ def sparse_table(run: Run) -> str:
         ts = sorted({r.t for r in at})
         variants = list(dict.fromkeys(r.variant for r in at))
         first, by_t = at[0], sorted({(r.t, r.b) for r in at})
-        tokens = f"{by_t[0][0] * by_t[0][1]:,}".replace(",", "{,}")  # a thousands comma in TeX
+        tokens = tex_count(by_t[0][0] * by_t[0][1])
         blocks = first.top_k // first.block_size
         shape = (f"{pass_name}, causal, $h = {first.h}$, $d_h = {first.d_h}$, {first.dtype}, "
                  f"$b \\cdot t = {tokens}$; $k_{{\\text{{top}}}} = {first.top_k}$ keys per query (MoBA and "
