@@ -330,6 +330,18 @@ def test_a_number_inside_math_keeps_its_thousands_comma_tight(pages):
     assert "$b \\cdot t = 16{,}384$ tokens" in pages["gpu-h100.md"]
 
 
+def test_no_large_number_on_the_pages_is_written_with_an_exponent(runs, pages):
+    # 1.4e+03 tokens/s reads as a formula: from 1,000 up a value is a whole number with separators
+    # (small errors keep their exponent, 1.9e-03).
+    for name, text in pages.items():
+        assert not re.search(r"\de\+\d", text), name
+    tiny = next(row for row in body_rows(tables.decode_table(runs["cpu"])) if row[0] == "`tiny`")
+    fast = next(r for r in runs["cpu"].decode if r.model == "tiny" and r.use_cache).tokens_per_s
+    assert fast >= 1000 and tiny[2] == f"{fast:,.0f}"
+    long = tables.roofline_table(runs["cuda-h100-quick"], "bfloat16", 16384, "forward")
+    assert "| 4,096 |" in long  # t / (2s) FLOP per byte: a fused kernel at t = 16384 in bfloat16
+
+
 def test_the_product_names_goals_not_issue_numbers():
     # What the package, its --help and the tooling say is about the product, not the tracker.
     places = [REPO / "src", REPO / "tools"]  # the package; the tooling, its hooks and figures

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from attention.bench.rows import DecodeRow, Row
 from attention.flash import default_block_sizes
 
+from .format import digits3, rate, ratio, ratio_range
 from .format import ms as _ms
-from .format import rate, ratio, ratio_range
 from .load import Run
 from .page import settings_words
 from .tables import kernel_that_ran
@@ -161,7 +161,7 @@ def _decode(run: Run, model: str, use_cache: bool) -> DecodeRow:
 @query
 def tokens_per_s(run: Run, model: str, cache: str) -> str:
     """Decoding speed of one model, ``cache`` "on" or "off"."""
-    return f"{_decode(run, model, cache == 'on').tokens_per_s:.3g}"
+    return digits3(_decode(run, model, cache == 'on').tokens_per_s)
 
 
 @query

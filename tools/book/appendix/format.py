@@ -16,10 +16,15 @@ from ..constants import DOCS
 BIBLIOGRAPHY = DOCS / "references.bib"
 
 
+def digits3(value: float) -> str:
+    """Three significant digits (``20.1``, ``906``), or a whole number with separators from 1,000
+    up (``1,400``), never an exponent (``1.4e+03``)."""
+    return f"{value:.3g}" if value < 1000 else f"{value:,.0f}"
+
+
 def ms(seconds: float) -> str:
     """Milliseconds with three significant digits, or a whole number from 1,000 ms up."""
-    value = seconds * 1e3
-    return f"{value:.3g}" if value < 1000 else f"{value:,.0f}"
+    return digits3(seconds * 1e3)
 
 
 def ratio(x: float) -> str:

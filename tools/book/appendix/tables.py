@@ -16,7 +16,7 @@ from attention.bench.rows import DistributedRow, LinearRow, MaskRow, Row, Sparse
 from attention.bench.timing import PROFILED_LABELS
 from attention.roofline import machine_roof, roofline_points
 
-from .format import code, ms, rate, ratio, readable_bytes, source, table, tex_count, tflops
+from .format import code, digits3, ms, rate, ratio, readable_bytes, source, table, tex_count, tflops
 from .load import Group, Run
 
 
@@ -231,8 +231,8 @@ def roofline_table(run: Run, dtype: str, t: int, pass_name: str) -> str:
     points = [p for p in roofline_points(run.doc, run.json_rows(dtype))
               if p["t"] == t and p["pass"] == pass_name]
     unit, scale = ("TFLOP/s", 1e12) if machine["peak_flops"] >= 1e13 else ("GFLOP/s", 1e9)
-    body = [[code(p["variant"]), str(p["d_h"]), f"{p['intensity']:.3g}", f"{p['achieved'] / scale:.3g}",
-             f"{p['roof'] / scale:.3g}", f"{100 * p['fraction_of_roof']:.0f}", p["bound"]]
+    body = [[code(p["variant"]), str(p["d_h"]), digits3(p["intensity"]), digits3(p["achieved"] / scale),
+             digits3(p["roof"] / scale), f"{100 * p['fraction_of_roof']:.0f}", p["bound"]]
             for p in sorted(points, key=lambda p: (p["d_h"], p["intensity"]))]
     caption = (f"Kernels at $t = {t}$, {pass_name}: intensity in FLOP per byte (bytes a lower bound), "
                f"achieved and roof in {unit}.")
@@ -249,7 +249,7 @@ def decode_table(run: Run) -> str:
     for model, rows in by_model.items():
         off, on = rows.get(False), rows.get(True)
         cells = [code(model)]
-        cells += ["—" if r is None else f"{r.tokens_per_s:.3g}" for r in (off, on)]
+        cells += ["—" if r is None else digits3(r.tokens_per_s) for r in (off, on)]
         cells.append(ratio(on.tokens_per_s / off.tokens_per_s) if on and off else "—")
         cells.append(readable_bytes(on.cache_bytes_measured) if on else "—")
         cells.append(readable_bytes(on.cache_bytes_formula) if on else "—")
