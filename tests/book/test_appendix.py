@@ -278,6 +278,17 @@ def test_gpu_goals_are_read_off_the_rows(runs):
     assert untimed[1:] == ["—", "≥ 1", "not measured in this run"]  # that run's kernel had no backward
 
 
+def test_a_layer_goal_measured_in_several_dtypes_names_each_rows_dtype(runs):
+    speed = runs["cuda-h100-quick"].doc["goals"]["speed"]
+    assert {g["dtype"] for g in speed} == {"bfloat16", "float16", "float32"}
+    rows = [r for r in body_rows(tables.goals_table(runs["cuda-h100-quick"])) if "`torch-mha`" in r[0]]
+    assert [(r[0].split(", ")[-1], r[1], r[2]) for r in rows] == [
+        (g["dtype"], g["pass"], f"{g['ratio_fused_sdpa_to_torch_mha']:.3f}") for g in speed]
+    assert "$b = 16$, bfloat16, float16, float32;" in tables.goals_table(runs["cuda-h100-quick"])
+    one = [r[0] for r in body_rows(tables.goals_table(runs["cpu"])) if "`torch-mha`" in r[0]]
+    assert one and all(r == "`fused-sdpa` ÷ `torch-mha`" for r in one)  # one dtype: nothing to tell apart
+
+
 def test_every_figure_a_page_links_is_drawn_by_the_figure_module(pages):
     drawn = set(figures_hook.load_figures())
     linked = {name for text in pages.values() for name in re.findall(r"\]\(\.\./figures/(appendix-[a-z0-9-]+)\.svg[ )]", text)}

@@ -130,18 +130,23 @@ def goals_table(run: Run) -> str:
     """The goals measured in the run, one short row each (goal, pass, measured, target, status),
     and below the table the shape each was measured at and the kernel its baseline ran."""
     goals, body, notes = run.doc["goals"], [], []
+    dtypes = list(dict.fromkeys(g["dtype"] for g in goals["speed"]))
     for g in goals["speed"]:
+        # a run that measured the layer goal in several dtypes names each row's
+        of = f", {g['dtype']}" if len(dtypes) > 1 else ""
         if g["status"] == "not measured":
-            body.append(["`fused-sdpa` ÷ `torch-mha`", g["pass"], "—", "≤ 1.05", f"not measured: {g['reason']}"])
+            body.append([f"`fused-sdpa` ÷ `torch-mha`{of}", g["pass"], "—", "≤ 1.05",
+                         f"not measured: {g['reason']}"])
             continue
-        body.append(["`fused-sdpa` ÷ `torch-mha`", g["pass"], f"{g['ratio_fused_sdpa_to_torch_mha']:.3f}",
+        body.append([f"`fused-sdpa` ÷ `torch-mha`{of}", g["pass"], f"{g['ratio_fused_sdpa_to_torch_mha']:.3f}",
                      "≤ 1.05", _speed_verdict(g)])
         if "ratio_mha_to_fused_sdpa" in g:
-            body.append(["`mha` ÷ `fused-sdpa`", g["pass"], ratio(g["ratio_mha_to_fused_sdpa"]), "—", "reported"])
+            body.append([f"`mha` ÷ `fused-sdpa`{of}", g["pass"], ratio(g["ratio_mha_to_fused_sdpa"]), "—",
+                         "reported"])
     if goals["speed"]:
         g = goals["speed"][0]
-        notes.append(f"`fused-sdpa` ÷ `torch-mha`: whole layers, {_shape(g, 't', 'd', 'h', 'b')}, {g['dtype']}; "
-                     "`mha`, the book's explicit layer, is reported beside them.")
+        notes.append(f"`fused-sdpa` ÷ `torch-mha`: whole layers, {_shape(g, 't', 'd', 'h', 'b')}, "
+                     f"{', '.join(dtypes)}; `mha`, the book's explicit layer, is reported beside them.")
     m = goals.get("memory")
     if m:
         measured = "—" if m["status"] == "not measured" else f"{100 * m['fraction']:.2f}%"
