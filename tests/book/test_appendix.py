@@ -181,6 +181,19 @@ def test_provenance_says_where_when_with_what_and_in_how_many_runs(runs):
     assert all(s["command"] in text for s in run.sources)
 
 
+def test_every_run_shows_the_load_average_its_file_records(runs, pages):
+    # The CPU page tells readers to weigh each time by how busy the machine was; they can only if
+    # the load is shown: a run's own, each source run's of a merged file, each part's on its page.
+    said = lambda p: f"load average {p['load_average_start'][0]:g} at the start and {p['load_average_end'][0]:g} at the end"  # noqa: E731
+    for stem, run in runs.items():
+        if len(run.sources) > 1:
+            text = provenance_markdown(run)
+            assert all(said(s) in text for s in run.sources), stem
+        else:
+            assert said(run.provenance) in pages[PAGES[stem]], stem
+    assert said(runs["cpu"].provenance) + " (over one minute), on 2 CPUs" in provenance_markdown(runs["cpu"])
+
+
 def _file_rows(text: str) -> dict[str, list[str]]:
     """The files table's rows by file name: its six provenance cells."""
     rows = {}

@@ -75,6 +75,15 @@ def settings_words(settings: dict, gpu: bool) -> str:
     return words
 
 
+def load_words(record: dict) -> str:
+    """The machine's load average over the minute before a run started and before it ended, from
+    a provenance record (a run's, or one source run's of a merged file); "" where it has none."""
+    start, end = record.get("load_average_start"), record.get("load_average_end")
+    if not start or not end:
+        return ""
+    return f"load average {start[0]:g} at the start and {end[0]:g} at the end (over one minute)"
+
+
 def provenance_markdown(run: Run) -> str:
     """Where, when, with what and how the run was measured, in words."""
     p, pinned = run.provenance, pinned_version("torch")
@@ -101,13 +110,18 @@ def provenance_markdown(run: Run) -> str:
                                 if any((r.run or 0) == sources.index(src) for r in run.rows)))
     if timing:
         lines += [f"**Timing**: {'; or '.join(timing)}.", ""]
+    load = load_words(p)
+    if len(sources) == 1 and load:
+        lines += [f"**Load**: {load}, on {p['cpu_count']} CPUs.", ""]
     if len(sources) > 1:
         order = sorted(range(len(sources)), key=lambda i: sources[i]["date_utc"])
         lines += [f"**{len(sources)} runs**, merged into this file by `python -m attention.bench merge` "
                   "(where two runs measured the same row, the newer one's is kept):", ""]
         lines += [f"- {sources[i]['date_utc'][11:16]} UTC: {_what(run, i)}"
                   + ("; **cut off before its end**" if not sources[i].get("complete", True) else "")
-                  + f"; timing: {settings_words(sources[i]['settings'], run.gpu)}; {_commit(sources[i]['git'])}."
+                  + f"; timing: {settings_words(sources[i]['settings'], run.gpu)}"
+                  + (f"; {load_words(sources[i])}" if load_words(sources[i]) else "")
+                  + f"; {_commit(sources[i]['git'])}."
                   for i in order]
         lines.append("")
     if not run.doc.get("complete", True):
@@ -241,8 +255,9 @@ def part_markdown(run: Run, part: str) -> str:
     threads = f"{p['torch_threads']} thread{'' if p['torch_threads'] == 1 else 's'}"
     method = run.doc["methods"].get(part)
     how = f"; {method.rstrip('.')}" if method else ""
+    load = f", {load_words(p)}" if load_words(p) else ""
     body = renderer(BY_NAME[part])(run)
-    return (f"*Measured on {run.date} on {run.device}, {threads}, torch {p['torch']}{how}. "
+    return (f"*Measured on {run.date} on {run.device}, {threads}{load}, torch {p['torch']}{how}. "
             f"Command: `{p['command']}`.*\n\n{body}\n")
 
 
