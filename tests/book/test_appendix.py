@@ -194,6 +194,20 @@ def test_every_run_shows_the_load_average_its_file_records(runs, pages):
     assert said(runs["cpu"].provenance) + " (over one minute), on 2 CPUs" in provenance_markdown(runs["cpu"])
 
 
+def test_every_cpu_run_states_its_threads_cpus_and_affinity(runs, pages):
+    for stem, run in runs.items():
+        p = run.provenance
+        if run.gpu:
+            continue
+        threads = f"{p['torch_threads']} thread{'' if p['torch_threads'] == 1 else 's'}"
+        if p["cpu_affinity"] < p["cpu_count"]:
+            said = f"{threads}, the process pinned to {p['cpu_affinity']} of {p['cpu_count']} CPUs"
+        else:
+            said = f"{threads} of {p['cpu_count']} CPUs"
+        assert f"on {run.device}, {said}" in pages["cpu.md"], stem
+    assert runs["cpu-sparse"].provenance["cpu_affinity"] == 1  # the run pinned to one core
+
+
 def _file_rows(text: str) -> dict[str, list[str]]:
     """The files table's rows by file name: its six provenance cells."""
     rows = {}

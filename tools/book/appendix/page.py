@@ -75,6 +75,16 @@ def settings_words(settings: dict, gpu: bool) -> str:
     return words
 
 
+def threads_words(p: dict) -> str:
+    """Torch's threads and the CPUs they had, from a provenance record: ``1 thread of 2 CPUs``,
+    ``1 thread, the process pinned to 1 of 2 CPUs`` where its affinity left it fewer."""
+    threads = f"{p['torch_threads']} thread{'' if p['torch_threads'] == 1 else 's'}"
+    affinity = p.get("cpu_affinity")
+    if affinity is not None and affinity < p["cpu_count"]:
+        return f"{threads}, the process pinned to {affinity} of {p['cpu_count']} CPUs"
+    return f"{threads} of {p['cpu_count']} CPUs"
+
+
 def load_words(record: dict) -> str:
     """The machine's load average over the minute before a run started and before it ended, from
     a provenance record (a run's, or one source run's of a merged file); "" where it has none."""
@@ -96,7 +106,7 @@ def provenance_markdown(run: Run) -> str:
                    f"{p['driver']}, CUDA {p['cuda']}, cuDNN {p['cudnn']}, with {p['cpu_count']} CPU cores; "
                    f"TF32 for float32 matmuls {'on' if p['tf32_matmul'] else 'off'}")
     else:
-        machine = f"{run.device}, {p['torch_threads']} threads of {p['cpu_count']} CPUs"
+        machine = f"{run.device}, {threads_words(p)}"
     sources = run.sources
     commits = list(dict.fromkeys(_commit(s["git"]) for s in sources))
     s = run.doc["settings"]
@@ -252,7 +262,7 @@ def run_markdown(run: Run) -> str:
 def part_markdown(run: Run, part: str) -> str:
     """One part of a run on its own: how it was measured, then what its renderer shows."""
     p = run.provenance
-    threads = f"{p['torch_threads']} thread{'' if p['torch_threads'] == 1 else 's'}"
+    threads = threads_words(p)
     method = run.doc["methods"].get(part)
     how = f"; {method.rstrip('.')}" if method else ""
     load = f", {load_words(p)}" if load_words(p) else ""
