@@ -208,6 +208,14 @@ def test_every_cpu_run_states_its_threads_cpus_and_affinity(runs, pages):
     assert runs["cpu-sparse"].provenance["cpu_affinity"] == 1  # the run pinned to one core
 
 
+def test_the_cpu_page_says_which_processor_ran_which_part(runs, pages):
+    # Its note names the processors from the files; this holds its grouping of the parts to them.
+    device = lambda stem: runs[stem].provenance["device_name"]  # noqa: E731
+    assert device("cpu") == device("cpu-masks") == device("cpu-linear") != device("cpu-sparse")
+    assert device("cpu-sparse") == device("cpu-delta") == device("cpu-distributed")
+    assert f"the masks and linear attention on an {device('cpu')}, the decay" in pages["cpu.md"]
+
+
 def _file_rows(text: str) -> dict[str, list[str]]:
     """The files table's rows by file name: its six provenance cells."""
     rows = {}
