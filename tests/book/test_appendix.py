@@ -409,6 +409,15 @@ def test_every_benchmark_part_names_a_renderer_that_renders_its_rows(runs):
             assert render(sample[part.name]).strip(), f"{part.name}: {part.renderer} rendered nothing"
 
 
+def test_the_overview_lists_the_parts_that_run_by_default_and_the_others(pages):
+    said = re.search(r"`--parts` picks what runs: (.*?) by default, and\s+(.*?) only when named",
+                     pages["kernel-timings.md"], flags=re.DOTALL)
+    assert said, "the overview no longer says which parts run by default"
+    names = lambda text: re.findall(r"`([a-z]+)`", text)  # noqa: E731
+    assert names(said[1]) == [p.name for p in PARTS if p.default]
+    assert names(said[2]) == [p.name for p in PARTS if not p.default]
+
+
 def test_a_marker_of_an_unknown_part_stops_the_build(runs):
     with pytest.raises(ValueError, match="no benchmark part 'novel'"):
         fill_markers("<!-- timings:novel cpu -->", runs)
