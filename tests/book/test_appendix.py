@@ -146,10 +146,25 @@ def test_time_table_marks_the_fastest_at_each_t_and_keeps_units_in_its_header(ru
     assert "Median time per call in ms" in text
     cells = body_rows(text)
     for column in range(1, len(cells[0])):
-        values = [(float(c[column].strip("*")), c[column].startswith("**")) for c in cells if c[column] != "—"]
+        values = [(float(c[column].strip("*†")), c[column].startswith("**")) for c in cells if c[column] != "—"]
         fastest = min(v for v, _ in values)
         assert [bold for v, bold in values] == [v == fastest for v, _ in values]
     assert not any("ms" in cell for row in cells for cell in row)  # the unit is in the caption only
+
+
+def test_a_noisy_time_is_marked_where_its_spread_is_not_shown(runs):
+    # The grids show medians alone; a time whose IQR is over 10 % of it carries a dagger, and the
+    # caption says what the dagger means, so that no reader ranks two times inside their noise.
+    run = runs["cuda-h100-quick"]
+    _, (_, rows) = run.groups("kernel", "bfloat16")[0].passes()  # forward+backward, d_h = 64
+    text = tables.time_table(rows, "forward+backward")
+    ts = sorted({r.t for r in rows})
+    marked = {(cells[0].strip("`"), t) for cells in body_rows(text) for t, c in zip(ts, cells[1:]) if c.endswith("†")}
+    expected = {(r.variant, r.t) for r in rows if r.status == "ok" and r.iqr_s > 0.1 * r.median_s}
+    assert expected and marked == expected
+    assert "† a noisy time, its IQR more than 10 % of the median." in text
+    delta = tables.delta_table(runs["cpu-delta"])  # every time within 10 %: no dagger, no note
+    assert "†" not in delta
 
 
 def test_detail_table_is_fastest_first_with_the_ratio_in_its_own_column(runs):

@@ -33,9 +33,25 @@ def batch_note(rows: list[Row]) -> str:
     return f"$b \\cdot t = {tex_count(b0 * t0)}$ tokens: $b = {b0}$ at $t = {t0}$ … $b = {b1}$ at $t = {t1}$"
 
 
+# A time whose interquartile range exceeds this fraction of its median is marked noisy (†) in the
+# grids that show medians alone: a reader should not rank it against a neighbour a few % away.
+NOISY_IQR = 0.10
+NOISY_NOTE = f"† a noisy time, its IQR more than {100 * NOISY_IQR:g} % of the median"
+
+
+def noisy(row) -> bool:
+    """Whether an ok row's spread (IQR) exceeds :data:`NOISY_IQR` of its median."""
+    return row.iqr_s is not None and row.iqr_s > NOISY_IQR * row.median_s
+
+
+def noisy_note(ok: list) -> str:
+    """``; † a noisy time: ...`` for a caption whose grid marks any time, else ``""``."""
+    return f"; {NOISY_NOTE}" if any(noisy(r) for r in ok) else ""
+
+
 def time_grid(variants: Iterable[str], ts: list[int], ok: list) -> list[list[str]]:
     """One table row per variant: its median ms at each t ("—" where it has none), the fastest
-    ok row at each t in bold."""
+    ok row at each t in bold, a noisy one (:func:`noisy`) marked †."""
     fastest = {t: min((r.median_s for r in ok if r.t == t), default=None) for t in ts}
     cell = {(r.variant, r.t): r for r in ok}
     body = []
@@ -44,7 +60,8 @@ def time_grid(variants: Iterable[str], ts: list[int], ok: list) -> list[list[str
         for t in ts:
             row = cell.get((name, t))
             text = "—" if row is None else ms(row.median_s)
-            cells.append(f"**{text}**" if row is not None and row.median_s == fastest[t] else text)
+            text = f"**{text}**" if row is not None and row.median_s == fastest[t] else text
+            cells.append(text + "†" if row is not None and noisy(row) else text)
         body.append([code(name), *cells])
     return body
 
@@ -54,7 +71,8 @@ def time_table(rows: list[Row], pass_name: str) -> str:
     ok = _ok(rows)
     ts = sorted({r.t for r in rows})
     body = time_grid(dict.fromkeys(r.variant for r in ok), ts, ok)
-    caption = f"Median time per call in ms, {pass_name}; the fastest at each $t$ in bold; {batch_note(rows)}."
+    caption = (f"Median time per call in ms, {pass_name}; the fastest at each $t$ in bold; {batch_note(rows)}"
+               f"{noisy_note(ok)}.")
     return table(["variant", *(f"$t = {t}$" for t in ts)], body, [False] + [True] * len(ts), caption)
 
 
@@ -313,7 +331,7 @@ def _forms_table(run: Run, key: str, what: str) -> str:
     tokens = tex_count(by_t[0][0] * by_t[0][1])
     caption = (f"Median time per call in ms, {first.pass_name}, causal, $h = {first.h}$, $d_h = {first.d_h}$, "
                f"{first.dtype}, chunks of {first.chunk_size} tokens; $b \\cdot t = {tokens}$; "
-               "the fastest at each $t$ in bold.")
+               f"the fastest at each $t$ in bold{noisy_note(ok)}.")
     failed = [f"`{r.variant}` at $t = {r.t}$: {r.status}, {r.reason}" for r in rows if r.status != "ok"]
     note = ("\n\n" + "; ".join(failed) + ".") if failed else ""
     return table([what, *(f"$t = {t}$" for t in ts)], body, [False] + [True] * len(ts), caption) + note
@@ -377,7 +395,8 @@ def sparse_table(run: Run) -> str:
                  f"NSA: {blocks} blocks of {first.block_size}; NSA's window: {first.window} keys)")
         out.append(table(["form", *(f"$t = {t}$" for t in ts)], time_grid(variants, ts, ok),
                          [False] + [True] * len(ts),
-                         f"Median time per call in ms, {shape}; the fastest at each $t$ in bold."))
+                         f"Median time per call in ms, {shape}; the fastest at each $t$ in bold"
+                         f"{noisy_note(ok)}."))
         cell = {(r.variant, r.t): r for r in ok}
         body = []
         for name in variants:
