@@ -216,7 +216,7 @@ SWEEP_KEY = ("level", "variant", "pass", "dtype", "b", "t", "h", "d_h")
 # In the order a run measures them.
 PARTS: tuple[Part, ...] = (
     Part("peaks", "CPU: this machine's float32 matmul FLOP/s and STREAM bandwidth; GPU: a bfloat16 "
-         "matmul's TFLOP/s and a device-to-device copy's bytes/s, recorded next to the datasheet's "
+         "matmul's TFLOP/s and STREAM copy and triad bandwidth, recorded next to the datasheet's "
          "figures, which the percentages use",
          (RowKind("peaks", "peak", ("name",), shape="named", measured=_peak_measured),),
          _run_peaks, "book.appendix.page:peaks_markdown"),

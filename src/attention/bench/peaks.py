@@ -13,7 +13,7 @@ s the bytes of one number.
   a cache may add is not counted. The bandwidth of the roofline is the higher of the two.
 
 Both run with torch's thread count, recorded next to the result, like the timings. On a GPU the
-same two measurements (a bfloat16 matmul on the tensor cores, and a device-to-device copy) are
+same two measurements (a bfloat16 matmul on the tensor cores, and STREAM's copy and triad) are
 recorded next to the datasheet's figures, which the appendix's percentages and roofline keep.
 """
 
