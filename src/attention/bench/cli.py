@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add, on_off = ap.add_argument, argparse.BooleanOptionalAction
     add("--parts", nargs="+", choices=tuple(BY_NAME), default=list(DEFAULT_PARTS),
-        help="what to measure (default: all but linear; see below)")
+        help="what to measure (default: all but "
+             + ", ".join(p.name for p in PARTS if not p.default) + "; see below)")
     add("--preset", choices=tuple(PRESETS), help="a whole measurement sized for a short GPU slot (see below)")
     add("--time-budget", type=float, metavar="SECONDS",
         help="start no sweep row after this many seconds (the file says the run stopped; quick: 450)")

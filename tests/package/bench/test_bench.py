@@ -11,8 +11,9 @@ from torch.utils import benchmark
 
 from attention import flash
 from attention.bench import timing, validate_results, variants
-from attention.bench.cli import main
+from attention.bench.cli import build_parser, main
 from attention.bench.memprobe import measure_in_subprocess
+from attention.bench.parts import PARTS
 from attention.bench.rows import Row
 from attention.bench.sweep import Settings, measure
 from attention.bench.timing import profiled_call, time_cpu
@@ -398,3 +399,9 @@ class TestBadInput:
         row = measure(reporting, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
         with pytest.raises(ValueError, match=r"row\.kernel_config: expected dict \| None, got \[64, 64\]"):
             Row.from_json(row.to_json() | {"kernel_config": [64, 64]})
+
+
+def test_the_help_names_every_part_left_out_by_default():
+    help_text = " ".join(build_parser().format_help().split())
+    left_out = ", ".join(p.name for p in PARTS if not p.default)
+    assert f"(default: all but {left_out}; see below)" in help_text
