@@ -80,8 +80,8 @@ class AdditiveAttention(nn.Module):
         keys.
 
         Raises:
-            ValueError: if query, keys or values do not have the shapes above or disagree on b and
-                t, or mask is not bool or does not broadcast to (b, t).
+            ValueError: if query, keys or values do not have the shapes above or disagree on
+                b and t, or mask is not bool or does not broadcast to (b, t).
         """
         check_input(query, self.d_query, (2,), "query", "d_query")
         check_input(keys, self.d_key, (3,), "keys", "d_key")
@@ -272,7 +272,8 @@ class Seq2Seq(nn.Module):
         Returns logits (b, t_tgt, vocab) and attention weights (b, t_tgt, t).
 
         Raises:
-            ValueError: if src or tgt_in is not (b, ·) of integer ids, or their batch sizes differ.
+            ValueError: if src or tgt_in is not (b, ·) of integer ids, or their batch sizes
+                differ.
         """
         check_token_ids(src, "src")
         check_token_ids(tgt_in, "tgt_in")
@@ -291,8 +292,8 @@ class Seq2Seq(nn.Module):
         Returns tokens (b, max_len) and attention weights (b, max_len, t).
 
         Raises:
-            ValueError: if max_len is not an integer >= 1, or src is not (b, t) of integer ids with
-                t >= 1.
+            ValueError: if max_len is not an integer >= 1, or src is not (b, t) of integer ids
+                with t >= 1.
         """
         check_sizes(max_len=max_len)
         annotations, state = self.encoder(src)  # (b, t, 2·d_hidden), (b, d_hidden)

@@ -136,8 +136,8 @@ class CrossAttention(nn.Module):
         the output is ``out_proj``'s bias; no queries (t_q = 0) give an empty (b, 0, d_out).
 
         Raises:
-            ValueError: if x or context does not have the shape above, their batch sizes differ, or
-                key_padding_mask is not a (b, t_k) bool tensor.
+            ValueError: if x or context does not have the shape above, their batch sizes differ,
+                or key_padding_mask is not a (b, t_k) bool tensor.
         """
         check_input(x, self.d_q, (3,), "x", "d_q")
         check_input(context, self.d_kv, (3,), "context", "d_kv")
