@@ -1,12 +1,13 @@
 """The roofline model (Williams, Waterman and Patterson, 2009) applied to measured kernel rows.
 
 Notation (see CONTRIBUTING.md): b batch size, h heads, t tokens, d_h head width, s bytes of one
-number; P the peak FLOP/s, β the memory bandwidth in bytes/s, I = F / D the arithmetic intensity
-of a kernel that does F FLOPs and moves D bytes.
+number; P the peak FLOP/s, β the memory bandwidth in bytes/s, I = F / IO the arithmetic intensity
+of a kernel that does F FLOPs and moves IO bytes (chapter 7's equation (7.14); D is the backward
+pass's row sum there).
 
 A kernel can run at most at min(P, β · I) FLOP/s; it is *memory-bound* when I is below the ridge
 point I* = P / β and *compute-bound* above it. F is the row's own FLOP count (the benchmark's
-``flops``). D is a **lower bound**: the bytes the kernel must move at least, whatever its cache
+``flops``). IO is a **lower bound**: the bytes the kernel must move at least, whatever its cache
 does,
 
 - forward: Q, K, V read once and Z written once, 4 · b · h · t · d_h · s;
