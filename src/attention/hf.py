@@ -649,7 +649,10 @@ def _llama_like(model: nn.Module) -> CausalLM:
         layer_types = ["sliding_attention"] * len(body.layers)
     if kind == "qwen3" and not config.use_sliding_window:
         layer_types = ["full_attention"] * len(body.layers)
-    kinds = {"full_attention", "sliding_attention"} | ({"linear_attention"} if next_ else set())
+    # Llama's attention has no window whatever layer_types says (transformers' cache would
+    # follow layer_types and window it): such a model has no one meaning, refuse it
+    kinds = ({"full_attention"} if kind == "llama" else {"full_attention", "sliding_attention"}) | (
+        {"linear_attention"} if next_ else set())
     if not set(layer_types) <= kinds:
         raise ValueError(
             f"{kind}: layer_types must be in {sorted(kinds)}, got {sorted(set(layer_types))}"

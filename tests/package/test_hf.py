@@ -153,6 +153,13 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"use_bidirectional_attention=True .* \(False, None\)"):
             from_transformers(_model(kind, **dict(options, use_bidirectional_attention=True)))
 
+    def test_llama_layer_types_with_a_window_are_refused(self) -> None:
+        # Llama's attention ignores layer_types (global everywhere) but its cache follows it
+        options = dict(GQA, layer_types=["sliding_attention", "full_attention"], sliding_window=4)
+        with pytest.raises(ValueError, match=r"llama: layer_types must be in \['full_attention'\], "
+                                             r"got \['full_attention', 'sliding_attention'\]"):
+            from_transformers(_model("llama", options))
+
     def test_token_ids_max_new_tokens_and_dtype_must_be_valid(self) -> None:
         ours = from_transformers(_model(*CASES["gpt2"]))
         with pytest.raises(ValueError, match=r"\(b, t\) tensor of torch.long.*got shape \(7,\) and dtype torch\.int64"):
