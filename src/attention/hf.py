@@ -424,6 +424,12 @@ def _copy(linear: nn.Linear, weight: Tensor, bias: Tensor | None = None) -> None
         raise ValueError(
             f"weight must have shape {tuple(linear.weight.shape)}, got {tuple(weight.shape)}"
         )
+    if (linear.bias is None) != (bias is None):  # a bias option the model's module ignores
+        raise ValueError(
+            f"bias must be {'None' if linear.bias is None else 'a tensor'} (the configuration "
+            f"asks for {'no ' if linear.bias is None else ''}bias), got "
+            f"{'None' if bias is None else tuple(bias.shape)}"
+        )
     with torch.no_grad():
         linear.weight.copy_(weight)
         if linear.bias is not None:

@@ -160,6 +160,11 @@ class TestBadInput:
                                              r"got \['full_attention', 'sliding_attention'\]"):
             from_transformers(_model("llama", options))
 
+    def test_a_bias_option_the_model_ignores_is_refused(self) -> None:
+        # Mistral's projections have no bias whatever attention_bias says
+        with pytest.raises(ValueError, match=r"bias must be a tensor .*got None"):
+            from_transformers(_model("mistral", dict(GQA, attention_bias=True)))
+
     def test_token_ids_max_new_tokens_and_dtype_must_be_valid(self) -> None:
         ours = from_transformers(_model(*CASES["gpt2"]))
         with pytest.raises(ValueError, match=r"\(b, t\) tensor of torch.long.*got shape \(7,\) and dtype torch\.int64"):
