@@ -21,8 +21,8 @@ A rule replaces each θ_i by θ'_i, so that every wavelength grows by λ'_i / λ
                            the rotated features times sqrt(1/τ) = 0.1 ln κ + 1 (Peng et al., 2023)
     Llama3Scaling          the same ramp without the temperature, ν_lo and ν_hi named
                            ``low_freq_factor`` and ``high_freq_factor``      (Meta's Llama 3.1 code)
-    DynamicNTKScaling      NTK-aware scaling whose factor follows the length l read so far:
-                           κ_l = max(1, κ l / t_train - (κ - 1))             (emozilla, 2023; YaRN 3.3)
+    DynamicNTKScaling      NTK-aware scaling whose factor follows the t tokens read so far:
+                           κ_t = max(1, κ t / t_train - (κ - 1))             (emozilla, 2023; YaRN 3.3)
 
 Each rule is a frozen dataclass that checks its parameters when it is made; ``frequencies``
 returns the θ'_i in float64 and ``attention_factor`` the number that multiplies the rotated
@@ -359,10 +359,10 @@ class DynamicNTKScaling:
     """Dynamic NTK scaling (emozilla, 2023; Peng et al., 2023, section 3.3): factor set by length.
 
     While a sequence is no longer than t_train nothing changes; past it, the frequencies are
-    those of :class:`NTKAwareScaling` with the factor κ_l = κ l / t_train - (κ - 1), l the length
-    read so far (the last position plus one). This is Hugging Face's rule
-    (``_compute_dynamic_ntk_parameters``); with κ = 1 it is YaRN's max(1, l / t_train) (the
-    paper's s). The frequencies change with l, so every key must be rotated with those of the
+    those of :class:`NTKAwareScaling` with the factor κ_t = κ t / t_train - (κ - 1), t the number
+    of tokens read so far (the last position plus one). This is Hugging Face's rule
+    (``_compute_dynamic_ntk_parameters``); with κ = 1 it is YaRN's max(1, t / t_train) (the
+    paper's s). The frequencies change with t, so every key must be rotated with those of the
     current length: a cache must hold keys before rotation, or the old keys keep the old
     frequencies.
 
@@ -394,7 +394,7 @@ class DynamicNTKScaling:
         return 1.0
 
     def stretch(self, length: int) -> float:
-        """The factor κ_l for l = ``length`` tokens: max(1, κ l / t_train - (κ - 1)).
+        """The factor κ_t for t = ``length`` tokens: max(1, κ t / t_train - (κ - 1)).
 
         Raises:
             ValueError: if length is not an integer >= 0.
@@ -405,7 +405,7 @@ class DynamicNTKScaling:
         return self.factor * length / self.original_context - (self.factor - 1)
 
     def frequencies(self, rotary_dim: int, base: float, length: int = 0) -> Tensor:
-        """NTK-aware θ'_i for the factor κ_l, l = ``length``: shape (rotary_dim/2,), float64."""
+        """NTK-aware θ'_i for the factor κ_t, t = ``length``: shape (rotary_dim/2,), float64."""
         return NTKAwareScaling(self.stretch(length)).frequencies(rotary_dim, base)  # (d_rot/2,)
 
 
