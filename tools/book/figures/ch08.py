@@ -35,12 +35,12 @@ def sinusoidal_table() -> Figure:
     image = axes[0].imshow(table.numpy(), cmap="RdBu_r", vmin=-1.0, vmax=1.0, aspect="auto")
     axes[0].set_xlabel("feature $f$ (even: sin, odd: cos; frequency falls to the right)")
     axes[0].set_ylabel("position $p$")
-    axes[0].set_title(f"$PE[p, f]$, $t = {t}$, $d = {d}$")
+    axes[0].set_title(f"$\\mathrm{{PE}}[p, f]$, $t = {t}$, $d = {d}$")
     invert_in_dark(image, fig.colorbar(image, ax=axes[0], shrink=0.85))  # white at 0: dark
     image = axes[1].imshow(dots.numpy(), cmap="viridis", aspect="auto")
-    axes[1].set_xlabel("position $q$")
+    axes[1].set_xlabel("position $p′$")
     axes[1].set_ylabel("position $p$")
-    axes[1].set_title(r"$PE(p) \cdot PE(p′)$: constant along each diagonal")
+    axes[1].set_title(r"$\mathrm{PE}(p) \cdot \mathrm{PE}(p′)$: constant along each diagonal")
     fig.colorbar(image, ax=axes[1], shrink=0.85)
     fig.suptitle("The sinusoidal position table of Vaswani et al. (2017)")
     return fig
