@@ -16,6 +16,7 @@ from attention import (
     causal_mask,
     journey_inputs,
     scaled_dot_product_attention,
+    sliding_window_mask,
     softmax,
     softmax_naive,
 )
@@ -340,6 +341,25 @@ class TestBadInput:
     def test_mask_sizes_and_dtype(self, call, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             call()
+
+    @pytest.mark.parametrize("is_causal", ["False", 1, torch.tensor(False)])
+    def test_is_causal_must_be_a_bool(self, is_causal: object) -> None:
+        """A truthy non-bool such as the string "False" would otherwise mask silently."""
+        q, k, v = qkv((2, 4, 3))
+        expected = rf"is_causal must be a bool, got {re.escape(repr(is_causal))} of type"
+        with pytest.raises(ValueError, match=expected):
+            attention_weights(q, k, is_causal=is_causal)
+        with pytest.raises(ValueError, match=expected):
+            scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+    @pytest.mark.parametrize(
+        ("sizes", "message"),
+        [((0, 4, 2), "t_q must be at least 1, got 0"), ((4, -1, 2), "t_k must be at least 1, got -1"),
+         ((4, 4, 0), "window must be at least 1, got 0")],
+    )
+    def test_sliding_window_mask_sizes_must_be_at_least_one(self, sizes: tuple, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            sliding_window_mask(*sizes)
 
     def test_causal_mask_bad_alignment(self) -> None:
         expected = r"alignment must be one of \('top_left', 'bottom_right'\), got 'left'"
