@@ -129,6 +129,23 @@ def test_score_mods_equal_flex_attention_and_the_written_out_computation():
                                rtol=0, atol=1e-12)
 
 
+def test_alibi_offset_puts_the_queries_after_a_cache():
+    """alibi(h, offset=t_k - t_q) is alibi_bias's bottom-right bias: query i sits at t_k - t_q + i."""
+    t_q, t_k = 3, 7
+    bias = M.to_bias(M.alibi(3, offset=t_k - t_q), t_q, t_k, 3, dtype=torch.float64)
+    torch.testing.assert_close(bias, alibi_bias(3, t_q, t_k).double(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_t5_bias_follows_the_scores_dtype_not_the_tables(dtype):
+    """A float64 table added to float32 scores must not promote them (nor to_bias) to float64."""
+    table = torch.randn(32, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    bias = M.to_bias(M.t5_bias(table), 4, 6, 2, dtype=dtype)
+    i, j = torch.arange(4)[:, None], torch.arange(6)[None, :]
+    assert bias.dtype == dtype
+    assert torch.equal(bias, table.to(dtype)[M.t5_buckets(j - i)].permute(2, 0, 1))
+
+
 def test_score_and_mask_together_with_the_log_sum_exp():
     q, k, v = qkv((2, 3, T, 8))
     rule = RULES["causal documents"]
@@ -148,6 +165,24 @@ def test_a_query_that_sees_nothing_gets_zero_and_minus_infinite_lse():
     assert bool((lse[:, :, 1] == -math.inf).all()) and bool(lse[:, :, [0, 2, 3]].isfinite().all())
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_dense_attention_in_half_precision_is_the_exact_answer_rounded_once(dtype):
+    """float32 scores, softmax and sums, rounded once, as test_half_precision asks of the kernels.
+
+    The reference is torch's SDPA in float64 on the same rounded inputs; the bound is 1.2x the
+    error of rounding that reference once to ``dtype`` (a bfloat16 softmax and sum miss it).
+    """
+    q, k, v = qkv((1, 2, 113, 32), (1, 2, 203, 32), dtype=torch.float32, to=dtype)
+    out, lse = M.dense_attention(q, k, v, mask_mod=M.causal(), return_lse=True)
+    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+    assert out.dtype == dtype
+    error, rounding = ((x.double() - exact).abs().max().item() for x in (out, exact.to(dtype)))
+    assert error <= 1.2 * rounding, f"error {error:.3g} > 1.2 x rounding once {rounding:.3g}"
+    scores = q.double() @ k.double().transpose(-2, -1) / math.sqrt(32)
+    exact_lse = scores.masked_fill(~causal_mask(113, 203), -math.inf).logsumexp(-1)
+    assert (lse.double() - exact_lse).abs().max().item() <= 1e-5
+
+
 def page_bucket(n: int, num_buckets: int = 32, max_distance: int = 128) -> int:
     """Equation (8.11) as chapter 8 writes it: the bucket of a key n >= 0 tokens back."""
     exact = num_buckets // 2
@@ -164,6 +199,21 @@ def test_t5_buckets_follow_equation_8_11():
     both = M.t5_buckets(torch.arange(-200, 201), bidirectional=True)
     assert both[200 - 5].item() == page_bucket(5, 16) and both[200 + 5].item() == 16 + 5
     assert set(both.tolist()) == set(range(32)) - {16}  # offset 0 is in the first half
+
+
+@pytest.mark.parametrize(("b", "h"), [(None, None), (2, None), (None, 3), (2, 3)])
+def test_to_dense_keeps_the_batch_and_head_dimensions_whenever_one_is_asked_for(b, h):
+    """(t_q, t_k) only when b and h are both None; else (b or 1, h or 1, t_q, t_k), row by row."""
+    per_row_and_head = lambda bb, hh, i, j: j <= i + hh - bb  # noqa: E731  # a rule of b and h
+    dense = M.to_dense(per_row_and_head, 4, 6, b=b, h=h)
+    i, j = torch.arange(4)[:, None], torch.arange(6)[None, :]
+    if b is None and h is None:
+        assert torch.equal(dense, j <= i)
+        return
+    assert dense.shape == (b or 1, h or 1, 4, 6)
+    for bb in range(b or 1):
+        for hh in range(h or 1):
+            assert torch.equal(dense[bb, hh], j <= i + hh - bb)
 
 
 def test_and_masks_intersect_and_or_masks_unite():
@@ -209,6 +259,7 @@ class TestBadInput:
          r"same number of tokens t_k, got 5 and 4"),
         (lambda: M.dense_attention(*qkv((2, 4, T, 8), (2, 2, T, 8))),
          r"leading dimensions of query, key and value must broadcast, got \(2, 4\), \(2, 2\)"),
+        (lambda: M.dense_attention(*qkv((3, T, 8))), r"query must be \(b, h, t, d\), got shape \(3, 12, 8\)"),
     ])
     def test_each_rule_checks_its_arguments(self, call, message):
         with pytest.raises(ValueError, match=message):
