@@ -98,6 +98,19 @@ def test_rope_start_continues_the_positions() -> None:
     torch.testing.assert_close(rope(x)[..., 4:, :], rope(x[..., 4:, :], start=4))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_rope_moved_to_half_precision_keeps_exact_angles_far_out(dtype: torch.dtype) -> None:
+    """Module.to(dtype) would round the frequencies to dtype, and a frequency off by one part in
+    256 turns position 5000 by up to 20 radians; RoPE keeps them in float64, so the half result
+    is the float64 rotation of the same rounded input within a few roundings."""
+    x = seeded_randn(2, 2, 4, 64).to(dtype)  # (h, t, d_h), already rounded
+    exact = RotaryEmbedding(64)(x.double(), start=5000)
+    ours = RotaryEmbedding(64).to(dtype)(x, start=5000)
+    assert ours.dtype == dtype
+    error, rounding = ((y.double() - exact).abs().max().item() for y in (ours, exact.to(dtype)))
+    assert error <= 3 * rounding, f"error {error:.3g} > 3 x rounding once {rounding:.3g}"
+
+
 def test_the_two_pairings_are_the_same_up_to_a_permutation() -> None:
     halves, interleaved = RotaryEmbedding(8), RotaryEmbedding(8, interleaved=True)
     perm = rotary_permutation(8)
