@@ -2,7 +2,7 @@
 
 import torch
 
-from attention.kv_cache import KVCache, RollingKVCache
+from attention.kv_cache import KVCache, ModelKVCache, RollingKVCache
 
 
 def test_the_rolling_buffer_keeps_its_sinks_and_says_where_each_key_is() -> None:
@@ -36,3 +36,22 @@ def test_the_rolling_buffer_returns_the_window_in_order_of_position() -> None:
     keys, _ = cache.append(torch.tensor([7.0, 8.0]).view(1, 1, 2, 1), torch.zeros(1, 1, 2, 1))
     assert keys.flatten().tolist() == [5.0, 6.0, 7.0, 8.0]  # w - 1 kept, then the new ones
     assert sorted(cache.keys.flatten().tolist()) == [6.0, 7.0, 8.0]  # the last w tokens
+
+
+def test_a_chunk_longer_than_the_window_leaves_the_last_w_tokens_in_their_slots() -> None:
+    """Prefill of 7 tokens, w = 3, one sink: slot 0 keeps token 0, slot 1 + (p - 1) mod 3 token p."""
+    cache = RollingKVCache(1, 1, 3, 1, sinks=1)
+    cache.append(torch.arange(7.0).view(1, 1, 7, 1), torch.zeros(1, 1, 7, 1))
+    assert cache.keys.flatten().tolist() == [0.0, 4.0, 5.0, 6.0]
+    keys, _ = cache.append(torch.full((1, 1, 1, 1), 7.0), torch.zeros(1, 1, 1, 1))
+    assert keys.flatten().tolist() == [0.0, 5.0, 6.0, 7.0]
+
+
+def test_resetting_a_model_cache_empties_every_layer() -> None:
+    cache = ModelKVCache([KVCache(1, 1, 4, 2) for _ in range(3)])
+    for layer in cache.layers:
+        layer.append(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
+    cache.reset()
+    assert [layer.length for layer in cache.layers] == [0, 0, 0]
+    for layer in cache.layers:  # each layer takes a full max_tokens again
+        assert layer.append(torch.ones(1, 1, 4, 2), torch.ones(1, 1, 4, 2))[0].shape == (1, 1, 4, 2)
