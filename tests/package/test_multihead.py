@@ -177,6 +177,19 @@ def test_fused_equals_multihead_with_same_weights(use_sdpa: bool, qkv_bias: bool
         torch.testing.assert_close(fused(x), mha(x))
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_from_multihead_carries_over_the_training_mode(training: bool) -> None:
+    """An eval-mode module must not turn into a fused one that drops out (a new module trains)."""
+    mha = MultiHeadAttention(6, 6, context_length=8, dropout=0.5, num_heads=2, proj_dropout=0.25)
+    fused = FusedMultiHeadAttention.from_multihead(mha.train(training))
+    assert fused.training is training and fused.dropout.training is training
+    assert (fused.dropout.p, fused.proj_dropout.p) == (0.5, 0.25)
+    if not training:
+        x = torch.randn(2, 8, 6)
+        with torch.no_grad():
+            torch.testing.assert_close(fused(x), mha(x))
+
+
 def test_fused_paths_agree_and_ignore_dropout_in_eval() -> None:
     fused = FusedMultiHeadAttention(6, 6, context_length=8, dropout=0.3, num_heads=2).eval()
     x = torch.randn(2, 8, 6)
