@@ -92,6 +92,30 @@ def test_flops_are_what_pytorch_counts(form, causal):
 # FAVOR+ --------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_every_form_carries_the_initial_state_into_the_final_one(is_causal: bool) -> None:
+    """S_final = S_0 + phi(K)^T [V, 1] in each form, the parallel one included."""
+    query, key, value = qkv((2, 6, 4))
+    state = torch.rand(2, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    phi_k = torch.nn.functional.elu(key) + 1
+    expected = state + phi_k.transpose(-2, -1) @ torch.cat([value, torch.ones(2, 6, 1, dtype=torch.float64)], -1)
+    for form in ("parallel", "recurrent", "chunked"):
+        _, final = linear_attention(query, key, value, is_causal=is_causal, form=form, chunk_size=4,
+                                    initial_state=state, output_final_state=True)
+        torch.testing.assert_close(final, expected, rtol=1e-12, atol=1e-12, msg=form)
+
+
+@pytest.mark.parametrize("form", ["parallel", "recurrent", "chunked"])
+def test_half_precision_is_the_float64_answer_rounded_once(form: str) -> None:
+    """Features, sums and the normalizer in float32, rounded once to bfloat16 at the end."""
+    query, key, value = qkv((2, 64, 16), dtype=torch.float32, to=torch.bfloat16)
+    ours = linear_attention(query, key, value, is_causal=True, form=form, chunk_size=16)
+    exact = linear_attention(query.double(), key.double(), value.double(), is_causal=True, form=form)
+    assert ours.dtype == torch.bfloat16
+    error, rounding = ((x.double() - exact).abs().max().item() for x in (ours, exact.to(torch.bfloat16)))
+    assert error <= 1.2 * rounding, f"error {error:.3g} > 1.2 x rounding once {rounding:.3g}"
+
+
 class TestBadInput:
     def test_forms_feature_maps_and_shapes_must_be_valid(self):
         q, k, v = qkv((2, 5, 4))
