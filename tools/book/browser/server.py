@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ class SiteServer:
         self.overrides: dict[str, bytes] = {}
         self.hidden: set[str] = set()
         handler = functools.partial(_Handler, self, directory=str(root))
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _Server(("127.0.0.1", 0), handler)
         self.origin = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -44,6 +45,17 @@ class SiteServer:
     def url(self, path: str) -> str:
         """The absolute URL of a path of the site."""
         return self.origin + self.path(path)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    """A threading HTTP server for which a request the browser abandons is not an error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The browser closes a connection when a navigation cancels a request in flight (a big
+        # page, the search index): socketserver would print that traceback into the test log.
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
