@@ -18,7 +18,7 @@ from mkdocs.exceptions import PluginError
 
 from attention.bench.parts import PARTS
 from book.appendix import facts, tables
-from book.appendix.format import readable_bytes, table
+from book.appendix.format import cudnn_version, readable_bytes, table
 from book.appendix.load import (
     NOT_RECORDED,
     PROVENANCE_FIELDS,
@@ -189,11 +189,18 @@ def test_provenance_says_where_when_with_what_and_in_how_many_runs(runs):
     p = run.provenance
     for fact in (p["device_name"], p["driver"], p["torch"], f"CUDA {p['cuda']}", p["git"]["commit"][:7],
                  f"the book pins torch {pinned_version('torch')}", "up to 20 timed calls per point",
+                 "cuDNN 9.19.0",  # torch.backends.cudnn.version() recorded 91900
                  "256 MiB buffer", "**7 runs**", "the compiled variants off"):
         assert fact in text, fact
     times = re.findall(r"^- (\d\d:\d\d) UTC", text, flags=re.MULTILINE)
     assert len(times) == 7 and times == sorted(times)  # listed in the order they were measured
     assert all(s["command"] in text for s in run.sources)
+
+
+@pytest.mark.parametrize(("number", "version"), [(91900, "9.19.0"), (90100, "9.1.0"), (8902, "8.9.2")])
+def test_a_cudnn_version_number_reads_as_major_minor_patch(number, version):
+    # cuDNN_VERSION is major * 10000 + minor * 100 + patch from cuDNN 9 on, major * 1000 + ... before
+    assert cudnn_version(number) == version
 
 
 def test_every_run_shows_the_load_average_its_file_records(runs, pages):

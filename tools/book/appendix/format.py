@@ -38,6 +38,14 @@ def ratio_range(values: Sequence[float]) -> str:
     return hi if lo == hi.rstrip("×") else f"{lo}–{hi}"
 
 
+def cudnn_version(number: int) -> str:
+    """cuDNN's version from the integer ``torch.backends.cudnn.version()`` returns: 91900 is
+    9.19.0, major * 10000 + minor * 100 + patch from cuDNN 9 on (8902, before it, is 8.9.2)."""
+    base = 10000 if number >= 90000 else 1000
+    major, rest = divmod(number, base)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
 def tex_count(n: int) -> str:
     """A whole number for inside ``$...$``: ``16{,}384``. A bare comma is punctuation in TeX, which
     sets a space after it (``16, 384``); in braces it is an ordinary symbol."""

@@ -16,7 +16,7 @@ from attention.bench.parts import BY_NAME, ROW_KINDS, Part
 from attention.roofline import machine_roof
 
 from . import tables
-from .format import rate, readable_bytes, table, tex_count
+from .format import cudnn_version, rate, readable_bytes, table, tex_count
 from .load import PROVENANCE_FIELDS, RESULTS, Run, commit_words, file_provenance, pinned_version, results_files
 from .plots import figure_names
 
@@ -103,7 +103,7 @@ def provenance_markdown(run: Run) -> str:
     if run.gpu:
         memory = readable_bytes(p.get("device_memory_bytes"))
         machine = (f"one {run.device} ({memory}, compute capability {p['compute_capability']}), driver "
-                   f"{p['driver']}, CUDA {p['cuda']}, cuDNN {p['cudnn']}, with {p['cpu_count']} CPU cores; "
+                   f"{p['driver']}, CUDA {p['cuda']}, cuDNN {cudnn_version(p['cudnn'])}, with {p['cpu_count']} CPU cores; "
                    f"TF32 for float32 matmuls {'on' if p['tf32_matmul'] else 'off'}")
     else:
         machine = f"{run.device}, {threads_words(p)}"
