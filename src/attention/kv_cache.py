@@ -255,8 +255,8 @@ class RollingKVCache:
         """Store keys, values (b, h_kv, t, d_h); return the visible ones, (b, h_kv, t_k, d_h).
 
         Raises:
-            ValueError: if keys or values are not (b, h_kv, t, d_h) of the cache's dtype, or the
-                positions overflow max_tokens.
+            ValueError: as :meth:`KVCache.append`, where it is the positions that may overflow
+                max_tokens (the window keeps only the last w tokens).
         """
         b, h_kv, _, d_h = self.keys.shape
         check_chunk(keys, values, (b, h_kv, d_h), self.keys)
