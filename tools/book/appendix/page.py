@@ -125,12 +125,13 @@ def provenance_markdown(run: Run) -> str:
         lines += [f"**Load**: {load}, on {p['cpu_count']} CPUs.", ""]
     if len(sources) > 1:
         order = sorted(range(len(sources)), key=lambda i: sources[i]["date_utc"])
+        loads = [load_words(source) for source in sources]
         lines += [f"**{len(sources)} runs**, merged into this file by `python -m attention.bench merge` "
                   "(where two runs measured the same row, the newer one's is kept):", ""]
         lines += [f"- {sources[i]['date_utc'][11:16]} UTC: {_what(run, i)}"
                   + ("; **cut off before its end**" if not sources[i].get("complete", True) else "")
                   + f"; timing: {settings_words(sources[i]['settings'], run.gpu)}"
-                  + (f"; {load_words(sources[i])}" if load_words(sources[i]) else "")
+                  + (f"; {loads[i]}" if loads[i] else "")
                   + f"; {_commit(sources[i]['git'])}."
                   for i in order]
         lines.append("")
@@ -265,7 +266,8 @@ def part_markdown(run: Run, part: str) -> str:
     threads = threads_words(p)
     method = run.doc["methods"].get(part)
     how = f"; {method.rstrip('.')}" if method else ""
-    load = f", {load_words(p)}" if load_words(p) else ""
+    load = load_words(p)
+    load = f", {load}" if load else ""
     body = renderer(BY_NAME[part])(run)
     return (f"*Measured on {run.date} on {run.device}, {threads}{load}, torch {p['torch']}{how}. "
             f"Command: `{p['command']}`.*\n\n{body}\n")
