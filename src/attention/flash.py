@@ -516,8 +516,9 @@ def flash_attention(
         heads, g = 1, 1
     # Each tensor's own leading dimensions: the three may differ in rank, as torch allows.
     leads = [x.shape[: x.dim() - min_dim] for x in (query, key, value)]
-    named = (("query", query), ("key", key), ("value", value))
-    batch = check_batch_dims(*named, min_dim=min_dim, gqa=not enable_gqa)
+    batch = check_batch_dims(
+        ("query", query), ("key", key), ("value", value), min_dim=min_dim, gqa=not enable_gqa
+    )
     (t_q, d_k), (t_k, d_v) = query.shape[-2:], value.shape[-2:]
     n = math.prod(batch) * heads
     # expand, then reshape (a copy where a dimension was broadcast): autograd's expand sums the

@@ -427,8 +427,7 @@ def scaled_dot_product_attention(
     if enable_gqa:
         key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
         value = repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
-    named = (("query", query), ("key", key), ("value", value))
-    check_batch_dims(*named, gqa=not enable_gqa)
+    check_batch_dims(("query", query), ("key", key), ("value", value), gqa=not enable_gqa)
     attn_weights = _weights(
         query, key, attn_mask, dropout_p, is_causal, scale, sinks
     )  # (..., t_q, t_k)
