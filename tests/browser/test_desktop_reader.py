@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser
 
 from book.browser.checks import SNAPSHOT_CHECKS, check_fits_width
 from book.browser.chromium import DESKTOP
@@ -157,3 +158,33 @@ def test_light_dark_toggle_with_screenshots(tour: Tour) -> None:
         assert {f"{name}-light.png", f"{name}-dark.png"} <= names, f"{name} screenshots missing"
     for shot in tour.screenshots:
         assert shot.stat().st_size > 10_000, f"{shot} looks empty"
+
+
+# Every change of Material's data-md-color-switching mark on <body> (True: set, False: removed),
+# recorded from the start of a page.
+WATCH_SWITCHING = """
+window.attnSwitching = [];
+new MutationObserver(records => records.forEach(r =>
+  window.attnSwitching.push(r.target.hasAttribute('data-md-color-switching'))))
+  .observe(document, {subtree: true, attributes: true, attributeFilter: ['data-md-color-switching']});
+"""
+
+
+def test_a_page_loads_without_restyling_for_a_palette_switch_and_a_switch_still_marks(
+    browser: Browser, site: SiteServer
+) -> None:
+    """Material marks <body> while the palette switches (its palette.css turns transitions off
+    under the mark); each mark and unmark restyles the whole page. Loading a page applies no new
+    palette, and overrides/main.html drops that mark; the reader's switch keeps it."""
+    context = browser.new_context(viewport=DESKTOP)
+    try:
+        context.add_init_script(WATCH_SWITCHING)
+        page = context.new_page()
+        page.goto(site.url("/"), wait_until="load")
+        page.evaluate("new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+        assert page.evaluate("window.attnSwitching") == [], "loading the page marked <body>"
+        page.locator("form[data-md-component=palette] label").filter(visible=True).click()
+        page.wait_for_function("window.attnSwitching.length >= 2", timeout=10_000)
+        assert page.evaluate("window.attnSwitching") == [True, False]
+    finally:
+        context.close()
