@@ -139,6 +139,22 @@ def check_qkv(query: Tensor, key: Tensor, value: Tensor | None = None, *, min_di
         )
 
 
+def check_sinks(sinks: object, query: Tensor) -> None:
+    """Require None or one floating logit per query head on the query's device: shape (h,),
+    h = query.shape[-3] of a query (..., h, t_q, d_k)."""
+    if sinks is None:
+        return
+    h = query.shape[-3] if query.dim() >= 3 else None
+    if (not isinstance(sinks, Tensor) or h is None or tuple(sinks.shape) != (h,)
+            or not sinks.is_floating_point() or sinks.device != query.device):
+        got = (f"shape {tuple(sinks.shape)} and dtype {sinks.dtype} on {sinks.device}"
+               if isinstance(sinks, Tensor) else type(sinks).__name__)
+        raise ValueError(
+            f"sinks must be a float tensor of shape (h,) = ({h},), one logit per query head of a "
+            f"query (..., h, t_q, d_k), on {query.device}, got {got}"
+        )
+
+
 def check_batch_dims(*named: tuple[str, Tensor], min_dim: int = 2, gqa: bool = False) -> Size:
     """Require the leading dimensions of the named tensors, all but the last ``min_dim`` (the
     token and width axes, or heads too), to broadcast, as in a batched matmul; returns their

@@ -98,6 +98,7 @@ from ._checks import (
     check_causal_options,
     check_kv_heads,
     check_qkv,
+    check_sinks,
     kernel_keywords,
 )
 from .flash_tiles import Tiles, add_product_, key_blocks, score_tile, tile_view
@@ -361,26 +362,6 @@ class _FlashAttentionBackward(torch.autograd.Function):
         )
 
 
-def _check_sinks(sinks: object, query: Tensor) -> None:
-    """ValueError unless ``sinks`` is None or a float tensor (h,) on the query's device."""
-    if sinks is None:
-        return
-    h = query.shape[-3] if query.dim() >= 3 else None
-    if h is None or not isinstance(sinks, Tensor) or tuple(sinks.shape) != (h,) or not (
-        sinks.is_floating_point()
-    ) or sinks.device != query.device:
-        got = (
-            f"shape {tuple(sinks.shape)}, dtype {sinks.dtype} on {sinks.device}"
-            if isinstance(sinks, Tensor)
-            else type(sinks).__name__
-        )
-        expected = f"shape ({h},)" if h is not None else "a query (..., h, t_q, d_k)"
-        raise ValueError(
-            f"sinks must be a float tensor of {expected}, one logit per query head, on "
-            f"{query.device}, got {got}"
-        )
-
-
 class FlashOptions(TypedDict, total=False):
     """The keyword options of :func:`flash_attention` besides ``return_lse``, which its
     overloads (one per value of that flag) share."""
@@ -503,7 +484,7 @@ def flash_attention(
     check_qkv(query, key, value, min_dim=min_dim)
     check_block_size(block_size)
     check_causal_options(is_causal, alignment, window)
-    _check_sinks(sinks, query)
+    check_sinks(sinks, query)
     if enable_gqa:
         h = query.shape[-3]
         check_kv_heads(query, key, "key")

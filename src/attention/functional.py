@@ -35,6 +35,7 @@ from ._checks import (
     check_kv_heads,
     check_mask,
     check_qkv,
+    check_sinks,
     check_sizes,
     kernel_keywords,
 )
@@ -248,22 +249,6 @@ def repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
     return kv if h == h_kv else kv.repeat_interleave(h // h_kv, dim=-3)  # (..., h, t_k, d)
 
 
-def _check_sinks(sinks: Tensor | None, query: Tensor) -> None:
-    """Require None or one floating logit per query head on the query's device: shape (h,),
-    h = query.shape[-3]."""
-    if sinks is None:
-        return
-    h = query.shape[-3] if query.dim() >= 3 else None
-    if (not isinstance(sinks, Tensor) or h is None or tuple(sinks.shape) != (h,)
-            or not sinks.is_floating_point() or sinks.device != query.device):
-        got = (f"shape {tuple(sinks.shape)} and dtype {sinks.dtype} on {sinks.device}"
-               if isinstance(sinks, Tensor) else type(sinks).__name__)
-        raise ValueError(
-            f"sinks must be a float tensor of shape (h,) = ({h},), one logit per query head of a "
-            f"query (..., h, t_q, d_k), on {query.device}, got {got}"
-        )
-
-
 def _weights(
     query: Tensor,
     key: Tensor,
@@ -423,7 +408,7 @@ def scaled_dot_product_attention(
     check_dropout(dropout_p, "dropout_p")
     check_bool(is_causal, "is_causal")
     check_qkv(query, key, value)
-    _check_sinks(sinks, query)
+    check_sinks(sinks, query)
     if enable_gqa:
         key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
         value = repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)

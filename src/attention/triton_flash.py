@@ -35,7 +35,7 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from ._checks import Alignment, check_causal_options, check_qkv, kernel_keywords
+from ._checks import Alignment, check_causal_options, check_qkv, check_sinks, kernel_keywords
 
 try:
     import triton
@@ -306,23 +306,6 @@ def _check_slice_offsets(name: str, shape: tuple[int, ...], strides: tuple[int, 
         )
 
 
-def _check_sinks(sinks: Tensor | None, query: Tensor) -> None:
-    """ValueError unless ``sinks`` is None or one float logit per query head,
-    on query's device."""
-    if sinks is None:
-        return
-    h = query.shape[1]
-    if not isinstance(sinks, Tensor) or sinks.shape != (h,) or not sinks.is_floating_point():
-        got = (f"shape {tuple(sinks.shape)}, {sinks.dtype}" if isinstance(sinks, Tensor)
-               else type(sinks).__name__)
-        raise ValueError(
-            f"sinks must be a float tensor of shape ({h},), one logit per query head, "
-            f"got {got}"
-        )
-    if sinks.device != query.device:
-        raise ValueError(f"sinks must be on {query.device}, got {sinks.device}")
-
-
 def _check_tuning(options: TritonOptions, scale: float, tensors: tuple[Tensor, ...]) -> None:
     """ValueError for a choice of :class:`TritonOptions` that these inputs do not allow."""
     if not isinstance(options, TritonOptions):
@@ -422,7 +405,7 @@ def triton_flash_attention(
         raise RuntimeError(f"triton_flash_attention cannot run here: {reason}")
     _check_tensors(query, key, value, enable_gqa)
     _check_options(is_causal, block_m, block_n, alignment, window)
-    _check_sinks(sinks, query)
+    check_sinks(sinks, query)
     t_q, t_k, d_h = query.shape[2], key.shape[2], query.shape[3]
     scale = 1.0 / math.sqrt(d_h) if scale is None else float(scale)
     options = TritonOptions() if options is None else options

@@ -175,6 +175,6 @@ class TestBadInput:
     )
     def test_flash_refuses_sinks_of_the_wrong_shape_dtype_or_device(self, sinks, got) -> None:
         q, k, v, _ = _inputs()
-        with pytest.raises(ValueError, match=r"sinks must be a float tensor of shape \(4,\).*on cpu, got .*"
+        with pytest.raises(ValueError, match=r"sinks must be a float tensor of shape \(h,\) = \(4,\).*on cpu, got .*"
                            + got):
             flash_attention(q, k, v, sinks=sinks, enable_gqa=True)

@@ -449,7 +449,8 @@ class TestBadInput:
             "query must have shape (b, h, t, d_h), got shape (1, 16, 64)",
             "query, key, value must share one dtype, got query torch.float16 on cpu, key "
             "torch.bfloat16 on cpu, value torch.float16 on cpu",
-            "sinks must be a float tensor of shape (4,), one logit per query head, got shape (2,), torch.float32",
+            "sinks must be a float tensor of shape (h,) = (4,), one logit per query head of a query (..., h, t_q, "
+            "d_k), on cpu, got shape (2,) and dtype torch.float32 on cpu",
             "fold_scale takes the row maximum before scaling, so needs scale > 0, got -0.5",
             "descriptors need query's last axis contiguous, its other strides multiples of 8 and its start "
             "16-byte aligned, got strides (1040, 1040, 65, 1), start at byte 0 of 16",
