@@ -130,14 +130,34 @@ def test_attention_matrix_times_values_is_the_rule(kind):
     torch.testing.assert_close(weights @ v, rule, rtol=0, atol=1e-12)
 
 
-def test_half_precision_accumulates_in_float32():
-    """bfloat16 in: the output comes back in bfloat16, the final state in float32."""
-    q, k, v, g, beta, _ = (x.bfloat16() for x in _inputs(t=9))
-    out, state = gated_delta_rule(q, k, v, g, beta, form="chunked", chunk_size=4,
-                                  output_final_state=True)
+def plain_gated_delta_rule(q, k, v, g, beta):
+    """The gated delta rule token by token, every step in the inputs' dtype: the "same math done
+    plainly in the input dtype" of flash-attention's accuracy rule (its tests/test_flash_attn.py)."""
+    q, k = (x.repeat_interleave(v.shape[1] // k.shape[1], dim=1) for x in (q * q.shape[-1] ** -0.5, k))
+    state = v.new_zeros(*v.shape[:2], k.shape[-1], v.shape[-1])  # (b, h_v, d_k, d_v)
+    rows = []
+    for i in range(v.shape[2]):
+        state = g[..., i, None, None].exp() * state
+        error = v[..., i, :] - (k[..., i, None, :] @ state).squeeze(-2)  # (b, h_v, d_v)
+        state = state + k[..., i, :, None] * (beta[..., i, None] * error)[..., None, :]
+        rows.append((q[..., i, None, :] @ state).squeeze(-2))  # (b, h_v, d_v)
+    return torch.stack(rows, dim=-2)  # (b, h_v, t, d_v)
+
+
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_half_precision_meets_flash_attentions_rule(form):
+    """bfloat16 in: the output comes back in bfloat16 and the final state in float32, and the
+    output's error against float64 (from the same rounded inputs) is at most twice the error of
+    the plain bfloat16 computation, flash-attention's rule for its outputs."""
+    inputs = [x.bfloat16() for x in _inputs(t=40)[:5]]
+    exact = gated_delta_rule(*(x.double() for x in inputs))
+    torch.testing.assert_close(plain_gated_delta_rule(*(x.double() for x in inputs)), exact,
+                               rtol=0, atol=1e-12)  # the plain computation computes the rule
+    out, state = gated_delta_rule(*inputs, form=form, chunk_size=8, output_final_state=True)
     assert out.dtype == torch.bfloat16 and state.dtype == torch.float32
-    ref = gated_delta_rule(*(x.float() for x in (q, k, v, g, beta)))
-    torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-2)
+    error = (out.double() - exact).abs().max()
+    plain = (plain_gated_delta_rule(*inputs).double() - exact).abs().max()
+    assert error <= 2 * plain, f"{form}: error {error:.3g}, plain bfloat16 {plain:.3g}"
 
 
 @pytest.fixture(scope="module")
