@@ -34,6 +34,7 @@ NOT_IMPORTED = {
     "--dist loadgroup",
     "ruff": "a command: .ci/run runs `ruff check` (configured in pyproject.toml)",
     "mypy": "a command: .ci/run type-checks tests/package/typed_usage.py with `mypy --strict`",
+    "black": "mkdocstrings-python formats the API reference's signatures with it when installed",
 }
 
 
