@@ -95,6 +95,19 @@ def test_conversion_mean_pools_the_key_and_value_heads_of_each_group(num_kv_head
     )
 
 
+def test_conversion_keeps_the_dropout_the_training_mode_and_the_window() -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(6, 8, context_length=9, dropout=0.5, num_heads=4).double().eval()
+    x = torch.randn(1, 9, 6, dtype=torch.float64)
+    gqa = GroupedQueryAttention.from_multihead(mha)
+    assert (gqa.dropout, gqa.training) == (0.5, False)
+    torch.testing.assert_close(gqa(x), mha(x), atol=1e-12, rtol=0)  # eval: no dropout drawn
+    windowed = GroupedQueryAttention.from_multihead(mha, window=2)
+    reference = GroupedQueryAttention(6, 8, 4, 4, 0.5, window=2).double().eval()
+    reference.load_state_dict(gqa.state_dict())
+    torch.testing.assert_close(windowed(x), reference(x), atol=1e-12, rtol=0)
+
+
 def test_cache_memory_is_the_formula_and_rolling_memory_does_not_grow() -> None:
     cache = _gqa(2).new_cache(3, 50)
     assert cache.nbytes == kv_cache_bytes(3, 50, 1, 2, 2, 8) == 2 * 3 * 50 * 2 * 2 * 8
