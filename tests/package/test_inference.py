@@ -108,6 +108,15 @@ def test_conversion_keeps_the_dropout_the_training_mode_and_the_window() -> None
     torch.testing.assert_close(windowed(x), reference(x), atol=1e-12, rtol=0)
 
 
+def test_eval_mode_turns_the_attention_dropout_off() -> None:
+    torch.manual_seed(0)
+    gqa = GroupedQueryAttention(6, 8, 4, 2, dropout=0.5).double().eval()
+    plain = GroupedQueryAttention(6, 8, 4, 2).double()
+    plain.load_state_dict(gqa.state_dict())
+    x = torch.randn(1, 5, 6, dtype=torch.float64)
+    torch.testing.assert_close(gqa(x), plain(x), atol=1e-12, rtol=0)
+
+
 def test_cache_memory_is_the_formula_and_rolling_memory_does_not_grow() -> None:
     cache = _gqa(2).new_cache(3, 50)
     assert cache.nbytes == kv_cache_bytes(3, 50, 1, 2, 2, 8) == 2 * 3 * 50 * 2 * 2 * 8
