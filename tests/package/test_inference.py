@@ -207,7 +207,7 @@ class TestBadInput:
              r"sinks must be an integer.*got -1"),
             (lambda: _fill(_sink_gqa(2, 2, 1), _gqa(2, 2).new_cache(1, 4), 1),
              r"window=2 and sinks=1, got window=2 and sinks=0"),
-            (lambda: sink_window_mask(2, 4, 2, sinks=True), r"sinks must be an integer >= 0, got True"),
+            (lambda: sink_window_mask(2, 4, 2, sinks=True), r"^sinks must be an integer >= 0, got True"),
             (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 2, 2)),
              r"same number of tokens, got 1 and 2"),
             (lambda: _fill(_gqa(2), KVCache(1, 2, 4, 2), 1),
