@@ -55,3 +55,15 @@ def test_resetting_a_model_cache_empties_every_layer() -> None:
     assert [layer.length for layer in cache.layers] == [0, 0, 0]
     for layer in cache.layers:  # each layer takes a full max_tokens again
         assert layer.append(torch.ones(1, 1, 4, 2), torch.ones(1, 1, 4, 2))[0].shape == (1, 1, 4, 2)
+
+
+def test_moving_a_model_cache_moves_every_layer_and_the_positions() -> None:
+    cache = ModelKVCache([KVCache(1, 1, 4, 2), RollingKVCache(1, 1, 2, 2, sinks=1)])
+    for layer in cache.layers:
+        layer.append(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
+    assert cache.to(device="meta", dtype=torch.float64) is cache and cache.length == 3
+    for layer in cache.layers:
+        assert layer.keys.device.type == layer.values.device.type == "meta"
+        assert layer.keys.dtype == layer.values.dtype == torch.float64
+    assert cache.layers[1].key_positions.device.type == "meta"
+
