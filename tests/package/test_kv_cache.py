@@ -1,5 +1,6 @@
 """attention.kv_cache: the caches append in place, and a rolling one keeps its window and sinks."""
 
+import pytest
 import torch
 
 from attention.kv_cache import KVCache, ModelKVCache, RollingKVCache
@@ -67,3 +68,19 @@ def test_moving_a_model_cache_moves_every_layer_and_the_positions() -> None:
         assert layer.keys.dtype == layer.values.dtype == torch.float64
     assert cache.layers[1].key_positions.device.type == "meta"
 
+
+class TestBadInput:
+    """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: RollingKVCache(1, 1, 2, 1, max_tokens=0), r"max_tokens must be at least 1, got 0"),
+            # (b, h_kv, t) with t = d_h would broadcast over d_h without the rank check
+            (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 2), torch.ones(1, 2, 2)),
+             r"keys must have shape \(b, h_kv, t, d_h\) = \(1, 2, t, 2\), got \(1, 2, 2\)"),
+        ],
+    )
+    def test_caches_refuse_bad_sizes_and_chunks(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()
