@@ -164,7 +164,7 @@ def test_caches_move_in_place_with_to(make):
     moved = cache.to(device="meta", dtype=torch.float64)
     assert moved is cache and cache.length == 2
     assert cache.keys.device.type == cache.values.device.type == "meta"
-    assert cache.keys.dtype == torch.float64
+    assert cache.keys.dtype == cache.values.dtype == torch.float64
 
 
 def test_latent_and_paged_caches_move():
@@ -172,7 +172,7 @@ def test_latent_and_paged_caches_move():
     assert {x.device.type for x in (latent.latents, latent.rope_keys)} == {"meta"}
     pool = PagedKVCache(4, 2, 1, 4).to(device="meta", dtype=torch.float64)
     assert pool.keys.device.type == pool.values.device.type == "meta"
-    assert pool.keys.dtype == torch.float64
+    assert pool.keys.dtype == pool.values.dtype == torch.float64
 
 
 # One argument order over the attention modules: the widths, the head counts and other sizes of
