@@ -43,6 +43,14 @@ def test_paged_cache_gives_the_contiguous_result(window: int | None) -> None:
     assert pool.nbytes == 2 * 8 * 2 * 3 * 2 * 8
 
 
+def test_a_sequence_may_take_the_last_free_block() -> None:
+    pool = PagedKVCache(num_blocks=2, block_size=2, num_kv_heads=1, d_h=1)
+    keys = torch.arange(4.0).view(1, 1, 4, 1)
+    pool.append(pool.add_sequence(), keys, -keys)
+    assert pool.free_blocks == [] and pool.block_tables == {0: [0, 1]}
+    assert torch.equal(pool.gather(0)[0], keys) and torch.equal(pool.gather(0)[1], -keys)
+
+
 def _exhaust() -> None:
     pool = PagedKVCache(2, 2, 1, 1)
     pool.append(pool.add_sequence(), torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1))
