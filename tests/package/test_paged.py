@@ -51,6 +51,18 @@ def test_a_sequence_may_take_the_last_free_block() -> None:
     assert torch.equal(pool.gather(0)[0], keys) and torch.equal(pool.gather(0)[1], -keys)
 
 
+def test_freeing_a_sequence_leaves_the_others_and_its_id_is_not_reused() -> None:
+    pool = PagedKVCache(num_blocks=4, block_size=2, num_kv_heads=1, d_h=1)
+    a, b = pool.add_sequence(), pool.add_sequence()
+    keys = torch.arange(3.0).view(1, 1, 3, 1)
+    pool.append(b, keys, -keys)
+    pool.free(a)
+    c = pool.add_sequence()
+    assert c not in (a, b) and pool.lengths == {b: 3, c: 0}
+    assert pool.block_tables == {b: [0, 1], c: []}
+    assert torch.equal(pool.gather(b)[0], keys) and torch.equal(pool.gather(b)[1], -keys)
+
+
 def _exhaust() -> None:
     pool = PagedKVCache(2, 2, 1, 1)
     pool.append(pool.add_sequence(), torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1))
