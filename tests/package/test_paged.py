@@ -69,6 +69,19 @@ def _exhaust() -> None:
     pool.append(0, torch.ones(1, 1, 3, 1), torch.ones(1, 1, 3, 1))
 
 
+def _pool_with(sequences: int) -> PagedKVCache:
+    pool = PagedKVCache(2, 2, 1, 1)
+    for _ in range(sequences):
+        pool.add_sequence()
+    return pool
+
+
+def _free_twice() -> None:
+    pool = _pool_with(1)
+    pool.free(0)
+    pool.free(0)
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
@@ -80,6 +93,10 @@ class TestBadInput:
             (lambda: _fill(_gqa(2), PagedKVCache(1, 2, 2, 2, torch.float64).sequence(0), 1),
              r"one of the sequences.*got 0"),
             (lambda: _exhaust(), r"the pool has 1 free blocks, sequence 0 needs 2"),
+            (lambda: _pool_with(1).append(0, torch.ones(2, 1, 1, 1), torch.ones(2, 1, 1, 1)),
+             r"keys must have shape \(b, h_kv, t, d_h\) = \(1, 1, t, 1\), got \(2, 1, 1, 1\)"),
+            (lambda: _pool_with(1).gather(1), r"one of the sequences \[0\], got 1"),
+            (lambda: _free_twice(), r"one of the sequences \[\], got 0"),
         ],
     )
     def test_sequences_must_exist_and_fit_the_pool(self, make: object, message: str) -> None:
