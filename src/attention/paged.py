@@ -107,7 +107,8 @@ class PagedKVCache:
             )
         table += [self.free_blocks.pop(0) for _ in range(needed)]
         positions = torch.arange(n, n + t, device=self.keys.device)  # (t,)
-        blocks = torch.tensor(table, device=self.keys.device)[positions // size]  # (t,)
+        # long even for an empty table: torch.tensor([]) is float, which cannot index
+        blocks = torch.tensor(table, device=self.keys.device, dtype=torch.long)[positions // size]  # (t,)
         self.keys[blocks, :, positions % size] = keys[0].transpose(0, 1)  # (t, h_kv, d_h)
         self.values[blocks, :, positions % size] = values[0].transpose(0, 1)
         self.lengths[seq] = n + t

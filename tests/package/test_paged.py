@@ -63,6 +63,15 @@ def test_freeing_a_sequence_leaves_the_others_and_its_id_is_not_reused() -> None
     assert torch.equal(pool.gather(b)[0], keys) and torch.equal(pool.gather(b)[1], -keys)
 
 
+def test_appending_no_tokens_to_a_new_sequence_returns_no_keys_as_a_kv_cache_does() -> None:
+    pool = PagedKVCache(num_blocks=2, block_size=2, num_kv_heads=1, d_h=1)
+    empty = torch.ones(1, 1, 0, 1)
+    keys, values = pool.append(pool.add_sequence(), empty, empty)
+    expected = KVCache(1, 1, 2, 1).append(empty, empty)
+    assert keys.shape == values.shape == expected[0].shape == (1, 1, 0, 1)
+    assert pool.block_tables == {0: []} and pool.lengths == {0: 0}
+
+
 def _exhaust() -> None:
     pool = PagedKVCache(2, 2, 1, 1)
     pool.append(pool.add_sequence(), torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1))
