@@ -129,6 +129,14 @@ def test_cache_memory_is_the_formula_and_rolling_memory_does_not_grow() -> None:
     assert long.length == 100
 
 
+@pytest.mark.parametrize("window", [None, 2])
+def test_new_cache_is_made_on_the_modules_device_and_dtype(window: int | None) -> None:
+    gqa = GroupedQueryAttention(6, 8, 4, 2, window=window, device="meta", dtype=torch.float64)
+    cache = gqa.new_cache(1, 4)
+    assert cache.keys.device.type == cache.values.device.type == "meta"
+    assert cache.keys.dtype == cache.values.dtype == torch.float64
+
+
 SINKS = [(3, 1), (3, 2), (1, 4), (4, 9)]  # (w, n_sink): with n_sink >= t, every key is a sink
 
 
