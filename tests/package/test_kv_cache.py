@@ -69,6 +69,13 @@ def test_moving_a_model_cache_moves_every_layer_and_the_positions() -> None:
     assert cache.layers[1].key_positions.device.type == "meta"
 
 
+@pytest.mark.parametrize("make", [KVCache, RollingKVCache])
+def test_caches_are_made_on_the_device_and_dtype_asked_for(make: type) -> None:
+    cache = make(1, 2, 3, 4, dtype=torch.float64, device="meta")  # w = 3 or max_tokens = 3
+    assert cache.keys.device.type == cache.values.device.type == "meta"
+    assert cache.keys.dtype == cache.values.dtype == torch.float64
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
