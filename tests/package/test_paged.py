@@ -43,6 +43,12 @@ def test_paged_cache_gives_the_contiguous_result(window: int | None) -> None:
     assert pool.nbytes == 2 * 8 * 2 * 3 * 2 * 8
 
 
+def test_the_pool_is_made_on_the_device_and_dtype_asked_for() -> None:
+    pool = PagedKVCache(2, 2, 1, 1, dtype=torch.float64, device="meta")
+    assert pool.keys.device.type == pool.values.device.type == "meta"
+    assert pool.keys.dtype == pool.values.dtype == torch.float64
+
+
 def test_a_sequence_may_take_the_last_free_block() -> None:
     pool = PagedKVCache(num_blocks=2, block_size=2, num_kv_heads=1, d_h=1)
     keys = torch.arange(4.0).view(1, 1, 4, 1)
