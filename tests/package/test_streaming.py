@@ -157,6 +157,13 @@ def test_a_rolling_cache_in_chunks_is_the_model_under_the_window_mask(
     torch.testing.assert_close(torch.cat(chunks, dim=1), reference, atol=1e-12, rtol=0)
 
 
+def test_the_cache_is_made_on_the_models_device_and_dtype() -> None:
+    model = _model(2).to("meta")  # built on the CPU: initializing on meta first costs a second
+    for layer in streaming_cache(model, 1, 4, 1).layers:
+        assert layer.keys.device.type == layer.values.device.type == "meta"
+        assert layer.keys.dtype == layer.values.dtype == torch.float64
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
