@@ -13,17 +13,19 @@ its Unicode character (``≠``) and any other private-use character is dropped.
 
 Material's search plugin reads each page with Python's HTML parser, tag by tag, and KaTeX's
 MathML copies and the API reference's source listings, which the index leaves out, and the
-highlighted code's ``<span>`` tags are more than half of the book's tags. Just before it reads a
-page, ``on_page_context`` hands it a copy of the content without the first two and with the
-spans inside ``<pre>`` unwrapped (inside ``<pre>`` the index keeps the text as it is, so only
-the tags go); the page's own content is put back right after it (without the ``data-search-*``
-attributes, as the search plugin leaves a page). The index is the same, byte for byte.
+highlighted code's and KaTeX's ``<span>`` tags are most of the book's tags. Just before it reads
+a page, ``on_page_context`` hands it a copy of the content without the first two and with the
+spans unwrapped: inside ``<pre>`` all of them (there the index keeps the text as it is, so only
+the tags go), elsewhere all but those next to a text of whitespace alone (:func:`unwrap_spans`).
+The page's own content is put back right after it (without the ``data-search-*`` attributes, as
+the search plugin leaves a page). The index is the same, byte for byte.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from html import unescape
 from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
@@ -53,6 +55,9 @@ LEFT_OUT = re.compile(
 )
 PRE = re.compile(r"(<pre\b[^>]*>)(.*?)(</pre>)", flags=re.DOTALL)
 SPAN_TAG = re.compile(r"</?span\b[^>]*>")
+MARKED_SPAN = re.compile(r"<span\b[^>]*\bdata-search-")  # a span the index must see, to skip it
+SPAN_OPEN = re.compile(r"<span\b")
+TAG = re.compile(r"(<[^>]*>)")
 # Material's search plugin drops these attributes from a page once it has read it
 SEARCH_ATTRIBUTE = re.compile(r'\s?data-search-\w+="[^"]+"')
 _contents: dict[str, str] = {}  # a page's own content while the search plugin reads its copy
@@ -73,14 +78,47 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
 
 def search_copy(content: str) -> str:
     """What the search plugin reads of a page: ``content`` without what the index leaves out,
-    and without the span tags inside ``<pre>`` blocks (unless one is marked to leave out)."""
+    and without the span tags inside ``<pre>`` blocks (unless one is marked to leave out) and,
+    unless a span is marked, without the others that :func:`unwrap_spans` can drop."""
 
     def unwrap(m: re.Match[str]) -> str:
         if "data-search-" in m[2]:
             return m[0]
         return m[1] + SPAN_TAG.sub("", m[2]) + m[3]
 
-    return PRE.sub(unwrap, LEFT_OUT.sub("", content))
+    light = PRE.sub(unwrap, LEFT_OUT.sub("", content))
+    return light if MARKED_SPAN.search(light) else unwrap_spans(light)
+
+
+def unwrap_spans(html: str) -> str:
+    """``html`` without its span tags, but for the pairs next to a text of whitespace alone.
+
+    The search plugin turns such a text (KaTeX's no-break space between spans, say) into one
+    space, or none after another; merged into the text around it, it would stay as it is. Tags
+    go in pairs, so that the parser's stack of open elements stays as it was; unbalanced spans
+    leave ``html`` as it is.
+    """
+    tokens = TAG.split(html)  # text, tag, text, ..., tag, text
+
+    def blank(i: int) -> bool:  # token i is a text of whitespace alone
+        text = tokens[i]
+        return text != "" and (unescape(text) if "&" in text else text).isspace()
+
+    kept, opened, spans = set(), [], []
+    for i in range(1, len(tokens), 2):
+        if SPAN_OPEN.match(tokens[i]):
+            opened.append(i)
+        elif tokens[i] == "</span>":
+            if not opened:
+                return html
+            start = opened.pop()
+            spans += [start, i]
+            if blank(start - 1) or blank(start + 1) or blank(i - 1) or blank(i + 1):
+                kept.update((start, i))
+    if opened:
+        return html
+    dropped = set(spans) - kept
+    return "".join(t for i, t in enumerate(tokens) if i not in dropped)
 
 
 @event_priority(100)  # before Material's search plugin reads the page
