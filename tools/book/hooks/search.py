@@ -104,7 +104,8 @@ def unwrap_spans(html: str) -> str:
         text = tokens[i]
         return text != "" and (unescape(text) if "&" in text else text).isspace()
 
-    kept, opened, spans = set(), [], []
+    dropped: set[int] = set()
+    opened: list[int] = []
     for i in range(1, len(tokens), 2):
         if SPAN_OPEN.match(tokens[i]):
             opened.append(i)
@@ -112,12 +113,10 @@ def unwrap_spans(html: str) -> str:
             if not opened:
                 return html
             start = opened.pop()
-            spans += [start, i]
-            if blank(start - 1) or blank(start + 1) or blank(i - 1) or blank(i + 1):
-                kept.update((start, i))
+            if not any(blank(j) for j in (start - 1, start + 1, i - 1, i + 1)):
+                dropped.update((start, i))
     if opened:
         return html
-    dropped = set(spans) - kept
     return "".join(t for i, t in enumerate(tokens) if i not in dropped)
 
 
