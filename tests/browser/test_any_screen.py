@@ -153,6 +153,15 @@ def test_the_figure_font_comes_from_the_site(screens, site: SiteServer, screen: 
     assert any(r.startswith(site.url("")) and r.endswith("DejaVuSans.woff") for r in found["requests"]), found
 
 
+def test_the_screens_get_the_search_index_without_its_documents(screens, site: SiteServer) -> None:
+    # No test of these screens searches, and indexing the site's index costs each page load about
+    # a second of CPU (book.browser.tab.empty_search_index).
+    page = open_page(screens["desktop"], site, CHAPTERS[0])
+    index = site.url("search/search_index.json")
+    found = page.evaluate(f"fetch({index!r}).then(r => r.json()).then(i => [i.docs.length, !!i.config])")
+    assert found == [0, True], f"documents in the index, and its configuration kept: {found}"
+
+
 def test_code_column_holds_what_the_width_rule_allows(screens, site: SiteServer) -> None:
     """tests/book/test_code_width.py holds every line of code and output to CODE_COLUMN characters
     (ADMONITION_CODE_COLUMN in an admonition's smaller font, LISTING_CODE_COLUMN in a listing's

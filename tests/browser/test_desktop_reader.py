@@ -32,7 +32,7 @@ from book.browser.live_checks import (
     check_search,
 )
 from book.browser.server import SiteServer
-from book.browser.tab import Tab
+from book.browser.tab import Tab, empty_search_index
 
 # All tests of this module in one process (one chromium, its pages visited once), scheduled
 # after the other site tests, by when the site is built (rank 3: see tools/book/scheduling.py).
@@ -179,6 +179,7 @@ def test_a_stored_palette_loads_without_a_switch_mark_and_a_switch_is_marked(
     again without changing it, and overrides/main.html drops that mark; a reader's switch keeps
     it."""
     context = browser.new_context(viewport=DESKTOP)
+    empty_search_index(context)
     two_frames = "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
     try:
         context.add_init_script(WATCH_SWITCHING)
