@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 from book.browser.chromium import DESKTOP, PHONE, SCREENS, TIMEOUT_MS, launch
 from book.browser.crawl import Snapshot, crawl, page_key
 from book.browser.server import SiteServer
-from book.browser.tab import Tab, empty_search_index
+from book.browser.tab import Tab
 from book.constants import CHROMIUM, REPO
 
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
@@ -101,12 +101,10 @@ def phones(browser: Browser) -> Iterator[list[Tab]]:
 @pytest.fixture(scope="session")
 def screens(browser: Browser) -> Iterator[dict[str, BrowserContext]]:
     """A context per screen of book.browser.chromium.SCREENS, shared by the tests of a process:
-    the tabs of other fixtures (``desktops``, ``phones``) keep their own settings. None of these
-    tests searches: their pages get an empty search index (book.browser.tab)."""
+    the tabs of other fixtures (``desktops``, ``phones``) keep their own settings."""
     made = {name: browser.new_context(**options) for name, options in SCREENS.items()}
     for context in made.values():
         context.set_default_timeout(TIMEOUT_MS)
-        empty_search_index(context)
     yield made
     for context in made.values():
         context.close()
@@ -136,8 +134,9 @@ def open_page(context: BrowserContext, site: SiteServer, path: str, changes: boo
 
 @pytest.fixture(scope="session")
 def site(chromium: Path, built_site: Path) -> Iterator[SiteServer]:
-    """The built site (``built_site`` from tests/conftest.py), served on localhost."""
-    with SiteServer(built_site) as server:
+    """The built site (``built_site`` from tests/conftest.py), served on localhost, with an empty
+    search index for the pages that do not search (book.browser.server)."""
+    with SiteServer(built_site, empty_search_index=True) as server:
         yield server
 
 

@@ -155,7 +155,7 @@ def test_the_figure_font_comes_from_the_site(screens, site: SiteServer, screen: 
 
 def test_the_screens_get_the_search_index_without_its_documents(screens, site: SiteServer) -> None:
     # No test of these screens searches, and indexing the site's index costs each page load about
-    # a second of CPU (book.browser.tab.empty_search_index).
+    # a second of CPU (book.browser.server.SiteServer).
     page = open_page(screens["desktop"], site, CHAPTERS[0])
     index = site.url("search/search_index.json")
     found = page.evaluate(f"fetch({index!r}).then(r => r.json()).then(i => [i.docs.length, !!i.config])")

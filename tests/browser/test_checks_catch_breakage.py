@@ -205,7 +205,7 @@ def probe(chromium: Path, built_site: Path) -> Iterator[SiteServer]:
     assert figures, "the built site has no figure to show on the probe page"
     page = ARTICLE.sub(lambda m: m.group(1) + PROBE + m.group(2), shell, count=1)
     # The tests change what the server answers for a path, so the browser must always ask.
-    with SiteServer(built_site, base=base.group(1), revalidate=True) as server:
+    with SiteServer(built_site, base=base.group(1), revalidate=True, empty_search_index=True) as server:
         for name, edits in VARIANTS.items():
             variant = page
             for edit in edits:

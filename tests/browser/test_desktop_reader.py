@@ -32,7 +32,7 @@ from book.browser.live_checks import (
     check_search,
 )
 from book.browser.server import SiteServer
-from book.browser.tab import Tab, empty_search_index
+from book.browser.tab import Tab
 
 # All tests of this module in one process (one chromium, its pages visited once), scheduled
 # after the other site tests, by when the site is built (rank 3: see tools/book/scheduling.py).
@@ -54,8 +54,8 @@ def test_search_finds_the_chapters_about(query: str, site: SiteServer, desktop: 
 def test_pages_get_the_real_search_index_only_where_a_check_searches(
     site: SiteServer, desktop: Tab
 ) -> None:
-    # Indexing the 1.7 MB index costs every page load about half a second of CPU: the tabs
-    # answer it with an empty one, except inside real_search_index (check_search uses it).
+    # Indexing the 1.9 MB index costs every page load about a second of CPU: the test server
+    # answers it with an empty one, except inside real_search_index (check_search uses it).
     count = "fetch('search/search_index.json').then(r => r.json()).then(i => i.docs.length)"
     desktop.blank()
     desktop.page.goto(site.url("/"), wait_until="load")
@@ -179,7 +179,6 @@ def test_a_stored_palette_loads_without_a_switch_mark_and_a_switch_is_marked(
     again without changing it, and overrides/main.html drops that mark; a reader's switch keeps
     it."""
     context = browser.new_context(viewport=DESKTOP)
-    empty_search_index(context)
     two_frames = "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
     try:
         context.add_init_script(WATCH_SWITCHING)

@@ -178,7 +178,7 @@ def test_search_lists_the_api_reference_first_for_a_name(query: str, search_box:
 def missing(built_site: Path) -> SiteServer:
     """The site under its published base path (site_url's), where the 404 page's absolute links
     lead; a missing address answers with 404.html, as GitHub Pages does."""
-    with SiteServer(built_site, base="/attention/") as server:
+    with SiteServer(built_site, base="/attention/", empty_search_index=True) as server:
         server.overrides["/attention/no/such/page/"] = (built_site / "404.html").read_bytes()
         yield server
 

@@ -1,14 +1,19 @@
-"""The built site, served on localhost in a thread, with pages replaced or hidden on purpose."""
+"""The built site, served on localhost in a thread, with pages replaced or hidden on purpose, and
+with its search index emptied for the pages that do not search."""
 
 from __future__ import annotations
 
 import functools
 import http.server
+import json
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+SEARCH_INDEX = "search/search_index.json"  # under the site's base path
+REAL_INDEX_COOKIE = "attn-real-search-index"  # a request with it gets the whole search index
 
 
 class SiteServer:
@@ -18,11 +23,23 @@ class SiteServer:
     path in ``hidden`` answers 404 (a file deleted on purpose); the site folder is never touched.
     Like GitHub Pages, the server lets the browser reuse a file for ten minutes without asking
     again; with ``revalidate`` the browser asks every time (the answer may have changed).
+
+    Every page fetches the site's search index (1.9 MB) and indexes it in a worker, about a second
+    of CPU per page load on a 2-core machine. With ``empty_search_index`` the server answers that
+    request with the index emptied of its documents (its configuration kept, which the theme's
+    script reads), unless the request carries the cookie ``REAL_INDEX_COOKIE``
+    (:meth:`book.browser.tab.Tab.real_search_index` sets it); the browser stores neither answer.
+    (Answering it through Playwright's routing would turn off the browser's cache for the whole
+    context, and cost a page load more than the index does.)
     """
 
-    def __init__(self, root: Path, base: str = "/", revalidate: bool = False) -> None:
+    def __init__(
+        self, root: Path, base: str = "/", revalidate: bool = False, empty_search_index: bool = False
+    ) -> None:
         self.root, self.base = root, base
         self.cache_control = "no-cache" if revalidate else "max-age=600"
+        self.empty_search_index = empty_search_index
+        self._empty_index: bytes | None = None
         self.overrides: dict[str, bytes] = {}
         self.hidden: set[str] = set()
         handler = functools.partial(_Handler, self, directory=str(root))
@@ -45,6 +62,13 @@ class SiteServer:
     def url(self, path: str) -> str:
         """The absolute URL of a path of the site."""
         return self.origin + self.path(path)
+
+    def emptied_index(self) -> bytes:
+        """The site's search index without its documents."""
+        if self._empty_index is None:
+            index = json.loads((self.root / SEARCH_INDEX).read_text(encoding="utf-8"))
+            self._empty_index = json.dumps({**index, "docs": []}).encode()
+        return self._empty_index
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -71,20 +95,27 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         if path in self.site.hidden or not path.startswith(self.site.base):
             self.send_error(404)
         elif path in self.site.overrides:
-            body = self.site.overrides[path]
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self._send(self.site.overrides[path], "text/html; charset=utf-8")
+        elif path == self.site.path(SEARCH_INDEX) and self.site.empty_search_index and (
+            f"{REAL_INDEX_COOKIE}=" not in (self.headers.get("Cookie") or "")
+        ):
+            self._send(self.site.emptied_index(), "application/json")
         else:
             super().do_GET()
+
+    def _send(self, body: bytes, kind: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def translate_path(self, path: str) -> str:
         return super().translate_path("/" + path[len(self.site.base) :])
 
     def end_headers(self) -> None:
-        self.send_header("Cache-Control", self.site.cache_control)
+        index = urlsplit(self.path).path == self.site.path(SEARCH_INDEX) and self.site.empty_search_index
+        self.send_header("Cache-Control", "no-store" if index else self.site.cache_control)
         super().end_headers()
 
     def log_message(self, format: str, *args: object) -> None:

@@ -3,53 +3,22 @@ requests to other hosts, console errors, uncaught exceptions and failed requests
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, Response, Route
-from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request, Response
 
 from .chromium import TIMEOUT_MS, is_local
-
-# Every page of the site fetches the one search index and indexes it in a worker: 1.9 MB, about
-# a second of CPU per page load on a 2-core machine. Tests that do not search answer that request
-# with the site's index emptied of its documents (its configuration kept, which the theme's script
-# reads): a Tab does, except inside Tab.real_search_index(), where the searching checks run.
-SEARCH_INDEX = "**/search/search_index.json"
-_empty_indexes: dict[str, str] = {}  # the site's index without documents, by its URL
-
-
-def empty_search_index(
-    context: BrowserContext, report: Callable[[str], None] | None = None
-) -> Callable[[Route], None]:
-    """Answer the search index requests of ``context``'s pages with the index emptied of its
-    documents; return the route handler (for ``context.unroute``). A failure to fetch or answer
-    goes to ``report``, if given, as one line."""
-
-    def answer(route: Route) -> None:
-        url = route.request.url
-        try:
-            if url not in _empty_indexes:
-                response = route.fetch()
-                if not response.ok:  # a missing index is the page's problem: it sees it as it is
-                    route.fulfill(response=response)
-                    return
-                _empty_indexes[url] = json.dumps({**response.json(), "docs": []})
-            route.fulfill(status=200, content_type="application/json", body=_empty_indexes[url])
-        except PlaywrightError as error:  # the page closed meanwhile, or a real failure
-            if report:
-                report(f"{url} (the emptied search index: {str(error).splitlines()[0]})")
-
-    context.route(SEARCH_INDEX, answer)
-    return answer
+from .server import REAL_INDEX_COOKIE
 
 
 class Tab:
     """One browser page in its own context, recording each visit's requests to other hosts
     (which fail: see :func:`book.browser.chromium.launch`), console errors, uncaught exceptions
-    and failed requests. Its pages get an empty search index outside :meth:`real_search_index`."""
+    and failed requests. From a server made with ``empty_search_index``
+    (:class:`book.browser.server.SiteServer`), its pages get an empty search index outside
+    :meth:`real_search_index`."""
 
     def __init__(self, browser: Browser, viewport: dict[str, int], phone: bool = False) -> None:
         self.context: BrowserContext = browser.new_context(
@@ -65,7 +34,6 @@ class Tab:
         self.context.on("requestfinished", self._on_done)
         self.context.on("requestfailed", self._on_failed)
         self.context.on("response", self._on_response)
-        self._search_index = empty_search_index(self.context, self._report_index_failure)
         self.context.set_default_timeout(TIMEOUT_MS)
         self.page: Page = self.context.new_page()
         self.page.on("console", self._on_console)
@@ -93,15 +61,11 @@ class Tab:
     @contextmanager
     def real_search_index(self) -> Iterator[None]:
         """Inside the block, pages load the site's own search index."""
-        self.context.unroute(SEARCH_INDEX, self._search_index)
+        self.context.add_cookies([{"name": REAL_INDEX_COOKIE, "value": "1", "url": "http://127.0.0.1/"}])
         try:
             yield
         finally:
-            self._search_index = empty_search_index(self.context, self._report_index_failure)
-
-    def _report_index_failure(self, text: str) -> None:
-        if not self.page.is_closed():
-            self.failed.append(text)
+            self.context.clear_cookies(name=REAL_INDEX_COOKIE)
 
     def close(self) -> None:
         """Close the page and its context."""
