@@ -55,5 +55,6 @@ def test_the_search_index_is_emptied_unless_a_request_asks_for_the_real_one(tmp_
         url = site.url("search/search_index.json")
         assert _get(url) == ({"config": index["config"], "docs": []}, "no-store")
         assert _get(url, f"other=1; {REAL_INDEX_COOKIE}=1") == (index, "no-store")
+        assert _get(url, f"x{REAL_INDEX_COOKIE}=1")[0]["docs"] == []  # another cookie's name
     with SiteServer(tmp_path) as site:  # the default: the site's own index, cached as any file
         assert _get(site.url("search/search_index.json")) == (index, "max-age=600")

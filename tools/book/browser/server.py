@@ -8,6 +8,7 @@ import http.server
 import json
 import sys
 import threading
+from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -97,7 +98,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         elif path in self.site.overrides:
             self._send(self.site.overrides[path], "text/html; charset=utf-8")
         elif path == self.site.path(SEARCH_INDEX) and self.site.empty_search_index and (
-            f"{REAL_INDEX_COOKIE}=" not in (self.headers.get("Cookie") or "")
+            REAL_INDEX_COOKIE not in SimpleCookie(self.headers.get("Cookie") or "")
         ):
             self._send(self.site.emptied_index(), "application/json")
         else:
