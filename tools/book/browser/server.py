@@ -97,12 +97,16 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self.send_error(404)
         elif path in self.site.overrides:
             self._send(self.site.overrides[path], "text/html; charset=utf-8")
-        elif path == self.site.path(SEARCH_INDEX) and self.site.empty_search_index and (
+        elif self._empties_index(path) and (
             REAL_INDEX_COOKIE not in SimpleCookie(self.headers.get("Cookie") or "")
         ):
             self._send(self.site.emptied_index(), "application/json")
         else:
             super().do_GET()
+
+    def _empties_index(self, path: str) -> bool:
+        """True for the search index's path on a server made with ``empty_search_index``."""
+        return self.site.empty_search_index and path == self.site.path(SEARCH_INDEX)
 
     def _send(self, body: bytes, kind: str) -> None:
         self.send_response(200)
@@ -115,8 +119,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         return super().translate_path("/" + path[len(self.site.base) :])
 
     def end_headers(self) -> None:
-        index = urlsplit(self.path).path == self.site.path(SEARCH_INDEX) and self.site.empty_search_index
-        self.send_header("Cache-Control", "no-store" if index else self.site.cache_control)
+        no_store = self._empties_index(urlsplit(self.path).path)
+        self.send_header("Cache-Control", "no-store" if no_store else self.site.cache_control)
         super().end_headers()
 
     def log_message(self, format: str, *args: object) -> None:
