@@ -214,6 +214,24 @@ def test_each_module_is_drawn_by_the_one_process_that_claims_it(tmp_path: Path, 
     assert not (first / "ch01-a.svg").exists()
 
 
+def test_figures_are_drawn_on_one_thread_and_the_thread_count_is_restored(
+    tmp_path: Path, monkeypatch,
+) -> None:
+    package = figure_package(tmp_path, monkeypatch, {"ch01": (
+        "import torch\n\nTHREADS = []\n\n"
+        "def counted():\n    THREADS.append(torch.get_num_threads())\n    return good()\n\n"
+        'FIGURES = {"ch01-a": counted}\n')})
+    (tmp_path / "out").mkdir()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        hook.render_all([(f"{package.__name__}.ch01", tmp_path / "out")])
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert importlib.import_module(f"{package.__name__}.ch01").THREADS == [1]
+
+
 def test_hook_rejects_a_function_that_returns_no_figure(tmp_path: Path, monkeypatch) -> None:
     package = figure_package(
         tmp_path, monkeypatch, {"ch01": 'FIGURES = {"ch01-a": good, "ch01-b": lambda: None}\n'}

@@ -61,6 +61,7 @@ import matplotlib
 matplotlib.use("Agg")  # render without a display, before pyplot is imported anywhere
 
 import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from mkdocs.config.defaults import MkDocsConfig  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
@@ -109,7 +110,9 @@ FONT_CSS = REPO / "docs" / "stylesheets" / "figures.css"  # its @font-face rules
 DRAWN_BY = ("matplotlib", "numpy", "torch")
 NAMES = "names.txt"  # written last into a cache entry: the entry is complete
 CLAIMED = "claimed"  # made by the process that draws a cache entry's figures
-CHILDREN = 2  # processes that draw the figures missing from the cache, beside the build's own
+# Processes that draw the figures missing from the cache, beside the build's own, which joins them
+# once its pages are rendered. One: with two, three processes drew on two cores, and slower.
+CHILDREN = 1
 _svgs: dict[str, bytes] = {}  # this build's figures, by name
 _phone_svgs: dict[str, bytes] = {}  # the phone layouts of those too wide for a phone
 _numbers: dict[str, tuple[str, File]] = {}  # chapter figures: name -> ("7.2", its page)
@@ -449,19 +452,24 @@ def render_all(jobs: list[tuple[str, Path]]) -> None:
     one into ``folder/phone/<name>.svg``. Every drawing process is given every job and claims
     them one at a time (``folder/CLAIMED``, made only if absent): none waits while another still
     has several modules to draw."""
-    for module, out_dir in jobs:
-        try:
-            os.close(os.open(out_dir / CLAIMED, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            continue
-        (out_dir / "phone").mkdir(exist_ok=True)
-        for name, make in load_figures(modules=[module]).items():
-            wide, phone = render_svgs(name, make)
-            if phone is not None:  # the phone layout, where there is one, first
-                (out_dir / "phone" / f"{name}.svg").write_bytes(phone)
-            partial = out_dir / f".{name}.svg.partial"
-            partial.write_bytes(wide)
-            os.replace(partial, out_dir / f"{name}.svg")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the drawing processes share the cores; torch's threads would too
+    try:
+        for module, out_dir in jobs:
+            try:
+                os.close(os.open(out_dir / CLAIMED, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue
+            (out_dir / "phone").mkdir(exist_ok=True)
+            for name, make in load_figures(modules=[module]).items():
+                wide, phone = render_svgs(name, make)
+                if phone is not None:  # the phone layout, where there is one, first
+                    (out_dir / "phone" / f"{name}.svg").write_bytes(phone)
+                partial = out_dir / f".{name}.svg.partial"
+                partial.write_bytes(wide)
+                os.replace(partial, out_dir / f"{name}.svg")
+    finally:
+        torch.set_num_threads(threads)
 
 
 def drawn_from(repo: Path = REPO) -> list[Path]:
