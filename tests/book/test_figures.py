@@ -529,6 +529,43 @@ def test_the_site_style_marks_heatmaps_for_the_dark_theme_and_swaps_their_cell_t
         plt.close(fig)
 
 
+@pytest.mark.parametrize("mathtext, plain", [
+    (r"$\mathdefault{10^{3}}$", "10³"),
+    (r"$\mathdefault{10^{-12}}$", "10⁻¹²"),
+    (r"$\mathdefault{2\times10^{-1}}$", "2×10⁻¹"),
+    (r"$\mathdefault{-2^{10}}$", "\u22122¹⁰"),
+    (r"$\mathdefault{0.5}$", "0.5"),
+    ("", ""),
+    (r"$\alpha^{2}$", r"$\alpha^{2}$"),  # not a log formatter's label: kept as it is
+])
+def test_a_log_tick_label_is_written_as_plain_text(mathtext: str, plain: str) -> None:
+    from book.figures import plain_label
+
+    assert plain_label(mathtext) == plain
+
+
+def test_log_axes_label_their_ticks_in_plain_text_with_superscripts() -> None:
+    """Decades, the labels between them on an axis spanning less than one, and base 2: each
+    label one text in the SVG, none left to mathtext (which writes one tspan per character)."""
+    def logs() -> Figure:
+        fig, (decades, narrow, base2) = plt.subplots(1, 3, figsize=(9, 3))
+        decades.loglog([1, 1e4], [1e-3, 1])
+        narrow.set_yscale("log")
+        narrow.plot([0, 1], [0.2, 0.9])
+        narrow.set_ylim(0.2, 0.9)
+        base2.set_xscale("log", base=2)
+        base2.plot([16, 1024], [0, 1])
+        base2.set_xlim(16, 1024)
+        return fig
+
+    svg = hook.render_svg("ch01-a", logs).decode("utf-8")
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert texts[:14] == ["10⁰", "10²", "10⁴", "10⁻³", "10⁻²", "10⁻¹", "10⁰",  # decades
+                          "0.0", "0.5", "1.0", "2×10⁻¹", "3×10⁻¹", "4×10⁻¹", "6×10⁻¹"]
+    assert texts[14:18] == ["2⁴", "2⁶", "2⁸", "2¹⁰"]
+    assert "<tspan" not in svg
+
+
 def test_the_lighter_svg_draws_the_same_figure() -> None:
     """The hook's SVG is the figure matplotlib wrote, lighter: the same elements at the same
     places (to 0.005 pt), the dark theme's ids and the tests' kept, matplotlib's own ids gone."""

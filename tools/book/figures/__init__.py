@@ -17,9 +17,19 @@ theme's stylesheet inverts its lightness and keeps its hue: low values turn dark
 light. The numbers written in the cells take :func:`cell_text_colour`, a placeholder that the site
 swaps for black or white so that it contrasts with the cell in either theme.
 :func:`theme_heatmaps` does both for the heatmaps of :func:`attention.plot_attention`.
+
+A log axis labels its ticks in mathtext (``$\\mathdefault{10^{-1}}$``), which the SVG writes as
+one positioned text per character: a reader who copies "10⁻¹" gets "1 0 − 1", and matplotlib
+parses each label again for every drawing. :func:`plain_log_labels` has the same labels written
+as plain text with Unicode superscripts, which the site's font has; the figure hook applies it.
 """
 
+import re
 from typing import Any
+
+from matplotlib.axis import Axis
+from matplotlib.figure import Figure
+from matplotlib.ticker import Formatter, LogFormatterMathtext
 
 from attention.plotting import LABEL_GID, WEIGHTS_GID
 
@@ -88,3 +98,50 @@ def theme_heatmaps(figure: Any) -> None:
             artist.set_edgecolor("face")
         artist.set_gid(None)
         invert_in_dark(artist)
+
+
+SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+# A log formatter's label: $\mathdefault{10^{3}}$, $\mathdefault{2\times10^{-1}}$, $\mathdefault{0.5}$
+LOG_LABEL = re.compile(r"\$\\mathdefault\{(?P<sign>-?)(?:(?P<coefficient>[^\\{}]+)\\times)?"
+                       r"(?P<base>[^\\^{}]+)(?:\^\{(?P<exponent>-?\d+)\})?\}\$")
+
+
+def plain_label(label: str) -> str:
+    """A log formatter's mathtext label as plain text: ``$\\mathdefault{2\\times10^{-1}}$`` gives
+    "2×10⁻¹"; any other label is returned as it is."""
+    m = LOG_LABEL.fullmatch(label)
+    if m is None:
+        return label
+    sign = "\u2212" if m["sign"] else ""  # the minus sign mathtext sets
+    coefficient = f"{m['coefficient']}×" if m["coefficient"] else ""
+    exponent = (m["exponent"] or "").translate(SUPERSCRIPTS)
+    return f"{sign}{coefficient}{m['base']}{exponent}"
+
+
+class PlainLogLabels(Formatter):
+    """An axis's log formatter, its labels written by :func:`plain_label`: it still chooses
+    which ticks are labelled (decades only, or some between them when the axis spans few)."""
+
+    def __init__(self, mathtext: LogFormatterMathtext) -> None:
+        self.mathtext = mathtext
+
+    def set_axis(self, axis: Axis | None) -> None:
+        super().set_axis(axis)
+        self.mathtext.set_axis(axis)
+
+    def set_locs(self, locs: Any) -> None:
+        self.mathtext.set_locs(locs)
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return plain_label(self.mathtext(x, pos))
+
+
+def plain_log_labels(figure: Figure) -> None:
+    """Give every axis of ``figure`` whose ticks a log formatter labels in mathtext (major or
+    minor) the same labels in plain text (:class:`PlainLogLabels`)."""
+    for ax in figure.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if isinstance(axis.get_major_formatter(), LogFormatterMathtext):
+                axis.set_major_formatter(PlainLogLabels(axis.get_major_formatter()))
+            if isinstance(axis.get_minor_formatter(), LogFormatterMathtext):
+                axis.set_minor_formatter(PlainLogLabels(axis.get_minor_formatter()))

@@ -72,7 +72,7 @@ from mkdocs.utils import get_relative_url  # noqa: E402
 from .. import figures  # noqa: E402
 from ..chapters import chapter_number, chapters  # noqa: E402
 from ..constants import MIN_TEXT_PX, PHONE_COLUMN_PX, REPO  # noqa: E402  (CSS px)
-from ..figures import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER, theme_heatmaps  # noqa: E402
+from ..figures import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER, plain_log_labels, theme_heatmaps  # noqa: E402
 from ..figures._phone import phone_layout  # noqa: E402
 from .math import NO_LINKS, link_references, map_text  # noqa: E402
 
@@ -205,6 +205,7 @@ def render_svgs(name: str, make: Callable[[], Figure]) -> tuple[bytes, bytes | N
                 f"figure {name!r}: expected a matplotlib Figure, got {type(fig).__name__}"
             )
         theme_heatmaps(fig)
+        plain_log_labels(fig)
         buffer = io.BytesIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None})
         wide = _swap_colours(buffer.getvalue())
