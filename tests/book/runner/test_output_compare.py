@@ -84,3 +84,27 @@ def test_missing_and_extra_tokens_are_differences() -> None:
     assert ending is not None and "ends before" in ending.reason
     extra = first_difference("done", "done 3")
     assert extra is not None and "goes on with '3'" in extra.reason
+
+
+@pytest.mark.parametrize(("expected", "actual", "agree"), [
+    ("~4e-16", "~4e-16", True),
+    ("~4e-16", "~7e-16", True),  # another machine's roundings
+    ("~4e-16", "~4e-15", True),
+    ("~4e-16", "~5e-17", True),
+    ("~4e-16", "~5e-15", False),  # more than ten times larger: not a rounding difference
+    ("~4e-16", "~3e-17", False),
+    ("~4e-16", "~-4e-16", False),
+    ("~0e+00", "~0e+00", True),
+    ("~0e+00", "~1e-300", False),
+    ("~4e-16", "4e-16", False),  # an order of magnitude is printed as one, with its tilde
+])
+def test_a_number_after_a_tilde_is_an_order_of_magnitude(expected: str, actual: str, agree: bool) -> None:
+    difference = first_difference(f"largest difference: {expected}", f"largest difference: {actual}")
+    assert (difference is None) == agree
+    if not agree:
+        assert difference.expected == expected and "factor of 10" in difference.reason
+
+
+def test_a_tilde_not_before_a_number_is_punctuation() -> None:
+    assert first_difference("x ~ 0.5", "x ~ 0.5") is None
+    assert first_difference("x ~ 0.5", "x ~ 0.7") is not None

@@ -14,6 +14,12 @@ punctuation must be equal. Numbers are compared by kind:
   last shown digit: ``0.4419`` accepts 0.4418 to 0.4420, ``1.2346e-05`` accepts
   1.2345e-05 to 1.2347e-05, whichever way the actual value is printed.
 
+A number written right after a tilde (``~4e-16``) is an order of magnitude, the way a page prints a
+rounding error: which floating-point roundings a computation makes depends on the machine's
+vector units and libraries, so such an error differs from one machine to another by more than its
+last digit. It accepts any value within a factor of ten that is also written after a tilde (0 only
+0): ``~4e-16`` accepts ``~5e-17`` to ``~4e-15``.
+
 ``inf``, ``nan`` and the sign in ``-inf`` are words and punctuation, so they must match exactly.
 Arithmetic is done with :class:`decimal.Decimal`, so "one unit" is exact, not a float epsilon.
 """
@@ -27,7 +33,8 @@ from decimal import Decimal
 
 _TOKEN = re.compile(
     r"""
-    (?P<number>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)(?!\w)(?!\.\d)
+    (?P<magnitude>~[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)(?!\w)(?!\.\d)
+    | (?P<number>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)(?!\w)(?!\.\d)
     | (?P<word>[^\W\d]\w*)
     | (?P<other>\S)
     """,
@@ -86,7 +93,20 @@ def number_matches(expected: str, actual: str) -> bool:
     return abs(Decimal(actual) - Decimal(expected)) <= tolerance(expected)
 
 
+def magnitude_matches(expected: str, actual: str) -> bool:
+    """Whether the order of magnitude ``actual`` (``~3e-16``) agrees with ``expected``: the same
+    sign and within a factor of ten, or both zero."""
+    e, a = Decimal(expected.lstrip("~")), Decimal(actual.lstrip("~"))
+    if e == 0 or a == 0:
+        return e == a
+    return (e > 0) == (a > 0) and abs(a) <= 10 * abs(e) and abs(e) <= 10 * abs(a)
+
+
 def _token_difference(expected: Token, actual: Token) -> str | None:
+    if expected.kind == "magnitude":
+        if actual.kind == "magnitude" and magnitude_matches(expected.text, actual.text):
+            return None
+        return f"expected {expected.text}, got {actual.text} (allowed: within a factor of 10)"
     if expected.kind == "number" and actual.kind == "number":
         if number_matches(expected.text, actual.text):
             return None
