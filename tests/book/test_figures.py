@@ -637,6 +637,29 @@ def test_a_figure_too_wide_for_a_phone_gets_a_stacked_phone_layout() -> None:
     assert hook.render_svgs("ch07-measured-roofline", FIGURES["ch07-measured-roofline"])[1] is None
 
 
+def test_a_phone_legend_keeps_its_title_and_takes_one_column_when_two_do_not_fit() -> None:
+    """Chapter 7's roofline names its kernels in a titled legend of two columns, too wide for a
+    phone: the phone layout keeps the title, stacks the entries in one column within the
+    figure's width, and grows the figure by the legend's extra height."""
+    fig = FIGURES["ch07-roofline"]()
+    (desktop,) = fig.legends
+    labels = [t.get_text() for t in desktop.get_texts()]
+    title = desktop.get_title().get_text()
+    fig.canvas.draw()
+    panel_height = fig.axes[0].get_window_extent().height
+    hook.phone_layout(fig, 5.0)
+    fig.canvas.draw()
+    (phone,) = fig.legends
+    try:
+        assert phone.get_title().get_text() == title == "intensity $I$ of each kernel, FLOP/byte"
+        assert [t.get_text() for t in phone.get_texts()] == labels
+        assert len({round(t.get_window_extent().x0) for t in phone.get_texts()}) == 1  # one column
+        assert phone.get_window_extent().width <= fig.bbox.width
+        assert fig.axes[0].get_window_extent().height >= 0.95 * panel_height  # not squeezed
+    finally:
+        plt.close(fig)
+
+
 def test_figures_are_numbered_captioned_and_referenced(monkeypatch) -> None:
     from types import SimpleNamespace
 

@@ -4,8 +4,9 @@ The figure hook (book.hooks.figures) saves each figure as drawn, for a desktop, 
 Figure out again with :func:`phone_layout` and saves it a second time, for a column under about
 360 CSS pixels: the appendix's plots, drawn narrow and stacked from the start, fit a phone so.
 Panels keep their order (row by row); a panel that spans columns gets a row of its own; a legend
-beside the axes or below the panels goes below them in at most two columns; a title wider than
-the figure breaks at spaces, never inside its math.
+beside the axes or below the panels goes below them, with its title, in two columns if they fit
+the figure's width and in one if not; a title wider than the figure breaks at spaces, never inside
+its math.
 """
 
 from __future__ import annotations
@@ -73,12 +74,24 @@ def phone_layout(fig: Figure, width: float) -> Figure:
             handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
             legend.remove()
             fig.legend(handles, labels, loc="outside lower center", frameon=False)
-    for legend in list(fig.legends):  # one or two columns, below the panels
+    fig.set_size_inches(width, old_h / grid.nrows * len(rows) + (0.6 if cols == 1 else 0))
+    for legend in list(fig.legends):  # below the panels, in two columns if they fit, else one
         handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
         size = legend.get_texts()[0].get_fontsize() if labels else None
+        title = legend.get_title()
         legend.remove()
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(2, len(labels)),
-                   frameon=False, fontsize=size)
-    fig.set_size_inches(width, old_h / grid.nrows * len(rows) + (0.6 if cols == 1 else 0))
+        renderer, two_columns = fig.canvas.get_renderer(), None
+        for ncols in (min(2, len(labels)), 1):
+            new = fig.legend(handles, labels, loc="outside lower center", ncols=ncols,
+                             frameon=False, fontsize=size, title=title.get_text() or None,
+                             title_fontsize=title.get_fontsize())
+            box = new.get_window_extent(renderer)
+            if ncols == 1 or box.width <= fig.bbox.width:
+                break
+            two_columns = box
+            new.remove()
+        if two_columns is not None:  # one column is taller: the panels keep their height
+            w, h = fig.get_size_inches()
+            fig.set_size_inches(w, h + (box.height - two_columns.height) / fig.dpi)
     _wrap(fig)
     return fig

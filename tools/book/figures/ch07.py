@@ -156,23 +156,23 @@ def roofline() -> Figure:
     The tiled kernel is placed with K and V read from HBM once per query block (the two-level
     count, equation (7.16)), once per cluster of two query blocks that share each fetch (as
     FlashAttention-3's non-causal kernels do), and once per head, shared through the L2 cache
-    (7.18).
+    (7.18). Each kernel has a marker of its own, named with its intensity in the legend below
+    the axes: labels beside points 2x apart on a log axis would run into each other on a phone.
     """
     d_h, s, t = 64, 2, 4096
     flops = 4 * t * t * d_h  # equation (7.1), one head
-    explicit_kernels = {  # name: (intensity, label offset in points)
-        "decode, $t_q = 1$": (4 * t * d_h / (s * (2 * t * d_h + 2 * d_h)), (10, -12)),
-        "softmax pass": (5 / (2 * s), (-10, 12)),  # 5 FLOPs per score, 2s bytes
-        "explicit attention\n(whole)": (flops / (s * (4 * t * d_h + 4 * t * t)), (8, -16)),
+    explicit_kernels = {  # name: (intensity, marker)
+        "decode, $t_q = 1$": (4 * t * d_h / (s * (2 * t * d_h + 2 * d_h)), "v"),
+        "softmax pass": (5 / (2 * s), "s"),  # 5 FLOPs per score, 2s bytes
+        "explicit attention\n(whole)": (flops / (s * (4 * t * d_h + 4 * t * t)), "o"),
     }
     tiled_kernels = {
-        "tiled, $B = 64$": (flops / (s * (2 * t * d_h + 2 * t * d_h * t / 64)), (-10, 10)),
+        "tiled, $B = 64$": (flops / (s * (2 * t * d_h + 2 * t * d_h * t / 64)), "P"),
         "tiled, $B = 128$,\n$K, V$ once per query block": (
-            flops / (s * (2 * t * d_h + 2 * t * d_h * t / 128)), (8, -30)),
+            flops / (s * (2 * t * d_h + 2 * t * d_h * t / 128)), "D"),
         "cluster of $2 \\times 128$ rows": (
-            flops / (s * (2 * t * d_h + 2 * t * d_h * t / 256)), (-18, -12)),
-        "tiled, $K, V$ once per head\n(shared through L2)": (
-            flops / (s * 4 * t * d_h), (0, -30)),
+            flops / (s * (2 * t * d_h + 2 * t * d_h * t / 256)), "X"),
+        "tiled, $K, V$ once per head\n(shared through L2)": (flops / (s * 4 * t * d_h), "^"),
     }
     beta = H100_HBM_BYTES_PER_S
     ridge = H100_PEAK_FLOPS / beta
@@ -180,34 +180,26 @@ def roofline() -> Figure:
     attainable = torch.minimum(torch.full_like(intensities, H100_PEAK_FLOPS),
                                intensities * beta) / 1e12
 
-    fig, ax = plt.subplots(figsize=(7.6, 4.9), layout="constrained")
+    fig, ax = plt.subplots(figsize=(7.6, 6.0), layout="constrained")
     ax.plot(intensities.numpy(), attainable.numpy(), color=INK, linewidth=1.8)
     ax.axvline(ridge, color="0.6", linestyle=":", linewidth=1)
     ax.annotate(f"ridge point\n{ridge:.0f} FLOP/byte", (ridge, 1.2), xytext=(6, 0),
                 textcoords="offset points", fontsize=9, color=INK, alpha=0.75)
-    ax.annotate("memory-bound: $I \\cdot \\beta$", (0.12, 0.12 * beta / 1e12), rotation=29,
-                xytext=(-2, 10), textcoords="offset points", fontsize=9, color=INK, alpha=0.8)
+    ax.annotate("memory-bound: $I \\cdot \\beta$", (0.2, 0.2 * beta / 1e12), rotation=29,
+                xytext=(4, -16), textcoords="offset points", fontsize=9, color=INK, alpha=0.8)
     ax.annotate("compute-bound: $P$", (4000, H100_PEAK_FLOPS / 1e12), xytext=(0, 6),
                 textcoords="offset points", ha="center", fontsize=9, color=INK, alpha=0.8)
     needed = FA3_FP16_FLOPS / beta  # the intensity at which I * beta reaches 740 TFLOP/s
-    ax.axhline(FA3_FP16_FLOPS / 1e12, color=FLASH_COLOR, linestyle="--", linewidth=1)
+    fa3 = (f"FlashAttention-3, FP16, forward,\nnot causal, $d_h = 256$: "
+           f"{FA3_FP16_FLOPS / 1e12:.0f} TFLOP/s\nreported; needs $I \\geq$ {needed:.0f}")
+    ax.axhline(FA3_FP16_FLOPS / 1e12, color=FLASH_COLOR, linestyle="--", linewidth=1, label=fa3)
     ax.plot([needed], [FA3_FP16_FLOPS / 1e12], "|", color=FLASH_COLOR, markersize=12)
-    ax.annotate(f"FlashAttention-3, FP16 forward, not causal, $d_h = 256$, reported:"
-                f" {FA3_FP16_FLOPS / 1e12:.0f} TFLOP/s;\n"
-                f"needs $I \\geq$ {needed:.0f} FLOP/byte",
-                (0.12, FA3_FP16_FLOPS / 1e12),
-                xytext=(0, 5), textcoords="offset points", ha="left", va="bottom", fontsize=9,
-                color=FLASH_COLOR)
     for kernels, color in ((explicit_kernels, EXPLICIT_COLOR), (tiled_kernels, FLASH_COLOR)):
-        for name, (intensity, offset) in kernels.items():
+        for name, (intensity, marker) in kernels.items():
             bound = min(H100_PEAK_FLOPS, intensity * beta) / 1e12
-            ax.plot([intensity], [bound], "o", color=color, markersize=7)
             value = f"{intensity:.0f}" if intensity >= 10 else f"{intensity:.2f}"
-            ax.annotate(f"{name}: {value}", (intensity, bound), xytext=offset,
-                        textcoords="offset points", fontsize=9, color=color,
-                        ha={1: "left", 0: "center", -1: "right"}[
-                            (offset[0] > 0) - (offset[0] < 0)],
-                        va="center")
+            ax.plot([intensity], [bound], marker, color=color, markersize=7, linestyle="none",
+                    label=f"{name}: {value}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(0.1, 1e4)
@@ -216,6 +208,8 @@ def roofline() -> Figure:
     ax.set_ylabel("attainable TFLOP/s")
     ax.set_title(f"Roofline of an H100 SXM (BF16), attention with $t = {t}$, $d_h = {d_h}$")
     ax.spines[["top", "right"]].set_visible(False)
+    fig.legend(loc="outside lower center", ncols=2, frameon=False, fontsize=9,
+               title="intensity $I$ of each kernel, FLOP/byte", title_fontsize=9)
     return fig
 
 
