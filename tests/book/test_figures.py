@@ -660,6 +660,20 @@ def test_a_phone_legend_keeps_its_title_and_takes_one_column_when_two_do_not_fit
         plt.close(fig)
 
 
+def test_a_phone_layout_breaks_an_x_label_wider_than_the_figure_at_spaces() -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
+    label = "tokens t (b = 4096 / t sequences, h = 12 heads of $d_h = 64$), on one CPU thread"
+    axes[0].set_xlabel(label)
+    try:
+        hook.phone_layout(fig, 4.0)
+        text = axes[0].xaxis.label
+        assert "\n" in text.get_text() and text.get_text().replace("\n", " ") == label
+        assert "$d_h = 64$" in text.get_text()  # never broken inside its math
+        assert text.get_window_extent(fig.canvas.get_renderer()).width <= fig.bbox.width
+    finally:
+        plt.close(fig)
+
+
 def test_figures_are_numbered_captioned_and_referenced(monkeypatch) -> None:
     from types import SimpleNamespace
 

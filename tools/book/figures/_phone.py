@@ -5,8 +5,8 @@ Figure out again with :func:`phone_layout` and saves it a second time, for a col
 360 CSS pixels: the appendix's plots, drawn narrow and stacked from the start, fit a phone so.
 Panels keep their order (row by row); a panel that spans columns gets a row of its own; a legend
 beside the axes or below the panels goes below them, with its title, in two columns if they fit
-the figure's width and in one if not; a title wider than the figure breaks at spaces, never inside
-its math.
+the figure's width and in one if not; a title or x-axis label wider than the figure breaks at
+spaces, never inside its math.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ WORDS = re.compile(r"\S*\$[^$]*\$\S*|\S+")  # a word, or math with its spaces ke
 
 
 def _wrap(fig: Figure) -> None:
-    """Break every title wider than (most of) the figure at spaces, never inside math."""
+    """Break every title and x-axis label wider than (most of) the figure at spaces, never
+    inside math."""
     renderer = fig.canvas.get_renderer()
     limit = fig.bbox.width * 0.85  # an axes title is centred on its axes, not on the figure
-    titles = [fig._suptitle] + [t for ax in fig.axes for t in (ax.title, ax._left_title)]
+    titles = [fig._suptitle] + [
+        t for ax in fig.axes for t in (ax.title, ax._left_title, ax.xaxis.label)]
     for text in [t for t in titles if t is not None and t.get_text()]:
         if text.get_window_extent(renderer).width <= limit:
             continue
