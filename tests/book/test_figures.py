@@ -674,6 +674,22 @@ def test_a_phone_layout_breaks_an_x_label_wider_than_the_figure_at_spaces() -> N
         plt.close(fig)
 
 
+def test_a_phone_layout_keeps_an_axes_title_off_the_figure_edge() -> None:
+    """Chapter 10's bound figure centres a long title on an axes that its y-axis labels push
+    right: the title breaks early enough to end inside the figure."""
+    with matplotlib.rc_context(hook.SVG_STYLE):  # the book's sizes of text
+        fig = FIGURES["ch10-decode-bound"]()
+        try:
+            hook.phone_layout(fig, 4.6)  # the width its phone layout gets
+            fig.canvas.draw()
+            title = fig.axes[0].title
+            assert "\n" in title.get_text()
+            box = title.get_window_extent(fig.canvas.get_renderer())
+            assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+        finally:
+            plt.close(fig)
+
+
 def test_figures_are_numbered_captioned_and_referenced(monkeypatch) -> None:
     from types import SimpleNamespace
 

@@ -22,10 +22,16 @@ def _wrap(fig: Figure) -> None:
     """Break every title and x-axis label wider than (most of) the figure at spaces, never
     inside math."""
     renderer = fig.canvas.get_renderer()
-    limit = fig.bbox.width * 0.85  # an axes title is centred on its axes, not on the figure
-    titles = [fig._suptitle] + [
-        t for ax in fig.axes for t in (ax.title, ax._left_title, ax.xaxis.label)]
-    for text in [t for t in titles if t is not None and t.get_text()]:
+    texts = [(fig._suptitle, fig.bbox.width * 0.85)]
+    for ax in fig.axes:
+        # An axes' title and x label are centred on the axes, which its column holds beside the
+        # y axis's labels; the layout has not placed it yet, so its width is estimated.
+        spec = ax.get_subplotspec()
+        share = len(spec.colspan) / spec.get_gridspec().ncols if spec is not None else 1.0
+        y_axis = ax.yaxis.get_tightbbox(renderer) if ax.yaxis.get_visible() else None
+        limit = fig.bbox.width * share * 0.85 - (y_axis.width if y_axis is not None else 0.0)
+        texts += [(t, limit) for t in (ax.title, ax._left_title, ax.xaxis.label)]
+    for text, limit in [(t, limit) for t, limit in texts if t is not None and t.get_text()]:
         if text.get_window_extent(renderer).width <= limit:
             continue
         lines: list[str] = []
