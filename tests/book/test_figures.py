@@ -690,6 +690,22 @@ def test_a_phone_layout_keeps_an_axes_title_off_the_figure_edge() -> None:
             plt.close(fig)
 
 
+def test_a_phone_layout_keeps_room_for_a_taller_colour_bars_tick_labels() -> None:
+    """Stacked, chapter 8's sinusoidal table gets taller colour bars with more and wider tick
+    labels (-0.75 where the desktop has -1); they stay inside the figure."""
+    with matplotlib.rc_context(hook.SVG_STYLE):
+        fig = FIGURES["ch08-sinusoidal-table"]()
+        try:
+            hook.phone_layout(fig, 5.2)
+            fig.canvas.draw()
+            renderer = fig.canvas.get_renderer()
+            bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+            assert len(bars) == 2
+            assert all(bar.get_tightbbox(renderer).x1 <= fig.bbox.width for bar in bars)
+        finally:
+            plt.close(fig)
+
+
 def test_figures_are_numbered_captioned_and_referenced(monkeypatch) -> None:
     from types import SimpleNamespace
 

@@ -6,7 +6,7 @@ Figure out again with :func:`phone_layout` and saves it a second time, for a col
 Panels keep their order (row by row); a panel that spans columns gets a row of its own; a legend
 beside the axes or below the panels goes below them, with its title, in two columns if they fit
 the figure's width and in one if not; a title or x-axis label wider than the figure breaks at
-spaces, never inside its math.
+spaces, never inside its math; a colour bar keeps room for the tick labels of its new height.
 """
 
 from __future__ import annotations
@@ -102,4 +102,8 @@ def phone_layout(fig: Figure, width: float) -> Figure:
             w, h = fig.get_size_inches()
             fig.set_size_inches(w, h + (box.height - two_columns.height) / fig.dpi)
     _wrap(fig)
+    if any(ax.get_label() == "<colorbar>" for ax in fig.axes):
+        # A colour bar's ticks follow its height, which the new layout changes: lay the figure
+        # out once with them, so that the layout made when it is saved has room for their labels.
+        fig.draw_without_rendering()
     return fig
