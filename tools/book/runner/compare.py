@@ -31,10 +31,11 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 
+_NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?!\w)(?!\.\d)"
 _TOKEN = re.compile(
-    r"""
-    (?P<magnitude>~[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)(?!\w)(?!\.\d)
-    | (?P<number>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)(?!\w)(?!\.\d)
+    rf"""
+    (?P<magnitude>~{_NUMBER})
+    | (?P<number>{_NUMBER})
     | (?P<word>[^\W\d]\w*)
     | (?P<other>\S)
     """,
