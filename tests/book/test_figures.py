@@ -309,7 +309,7 @@ def test_circuit_panels_show_a_positional_head_k_composition_and_copying(draw) -
     # it, and that head's full OV circuit, are largest on their diagonals (a = b, own logit).
     fig = draw("ch09-circuits")
     head0 = fig.axes[0].get_lines()[0]
-    assert head0.get_label() == "layer 0 head 0"
+    assert head0.get_label() == "head 0" and fig.axes[0].get_title().startswith("Layer 0")
     assert int(np.argmax(head0.get_ydata()[:6])) == 1
     heatmaps = [np.ma.getdata(ax.get_images()[0].get_array()) for ax in fig.axes
                 if ax.get_images() and ax.get_title()]

@@ -267,13 +267,14 @@ def circuits() -> Figure:
     for head, style in ((0, "-"), (1, "--")):
         scores = profiles[head]  # (offsets, V V)
         mean, std = scores.mean(dim=1).numpy(), scores.std(dim=1).numpy()
-        axes[0, 0].plot(offsets, mean, style, color="#31a354", label=f"layer 0 head {head}")
+        axes[0, 0].plot(offsets, mean, style, color="#31a354", label=f"head {head}")
         axes[0, 0].fill_between(offsets, mean - std, mean + std, color="#31a354", alpha=0.25)
     axes[0, 0].axhline(0.0, color="#636363", linewidth=0.8)
     axes[0, 0].set_xlabel("offset $i - j$")
     axes[0, 0].set_ylabel("score (mean ± sd)")
     axes[0, 0].set_title("Layer 0: scores set by position")
-    axes[0, 0].legend(loc="upper right")
+    axes[0, 0].set_ylim(top=axes[0, 0].get_ylim()[1] + 4.0)  # room above the curves
+    axes[0, 0].legend(loc="upper center", ncols=2)
     signed_heatmap(fig, axes[0, 1], virtual, f"K-composition, offset {OFFSET}",
                    "token before the key", "query token")
     signed_heatmap(fig, axes[1, 0], copying, "Full OV circuit, layer 1 head 0",
