@@ -24,6 +24,7 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 
 from attention import JOURNEY_TOKENS, journey_inputs  # noqa: E402
 from book.constants import REPO
+from book.figures._phone import covering_legends  # noqa: E402
 from book.hooks import figures as hook  # noqa: E402
 
 FIGURES_DIR = REPO / "tools" / "book" / "figures"
@@ -704,6 +705,56 @@ def test_a_phone_layout_keeps_room_for_a_taller_colour_bars_tick_labels() -> Non
             assert all(bar.get_tightbbox(renderer).x1 <= fig.bbox.width for bar in bars)
         finally:
             plt.close(fig)
+
+
+def _legend_figure(loc: str, frameon: bool = False) -> tuple[Figure, plt.Axes]:
+    """A line along the bottom, a reference line across the middle and a legend at ``loc``."""
+    fig, ax = plt.subplots(figsize=(4, 3), layout="constrained")
+    ax.plot([0, 1], [0, 0], label="a line along the bottom")
+    ax.axhline(0.5, color="grey", label="a reference")
+    ax.set_ylim(-0.1, 1.0)
+    ax.legend(loc=loc, frameon=frameon)
+    return fig, ax
+
+
+@pytest.mark.parametrize(("loc", "frameon", "moves"), [
+    ("lower right", False, True),  # over the line
+    ("upper left", False, False),  # clear of both lines
+    ("center left", False, True),  # its text crossed by the reference line
+    ("center left", True, False),  # its background hides the reference line, no data
+])
+def test_a_legend_that_covers_its_axes_data_goes_under_the_axes(loc, frameon, moves) -> None:
+    fig, ax = _legend_figure(loc, frameon)
+    try:
+        with matplotlib.rc_context(hook.SVG_STYLE):
+            hook.figure_svg(fig, close=False)
+            panel_height = ax.get_window_extent().height
+            assert hook.uncover_data(fig) is moves
+            hook.figure_svg(fig, close=False)
+        if moves:
+            renderer = fig.canvas.get_renderer()
+            legend, x_axis = ax.get_legend(), ax.xaxis.get_tightbbox(renderer)
+            assert legend.get_window_extent(renderer).y1 <= x_axis.y0 + 1  # under the x label
+            assert ax.get_window_extent().height >= 0.95 * panel_height  # the figure grew
+            assert covering_legends(fig) == []
+    finally:
+        plt.close(fig)
+
+
+def test_no_figure_legend_covers_its_data_in_either_layout() -> None:
+    """Chapter 1's gradient figure had its legend over the RNN's curve, chapter 10's cache
+    figure over a line on a phone: each is now under its axes."""
+    for name in ("ch01-gradient-paths", "ch10-cache-memory"):
+        with matplotlib.rc_context(hook.SVG_STYLE):
+            fig = FIGURES[name]()
+            try:
+                hook._uncovered_svg(fig)
+                assert covering_legends(fig) == [], f"{name}, desktop"
+                hook.phone_layout(fig, 5.4)
+                hook._uncovered_svg(fig)
+                assert covering_legends(fig) == [], f"{name}, phone"
+            finally:
+                plt.close(fig)
 
 
 def test_figures_are_numbered_captioned_and_referenced(monkeypatch) -> None:

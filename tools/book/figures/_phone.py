@@ -7,13 +7,19 @@ Panels keep their order (row by row); a panel that spans columns gets a row of i
 beside the axes or below the panels goes below them, with its title, in two columns if they fit
 the figure's width and in one if not; a title or x-axis label wider than the figure breaks at
 spaces, never inside its math; a colour bar keeps room for the tick labels of its new height.
+
+In both layouts, a legend inside an axes that covers that axes' data as saved goes under that
+axes, and the figure is saved again (:func:`uncover_data`, which the hook calls after each save).
 """
 
 from __future__ import annotations
 
 import re
 
+from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.transforms import Bbox, ScaledTranslation
 
 WORDS = re.compile(r"\S*\$[^$]*\$\S*|\S+")  # a word, or math with its spaces kept whole
 
@@ -83,27 +89,99 @@ def phone_layout(fig: Figure, width: float) -> Figure:
             legend.remove()
             fig.legend(handles, labels, loc="outside lower center", frameon=False)
     fig.set_size_inches(width, old_h / grid.nrows * len(rows) + (0.6 if cols == 1 else 0))
-    for legend in list(fig.legends):  # below the panels, in two columns if they fit, else one
-        handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
-        size = legend.get_texts()[0].get_fontsize() if labels else None
-        title = legend.get_title()
-        legend.remove()
-        renderer, two_columns = fig.canvas.get_renderer(), None
-        for ncols in (min(2, len(labels)), 1):
-            new = fig.legend(handles, labels, loc="outside lower center", ncols=ncols,
-                             frameon=False, fontsize=size, title=title.get_text() or None,
-                             title_fontsize=title.get_fontsize())
-            box = new.get_window_extent(renderer)
-            if ncols == 1 or box.width <= fig.bbox.width:
-                break
-            two_columns = box
-            new.remove()
-        if two_columns is not None:  # one column is taller: the panels keep their height
-            w, h = fig.get_size_inches()
-            fig.set_size_inches(w, h + (box.height - two_columns.height) / fig.dpi)
+    for legend in list(fig.legends):
+        _below(fig, legend)
     _wrap(fig)
     if any(ax.get_label() == "<colorbar>" for ax in fig.axes):
         # A colour bar's ticks follow its height, which the new layout changes: lay the figure
         # out once with them, so that the layout made when it is saved has room for their labels.
         fig.draw_without_rendering()
     return fig
+
+
+def _below(fig: Figure, legend: Legend) -> None:
+    """Put the figure's ``legend`` below the panels, with its title, in two columns if they fit
+    the figure's width, else in one; the figure grows by what one column adds, so that the panels
+    keep their height."""
+    handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
+    size = legend.get_texts()[0].get_fontsize() if labels else None
+    title = legend.get_title()
+    legend.remove()
+    renderer, two_columns = fig.canvas.get_renderer(), None
+    for ncols in (min(2, len(labels)), 1):
+        new = fig.legend(handles, labels, loc="outside lower center", ncols=ncols,
+                         frameon=False, fontsize=size, title=title.get_text() or None,
+                         title_fontsize=title.get_fontsize())
+        box = new.get_window_extent(renderer)
+        if ncols == 1 or box.width <= fig.bbox.width:
+            break
+        two_columns = box
+        new.remove()
+    if two_columns is not None:  # one column is taller
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(w, h + (box.height - two_columns.height) / fig.dpi)
+
+
+def covering_legends(fig: Figure) -> list[Legend]:
+    """The legends of an axes that cover, inside that axes, a line or a scatter marker of it, as
+    ``fig`` was last drawn."""
+    renderer = fig.canvas.get_renderer()
+    covering = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        box = Bbox.intersection(legend.get_window_extent(renderer), ax.bbox)
+        if box is None:  # outside the axes, where lines are clipped away
+            continue
+        # A line in data coordinates is data; a reference line (axhline, axvline) is only hidden
+        # by a legend that has a background, and crosses the text of one that has not.
+        framed = legend.get_frame_on() and legend.get_frame().get_facecolor()[3] >= 0.5
+        lines = (
+            line.get_transform().transform_path(line.get_path()) for line in ax.get_lines()
+            if not framed or line.get_transform() == ax.transData
+        )
+        marks = [c.get_offset_transform().transform(c.get_offsets())
+                 for c in ax.collections if isinstance(c, PathCollection)]  # scatter's
+        if any(path.intersects_bbox(box, filled=False) for path in lines) or any(
+            ((x >= box.x0) & (x <= box.x1) & (y >= box.y0) & (y <= box.y1)).any()
+            for x, y in (xy.T for xy in marks if len(xy))
+        ):
+            covering.append(legend)
+    return covering
+
+
+def _under_axes(fig: Figure, legend: Legend) -> None:
+    """Put an axes' ``legend`` under that axes' x axis, with its title, in two columns if they
+    fit the axes' column of the figure, else in one; the figure grows by its height, so that the
+    panels keep theirs."""
+    ax = legend.axes
+    handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
+    size = legend.get_texts()[0].get_fontsize() if labels else None
+    title = legend.get_title()
+    legend.remove()
+    renderer = fig.canvas.get_renderer()
+    # Below the x axis's tick labels and label, by a distance that stays put when the layout
+    # changes the axes' height.
+    drop = (ax.bbox.y0 - ax.xaxis.get_tightbbox(renderer).y0) / fig.dpi
+    under = ax.transAxes + ScaledTranslation(0, -drop, fig.dpi_scale_trans)
+    spec = ax.get_subplotspec()
+    column = fig.bbox.width * (len(spec.colspan) / spec.get_gridspec().ncols if spec else 1.0)
+    for ncols in (min(2, len(labels)), 1):
+        new = ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0),
+                        bbox_transform=under, ncols=ncols, frameon=False, fontsize=size,
+                        title=title.get_text() or None, title_fontsize=title.get_fontsize())
+        box = new.get_window_extent(renderer)
+        if ncols == 1 or box.width <= column:
+            break
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(w, h + box.height / fig.dpi)
+
+
+def uncover_data(fig: Figure) -> bool:
+    """Move each legend inside an axes that covers that axes' data, as ``fig`` was last drawn
+    (saved), under that axes, the figure growing to hold it; True if one moved (draw it again)."""
+    covering = covering_legends(fig)
+    for legend in covering:
+        _under_axes(fig, legend)
+    return bool(covering)

@@ -73,7 +73,7 @@ from .. import figures  # noqa: E402
 from ..chapters import chapter_number, chapters  # noqa: E402
 from ..constants import MIN_TEXT_PX, PHONE_COLUMN_PX, REPO  # noqa: E402  (CSS px)
 from ..figures import BOOK_STYLE, INK, ON_DARK_CELL, ON_LIGHT_CELL, PAPER, plain_log_labels, theme_heatmaps  # noqa: E402
-from ..figures._phone import phone_layout  # noqa: E402
+from ..figures._phone import phone_layout, uncover_data  # noqa: E402
 from .math import NO_LINKS, link_references, map_text  # noqa: E402
 
 log = logging.getLogger("mkdocs.hooks.figures")
@@ -171,12 +171,14 @@ def load_figures(
     return found
 
 
-def figure_svg(fig: Figure) -> bytes:
-    """Return ``fig`` as reproducible SVG bytes, its placeholder colours swapped, and close it."""
+def figure_svg(fig: Figure, close: bool = True) -> bytes:
+    """Return ``fig`` as reproducible SVG bytes, its placeholder colours swapped, and close it
+    (unless not to ``close``)."""
     with matplotlib.rc_context(SVG_STYLE):
         buffer = io.BytesIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None})
-    plt.close(fig)
+    if close:
+        plt.close(fig)
     return _swap_colours(buffer.getvalue())
 
 
@@ -206,17 +208,23 @@ def render_svgs(name: str, make: Callable[[], Figure]) -> tuple[bytes, bytes | N
             )
         theme_heatmaps(fig)
         plain_log_labels(fig)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="svg", metadata={"Date": None})
-        wide = _swap_colours(buffer.getvalue())
+        wide = _uncovered_svg(fig)
         refuse_foreign_fonts(name, wide)
         if legible_px(wide) <= PHONE_COLUMN_PX:
             plt.close(fig)
             return wide, None
         smallest = text_sizes(wide.decode("utf-8"))[1]  # points: 10 gives 5.4 in, 8.5 gives 4.7
         width = min(PHONE_WIDTH_IN, PHONE_COLUMN_PX * smallest / MIN_TEXT_PX / 72)
-        phone = figure_svg(phone_layout(fig, width))
+        phone = _uncovered_svg(phone_layout(fig, width))
+        plt.close(fig)
     return wide, phone
+
+
+def _uncovered_svg(fig: Figure) -> bytes:
+    """``fig`` as :func:`figure_svg` writes it, left open; saved a second time if a legend covered
+    its axes' data as first saved, and moved under that axes (book.figures._phone.uncover_data)."""
+    svg = figure_svg(fig, close=False)
+    return figure_svg(fig, close=False) if uncover_data(fig) else svg
 
 
 def shipped_fonts(css: Path = FONT_CSS) -> set[str]:
