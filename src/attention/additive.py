@@ -148,7 +148,8 @@ class Seq2SeqEncoder(nn.Module):
 
         Annotation j joins the forward state after token j with the backward state after token j
         (reading right to left), so it describes token j in the context of the whole sentence.
-        The decoder starts from tanh(W h← + b), h← being the backward GRU's state at token 0.
+        The decoder starts from s⁽⁰⁾ = tanh(h← W_s + b_s), h← being the backward GRU's state at
+        token 0 (x⁽¹⁾ in the prose's counting).
 
         An empty source (t = 0) is refused with a ``ValueError``: there is no token 0 to take
         that state from, and ``nn.GRU`` itself rejects sequences of length 0.
