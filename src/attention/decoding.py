@@ -13,11 +13,12 @@ sequence, with about two FLOPs per weight read, so its speed is bounded by the b
 
 :func:`weights_read_per_token` counts the weights (all but the unused rows of the embeddings).
 
-Its attention has one query per sequence and head. FlashAttention-2 gives each block of queries
-of each sequence and head to its own thread block, so a decode step runs only b · h of them (h
-at batch 1), each walking through all t_k keys, however many processors the GPU has.
-Flash-Decoding (Dao, Haziza, Massa and Sizov, 2023) also splits the keys: chunk r is attended to
-on its own, giving a partial context vector and the log-sum-exp of the query's scaled scores s_j,
+Its attention has one query per sequence and head. Without splitting, a FlashAttention-2-style
+kernel runs b · h_kv thread blocks at decode (the G query heads of a group share one), each
+walking through all t_k keys, however many processors the GPU has. Flash-Decoding (Dao, Haziza,
+Massa and Sizov, 2023), which FlashAttention-2 has included since version 2.2, also splits the
+keys: chunk r is attended to on its own, giving a partial context vector and the log-sum-exp of
+the query's scaled scores s_j,
 
     z_r = Σ_{j ∈ J_r} e^{s_j - lse_r} v_j ,     lse_r = log Σ_{j ∈ J_r} e^{s_j}
 
