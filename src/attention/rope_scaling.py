@@ -23,6 +23,7 @@ A rule replaces each θ_i by θ'_i, so that every wavelength grows by λ'_i / λ
                            ``low_freq_factor`` and ``high_freq_factor``      (Meta's Llama 3.1 code)
     DynamicNTKScaling      NTK-aware scaling whose factor follows the t tokens read so far:
                            κ_t = max(1, κ t / t_train - (κ - 1))             (emozilla, 2023; YaRN 3.3)
+                           (emozilla is the Reddit name of Jeffrey Quesnelle, YaRN's second author)
 
 Each rule is a frozen dataclass that checks its parameters when it is made; ``frequencies``
 returns the θ'_i in float64 and ``attention_factor`` the number that multiplies the rotated
@@ -357,6 +358,9 @@ class Llama3Scaling:
 @dataclass(frozen=True)
 class DynamicNTKScaling:
     """Dynamic NTK scaling (emozilla, 2023; Peng et al., 2023, section 3.3): factor set by length.
+
+    Dynamic NTK scaling was first posted on Reddit by emozilla, the Reddit name of Jeffrey
+    Quesnelle, YaRN's second author.
 
     While a sequence is no longer than t_train nothing changes; past it, the frequencies are
     those of :class:`NTKAwareScaling` with the factor κ_t = κ t / t_train - (κ - 1), t the number
