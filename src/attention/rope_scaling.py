@@ -6,8 +6,9 @@ Notation (see CONTRIBUTING.md):
                per token (``base`` is 10000 in RoFormer); its wavelength λ_i = 2π / θ_i is the
                number of tokens per full turn
     t_train    the context length the model was trained on (``original_context``)
-    κ          the stretch factor (``factor``), a setting of the rule: not the ratio of the served
-               length to t_train (Llama 3.1: κ = 8, Llama 3.2 1B: κ = 32, both 8K -> 128K)
+    κ          the stretch factor (``factor``): the papers define it as the target length over
+               t_train; released models set it apart from the served length (Llama 3.1: κ = 8,
+               Llama 3.2 1B: κ = 32, both 8K -> 128K)
     ν_i        t_train / λ_i, the number of turns pair i makes over the training context
     τ          a softmax temperature: the scores are divided by τ
 
