@@ -347,7 +347,8 @@ class TinyTransformer(nn.Module):
         qk_norm: normalize queries and keys per head.
         bias: biases in the linear layers and the norms.
         output_gate: gated attention in every block (see :class:`~attention.BlockAttention`).
-        tie_weights: the LM head uses the token embedding's matrix (Press and Wolf, 2017).
+        tie_weights: the LM head uses the token embedding's matrix (Press and Wolf, 2017;
+            Inan et al., 2017).
         device: where the parameters are created (torch's default when None).
         dtype: their dtype (torch's default when None).
 
