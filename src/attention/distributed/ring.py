@@ -102,8 +102,10 @@ Tile = tuple[slice, slice, Tensor | None]
 
 def _tiles(q_runs: list, k_runs: list, is_causal: bool, device: torch.device) -> list[Tile]:
     """The (query rows, key rows, mask) pairs of runs where some query sees some key; the mask
-    (n_q, n_k) is None where every query sees every key. A zig-zag shard is two runs, so a block
-    splits into up to four tiles, of which causal attention skips the invisible ones whole."""
+    (n_q, n_k) is None where every query sees every key. A zig-zag shard is two runs (one on rank
+    N - 1, whose chunks N - 1 and N are adjacent), so a block splits into up to four tiles, of
+    which causal attention skips the invisible ones whole; a tile that straddles the diagonal is
+    computed whole and masked, so it costs its hidden pairs too."""
     tiles = []
     for q_lo, q_hi, q0 in q_runs:
         for k_lo, k_hi, k0 in k_runs:
