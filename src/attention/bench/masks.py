@@ -90,7 +90,7 @@ def scores_formed(variant: str, lengths: torch.Tensor) -> int:
 
     One convention for every form: its score matrices counted whole, before any causal skipping
     (SDPA with a dense mask computes all of them; SDPA with is_causal and FlexAttention skip
-    about half of theirs). The dense mask forms t², the padded batch n · t_max², the
+    the blocks above the diagonal, a third to a half of theirs at the sizes of chapter 11). The dense mask forms t², the padded batch n · t_max², the
     per-document loop Σ t_m², and FlexAttention its B x B tiles that the document rule alone
     keeps, times B²: Σ t_m² and the hidden pairs of the tiles that cross a document boundary.
     """
