@@ -15,7 +15,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from attention import ring_shards, ring_work
 from attention.distributed import count_traffic, ring_attention, shard_sequence, ulysses_attention
+from attention.distributed.ring import _runs, _tiles
 from attention.ring import ring_attention_io
 
 B, D_H = 2, 8
@@ -226,3 +228,27 @@ class TestBadInput:
             fn(q, q, q, causal=True)
         with pytest.raises(ValueError, match=r"is_causal must be a bool.*got tensor\(True\) of type Tensor"):
             fn(q, q, q, is_causal=torch.tensor(True))
+
+
+def _computed_pace(t: int, world: int, sharding: str) -> int:
+    """Pairs of the tiles the ring computes (a diagonal tile whole), busiest rank per step."""
+    runs = [_runs(shard) for shard in ring_shards(t, world, sharding)]
+    return sum(
+        max(sum((q.stop - q.start) * (k.stop - k.start)
+                for q, k, _ in _tiles(runs[r], runs[(r - step) % world], True, torch.device("cpu")))
+            for r in range(world))
+        for step in range(world)
+    )
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+def test_zigzag_computes_at_most_2n_over_n_plus_1_fewer_pairs_per_step(world) -> None:
+    """Chapter 11 reads the measured ring speed-ups against 2N/(N + 1), the ratio of the
+    contiguous ring's pace to the zig-zag one's in pairs the tiles compute; ring_work's ratio of
+    visible pairs is higher, since diagonal tiles are computed whole."""
+    t = 64 * world
+    contiguous, zigzag = (_computed_pace(t, world, s) for s in ("contiguous", "zigzag"))
+    assert contiguous * (world + 1) == zigzag * 2 * world
+    visible = [int(ring_work(t, world, is_causal=True, sharding=s).max(dim=1).values.sum())
+               for s in ("contiguous", "zigzag")]
+    assert visible[0] * (world + 1) > visible[1] * 2 * world
