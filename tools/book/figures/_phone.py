@@ -15,13 +15,22 @@ axes, and the figure is saved again (:func:`uncover_data`, which the hook calls 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
+from matplotlib.axes import Axes
 from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.transforms import Bbox, ScaledTranslation
 
 WORDS = re.compile(r"\S*\$[^$]*\$\S*|\S+")  # a word, or math with its spaces kept whole
+
+
+def _share(ax: Axes) -> float:
+    """The share of the figure's width that the columns of ``ax``'s subplot span (1 outside a
+    grid)."""
+    spec = ax.get_subplotspec()
+    return len(spec.colspan) / spec.get_gridspec().ncols if spec is not None else 1.0
 
 
 def _wrap(fig: Figure) -> None:
@@ -32,10 +41,8 @@ def _wrap(fig: Figure) -> None:
     for ax in fig.axes:
         # An axes' title and x label are centred on the axes, which its column holds beside the
         # y axis's labels; the layout has not placed it yet, so its width is estimated.
-        spec = ax.get_subplotspec()
-        share = len(spec.colspan) / spec.get_gridspec().ncols if spec is not None else 1.0
         y_axis = ax.yaxis.get_tightbbox(renderer) if ax.yaxis.get_visible() else None
-        limit = fig.bbox.width * share * 0.85 - (y_axis.width if y_axis is not None else 0.0)
+        limit = fig.bbox.width * _share(ax) * 0.85 - (y_axis.width if y_axis is not None else 0.0)
         texts += [(t, limit) for t in (ax.title, ax._left_title, ax.xaxis.label)]
     for text, limit in [(t, limit) for t, limit in texts if t is not None and t.get_text()]:
         if text.get_window_extent(renderer).width <= limit:
@@ -99,24 +106,36 @@ def phone_layout(fig: Figure, width: float) -> Figure:
     return fig
 
 
+def _relaid(
+    legend: Legend, place: Callable[..., Legend], limit: float
+) -> tuple[Bbox, Bbox | None]:
+    """Remove ``legend`` and make it again with ``place(handles, labels, **style)`` (its font size
+    and title kept), in two columns if they are at most ``limit`` pixels wide, else in one; return
+    the new legend's box, and the two-column box it replaced (None if two fit or never tried)."""
+    handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
+    title = legend.get_title()
+    style = dict(frameon=False, fontsize=legend.get_texts()[0].get_fontsize() if labels else None,
+                 title=title.get_text() or None, title_fontsize=title.get_fontsize())
+    renderer = legend.figure.canvas.get_renderer()
+    legend.remove()
+    two_columns = None
+    for ncols in (min(2, len(labels)), 1):
+        new = place(handles, labels, ncols=ncols, **style)
+        box = new.get_window_extent(renderer)
+        if ncols == 1 or box.width <= limit:
+            break
+        two_columns = box
+        new.remove()
+    return box, two_columns
+
+
 def _below(fig: Figure, legend: Legend) -> None:
     """Put the figure's ``legend`` below the panels, with its title, in two columns if they fit
     the figure's width, else in one; the figure grows by what one column adds, so that the panels
     keep their height."""
-    handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
-    size = legend.get_texts()[0].get_fontsize() if labels else None
-    title = legend.get_title()
-    legend.remove()
-    renderer, two_columns = fig.canvas.get_renderer(), None
-    for ncols in (min(2, len(labels)), 1):
-        new = fig.legend(handles, labels, loc="outside lower center", ncols=ncols,
-                         frameon=False, fontsize=size, title=title.get_text() or None,
-                         title_fontsize=title.get_fontsize())
-        box = new.get_window_extent(renderer)
-        if ncols == 1 or box.width <= fig.bbox.width:
-            break
-        two_columns = box
-        new.remove()
+    box, two_columns = _relaid(
+        legend, lambda *a, **k: fig.legend(*a, loc="outside lower center", **k), fig.bbox.width
+    )
     if two_columns is not None:  # one column is taller
         w, h = fig.get_size_inches()
         fig.set_size_inches(w, h + (box.height - two_columns.height) / fig.dpi)
@@ -156,24 +175,16 @@ def _under_axes(fig: Figure, legend: Legend) -> None:
     fit the axes' column of the figure, else in one; the figure grows by its height, so that the
     panels keep theirs."""
     ax = legend.axes
-    handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
-    size = legend.get_texts()[0].get_fontsize() if labels else None
-    title = legend.get_title()
-    legend.remove()
-    renderer = fig.canvas.get_renderer()
     # Below the x axis's tick labels and label, by a distance that stays put when the layout
     # changes the axes' height.
-    drop = (ax.bbox.y0 - ax.xaxis.get_tightbbox(renderer).y0) / fig.dpi
+    drop = (ax.bbox.y0 - ax.xaxis.get_tightbbox(fig.canvas.get_renderer()).y0) / fig.dpi
     under = ax.transAxes + ScaledTranslation(0, -drop, fig.dpi_scale_trans)
-    spec = ax.get_subplotspec()
-    column = fig.bbox.width * (len(spec.colspan) / spec.get_gridspec().ncols if spec else 1.0)
-    for ncols in (min(2, len(labels)), 1):
-        new = ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0),
-                        bbox_transform=under, ncols=ncols, frameon=False, fontsize=size,
-                        title=title.get_text() or None, title_fontsize=title.get_fontsize())
-        box = new.get_window_extent(renderer)
-        if ncols == 1 or box.width <= column:
-            break
+    box, _ = _relaid(
+        legend,
+        lambda *a, **k: ax.legend(*a, loc="upper center", bbox_to_anchor=(0.5, 0),
+                                  bbox_transform=under, **k),
+        fig.bbox.width * _share(ax),
+    )
     w, h = fig.get_size_inches()
     fig.set_size_inches(w, h + box.height / fig.dpi)
 
