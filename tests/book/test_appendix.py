@@ -14,8 +14,10 @@ import json
 import re
 
 import pytest
+import torch
 from mkdocs.exceptions import PluginError
 
+from attention.bench.masks import scores_formed
 from attention.bench.parts import PARTS
 from book.appendix import facts, tables
 from book.appendix.format import cudnn_version, readable_bytes, table
@@ -176,6 +178,20 @@ def test_detail_table_is_fastest_first_with_the_ratio_in_its_own_column(runs):
     assert "× fastest" in header and "GPU kernels" in header and "989.5 TFLOP/s" in text
     times = [float(r[1]) for r in body_rows(text)]
     assert times == sorted(times) and body_rows(text)[0][3] == "1.00×"
+
+
+def test_the_masks_table_recounts_scores_and_names_a_file_count_it_disagrees_with(runs):
+    # The table counts every form's scores by one convention (attention.bench.masks.scores_formed);
+    # a file that recorded another count for a form says so under the table, naming the form.
+    run = runs["cpu-masks"]
+    stale = "written under an earlier convention"
+    assert stale in tables.masks_table(run) and "`flex-block-mask`" in tables.masks_table(run)
+    doc = copy.deepcopy(run.doc)
+    for row in doc["masks"]:
+        row["scores_formed"] = scores_formed(row["variant"], torch.tensor(row["lengths"]))
+    agreeing = tables.masks_table(Run(run.stem, doc))
+    assert stale not in agreeing
+    assert [r[1] for r in body_rows(agreeing)] == [r[1] for r in body_rows(tables.masks_table(run))]
 
 
 def test_table_refuses_a_row_of_the_wrong_length():

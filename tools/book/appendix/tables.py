@@ -314,6 +314,11 @@ def masks_table(run: Run) -> str:
                    f"$h = {at[0].h}$, $d_h = {at[0].d_h}$, {at[0].dtype}, {at[0].pass_name}; fastest first. "
                    "Scores formed per head: each form's score matrices (FlexAttention's tiles) counted "
                    "whole, before any causal skipping.")
+        stale = sorted(r.variant for r in ok if r.scores_formed != scores_formed(r.variant, torch.tensor(r.lengths)))
+        if stale:  # a file written before the one convention keeps its own counts
+            caption += (f" The results file's own `scores_formed` for {', '.join(f'`{v}`' for v in stale)} "
+                        "was written under an earlier convention (tiles counted after the causal skipping); "
+                        "the table recounts it from the lengths.")
         out.append(table(["form", "scores formed", "ms", "IQR (ms)", "× fastest", "max rel. error"], body,
                          [False, True, True, True, True, False], caption))
     return "\n\n".join(out)
