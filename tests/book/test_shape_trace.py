@@ -1,11 +1,11 @@
 """The shape-trace table of chapter 5, checked against real forward passes of MultiHeadAttention.
 
-Chapter 5 (docs/chapters/05-multi-head-attention/index.md) keeps a Markdown table with the shape of the
-tensor after every step of ``MultiHeadAttention.forward``, in the legend's letters and with the
-running example's numbers. These tests parse that table and compare it with the shapes PyTorch
-actually produces: a ``TorchFunctionMode`` records the name and shape of the result of every torch
-operation during a forward pass, and the table's rows must appear among those records, in order,
-produced by the operation each row names.
+Section 5.2 (docs/chapters/05-multi-head-attention/one-projection-split-into-heads.md) keeps a
+Markdown table with the shape of the tensor after every step of ``MultiHeadAttention.forward``, in
+the legend's letters and with the running example's numbers. These tests parse that table and
+compare it with the shapes PyTorch actually produces: a ``TorchFunctionMode`` records the name and
+shape of the result of every torch operation during a forward pass, and the table's rows must
+appear among those records, in order, produced by the operation each row names.
 
 Notation: b batch size, t tokens, d_in input width, d_out output width, h heads, d_h = d_out / h.
 """
@@ -20,7 +20,7 @@ from attention import MultiHeadAttention
 from book.constants import REPO
 from book.pages import read_page
 
-PAGE = REPO / "docs" / "chapters" / "05-multi-head-attention" / "index.md"
+PAGE = REPO / "docs" / "chapters" / "05-multi-head-attention" / "one-projection-split-into-heads.md"
 HEADER = "| step | code | shape | running example |"
 
 # The running example: MultiHeadAttention(3, 2, context_length=6, dropout=0.0, num_heads=2) on journey_batch().

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     """Serve the site, open the page, wait for its fonts and save a PNG."""
     parser = argparse.ArgumentParser(prog="python -m book screenshot", description=__doc__.splitlines()[0])
     parser.add_argument("--site", type=Path, default=REPO / "site", help="built site folder")
-    parser.add_argument("--page", default="chapters/05-multi-head-attention/")
+    parser.add_argument("--page", default="chapters/05-multi-head-attention/one-projection-split-into-heads/")
     parser.add_argument("--anchor", default="52-one-projection-split-into-heads",
                         help="id to scroll to ('' for none)")
     parser.add_argument("--out", type=Path, default=REPO / "docs/assets/screenshot-chapter.png")
