@@ -183,8 +183,9 @@ class LightningIndexer(nn.Module):
     Per token: h_I index queries q_il = RoPE(c_Q^(i) W_IQ) from MLA's query latent c_Q (d_c',
     after MLA's RMSNorm, as DeepSeek and transformers pass it), one index key
     k_j = RoPE(LayerNorm(x^(j) W_IK)) shared by the heads, and per-head weights
-    η_il = x^(i) W_w / sqrt(h_I) (the report's w; the book keeps w for a window). RoPE rotates
-    the first ``rope_dim`` features in two halves.
+    η_il = x^(i) W_w (the report's w; the book keeps w for a window); the scores are
+    I_ij = Σ_l η_il ReLU(q_il · k_j / sqrt(d_I)) / sqrt(h_I), as in equation (14.2). RoPE
+    rotates the first ``rope_dim`` features in two halves.
     Parameters as transformers' ``DeepseekV32Indexer``: W_IQ = ``wq_b``, W_IK = ``wk``,
     ``key_norm`` = ``k_norm``, W_w = ``weights_proj``. DeepSeek trains it apart from the
     model's loss (by distillation), so :meth:`forward` is usually called under ``no_grad``.
@@ -237,9 +238,10 @@ class LightningIndexer(nn.Module):
         """Index scores (b, t, n + t) of the tokens x (b, t, d_in), query latents (b, t, d_c').
 
         The tokens sit at positions start .. start + t - 1 and score each other (n = 0), or,
-        with a ``cache`` of n tokens' index keys, also the cached ones: their keys are appended
-        after the cache's latents (:meth:`IndexedLatentKVCache.append_index_keys`, so append
-        the latents first) and sit at positions n - t .. n - 1 of the cache's length n.
+        with a ``cache`` that held n tokens before this call, also the cached ones: their keys
+        are appended after their latents (:meth:`IndexedLatentKVCache.append_index_keys`, so
+        append the latents first) and sit at positions n .. n + t - 1 (the cache's length is
+        n + t once the latents are appended).
         Unmasked: :func:`topk_mask` (or :func:`dsa_attention`) hides the later keys first.
         """
         b, t, _ = x.shape
@@ -251,9 +253,10 @@ class LightningIndexer(nn.Module):
         keys = self.rotary(self.key_norm(self.W_key(x)), start=start)  # (b, t, d_I)
         if cache is not None:
             keys = cache.append_index_keys(keys)  # (b, n + t, d_I)
-        per_head = torch.relu(queries @ keys[:, None].transpose(-2, -1) * d_i**-0.5)  # (b,h_I,t,t)
-        weights = self.W_weights(x) * h_i**-0.5  # (b, t, h_I): η_il
-        return torch.einsum("bih,bhij->bij", weights, per_head)  # (b, t, t)
+        # (b, h_I, t, n + t): each index head's ReLU scores
+        per_head = torch.relu(queries @ keys[:, None].transpose(-2, -1) * d_i**-0.5)
+        weights = self.W_weights(x) * h_i**-0.5  # (b, t, h_I): η_il / sqrt(h_I)
+        return torch.einsum("bih,bhij->bij", weights, per_head)  # (b, t, n + t)
 
 
 class IndexedLatentKVCache(LatentKVCache):
