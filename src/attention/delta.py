@@ -236,7 +236,8 @@ def _delta_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, sta
         Z = diag(exp gbar) Q S_0 + (Lambda o Q K^T) D
         S_C = exp(gbar_C) S_0 + (diag(exp(gbar_C - gbar)) K)^T D
 
-    where row j of D is what token j writes into the state (``u`` below).
+    where row j of D is what token j writes into the state (``d`` below; the chapter's U is D for
+    S_0 = 0).
     """
     t = v.shape[2]
     chunks = []
@@ -249,10 +250,10 @@ def _delta_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, sta
         lower = (b_c * (k_c @ k_c.transpose(-2, -1)) * lam).tril(-1)  # (b, h_v, C, C)
         eye = torch.eye(lower.shape[-1], dtype=lower.dtype, device=lower.device)
         rhs = b_c * (v_c - decay * (k_c @ state))  # (b, h_v, C, d_v)
-        u = torch.linalg.solve_triangular(eye + lower, rhs, upper=False, unitriangular=True)
-        chunks.append(decay * (q_c @ state) + ((q_c @ k_c.transpose(-2, -1)) * lam) @ u)
+        d = torch.linalg.solve_triangular(eye + lower, rhs, upper=False, unitriangular=True)  # (b, h_v, C, d_v): D
+        chunks.append(decay * (q_c @ state) + ((q_c @ k_c.transpose(-2, -1)) * lam) @ d)
         to_end = (g_cum[..., -1:] - g_cum).exp()[..., None]  # (b, h_v, C, 1)
-        state = g_cum[..., -1, None, None].exp() * state + (k_c * to_end).transpose(-2, -1) @ u
+        state = g_cum[..., -1, None, None].exp() * state + (k_c * to_end).transpose(-2, -1) @ d
     out = torch.cat(chunks, dim=-2) if chunks else v.new_zeros(v.shape)  # (b, h_v, t, d_v)
     return out, state
 
