@@ -21,8 +21,8 @@ with beta_i in [0, 1]. (GLA's decay is diag(a_i), one factor per key feature: no
 decay here.) Each rule has a recurrent form (one token at a time: the definition) and a
 chunked form (matrix products within chunks of C tokens, the state carried across them); scalar
 decay also has a parallel form, (Lambda o Q K^T) V. The chunked delta rule solves one unit
-lower-triangular system per chunk (the UT form of Yang et al., 2024). The forms agree in float64
-(tests/package/test_delta.py).
+lower-triangular system per chunk (the UT transform of Joffrain et al., 2006, as Yang et al., 2024
+use it for DeltaNet). The forms agree in float64 (tests/package/test_delta.py).
 """
 
 from typing import Literal, TypedDict, Unpack, get_args, overload
