@@ -10,13 +10,15 @@ sublayer's ``qkv`` and ``out_proj`` and, as the gated delta layer of Qwen3-Next 
 (:mod:`attention.delta_layer`), passes queries, keys and values through a short causal
 convolution and SiLU, L2-normalises queries and keys, and learns per head and token
 
-    beta = sigmoid(x W_beta)        g = -exp(A_log) softplus(x W_g + dt_bias)
+    beta = sigmoid(x W_beta + b_beta)        g = -exp(A_log) softplus(x W_g + b_g + dt_bias)
 
-of which each kind uses what its rule needs (``"sum"``: neither; ``"decay"``: g; ``"delta"``:
-beta; ``"gated_delta"``: both). The rotary embedding is dropped: order reaches these layers
-through the convolution and the recurrence, as in the models that ship them. The output is A V
-with A from :func:`~attention.delta.delta_attention_matrix`, so that the weights each head
-gives each earlier token can be read as attention weights are.
+(W_beta and W_g with biases b_beta and b_g, unlike Qwen3-Next's projection, which has none; g's
+b_g and dt_bias are two biases of one sum; A = -exp(A_log) < 0 as in Mamba-2), of which each kind
+uses what its rule needs (``"sum"``: neither; ``"decay"``: g; ``"delta"``: beta;
+``"gated_delta"``: both). The rotary embedding is dropped: order reaches these layers through the
+convolution and the recurrence, as in the models that ship them. The output is W V with W from
+:func:`~attention.delta.delta_attention_matrix`, so that the weights each head gives each earlier
+token can be read as attention weights are.
 """
 
 from typing import Literal, get_args
@@ -39,8 +41,8 @@ class RecurrentBlockAttention(nn.Module):
     """A block's attention sublayer computed by a recurrent rule of :mod:`attention.delta`.
 
     Built from a causal :class:`~attention.BlockAttention` whose ``qkv`` and ``out_proj`` it
-    takes over; adds the convolution (3 d channels, width ``conv_size``; None for none), W_beta,
-    W_g, A_log and dt_bias. The call and the return value are BlockAttention's: SA(x) (b, t, d)
+    takes over; adds the convolution (3 d channels, width ``conv_size``; None for none), W_beta
+    and W_g with their biases, A_log and dt_bias. The call and the return value are BlockAttention's: SA(x) (b, t, d)
     and the weights W (b, h, t, t) it applied to the values. Masks and caches are refused.
 
     Args:
@@ -78,14 +80,14 @@ class RecurrentBlockAttention(nn.Module):
         )  # depthwise: each of the 3 d channels mixes its own last w_conv values
         self.beta_proj = nn.Linear(self.d_model, self.num_heads)
         self.g_proj = nn.Linear(self.d_model, self.num_heads)
-        self.A_log = nn.Parameter(torch.zeros(self.num_heads))  # A = 1
+        self.A_log = nn.Parameter(torch.zeros(self.num_heads))  # A = -exp(A_log) = -1
         self.dt_bias = nn.Parameter(torch.zeros(self.num_heads))
         self.to(device=weight.device, dtype=weight.dtype)
 
     def forward(
         self, x: Tensor, attn_mask: Tensor | None = None, cache: object | None = None
     ) -> tuple[Tensor, Tensor]:
-        """SA(x) (b, t, d) and the weights A (b, h, t, t) of the rule.
+        """SA(x) (b, t, d) and the weights W (b, h, t, t) of the rule.
 
         Raises:
             ValueError: if a mask or a cache is given.
