@@ -828,7 +828,8 @@ def _rotary_forward(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
     """The rotary module's cos and sin, from its own rule evaluated in float64.
 
     Dynamic scaling takes the frequencies of the current length, without transformers' memory
-    of the longest length seen (which it keeps until a sequence is shorter than t_train).
+    of the longest length seen (which it keeps until a sequence is shorter than t_train); in a
+    module with a rule per layer type (Gemma 3), only the layer types whose rule is dynamic.
     """
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -850,10 +851,14 @@ def _rotary_forward(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
 
     def forward(x: Tensor, position_ids: Tensor, layer_type: str | None = None) -> tuple:
         inv_freq, factor = tables[layer_type]
-        if getattr(module, "rope_type", None) == "dynamic":  # the frequencies of this length
+        # Gemma 3 keeps a rule per layer type (rope_type a dict), the others one rule
+        kind = module.rope_type[layer_type] if layer_types else module.rope_type
+        if kind == "dynamic":  # the frequencies of this length
             length = int(position_ids.max()) + 1
+            extra = {"layer_type": layer_type} if layer_types else {}
             with _float_is_float64():
-                inv_freq = ROPE_INIT_FUNCTIONS["dynamic"](config, seq_len=length)[0].double()
+                inv_freq = ROPE_INIT_FUNCTIONS["dynamic"](config, seq_len=length, **extra)[0]
+            inv_freq = inv_freq.double()
         freqs = position_ids[..., None].double() * inv_freq.to(x.device)  # (b, t, d_rot/2)
         angles = torch.cat([freqs] * repeat, dim=-1)  # (b, t, d_rot), or d_rot/2 (gpt-oss)
         return (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)

@@ -40,6 +40,14 @@ CASES = {
             "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
         },
     )),
+    "gemma3-dynamic": ("gemma3_text", dict(  # a rule per layer type: dynamic past 12 tokens
+        GQA, head_dim=8, sliding_window=4, query_pre_attn_scalar=12, max_position_embeddings=12,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "dynamic", "rope_theta": 1e6, "factor": 4.0},
+        },
+    )),
     "gpt_oss": ("gpt_oss", {  # learned sinks, alternating windows, YaRN, experts borrowed
         **GQA, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
         "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"],
