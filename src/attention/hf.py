@@ -16,17 +16,18 @@ chapters 4 and 10, positions are :class:`~attention.LearnedPositions` or
 The feed-forward sublayers are two or three ``nn.Linear`` and an activation, as in chapter 9.
 
 Supported: GPT-2, GPT-NeoX, Llama (RoPE scaling none, linear, llama3, dynamic or YaRN), Mistral,
-Qwen3, Gemma 3 (text), gpt-oss, DeepSeek-V3, Qwen3-Next and DeepSeek-V3.2; the
-mixture-of-experts feed-forward sublayers of the last four are ``transformers``' own modules
-(the book does not teach routing). DeepSeek-V3's attention is multi-head latent attention over
-:class:`~attention.latent.LatentKVCache`; DeepSeek-V3.2's is the same over the top-k tokens a
-:class:`~attention.sparse.LightningIndexer` selects (:func:`~attention.sparse.dsa_attention`),
-with the index keys cached beside the latents (:class:`~attention.sparse.IndexedLatentKVCache`);
-Qwen3-Next's linear layers are
+Qwen3, Gemma 3 (text only, also out of the multimodal model), gpt-oss, DeepSeek-V3, Qwen3-Next
+and DeepSeek-V3.2; the mixture-of-experts feed-forward sublayers of the last four are
+``transformers``' own modules (the book does not teach routing). DeepSeek-V3's attention is
+multi-head latent attention over :class:`~attention.latent.LatentKVCache`; DeepSeek-V3.2's is
+the same over the top-k tokens a :class:`~attention.sparse.LightningIndexer` selects
+(:func:`~attention.sparse.dsa_attention`), with the index keys cached beside the latents
+(:class:`~attention.sparse.IndexedLatentKVCache`); Qwen3-Next's linear layers are
 :class:`~attention.delta_layer.GatedDeltaNet`, whose cache is a
-:class:`~attention.delta_layer.DeltaState`, and its attention layers have an output gate. Anything else, a configuration option the book does not implement, or a model
-whose RoPE frequencies differ from the book's rule, is a ValueError that says so: never a
-silently different model.
+:class:`~attention.delta_layer.DeltaState`, and its attention layers have an output gate.
+Anything else, a configuration option the book does not implement, or a model whose RoPE
+frequencies differ from the book's rule, is a ValueError that says so: never a silently
+different model.
 
 ``transformers`` computes RoPE's angles, and RMSNorm, in float32 whatever the model's dtype;
 :func:`upcast_transformers` makes those float64 (the same formulas), so that a float64 copy of
@@ -57,11 +58,13 @@ from .sparse import IndexedLatentKVCache, LightningIndexer, dsa_attention
 __all__ = ["SUPPORTED", "CausalLM", "from_transformers", "upcast_transformers"]
 
 SUPPORTED = (
-    "gpt2", "gpt_neox", "llama", "mistral", "qwen3", "gemma3_text", "gpt_oss", "deepseek_v3",
-    "qwen3_next", "deepseek_v32",
+    "gpt2", "gpt_neox", "llama", "mistral", "qwen3", "gemma3_text", "gemma3", "gpt_oss",
+    "deepseek_v3", "qwen3_next", "deepseek_v32",
 )
-"""The ``config.model_type`` values :func:`from_transformers` accepts (``gemma3`` models are
-read through their text model)."""
+"""The ``config.model_type`` values :func:`from_transformers` accepts. ``gemma3_text`` is
+``Gemma3ForCausalLM`` (Gemma 3 1B); ``gemma3`` is the multimodal
+``Gemma3ForConditionalGeneration`` (Gemma 3 4B to 27B), of which only the text model and the
+output projection are read: the copy takes token ids, never images."""
 
 _REFUSED: dict[str, str] = {}  # model type -> why it is refused for now (none at present)
 
@@ -644,7 +647,12 @@ def _attention(
 
 def _llama_like(model: nn.Module) -> CausalLM:
     """Llama, Mistral, Qwen3, Gemma 3, gpt-oss, Qwen3-Next: RMSNorm, RoPE, grouped-query."""
-    config, body, kind = model.config, model.model, model.config.model_type
+    config, body = model.config, model.model
+    if config.model_type == "gemma3":  # multimodal Gemma 3: its text model and lm_head only
+        config, body = config.text_config, body.language_model
+        # Gemma3ForConditionalGeneration never applies it, Gemma3ForCausalLM does: no one meaning
+        _option(config, "final_logit_softcapping", (None,))
+    kind = config.model_type
     gemma = kind == "gemma3_text"
     next_ = kind == "qwen3_next"  # Qwen3-Next's norms store γ - 1 as Gemma's do
     d, h = config.hidden_size, config.num_attention_heads
@@ -700,7 +708,7 @@ def _llama_like(model: nn.Module) -> CausalLM:
         blocks, _rms_norm(body.norm, eps, offset), _linear_from(model.lm_head),
         embed_scale=d**0.5 if gemma else 1.0,
         final_softcap=getattr(config, "final_logit_softcapping", None) if gemma else None,
-        name=kind,
+        name=model.config.model_type,
     )
 
 
@@ -736,8 +744,9 @@ def _deepseek_v3(model: nn.Module) -> CausalLM:
 
 _READERS = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
-    "qwen3": _llama_like, "gemma3_text": _llama_like, "gpt_oss": _llama_like,
-    "deepseek_v3": _deepseek_v3, "qwen3_next": _llama_like, "deepseek_v32": _deepseek_v3,
+    "qwen3": _llama_like, "gemma3_text": _llama_like, "gemma3": _llama_like,
+    "gpt_oss": _llama_like, "deepseek_v3": _deepseek_v3, "qwen3_next": _llama_like,
+    "deepseek_v32": _deepseek_v3,
 }
 
 

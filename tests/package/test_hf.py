@@ -17,6 +17,20 @@ LLAMA3 = {
     "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 16,
     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
 }
+GEMMA3 = dict(
+    GQA, num_hidden_layers=3, head_dim=8, sliding_window=4, query_pre_attn_scalar=12,
+    layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+    rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+    },
+)
+# multimodal Gemma 3 (4B-27B) with a one-layer vision tower of 2 x 2 patches; image_token_id
+# 262144 lies outside the 64 ids, so the input is text only
+GEMMA3_VISION = {
+    "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+    "image_size": 28, "patch_size": 14,
+}
 CASES = {
     "gpt2": ("gpt2", {"n_layer": 2, "n_embd": 32, "n_head": 4, "vocab_size": 64, "n_positions": 64}),
     "gpt_neox": ("gpt_neox", SMALL),  # rotary on a quarter of each head, parallel residual
@@ -32,14 +46,9 @@ CASES = {
         "original_max_position_embeddings": 64}}),
     "mistral": ("mistral", dict(GQA, sliding_window=4)),
     "qwen3": ("qwen3", dict(GQA, head_dim=16)),
-    "gemma3": ("gemma3_text", dict(
-        GQA, num_hidden_layers=3, head_dim=8, sliding_window=4, query_pre_attn_scalar=12,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-        rope_parameters={
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-            "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
-        },
-    )),
+    "gemma3": ("gemma3_text", GEMMA3),
+    "gemma3-multimodal": ("gemma3", {  # Gemma3ForConditionalGeneration: its text model read
+        "text_config": GEMMA3, "vision_config": GEMMA3_VISION, "mm_tokens_per_image": 4}),
     "gemma3-dynamic": ("gemma3_text", dict(  # a rule per layer type: dynamic past 12 tokens
         GQA, head_dim=8, sliding_window=4, query_pre_attn_scalar=12, max_position_embeddings=12,
         layer_types=["sliding_attention", "full_attention"],
@@ -156,6 +165,11 @@ class TestBadInput:
             from_transformers(_model("phi", **SMALL))
         with pytest.raises(ValueError, match="reorder_and_upcast_attn=True"):
             from_transformers(_model("gpt2", **dict(CASES["gpt2"][1], reorder_and_upcast_attn=True)))
+        # Gemma3ForConditionalGeneration ignores the text model's final soft cap: no one meaning
+        text = dict(GEMMA3, final_logit_softcapping=30.0)
+        with pytest.raises(ValueError, match=r"final_logit_softcapping=30.0 is not implemented"):
+            from_transformers(_model("gemma3", text_config=text, vision_config=GEMMA3_VISION,
+                                     mm_tokens_per_image=4))
         # bidirectional Gemma 3 (an encoder) attends both ways within its windows: not causal
         kind, options = CASES["gemma3"]
         with pytest.raises(ValueError, match=r"use_bidirectional_attention=True .* \(False, None\)"):
