@@ -87,8 +87,8 @@ class _Attention(nn.Module):
     """Causal grouped-query attention with optional RoPE, QK-norm and sliding window.
 
     :class:`~attention.GroupedQueryAttention`'s forward, with the pieces today's models add:
-    queries and keys normalized per head (QK-norm, Qwen3 and Gemma 3) and then rotated, and a
-    score scale other than 1/sqrt(d_h) where the model has one.
+    queries and keys normalized per head (QK-norm: Qwen3, Gemma 3 and Qwen3-Next) and then
+    rotated, and a score scale other than 1/sqrt(d_h) where the model has one.
     """
 
     def __init__(
@@ -152,8 +152,8 @@ class _LatentAttention(nn.Module):
     :class:`~attention.latent.MultiHeadLatentAttention` with what DeepSeek-V2 and V3 add to the
     paper's equations: RMSNorm on the query latent and on the key-value latent c (which is what
     the cache holds), content keys and values each of its own width (``qk_nope_head_dim`` and
-    ``v_head_dim``, both 128 in DeepSeek-V3), interleaved RoPE pairs, and YaRN's mscale² on the
-    scores.
+    ``v_head_dim``, both 128 in DeepSeek-V3), interleaved RoPE pairs (unless ``rope_interleave``
+    is False; always in V3.2), and YaRN's mscale² on the scores.
     """
 
     def __init__(self, source: nn.Module, config: Any, rotary: RotaryEmbedding, scale: float) -> None:
@@ -293,7 +293,7 @@ class _Block(nn.Module):
     """
 
     def __init__(
-        self, attention: _Attention, ffn: nn.Module, norms: tuple[nn.Module, nn.Module], *,
+        self, attention: nn.Module, ffn: nn.Module, norms: tuple[nn.Module, nn.Module], *,
         parallel: bool = False, post_norms: tuple[nn.Module, nn.Module] | None = None,
     ) -> None:
         """The sublayers, their input norms and, for Gemma 3, their output norms."""
@@ -302,8 +302,8 @@ class _Block(nn.Module):
         self.attn_norm, self.ffn_norm = norms
         self.post_attn_norm, self.post_ffn_norm = post_norms if post_norms else (None, None)
 
-    def forward(self, x: Tensor, cache: KVCache | RollingKVCache | None = None) -> Tensor:
-        """x (b, t, d) -> (b, t, d)."""
+    def forward(self, x: Tensor, cache: Any = None) -> Tensor:
+        """x (b, t, d) -> (b, t, d); ``cache`` the layer's cache (see :meth:`CausalLM.new_caches`)."""
         attended = self.attention(self.attn_norm(x), cache)  # (b, t, d)
         if self.parallel:  # GPT-NeoX: both sublayers read x
             return self.ffn(self.ffn_norm(x)) + attended + x
@@ -369,7 +369,7 @@ class CausalLM(nn.Module):
                 else block.attention.new_cache(batch_size, max_tokens) for block in self.blocks]
 
     def forward(
-        self, input_ids: Tensor, caches: list[KVCache | RollingKVCache] | None = None
+        self, input_ids: Tensor, caches: list[Any] | None = None
     ) -> Tensor:
         """Logits (b, t, V) of the token ids (b, t), after the cached tokens if any.
 
