@@ -525,6 +525,11 @@ def _rotary(
         scaling=_rope_rule(params, config.model_type, config.max_position_embeddings),
     )
     if reference is not None:  # transformers computes them in float32: compare to that
+        if reference.dtype in (torch.float16, torch.bfloat16):  # model.to(dtype), model.half()
+            raise ValueError(
+                f"{config.model_type}: the model's inv_freq is {reference.dtype} (the model was "
+                f"cast after loading): load it with from_pretrained(..., dtype=...) instead"
+            )
         ours = rotary.frequencies
         theirs = reference.detach().double().cpu()
         if theirs.shape != ours.shape or not torch.allclose(ours, theirs, rtol=1e-6, atol=0):

@@ -182,6 +182,13 @@ class TestBadInput:
                                              r"got \['full_attention', 'sliding_attention'\]"):
             from_transformers(_model("llama", options))
 
+    def test_a_model_cast_after_loading_is_refused_by_its_inv_freq(self) -> None:
+        # .to(torch.bfloat16) casts the float32 inv_freq that from_pretrained(dtype=) keeps
+        model = _model(*CASES["llama"]).to(torch.bfloat16)
+        with pytest.raises(ValueError, match=r"llama: the model's inv_freq is torch.bfloat16 \(the "
+                                             r"model was cast after loading\)"):
+            from_transformers(model)
+
     def test_a_bias_option_the_model_ignores_is_refused(self) -> None:
         # Mistral's projections have no bias whatever attention_bias says
         with pytest.raises(ValueError, match=r"bias must be a tensor .*got None"):
