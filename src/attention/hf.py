@@ -546,6 +546,7 @@ def _gpt2(model: nn.Module) -> CausalLM:
     _option(config, "scale_attn_weights", (True,))
     _option(config, "scale_attn_by_inverse_layer_idx", (False,))
     _option(config, "reorder_and_upcast_attn", (False,))
+    _option(config, "activation_function", tuple(_ACTIVATIONS))
     d, h = config.n_embd, config.n_head
     d_h = d // h
     blocks = []
@@ -575,6 +576,7 @@ def _gpt2(model: nn.Module) -> CausalLM:
 def _gpt_neox(model: nn.Module) -> CausalLM:
     """GPT-NeoX: partial rotary, parallel residual, fused QKV laid out head by head."""
     config, body = model.config, model.gpt_neox
+    _option(config, "hidden_act", tuple(_ACTIVATIONS))
     d, h = config.hidden_size, config.num_attention_heads
     d_h = d // h
     rotary = _rotary(config.rope_parameters, d_h, config, body.rotary_emb.inv_freq)
@@ -677,6 +679,10 @@ def _llama_like(model: nn.Module) -> CausalLM:
         raise ValueError(
             f"{kind}: layer_types must be in {sorted(kinds)}, got {sorted(set(layer_types))}"
         )
+    # the book's feed-forward sublayers, or transformers' experts (gpt-oss's are all experts)
+    dense = [kind != "gpt_oss" and "Moe" not in type(layer.mlp).__name__ for layer in body.layers]
+    if any(dense):
+        _option(config, "hidden_activation" if gemma else "hidden_act", tuple(_ACTIVATIONS))
     if gemma:
         _option(config, "attn_logit_softcapping", (None,))
         _option(config, "use_bidirectional_attention", (False, None))  # an encoder's mask
@@ -691,17 +697,13 @@ def _llama_like(model: nn.Module) -> CausalLM:
                      else body.rotary_emb.inv_freq)
         rotaries[layer_type] = _rotary(own, d_h, config, reference)
     blocks = []
-    for layer, layer_type in zip(body.layers, layer_types, strict=True):
+    for layer, layer_type, own_ffn in zip(body.layers, layer_types, dense, strict=True):
         if layer_type == "linear_attention":  # chapter 13's gated delta layer
             attention: nn.Module = GatedDeltaNet.from_qwen3_next(layer.linear_attn)
         else:
             attention = _attention(layer.self_attn, config, rotaries[layer_type], layer_type,
                                    scale, (eps, offset), next_)
-        mlp = layer.mlp
-        if kind == "gpt_oss" or "Moe" in type(mlp).__name__:  # experts: transformers' module
-            ffn: nn.Module = _Borrowed(mlp)
-        else:
-            ffn = _feed_forward(config, mlp, gemma)
+        ffn = _feed_forward(config, layer.mlp, gemma) if own_ffn else _Borrowed(layer.mlp)
         norms = (_rms_norm(layer.input_layernorm, eps, offset),
                  _rms_norm(layer.pre_feedforward_layernorm if gemma
                            else layer.post_attention_layernorm, eps, offset))
@@ -723,6 +725,10 @@ def _deepseek_v3(model: nn.Module) -> CausalLM:
     config, body = model.config, model.model
     sparse = config.model_type == "deepseek_v32"
     _option(config, "attention_bias", (False,))
+    dense = [config.mlp_layer_types[i] == "dense" if sparse else i < config.first_k_dense_replace
+             for i in range(len(body.layers))]  # the book's feed-forward, or transformers' MoE
+    if any(dense):
+        _option(config, "hidden_act", tuple(_ACTIVATIONS))
     params = config.rope_parameters
     rotary = _rotary(params, config.qk_rope_head_dim, config, body.rotary_emb.inv_freq,
                      interleaved=sparse or bool(config.rope_interleave))  # V3.2: always
@@ -731,12 +737,10 @@ def _deepseek_v3(model: nn.Module) -> CausalLM:
     if params.get("rope_type", "default") != "default" and weight_all and params["factor"] > 1:
         scale *= (0.1 * weight_all * math.log(params["factor"]) + 1.0) ** 2  # YaRN's mscale²
     eps, blocks = config.rms_norm_eps, []
-    for i, layer in enumerate(body.layers):
+    for layer, own_ffn in zip(body.layers, dense, strict=True):
         kind = _SparseLatentAttention if sparse else _LatentAttention
         attention = kind(layer.self_attn, config, rotary, scale)
-        dense = (config.mlp_layer_types[i] == "dense" if sparse
-                 else i < config.first_k_dense_replace)
-        ffn = _feed_forward(config, layer.mlp, False) if dense else _Borrowed(layer.mlp)
+        ffn = _feed_forward(config, layer.mlp, False) if own_ffn else _Borrowed(layer.mlp)
         norms = (_rms_norm(layer.input_layernorm, eps),
                  _rms_norm(layer.post_attention_layernorm, eps))
         blocks.append(_Block(attention, ffn, norms))

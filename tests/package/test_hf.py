@@ -4,6 +4,7 @@
 import pytest
 import torch
 
+from attention import hf
 from attention.hf import CausalLM, from_transformers, upcast_transformers  # no transformers import
 
 transformers = pytest.importorskip("transformers")
@@ -181,6 +182,19 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"llama: layer_types must be in \['full_attention'\], "
                                              r"got \['full_attention', 'sliding_attention'\]"):
             from_transformers(_model("llama", options))
+
+    def test_an_activation_the_book_lacks_is_refused_before_any_copy(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        copies = []
+        monkeypatch.setattr(hf, "_copy", lambda *args: copies.append(args))
+        with pytest.raises(ValueError, match=r"gpt2: activation_function='relu' is not implemented"):
+            from_transformers(_model("gpt2", **dict(CASES["gpt2"][1], activation_function="relu")))
+        with pytest.raises(ValueError, match=r"llama: hidden_act='relu' is not implemented"):
+            from_transformers(_model("llama", GQA, hidden_act="relu"))
+        with pytest.raises(ValueError, match=r"gemma3_text: hidden_activation='relu' is not"):
+            from_transformers(_model("gemma3_text", GEMMA3, hidden_activation="relu"))
+        assert copies == []
 
     def test_a_model_cast_after_loading_is_refused_by_its_inv_freq(self) -> None:
         # .to(torch.bfloat16) casts the float32 inv_freq that from_pretrained(dtype=) keeps
