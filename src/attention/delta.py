@@ -25,6 +25,7 @@ lower-triangular system per chunk (the UT transform of Joffrain et al., 2006, as
 use it for DeltaNet). The forms agree in float64 (tests/package/test_delta.py).
 """
 
+import math
 from typing import Literal, TypedDict, Unpack, get_args, overload
 
 import torch
@@ -106,6 +107,10 @@ def _check(
             raise ValueError(f"{name} must have shape (b, h_v, t) = {(b, h_v, t)}, got {tuple(x.shape)}")
         if not x.is_floating_point():
             raise ValueError(f"{name} must be floating point, got {x.dtype}")
+        if x.isnan().any():  # NaN passes the range checks below: NaN > 0 is False
+            raise ValueError(
+                f"{name} must not be NaN, got NaN in {int(x.isnan().sum())} of its {x.numel()} values"
+            )
     if g is not None and g.numel() and g.max() > 0:
         raise ValueError(f"g is a log decay and must be <= 0 everywhere, got a maximum of {g.max().item():.4g}")
     if beta is not None and beta.numel() and (beta.min() < 0 or beta.max() > 1):
@@ -139,6 +144,18 @@ def _prepare(
         v.new_zeros(b, h_v, d_k, d_v) if initial_state is None else initial_state.to(v.dtype)
     )  # (b, h_v, d_k, d_v)
     return q, k, v, state
+
+
+def _log_decay(g: Tensor, dtype: torch.dtype) -> Tensor:
+    """g in ``dtype``, raised to a floor whose exp is exactly 0 in ``dtype``, as exp(-inf) is.
+
+    g = -inf (a_i = 0: forget everything) is a decay the recurrence takes, but the running sums
+    of the other forms would give gbar_i - gbar_j = -inf - (-inf) = NaN. The floor, the log of
+    the smallest subnormal less a margin for exp's rounding, changes no exp(g) and no g above it;
+    sums of t such floors (float32: -111.3 each) stay far from overflowing.
+    """
+    finfo = torch.finfo(dtype)
+    return g.to(dtype).clamp_min(math.log(finfo.tiny * finfo.eps) - 8.0)
 
 
 def _decay_mask(g_cum: Tensor) -> Tensor:
@@ -177,7 +194,7 @@ def decayed_linear_attention(
         key: (b, h_k, t, d_k).
         value: (b, h_v, t, d_v), h_v a multiple of h_k.
         g: (b, h_v, t), the log decay, <= 0 (0 never forgets: chapter 12's state without a
-            normalizer).
+            normalizer; -inf forgets everything before the step, in every form).
         form: ``"recurrent"``, ``"parallel"`` ((Lambda o Q K^T) V) or ``"chunked"``: one result.
         chunk_size: C, tokens per chunk of the chunked form.
         scale: multiplies the queries; None means d_k^(-1/2).
@@ -189,8 +206,8 @@ def decayed_linear_attention(
         when ``output_final_state``.
 
     Raises:
-        ValueError: a shape, dtype or device that does not match, g > 0, an unknown form, or a
-            chunk_size below 1.
+        ValueError: a shape, dtype or device that does not match, g > 0 or NaN, an unknown form,
+            or a chunk_size below 1.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -202,7 +219,7 @@ def decayed_linear_attention(
     """
     _check(query, key, value, g, None, form, DECAY_FORMS, chunk_size, initial_state)
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
-    g = g.to(v.dtype)
+    g = _log_decay(g, v.dtype)
     t = v.shape[2]
     if form == "recurrent":
         rows = []
@@ -288,7 +305,7 @@ def gated_delta_rule(
             does; this function does not).
         key: (b, h_k, t, d_k).
         value: (b, h_v, t, d_v), h_v a multiple of h_k (grouped heads, as Qwen3-Next).
-        g: (b, h_v, t), the log decay, <= 0.
+        g: (b, h_v, t), the log decay, <= 0 (-inf forgets everything before the step).
         beta: (b, h_v, t), the write strength, in [0, 1].
         form: ``"recurrent"`` (token by token) or ``"chunked"`` (UT form): one result.
         chunk_size: C, tokens per chunk of the chunked form.
@@ -301,8 +318,8 @@ def gated_delta_rule(
         when ``output_final_state``.
 
     Raises:
-        ValueError: a shape, dtype or device that does not match, g > 0, beta outside [0, 1], an
-            unknown form, or a chunk_size below 1.
+        ValueError: a shape, dtype or device that does not match, g > 0 or NaN, beta outside
+            [0, 1] or NaN, an unknown form, or a chunk_size below 1.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -315,7 +332,7 @@ def gated_delta_rule(
     """
     _check(query, key, value, g, beta, form, DELTA_FORMS, chunk_size, initial_state)
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
-    g, beta = g.to(v.dtype), beta.to(v.dtype)
+    g, beta = _log_decay(g, v.dtype), beta.to(v.dtype)
     if form == "chunked":
         out, state = _delta_chunked(q, k, v, g, beta, state, chunk_size)
     else:
@@ -412,7 +429,8 @@ def delta_attention_matrix(
         W (b, h, t, t).
 
     Raises:
-        ValueError: if the tensors do not agree in shape, dtype or device.
+        ValueError: if the tensors do not agree in shape, dtype or device, g > 0 or NaN, or
+            beta outside [0, 1] or NaN.
 
     Examples:
         >>> q = k = torch.eye(3)[None, None]  # (b, h, t, d_k) = (1, 1, 3, 3)
@@ -431,7 +449,7 @@ def delta_attention_matrix(
     q, k, _, _ = _prepare(query, key, value_like, scale, None)
     t = k.shape[2]
     lam = torch.ones(t, t, dtype=k.dtype, device=k.device).tril() if g is None else (
-        _decay_mask(g.to(k.dtype).cumsum(-1))
+        _decay_mask(_log_decay(g, k.dtype).cumsum(-1))
     )  # (b, h, t, t) or (t, t)
     weights = (q @ k.transpose(-2, -1)).tril() * lam  # (b, h, t, t)
     if beta is None:

@@ -130,6 +130,60 @@ def test_attention_matrix_times_values_is_the_rule(kind):
     torch.testing.assert_close(weights @ v, rule, rtol=0, atol=1e-12)
 
 
+def _forgetting_g():
+    """The inputs of :func:`_inputs` (t = 23) with g = -inf, "forget everything" (a_i = 0), at
+    tokens 0, 6 and 7 (two in a row), 11 and 22: at a chunk's start, inside and at its end."""
+    q, k, v, g, beta, s0 = _inputs()
+    g[..., [0, 6, 7, 11, 22]] = -torch.inf
+    g[0, 1, 15] = -torch.inf  # one head alone
+    return q, k, v, g, beta, s0
+
+
+def test_minus_inf_log_decay_forgets_everything_before_it():
+    """The recurrence with g_i = -inf: S_i = k_i^T v_i, so from token i on the output is that of
+    a call on tokens i, ... alone."""
+    q, k, v, g, beta, s0 = _forgetting_g()
+    for out, rest in (
+        (decayed_linear_attention(q, k, v, g, initial_state=s0),
+         decayed_linear_attention(q[:, :, 11:], k[:, :, 11:], v[:, :, 11:], g[..., 11:])),
+        (gated_delta_rule(q, k, v, g, beta, initial_state=s0),
+         gated_delta_rule(q[:, :, 11:], k[:, :, 11:], v[:, :, 11:], g[..., 11:], beta[..., 11:])),
+    ):
+        assert out.isfinite().all()
+        torch.testing.assert_close(out[:, :, 11:], rest, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("fn,form,chunk", [("decay", "parallel", 64), ("decay", "chunked", 1),
+                                           ("decay", "chunked", 4), ("decay", "chunked", 64),
+                                           ("delta", "chunked", 1), ("delta", "chunked", 4),
+                                           ("delta", "chunked", 64)])
+def test_every_form_equals_the_recurrence_where_g_is_minus_inf(fn, form, chunk):
+    """g = -inf is a decay (a_i = 0) that the recurrence takes; the other forms, whose running
+    sums gbar_i - gbar_j would be -inf - (-inf) = NaN, give the recurrence's result too."""
+    q, k, v, g, beta, s0 = _forgetting_g()
+    if fn == "decay":
+        run = lambda **kw: decayed_linear_attention(q, k, v, g, initial_state=s0,  # noqa: E731
+                                                    output_final_state=True, **kw)
+    else:
+        run = lambda **kw: gated_delta_rule(q, k, v, g, beta, initial_state=s0,  # noqa: E731
+                                            output_final_state=True, **kw)
+    ref, ref_s = run()
+    out, s = run(form=form, chunk_size=chunk)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(s, ref_s, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["decay", "gated_delta"])
+def test_attention_matrix_times_values_is_the_rule_where_g_is_minus_inf(kind):
+    q, k, v, g, beta, _ = _forgetting_g()
+    q, k = (x.repeat_interleave(2, dim=1) for x in (q, k))  # one head per value head
+    if kind == "decay":
+        rule, weights = decayed_linear_attention(q, k, v, g), delta_attention_matrix(q, k, g)
+    else:
+        rule, weights = gated_delta_rule(q, k, v, g, beta), delta_attention_matrix(q, k, g, beta)
+    torch.testing.assert_close(weights @ v, rule, rtol=0, atol=1e-12)
+
+
 def plain_gated_delta_rule(q, k, v, g, beta):
     """The gated delta rule token by token, every step in the inputs' dtype: the "same math done
     plainly in the input dtype" of flash-attention's accuracy rule (its tests/test_flash_attn.py)."""
@@ -214,6 +268,23 @@ class TestBadInput:
             gated_delta_rule(q, k, v, g, beta, form="parallel")
         with pytest.raises(ValueError, match="chunk_size must be at least 1, got 0"):
             decayed_linear_attention(q, k, v, g, form="chunked", chunk_size=0)
+
+    def test_nan_log_decay_or_write_strength_is_refused(self):
+        """NaN passes the range checks (NaN > 0 and NaN < 0 are both False): refused by name."""
+        q, k, v, g, beta, _ = _inputs()
+        g_nan, beta_nan = g.clone(), beta.clone()
+        g_nan[1, 2, 3] = beta_nan[0, 1, 5] = torch.nan
+        with pytest.raises(ValueError, match=r"g must not be NaN, got NaN in 1 of its 184 values"):
+            decayed_linear_attention(q, k, v, g_nan, form="parallel")
+        with pytest.raises(ValueError, match=r"g must not be NaN, got NaN in 1 of its 184 values"):
+            gated_delta_rule(q, k, v, g_nan, beta, form="chunked")
+        with pytest.raises(ValueError, match=r"beta must not be NaN, got NaN in 1 of its 184 values"):
+            gated_delta_rule(q, k, v, g, beta_nan)
+        with pytest.raises(ValueError, match=r"beta must not be NaN, got NaN in 1 of its 184 values"):
+            delta_rule(q, k, v, beta_nan, form="chunked")
+        with pytest.raises(ValueError, match=r"g must not be NaN, got NaN in 1 of its 92 values"):
+            delta_attention_matrix(q, k, g_nan[:, 2:], beta[:, 2:])  # h = h_k = 2 heads
+
 
 @pytest.mark.parametrize("delta", [False, True])
 def test_flops_count_what_the_chunked_forms_multiply(delta):
