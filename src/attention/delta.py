@@ -121,7 +121,18 @@ def _check(
     if form not in forms:
         raise ValueError(f"form must be one of {forms}, got {form!r}")
     check_sizes(chunk_size=chunk_size)
-    if initial_state is not None and initial_state.shape != (b, h_v, d_k, d_v):
+    if initial_state is None:
+        return
+    if not isinstance(initial_state, Tensor):
+        raise ValueError(
+            f"initial_state must be a torch.Tensor or None, got {type(initial_state).__name__}"
+        )
+    if not initial_state.is_floating_point() or initial_state.device != value.device:
+        raise ValueError(  # an integer state would be cast silently
+            f"initial_state must be floating point on value's device {value.device}, got "
+            f"{initial_state.dtype} on {initial_state.device}"
+        )
+    if initial_state.shape != (b, h_v, d_k, d_v):
         raise ValueError(
             f"initial_state must have shape (b, h_v, d_k, d_v) = {(b, h_v, d_k, d_v)}, got "
             f"{tuple(initial_state.shape)}"
@@ -206,8 +217,9 @@ def decayed_linear_attention(
         when ``output_final_state``.
 
     Raises:
-        ValueError: a shape, dtype or device that does not match, g > 0 or NaN, an unknown form,
-            or a chunk_size below 1.
+        ValueError: a shape, dtype or device that does not match (initial_state's included: a
+            floating tensor on value's device), g > 0 or NaN, an unknown form, or a chunk_size
+            below 1.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -318,8 +330,9 @@ def gated_delta_rule(
         when ``output_final_state``.
 
     Raises:
-        ValueError: a shape, dtype or device that does not match, g > 0 or NaN, beta outside
-            [0, 1] or NaN, an unknown form, or a chunk_size below 1.
+        ValueError: a shape, dtype or device that does not match (initial_state's included: a
+            floating tensor on value's device), g > 0 or NaN, beta outside [0, 1] or NaN, an
+            unknown form, or a chunk_size below 1.
 
     Examples:
         >>> _ = torch.manual_seed(0)

@@ -285,6 +285,22 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"g must not be NaN, got NaN in 1 of its 92 values"):
             delta_attention_matrix(q, k, g_nan[:, 2:], beta[:, 2:])  # h = h_k = 2 heads
 
+    def test_initial_state_must_be_floating_on_the_values_device(self):
+        """An integer state was cast silently, one on another device failed in a matmul."""
+        q, k, v, g, beta, s0 = _inputs()
+        with pytest.raises(
+            ValueError, match=r"initial_state must be floating point on value's device cpu, "
+            r"got torch.int64 on cpu"
+        ):
+            gated_delta_rule(q, k, v, g, beta, initial_state=s0.long())
+        with pytest.raises(
+            ValueError, match=r"initial_state must be floating point on value's device cpu, "
+            r"got torch.float64 on meta"
+        ):
+            decayed_linear_attention(q, k, v, g, initial_state=s0.to("meta"))
+        with pytest.raises(ValueError, match=r"initial_state must be a torch.Tensor or None, got list"):
+            delta_rule(q, k, v, beta, initial_state=s0.tolist())
+
 
 @pytest.mark.parametrize("delta", [False, True])
 def test_flops_count_what_the_chunked_forms_multiply(delta):
