@@ -20,11 +20,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_input, check_sizes
+from ._checks import accumulation_dtype, check_input, check_sizes
 from .delta import gated_delta_rule
 from .norms import RMSNorm
 
 __all__ = ["DeltaState", "GatedDeltaNet"]
+
+
+def _l2_normalize(y: Tensor) -> Tensor:
+    """y / sqrt(|y|² + 10⁻⁶) over the last dimension, as Qwen3-Next (FLA's l2norm) does.
+
+    Half precision is computed in float32 and rounded once: in float16, |y|² overflows once
+    |y| > 256 and the vector would become 0.
+    """
+    acc = y.to(accumulation_dtype(y.dtype))
+    return (acc * torch.rsqrt((acc * acc).sum(-1, keepdim=True) + 1e-6)).to(y.dtype)
 
 
 class DeltaState:
@@ -136,7 +146,7 @@ class GatedDeltaNet(nn.Module):
         q = q.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)
         k = k.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)
         v = v.view(b, t, self.h_v, self.d_v).transpose(1, 2)  # (b, h_v, t, d_v)
-        q, k = (y * torch.rsqrt((y * y).sum(-1, keepdim=True) + 1e-6) for y in (q, k))
+        q, k = (_l2_normalize(y) for y in (q, k))  # (b, h_k, t, d_k)
         beta = self.b_proj(x).sigmoid().transpose(1, 2)  # (b, h_v, t)
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)
         o, final = gated_delta_rule(

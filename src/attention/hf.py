@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import rope_scaling
-from ._checks import check_counts
+from ._checks import accumulation_dtype, check_counts
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
 from .inference import cached_visible
@@ -831,13 +831,19 @@ def _in_float64(forward: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _rms_forward(module: nn.Module) -> Callable[[Tensor], Tensor]:
-    """RMSNorm without transformers' float32 round trip: γ ⊙ x / sqrt(mean(x²) + ε)."""
+    """RMSNorm without transformers' float32 round trip: γ ⊙ x / sqrt(mean(x²) + ε).
+
+    A float64 x stays float64; half precision (a model cast after the patch) is normalized in
+    float32, as transformers does, since x² overflows float16 once |x| > 256.
+    """
     eps = getattr(module, "variance_epsilon", None) or module.eps
     gemma = type(module).__name__.startswith(("Gemma", "Qwen3Next"))  # gain 1 + γ
 
     def forward(x: Tensor) -> Tensor:
         gain = 1.0 + module.weight if gemma else module.weight
-        return gain * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+        x_acc = x.to(accumulation_dtype(x.dtype))
+        y = x_acc * torch.rsqrt(x_acc.pow(2).mean(-1, keepdim=True) + eps)  # (..., d)
+        return gain * y.to(x.dtype)  # (..., d)
 
     return forward
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_sizes
+from ._checks import accumulation_dtype, check_sizes
 
 __all__ = ["NORMS", "NormKind", "RMSNorm", "make_norm", "norm_matrix"]
 
@@ -31,7 +31,8 @@ class RMSNorm(nn.Module):
 
     ``RMSNorm(d, eps)`` computes what ``torch.nn.RMSNorm(d, eps=eps)`` computes; unlike it,
     ``eps`` has a fixed default (10⁻⁵, Llama 2's ``norm_eps``) instead of one that follows the
-    input's dtype. γ starts at ones.
+    input's dtype. γ starts at ones. Half-precision inputs are normalized in float32 and
+    rounded once, as torch does.
 
     Args:
         d: width of the normalized vectors.
@@ -66,8 +67,14 @@ class RMSNorm(nn.Module):
         """
         if x.dim() == 0 or x.shape[-1] != self.d:
             raise ValueError(f"x must have shape (..., d) with d={self.d}, got {tuple(x.shape)}")
-        mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-        return self.weight * (x * torch.rsqrt(mean_square + self.eps))  # (..., d)
+        # x * γ's dtype; half precision is computed in float32 and rounded once, as torch does:
+        # in float16, x² overflows once |x| > 256
+        dtype = torch.promote_types(x.dtype, self.weight.dtype)
+        acc = accumulation_dtype(dtype)
+        x_acc = x.to(acc)
+        mean_square = x_acc.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
+        y = self.weight.to(acc) * (x_acc * torch.rsqrt(mean_square + self.eps))  # (..., d)
+        return y.to(dtype)
 
 
 def make_norm(

@@ -1,6 +1,7 @@
 """attention.delta_layer: Qwen3-Next's gated delta layer, against transformers' and with a state
 that continues a sequence."""
 
+import copy
 import logging
 
 import pytest
@@ -40,6 +41,23 @@ def test_layer_with_a_state_continues_where_it_stopped():
     parts = [layer(x[:, :5], state)] + [layer(x[:, i:i + 1], state) for i in range(5, 9)]
     torch.testing.assert_close(torch.cat(parts, dim=1), layer(x), rtol=1e-12, atol=1e-13)
     assert state.length == 9 and state.state.shape == (2, 4, 4, 3)
+
+
+def test_float16_layer_is_as_accurate_with_large_queries_and_keys_as_with_small_ones():
+    """q and k are divided by their length, computed in float32: in float16, |q|² overflows once
+    |q| > 256 and q would become 0. Errors are against the float64 layer with the same weights."""
+    errors = []
+    for scale in (1.0, 1000.0):  # of W_q and W_k: q and k up to about 2000
+        torch.manual_seed(0)
+        layer = GatedDeltaNet(16, 2, 4, 4, 3).half()
+        with torch.no_grad():
+            layer.q_proj.weight.mul_(scale)
+            layer.k_proj.weight.mul_(scale)
+        x = torch.randn(2, 9, 16).half()
+        with torch.no_grad():
+            reference = copy.deepcopy(layer).double()(x.double())  # (2, 9, 16)
+            errors.append(((layer(x).double() - reference).abs().max() / reference.abs().max()).item())
+    assert errors[1] <= 2 * errors[0], errors
 
 
 class TestBadInput:

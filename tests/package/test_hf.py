@@ -150,6 +150,18 @@ def test_unpatched_reference_agrees_to_float32_rounding() -> None:
     assert 1e-12 < error < 1e-5
 
 
+def test_patched_rms_norm_cast_to_float16_does_not_overflow_where_transformers_does_not() -> None:
+    """The patch keeps float64 as it is; half precision is normalized in float32, as before it."""
+    norm = upcast_transformers(_model("llama", **GQA)).model.norm.half()
+    theirs = type(norm)(32, eps=norm.variance_epsilon).half()  # transformers' own forward
+    with torch.no_grad():
+        norm.weight.uniform_(-1.5, 1.5)
+        theirs.weight.copy_(norm.weight)
+        x = torch.full((2, 32), 300.0, dtype=torch.float16)  # x² = 90000 > float16's 65504
+        x[1] = torch.randn(32, generator=torch.Generator().manual_seed(0)).half() * 100
+        torch.testing.assert_close(norm(x), theirs(x), atol=0, rtol=0)
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 

@@ -31,6 +31,41 @@ def test_rmsnorm_equals_torch_rmsnorm_in_float64(shape: tuple, eps: float) -> No
     torch.testing.assert_close(ours(x), expected, atol=1e-14, rtol=0)
 
 
+def test_rms_norm_in_float16_does_not_overflow_where_torch_does_not() -> None:
+    """x² overflows float16 once |x| > 256; torch keeps the mean square in float32."""
+    x = torch.full((1, 8), 300.0, dtype=torch.float16)
+    theirs = nn.RMSNorm(8, eps=1e-5, dtype=torch.float16)
+    torch.testing.assert_close(RMSNorm(8, dtype=torch.float16)(x), theirs(x))  # ones, not zeros
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_rms_norm_in_half_precision_equals_torchs_float32_computation(
+    dtype: torch.dtype,
+) -> None:
+    torch.manual_seed(0)
+    ours = _random_gain(RMSNorm(256)).to(dtype)
+    theirs = nn.RMSNorm(256, eps=1e-5, dtype=dtype)
+    theirs.load_state_dict(ours.state_dict())
+    x = (100 * torch.randn(64, 256)).to(dtype)
+    got = ours(x)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, theirs(x), atol=0, rtol=0)
+    # against float64, as accurate as the exact answer rounded once (2x: float32 then half)
+    x64, gain = x.double(), ours.weight.double()
+    exact = gain * x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-5)
+    rounding = (exact.to(dtype).double() - exact).abs().max()
+    assert (got.double() - exact).abs().max() <= 2 * rounding
+
+
+def test_rms_norm_in_float32_keeps_its_float32_formula() -> None:
+    """Half precision is upcast; float32 (and float64) inputs are computed as written."""
+    torch.manual_seed(0)
+    norm = _random_gain(RMSNorm(16))
+    x = 5 * torch.randn(4, 16)
+    expected = norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+    assert torch.equal(norm(x), expected)
+
+
 def test_layernorm_is_rmsnorm_of_the_centred_vector_plus_beta() -> None:
     torch.manual_seed(0)
     ln = _random_gain(nn.LayerNorm(9, eps=1e-5, dtype=torch.float64))
