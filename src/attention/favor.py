@@ -127,6 +127,8 @@ def favor_features(x: Tensor, projection: Tensor, over: tuple[int, ...]) -> Tens
     """
     x = x.to(accumulation_dtype(x.dtype)) * x.shape[-1] ** -0.25  # (..., t, d_k)
     exponent = x @ projection.to(x.dtype).transpose(0, 1) - (x * x).sum(-1, keepdim=True) / 2
+    if exponent.numel() == 0:  # no key (t_k = 0) or no query: nothing to rescale, no maximum
+        return exponent  # (..., 0, m)
     return torch.exp(exponent - exponent.amax(dim=over, keepdim=True))  # (..., t, m)
 
 
@@ -161,7 +163,8 @@ def favor_attention(
         projection: a given Ψ (m, d_k) instead of a random one (``num_features`` must be m).
 
     Returns:
-        An estimate of ``softmax(Q K^T / sqrt(d_k)) V``, (..., t_q, d_v).
+        An estimate of ``softmax(Q K^T / sqrt(d_k)) V``, (..., t_q, d_v); with no key (t_k = 0),
+        rows of 0, as torch's SDPA gives them.
 
     Raises:
         ValueError: if the inputs do not agree (as :func:`linear_attention`), num_features is

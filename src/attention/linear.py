@@ -115,6 +115,14 @@ def check_linear_inputs(
     check_sizes(chunk_size=chunk_size)
 
 
+def _divide_by_normalizer(out: Tensor) -> Tensor:
+    """z (..., t_q, d_v) from [numerator, normalizer] (..., t_q, d_v + 1). A normalizer of 0 (no
+    key, or features that are 0 against every key) gives a row of 0: softmax attention's answer
+    for a row that sees no key (torch's SDPA), where 0 / 0 would be NaN."""
+    normalizer = out[..., -1:]  # (..., t_q, 1)
+    return out[..., :-1] / normalizer.masked_fill(normalizer == 0, 1)  # (..., t_q, d_v)
+
+
 def kernel_attention(
     phi_q: Tensor, phi_k: Tensor, value: Tensor, causal: bool, form: Form, chunk_size: int,
     initial_state: Tensor | None = None, want_state: bool = False,
@@ -134,7 +142,7 @@ def kernel_attention(
             out = out + phi_q @ state  # the earlier tokens' share
         if want_state:
             final = phi_k.transpose(-2, -1) @ v1 + (0 if state is None else state)
-        return out[..., :-1] / out[..., -1:], final
+        return _divide_by_normalizer(out), final
     if state is None:
         state = phi_k.new_zeros(*phi_k.shape[:-2], r, w)  # (..., r, d_v + 1)
     if not causal:  # recurrent and chunked keep one state of every key: S = phi(K)^T [V, 1]
@@ -158,7 +166,7 @@ def kernel_attention(
         out = torch.cat(chunks, dim=-2)  # (..., t, d_v + 1)
     if causal:
         final = state  # the loop's state after the last token
-    return out[..., :-1] / out[..., -1:], final  # (..., t_q, d_v): numerator over normalizer
+    return _divide_by_normalizer(out), final  # (..., t_q, d_v): numerator over normalizer
 
 
 class LinearOptions(TypedDict, total=False):
@@ -227,6 +235,8 @@ def linear_attention(
     Returns:
         (..., t_q, d_v), or (output, final_state) with ``output_final_state``. Half-precision
         inputs are computed in float32 and the output rounded once; the state stays float32.
+        A query whose normalizer is 0 (no key, t_k = 0, or features that are 0 against every
+        key) gets a row of 0, as torch's SDPA gives a row that sees no key.
 
     Raises:
         ValueError: if query, key and value do not agree (dtype, device, leading dimensions,
@@ -278,7 +288,8 @@ def linear_attention_weights(
     """The weights linear attention gives each value: (..., t_q, t_k), rows summing to 1.
 
     alpha_ij = phi(q_i).phi(k_j) / sum_j' phi(q_i).phi(k_j') over the visible keys; the parallel
-    form's output is these weights times V.
+    form's output is these weights times V. A row whose sum is 0 is 0, as in
+    :func:`linear_attention`.
 
     Args:
         query: (..., t_q, d_k).
@@ -287,7 +298,7 @@ def linear_attention_weights(
         is_causal: query i sees keys j <= i only (needs t_q = t_k).
 
     Returns:
-        The weights (..., t_q, t_k).
+        The weights (..., t_q, t_k), rows summing to 1 or, where no key has a weight, to 0.
 
     Raises:
         ValueError: as :func:`linear_attention`.
@@ -304,7 +315,8 @@ def linear_attention_weights(
     phi_k = apply_feature_map(key, feature_map, "key")  # (..., t_k, r)
     kernel = phi_q @ phi_k.transpose(-2, -1)  # (..., t_q, t_k)
     kernel = kernel.tril() if is_causal else kernel
-    return (kernel / kernel.sum(dim=-1, keepdim=True)).to(query.dtype)
+    total = kernel.sum(dim=-1, keepdim=True)  # (..., t_q, 1)
+    return (kernel / total.masked_fill(total == 0, 1)).to(query.dtype)  # a total of 0: zeros
 
 
 @renamed(causal="is_causal")

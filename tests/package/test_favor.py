@@ -105,6 +105,18 @@ def test_favor_is_finite_for_large_scores():
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("form", FORMS)
+def test_favor_with_no_keys_gives_zero_rows_as_in_sdpa(form: str) -> None:
+    """t_k = 0: every normalizer is 0 and each row is 0, torch's SDPA's answer (as in
+    linear_attention); the error variance is 0 too."""
+    query, key, value = qkv((2, 3, 4), (2, 0, 4), (2, 0, 5))
+    want = F.scaled_dot_product_attention(query, key, value)  # (2, 3, 5) of zeros
+    got = favor_attention(query, key, value, num_features=8, seed=0, form=form)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    variance = favor_error_variance(query, key, value, num_features=8)
+    torch.testing.assert_close(variance, want, atol=0, rtol=0)
+
+
 # Bad input ------------------------------------------------------------------------------------
 
 

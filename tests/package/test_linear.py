@@ -4,6 +4,7 @@ reference; FLOPs as PyTorch counts them; bad input."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from _inputs import qkv
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -87,6 +88,32 @@ def test_flops_are_what_pytorch_counts(form, causal):
     assert counter.get_total_flops() == linear_attention_flops(
         t, r, d_v, form, is_causal=causal, chunk_size=chunk
     )
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_no_keys_give_zero_rows_as_in_sdpa(form: str) -> None:
+    """With t_k = 0 every normalizer is 0: such a row is 0, as torch's SDPA gives it."""
+    query, key, value = qkv((2, 3, 4), (2, 0, 4), (2, 0, 5))
+    want = F.scaled_dot_product_attention(query, key, value)  # (2, 3, 5) of zeros
+    torch.testing.assert_close(linear_attention(query, key, value, form=form), want, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("form", FORMS)
+def test_a_query_whose_normalizer_is_zero_gives_a_zero_row(form: str, causal: bool) -> None:
+    """relu features of a query <= 0 are all 0: it weighs no key, and its row is 0 (softmax
+    attention's row that sees no key); the other rows do not change."""
+    query, key, value = qkv((2, 6, 4))
+    query, key = query.abs(), key.abs()
+    hidden = query.clone()
+    hidden[:, 2] = -hidden[:, 2]  # phi(q_2) = 0
+    got = linear_attention(hidden, key, value, feature_map=torch.relu, is_causal=causal, form=form,
+                           chunk_size=4)
+    want = linear_attention(query, key, value, feature_map=torch.relu, is_causal=causal)
+    want[:, 2] = 0
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    weights = linear_attention_weights(hidden, key, feature_map=torch.relu, is_causal=causal)
+    torch.testing.assert_close(weights @ value, want, rtol=1e-12, atol=1e-12)
 
 
 # FAVOR+ --------------------------------------------------------------------------------------
