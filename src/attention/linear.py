@@ -242,7 +242,8 @@ def linear_attention(
         ValueError: if query, key and value do not agree (dtype, device, leading dimensions,
             widths), is_causal has t_q != t_k or is not a bool, form or feature_map is unknown,
             a feature is negative, chunk_size is not an integer >= 1, or initial_state has
-            another shape than (..., r, d_v + 1).
+            another shape than (..., r, d_v + 1), is not floating point or is not on the
+            value's device.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -273,6 +274,13 @@ def linear_attention(
     ):
         got = tuple(initial_state.shape) if isinstance(initial_state, Tensor) else initial_state
         raise ValueError(f"initial_state must have shape (..., r, d_v + 1) = {width}, got {got}")
+    if initial_state is not None and (
+        not initial_state.is_floating_point() or initial_state.device != value.device
+    ):  # an integer state would be cast silently
+        raise ValueError(
+            f"initial_state must be floating point on the value's device {value.device}, got "
+            f"{initial_state.dtype} on {initial_state.device}"
+        )
     out, final = kernel_attention(
         phi_q, phi_k, value, is_causal, form, chunk_size, initial_state, output_final_state
     )

@@ -174,6 +174,18 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"initial_state must have shape \(..., r, d_v \+ 1\).*got \(2, 4, 4\)"):
             linear_attention(query, key, value, initial_state=state)
 
+    @pytest.mark.parametrize(
+        ("state", "message"),
+        [
+            (torch.zeros(2, 4, 5, dtype=torch.int64), r"floating.*got torch\.int64 on cpu"),
+            (torch.zeros(2, 4, 5, dtype=F64, device="meta"), r"device cpu, got torch\.float64 on meta"),
+        ],
+    )
+    def test_initial_state_must_be_floating_on_the_values_device(self, state, message):
+        query, key, value = qkv((2, 10, 4))
+        with pytest.raises(ValueError, match=message):
+            linear_attention(query, key, value, initial_state=state)
+
 
 def test_chunked_prefill_then_recurrent_decode_equals_one_call():
     """As flash-linear-attention's (o, final_state): the state carries on from a prefill."""
