@@ -173,7 +173,8 @@ def sliding_window_mask(
         The mask (t_q, t_k), bool.
 
     Raises:
-        ValueError: if a size is not an integer >= 1 or alignment is unknown.
+        ValueError: if t_q or t_k is not an integer >= 0 (0 gives an empty mask, as in
+            :func:`causal_mask`), window is not an integer >= 1, or alignment is unknown.
 
     Examples:
         >>> sliding_window_mask(4, 4, window=2)
@@ -182,7 +183,8 @@ def sliding_window_mask(
                 [False,  True,  True, False],
                 [False, False,  True,  True]])
     """
-    check_sizes(t_q=t_q, t_k=t_k, window=window)
+    check_counts(t_q=t_q, t_k=t_k)
+    check_sizes(window=window)
     check_alignment(alignment)
     return masks.visible(
         masks.sliding_window(window), *_positions(t_q, t_k, alignment, device)

@@ -88,16 +88,17 @@ def sink_window_mask(
         The mask (t_q, t_k), bool.
 
     Raises:
-        ValueError: if a size is not an integer >= 1, sinks is not an integer >= 0, or alignment
-            is unknown.
+        ValueError: if window is not an integer >= 1, t_q, t_k or sinks is not an integer >= 0
+            (t_q or t_k of 0 gives an empty mask, as in :func:`~attention.causal_mask`), or
+            alignment is unknown.
 
     Examples:
         >>> sink_window_mask(2, 5, window=2, sinks=1, alignment="bottom_right")
         tensor([[ True, False,  True,  True, False],
                 [ True, False, False,  True,  True]])
     """
-    check_sizes(t_q=t_q, t_k=t_k, window=window)
-    check_counts(sinks=sinks)
+    check_sizes(window=window)
+    check_counts(t_q=t_q, t_k=t_k, sinks=sinks)
     check_alignment(alignment)
     offset = t_k - t_q if alignment == "bottom_right" else 0
     query_pos = torch.arange(offset, offset + t_q, device=device)  # (t_q,)

@@ -82,7 +82,7 @@ def _offset(alignment: Alignment, t_q: int | None, t_k: int | None) -> int:
             f"alignment='bottom_right' needs t_q and t_k (query i sits at t_k - t_q + i), "
             f"got t_q={t_q!r}, t_k={t_k!r}"
         )
-    check_sizes(t_q=t_q, t_k=t_k)
+    check_counts(t_q=t_q, t_k=t_k)
     return t_k - t_q
 
 
@@ -517,11 +517,11 @@ def _grid(
     t_q: int, t_k: int, b: int | None, h: int | None, device: Device
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Index tensors that broadcast to (b, h, t_q, t_k), with b and h 1 (batch row and head 0)
-    where they are None."""
-    check_sizes(t_q=t_q, t_k=t_k, **({"b": b} if b is not None else {}),
-                **({"h": h} if h is not None else {}))
-    batch = torch.arange(b or 1, device=device).view(-1, 1, 1, 1)  # (b, 1, 1, 1)
-    head = torch.arange(h or 1, device=device).view(1, -1, 1, 1)  # (1, h, 1, 1)
+    where they are None. Any size may be 0, as in ``causal_mask``: the masks are then empty."""
+    check_counts(t_q=t_q, t_k=t_k, **({"b": b} if b is not None else {}),
+                 **({"h": h} if h is not None else {}))
+    batch = torch.arange(1 if b is None else b, device=device).view(-1, 1, 1, 1)  # (b, 1, 1, 1)
+    head = torch.arange(1 if h is None else h, device=device).view(1, -1, 1, 1)  # (1, h, 1, 1)
     q_idx = torch.arange(t_q, device=device).view(1, 1, -1, 1)  # (1, 1, t_q, 1)
     kv_idx = torch.arange(t_k, device=device).view(1, 1, 1, -1)  # (1, 1, 1, t_k)
     return batch, head, q_idx, kv_idx
@@ -573,10 +573,10 @@ def to_dense(
         device: where to build the mask.
 
     Returns:
-        The mask, bool.
+        The mask, bool; empty where a size is 0.
 
     Raises:
-        ValueError: if a size is not an integer >= 1.
+        ValueError: if a size is not an integer >= 0.
 
     Examples:
         >>> to_dense(causal(), 3, 3)
@@ -645,14 +645,15 @@ def to_bias(
 
     Raises:
         ValueError: if the rule changes the score by more than an added term, or a size is not an
-            integer >= 1.
+            integer >= 0.
 
     Examples:
         >>> to_bias(alibi(2), 2, 2, h=2)[1]  # head 1, slope 1/256
         tensor([[ 0.0000,  0.0039],
                 [-0.0039,  0.0000]])
     """
-    zeros = torch.zeros(b or 1, h, t_q, t_k, dtype=dtype, device=device)  # (b, h, t_q, t_k)
+    b_rows = 1 if b is None else b
+    zeros = torch.zeros(b_rows, h, t_q, t_k, dtype=dtype, device=device)  # (b, h, t_q, t_k)
     bias = apply_score_mod(zeros, score_mod)
     varied = torch.linspace(-24, 24, zeros.numel(), dtype=torch.float64).view_as(zeros)
     varied = varied.flip(-1).to(dtype=dtype, device=zeros.device)  # a different score per pair
@@ -694,7 +695,7 @@ def block_sparsity(
         The kinds (T_q, T_k), or (b or 1, h or 1, T_q, T_k) when b or h is given.
 
     Raises:
-        ValueError: if a size or block size is not an integer >= 1.
+        ValueError: if a size is not an integer >= 0 or a block size not an integer >= 1.
 
     Examples:
         >>> block_sparsity(causal(), 8, 8, block_size=2)
@@ -705,7 +706,8 @@ def block_sparsity(
     """
     block_q, block_k = block_size if isinstance(block_size, tuple) else (block_size, block_size)
     check_sizes(block_q=block_q, block_k=block_k)
-    dense = to_dense(mask_mod, t_q, t_k, b or 1, h or 1)  # (b, h, t_q, t_k)
+    b_rows, heads = 1 if b is None else b, 1 if h is None else h
+    dense = to_dense(mask_mod, t_q, t_k, b_rows, heads)  # (b, h, t_q, t_k)
     n_q, n_k = -(-t_q // block_q), -(-t_k // block_k)  # T_q, T_k: ceil
     padded = dense.new_zeros(*dense.shape[:2], n_q * block_q, n_k * block_k)
     padded[..., :t_q, :t_k] = dense  # (b, h, T_q B_q, T_k B_k), False in the padding

@@ -146,6 +146,15 @@ def test_masks_equal_the_definition_j_at_most_i(t_q: int, t_k: int) -> None:
     assert m.tolist() == [[0.0 if ok else float("-inf") for ok in row] for row in expected]
 
 
+@pytest.mark.parametrize(("t_q", "t_k"), [(0, 3), (3, 0), (0, 0)])
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_window_mask_of_no_queries_or_no_keys_is_empty_as_the_causal_mask(
+    t_q: int, t_k: int, alignment: str
+) -> None:
+    mask = sliding_window_mask(t_q, t_k, 2, alignment=alignment)
+    assert mask.dtype == torch.bool and mask.shape == causal_mask(t_q, t_k).shape == (t_q, t_k)
+
+
 # --- the book's figures ----------------------------------------------------------------------
 
 
@@ -354,10 +363,11 @@ class TestBadInput:
 
     @pytest.mark.parametrize(
         ("sizes", "message"),
-        [((0, 4, 2), "t_q must be at least 1, got 0"), ((4, -1, 2), "t_k must be at least 1, got -1"),
+        [((-1, 4, 2), "t_q must be an integer >= 0, got -1"),
+         ((4, -1, 2), "t_k must be an integer >= 0, got -1"),
          ((4, 4, 0), "window must be at least 1, got 0")],
     )
-    def test_sliding_window_mask_sizes_must_be_at_least_one(self, sizes: tuple, message: str) -> None:
+    def test_sliding_window_mask_counts_and_window_must_be_valid(self, sizes: tuple, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             sliding_window_mask(*sizes)
 

@@ -181,6 +181,13 @@ def _fill(gqa: GroupedQueryAttention, cache: object, t: int) -> None:
     gqa(torch.randn(1, t, 6, dtype=torch.float64), cache)
 
 
+@pytest.mark.parametrize(("t_q", "t_k"), [(0, 3), (3, 0), (0, 0)])
+def test_sink_window_mask_of_no_queries_or_no_keys_is_empty_as_the_causal_mask(t_q, t_k) -> None:
+    for alignment in ("top_left", "bottom_right"):
+        mask = sink_window_mask(t_q, t_k, 2, sinks=1, alignment=alignment)
+        assert mask.dtype == torch.bool and mask.shape == (t_q, t_k)
+
+
 def test_sliding_window_mask_aligned_bottom_right() -> None:
     mask = sliding_window_mask(2, 5, 3, alignment="bottom_right")
     assert mask.tolist() == [
@@ -216,7 +223,7 @@ class TestBadInput:
             (lambda: _fill(_sink_gqa(2, 2, 1), _gqa(2, 2).new_cache(1, 4), 1),
              r"window=2 and sinks=1, got window=2 and sinks=0"),
             (lambda: sink_window_mask(2, 4, 2, sinks=True), r"^sinks must be an integer >= 0, got True"),
-            (lambda: sink_window_mask(0, 4, 2), r"t_q must be at least 1, got 0"),
+            (lambda: sink_window_mask(-1, 4, 2), r"t_q must be an integer >= 0, got -1"),
             (lambda: sink_window_mask(2, 4, 2, alignment="bottom-right"),
              r"alignment must be one of \('top_left', 'bottom_right'\), got 'bottom-right'"),
             (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 2, 2)),

@@ -224,6 +224,21 @@ def test_and_masks_intersect_and_or_masks_unite():
     assert bool(M.to_dense(M.and_masks(), 3, 3).all()) and not M.to_dense(M.or_masks(), 3, 3).any()
 
 
+@pytest.mark.parametrize(("b", "t_q", "t_k"), [(2, 0, 5), (2, 5, 0), (2, 0, 0), (0, 5, 5)])
+def test_empty_sizes_give_empty_masks_and_sdpas_answer_as_causal_mask_does(b, t_q, t_k):
+    """No queries, no keys or no batch rows: every form of a rule is empty, as causal_mask is,
+    and dense_attention gives SDPA's answer (rows of 0 where there is no key)."""
+    assert M.to_dense(M.causal(), t_q, t_k).shape == causal_mask(t_q, t_k).shape == (t_q, t_k)
+    assert M.to_dense(M.causal("bottom_right", t_q, t_k), t_q, t_k, b=b).shape == (b, 1, t_q, t_k)
+    assert M.to_dense(M.sliding_window(2), t_q, t_k).shape == (t_q, t_k)
+    assert M.block_sparsity(M.causal(), t_q, t_k, 2, b=b).shape == (b, 1, -(-t_q // 2), -(-t_k // 2))
+    assert M.to_bias(M.alibi(3), t_q, t_k, 3, b=b).shape == (b, 3, t_q, t_k)
+    q, k, v = qkv((b, 3, t_q, 8), (b, 3, t_k, 8))
+    want = F.scaled_dot_product_attention(q, k, v)
+    got = M.dense_attention(q, k, v, score_mod=M.alibi(3), mask_mod=M.sliding_window(2))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 class TestBadInput:
     @pytest.mark.parametrize("rule", [
         lambda s, b, h, i, j: s * s,  # 0 at s = 0 and 1 at s = 1: a probe of 0 and 1 alone passes it
@@ -249,7 +264,8 @@ class TestBadInput:
          r"is_global must be a 1-d bool tensor.*got \(\(2,\), torch\.int64\)"),
         (lambda: M.soft_cap(0), r"cap must be a number > 0, got 0"),
         (lambda: M.t5_bias(torch.zeros(16, 2)), r"table must have shape \(num_buckets=32, h\), got \(16, 2\)"),
-        (lambda: M.to_dense(M.causal(), 0, 3), r"t_q must be at least 1, got 0"),
+        (lambda: M.to_dense(M.causal(), -1, 3), r"t_q must be an integer >= 0, got -1"),
+        (lambda: M.causal("bottom_right", 2, -3), r"t_k must be an integer >= 0, got -3"),
         (lambda: M.block_sparsity(M.causal(), 4, 4, 0), r"block_q must be at least 1, got 0"),
         (lambda: M.to_bias(M.soft_cap(5.0), 3, 3, 1),
          r"score_mod must add a term.*got xi\(s\) - xi\(0\) = -4\.99994 for s = -30"),
