@@ -398,7 +398,9 @@ def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
         The score rule.
 
     Raises:
-        ValueError: if num_heads is not an integer >= 1.
+        ValueError: if num_heads is not an integer >= 1; and, from the rule, if it is applied
+            (:func:`apply_score_mod`, :func:`to_bias`, :func:`dense_attention`) to scores whose
+            number of heads h is not num_heads.
 
     Examples:
         >>> to_bias(alibi(1), 2, 2, h=1)
@@ -408,8 +410,15 @@ def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
     slopes = alibi_slopes64(num_heads)  # (h,), float64
 
     def alibi_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        # apply_score_mod's heads (1, h, 1, 1): the slopes of another h would be wrong, or out of
+        # range (FlexAttention passes one head at a time, a 0-d h, which this leaves alone)
+        if h.dim() == 4 and h.shape[1] != num_heads:
+            raise ValueError(
+                f"alibi(num_heads={num_heads}) applied to scores with h={h.shape[1]} heads: "
+                f"pass alibi({h.shape[1]})"
+            )
         distance = (q_idx + offset - kv_idx).to(score.dtype)
-        return score - slopes.to(score.dtype)[h] * distance
+        return score - slopes.to(score.device, score.dtype)[h] * distance
 
     return alibi_score
 

@@ -239,6 +239,14 @@ def test_empty_sizes_give_empty_masks_and_sdpas_answer_as_causal_mask_does(b, t_
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_alibi_follows_the_scores_device():
+    """The slopes move to the scores' device (meta here; a GPU in use), not only to their dtype."""
+    scores = torch.zeros(1, 2, 3, 3, device="meta")
+    assert M.apply_score_mod(scores, M.alibi(2)).device == scores.device
+    q = torch.zeros(1, 2, 3, 8, device="meta")
+    assert M.dense_attention(q, q, q, score_mod=M.alibi(2)).device == scores.device
+
+
 class TestBadInput:
     @pytest.mark.parametrize("rule", [
         lambda s, b, h, i, j: s * s,  # 0 at s = 0 and 1 at s = 1: a probe of 0 and 1 alone passes it
@@ -266,6 +274,11 @@ class TestBadInput:
         (lambda: M.t5_bias(torch.zeros(16, 2)), r"table must have shape \(num_buckets=32, h\), got \(16, 2\)"),
         (lambda: M.to_dense(M.causal(), -1, 3), r"t_q must be an integer >= 0, got -1"),
         (lambda: M.causal("bottom_right", 2, -3), r"t_k must be an integer >= 0, got -3"),
+        (lambda: M.apply_score_mod(torch.zeros(1, 4, 2, 2), M.alibi(2)),
+         r"alibi\(num_heads=2\) applied to scores with h=4 heads"),
+        (lambda: M.to_bias(M.alibi(1), 2, 2, h=2), r"alibi\(num_heads=1\) applied to scores with h=2"),
+        (lambda: M.dense_attention(*qkv((1, 2, 4, 8)), score_mod=M.alibi(4)),
+         r"alibi\(num_heads=4\) applied to scores with h=2 heads"),
         (lambda: M.block_sparsity(M.causal(), 4, 4, 0), r"block_q must be at least 1, got 0"),
         (lambda: M.to_bias(M.soft_cap(5.0), 3, 3, 1),
          r"score_mod must add a term.*got xi\(s\) - xi\(0\) = -4\.99994 for s = -30"),
