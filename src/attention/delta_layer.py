@@ -128,6 +128,9 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x: Tensor, cache: DeltaState | None = None) -> Tensor:
         """y (b, t, d) from x (b, t, d); with a cache, x continues the tokens it has read.
 
+        t = 0 gives an empty output (b, 0, d), as the attention modules do, and leaves the cache
+        as it was.
+
         Raises:
             ValueError: if x is not (b, t, d).
         """
@@ -141,7 +144,9 @@ class GatedDeltaNet(nn.Module):
             qkv = torch.cat([cache.conv, qkv.transpose(1, 2)], dim=-1)  # (b, ch, w_conv - 1 + t)
         if cache is not None:
             cache.conv = qkv[..., qkv.shape[-1] - (k_size - 1):]  # (b, ch, w_conv - 1)
-        qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, ch)
+        conv_in = qkv if t > 0 else F.pad(qkv, (1, 0))  # conv1d needs w_conv inputs: one more zero
+        conv_out = self.conv(conv_in)  # (b, ch, t), or (b, ch, 1) for t = 0: that one is dropped
+        qkv = F.silu(conv_out[..., conv_out.shape[-1] - t:]).transpose(1, 2)  # (b, t, ch)
         q, k, v = qkv.split([self.h_k * self.d_k, self.h_k * self.d_k, self.h_v * self.d_v], -1)
         q = q.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)
         k = k.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)
@@ -159,7 +164,7 @@ class GatedDeltaNet(nn.Module):
         o = o.transpose(1, 2)  # (b, t, h_v, d_v)
         o = self.norm(o)  # (b, t, h_v, d_v)
         z = self.z_proj(x).view(b, t, self.h_v, self.d_v)  # (b, t, h_v, d_v)
-        return self.out_proj((o * F.silu(z)).reshape(b, t, -1))  # (b, t, d)
+        return self.out_proj((o * F.silu(z)).reshape(b, t, self.h_v * self.d_v))  # (b, t, d)
 
     @classmethod
     def from_qwen3_next(cls, layer: nn.Module) -> "GatedDeltaNet":

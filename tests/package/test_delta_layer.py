@@ -60,6 +60,24 @@ def test_float16_layer_is_as_accurate_with_large_queries_and_keys_as_with_small_
     assert errors[1] <= 2 * errors[0], errors
 
 
+def test_no_tokens_give_an_empty_output_and_leave_the_state_as_it_was():
+    """t = 0, as the attention modules take it: an empty (b, 0, d) output that gradients pass
+    through, and a DeltaState that an empty call leaves unchanged."""
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(16, 2, 4, 4, 3).double()
+    x = torch.randn(2, 0, 16, dtype=F64, requires_grad=True)
+    out = layer(x)
+    assert out.shape == (2, 0, 16)
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+    tokens = torch.randn(2, 6, 16, dtype=F64)
+    state = DeltaState()
+    assert layer(tokens[:, :0], state).shape == (2, 0, 16) and state.length == 0
+    parts = [layer(tokens[:, :4], state), layer(tokens[:, 4:4], state), layer(tokens[:, 4:], state)]
+    assert state.length == 6
+    torch.testing.assert_close(torch.cat(parts, dim=1), layer(tokens), rtol=1e-12, atol=1e-13)
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
