@@ -51,7 +51,8 @@ def weights_from_lse(
             ``row_offset``.
         key: (..., t_k, d_k), all keys.
         lse: (..., n), the rows' log-sum-exp from ``flash_attention(..., return_lse=True)`` with
-            the same ``scale`` and masking.
+            the same ``scale`` and masking: floating point, on the query's device, its leading
+            dimensions those of query and key broadcast (as the weights' are).
         scale: multiplies the scores; defaults to 1/sqrt(d_k).
         is_causal: query i sees keys j <= row_offset + i.
         row_offset: position of the first row: for rows r0 .. r0 + n - 1 pass r0 (top-left) or
@@ -64,8 +65,9 @@ def weights_from_lse(
 
     Raises:
         ValueError: if query and key do not agree (dtype, device, d_k) or their leading
-            dimensions do not broadcast, lse does not have the rows' shape, row_offset is not
-            an integer, or mask_mod or score_mod is given with a query that is not 4-d.
+            dimensions do not broadcast, lse is not floating point on the query's device or
+            does not have the rows' shape, row_offset is not an integer, or mask_mod or
+            score_mod is given with a query that is not 4-d.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -77,10 +79,16 @@ def weights_from_lse(
         True
     """
     check_qkv(query, key)
-    check_batch_dims(("query", query), ("key", key))
+    batch = check_batch_dims(("query", query), ("key", key))  # the weights' leading dimensions
     check_bool(is_causal, "is_causal")
-    if lse.shape != query.shape[:-1]:
-        raise ValueError(f"lse must have the query rows' shape {tuple(query.shape[:-1])}, "
+    if not isinstance(lse, Tensor) or not lse.is_floating_point() or lse.device != query.device:
+        got = f"{lse.dtype} on {lse.device}" if isinstance(lse, Tensor) else type(lse).__name__
+        raise ValueError(
+            f"lse must be floating point on the query's device {query.device}, got {got}"
+        )  # an integer lse would give wrong weights silently
+    rows_shape = (*batch, query.shape[-2])  # (..., n), as flash_attention returns lse
+    if tuple(lse.shape) != rows_shape:
+        raise ValueError(f"lse must have the shape of the weights' rows (..., n) = {rows_shape}, "
                          f"got {tuple(lse.shape)}")
     if type(row_offset) is not int:
         raise ValueError(f"row_offset must be an integer, got {row_offset!r}")

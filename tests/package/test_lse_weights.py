@@ -81,12 +81,28 @@ def test_grouped_query_heads_give_one_lse_per_query_head():
                                attention_weights(q, k, is_causal=True, enable_gqa=True), rtol=0, atol=1e-12)
 
 
+def test_a_query_broadcast_against_a_batch_of_keys_takes_the_lse_flash_returns():
+    """Leading dimensions broadcast as in a batched matmul: lse has the weights' rows' shape,
+    (b, h, n) for a query (1, h, n, d_k) against keys (b, h, t_k, d_k), as flash_attention gives."""
+    q, k, v = qkv((1, 2, 5, 8), (3, 2, 7, 8))
+    _, lse = flash_attention(q, k, v, block_size=4, return_lse=True)
+    assert lse.shape == (3, 2, 5)
+    want = attention_weights(q, k)  # (3, 2, 5, 7)
+    torch.testing.assert_close(weights_from_lse(q, k, lse), want, rtol=0, atol=1e-12)
+
+
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 3), torch.zeros(3)),
          r"same last dimension d_k, got 4 and 3"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(4)),
-         r"lse must have the query rows' shape \(3,\), got \(4,\)"),
+         r"lse must have the shape of the weights' rows \(\.\.\., n\) = \(3,\), got \(4,\)"),
+        (lambda: weights_from_lse(torch.zeros(1, 3, 4), torch.zeros(2, 5, 4), torch.zeros(1, 3)),
+         r"lse must have the shape of the weights' rows \(\.\.\., n\) = \(2, 3\), got \(1, 3\)"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3, dtype=torch.int64)),
+         r"lse must be floating point on the query's device cpu, got torch\.int64 on cpu"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3, device="meta")),
+         r"lse must be floating point on the query's device cpu, got torch\.float32 on meta"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), row_offset=1.0),
          r"row_offset must be an integer, got 1.0"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), mask_mod=masks.causal()),
