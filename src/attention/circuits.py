@@ -165,7 +165,8 @@ def composition_score(first: Tensor, second: Tensor) -> float:
         The score, a float in [0, 1].
 
     Raises:
-        ValueError: if the two are not matrices whose product is defined.
+        ValueError: if the two are not matrices whose product is defined, or one of them is 0
+            (the score is then 0 / 0).
 
     Examples:
         >>> composition_score(torch.eye(2), torch.eye(2))
@@ -177,6 +178,11 @@ def composition_score(first: Tensor, second: Tensor) -> float:
             f"{tuple(first.shape)} and {tuple(second.shape)}"
         )
     first, second = first.double(), second.double()
+    for name, matrix in (("first", first), ("second", second)):
+        if matrix.norm() == 0:  # the score would be 0 / 0
+            raise ValueError(
+                f"composition_score is undefined for a zero matrix: ||{name}||_F = 0"
+            )
     return ((first @ second).norm() / (first.norm() * second.norm())).item()
 
 
@@ -193,7 +199,7 @@ def copying_score(matrix: Tensor) -> float:
         The score, a float in [-1, 1].
 
     Raises:
-        ValueError: if matrix is not square.
+        ValueError: if matrix is not square, or every eigenvalue is 0 (the score is then 0 / 0).
 
     Examples:
         >>> copying_score(torch.diag(torch.tensor([3.0, -1.0])))
@@ -202,7 +208,13 @@ def copying_score(matrix: Tensor) -> float:
     if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"matrix must be square, got shape {tuple(matrix.shape)}")
     eigenvalues = torch.linalg.eigvals(matrix.double())  # (n,), complex
-    return (eigenvalues.sum().real / eigenvalues.abs().sum()).item()
+    total = eigenvalues.abs().sum()
+    if total == 0:  # the score would be 0 / 0
+        raise ValueError(
+            "copying_score is undefined when every eigenvalue is 0 (a zero or nilpotent "
+            f"matrix): got sum |λ| = 0 over the {matrix.shape[0]} eigenvalues"
+        )
+    return (eigenvalues.sum().real / total).item()
 
 
 @torch.no_grad()

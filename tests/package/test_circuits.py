@@ -170,3 +170,20 @@ class TestBadInput:
     def test_heads_layers_and_matrix_shapes_must_be_in_range(self, make: object, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             make()  # type: ignore[operator]
+
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
+            (lambda: composition_score(torch.zeros(3, 4), torch.ones(4, 2)),
+             r"undefined for a zero matrix: \|\|first\|\|_F = 0"),
+            (lambda: composition_score(torch.ones(3, 4), torch.zeros(4, 2)),
+             r"undefined for a zero matrix: \|\|second\|\|_F = 0"),
+            (lambda: copying_score(torch.zeros(3, 3)), r"undefined when every eigenvalue is 0"),
+            (lambda: copying_score(torch.tensor([[0.0, 1.0], [0.0, 0.0]])),
+             r"undefined when every eigenvalue is 0"),
+        ],
+    )
+    def test_scores_that_would_be_zero_over_zero_are_refused(self, make: object, message: str) -> None:
+        """0 / 0 (a score of nan before): the score is undefined there."""
+        with pytest.raises(ValueError, match=message):
+            make()  # type: ignore[operator]
