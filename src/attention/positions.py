@@ -389,14 +389,17 @@ def alibi_bias(num_heads: int, t_q: int, t_k: int) -> Tensor:
         The bias (h, t_q, t_k) to add to the scaled scores, in torch's default dtype.
 
     Raises:
-        ValueError: if a size is not an integer >= 1, or t_q > t_k.
+        ValueError: if num_heads is not an integer >= 1, t_q or t_k is not an integer >= 0, or
+            t_q > t_k. No queries or no keys give an empty bias, as :func:`~attention.causal_mask`
+            gives an empty mask.
 
     Examples:
         >>> alibi_bias(1, 2, 3)
         tensor([[[-0.0039,  0.0000,  0.0039],
                  [-0.0078, -0.0039,  0.0000]]])
     """
-    check_sizes(num_heads=num_heads, t_q=t_q, t_k=t_k)
+    check_sizes(num_heads=num_heads)
+    check_counts(t_q=t_q, t_k=t_k)
     if t_q > t_k:
         raise ValueError(
             f"t_q must be at most t_k (queries are the last t_q positions), got t_q={t_q} "

@@ -20,6 +20,7 @@ from attention import (
     RotaryEmbedding,
     alibi_bias,
     alibi_slopes,
+    causal_mask,
     rotary_permutation,
     sinusoidal_positions,
 )
@@ -208,6 +209,12 @@ def test_alibi_slopes_follow_the_papers_recipe(num_heads: int) -> None:
     torch.testing.assert_close(alibi_slopes(num_heads).double(), expected, rtol=1e-6, atol=0)
 
 
+def test_alibi_bias_of_no_queries_or_no_keys_is_empty_as_the_causal_mask() -> None:
+    for t_q, t_k in ((0, 3), (0, 0)):
+        assert causal_mask(t_q, t_k).shape == (t_q, t_k)
+        assert alibi_bias(2, t_q, t_k).shape == (2, t_q, t_k)
+
+
 def test_alibi_bias_is_minus_slope_times_distance() -> None:
     bias = alibi_bias(2, 4, 4)  # slopes 1/16, 1/256
     assert bias.shape == (2, 4, 4)
@@ -288,7 +295,7 @@ class TestBadInput:
         [
             (lambda: alibi_slopes(0), r"num_heads must be at least 1, got 0"),
             (lambda: alibi_bias(2, 5, 3), r"t_q must be at most t_k .* got t_q=5 and t_k=3"),
-            (lambda: alibi_bias(2, 0, 3), r"t_q must be at least 1, got 0"),
+            (lambda: alibi_bias(2, -1, 3), r"t_q must be an integer >= 0, got -1"),
         ],
     )
     def test_alibi_heads_and_t_q_must_be_valid(self, make: object, message: str) -> None:
