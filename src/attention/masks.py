@@ -474,7 +474,9 @@ def t5_bias(
         The score rule.
 
     Raises:
-        ValueError: if table is not a (num_buckets, h) tensor.
+        ValueError: if table is not a (num_buckets, h) tensor; and, from the rule, if it is
+            applied (:func:`apply_score_mod`, :func:`to_bias`, :func:`dense_attention`) to scores
+            whose number of heads is not the table's h.
 
     Examples:
         >>> table = torch.arange(4.0)[:, None]  # (num_buckets, h) = (4, 1)
@@ -488,8 +490,14 @@ def t5_bias(
         raise ValueError(f"table must have shape (num_buckets={num_buckets}, h), got {got}")
 
     def t5_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        # as alibi's: apply_score_mod's heads (1, h, 1, 1) must be the table's columns
+        if h.dim() == 4 and h.shape[1] != table.shape[1]:
+            raise ValueError(
+                f"t5_bias(table of h={table.shape[1]} heads) applied to scores with "
+                f"h={h.shape[1]} heads"
+            )
         bucket = t5_buckets(kv_idx - q_idx, num_buckets, max_distance, bidirectional)
-        return score + table.to(score.dtype)[bucket, h]
+        return score + table.to(score.device, score.dtype)[bucket, h]
 
     return t5_score
 

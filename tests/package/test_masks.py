@@ -243,6 +243,7 @@ def test_alibi_follows_the_scores_device():
     """The slopes move to the scores' device (meta here; a GPU in use), not only to their dtype."""
     scores = torch.zeros(1, 2, 3, 3, device="meta")
     assert M.apply_score_mod(scores, M.alibi(2)).device == scores.device
+    assert M.apply_score_mod(scores, M.t5_bias(torch.zeros(32, 2))).device == scores.device
     q = torch.zeros(1, 2, 3, 8, device="meta")
     assert M.dense_attention(q, q, q, score_mod=M.alibi(2)).device == scores.device
 
@@ -279,6 +280,8 @@ class TestBadInput:
         (lambda: M.to_bias(M.alibi(1), 2, 2, h=2), r"alibi\(num_heads=1\) applied to scores with h=2"),
         (lambda: M.dense_attention(*qkv((1, 2, 4, 8)), score_mod=M.alibi(4)),
          r"alibi\(num_heads=4\) applied to scores with h=2 heads"),
+        (lambda: M.to_bias(M.t5_bias(torch.zeros(32, 2)), 3, 3, h=4),
+         r"t5_bias\(table of h=2 heads\) applied to scores with h=4 heads"),
         (lambda: M.block_sparsity(M.causal(), 4, 4, 0), r"block_q must be at least 1, got 0"),
         (lambda: M.to_bias(M.soft_cap(5.0), 3, 3, 1),
          r"score_mod must add a term.*got xi\(s\) - xi\(0\) = -4\.99994 for s = -30"),
