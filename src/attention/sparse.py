@@ -354,7 +354,8 @@ def dsa_attention(
 
     One selection shared by all heads, as in DeepSeek-V3.2. The dense form masks the t_q × t_k
     scores (:func:`topk_mask`); ``gather=True`` gathers the selected keys and computes t_q × k
-    scores only, the form whose cost grows like t k.
+    scores only, the form whose cost grows like t k. Both give 0 to a query that sees no key, as
+    torch's SDPA does.
 
     Args:
         query: (b, h, t_q, d_k).
@@ -402,6 +403,7 @@ def dsa_attention(
     scale = d_k**-0.5 if scale is None else scale
     scores = torch.einsum("bhqd,bqkhd->bhqk", query, keys) * scale  # (b, h, t_q, k)
     weights = scores.masked_fill(~valid[:, None], -math.inf).softmax(dim=-1)
+    weights = weights.masked_fill(~valid[:, None], 0.0)  # a query that sees no key: 0, not nan
     return torch.einsum("bhqk,bqkhd->bhqd", weights, values)  # (b, h, t_q, d_v)
 
 

@@ -167,6 +167,20 @@ def test_queries_after_a_cache_select_bottom_right():
                                dsa_attention(q, k, v, index, top_k=13), rtol=0, atol=1e-14)
 
 
+def test_dsa_gather_gives_zero_to_a_query_that_sees_no_key_as_sdpa_does():
+    """t_q = 6 queries after t_k = 4 keys, aligned bottom-right: queries 0 and 1 see no key.
+    torch's SDPA and the dense form give them 0; the gather form gave nan (softmax of -infs)."""
+    q, k, v = qkv((B, H, 6, D), (B, H, 4, D))
+    index = torch.randn(B, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    mask = to_dense(topk_mask(index[:, None], 2), 6, 4, B, 1)  # (b, 1, t_q, t_k)
+    assert not mask[..., :2, :].any() and mask[..., 2:, :].any(-1).all()
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert not sdpa[..., :2, :].any()
+    for gather in (False, True):
+        out = dsa_attention(q, k, v, index, top_k=2, gather=gather)
+        torch.testing.assert_close(out, sdpa, rtol=0, atol=1e-14, msg=f"gather={gather}")
+
+
 def test_dsa_flops_count_the_pairs():
     indexer, selected, dense = dsa_flops(10, 4, 2, 3, 1, 5, 6)
     per_pair = 2 * 2 * (2 * 3 + 1)
