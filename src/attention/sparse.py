@@ -490,8 +490,8 @@ def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> Mas
         The mask rule.
 
     Raises:
-        ValueError: if the tensors are not 4-d, B does not divide t_k, or top_k is not an integer
-            >= 1.
+        ValueError: if the tensors are not 4-d or do not agree in dtype, device or width d_k, B
+            does not divide t_k, or top_k is not an integer >= 1.
 
     Examples:
         >>> q = k = torch.ones(1, 1, 4, 2)
@@ -502,6 +502,7 @@ def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> Mas
                 [False, False,  True,  True]])
     """
     _check_4d(query=query, key=key)
+    check_qkv(query, key)  # before the matmul, whose own error names neither
     gate = query @ _block_means(key, block_size, "keys").transpose(-2, -1)  # (b, h, t_q, T_k)
     return block_topk_mask(gate, top_k, block_size)
 
@@ -535,6 +536,8 @@ def moba_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6)
         True
     """
+    _check_4d(query=query, key=key, value=value)
+    check_qkv(query, key, value)  # value too, before moba_mask's matmul
     rule = moba_mask(query, key, block_size=block_size, top_k=top_k)
     return dense_attention(query, key, value, mask_mod=rule, scale=scale)
 
@@ -549,9 +552,10 @@ def _complete(block_size: int) -> MaskMod:
 
 
 def _check_self_attention(query: Tensor, key: Tensor) -> None:
-    """NSA's branches need (b, h, t, d) tensors and t_k = t_q: its compressed branch puts
-    query i at position i."""
+    """NSA's branches need (b, h, t, d) tensors of one dtype and device, and t_k = t_q: its
+    compressed branch puts query i at position i."""
     _check_4d(query=query, key=key)
+    check_qkv(query, key)  # before the selection's matmul, whose own error names neither
     if key.shape[-2] != query.shape[-2]:
         raise ValueError(f"NSA is self-attention: key must hold t_k = t_q = {query.shape[-2]} "
                          f"tokens, got t_k={key.shape[-2]}")
@@ -577,8 +581,9 @@ def nsa_mask(
         The mask rule.
 
     Raises:
-        ValueError: if query or key is not 4-d, they hold different numbers of tokens, B does
-            not divide t, or top_k is not an integer >= 2.
+        ValueError: if query or key is not 4-d, they do not agree in dtype, device or width
+            d_k, they hold different numbers of tokens, B does not divide t, or top_k is not an
+            integer >= 2.
 
     Examples:
         >>> q = k = torch.ones(1, 1, 4, 2)

@@ -319,6 +319,20 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"query must be \(b, h, t, d\), got shape \(3, 16, 8\)"):
             moba_mask(q[0], k[0], block_size=BLOCK, top_k=2)
 
+    def test_selections_refuse_mixed_dtypes_before_scoring(self):
+        # The block scores' matmul ran first and raised torch's "expected scalar type Double".
+        q, k, v = qkv((B, H, T, D), seed=123)
+        message = r"query, key must share one dtype, got query torch.float64 on cpu, key torch.float32"
+        with pytest.raises(ValueError, match=message):
+            moba_mask(q, k.float(), block_size=BLOCK, top_k=2)
+        with pytest.raises(ValueError, match=message):
+            nsa_mask(q, k.float(), block_size=BLOCK, top_k=2)
+        with pytest.raises(ValueError, match=message.replace("key must", "key, value must")):
+            moba_attention(q, k.float(), v, block_size=BLOCK, top_k=2)
+        with pytest.raises(ValueError, match=r"query, key, value must share one dtype.*value "
+                                             r"torch\.float32"):
+            moba_attention(q, k, v.float(), block_size=BLOCK, top_k=2)
+
     def test_block_size_must_divide(self):
         q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"block_size must divide the keys' t_k=16, got "
