@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_batch_dims, check_qkv, check_sizes, kernel_keywords, renamed
+from ._checks import accumulation_dtype, check_batch_dims, check_qkv, check_sizes, kernel_keywords, renamed
 from .kv_cache import check_room
 from .latent import LatentKVCache
 from .masks import MaskMod, and_masks, dense_attention, sliding_window, to_dense
@@ -355,7 +355,7 @@ def dsa_attention(
     One selection shared by all heads, as in DeepSeek-V3.2. The dense form masks the t_q × t_k
     scores (:func:`topk_mask`); ``gather=True`` gathers the selected keys and computes t_q × k
     scores only, the form whose cost grows like t k. Both give 0 to a query that sees no key, as
-    torch's SDPA does.
+    torch's SDPA does, and compute half-precision inputs in float32, rounded once at the end.
 
     Args:
         query: (b, h, t_q, d_k).
@@ -393,18 +393,19 @@ def dsa_attention(
         return dense_attention(query, key, value, mask_mod=rule, scale=scale)
     check_sizes(top_k=top_k)
     (b, h, t_q, d_k), t_k = query.shape, key.shape[-2]
+    acc = accumulation_dtype(query.dtype)  # float32 for half precision, rounded once at the end
     visible = _visible(t_q, t_k, query.device)  # (t_q, t_k)
     masked = index_scores.masked_fill(~visible, -math.inf)
     index = masked.topk(min(top_k, t_k), dim=-1).indices  # (b, t_q, k)
     valid = visible.expand(b, t_q, t_k).gather(-1, index)  # (b, t_q, k): a clamped slot is not
     rows = torch.arange(b, device=query.device)[:, None, None]  # (b, 1, 1)
-    keys = key.expand(b, h, t_k, d_k).transpose(1, 2)[rows, index]  # (b, t_q, k, h, d_k)
-    values = value.expand(b, h, t_k, value.shape[-1]).transpose(1, 2)[rows, index]  # (…, d_v)
+    keys = key.expand(b, h, t_k, d_k).transpose(1, 2)[rows, index].to(acc)  # (b, t_q, k, h, d_k)
+    values = value.expand(b, h, t_k, value.shape[-1]).transpose(1, 2)[rows, index].to(acc)  # (…, d_v)
     scale = d_k**-0.5 if scale is None else scale
-    scores = torch.einsum("bhqd,bqkhd->bhqk", query, keys) * scale  # (b, h, t_q, k)
+    scores = torch.einsum("bhqd,bqkhd->bhqk", query.to(acc), keys) * scale  # (b, h, t_q, k)
     weights = scores.masked_fill(~valid[:, None], -math.inf).softmax(dim=-1)
     weights = weights.masked_fill(~valid[:, None], 0.0)  # a query that sees no key: 0, not nan
-    return torch.einsum("bhqk,bqkhd->bhqd", weights, values)  # (b, h, t_q, d_v)
+    return torch.einsum("bhqk,bqkhd->bhqd", weights, values).to(value.dtype)  # (b, h, t_q, d_v)
 
 
 def dsa_flops(
@@ -479,6 +480,7 @@ def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> Mas
     """MoBA's selection: query i keeps the ``top_k`` key blocks n with the highest q_i · mean(K_n).
 
     Causal: the query's own block is always kept (cut at the query), later blocks never.
+    Half-precision inputs are scored in float32, where rounding would tie close blocks.
 
     Args:
         query: (b, h, t_q, d_k).
@@ -503,7 +505,9 @@ def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> Mas
     """
     _check_4d(query=query, key=key)
     check_qkv(query, key)  # before the matmul, whose own error names neither
-    gate = query @ _block_means(key, block_size, "keys").transpose(-2, -1)  # (b, h, t_q, T_k)
+    acc = accumulation_dtype(query.dtype)  # half precision would tie blocks that float32 ranks
+    means = _block_means(key.to(acc), block_size, "keys")  # (b, h, T_k, d_k)
+    gate = query.to(acc) @ means.transpose(-2, -1)  # (b, h, t_q, T_k)
     return block_topk_mask(gate, top_k, block_size)
 
 
@@ -568,7 +572,8 @@ def nsa_mask(
 
     The weights are the softmax of q_i · mean(K_n) · scale over the complete blocks before the
     query (a query that sees none gives every block 0); the first and the query's own block are
-    always kept and count among the ``top_k``, later blocks never.
+    always kept and count among the ``top_k``, later blocks never. Half-precision inputs are
+    scored in float32, where rounding would tie close blocks.
 
     Args:
         query: (b, h, t, d_k).
@@ -594,10 +599,11 @@ def nsa_mask(
                 [ True, False, False,  True]])
     """
     _check_self_attention(query, key)  # the compressed branch puts query i at position i
-    keys_c = _block_means(key, block_size, "keys")  # (b, h, T, d_k)
+    acc = accumulation_dtype(query.dtype)  # half precision would tie blocks that float32 ranks
+    keys_c = _block_means(key.to(acc), block_size, "keys")  # (b, h, T, d_k)
     t, n_blocks = query.shape[-2], keys_c.shape[-2]
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    scores_c = query @ keys_c.transpose(-2, -1) * scale  # (b, h, t, T)
+    scores_c = query.to(acc) @ keys_c.transpose(-2, -1) * scale  # (b, h, t, T)
     seen = to_dense(_complete(block_size), t, n_blocks, device=query.device)  # (t, T)
     p_cmp = scores_c.masked_fill(~seen, -math.inf).softmax(dim=-1).nan_to_num(0.0)  # row: 0
     return block_topk_mask(p_cmp, top_k, block_size, keep_first=True)
@@ -616,7 +622,8 @@ def nsa_attention(
     always among them (NSA also keeps a second local block). Sliding: the ``window`` latest keys.
     The three branches share one set of keys and values and each head selects its own blocks; NSA
     gives each branch its own keys and values and shares one selection among the query heads of a
-    GQA group.
+    GQA group. Half-precision inputs are computed in float32 (block means, branches and their
+    gated sum), rounded once at the end.
 
     Args:
         query: (b, h, t, d_k).
@@ -646,11 +653,15 @@ def nsa_attention(
     """
     _check_self_attention(query, key)
     _check_4d(value=value)
+    check_qkv(query, key, value)  # before the upcast below, which would hide a dtype mismatch
     b, h, t, _ = query.shape
     if gates.shape != (b, h, t, 3):
         raise ValueError(f"gates must have shape (b, h, t, 3) = {(b, h, t, 3)}, "
                          f"got {tuple(gates.shape)}")
     check_sizes(window=window)
+    dtype, acc = value.dtype, accumulation_dtype(value.dtype)
+    # Half precision: means, branches and their gated sum in float32, rounded once at the end.
+    query, key, value = (x.to(acc) for x in (query, key, value))
     keys_c = _block_means(key, block_size, "keys")  # (b, h, T, d_k)
     values_c = _block_means(value, block_size, "values")  # (b, h, T, d_v)
     compressed = dense_attention(query, keys_c, values_c, mask_mod=_complete(block_size),
@@ -659,4 +670,4 @@ def nsa_attention(
     selected = dense_attention(query, key, value, mask_mod=chosen, scale=scale)
     sliding = dense_attention(query, key, value, mask_mod=sliding_window(window), scale=scale)
     branches = torch.stack([compressed, selected, sliding], dim=-1)  # (b, h, t, d_v, 3)
-    return (branches * gates[..., None, :]).sum(dim=-1)  # (b, h, t, d_v)
+    return (branches * gates.to(acc)[..., None, :]).sum(dim=-1).to(dtype)  # (b, h, t, d_v)

@@ -181,6 +181,60 @@ def test_dsa_gather_gives_zero_to_a_query_that_sees_no_key_as_sdpa_does():
         torch.testing.assert_close(out, sdpa, rtol=0, atol=1e-14, msg=f"gather={gather}")
 
 
+def _rounding_errors(out: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
+    """(error of out, error of the exact answer rounded once to out's dtype), against float64."""
+    return tuple((x.double() - exact).abs().max().item() for x in (out, exact.to(out.dtype)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_dsa_in_half_precision_is_the_exact_answer_rounded_once(dtype):
+    """Both forms keep scores, softmax and sums in float32 and round once, as dense_attention and
+    the fused kernels do; the gather form computed them in the input dtype (2 to 3 times the
+    rounding error). The reference is torch's SDPA in float64 on the same rounded inputs."""
+    q, k, v = qkv((1, 2, 113, 32), (1, 2, 203, 32), dtype=torch.float32, to=dtype)
+    index = torch.randn(1, 113, 203, generator=torch.Generator().manual_seed(1))
+    mask = to_dense(topk_mask(index[:, None], 16), 113, 203, 1, 1)  # (b, 1, t_q, t_k)
+    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+    for gather in (False, True):
+        out = dsa_attention(q, k, v, index, top_k=16, gather=gather)
+        assert out.dtype == dtype
+        error, rounding = _rounding_errors(out, exact)
+        assert error <= 1.2 * rounding, f"gather={gather}: {error:.3g} > 1.2 x {rounding:.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_nsa_in_half_precision_is_the_exact_answer_rounded_once(dtype):
+    """Block means, selection scores, the three branches and their gated sum in float32, rounded
+    once: each branch rounded to the input dtype before the sum was 2.8 times the rounding error
+    in float16, and bfloat16 scores selected other blocks than the exact ones."""
+    q, k, v = qkv((1, 2, 64, 32), dtype=torch.float32, to=dtype)
+    gates = torch.rand(1, 2, 64, 3, generator=torch.Generator().manual_seed(2)).to(dtype)
+    sizes = dict(block_size=8, top_k=3, window=16)
+    exact = nsa_attention(q.double(), k.double(), v.double(), gates.double(), **sizes)
+    out = nsa_attention(q, k, v, gates, **sizes)
+    assert out.dtype == dtype
+    error, rounding = _rounding_errors(out, exact)
+    assert error <= 1.2 * rounding, f"{error:.3g} > 1.2 x rounding once {rounding:.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("larger", [1, 2])
+def test_half_precision_selections_rank_blocks_by_float32_scores(dtype, larger):
+    """Blocks 1 and 2 of a query's past differ by half an ulp of ``dtype`` in their mean key,
+    which rounds away in ``dtype``: a tie that torch.topk breaks either way. Scored in float32,
+    as the exact scores, the larger one wins (each order is tried, so a tie-break cannot pass)."""
+    eps = torch.finfo(dtype).eps  # 1 + eps is representable; the mean 1 + eps / 2 is not
+    k = torch.zeros(1, 1, 8, 2, dtype=torch.float64)  # 4 blocks of 2 keys; block 0 and 3 score 0
+    k[..., 2:6, 0] = 1.0
+    k[..., 2 * larger + 1, 0] = 1 + eps  # block `larger` has the mean 1 + eps / 2, the other 1
+    q = torch.tensor([1.0, 0.0], dtype=torch.float64).expand(1, 1, 8, 2)
+    for select, top_k in ((moba_mask, 2), (nsa_mask, 3)):  # one free block besides the kept ones
+        exact = to_dense(select(q, k, block_size=2, top_k=top_k), 8, 8, 1, 1)
+        assert exact[0, 0, 7, 2 * larger] and not exact[0, 0, 7, 2 * (3 - larger)]
+        half = to_dense(select(q.to(dtype), k.to(dtype), block_size=2, top_k=top_k), 8, 8, 1, 1)
+        assert torch.equal(half, exact), select.__name__
+
+
 def test_dsa_flops_count_the_pairs():
     indexer, selected, dense = dsa_flops(10, 4, 2, 3, 1, 5, 6)
     per_pair = 2 * 2 * (2 * 3 + 1)
@@ -332,6 +386,10 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"query, key, value must share one dtype.*value "
                                              r"torch\.float32"):
             moba_attention(q, k, v.float(), block_size=BLOCK, top_k=2)
+        with pytest.raises(ValueError, match=r"query, key, value must share one dtype.*value "
+                                             r"torch\.float32"):  # refused before NSA upcasts
+            nsa_attention(q.half(), k.half(), v.float(), torch.zeros(B, H, T, 3), block_size=BLOCK,
+                          top_k=2, window=4)
 
     def test_block_size_must_divide(self):
         q, k, v = qkv((B, H, T, D), seed=123)
