@@ -609,6 +609,24 @@ def nsa_mask(
     return block_topk_mask(p_cmp, top_k, block_size, keep_first=True)
 
 
+def _check_gates(gates: Tensor, query: Tensor) -> None:
+    """NSA's gates: (b, h, t, 3) in [0, 1] (a sigmoid's outputs, in NSA and in chapter 14), of
+    the query's dtype (or float32, in which half precision mixes them) and on its device: float64
+    gates would silently turn a float32 output into float64."""
+    b, h, t, _ = query.shape
+    if not isinstance(gates, Tensor) or gates.shape != (b, h, t, 3):
+        got = tuple(gates.shape) if isinstance(gates, Tensor) else type(gates).__name__
+        raise ValueError(f"gates must have shape (b, h, t, 3) = {(b, h, t, 3)}, got {got}")
+    dtypes = dict.fromkeys((query.dtype, accumulation_dtype(query.dtype)))  # in that order
+    if gates.dtype not in dtypes or gates.device != query.device:
+        raise ValueError(f"gates must be {' or '.join(map(str, dtypes))} on {query.device}, as the "
+                         f"query, got {gates.dtype} on {gates.device}")
+    if not ((gates >= 0) & (gates <= 1)).all():  # nan fails both
+        found = "nan" if gates.isnan().any() else (
+            f"values in [{gates.min().item():.4g}, {gates.max().item():.4g}]")
+        raise ValueError(f"gates must be in [0, 1], got {found}")
+
+
 @kernel_keywords
 def nsa_attention(
     query: Tensor, key: Tensor, value: Tensor, gates: Tensor, *, block_size: int, top_k: int,
@@ -629,7 +647,8 @@ def nsa_attention(
         query: (b, h, t, d_k).
         key: (b, h, t, d_k).
         value: (b, h, t, d_v).
-        gates: (b, h, t, 3) in [0, 1], for the compressed, selected and sliding branches.
+        gates: (b, h, t, 3) in [0, 1], for the compressed, selected and sliding branches; of
+            the query's dtype (or float32 for a half-precision query), on its device.
         block_size: B, keys per block.
         top_k: blocks each query selects.
         window: w, keys of the sliding branch.
@@ -639,7 +658,8 @@ def nsa_attention(
         Z (b, h, t, d_v), the gated sum of the three branches.
 
     Raises:
-        ValueError: if the tensors do not agree, gates has another shape, a size is not an
+        ValueError: if query, key or value is not 4-d, they do not agree or t_k != t_q, gates
+            has another shape, dtype or device or a value outside [0, 1], a size is not an
             integer >= 1, or top_k is below the 2 blocks always kept.
 
     Examples:
@@ -654,10 +674,7 @@ def nsa_attention(
     _check_self_attention(query, key)
     _check_4d(value=value)
     check_qkv(query, key, value)  # before the upcast below, which would hide a dtype mismatch
-    b, h, t, _ = query.shape
-    if gates.shape != (b, h, t, 3):
-        raise ValueError(f"gates must have shape (b, h, t, 3) = {(b, h, t, 3)}, "
-                         f"got {tuple(gates.shape)}")
+    _check_gates(gates, query)
     check_sizes(window=window)
     dtype, acc = value.dtype, accumulation_dtype(value.dtype)
     # Half precision: means, branches and their gated sum in float32, rounded once at the end.

@@ -235,6 +235,16 @@ def test_half_precision_selections_rank_blocks_by_float32_scores(dtype, larger):
         assert torch.equal(half, exact), select.__name__
 
 
+def test_nsa_takes_float32_gates_for_a_half_precision_query():
+    """The gates are mixed in float32, so gates of the query's dtype or float32 give one output."""
+    q, k, v = qkv((1, 2, 32, 16), dtype=torch.float32, to=torch.bfloat16)
+    gates = torch.rand(1, 2, 32, 3, generator=torch.Generator().manual_seed(2)).bfloat16()
+    sizes = dict(block_size=8, top_k=2, window=8)
+    out = nsa_attention(q, k, v, gates, **sizes)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(nsa_attention(q, k, v, gates.float(), **sizes), out)
+
+
 def test_dsa_flops_count_the_pairs():
     indexer, selected, dense = dsa_flops(10, 4, 2, 3, 1, 5, 6)
     per_pair = 2 * 2 * (2 * 3 + 1)
@@ -405,6 +415,36 @@ class TestBadInput:
         q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"gates must have shape .* got \(2, 3, 16, 2\)"):
             nsa_attention(q, k, v, torch.zeros(B, H, T, 2), block_size=BLOCK, top_k=2, window=4)
+
+    def test_gates_must_be_floats_of_the_querys_dtype_and_device(self):
+        # Float64 gates silently made a float32 output float64; integer gates were accepted.
+        q, k, v = qkv((B, H, T, D), seed=123, dtype=torch.float32)
+        sizes = dict(block_size=BLOCK, top_k=2, window=4)
+        gates = torch.full((B, H, T, 3), 0.5)
+        for wrong, got in ((gates.double(), "torch.float64 on cpu"), (gates.long(), "torch.int64 on cpu"),
+                           (gates.to("meta"), "torch.float32 on meta")):
+            with pytest.raises(ValueError, match=rf"gates must be torch\.float32 on cpu, as the "
+                                                 rf"query, got {got}"):
+                nsa_attention(q, k, v, wrong, **sizes)
+        with pytest.raises(ValueError, match=r"gates must be torch\.bfloat16 or torch\.float32 on "
+                                             r"cpu, as the query, got torch\.float16 on cpu"):
+            nsa_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), gates.half(), **sizes)
+        with pytest.raises(ValueError, match=r"gates must have shape .* got list"):
+            nsa_attention(q, k, v, gates.tolist(), **sizes)
+
+    def test_gates_must_lie_in_0_1(self):
+        # NSA's gates are a sigmoid's outputs; 5 g - 2 ran and mixed the branches with -2 and 3.
+        q, k, v = qkv((B, H, T, D), seed=123)
+        sizes = dict(block_size=BLOCK, top_k=2, window=4)
+        gates = torch.rand(B, H, T, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+        gates[0, 0, 0] = torch.tensor([0.0, 1.0, 0.5])  # the ends are gates too
+        nsa_attention(q, k, v, gates, **sizes)
+        gates[0, 1, 2, 0], gates[1, 2, 3, 1] = -0.25, 3.0
+        with pytest.raises(ValueError, match=r"gates must be in \[0, 1\], got values in \[-0\.25, 3\]"):
+            nsa_attention(q, k, v, gates, **sizes)
+        gates[0, 1, 2, 0], gates[1, 2, 3, 1] = 0.5, math.nan
+        with pytest.raises(ValueError, match=r"gates must be in \[0, 1\], got nan"):
+            nsa_attention(q, k, v, gates, **sizes)
 
     def test_index_scores_must_have_one_per_query_and_key(self):
         q, k, v = qkv((B, H, T, D), seed=123)
