@@ -13,6 +13,8 @@ the explicit attention (``attention.masks.dense_attention``) and FlexAttention's
 Every selection here is made *after* the causal mask, so a query never selects a later key, and
 a query with fewer than k visible keys keeps them all: ``torch.topk`` over the t_k keys, with k
 clamped to t_k, as transformers' DeepSeek-V3.2 indexer does. Ties go as ``torch.topk`` breaks them.
+For t_q != t_k the causal mask is aligned bottom-right, as for a query block at the end of a
+cache: query i sees keys j <= i + t_k - t_q (torch's ``is_causal`` aligns it top-left).
 
 Three selections of 2025 models:
 
@@ -96,7 +98,9 @@ def topk_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> MaskMod:
     """Mask rule of the ``top_k`` highest scores of each query, chosen among its visible keys.
 
     With ``is_causal`` the later keys are hidden *before* the selection; a row with fewer visible
-    keys than ``top_k`` keeps them all (the clamp of transformers' DeepSeek-V3.2 indexer).
+    keys than ``top_k`` keeps them all (the clamp of transformers' DeepSeek-V3.2 indexer). For
+    t_q != t_k the causal mask is aligned bottom-right, as for a query block at the end of a
+    cache: query i sees keys j <= i + t_k - t_q (torch's ``is_causal`` aligns it top-left).
 
     Args:
         scores: (t_q, t_k), or (b, h, t_q, t_k) with b or h possibly 1 (shared).
@@ -133,7 +137,9 @@ def block_topk_mask(
 
     The query's own block (and the first with ``keep_first``) is always kept and counts among
     the ``top_k``; with ``is_causal`` a block after the query's own is never chosen, and the own
-    block is cut at the query.
+    block is cut at the query. For t_q != t_k the causal mask is aligned bottom-right, as for a
+    query block at the end of a cache: query i sits at position i + t_k - t_q and sees keys
+    j <= i + t_k - t_q (torch's ``is_causal`` aligns it top-left).
 
     Args:
         block_scores: (t_q, T_k) or (b, h, t_q, T_k): a score per query and key block of
@@ -356,6 +362,9 @@ def dsa_attention(
     scores (:func:`topk_mask`); ``gather=True`` gathers the selected keys and computes t_q × k
     scores only, the form whose cost grows like t k. Both give 0 to a query that sees no key, as
     torch's SDPA does, and compute half-precision inputs in float32, rounded once at the end.
+    For t_q != t_k the causal mask is aligned bottom-right, as for a query block at the end of a
+    cache: query i sees keys j <= i + t_k - t_q (torch's ``is_causal`` aligns it top-left), so
+    the first t_q - t_k queries of a t_q > t_k call see no key.
 
     Args:
         query: (b, h, t_q, d_k).
@@ -479,7 +488,9 @@ def _block_means(x: Tensor, block_size: int, name: str) -> Tensor:
 def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> MaskMod:
     """MoBA's selection: query i keeps the ``top_k`` key blocks n with the highest q_i · mean(K_n).
 
-    Causal: the query's own block is always kept (cut at the query), later blocks never.
+    Causal: the query's own block is always kept (cut at the query), later blocks never. For
+    t_q != t_k the causal mask is aligned bottom-right, as for a query block at the end of a
+    cache: query i sees keys j <= i + t_k - t_q (torch's ``is_causal`` aligns it top-left).
     Half-precision inputs are scored in float32, where rounding would tie close blocks.
 
     Args:
@@ -517,6 +528,9 @@ def moba_attention(
     scale: float | None = None,
 ) -> Tensor:
     """Mixture of Block Attention (Lu et al., 2025): softmax attention over :func:`moba_mask`.
+
+    For t_q != t_k the causal mask is aligned bottom-right, as for a query block at the end of a
+    cache: query i sees keys j <= i + t_k - t_q (torch's ``is_causal`` aligns it top-left).
 
     Args:
         query: (b, h, t_q, d_k).

@@ -167,6 +167,23 @@ def test_queries_after_a_cache_select_bottom_right():
                                dsa_attention(q, k, v, index, top_k=13), rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("form", ["moba", "dsa", "dsa gather"])
+def test_a_query_block_at_the_end_of_a_cache_sees_what_it_sees_in_the_whole_sequence(form):
+    """The documented alignment: for t_q < t_k the causal mask is aligned bottom-right, query i
+    seeing keys j <= i + t_k - t_q, so the last 5 queries against all 16 keys give the last 5 rows
+    of the whole sequence's output."""
+    q, k, v = qkv((B, H, T, D), seed=123)
+    index = torch.randn(B, T, T, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+    def attend(q_rows: torch.Tensor, index_rows: torch.Tensor) -> torch.Tensor:
+        if form == "moba":
+            return moba_attention(q_rows, k, v, block_size=BLOCK, top_k=2)
+        return dsa_attention(q_rows, k, v, index_rows, top_k=5, gather=form == "dsa gather")
+
+    tail = attend(q[..., -5:, :], index[:, -5:])
+    torch.testing.assert_close(tail, attend(q, index)[..., -5:, :], rtol=0, atol=1e-14)
+
+
 def test_dsa_gather_gives_zero_to_a_query_that_sees_no_key_as_sdpa_does():
     """t_q = 6 queries after t_k = 4 keys, aligned bottom-right: queries 0 and 1 see no key.
     torch's SDPA and the dense form give them 0; the gather form gave nan (softmax of -infs)."""
