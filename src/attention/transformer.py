@@ -101,7 +101,7 @@ def swiglu_width(
 class TransformerBlock(nn.Module):
     """Multi-head self-attention and a feed-forward network, each with a residual and a norm.
 
-    ``causal=True`` lets token i attend to tokens j <= i only (a decoder block); ``mlp=False``
+    ``is_causal=True`` lets token i attend to tokens j <= i only (a decoder block); ``mlp=False``
     drops the feed-forward sublayer (an attention-only block). ``rotary``, if given, rotates
     queries and keys by their positions (RoPE) before the scores. The defaults are the
     block of ``torch.nn.TransformerEncoderLayer(norm_first=True, activation="gelu")``; the
