@@ -327,7 +327,9 @@ class TinyTransformer(nn.Module):
     ``context_length`` bounds the sequences of the learned table only: the other schemes take
     any length, which is what a length-extrapolation experiment needs. ``mlp=False`` builds an
     attention-only model. :meth:`generate` decodes greedily, with or without a KV cache. Every
-    weight is drawn from N(0, 0.02²) and every bias is zero, as in GPT-2.
+    nn.Linear and nn.Embedding weight is drawn from N(0, 0.02²) and every bias is zero, as
+    GPT-2's code does for its token embedding and linear layers (its position table uses 0.01);
+    norms start at γ = 1.
 
     Args:
         vocab_size: n_vocab.
