@@ -228,8 +228,10 @@ def prefix_lm(prefix_length: int) -> MaskMod:
 
 
 def sinks(num_sinks: int) -> MaskMod:
-    """Every query sees the first ``num_sinks`` keys (StreamingLLM's attention sinks, Xiao et al.);
-    or it with :func:`sliding_window` and the window's far end keeps the sequence's first tokens.
+    """Every query sees the first ``num_sinks`` keys, earlier or later (StreamingLLM's attention
+    sinks, Xiao et al.). For a causal stream, combine it as :func:`sink_window` does,
+    ``or_masks(sliding_window(w), and_masks(causal(), sinks(n)))``: with a plain ``or`` a query
+    before the last sink would see the sinks after it.
 
     Args:
         num_sinks: n_sink, the first keys every query sees, >= 0.
