@@ -4,11 +4,12 @@ Notation (see CONTRIBUTING.md): b batch size, h query heads, h_kv key-value head
 t / N tokens of a rank's shard (``c`` in the code), d_k and d_v the widths of keys and values;
 N ranks, rank r.
 
-Rank r holds every head of its c tokens. One all-to-all sends rank j the heads j h / N .. (j + 1)
-h / N - 1 of those tokens and receives, from every rank, its tokens of rank r's heads: rank r then
-holds the whole sequence for h / N heads, and attention is ordinary attention, any kernel. A second
-all-to-all brings the outputs back to their sequence shards. Each all-to-all moves a fraction
-(N - 1) / N of a rank's tensor, whatever N; the head count must be a multiple of N.
+Rank r holds every head of its c tokens. An all-to-all (one for each of q, k and v) sends rank j
+the heads j h / N .. (j + 1) h / N - 1 of those tokens and receives, from every rank, its tokens of
+rank r's heads: rank r then holds the whole sequence for h / N heads, and attention is ordinary
+attention, any kernel. One more all-to-all brings the outputs back to their sequence shards. Each
+all-to-all moves a fraction (N - 1) / N of a rank's tensor, whatever N; the head count must be a
+multiple of N.
 """
 
 import torch
@@ -80,7 +81,8 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
     Raises:
         RuntimeError: if no process group is initialised.
         ValueError: on every rank, if any rank's input is malformed or differs from the others',
-            the shards differ in length, or N does not divide h (or h_kv, or h_kv N).
+            the shards differ in length, or N does not divide h, or h_kv is neither a multiple nor a
+            divisor of N.
 
     Examples:
         >>> q = torch.randn(1, 2, 4, 8)  # outside torch.distributed: refused
