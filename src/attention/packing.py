@@ -12,10 +12,12 @@ packed batch lays the sequences end to end, (t, ...), and keeps where each start
 
 so sequence m is rows ``cu_seqlens[m]:cu_seqlens[m + 1]``, as ``flash_attn_varlen_func``
 (Dao-AILab/flash-attention, ``flash_attn/flash_attn_interface.py``) takes it, with queries, keys
-and values of shape (t, h, d) (it also takes the longest lengths, ``max_seqlen_q`` and
-``max_seqlen_k``, which size its grid of query blocks). Attention must then stay inside each sequence: either a kernel
-that visits only the diagonal blocks (:func:`varlen_attention` does one sequence at a time), or
-one attention over the packed row with the document mask of :func:`attention.masks.document`.
+and values of shape (t, h, d) (it also takes the longest lengths: ``max_seqlen_q``, which sizes its
+grid of query blocks, and ``max_seqlen_k``, only a bound, since the loop over a sequence's key
+blocks stops at that sequence's own length, read from ``cu_seqlens_k``). Attention must then stay
+inside each sequence: either a kernel that visits only the diagonal blocks (:func:`varlen_attention`
+does one sequence at a time), or one attention over the packed row with the document mask of
+:func:`attention.masks.document`.
 """
 
 import torch
