@@ -8,9 +8,9 @@ Notation (see CONTRIBUTING.md):
 
 :func:`use_kernel_attention` replaces the attention sublayer ``attn`` of every block of a built
 :class:`~attention.TinyTransformer` by a :class:`KernelBlockAttention`, which keeps the
-sublayer's projections, norms and rotation and replaces only the softmax by the kernel
-phi(q) . phi(k) of :mod:`attention.linear` (with the rotation where it keeps positions relative): chapter 12 trains the same model, seed and steps
-with each kind of attention.
+sublayer's projections, norms, rotation and output gate and replaces only the softmax by the
+kernel phi(q) . phi(k) of :mod:`attention.linear` (with the rotation where it keeps positions
+relative): chapter 12 trains the same model, seed and steps with each kind of attention.
 """
 
 from typing import Literal, get_args
@@ -33,7 +33,9 @@ class KernelBlockAttention(nn.Module):
     """A block's attention sublayer with a kernel in place of the softmax.
 
     Built from a :class:`~attention.BlockAttention`, whose modules it takes over (``qkv``,
-    ``out_proj``, the QK-norms and the rotation: the same parameters, under the same names).
+    ``out_proj``, the QK-norms, the rotation and the output gate ``gate``: the same parameters,
+    under the same names). A gate multiplies the context vectors by sigmoid(x W_g) before W_o,
+    as in BlockAttention.
     ``kind="elu+1"``: linear attention with :func:`~attention.linear.elu_plus_one`;
     ``kind="favor"``: FAVOR+ with ``projection`` (m, d_h), a buffer. The call and the return
     value are BlockAttention's; the weights (b, h, t, t) are the kernel's, normalized per row,
@@ -41,12 +43,12 @@ class KernelBlockAttention(nn.Module):
     refused.
 
     With rotary embeddings, FAVOR+ rotates q and k before the features, as the softmax sublayer
-    does: the kernel it estimates, exp(R_i q . R_j k / sqrt(d_h)), depends on i - j alone.
+    does: the kernel it estimates, exp((q R_i) . (k R_j) / sqrt(d_h)), depends on i - j alone.
     elu+1 rotates the features instead, in the numerator only, as RoFormer does for linear
     attention; its weights then need not be positive nor sum to 1.
 
     Args:
-        attn: the softmax sublayer whose projections, norms and rotation are taken over.
+        attn: the softmax sublayer whose projections, norms, rotation and gate are taken over.
         kind: ``"elu+1"`` or ``"favor"``.
         projection: FAVOR+'s random projection (m, d_h), for ``kind="favor"`` only.
 
@@ -77,6 +79,7 @@ class KernelBlockAttention(nn.Module):
         self.num_heads, self.d_h = attn.num_heads, attn.d_h
         self.is_causal, self.rotary, self.qk_norm = attn.is_causal, attn.rotary, attn.qk_norm
         self.qkv, self.out_proj, self.proj_dropout = attn.qkv, attn.out_proj, attn.proj_dropout
+        self.gate = attn.gate  # W_g (d, d), or None
         if attn.qk_norm is not None:
             self.q_norm, self.k_norm = attn.q_norm, attn.k_norm
         if projection is not None:
@@ -108,14 +111,14 @@ class KernelBlockAttention(nn.Module):
         if self.qk_norm is not None:
             queries, keys = self.q_norm(queries), self.k_norm(keys)  # (b, h, t, d_h) each
         if self.rotary is not None and self.kind == "favor":
-            # FAVOR+ estimates exp(R_i q . R_j k / sqrt(d_h)), which depends on i - j alone: rotate
-            # first, as the softmax sublayer does
+            # FAVOR+ estimates exp((q R_i) . (k R_j) / sqrt(d_h)), which depends on i - j alone:
+            # rotate first, as the softmax sublayer does
             queries, keys = self.rotary(queries), self.rotary(keys)  # (b, h, t, d_h)
         phi_q, phi_k = self.features(queries, "query"), self.features(keys, "key")  # (b, h, t, r)
         normalizer = phi_q @ phi_k.transpose(-2, -1)  # (b, h, t, t)
         normalizer = normalizer.tril() if self.is_causal else normalizer
         if self.rotary is not None and self.kind == "elu+1":
-            # phi(R_i q) . phi(R_j k) is no function of i - j; (R_i phi(q)) . (R_j phi(k)) is. As
+            # phi(q R_i) . phi(k R_j) is no function of i - j; (phi(q) R_i) . (phi(k) R_j) is. As
             # RoFormer does for linear attention (Su et al.), only the numerator's features are
             # rotated: the normalizer keeps the unrotated ones, so it stays positive
             kernel = self.rotary(phi_q) @ self.rotary(phi_k).transpose(-2, -1)  # (b, h, t, t)
@@ -124,6 +127,8 @@ class KernelBlockAttention(nn.Module):
             kernel = normalizer
         attn_weights = kernel / normalizer.sum(dim=-1, keepdim=True)  # (b, h, t, t)
         context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
+        if self.gate is not None:  # gated attention, as in BlockAttention
+            context = context * torch.sigmoid(self.gate(x))  # (b, t, d)
         return self.proj_dropout(self.out_proj(context)), attn_weights
 
 

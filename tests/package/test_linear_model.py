@@ -5,7 +5,7 @@ embeddings and scale included; the weights it reports; bad input."""
 import pytest
 import torch
 
-from attention import TinyTransformer, head_scores, induction_data
+from attention import BlockAttention, TinyTransformer, head_scores, induction_data
 from attention.linear import linear_attention
 from attention.linear_model import KernelBlockAttention, use_kernel_attention
 
@@ -27,6 +27,21 @@ def test_a_swapped_block_is_linear_attention_on_its_projections():
     context = linear_attention(q, k, v, is_causal=True, form="recurrent").transpose(1, 2).reshape(3, 10, 16)
     want = x + block.attn.out_proj(context)
     torch.testing.assert_close(block(x), want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_gated_sublayer_keeps_its_gate():
+    # BlockAttention's output gate scales the context vectors by sigmoid(x W_g) before W_o; the
+    # kernel sublayer takes it over, parameters and all, and applies it the same way
+    torch.manual_seed(0)
+    gated = BlockAttention(8, 2, is_causal=True, output_gate=True).double()
+    attn = KernelBlockAttention(gated, "elu+1")
+    assert {name for name, _ in attn.named_parameters()} == {name for name, _ in gated.named_parameters()}
+    x = torch.randn(2, 5, 8, dtype=F64)
+    q, k, v = (p.view(2, 5, 2, 4).transpose(1, 2) for p in gated.qkv(x).split(8, dim=2))  # (b, h, t, d_h)
+    context = linear_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 5, 8)  # (b, t, d)
+    want = gated.out_proj(context * torch.sigmoid(gated.gate(x)))
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x)[0], want.detach(), rtol=1e-12, atol=1e-12)
 
 
 def test_favor_swap_approaches_the_softmax_model_and_reports_its_weights():
