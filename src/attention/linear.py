@@ -224,7 +224,9 @@ def linear_attention(
             costs (see the module docstring and :func:`linear_attention_flops`).
         chunk_size: C, tokens per chunk of the chunked form.
         scale: multiplies the queries before the feature map; None (the default) applies none,
-            as Katharopoulos et al. (flash-linear-attention's kernels default to 1/sqrt(d_k)).
+            as Katharopoulos et al. (flash-linear-attention's ``scale``, 1/sqrt(d_k) by default,
+            instead multiplies the features after the map, and cancels when the output is
+            normalized).
         initial_state: the state [S, u] (..., r, d_v + 1) of earlier tokens, S in the first d_v
             columns and the normalizer u in the last, as ``output_final_state`` returns it;
             every query also sees those tokens. None: no earlier token.
