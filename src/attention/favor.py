@@ -77,7 +77,8 @@ def random_projection(
     ``orthogonal=False``: independent rows. ``orthogonal=True``: in blocks of d_k rows, the rows
     of a block are orthogonal, each block an independent uniformly random rotation; each row
     is then scaled to the length of an independent N(0, I) vector, so that each row alone is
-    still N(0, I) and the estimate stays unbiased (the Performer code's default scaling).
+    still N(0, I) and the estimate stays unbiased (the Performer code's default scaling; its
+    rotations come from a plain QR, without the sign correction that makes them uniform here).
 
     Args:
         num_features: m, the rows.
