@@ -12,7 +12,8 @@ Notation (see CONTRIBUTING.md):
 
 ``SelfAttentionV1`` stores W_q, W_k, W_v as (d_in, d_out) parameters and multiplies x @ W.
 ``SelfAttentionV2`` uses ``nn.Linear``, which stores the transposed (d_out, d_in) weight and
-initialises it better; copying ``linear.weight.T`` into V1 makes both compute the same thing.
+initialises it better; with ``qkv_bias=False`` (the default), copying ``linear.weight.T``
+into V1 makes both compute the same thing.
 """
 
 import torch
