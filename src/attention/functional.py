@@ -4,7 +4,8 @@ Notation (see CONTRIBUTING.md):
     b     batch size (any number of leading batch dimensions is written ``...``)
     t_q   number of queries, t_k number of keys and values (t_q = t_k = t in self-attention)
     d_k   width of queries and keys, the d_k in the scale 1 / sqrt(d_k)
-    d_v   width of values (d_v = d_k in every module of the book)
+    d_v   width of values (d_v = d_k in most modules; not in MultiHeadLatentAttention, whose keys
+          carry d_h^R extra rotary dimensions, chapter 10)
     h     heads of queries, h_kv heads of keys and values (fewer with ``enable_gqa``)
 
 Scaled dot-product attention, with an additive mask M (0 where allowed, -inf where not):
@@ -44,8 +45,10 @@ from ._checks import (
 def softmax_naive(x: Tensor, dim: int) -> Tensor:
     """Softmax straight from the textbook formula exp(x) / sum(exp(x)).
 
-    It overflows on purpose: exp(1000) is inf in float32, so large logits give nan.
-    Use :func:`softmax` for real work.
+    It fails on purpose. In float32, exp overflows to inf above about 88.7 (the sum of the
+    exponentials overflows earlier), and below about -87.3 it becomes subnormal, losing
+    precision until it is 0 below about -104. So extreme logits give nan, all-zero or silently
+    wrong weights. Use :func:`softmax` for real work.
 
     Args:
         x: the logits, any shape.
