@@ -1,8 +1,9 @@
 """Bahdanau's additive attention and a small GRU encoder-decoder that uses it.
 
-Notation (see CONTRIBUTING.md): b batch size, t number of keys (source tokens), t_tgt number of
-target tokens, d_query / d_key / d_value widths of a query, a key and a value, d_attn width of
-the hidden layer of the score, d_emb token-embedding width, d_hidden GRU state width.
+Notation (see CONTRIBUTING.md): b batch size, t_k number of keys (source tokens), t_q number of
+queries (target tokens), d_query / d_key / d_value widths of a query, a key and a value, d_attn
+width of the hidden layer of the score, d_emb token-embedding width, d_hidden GRU state width,
+n_vocab vocabulary size (the argument ``vocab_size``).
 
 Bahdanau, Cho and Bengio (ICLR 2015; arXiv 2014) score a query q (the decoder state) against
 each key k_j (the encoder's annotation of source token j) with a one-hidden-layer network
@@ -46,7 +47,7 @@ class AdditiveAttention(nn.Module):
         >>> _ = torch.manual_seed(123)
         >>> attention = AdditiveAttention(d_query=4, d_key=3, d_attn=5)
         >>> context, weights = attention(torch.randn(2, 4), journey_batch())
-        >>> context.shape, weights.shape  # (b, d_value), (b, t)
+        >>> context.shape, weights.shape  # (b, d_value), (b, t_k)
         (torch.Size([2, 3]), torch.Size([2, 6]))
     """
 
@@ -66,22 +67,22 @@ class AdditiveAttention(nn.Module):
         self, query: Tensor, keys: Tensor, values: Tensor | None = None,
         mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Return the context vector z (b, d_value) and the attention weights α (b, t).
+        """Return the context vector z (b, d_value) and the attention weights α (b, t_k).
 
         Args:
             query: (b, d_query), one query per batch element.
-            keys: (b, t, d_key).
-            values: (b, t, d_value); defaults to ``keys``, as in Bahdanau's model.
-            mask: (b, t) bool, True where the query MAY attend (padding is False). A row with
+            keys: (b, t_k, d_key).
+            values: (b, t_k, d_value); defaults to ``keys``, as in Bahdanau's model.
+            mask: (b, t_k) bool, True where the query MAY attend (padding is False). A row with
                 no True gets zero weights and a zero context vector.
 
-        No keys (t = 0) leave nothing to attend to: the weights are empty (b, 0) and the
+        No keys (t_k = 0) leave nothing to attend to: the weights are empty (b, 0) and the
         context vector is zero, what ``F.scaled_dot_product_attention`` gives a query with no
         keys.
 
         Raises:
             ValueError: if query, keys or values do not have the shapes above or disagree on
-                b and t, or mask is not bool or does not broadcast to (b, t).
+                b and t_k, or mask is not bool or does not broadcast to (b, t_k).
         """
         check_input(query, self.d_query, (2,), "query", "d_query")
         check_input(keys, self.d_key, (3,), "keys", "d_key")
@@ -89,13 +90,13 @@ class AdditiveAttention(nn.Module):
         check_rank(values, (3,), "values")
         if keys.shape[0] != query.shape[0] or values.shape[:2] != keys.shape[:2]:
             raise ValueError(
-                "query (b, d_query), keys (b, t, d_key) and values (b, t, d_value) must agree "
-                f"on b and t, got shapes {tuple(query.shape)}, {tuple(keys.shape)}, "
+                "query (b, d_query), keys (b, t_k, d_key) and values (b, t_k, d_value) must "
+                f"agree on b and t_k, got shapes {tuple(query.shape)}, {tuple(keys.shape)}, "
                 f"{tuple(values.shape)}"
             )
-        # (b, t, d_attn)
+        # (b, t_k, d_attn)
         hidden = torch.tanh(self.W_query(query)[:, None, :] + self.W_key(keys))
-        attn_scores = self.v(hidden).squeeze(-1)  # (b, t)
+        attn_scores = self.v(hidden).squeeze(-1)  # (b, t_k)
         if mask is not None:
             if mask.dtype != torch.bool:
                 raise ValueError(
@@ -103,8 +104,8 @@ class AdditiveAttention(nn.Module):
                 )
             check_mask(mask, attn_scores.shape, "mask")
             attn_scores = attn_scores.masked_fill(~mask, float("-inf"))
-        attn_weights = softmax(attn_scores, dim=-1)  # (b, t)
-        context = (attn_weights[:, :, None] * values).sum(dim=1)  # (b, d_value); 0 if t = 0
+        attn_weights = softmax(attn_scores, dim=-1)  # (b, t_k)
+        context = (attn_weights[:, :, None] * values).sum(dim=1)  # (b, d_value); 0 if t_k = 0
         return context, attn_weights
 
 
@@ -127,7 +128,7 @@ class Seq2SeqEncoder(nn.Module):
     Examples:
         >>> encoder = Seq2SeqEncoder(vocab_size=10, d_emb=4, d_hidden=3)
         >>> annotations, state = encoder(torch.tensor([[1, 2, 3, 4]]))
-        >>> annotations.shape, state.shape  # (b, t, 2 d_hidden), (b, d_hidden)
+        >>> annotations.shape, state.shape  # (b, t_k, 2 d_hidden), (b, d_hidden)
         (torch.Size([1, 4, 6]), torch.Size([1, 3]))
     """
 
@@ -144,23 +145,23 @@ class Seq2SeqEncoder(nn.Module):
         self.d_hidden = d_hidden
 
     def forward(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """Encode src (b, t) token ids: annotations (b, t, 2·d_hidden), a state (b, d_hidden).
+        """Encode src (b, t_k) token ids: annotations (b, t_k, 2·d_hidden), state (b, d_hidden).
 
         Annotation j joins the forward state after token j with the backward state after token j
         (reading right to left), so it describes token j in the context of the whole sentence.
         The decoder starts from s⁽⁰⁾ = tanh(h← W_s + b_s), h← being the backward GRU's state at
         token 0 (x⁽¹⁾ in the prose's counting).
 
-        An empty source (t = 0) is refused with a ``ValueError``: there is no token 0 to take
+        An empty source (t_k = 0) is refused with a ``ValueError``: there is no token 0 to take
         that state from, and ``nn.GRU`` itself rejects sequences of length 0.
 
         Raises:
-            ValueError: if src is not (b, t) of integer ids with t >= 1.
+            ValueError: if src is not (b, t_k) of integer ids with t_k >= 1.
         """
         check_token_ids(src, "src")
         if src.shape[1] == 0:
             raise ValueError(f"src must have at least 1 token, got shape {tuple(src.shape)}")
-        # (b, t, 2·d_hidden), (2, b, d_hidden)
+        # (b, t_k, 2·d_hidden), (2, b, d_hidden)
         annotations, last = self.rnn(self.embedding(src))
         state = torch.tanh(self.init_state(last[1]))  # (b, d_hidden), from the backward GRU
         return annotations, state
@@ -185,9 +186,9 @@ class AttentionDecoder(nn.Module):
 
     Examples:
         >>> decoder = AttentionDecoder(vocab_size=10, d_emb=4, d_hidden=3, d_attn=5)
-        >>> annotations = torch.randn(1, 4, 6)  # (b, t, 2 d_hidden)
+        >>> annotations = torch.randn(1, 4, 6)  # (b, t_k, 2 d_hidden)
         >>> logits, weights = decoder(torch.tensor([[0, 5]]), torch.zeros(1, 3), annotations)
-        >>> logits.shape, weights.shape  # (b, t_tgt, n_vocab), (b, t_tgt, t)
+        >>> logits.shape, weights.shape  # (b, t_q, n_vocab), (b, t_q, t_k)
         (torch.Size([1, 2, 10]), torch.Size([1, 2, 4]))
     """
 
@@ -207,37 +208,37 @@ class AttentionDecoder(nn.Module):
     def step(
         self, token: Tensor, state: Tensor, annotations: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """One step: last token (b,), state (b, d_hidden) → logits (b, vocab), state,
-        α (b, t)."""
-        context, attn_weights = self.attention(state, annotations)  # (b, 2·d_hidden), (b, t)
+        """One step: last token (b,), state (b, d_hidden) → logits (b, n_vocab), state,
+        α (b, t_k)."""
+        context, attn_weights = self.attention(state, annotations)  # (b, 2·d_hidden), (b, t_k)
         # (b, d_emb + 2·d_hidden)
         rnn_input = torch.cat([self.embedding(token), context], dim=-1)
         state = self.cell(rnn_input, state)  # (b, d_hidden)
-        logits = self.out(torch.cat([state, context], dim=-1))  # (b, vocab)
+        logits = self.out(torch.cat([state, context], dim=-1))  # (b, n_vocab)
         return logits, state, attn_weights
 
     def forward(
         self, tgt_in: Tensor, state: Tensor, annotations: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """Teacher forcing: feed tgt_in (b, t_tgt) → logits (b, t_tgt, vocab), α (b, t_tgt, t).
+        """Teacher forcing: feed tgt_in (b, t_q) → logits (b, t_q, n_vocab), α (b, t_q, t_k).
 
-        No target tokens (t_tgt = 0) give empty logits (b, 0, vocab) and weights (b, 0, t).
+        No target tokens (t_q = 0) give empty logits (b, 0, n_vocab) and weights (b, 0, t_k).
 
         Raises:
-            ValueError: if tgt_in is not (b, t_tgt) of integer ids.
+            ValueError: if tgt_in is not (b, t_q) of integer ids.
         """
         check_token_ids(tgt_in, "tgt_in")
-        b, t_tgt = tgt_in.shape
-        if t_tgt == 0:
-            vocab_size, t = self.out.out_features, annotations.shape[1]
-            return state.new_zeros(b, 0, vocab_size), state.new_zeros(b, 0, t)
+        b, t_q = tgt_in.shape
+        if t_q == 0:
+            n_vocab, t_k = self.out.out_features, annotations.shape[1]
+            return state.new_zeros(b, 0, n_vocab), state.new_zeros(b, 0, t_k)
         all_logits, all_weights = [], []
-        for i in range(t_tgt):
+        for i in range(t_q):
             logits, state, attn_weights = self.step(tgt_in[:, i], state, annotations)
             all_logits.append(logits)
             all_weights.append(attn_weights)
-        logits = torch.stack(all_logits, dim=1)  # (b, t_tgt, vocab)
-        return logits, torch.stack(all_weights, dim=1)  # ..., (b, t_tgt, t)
+        logits = torch.stack(all_logits, dim=1)  # (b, t_q, n_vocab)
+        return logits, torch.stack(all_weights, dim=1)  # ..., (b, t_q, t_k)
 
 
 class Seq2Seq(nn.Module):
@@ -254,7 +255,7 @@ class Seq2Seq(nn.Module):
         >>> _ = torch.manual_seed(123)
         >>> model = Seq2Seq(Seq2SeqEncoder(10, 4, 3), AttentionDecoder(10, 4, 3, 5))
         >>> tokens, weights = model.greedy_decode(torch.tensor([[1, 2, 3]]), max_len=2, bos=0)
-        >>> tokens.shape, weights.shape  # (b, max_len), (b, max_len, t)
+        >>> tokens.shape, weights.shape  # (b, max_len), (b, max_len, t_k)
         (torch.Size([1, 2]), torch.Size([1, 2, 3]))
     """
 
@@ -268,9 +269,9 @@ class Seq2Seq(nn.Module):
         self.encoder, self.decoder = encoder, decoder
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
-        """src (b, t), tgt_in (b, t_tgt) (targets shifted right, starting with BOS).
+        """src (b, t_k), tgt_in (b, t_q) (targets shifted right, starting with BOS).
 
-        Returns logits (b, t_tgt, vocab) and attention weights (b, t_tgt, t).
+        Returns logits (b, t_q, n_vocab) and attention weights (b, t_q, t_k).
 
         Raises:
             ValueError: if src or tgt_in is not (b, ·) of integer ids, or their batch sizes
@@ -283,21 +284,21 @@ class Seq2Seq(nn.Module):
                 "src and tgt_in must have the same batch size b, "
                 f"got {src.shape[0]} and {tgt_in.shape[0]}"
             )
-        annotations, state = self.encoder(src)  # (b, t, 2·d_hidden), (b, d_hidden)
+        annotations, state = self.encoder(src)  # (b, t_k, 2·d_hidden), (b, d_hidden)
         return self.decoder(tgt_in, state, annotations)
 
     @torch.no_grad()
     def greedy_decode(self, src: Tensor, max_len: int, bos: int) -> tuple[Tensor, Tensor]:
         """Decode max_len tokens, each step feeding back the most likely token.
 
-        Returns tokens (b, max_len) and attention weights (b, max_len, t).
+        Returns tokens (b, max_len) and attention weights (b, max_len, t_k).
 
         Raises:
-            ValueError: if max_len is not an integer >= 1, or src is not (b, t) of integer ids
-                with t >= 1.
+            ValueError: if max_len is not an integer >= 1, or src is not (b, t_k) of integer ids
+                with t_k >= 1.
         """
         check_sizes(max_len=max_len)
-        annotations, state = self.encoder(src)  # (b, t, 2·d_hidden), (b, d_hidden)
+        annotations, state = self.encoder(src)  # (b, t_k, 2·d_hidden), (b, d_hidden)
         token = torch.full((src.shape[0],), bos, dtype=torch.long, device=src.device)  # (b,)
         tokens, all_weights = [], []
         for _ in range(max_len):
@@ -306,4 +307,4 @@ class Seq2Seq(nn.Module):
             tokens.append(token)
             all_weights.append(attn_weights)
         tokens = torch.stack(tokens, dim=1)  # (b, max_len)
-        return tokens, torch.stack(all_weights, dim=1)  # ..., (b, max_len, t)
+        return tokens, torch.stack(all_weights, dim=1)  # ..., (b, max_len, t_k)

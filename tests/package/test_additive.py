@@ -125,7 +125,7 @@ def test_seq2seq_learns_reversal_with_anti_diagonal_attention(one_thread):
     tokens, attn = model.greedy_decode(src, max_len=6, bos=BOS)
     assert (tokens == tgt).float().mean() > 0.9
     # Output i copies source token 5 - i, and that is where the decoder looks.
-    looks_at = attn.argmax(dim=-1)  # (b, t_tgt)
+    looks_at = attn.argmax(dim=-1)  # (b, t_q)
     assert (looks_at == torch.arange(5, -1, -1)).float().mean() > 0.9
 
 
@@ -143,7 +143,7 @@ class TestBadInput:
             attention(query[:, None], keys)
         with pytest.raises(ValueError, match="d_key=3, got 2"):
             attention(query, keys[..., :2])
-        with pytest.raises(ValueError, match=r"must agree on b and t.*got shapes \(2, 4\), \(2, 6, 3\), \(2, 5, 3\)"):
+        with pytest.raises(ValueError, match=r"must agree on b and t_k.*got shapes \(2, 4\), \(2, 6, 3\), \(2, 5, 3\)"):
             attention(query, keys, torch.randn(2, 5, 3))
         with pytest.raises(
             ValueError, match=r"broadcast to the scores' shape \(2, 6\), got shape \(2, 5\)"

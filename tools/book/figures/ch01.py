@@ -34,7 +34,7 @@ def _train_reverser() -> Seq2Seq:
         src = torch.randint(0, 10, (64, 6))  # (b, t)
         tgt = src.flip(1)  # (b, t)
         tgt_in = torch.cat([torch.full((64, 1), BOS), tgt[:, :-1]], dim=1)  # (b, t)
-        logits, _ = model(src, tgt_in)  # (b, t, vocab)
+        logits, _ = model(src, tgt_in)  # (b, t, n_vocab)
         loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
         optimizer.zero_grad()
         loss.backward()
