@@ -119,6 +119,12 @@ def test_queries_answer_with_the_files_numbers(runs):
     per = launched.median_s / launched.gpu_kernels * 1e6
     assert ask("{{ cuda-h100-quick: per_launch_us(flash_attention, forward, t=16384, d_h=64, "
                "dtype=bfloat16) }}") == f"{per:.2g}"
+    tile = launched.b * launched.h * 128 * 512 * 4  # one 128 x 512 tile of float32 scores
+    assert ask("{{ cuda-h100-quick: tile_mib(flash_attention, forward, t=16384, d_h=64, "
+               "dtype=bfloat16) }}") == f"{tile / 2**20:.2g}"
+    bandwidth = h100.doc["peaks"]["bandwidth"]["bytes_per_s"]
+    assert ask("{{ cuda-h100-quick: tile_transfer_us(flash_attention, forward, t=16384, d_h=64, "
+               "dtype=bfloat16) }}") == f"{2 * tile / bandwidth * 1e6:.2g}"
     decode = {r.use_cache: r.tokens_per_s for r in h200.decode if r.model == "tiny"}
     assert ask("{{ decode_speedup(tiny) }}") == f"{decode[True] / decode[False]:.2f}×"
     assert ask("{{ peak(bfloat16) }}") == "989.5 TFLOP/s"  # the datasheet's figure, as printed there

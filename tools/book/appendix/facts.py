@@ -111,17 +111,30 @@ def per_launch_us(run: Run, variant: str, pass_name: str, **where) -> str:
     return f"{row.median_s / row.gpu_kernels * 1e6:.2g}"
 
 
+def _tile_bytes(row: Row) -> int:
+    """Bytes of one tile of ``flash_attention``'s scores, every head: b · h · B_q · B_k float32
+    numbers (its tiles of :func:`~attention.flash.default_block_sizes`; half inputs accumulate in
+    float32)."""
+    block_q, block_k = default_block_sizes(row.t, row.t)
+    return row.b * row.h * block_q * block_k * 4
+
+
+@query
+def tile_mib(run: Run, variant: str, pass_name: str, **where) -> str:
+    """MiB of one tile of ``flash_attention``'s scores, every head (the buffer it writes every
+    tile into), two significant digits."""
+    return f"{_tile_bytes(_one(run, variant, pass_name, where)) / 2**20:.2g}"
+
+
 @query
 def tile_transfer_us(run: Run, variant: str, pass_name: str, **where) -> str:
     """Microseconds to write and read back one tile of ``flash_attention``'s scores at the
-    datasheet's memory bandwidth: b · h · B_q · B_k float32 numbers (its tiles of
-    :func:`~attention.flash.default_block_sizes`; half inputs accumulate in float32), twice."""
+    datasheet's memory bandwidth: the bytes of :func:`_tile_bytes`, twice."""
     row = _one(run, variant, pass_name, where)
     bandwidth = (run.doc["peaks"].get("bandwidth") or {}).get("bytes_per_s")
     if not bandwidth:
         raise FactError(f"{run.stem} has no datasheet bandwidth")
-    block_q, block_k = default_block_sizes(row.t, row.t)
-    return f"{2 * row.b * row.h * block_q * block_k * 4 / bandwidth * 1e6:.2g}"
+    return f"{2 * _tile_bytes(row) / bandwidth * 1e6:.2g}"
 
 
 @query
