@@ -9,21 +9,23 @@ gradients (the book's Z, A, dZ and dA), ``S`` the scaled scores and ``lse`` the 
 
 Attention is computed tile by tile: a block of queries meets a block of keys, and only that
 ``(n_q, n_k)`` tile of scores ever exists. The softmax over a full row is assembled from the
-tiles with the *online softmax*. For one query row, after some key blocks have been seen, keep
+tiles with the *online softmax*. For one query row, with s_j its scaled score against key j,
+after some key blocks have been seen, keep
 
     m   = the largest score seen so far,
-    l   = sum over seen keys of exp(ω_j - m),
-    acc = sum over seen keys of exp(ω_j - m) · v_j.
+    l   = sum over seen keys of exp(s_j - m),
+    acc = sum over seen keys of exp(s_j - m) · v_j.
 
 A new block with scores s_j raises the maximum to m_new = max(m, max_j s_j). Every old term was
-computed against m, and exp(ω - m) · exp(m - m_new) = exp(ω - m_new), so rescaling by
+computed against m, and exp(s_j - m) · exp(m - m_new) = exp(s_j - m_new), so rescaling by
 exp(m - m_new) puts the old terms on the new reference point:
 
     l   ← exp(m - m_new) · l   + sum_j exp(s_j - m_new)
     acc ← exp(m - m_new) · acc + sum_j exp(s_j - m_new) · v_j
 
-After the last block, z = acc / l is exactly softmax(ω) V, because softmax is unchanged when
-every score is shifted by the same m. No exponent is ever positive, so nothing overflows.
+After the last block, z = acc / l is exactly softmax(s) V, s the scaled scores, because softmax
+is unchanged when every score is shifted by the same m. No exponent is ever positive, so nothing
+overflows.
 
 The forward pass keeps only the output and the log-sum-exp lse = m + log l of each row. The
 backward pass recomputes each tile's weights from it, P = exp(S - lse), and with
