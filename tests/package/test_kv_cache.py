@@ -2,8 +2,15 @@
 
 import pytest
 import torch
+from _inputs import qkv
 
 from attention.kv_cache import KVCache, ModelKVCache, RollingKVCache
+
+
+def _filled(cache: RollingKVCache, t: int) -> RollingKVCache:
+    """The cache after one append of t tokens of ones."""
+    cache.append(torch.ones(1, 1, t, 1), torch.ones(1, 1, t, 1))
+    return cache
 
 
 def test_the_rolling_buffer_keeps_its_sinks_and_says_where_each_key_is() -> None:
@@ -69,6 +76,23 @@ def test_moving_a_model_cache_moves_every_layer_and_the_positions() -> None:
     assert cache.layers[1].key_positions.device.type == "meta"
 
 
+@pytest.mark.parametrize("make", [
+    lambda: KVCache(2, 3, 9, 4, dtype=torch.float64),
+    lambda: RollingKVCache(2, 3, 3, 4, dtype=torch.float64, sinks=1),
+])
+def test_append_returns_each_keys_own_values_in_every_cache(make: object) -> None:
+    """Keys and values are two stores: the values returned are those appended at the positions
+    of the keys returned, never the keys themselves (distinct draws, chunks of 4, 1, 3, 1)."""
+    cache = make()  # type: ignore[operator]
+    keys, values, _ = qkv((2, 3, 9, 4))
+    start = 0
+    for t in (4, 1, 3, 1):
+        got_keys, got_values = cache.append(keys[:, :, start : start + t], values[:, :, start : start + t])
+        start += t
+        seen = getattr(cache, "key_positions", torch.arange(start))  # positions of the returned keys
+        assert torch.equal(got_keys, keys[:, :, seen]) and torch.equal(got_values, values[:, :, seen])
+
+
 @pytest.mark.parametrize("make", [KVCache, RollingKVCache])
 def test_caches_are_made_on_the_device_and_dtype_asked_for(make: type) -> None:
     cache = make(1, 2, 3, 4, dtype=torch.float64, device="meta")  # w = 3 or max_tokens = 3
@@ -86,6 +110,19 @@ class TestBadInput:
             # (b, h_kv, t) with t = d_h would broadcast over d_h without the rank check
             (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 2), torch.ones(1, 2, 2)),
              r"keys must have shape \(b, h_kv, t, d_h\) = \(1, 2, t, 2\), got \(1, 2, 2\)"),
+            # a float64 chunk would be rounded into a float32 cache without a word
+            (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 1, 2, dtype=torch.float64),
+                                                torch.ones(1, 2, 1, 2, dtype=torch.float64)),
+             r"keys must have the cache's dtype torch.float32, got torch.float64"),
+            (lambda: RollingKVCache(1, 2, 3, 2).append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 2, 2)),
+             r"keys and values must hold the same number of tokens, got 1 and 2"),
+            (lambda: KVCache(1, 1, 4, 1).append(torch.ones(1, 1, 5, 1), torch.ones(1, 1, 5, 1)),
+             r"holds at most max_tokens=4 tokens, got 5 \(0 cached \+ 5 new\)"),
+            # the bound counts the positions of the new tokens too, not only those cached before
+            (lambda: _filled(RollingKVCache(1, 1, 2, 1, max_tokens=4), 3).append(
+                torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1)),
+             r"holds at most max_tokens=4 tokens, got 5 \(3 cached \+ 2 new\)"),
+            (lambda: RollingKVCache(1, 1, 2, 1, sinks=-1), r"sinks must be an integer >= 0, got -1"),
         ],
     )
     def test_caches_refuse_bad_sizes_and_chunks(self, make: object, message: str) -> None:
