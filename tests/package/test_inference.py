@@ -188,6 +188,24 @@ def test_sink_window_mask_of_no_queries_or_no_keys_is_empty_as_the_causal_mask(t
         assert mask.dtype == torch.bool and mask.shape == (t_q, t_k)
 
 
+def test_sink_window_mask_aligns_top_left_by_default() -> None:
+    """Query i sits at position i unless asked otherwise, as in sliding_window_mask."""
+    i, j = torch.arange(3)[:, None], torch.arange(6)
+    allowed = (j <= i) & ((j > i - 2) | (j < 1))  # (t_q, t_k), written out at positions 0 .. 2
+    assert torch.equal(sink_window_mask(3, 6, 2, sinks=1), allowed)
+    assert torch.equal(sink_window_mask(3, 6, 2, sinks=1), sink_window_mask(3, 6, 2, 1, alignment="top_left"))
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True])
+def test_only_the_output_projection_has_a_bias_without_qkv_bias(qkv_bias: bool) -> None:
+    """The key bias adds q . b_k to every score of a query, which softmax ignores: only the
+    parameters (and so the state dict a checkpoint loads into) show it."""
+    gqa = GroupedQueryAttention(6, 8, 4, 2, qkv_bias=qkv_bias)
+    projections = ["W_query", "W_key", "W_value"]
+    expected = [f"{name}.{p}" for name in projections for p in ("weight", "bias")[: 1 + qkv_bias]]
+    assert [name for name, _ in gqa.named_parameters()] == [*expected, "out_proj.weight", "out_proj.bias"]
+
+
 def test_sliding_window_mask_aligned_bottom_right() -> None:
     mask = sliding_window_mask(2, 5, 3, alignment="bottom_right")
     assert mask.tolist() == [
