@@ -56,6 +56,32 @@ def test_half_precision_keeps_float32_statistics(dtype: torch.dtype) -> None:
     assert error <= 1.2 * (reference.to(dtype).double() - reference).abs().max().item()
 
 
+def test_the_default_scale_is_one_over_sqrt_d_k_when_values_are_wider() -> None:
+    q, k, v = qkv((2, 3, 2, 4), (2, 3, 20, 4), (2, 3, 20, 16))  # d_k = 4, d_v = 16
+    out = split_kv_attention(q, k, v, num_splits=3)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_returns_the_lse_in_float32(dtype: torch.dtype) -> None:
+    """The lse is a statistic: kept in the accumulation dtype, as the docstring says, and close
+    to the float64 lse of the same rounded inputs."""
+    q, k, v = qkv((1, 2, 1, 64), (1, 2, 300, 64), to=dtype)
+    _, lse = split_kv_attention(q, k, v, num_splits=4, return_lse=True)
+    assert lse.dtype == torch.float32
+    exact = (q.double() @ k.double().transpose(-2, -1) / 8).logsumexp(dim=-1)  # (1, 2, 1)
+    torch.testing.assert_close(lse.double(), exact, atol=1e-5, rtol=0)
+
+
+def test_gradients_flow_through_the_merge_weights_as_through_sdpa() -> None:
+    """z = Σ_r e^{lse_r - lse} z_r: the weights depend on q and k, and so do their gradients."""
+    q, k, v = qkv((1, 2, 2, 4), (1, 2, 9, 4), requires_grad=True)
+    got = torch.autograd.grad(split_kv_attention(q, k, v, num_splits=3).pow(2).sum(), (q, k, v))
+    want = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v).pow(2).sum(), (q, k, v))
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_a_decode_step_reads_every_weight_but_the_unused_embedding_rows(positions: str) -> None:
     with torch.device("meta"):  # shapes only
