@@ -10,7 +10,7 @@ from attention.ring import ring_attention, ring_attention_io, ring_shards, ring_
 
 @pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
 @pytest.mark.parametrize("is_causal", [False, True])
-@pytest.mark.parametrize("world_size, t", [(1, 24), (2, 24), (3, 24), (4, 26)])
+@pytest.mark.parametrize("world_size, t", [(1, 24), (2, 24), (3, 24), (4, 26), (4, 8)])  # (4, 8): one token a chunk
 def test_equals_full_attention(sharding, is_causal, world_size, t):
     q, k, v = qkv((2, 3, t, 8))
     out = ring_attention(q, k, v, world_size=world_size, is_causal=is_causal, sharding=sharding)
@@ -26,6 +26,26 @@ def test_half_precision_is_accumulated_in_float32():
     plain = F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True)
     assert got.dtype == torch.bfloat16
     assert (got.double() - want).abs().max() <= 2 * (plain.double() - want).abs().max()
+
+
+@pytest.mark.parametrize("sharding", ["contiguous", "zigzag"])
+def test_scale_multiplies_the_scores_and_defaults_to_one_over_sqrt_d_k(sharding):
+    q, k, v = qkv((2, 2, 12, 4), v_shape=(2, 2, 12, 16))  # d_k = 4, d_v = 16
+    for scale in (None, 0.3):
+        out = ring_attention(q, k, v, world_size=3, is_causal=True, sharding=sharding, scale=scale)
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_rounds_once_at_the_end(dtype):
+    """Partials and merges in float32: the result is the exact attention of the rounded inputs
+    rounded once (within 1.2 times that rounding), not rounded again at each of the merges."""
+    q, k, v = qkv((2, 3, 32, 8), to=dtype)
+    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+    got = ring_attention(q, k, v, world_size=4, is_causal=True, sharding="zigzag")
+    error, rounding = ((y.double() - exact).abs().max().item() for y in (got, exact.to(dtype)))
+    assert error <= 1.2 * rounding, f"error {error:.3g} > 1.2 x rounding once {rounding:.3g}"
 
 
 def test_shards_cover_the_sequence_once():
@@ -71,6 +91,8 @@ class TestBadInput:
         (lambda: ring_attention(*qkv((3, 2, 8, 4), (2, 2, 8, 4)), world_size=2),
          r"leading dimensions of query, key and value must broadcast, got \(3, 2\), \(2, 2\)"),
         (lambda: ring_attention_io(10, 4, 3, 100), r"t must be a multiple of world_size.*got t=10, world_size=3"),
+        (lambda: ring_attention(*qkv((1, 8, 4)), world_size=2, is_causal=1),
+         r"is_causal must be a bool, got 1 of type int"),
     ])
     def test_world_size_sharding_and_shapes_must_fit(self, call, message):
         with pytest.raises(ValueError, match=message):
