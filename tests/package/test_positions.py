@@ -99,6 +99,17 @@ def test_rope_start_continues_the_positions() -> None:
     torch.testing.assert_close(rope(x)[..., 4:, :], rope(x[..., 4:, :], start=4))
 
 
+def test_dynamic_rope_rotates_tokens_after_start_with_the_frequencies_of_start_plus_t() -> None:
+    """A decode step at position 40 reads 41 tokens: it rotates as the whole 41-token pass does,
+    with NTK-aware frequencies stretched for length 41, not for its own t = 1 (past 32 trained)."""
+    rule = DynamicNTKScaling(4.0, original_context=32)
+    rope = RotaryEmbedding(16, scaling=rule)
+    x = seeded_randn(10, 2, 41, 16)  # (b, t, d_h)
+    fixed = RotaryEmbedding(16, scaling=NTKAwareScaling(rule.stretch(41)))  # κ_41 = 2.125
+    torch.testing.assert_close(rope(x[:, 38:], start=38), fixed(x, start=0)[:, 38:], atol=1e-12, rtol=0)
+    torch.testing.assert_close(rope(x[:, 40:], start=40), rope(x)[:, 40:], atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_rope_moved_to_half_precision_keeps_exact_angles_far_out(dtype: torch.dtype) -> None:
     """Module.to(dtype) would round the frequencies to dtype, and a frequency off by one part in
