@@ -208,3 +208,49 @@ def test_chunked_prefill_then_recurrent_decode_equals_one_call():
                                         output_final_state=True)
             torch.testing.assert_close(final, state, rtol=1e-12, atol=1e-12)
     assert not torch.allclose(want, linear_attention(query, key, value, is_causal=True))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", FORMS)
+def test_the_initial_state_reads_as_earlier_keys_in_every_form(form: str, causal: bool) -> None:
+    """initial_state = the state after keys k_1..k_p: the queries see those keys too, so the
+    output is the written-out sum over the p earlier keys and these (their rows of it, causal)."""
+    query, key, value = qkv((2, 9, 4), seed=5)
+    p = 4
+    _, state = linear_attention(query[:, :p], key[:, :p], value[:, :p], is_causal=causal,
+                                output_final_state=True)
+    got = linear_attention(query[:, p:], key[:, p:], value[:, p:], is_causal=causal, form=form,
+                           chunk_size=2, initial_state=state)
+    if causal:  # the rows p.. of the whole sequence
+        want = written_out(query, key, value, causal=True)[:, p:]
+    else:  # every query against all 9 keys
+        want = written_out(query[:, p:], key, value, causal=False)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_half_precision_returns_a_float32_state_and_half_weights(form: str) -> None:
+    """The state stays float32 (the docstring's promise, for decoding on from it); the weights
+    come back in the query's dtype, the float64 weights rounded once."""
+    query, key, value = qkv((2, 12, 8), dtype=torch.float32, to=torch.bfloat16)
+    out, state = linear_attention(query, key, value, is_causal=True, form=form, chunk_size=4,
+                                  output_final_state=True)
+    assert out.dtype == torch.bfloat16 and state.dtype == torch.float32
+    _, exact_state = linear_attention(query.double(), key.double(), value.double(),
+                                      is_causal=True, output_final_state=True)
+    torch.testing.assert_close(state.double(), exact_state, rtol=1e-6, atol=1e-5)
+    weights = linear_attention_weights(query, key, is_causal=True)
+    exact = linear_attention_weights(query.double(), key.double(), is_causal=True)
+    assert weights.dtype == torch.bfloat16
+    torch.testing.assert_close(weights, exact.to(torch.bfloat16), rtol=2**-8, atol=0)  # 1 ulp
+
+
+def test_no_leading_dimension_broadcasts_for_the_value_or_the_state() -> None:
+    """query, key, value and initial_state share every leading dimension: a value or a state
+    of batch 1 against a batch of 2 is refused, not broadcast."""
+    query, key, value = qkv((2, 5, 4))
+    with pytest.raises(ValueError, match=r"same leading dimensions.*got \(2,\), \(2,\) and \(1,\)"):
+        linear_attention(query, key, value[:1])
+    state = torch.zeros(1, 4, 5, dtype=F64)  # (1, r, d_v + 1): batch 1
+    with pytest.raises(ValueError, match=r"initial_state must have shape .* = \(2, 4, 5\), got \(1, 4, 5\)"):
+        linear_attention(query, key, value, initial_state=state)
