@@ -240,7 +240,7 @@ def decayed_linear_attention(
             rows.append((q[..., i, None, :] @ state).squeeze(-2))  # (b, h_v, d_v)
         out = torch.stack(rows, dim=-2) if rows else v.new_zeros(v.shape)  # (b, h_v, t, d_v)
     else:
-        step = t if form == "parallel" else chunk_size
+        step = max(t, 1) if form == "parallel" else chunk_size  # t = 0: range(0, 0, 0) raised
         chunks = []
         for start in range(0, t, step):
             q_c, k_c, v_c = (x[..., start : start + step, :] for x in (q, k, v))  # (.., C, d)

@@ -318,3 +318,20 @@ def test_flops_count_what_the_chunked_forms_multiply(delta):
             decayed_linear_attention(q, k, v, g, form="chunked", chunk_size=16)
     solves = sum(c * c * 6 for c in (16, 16, 16, 16, 6)) if delta else 0
     assert delta_rule_flops(70, 8, 6, chunk_size=16, delta=delta) == counter.get_total_flops() + solves
+
+
+@pytest.mark.parametrize("form", ["recurrent", "parallel", "chunked"])
+def test_no_tokens_give_an_empty_output_and_keep_the_state(form):
+    """t = 0: every function returns (b, h_v, 0, d_v) and S_t = S_0 (the parallel form raised
+    range()'s "arg 3 must not be zero": its one chunk was t tokens long)."""
+    q, k, v, g, beta, s0 = _inputs()
+    q, k, v, g, beta = q[:, :, :0], k[:, :, :0], v[:, :, :0], g[..., :0], beta[..., :0]
+    decay = decayed_linear_attention(q, k, v, g, form=form, initial_state=s0, output_final_state=True)
+    runs = [decay]
+    if form != "parallel":
+        runs.append(gated_delta_rule(q, k, v, g, beta, form=form, initial_state=s0,
+                                     output_final_state=True))
+        runs.append(delta_rule(q, k, v, beta, form=form, initial_state=s0, output_final_state=True))
+    for out, state in runs:
+        assert out.shape == (2, 4, 0, 6)
+        torch.testing.assert_close(state, s0, rtol=0, atol=0)
