@@ -301,6 +301,21 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"initial_state must be a torch.Tensor or None, got list"):
             delta_rule(q, k, v, beta, initial_state=s0.tolist())
 
+    def test_negative_write_strength_is_refused(self):
+        q, k, v, g, beta, _ = _inputs()
+        with pytest.raises(ValueError, match=r"beta must lie in \[0, 1\], got values from -0\.5 to"):
+            gated_delta_rule(q, k, v, g, beta - 0.5 - beta.min())
+
+    def test_value_of_another_batch_is_refused_not_broadcast(self):
+        q, k, v, g, beta, _ = _inputs()
+        with pytest.raises(ValueError, match=r"value must be \(b=2, h_v, t=23, d_v\), got shape \(1, 4, 23, 6\)"):
+            gated_delta_rule(q, k, v[:1], g, beta)
+
+    def test_integer_log_decay_is_refused(self):
+        q, k, v, g, _, _ = _inputs()
+        with pytest.raises(ValueError, match=r"g must be floating point, got torch\.int64"):
+            decayed_linear_attention(q, k, v, g.long())
+
 
 @pytest.mark.parametrize("delta", [False, True])
 def test_flops_count_what_the_chunked_forms_multiply(delta):
@@ -320,6 +335,15 @@ def test_flops_count_what_the_chunked_forms_multiply(delta):
     assert delta_rule_flops(70, 8, 6, chunk_size=16, delta=delta) == counter.get_total_flops() + solves
 
 
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_delta_rule_passes_its_scale_on(form):
+    """delta_rule's own scale reaches the queries: Z = W V with W the weights of that scale."""
+    q, k, v, _, beta, _ = _inputs(h_k=2, h_v=2)
+    want = delta_attention_matrix(q, k, None, beta, scale=0.3) @ v
+    got = delta_rule(q, k, v, beta, form=form, chunk_size=5, scale=0.3)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("form", ["recurrent", "parallel", "chunked"])
 def test_no_tokens_give_an_empty_output_and_keep_the_state(form):
     """t = 0: every function returns (b, h_v, 0, d_v) and S_t = S_0 (the parallel form raised
@@ -335,3 +359,19 @@ def test_no_tokens_give_an_empty_output_and_keep_the_state(form):
     for out, state in runs:
         assert out.shape == (2, 4, 0, 6)
         torch.testing.assert_close(state, s0, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_final_state_is_in_the_accumulation_dtype_whatever_the_initial_one(dtype):
+    """A float64 S_0 with float32 or bfloat16 inputs: the state comes back float32 (the
+    accumulation dtype), the output in the value's dtype."""
+    q, k, v, g, beta, s0 = _inputs(t=7)
+    q, k, v = (x.to(dtype) for x in (q, k, v))
+    for form in ("recurrent", "chunked"):
+        for out, state in (
+            gated_delta_rule(q, k, v, g, beta, form=form, chunk_size=3, initial_state=s0,
+                             output_final_state=True),
+            decayed_linear_attention(q, k, v, g, form=form, chunk_size=3, initial_state=s0,
+                                     output_final_state=True),
+        ):
+            assert (out.dtype, state.dtype) == (dtype, torch.float32), form
