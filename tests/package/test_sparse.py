@@ -475,3 +475,84 @@ class TestBadInput:
     def test_top_k_above_the_keys_is_clamped(self):
         mask = to_dense(topk_mask(torch.zeros(3, 3), 10), 3, 3)
         assert torch.equal(mask, torch.ones(3, 3, dtype=torch.bool).tril())
+
+
+def test_dsa_takes_its_scale_in_both_forms():
+    """scale multiplies the scores (not 1/sqrt(d_k)) in the dense and the gather form: SDPA with
+    the selection as its mask and that scale."""
+    q, k, v = qkv((B, H, T, D), seed=123)
+    index = torch.randn(B, T, T, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    mask = to_dense(topk_mask(index[:, None], 5), T, T, B, 1)  # (b, 1, t, t)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+    for gather in (False, True):
+        got = dsa_attention(q, k, v, index, top_k=5, scale=0.3, gather=gather)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-14, msg=f"gather={gather}")
+
+
+def test_nsa_compressed_branch_sees_a_block_once_it_has_ended():
+    """Query i attends to the means of blocks n with (n + 1) B <= i + 1: the block ending at i is
+    seen by query i itself, written out as SDPA over the block means."""
+    q, k, v = qkv((B, H, T, D), seed=123)
+    ones = torch.ones(B, H, T, 1, dtype=torch.float64)
+    compressed = nsa_attention(q, k, v, torch.cat([ones, 0 * ones, 0 * ones], -1),
+                               block_size=BLOCK, top_k=2, window=5)
+    keys, values = (x.unflatten(-2, (T // BLOCK, BLOCK)).mean(-2) for x in (k, v))  # (b, h, T_k, d)
+    ends = torch.arange(1, T // BLOCK + 1) * BLOCK - 1  # block n ends at token (n + 1) B - 1
+    seen = ends[None, :] <= torch.arange(T)[:, None]  # (t, T_k)
+    rows = slice(BLOCK - 1, None)  # every query from the end of block 0 on sees a block
+    want = F.scaled_dot_product_attention(q[..., rows, :], keys, values, attn_mask=seen[rows])
+    torch.testing.assert_close(compressed[..., rows, :], want, rtol=0, atol=1e-14)
+
+
+def test_indexer_scores_are_the_written_out_sum_over_index_heads():
+    """I_ij = sum_l eta_il ReLU(q_il . k_j / sqrt(d_I)) / sqrt(h_I) (equation (14.2)), entry by
+    entry from the indexer's own rotated queries and normalized keys."""
+    torch.manual_seed(0)
+    h_i, d_i = 3, 6
+    indexer = LightningIndexer(8, 4, h_i, d_i, 4).double()
+    x, c_q = torch.randn(1, 5, 8, dtype=torch.float64), torch.randn(1, 5, 4, dtype=torch.float64)
+    with torch.no_grad():
+        scores = indexer(x, c_q)[0]  # (t, t)
+        queries = indexer.rotary(indexer.W_query(c_q).view(1, 5, h_i, d_i).transpose(1, 2))[0]
+        keys = indexer.rotary(indexer.key_norm(indexer.W_key(x)))[0]  # (t, d_I)
+        eta = indexer.W_weights(x)[0]  # (t, h_I)
+    want = torch.zeros(5, 5, dtype=torch.float64)
+    for i in range(5):
+        for j in range(5):
+            want[i, j] = sum(eta[i, l] * max(queries[l, i] @ keys[j] / math.sqrt(d_i), 0.0)
+                             for l in range(h_i)) / math.sqrt(h_i)
+    torch.testing.assert_close(scores, want, rtol=1e-13, atol=1e-13)
+
+
+class TestIndexedCache:
+    def _cache(self) -> IndexedLatentKVCache:
+        return IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6, dtype=torch.float64)
+
+    @staticmethod
+    def _append_latents(cache: IndexedLatentKVCache, t: int) -> None:
+        dtype = cache.index_keys.dtype
+        cache.append(torch.zeros(2, t, 3, dtype=dtype), torch.zeros(2, t, 2, dtype=dtype))
+
+    def test_reset_forgets_the_index_keys_too(self) -> None:
+        cache = self._cache()
+        self._append_latents(cache, 3)
+        cache.append_index_keys(torch.ones(2, 3, 6, dtype=torch.float64))
+        cache.reset()
+        assert cache.index_length == 0
+        self._append_latents(cache, 2)
+        keys = torch.full((2, 2, 6), 2.0, dtype=torch.float64)
+        assert torch.equal(cache.append_index_keys(keys), keys)
+
+    def test_to_moves_the_index_keys(self) -> None:
+        cache = self._cache().to(dtype=torch.float32)
+        assert cache.index_keys.dtype == torch.float32
+        self._append_latents(cache, 1)
+        assert cache.append_index_keys(torch.ones(2, 1, 6)).dtype == torch.float32
+
+    def test_index_keys_may_not_lag_the_latents_or_change_dtype(self) -> None:
+        cache = self._cache()
+        self._append_latents(cache, 2)
+        with pytest.raises(ValueError, match=r"2 latents are stored, and 0 \+ 1 index keys would be"):
+            cache.append_index_keys(torch.ones(2, 1, 6, dtype=torch.float64))
+        with pytest.raises(ValueError, match=r"dtype torch\.float64, got \(2, 2, 6\) and torch\.float32"):
+            cache.append_index_keys(torch.ones(2, 2, 6))
