@@ -163,6 +163,29 @@ def test_yarn_on_a_partly_rotated_head_is_what_transformers_computes() -> None:
     torch.testing.assert_close(ours(q)[..., 8:], q[..., 8:], rtol=0, atol=0)  # not scaled
 
 
+
+@pytest.mark.parametrize(("context", "beta_fast", "beta_slow", "truncate"), [
+    (4096, 32.0, 1.0, True),  # pairs 5.2 .. 11.3, rounded out to 5 .. 12
+    (4096, 32.0, 1.0, False),  # the same, kept real
+    (4096, 32.0, 0.05, True),  # the slow end past the last pair: clipped to d_rot - 1
+    (64, 32.0, 12.0, True),  # both ends at pair 0: the zero-width guard
+])
+def test_yarn_index_ramp_is_what_transformers_computes(context: int, beta_fast: float,
+                                                       beta_slow: float, truncate: bool) -> None:
+    """ramp="index": HF's (and the authors') ramp over pair indices, boundaries floored and
+    ceiled unless truncate=False, clipped to [0, d_rot - 1] (float32 there)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = _hf_rope_config("yarn", factor=8.0, original_max_position_embeddings=context,
+                             beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate,
+                             partial_rotary_factor=1.0, context=8 * context)
+    inv_freq, _ = ROPE_INIT_FUNCTIONS["yarn"](config)  # (16,): head width 32
+    rule = YaRNScaling(8.0, context, beta_fast=beta_fast, beta_slow=beta_slow, ramp="index",
+                       truncate=truncate)
+    ours = rule.frequencies(32, 10000.0)
+    torch.testing.assert_close(ours, inv_freq.double(), rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("length", [1, 40, 64, 65, 100, 1000])
 def test_dynamic_ntk_scaling_is_what_transformers_computes(length: int) -> None:
     """HF's dynamic rule: base (s l / L - (s - 1))^(d / (d - 2)), l at least L (float32 there)."""
@@ -266,6 +289,12 @@ class TestBadInput:
             (lambda: DynamicNTKScaling(2.0, 0), r"original_context must be an integer >= 1 .* got 0"),
             (lambda: DynamicNTKScaling(2.0, 16).stretch(-1),
              r"length must be an integer >= 0 \(tokens\), got -1"),
+            (lambda: DynamicNTKScaling(2.0, 16).stretch(True),
+             r"length must be an integer >= 0 \(tokens\), got True"),
+            (lambda: Llama3Scaling(low_freq_factor=0.0),
+             r"low_freq_factor must be a finite number > 0, got 0\.0"),
+            (lambda: NTKAwareScaling(2.0).frequencies(2, 10000.0),
+             r"NTK-aware scaling needs rotary_dim >= 4 .* got 2"),
         ],
     )
     def test_factors_contexts_and_ramps_must_be_valid(self, make: object, message: str) -> None:
