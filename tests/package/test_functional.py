@@ -305,6 +305,29 @@ def test_bottom_right_causal_mask_puts_the_queries_last(t_q: int, t_k: int) -> N
     assert torch.equal(additive_causal_mask(t_q, t_k, alignment="bottom_right") == 0, mask)
 
 
+@pytest.mark.parametrize(("t_q", "t_k"), [(3, 7), (7, 3), (5, 5)])
+@pytest.mark.parametrize("window", [1, 2, 4])
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_sliding_window_mask_is_the_definition_in_either_alignment(
+    t_q: int, t_k: int, window: int, alignment: str
+) -> None:
+    """Query i at p = i (top-left) or t_k - t_q + i (bottom-right) sees keys p - w < j <= p."""
+    p = torch.arange(t_q)[:, None] + (t_k - t_q if alignment == "bottom_right" else 0)
+    j = torch.arange(t_k)[None, :]
+    mask = sliding_window_mask(t_q, t_k, window, alignment=alignment)
+    assert torch.equal(mask, (j <= p) & (j > p - window))
+
+
+def test_a_scale_of_zero_is_a_scale_not_the_default() -> None:
+    """scale=0.0 makes every score 0: uniform weights, each output the mean value, as in torch."""
+    q, k, v = qkv((2, 4, 5), (2, 6, 5), (2, 6, 3))
+    weights = attention_weights(q, k, scale=0.0)
+    torch.testing.assert_close(weights, torch.full((2, 4, 6), 1 / 6, dtype=torch.float64))
+    out = scaled_dot_product_attention(q, k, v, scale=0.0)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=0.0), rtol=0, atol=1e-12)
+    torch.testing.assert_close(out, v.mean(dim=-2, keepdim=True).expand(2, 4, 3), rtol=0, atol=1e-12)
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
@@ -371,10 +394,14 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             sliding_window_mask(*sizes)
 
-    def test_causal_mask_bad_alignment(self) -> None:
+    @pytest.mark.parametrize(
+        "make", [causal_mask, additive_causal_mask, lambda t_q, t_k, **kw: sliding_window_mask(t_q, t_k, 2, **kw)]
+    )
+    def test_masks_refuse_a_bad_alignment(self, make) -> None:
+        """Not silently top-left: every dense mask with an alignment checks it."""
         expected = r"alignment must be one of \('top_left', 'bottom_right'\), got 'left'"
         with pytest.raises(ValueError, match=expected):
-            causal_mask(3, 5, alignment="left")
+            make(3, 5, alignment="left")
 
     @pytest.mark.parametrize("dropout_p", [-0.5, 1.0])
     def test_dropout_p_must_be_in_the_unit_interval(self, dropout_p: float) -> None:
