@@ -248,12 +248,55 @@ def test_alibi_follows_the_scores_device():
     assert M.dense_attention(q, q, q, score_mod=M.alibi(2)).device == scores.device
 
 
+def test_sink_window_is_the_definition_and_no_query_sees_a_later_sink():
+    """Query i sees key j <= i when i - w < j or j < n_sink: query 0 does not see sinks 1 and 2."""
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    expected = (j <= i) & ((j > i - 2) | (j < 3))
+    assert torch.equal(M.to_dense(M.sink_window(2, num_sinks=3), T, T), expected)
+    assert torch.equal(M.to_dense(M.sink_window(2), T, T), M.to_dense(M.sliding_window(2), T, T))
+
+
+def test_block_sparsity_with_a_pair_of_block_sizes_is_the_block_mask():
+    """block_size=(B_q, B_k): query tiles of B_q rows, key tiles of B_k columns, as in torch."""
+    t_q, t_k = 6, 12
+    kinds = M.block_sparsity(M.causal(), t_q, t_k, block_size=(2, 4))
+    assert kinds.tolist() == [[1, 0, 0], [1, 0, 0], [2, 1, 0]]  # (T_q, T_k) = (3, 3)
+    block_mask = create_block_mask(M.causal(), None, None, t_q, t_k, device="cpu", BLOCK_SIZE=(2, 4))
+    assert torch.equal((kinds == 1).sum(-1), block_mask.kv_num_blocks[0, 0].long())
+    assert torch.equal((kinds == 2).sum(-1), block_mask.full_kv_num_blocks[0, 0].long())
+
+
+def test_dense_attention_scale_multiplies_the_scores():
+    q, k, v = qkv((2, 3, T, 8))
+    out, lse = M.dense_attention(q, k, v, mask_mod=M.causal(), scale=0.3, return_lse=True)
+    torch.testing.assert_close(
+        out, F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3), rtol=0, atol=1e-12
+    )
+    scores = (q @ k.transpose(-2, -1) * 0.3).masked_fill(~causal_mask(T, T), -math.inf)
+    torch.testing.assert_close(lse, scores.logsumexp(-1), rtol=0, atol=1e-12)
+
+
+def test_dense_attention_hides_keys_after_the_score_mod_not_before():
+    """A soft cap of -inf is -cap, a finite score: masking first would let hidden keys back in."""
+    q, k, v = qkv((2, 3, T, 8))
+    out = M.dense_attention(q, k, v, score_mod=M.soft_cap(2.0), mask_mod=M.causal())
+    scores = 2.0 * torch.tanh(q @ k.transpose(-2, -1) / math.sqrt(8) / 2.0)
+    expected = torch.softmax(scores.masked_fill(~causal_mask(T, T), -math.inf), dim=-1) @ v
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    block_mask = create_block_mask(M.causal(), None, None, T, T, device="cpu", BLOCK_SIZE=4)
+    flex = flex_attention(q, k, v, score_mod=M.soft_cap(2.0), block_mask=block_mask)
+    torch.testing.assert_close(out, flex, rtol=0, atol=1e-12)
+
+
 class TestBadInput:
     @pytest.mark.parametrize("rule", [
         lambda s, b, h, i, j: s * s,  # 0 at s = 0 and 1 at s = 1: a probe of 0 and 1 alone passes it
         lambda s, b, h, i, j: s * (i + 1),  # adds at query 0 only
         lambda s, b, h, i, j: s + (s > 1.0) * 0.5,  # adds a term that depends on the score
         M.soft_cap(50.0),
+        # adds exactly at every probe of ADDITIVITY_PROBES (sin(2 pi s) = 0 there): only the
+        # scores that differ from pair to pair catch it
+        lambda s, b, h, i, j: s + torch.sin(2 * math.pi * s),
     ])
     def test_to_bias_refuses_a_rule_that_does_not_add(self, rule):
         with pytest.raises(ValueError, match=r"score_mod must add a term .* got xi\(s\) - xi\(0\) = "):
