@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from attention import masks
-from attention.flash import flash_attention
+from attention.flash import default_block_sizes, flash_attention
 from attention.functional import scaled_dot_product_attention
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
@@ -439,6 +439,54 @@ def test_lse_is_differentiable():
     got = torch.autograd.grad(lse.sum(), (q, k))
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_default_block_sizes_switch_at_t_k_2048_and_never_exceed_the_sequence():
+    """128 x 512 from t_k = 2048 on, 128 x 128 below; no block longer than its sequence, none 0."""
+    assert default_block_sizes(2048, 2048) == (128, 512)
+    assert default_block_sizes(2047, 2047) == (128, 128)
+    assert default_block_sizes(5, 3000) == (5, 512)
+    assert default_block_sizes(0, 0) == (1, 1)
+
+
+@pytest.mark.parametrize("t_q, t_k", [(0, 5), (0, 0), (3, 0)])
+def test_no_queries_or_no_keys_with_default_blocks_give_torchs_answer(t_q, t_k):
+    q, k, v = qkv((2, 3, t_q, 4), (2, 3, t_k, 4), (2, 3, t_k, 2), requires_grad=True)
+    assert_output_and_grads_equal(
+        lambda q, k, v: flash_attention(q, k, v, is_causal=True), lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+        (q, k, v),
+    )
+
+
+def test_a_pair_of_block_sizes_is_query_rows_then_key_rows():
+    """block_size=(9, 4) with t_q = 9, t_k = 4 is one tile, (4, 9) three: two products each."""
+    q, k, v = qkv((1, 9, 4), (1, 4, 4), (1, 4, 4))
+    for block_size, tiles in (((9, 4), 1), ((4, 9), 3)):
+        with OpRecorder() as rec:
+            flash_attention(q, k, v, block_size=block_size)
+        assert sum("bmm" in op for op in rec.ops) == 2 * tiles, block_size
+
+
+def test_a_scale_of_zero_is_a_scale_not_the_default():
+    """scale=0.0 makes every score 0: uniform weights over the visible keys, as in torch."""
+    q, k, v = qkv((2, 5, 4), (2, 7, 4), (2, 7, 3), requires_grad=True)
+    assert_output_and_grads_equal(
+        lambda q, k, v: flash_attention(q, k, v, is_causal=True, block_size=3, scale=0.0),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.0),
+        (q, k, v),
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_inputs_give_the_output_in_their_dtype_and_lse_in_float32(dtype):
+    """lse is a statistic, kept in the accumulation dtype (float32), as FlashAttention stores it;
+    rounded to bfloat16 it would be off by up to 2^-9 relative, about 0.03 at lse = 8."""
+    q, k, v = qkv((1, 2, 40, 16), (1, 2, 60, 16), dtype=torch.float32, scale=2.0, to=dtype)
+    out, lse = flash_attention(q, k, v, is_causal=True, block_size=16, return_lse=True)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    visible = torch.arange(60)[None, :] <= torch.arange(40)[:, None]
+    exact = explicit_lse(q.double(), k.double(), visible, 0.25)
+    assert (lse.double() - exact).abs().max().item() <= 1e-5
 
 
 class TestBadInput:
