@@ -186,6 +186,16 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             linear_attention(query, key, value, initial_state=state)
 
+    def test_no_leading_dimension_broadcasts_for_the_value_or_the_state(self) -> None:
+        """query, key, value and initial_state share every leading dimension: a value or a state
+        of batch 1 against a batch of 2 is refused, not broadcast."""
+        query, key, value = qkv((2, 5, 4))
+        with pytest.raises(ValueError, match=r"same leading dimensions.*got \(2,\), \(2,\) and \(1,\)"):
+            linear_attention(query, key, value[:1])
+        state = torch.zeros(1, 4, 5, dtype=F64)  # (1, r, d_v + 1): batch 1
+        with pytest.raises(ValueError, match=r"initial_state must have shape .* = \(2, 4, 5\), got \(1, 4, 5\)"):
+            linear_attention(query, key, value, initial_state=state)
+
 
 def test_chunked_prefill_then_recurrent_decode_equals_one_call():
     """As flash-linear-attention's (o, final_state): the state carries on from a prefill."""
@@ -243,14 +253,3 @@ def test_half_precision_returns_a_float32_state_and_half_weights(form: str) -> N
     exact = linear_attention_weights(query.double(), key.double(), is_causal=True)
     assert weights.dtype == torch.bfloat16
     torch.testing.assert_close(weights, exact.to(torch.bfloat16), rtol=2**-8, atol=0)  # 1 ulp
-
-
-def test_no_leading_dimension_broadcasts_for_the_value_or_the_state() -> None:
-    """query, key, value and initial_state share every leading dimension: a value or a state
-    of batch 1 against a batch of 2 is refused, not broadcast."""
-    query, key, value = qkv((2, 5, 4))
-    with pytest.raises(ValueError, match=r"same leading dimensions.*got \(2,\), \(2,\) and \(1,\)"):
-        linear_attention(query, key, value[:1])
-    state = torch.zeros(1, 4, 5, dtype=F64)  # (1, r, d_v + 1): batch 1
-    with pytest.raises(ValueError, match=r"initial_state must have shape .* = \(2, 4, 5\), got \(1, 4, 5\)"):
-        linear_attention(query, key, value, initial_state=state)

@@ -354,6 +354,15 @@ def test_indexer_with_a_cache_scores_chunk_by_chunk_as_all_at_once() -> None:
 
 
 class TestBadInput:
+    def test_index_keys_may_not_lag_the_latents_or_change_dtype(self) -> None:
+        cache = IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
+                                     dtype=torch.float64)
+        cache.append(torch.zeros(2, 2, 3, dtype=torch.float64), torch.zeros(2, 2, 2, dtype=torch.float64))
+        with pytest.raises(ValueError, match=r"2 latents are stored, and 0 \+ 1 index keys would be"):
+            cache.append_index_keys(torch.ones(2, 1, 6, dtype=torch.float64))
+        with pytest.raises(ValueError, match=r"dtype torch\.float64, got \(2, 2, 6\) and torch\.float32"):
+            cache.append_index_keys(torch.ones(2, 2, 6))
+
     def test_index_keys_must_follow_the_latents_and_have_their_width(self) -> None:
         cache = IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
                                      dtype=torch.float64)
@@ -548,11 +557,3 @@ class TestIndexedCache:
         assert cache.index_keys.dtype == torch.float32
         self._append_latents(cache, 1)
         assert cache.append_index_keys(torch.ones(2, 1, 6)).dtype == torch.float32
-
-    def test_index_keys_may_not_lag_the_latents_or_change_dtype(self) -> None:
-        cache = self._cache()
-        self._append_latents(cache, 2)
-        with pytest.raises(ValueError, match=r"2 latents are stored, and 0 \+ 1 index keys would be"):
-            cache.append_index_keys(torch.ones(2, 1, 6, dtype=torch.float64))
-        with pytest.raises(ValueError, match=r"dtype torch\.float64, got \(2, 2, 6\) and torch\.float32"):
-            cache.append_index_keys(torch.ones(2, 2, 6))
