@@ -67,14 +67,13 @@ class RMSNorm(nn.Module):
         """
         if x.dim() == 0 or x.shape[-1] != self.d:
             raise ValueError(f"x must have shape (..., d) with d={self.d}, got {tuple(x.shape)}")
-        # x * γ's dtype; half precision is computed in float32 and rounded once, as torch does:
-        # in float16, x² overflows once |x| > 256
-        dtype = torch.promote_types(x.dtype, self.weight.dtype)
-        acc = accumulation_dtype(dtype)
+        # x's dtype, as torch.nn.RMSNorm returns whatever γ's; half precision is computed in
+        # float32 and rounded once, as torch does: in float16, x² overflows once |x| > 256
+        acc = accumulation_dtype(torch.promote_types(x.dtype, self.weight.dtype))
         x_acc = x.to(acc)
         mean_square = x_acc.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
         y = self.weight.to(acc) * (x_acc * torch.rsqrt(mean_square + self.eps))  # (..., d)
-        return y.to(dtype)
+        return y.to(x.dtype)
 
 
 def make_norm(

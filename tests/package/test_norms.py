@@ -1,5 +1,7 @@
 """RMSNorm equals torch.nn.RMSNorm; what it keeps and drops from LayerNorm; norm_matrix."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -140,3 +142,18 @@ class TestBadInput:
     def test_sizes_eps_and_norm_kinds_must_be_valid(self, make: object, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             make()  # type: ignore[operator]
+
+
+def test_rms_norm_returns_the_inputs_dtype_as_torch_does_when_the_gain_is_wider():
+    """A bfloat16 x with a float32 γ gives bfloat16, torch.nn.RMSNorm's answer, not float32."""
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(0)).bfloat16()
+    ours, theirs = RMSNorm(8, eps=1e-5), torch.nn.RMSNorm(8, eps=1e-5)
+    with torch.no_grad():
+        ours.weight.copy_(torch.linspace(0.5, 2.0, 8))
+        theirs.weight.copy_(ours.weight)
+        with warnings.catch_warnings():  # torch: no fused kernel for mixed dtypes
+            warnings.simplefilter("ignore", UserWarning)
+            want = theirs(x)
+        got = ours(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
