@@ -88,6 +88,40 @@ def test_varlen_causal_is_aligned_bottom_right_like_flash_attention():
     torch.testing.assert_close(out[:2].transpose(0, 1), first, rtol=0, atol=1e-12)
 
 
+def test_unpack_writes_zeros_in_the_padding_even_from_uninitialized_memory():
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)  # torch.empty now returns NaN (or the largest int)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        padded = unpack(torch.ones(4, 2), torch.tensor([0, 3, 4]), t_max=5)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+    real = torch.arange(5)[None, :] < torch.tensor([3, 1])[:, None]
+    assert padded[real].eq(1).all() and padded[~real].eq(0).all()
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_varlen_uses_the_scale_it_is_given(is_causal):
+    qs, ks, vs = sequences()
+    want = packed_row([F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.3)
+                       for q, k, v in zip(qs, ks, vs)])[0].transpose(0, 1)  # (t, h, d)
+    layout = [packed_row(x)[0].transpose(0, 1) for x in (qs, ks, vs)]  # (t, h, d)
+    got = varlen_attention(*layout, cu_seqlens_from_lengths(LENGTHS), is_causal=is_causal, scale=0.3)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_varlen_takes_one_key_and_value_head_shared_by_every_query_head():
+    qs, ks, vs = sequences(h=3)
+    ks, vs = [k[:1] for k in ks], [v[:1] for v in vs]  # (1, t_i, d): one shared head
+    want = packed_row([F.scaled_dot_product_attention(q, k.expand_as(q), v.expand_as(q))
+                       for q, k, v in zip(qs, ks, vs)])[0].transpose(0, 1)  # (t, h, d)
+    q, k, v = [packed_row(x)[0].transpose(0, 1) for x in (qs, ks, vs)]  # k, v: (t, 1, d)
+    got = varlen_attention(q, k, v, cu_seqlens_from_lengths(LENGTHS))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
         (lambda: cu_seqlens_from_lengths(torch.tensor([3, 0])), r"lengths must be .* values >= 1, got \[3, 0\]"),
@@ -107,6 +141,17 @@ class TestBadInput:
          r"must count the same sequences.*got 1 and 2 sequences"),
         (lambda: varlen_attention(torch.zeros(4, 4, 2), torch.zeros(4, 2, 2), torch.zeros(4, 2, 2), torch.tensor([0, 4])),
          r"key and value must have the query's h=4 heads \(or 1, shared\), got 2 and 2"),
+        (lambda: cu_seqlens_from_lengths(torch.tensor([[3, 2]])),
+         r"lengths must be a non-empty 1-d integer.*got \[\[3, 2\]\]"),
+        (lambda: cu_seqlens_from_lengths(torch.tensor([], dtype=torch.long)),
+         r"lengths must be a non-empty 1-d integer.*got \[\]"),
+        (lambda: document_ids(torch.tensor([0, 2, 2, 4])), r"rises strictly, got \[0, 2, 2, 4\]"),
+        (lambda: document_ids(torch.tensor([0.0, 2.0])), r"1-d integer tensor .* got \[0\.0, 2\.0\]"),
+        (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4]), is_causal=1),
+         r"is_causal must be a bool, got 1 of type int"),
+        (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(3, 1, 2), torch.tensor([0, 4])),
+         r"key and value the same tokens, got 1 and 1 sequences, 4 keys and 3 values"),
+        (lambda: pack(torch.zeros(2, 2, 1), torch.tensor([3, 1])), r"t_max >= 3, got shape \(2, 2, 1\)"),
     ])
     def test_lengths_and_cu_seqlens_must_describe_the_packed_tokens(self, call, message):
         with pytest.raises(ValueError, match=message):
