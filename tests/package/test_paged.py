@@ -78,6 +78,15 @@ def test_appending_no_tokens_to_a_new_sequence_returns_no_keys_as_a_kv_cache_doe
     assert pool.block_tables == {0: []} and pool.lengths == {0: 0}
 
 
+def test_to_moves_keys_and_values_in_place_and_returns_the_pool() -> None:
+    pool = PagedKVCache(num_blocks=2, block_size=2, num_kv_heads=1, d_h=1)
+    assert pool.to(dtype=torch.float64) is pool
+    assert pool.keys.dtype == pool.values.dtype == torch.float64
+    keys = torch.arange(3.0, dtype=torch.float64).view(1, 1, 3, 1)
+    got = pool.append(pool.add_sequence(), keys, -keys)  # the pool now takes float64 tokens
+    assert torch.equal(got[0], keys) and torch.equal(got[1], -keys)
+
+
 def _exhaust() -> None:
     pool = PagedKVCache(2, 2, 1, 1)
     pool.append(pool.add_sequence(), torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1))
