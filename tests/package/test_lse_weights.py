@@ -91,6 +91,25 @@ def test_a_query_broadcast_against_a_batch_of_keys_takes_the_lse_flash_returns()
     torch.testing.assert_close(weights_from_lse(q, k, lse), want, rtol=0, atol=1e-12)
 
 
+def test_scale_zero_is_a_scale_not_the_default_and_gives_uniform_weights():
+    q, k, v = qkv((2, 3, 5, 8), (2, 3, 7, 8))
+    _, lse = flash_attention(q, k, v, scale=0.0, block_size=4, return_lse=True)
+    got = weights_from_lse(q, k, lse, scale=0.0)
+    torch.testing.assert_close(got, torch.full_like(got, 1 / 7), rtol=0, atol=1e-15)
+    torch.testing.assert_close(got, attention_weights(q, k, scale=0.0), rtol=0, atol=1e-15)
+
+
+def test_a_row_whose_lse_is_minus_inf_is_zero_even_where_its_scores_are_finite():
+    """The rule is the lse's, not the mask's: no mask is passed here, every score is finite."""
+    q, k, _ = qkv((2, 4, 8), (2, 6, 8))
+    lse = torch.logsumexp(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1)  # (2, 4), float64
+    lse[:, 1] = -math.inf
+    got = weights_from_lse(q, k, lse)
+    assert not got[:, 1].any()
+    want = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1)
+    torch.testing.assert_close(got[:, [0, 2, 3]], want[:, [0, 2, 3]], rtol=0, atol=1e-12)
+
+
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 3), torch.zeros(3)),
@@ -109,6 +128,8 @@ class TestBadInput:
          r"mask_mod and score_mod need query \(b, h, n, d_k\), got shape \(3, 4\)"),
         (lambda: weights_from_lse(torch.zeros(2, 3, 4), torch.zeros(3, 5, 4), torch.zeros(2, 3)),
          r"leading dimensions of query and key must broadcast, got \(2,\), \(3,\)"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), is_causal=1),
+         r"is_causal must be a bool, got 1 of type int"),
     ])
     def test_weights_from_lse_needs_matching_shapes(self, call, message):
         with pytest.raises(ValueError, match=message):
