@@ -117,6 +117,49 @@ def test_float32_absorbed_is_as_accurate_as_expanded() -> None:
     assert errors[1] <= 4 * errors[0] + 1e-7, errors
 
 
+def test_reset_forgets_every_token_and_the_next_pass_overwrites_them() -> None:
+    mla = _mla()
+    x, y = torch.randn(2, 2, 4, 10, dtype=torch.float64)
+    cache = mla.new_cache(2, 6)
+    with torch.no_grad():
+        mla(x, cache)
+        cache.reset()
+        assert cache.length == 0
+        out = mla(y, cache)  # starts again at position 0, over y's tokens only
+        torch.testing.assert_close(out, mla(y), atol=1e-12, rtol=0)
+    assert cache.length == 4
+
+
+def test_to_moves_latents_and_rotary_keys_in_place_and_returns_the_cache() -> None:
+    cache = LatentKVCache(1, 4, 5, 4)
+    assert cache.to(dtype=torch.float64) is cache
+    assert cache.latents.dtype == cache.rope_keys.dtype == torch.float64
+    latents, rope_keys = cache.append(torch.ones(1, 2, 5, dtype=torch.float64),
+                                      torch.ones(1, 2, 4, dtype=torch.float64))
+    assert latents.shape == (1, 2, 5) and rope_keys.shape == (1, 2, 4)
+
+
+def test_new_cache_is_made_on_the_modules_device_and_dtype() -> None:
+    mla = MultiHeadLatentAttention(10, 12, 3, kv_rank=5, rope_dim=4, device="meta",
+                                   dtype=torch.float64)
+    cache = mla.new_cache(2, 7)
+    assert cache.latents.device.type == cache.rope_keys.device.type == "meta"
+    assert cache.latents.dtype == cache.rope_keys.dtype == torch.float64
+
+
+def test_a_new_cache_starts_zero_filled_even_from_uninitialized_memory() -> None:
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)  # torch.empty now returns NaN
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        cache = LatentKVCache(2, 4, 5, 4, dtype=torch.float64)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+    assert cache.latents.eq(0).all() and cache.rope_keys.eq(0).all()
+
+
 def test_deepseek_v2_cache_is_that_of_gqa_with_two_and_a_quarter_groups() -> None:
     # DeepSeek-V2 (section 3.1.2): 60 layers, 128 heads of 128, d_c = 512, d_R = 64.
     mla = latent_cache_bytes(1, 1, 60, 512, 64, bytes_per_value=2)
