@@ -164,6 +164,12 @@ def test_the_cache_is_made_on_the_models_device_and_dtype() -> None:
         assert layer.keys.dtype == layer.values.dtype == torch.float64
 
 
+def test_streaming_cache_keeps_no_sinks_by_default() -> None:
+    model = _model(1)
+    cache = streaming_cache(model, 1, 4)
+    assert cache.layers[0].sinks == 0 and cache.layers[0].keys.shape[2] == 4
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
@@ -172,6 +178,7 @@ class TestBadInput:
         [
             (lambda: streaming_cache(_model(1, "learned"), 1, 4, 1), r"got 'learned'"),
             (lambda: streaming_cache(_model(1, "alibi"), 1, 4, 1), r"got 'alibi'"),
+            (lambda: streaming_cache(_model(1, "sinusoidal"), 1, 4, 1), r"got 'sinusoidal'"),
             (lambda: streaming_cache(_model(1), 1, 4, -1), r"sinks must be an integer >= 0, got -1"),
             (lambda: streaming_cache(_model(1), 1, 0, 1), r"window must be at least 1, got 0"),
             (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(4)),
