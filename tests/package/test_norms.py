@@ -5,6 +5,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import seeded_randn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -126,6 +127,36 @@ def test_make_norm_builds_each_kind() -> None:
     assert isinstance(layer, nn.LayerNorm) and layer.bias is None and layer.eps == 1e-6
 
 
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_make_norm_passes_eps_and_dtype_to_either_kind(kind: str) -> None:
+    norm = make_norm(kind, 4, eps=1e-3, dtype=torch.float64)
+    assert norm.eps == 1e-3 and norm.weight.dtype == torch.float64
+    x = seeded_randn(0, 3, 4)
+    if kind == "rms":
+        expected = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-3)
+    else:
+        centred = x - x.mean(-1, keepdim=True)
+        expected = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-3)
+    torch.testing.assert_close(norm(x), expected, atol=1e-14, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_norm_matrix_is_detached_from_the_gain(kind: str) -> None:
+    matrix = norm_matrix(make_norm(kind, 3))
+    assert not matrix.requires_grad and matrix.grad_fn is None
+
+
+def test_norm_matrix_of_a_layernorm_without_gain_is_the_centring_matrix() -> None:
+    """No γ (elementwise_affine=False) is γ = 1: Γ = I - 11ᵀ/d, as LayerNorm computes (in
+    torch's default dtype: such a LayerNorm holds no tensor to take a dtype from)."""
+    norm = nn.LayerNorm(3, elementwise_affine=False)
+    matrix = norm_matrix(norm)
+    torch.testing.assert_close(matrix, torch.eye(3) - 1 / 3, atol=0, rtol=0)
+    x = seeded_randn(1, 5, 3)
+    s = torch.sqrt(x.var(-1, correction=0, keepdim=True) + norm.eps)
+    torch.testing.assert_close(x @ matrix.double() / s, norm(x), atol=1e-6, rtol=0)
+
+
 class TestBadInput:
     @pytest.mark.parametrize(
         ("make", "message"),
@@ -137,6 +168,7 @@ class TestBadInput:
             (lambda: RMSNorm(4)(torch.tensor(1.0)), r"with d=4, got \(\)"),
             (lambda: make_norm("batch", 4), r"norm must be one of \('layer', 'rms'\), got 'batch'"),
             (lambda: norm_matrix(nn.Linear(2, 2)), r"RMSNorm or a 1-d nn.LayerNorm, got Linear"),
+            (lambda: norm_matrix(nn.LayerNorm((2, 3))), r"RMSNorm or a 1-d nn.LayerNorm, got LayerNorm"),
         ],
     )
     def test_sizes_eps_and_norm_kinds_must_be_valid(self, make: object, message: str) -> None:
