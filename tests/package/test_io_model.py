@@ -7,6 +7,7 @@ from attention.io_model import (
     IOCount,
     TwoLevelMemory,
     standard_attention_io,
+    standard_blocks,
     standard_io_formula,
     tiled_attention_io,
     tiled_blocks,
@@ -105,6 +106,17 @@ def test_tiling_stops_paying_when_fast_memory_is_below_d_h_squared():
     assert tiled_attention_io(t, d_h, large).total < standard_attention_io(t, d_h, large).total
 
 
+def test_a_key_tile_never_has_more_rows_than_there_are_tokens():
+    # t = 4 < d_h = 8. Standard, m_sram = 80: B_k = min(4, 8, 80 // 16) = 4, then
+    # B_q = min(4, (80 - 32) // 12) = 4; held: Q 32 + K_j 32 + S_ij 16 = 80. (B_k = 8 rows,
+    # for keys that are not there, would leave room for B_q = 1 query row only.)
+    assert standard_blocks(4, 8, 80) == (4, 4)
+    assert standard_attention_io(4, 8, 80).peak == 80
+    # Tiled, m_sram = 160: B_k = min(4, 8, 160 // 32) = 4, B_q = min(4, (160 - 64) // 22) = 4;
+    # held: Q_i 32, O_i 32, m_i 4, l_i 4, K_j 32, V_j 32, S_ij 16 = 152.
+    assert tiled_blocks(4, 8, 160) == (4, 4)
+    assert tiled_attention_io(4, 8, 160) == IOCount(reads=96, writes=36, peak=152)
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
@@ -117,6 +129,9 @@ class TestBadInput:
             (lambda: standard_attention_io(8, True, 1000), "d_h must be a positive int, got True"),
             (lambda: tiled_attention_io(8, 8, 100, block_size=0), r"block_size must be a positive int.*got 0"),
             (lambda: tiled_attention_io(8, 8, 100, block_size=(0, 4)), r"block_size must be a positive.*got 0"),
+            (lambda: tiled_attention_io(8, 8, 100, block_size=(4, 0)), r"block_size must be a positive.*got 0"),
+            (lambda: tiled_attention_io(0, 8, 1000, block_size=4), "t must be a positive int, got 0"),
+            (lambda: tiled_attention_io(8, 8, 0, block_size=4), "m_sram must be a positive int, got 0"),
             (lambda: tiled_attention_io(8, 8, 34), r"tiled attention needs m_sram >= 35 elements.*got 34"),
             (lambda: standard_attention_io(100, 8, 99), r"standard attention needs m_sram >= 100.*got 99"),
             (lambda: standard_attention_io(4, 8, 16), "needs m_sram >= 17 elements, got 16"),
