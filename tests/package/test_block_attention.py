@@ -2,9 +2,10 @@
 
 import pytest
 import torch
-from _inputs import randomize
+from _inputs import randomize, seeded_randn
 
-from attention import BlockAttention, TransformerBlock
+from attention import BlockAttention, KVCache, RollingKVCache, RotaryEmbedding, TransformerBlock
+from attention.inference import window_visible
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
@@ -55,6 +56,108 @@ def test_output_gate_scales_each_head_s_context_by_a_sigmoid_of_the_input() -> N
     assert block.attn.gate.weight.shape == (8, 8)
 
 
+def _heads(x: torch.Tensor) -> torch.Tensor:
+    """(b, t, d) -> (b, h, t, d_h) for h = 2."""
+    b, t, d = x.shape
+    return x.view(b, t, 2, d // 2).transpose(1, 2)
+
+
+def test_forward_is_the_formula_written_out_in_float64() -> None:
+    """Q, K, V = x W_q, x W_k, x W_v; each head's Q and K normed by its own gain (q_norm,
+    k_norm, with norm_eps), then rotated; softmax(Q Kᵀ / sqrt(d_h) + causal) V, heads merged, W_o."""
+    attn = randomize(BlockAttention(
+        8, 2, is_causal=True, rotary=RotaryEmbedding(4), qk_norm="rms", norm_eps=0.5,
+    ).double())
+    gain_q, gain_k = seeded_randn(5, 4), seeded_randn(6, 4)  # one gain each, not shared
+    with torch.no_grad():
+        attn.q_norm.weight.copy_(gain_q)
+        attn.k_norm.weight.copy_(gain_k)
+    x = seeded_randn(0, 2, 5, 8)
+    w_q, w_k, w_v = attn.qkv.weight.split(8)
+    b_q, b_k, b_v = attn.qkv.bias.split(8)
+    q, k, v = (_heads(x @ w.T + bias) for w, bias in ((w_q, b_q), (w_k, b_k), (w_v, b_v)))
+
+    def rms(y: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+        return gain * y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + 0.5)
+
+    q, k = attn.rotary(rms(q, gain_q)), attn.rotary(rms(k, gain_k))
+    scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(~torch.ones(5, 5).tril().bool(), -torch.inf)
+    weights = torch.softmax(scores, dim=-1)
+    context = (weights @ v).transpose(1, 2).reshape(2, 5, 8)
+    out, got_weights = attn(x)
+    torch.testing.assert_close(got_weights, weights, atol=1e-14, rtol=0)
+    torch.testing.assert_close(out, attn.out_proj(context), atol=1e-13, rtol=0)
+
+
+def test_a_causal_block_keeps_a_mask_that_hides_more_than_the_future() -> None:
+    torch.manual_seed(0)
+    attn = BlockAttention(8, 2, is_causal=True).double()
+    x = seeded_randn(1, 1, 4, 8)
+    keep = torch.ones(4, 4, dtype=torch.bool)
+    keep[1:, 0] = False  # key 0 hidden from queries 1.. (query 0 still sees it)
+    _, weights = attn(x, keep)
+    assert not weights[..., 1:, 0].any() and not weights.triu(1).any()
+    plain = BlockAttention(8, 2).double()
+    plain.load_state_dict(attn.state_dict())
+    _, unmasked = plain(x, keep & torch.ones(4, 4, dtype=torch.bool).tril())
+    torch.testing.assert_close(weights, unmasked, atol=1e-15, rtol=0)
+
+
+@pytest.mark.parametrize("qk_norm", [None, "rms"])
+def test_decoding_in_chunks_with_a_cache_equals_one_forward(qk_norm) -> None:
+    """Each chunk's queries and keys are rotated from their own positions n .. n + t - 1, and
+    the causal mask of t queries against n + t keys is aligned bottom-right."""
+    attn = randomize(BlockAttention(8, 2, is_causal=True, rotary=RotaryEmbedding(4),
+                                    qk_norm=qk_norm).double())
+    x = seeded_randn(2, 2, 7, 8)
+    full, full_weights = attn(x)
+    cache = KVCache(2, 2, 7, 4, dtype=torch.float64)
+    start = 0
+    for t in (3, 1, 3):
+        out, weights = attn(x[:, start:start + t], cache=cache)
+        torch.testing.assert_close(out, full[:, start:start + t], atol=1e-13, rtol=0)
+        torch.testing.assert_close(weights, full_weights[:, :, start:start + t, :start + t],
+                                   atol=1e-14, rtol=0)
+        start += t
+
+
+@pytest.mark.parametrize("sinks", [0, 1])
+def test_decoding_with_a_rolling_cache_equals_one_forward_under_its_window(sinks) -> None:
+    """Each query of a chunk sees its own window (and the sinks), not the first query's."""
+    attn = randomize(BlockAttention(8, 2, is_causal=True, rotary=RotaryEmbedding(4)).double())
+    x = seeded_randn(3, 1, 8, 8)
+    positions = torch.arange(8)
+    visible = window_visible(positions, positions, 3, sinks)  # (8, 8)
+    full, _ = attn(x, visible)
+    cache = RollingKVCache(1, 2, window=3, d_h=4, dtype=torch.float64, sinks=sinks)
+    start = 0
+    for t in (2, 3, 1, 2):
+        out, _ = attn(x[:, start:start + t], cache=cache)
+        torch.testing.assert_close(out, full[:, start:start + t], atol=1e-13, rtol=0)
+        start += t
+
+
+def test_dropout_acts_on_weights_and_output_in_training_only() -> None:
+    torch.manual_seed(0)
+    attn = BlockAttention(8, 2, dropout=0.5).double()
+    x = seeded_randn(4, 2, 6, 8)
+    reference = BlockAttention(8, 2).double()
+    reference.load_state_dict(attn.state_dict())
+    attn.eval()
+    out, weights = attn(x)
+    expected_out, expected_weights = reference(x)
+    assert torch.equal(out, expected_out) and torch.equal(weights, expected_weights)
+    attn.train()
+    torch.manual_seed(1)
+    out, weights = attn(x)
+    assert (weights == 0).any()  # dropped weights (the rest scaled by 2)
+    assert (out == 0).float().mean() > 0.25  # SA(x) dropped too: about half its entries are 0
+
+
+def test_bias_false_leaves_no_bias_in_the_projections_the_gate_or_the_norms() -> None:
+    attn = BlockAttention(8, 2, qk_norm="layer", output_gate=True, bias=False)
+    assert all(not name.endswith("bias") for name, _ in attn.named_parameters())
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
@@ -87,3 +190,7 @@ class TestBadInput:
         keep = torch.ones(4, 4, dtype=torch.bool).tril()
         with pytest.raises(ValueError, match=r"attn_mask must be bool .* got torch.int64"):
             block(torch.randn(1, 4, 8), keep.long())
+
+    def test_rotary_must_rotate_heads_of_width_d_h(self) -> None:
+        with pytest.raises(ValueError, match=r"rotary must rotate heads of width d_h=4, got d_h=8"):
+            BlockAttention(8, 2, rotary=RotaryEmbedding(8))
