@@ -117,6 +117,72 @@ def test_favor_with_no_keys_gives_zero_rows_as_in_sdpa(form: str) -> None:
     torch.testing.assert_close(variance, want, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("orthogonal", [False, True])
+def test_the_seed_draws_the_projection_random_projection_draws(orthogonal: bool) -> None:
+    """favor_attention(seed=s) is favor_attention with random_projection's Ψ from a generator
+    seeded with s, orthogonal or not as asked."""
+    query, key, value = qkv((2, 6, 4), seed=3, scale=0.5)
+    psi = random_projection(16, 4, orthogonal, torch.Generator().manual_seed(9))
+    got = favor_attention(query, key, value, num_features=16, seed=9, orthogonal=orthogonal)
+    want = favor_attention(query, key, value, num_features=16, projection=psi.double())
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)  # Ψ drawn in float32
+
+
+def test_projection_dtype_is_the_one_asked_for() -> None:
+    generator = torch.Generator().manual_seed(0)
+    for orthogonal in (False, True):
+        assert random_projection(5, 3, orthogonal, generator, F64).dtype == F64
+        assert random_projection(5, 3, orthogonal, generator).dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_favor_in_half_precision_is_the_float32_estimate_rounded_once(dtype: torch.dtype) -> None:
+    """Half-precision inputs are computed in float32 and the output rounded once to their dtype."""
+    query, key, value = qkv((2, 12, 8), seed=4, to=dtype)
+    got = favor_attention(query, key, value, num_features=32, seed=0, is_causal=True)
+    assert got.dtype == dtype
+    want = favor_attention(query.float(), key.float(), value.float(), num_features=32, seed=0,
+                           is_causal=True)
+    torch.testing.assert_close(got, want.to(dtype), atol=0, rtol=0)
+
+
+def test_orthogonal_rows_have_the_length_of_a_standard_normal_vector() -> None:
+    """|ψ|² of a row is chi-squared with d_k degrees of freedom: mean d_k, variance 2 d_k (not a
+    fixed length sqrt(d_k), which would keep each coordinate's variance at 1 all the same)."""
+    g = random_projection(4000, 4, True, torch.Generator().manual_seed(1), F64)
+    squared = g.pow(2).sum(-1)
+    assert abs(squared.mean() - 4) < 0.2 and 6.5 < squared.var() < 9.5
+
+
+def test_a_query_s_estimate_does_not_depend_on_the_other_queries() -> None:
+    """Each query's features are rescaled by their own maximum: a long query's exponents, far
+    below a short one's, do not underflow to 0 in float32 when the two are run together."""
+    query, key, value = (x.float() for x in qkv((1, 2, 4), (1, 5, 4), seed=5))
+    query = query * torch.tensor([0.1, 30.0])[:, None]
+    together = favor_attention(query, key, value, num_features=32, seed=0)
+    for i in range(2):
+        alone = favor_attention(query[:, i:i + 1], key, value, num_features=32, seed=0)
+        torch.testing.assert_close(together[:, i:i + 1], alone, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_error_variance_is_the_double_sum_of_chapter_12(is_causal: bool) -> None:
+    """Var ~ (1/m) sum_ab alpha_ia alpha_ib (v_ac - z_ic)(v_bc - z_ic) exp((x_i + y_a).(x_i + y_b)),
+    summed term by term in float64 at scores of order 1 (where exp(x_i . y_a) is not 1)."""
+    query, key, value = qkv((2, 5, 4), seed=6)
+    x, y = query * 4**-0.25, key * 4**-0.25
+    scores = x @ y.transpose(-2, -1)
+    if is_causal:
+        scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), -torch.inf)
+    alpha = torch.softmax(scores, -1)  # (2, t_q, t_k)
+    z = alpha @ value
+    s = x[:, :, None, :] + y[:, None, :, :]  # (2, t_q, t_k, d_k): x_i + y_a
+    gram = torch.exp(s @ s.transpose(-2, -1))  # (2, t_q, t_k, t_k)
+    deviation = value[:, None] - z[:, :, None]  # (2, t_q, t_k, d_v)
+    want = torch.einsum("nia,nib,niac,nibc,niab->nic", alpha, alpha, deviation, deviation, gram) / 7
+    got = favor_error_variance(query, key, value, num_features=7, is_causal=is_causal)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
+
 # Bad input ------------------------------------------------------------------------------------
 
 
@@ -133,3 +199,7 @@ class TestBadInput:
             favor_attention(q, k, v, num_features=8, projection=torch.randn(8, 3, dtype=F64))
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(8, 3\)"):
             positive_random_features(q, torch.randn(8, 3))
+        with pytest.raises(ValueError, match=r"seed must be an integer or None.*got True"):
+            favor_attention(q, k, v, num_features=8, seed=True)
+        with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(4,\)"):
+            positive_random_features(q, torch.randn(4))
