@@ -222,6 +222,25 @@ def test_model_cache_memory_is_the_formula() -> None:
     assert cache.length == 0
 
 
+def test_linear_and_embedding_weights_start_at_gpt2_s_scale_and_biases_at_zero() -> None:
+    torch.manual_seed(0)
+    model = TinyTransformer(50, 64, 2, 2, context_length=16, activation="swiglu", output_gate=True)
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear | nn.Embedding):
+            assert abs(module.weight.std().item() - 0.02) < 0.004, name
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            assert not module.bias.any(), name
+
+
+def test_generate_with_learned_positions_may_fill_the_context() -> None:
+    """t + max_new_tokens - 1 = context_length: the last token is chosen, never run."""
+    model = _decoder("learned")
+    idx = torch.zeros(1, 3, dtype=torch.long)
+    out = model.generate(idx, 7)  # 3 + 7 - 1 = 9 = context_length
+    assert out.shape == (1, 10)
+    assert torch.equal(out, model.generate(idx, 7, use_cache=False))
+    assert model.new_cache(1, 9).layers[0].max_tokens == 9  # a cache of context_length tokens
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 

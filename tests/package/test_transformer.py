@@ -271,6 +271,22 @@ def test_defaults_build_the_same_block_and_random_draws_as_before_the_variants()
         assert torch.equal(ours.weight, theirs.weight) and torch.equal(ours.bias, theirs.bias)
 
 
+def test_swiglu_width_truncates_the_multiplied_width_as_llama_does() -> None:
+    """int(multiplier · width), not round: 1.3 · int(2 · 384 / 3) = 1.3 · 256 = 332.8 -> 332."""
+    assert swiglu_width(96, multiple_of=1, ffn_dim_multiplier=1.3) == 332
+    assert swiglu_width(96, multiple_of=4, ffn_dim_multiplier=1.3) == 332
+
+
+def test_from_torch_carries_the_layer_norm_eps() -> None:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, layer_norm_eps=0.5,
+                                       dtype=torch.float64).eval()
+    block = TransformerBlock.from_torch(layer)
+    assert block.norm1.eps == block.norm2.eps == 0.5
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(block(x), layer(x), atol=1e-12, rtol=0)
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
