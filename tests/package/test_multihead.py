@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _gradcheck import module_gradcheck
+from _inputs import randomize, seeded_randn
 
 from attention import (
     CausalAttention,
@@ -16,7 +17,9 @@ from attention import (
     additive_causal_mask,
     attention_weights,
     causal_mask,
+    from_torch_state_dict,
     journey_batch,
+    to_torch_state_dict,
 )
 
 # Reference figures printed in the book's notebook (tests/fixtures/reference/notebook-outputs.txt,
@@ -206,6 +209,112 @@ def test_gradcheck_float64() -> None:
     flash_attention is gradchecked in tests/package/test_flash.py."""
     x = torch.rand(2, 4, 3)
     assert module_gradcheck(MultiHeadAttention(3, 4, context_length=5, dropout=0.0, num_heads=2), x)
+
+
+@pytest.mark.parametrize("cls", [MultiHeadAttention, FusedMultiHeadAttention])
+def test_proj_dropout_drops_entries_of_the_projected_output_not_of_its_input(cls: type) -> None:
+    """Each output entry is 0 or 2x its eval value (p = 0.5): dropping out_proj's input instead
+    would leave its bias in every entry, and a dropped input would change whole rows."""
+    module = randomize(cls(4, 6, 2, 8, 0.0, proj_dropout=0.5)).double()
+    x = seeded_randn(0, 2, 7, 4)
+    with torch.no_grad():
+        clean = module.eval()(x)
+        torch.manual_seed(0)
+        dropped = module.train()(x)
+    kept = dropped != 0
+    assert 0 < kept.sum() < kept.numel()
+    torch.testing.assert_close(dropped[kept], 2 * clean[kept])
+
+
+def test_returned_weights_are_those_applied_after_dropout() -> None:
+    """In training the returned weights carry the dropout: out = out_proj(merge(A V)) with them."""
+    mha = randomize(MultiHeadAttention(4, 6, 2, 8, 0.5)).double().train()
+    x = seeded_randn(1, 2, 7, 4)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        out, weights = mha(x, return_weights=True)
+        values = mha.W_value(x).view(2, 7, 2, 3).transpose(1, 2)  # (b, h, t, d_h)
+        context = (weights @ values).transpose(1, 2).reshape(2, 7, 6)
+        clean = mha.eval()(x, return_weights=True)[1]
+    assert torch.any((weights == 0) & (clean != 0))
+    torch.testing.assert_close(out, mha.out_proj(context))
+
+
+def test_fused_explicit_path_drops_attention_weights_as_multihead_does_in_training() -> None:
+    """Same seed, same dropout draws over (b, h, t, t): the explicit fused path equals the module."""
+    mha = randomize(MultiHeadAttention(4, 6, 2, 8, 0.5)).double().train()
+    fused = FusedMultiHeadAttention.from_multihead(mha)
+    fused.use_sdpa = False
+    x = seeded_randn(2, 2, 7, 4)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        expected = mha(x)
+        torch.manual_seed(0)
+        out = fused(x)
+        assert not torch.allclose(out, mha.eval()(x))
+    torch.testing.assert_close(out, expected)
+
+
+def causal_torch_output(torch_mha: torch.nn.MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
+    """torch's module on x with the causal mask (its bool attn_mask: True = may not attend)."""
+    t = x.shape[1]
+    return torch_mha(x, x, x, attn_mask=~causal_mask(t), need_weights=False)[0]
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True])
+def test_to_torch_state_dict_makes_torch_multihead_attention_compute_the_same(qkv_bias: bool) -> None:
+    mha = randomize(MultiHeadAttention(6, 6, 3, 8, 0.0, qkv_bias=qkv_bias)).double()
+    state = to_torch_state_dict(mha.state_dict())
+    assert state["in_proj_weight"].shape == (18, 6)
+    if not qkv_bias:
+        assert torch.equal(state["in_proj_bias"], torch.zeros(18, dtype=torch.float64))
+    theirs = torch.nn.MultiheadAttention(6, 3, batch_first=True, dtype=torch.float64)
+    theirs.load_state_dict(state)
+    x = seeded_randn(3, 2, 5, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(mha(x), causal_torch_output(theirs, x))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_from_torch_state_dict_computes_what_torch_multihead_attention_computes(bias: bool) -> None:
+    """Q, K, V in torch's order; torch's biases, or zeros where its module has none."""
+    theirs = randomize(torch.nn.MultiheadAttention(6, 3, bias=bias, batch_first=True)).double()
+    state = from_torch_state_dict(theirs.state_dict(), qkv_bias=True)
+    if not bias:
+        assert all(torch.equal(state[f"{n}.bias"], torch.zeros(6, dtype=torch.float64))
+                   for n in ("W_query", "W_key", "W_value", "out_proj"))
+    mha = MultiHeadAttention(6, 6, 3, 8, 0.0, qkv_bias=True).double()
+    mha.load_state_dict(state)
+    x = seeded_randn(4, 2, 5, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(mha(x), causal_torch_output(theirs, x))
+
+
+class TestTorchStateDictBadInput:
+    """The conversions refuse what torch's or our module could not load as the same attention."""
+
+    def test_to_torch_needs_d_in_equal_to_d_out(self) -> None:
+        state = MultiHeadAttention(4, 6, 2, 8, 0.0).state_dict()
+        with pytest.raises(ValueError, match="needs d_in = d_out, got 4 and 6"):
+            to_torch_state_dict(state)
+
+    def test_to_torch_needs_the_projections(self) -> None:
+        state = MultiHeadAttention(6, 6, 2, 8, 0.0).state_dict()
+        del state["W_key.weight"]
+        with pytest.raises(ValueError, match=r"got no \['W_key.weight'\]"):
+            to_torch_state_dict(state)
+
+    def test_from_torch_refuses_a_nonzero_in_proj_bias_without_qkv_bias(self) -> None:
+        state = randomize(torch.nn.MultiheadAttention(6, 2)).state_dict()
+        with pytest.raises(ValueError, match="in_proj_bias must be zero"):
+            from_torch_state_dict(state, qkv_bias=False)
+        state["in_proj_bias"].zero_()
+        assert "W_query.bias" not in from_torch_state_dict(state, qkv_bias=False)
+
+    def test_from_torch_refuses_separate_projections(self) -> None:
+        state = torch.nn.MultiheadAttention(6, 2, kdim=4, vdim=4).state_dict()
+        with pytest.raises(ValueError, match="must hold in_proj_weight"):
+            from_torch_state_dict(state)
 
 
 MULTIHEAD_CLASSES = [MultiHeadAttention, FusedMultiHeadAttention, MultiHeadAttentionWrapper]
