@@ -4,6 +4,7 @@ import re
 
 import pytest
 import torch
+from _inputs import randomize, seeded_randn
 
 from attention import SelfAttentionV1, SelfAttentionV2, attention_weights, journey_inputs
 
@@ -72,6 +73,36 @@ def test_batched_input_equals_each_sequence_alone() -> None:
             assert out.shape == (3, 5, 2)
             for i in range(3):
                 torch.testing.assert_close(out[i], module(batch[i]))
+
+
+def plain_self_attention(x, q, k, v):
+    """softmax(Q Kᵀ / sqrt(d_k)) V in float64, written out."""
+    scores = q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def test_v2_with_qkv_bias_adds_a_bias_to_every_projection() -> None:
+    sa = randomize(SelfAttentionV2(4, 3, qkv_bias=True)).double()
+    assert all(getattr(sa, n).bias is not None for n in ("W_query", "W_key", "W_value"))
+    x = seeded_randn(0, 2, 5, 4)
+    q, k, v = (x @ p.weight.T + p.bias for p in (sa.W_query, sa.W_key, sa.W_value))
+    with torch.no_grad():
+        torch.testing.assert_close(sa(x), plain_self_attention(x, q, k, v).detach())
+
+
+@pytest.mark.parametrize("cls", [SelfAttentionV1, SelfAttentionV2])
+def test_dtype_argument_sets_the_parameters_and_output_dtype(cls: type) -> None:
+    sa = cls(4, 3, dtype=torch.float64)
+    assert {p.dtype for p in sa.parameters()} == {torch.float64}
+    assert sa(seeded_randn(1, 5, 4)).dtype == torch.float64
+
+
+@pytest.mark.parametrize("cls", [SelfAttentionV1, SelfAttentionV2])
+def test_every_weight_is_trainable_and_gets_a_gradient(cls: type) -> None:
+    sa = cls(4, 3, dtype=torch.float64)
+    (sa(seeded_randn(2, 5, 4)) * seeded_randn(3, 5, 3)).sum().backward()
+    for name, p in sa.named_parameters():
+        assert p.requires_grad and p.grad is not None and p.grad.abs().sum() > 0, name
 
 
 class TestBadInput:
