@@ -4,6 +4,7 @@ import re
 
 import pytest
 import torch
+from _inputs import randomize, seeded_randn
 
 from attention import CausalAttention, causal_mask, journey_batch, scaled_dot_product_attention
 
@@ -67,6 +68,44 @@ def test_dropout_only_in_training_mode() -> None:
         dropped = ca(x)
     torch.testing.assert_close(first, second)
     assert not torch.allclose(first, dropped)
+
+
+def test_qkv_bias_gives_all_three_projections_a_bias_float64_formula() -> None:
+    ca = randomize(CausalAttention(4, 3, context_length=8, dropout=0.0, qkv_bias=True)).double()
+    x = seeded_randn(0, 2, 6, 4)
+    with torch.no_grad():
+        q, k, v = (x @ p.weight.T + p.bias for p in (ca.W_query, ca.W_key, ca.W_value))
+        scores = (q @ k.transpose(-2, -1) / 3**0.5).masked_fill(~causal_mask(6), float("-inf"))
+        torch.testing.assert_close(ca(x), torch.softmax(scores, dim=-1) @ v)
+
+
+def test_future_tokens_get_exactly_zero_weight_even_for_huge_scores() -> None:
+    """-inf, not a large negative number: a past score far below it must still win."""
+    ca = CausalAttention(1, 1, context_length=4, dropout=0.0).double()
+    with torch.no_grad():
+        for p, w in ((ca.W_query, 1.0), (ca.W_key, -1.0), (ca.W_value, 1.0)):
+            p.weight.fill_(w)
+        x = torch.tensor([[[1000.0], [5.0], [-7.0]]], dtype=torch.float64)  # score(0, 0) = -1e6
+        out = ca(x)
+    assert out[0, 0, 0] == 1000.0  # token 0 sees only itself, however low its score
+
+
+def test_dtype_and_device_arguments_reach_parameters_and_mask() -> None:
+    ca = CausalAttention(4, 3, context_length=5, dropout=0.0, dtype=torch.float64)
+    assert {p.dtype for p in ca.parameters()} == {torch.float64}
+    meta = CausalAttention(4, 3, context_length=5, dropout=0.0, device="meta")
+    assert meta.mask.device.type == "meta" and meta.W_query.weight.device.type == "meta"
+
+
+def test_an_old_checkpoint_with_a_saved_mask_loads_strictly_also_when_nested() -> None:
+    """The saved mask is dropped under the module's own prefix, at any depth."""
+    ca = CausalAttention(4, 3, context_length=5, dropout=0.0)
+    old = {**ca.state_dict(), "mask": torch.zeros(5, 5, dtype=torch.bool)}
+    ca.load_state_dict(old)  # strict
+    assert torch.equal(ca.mask, ~causal_mask(5))
+    outer = torch.nn.Sequential(CausalAttention(4, 3, context_length=5, dropout=0.0))
+    outer.load_state_dict({f"0.{k}": v for k, v in old.items()})
+    assert torch.equal(outer[0].mask, ~causal_mask(5))
 
 
 class TestBadInput:
