@@ -4,6 +4,7 @@ import re
 
 import pytest
 import torch
+from _inputs import randomize, seeded_randn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -138,6 +139,21 @@ def test_cross_attention_padding_hides_context_tokens():
     torch.testing.assert_close(
         module(x, context_changed, key_padding_mask=PADDING), out, rtol=0, atol=0
     )
+
+
+def test_empty_context_gives_out_proj_bias_for_every_query():
+    """Nothing to attend to: a zero context vector per query, then out_proj (torch's answer)."""
+    module = randomize(CrossAttention(3, 5, 4, num_heads=2, dropout=0.0)).double()
+    out = module(seeded_randn(0, 2, 4, 3), seeded_randn(1, 2, 0, 5))
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, module.out_proj.bias.detach().expand(2, 4, 4), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["cross", "bidirectional"])
+def test_dtype_argument_sets_every_parameters_dtype(name):
+    module = {"cross": CrossAttention(3, 5, 4, 2, 0.0, dtype=torch.float64),
+              "bidirectional": BidirectionalSelfAttention(3, 4, 2, 0.0, dtype=torch.float64)}[name]
+    assert {p.dtype for p in module.parameters()} == {torch.float64}
 
 
 HEADED_BUILDERS = {
