@@ -290,33 +290,6 @@ def test_from_torch_state_dict_computes_what_torch_multihead_attention_computes(
         torch.testing.assert_close(mha(x), causal_torch_output(theirs, x))
 
 
-class TestTorchStateDictBadInput:
-    """The conversions refuse what torch's or our module could not load as the same attention."""
-
-    def test_to_torch_needs_d_in_equal_to_d_out(self) -> None:
-        state = MultiHeadAttention(4, 6, 2, 8, 0.0).state_dict()
-        with pytest.raises(ValueError, match="needs d_in = d_out, got 4 and 6"):
-            to_torch_state_dict(state)
-
-    def test_to_torch_needs_the_projections(self) -> None:
-        state = MultiHeadAttention(6, 6, 2, 8, 0.0).state_dict()
-        del state["W_key.weight"]
-        with pytest.raises(ValueError, match=r"got no \['W_key.weight'\]"):
-            to_torch_state_dict(state)
-
-    def test_from_torch_refuses_a_nonzero_in_proj_bias_without_qkv_bias(self) -> None:
-        state = randomize(torch.nn.MultiheadAttention(6, 2)).state_dict()
-        with pytest.raises(ValueError, match="in_proj_bias must be zero"):
-            from_torch_state_dict(state, qkv_bias=False)
-        state["in_proj_bias"].zero_()
-        assert "W_query.bias" not in from_torch_state_dict(state, qkv_bias=False)
-
-    def test_from_torch_refuses_separate_projections(self) -> None:
-        state = torch.nn.MultiheadAttention(6, 2, kdim=4, vdim=4).state_dict()
-        with pytest.raises(ValueError, match="must hold in_proj_weight"):
-            from_torch_state_dict(state)
-
-
 MULTIHEAD_CLASSES = [MultiHeadAttention, FusedMultiHeadAttention, MultiHeadAttentionWrapper]
 
 
@@ -391,3 +364,28 @@ class TestBadInput:
     def test_proj_dropout_must_be_in_the_unit_interval(self, cls: type, p: float) -> None:
         with pytest.raises(ValueError, match=rf"proj_dropout must be in \[0, 1\), got {p}"):
             cls(3, 4, num_heads=2, context_length=6, dropout=0.0, proj_dropout=p)
+
+    # the torch state-dict conversions refuse what torch's or our module could not load as the
+    # same attention
+    def test_to_torch_needs_d_in_equal_to_d_out(self) -> None:
+        state = MultiHeadAttention(4, 6, 2, 8, 0.0).state_dict()
+        with pytest.raises(ValueError, match="needs d_in = d_out, got 4 and 6"):
+            to_torch_state_dict(state)
+
+    def test_to_torch_needs_the_projections(self) -> None:
+        state = MultiHeadAttention(6, 6, 2, 8, 0.0).state_dict()
+        del state["W_key.weight"]
+        with pytest.raises(ValueError, match=r"got no \['W_key.weight'\]"):
+            to_torch_state_dict(state)
+
+    def test_from_torch_refuses_a_nonzero_in_proj_bias_without_qkv_bias(self) -> None:
+        state = randomize(torch.nn.MultiheadAttention(6, 2)).state_dict()
+        with pytest.raises(ValueError, match="in_proj_bias must be zero"):
+            from_torch_state_dict(state, qkv_bias=False)
+        state["in_proj_bias"].zero_()
+        assert "W_query.bias" not in from_torch_state_dict(state, qkv_bias=False)
+
+    def test_from_torch_refuses_separate_projections(self) -> None:
+        state = torch.nn.MultiheadAttention(6, 2, kdim=4, vdim=4).state_dict()
+        with pytest.raises(ValueError, match="must hold in_proj_weight"):
+            from_torch_state_dict(state)
