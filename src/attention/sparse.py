@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import accumulation_dtype, check_batch_dims, check_qkv, check_sizes, kernel_keywords, renamed
+from .functional import softmax
 from .kv_cache import check_room
 from .latent import LatentKVCache
 from .masks import MaskMod, and_masks, dense_attention, sliding_window, to_dense
@@ -412,8 +413,8 @@ def dsa_attention(
     values = value.expand(b, h, t_k, value.shape[-1]).transpose(1, 2)[rows, index].to(acc)  # (…, d_v)
     scale = d_k**-0.5 if scale is None else scale
     scores = torch.einsum("bhqd,bqkhd->bhqk", query.to(acc), keys) * scale  # (b, h, t_q, k)
-    weights = scores.masked_fill(~valid[:, None], -math.inf).softmax(dim=-1)
-    weights = weights.masked_fill(~valid[:, None], 0.0)  # a query that sees no key: 0, not nan
+    # the package's softmax gives 0, not nan, to a query that sees no key
+    weights = softmax(scores.masked_fill(~valid[:, None], -math.inf), dim=-1)  # (b, h, t_q, k)
     return torch.einsum("bhqk,bqkhd->bhqd", weights, values).to(value.dtype)  # (b, h, t_q, d_v)
 
 
