@@ -388,6 +388,18 @@ def or_masks(*mask_mods: MaskMod) -> MaskMod:
     return any_of
 
 
+def _check_heads(h: Tensor, num_heads: int, rule: str, hint: str = "") -> None:
+    """Refuse a per-head score rule made for ``num_heads`` heads on scores with another number.
+
+    apply_score_mod passes the heads as (1, h, 1, 1): a rule indexed by head would be wrong, or
+    out of range; FlexAttention passes one head at a time, a 0-d h, which this leaves alone.
+    ``hint`` may name the right call, with ``{h}`` for the scores' number of heads.
+    """
+    if h.dim() == 4 and h.shape[1] != num_heads:
+        n = h.shape[1]
+        raise ValueError(f"{rule} applied to scores with h={n} heads{hint.format(h=n)}")
+
+
 def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
     """ALiBi (Press et al., 2022): add -m_h (i + offset - j) to the score of head h, with the slopes
     of :func:`~attention.alibi_slopes`; ``offset`` = t_k - t_q puts queries after a cache.
@@ -410,15 +422,10 @@ def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
                  [-0.0039,  0.0000]]])
     """
     slopes = alibi_slopes64(num_heads)  # (h,), float64
+    rule = f"alibi(num_heads={num_heads})"  # built here: FlexAttention traces the score rule
 
     def alibi_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        # apply_score_mod's heads (1, h, 1, 1): the slopes of another h would be wrong, or out of
-        # range (FlexAttention passes one head at a time, a 0-d h, which this leaves alone)
-        if h.dim() == 4 and h.shape[1] != num_heads:
-            raise ValueError(
-                f"alibi(num_heads={num_heads}) applied to scores with h={h.shape[1]} heads: "
-                f"pass alibi({h.shape[1]})"
-            )
+        _check_heads(h, num_heads, rule, ": pass alibi({h})")
         distance = (q_idx + offset - kv_idx).to(score.dtype)
         return score - slopes.to(score.device, score.dtype)[h] * distance
 
@@ -491,13 +498,10 @@ def t5_bias(
         got = tuple(table.shape) if isinstance(table, Tensor) else type(table).__name__
         raise ValueError(f"table must have shape (num_buckets={num_buckets}, h), got {got}")
 
+    rule = f"t5_bias(table of h={table.shape[1]} heads)"  # built here: FlexAttention traces it
+
     def t5_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        # as alibi's: apply_score_mod's heads (1, h, 1, 1) must be the table's columns
-        if h.dim() == 4 and h.shape[1] != table.shape[1]:
-            raise ValueError(
-                f"t5_bias(table of h={table.shape[1]} heads) applied to scores with "
-                f"h={h.shape[1]} heads"
-            )
+        _check_heads(h, table.shape[1], rule)
         bucket = t5_buckets(kv_idx - q_idx, num_buckets, max_distance, bidirectional)
         return score + table.to(score.device, score.dtype)[bucket, h]
 
