@@ -899,7 +899,8 @@ def upcast_transformers(model: nn.Module) -> nn.Module:
     about 1e-9 to 1e-7. The same formulas in float64 make it a float64 reference. Only the
     rotary, RMSNorm and scaled-embedding modules of the families in :data:`SUPPORTED` change,
     and Qwen3-Next's gated delta layers, whose ``torch.float32`` casts become float64; their
-    decay g stays float32 (``.float()``), as in :class:`~attention.delta_layer.GatedDeltaNet`.
+    decay g is computed from A_log and x W_a rounded to float32 (``.float()``), as in
+    :class:`~attention.delta_layer.GatedDeltaNet`.
 
     Args:
         model: a float64 ``transformers`` model of a family in :data:`SUPPORTED`.
