@@ -407,7 +407,8 @@ def dsa_attention(
     visible = _visible(t_q, t_k, query.device)  # (t_q, t_k)
     masked = index_scores.masked_fill(~visible, -math.inf)
     index = masked.topk(min(top_k, t_k), dim=-1).indices  # (b, t_q, k)
-    valid = visible.expand(b, t_q, t_k).gather(-1, index)  # (b, t_q, k): a clamped slot is not
+    # (b, t_q, k): False where a clamped top-k returned a hidden key
+    valid = visible.expand(b, t_q, t_k).gather(-1, index)
     rows = torch.arange(b, device=query.device)[:, None, None]  # (b, 1, 1)
     keys = key.expand(b, h, t_k, d_k).transpose(1, 2)[rows, index].to(acc)  # (b, t_q, k, h, d_k)
     values = value.expand(b, h, t_k, value.shape[-1]).transpose(1, 2)[rows, index].to(acc)  # (…, d_v)
@@ -585,10 +586,10 @@ def nsa_mask(
 ) -> MaskMod:
     """NSA's selection: query i keeps the ``top_k`` blocks its compressed branch weighs most.
 
-    The weights are the softmax of q_i · mean(K_n) · scale over the complete blocks before the
-    query (a query that sees none gives every block 0); the first and the query's own block are
-    always kept and count among the ``top_k``, later blocks never. Half-precision inputs are
-    scored in float32, where rounding would tie close blocks.
+    The weights are the softmax of q_i · mean(K_n) · scale over the complete blocks up to the
+    query, those ending at or before it (a query that sees none gives every block 0); the first
+    and the query's own block are always kept and count among the ``top_k``, later blocks never.
+    Half-precision inputs are scored in float32, where rounding would tie close blocks.
 
     Args:
         query: (b, h, t, d_k).
@@ -649,14 +650,14 @@ def nsa_attention(
 ) -> Tensor:
     """Native Sparse Attention (Yuan et al., 2025): three causal branches mixed by gates.
 
-    Compressed: attention over the means of the complete blocks of B keys and values before the
-    query (NSA learns this compression with an MLP; blocks here do not overlap). Selected: the
-    ``top_k`` blocks that the compressed branch weighs most, the first and the query's own block
-    always among them (NSA also keeps a second local block). Sliding: the ``window`` latest keys.
-    The three branches share one set of keys and values and each head selects its own blocks; NSA
-    gives each branch its own keys and values and shares one selection among the query heads of a
-    GQA group. Half-precision inputs are computed in float32 (block means, branches and their
-    gated sum), rounded once at the end.
+    Compressed: attention over the means of the complete blocks of B keys and values up to the
+    query, those ending at or before it (NSA learns this compression with an MLP; blocks here do
+    not overlap). Selected: the ``top_k`` blocks that the compressed branch weighs most, the
+    first and the query's own block always among them (NSA also keeps a second local block).
+    Sliding: the ``window`` latest keys. The three branches share one set of keys and values and
+    each head selects its own blocks; NSA gives each branch its own keys and values and shares one
+    selection among the query heads of a GQA group. Half-precision inputs are computed in float32
+    (block means, branches and their gated sum), rounded once at the end.
 
     Args:
         query: (b, h, t, d_k).
