@@ -3,6 +3,7 @@
 
 import pytest
 import torch
+from _inputs import randomize
 
 from attention import hf
 from attention.hf import CausalLM, from_transformers, upcast_transformers  # no transformers import
@@ -124,6 +125,57 @@ def test_same_logits_and_greedy_tokens(case: str) -> None:
     assert torch.equal(ours.generate(ids, 16), generated)
 
 
+def _logit_error(model: torch.nn.Module, ours: CausalLM, ids: torch.Tensor) -> float:
+    """max |ours - theirs| / max |theirs| of the logits of ids, transformers' in float64."""
+    upcast_transformers(model)
+    with torch.no_grad():
+        expected = model(ids).logits
+        return ((ours(ids) - expected).abs().max() / expected.abs().max()).item()
+
+
+DEEPSEEK_V3 = CASES["deepseek_v3"][1]
+# options the cases above leave at their defaults; every weight drawn anew (randomize), so that
+# biases are not zero and norm gains not all equal, as transformers initialises them
+OPTIONS = {
+    # mscale weighs YaRN's RoPE ratio mscale / mscale_all_dim, mscale_all_dim the score scale
+    "deepseek_v3-mscale-unlike-mscale_all_dim": ("deepseek_v3", dict(DEEPSEEK_V3, rope_parameters=dict(
+        DEEPSEEK_V3["rope_parameters"], mscale=0.5, mscale_all_dim=2.0))),
+    "deepseek_v3-rope-in-halves": ("deepseek_v3", dict(DEEPSEEK_V3, rope_interleave=False)),
+    "gemma3-final-logit-softcap": ("gemma3_text", dict(GEMMA3, final_logit_softcapping=0.5)),
+    "llama-attention-and-mlp-bias": ("llama", dict(GQA, attention_bias=True, mlp_bias=True)),
+}
+
+
+@pytest.mark.parametrize("case", OPTIONS)
+def test_same_logits_with_options_left_at_default_above(case: str) -> None:
+    model = randomize(_model(*OPTIONS[case]))
+    error = _logit_error(model, from_transformers(model), torch.arange(11).repeat(2, 1))
+    assert error < 1e-10, error
+
+
+def test_the_copy_is_in_eval_mode_with_the_models_dtype() -> None:
+    model = _model(*CASES["gpt2"]).float().train()
+    ours = from_transformers(model)
+    assert not any(module.training for module in ours.modules())
+    assert {p.dtype for p in ours.parameters()} == {torch.float32}
+
+
+def test_gemma_embedding_scale_is_rounded_to_the_weights_dtype() -> None:
+    """sqrt(d) becomes a bfloat16 number before the product, as in transformers' embedding."""
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model("gemma3_text", **GEMMA3)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    ours = from_transformers(model)
+    seen = []
+    ours.blocks[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    ids = torch.arange(64)[None]
+    with torch.no_grad():
+        ours(ids)
+        expected = model.model.embed_tokens(ids)  # (1, 64, 32) bfloat16
+    assert seen[0].dtype == torch.bfloat16
+    torch.testing.assert_close(seen[0], expected, atol=0, rtol=0)
+
+
 def test_sliding_window_layers_use_a_rolling_cache() -> None:
     ours = from_transformers(_model(*CASES["gemma3"]))
     assert ours.layer_kinds == ["local", "local", "global"]
@@ -187,6 +239,22 @@ class TestBadInput:
         kind, options = CASES["gemma3"]
         with pytest.raises(ValueError, match=r"use_bidirectional_attention=True .* \(False, None\)"):
             from_transformers(_model(kind, **dict(options, use_bidirectional_attention=True)))
+
+    def test_attention_scalings_the_book_lacks_are_refused(self) -> None:
+        with pytest.raises(ValueError, match=r"gemma3_text: attn_logit_softcapping=50.0 is not implemented"):
+            from_transformers(_model("gemma3_text", GEMMA3, attn_logit_softcapping=50.0))
+        gpt2 = CASES["gpt2"][1]
+        with pytest.raises(ValueError, match=r"gpt2: scale_attn_by_inverse_layer_idx=True is not"):
+            from_transformers(_model("gpt2", gpt2, scale_attn_by_inverse_layer_idx=True))
+        with pytest.raises(ValueError, match=r"gpt2: scale_attn_weights=False is not implemented"):
+            from_transformers(_model("gpt2", gpt2, scale_attn_weights=False))
+
+    def test_rope_frequencies_unlike_the_books_rule_are_refused(self) -> None:
+        model = _model(*CASES["llama"])
+        model.model.rotary_emb.inv_freq[-1] *= 1.00001  # one pair 1e-5 off (the check allows float32's 1e-6)
+        with pytest.raises(ValueError, match=r"llama: the book's RoPE frequencies for .* differ from "
+                                             r"the model's inv_freq"):
+            from_transformers(model)
 
     def test_llama_layer_types_with_a_window_are_refused(self) -> None:
         # Llama's attention ignores layer_types (global everywhere) but its cache follows it
