@@ -724,7 +724,6 @@ def _deepseek_v3(model: nn.Module) -> CausalLM:
     borrowed; V3.2 adds the lightning indexer's selection."""
     config, body = model.config, model.model
     sparse = config.model_type == "deepseek_v32"
-    _option(config, "attention_bias", (False,))
     dense = [config.mlp_layer_types[i] == "dense" if sparse else i < config.first_k_dense_replace
              for i in range(len(body.layers))]  # the book's feed-forward, or transformers' MoE
     if any(dense):

@@ -141,6 +141,8 @@ OPTIONS = {
     "deepseek_v3-mscale-unlike-mscale_all_dim": ("deepseek_v3", dict(DEEPSEEK_V3, rope_parameters=dict(
         DEEPSEEK_V3["rope_parameters"], mscale=0.5, mscale_all_dim=2.0))),
     "deepseek_v3-rope-in-halves": ("deepseek_v3", dict(DEEPSEEK_V3, rope_interleave=False)),
+    "deepseek_v3-attention-bias": ("deepseek_v3", dict(DEEPSEEK_V3, attention_bias=True)),
+    "deepseek_v32-attention-bias": ("deepseek_v32", dict(CASES["deepseek_v32"][1], attention_bias=True)),
     "gemma3-final-logit-softcap": ("gemma3_text", dict(GEMMA3, final_logit_softcapping=0.5)),
     "llama-attention-and-mlp-bias": ("llama", dict(GQA, attention_bias=True, mlp_bias=True)),
 }
