@@ -77,7 +77,8 @@ def sink_window_mask(
     attention sinks of StreamingLLM). ``sinks=0`` is the plain sliding window.
 
     Args:
-        t_q: number of queries, the last t_q positions.
+        t_q: number of queries: positions 0 .. t_q - 1 (top-left) or the last t_q positions
+            (bottom-right).
         t_k: number of keys.
         window: w, the latest keys each query sees, itself included.
         sinks: n_sink, the first keys every query also sees.
