@@ -18,11 +18,12 @@ After N steps each device holds exact attention for its queries. With causal att
 block of a later device is useless to an earlier one: with contiguous shards device 0 then idles for
 N - 1 steps while device N - 1 works at every one. *Zig-zag* sharding cuts the sequence into 2N
 chunks and gives device r chunks r and 2N - 1 - r (one early, one late), so that every device
-does the same work at every step (as in zhuzilin/ring-flash-attention's ``zigzag_ring_flash_attn``
-and Llama 3's context parallelism). Striped Attention (Brandon et al., 2023) balances the ring
-differently: it deals the tokens out round-robin, device r holding positions r, r + N, r + 2N, ...
+attends as many visible pairs as every other at every step (as in zhuzilin/ring-flash-attention's
+``zigzag_ring_flash_attn`` and Llama 3's context parallelism). Striped Attention (Brandon et al.,
+2023) balances the ring differently: it deals the tokens out round-robin, device r holding
+positions r, r + N, r + 2N, ...
 
-:func:`ring_work` counts the score pairs each device computes at each step;
+:func:`ring_work` counts the visible score pairs each device attends at each step;
 :func:`ring_attention_io` counts, with the two-level memory of :mod:`attention.io_model`, the
 numbers one device receives and sends, and the memory that overlapping them with compute needs.
 """
@@ -98,7 +99,8 @@ def ring_work(t: int, world_size: int, is_causal: bool = False,
     """Score pairs (query, key) device r attends at step l: an int64 tensor (N, N) [l, r].
 
     A block that no query of the device may see is skipped (0 work); otherwise the count is the
-    visible pairs, what a kernel that skips masked tiles computes. A synchronous ring's step
+    visible pairs, what a kernel computes that skips every hidden pair (a tiled kernel also
+    computes the hidden pairs of the tiles that straddle the diagonal). A synchronous ring's step
     lasts as long as its busiest device: the sum over l of the row maxima.
 
     Args:
