@@ -123,8 +123,10 @@ def favor_features(x: Tensor, projection: Tensor, over: tuple[int, ...]) -> Tens
 
     The maximum is taken ``over`` the feature dimension (queries: one per query) or the token and
     feature dimensions (keys: one per head). A factor shared by a query's features, or by all
-    keys, cancels between numerator and normalizer: the output is unchanged, and exp no longer
-    overflows.
+    keys, cancels between numerator and normalizer: in exact arithmetic the output is unchanged,
+    and exp no longer overflows. The keys' maximum includes later keys, though: in float32, if
+    every exponent of every key a causal query sees lies more than 150 ln 2 (about 104) below it,
+    all those features underflow to 0, and the query's output is a row of 0.
     """
     x = x.to(accumulation_dtype(x.dtype)) * x.shape[-1] ** -0.25  # (..., t, d_k)
     exponent = x @ projection.to(x.dtype).transpose(0, 1) - (x * x).sum(-1, keepdim=True) / 2
@@ -146,10 +148,15 @@ def favor_attention(
     form: Form = "chunked",
     projection: Tensor | None = None,
 ) -> Tensor:
-    """FAVOR+: softmax attention estimated with m positive random features, in O(t m d_v).
+    """FAVOR+: softmax attention estimated with m positive random features.
 
-    The estimate's numerator and normalizer are unbiased, the ratio is not; for moderate scores
-    the error falls as 1 / sqrt(m) (:func:`favor_error_variance`), for large ones more slowly.
+    It costs O(t m d_v) plus the form's own term (:func:`~attention.linear.linear_attention_flops`
+    with r = m): O(t C (m + d_v)) more for the chunked form (C = 64), and O(t^2 (m + d_v)) in all
+    for the parallel one. Before the stabilizing factors, which cancel in the ratio, the numerator
+    and the normalizer are unbiased estimates; the ratio is not. For moderate scores the error
+    falls as 1 / sqrt(m) (:func:`favor_error_variance`), for large ones more slowly. In float32,
+    a causal query whose keys all lie far below a later key's largest exponent gets a row of 0
+    (the keys' stabilizing maximum is shared; see the book's section 12.3).
 
     Args:
         query: (..., t_q, d_k).
