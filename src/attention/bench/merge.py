@@ -99,6 +99,10 @@ def merge_results(sources: list[tuple[str, dict]], prefer_newest: bool = False, 
     for kind in ROW_KINDS:
         rows = _merge_keyed([(i, r) for i, d in enumerate(docs) for r in kind.read(d)], kind.merge_key, kind.what,
                             names, dates, prefer_newest, kind.measured)
+        if kind.shape == "one" and len(rows) > 1:  # write() would keep the first and drop the rest
+            runs = " and ".join(names[row["run"]] for row in rows)
+            raise MergeError(f"{kind.what}s of different problems in {runs}: a results file holds one; "
+                             "merge these runs into separate files")
         kind.write(merged, rows)
     first = docs[0]
     settings = dict(first["settings"])

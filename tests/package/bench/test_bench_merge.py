@@ -192,3 +192,12 @@ def test_a_kind_of_row_no_part_knows_is_refused_not_dropped(where):
     (doc if where == "top" else doc["goals"])["novel"] = [{"t": 1}]
     with pytest.raises(MergeError, match=r"a.json holds \['(goals\.)?novel'\], which no benchmark part knows"):
         merge_results([("a.json", doc)])
+
+
+def test_two_different_memory_goals_are_refused_not_one_dropped(run):
+    # a results file holds one memory goal: a merge that kept the first would lose a measurement
+    a = split(run, "2026-11-26T05:00:00+00:00", goals=True, t=64)
+    b = split(run, "2026-11-26T06:00:00+00:00", goals=True, t=128)
+    b["goals"]["memory"]["t"] *= 2
+    with pytest.raises(MergeError, match="memory goals of different problems in a.json and b.json"):
+        merge_results([("a.json", a), ("b.json", b)], prefer_newest=True)
