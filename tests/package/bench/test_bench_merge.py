@@ -194,6 +194,181 @@ def test_a_kind_of_row_no_part_knows_is_refused_not_dropped(where):
         merge_results([("a.json", doc)])
 
 
+@pytest.mark.parametrize(
+    "section, field, value",
+    [
+        ("provenance", "device_type", "cuda"),
+        ("provenance", "float32_matmul_precision", "high"),
+        ("provenance", "tf32_matmul", True),
+        ("settings", "heads", 4),
+        ("settings", "batch", 8),
+    ],
+)
+def test_every_setting_that_changes_a_rows_meaning_is_compared(run, section, field, value):
+    a = split(run, "2026-11-26T05:00:00+00:00", t=64)
+    b = split(run, "2026-11-26T06:00:00+00:00", t=128)
+    b[section][field] = value
+    with pytest.raises(MergeError, match=rf"{section}\.{field} differs"):
+        merge_results([("a.json", a), ("b.json", b)])
+
+
+def _changed(value: object) -> object:
+    """Another value of the same type: what a second run of a neighbouring problem would hold."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    return f"{value}-other"
+
+
+def _without_rows(doc: dict) -> dict:
+    """``doc`` with no rows of any kind."""
+    for kind in ROW_KINDS:
+        *parents, last = kind.key.split(".")
+        holder = doc
+        for parent in parents:
+            holder = holder[parent]
+        holder[last] = {"one": None, "named": {}, "list": []}[kind.shape]
+    return doc
+
+
+def _one_row_each(kind, rows: tuple[dict, dict]) -> tuple[dict, dict]:
+    """Two documents of every_part() that hold no rows but ``rows``: one in a, one in b (newer)."""
+    a, b = _without_rows(every_part()), _without_rows(every_part())
+    for doc, row in zip((a, b), rows):
+        kind.write(doc, [row])
+    b["provenance"]["date_utc"] = "2099-01-01T00:00:00+00:00"
+    return a, b
+
+
+# What tells two problems apart, by kind of row: written out here, not read from the parts, so that a
+# merge key that forgot a field fails the test below.
+PROBLEM = {
+    "peaks": ("name",),
+    "goals.ratios": ("name", "pass", "dtype"),
+    "goals.memory": ("t", "b", "h", "d_h", "dtype"),
+    "decode": ("model", "use_cache", "prompt_tokens", "new_tokens"),
+    "results": ("level", "variant", "pass", "dtype", "b", "t", "h", "d_h"),
+    "masks": ("variant", "t", "pass", "dtype", "h", "d_h"),
+    "linear": ("variant", "pass", "dtype", "b", "t", "h", "d_h", "chunk_size"),
+    "delta": ("variant", "pass", "dtype", "b", "t", "h", "d_h", "chunk_size"),
+    "sparse": ("variant", "pass", "dtype", "b", "t", "h", "d_h", "top_k", "block_size", "window"),
+    "distributed": ("scheme", "sharding", "world_size", "pass", "dtype", "b", "t", "h", "h_kv", "d_h"),
+}
+
+
+def test_every_kind_of_row_says_what_tells_its_problems_apart():
+    assert sorted(PROBLEM) == sorted(kind.key for kind in ROW_KINDS), "add the new kind of row to PROBLEM"
+
+
+@pytest.mark.parametrize("kind", ROW_KINDS, ids=lambda kind: kind.key)
+def test_rows_that_differ_in_any_field_of_their_problem_are_both_kept(kind):
+    # a merge key that ignored a field would take two problems for one and drop (or refuse) one
+    row = next(r for r in kind.read(every_part()) if kind.measured(r))
+    for field in PROBLEM[kind.key]:
+        other = row | {field: _changed(row.get(field))}
+        a, b = _one_row_each(kind, (row, other))
+        if kind.shape == "one":  # a file holds one memory goal: two different ones are refused
+            with pytest.raises(MergeError, match=rf"{kind.what}s of different problems"):
+                merge_results([("a.json", a), ("b.json", b)])
+            continue
+        merged = merge_results([("a.json", a), ("b.json", b)])
+        got = [(r.get(field), r["run"]) for r in kind.read(merged)] if kind.shape != "named" else None
+        if kind.shape == "named":  # peaks: by name; a named entry drops its run number
+            assert sorted(r["name"] for r in kind.read(merged)) == sorted([row["name"], other["name"]])
+        else:
+            assert got == [(row.get(field), 0), (other[field], 1)], field
+
+
+@pytest.mark.parametrize("kind", ROW_KINDS, ids=lambda kind: kind.key)
+def test_a_row_measured_in_both_files_is_kept_once_and_only_with_prefer_newest(kind):
+    row = next(r for r in kind.read(every_part()) if kind.measured(r))
+    newer = row | {k: v * 2 for k, v in row.items() if isinstance(v, float) and k not in kind.merge_key}
+    a, b = _one_row_each(kind, (row, newer))
+    with pytest.raises(MergeError, match=rf"{kind.what} \(.*\) is measured in both a.json and b.json"):
+        merge_results([("a.json", a), ("b.json", b)])
+    for order in ([("a.json", a), ("b.json", b)], [("b.json", b), ("a.json", a)]):
+        got = kind.read(merge_results(order, prefer_newest=True))
+        assert [{k: v for k, v in r.items() if k != "run"} for r in got] == [
+            {k: v for k, v in newer.items() if k != "run"}]
+
+
+# What says that a row holds a measurement, by kind: a status, or a peak's own flag.
+MEASURED = {"ok": True, "failed": True, "skipped": False, "unsupported": False,
+            "met": True, "missed": True, "not measured": False}
+
+
+@pytest.mark.parametrize("kind", [k for k in ROW_KINDS if k.key != "decode"], ids=lambda kind: kind.key)
+def test_a_measured_row_beats_an_unmeasured_one_of_every_kind_whatever_its_date(kind):
+    # (a decode row has no status: every one is a measurement)
+    row = kind.read(every_part())[0]
+    if kind.key == "peaks":
+        pairs = [(row | {"measured": True}, row | {"measured": False})]
+    else:
+        states = [s for s in MEASURED if (s in ("met", "missed", "not measured")) == kind.key.startswith("goals")]
+        pairs = [(row | {"status": yes}, row | {"status": no}) for yes in states if MEASURED[yes]
+                 for no in states if not MEASURED[no]]
+    for measured, unmeasured in pairs:
+        for rows in ((measured, unmeasured), (unmeasured, measured)):  # the newer run is b
+            a, b = _one_row_each(kind, rows)
+            got = kind.read(merge_results([("a.json", a), ("b.json", b)]))
+            assert len(got) == 1 and got[0].get("status") == measured.get("status"), (kind.key, rows)
+            assert got[0].get("measured", True) or kind.key != "peaks"
+
+
+def test_files_without_sweep_rows_merge_into_a_valid_file():
+    whole = every_part()
+    a, b = copy.deepcopy(whole), _without_rows(copy.deepcopy(whole))
+    a["results"], a["goals"]["speed"], b["goals"]["speed"] = [], [], []
+    a["decode"], b["decode"] = whole["decode"][:2], whole["decode"][2:]
+    merged = merge_results([("a.json", a), ("b.json", b)])
+    validate_results(merged)
+    assert merged["results"] == [] and len(merged["decode"]) == len(whole["decode"])
+
+
+def test_each_source_keeps_its_own_provenance_and_settings(run):
+    a = split(run, "2026-11-26T06:00:00+00:00", t=128)  # given first, measured later
+    b = split(run, "2026-11-26T05:00:00+00:00", t=64)
+    a["provenance"] |= {"git": {"commit": "a" * 40, "dirty": False}, "load_average_start": [1.0, 1.0, 1.0],
+                        "load_average_end": [2.0, 2.0, 2.0]}
+    b["provenance"] |= {"git": {"commit": "b" * 40, "dirty": True}, "load_average_start": [3.0, 3.0, 3.0],
+                        "load_average_end": [4.0, 4.0, 4.0]}
+    a["settings"] |= {"repeats": 5, "compile": False, "variants": None, "seq_lens": [128]}
+    b["settings"] |= {"repeats": 7, "compile": True, "variants": ["mha"], "seq_lens": [64]}
+    a["complete"] = True
+    b.pop("complete", None)  # a file of a run before "complete" was recorded: complete
+    merged = merge_results([("a.json", a), ("b.json", b)])
+    sources = merged["provenance"]["sources"]
+    for source, doc in zip(sources, (a, b)):
+        p = doc["provenance"]
+        assert {k: source[k] for k in ("date_utc", "command", "git", "load_average_start", "load_average_end")} == {
+            k: p[k] for k in ("date_utc", "command", "git", "load_average_start", "load_average_end")}
+        assert source["settings"] == doc["settings"] and source["complete"] is True
+    assert merged["provenance"]["date_utc"] == "2026-11-26T05:00:00+00:00"  # the earliest, not the first
+    # the settings cover every run: t sorted, compiled if any run compiled, all variants if any ran all
+    assert merged["settings"]["seq_lens"] == [64, 128]
+    assert merged["settings"]["compile"] is True and merged["settings"]["variants"] is None
+    assert merged["settings"]["repeats"] == 5  # the first run's, as in its own settings
+
+
+def test_a_parts_method_comes_from_the_first_run_that_has_it(run):
+    a = split(run, "2026-11-26T05:00:00+00:00", t=64)
+    b = split(run, "2026-11-26T06:00:00+00:00", t=128)
+    a["methods"]["timing"], b["methods"]["timing"] = "a's timer", "b's timer"
+    b["methods"]["decode"] = "b's decode"
+    methods = merge_results([("a.json", a), ("b.json", b)])["methods"]
+    assert (methods["timing"], methods["decode"]) == ("a's timer", "b's decode")
+
+
+def test_speed_goals_are_recomputed_from_the_merged_rows(run):
+    a = split(run, "2026-11-26T05:00:00+00:00", t=64)
+    b = split(run, "2026-11-26T06:00:00+00:00", t=128)
+    a["goals"]["speed"] = []  # only b's run held the goal's point
+    merged = merge_results([("a.json", a), ("b.json", b)])
+    assert merged["goals"]["speed"] == run["goals"]["speed"]
+    assert {g["status"] for g in merged["goals"]["speed"]} == {"met"}
+
+
 def test_two_different_memory_goals_are_refused_not_one_dropped(run):
     # a results file holds one memory goal: a merge that kept the first would lose a measurement
     a = split(run, "2026-11-26T05:00:00+00:00", goals=True, t=64)
