@@ -14,11 +14,12 @@ from attention.bench import timing, validate_results, variants
 from attention.bench.cli import build_parser, main
 from attention.bench.memprobe import measure_in_subprocess
 from attention.bench.parts import PARTS
-from attention.bench.rows import Row
+from attention.bench.rows import DecodeRow, DistributedRow, LinearRow, MaskRow, Row
 from attention.bench.sweep import Settings, measure
 from attention.bench.timing import profiled_call, time_cpu
 from attention.bench.variants import Built, Problem, Variant, make_inputs
 from attention.functional import scaled_dot_product_attention as explicit_attention
+from book.constants import REPO
 
 CPU = torch.device("cpu")
 
@@ -357,6 +358,27 @@ def test_the_last_line_counts_the_rows_of_every_part_that_ran():
     assert rows_summary({"results": [], "complete": True}) == "no timed rows"
 
 
+# The committed results files: real rows of every kind, to change one field of.
+RESULTS = REPO / "docs" / "appendix" / "results"
+FILE_OF = {"results": "cpu.json", "decode": "cpu.json", "masks": "cpu-masks.json", "linear": "cpu-linear.json",
+           "distributed": "cpu-distributed.json"}
+DROP = object()  # in a change to a row: leave the key out
+
+
+@functools.cache
+def _committed_text(name: str) -> str:
+    return (RESULTS / name).read_text()
+
+
+def _committed(name: str) -> dict:
+    return json.loads(_committed_text(name))
+
+
+def _ok_row(key: str) -> dict:
+    """The first row of kind ``key`` with status "ok" (a decode row has none: the first) in a committed file."""
+    return next(r for r in _committed(FILE_OF[key])[key] if r.get("status", "ok") == "ok")
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
@@ -400,8 +422,81 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"row\.kernel_config: expected dict \| None, got \[64, 64\]"):
             Row.from_json(row.to_json() | {"kernel_config": [64, 64]})
 
+    @pytest.mark.parametrize(
+        "kind, key, change, message",
+        [
+            (Row, "results", {"b": True}, r"row\.b: expected <class 'int'>, got True"),
+            (Row, "results", {"median_s": True}, r"row\.median_s: expected float \| None, got True"),
+            (Row, "results", {"ops": [1]}, r"row\.ops: expected list\[str\], got \[1\]"),
+            (Row, "results", {"status": "timed"}, r"row\.status: expected one of \('ok', .*got 'timed'"),
+            (Row, "results", {"t": DROP}, r"row: expected key 't', got keys \["),
+            (Row, "results", {"backend": ""}, r"row\.backend: expected the kernel that ran, got ''"),
+            (LinearRow, "linear", {"max_rel_err": None}, r"row\.max_rel_err: expected the checked error.*got None"),
+            (LinearRow, "linear", {"flops": 0.0}, r"row\.flops: expected a positive number.*got 0\.0"),
+            (DecodeRow, "decode", {"median_s": 0.0}, r"row\.median_s: expected a positive number, got 0\.0"),
+            (DecodeRow, "decode", {"config": {"vocab_size": 16, "d_model": 32, "num_heads": 2, "num_layers": True,
+                                              "context_length": 24}},
+             r"row\.config\.num_layers: expected int, got True"),
+            (MaskRow, "masks", {"lengths": [1]}, r"row\.lengths: expected document lengths summing to t="),
+            (MaskRow, "masks", {"tflops": None}, r"row\.tflops: expected a positive number.*got None"),
+            (DistributedRow, "distributed", {"bytes_sent": None}, r"row\.bytes_sent: expected a positive number"),
+        ],
+        ids=lambda x: x.__name__ if isinstance(x, type) else None,
+    )
+    def test_a_row_of_the_wrong_type_or_out_of_range_is_refused(self, kind, key, change, message):
+        row = {k: v for k, v in (_ok_row(key) | change).items() if v is not DROP}
+        with pytest.raises(ValueError, match=message):
+            kind.from_json(row, "row")
+
+    @pytest.mark.parametrize(
+        "edit, message",
+        [
+            (lambda d: d.update(schema="attention-bench/2"), r"results\.schema: expected 'attention-bench/1'"),
+            (lambda d: d.update(complete="yes"), r"results\.complete: expected a bool, got 'yes'"),
+            (lambda d: d["provenance"].update(device_type="cuda"), r"provenance: expected GPU fields \['cuda',"),
+            (lambda d: d["provenance"].update(cpu_count=True), r"provenance\.cpu_count: expected int, got bool"),
+            (lambda d: d["provenance"].pop("cpu_count"), r"provenance: expected key 'cpu_count'"),
+            (lambda d: d["settings"].pop("repeats"), r"settings: expected key 'repeats'"),
+            (lambda d: d["peaks"].update(float32={"source": "a datasheet"}),
+             r"peaks\.float32: expected tflops or bytes_per_s"),
+            (lambda d: d["peaks"]["bandwidth"].update(bytes_per_s=0), r"peaks\.bandwidth\.bytes_per_s: expected a pos"),
+            (lambda d: d["peaks"]["bandwidth"].update(bytes_per_s=True), r"peaks\.bandwidth\.bytes_per_s: expected a"),
+            (lambda d: d["goals"]["ratios"][0].update(status="missed") or d["goals"]["ratios"][0].pop("baseline_s"),
+             r"goals\.ratios\[0\]: expected key 'baseline_s'"),
+            (lambda d: d["goals"]["ratios"][0].update(ratio=0.0), r"goals\.ratios\[0\]\.ratio: expected a positive"),
+            (lambda d: d["goals"]["ratios"][0].update(status="done"), r"goals\.ratios: expected a status in"),
+            (lambda d: d["goals"]["speed"][0].update(status="not measured"), r"goals\.speed: expected key 'reason'"),
+            (lambda d: d["goals"]["speed"][0].pop("ratio_fused_sdpa_to_torch_mha"),
+             r"goals\.speed: expected key 'ratio_fused_sdpa_to_torch_mha'"),
+        ],
+    )
+    def test_the_schema_refuses_each_field_out_of_place(self, edit, message):
+        doc = _committed("cpu.json")
+        edit(doc)
+        with pytest.raises(ValueError, match=message):
+            validate_results(doc)
+
 
 def test_the_help_names_every_part_left_out_by_default():
     help_text = " ".join(build_parser().format_help().split())
     left_out = ", ".join(p.name for p in PARTS if not p.default)
     assert f"(default: all but {left_out}; see below)" in help_text
+
+
+def test_rows_load_with_the_defaults_of_fields_added_later():
+    row = Row.from_json({k: v for k, v in _ok_row("results").items()
+                         if k not in ("gpu_kernels", "kernel_config", "run")} | {"iqr_s": 0.0})
+    assert (row.gpu_kernels, row.kernel_config, row.run, row.iqr_s) == (None, None, None, 0.0)  # iqr 0: no spread
+    old = {k: v for k, v in _ok_row("decode").items() if k not in ("batch_size", "dtype", "same_tokens", "run")}
+    decode = DecodeRow.from_json(old)
+    assert (decode.batch_size, decode.dtype, decode.same_tokens, decode.run) == (1, "float32", None, None)
+    assert decode.to_json() == old | {"batch_size": 1, "dtype": "float32", "same_tokens": None, "run": None}
+    assert LinearRow.from_json(_ok_row("linear") | {"median_s": 1}).median_s == 1  # an int is a float
+
+
+def test_a_results_file_may_name_no_commit_and_give_whole_seconds():
+    doc = _committed("cpu.json")
+    doc["provenance"]["git"] = {"commit": None, "dirty": None}  # run outside a git checkout
+    doc["settings"]["min_time"] = 1  # JSON writes 1.0 as 1 in some writers
+    validate_results(doc)
+
