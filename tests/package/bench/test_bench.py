@@ -10,8 +10,10 @@ import torch
 from torch.utils import benchmark
 
 from attention import flash
+from attention.bench import goals as goals_module
 from attention.bench import timing, validate_results, variants
 from attention.bench.cli import build_parser, main
+from attention.bench.goals import SPEED_TOLERANCE, speed_goals
 from attention.bench.memprobe import measure_in_subprocess
 from attention.bench.parts import PARTS
 from attention.bench.rows import DecodeRow, DistributedRow, LinearRow, MaskRow, Row
@@ -499,4 +501,63 @@ def test_a_results_file_may_name_no_commit_and_give_whole_seconds():
     doc["provenance"]["git"] = {"commit": None, "dirty": None}  # run outside a git checkout
     doc["settings"]["min_time"] = 1  # JSON writes 1.0 as 1 in some writers
     validate_results(doc)
+
+
+def _layer_row(variant: str, median_s: float, dtype: str = "float32", status: str = "ok") -> dict:
+    return {"level": "layer", "variant": variant, "t": 1024, "d": 768, "h": 12, "b": 4, "dtype": dtype,
+            "pass": "forward", "status": status, "median_s": median_s, "iqr_s": median_s / 10,
+            "backend": f"{variant}'s kernel"}
+
+
+def test_the_speed_goal_reads_ok_rows_of_its_own_dtype_and_allows_exactly_5_percent():
+    rows = [
+        _layer_row("fused-sdpa", 9.0, status="failed"),  # not a time: never read
+        _layer_row("fused-sdpa", 1.05), _layer_row("torch-mha", 1.0), _layer_row("mha", 2.1),
+        _layer_row("fused-sdpa", 3.0, "bfloat16"), _layer_row("torch-mha", 1.0, "bfloat16"),
+        _layer_row("fused-sdpa", 1.0, "float16", status="failed"),  # no float16 layer ran: a goal not measured
+        _layer_row("torch-mha", 1.0, "float16", status="failed"),
+    ]
+    goals = {g["dtype"]: g for g in speed_goals(rows)}
+    assert list(goals) == ["bfloat16", "float16", "float32"]
+    fp32 = goals["float32"]
+    assert fp32["status"] == "met" and fp32["ratio_fused_sdpa_to_torch_mha"] == 1.05 == SPEED_TOLERANCE
+    assert (fp32["fused_sdpa_s"], fp32["torch_mha_s"], fp32["fused_sdpa_iqr_s"], fp32["torch_mha_iqr_s"]) == (
+        1.05, 1.0, 1.05 / 10, 1.0 / 10)
+    assert fp32["ratio_mha_to_fused_sdpa"] == pytest.approx(2.0) and fp32["ratio_mha_to_torch_mha"] == 2.1
+    assert goals["bfloat16"]["status"] == "missed" and goals["bfloat16"]["ratio_fused_sdpa_to_torch_mha"] == 3.0
+    assert goals["float16"]["status"] == "not measured" and "no ok fused-sdpa" in goals["float16"]["reason"]
+
+
+@pytest.mark.parametrize(
+    "rss, allocator, status, fraction",
+    [
+        ({"explicit": 1000, "flash_attention": 50}, {"explicit": 10, "flash_attention": 5}, "met", 0.05),
+        ({"explicit": 1000, "flash_attention": 51}, {"explicit": 1000, "flash_attention": 1}, "missed", 0.051),
+        ({"explicit": 1000, "flash_attention": 0}, {"explicit": 1000, "flash_attention": 1}, "not measured", None),
+        ({"explicit": 1000, "flash_attention": None}, {"explicit": 1, "flash_attention": 1}, "not measured", None),
+    ],
+)
+def test_the_memory_goal_is_flash_attentions_peak_rss_over_the_explicit_paths(monkeypatch, rss, allocator, status,
+                                                                              fraction):
+    def probe(problem, name, seed):
+        peak = {"rss_peak_bytes": rss[name]} if rss[name] is not None else {"error": "the probe crashed"}
+        return peak | {"allocator_peak_bytes": allocator[name]}
+
+    monkeypatch.setattr(goals_module, "measure_in_subprocess", probe)
+    goal = goals_module.memory_goal(CPU, t=64, b=1, h=2, d_h=8, seed=0)
+    assert goal["status"] == status and goal.get("fraction") == fraction
+    assert goal["explicit_peak_bytes"] == rss["explicit"]
+    assert goal["flash_attention_allocator_peak_bytes"] == allocator["flash_attention"]
+
+
+def test_a_ratio_goal_equal_to_its_target_is_met(monkeypatch):
+    times = {"flash_attention": 1.5, "sdpa": 1.0, "fused-explicit": 0.25, "mha": 0.25}  # 1.5x and 1x: the targets
+
+    def fake_measure(variant, problem, *args):
+        return Row.from_json(_ok_row("results") | {"variant": variant.name, "median_s": times[variant.name]})
+
+    monkeypatch.setattr(goals_module, "measure", fake_measure)
+    got = goals_module.ratio_goals(_settings(passes=("forward",)), (1, 2, 8, 4), (1, 2, 8, 4))
+    assert [(g["variant"], g["ratio"], g["target"], g["status"]) for g in got] == [
+        ("flash_attention", 1.5, 1.5, "met"), ("fused-explicit", 1.0, 1.0, "met")]
 
