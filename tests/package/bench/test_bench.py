@@ -561,3 +561,51 @@ def test_a_ratio_goal_equal_to_its_target_is_met(monkeypatch):
     assert [(g["variant"], g["ratio"], g["target"], g["status"]) for g in got] == [
         ("flash_attention", 1.5, 1.5, "met"), ("fused-explicit", 1.0, 1.0, "met")]
 
+
+def test_the_git_record_says_dirty_only_for_changed_tracked_files(monkeypatch):
+    from attention.bench import provenance
+
+    monkeypatch.delenv("ATTENTION_COMMIT", raising=False)
+    for status, dirty in (("", False), (" M src/attention/flash.py", True), (None, None)):
+        commands = []
+        answers = {"rev-parse": "f9d0804", "status": status}
+        monkeypatch.setattr(provenance, "_run", lambda *c: commands.append(c) or answers[c[3]])
+        assert provenance.git_commit() == {"commit": "f9d0804", "dirty": dirty}
+        assert "--untracked-files=no" in commands[1]  # an untracked scratch file does not make it dirty
+
+
+def test_provenance_records_this_machine_and_the_command_as_typed(monkeypatch):
+    from attention.bench import provenance
+
+    monkeypatch.setattr(provenance.os, "getloadavg", lambda: (1.234, 4.567, 0.5))
+    monkeypatch.setattr(provenance.sys, "orig_argv", ["python", "-m", "attention.bench", "--seq-lens", "64 128"])
+    monkeypatch.setattr(provenance.sys, "argv", ["attention/bench/__main__.py", "--seq-lens", "64 128"])
+    assert provenance.load_average() == [1.23, 4.57, 0.5]  # 1, 5, 15 minutes
+    assert provenance.command_line(None) == "python -m attention.bench --seq-lens '64 128'"
+    assert provenance.command_line(["merge", "a b.json"]) == "python -m attention.bench merge 'a b.json'"
+    precision = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        record = provenance.provenance(CPU, "python -m attention.bench")
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    assert record["float32_matmul_precision"] == "medium" and record["device_type"] == "cpu"
+    assert record["device_name"] == record["cpu_model"] == provenance._cpu_model()
+    assert record["date_utc"].endswith("+00:00") and record["torch_threads"] == torch.get_num_threads()
+
+
+def test_a_gpu_runs_provenance_reads_each_field_from_its_own_setting(monkeypatch):
+    from types import SimpleNamespace
+
+    from attention.bench import provenance
+
+    gpu = SimpleNamespace(name="NVIDIA H200", total_memory=150_000_000_000, major=9, minor=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: gpu)
+    monkeypatch.setattr(provenance, "_run", lambda *command: "570.86" if command[0] == "nvidia-smi" else None)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    record = provenance.provenance(torch.device("cuda"), "python -m attention.bench")
+    assert record["device_type"] == "cuda" and record["device_name"] == "NVIDIA H200"
+    assert (record["compute_capability"], record["device_memory_bytes"], record["driver"]) == (
+        "9.0", 150_000_000_000, "570.86")
+    assert (record["tf32_matmul"], record["tf32_cudnn"]) == (True, False)
