@@ -103,9 +103,10 @@ class TransformerBlock(nn.Module):
 
     ``is_causal=True`` lets token i attend to tokens j <= i only (a decoder block); ``mlp=False``
     drops the feed-forward sublayer (an attention-only block). ``rotary``, if given, rotates
-    queries and keys by their positions (RoPE) before the scores. The defaults are the
-    block of ``torch.nn.TransformerEncoderLayer(norm_first=True, activation="gelu")``; the
-    keyword arguments build today's variants: ``norm="rms"`` (RMSNorm), ``activation="swiglu"``,
+    queries and keys by their positions (RoPE) before the scores. With ``dropout=0.1`` the
+    defaults are the block of ``torch.nn.TransformerEncoderLayer(norm_first=True,
+    activation="gelu", batch_first=True)`` (our default dropout is 0); the keyword arguments
+    build today's variants: ``norm="rms"`` (RMSNorm), ``activation="swiglu"``,
     ``parallel=True`` (attention and FFN both read N1(x)), ``qk_norm=True`` (queries and keys
     normalized per head by the block's kind of norm), ``output_gate=True`` (a sigmoid gate on
     each head's output, :class:`~attention.BlockAttention`) and ``bias=False`` (no biases in the
@@ -285,9 +286,14 @@ class TransformerBlock(nn.Module):
     ) -> "TransformerBlock":
         """The block that computes what ``layer`` computes, with its weights copied.
 
-        ``layer`` must be batch-first, with biases, and use the activation "gelu" or "relu";
-        norm_first, dropout, LayerNorm's eps and the training mode are carried over. With
-        ``is_causal=True`` the block equals the layer called with a causal ``src_mask``.
+        ``layer`` must be batch-first, with biases, and use ReLU or the exact GELU (not
+        ``nn.GELU(approximate="tanh")``); norm_first, dropout, LayerNorm's eps and the
+        training mode are carried over. With ``is_causal=True`` the block equals the layer
+        called with a causal ``src_mask``.
+
+        Raises:
+            ValueError: if ``layer`` is not a ``TransformerEncoderLayer``, is not batch-first,
+                has no biases, or its activation is neither ReLU nor the exact GELU.
         """
         if not isinstance(layer, nn.TransformerEncoderLayer):
             raise ValueError(f"layer must be a torch.nn.TransformerEncoderLayer, got {layer!r}")
@@ -298,6 +304,12 @@ class TransformerBlock(nn.Module):
         activation = {1: "relu", 2: "gelu"}.get(layer.activation_relu_or_gelu)
         if activation is None:
             raise ValueError(f"layer's activation must be gelu or relu, got {layer.activation}")
+        if isinstance(layer.activation, nn.GELU) and layer.activation.approximate != "none":
+            # PyTorch flags every nn.GELU as "gelu"; a tanh GELU would be built as the exact one
+            raise ValueError(
+                "layer's GELU must be exact (approximate='none'), "
+                f"got approximate={layer.activation.approximate!r}"
+            )
         attn = layer.self_attn
         block = cls(
             attn.embed_dim,

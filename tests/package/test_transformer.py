@@ -331,6 +331,14 @@ class TestBadInput:
                 ),
                 r"gelu or relu, got",
             ),
+            (
+                lambda: TransformerBlock.from_torch(
+                    nn.TransformerEncoderLayer(
+                        8, 2, 16, batch_first=True, activation=nn.GELU(approximate="tanh")
+                    )
+                ),
+                r"GELU must be exact \(approximate='none'\), got approximate='tanh'",
+            ),
         ],
     )
     def test_block_sizes_options_and_torch_layers_must_be_valid(self, make: object, message: str) -> None:
