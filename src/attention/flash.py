@@ -441,8 +441,9 @@ def flash_attention(
             float, on the query's device, or None: each row's softmax denominator gets one more
             term exp(σ), as if the row saw one more key of score σ and value zero (gpt-oss's
             sinks, as in :func:`~attention.scaled_dot_product_attention`); not multiplied by
-            ``scale``; differentiable, its gradient -Σ_i α_i^sink D_i (chapter 15, equation
-            (15.2)).
+            ``scale``; differentiable, its gradient -Σ_i α_i^sink (D_i - dlse_i), dlse the
+            gradient reaching the lse that ``return_lse`` returns (0 if none does) (chapter 15,
+            equation (15.2)).
         return_lse: also return the log-sum-exp lse = log Σ_j exp(scale · q_i · k_j) of each
             query over the keys it sees, (..., t_q) (with ``enable_gqa`` (..., h, t_q)), in the
             accumulation dtype (float32 for half inputs), as FlashAttention's kernels store it
