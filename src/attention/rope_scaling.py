@@ -212,8 +212,9 @@ class YaRNScaling:
     boundaries instead of linearly in ν_i: their frequencies differ in the ramp (exercise 8.6).
     ``ramp="index"`` computes theirs: the pair i_lo whose ν is ν_hi, floored, and the pair i_hi
     whose ν is ν_lo, ceiled (unless ``truncate=False``), clipped to [0, d_rot - 1], and
-    γ_i = 1 - clamp((i - i_lo) / (i_hi - i_lo), 0, 1). Checkpoints fine-tuned with the authors' or
-    Hugging Face's code (DeepSeek-V3, gpt-oss) need this ramp.
+    γ_i = 1 - clamp((i - i_lo) / (i_hi - i_lo), 0, 1). Checkpoints trained with this ramp need it:
+    those fine-tuned with the authors' or Hugging Face's code, and models whose own code computes
+    it, such as DeepSeek-V3 and gpt-oss (whose code keeps the boundaries real: ``truncate=False``).
 
     Args:
         factor: κ >= 1, the stretch.
