@@ -10,10 +10,11 @@ Notation (see CONTRIBUTING.md):
 
 ``MultiHeadAttentionWrapper`` runs h independent ``CausalAttention`` heads and concatenates
 their outputs: width h * d_out. ``MultiHeadAttention`` projects once to d_out, splits the
-columns into h heads of width d_h, attends within each head in one batched matmul, merges the
-heads back and mixes them with an output projection. ``FusedMultiHeadAttention`` computes the
-same thing with one (d_in, 3 * d_out) projection for queries, keys and values, as GPT-2 does,
-and can hand the attention itself to ``torch.nn.functional.scaled_dot_product_attention``.
+columns into h heads of width d_h, attends within all heads at once (two batched matmuls),
+merges the heads back and mixes them with an output projection. ``FusedMultiHeadAttention``
+computes the same thing with one (d_in, 3 * d_out) projection for queries, keys and values, as
+GPT-2 does, and can hand the attention itself to
+``torch.nn.functional.scaled_dot_product_attention``.
 
 Two dropouts, both active only in training mode, as in Hugging Face's GPT-2 (``attn_dropout``
 and ``resid_dropout``; OpenAI's released GPT-2 code has no dropout):
