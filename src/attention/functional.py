@@ -160,8 +160,8 @@ def sliding_window_mask(
 
     Query i sits at position p (p = i top-left, the default; p = t_k - t_q + i bottom-right, as
     in :func:`causal_mask`) and sees the keys j with p - window < j <= p, itself and the
-    window - 1 tokens before it (Longformer's and Mistral's sliding window). The same mask as
-    :func:`attention.masks.sliding_window` and ``flash_attention(..., is_causal=True,
+    window - 1 tokens before it (Mistral's sliding window; Longformer's is two-sided). The same
+    mask as :func:`attention.masks.sliding_window` and ``flash_attention(..., is_causal=True,
     window=window)`` with the same alignment; flash-attn's ``window_size=(window - 1, 0)``.
     With window >= t_k it is :func:`causal_mask`.
 
