@@ -21,7 +21,7 @@ from attention.bench.sweep import Settings, measure
 from attention.bench.timing import profiled_call, time_cpu
 from attention.bench.variants import Built, Problem, Variant, make_inputs
 from attention.functional import scaled_dot_product_attention as explicit_attention
-from book.constants import REPO
+from book.appendix.load import RESULTS
 
 CPU = torch.device("cpu")
 
@@ -360,8 +360,7 @@ def test_the_last_line_counts_the_rows_of_every_part_that_ran():
     assert rows_summary({"results": [], "complete": True}) == "no timed rows"
 
 
-# The committed results files: real rows of every kind, to change one field of.
-RESULTS = REPO / "docs" / "appendix" / "results"
+# The committed results files (RESULTS): real rows of every kind, to change one field of.
 FILE_OF = {"results": "cpu.json", "decode": "cpu.json", "masks": "cpu-masks.json", "linear": "cpu-linear.json",
            "distributed": "cpu-distributed.json"}
 DROP = object()  # in a change to a row: leave the key out

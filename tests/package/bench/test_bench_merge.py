@@ -15,6 +15,7 @@ from attention.bench import validate_results
 from attention.bench.cli import main
 from attention.bench.merge import MergeError, merge_results
 from attention.bench.parts import ROW_KINDS
+from book.appendix.load import RESULTS
 from book.constants import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "bench" / "cpu-tiny.json"
@@ -152,10 +153,9 @@ def every_part() -> dict:
     """A document with rows of every kind of every part: the committed CPU run (sweep, goals,
     decode, peaks) with the masks, linear, delta and distributed rows of the other CPU results
     files, and the sparse rows of a tiny real run (tests/fixtures/bench/cpu-sparse-tiny.json)."""
-    results = REPO / "docs" / "appendix" / "results"
-    doc = json.loads((results / "cpu.json").read_text())
-    for path, key in ((results / "cpu-masks.json", "masks"), (results / "cpu-linear.json", "linear"),
-                      (results / "cpu-delta.json", "delta"), (results / "cpu-distributed.json", "distributed"),
+    doc = json.loads((RESULTS / "cpu.json").read_text())
+    for path, key in ((RESULTS / "cpu-masks.json", "masks"), (RESULTS / "cpu-linear.json", "linear"),
+                      (RESULTS / "cpu-delta.json", "delta"), (RESULTS / "cpu-distributed.json", "distributed"),
                       (SPARSE_FIXTURE, "sparse")):
         other = json.loads(path.read_text())
         doc[key], doc["methods"][key] = other[key], other["methods"][key]
