@@ -115,12 +115,16 @@ def check_linear_inputs(
     check_sizes(chunk_size=chunk_size)
 
 
+def _divide(numerator: Tensor, normalizer: Tensor) -> Tensor:
+    """numerator / normalizer, a row whose normalizer is 0 (no key, or features that are 0
+    against every key) giving a row of 0: softmax attention's answer for a row that sees no key
+    (torch's SDPA), where 0 / 0 would be NaN. normalizer: (..., t_q, 1)."""
+    return numerator / normalizer.masked_fill(normalizer == 0, 1)
+
+
 def _divide_by_normalizer(out: Tensor) -> Tensor:
-    """z (..., t_q, d_v) from [numerator, normalizer] (..., t_q, d_v + 1). A normalizer of 0 (no
-    key, or features that are 0 against every key) gives a row of 0: softmax attention's answer
-    for a row that sees no key (torch's SDPA), where 0 / 0 would be NaN."""
-    normalizer = out[..., -1:]  # (..., t_q, 1)
-    return out[..., :-1] / normalizer.masked_fill(normalizer == 0, 1)  # (..., t_q, d_v)
+    """z (..., t_q, d_v) from [numerator, normalizer] (..., t_q, d_v + 1), as :func:`_divide`."""
+    return _divide(out[..., :-1], out[..., -1:])  # (..., t_q, d_v)
 
 
 def kernel_attention(
@@ -325,8 +329,7 @@ def linear_attention_weights(
     phi_k = apply_feature_map(key, feature_map, "key")  # (..., t_k, r)
     kernel = phi_q @ phi_k.transpose(-2, -1)  # (..., t_q, t_k)
     kernel = kernel.tril() if is_causal else kernel
-    total = kernel.sum(dim=-1, keepdim=True)  # (..., t_q, 1)
-    return (kernel / total.masked_fill(total == 0, 1)).to(query.dtype)  # a total of 0: zeros
+    return _divide(kernel, kernel.sum(dim=-1, keepdim=True)).to(query.dtype)  # a sum of 0: zeros
 
 
 @renamed(causal="is_causal")
