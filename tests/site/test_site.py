@@ -26,6 +26,7 @@ from _html import (
     page_url,
     resolves_to,
     scan,
+    scan_html,
 )
 
 from book.constants import DOCS, MAX_PAGE_BYTES, MAX_PAGE_ELEMENTS, REPO
@@ -62,6 +63,25 @@ def test_the_weight_check_catches_a_heavy_page(tmp_path: Path) -> None:
     assert heavy_pages(tmp_path, 10_000, 40) == []
     assert heavy_pages(tmp_path, 10_000, 30) == ["chapters/07-x/tiles/: 274 bytes, 33 elements"]
     assert heavy_pages(tmp_path, 200, 40) == ["chapters/07-x/tiles/: 274 bytes, 33 elements"]
+
+
+def test_the_page_scan_finds_what_a_page_loads_and_its_output_blocks() -> None:
+    found = scan_html("""<!doctype html><html><head>
+      <link rel="stylesheet" href="https://cdn.example/x.css"><link rel="canonical" href="/a/">
+      <link rel="preload icon" href="f.woff2"><script src="https://cdn.example/x.js"></script>
+      <script>load("https://cdn.example/y.js")</script><style>@import "https://x/y.css";</style>
+      </head><body><img src="p.png" alt=""><iframe src="//cdn.example/f"></iframe><img src="">
+      <div class="highlight output no-copy"><pre><code>1</code><button>copy</button></pre>
+      <span data-clipboard-target="#x"></span></div><div class="highlight"><nav></nav></div>
+      <a href="n.ipynb" download>get</a><a href="x" data-md-component="source">repo</a>
+      </body></html>""")
+    assert found.resources == ["https://cdn.example/x.css", "f.woff2", "https://cdn.example/x.js",
+                               "p.png", "//cdn.example/f"]
+    assert found.scripts == ["https://cdn.example/x.js", ""]
+    assert found.inline_code == ['load("https://cdn.example/y.js")', '@import "https://x/y.css";']
+    assert (found.output_blocks, found.copy_markup_in_output) == (["highlight output no-copy"], 2)
+    assert found.images == [("p.png", ""), ("", "")]
+    assert (found.download_links, found.source_components) == (["n.ipynb"], 1)
 
 
 def test_pages_load_nothing_from_outside_the_site(built_site: Path) -> None:
