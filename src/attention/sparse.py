@@ -154,8 +154,8 @@ def block_topk_mask(
         The mask rule.
 
     Raises:
-        ValueError: if block_scores has another rank, or top_k or block_size is not an integer
-            >= 1.
+        ValueError: if block_scores has another rank, top_k or block_size is not an integer
+            >= 1, or top_k is below the blocks always kept (1, or 2 with keep_first).
 
     Examples:
         >>> block_scores = torch.tensor([[1.0, 0.0, 0.0]]).expand(6, 3)  # block 0 ranks first
@@ -248,7 +248,7 @@ class LightningIndexer(nn.Module):
         with a ``cache`` that held n tokens before this call, also the cached ones: their keys
         are appended after their latents (:meth:`IndexedLatentKVCache.append_index_keys`, so
         append the latents first) and sit at positions n .. n + t - 1 (the cache's length is
-        n + t once the latents are appended).
+        n + t once the latents are appended; ``start`` is then ignored, the cache gives it).
         Unmasked: :func:`topk_mask` (or :func:`dsa_attention`) hides the later keys first.
         """
         b, t, _ = x.shape
@@ -665,7 +665,7 @@ def nsa_attention(
         value: (b, h, t, d_v).
         gates: (b, h, t, 3) in [0, 1], for the compressed, selected and sliding branches; of
             the query's dtype (or float32 for a half-precision query), on its device.
-        block_size: B, keys per block.
+        block_size: B, keys per block, dividing t.
         top_k: blocks each query selects.
         window: w, keys of the sliding branch.
         scale: multiplies the scores; defaults to 1/sqrt(d_k).
@@ -676,7 +676,7 @@ def nsa_attention(
     Raises:
         ValueError: if query, key or value is not 4-d, they do not agree or t_k != t_q, gates
             has another shape, dtype or device or a value outside [0, 1], a size is not an
-            integer >= 1, or top_k is below the 2 blocks always kept.
+            integer >= 1, B does not divide t, or top_k is below the 2 blocks always kept.
 
     Examples:
         >>> _ = torch.manual_seed(0)
