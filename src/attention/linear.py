@@ -115,7 +115,7 @@ def check_linear_inputs(
     check_sizes(chunk_size=chunk_size)
 
 
-def _divide(numerator: Tensor, normalizer: Tensor) -> Tensor:
+def divide_rows(numerator: Tensor, normalizer: Tensor) -> Tensor:
     """numerator / normalizer, a row whose normalizer is 0 (no key, or features that are 0
     against every key) giving a row of 0: softmax attention's answer for a row that sees no key
     (torch's SDPA), where 0 / 0 would be NaN. normalizer: (..., t_q, 1)."""
@@ -123,8 +123,8 @@ def _divide(numerator: Tensor, normalizer: Tensor) -> Tensor:
 
 
 def _divide_by_normalizer(out: Tensor) -> Tensor:
-    """z (..., t_q, d_v) from [numerator, normalizer] (..., t_q, d_v + 1), as :func:`_divide`."""
-    return _divide(out[..., :-1], out[..., -1:])  # (..., t_q, d_v)
+    """z (..., t_q, d_v) from [numerator, normalizer] (..., t_q, d_v + 1), as :func:`divide_rows`."""
+    return divide_rows(out[..., :-1], out[..., -1:])  # (..., t_q, d_v)
 
 
 def kernel_attention(
@@ -329,7 +329,7 @@ def linear_attention_weights(
     phi_k = apply_feature_map(key, feature_map, "key")  # (..., t_k, r)
     kernel = phi_q @ phi_k.transpose(-2, -1)  # (..., t_q, t_k)
     kernel = kernel.tril() if is_causal else kernel
-    return _divide(kernel, kernel.sum(dim=-1, keepdim=True)).to(query.dtype)  # a sum of 0: zeros
+    return divide_rows(kernel, kernel.sum(dim=-1, keepdim=True)).to(query.dtype)  # a sum of 0: zeros
 
 
 @renamed(causal="is_causal")

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from ._checks import check_input, check_no_mask_or_cache, check_sizes
 from .block_attention import BlockAttention
 from .favor import favor_features, random_projection
-from .linear import apply_feature_map, elu_plus_one
+from .linear import apply_feature_map, divide_rows, elu_plus_one
 
 __all__ = ["KernelBlockAttention", "use_kernel_attention"]
 
@@ -39,8 +39,10 @@ class KernelBlockAttention(nn.Module):
     ``kind="elu+1"``: linear attention with :func:`~attention.linear.elu_plus_one`;
     ``kind="favor"``: FAVOR+ with ``projection`` (m, d_h), a buffer. The call and the return
     value are BlockAttention's; the weights (b, h, t, t) are the kernel's, normalized per row,
-    and the output is computed from them (the parallel form). Masks, biases and caches are
-    refused.
+    and the output is computed from them (the parallel form). A row whose normalizer is 0
+    (FAVOR+ in float32 when a later key's exponents lie far above those a query sees; the book's
+    section 12.3) gets weights 0, as in :func:`~attention.favor.favor_attention`. Masks, biases
+    and caches are refused.
 
     With rotary embeddings, FAVOR+ rotates q and k before the features, as the softmax sublayer
     does: the kernel it estimates, exp((q R_i) . (k R_j) / sqrt(d_h)), depends on i - j alone.
@@ -125,7 +127,7 @@ class KernelBlockAttention(nn.Module):
             kernel = kernel.tril() if self.is_causal else kernel
         else:
             kernel = normalizer
-        attn_weights = kernel / normalizer.sum(dim=-1, keepdim=True)  # (b, h, t, t)
+        attn_weights = divide_rows(kernel, normalizer.sum(dim=-1, keepdim=True))  # (b, h, t, t)
         context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
         if self.gate is not None:  # gated attention, as in BlockAttention
             context = context * torch.sigmoid(self.gate(x))  # (b, t, d)

@@ -73,6 +73,25 @@ def test_rotary_linear_attention_depends_on_positions_only_through_their_distanc
     assert (kernel.diagonal(offset=-1, dim1=-2, dim2=-1) - kernel.diagonal(dim1=-2, dim2=-1)[..., 1:]).abs().max() > 1e-3
 
 
+def test_a_favor_row_whose_features_all_underflow_is_zero_not_nan():
+    # Section 12.3's float32 example: with q = 0 and k = v = x, the keys' shared maximum comes
+    # from the later key, so query 0's one term underflows; favor_attention gives a row of 0,
+    # and so must the module, or one such row makes every gradient of a training step NaN
+    attn = BlockAttention(1, 1, is_causal=True)
+    with torch.no_grad():
+        attn.qkv.weight.copy_(torch.tensor([[0.0], [1.0], [1.0]]))
+        attn.qkv.bias.zero_()
+        attn.out_proj.weight.fill_(1.0)
+        attn.out_proj.bias.zero_()
+    favor = KernelBlockAttention(attn, "favor", projection=torch.ones(1, 1))
+    x = torch.tensor([[[-15.0], [1.0]]], requires_grad=True)  # (b, t, d), float32
+    out, weights = favor(x)
+    assert out.detach().flatten().tolist() == [0.0, 1.0]
+    assert weights.detach().flatten().tolist() == [0.0, 0.0, 0.0, 1.0]
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
 class TestBadInput:
     def test_only_a_block_without_masks_or_dropout_is_swapped(self):
         with pytest.raises(ValueError, match=r"attn is a BlockAttention.*got Linear"):
