@@ -171,17 +171,18 @@ class GatedDeltaNet(nn.Module):
         """The same layer with the weights of a transformers ``Qwen3NextGatedDeltaNet``.
 
         Qwen3-Next fuses q, k, v, z into one projection laid out per key head as
-        [q (d_k), k (d_k), v (r d_v), z (r d_v)], r = h_v / h_k, and b, a as [b (r), a (r)].
+        [q (d_k), k (d_k), v (G_v d_v), z (G_v d_v)], G_v = h_v / h_k, and b, a as
+        [b (G_v), a (G_v)].
         """
         h_k, h_v, d_k, d_v = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
-        r = h_v // h_k
+        g_v = h_v // h_k
         d_model = layer.hidden_size
         new = cls(d_model, h_k, h_v, d_k, d_v, conv_size=layer.conv_kernel_size,
                   eps=layer.norm.variance_epsilon)
         new = new.to(dtype=layer.out_proj.weight.dtype)
-        w = layer.in_proj_qkvz.weight.view(h_k, 2 * d_k + 2 * r * d_v, d_model)
-        wq, wk, wv, wz = w.split([d_k, d_k, r * d_v, r * d_v], dim=1)  # per key head
-        wb, wa = layer.in_proj_ba.weight.view(h_k, 2 * r, d_model).split([r, r], dim=1)
+        w = layer.in_proj_qkvz.weight.view(h_k, 2 * d_k + 2 * g_v * d_v, d_model)
+        wq, wk, wv, wz = w.split([d_k, d_k, g_v * d_v, g_v * d_v], dim=1)  # per key head
+        wb, wa = layer.in_proj_ba.weight.view(h_k, 2 * g_v, d_model).split([g_v, g_v], dim=1)
         with torch.no_grad():
             for mine, theirs in ((new.q_proj, wq), (new.k_proj, wk), (new.v_proj, wv),
                                  (new.z_proj, wz), (new.b_proj, wb), (new.a_proj, wa)):

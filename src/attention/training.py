@@ -271,7 +271,7 @@ def recall_data(
     an asked key is the value written with it last; every other target is -100 (not scored).
 
     With ``distinct_keys=None`` the n keys are distinct and n_q defaults to n: Arora et al.'s
-    (2023) task ("MQAR"). With ``distinct_keys=m < n``, the n writes draw their keys from m
+    (2024, Zoology) task ("MQAR"). With ``distinct_keys=m < n``, the n writes draw their keys from m
     distinct keys, so keys come back with new values and the answer is the latest one; n_q
     defaults to the number of keys written, and must not exceed it in any row.
 

@@ -38,7 +38,7 @@ VARIANT_STYLES = {
 def measured_error(scale: float, draws: int = 60, t: int = 16, d_k: int = 16) -> dict[str, list[float]]:
     """Mean squared error of FAVOR+'s output against softmax attention, and the predicted one.
 
-    Queries, keys and values are N(0, scale^2) (values N(0, 1)), non-causal; for each m the
+    Queries and keys are N(0, scale^2) and values N(0, 1), non-causal; for each m the
     error is averaged over ``draws`` independent projections and over all t x d_k entries.
     """
     generator = torch.Generator().manual_seed(123)
