@@ -1,14 +1,14 @@
 """Packing sequences of different lengths into one row instead of padding them to the longest.
 
-Notation (see CONTRIBUTING.md): n sequences of lengths t_1 ... t_n (sequence m has t_m tokens),
-t = t_1 + ... + t_n tokens in all, t_max the longest; h heads, d_k and d_v the widths of keys and
-values.
+Notation (see CONTRIBUTING.md): n sequences of lengths t_0 ... t_{n-1} (sequence m, counted from 0
+as in code, has t_m tokens), t = t_0 + ... + t_{n-1} tokens in all, t_max the longest; h heads,
+d_k and d_v the widths of keys and values.
 
 A padded batch (n, t_max, ...) spends memory and work on t_max - t_m padding tokens in row m. A
 packed batch lays the sequences end to end, (t, ...), and keeps where each starts in the
 *cumulative sequence lengths* of flash-attention's variable-length ("varlen") interface:
 
-    cu_seqlens = [0, t_1, t_1 + t_2, ..., t]      int32, shape (n + 1,)
+    cu_seqlens = [0, t_0, t_0 + t_1, ..., t]      int32, shape (n + 1,)
 
 so sequence m is rows ``cu_seqlens[m]:cu_seqlens[m + 1]``, as ``flash_attn_varlen_func``
 (Dao-AILab/flash-attention, ``flash_attn/flash_attn_interface.py``) takes it, with queries, keys
@@ -53,16 +53,16 @@ def _check_cu_seqlens(cu_seqlens: Tensor, total: int | None = None) -> None:
         got = cu_seqlens.tolist() if isinstance(cu_seqlens, Tensor) else cu_seqlens
         end = "" if total is None else f" ending at the number of packed tokens {total}"
         raise ValueError(
-            f"cu_seqlens must be a 1-d integer tensor [0, t_1, t_1 + t_2, ...] that rises "
+            f"cu_seqlens must be a 1-d integer tensor [0, t_0, t_0 + t_1, ...] that rises "
             f"strictly{end}, got {got!r}"
         )
 
 
 def cu_seqlens_from_lengths(lengths: Tensor) -> Tensor:
-    """[0, t_1, t_1 + t_2, ..., t] as int32, shape (n + 1,), from the lengths (n,).
+    """[0, t_0, t_0 + t_1, ..., t] as int32, shape (n + 1,), from the lengths (n,).
 
     Args:
-        lengths: t_1 .. t_n, a 1-d integer tensor of values >= 1.
+        lengths: t_0 .. t_{n-1}, a 1-d integer tensor of values >= 1.
 
     Returns:
         cu_seqlens (n + 1,), int32.
@@ -82,7 +82,7 @@ def document_ids(cu_seqlens: Tensor) -> Tensor:
     """The sequence (document) of each packed token, shape (t,): [0, 0, 0, 1, 1, 2, ...].
 
     Args:
-        cu_seqlens: [0, t_1, t_1 + t_2, ..., t], (n + 1,) integers that rise strictly from 0.
+        cu_seqlens: [0, t_0, t_0 + t_1, ..., t], (n + 1,) integers that rise strictly from 0.
 
     Returns:
         The ids (t,), int64: token r belongs to sequence ids[r].
@@ -105,8 +105,8 @@ def pack(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     flash-attention's ``unpad_input``, with lengths instead of a padding mask.
 
     Args:
-        x: the padded batch (n, t_max, ...); row m holds t_m real tokens, then padding.
-        lengths: t_1 .. t_n (n,).
+        x: the padded batch (n, t_max, ...); row m (from 0) holds t_m real tokens, then padding.
+        lengths: t_0 .. t_{n-1} (n,).
 
     Returns:
         (packed, cu_seqlens): packed (t, ...) and cu_seqlens (n + 1,) int32.
@@ -134,7 +134,7 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
 
     Args:
         packed: the packed tokens (t, ...).
-        cu_seqlens: [0, t_1, ..., t] (n + 1,).
+        cu_seqlens: [0, t_0, ..., t] (n + 1,).
         t_max: the padded length (the longest t_m if None).
 
     Returns:
@@ -177,7 +177,7 @@ def varlen_attention(
         query: (t_q, h, d_k), t_q packed tokens.
         key: (t_k, h, d_k), t_k packed tokens.
         value: (t_k, h, d_v).
-        cu_seqlens_q: [0, t_1, t_1 + t_2, ..., t_q] (n + 1,), where each sequence's queries start.
+        cu_seqlens_q: [0, t_0, t_0 + t_1, ..., t_q] (n + 1,), where each sequence's queries start.
         cu_seqlens_k: the same for the keys (the queries' when None).
         is_causal: causal within each sequence, aligned bottom-right.
         scale: multiplies the scores; defaults to 1/sqrt(d_k).
