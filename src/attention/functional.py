@@ -162,8 +162,9 @@ def sliding_window_mask(
     in :func:`causal_mask`) and sees the keys j with p - window < j <= p, itself and the
     window - 1 tokens before it (Mistral's sliding window; Longformer's is two-sided). The same
     mask as :func:`attention.masks.sliding_window` and ``flash_attention(..., is_causal=True,
-    window=window)`` with the same alignment; flash-attn's ``window_size=(window - 1, 0)``.
-    With window >= t_k it is :func:`causal_mask`.
+    window=window)`` with the same alignment. flash-attn's ``window_size=(window - 1, 0)`` is
+    always aligned bottom-right: it is the same mask with ``alignment="bottom_right"``, or when
+    t_q = t_k. With window >= t_k it is :func:`causal_mask`.
 
     Args:
         t_q: number of queries.

@@ -367,8 +367,8 @@ def from_torch_state_dict(
         zero ``out_proj.bias``.
 
     Raises:
-        ValueError: separate query, key and value weights (kdim or vdim given), or a non-zero
-            ``in_proj_bias`` with ``qkv_bias=False``.
+        ValueError: separate query, key and value weights (kdim or vdim different from
+            embed_dim), or a non-zero ``in_proj_bias`` with ``qkv_bias=False``.
 
     Examples:
         >>> torch_mha = nn.MultiheadAttention(8, 2)
