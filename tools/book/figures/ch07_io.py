@@ -1,8 +1,9 @@
-"""Figure of chapter 7, section 7.8: slow-memory traffic counted by the simulator, against the formulas.
+"""Figure of chapter 7, section 7.8: slow-memory traffic counted by the simulator, against the
+formulas.
 
 Notation: t tokens, d_h width of one head, M = M_SRAM the fast memory in elements. Markers are
-counts from :mod:`attention.io_model`'s simulator; solid lines its exact closed forms; dotted lines
-the leading terms of Dao et al.'s Theorem 2, 4 t^2 (standard) and 6 t^2 d_h^2 / M (tiled).
+counts from :mod:`attention.io_model`'s simulator; solid lines its exact closed forms; dotted
+lines the leading terms of Dao et al.'s Theorem 2, 4 t^2 (standard) and 6 t^2 d_h^2 / M (tiled).
 """
 
 from collections.abc import Callable
@@ -23,9 +24,10 @@ STANDARD_COLOR = "#d95f02"
 TILED_COLOR = "#1b9e77"
 
 
-def _panel(ax: Axes, xs: list[int], sizes: Callable[[int], tuple[int, int, int]], xlabel: str,
-           title: str) -> None:
-    """Simulated counts (markers), exact formulas (lines) and Theorem 2's terms (dotted) over xs."""
+def _panel(ax: Axes, xs: list[int], sizes: Callable[[int], tuple[int, int, int]],
+           xlabel: str, title: str) -> None:
+    """Simulated counts (markers), exact formulas (lines) and Theorem 2's terms (dotted) over
+    xs."""
     runs = (
         ("standard", standard_attention_io, standard_io_formula, STANDARD_COLOR,
          lambda t, d_h, m: 4 * t * t),
