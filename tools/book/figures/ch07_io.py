@@ -3,7 +3,9 @@ formulas.
 
 Notation: t tokens, d_h width of one head, M = M_SRAM the fast memory in elements. Markers are
 counts from :mod:`attention.io_model`'s simulator; solid lines its exact closed forms; dotted
-lines the leading terms of Dao et al.'s Theorem 2, 4 t^2 (standard) and 6 t^2 d_h^2 / M (tiled).
+lines the leading terms of the two counts, 4 t^2 (standard) and 6 t^2 d_h^2 / M (tiled), of the
+orders that Dao et al.'s Theorem 2 states, Theta(t d_h + t^2) and Theta(t^2 d_h^2 / M): the
+theorem gives no constants, and 4 and 6 are the simulator's.
 """
 
 from collections.abc import Callable
@@ -26,8 +28,8 @@ TILED_COLOR = "#1b9e77"
 
 def _panel(ax: Axes, xs: list[int], sizes: Callable[[int], tuple[int, int, int]],
            xlabel: str, title: str) -> None:
-    """Simulated counts (markers), exact formulas (lines) and Theorem 2's terms (dotted) over
-    xs."""
+    """Simulated counts (markers), exact formulas (lines) and their leading terms (dotted)
+    over xs."""
     runs = (
         ("standard", standard_attention_io, standard_io_formula, STANDARD_COLOR,
          lambda t, d_h, m: 4 * t * t),
@@ -60,7 +62,7 @@ def io_counts() -> Figure:
     axes[2].annotate("$M = d_h^2$", (d0 * d0, axes[2].get_ylim()[1]), xytext=(4, -12),
                      textcoords="offset points", color=INK, alpha=0.75)
     axes[0].set_ylabel("elements read + written in slow memory")
-    axes[0].plot([], [], ":", color=INK, alpha=0.6, label="Theorem 2's leading term")
+    axes[0].plot([], [], ":", color=INK, alpha=0.6, label="leading term (Theorem 2's order)")
     axes[0].legend(frameon=False, loc="upper left")
     return fig
 
