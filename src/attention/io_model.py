@@ -15,7 +15,8 @@ Notation (see CONTRIBUTING.md):
     B_q, B_k  block sizes: B_q query rows and B_k key rows per tile (the paper's B_r, B_c);
               T_q^std, T_q^tiled = ceil(t / B_q) query blocks of standard and of tiled
               attention, each with its own B_q (standard_blocks, tiled_blocks)
-    Q, K, V   (t, d_h) inputs; S = QK^T (t, t) scores; A = softmax(S) (t, t); Z = AV (t, d_h)
+    Q, K, V   (t, d_h) inputs; S = QK^T / sqrt(d_h) (t, t) scaled scores; A = softmax(S) (t, t);
+              Z = AV (t, d_h)
 
 Theorem 2 of Dao et al. (2022): standard attention makes Theta(t d_h + t^2) accesses to slow
 memory, FlashAttention Theta(t^2 d_h^2 / m_sram) for d_h <= m_sram <= t d_h. The simulated
@@ -214,8 +215,8 @@ def tiled_blocks(t: int, d_h: int, m_sram: int) -> tuple[int, int]:
 def standard_attention_io(t: int, d_h: int, m_sram: int) -> IOCount:
     """Count the slow-memory traffic of standard attention (Dao et al., 2022, Algorithm 0).
 
-    Three passes, each through slow memory: S = QK^T tile by tile, written out; A = softmax(S)
-    one row at a time, read and written; Z = AV tile by tile, reading A and V.
+    Three passes, each through slow memory: S = QK^T / sqrt(d_h) tile by tile, written out;
+    A = softmax(S) one row at a time, read and written; Z = AV tile by tile, reading A and V.
 
     Args:
         t: number of tokens.

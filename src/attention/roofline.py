@@ -15,8 +15,8 @@ does,
   more (the log-sum-exp, b · h · t numbers, is left out);
 - a path that materializes the (t, t) matrices (the explicit computation, SDPA's math backend)
   also writes each one once and reads it once: A forward, 2 · b · h · t² · s; A read again and
-  dΩ written and read backward, 3 · b · h · t² · s more. The full square is counted, masked or not:
-  these paths store it whole.
+  dS, the gradient of the scaled scores (equation (7.11)), written and read backward,
+  3 · b · h · t² · s more. The full square is counted, masked or not: these paths store it whole.
 
 A real kernel moves more (K and V once per query block, spills, temporaries), so its true
 intensity is lower and its true roof, if it is below the ridge point, lower too.
