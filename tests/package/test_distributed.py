@@ -7,6 +7,7 @@ the tests read them. Processes talk over 127.0.0.1 only.
 import socket
 import time
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,8 @@ RING = [(sharding, causal, t, 4, h_kv) for sharding in ("contiguous", "zigzag") 
 # Ulysses needs equal shards (t a multiple of N) and h a multiple of N; h_kv = 2 with N = 4 is
 # a divisor of N (each key-value head copied to two ranks), with N = 2 a multiple.
 ULYSSES = [(causal, 24, h, h_kv) for causal in (False, True) for h, h_kv in ((4, 4), (4, 2))]
+# Each scheme on a sharding it takes, for the cases of the scale and of subgroups.
+SCHEMES = {"ring": ("zigzag", partial(ring_attention, sharding="zigzag"))}
 DEADLINE_S = 60  # a run past this is a hang: the test kills it and fails
 
 
@@ -57,23 +60,28 @@ def _spawn(worker, world: int, out_dir: Path) -> list[dict]:
     return [torch.load(out_dir / f"rank{r}.pt") for r in range(world)]
 
 
-def _case(rank, world, fn, sharding, causal, t, h, h_kv, seed, dtype=torch.float64):
-    """Largest difference of output and gradients from SDPA in float64 on the whole sequence."""
+def _case(rank, world, fn, sharding, causal, t, h, h_kv, seed, dtype=torch.float64, d_v=D_H, scale=None):
+    """Largest difference of output and gradients from SDPA in float64 on the whole sequence (of
+    the inputs rounded to ``dtype``), the bytes sent, and in half precision the largest ratio,
+    tensor by tensor, of that difference to the rounding of SDPA's own result to ``dtype``."""
     torch.manual_seed(seed)
-    q = torch.randn(B, h, t, D_H, dtype=torch.float64, requires_grad=True)
-    k, v = (torch.randn(B, h_kv, t, D_H, dtype=torch.float64, requires_grad=True) for _ in range(2))
-    w = torch.randn(B, h, t, D_H, dtype=torch.float64)  # the loss is sum(w * out)
-    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)  # (b, h, t, d_h)
+    def draw(*shape):
+        return torch.randn(*shape, dtype=torch.float64).to(dtype).double().requires_grad_()
+    q, k, v = draw(B, h, t, D_H), draw(B, h_kv, t, D_H), draw(B, h_kv, t, d_v)
+    w = draw(B, h, t, d_v).detach()  # the loss is sum(w * out)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True, scale=scale)  # (b, h, t, d_v)
     (want * w).sum().backward()
     def part(x):
-        return shard_sequence(x.detach(), rank, world, sharding)  # (b, ., c, d_h)
+        return shard_sequence(x.detach(), rank, world, sharding)  # (b, ., c, d)
     mine = [part(x).to(dtype).requires_grad_() for x in (q, k, v)]
     with count_traffic() as traffic:
-        out = fn(*mine, is_causal=causal)
+        out = fn(*mine, is_causal=causal, scale=scale)
         (out * part(w).to(dtype)).sum().backward()
-    errors = [(out.double() - part(want)).abs().max()] + [(x.grad - part(y.grad)).abs().max()
-                                                 for x, y in zip(mine, (q, k, v))]
-    return max(float(e.detach()) for e in errors), dict(traffic.sent)
+    exact = [part(want)] + [part(y.grad) for y in (q, k, v)]
+    errors = [float((x.detach().double() - y).abs().max()) for x, y in zip([out] + [x.grad for x in mine], exact)]
+    ratio = None if dtype == torch.float64 else max(
+        e / float((y.to(dtype).double() - y).abs().max()) for e, y in zip(errors, exact))
+    return max(errors), dict(traffic.sent), ratio
 
 
 def _correctness(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -89,6 +97,19 @@ def _correctness(rank: int, world: int, port: int, out_dir: str) -> None:
     def zigzag(*a, **kw):
         return ring_attention(*a, sharding="zigzag", **kw)
     results["ring bfloat16"] = _case(rank, world, zigzag, "zigzag", True, 21, 4, 2, 200, torch.bfloat16)
+    # Values wider than keys (d_v = 12, d_k = 8), and the scale: its default, or one given.
+    for name, (sharding, fn) in SCHEMES.items():
+        for scale in (None, 0.3):
+            results["scale", name, scale] = _case(rank, world, fn, sharding, True, 24, 4, 2, 300, d_v=12, scale=scale)
+    # Subgroups, made by every rank: rank 0 alone (N = 1: the ring holds its own block, nothing
+    # travels), and the odd ranks (with N = 4 ranks 1 and 3, group ranks 0 and 1: a send must
+    # address the global rank of the next group rank).
+    for members in ([0], list(range(1, world, 2))):
+        group = dist.new_group(members)
+        for name, (sharding, fn) in SCHEMES.items():
+            if rank in members:
+                results["group", tuple(members), name] = _case(
+                    members.index(rank), len(members), partial(fn, group=group), sharding, True, 24, 4, 2, 400)
     dist.destroy_process_group()
     torch.save(results, Path(out_dir) / f"rank{rank}.pt")
 
@@ -103,7 +124,7 @@ def run(request, tmp_path_factory):
 
 def test_equal_to_sdpa_on_the_gathered_sequence(run):
     world, ranks, _ = run
-    cases = [key for key in ranks[0] if key != "ring bfloat16"]
+    cases = [key for key in ranks[0] if key[0] in ("ring", "ulysses")]
     assert len(cases) == len(RING) + len(ULYSSES)
     worst = {key: max(r[key][0] for r in ranks) for key in cases}
     bad = {key: err for key, err in worst.items() if not err < 1e-12}
@@ -117,10 +138,40 @@ def test_half_precision_is_computed_in_float32(run):
     assert max(r["ring bfloat16"][0] for r in ranks) < 0.1
 
 
+def test_half_precision_rounds_once_at_the_end(run):
+    """Partials, lse, D = rowsum(dO ∘ O) and the dK, dV accumulators in float32: the output and
+    the gradients are float64 SDPA on the rounded inputs, rounded once (within 1.2 times that
+    rounding), not rounded again in a bfloat16 lse or at each rank's share of dK and dV."""
+    _, ranks, _ = run
+    ratio = max(r["ring bfloat16"][2] for r in ranks)
+    assert ratio <= 1.2, f"error {ratio:.2f} times the rounding once"
+
+
+def test_scale_multiplies_the_scores_and_defaults_to_one_over_sqrt_d_k(run):
+    """d_v = 12 != d_k = 8: the default scale is d_k's, and a given one is used, forward and back."""
+    world, ranks, _ = run
+    worst = {key: max(r[key][0] for r in ranks) for key in ranks[0] if key[0] == "scale"}
+    assert len(worst) == 2 * len(SCHEMES) and all(err < 1e-12 for err in worst.values()), (world, worst)
+
+
+def test_a_subgroup_is_a_ring_of_its_own_ranks(run):
+    """On rank 0 alone (a ring of one, which sends nothing) and on the odd ranks, whose group ranks
+    are not their global ones: equal to SDPA, gradients included."""
+    world, ranks, _ = run
+    worst = {}
+    for r in ranks:
+        for key, (err, sent, _) in r.items():
+            if key[0] == "group":
+                worst[key] = max(worst.get(key, 0.0), err)
+                if len(key[1]) == 1 and key[2] == "ring":
+                    assert set(sent) == {"all_gather"}, (key, sent)  # the one exchange of the checks
+    assert len(worst) == 2 * len(SCHEMES) and all(err < 1e-12 for err in worst.values()), (world, worst)
+
+
 def test_ring_sends_what_the_io_model_counts(run):
     """Forward and backward: N - 1 blocks of K and V forward, N - 1 again backward, N dK, dV."""
     world, ranks, _ = run
-    for key, (_, sent) in ranks[0].items():
+    for key, (_, sent, _) in ranks[0].items():
         if key[0] != "ring" or key[3] % world:
             continue
         _, _, _, t, _, h_kv = key
@@ -131,7 +182,7 @@ def test_ring_sends_what_the_io_model_counts(run):
 
 def test_ulysses_moves_the_all_to_all_fraction(run):
     world, ranks, _ = run
-    for key, (_, sent) in ranks[0].items():
+    for key, (_, sent, _) in ranks[0].items():
         if key[0] != "ulysses":
             continue
         _, _, _, t, h, h_kv = key
@@ -165,6 +216,8 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
     attempt("one malformed rank", lambda: ring_attention(*shard(4, dims=4 if rank == 0 else 3)))
     attempt("causal on one rank", lambda: ring_attention(*shard(4), is_causal=rank == 0))
     attempt("contiguous unequal", lambda: ring_attention(*shard(5 if rank == 0 else 3)))  # allowed
+    q, k, v = shard(4)
+    attempt("sharding on one rank", lambda: ring_attention(q, k, v, sharding="zigzag" if rank == 0 else "contiguous"))
     # A rank that never calls: the others' first exchange ends at the group's gloo timeout.
     short = dist.new_group(timeout=timedelta(seconds=0.5))
     if rank == 0:
@@ -188,6 +241,7 @@ def bad_run(tmp_path_factory):
     ("ulysses heads", "ValueError", "h=3, N=2"),
     ("one malformed rank", "ValueError", "at least 4 dimensions"),
     ("causal on one rank", "ValueError", "same is_causal"),
+    ("sharding on one rank", "ValueError", "same sharding"),
 ])
 def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, words):
     for rank, outcomes in enumerate(bad_run):
@@ -199,6 +253,14 @@ def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, word
 
 def test_contiguous_shards_may_differ_in_length(bad_run):
     assert all(outcomes["contiguous unequal"][0] == "no error" for outcomes in bad_run)
+
+
+def test_shard_sequence_takes_the_rows_of_ring_shards_contiguous_by_default():
+    x = torch.arange(10.0)[:, None]  # (t, 1)
+    for sharding in ("contiguous", "zigzag"):
+        for rank, rows in enumerate(ring_shards(10, 2, sharding)):
+            assert torch.equal(shard_sequence(x, rank, 2, sharding), x[rows])
+    assert shard_sequence(x, 1, 2).flatten().tolist() == [5, 6, 7, 8, 9]
 
 
 def test_a_rank_that_never_calls_ends_in_the_gloo_timeout(bad_run):
