@@ -31,7 +31,8 @@ RING = [(sharding, causal, t, 4, h_kv) for sharding in ("contiguous", "zigzag") 
 # a divisor of N (each key-value head copied to two ranks), with N = 2 a multiple.
 ULYSSES = [(causal, 24, h, h_kv) for causal in (False, True) for h, h_kv in ((4, 4), (4, 2))]
 # Each scheme on a sharding it takes, for the cases of the scale and of subgroups.
-SCHEMES = {"ring": ("zigzag", partial(ring_attention, sharding="zigzag"))}
+SCHEMES = {"ring": ("zigzag", partial(ring_attention, sharding="zigzag")),
+           "ulysses": ("contiguous", ulysses_attention)}
 DEADLINE_S = 60  # a run past this is a hang: the test kills it and fails
 
 
@@ -216,6 +217,7 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
     attempt("one malformed rank", lambda: ring_attention(*shard(4, dims=4 if rank == 0 else 3)))
     attempt("causal on one rank", lambda: ring_attention(*shard(4), is_causal=rank == 0))
     attempt("contiguous unequal", lambda: ring_attention(*shard(5 if rank == 0 else 3)))  # allowed
+    attempt("ulysses kv heads", lambda: ulysses_attention(*shard(4, h=6, h_kv=3)))
     q, k, v = shard(4)
     attempt("sharding on one rank", lambda: ring_attention(q, k, v, sharding="zigzag" if rank == 0 else "contiguous"))
     # A rank that never calls: the others' first exchange ends at the group's gloo timeout.
@@ -241,6 +243,7 @@ def bad_run(tmp_path_factory):
     ("ulysses heads", "ValueError", "h=3, N=2"),
     ("one malformed rank", "ValueError", "at least 4 dimensions"),
     ("causal on one rank", "ValueError", "same is_causal"),
+    ("ulysses kv heads", "ValueError", "h_kv a multiple or a divisor of N, got h_kv=3, N=2"),
     ("sharding on one rank", "ValueError", "same sharding"),
 ])
 def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, words):
