@@ -217,9 +217,15 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
     attempt("one malformed rank", lambda: ring_attention(*shard(4, dims=4 if rank == 0 else 3)))
     attempt("causal on one rank", lambda: ring_attention(*shard(4), is_causal=rank == 0))
     attempt("contiguous unequal", lambda: ring_attention(*shard(5 if rank == 0 else 3)))  # allowed
+    attempt("grouped heads", lambda: ring_attention(*shard(4, h=3, h_kv=2)))
     attempt("ulysses kv heads", lambda: ulysses_attention(*shard(4, h=6, h_kv=3)))
     q, k, v = shard(4)
+    attempt("key and value heads", lambda: ring_attention(q, k, v[:, :1]))
+    attempt("query and key lengths", lambda: ulysses_attention(q, k[..., :2, :], v[..., :2, :]))
     attempt("sharding on one rank", lambda: ring_attention(q, k, v, sharding="zigzag" if rank == 0 else "contiguous"))
+    attempt("requires_grad on one rank", lambda: ring_attention(q.requires_grad_(rank == 0), k, v))
+    with torch.no_grad():  # no backward will run: requires_grad may differ (allowed)
+        attempt("requires_grad under no_grad", lambda: ring_attention(q.requires_grad_(rank == 0), k, v))
     # A rank that never calls: the others' first exchange ends at the group's gloo timeout.
     short = dist.new_group(timeout=timedelta(seconds=0.5))
     if rank == 0:
@@ -243,8 +249,12 @@ def bad_run(tmp_path_factory):
     ("ulysses heads", "ValueError", "h=3, N=2"),
     ("one malformed rank", "ValueError", "at least 4 dimensions"),
     ("causal on one rank", "ValueError", "same is_causal"),
+    ("grouped heads", "ValueError", "h must be a multiple of h_kv (grouped-query attention), got h=3, h_kv=2"),
     ("ulysses kv heads", "ValueError", "h_kv a multiple or a divisor of N, got h_kv=3, N=2"),
+    ("key and value heads", "ValueError", "k and v must share (b, h_kv, c)"),
+    ("query and key lengths", "ValueError", "q and k must share b and c"),
     ("sharding on one rank", "ValueError", "same sharding"),
+    ("requires_grad on one rank", "ValueError", "same requires_grad"),
 ])
 def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, words):
     for rank, outcomes in enumerate(bad_run):
@@ -256,6 +266,10 @@ def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, word
 
 def test_contiguous_shards_may_differ_in_length(bad_run):
     assert all(outcomes["contiguous unequal"][0] == "no error" for outcomes in bad_run)
+
+
+def test_requires_grad_may_differ_under_no_grad(bad_run):
+    assert all(outcomes["requires_grad under no_grad"][0] == "no error" for outcomes in bad_run)
 
 
 def test_shard_sequence_takes_the_rows_of_ring_shards_contiguous_by_default():
