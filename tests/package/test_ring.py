@@ -56,6 +56,11 @@ def test_shards_cover_the_sequence_once():
         [0, 1, 14, 15], [2, 3, 12, 13], [4, 5, 10, 11], [6, 7, 8, 9]]
 
 
+def test_contiguous_is_the_default_sharding():
+    assert [s.tolist() for s in ring_shards(6, 2)] == [[0, 1, 2], [3, 4, 5]]
+    assert torch.equal(ring_work(8, 2, is_causal=True), ring_work(8, 2, True, "contiguous"))
+
+
 def test_causal_work_is_unbalanced_with_contiguous_shards_and_balanced_with_zigzag():
     t, world_size = 64, 4
     total = t * (t + 1) // 2  # visible pairs of causal attention
