@@ -128,8 +128,13 @@ def key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr,
         mid_hi = (tl.maximum(tl.minimum(T_K, start_m + OFFSET + 1), 0) // BLOCK_N) * BLOCK_N
         # the first row's window starts at its position - w + 1, the last row's later
         if HAS_WINDOW:
-            lo = (tl.maximum(start_m + OFFSET - WINDOW + 1, 0) // BLOCK_N) * BLOCK_N
+            first = tl.maximum(start_m + OFFSET - WINDOW + 1, 0)  # the first row's first key
+            lo = (first // BLOCK_N) * BLOCK_N
             mid_lo = tl.cdiv(tl.maximum(last + OFFSET - WINDOW + 1, 0), BLOCK_N) * BLOCK_N
+            # no row of the block sees a key (first >= hi: rows past the keys' end): no loop,
+            # not even over the block lo rounds down to. seen is 1 if first < hi, else 0.
+            seen = tl.minimum(tl.maximum(hi - first, 0), 1)
+            hi = lo + (hi - lo) * seen
     hi = tl.maximum(hi, lo)
     mid_lo = tl.minimum(tl.maximum(mid_lo, lo), hi)
     mid_hi = tl.minimum(tl.maximum(mid_hi, mid_lo), hi)
@@ -155,6 +160,10 @@ def query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr,
             hi = tl.minimum(T_Q, last_key + WINDOW - OFFSET)
             mid_hi = (tl.maximum(tl.minimum(T_Q, start_n + WINDOW - OFFSET), 0)
                       // BLOCK_M) * BLOCK_M
+        # no row sees a key of the block (its first row, start_n - offset, is past hi): no loop,
+        # not even over the block lo rounds down to. seen is 1 if some row does, else 0.
+        seen = tl.minimum(tl.maximum(hi - tl.maximum(start_n - OFFSET, 0), 0), 1)
+        hi = lo + (hi - lo) * seen
     hi = tl.maximum(hi, lo)
     mid_lo = tl.minimum(tl.maximum(mid_lo, lo), hi)
     mid_hi = tl.minimum(tl.maximum(mid_hi, mid_lo), hi)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _inputs import qkv
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -259,6 +260,8 @@ RANGE_CASES = [
     (100, 100, True, 0, 40, 16, 16),
     (64, 100, True, 36, 23, 32, 16),
     (70, 50, True, 0, 5, 16, 32),
+    (16, 40, True, 0, None, 32, 16),
+    (64, 64, True, 0, 17, 16, 16),
 ]
 
 
@@ -287,6 +290,7 @@ def interpreter_checks() -> dict:
         "last_configs": last_configs(),
         "messages": bad_input_messages(),
         "second_derivative": second,
+        "blind_block_beside_an_inf": blind_block_beside_an_inf(),
         "expanded_gradient_equals_dense": all(torch.equal(a, b) for a, b in zip(expanded, dense)),
         "ranges": block_ranges(),
         "interpreter_configs": [
@@ -298,6 +302,20 @@ def interpreter_checks() -> dict:
                                   ("dkdv", triton_forward.DKDV_CONFIGS), ("dq", triton_forward.DQ_CONFIGS))
         },
     }
+
+
+def blind_block_beside_an_inf() -> float:
+    """Window 3, t_q 40 > t_k 20, tiles 16 x 16: rows 32..39 (one query block) see no key, and
+    the value of key 19 (seen by rows 19..21) is inf. The largest |Z| and |dQ| of rows 32..39:
+    the key block 16..31 is no block of theirs, so never read, and inf · 0 never made."""
+    from attention.triton_flash import triton_flash_attention
+
+    q, k, v = qkv((1, 1, 40, 16), (1, 1, 20, 16), dtype=torch.float32, to=torch.float16)
+    v[0, 0, 19] = math.inf
+    q.requires_grad_()
+    out = triton_flash_attention(q, k, v, is_causal=True, window=3, block_m=16, block_n=16)
+    dq = torch.autograd.grad(out, q, torch.ones_like(out))[0]
+    return max(out[..., 32:, :].abs().max().item(), dq[..., 32:, :].abs().max().item())
 
 
 def last_configs() -> dict:
@@ -393,7 +411,8 @@ def test_rows_that_see_no_key_are_zero_with_zero_gradient(interpreted):
 @needs_triton
 def test_causal_split_masks_only_the_blocks_that_need_it(interpreted):
     """Every loop of every program: the blocks it skips hold no visible score, the blocks it runs
-    unmasked are seen whole by every row, and no block seen whole is left to the masked loops."""
+    unmasked are seen whole by every row, no block seen whole is left to the masked loops, and
+    it runs no block without a visible score (its keys are never read)."""
     for t_q, t_k, causal, offset, window, block_m, block_n in RANGE_CASES:
         seen = visible(t_q, t_k, causal, offset, window)  # (t_q, t_k)
         for by_keys in (False, True):
@@ -410,6 +429,16 @@ def test_causal_split_masks_only_the_blocks_that_need_it(interpreted):
                 inside = range(0, matrix.shape[1] - other + 1, other)  # loop blocks inside the sequence
                 whole = [s for s in inside if block[:, s : s + other].all()]
                 assert [s for s in range(mid_lo, mid_hi, other)] == whole, where
+                # and every block the loops run holds a visible score: none is read for nothing
+                some = [s for s in range(0, matrix.shape[1], other) if block[:, s : s + other].any()]
+                assert list(range(lo, hi, other)) == some, where
+
+
+@needs_triton
+def test_a_query_block_that_sees_no_key_reads_none(interpreted):
+    """Rows past the keys' end under a window: zero output and gradient, even beside an inf in a
+    value other rows see (the block range once ran the key block its window start rounds down to)."""
+    assert interpreted["blind_block_beside_an_inf"] == 0.0
 
 
 @needs_triton
@@ -548,7 +577,7 @@ def test_without_triton_the_kernel_tests_are_skipped_with_the_reason(
         "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
         "-k", "not without_triton and not skip_reason",
     )
-    kernel_tests = len(CASES) + len(VARIANT_CASES) + 10  # the parametrized rules, nine more tests, the GPU class
+    kernel_tests = len(CASES) + len(VARIANT_CASES) + 11  # the parametrized rules, ten more tests, the GPU class
     result.assert_outcomes(skipped=kernel_tests)
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]  # SKIPPED [n] file: why
     assert sum(int(line.split("[")[1].split("]")[0]) for line in skips) == kernel_tests, skips
