@@ -64,6 +64,7 @@ CASES = {
         1, 1, 1, 17, 33, 128, False, "top_left", None, None, 0.3),
     "t_q 1, t_k 17, bottom-right: one new token": (
         1, 2, 2, 1, 17, 16, True, "bottom_right", None, None, None),
+    "batch 2, GQA h 4, h_kv 2, causal, t 20": (2, 4, 2, 20, 20, 16, True, "top_left", None, None, None),
 }
 # The kernels' other paths, each on a shape above: (shape's name, options). "atomic dQ" is
 # deterministic=False; "sinks" a logit per head (one of them -inf, a head without a sink);
@@ -78,6 +79,8 @@ VARIANT_CASES = {
         "MQA h 4, h_kv 1, window 7, bottom-right, d_h 128", {"options": True, "sinks": True, "deterministic": False}),
     "options: strided, bottom-right, tiles 16x32": (
         "t_q 24 < t_k 56, bottom-right, d_h 64, tiles 16x32, strided", {"options": True}),
+    "atomic dQ, sinks: batch 2, GQA h 4, h_kv 2": (
+        "batch 2, GQA h 4, h_kv 2, causal, t 20", {"deterministic": False, "sinks": True}),
 }
 # Larger shapes for a GPU, where tiles are 32 to 128 rows. On a GPU a case runs with 64 x 64 tiles
 # unless it names its own or is autotuned: autotuning compiles every configuration, the slow part.
