@@ -205,6 +205,9 @@ def bad_input_messages() -> list[str]:
     four = torch.randn(1, 4, 16, 64, dtype=torch.float16)  # (b, h, t, d_h) with h = 4
     odd = torch.randn(1, 1, 16, 65, dtype=torch.float16)[..., :64]  # rows 65 numbers apart
     many = x.expand(256, 257, 16, 64)  # b · h = 65,792 (sequence, head) pairs, no memory
+    strided_d = torch.randn(1, 1, 16, 64, 2, dtype=torch.float16)[..., 0]  # last axis of stride 2
+    shifted = torch.randn(1032, dtype=torch.float16)[4:1028].view(1, 1, 16, 64)  # starts 8 bytes late
+    meta = x.to("meta")
     calls = [
         ((x.float(), x.float(), x.float()), {}),
         ((x[..., :48], x[..., :48], x[..., :48]), {}),
@@ -223,6 +226,13 @@ def bad_input_messages() -> list[str]:
         ((odd, odd, odd), {"options": TritonOptions(descriptors=True)}),
         ((x, x, x), {"options": {"descriptors": True}}),
         ((many, many, many), {}),
+        ((x, x, x), {"options": TritonOptions(fold_scale=True), "scale": 0.0}),
+        ((strided_d, strided_d, strided_d), {"options": TritonOptions(descriptors=True)}),
+        ((shifted, shifted, shifted), {"options": TritonOptions(descriptors=True)}),
+        ((x, x, x), {"block_m": 8}),
+        ((x, x, x), {"block_n": 16.0}),
+        ((meta, meta, meta), {}),
+        ((x[:, :, :0], x, x), {}),
     ]
     messages = []
     for args, kwargs in calls:
@@ -293,6 +303,7 @@ def interpreter_checks() -> dict:
         "last_configs": last_configs(),
         "messages": bad_input_messages(),
         "second_derivative": second,
+        "limits_allowed": limits_allowed(),
         "blind_block_beside_an_inf": blind_block_beside_an_inf(),
         "expanded_gradient_equals_dense": all(torch.equal(a, b) for a, b in zip(expanded, dense)),
         "ranges": block_ranges(),
@@ -321,6 +332,23 @@ def blind_block_beside_an_inf() -> float:
     return max(out[..., 32:, :].abs().max().item(), dq[..., 32:, :].abs().max().item())
 
 
+def limits_allowed() -> list[str]:
+    """What the checks say at the limits themselves: b · h = 65,535, and a slice whose last offset
+    is 2**31 - 1."""
+    from attention.triton_flash import _check_slice_offsets, _check_tensors
+
+    found = []
+    most = torch.randn(1, 1, 16, 64, dtype=torch.float16).expand(255, 257, 16, 64)  # b · h = 65,535
+    for check, args in ((_check_tensors, (most, most, most, False)),
+                        (_check_slice_offsets, ("key", (1, 1, 2, 64), (2**31, 2**31, 2**31 - 64, 1)))):
+        try:
+            check(*args)
+            found.append("no error")
+        except ValueError as error:
+            found.append(str(error))
+    return found
+
+
 def last_configs() -> dict:
     """What ``triton_last_configs`` reports after a forward pass, then after each backward pass."""
     from attention.triton_flash import triton_flash_attention, triton_last_configs
@@ -332,6 +360,9 @@ def last_configs() -> dict:
         found[f"forward, deterministic={deterministic}"] = triton_last_configs()
         out.backward(torch.ones_like(out))
         found[f"backward, deterministic={deterministic}"] = triton_last_configs()
+    for blocks in ({"block_m": 16, "block_n": 32}, {"block_m": 32}, {"block_n": 32}):
+        triton_flash_attention(q, q, q, **blocks)
+        found[f"forward, {blocks}"] = triton_last_configs()
     return found
 
 
@@ -393,11 +424,22 @@ def test_atomic_dq_sinks_and_options_meet_flashattention_rule_in_the_interpreter
 @needs_triton
 def test_the_configs_that_ran_are_reported_per_kernel(interpreted):
     one = [16, 16, 4, 1]  # the interpreter's one configuration
-    assert interpreted["last_configs"] == {
+    assert {key: value for key, value in interpreted["last_configs"].items() if "block" not in key} == {
         "forward, deterministic=True": {"forward": one},
         "backward, deterministic=True": {"forward": one, "dkdv": one, "dq": one},
         "forward, deterministic=False": {"forward": one},
         "backward, deterministic=False": {"forward": one, "dkdv": one},
+    }
+
+
+@needs_triton
+def test_blocks_given_are_the_tiles_that_run_and_the_other_one_defaults_to_64(interpreted):
+    """block_m and block_n fix the tiles (4 warps, Triton's default 3 stages); one given alone
+    leaves the other at 64."""
+    assert {key: value for key, value in interpreted["last_configs"].items() if "block" in key} == {
+        "forward, {'block_m': 16, 'block_n': 32}": {"forward": [16, 32, 4, 3]},
+        "forward, {'block_m': 32}": {"forward": [32, 64, 4, 3]},
+        "forward, {'block_n': 32}": {"forward": [64, 32, 4, 3]},
     }
 
 
@@ -445,6 +487,11 @@ def test_a_query_block_that_sees_no_key_reads_none(interpreted):
 
 
 @needs_triton
+def test_b_h_of_65535_and_slice_offsets_of_int32_max_are_allowed(interpreted):
+    assert interpreted["limits_allowed"] == ["no error", "no error"]
+
+
+@needs_triton
 def test_a_second_derivative_raises(interpreted):
     assert interpreted["second_derivative"].startswith("triton_flash_attention has first derivatives only")
 
@@ -488,6 +535,15 @@ class TestBadInput:
             "16-byte aligned, got strides (1040, 1040, 65, 1), start at byte 0 of 16",
             "options must be a TritonOptions, got dict",
             "b · h must be at most 65535 (CUDA's grid limit), got b · h = 256 · 257 = 65792",
+            "fold_scale takes the row maximum before scaling, so needs scale > 0, got 0.0",
+            "descriptors need query's last axis contiguous, its other strides multiples of 8 and its start "
+            "16-byte aligned, got strides (2048, 2048, 128, 2), start at byte 0 of 16",
+            "descriptors need query's last axis contiguous, its other strides multiples of 8 and its start "
+            "16-byte aligned, got strides (1024, 1024, 64, 1), start at byte 8 of 16",
+            "block_m must be a power of two >= 16, got 8",
+            "block_n must be a power of two >= 16, got 16.0",
+            "query must be on cpu, got meta",
+            "t_q and t_k must be positive, got t_q=0 and t_k=16",
             "key: the offset of the last element of a (batch, head) slice must be at most 2147483647 (int32), "
             "got (t - 1) · stride_t + (d_h - 1) · stride_d = 2147483711",
         ]
@@ -580,7 +636,7 @@ def test_without_triton_the_kernel_tests_are_skipped_with_the_reason(
         "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
         "-k", "not without_triton and not skip_reason",
     )
-    kernel_tests = len(CASES) + len(VARIANT_CASES) + 11  # the parametrized rules, ten more tests, the GPU class
+    kernel_tests = len(CASES) + len(VARIANT_CASES) + 13  # the parametrized rules, twelve more tests, the GPU class
     result.assert_outcomes(skipped=kernel_tests)
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]  # SKIPPED [n] file: why
     assert sum(int(line.split("[")[1].split("]")[0]) for line in skips) == kernel_tests, skips
