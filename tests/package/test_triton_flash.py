@@ -305,6 +305,8 @@ def interpreter_checks() -> dict:
         "second_derivative": second,
         "limits_allowed": limits_allowed(),
         "blind_block_beside_an_inf": blind_block_beside_an_inf(),
+        "unseen_keys_beside_an_inf": {deterministic: unseen_keys_beside_an_inf(deterministic)
+                                      for deterministic in (True, False)},
         "expanded_gradient_equals_dense": all(torch.equal(a, b) for a, b in zip(expanded, dense)),
         "ranges": block_ranges(),
         "interpreter_configs": [
@@ -330,6 +332,23 @@ def blind_block_beside_an_inf() -> float:
     out = triton_flash_attention(q, k, v, is_causal=True, window=3, block_m=16, block_n=16)
     dq = torch.autograd.grad(out, q, torch.ones_like(out))[0]
     return max(out[..., 32:, :].abs().max().item(), dq[..., 32:, :].abs().max().item())
+
+
+def unseen_keys_beside_an_inf(deterministic: bool) -> dict[str, float]:
+    """Causal, t_q 16 < t_k 40, top-left, tiles 32 x 16: no query sees keys 16..39, and the value
+    of key 20 is inf. The largest |Z| and |dQ| (every row: the atomic dQ adds each key block's
+    share to all of them) and |dK|, |dV| of keys 16..39: their key blocks run no query block,
+    not even the one of 32 rows that the first unseen key's position rounds down to."""
+    from attention.triton_flash import triton_flash_attention
+
+    q, k, v = qkv((1, 1, 16, 16), (1, 1, 40, 16), dtype=torch.float32, to=torch.float16)
+    v[0, 0, 20] = math.inf
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    out = triton_flash_attention(q, k, v, is_causal=True, block_m=32, block_n=16,
+                                 deterministic=deterministic)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    return {"out, dQ": max(out.abs().max().item(), dq.abs().max().item()),
+            "unseen dK, dV": max(dk[..., 16:, :].abs().max().item(), dv[..., 16:, :].abs().max().item())}
 
 
 def limits_allowed() -> list[str]:
@@ -487,6 +506,15 @@ def test_a_query_block_that_sees_no_key_reads_none(interpreted):
 
 
 @needs_triton
+def test_a_key_block_that_no_query_sees_is_read_by_none(interpreted):
+    """Keys past every causal row (t_q < t_k, top-left): their dK and dV are 0 and every output
+    and dQ finite, even with an inf in their values (the block range once ran them), for the
+    deterministic dQ and the atomic one."""
+    for deterministic, found in interpreted["unseen_keys_beside_an_inf"].items():
+        assert math.isfinite(found["out, dQ"]) and found["unseen dK, dV"] == 0.0, (deterministic, found)
+
+
+@needs_triton
 def test_b_h_of_65535_and_slice_offsets_of_int32_max_are_allowed(interpreted):
     assert interpreted["limits_allowed"] == ["no error", "no error"]
 
@@ -636,7 +664,7 @@ def test_without_triton_the_kernel_tests_are_skipped_with_the_reason(
         "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
         "-k", "not without_triton and not skip_reason",
     )
-    kernel_tests = len(CASES) + len(VARIANT_CASES) + 13  # the parametrized rules, twelve more tests, the GPU class
+    kernel_tests = len(CASES) + len(VARIANT_CASES) + 14  # the parametrized rules, thirteen more tests, the GPU class
     result.assert_outcomes(skipped=kernel_tests)
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]  # SKIPPED [n] file: why
     assert sum(int(line.split("[")[1].split("]")[0]) for line in skips) == kernel_tests, skips
