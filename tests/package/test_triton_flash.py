@@ -249,13 +249,13 @@ def bad_input_messages() -> list[str]:
     return messages
 
 
-def block_ranges() -> dict:
+def block_ranges(device: str = "cpu") -> dict:
     """The kernels' own split of each loop: (lo, mid_lo, mid_hi, hi) of every program."""
     found = {}
     for t_q, t_k, causal, offset, window, block_m, block_n in RANGE_CASES:
         for by_keys in (False, True):
             n = math.ceil((t_k if by_keys else t_q) / (block_n if by_keys else block_m))
-            out = torch.zeros(n, 4, dtype=torch.int32)
+            out = torch.zeros(n, 4, dtype=torch.int32, device=device)
             ranges[(n,)](out, t_q, t_k, offset, window or 0, BY_KEYS=by_keys, IS_CAUSAL=causal,
                          HAS_WINDOW=window is not None, BLOCK_M=block_m, BLOCK_N=block_n)
             found[f"{t_q} {t_k} {causal} {offset} {window} {block_m} {block_n} {by_keys}"] = out.tolist()
@@ -320,13 +320,13 @@ def interpreter_checks() -> dict:
     }
 
 
-def blind_block_beside_an_inf() -> float:
+def blind_block_beside_an_inf(device: str = "cpu") -> float:
     """Window 3, t_q 40 > t_k 20, tiles 16 x 16: rows 32..39 (one query block) see no key, and
     the value of key 19 (seen by rows 19..21) is inf. The largest |Z| and |dQ| of rows 32..39:
     the key block 16..31 is no block of theirs, so never read, and inf · 0 never made."""
     from attention.triton_flash import triton_flash_attention
 
-    q, k, v = qkv((1, 1, 40, 16), (1, 1, 20, 16), dtype=torch.float32, to=torch.float16)
+    q, k, v = (x.to(device) for x in qkv((1, 1, 40, 16), (1, 1, 20, 16), dtype=torch.float32, to=torch.float16))
     v[0, 0, 19] = math.inf
     q.requires_grad_()
     out = triton_flash_attention(q, k, v, is_causal=True, window=3, block_m=16, block_n=16)
@@ -334,14 +334,14 @@ def blind_block_beside_an_inf() -> float:
     return max(out[..., 32:, :].abs().max().item(), dq[..., 32:, :].abs().max().item())
 
 
-def unseen_keys_beside_an_inf(deterministic: bool) -> dict[str, float]:
+def unseen_keys_beside_an_inf(deterministic: bool, device: str = "cpu") -> dict[str, float]:
     """Causal, t_q 16 < t_k 40, top-left, tiles 32 x 16: no query sees keys 16..39, and the value
     of key 20 is inf. The largest |Z| and |dQ| (every row: the atomic dQ adds each key block's
     share to all of them) and |dK|, |dV| of keys 16..39: their key blocks run no query block,
     not even the one of 32 rows that the first unseen key's position rounds down to."""
     from attention.triton_flash import triton_flash_attention
 
-    q, k, v = qkv((1, 1, 16, 16), (1, 1, 40, 16), dtype=torch.float32, to=torch.float16)
+    q, k, v = (x.to(device) for x in qkv((1, 1, 16, 16), (1, 1, 40, 16), dtype=torch.float32, to=torch.float16))
     v[0, 0, 20] = math.inf
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     out = triton_flash_attention(q, k, v, is_causal=True, block_m=32, block_n=16,
@@ -394,7 +394,10 @@ def cuda_checks() -> dict:
     found = {f"{name}, bfloat16": check_case(name, case, "cuda", torch.bfloat16) for name, case in cases.items()}
     found |= {f"{name}, bfloat16": check_case(base, CASES[base], "cuda", torch.bfloat16, extra)
               for name, (base, extra) in VARIANT_CASES.items()}
-    return {"provenance": provenance(torch.device("cuda"), command_line(None)), "cases": found}
+    return {"provenance": provenance(torch.device("cuda"), command_line(None)), "cases": found,
+            "ranges": block_ranges("cuda"), "blind_block_beside_an_inf": blind_block_beside_an_inf("cuda"),
+            "unseen_keys_beside_an_inf": {deterministic: unseen_keys_beside_an_inf(deterministic, "cuda")
+                                          for deterministic in (True, False)}}
 
 
 def run_this_file(mode: str, **env: str) -> dict:
@@ -472,8 +475,7 @@ def test_rows_that_see_no_key_are_zero_with_zero_gradient(interpreted):
     assert all(r["their_largest_out_and_dq"] == 0.0 for r in cases.values())
 
 
-@needs_triton
-def test_causal_split_masks_only_the_blocks_that_need_it(interpreted):
+def assert_block_ranges(found: dict) -> None:
     """Every loop of every program: the blocks it skips hold no visible score, the blocks it runs
     unmasked are seen whole by every row, no block seen whole is left to the masked loops, and
     it runs no block without a visible score (its keys are never read)."""
@@ -481,7 +483,7 @@ def test_causal_split_masks_only_the_blocks_that_need_it(interpreted):
         seen = visible(t_q, t_k, causal, offset, window)  # (t_q, t_k)
         for by_keys in (False, True):
             key = f"{t_q} {t_k} {causal} {offset} {window} {block_m} {block_n} {by_keys}"
-            ranges = interpreted["ranges"][key]
+            ranges = found[key]
             # The program's rows are a block of queries (or keys); its loop runs over the other.
             own, other = (block_n, block_m) if by_keys else (block_m, block_n)
             matrix = seen.T if by_keys else seen  # (own rows, loop rows)
@@ -496,6 +498,11 @@ def test_causal_split_masks_only_the_blocks_that_need_it(interpreted):
                 # and every block the loops run holds a visible score: none is read for nothing
                 some = [s for s in range(0, matrix.shape[1], other) if block[:, s : s + other].any()]
                 assert list(range(lo, hi, other)) == some, where
+
+
+@needs_triton
+def test_causal_split_masks_only_the_blocks_that_need_it(interpreted):
+    assert_block_ranges(interpreted["ranges"])
 
 
 @needs_triton
@@ -599,6 +606,11 @@ class TestCudaOnly:
         for case, result in checks["cases"].items():
             assert result["shapes_match"], case
             assert_flashattention_rule(case, result)
+        # compiled, the checks that the tests below run interpreted
+        assert_block_ranges(checks["ranges"])
+        assert checks["blind_block_beside_an_inf"] == 0.0
+        assert all(math.isfinite(found["out, dQ"]) and found["unseen dK, dV"] == 0.0
+                   for found in checks["unseen_keys_beside_an_inf"].values())
 
 
 @needs_triton
