@@ -161,6 +161,8 @@ class TritonOptions:
             aligned rows.
         warp_specialize: the forward kernel's loops are warp-specialized
             (``tl.range(..., warp_specialize=True)``): some warps load, others compute.
+            Needs a GPU of compute capability 10.0 or later (Blackwell): Triton 3.6 failed
+            to compile it for an H200.
 
     Examples:
         >>> TritonOptions(longest_first=True)
@@ -306,10 +308,19 @@ def _check_slice_offsets(name: str, shape: tuple[int, ...], strides: tuple[int, 
         )
 
 
-def _check_tuning(options: TritonOptions, scale: float, tensors: tuple[Tensor, ...]) -> None:
-    """ValueError for a choice of :class:`TritonOptions` that these inputs do not allow."""
+def _check_tuning(options: TritonOptions, scale: float, tensors: tuple[Tensor, ...],
+                  capability: tuple[int, int] | None) -> None:
+    """ValueError for a choice of :class:`TritonOptions` that these inputs, on a GPU of this
+    compute capability (None: the interpreter), do not allow."""
     if not isinstance(options, TritonOptions):
         raise ValueError(f"options must be a TritonOptions, got {type(options).__name__}")
+    # Triton 3.6 failed to compile the warp-specialized loop for an H200 (9.0) in the run of
+    # 2026-11-30; its tutorial warp-specializes on Blackwell (10.x) only.
+    if options.warp_specialize and capability is not None and capability < (10, 0):
+        raise ValueError(
+            f"warp_specialize needs a GPU of compute capability 10.0 or later (Blackwell), "
+            f"got {capability[0]}.{capability[1]}"
+        )
     if options.fold_scale and not scale > 0:
         raise ValueError(
             f"fold_scale takes the row maximum before scaling, so needs scale > 0, got {scale}"
@@ -409,7 +420,8 @@ def triton_flash_attention(
     t_q, t_k, d_h = query.shape[2], key.shape[2], query.shape[3]
     scale = 1.0 / math.sqrt(d_h) if scale is None else float(scale)
     options = TritonOptions() if options is None else options
-    _check_tuning(options, scale, (query, key, value))
+    capability = torch.cuda.get_device_capability(query.device) if query.is_cuda else None
+    _check_tuning(options, scale, (query, key, value), capability)
     call = _Call(
         scale=scale,
         causal=bool(is_causal),

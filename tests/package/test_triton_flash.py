@@ -33,6 +33,11 @@ from _inputs import qkv
 HAS_CUDA = torch.cuda.is_available()
 
 
+def blackwell() -> bool:
+    """A GPU that Triton warp-specializes for (compute capability 10.0 or later)."""
+    return HAS_CUDA and torch.cuda.get_device_capability() >= (10, 0)
+
+
 def why_no_triton() -> str:
     """Why Triton is not installed here (requirements.txt installs it only where it has wheels)."""
     here = f"{platform.system()} {platform.machine()}"
@@ -167,8 +172,9 @@ def check_case(name: str, case: tuple, device: str, dtype: torch.dtype, extra: d
     options = {"enable_gqa": h != h_kv, "alignment": alignment, "window": window, "scale": scale,
                "sinks": sinks, "deterministic": extra.get("deterministic", True)}
     if extra.get("options"):
+        # warp_specialize is refused below compute capability 10.0 (a test of its own says so)
         options["options"] = TritonOptions(longest_first=True, fold_scale=True, descriptors=True,
-                                           warp_specialize=True)
+                                           warp_specialize=device != "cuda" or blackwell())
     if blocks is None and device == "cuda" and "autotuned" not in name:
         blocks = (64, 64)
     if blocks is not None:
@@ -394,7 +400,16 @@ def cuda_checks() -> dict:
     found = {f"{name}, bfloat16": check_case(name, case, "cuda", torch.bfloat16) for name, case in cases.items()}
     found |= {f"{name}, bfloat16": check_case(base, CASES[base], "cuda", torch.bfloat16, extra)
               for name, (base, extra) in VARIANT_CASES.items()}
+    from attention.triton_flash import TritonOptions, triton_flash_attention
+
+    x = torch.randn(1, 1, 16, 64, dtype=torch.bfloat16, device="cuda")
+    try:
+        triton_flash_attention(x, x, x, options=TritonOptions(warp_specialize=True))
+        warp_specialize = "allowed"
+    except ValueError as error:
+        warp_specialize = str(error)
     return {"provenance": provenance(torch.device("cuda"), command_line(None)), "cases": found,
+            "warp_specialize": warp_specialize,
             "ranges": block_ranges("cuda"), "blind_block_beside_an_inf": blind_block_beside_an_inf("cuda"),
             "unseen_keys_beside_an_inf": {deterministic: unseen_keys_beside_an_inf(deterministic, "cuda")
                                           for deterministic in (True, False)}}
@@ -583,6 +598,16 @@ class TestBadInput:
             "got (t - 1) · stride_t + (d_h - 1) · stride_d = 2147483711",
         ]
 
+    def test_warp_specialize_is_refused_below_blackwell(self):
+        from attention.triton_flash import TritonOptions, _check_tuning
+
+        x = torch.randn(1, 1, 16, 64, dtype=torch.float16)
+        options = TritonOptions(warp_specialize=True)
+        with pytest.raises(ValueError, match=r"compute capability 10\.0 or later \(Blackwell\), got 9\.0$"):
+            _check_tuning(options, 0.125, (x, x, x), (9, 0))
+        for capability in (None, (10, 0), (12, 1)):  # the interpreter, Blackwell
+            _check_tuning(options, 0.125, (x, x, x), capability)
+
     @pytest.mark.skipif(HAS_CUDA, reason="checks the message given without CUDA")
     def test_without_cuda_the_error_says_why(self):
         from attention.triton_flash import triton_available, triton_flash_attention
@@ -606,6 +631,7 @@ class TestCudaOnly:
         for case, result in checks["cases"].items():
             assert result["shapes_match"], case
             assert_flashattention_rule(case, result)
+        assert (checks["warp_specialize"] == "allowed") == blackwell(), checks["warp_specialize"]
         # compiled, the checks that the tests below run interpreted
         assert_block_ranges(checks["ranges"])
         assert checks["blind_block_beside_an_inf"] == 0.0
@@ -676,7 +702,7 @@ def test_without_triton_the_kernel_tests_are_skipped_with_the_reason(
         "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
         "-k", "not without_triton and not skip_reason",
     )
-    kernel_tests = len(CASES) + len(VARIANT_CASES) + 14  # the parametrized rules, thirteen more tests, the GPU class
+    kernel_tests = len(CASES) + len(VARIANT_CASES) + 15  # the parametrized rules, fourteen more tests, the GPU class
     result.assert_outcomes(skipped=kernel_tests)
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED")]  # SKIPPED [n] file: why
     assert sum(int(line.split("[")[1].split("]")[0]) for line in skips) == kernel_tests, skips
