@@ -190,13 +190,14 @@ def goals_table(run: Run) -> str:
     return "\n".join(lines + [""] + [f"- {n}" for n in notes])
 
 
-# The GPU's goals for the Triton kernel, each a speed ratio (the baseline's time over the kernel's,
-# both measured in the same run) over every t from ``t_min`` on, head width and 16-bit dtype.
+# The GPU's goals for the Triton kernel, each a speed ratio (the baseline's time over
+# the kernel's, both measured in the same run) over every t from ``t_min`` on, head width and
+# 16-bit dtype. Below t = 4096 a run without CUDA graphs times host work too (chapter 7).
 GPU_GOALS = (
     # (baseline, pass, target, t_min)
-    ("sdpa[flash]", "forward", 0.8, 0),  # at least 0.8x SDPA's FlashAttention-2 backend
-    ("sdpa[cudnn]", "forward", 0.85, 4096),  # within 15% of cuDNN at long sequences
-    ("sdpa[flash]", "forward+backward", 1.0, 4096),  # training: at least FlashAttention-2's speed
+    ("sdpa[cudnn]", "forward", 0.9, 4096),  # within 10% of cuDNN at long sequences
+    ("sdpa[cudnn]", "forward+backward", 0.8, 4096),  # training: within 20% of cuDNN
+    ("sdpa[flash]", "forward+backward", 1.2, 4096),  # and 1.2x SDPA's FlashAttention-2 backend
 )
 
 
