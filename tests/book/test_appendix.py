@@ -29,6 +29,7 @@ from book.appendix.load import (
     commit_words,
     file_provenance,
     load_runs,
+    load_source_run,
     pinned_version,
     results_files,
 )
@@ -128,6 +129,16 @@ def test_queries_answer_with_the_files_numbers(runs):
     decode = {r.use_cache: r.tokens_per_s for r in h200.decode if r.model == "tiny"}
     assert ask("{{ decode_speedup(tiny) }}") == f"{decode[True] / decode[False]:.2f}×"
     assert ask("{{ peak(bfloat16) }}") == "989.5 TFLOP/s"  # the datasheet's figure, as printed there
+
+
+def test_a_query_can_read_a_run_kept_under_runs(runs):
+    kept = load_source_run("runs/h200-2026-11-30/triton-options")
+    ours, tiles = kept.row("triton[descriptors]", t=16384, d_h=128), kept.row("triton", t=16384, d_h=128)
+    found = facts.fill("{{ runs/h200-2026-11-30/triton-options: speedup(triton[descriptors], triton, forward, "
+                       "t=16384, d_h=128) }}", runs, "cuda-h200")
+    assert found == f"{tiles.median_s / ours.median_s:.2f}×"
+    with pytest.raises(ValueError, match="no results file runs/h200/none.json under results/runs/"):
+        facts.fill("{{ runs/h200/none: tflops(triton, forward) }}", runs, "cuda-h200")
 
 
 @pytest.mark.parametrize("query, message", [

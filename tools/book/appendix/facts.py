@@ -1,10 +1,12 @@
 """Numbers quoted in the appendix's prose, read from a run at build time, never typed.
 
 An appendix page writes a number as a query in double braces, answered from the page's own run
-(the run its ``<!-- timings:run STEM -->`` marker names) or, with a prefix, from another::
+(the run its ``<!-- timings:run STEM -->`` marker names) or, with a prefix, from another, or from
+a file kept under ``runs/``::
 
     cuDNN reaches {{ tflops(sdpa[cudnn], forward, t=16384, d_h=64) }} TFLOP/s,
-    the CPU {{ cpu: decode_speedup(gpt2-small-untrained) }} with the cache.
+    the CPU {{ cpu: decode_speedup(gpt2-small-untrained) }} with the cache,
+    {{ runs/h200-2026-11-30/triton-options: speedup(triton[descriptors], triton, forward) }}.
 
 Arguments are separated by commas: words are strings, ``key=value`` selects rows (integers where
 the value is one). An unknown query, or one that matches no row, stops the build with the page,
@@ -22,11 +24,11 @@ from attention.flash import default_block_sizes
 
 from .format import digits3, rate, ratio, ratio_range
 from .format import ms as _ms
-from .load import Run
+from .load import Run, load_source_run
 from .page import settings_words
 from .tables import kernel_that_ran
 
-QUERY = re.compile(r"\{\{\s*(?:(?P<run>[a-z0-9-]+)\s*:\s*)?(?P<name>[a-z_]+)\s*(?:\((?P<args>[^)]*)\))?\s*\}\}")
+QUERY = re.compile(r"\{\{\s*(?:(?P<run>[a-z0-9/-]+)\s*:\s*)?(?P<name>[a-z_]+)\s*(?:\((?P<args>[^)]*)\))?\s*\}\}")
 QUERIES: dict[str, Callable[..., str]] = {}
 
 
@@ -209,6 +211,8 @@ def _argument(text: str) -> object:
 def answer(match: re.Match[str], runs: dict[str, Run], default: str | None) -> str:
     """The answer to one query (a match of :data:`QUERY`)."""
     stem = match["run"] or default
+    if stem and stem.startswith("runs/"):  # one run of a merged file, or one kept beside it
+        runs = {stem: load_source_run(stem)}
     if stem not in runs:
         raise FactError(f"no results file {stem}.json for {match.group(0)!r}; there are {sorted(runs)}")
     fn = QUERIES.get(match["name"])

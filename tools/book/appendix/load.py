@@ -11,7 +11,7 @@ import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 from attention.bench.rows import DecodeRow, Row
@@ -189,3 +189,13 @@ def results_files(results_dir: Path = RESULTS) -> list[Path]:
 def load_runs(results_dir: Path = RESULTS) -> dict[str, Run]:
     """Every results file in ``results_dir`` by stem, validated (ValueError names file and field)."""
     return {path.stem: Run(path.stem, read_results(path)) for path in sorted(results_dir.glob("*.json"))}
+
+
+@cache
+def load_source_run(stem: str, results_dir: Path = RESULTS) -> Run:
+    """One run kept under ``runs/`` (``runs/h200-2026-11-30/triton-options``), validated: a file
+    no page shows whole, whose numbers the prose quotes."""
+    path = results_dir / f"{stem}.json"
+    if not stem.startswith("runs/") or not path.is_file():
+        raise ValueError(f"no results file {stem}.json under {results_dir.name}/runs/")
+    return Run(stem, read_results(path))
