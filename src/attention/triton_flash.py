@@ -153,8 +153,6 @@ class TritonOptions:
         longest_first: the query blocks with the most keys to visit (the last ones, under a
             causal mask) start first, in the forward and dQ kernels, so that short blocks
             fill the end.
-        fold_scale: the forward kernel takes the row maximum of the raw scores and applies the
-            scale and the shift in one fused multiply-add before ``exp2`` (needs scale > 0).
         descriptors: the forward kernel reads Q, K and V through tensor descriptors
             (``tl.make_tensor_descriptor``, the Tensor Memory Accelerator on Hopper GPUs)
             instead of tiles of pointers; needs the last axis contiguous and 16-byte
@@ -166,12 +164,10 @@ class TritonOptions:
 
     Examples:
         >>> TritonOptions(longest_first=True)
-        TritonOptions(longest_first=True, fold_scale=False, descriptors=False,
-                      warp_specialize=False)
+        TritonOptions(longest_first=True, descriptors=False, warp_specialize=False)
     """
 
     longest_first: bool = False
-    fold_scale: bool = False
     descriptors: bool = False
     warp_specialize: bool = False
 
@@ -213,8 +209,8 @@ class _TritonFlashAttention(torch.autograd.Function):
         forward = _kernels()[0].forward
         out, lse, config = forward(query, key, value, sinks, call.scale, call.causal,
                                    call.offset, call.window, call.blocks,
-                                   call.tuning.longest_first, call.tuning.fold_scale,
-                                   call.tuning.descriptors, call.tuning.warp_specialize)
+                                   call.tuning.longest_first, call.tuning.descriptors,
+                                   call.tuning.warp_specialize)
         _last_configs.clear()
         _last_configs["forward"] = config
         ctx.save_for_backward(query, key, value, out, lse, sinks)
@@ -308,7 +304,7 @@ def _check_slice_offsets(name: str, shape: tuple[int, ...], strides: tuple[int, 
         )
 
 
-def _check_tuning(options: TritonOptions, scale: float, tensors: tuple[Tensor, ...],
+def _check_tuning(options: TritonOptions, tensors: tuple[Tensor, ...],
                   capability: tuple[int, int] | None) -> None:
     """ValueError for a choice of :class:`TritonOptions` that these inputs, on a GPU of this
     compute capability (None: the interpreter), do not allow."""
@@ -320,10 +316,6 @@ def _check_tuning(options: TritonOptions, scale: float, tensors: tuple[Tensor, .
         raise ValueError(
             f"warp_specialize needs a GPU of compute capability 10.0 or later (Blackwell), "
             f"got {capability[0]}.{capability[1]}"
-        )
-    if options.fold_scale and not scale > 0:
-        raise ValueError(
-            f"fold_scale takes the row maximum before scaling, so needs scale > 0, got {scale}"
         )
     if options.descriptors:
         for name, tensor in zip(("query", "key", "value"), tensors):
@@ -421,7 +413,7 @@ def triton_flash_attention(
     scale = 1.0 / math.sqrt(d_h) if scale is None else float(scale)
     options = TritonOptions() if options is None else options
     capability = torch.cuda.get_device_capability(query.device) if query.is_cuda else None
-    _check_tuning(options, scale, (query, key, value), capability)
+    _check_tuning(options, (query, key, value), capability)
     call = _Call(
         scale=scale,
         causal=bool(is_causal),

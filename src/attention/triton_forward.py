@@ -24,9 +24,9 @@ split's off-diagonal blocks), and blocks cut by the diagonal or the end of the k
 A learned sink (one logit per head) starts each row's running maximum and sum, as one more score
 with a value of zero.
 
-The constexpr flags LONGEST_FIRST, FOLD_SCALE, DESCRIPTORS and WARP_SPECIALIZE are the choices
-of :class:`attention.triton_flash.TritonOptions`, all off by default: none has been timed
-on a GPU.
+The constexpr flags LONGEST_FIRST, DESCRIPTORS and WARP_SPECIALIZE are the choices of
+:class:`attention.triton_flash.TritonOptions`, all off by default (chapter 7 gives their
+timings on an H200).
 
 Block shapes, warps and pipeline stages are chosen by ``triton.autotune`` on the GPU, among the
 configurations below, once per (t_q, t_k, d_h, causal), dtype and flags; Triton's interpreter
@@ -186,8 +186,7 @@ def visible_mask(rows, keys, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr,
 def _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, start, end,
                   T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL: tl.constexpr,
                   HAS_WINDOW: tl.constexpr, MASKED: tl.constexpr, BLOCK_N: tl.constexpr,
-                  FOLD_SCALE: tl.constexpr, DESCRIPTORS: tl.constexpr,
-                  WARP_SPECIALIZE: tl.constexpr):
+                  DESCRIPTORS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """The online softmax over the key blocks in [start, end): m, l and acc stay in registers.
 
     ``k_src`` and ``v_src`` are pointer tiles (K read transposed) or, with DESCRIPTORS, tensor
@@ -204,26 +203,17 @@ def _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows, start,
         else:
             k_t = tl.load(k_src + start_n * stride_kt)  # (D_H, BLOCK_N), K transposed
             v = tl.load(v_src + start_n * stride_vt)  # (BLOCK_N, D_H)
-        s = tl.dot(q, k_t)  # (BLOCK_M, BLOCK_N): raw scores with FOLD_SCALE, else in base 2
-        if not FOLD_SCALE:
-            s = s * qk_scale
+        s = tl.dot(q, k_t) * qk_scale  # (BLOCK_M, BLOCK_N), in base 2
         if MASKED:
             seen = visible_mask(rows[:, None], keys[None, :], T_Q, T_K, OFFSET, WINDOW,
                                 IS_CAUSAL, HAS_WINDOW)
             s = tl.where(seen, s, float("-inf"))
-        row_max = tl.max(s, 1)  # (BLOCK_M,); the scale c > 0 keeps the argmax
-        if FOLD_SCALE:
-            row_max = row_max * qk_scale
-        m_new = tl.maximum(m, row_max)  # (BLOCK_M,), -inf for a row that saw nothing yet
+        m_new = tl.maximum(m, tl.max(s, 1))  # (BLOCK_M,), -inf for a row that saw nothing yet
         if MASKED:
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # 2^(-inf - 0) = 0, never nan
         else:
             shift = m_new
-        if FOLD_SCALE:
-            # c·s - shift in one instruction
-            p = tl.math.exp2(tl.fma(s, qk_scale, -shift[:, None]))
-        else:
-            p = tl.math.exp2(s - shift[:, None])  # (BLOCK_M, BLOCK_N)
+        p = tl.math.exp2(s - shift[:, None])  # (BLOCK_M, BLOCK_N)
         rescale = tl.math.exp2(m - shift)  # (BLOCK_M,), 0 while m = -inf
         l = l * rescale + tl.sum(p, 1)
         acc = tl.dot(p.to(v.dtype), v, acc * rescale[:, None])  # (BLOCK_M, D_H), float32
@@ -255,7 +245,7 @@ def _forward(Q, K, V, O, LSE, SINKS,
              stride_kd, stride_vb, stride_vh, stride_vt, stride_vd, stride_ob, stride_oh,
              stride_ot, stride_od, H, G, T_Q, T_K, OFFSET, WINDOW, qk_scale, D_H: tl.constexpr,
              IS_CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SINKS: tl.constexpr,
-             LONGEST_FIRST: tl.constexpr, FOLD_SCALE: tl.constexpr, DESCRIPTORS: tl.constexpr,
+             LONGEST_FIRST: tl.constexpr, DESCRIPTORS: tl.constexpr,
              WARP_SPECIALIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Z and lse (base 2) of one block of BLOCK_M queries of one head."""
     start_m = block_start(BLOCK_M, LONGEST_FIRST)
@@ -300,17 +290,17 @@ def _forward(Q, K, V, O, LSE, SINKS,
     acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows,
                               lo, mid_lo,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                              True, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)
+                              True, BLOCK_N, DESCRIPTORS, WARP_SPECIALIZE)
     # every row sees every key
     acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows,
                               mid_lo, mid_hi,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                              False, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)
+                              False, BLOCK_N, DESCRIPTORS, WARP_SPECIALIZE)
     # masked: the diagonal, the end
     acc, l, m = _forward_loop(acc, l, m, q, k_src, v_src, stride_kt, stride_vt, rows,
                               mid_hi, hi,
                               T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW,
-                              True, BLOCK_N, FOLD_SCALE, DESCRIPTORS, WARP_SPECIALIZE)
+                              True, BLOCK_N, DESCRIPTORS, WARP_SPECIALIZE)
     # a row that sees no key (nor a sink): output 0, lse = +inf (so P = 0 backward)
     empty = l == 0.0
     l = tl.where(empty, 1.0, l)
@@ -354,8 +344,8 @@ def tuned(kernel: Any, configs: tuple[tuple[int, int, int, int], ...],
     )(kernel)
 
 
-_forward_tuned = tuned(_forward, FORWARD_CONFIGS, ("HAS_SINKS", "LONGEST_FIRST", "FOLD_SCALE",
-                                                   "DESCRIPTORS", "WARP_SPECIALIZE"))
+_forward_tuned = tuned(_forward, FORWARD_CONFIGS, ("HAS_SINKS", "LONGEST_FIRST", "DESCRIPTORS",
+                                                   "WARP_SPECIALIZE"))
 FIXED_STAGES = 3  # Triton's default num_stages, which a launch with fixed blocks gets
 
 
@@ -429,7 +419,7 @@ def _allocate_descriptor_scratch(size: int, alignment: int, stream: int | None) 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float, causal: bool,
             offset: int, window: int | None, blocks: tuple[int, int] | None,
-            longest_first: bool, fold_scale: bool, descriptors: bool,
+            longest_first: bool, descriptors: bool,
             warp_specialize: bool) -> tuple[Tensor, Tensor, tuple[int, int, int, int]]:
     """Z (b, h, t_q, d_h), the base-2 log-sum-exp (b, h, t_q) of q (b, h, t_q, d_h), k and v
     (b, h_kv, t_k, d_h), and the (BLOCK_M, BLOCK_N, warps, stages) that ran.
@@ -449,7 +439,6 @@ def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float,
         window: w, the keys each query sees up to its position (None: all).
         blocks: (BLOCK_M, BLOCK_N) fixes the tile; None autotunes on a GPU.
         longest_first: start the query blocks with the most keys first.
-        fold_scale: fold the scale and the shift into one multiply-add before ``exp2``.
         descriptors: read Q, K and V through tensor descriptors.
         warp_specialize: warp-specialize the loops.
 
@@ -459,7 +448,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float,
     Examples:
         >>> q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)  # doctest: +SKIP
         >>> out, lse, config = forward(q, q, q, None, 0.125, True, 0, None, None,
-        ...                            False, False, False, False)  # doctest: +SKIP
+        ...                            False, False, False)  # doctest: +SKIP
     """
     b, h, t_q, d_h = q.shape
     out = torch.empty_like(q)  # (b, h, t_q, d_h)
@@ -472,6 +461,6 @@ def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float,
                  *k.stride(), *v.stride(), *out.stride(), H=h, G=h // k.shape[1], T_Q=t_q,
                  T_K=k.shape[2], qk_scale=scale * LOG2E, D_H=d_h,
                  **mask_args(causal, offset, window), HAS_SINKS=sinks is not None,
-                 LONGEST_FIRST=longest_first, FOLD_SCALE=fold_scale, DESCRIPTORS=descriptors,
+                 LONGEST_FIRST=longest_first, DESCRIPTORS=descriptors,
                  WARP_SPECIALIZE=warp_specialize, **meta)
     return out, lse, launched_config(kernel, meta)

@@ -173,7 +173,7 @@ def check_case(name: str, case: tuple, device: str, dtype: torch.dtype, extra: d
                "sinks": sinks, "deterministic": extra.get("deterministic", True)}
     if extra.get("options"):
         # warp_specialize is refused below compute capability 10.0 (a test of its own says so)
-        options["options"] = TritonOptions(longest_first=True, fold_scale=True, descriptors=True,
+        options["options"] = TritonOptions(longest_first=True, descriptors=True,
                                            warp_specialize=device != "cuda" or blackwell())
     if blocks is None and device == "cuda" and "autotuned" not in name:
         blocks = (64, 64)
@@ -228,11 +228,9 @@ def bad_input_messages() -> list[str]:
         ((x[0], x[0], x[0]), {}),
         ((x, x.bfloat16(), x), {}),
         ((four, four, four), {"sinks": torch.zeros(2)}),
-        ((x, x, x), {"options": TritonOptions(fold_scale=True), "scale": -0.5}),
         ((odd, odd, odd), {"options": TritonOptions(descriptors=True)}),
         ((x, x, x), {"options": {"descriptors": True}}),
         ((many, many, many), {}),
-        ((x, x, x), {"options": TritonOptions(fold_scale=True), "scale": 0.0}),
         ((strided_d, strided_d, strided_d), {"options": TritonOptions(descriptors=True)}),
         ((shifted, shifted, shifted), {"options": TritonOptions(descriptors=True)}),
         ((x, x, x), {"block_m": 8}),
@@ -580,12 +578,10 @@ class TestBadInput:
             "torch.bfloat16 on cpu, value torch.float16 on cpu",
             "sinks must be a float tensor of shape (h,) = (4,), one logit per query head of a query (..., h, t_q, "
             "d_k), on cpu, got shape (2,) and dtype torch.float32 on cpu",
-            "fold_scale takes the row maximum before scaling, so needs scale > 0, got -0.5",
             "descriptors need query's last axis contiguous, its other strides multiples of 8 and its start "
             "16-byte aligned, got strides (1040, 1040, 65, 1), start at byte 0 of 16",
             "options must be a TritonOptions, got dict",
             "b · h must be at most 65535 (CUDA's grid limit), got b · h = 256 · 257 = 65792",
-            "fold_scale takes the row maximum before scaling, so needs scale > 0, got 0.0",
             "descriptors need query's last axis contiguous, its other strides multiples of 8 and its start "
             "16-byte aligned, got strides (2048, 2048, 128, 2), start at byte 0 of 16",
             "descriptors need query's last axis contiguous, its other strides multiples of 8 and its start "
@@ -604,9 +600,9 @@ class TestBadInput:
         x = torch.randn(1, 1, 16, 64, dtype=torch.float16)
         options = TritonOptions(warp_specialize=True)
         with pytest.raises(ValueError, match=r"compute capability 10\.0 or later \(Blackwell\), got 9\.0$"):
-            _check_tuning(options, 0.125, (x, x, x), (9, 0))
+            _check_tuning(options, (x, x, x), (9, 0))
         for capability in (None, (10, 0), (12, 1)):  # the interpreter, Blackwell
-            _check_tuning(options, 0.125, (x, x, x), capability)
+            _check_tuning(options, (x, x, x), capability)
 
     @pytest.mark.skipif(HAS_CUDA, reason="checks the message given without CUDA")
     def test_without_cuda_the_error_says_why(self):

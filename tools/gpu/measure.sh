@@ -44,7 +44,7 @@ bench 150 --variants triton 'triton[atomic-dq]' 'sdpa[flash]' 'sdpa[cudnn]' --se
     --output "$out/triton.json"
 bench 70 --variants triton 'triton[atomic-dq]' 'sdpa[flash]' 'sdpa[cudnn]' --seq-lens 1024 2048 \
     --passes forward+backward --cuda-graphs --output "$out/triton-cuda-graphs.json"
-bench 90 --variants triton 'triton[longest-first]' 'triton[fold-scale]' 'triton[descriptors]' \
+bench 90 --variants triton 'triton[longest-first]' 'triton[descriptors]' \
     'triton[warp-specialize]' --seq-lens 4096 16384 --passes forward --output "$out/triton-options.json"
 left=$((total - (SECONDS - start)))
 if ((left > 60)); then

@@ -340,7 +340,6 @@ def _triton(deterministic: bool = True, **options: bool) -> Callable[[Problem, I
 _TRITON_CHOICES = (
     ("atomic-dq", "deterministic=False: dQ by float32 atomics, 5 products a tile", _triton(deterministic=False)),
     ("longest-first", "TritonOptions(longest_first=True)", _triton(longest_first=True)),
-    ("fold-scale", "TritonOptions(fold_scale=True)", _triton(fold_scale=True)),
     ("descriptors", "TritonOptions(descriptors=True): tensor descriptors (TMA)", _triton(descriptors=True)),
     ("warp-specialize", "TritonOptions(warp_specialize=True)", _triton(warp_specialize=True)),
 )
