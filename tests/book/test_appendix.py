@@ -131,6 +131,17 @@ def test_queries_answer_with_the_files_numbers(runs):
     assert ask("{{ peak(bfloat16) }}") == "989.5 TFLOP/s"  # the datasheet's figure, as printed there
 
 
+def test_the_tiles_query_lists_each_choice_of_the_autotuner_once(runs):
+    rows = [r for r in runs["cuda-h200"].rows if r.variant == "triton" and r.pass_name == "forward+backward"
+            and r.status == "ok" and r.dtype == "bfloat16"]
+    chosen = sorted({tuple(r.kernel_config["dq"]) for r in rows})
+    found = facts.fill("{{ tiles(triton, forward+backward, dq, dtype=bfloat16) }}", runs, "cuda-h200")
+    assert found == " or ".join(f"{m} × {n}, {w} warps, {s} stages" for m, n, w, s in chosen)
+    assert len(chosen) >= 2 and found.count(" or ") == len(chosen) - 1
+    with pytest.raises(facts.FactError, match="records 'dkdv' tiles"):
+        facts.fill("{{ tiles(triton, forward, dkdv) }}", runs, "cuda-h200")  # a forward row has no dkdv
+
+
 def test_a_query_can_read_a_run_kept_under_runs(runs):
     kept = load_source_run("runs/h200-2026-11-30/triton-options")
     ours, tiles = kept.row("triton[descriptors]", t=16384, d_h=128), kept.row("triton", t=16384, d_h=128)
@@ -225,8 +236,9 @@ def test_provenance_says_where_when_with_what_and_in_how_many_runs(runs):
                  "cuDNN 9.19.0",  # torch.backends.cudnn.version() recorded 91900
                  "256 MiB buffer", "**8 runs**", "the compiled variants off"):
         assert fact in text, fact
-    times = re.findall(r"^- (\d\d:\d\d) UTC", text, flags=re.MULTILINE)
+    times = re.findall(r"^- (\d{4}-\d\d-\d\d \d\d:\d\d) UTC", text, flags=re.MULTILINE)
     assert len(times) == 8 and times == sorted(times)  # listed in the order they were measured
+    assert "**Measured** from 2026-11-26 to 2026-11-30 on one NVIDIA H200" in text
     assert all(s["command"] in text for s in run.sources)
 
 
@@ -329,11 +341,12 @@ def test_an_unverified_tree_is_labelled_wherever_its_commit_is_printed(runs, pag
 
 def test_each_source_run_states_its_own_timing_settings(runs):
     text = provenance_markdown(runs["cuda-h200"])
-    listed = re.findall(r"^- (\d\d:\d\d) UTC: .*; timing: (.*?); commit", text, flags=re.MULTILINE)
+    listed = re.findall(r"^- (\S+ \d\d:\d\d) UTC: .*; timing: (.*?); commit", text, flags=re.MULTILINE)
     assert len(listed) == 8
     timed = dict(listed)
-    assert timed["07:51"].startswith("the `quick` preset: up to 10 timed calls")
-    assert timed["05:06"].startswith("up to 20 timed calls")
+    assert timed["2026-11-26 07:51"].startswith("the `quick` preset: up to 10 timed calls")
+    assert timed["2026-11-30 17:03"].startswith("the `quick` preset: up to 10 timed calls")
+    assert timed["2026-11-26 05:06"].startswith("up to 20 timed calls")
     quick = facts.fill("{{ timing() }}", runs, "cuda-h100-quick")
     for variant in ("triton", "sdpa[flash]", "sdpa[cudnn]"):  # the H100 page says these match
         assert quick == facts.fill(f"{{{{ cuda-h200: timing({variant}) }}}}", runs, "cuda-h100-quick")
@@ -358,8 +371,10 @@ def test_gpu_goals_are_read_off_the_rows(runs):
     run = runs["cuda-h200"]
     forward, training_cudnn, training_flash = body_rows(tables.gpu_goals_table(run))
     for (baseline, pass_name, target, t_min), found in zip(tables.GPU_GOALS, (forward, training_cudnn, training_flash)):
-        speeds = [run.row(baseline, pass_name, t=t, d_h=d).median_s / run.row("triton", pass_name, t=t, d_h=d).median_s
-                  for t in (4096, 8192, 16384) for d in (64, 128)]
+        speeds = [run.row(baseline, pass_name, t=t, d_h=d, dtype=dtype).median_s
+                  / run.row("triton", pass_name, t=t, d_h=d, dtype=dtype).median_s
+                  for t in (4096, 8192, 16384) for d in (64, 128) for dtype in ("bfloat16", "float16")
+                  if run.row("triton", pass_name, t=t, d_h=d, dtype=dtype)]
         assert t_min == 4096 and found[0] == f"`triton` ÷ `{baseline}`, speed, {pass_name}, $t \\geq 4096$"
         assert found[1] == f"**{min(speeds):.2f}** … {max(speeds):.2f} (6 points)"
         assert found[2:] == [f"≥ {target:g}", "met" if min(speeds) >= target else "missed"]

@@ -89,6 +89,18 @@ def ms(run: Run, variant: str, pass_name: str, **where) -> str:
 
 
 @query
+def tiles(run: Run, variant: str, pass_name: str, kernel: str, **where) -> str:
+    """The tiles, warps and stages the autotuner chose for one of our kernels (``forward``,
+    ``dkdv``, ``dq``) over the rows that recorded them: ``64 × 64, 4 warps, 3 stages``, each
+    choice once, joined by "or"."""
+    chosen = dict.fromkeys(tuple(r.kernel_config[kernel]) for r in _rows(run, variant, pass_name, where)
+                           if r.kernel_config and kernel in r.kernel_config)
+    if not chosen:
+        raise FactError(f"no row of {variant}, {pass_name}, {where} in {run.stem} records {kernel!r} tiles")
+    return " or ".join(f"{m} × {n}, {w} warps, {s} stages" for m, n, w, s in sorted(chosen))
+
+
+@query
 def backend(run: Run, variant: str, pass_name: str, **where) -> str:
     """The kernel that ran for one row: the profiler's name (``sdpa: cuDNN``), or the variant's
     own, marked "(declared)"."""
@@ -212,7 +224,10 @@ def answer(match: re.Match[str], runs: dict[str, Run], default: str | None) -> s
     """The answer to one query (a match of :data:`QUERY`)."""
     stem = match["run"] or default
     if stem and stem.startswith("runs/"):  # one run of a merged file, or one kept beside it
-        runs = {stem: load_source_run(stem)}
+        try:
+            runs = {stem: load_source_run(stem)}
+        except ValueError as error:
+            raise FactError(f"{match.group(0)!r}: {error}") from None
     if stem not in runs:
         raise FactError(f"no results file {stem}.json for {match.group(0)!r}; there are {sorted(runs)}")
     fn = QUERIES.get(match["name"])

@@ -11,7 +11,7 @@ import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cached_property
 from pathlib import Path
 
 from attention.bench.rows import DecodeRow, Row
@@ -191,7 +191,6 @@ def load_runs(results_dir: Path = RESULTS) -> dict[str, Run]:
     return {path.stem: Run(path.stem, read_results(path)) for path in sorted(results_dir.glob("*.json"))}
 
 
-@cache
 def load_source_run(stem: str, results_dir: Path = RESULTS) -> Run:
     """One run kept under ``runs/`` (``runs/h200-2026-11-30/triton-options``), validated: a file
     no page shows whole, whose numbers the prose quotes."""

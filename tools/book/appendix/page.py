@@ -109,9 +109,11 @@ def provenance_markdown(run: Run) -> str:
         machine = f"{run.device}, {threads_words(p)}"
     sources = run.sources
     commits = list(dict.fromkeys(_commit(s["git"]) for s in sources))
+    days = sorted({source["date_utc"][:10] for source in sources})
+    when = f"on {days[0]}" if len(days) == 1 else f"from {days[0]} to {days[-1]}"
     s = run.doc["settings"]
     lines = [
-        f"**Measured** on {run.date} on {machine}; {versions}; {' and '.join(commits)}. "
+        f"**Measured** {when} on {machine}; {versions}; {' and '.join(commits)}. "
         f"Model width $d = {s['d_model']}$, {s['tokens']:,} tokens per batch ($b = {tex_count(s['tokens'])} / t$), "
         "every variant causal and checked against a float64 reference before it is timed.",
         "",
@@ -128,7 +130,8 @@ def provenance_markdown(run: Run) -> str:
         loads = [load_words(source) for source in sources]
         lines += [f"**{len(sources)} runs**, merged into this file by `python -m attention.bench merge` "
                   "(where two runs measured the same row, the newer one's is kept):", ""]
-        lines += [f"- {sources[i]['date_utc'][11:16]} UTC: {_what(run, i)}"
+        stamp = slice(0, 16) if len(days) > 1 else slice(11, 16)  # the day too, if they differ
+        lines += [f"- {sources[i]['date_utc'][stamp].replace('T', ' ')} UTC: {_what(run, i)}"
                   + ("; **cut off before its end**" if not sources[i].get("complete", True) else "")
                   + f"; timing: {settings_words(sources[i]['settings'], run.gpu)}"
                   + (f"; {loads[i]}" if loads[i] else "")
