@@ -14,8 +14,9 @@ log-sum-exp of each row (all O(t · d_h)) and whose backward pass recomputes eac
 weights from them, as section 7.4 derives. The backward pass is itself not differentiable: a
 second derivative raises. Like ``flash_attention`` it takes learned sinks (one logit per head,
 differentiable); beyond its options, a choice of backward (``deterministic``: dQ in a pass of
-its own, or by atomic additions) and :class:`TritonOptions`, speed choices not yet timed on a
-GPU; :func:`triton_last_configs` says which tiles, warps and stages the last call ran with.
+its own, or by atomic additions) and :class:`TritonOptions`, speed choices off by default
+(chapter 7 gives their H200 timings); :func:`triton_last_configs` says which tiles, warps and
+stages the last call ran with.
 
 This module imports Triton when it is imported (``import attention`` does not import it); the
 kernels are defined when first used. On a machine without CUDA they can run in Triton's

@@ -16,8 +16,9 @@ And two speed goals measured on their own (``--parts goals``, without the sweep)
    ``MultiHeadAttention`` (``mha``), at the point of goal 1 (t = 1024, d = 768, h = 12, b = 4).
 
 Goals 1 to 4 are CPU goals: on a GPU ``flash_attention``'s tiles are PyTorch operations, each a
-kernel launch, and cannot compete with a fused kernel. The GPU's goal, the Triton kernel at least
-0.8 times as fast as SDPA's FlashAttention-2 backend, is read off the sweep's rows by the appendix.
+kernel launch, and cannot compete with a fused kernel. The GPU's goals, the Triton kernel's speed
+against cuDNN and SDPA's FlashAttention-2 backend (``book.appendix.tables.GPU_GOALS``), are read
+off the sweep's rows by the appendix.
 
 A goal that was not measured says so and why; a goal that was missed says so too.
 """

@@ -336,7 +336,7 @@ def _triton(deterministic: bool = True, **options: bool) -> Callable[[Problem, I
     return build
 
 
-# Our kernel's choices a GPU run compares with its default (none of them timed yet).
+# Our kernel's choices a GPU run compares with its default (chapter 7 prints the H200's timings).
 _TRITON_CHOICES = (
     ("atomic-dq", "deterministic=False: dQ by float32 atomics, 5 products a tile", _triton(deterministic=False)),
     ("longest-first", "TritonOptions(longest_first=True)", _triton(longest_first=True)),
