@@ -33,7 +33,7 @@ from book.appendix.load import (
     pinned_version,
     results_files,
 )
-from book.appendix.page import PAGES, fill_markers, provenance_markdown, renderer, run_markdown
+from book.appendix.page import PAGES, fill_markers, groups_markdown, provenance_markdown, renderer, run_markdown
 from book.constants import REPO
 from book.hooks import appendix as appendix_hook
 from book.hooks import figures as figures_hook
@@ -399,6 +399,17 @@ def test_every_figure_a_page_links_is_drawn_by_the_figure_module(pages):
     linked = {name for text in pages.values() for name in re.findall(r"\]\(\.\./figures/(appendix-[a-z0-9-]+)\.svg[ )]", text)}
     assert linked and linked <= drawn
     assert {n for n in drawn if n.startswith("appendix-")} == linked  # and none is drawn for nothing
+
+
+def test_a_group_measured_at_one_t_gets_tables_and_no_figure(runs):
+    from book.appendix.plots import figure_names
+
+    run = runs["cuda-h200"]
+    (one,) = [g for g in run.groups("kernel", "float16")]  # the quick run was cut off after t = 1024
+    assert {r.t for r in one.rows} == {1024}
+    names = figure_names(run)
+    assert not [n for n in names if one.slug in n] and "appendix-cuda-h200-layer-dh64-float16-time" in names
+    assert "### The kernels in float16" in groups_markdown(run, "kernel")
 
 
 def test_an_appendix_figure_keeps_its_text_legible_on_a_phone(runs):

@@ -97,11 +97,15 @@ def figure_names(run: Run) -> dict[str, tuple[str, Callable[[], Figure]]]:
     """Every figure of a run: name -> (alt text, function that draws it).
 
     Kernels: throughput per dtype and head width, memory in the first dtype; layers: time per
-    dtype, memory in the first dtype; a roofline per dtype whose peaks the run has.
+    dtype, memory in the first dtype; a roofline per dtype whose peaks the run has. A group
+    measured at one t only (a run cut off early) has its tables and no figure: nothing to draw
+    against t.
     """
     out: dict[str, tuple[str, Callable[[], Figure]]] = {}
     first = run.dtypes[0] if run.dtypes else None
     for group in run.groups():
+        if len({r.t for r in group.rows}) < 2:
+            continue
         kinds = ["throughput" if group.level == "kernel" else "time"]
         kinds += ["memory"] if group.dtype == first else []
         for kind in kinds:
