@@ -12,9 +12,9 @@
 #      their provenance: triton-check.json
 #   2. our kernel with both backward passes (dQ in its own pass, and atomic) beside SDPA's
 #      FlashAttention-2 and cuDNN backends, bfloat16, forward and forward+backward: triton.json
-#   3. the same forward+backward rows at small t, each call replayed from a CUDA graph (no host
-#      time in the window): triton-cuda-graphs.json
-#   4. the TritonOptions choices, forward: triton-options.json
+#   3. the same rows at small t, each call replayed from a CUDA graph (no host time in the
+#      window): triton-cuda-graphs.json
+#   4. the TritonOptions choices, forward and forward+backward: triton-options.json
 #   5. the quick preset with the time left: quick.json
 # Every results file carries the commit (checked), torch, Triton, driver, date and command.
 set -uo pipefail
@@ -42,10 +42,10 @@ bench() { step "$1" $py -m attention.bench --device cuda --parts sweep --levels 
 step 150 $py tests/package/test_triton_flash.py cuda > "$out/triton-check.json"
 bench 150 --variants triton 'triton[atomic-dq]' 'sdpa[flash]' 'sdpa[cudnn]' --seq-lens 1024 4096 16384 \
     --output "$out/triton.json"
-bench 70 --variants triton 'triton[atomic-dq]' 'sdpa[flash]' 'sdpa[cudnn]' --seq-lens 1024 2048 \
-    --passes forward+backward --cuda-graphs --output "$out/triton-cuda-graphs.json"
-bench 90 --variants triton 'triton[longest-first]' 'triton[descriptors]' \
-    'triton[warp-specialize]' --seq-lens 4096 16384 --passes forward --output "$out/triton-options.json"
+bench 90 --variants triton 'triton[atomic-dq]' 'sdpa[flash]' 'sdpa[cudnn]' --seq-lens 1024 2048 \
+    --cuda-graphs --output "$out/triton-cuda-graphs.json"
+bench 150 --variants triton 'triton[longest-first]' 'triton[descriptors]' \
+    'triton[warp-specialize]' --seq-lens 4096 16384 --output "$out/triton-options.json"
 left=$((total - (SECONDS - start)))
 if ((left > 60)); then
     step "$left" $py -m attention.bench --device cuda --preset quick --time-budget $((left - 40)) --no-progress \
