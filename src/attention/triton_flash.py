@@ -306,13 +306,16 @@ def _check_slice_offsets(name: str, shape: tuple[int, ...], strides: tuple[int, 
 
 
 def _check_tuning(options: TritonOptions, tensors: tuple[Tensor, ...],
-                  capability: tuple[int, int] | None) -> None:
+                  capability: tuple[int, int] | None = None) -> None:
     """ValueError for a choice of :class:`TritonOptions` that these inputs, on a GPU of this
-    compute capability (None: the interpreter), do not allow."""
+    compute capability (None: the tensors' GPU, if any, else the interpreter), do not allow."""
     if not isinstance(options, TritonOptions):
         raise ValueError(f"options must be a TritonOptions, got {type(options).__name__}")
     # Triton 3.6 failed to compile the warp-specialized loop for an H200 (9.0) in the run of
-    # 2026-11-30; its tutorial warp-specializes on Blackwell (10.x) only.
+    # 2026-11-30; its tutorial warp-specializes on Blackwell (10.x) only. The device is asked
+    # only then: every call's host time counts at small t.
+    if options.warp_specialize and capability is None and tensors[0].is_cuda:
+        capability = torch.cuda.get_device_capability(tensors[0].device)
     if options.warp_specialize and capability is not None and capability < (10, 0):
         raise ValueError(
             f"warp_specialize needs a GPU of compute capability 10.0 or later (Blackwell), "
@@ -413,8 +416,7 @@ def triton_flash_attention(
     t_q, t_k, d_h = query.shape[2], key.shape[2], query.shape[3]
     scale = 1.0 / math.sqrt(d_h) if scale is None else float(scale)
     options = TritonOptions() if options is None else options
-    capability = torch.cuda.get_device_capability(query.device) if query.is_cuda else None
-    _check_tuning(options, (query, key, value), capability)
+    _check_tuning(options, (query, key, value))
     call = _Call(
         scale=scale,
         causal=bool(is_causal),
