@@ -220,14 +220,19 @@ def _argument(text: str) -> object:
     return int(text) if re.fullmatch(r"-?\d+", text) else text
 
 
-def answer(match: re.Match[str], runs: dict[str, Run], default: str | None) -> str:
-    """The answer to one query (a match of :data:`QUERY`)."""
+def answer(match: re.Match[str], runs: dict[str, Run], default: str | None,
+           kept: dict[str, Run] | None = None) -> str:
+    """The answer to one query (a match of :data:`QUERY`); ``kept`` holds the files under
+    ``runs/`` already loaded for this page."""
     stem = match["run"] or default
     if stem and stem.startswith("runs/"):  # one run of a merged file, or one kept beside it
-        try:
-            runs = {stem: load_source_run(stem)}
-        except ValueError as error:
-            raise FactError(f"{match.group(0)!r}: {error}") from None
+        kept = {} if kept is None else kept
+        if stem not in kept:
+            try:
+                kept[stem] = load_source_run(stem)
+            except ValueError as error:
+                raise FactError(f"{match.group(0)!r}: {error}") from None
+        runs = {stem: kept[stem]}
     if stem not in runs:
         raise FactError(f"no results file {stem}.json for {match.group(0)!r}; there are {sorted(runs)}")
     fn = QUERIES.get(match["name"])
@@ -247,5 +252,7 @@ def answer(match: re.Match[str], runs: dict[str, Run], default: str | None) -> s
 
 
 def fill(markdown: str, runs: dict[str, Run], default: str | None) -> str:
-    """``markdown`` with every ``{{ query }}`` replaced by its answer."""
-    return QUERY.sub(lambda m: answer(m, runs, default), markdown)
+    """``markdown`` with every ``{{ query }}`` replaced by its answer; a file under ``runs/`` is
+    loaded once for the page, however many queries read it."""
+    kept: dict[str, Run] = {}
+    return QUERY.sub(lambda m: answer(m, runs, default, kept), markdown)
