@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One bounded GPU measurement of the book's Triton kernel (about 9.5 minutes), at a checked commit.
+# One bounded GPU measurement of the book's Triton kernel (at most 9.7 minutes), at a checked commit.
 #
 # First, in a clean checkout of the commit to measure (no GPU needed):
 #     python -m book.tree record          # writes tools/gpu/tree.txt, which travels with the tree
@@ -15,7 +15,9 @@
 #   3. the same rows at small t, each call replayed from a CUDA graph (no host time in the
 #      window): triton-cuda-graphs.json
 #   4. the TritonOptions choices, forward and forward+backward: triton-options.json
-#   5. the quick preset with the time left: quick.json
+#   5. where a forward call spends its time at t = 1024 (tools/gpu/profile_floor.py):
+#      floor.json, floor.txt
+#   6. the quick preset with the time left of MEASURE_SECONDS (0: none): quick.json
 # Every results file carries the commit (checked), torch, Triton, driver, date and command.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,13 +41,14 @@ step() {  # step SECONDS COMMAND...: run it for at most SECONDS, and say how it 
 bench() { step "$1" $py -m attention.bench --device cuda --parts sweep --levels kernel --dtypes bf16 \
     --repeats 10 --max-time 0.5 --warmup 0.05 --time-budget $(($1 - 30)) --no-progress "${@:2}"; }
 
-step 150 $py tests/package/test_triton_flash.py cuda > "$out/triton-check.json"
+step 130 $py tests/package/test_triton_flash.py cuda > "$out/triton-check.json"
 bench 150 --variants triton 'triton[atomic-dq]' 'sdpa[flash]' 'sdpa[cudnn]' --seq-lens 1024 4096 16384 \
     --output "$out/triton.json"
 bench 90 --variants triton 'triton[atomic-dq]' 'sdpa[flash]' 'sdpa[cudnn]' --seq-lens 1024 2048 \
     --cuda-graphs --output "$out/triton-cuda-graphs.json"
-bench 150 --variants triton 'triton[longest-first]' 'triton[descriptors]' \
+bench 140 --variants triton 'triton[longest-first]' 'triton[descriptors]' \
     'triton[warp-specialize]' --seq-lens 4096 16384 --output "$out/triton-options.json"
+step 75 $py tools/gpu/profile_floor.py "$out"
 left=$((total - (SECONDS - start)))
 if ((left > 60)); then
     step "$left" $py -m attention.bench --device cuda --preset quick --time-budget $((left - 40)) --no-progress \
