@@ -117,14 +117,17 @@ def check_qkv(query: Tensor, key: Tensor, value: Tensor | None = None, *, min_di
                 f"{name} must have at least {min_dim} dimensions {shape}, "
                 f"got a {tensor.dim()}-d tensor of shape {tuple(tensor.shape)}"
             )
-    which = ", ".join(name for name, _ in named)
-    found = ", ".join(f"{name} {x.dtype} on {x.device}" for name, x in named)
+    rule = None
     if not all(x.is_floating_point() for _, x in named):
-        raise ValueError(f"{which} must be floating point, got {found}")
-    if len({x.dtype for _, x in named}) > 1:
-        raise ValueError(f"{which} must share one dtype, got {found}")
-    if len({x.device for _, x in named}) > 1:
-        raise ValueError(f"{which} must be on one device, got {found}")
+        rule = "must be floating point"
+    elif len({x.dtype for _, x in named}) > 1:
+        rule = "must share one dtype"
+    elif len({x.device for _, x in named}) > 1:
+        rule = "must be on one device"
+    if rule is not None:  # the message is formatted only when raised: kernels call this per call
+        which = ", ".join(name for name, _ in named)
+        found = ", ".join(f"{name} {x.dtype} on {x.device}" for name, x in named)
+        raise ValueError(f"{which} {rule}, got {found}")
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
             f"query and key must have the same last dimension d_k, "

@@ -237,6 +237,7 @@ def bad_input_messages() -> list[str]:
         ((x, x, x), {"block_n": 16.0}),
         ((meta, meta, meta), {}),
         ((x[:, :, :0], x, x), {}),
+        ((x, x.tolist(), x), {}),
     ]
     messages = []
     for args, kwargs in calls:
@@ -590,6 +591,7 @@ class TestBadInput:
             "block_n must be a power of two >= 16, got 16.0",
             "query must be on cpu, got meta",
             "t_q and t_k must be positive, got t_q=0 and t_k=16",
+            "key must be a torch.Tensor, got list",
             "key: the offset of the last element of a (batch, head) slice must be at most 2147483647 (int32), "
             "got (t - 1) · stride_t + (d_h - 1) · stride_d = 2147483711",
         ]
