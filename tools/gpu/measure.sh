@@ -15,7 +15,7 @@
 #   3. the same rows at small t, each call replayed from a CUDA graph (no host time in the
 #      window): triton-cuda-graphs.json
 #   4. the TritonOptions choices, forward and forward+backward: triton-options.json
-#   5. where a forward call spends its time at t = 1024 (tools/gpu/profile_floor.py):
+#   5. where a call spends its time at t = 1024 (tools/gpu/profile_floor.py):
 #      floor.json, floor.txt
 #   6. the quick preset with the time left of MEASURE_SECONDS (0: none): quick.json
 # Every results file carries the commit (checked), torch, Triton, driver, date and command.

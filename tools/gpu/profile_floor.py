@@ -1,19 +1,20 @@
-"""Where a forward call of the Triton kernel spends its time at small t, on a GPU.
+"""Where a call of the Triton kernel spends its time at small t, on a GPU.
 
-    python tools/gpu/profile_floor.py OUTPUT_DIR
+    python tools/gpu/profile_floor.py OUTPUT_DIR [--trace]
 
 For the sweep's shape at t = 1024 (bfloat16, causal, b · t = 16,384, h · d_h = 768), d_h 64
-and 128, it times four ways of calling the forward pass, each beside SDPA's FlashAttention-2
-backend, and writes ``floor.json``:
+and 128, it times each call below three ways and writes ``floor.json``:
 
 - ``host_us``: the host's time per call, launches queued without waiting (the GPU keeps up);
 - ``events_us``: CUDA events around each call after a 256 MiB L2 flush, as the bench does;
 - ``graph_us``: the same call replayed from a CUDA graph (the GPU's time alone).
 
 The calls: ``public`` (``triton_flash_attention``: checks, autograd, autotuner, launch),
-``unchecked`` (``triton_forward.forward``: the autotuner and the launch), and ``sdpa[flash]``.
-Then ``floor.txt`` lists the host's Python functions over 200 public calls (cProfile, slowest
-first) and the torch profiler's CPU and CUDA table over 20 (d_h = 64).
+``unchecked`` (``triton_forward.forward``: the autotuner and the launch), ``sdpa[flash]``, and
+the public call and SDPA forward and backward as the bench runs them. Then, for d_h = 64,
+``floor.txt`` lists the host's Python functions over 200 public calls (cProfile, slowest first)
+and the torch profiler's CPU and CUDA tables over 20 forward and 20 forward+backward calls,
+whose trace ``--trace`` writes to ``floor-trace.json``.
 """
 
 import cProfile
@@ -31,7 +32,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attention.bench.provenance import command_line, provenance
 from attention.bench.timing import time_cuda
-from attention.triton_flash import _kernels, triton_flash_attention
+from attention.triton_flash import triton_flash_attention
+from attention.triton_forward import forward
 
 
 def host_us(fn, calls: int = 200) -> float:
@@ -45,17 +47,41 @@ def host_us(fn, calls: int = 200) -> float:
     return seconds / calls * 1e6
 
 
-def main(out: Path) -> None:
+def fwd_bwd(fn, grad_out):
+    """The bench's forward+backward call: gradients accumulate into the inputs' ``.grad``."""
+    def call():
+        out = fn()
+        out.backward(grad_out)
+        return out.detach()
+    return call
+
+
+def profiled(fn, calls: int, trace: Path | None = None) -> str:
+    """The torch profiler's CPU and CUDA table over ``calls`` calls (and its trace, if asked)."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    if trace is not None:
+        prof.export_chrome_trace(str(trace))
+    return prof.key_averages().table(sort_by="cpu_time_total", row_limit=30)
+
+
+def main(out: Path, trace: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    rows, t = [], 1024
+    rows, t, report = [], 1024, []
     for d_h in (64, 128):
         b, h = 16384 // t, 768 // d_h
         q, k, v = (torch.randn(b, h, t, d_h, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
-        forward = _kernels()[0].forward
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        for x in leaves:
+            x.grad = torch.zeros_like(x)
+        grad_out = torch.randn_like(q)
         scale = 1 / math.sqrt(d_h)
 
-        def sdpa():
+        def sdpa(q=q, k=k, v=v):
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
@@ -64,6 +90,9 @@ def main(out: Path) -> None:
             "unchecked": lambda: forward(q, k, v, None, scale, True, 0, None, None,
                                          False, False, False),
             "sdpa[flash]": sdpa,
+            "public fwd+bwd": fwd_bwd(lambda: triton_flash_attention(*leaves, is_causal=True),
+                                      grad_out),
+            "sdpa[flash] fwd+bwd": fwd_bwd(lambda: sdpa(*leaves), grad_out),
         }
         for name, fn in calls.items():
             fn()
@@ -84,17 +113,15 @@ def main(out: Path) -> None:
             profile.disable()
             text = io.StringIO()
             pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(40)
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                    torch.profiler.ProfilerActivity.CUDA]) as prof:
-                for _ in range(20):
-                    calls["public"]()
-                torch.cuda.synchronize()
-            (out / "floor.txt").write_text(
-                text.getvalue() + "\n" + prof.key_averages().table(sort_by="cpu_time_total",
-                                                                    row_limit=30))
+            report += ["cProfile, 200 public forward calls:", text.getvalue(),
+                       "torch profiler, 20 public forward calls:", profiled(calls["public"], 20),
+                       "torch profiler, 20 public forward+backward calls:",
+                       profiled(calls["public fwd+bwd"], 20,
+                                out / "floor-trace.json" if trace else None)]
+            (out / "floor.txt").write_text("\n".join(report))
     record = {"provenance": provenance(torch.device("cuda"), command_line(None)), "rows": rows}
     (out / "floor.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-results"))
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-results"), "--trace" in sys.argv[2:])
