@@ -69,7 +69,8 @@ from torch import Tensor
 # infinitely slow.
 FORWARD_CONFIGS = ((64, 64, 4, 3), (64, 32, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3),
                    (128, 128, 8, 2))
-DKDV_CONFIGS = ((32, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2))
+DKDV_CONFIGS = ((32, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 3),
+                (64, 128, 8, 3), (32, 64, 4, 4), (32, 128, 4, 3))
 DQ_CONFIGS = ((64, 32, 4, 3), (128, 32, 8, 3), (128, 64, 8, 2))
 # small tiles: the tests' short sequences span several blocks
 INTERPRETER_CONFIG = (16, 16, 4, 1)
