@@ -5,8 +5,8 @@ the whole sequence, t_shard tokens of one rank's shard (``c`` in the code); N ra
 
 - :func:`ring_attention`: keys and values travel round a ring of point-to-point sends, overlapped
   with each block's compute (Liu et al., 2023), forward and backward; contiguous or zig-zag shards.
-- :func:`ulysses_attention`: two all-to-alls trade the sequence shard for a head shard
-  (DeepSpeed-Ulysses, Jacobs et al., 2023).
+- :func:`ulysses_attention`: all-to-alls (q, k and v in, the output back) trade the sequence
+  shard for a head shard (DeepSpeed-Ulysses, Jacobs et al., 2023).
 - :func:`shard_sequence` cuts a whole sequence into a rank's shard; :func:`count_traffic`
   (:mod:`attention.distributed.traffic`) counts the bytes a rank sends.
 

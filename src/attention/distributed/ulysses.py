@@ -1,4 +1,4 @@
-"""DeepSpeed-Ulysses (Jacobs et al., 2023): two all-to-alls trade the sequence shard for a head shard.
+"""DeepSpeed-Ulysses (Jacobs et al., 2023): all-to-alls trade the sequence shard for a head shard.
 
 Notation (see CONTRIBUTING.md): b batch size, h query heads, h_kv key-value heads, t_shard =
 t / N tokens of a rank's shard (``c`` in the code), d_k and d_v the widths of keys and values;
