@@ -147,7 +147,8 @@ def _prepare(
     h_v, d_v = value.shape[1], value.shape[3]
     dtype = accumulation_dtype(value.dtype)  # float32 for half precision, as fused kernels
     q, k, v = query.to(dtype), key.to(dtype), value.to(dtype)
-    if h_v != h_k:  # grouped heads: query/key head j serves value heads j r ... (j + 1) r - 1
+    # grouped heads (G_v = h_v / h_k): query/key head j serves value heads j G_v ... (j + 1) G_v - 1
+    if h_v != h_k:
         q = q.repeat_interleave(h_v // h_k, dim=1)  # (b, h_v, t, d_k)
         k = k.repeat_interleave(h_v // h_k, dim=1)  # (b, h_v, t, d_k)
     q = q * (d_k**-0.5 if scale is None else scale)
