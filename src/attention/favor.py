@@ -150,9 +150,10 @@ def favor_attention(
 ) -> Tensor:
     """FAVOR+: softmax attention estimated with m positive random features.
 
-    It costs O(t m d_v) plus the form's own term (:func:`~attention.linear.linear_attention_flops`
-    with r = m): O(t C (m + d_v)) more for the chunked form (C = 64), and O(t^2 (m + d_v)) in all
-    for the parallel one. Before the stabilizing factors, which cancel in the ratio, the numerator
+    It costs the features, 2 t m d_k FLOPs each for the queries and the keys, plus the form's own
+    term (:func:`~attention.linear.linear_attention_flops` with r = m): O(t m (d_k + d_v)) in all
+    for the recurrent form, O(t C (m + d_v)) more for the chunked one (C = 64), and
+    O(t^2 (m + d_v)) for the parallel one. Before the stabilizing factors, which cancel in the ratio, the numerator
     and the normalizer are unbiased estimates; the ratio is not. For moderate scores the error
     falls as 1 / sqrt(m) (:func:`favor_error_variance`), for large ones more slowly. In float32,
     a causal query whose keys all lie far below a later key's largest exponent gets a row of 0
