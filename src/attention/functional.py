@@ -164,7 +164,8 @@ def sliding_window_mask(
     mask as :func:`attention.masks.sliding_window` and ``flash_attention(..., is_causal=True,
     window=window)`` with the same alignment. flash-attn's ``window_size=(window - 1, 0)`` is
     always aligned bottom-right: it is the same mask with ``alignment="bottom_right"``, or when
-    t_q = t_k. With window >= t_k it is :func:`causal_mask`.
+    t_q = t_k. With window >= t_q (top-left) or window >= t_k (bottom-right) it is
+    :func:`causal_mask`.
 
     Args:
         t_q: number of queries.
