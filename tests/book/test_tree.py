@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from book.constants import REPO
 from book.tree import DEFAULT, blob_hash, check, record
 
 
@@ -43,6 +44,5 @@ def test_a_copy_passes_until_a_file_changes_or_a_module_is_added(repo: Path) -> 
 def test_the_record_for_the_gpu_is_never_committed() -> None:
     # the record names the commit it was made at, so a committed one is stale from that commit on
     # (and it would have to name itself); it travels with the tree untracked
-    tracked = subprocess.run(["git", "-C", str(DEFAULT.parents[2]), "ls-files", str(DEFAULT)],
-                             check=True, capture_output=True, text=True).stdout
-    assert not tracked, f"{DEFAULT.relative_to(DEFAULT.parents[2])} is committed: git rm --cached it"
+    tracked = git(REPO, "ls-files", str(DEFAULT))
+    assert not tracked, f"{DEFAULT.relative_to(REPO)} is committed: git rm --cached it"
