@@ -411,7 +411,8 @@ def triton_flash_attention(
     """
     # a CUDA query means CUDA is here: the device is named only when something is missing,
     # since every call's host time counts at small t
-    if triton is None or not (isinstance(query, Tensor) and query.is_cuda or _interpreting()):
+    on_cuda = isinstance(query, Tensor) and query.is_cuda
+    if triton is None or not (on_cuda or _interpreting()):
         ok, reason = triton_available()
         if not ok:
             raise RuntimeError(f"triton_flash_attention cannot run here: {reason}")
