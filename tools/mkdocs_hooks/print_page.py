@@ -3,4 +3,4 @@
 The logic is book.hooks.print_page (tools/book/hooks/print_page.py).
 """
 
-from book.hooks.print_page import on_files, on_page_content, on_page_context  # noqa: F401
+from book.hooks.print_page import on_files, on_page_content, on_page_context, on_startup  # noqa: F401

@@ -23,6 +23,7 @@ import re
 from urllib.parse import urlsplit
 
 from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.nav import Navigation
 from mkdocs.structure.pages import Page
@@ -88,6 +89,18 @@ def rewrite_links(html: str, page: Page, sections: dict[str, str]) -> str:
         return m["attr"] + new + m.group(3)
 
     return URL_ATTR.sub(rewrite, html)
+
+
+def on_startup(command: str, dirty: bool) -> None:
+    """Refuse ``mkdocs build --dirty``: it renders only the pages whose files changed, and the
+    print page needs every page's content. (``mkdocs serve --dirty`` keeps the content of the
+    pages its first build rendered, so its rebuilds hold the whole book.)"""
+    if command == "build" and dirty:
+        raise PluginError(
+            "expected a full build, got `mkdocs build --dirty`: the print page holds every page, "
+            "and a dirty build renders only the changed ones. Use `mkdocs serve --dirty` while "
+            "writing, and `mkdocs build --strict` to build the site"
+        )
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
