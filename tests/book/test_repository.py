@@ -271,6 +271,13 @@ def test_docs_holds_content_and_the_hooks_only_import_the_tooling() -> None:
         body = [node for node in tree.body if not isinstance(node, ast.Expr)]  # past the docstring
         assert [type(node) for node in body] == [ast.ImportFrom], f"{hook}: more than one import"
         assert body[0].module == f"book.hooks.{Path(hook).stem}", f"{hook} imports {body[0].module}"
+        # Every event the logic module defines reaches MkDocs, which sees only the shim's names.
+        logic = ast.parse((REPO / "tools" / "book" / "hooks" / Path(hook).name).read_text(encoding="utf-8"))
+        names = [node.name if isinstance(node, ast.FunctionDef) else node.targets[0].id
+                 for node in logic.body if isinstance(node, ast.FunctionDef)
+                 or (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name))]
+        events = {name for name in names if name.startswith("on_")}  # CombinedEvent assigned too
+        assert {alias.name for alias in body[0].names} == events, f"{hook} re-exports other events"
 
 
 def test_no_file_is_imported_by_its_path() -> None:
