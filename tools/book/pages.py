@@ -19,6 +19,7 @@ past the closing fence line); ``line`` is the 1-based number of the opening line
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,12 +275,19 @@ class _PageParser:
 
 def parse_page(text: str, md: MarkdownIt | None = None) -> ParsedPage:
     """Parse the Markdown ``text`` of a page with the markdown-it parser ``md`` (default:
-    CommonMark, the parser of the runner)."""
+    CommonMark, the parser of the runner). With the default parser, a text parsed before gives
+    the same :class:`ParsedPage` again (the notebooks hook and half a dozen test modules read
+    every page): read it, do not change it."""
     if md is None:
-        from markdown_it import MarkdownIt
-
-        md = MarkdownIt("commonmark")
+        return _parse_commonmark(text)
     return _PageParser(text, md).parse()
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_commonmark(text: str) -> ParsedPage:
+    from markdown_it import MarkdownIt
+
+    return _PageParser(text, MarkdownIt("commonmark")).parse()
 
 
 def read_page(path: Path) -> ParsedPage:
