@@ -22,8 +22,10 @@ from book.browser.tab import Tab
 from book.constants import CHROMIUM, REPO
 
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
-# Pages loaded side by side: the browser's work spreads over the cores.
-PARALLEL = max(2, min(4, os.cpu_count() or 2))
+# Tabs of each size, which load pages side by side (book.browser.crawl.visit_all). One: the two
+# test processes keep a 2-core machine busy already, and a second tab only made chromium's work
+# dearer (the whole suite: 371 busy core-seconds and 196 s with two tabs, 335 and 179 s with one).
+TABS = 1
 
 
 def in_ci() -> bool:
@@ -76,8 +78,8 @@ def browser(chromium: Path) -> Iterator[Browser]:
 
 @pytest.fixture(scope="session")
 def desktops(browser: Browser) -> Iterator[list[Tab]]:
-    """1280x800 tabs in the light scheme, with clipboard access, that load pages side by side."""
-    tabs = [Tab(browser, DESKTOP) for _ in range(PARALLEL)]
+    """1280x800 tabs in the light scheme, with clipboard access (``TABS`` of them)."""
+    tabs = [Tab(browser, DESKTOP) for _ in range(TABS)]
     yield tabs
     for tab in tabs:
         tab.close()
@@ -92,7 +94,7 @@ def desktop(desktops: list[Tab]) -> Tab:
 @pytest.fixture(scope="session")
 def phones(browser: Browser) -> Iterator[list[Tab]]:
     """390x844 touch tabs, the size of a current phone."""
-    tabs = [Tab(browser, PHONE, phone=True) for _ in range(PARALLEL)]
+    tabs = [Tab(browser, PHONE, phone=True) for _ in range(TABS)]
     yield tabs
     for tab in tabs:
         tab.close()

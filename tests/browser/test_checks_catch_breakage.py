@@ -224,7 +224,7 @@ def probe_page(probe: SiteServer, name: str = "good") -> str:
 
 @pytest.fixture(scope="module")
 def snapshots(probe: SiteServer, desktops: list[Tab], phones: list[Tab]) -> dict[str, Snapshot]:
-    """Every variant visited once, side by side, on desktop tabs; "good" and "wide" on phones."""
+    """Every variant visited once on the desktop tabs; "good" and "wide" on the phone tabs."""
 
     def urls(names: list[str]) -> list[str]:
         return [probe.url(f"probe-{name}.html") for name in names]
