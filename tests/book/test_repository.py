@@ -273,10 +273,10 @@ def test_docs_holds_content_and_the_hooks_only_import_the_tooling() -> None:
         assert body[0].module == f"book.hooks.{Path(hook).stem}", f"{hook} imports {body[0].module}"
         # Every event the logic module defines reaches MkDocs, which sees only the shim's names.
         logic = ast.parse((REPO / "tools" / "book" / "hooks" / Path(hook).name).read_text(encoding="utf-8"))
-        names = [node.name if isinstance(node, ast.FunctionDef) else node.targets[0].id
-                 for node in logic.body if isinstance(node, ast.FunctionDef)
-                 or (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name))]
-        events = {name for name in names if name.startswith("on_")}  # CombinedEvent assigned too
+        defined = {node.name for node in logic.body if isinstance(node, ast.FunctionDef)}
+        defined |= {target.id for node in logic.body if isinstance(node, ast.Assign)  # CombinedEvent
+                    for target in node.targets if isinstance(target, ast.Name)}
+        events = {name for name in defined if name.startswith("on_")}
         assert {alias.name for alias in body[0].names} == events, f"{hook} re-exports other events"
 
 
