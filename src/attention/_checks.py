@@ -51,6 +51,8 @@ def renamed(**hints: str) -> Callable[[F], F]:
                     )
             return fn(*args, **kwargs)
 
+        # which keywords are refused, for the API tests (each must say so under Raises)
+        call.refused_keywords = dict(hints)  # type: ignore[attr-defined]
         return call  # type: ignore[return-value]
 
     return wrap

@@ -135,6 +135,8 @@ def split_kv_attention(
         ValueError: if query, key and value do not agree (dtype, device, widths, lengths,
             leading dimensions that do not broadcast), num_splits is not an integer in
             [1, t_k], or h_kv does not divide h.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> _ = torch.manual_seed(0)

@@ -179,6 +179,8 @@ def favor_attention(
         ValueError: if the inputs do not agree (as :func:`linear_attention`), num_features is
             not an integer >= 1, seed is not an integer or None, or projection is not
             (num_features, d_k).
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -235,6 +237,8 @@ def favor_error_variance(
     Raises:
         ValueError: if the inputs do not agree (as :func:`linear_attention`) or num_features is
             not an integer >= 1.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> _ = torch.manual_seed(0)

@@ -472,8 +472,8 @@ def flash_attention(
             ``is_causal`` that is not a bool, an unknown ``alignment``, a ``window`` < 1, an
             alignment or window without ``is_causal``, or ``sinks`` that are not a float tensor
             of shape (h,) on the query's device.
-        TypeError: flash-attn's keywords (``causal``, ``softmax_scale``, ``window_size``), with
-            the keyword this function takes instead.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> _ = torch.manual_seed(0)

@@ -332,6 +332,8 @@ def attention_weights(
             do not broadcast) or are not floating point, the mask is not bool or float (or does
             not broadcast), ``is_causal`` is combined with a mask or is not a bool, dropout_p is
             outside [0, 1), or h_kv does not divide h.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # (t_q, d_k)
@@ -403,6 +405,8 @@ def scaled_dot_product_attention(
             or float (or does not broadcast), ``is_causal`` is combined with a mask or is not a
             bool, dropout_p is outside [0, 1), h_kv does not divide h, or sinks is not a float
             tensor of shape (h,) on the query's device.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> _ = torch.manual_seed(123)

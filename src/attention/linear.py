@@ -250,6 +250,8 @@ def linear_attention(
             a feature is negative, chunk_size is not an integer >= 1, or initial_state has
             another shape than (..., r, d_v + 1), is not floating point or is not on the
             value's device.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -316,6 +318,8 @@ def linear_attention_weights(
 
     Raises:
         ValueError: as :func:`linear_attention`.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> q = torch.zeros(1, 3, 2)  # phi(0) = 1: every visible key weighs the same
@@ -357,6 +361,7 @@ def linear_attention_flops(
 
     Raises:
         ValueError: if a size is not an integer >= 1 or form is unknown.
+        TypeError: flash-attn's keyword ``causal``, naming the one this function takes.
 
     Examples:
         >>> [linear_attention_flops(4096, 64, 64, form, is_causal=True)

@@ -786,6 +786,8 @@ def dense_attention(
     Raises:
         ValueError: if a tensor is not 4-d, or query, key and value do not agree in dtype,
             device or shape (their b and h must broadcast).
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> q = torch.randn(1, 2, 4, 8)

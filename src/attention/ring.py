@@ -166,6 +166,8 @@ def ring_attention(
     Raises:
         ValueError: if query, key and value do not agree (dtype, device, one t, one d_k) or
             their leading dimensions do not broadcast, or the sharding does not fit t.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> _ = torch.manual_seed(0)

@@ -113,6 +113,7 @@ def topk_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> MaskMod:
 
     Raises:
         ValueError: if scores has another rank or top_k is not an integer >= 1.
+        TypeError: flash-attn's keyword ``causal``, naming the one this function takes.
 
     Examples:
         >>> scores = torch.tensor([[0.0, 0.0, 0.0], [1.0, 3.0, 0.0], [5.0, 1.0, 2.0]])
@@ -156,6 +157,7 @@ def block_topk_mask(
     Raises:
         ValueError: if block_scores has another rank, top_k or block_size is not an integer
             >= 1, or top_k is below the blocks always kept (1, or 2 with keep_first).
+        TypeError: flash-attn's keyword ``causal``, naming the one this function takes.
 
     Examples:
         >>> block_scores = torch.tensor([[1.0, 0.0, 0.0]]).expand(6, 3)  # block 0 ranks first
@@ -382,6 +384,8 @@ def dsa_attention(
     Raises:
         ValueError: if the tensors do not agree, index_scores has another shape, or top_k is not
             an integer >= 1.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -547,6 +551,8 @@ def moba_attention(
 
     Raises:
         ValueError: as :func:`moba_mask`, or if query, key and value do not agree.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -677,6 +683,8 @@ def nsa_attention(
         ValueError: if query, key or value is not 4-d, they do not agree or t_k != t_q, gates
             has another shape, dtype or device or a value outside [0, 1], a size is not an
             integer >= 1, B does not divide t, or top_k is below the 2 blocks always kept.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> _ = torch.manual_seed(0)

@@ -403,6 +403,8 @@ def triton_flash_attention(
         ValueError: shapes, dtypes, devices, block sizes or options the kernels do not take,
             b · h above CUDA's grid limit of 65,535, or a (batch, head) slice
             too long for int32.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> q = torch.randn(1, 8, 1024, 64, device="cuda",

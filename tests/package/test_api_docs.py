@@ -177,9 +177,13 @@ def test_docstring_sections(module: str, name: str, griffe_package: griffe.Modul
             assert ("yields" if generator else "returns") in sections, f"{path}: no Returns"
     # A class checks its arguments in __init__, or in a dataclass's __post_init__.
     functions = [getattr(obj, f, None) for f in ("__init__", "__post_init__")] if inspect.isclass(obj) else [obj]
+    raised = [str(e.annotation) for e in getattr(sections.get("raises"), "value", [])]
     if any(_raises_value_error(f, set()) for f in functions if f is not None):
-        raised = [e.annotation for e in getattr(sections.get("raises"), "value", [])]
-        assert "ValueError" in map(str, raised), f"{path} raises ValueError: no Raises section"
+        assert "ValueError" in raised, f"{path} raises ValueError: no Raises section"
+    # another library's keyword (flash-attn's causal=) raises a TypeError naming ours
+    refused = getattr(obj, "refused_keywords", {})
+    if refused:
+        assert "TypeError" in raised, f"{path} refuses {sorted(refused)}: no TypeError in Raises"
     examples = sections.get("examples")
     assert examples is not None and any(
         kind.value == "examples" for kind, _ in examples.value

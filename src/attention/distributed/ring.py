@@ -276,6 +276,8 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
         ValueError: on every rank, if any rank's input is malformed or differs from the others'
             in anything but c (dtype, heads, widths, options), or the shard lengths do not fit
             the sharding.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> q = torch.randn(1, 2, 4, 8)  # outside torch.distributed: refused

@@ -83,6 +83,8 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
         ValueError: on every rank, if any rank's input is malformed or differs from the others',
             the shards differ in length, or N does not divide h, or h_kv is neither a multiple nor a
             divisor of N.
+        TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
+            ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
     Examples:
         >>> q = torch.randn(1, 2, 4, 8)  # outside torch.distributed: refused
