@@ -182,6 +182,9 @@ class GroupedQueryAttention(nn.Module):
         Without a window: a :class:`KVCache` of 2 · b · h_kv · max_tokens · d_h values. With a
         window: a :class:`RollingKVCache` of 2 · b · h_kv · (n_sink + w) · d_h values, whatever
         max_tokens, which only bounds the positions.
+
+        Raises:
+            ValueError: if batch_size or max_tokens is not an integer >= 1.
         """
         weight = self.W_key.weight
         args = (batch_size, self.num_kv_heads)
@@ -240,6 +243,10 @@ class GroupedQueryAttention(nn.Module):
         what ``mha`` computes. The attention dropout and the training mode are carried over; an
         ``mha`` with ``proj_dropout`` > 0 is refused (this module has none). Draws (and
         discards) a fresh random initialization first, advancing the global generator.
+
+        Raises:
+            ValueError: if mha has proj_dropout > 0, num_kv_heads is not an integer >= 1 that
+                divides mha's num_heads, or window is neither None nor an integer >= 1.
         """
         h = mha.num_heads
         num_kv_heads = h if num_kv_heads is None else num_kv_heads

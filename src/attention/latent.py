@@ -212,6 +212,9 @@ class MultiHeadLatentAttention(nn.Module):
         """An empty :class:`LatentKVCache` on the module's device and dtype.
 
         It holds b · max_tokens · (d_c + d_h^R) values, whatever the number of heads.
+
+        Raises:
+            ValueError: if batch_size or max_tokens is not an integer >= 1.
         """
         weight = self.W_down_kv.weight
         return LatentKVCache(batch_size, max_tokens, self.kv_rank, self.rope_dim,
