@@ -32,6 +32,7 @@ per query. With float16 or bfloat16 inputs the scores, the partial results and t
 computed in float32, as fused kernels do, and the output is rounded once.
 """
 
+import math
 from typing import Literal, TypedDict, Unpack, overload
 
 import torch
@@ -44,7 +45,7 @@ from ._checks import (
     check_sizes,
     kernel_keywords,
 )
-from .functional import repeat_kv_heads
+from .functional import repeat_kv_heads, softmax
 
 __all__ = ["split_kv_attention", "weights_read_per_token"]
 
@@ -165,12 +166,18 @@ def split_kv_attention(
     chunks = zip(key.tensor_split(num_splits, dim=-2), value.tensor_split(num_splits, dim=-2))
     for k_r, v_r in chunks:  # (..., n_r, d_k) and (..., n_r, d_v): chunk r
         scores = q @ k_r.to(acc).transpose(-2, -1)  # (..., t_q, n_r): one chunk's scores
-        lse_r = scores.logsumexp(dim=-1, keepdim=True)  # (..., t_q, 1): lse_r
-        outputs.append(torch.exp(scores - lse_r) @ v_r.to(acc))  # (..., t_q, d_v): z_r
-        lses.append(lse_r)
+        lses.append(scores.logsumexp(dim=-1, keepdim=True))  # (..., t_q, 1): lse_r
+        # e^{s_j - lse_r} by the stable softmax: its weights sum to 1 even where lse_r cannot
+        # hold log n_r (|s| past 2^24 in float32), and a chunk with no finite score gives 0
+        outputs.append(softmax(scores, dim=-1) @ v_r.to(acc))  # (..., t_q, d_v): z_r
     partial = torch.stack(outputs)  # (n_split, ..., t_q, d_v)
     partial_lse = torch.stack(lses)  # (n_split, ..., t_q, 1)
     lse = partial_lse.logsumexp(dim=0)  # (..., t_q, 1): lse = log Σ_r e^{lse_r}
-    out = (torch.exp(partial_lse - lse) * partial).sum(dim=0)  # (..., t_q, d_v)
+    # e^{lse_r - lse}, divided by their sum (1 but for rounding, as within a chunk); a chunk at
+    # -inf weighs 0, and a row with no finite score at all is 0, as torch's SDPA gives
+    weights = torch.exp(partial_lse - lse.masked_fill(lse == -math.inf, 0.0))  # (n_split, ..., 1)
+    total = weights.sum(dim=0)  # (..., t_q, 1)
+    out = (weights * partial).sum(dim=0) / total.masked_fill(total == 0, 1.0)  # (..., t_q, d_v)
     out = out.to(query.dtype)
     return (out, lse[..., 0]) if return_lse else out
+

@@ -82,6 +82,25 @@ def test_gradients_flow_through_the_merge_weights_as_through_sdpa() -> None:
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("num_splits", [1, 2, 4])
+def test_scores_of_minus_inf_or_past_floats_range_give_sdpas_answer(num_splits) -> None:
+    # keys of -inf, or scores past float32's range: a chunk with no finite score, and a row with
+    # none at all, which torch's SDPA answers with zeros
+    q, k, v = qkv((1, 1, 1, 2), (1, 1, 4, 2), (1, 1, 4, 3))  # float64
+    q = q.abs()  # a key of -inf then gives a score of -inf, never -inf + inf
+    k[..., 2:, :] = -math.inf  # the second half of the keys: a whole chunk for 2 and 4 splits
+    torch.testing.assert_close(split_kv_attention(q, k, v, num_splits=num_splits),
+                               F.scaled_dot_product_attention(q, k, v))
+    big = torch.full((1, 1, 1, 2), 1e20), torch.ones(1, 1, 4, 2), v.float()
+    big[1][..., 2:, :] = -1.0  # scores of -1e20 · 1e20: -inf in float32
+    torch.testing.assert_close(split_kv_attention(*big, num_splits=num_splits),
+                               F.scaled_dot_product_attention(*big))
+    k[...] = -math.inf
+    out, lse = split_kv_attention(q, k, v, num_splits=num_splits, return_lse=True)
+    assert out.eq(0).all() and F.scaled_dot_product_attention(q, k, v).eq(0).all()
+    assert lse.eq(-math.inf).all()
+
+
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_a_decode_step_reads_every_weight_but_the_unused_embedding_rows(positions: str) -> None:
     with torch.device("meta"):  # shapes only
