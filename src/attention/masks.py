@@ -519,14 +519,14 @@ def soft_cap(cap: float) -> ScoreMod:
         The score rule.
 
     Raises:
-        ValueError: if cap is not a number > 0.
+        ValueError: if cap is not a finite number > 0 (an infinite cap would give inf · 0).
 
     Examples:
         >>> apply_score_mod(torch.tensor([-100.0, 0.0, 1.0, 100.0]).view(1, 1, 1, 4), soft_cap(50))
         tensor([[[[-48.2014,   0.0000,   0.9999,  48.2014]]]])
     """
-    if isinstance(cap, bool) or not isinstance(cap, int | float) or not cap > 0:
-        raise ValueError(f"cap must be a number > 0, got {cap!r}")
+    if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < math.inf:
+        raise ValueError(f"cap must be a finite number > 0, got {cap!r}")
 
     def soft_cap_score(
         score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor
