@@ -368,7 +368,8 @@ def from_torch_state_dict(
 
     Raises:
         ValueError: separate query, key and value weights (kdim or vdim different from
-            embed_dim), or a non-zero ``in_proj_bias`` with ``qkv_bias=False``.
+            embed_dim), parameters this module lacks (``bias_k``, ``bias_v`` of
+            ``add_bias_kv=True``), or a non-zero ``in_proj_bias`` with ``qkv_bias=False``.
 
     Examples:
         >>> torch_mha = nn.MultiheadAttention(8, 2)
@@ -378,6 +379,10 @@ def from_torch_state_dict(
     if "in_proj_weight" not in state:
         raise ValueError("state must hold in_proj_weight (kdim = vdim = embed_dim), got keys "
                          f"{sorted(state)}")
+    extra = sorted(set(state) - {"in_proj_weight", "in_proj_bias", "out_proj.weight",
+                                 "out_proj.bias"})
+    if extra:  # bias_k and bias_v (add_bias_kv=True): this module has no such parameters
+        raise ValueError(f"state must hold only what MultiHeadAttention has, got also {extra}")
     weights = state["in_proj_weight"].chunk(3)  # W_query, W_key, W_value: (d, d) each
     bias = state.get("in_proj_bias")
     out: dict[str, Tensor] = {}

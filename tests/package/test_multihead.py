@@ -385,6 +385,11 @@ class TestBadInput:
         state["in_proj_bias"].zero_()
         assert "W_query.bias" not in from_torch_state_dict(state, qkv_bias=False)
 
+    def test_from_torch_refuses_the_key_and_value_biases_this_module_lacks(self) -> None:
+        state = torch.nn.MultiheadAttention(6, 2, add_bias_kv=True).state_dict()
+        with pytest.raises(ValueError, match=r"only what MultiHeadAttention has, got also \['bias_k', 'bias_v'\]"):
+            from_torch_state_dict(state)
+
     def test_from_torch_refuses_separate_projections(self) -> None:
         state = torch.nn.MultiheadAttention(6, 2, kdim=4, vdim=4).state_dict()
         with pytest.raises(ValueError, match="must hold in_proj_weight"):
