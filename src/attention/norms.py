@@ -63,8 +63,10 @@ class RMSNorm(nn.Module):
         """γ ⊙ x / sqrt(mean(x²) + ε) for x (..., d): shape (..., d).
 
         Raises:
-            ValueError: if x is not (..., d).
+            ValueError: if x is not floating point, or not (..., d).
         """
+        if not x.is_floating_point():  # as torch.nn.RMSNorm, which refuses it
+            raise ValueError(f"x must be floating point, got {x.dtype}")
         if x.dim() == 0 or x.shape[-1] != self.d:
             raise ValueError(f"x must have shape (..., d) with d={self.d}, got {tuple(x.shape)}")
         # x's dtype, as torch.nn.RMSNorm returns whatever γ's; half precision is computed in

@@ -294,7 +294,9 @@ class RotaryEmbedding(nn.Module):
         return self._rotate(x, positions, self.frequencies, 1.0)
 
     def _check(self, x: Tensor) -> None:
-        """Require x of shape (..., t, d_h)."""
+        """Require a floating-point x of shape (..., t, d_h): cos and sin take x's dtype."""
+        if not x.is_floating_point():
+            raise ValueError(f"x must be floating point, got {x.dtype}")
         if x.dim() < 2 or x.shape[-1] != self.d_h:
             raise ValueError(
                 f"x must have shape (..., t, d_h) with d_h={self.d_h}, got shape {tuple(x.shape)}"

@@ -166,6 +166,7 @@ class TestBadInput:
             (lambda: RMSNorm(4, eps=True), r"eps must be a number > 0, got True"),
             (lambda: RMSNorm(4)(torch.zeros(2, 5)), r"\(\.\.\., d\) with d=4, got \(2, 5\)"),
             (lambda: RMSNorm(4)(torch.tensor(1.0)), r"with d=4, got \(\)"),
+            (lambda: RMSNorm(4)(torch.ones(2, 4, dtype=torch.long)), r"x must be floating point, got torch.int64"),
             (lambda: make_norm("batch", 4), r"norm must be one of \('layer', 'rms'\), got 'batch'"),
             (lambda: norm_matrix(nn.Linear(2, 2)), r"RMSNorm or a 1-d nn.LayerNorm, got Linear"),
             (lambda: norm_matrix(nn.LayerNorm((2, 3))), r"RMSNorm or a 1-d nn.LayerNorm, got LayerNorm"),

@@ -253,6 +253,11 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             sinusoidal_positions(t, d)
 
+    def test_rotary_embedding_refuses_integer_input(self) -> None:
+        # cos and sin take x's dtype: in int64 they would be 0 or 1
+        with pytest.raises(ValueError, match=r"x must be floating point, got torch.int64"):
+            RotaryEmbedding(4)(torch.ones(1, 3, 4, dtype=torch.long))
+
     def test_learned_positions_refuse_positions_past_the_table(self) -> None:
         positions = LearnedPositions(context_length=6, d=4)
         with pytest.raises(ValueError, match=r"at most context_length=6, got 7"):
