@@ -327,6 +327,7 @@ class TransformerBlock(nn.Module):
             block.attn.out_proj.load_state_dict(attn.out_proj.state_dict())
             for name in ("norm1", "norm2", "linear1", "linear2"):
                 getattr(block, name).load_state_dict(getattr(layer, name).state_dict())
+        block.norm2.eps = layer.norm2.eps  # a state dict holds no eps; norm1's came in norm_eps
         return block.train(layer.training)
 
 

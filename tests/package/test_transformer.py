@@ -281,8 +281,9 @@ def test_from_torch_carries_the_layer_norm_eps() -> None:
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, layer_norm_eps=0.5,
                                        dtype=torch.float64).eval()
+    layer.norm2.eps = 0.25  # each norm's own, which a state dict does not hold
     block = TransformerBlock.from_torch(layer)
-    assert block.norm1.eps == block.norm2.eps == 0.5
+    assert (block.norm1.eps, block.norm2.eps) == (0.5, 0.25)
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(block(x), layer(x), atol=1e-12, rtol=0)
