@@ -68,13 +68,17 @@ def cu_seqlens_from_lengths(lengths: Tensor) -> Tensor:
         cu_seqlens (n + 1,), int32.
 
     Raises:
-        ValueError: if lengths is not a non-empty 1-d integer tensor of values >= 1.
+        ValueError: if lengths is not a non-empty 1-d integer tensor of values >= 1, or its
+            sum does not fit int32.
 
     Examples:
         >>> cu_seqlens_from_lengths(torch.tensor([3, 2, 4]))
         tensor([0, 3, 5, 9], dtype=torch.int32)
     """
     _check_lengths(lengths)
+    total = int(lengths.sum())
+    if total > torch.iinfo(torch.int32).max:  # cu_seqlens are int32, as flash-attn's
+        raise ValueError(f"the lengths must sum to at most 2**31 - 1 (int32), got {total}")
     return F.pad(torch.cumsum(lengths, dim=0, dtype=torch.int32), (1, 0))  # (n + 1,)
 
 

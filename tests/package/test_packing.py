@@ -125,6 +125,8 @@ def test_varlen_takes_one_key_and_value_head_shared_by_every_query_head():
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
         (lambda: cu_seqlens_from_lengths(torch.tensor([3, 0])), r"lengths must be .* values >= 1, got \[3, 0\]"),
+        (lambda: cu_seqlens_from_lengths(torch.tensor([2**31 - 1, 5])),
+         r"lengths must sum to at most 2\*\*31 - 1 \(int32\), got 2147483652"),
         (lambda: cu_seqlens_from_lengths(torch.tensor([2.0])),
          r"lengths must be a non-empty 1-d integer.*got \[2\.0\]"),
         (lambda: document_ids(torch.tensor([1, 3])), r"cu_seqlens must be .* rises strictly, got \[1, 3\]"),
