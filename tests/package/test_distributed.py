@@ -216,6 +216,9 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
     attempt("ulysses heads", lambda: ulysses_attention(*shard(4, h=3, h_kv=3)))
     attempt("one malformed rank", lambda: ring_attention(*shard(4, dims=4 if rank == 0 else 3)))
     attempt("causal on one rank", lambda: ring_attention(*shard(4), is_causal=rank == 0))
+    attempt("scale on one rank", lambda: ulysses_attention(*shard(4), scale=0.25 if rank == 0 else None))
+    attempt("a scale that is text", lambda: ring_attention(*shard(4), scale="0.5"))
+    attempt("a valid call after it", lambda: ring_attention(*shard(4), scale=0.5))  # allowed
     attempt("contiguous unequal", lambda: ring_attention(*shard(5 if rank == 0 else 3)))  # allowed
     attempt("grouped heads", lambda: ring_attention(*shard(4, h=3, h_kv=2)))
     attempt("ulysses kv heads", lambda: ulysses_attention(*shard(4, h=6, h_kv=3)))
@@ -255,6 +258,8 @@ def bad_run(tmp_path_factory):
     ("query and key lengths", "ValueError", "q and k must share b and c"),
     ("sharding on one rank", "ValueError", "same sharding"),
     ("requires_grad on one rank", "ValueError", "same requires_grad"),
+    ("scale on one rank", "ValueError", "same scale, got [0.25, 0.5] on ranks 0 .. 1"),
+    ("a scale that is text", "ValueError", "scale must be None or a finite number, got '0.5'"),
 ])
 def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, words):
     for rank, outcomes in enumerate(bad_run):
@@ -266,6 +271,10 @@ def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, word
 
 def test_contiguous_shards_may_differ_in_length(bad_run):
     assert all(outcomes["contiguous unequal"][0] == "no error" for outcomes in bad_run)
+
+
+def test_a_call_after_a_refused_one_runs(bad_run):  # nothing of the refused call is left posted
+    assert all(outcomes["a valid call after it"][0] == "no error" for outcomes in bad_run)
 
 
 def test_requires_grad_may_differ_under_no_grad(bad_run):

@@ -11,6 +11,7 @@ in a send that has no receiver.
 """
 
 import math
+import struct
 
 import torch
 import torch.distributed as dist
@@ -20,8 +21,9 @@ from .._checks import check_bool, check_qkv
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # The integers each rank contributes: ok (1, or 0 when its own input is malformed), then its shapes
-# and options, which must agree across ranks except for c.
-FIELDS = ("ok", "b", "h", "h_kv", "c", "d_k", "d_v", "dtype", "is_causal", "sharding", "requires_grad")
+# and options, which must agree across ranks except for c; the scale travels as its float64 bits.
+FIELDS = ("ok", "b", "h", "h_kv", "c", "d_k", "d_v", "dtype", "is_causal", "sharding", "requires_grad",
+          "scale")
 
 
 OPEN_LOGS: list = []  # the Traffic logs of attention.distributed.traffic.count_traffic now open
@@ -80,17 +82,30 @@ def local_problem(q: Tensor, k: Tensor, v: Tensor) -> str | None:
     return None
 
 
-def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int,
+def _bits(x: float) -> int:
+    """The float64 x as the int64 of the same bits, to travel in the table of integers."""
+    return struct.unpack("<q", struct.pack("<d", x))[0]
+
+
+def _float(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, scale: float | None,
           group: dist.ProcessGroup | None, name: str) -> list[int]:
     """Exchange every rank's shapes and options; raise the same error on every rank, or return the
     shard lengths c of ranks 0 .. N - 1."""
     check_bool(is_causal, "is_causal")
     rank, world = group_info(group, name)
     problem = local_problem(q, k, v)
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)
+                              or not math.isfinite(scale)):
+        problem = f"scale must be None or a finite number, got {scale!r}"
     if problem is None:
         row = [1, q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], v.shape[3],
                DTYPES.index(q.dtype), int(is_causal), sharding,
-               int(torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)))]
+               int(torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))),
+               _bits(q.shape[3] ** -0.5 if scale is None else float(scale))]
     else:
         row = [0] + [-1] * (len(FIELDS) - 1)
     mine = torch.tensor(row, dtype=torch.int64, device=q.device)
@@ -109,6 +124,7 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int,
             continue
         values = [values[i] for values in rows]
         if len(set(values)) > 1:
-            shown = [str(DTYPES[x]) for x in values] if key == "dtype" else values
+            shown = ([str(DTYPES[x]) for x in values] if key == "dtype"
+                     else [_float(x) for x in values] if key == "scale" else values)
             raise ValueError(f"{name}: every rank must pass the same {key}, got {shown} on ranks 0 .. {world - 1}")
     return [values[FIELDS.index("c")] for values in rows]

@@ -80,9 +80,10 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
 
     Raises:
         RuntimeError: if no process group is initialised.
-        ValueError: on every rank, if any rank's input is malformed or differs from the others',
-            the shards differ in length, or N does not divide h, or h_kv is neither a multiple nor a
-            divisor of N.
+        ValueError: on every rank, if any rank's input is malformed (a scale that is not None or
+            a finite number among it) or differs from the others' (the scale too), the shards
+            differ in length, or N does not divide h, or h_kv is neither a multiple nor a divisor
+            of N.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -94,7 +95,8 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
         RuntimeError: ulysses_attention runs on every rank of a process group: ...
     """
     q, k, v = query, key, value
-    lengths = agree(q, k, v, is_causal=is_causal, sharding=0, group=group, name="ulysses_attention")
+    lengths = agree(q, k, v, is_causal=is_causal, sharding=0, scale=scale, group=group,
+                    name="ulysses_attention")
     world, rank = len(lengths), dist.get_rank(group)
     b, h, c, _ = q.shape
     h_kv = k.shape[1]
