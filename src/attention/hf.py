@@ -377,11 +377,9 @@ class CausalLM(nn.Module):
             ValueError: if input_ids is not a (b, t) int64 tensor of ids in [0, vocab_size), or
                 caches does not hold one cache per layer.
         """
-        if input_ids.dim() != 2 or input_ids.dtype != torch.long:
-            raise ValueError(
-                f"input_ids must be a (b, t) tensor of torch.long, got shape "
-                f"{tuple(input_ids.shape)} and dtype {input_ids.dtype}"
-            )
+        _check_ids(input_ids)
+        if caches is not None and not isinstance(caches, list):
+            raise ValueError(f"caches must be the list new_caches() returns, got {caches!r}")
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"caches must hold {len(self.blocks)} caches, got {len(caches)}")
         vocab = self.embed.num_embeddings
@@ -404,10 +402,14 @@ class CausalLM(nn.Module):
         """Greedy decoding with the book's caches: ids (b, t + max_new_tokens).
 
         Raises:
-            ValueError: if max_new_tokens is not an integer >= 0, or input_ids as in
-                :meth:`forward`.
+            ValueError: if max_new_tokens is not an integer >= 0, input_ids holds no token, or
+                input_ids as in :meth:`forward`.
         """
         check_counts(max_new_tokens=max_new_tokens)
+        _check_ids(input_ids)
+        if input_ids.shape[1] == 0:  # the first new token is read off the last given one
+            raise ValueError(f"input_ids must hold at least one token per sequence, got shape "
+                             f"{tuple(input_ids.shape)}")
         caches = self.new_caches(input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
         ids, new = input_ids, input_ids
         for _ in range(max_new_tokens):
@@ -415,6 +417,16 @@ class CausalLM(nn.Module):
             new = logits[:, -1].argmax(dim=-1, keepdim=True)  # (b, 1)
             ids = torch.cat([ids, new], dim=1)
         return ids
+
+
+def _check_ids(input_ids: Tensor) -> None:
+    """Require token ids (b, t) of torch.long."""
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
+        shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+        dtype = input_ids.dtype if isinstance(input_ids, Tensor) else None
+        raise ValueError(
+            f"input_ids must be a (b, t) tensor of torch.long, got shape {shape} and dtype {dtype}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -219,6 +219,15 @@ def test_patched_rms_norm_cast_to_float16_does_not_overflow_where_transformers_d
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
+    def test_ids_without_a_token_or_a_batch_and_caches_not_a_list_are_refused(self) -> None:
+        ours = from_transformers(_model(*CASES["llama"]))
+        with pytest.raises(ValueError, match=r"at least one token per sequence, got shape \(1, 0\)"):
+            ours.generate(torch.zeros(1, 0, dtype=torch.long), 2)
+        with pytest.raises(ValueError, match=r"\(b, t\) tensor of torch.long, got shape \(2,\)"):
+            ours.generate(torch.tensor([1, 2]), 2)
+        with pytest.raises(ValueError, match=r"caches must be the list new_caches\(\) returns, got 5"):
+            ours(torch.tensor([[1, 2]]), 5)
+
     def test_rope_scaling_the_book_lacks_is_refused(self) -> None:
         rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
                 "long_factor": [1.0] * 4, "original_max_position_embeddings": 16}
