@@ -300,6 +300,9 @@ class ModelKVCache:
     Args:
         layers: the caches of the layers, in order.
 
+    Raises:
+        ValueError: if layers is empty.
+
     Examples:
         >>> cache = ModelKVCache([KVCache(1, 2, 16, 4) for _ in range(3)])
         >>> cache.length, cache.max_tokens, cache.nbytes
@@ -307,6 +310,8 @@ class ModelKVCache:
     """
 
     def __init__(self, layers: list[KVCache]) -> None:
+        if not layers:  # its length and size are its first layer's
+            raise ValueError(f"layers must hold at least one cache, got {layers!r}")
         self.layers = layers
 
     @property
