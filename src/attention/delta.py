@@ -100,7 +100,7 @@ def _check(
     if h_v % h_k != 0:
         raise ValueError(f"value heads h_v must be a multiple of h_k={h_k}, got h_v={h_v}")
     check_qkv(query, key, value)  # floating point, one dtype, one device: every kernel's check
-    for name, x in (("g", g), ("beta", beta)):
+    for name, x in (("beta", beta), ("g", g)):  # beta first: delta_rule makes g from it
         if x is None:
             continue
         if x.shape != (b, h_v, t):

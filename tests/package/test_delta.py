@@ -237,6 +237,13 @@ def test_gated_delta_rule_matches_transformers_reference(qwen3_next, h_k, h_v, t
 
 
 class TestBadInput:
+    def test_delta_rule_names_beta_in_its_errors(self):  # it has no g of its own
+        q, k, v, _, beta, _ = _inputs()
+        with pytest.raises(ValueError, match=r"beta must be floating point, got torch.int64"):
+            delta_rule(q, k, v, beta.long())
+        with pytest.raises(ValueError, match=r"beta must have shape \(b, h_v, t\)"):
+            delta_rule(q, k, v, beta[..., :1])
+
     def test_positive_log_decay_is_refused(self):
         q, k, v, g, beta, _ = _inputs()
         with pytest.raises(ValueError, match=r"g is a log decay and must be.*got a maximum of 0\.5"):
