@@ -174,7 +174,8 @@ class MultiHeadLatentAttention(nn.Module):
         dtype: their dtype (torch's default when None).
 
     Raises:
-        ValueError: if a size is not an integer >= 1, or d_out is not a multiple of num_heads.
+        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or
+            rope_dim is odd.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -191,6 +192,8 @@ class MultiHeadLatentAttention(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out, kv_rank=kv_rank, rope_dim=rope_dim)
+        if rope_dim % 2:  # RoPE turns pairs of features (its own message would name d_h)
+            raise ValueError(f"rope_dim must be even, got {rope_dim}")
         check_heads(d_out, num_heads)
         if q_rank is not None:
             check_sizes(q_rank=q_rank)
