@@ -56,7 +56,7 @@ class KernelBlockAttention(nn.Module):
 
     Raises:
         ValueError: if kind is unknown, projection is given for ``"elu+1"`` or missing for
-            ``"favor"``, or attn has dropout.
+            ``"favor"`` or not a floating-point (m, d_h) tensor, or attn has dropout.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -77,6 +77,14 @@ class KernelBlockAttention(nn.Module):
             )
         if attn.dropout > 0:
             raise ValueError(f"kernel attention takes no dropout, got dropout={attn.dropout}")
+        if projection is not None and (
+            not isinstance(projection, Tensor) or projection.dim() != 2
+            or projection.shape[1] != attn.d_h or not projection.is_floating_point()
+        ):
+            got = (f"shape {tuple(projection.shape)} and dtype {projection.dtype}"
+                   if isinstance(projection, Tensor) else type(projection).__name__)
+            raise ValueError(f"projection must be a floating-point (m, d_h) tensor with "
+                             f"d_h={attn.d_h}, got {got}")
         self.kind, self.d_model = kind, attn.d_model
         self.num_heads, self.d_h = attn.num_heads, attn.d_h
         self.is_causal, self.rotary, self.qk_norm = attn.is_causal, attn.rotary, attn.qk_norm

@@ -93,6 +93,12 @@ def test_a_favor_row_whose_features_all_underflow_is_zero_not_nan():
 
 
 class TestBadInput:
+    def test_a_favor_projection_must_be_m_by_d_h(self):
+        with pytest.raises(ValueError, match=r"\(m, d_h\) tensor with d_h=4, got shape \(16, 5\)"):
+            KernelBlockAttention(BlockAttention(8, 2), "favor", torch.randn(16, 5))
+        with pytest.raises(ValueError, match=r"\(m, d_h\) tensor with d_h=4, got shape \(4,\)"):
+            KernelBlockAttention(BlockAttention(8, 2), "favor", torch.ones(4))
+
     def test_only_a_block_without_masks_or_dropout_is_swapped(self):
         with pytest.raises(ValueError, match=r"attn is a BlockAttention.*got Linear"):
             use_kernel_attention(torch.nn.Linear(2, 2))
