@@ -33,7 +33,15 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import accumulation_dtype, check_batch_dims, check_qkv, check_sizes, kernel_keywords, renamed
+from ._checks import (
+    accumulation_dtype,
+    check_batch_dims,
+    check_input,
+    check_qkv,
+    check_sizes,
+    kernel_keywords,
+    renamed,
+)
 from .functional import softmax
 from .kv_cache import check_room
 from .latent import LatentKVCache
@@ -232,6 +240,7 @@ class LightningIndexer(nn.Module):
         super().__init__()
         check_sizes(d_in=d_in, q_rank=q_rank, index_heads=index_heads, index_dim=index_dim)
         factory = {"device": device, "dtype": dtype}
+        self.d_in, self.q_rank = d_in, q_rank
         self.index_heads, self.index_dim = index_heads, index_dim
         self.rotary = RotaryEmbedding(index_dim, base, rotary_dim=rope_dim, scaling=scaling,
                                       device=device)
@@ -252,7 +261,15 @@ class LightningIndexer(nn.Module):
         append the latents first) and sit at positions n .. n + t - 1 (the cache's length is
         n + t once the latents are appended; ``start`` is then ignored, the cache gives it).
         Unmasked: :func:`topk_mask` (or :func:`dsa_attention`) hides the later keys first.
+
+        Raises:
+            ValueError: if x is not (b, t, d_in) or q_latent not (b, t, q_rank).
         """
+        check_input(x, self.d_in, (3,), "x", "d_in")
+        check_input(q_latent, self.q_rank, (3,), "q_latent", "q_rank")
+        if q_latent.shape[:2] != x.shape[:2]:
+            raise ValueError(f"q_latent must have x's (b, t) = {tuple(x.shape[:2])}, got "
+                             f"{tuple(q_latent.shape[:2])}")
         b, t, _ = x.shape
         h_i, d_i = self.index_heads, self.index_dim
         if cache is not None:

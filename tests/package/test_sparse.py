@@ -354,6 +354,15 @@ def test_indexer_with_a_cache_scores_chunk_by_chunk_as_all_at_once() -> None:
 
 
 class TestBadInput:
+    def test_the_indexer_checks_its_tokens_and_query_latents(self) -> None:
+        indexer = LightningIndexer(8, 4, 2, 4, 2)
+        with pytest.raises(ValueError, match=r"x must have last dimension d_in=8, got 7"):
+            indexer(torch.randn(1, 5, 7), torch.randn(1, 5, 4))
+        with pytest.raises(ValueError, match=r"q_latent must have x's \(b, t\) = \(1, 5\), got \(1, 4\)"):
+            indexer(torch.randn(1, 5, 8), torch.randn(1, 4, 4))
+        with pytest.raises(ValueError, match=r"x must be 3-d, got a 2-d tensor of shape \(5, 8\)"):
+            indexer(torch.randn(5, 8), torch.randn(5, 4))
+
     def test_index_keys_may_not_lag_the_latents_or_change_dtype(self) -> None:
         cache = IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
                                      dtype=torch.float64)
