@@ -399,8 +399,8 @@ def dsa_attention(
         Z (b, h, t_q, d_v).
 
     Raises:
-        ValueError: if the tensors do not agree, index_scores has another shape, or top_k is not
-            an integer >= 1.
+        ValueError: if the tensors do not agree, index_scores is not a floating-point tensor on
+            the query's device or has another shape, or top_k is not an integer >= 1.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -416,6 +416,13 @@ def dsa_attention(
     check_qkv(query, key, value)  # also on the gather path, which dense_attention does not see
     check_batch_dims(("query", query), ("key", key), ("value", value))
     expected = (query.shape[0], query.shape[-2], key.shape[-2])  # (b, t_q, t_k)
+    if not isinstance(index_scores, Tensor) or not index_scores.is_floating_point() or (
+        index_scores.device != query.device
+    ):
+        got = ((index_scores.dtype, str(index_scores.device)) if isinstance(index_scores, Tensor)
+               else type(index_scores).__name__)
+        raise ValueError(f"index_scores must be a floating-point tensor on the query's device "
+                         f"{query.device}, got {got}")
     if tuple(index_scores.shape) != expected:
         raise ValueError(f"index_scores must have shape (b, t_q, t_k) = {expected}, "
                          f"got {tuple(index_scores.shape)}")
@@ -423,13 +430,15 @@ def dsa_attention(
         rule = topk_mask(index_scores[:, None], top_k)
         return dense_attention(query, key, value, mask_mod=rule, scale=scale)
     check_sizes(top_k=top_k)
-    (b, h, t_q, d_k), t_k = query.shape, key.shape[-2]
+    b = max(query.shape[0], key.shape[0])  # a query of batch 1 against b sequences' keys, or back
+    query = query.expand(b, *query.shape[1:])
+    (_, h, t_q, d_k), t_k = query.shape, key.shape[-2]
     acc = accumulation_dtype(query.dtype)  # float32 for half precision, rounded once at the end
     visible = _visible(t_q, t_k, query.device)  # (t_q, t_k)
     masked = index_scores.masked_fill(~visible, -math.inf)
     index = masked.topk(min(top_k, t_k), dim=-1).indices  # (b, t_q, k)
     # (b, t_q, k): False where a clamped top-k returned a hidden key
-    valid = visible.expand(b, t_q, t_k).gather(-1, index)
+    valid = visible.expand(index.shape[0], t_q, t_k).gather(-1, index)
     rows = torch.arange(b, device=query.device)[:, None, None]  # (b, 1, 1)
     keys = key.expand(b, h, t_k, d_k).transpose(1, 2)[rows, index].to(acc)  # (b, t_q, k, h, d_k)
     values = value.expand(b, h, t_k, value.shape[-1]).transpose(1, 2)[rows, index].to(acc)  # (…, d_v)

@@ -154,6 +154,10 @@ def test_dsa_gather_form_equals_the_dense_form_and_all_keys_is_causal():
                                rtol=0, atol=1e-14)
     torch.testing.assert_close(dsa_attention(q, k, v, index, top_k=T), _causal_attention(q, k, v),
                                rtol=0, atol=1e-14)
+    # a batch of 1 broadcast against the other side's batch, as the dense form allows
+    for one in ((q[:1], k, v, index[:1]), (q, k[:1], v[:1], index)):
+        torch.testing.assert_close(dsa_attention(*one, top_k=5, gather=True),
+                                   dsa_attention(*one, top_k=5), rtol=0, atol=1e-14)
 
 
 def test_queries_after_a_cache_select_bottom_right():
@@ -354,6 +358,13 @@ def test_indexer_with_a_cache_scores_chunk_by_chunk_as_all_at_once() -> None:
 
 
 class TestBadInput:
+    @pytest.mark.parametrize("gather", [False, True])
+    def test_dsa_index_scores_must_be_floating_point(self, gather) -> None:
+        q = torch.randn(1, 2, 5, 4)
+        with pytest.raises(ValueError, match=r"index_scores must be a floating-point tensor on the "
+                                             r"query's device cpu, got \(torch.int64, 'cpu'\)"):
+            dsa_attention(q, q, q, torch.randint(0, 5, (1, 5, 5)), top_k=2, gather=gather)
+
     def test_the_indexer_checks_its_tokens_and_query_latents(self) -> None:
         indexer = LightningIndexer(8, 4, 2, 4, 2)
         with pytest.raises(ValueError, match=r"x must have last dimension d_in=8, got 7"):
