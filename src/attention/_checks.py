@@ -10,6 +10,7 @@ Notation: b batch size, t tokens, d_in input width, d_out output width, h heads.
 """
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
 from typing import Any, Literal, TypeVar, get_args
@@ -77,6 +78,14 @@ def check_bool(value: object, name: str) -> None:
     """Require a Python bool (a tensor or an int would be truth-tested silently)."""
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be a bool, got {value!r} of type {type(value).__name__}")
+
+
+def check_scale(scale: object) -> None:
+    """Require None (1 / sqrt(d_k)) or a finite real number: the score scale torch's SDPA takes."""
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale)
+    ):
+        raise ValueError(f"scale must be None or a finite number, got {scale!r}")
 
 
 def check_alignment(alignment: str) -> None:

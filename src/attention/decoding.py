@@ -42,6 +42,7 @@ from ._checks import (
     accumulation_dtype,
     check_batch_dims,
     check_qkv,
+    check_scale,
     check_sizes,
     kernel_keywords,
 )
@@ -148,6 +149,7 @@ def split_kv_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6)
         True
     """
+    check_scale(scale)
     check_qkv(query, key, value)
     check_sizes(num_splits=num_splits)
     t_k = key.shape[-2]

@@ -100,6 +100,7 @@ from ._checks import (
     check_causal_options,
     check_kv_heads,
     check_qkv,
+    check_scale,
     check_sinks,
     kernel_keywords,
 )
@@ -483,6 +484,7 @@ def flash_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6), lse.shape
         (True, torch.Size([1, 2, 6]))
     """
+    check_scale(scale)
     min_dim = 3 if enable_gqa else 2
     check_qkv(query, key, value, min_dim=min_dim)
     check_block_size(block_size)

@@ -36,6 +36,7 @@ from ._checks import (
     check_kv_heads,
     check_mask,
     check_qkv,
+    check_scale,
     check_sinks,
     check_sizes,
     kernel_keywords,
@@ -341,6 +342,7 @@ def attention_weights(
         tensor([[1.0000, 0.0000],
                 [0.3302, 0.6698]])
     """
+    check_scale(scale)
     check_dropout(dropout_p, "dropout_p")
     check_bool(is_causal, "is_causal")
     check_qkv(query, key)
@@ -416,6 +418,7 @@ def scaled_dot_product_attention(
         >>> torch.allclose(z, sdpa, atol=1e-6)
         True
     """
+    check_scale(scale)
     check_dropout(dropout_p, "dropout_p")
     check_bool(is_causal, "is_causal")
     check_qkv(query, key, value)

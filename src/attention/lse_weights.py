@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import masks
-from ._checks import accumulation_dtype, check_batch_dims, check_bool, check_qkv
+from ._checks import accumulation_dtype, check_batch_dims, check_bool, check_qkv, check_scale
 from .masks import MaskMod, ScoreMod
 
 __all__ = ["weights_from_lse"]
@@ -78,6 +78,7 @@ def weights_from_lse(
         >>> torch.allclose(rows, full[..., 4:, :], atol=1e-6)
         True
     """
+    check_scale(scale)
     check_qkv(query, key)
     batch = check_batch_dims(("query", query), ("key", key))  # the weights' leading dimensions
     check_bool(is_causal, "is_causal")

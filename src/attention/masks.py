@@ -40,6 +40,7 @@ from ._checks import (
     check_batch_dims,
     check_counts,
     check_qkv,
+    check_scale,
     check_sizes,
     kernel_keywords,
 )
@@ -796,6 +797,7 @@ def dense_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6)
         True
     """
+    check_scale(scale)
     for name, x in (("query", query), ("key", key), ("value", value)):
         if isinstance(x, Tensor) and x.dim() != 4:
             raise ValueError(f"{name} must be (b, h, t, d), got shape {tuple(x.shape)}")

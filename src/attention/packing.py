@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_bool, check_qkv, kernel_keywords
+from ._checks import check_bool, check_qkv, check_scale, kernel_keywords
 from .functional import causal_mask
 
 __all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_attention"]
@@ -206,6 +206,7 @@ def varlen_attention(
         >>> torch.allclose(out[2:], alone.transpose(0, 1), atol=1e-6)
         True
     """
+    check_scale(scale)
     cu_seqlens_k = cu_seqlens_q if cu_seqlens_k is None else cu_seqlens_k
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.dim() != 3:

@@ -36,7 +36,14 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
-from ._checks import Alignment, check_causal_options, check_qkv, check_sinks, kernel_keywords
+from ._checks import (
+    Alignment,
+    check_causal_options,
+    check_qkv,
+    check_scale,
+    check_sinks,
+    kernel_keywords,
+)
 
 try:
     import triton
@@ -419,6 +426,7 @@ def triton_flash_attention(
         if not ok:
             raise RuntimeError(f"triton_flash_attention cannot run here: {reason}")
     _check_tensors(query, key, value, enable_gqa)
+    check_scale(scale)
     _check_options(is_causal, block_m, block_n, alignment, window)
     check_sinks(sinks, query)
     t_q, t_k, d_h = query.shape[2], key.shape[2], query.shape[3]

@@ -8,6 +8,11 @@ vector and give no queries an empty output. Notation: b batch, t tokens (t_q que
 d_in / d_out widths, h heads.
 """
 
+import ast
+import importlib
+import inspect
+import pkgutil
+import textwrap
 from collections.abc import Callable
 
 import pytest
@@ -16,6 +21,7 @@ import torch.nn.functional as F
 from _inputs import mask_dtypes, qkv
 from torch import Tensor, nn
 
+import attention
 from attention import (
     AdditiveAttention,
     AttentionDecoder,
@@ -33,6 +39,8 @@ from attention import (
     flash_attention,
     scaled_dot_product_attention,
 )
+from attention.linear import linear_attention
+from attention.masks import dense_attention
 
 D_IN, D_OUT, HEADS = 3, 4, 2
 
@@ -384,3 +392,66 @@ def test_a_bad_value_hidden_by_causality_reaches_every_row_in_both(bad, block_si
     assert torch.isnan(expected[0, :4, 1]).all()  # rows 0-3 cannot see key 4: weight 0
     out = flash_attention(q, k, v, is_causal=True, block_size=block_size)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12, equal_nan=True)
+
+
+def _reaches(function: Callable, target: str, seen: set[int]) -> bool:
+    """Whether ``function`` calls ``target`` (a function of attention._checks) itself or
+    through a package function it calls."""
+    function = inspect.unwrap(function)
+    seen.add(id(function))
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == target:
+                return True
+            callee = getattr(function, "__globals__", {}).get(node.func.id)
+            if (inspect.isfunction(callee) and callee.__module__.startswith("attention")
+                    and id(callee) not in seen and _reaches(callee, target, seen)):
+                return True
+    return False
+
+
+# Modules whose functions take their arguments checked: the shared checks themselves, and the
+# Triton kernels' host code, which triton_flash_attention calls after checking.
+UNCHECKED = {"attention._checks", "attention.triton_forward", "attention.triton_backward"}
+
+
+def _package_modules() -> list:
+    """Every module of the package but the benchmark harness (Triton's where it is installed)."""
+    found = []
+    for info in pkgutil.walk_packages(attention.__path__, "attention."):
+        if info.name.startswith("attention.bench") or info.name in UNCHECKED:
+            continue
+        try:
+            found.append(importlib.import_module(info.name))
+        except ModuleNotFoundError as error:
+            if error.name != "triton":
+                raise
+    return found
+
+
+SCALED = sorted(
+    (f"{module.__name__}.{name}", obj)
+    for module in _package_modules()
+    for name, obj in vars(module).items()
+    if inspect.isfunction(obj) and obj.__module__ == module.__name__ and not name.startswith("_")
+    and "scale" in inspect.signature(obj).parameters
+)
+
+
+@pytest.mark.parametrize(("name", "kernel"), SCALED, ids=[name for name, _ in SCALED])
+def test_every_kernel_with_a_scale_checks_it(name: str, kernel: Callable) -> None:
+    assert _reaches(kernel, "check_scale", set()), f"{name} takes a scale but never checks it"
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("scale", ["0.5", torch.tensor([0.5, 1.0]), INF, True])
+    @pytest.mark.parametrize("kernel", [scaled_dot_product_attention, flash_attention,
+                                        dense_attention, linear_attention])
+    def test_a_scale_that_is_not_a_finite_number_is_refused(self, kernel, scale) -> None:
+        q, k, v = qkv((1, 2, 4, 3), (1, 2, 4, 3), (1, 2, 4, 3))
+        with pytest.raises(ValueError, match=r"scale must be None or a finite number, got "):
+            kernel(q, k, v, scale=scale)

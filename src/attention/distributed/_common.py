@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .._checks import check_bool, check_qkv
+from .._checks import check_bool, check_qkv, check_scale
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # The integers each rank contributes: ok (1, or 0 when its own input is malformed), then its shapes
@@ -98,9 +98,10 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
     check_bool(is_causal, "is_causal")
     rank, world = group_info(group, name)
     problem = local_problem(q, k, v)
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)
-                              or not math.isfinite(scale)):
-        problem = f"scale must be None or a finite number, got {scale!r}"
+    try:
+        check_scale(scale)
+    except ValueError as error:
+        problem = problem or str(error)
     if problem is None:
         row = [1, q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], v.shape[3],
                DTYPES.index(q.dtype), int(is_causal), sharding,
