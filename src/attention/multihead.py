@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import (
+    check_bool,
     check_context_length,
     check_dropout,
     check_heads,
@@ -237,6 +238,7 @@ class FusedMultiHeadAttention(nn.Module):
         check_heads(d_out, num_heads)
         check_dropout(dropout)
         check_dropout(proj_dropout, "proj_dropout")
+        check_bool(use_sdpa, "use_sdpa")
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length

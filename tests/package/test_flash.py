@@ -497,6 +497,8 @@ class TestBadInput:
         [
             (((5,), (3, 4), (3, 4)), {}, r"query must have at least 2 dimensions.*got a 1-d tensor of shape \(5,\)"),
             (((2, 5, 4), (2, 3, 6), (2, 3, 4)), {}, "same last dimension d_k, got 4 and 6"),
+            (((2, 5, 4), (2, 3, 4), (2, 3, 4)), {"return_lse": "no"}, "return_lse must be a bool, got 'no'"),
+            (((2, 5, 4), (2, 3, 4), (2, 3, 4)), {"enable_gqa": "no"}, "enable_gqa must be a bool, got 'no'"),
             (((2, 5, 4), (2, 3, 4), (2, 2, 4)), {}, "same number of tokens t_k, got 3 and 2"),
             (((2, 5, 4), (3, 3, 4), (3, 3, 4)), {}, r"must broadcast.*got \(2,\), \(3,\), \(3,\)"),
             (

@@ -385,6 +385,10 @@ class TestBadInput:
         state["in_proj_bias"].zero_()
         assert "W_query.bias" not in from_torch_state_dict(state, qkv_bias=False)
 
+    def test_use_sdpa_must_be_a_bool(self) -> None:
+        with pytest.raises(ValueError, match=r"use_sdpa must be a bool, got 'no' of type str"):
+            FusedMultiHeadAttention(4, 4, 2, 6, 0.0, use_sdpa="no")
+
     def test_from_torch_refuses_the_key_and_value_biases_this_module_lacks(self) -> None:
         state = torch.nn.MultiheadAttention(6, 2, add_bias_kv=True).state_dict()
         with pytest.raises(ValueError, match=r"only what MultiHeadAttention has, got also \['bias_k', 'bias_v'\]"):

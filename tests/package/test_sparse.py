@@ -358,6 +358,15 @@ def test_indexer_with_a_cache_scores_chunk_by_chunk_as_all_at_once() -> None:
 
 
 class TestBadInput:
+    def test_flags_must_be_bools(self) -> None:  # a string is truthy: it would pass as True
+        q = torch.randn(1, 2, 4, 3)
+        with pytest.raises(ValueError, match=r"gather must be a bool, got 'no' of type str"):
+            dsa_attention(q, q, q, torch.randn(1, 4, 4), top_k=2, gather="no")
+        with pytest.raises(ValueError, match=r"is_causal must be a bool, got 1 of type int"):
+            topk_mask(torch.randn(4, 4), 2, is_causal=1)
+        with pytest.raises(ValueError, match=r"keep_first must be a bool, got 'yes' of type str"):
+            block_topk_mask(torch.randn(4, 2), 2, 2, keep_first="yes")
+
     @pytest.mark.parametrize("gather", [False, True])
     def test_dsa_index_scores_must_be_floating_point(self, gather) -> None:
         q = torch.randn(1, 2, 5, 4)
