@@ -451,10 +451,19 @@ def t5_buckets(
     Returns:
         The bucket of each offset, the shape of relative_position.
 
+    Raises:
+        ValueError: if relative_position is not an integer tensor, num_buckets is not an
+            integer >= 2 (>= 4 if bidirectional), or max_distance is not an integer above the
+            exact buckets' reach (num_buckets // 2, or num_buckets // 4 if bidirectional).
+
     Examples:
         >>> t5_buckets(-torch.arange(0, 40, 8), num_buckets=8, max_distance=32)
         tensor([0, 5, 6, 7, 7])
     """
+    if not isinstance(relative_position, Tensor) or relative_position.is_floating_point():
+        got = relative_position.dtype if isinstance(relative_position, Tensor) else relative_position
+        raise ValueError(f"relative_position must be an integer tensor, got {got!r}")
+    _check_t5(num_buckets, max_distance, bidirectional)
     n = -relative_position  # distance i - j, > 0 for a key before its query
     bucket = torch.zeros_like(n)
     if bidirectional:
@@ -467,6 +476,19 @@ def t5_buckets(
     log_ratio = torch.log(n.clamp(min=1).double() / exact) / math.log(max_distance / exact)
     large = (exact + (log_ratio * (num_buckets - exact)).to(n.dtype)).clamp(max=num_buckets - 1)
     return bucket + torch.where(n < exact, n, large)
+
+
+def _check_t5(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
+    """Require settings for which T5's buckets are defined: an exact bucket at least, and a
+    max_distance past the exact ones (log(max_distance / exact) > 0)."""
+    least = 4 if bidirectional else 2
+    check_sizes(num_buckets=num_buckets, max_distance=max_distance)
+    if num_buckets < least:
+        raise ValueError(f"num_buckets must be at least {least}"
+                         f"{' (bidirectional)' if bidirectional else ''}, got {num_buckets}")
+    exact = num_buckets // (4 if bidirectional else 2)
+    if max_distance <= exact:
+        raise ValueError(f"max_distance must exceed the {exact} exact buckets, got {max_distance}")
 
 
 def t5_bias(
@@ -484,7 +506,8 @@ def t5_bias(
         The score rule.
 
     Raises:
-        ValueError: if table is not a (num_buckets, h) tensor; and, from the rule, if it is
+        ValueError: if table is not a (num_buckets, h) tensor, the bucket settings are those
+            :func:`t5_buckets` refuses; and, from the rule, if it is
             applied (:func:`apply_score_mod`, :func:`to_bias`, :func:`dense_attention`) to scores
             whose number of heads is not the table's h.
 
@@ -495,6 +518,7 @@ def t5_bias(
                  [1., 0., 0.],
                  [2., 1., 0.]]])
     """
+    _check_t5(num_buckets, max_distance, bidirectional)
     if not isinstance(table, Tensor) or table.dim() != 2 or table.shape[0] != num_buckets:
         got = tuple(table.shape) if isinstance(table, Tensor) else type(table).__name__
         raise ValueError(f"table must have shape (num_buckets={num_buckets}, h), got {got}")

@@ -317,6 +317,12 @@ class TestBadInput:
         (lambda: M.soft_cap(0), r"cap must be a finite number > 0, got 0"),
         (lambda: M.soft_cap(math.inf), r"cap must be a finite number > 0, got inf"),
         (lambda: M.t5_bias(torch.zeros(16, 2)), r"table must have shape \(num_buckets=32, h\), got \(16, 2\)"),
+        # log(max_distance / exact) = 0: buckets of -9.2e18; one bucket: a division by zero
+        (lambda: M.t5_buckets(-torch.arange(20), 32, 16), r"max_distance must exceed the 16 exact buckets, got 16"),
+        (lambda: M.t5_buckets(-torch.arange(5), 1), r"num_buckets must be at least 2, got 1"),
+        (lambda: M.t5_bias(torch.zeros(2, 1), 2, 8, bidirectional=True),
+         r"num_buckets must be at least 4 \(bidirectional\), got 2"),
+        (lambda: M.t5_buckets(-torch.arange(5.0), 8, 32), r"relative_position must be an integer tensor, got torch.float32"),
         (lambda: M.to_dense(M.causal(), -1, 3), r"t_q must be an integer >= 0, got -1"),
         (lambda: M.causal("bottom_right", 2, -3), r"t_k must be an integer >= 0, got -3"),
         (lambda: M.apply_score_mod(torch.zeros(1, 4, 2, 2), M.alibi(2)),
