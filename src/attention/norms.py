@@ -12,6 +12,7 @@ RMSNorm drops the mean and the bias β: it rescales x but does not re-centre it.
 the square root it computes what ``torch.nn.RMSNorm`` and Meta's Llama code compute.
 """
 
+import math
 from typing import Literal, get_args
 
 import torch
@@ -41,7 +42,7 @@ class RMSNorm(nn.Module):
         dtype: its dtype (torch's default when None).
 
     Raises:
-        ValueError: if d is not an integer >= 1 or eps is not a number > 0.
+        ValueError: if d is not an integer >= 1 or eps is not a finite number > 0.
 
     Examples:
         >>> RMSNorm(2)(torch.tensor([[3.0, 4.0]])).detach()
@@ -54,8 +55,7 @@ class RMSNorm(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(d=d)
-        if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
-            raise ValueError(f"eps must be a number > 0, got {eps!r}")
+        _check_eps(eps)
         self.d, self.eps = d, float(eps)
         self.weight = nn.Parameter(torch.ones(d, device=device, dtype=dtype))  # γ
 
@@ -78,6 +78,12 @@ class RMSNorm(nn.Module):
         return y.to(x.dtype)
 
 
+def _check_eps(eps: object) -> None:
+    """Require ε > 0, a finite number: ε = 0 divides a constant row by 0, and ε = inf gives 0."""
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < math.inf:
+        raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
+
+
 def make_norm(
     kind: NormKind, d: int, eps: float = 1e-5, bias: bool = True, *,
     device: Device = None, dtype: torch.dtype | None = None,
@@ -96,7 +102,8 @@ def make_norm(
         The new normalization module.
 
     Raises:
-        ValueError: if kind is neither ``"layer"`` nor ``"rms"``.
+        ValueError: if kind is neither ``"layer"`` nor ``"rms"``, d is not an integer >= 1, or
+            eps is not a finite number > 0.
 
     Examples:
         >>> make_norm("rms", 4)
@@ -106,6 +113,8 @@ def make_norm(
         raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
     if kind == "rms":
         return RMSNorm(d, eps, device=device, dtype=dtype)
+    check_sizes(d=d)  # the checks RMSNorm makes: torch's LayerNorm takes d = 0 and eps < 0
+    _check_eps(eps)
     return nn.LayerNorm(d, eps=eps, bias=bias, device=device, dtype=dtype)
 
 

@@ -38,6 +38,8 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
+from ._checks import check_sizes
+
 __all__ = [
     "DynamicNTKScaling",
     "Llama3Scaling",
@@ -59,10 +61,17 @@ def rope_frequencies(rotary_dim: int, base: float) -> Tensor:
     Returns:
         θ (rotary_dim/2,) in float64, from 1 down.
 
+    Raises:
+        ValueError: if rotary_dim is not an even integer >= 2 or base not a finite number > 1.
+
     Examples:
         >>> rope_frequencies(4, 10000.0)
         tensor([1.0000, 0.0100], dtype=torch.float64)
     """
+    check_sizes(rotary_dim=rotary_dim)
+    if rotary_dim % 2:  # θ_i turns the pair (2i, 2i + 1)
+        raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
+    base = _number("base", base, 1.0, inclusive=False)  # 1 turns nothing; below 1, the wrong way
     even = torch.arange(0, rotary_dim, 2, dtype=torch.float64)  # (d_rot/2,): 2i
     return base ** (-even / rotary_dim)  # (d_rot/2,)
 

@@ -1,5 +1,6 @@
 """RMSNorm equals torch.nn.RMSNorm; what it keeps and drops from LayerNorm; norm_matrix."""
 
+import math
 import warnings
 
 import pytest
@@ -162,12 +163,15 @@ class TestBadInput:
         ("make", "message"),
         [
             (lambda: RMSNorm(0), r"d must be at least 1, got 0"),
-            (lambda: RMSNorm(4, eps=0.0), r"eps must be a number > 0, got 0.0"),
-            (lambda: RMSNorm(4, eps=True), r"eps must be a number > 0, got True"),
+            (lambda: RMSNorm(4, eps=0.0), r"eps must be a finite number > 0, got 0.0"),
+            (lambda: RMSNorm(4, eps=True), r"eps must be a finite number > 0, got True"),
             (lambda: RMSNorm(4)(torch.zeros(2, 5)), r"\(\.\.\., d\) with d=4, got \(2, 5\)"),
             (lambda: RMSNorm(4)(torch.tensor(1.0)), r"with d=4, got \(\)"),
             (lambda: RMSNorm(4)(torch.ones(2, 4, dtype=torch.long)), r"x must be floating point, got torch.int64"),
             (lambda: make_norm("batch", 4), r"norm must be one of \('layer', 'rms'\), got 'batch'"),
+            (lambda: RMSNorm(4, eps=math.inf), r"eps must be a finite number > 0, got inf"),
+            (lambda: make_norm("layer", 0), r"d must be at least 1, got 0"),
+            (lambda: make_norm("layer", 4, eps=-1.0), r"eps must be a finite number > 0, got -1.0"),
             (lambda: norm_matrix(nn.Linear(2, 2)), r"RMSNorm or a 1-d nn.LayerNorm, got Linear"),
             (lambda: norm_matrix(nn.LayerNorm((2, 3))), r"RMSNorm or a 1-d nn.LayerNorm, got LayerNorm"),
         ],

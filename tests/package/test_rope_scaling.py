@@ -23,6 +23,7 @@ from attention import (
     RotaryEmbedding,
     YaRNScaling,
 )
+from attention.rope_scaling import rope_frequencies
 
 
 def _theta(d: int, base: float) -> list[float]:
@@ -267,6 +268,9 @@ class TestBadInput:
         ("make", "message"),
         [
             (lambda: PositionInterpolation(0.5), r"factor must be a finite number >= 1, got 0.5"),
+            (lambda: rope_frequencies(3, 1e4), r"rotary_dim must be even, got 3"),
+            (lambda: rope_frequencies(0, 1e4), r"rotary_dim must be at least 1, got 0"),
+            (lambda: rope_frequencies(4, -2.0), r"base must be a finite number > 1, got -2.0"),
             (lambda: PositionInterpolation(True), r"factor must be a finite number >= 1, got True"),
             (lambda: NTKAwareScaling(float("inf")), r"factor must be a finite number >= 1, got inf"),
             (lambda: NTKAwareScaling("2"), r"factor must be a finite number >= 1, got '2'"),
