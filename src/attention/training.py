@@ -11,13 +11,14 @@ asks for the token ``offset`` places back, which only positional information can
 an earlier copy of the current one.
 """
 
+import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_sizes
+from ._checks import check_counts, check_sizes
 from .transformer import TinyTransformer
 
 __all__ = [
@@ -54,7 +55,8 @@ def train_lm(
         The loss of each step, ``steps`` floats.
 
     Raises:
-        ValueError: if steps is not an integer >= 1 or lr is not a number > 0.
+        ValueError: if steps is not an integer >= 1, seed not one >= 0, or lr not a finite
+            number > 0.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -64,8 +66,9 @@ def train_lm(
         (3, True)
     """
     check_sizes(steps=steps)
-    if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:
-        raise ValueError(f"lr must be a number > 0, got {lr!r}")
+    check_counts(seed=seed)
+    if isinstance(lr, bool) or not isinstance(lr, int | float) or not 0 < lr < math.inf:
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
@@ -193,7 +196,8 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
         The accuracy, a float in [0, 1].
 
     Raises:
-        ValueError: if targets has another shape than inputs or no scored entry.
+        ValueError: if targets is not an integer tensor of the inputs' shape with a scored
+            entry.
 
     Examples:
         >>> model = TinyTransformer(4, 8, 2, 1, context_length=6)  # n_vocab, d, h, L
@@ -201,6 +205,8 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
         >>> 0.0 <= next_token_accuracy(model, inputs, targets) <= 1.0
         True
     """
+    if targets.is_floating_point():  # an id compared with a float would never be refused
+        raise ValueError(f"targets must be integer ids, got {targets.dtype}")
     scored = targets != -100  # (b, t)
     if targets.shape != inputs.shape or not scored.any():
         raise ValueError(

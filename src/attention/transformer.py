@@ -32,6 +32,7 @@ appends their keys and values to its layer's cache and the causal mask of t quer
 n + t keys is aligned bottom-right. Every position scheme is shifted by n.
 """
 
+import math
 from typing import Literal, get_args, overload
 
 import torch
@@ -80,7 +81,7 @@ def swiglu_width(
 
     Raises:
         ValueError: if d_model or multiple_of is not an integer >= 1, or the multiplier is not
-            a number > 0.
+            a finite number > 0.
 
     Examples:
         >>> swiglu_width(4096)  # Llama 2 7B's d_ff
@@ -91,11 +92,14 @@ def swiglu_width(
     if ffn_dim_multiplier is not None:
         multiplier = ffn_dim_multiplier
         if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or not (
-            multiplier > 0
+            0 < multiplier < math.inf
         ):
-            raise ValueError(f"ffn_dim_multiplier must be a number > 0, got {ffn_dim_multiplier!r}")
+            raise ValueError(
+                f"ffn_dim_multiplier must be a finite number > 0, got {ffn_dim_multiplier!r}"
+            )
         width = int(ffn_dim_multiplier * width)
-    return multiple_of * ((width + multiple_of - 1) // multiple_of)
+    # at least one multiple: a multiplier so small that the width rounds to 0 leaves no FFN
+    return multiple_of * max(1, (width + multiple_of - 1) // multiple_of)
 
 
 class TransformerBlock(nn.Module):

@@ -2,6 +2,8 @@
 KV cache equal to the full pass, tied weights, and the cache's memory."""
 
 
+import math
+
 import pytest
 import torch
 from _inputs import randomize
@@ -265,6 +267,8 @@ class TestBadInput:
              r"idx must hold token ids in \[0.*got ids from 1 to 11"),
             (lambda: train_lm(nn.Linear(2, 2), lambda g: None, steps=0), r"steps must be at least 1.*got 0"),
             (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, lr=0), r"lr must be .* got 0"),
+            (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, lr=math.inf), r"lr must be a finite .* got inf"),
+            (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, seed=1.5), r"seed must be an integer >= 0, got 1.5"),
             (lambda: induction_data(4, 12, 5, max_period=6),
              r"need min_period <= max_period.*got min_period=2, max_period=6, vocab_size=5, seq_len=12"),
             (lambda: induction_data(4, 12, 16, min_period=5, max_period=4),
@@ -276,6 +280,13 @@ class TestBadInput:
                     torch.full((1, 3), -100),
                 ),
                 r"targets must have the inputs' shape.*got shape \(1, 3\) with 0 scored",
+            ),
+            (
+                lambda: next_token_accuracy(
+                    TinyTransformer(5, 8, 2, 1, 4), torch.zeros(1, 3, dtype=torch.long),
+                    torch.zeros(1, 3),
+                ),
+                r"targets must be integer ids, got torch.float32",
             ),
         ],
     )

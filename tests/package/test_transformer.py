@@ -275,6 +275,8 @@ def test_swiglu_width_truncates_the_multiplied_width_as_llama_does() -> None:
     """int(multiplier · width), not round: 1.3 · int(2 · 384 / 3) = 1.3 · 256 = 332.8 -> 332."""
     assert swiglu_width(96, multiple_of=1, ffn_dim_multiplier=1.3) == 332
     assert swiglu_width(96, multiple_of=4, ffn_dim_multiplier=1.3) == 332
+    # a multiplier so small that the width truncates to 0 keeps one multiple, not a width of 0
+    assert swiglu_width(1, multiple_of=1, ffn_dim_multiplier=0.1) == 1
 
 
 def test_from_torch_carries_the_layer_norm_eps() -> None:
@@ -313,7 +315,8 @@ class TestBadInput:
                 r"got norm_first=True, mlp=False",
             ),
             (lambda: swiglu_width(0), r"d_model must be at least 1, got 0"),
-            (lambda: swiglu_width(64, ffn_dim_multiplier=0), r"ffn_dim_multiplier must be a number.*got 0"),
+            (lambda: swiglu_width(64, ffn_dim_multiplier=0), r"ffn_dim_multiplier must be a finite number.*got 0"),
+            (lambda: swiglu_width(64, ffn_dim_multiplier=math.inf), r"finite number > 0, got inf"),
             (lambda: TransformerBlock(8, 2, 16)(torch.zeros(2, 4, 6)), r"d_model=8, got 6"),
             (lambda: TransformerBlock.from_torch(nn.Linear(2, 2)), r"TransformerEncoderLayer, got"),
             (
