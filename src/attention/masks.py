@@ -624,7 +624,9 @@ def to_dense(
         The mask, bool; empty where a size is 0.
 
     Raises:
-        ValueError: if a size is not an integer >= 0.
+        ValueError: if a size is not an integer >= 0, or the rule indexes past a tensor it holds
+            (a rule made for fewer tokens or sequences, such as :func:`document` or
+            :func:`padding`).
 
     Examples:
         >>> to_dense(causal(), 3, 3)
@@ -634,7 +636,13 @@ def to_dense(
     """
     batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, device)
     shape = (batch.shape[0], head.shape[1], t_q, t_k)
-    dense = torch.as_tensor(mask_mod(batch, head, q_idx, kv_idx), device=q_idx.device)
+    try:
+        dense = torch.as_tensor(mask_mod(batch, head, q_idx, kv_idx), device=q_idx.device)
+    except IndexError as error:  # doc_ids or lengths shorter than the grid asked for
+        raise ValueError(
+            f"mask_mod must hold a value for every index of b={b}, h={h}, t_q={t_q}, t_k={t_k}, "
+            f"got a rule that indexes past a tensor it holds ({error})"
+        ) from error
     dense = dense.to(torch.bool).expand(shape)  # (b, h, t_q, t_k); a rule may return fewer dims
     return dense[0, 0] if b is None and h is None else dense
 

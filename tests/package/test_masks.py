@@ -315,6 +315,11 @@ class TestBadInput:
         (lambda: M.global_tokens(torch.tensor([0, 1])),
          r"is_global must be a 1-d bool tensor.*got \(\(2,\), torch\.int64\)"),
         (lambda: M.soft_cap(0), r"cap must be a finite number > 0, got 0"),
+        # a rule made for fewer tokens (doc_ids of 3) or sequences (lengths of 2)
+        (lambda: M.to_dense(M.document(torch.tensor([0, 0, 1])), 5, 5),
+         r"mask_mod must hold a value for every index of b=None, h=None, t_q=5, t_k=5, got a rule"),
+        (lambda: M.to_dense(M.padding(torch.tensor([1, 2])), 2, 2, b=3),
+         r"every index of b=3, h=None, t_q=2, t_k=2, got a rule that indexes past a tensor"),
         (lambda: M.soft_cap(math.inf), r"cap must be a finite number > 0, got inf"),
         (lambda: M.t5_bias(torch.zeros(16, 2)), r"table must have shape \(num_buckets=32, h\), got \(16, 2\)"),
         # log(max_distance / exact) = 0: buckets of -9.2e18; one bucket: a division by zero
