@@ -132,9 +132,14 @@ class GatedDeltaNet(nn.Module):
         as it was.
 
         Raises:
-            ValueError: if x is not (b, t, d).
+            ValueError: if x is not (b, t, d), or cache is not a :class:`DeltaState` of b
+                sequences.
         """
         check_input(x, self.q_proj.in_features, (3,), "x", "d_model")
+        if cache is not None and not isinstance(cache, DeltaState):
+            raise ValueError(f"cache must be a DeltaState, got {type(cache).__name__}")
+        if cache is not None and cache.conv is not None and cache.conv.shape[0] != x.shape[0]:
+            raise ValueError(f"cache holds b={cache.conv.shape[0]} sequences, x has b={x.shape[0]}")
         b, t, _ = x.shape
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # (b, t, ch)
         k_size = self.conv.kernel_size[0]

@@ -81,6 +81,15 @@ def test_no_tokens_give_an_empty_output_and_leave_the_state_as_it_was():
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
+    def test_the_cache_must_be_a_delta_state_of_the_same_batch(self):
+        layer = GatedDeltaNet(16, 2, 2, 4, 4)
+        with pytest.raises(ValueError, match=r"cache must be a DeltaState, got int"):
+            layer(torch.randn(1, 5, 16), cache=5)
+        cache = DeltaState()
+        layer(torch.randn(1, 5, 16), cache=cache)
+        with pytest.raises(ValueError, match=r"cache holds b=1 sequences, x has b=2"):
+            layer(torch.randn(2, 1, 16), cache=cache)
+
     def test_x_must_be_b_t_d(self):
         layer = GatedDeltaNet(16, 2, 2, 4, 4)
         with pytest.raises(ValueError, match=r"x must have last dimension d_model=16, got 8"):
