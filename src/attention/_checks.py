@@ -278,12 +278,18 @@ def check_input(
         )
 
 
-def check_token_ids(x: Tensor, name: str) -> None:
-    """Require a (b, t) tensor of integer token ids, what ``nn.Embedding`` looks up."""
+def check_token_ids(x: Tensor, name: str, vocab_size: int | None = None) -> None:
+    """Require a (b, t) tensor of integer token ids, what ``nn.Embedding`` looks up: in
+    [0, vocab_size) when it is given (the embedding's own error names no id)."""
     check_rank(x, (2,), name)
     if x.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"{name} must hold integer token ids (torch.int64 or torch.int32), got {x.dtype}"
+        )
+    if vocab_size is not None and x.numel() and not 0 <= int(x.min()) <= int(x.max()) < vocab_size:
+        raise ValueError(
+            f"{name} must hold token ids in [0, vocab_size={vocab_size}), got ids from "
+            f"{int(x.min())} to {int(x.max())}"
         )
 
 

@@ -156,9 +156,9 @@ class Seq2SeqEncoder(nn.Module):
         that state from, and ``nn.GRU`` itself rejects sequences of length 0.
 
         Raises:
-            ValueError: if src is not (b, t_k) of integer ids with t_k >= 1.
+            ValueError: if src is not (b, t_k) of token ids in [0, vocab_size) with t_k >= 1.
         """
-        check_token_ids(src, "src")
+        check_token_ids(src, "src", self.embedding.num_embeddings)
         if src.shape[1] == 0:
             raise ValueError(f"src must have at least 1 token, got shape {tuple(src.shape)}")
         # (b, t_k, 2·d_hidden), (2, b, d_hidden)
@@ -225,9 +225,9 @@ class AttentionDecoder(nn.Module):
         No target tokens (t_q = 0) give empty logits (b, 0, n_vocab) and weights (b, 0, t_k).
 
         Raises:
-            ValueError: if tgt_in is not (b, t_q) of integer ids.
+            ValueError: if tgt_in is not (b, t_q) of token ids in [0, vocab_size).
         """
-        check_token_ids(tgt_in, "tgt_in")
+        check_token_ids(tgt_in, "tgt_in", self.embedding.num_embeddings)
         b, t_q = tgt_in.shape
         if t_q == 0:
             n_vocab, t_k = self.out.out_features, annotations.shape[1]
@@ -294,10 +294,13 @@ class Seq2Seq(nn.Module):
         Returns tokens (b, max_len) and attention weights (b, max_len, t_k).
 
         Raises:
-            ValueError: if max_len is not an integer >= 1, or src is not (b, t_k) of integer ids
-                with t_k >= 1.
+            ValueError: if max_len is not an integer >= 1, bos is not a token id of the target
+                vocabulary, or src is not (b, t_k) of token ids with t_k >= 1.
         """
         check_sizes(max_len=max_len)
+        vocab = self.decoder.embedding.num_embeddings
+        if isinstance(bos, bool) or not isinstance(bos, int) or not 0 <= bos < vocab:
+            raise ValueError(f"bos must be a token id in [0, {vocab}), got {bos!r}")
         annotations, state = self.encoder(src)  # (b, t_k, 2·d_hidden), (b, d_hidden)
         token = torch.full((src.shape[0],), bos, dtype=torch.long, device=src.device)  # (b,)
         tokens, all_weights = [], []

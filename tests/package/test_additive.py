@@ -136,6 +136,17 @@ def _seq2seq() -> Seq2Seq:
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
+    def test_token_ids_and_bos_must_lie_in_the_vocabulary(self):
+        model = _seq2seq()  # vocabularies of 11
+        src = torch.tensor([[1, 2, 11]])
+        with pytest.raises(ValueError, match=r"src must hold token ids in \[0, vocab_size=11\), got ids from 1 to 11"):
+            model.encoder(src)
+        with pytest.raises(ValueError, match=r"tgt_in must hold token ids in \[0, vocab_size=11\), got ids from -1"):
+            model(src[:, :2], torch.tensor([[-1, 2]]))
+        for bos in (1.7, 11):  # 1.7 went through torch.full as token 1
+            with pytest.raises(ValueError, match=rf"bos must be a token id in \[0, 11\), got {bos}"):
+                model.greedy_decode(src[:, :2], 3, bos)
+
     def test_query_keys_mask_and_model_sizes_must_agree(self):
         attention = AdditiveAttention(4, 3, 5)
         query, keys = torch.randn(2, 4), torch.randn(2, 6, 3)
