@@ -178,7 +178,15 @@ class GatedDeltaNet(nn.Module):
         Qwen3-Next fuses q, k, v, z into one projection laid out per key head as
         [q (d_k), k (d_k), v (G_v d_v), z (G_v d_v)], G_v = h_v / h_k, and b, a as
         [b (G_v), a (G_v)].
+
+        Raises:
+            ValueError: if layer is not such a layer (it lacks the fused projections).
         """
+        fused = ("in_proj_qkvz", "in_proj_ba", "A_log", "dt_bias")
+        if not all(hasattr(layer, name) for name in fused):
+            raise ValueError(
+                f"layer must be transformers' Qwen3NextGatedDeltaNet, got {type(layer).__name__}"
+            )
         h_k, h_v, d_k, d_v = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
         g_v = h_v // h_k
         d_model = layer.hidden_size

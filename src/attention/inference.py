@@ -245,9 +245,12 @@ class GroupedQueryAttention(nn.Module):
         discards) a fresh random initialization first, advancing the global generator.
 
         Raises:
-            ValueError: if mha has proj_dropout > 0, num_kv_heads is not an integer >= 1 that
-                divides mha's num_heads, or window is neither None nor an integer >= 1.
+            ValueError: if mha is not the book's MultiHeadAttention or has proj_dropout > 0,
+                num_kv_heads is not an integer >= 1 that divides mha's num_heads, or window is
+                neither None nor an integer >= 1.
         """
+        if not isinstance(mha, MultiHeadAttention):  # torch's has its own layout of weights
+            raise ValueError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
         h = mha.num_heads
         num_kv_heads = h if num_kv_heads is None else num_kv_heads
         if mha.proj_dropout.p != 0.0:

@@ -166,7 +166,8 @@ class PagedSequence:
 
     @property
     def length(self) -> int:
-        """Tokens stored for this sequence."""
+        """Tokens stored for this sequence (a ValueError once the sequence is freed)."""
+        self.pool._check_sequence(self.seq)
         return self.pool.lengths[self.seq]
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:

@@ -81,6 +81,10 @@ def test_no_tokens_give_an_empty_output_and_leave_the_state_as_it_was():
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
+    def test_the_conversion_takes_a_qwen3_next_layer_only(self):
+        with pytest.raises(ValueError, match=r"layer must be transformers' Qwen3NextGatedDeltaNet, got Linear"):
+            GatedDeltaNet.from_qwen3_next(torch.nn.Linear(2, 2))
+
     def test_the_cache_must_be_a_delta_state_of_the_same_batch(self):
         layer = GatedDeltaNet(16, 2, 2, 4, 4)
         with pytest.raises(ValueError, match=r"cache must be a DeltaState, got int"):

@@ -217,6 +217,10 @@ def test_sliding_window_mask_aligned_bottom_right() -> None:
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
+    def test_the_conversion_takes_the_books_multi_head_attention_only(self) -> None:
+        with pytest.raises(ValueError, match=r"mha must be a MultiHeadAttention, got MultiheadAttention"):
+            GroupedQueryAttention.from_multihead(torch.nn.MultiheadAttention(8, 2))
+
     @pytest.mark.parametrize(
         ("make", "message"),
         [

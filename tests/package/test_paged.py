@@ -109,6 +109,13 @@ def _free_twice() -> None:
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
+    def test_a_freed_sequence_has_no_length(self) -> None:
+        pool = PagedKVCache(num_blocks=2, block_size=2, num_kv_heads=1, d_h=1)
+        view = pool.sequence(pool.add_sequence())
+        pool.free(view.seq)
+        with pytest.raises(ValueError, match=r"seq must be one of the sequences \[\], got 0"):
+            view.length
+
     @pytest.mark.parametrize(
         ("make", "message"),
         [
