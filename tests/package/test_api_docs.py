@@ -14,7 +14,6 @@ import doctest
 import importlib
 import inspect
 import re
-import textwrap
 import tomllib
 import typing
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any
 
 import griffe
 import pytest
+from _reach import reaches
 
 import attention
 from book.docstrings import reference_modules
@@ -101,25 +101,12 @@ def test_type_hints_resolve(module: str, name: str) -> None:
         typing.get_type_hints(function)
 
 
-def _raises_value_error(function: Callable[..., Any], seen: set[int]) -> bool:
-    """Whether ``function`` raises ValueError itself or through a package function it calls."""
-    function = inspect.unwrap(function)  # a decorated function's own source and globals
-    seen.add(id(function))
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError):
+def _raises_value_error(node: ast.AST) -> bool:
+    """A ``raise ValueError(...)`` (for :func:`reaches`)."""
+    if not (isinstance(node, ast.Raise) and node.exc is not None):
         return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Raise) and node.exc is not None:
-            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-            if isinstance(exc, ast.Name) and exc.id == "ValueError":
-                return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            callee = getattr(function, "__globals__", {}).get(node.func.id)
-            if (inspect.isfunction(callee) and callee.__module__.startswith("attention")
-                    and id(callee) not in seen and _raises_value_error(callee, seen)):
-                return True
-    return False
+    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    return isinstance(exc, ast.Name) and exc.id == "ValueError"
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +165,7 @@ def test_docstring_sections(module: str, name: str, griffe_package: griffe.Modul
     # A class checks its arguments in __init__, or in a dataclass's __post_init__.
     functions = [getattr(obj, f, None) for f in ("__init__", "__post_init__")] if inspect.isclass(obj) else [obj]
     raised = [str(e.annotation) for e in getattr(sections.get("raises"), "value", [])]
-    if any(_raises_value_error(f, set()) for f in functions if f is not None):
+    if any(reaches(f, _raises_value_error) for f in functions if f is not None):
         assert "ValueError" in raised, f"{path} raises ValueError: no Raises section"
     # another library's keyword (flash-attn's causal=) raises a TypeError naming ours
     refused = getattr(obj, "refused_keywords", {})

@@ -12,13 +12,13 @@ import ast
 import importlib
 import inspect
 import pkgutil
-import textwrap
 from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
 from _inputs import mask_dtypes, qkv
+from _reach import reaches
 from torch import Tensor, nn
 
 import attention
@@ -394,24 +394,8 @@ def test_a_bad_value_hidden_by_causality_reaches_every_row_in_both(bad, block_si
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12, equal_nan=True)
 
 
-def _reaches(function: Callable, target: str, seen: set[int]) -> bool:
-    """Whether ``function`` calls ``target`` (a function of attention._checks) itself or
-    through a package function it calls."""
-    function = inspect.unwrap(function)
-    seen.add(id(function))
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError):
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id == target:
-                return True
-            callee = getattr(function, "__globals__", {}).get(node.func.id)
-            if (inspect.isfunction(callee) and callee.__module__.startswith("attention")
-                    and id(callee) not in seen and _reaches(callee, target, seen)):
-                return True
-    return False
+def _calls_check_scale(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check_scale"
 
 
 # Modules whose functions take their arguments checked: the shared checks themselves, and the
@@ -444,7 +428,7 @@ SCALED = sorted(
 
 @pytest.mark.parametrize(("name", "kernel"), SCALED, ids=[name for name, _ in SCALED])
 def test_every_kernel_with_a_scale_checks_it(name: str, kernel: Callable) -> None:
-    assert _reaches(kernel, "check_scale", set()), f"{name} takes a scale but never checks it"
+    assert reaches(kernel, _calls_check_scale), f"{name} takes a scale but never checks it"
 
 
 class TestBadInput:
