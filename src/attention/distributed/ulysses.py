@@ -80,10 +80,9 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
 
     Raises:
         RuntimeError: if no process group is initialised.
-        ValueError: on every rank, if any rank's input is malformed (a scale that is not None or
-            a finite number among it) or differs from the others' (the scale too), the shards
-            differ in length, or N does not divide h, or h_kv is neither a multiple nor a divisor
-            of N.
+        ValueError: on every rank, for the inputs :func:`~attention.distributed.ring_attention`
+            refuses, and shards of different lengths, an N that does not divide h, or an h_kv
+            that is neither a multiple nor a divisor of N.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
