@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_bool, check_qkv, check_scale, kernel_keywords
+from ._checks import check_bool, check_qkv, check_scale, check_sizes, kernel_keywords
 from .functional import causal_mask
 
 __all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_attention"]
@@ -124,10 +124,13 @@ def pack(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         (tensor([1, 2, 3, 4, 5]), tensor([0, 2, 5], dtype=torch.int32))
     """
     _check_lengths(lengths)
-    if x.dim() < 2 or x.shape[0] != len(lengths) or int(lengths.max()) > x.shape[1]:
+    if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[0] != len(lengths) or (
+        int(lengths.max()) > x.shape[1]
+    ):
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(
             f"x must be (n, t_max, ...) with n = {len(lengths)} rows and t_max >= "
-            f"{int(lengths.max())}, got shape {tuple(x.shape)}"
+            f"{int(lengths.max())}, got shape {shape}"
         )
     real = torch.arange(x.shape[1], device=x.device) < lengths.to(x.device)[:, None]  # (n, t_max)
     return x[real], cu_seqlens_from_lengths(lengths)  # (t, ...), (n + 1,)
@@ -145,14 +148,20 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
         The batch (n, t_max, ...).
 
     Raises:
-        ValueError: if cu_seqlens does not rise strictly from 0 to t, or t_max < max t_m.
+        ValueError: if packed is not a tensor of one row per token, cu_seqlens does not rise
+            strictly from 0 to t, or t_max is not an integer >= max t_m.
 
     Examples:
         >>> unpack(torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 2, 5]))
         tensor([[1, 2, 0],
                 [3, 4, 5]])
     """
+    if not isinstance(packed, Tensor) or packed.dim() < 1:
+        shape = tuple(packed.shape) if isinstance(packed, Tensor) else type(packed).__name__
+        raise ValueError(f"packed must be (t, ...), one row per packed token, got shape {shape}")
     _check_cu_seqlens(cu_seqlens, packed.shape[0])
+    if t_max is not None:
+        check_sizes(t_max=t_max)
     lengths = cu_seqlens.diff().long().to(packed.device)  # (n,)
     t_max = int(lengths.max()) if t_max is None else t_max
     if t_max < int(lengths.max()):
