@@ -658,15 +658,16 @@ def apply_score_mod(scores: Tensor, score_mod: ScoreMod) -> Tensor:
         The modified scores (b, h, t_q, t_k).
 
     Raises:
-        ValueError: if scores is not 4-d.
+        ValueError: if scores is not a 4-d tensor.
 
     Examples:
         >>> apply_score_mod(torch.zeros(1, 1, 2, 2), alibi(1))
         tensor([[[[ 0.0000,  0.0039],
                   [-0.0039,  0.0000]]]])
     """
-    if scores.dim() != 4:
-        raise ValueError(f"scores must be (b, h, t_q, t_k), got shape {tuple(scores.shape)}")
+    if not isinstance(scores, Tensor) or scores.dim() != 4:
+        shape = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+        raise ValueError(f"scores must be (b, h, t_q, t_k), got shape {shape}")
     b, h, t_q, t_k = scores.shape
     batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, scores.device)
     return score_mod(scores, batch, head, q_idx, kv_idx).expand_as(scores)  # (b, h, t_q, t_k)
@@ -700,14 +701,16 @@ def to_bias(
         The bias (h, t_q, t_k), or (b, h, t_q, t_k) when b is given.
 
     Raises:
-        ValueError: if the rule changes the score by more than an added term, or a size is not an
-            integer >= 0.
+        ValueError: if the rule changes the score by more than an added term, a size is not an
+            integer >= 0, or dtype is not a floating-point dtype.
 
     Examples:
         >>> to_bias(alibi(2), 2, 2, h=2)[1]  # head 1, slope 1/256
         tensor([[ 0.0000,  0.0039],
                 [-0.0039,  0.0000]])
     """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:  # a bias is a score
+        raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
     b_rows = 1 if b is None else b
     zeros = torch.zeros(b_rows, h, t_q, t_k, dtype=dtype, device=device)  # (b, h, t_q, t_k)
     bias = apply_score_mod(zeros, score_mod)

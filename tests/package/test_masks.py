@@ -315,6 +315,8 @@ class TestBadInput:
         (lambda: M.global_tokens(torch.tensor([0, 1])),
          r"is_global must be a 1-d bool tensor.*got \(\(2,\), torch\.int64\)"),
         (lambda: M.soft_cap(0), r"cap must be a finite number > 0, got 0"),
+        (lambda: M.to_bias(M.alibi(2), 2, 2, h=2, dtype=torch.int64), r"dtype must be a floating-point dtype, got torch.int64"),
+        (lambda: M.apply_score_mod([[0.0]], M.alibi(1)), r"scores must be \(b, h, t_q, t_k\), got shape list"),
         # a rule made for fewer tokens (doc_ids of 3) or sequences (lengths of 2)
         (lambda: M.to_dense(M.document(torch.tensor([0, 0, 1])), 5, 5),
          r"mask_mod must hold a value for every index of b=None, h=None, t_q=5, t_k=5, got a rule"),
