@@ -126,7 +126,8 @@ def norm_matrix(norm: nn.Module) -> Tensor:
     the token's own standard deviation or root mean square: one positive number per token.
 
     Args:
-        norm: an :class:`RMSNorm` or a ``torch.nn.LayerNorm`` over one dimension.
+        norm: an :class:`RMSNorm`, or a ``torch.nn.RMSNorm`` or ``torch.nn.LayerNorm`` over one
+            dimension.
 
     Returns:
         Γ (d, d), detached.
@@ -141,9 +142,12 @@ def norm_matrix(norm: nn.Module) -> Tensor:
     """
     if isinstance(norm, RMSNorm):
         return torch.diag(norm.weight.detach())  # (d, d)
+    if isinstance(norm, nn.RMSNorm) and len(norm.normalized_shape) == 1:  # torch's, as ours
+        d = norm.normalized_shape[0]
+        return torch.diag(norm.weight.detach() if norm.weight is not None else torch.ones(d))
     if isinstance(norm, nn.LayerNorm) and len(norm.normalized_shape) == 1:
         d = norm.normalized_shape[0]
         weight = norm.weight.detach() if norm.weight is not None else torch.ones(d)
         centring = torch.eye(d, dtype=weight.dtype, device=weight.device) - 1.0 / d  # (d, d)
         return centring @ torch.diag(weight)  # (d, d)
-    raise ValueError(f"norm must be an RMSNorm or a 1-d nn.LayerNorm, got {norm!r}")
+    raise ValueError(f"norm must be an RMSNorm or a 1-d nn.RMSNorm or nn.LayerNorm, got {norm!r}")

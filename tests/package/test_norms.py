@@ -147,6 +147,17 @@ def test_norm_matrix_is_detached_from_the_gain(kind: str) -> None:
     assert not matrix.requires_grad and matrix.grad_fn is None
 
 
+@pytest.mark.parametrize("affine", [True, False])
+def test_norm_matrix_of_torchs_rmsnorm_is_its_gain(affine: bool) -> None:
+    # x Γ / rms(x) is what torch.nn.RMSNorm computes: Γ = diag(γ), or I without a gain
+    norm = nn.RMSNorm(3, eps=1e-5, elementwise_affine=affine, dtype=torch.float64)
+    if affine:
+        nn.init.normal_(norm.weight, generator=torch.Generator().manual_seed(0))
+    x = seeded_randn(1, 5, 3)
+    rms = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+    torch.testing.assert_close(x @ norm_matrix(norm).double() / rms, norm(x), atol=1e-12, rtol=0)
+
+
 def test_norm_matrix_of_a_layernorm_without_gain_is_the_centring_matrix() -> None:
     """No γ (elementwise_affine=False) is γ = 1: Γ = I - 11ᵀ/d, as LayerNorm computes (in
     torch's default dtype: such a LayerNorm holds no tensor to take a dtype from)."""
@@ -172,8 +183,9 @@ class TestBadInput:
             (lambda: RMSNorm(4, eps=math.inf), r"eps must be a finite number > 0, got inf"),
             (lambda: make_norm("layer", 0), r"d must be at least 1, got 0"),
             (lambda: make_norm("layer", 4, eps=-1.0), r"eps must be a finite number > 0, got -1.0"),
-            (lambda: norm_matrix(nn.Linear(2, 2)), r"RMSNorm or a 1-d nn.LayerNorm, got Linear"),
-            (lambda: norm_matrix(nn.LayerNorm((2, 3))), r"RMSNorm or a 1-d nn.LayerNorm, got LayerNorm"),
+            (lambda: norm_matrix(nn.Linear(2, 2)), r"RMSNorm or a 1-d nn.RMSNorm or nn.LayerNorm, got Linear"),
+            (lambda: norm_matrix(nn.LayerNorm((2, 3))), r"1-d nn.RMSNorm or nn.LayerNorm, got LayerNorm"),
+            (lambda: norm_matrix(nn.RMSNorm((2, 3))), r"1-d nn.RMSNorm or nn.LayerNorm, got RMSNorm"),
         ],
     )
     def test_sizes_eps_and_norm_kinds_must_be_valid(self, make: object, message: str) -> None:
