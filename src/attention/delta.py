@@ -103,6 +103,10 @@ def _check(
     for name, x in (("beta", beta), ("g", g)):  # beta first: delta_rule makes g from it
         if x is None:
             continue
+        if not isinstance(x, Tensor):
+            raise ValueError(f"{name} must be a tensor (b, h_v, t), got {type(x).__name__}")
+        if x.device != query.device:
+            raise ValueError(f"{name} must be on the query's device {query.device}, got {x.device}")
         if x.shape != (b, h_v, t):
             raise ValueError(f"{name} must have shape (b, h_v, t) = {(b, h_v, t)}, got {tuple(x.shape)}")
         if not x.is_floating_point():
@@ -407,6 +411,8 @@ def delta_rule(
         True
     """
     check_scale(scale)
+    if not isinstance(beta, Tensor):  # g is made from it before the shared checks see it
+        raise ValueError(f"beta must be a tensor (b, h_v, t), got {type(beta).__name__}")
     g = torch.zeros_like(beta)
     return gated_delta_rule(  # type: ignore[call-overload]
         query, key, value, g, beta, form=form, chunk_size=chunk_size, scale=scale,

@@ -65,8 +65,9 @@ class RMSNorm(nn.Module):
         Raises:
             ValueError: if x is not floating point, or not (..., d).
         """
-        if not x.is_floating_point():  # as torch.nn.RMSNorm, which refuses it
-            raise ValueError(f"x must be floating point, got {x.dtype}")
+        if not isinstance(x, Tensor) or not x.is_floating_point():  # torch's RMSNorm refuses it
+            got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must be a floating-point tensor, got {got}")
         if x.dim() == 0 or x.shape[-1] != self.d:
             raise ValueError(f"x must have shape (..., d) with d={self.d}, got {tuple(x.shape)}")
         # x's dtype, as torch.nn.RMSNorm returns whatever γ's; half precision is computed in

@@ -295,8 +295,9 @@ class RotaryEmbedding(nn.Module):
 
     def _check(self, x: Tensor) -> None:
         """Require a floating-point x of shape (..., t, d_h): cos and sin take x's dtype."""
-        if not x.is_floating_point():
-            raise ValueError(f"x must be floating point, got {x.dtype}")
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must be a floating-point tensor, got {got}")
         if x.dim() < 2 or x.shape[-1] != self.d_h:
             raise ValueError(
                 f"x must have shape (..., t, d_h) with d_h={self.d_h}, got shape {tuple(x.shape)}"

@@ -243,6 +243,10 @@ class TestBadInput:
             delta_rule(q, k, v, beta.long())
         with pytest.raises(ValueError, match=r"beta must have shape \(b, h_v, t\)"):
             delta_rule(q, k, v, beta[..., :1])
+        with pytest.raises(ValueError, match=r"beta must be a tensor \(b, h_v, t\), got list"):
+            delta_rule(q, k, v, beta.tolist())
+        with pytest.raises(ValueError, match=r"beta must be on the query's device cpu, got meta"):
+            delta_rule(q, k, v, beta.to("meta"))
 
     def test_positive_log_decay_is_refused(self):
         q, k, v, g, beta, _ = _inputs()

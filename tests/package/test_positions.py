@@ -255,7 +255,7 @@ class TestBadInput:
 
     def test_rotary_embedding_refuses_integer_input(self) -> None:
         # cos and sin take x's dtype: in int64 they would be 0 or 1
-        with pytest.raises(ValueError, match=r"x must be floating point, got torch.int64"):
+        with pytest.raises(ValueError, match=r"x must be a floating-point tensor, got torch.int64"):
             RotaryEmbedding(4)(torch.ones(1, 3, 4, dtype=torch.long))
 
     def test_learned_positions_refuse_positions_past_the_table(self) -> None:
