@@ -82,7 +82,8 @@ class AdditiveAttention(nn.Module):
 
         Raises:
             ValueError: if query, keys or values do not have the shapes above or disagree on
-                b and t_k, or mask is not bool or does not broadcast to (b, t_k).
+                b and t_k, or mask is not bool, does not broadcast to (b, t_k) or is on
+                another device.
         """
         check_input(query, self.d_query, (2,), "query", "d_query")
         check_input(keys, self.d_key, (3,), "keys", "d_key")
@@ -103,6 +104,9 @@ class AdditiveAttention(nn.Module):
                     f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}"
                 )
             check_mask(mask, attn_scores.shape, "mask")
+            if mask.device != attn_scores.device:
+                raise ValueError(f"mask must be on the keys' device {attn_scores.device}, "
+                                 f"got {mask.device}")
             attn_scores = attn_scores.masked_fill(~mask, float("-inf"))
         attn_weights = softmax(attn_scores, dim=-1)  # (b, t_k)
         context = (attn_weights[:, :, None] * values).sum(dim=1)  # (b, d_value); 0 if t_k = 0

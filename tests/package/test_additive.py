@@ -152,6 +152,8 @@ class TestBadInput:
         query, keys = torch.randn(2, 4), torch.randn(2, 6, 3)
         with pytest.raises(ValueError, match="query must be 2-d, got a 3-d"):
             attention(query[:, None], keys)
+        with pytest.raises(ValueError, match=r"mask must be on the keys' device cpu, got meta"):
+            attention(query, keys, mask=torch.ones(2, 6, dtype=torch.bool, device="meta"))
         with pytest.raises(ValueError, match="d_key=3, got 2"):
             attention(query, keys[..., :2])
         with pytest.raises(ValueError, match=r"must agree on b and t_k.*got shapes \(2, 4\), \(2, 6, 3\), \(2, 5, 3\)"):
