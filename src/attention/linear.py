@@ -91,6 +91,10 @@ def apply_feature_map(x: Tensor, feature_map: str | FeatureMap, name: str) -> Te
     elif not callable(feature_map):
         raise ValueError(f"feature_map must be a name or a callable, got {feature_map!r}")
     phi = feature_map(x.to(accumulation_dtype(x.dtype)))  # (..., t, r)
+    if not isinstance(phi, Tensor) or phi.shape[:-1] != x.shape[:-1]:  # one row of r per token
+        got = tuple(phi.shape) if isinstance(phi, Tensor) else type(phi).__name__
+        raise ValueError(f"feature_map must map {name} (..., t, d) to (..., t, r), keeping "
+                         f"{tuple(x.shape[:-1])}, got {got}")
     if (phi < 0).any():  # a negative feature can make a normalizer zero or negative
         raise ValueError(f"feature_map must give features >= 0, got a negative feature of {name}")
     return phi

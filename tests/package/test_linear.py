@@ -154,6 +154,8 @@ class TestBadInput:
             linear_attention(q, k, v, feature_map="relu")
         with pytest.raises(ValueError, match=r"features >= 0.*got a negative feature of query"):
             linear_attention(q, k, v, feature_map=lambda x: x)
+        with pytest.raises(ValueError, match=r"feature_map must map query \(..., t, d\) to \(..., t, r\)"):
+            linear_attention(q, k, v, feature_map=lambda x: x[..., :1, :].exp())  # drops tokens
         with pytest.raises(ValueError, match=r"one width r.*got 3 and 2"):
             linear_attention(q, k[:, :4], v[:, :4],
                              feature_map=lambda x: x.exp()[..., : x.shape[-2] - 2])
