@@ -200,10 +200,10 @@ def favor_attention(
         projection = random_projection(
             num_features, d_k, orthogonal, generator, device=query.device
         )  # (m, d_k)
-    elif tuple(projection.shape) != (num_features, d_k):
+    elif not isinstance(projection, Tensor) or tuple(projection.shape) != (num_features, d_k):
+        got = tuple(projection.shape) if isinstance(projection, Tensor) else type(projection).__name__
         raise ValueError(
-            f"projection must have shape (num_features, d_k) = ({num_features}, {d_k}), got "
-            f"{tuple(projection.shape)}"
+            f"projection must have shape (num_features, d_k) = ({num_features}, {d_k}), got {got}"
         )
     phi_q = favor_features(query, projection, over=(-1,))  # (..., t_q, m)
     phi_k = favor_features(key, projection, over=(-2, -1))  # (..., t_k, m)

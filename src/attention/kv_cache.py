@@ -73,6 +73,8 @@ def check_tokens(dims: str, dtype: torch.dtype, **chunks: tuple[Tensor, tuple[in
     for any number of tokens, the same in every chunk, and the cache's dtype; ``dims`` names the
     axes in the message."""
     for name, (tensor, expected) in chunks.items():
+        if not isinstance(tensor, Tensor):
+            raise ValueError(f"{name} must be a tensor {dims}, got {type(tensor).__name__}")
         shape = tuple(tensor.shape)
         if len(shape) != len(expected) or any(s != e for s, e in zip(shape, expected) if e != "t"):
             shown = ", ".join(map(str, expected))

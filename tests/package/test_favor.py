@@ -197,6 +197,8 @@ class TestBadInput:
             favor_attention(q, k, v, num_features=8, seed=1.5)
         with pytest.raises(ValueError, match=r"projection must have shape \(num_features, d_k\).*got \(8, 3\)"):
             favor_attention(q, k, v, num_features=8, projection=torch.randn(8, 3, dtype=F64))
+        with pytest.raises(ValueError, match=r"projection must have shape \(num_features, d_k\).*got list"):
+            favor_attention(q, k, v, num_features=1, projection=[[0.0] * q.shape[-1]])
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(8, 3\)"):
             positive_random_features(q, torch.randn(8, 3))
         with pytest.raises(ValueError, match=r"seed must be an integer or None.*got True"):

@@ -108,6 +108,7 @@ class TestBadInput:
         [
             (lambda: RollingKVCache(1, 1, 2, 1, max_tokens=0), r"max_tokens must be at least 1, got 0"),
             (lambda: ModelKVCache([]), r"layers must hold at least one cache, got \[\]"),
+            (lambda: KVCache(1, 1, 4, 1).append([1.0], [1.0]), r"keys must be a tensor \(b, h_kv, t, d_h\), got list"),
             # (b, h_kv, t) with t = d_h would broadcast over d_h without the rank check
             (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 2), torch.ones(1, 2, 2)),
              r"keys must have shape \(b, h_kv, t, d_h\) = \(1, 2, t, 2\), got \(1, 2, 2\)"),
