@@ -251,9 +251,11 @@ def check_heads(d_out: int, num_heads: int, width_name: str = "d_out") -> None:
 
 
 def check_rank(x: Tensor, ranks: Sequence[int] = (2, 3), name: str = "input") -> None:
-    """Require ``x.dim()`` to be one of ``ranks``."""
+    """Require a tensor whose ``x.dim()`` is one of ``ranks``."""
+    expected = " or ".join(f"{r}-d" for r in ranks)
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a {expected} tensor, got {type(x).__name__}")
     if x.dim() not in ranks:
-        expected = " or ".join(f"{r}-d" for r in ranks)
         raise ValueError(
             f"{name} must be {expected}, got a {x.dim()}-d tensor of shape {tuple(x.shape)}"
         )

@@ -258,6 +258,10 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"x must be a floating-point tensor, got torch.int64"):
             RotaryEmbedding(4)(torch.ones(1, 3, 4, dtype=torch.long))
 
+    def test_learned_positions_take_a_tensor(self) -> None:
+        with pytest.raises(ValueError, match=r"input must be a 3-d tensor, got list"):
+            LearnedPositions(context_length=4, d=2)([[0.0, 0.0]])
+
     def test_learned_positions_refuse_positions_past_the_table(self) -> None:
         positions = LearnedPositions(context_length=6, d=4)
         with pytest.raises(ValueError, match=r"at most context_length=6, got 7"):
