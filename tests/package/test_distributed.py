@@ -217,6 +217,10 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
     attempt("one malformed rank", lambda: ring_attention(*shard(4, dims=4 if rank == 0 else 3)))
     attempt("causal on one rank", lambda: ring_attention(*shard(4), is_causal=rank == 0))
     attempt("scale on one rank", lambda: ulysses_attention(*shard(4), scale=0.25 if rank == 0 else None))
+    # refused on one rank only: the others must not wait in the exchange
+    attempt("unknown sharding on one rank",
+            lambda: ring_attention(*shard(4), sharding="striped" if rank == 0 else "contiguous"))
+    attempt("is_causal not a bool on one rank", lambda: ring_attention(*shard(4), is_causal=1 if rank == 0 else True))
     attempt("a scale that is text", lambda: ring_attention(*shard(4), scale="0.5"))
     attempt("a valid call after it", lambda: ring_attention(*shard(4), scale=0.5))  # allowed
     attempt("contiguous unequal", lambda: ring_attention(*shard(5 if rank == 0 else 3)))  # allowed
@@ -259,6 +263,8 @@ def bad_run(tmp_path_factory):
     ("sharding on one rank", "ValueError", "same sharding"),
     ("requires_grad on one rank", "ValueError", "same requires_grad"),
     ("scale on one rank", "ValueError", "same scale, got [0.25, 0.5] on ranks 0 .. 1"),
+    ("unknown sharding on one rank", "ValueError", "sharding must be one of ('contiguous', 'zigzag'), got 'striped'"),
+    ("is_causal not a bool on one rank", "ValueError", "is_causal must be a bool, got 1"),
     ("a scale that is text", "ValueError", "scale must be None or a finite number, got '0.5'"),
 ])
 def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, words):

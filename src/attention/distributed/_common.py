@@ -92,16 +92,19 @@ def _float(bits: int) -> float:
 
 
 def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, scale: float | None,
-          group: dist.ProcessGroup | None, name: str) -> list[int]:
+          group: dist.ProcessGroup | None, name: str, refused: str | None = None) -> list[int]:
     """Exchange every rank's shapes and options; raise the same error on every rank, or return the
-    shard lengths c of ranks 0 .. N - 1."""
-    check_bool(is_causal, "is_causal")
-    rank, world = group_info(group, name)
-    problem = local_problem(q, k, v)
-    try:
+    shard lengths c of ranks 0 .. N - 1. ``refused``: what the caller found wrong with this rank's
+    input, refused in the exchange too."""
+    problem = local_problem(q, k, v) or refused
+    try:  # refused in the exchange, so that no rank is left waiting
+        check_bool(is_causal, "is_causal")
         check_scale(scale)
     except ValueError as error:
         problem = problem or str(error)
+    if problem is not None and not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(f"{name}: {problem}")  # no process group: no rank can be waiting
+    rank, world = group_info(group, name)
     if problem is None:
         row = [1, q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], v.shape[3],
                DTYPES.index(q.dtype), int(is_causal), sharding,

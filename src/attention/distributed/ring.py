@@ -273,9 +273,11 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
 
     Raises:
         RuntimeError: if no process group is initialised.
-        ValueError: on every rank, if any rank's input is malformed (a scale that is not None or
-            a finite number among it) or differs from the others' in anything but c (dtype,
-            heads, widths, options, the scale), or the shard lengths do not fit the sharding.
+        ValueError: on every rank, if any rank's input is malformed (an unknown sharding, an
+            is_causal that is not a bool or a scale that is not None or a finite number among
+            it) or differs from the others' in anything but c (dtype, heads, widths, is_causal,
+            sharding, the scale, and whether gradients are taken), or the shard lengths do not
+            fit the sharding.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -286,11 +288,11 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
             ...
         RuntimeError: ring_attention runs on every rank of a process group: ...
     """
-    if sharding not in SHARDINGS:
-        raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
     q, k, v = query, key, value
-    lengths = agree(q, k, v, is_causal=is_causal, sharding=SHARDINGS.index(sharding), scale=scale,
-                    group=group, name="ring_attention")
+    known = sharding in SHARDINGS  # if not, refused in the exchange, on every rank
+    lengths = agree(q, k, v, is_causal=is_causal, sharding=SHARDINGS.index(sharding) if known else -1,
+                    scale=scale, group=group, name="ring_attention",
+                    refused=None if known else f"sharding must be one of {SHARDINGS}, got {sharding!r}")
     positions = shard_positions(lengths, sharding, q.device)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     return _RingAttention.apply(q, k, v, positions, is_causal, scale, group)

@@ -7,9 +7,11 @@ N ranks, rank r.
 Rank r holds every head of its c tokens. An all-to-all (one for each of q, k and v) sends rank j
 the heads j h / N .. (j + 1) h / N - 1 of those tokens and receives, from every rank, its tokens of
 rank r's heads: rank r then holds the whole sequence for h / N heads, and attention is ordinary
-attention, any kernel. One more all-to-all brings the outputs back to their sequence shards. Each
-all-to-all moves a fraction (N - 1) / N of a rank's tensor, whatever N; the head count must be a
-multiple of N.
+attention, any kernel. One more all-to-all brings the outputs back to their sequence shards. The
+all-to-alls of q and of the output each move a fraction (N - 1) / N of the rank's tensor, whatever
+N, and so do those of k and v when N divides h_kv; when h_kv < N, each of the N - 1 other ranks
+gets its own copy of a key-value head, and k and v each move (N - 1) / h_kv of the rank's tensor.
+h must be a multiple of N, and h_kv a multiple or a divisor of N.
 """
 
 import torch
