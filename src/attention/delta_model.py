@@ -51,7 +51,8 @@ class RecurrentBlockAttention(nn.Module):
         conv_size: w_conv, the convolution's width, or None for no convolution.
 
     Raises:
-        ValueError: an unknown kind, or a sublayer that is not causal or has dropout.
+        ValueError: an unknown kind, or a sublayer that is not causal, has dropout, an output
+            gate or a QK-norm.
 
     Examples:
         >>> from attention import BlockAttention
@@ -69,6 +70,12 @@ class RecurrentBlockAttention(nn.Module):
             raise ValueError(
                 f"recurrent attention replaces a causal sublayer without dropout, got "
                 f"is_causal={attn.is_causal}, dropout={attn.dropout}"
+            )
+        if attn.gate is not None or attn.qk_norm is not None:  # they would be dropped unseen
+            raise ValueError(
+                f"recurrent attention replaces a sublayer without an output gate or QK-norm (it "
+                f"normalizes q and k itself), got output_gate={attn.gate is not None}, "
+                f"qk_norm={attn.qk_norm!r}"
             )
         self.kind, self.d_model = kind, attn.d_model
         self.num_heads, self.d_h = attn.num_heads, attn.d_h
@@ -132,7 +139,9 @@ def use_recurrent_attention(
         ``model``, changed in place.
 
     Raises:
-        ValueError: a model without such blocks, an unknown kind, or a layer index out of range.
+        ValueError: a model without such blocks, an unknown kind, an empty ``layers`` or an
+            index out of range, or a chosen block whose attention has dropout, an output gate or
+            a QK-norm.
 
     Examples:
         >>> from attention import TinyTransformer

@@ -44,6 +44,12 @@ def test_the_gated_delta_sublayer_is_the_rule_on_its_convolved_inputs():
 
 
 class TestBadInput:
+    @pytest.mark.parametrize("options", [{"output_gate": True}, {"qk_norm": "rms"}])
+    def test_a_gated_or_qk_normed_sublayer_is_refused_not_dropped(self, options):
+        model = TinyTransformer(16, 16, 2, 2, 8, positions="rope", mlp=False, **options)
+        with pytest.raises(ValueError, match=r"without an output gate or QK-norm .*got output_gate="):
+            use_recurrent_attention(model, "delta", layers=[0])
+
     def test_kind_must_be_known_and_layers_must_exist(self):
         with pytest.raises(ValueError, match=r"kind must be one of .*got 'gla'"):
             use_recurrent_attention(_model(), "gla")
