@@ -162,7 +162,8 @@ def kernel_attention(
         for i in range(phi_q.shape[-2]):
             state = state + phi_k[..., i, :, None] @ v1[..., i, None, :]  # (..., r, d_v + 1)
             rows.append((phi_q[..., i, None, :] @ state).squeeze(-2))  # (..., d_v + 1)
-        out = torch.stack(rows, dim=-2)  # (..., t, d_v + 1)
+        # (..., t, d_v + 1); no token (t = 0): no row
+        out = torch.stack(rows, dim=-2) if rows else phi_q.new_zeros(*phi_q.shape[:-1], w)
     else:  # chunked: exact within a chunk, the state of all earlier chunks across them
         chunks = []
         for start in range(0, phi_q.shape[-2], chunk_size):
@@ -172,7 +173,8 @@ def kernel_attention(
             within = (q_c @ k_c.transpose(-2, -1)).tril() @ v_c  # (..., C, d_v + 1)
             chunks.append(within + q_c @ state)  # (..., C, d_v + 1)
             state = state + k_c.transpose(-2, -1) @ v_c  # (..., r, d_v + 1)
-        out = torch.cat(chunks, dim=-2)  # (..., t, d_v + 1)
+        # (..., t, d_v + 1); no token (t = 0): no chunk
+        out = torch.cat(chunks, dim=-2) if chunks else phi_q.new_zeros(*phi_q.shape[:-1], w)
     if causal:
         final = state  # the loop's state after the last token
     return _divide_by_normalizer(out), final  # (..., t_q, d_v): numerator over normalizer

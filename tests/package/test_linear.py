@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from _inputs import qkv
 from torch.utils.flop_counter import FlopCounterMode
 
+from attention.favor import favor_attention
 from attention.linear import (
     FORMS,
     elu_plus_one,
@@ -96,6 +97,16 @@ def test_no_keys_give_zero_rows_as_in_sdpa(form: str) -> None:
     query, key, value = qkv((2, 3, 4), (2, 0, 4), (2, 0, 5))
     want = F.scaled_dot_product_attention(query, key, value)  # (2, 3, 5) of zeros
     torch.testing.assert_close(linear_attention(query, key, value, form=form), want, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_no_tokens_give_an_empty_output_in_every_form(form: str) -> None:
+    # causal self-attention of t = 0 tokens: torch's SDPA gives (b, 0, d_v)
+    query, key, value = qkv((2, 0, 4), (2, 0, 4), (2, 0, 5))
+    want = F.scaled_dot_product_attention(query, key, value, is_causal=True)
+    assert linear_attention(query, key, value, is_causal=True, form=form).shape == want.shape
+    out = favor_attention(query, key, value, num_features=8, seed=0, is_causal=True, form=form)
+    assert out.shape == want.shape
 
 
 @pytest.mark.parametrize("causal", [True, False])
