@@ -141,6 +141,8 @@ class GatedDeltaNet(nn.Module):
         if cache is not None and cache.conv is not None and cache.conv.shape[0] != x.shape[0]:
             raise ValueError(f"cache holds b={cache.conv.shape[0]} sequences, x has b={x.shape[0]}")
         b, t, _ = x.shape
+        if t == 0:  # nothing read: the cache, even a new one, stays as it was
+            return self.out_proj(self.z_proj(x))  # (b, 0, d), in x's graph as a full call is
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # (b, t, ch)
         k_size = self.conv.kernel_size[0]
         if cache is None or cache.conv is None:
@@ -149,9 +151,7 @@ class GatedDeltaNet(nn.Module):
             qkv = torch.cat([cache.conv, qkv.transpose(1, 2)], dim=-1)  # (b, ch, w_conv - 1 + t)
         if cache is not None:
             cache.conv = qkv[..., qkv.shape[-1] - (k_size - 1):]  # (b, ch, w_conv - 1)
-        conv_in = qkv if t > 0 else F.pad(qkv, (1, 0))  # conv1d needs w_conv inputs: one more zero
-        conv_out = self.conv(conv_in)  # (b, ch, t), or (b, ch, 1) for t = 0: that one is dropped
-        qkv = F.silu(conv_out[..., conv_out.shape[-1] - t:]).transpose(1, 2)  # (b, t, ch)
+        qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, ch)
         q, k, v = qkv.split([self.h_k * self.d_k, self.h_k * self.d_k, self.h_v * self.d_v], -1)
         q = q.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)
         k = k.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)

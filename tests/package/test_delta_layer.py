@@ -73,6 +73,7 @@ def test_no_tokens_give_an_empty_output_and_leave_the_state_as_it_was():
     tokens = torch.randn(2, 6, 16, dtype=F64)
     state = DeltaState()
     assert layer(tokens[:, :0], state).shape == (2, 0, 16) and state.length == 0
+    assert state.conv is None and state.state is None  # a new state is not tied to b = 2 yet
     parts = [layer(tokens[:, :4], state), layer(tokens[:, 4:4], state), layer(tokens[:, 4:], state)]
     assert state.length == 6
     torch.testing.assert_close(torch.cat(parts, dim=1), layer(tokens), rtol=1e-12, atol=1e-13)
