@@ -2,7 +2,7 @@
 
 Notation (see CONTRIBUTING.md):
     b, t     batch size and number of tokens; n tokens cached before them
-    d        model width (``hidden_size``), V vocabulary size
+    d        model width (``hidden_size``), n_vocab vocabulary size
     h, h_kv  query heads and key/value heads; d_h the width of one head
     w        sliding window: the token at position p sees positions p - w < j <= p
 
@@ -371,7 +371,7 @@ class CausalLM(nn.Module):
     def forward(
         self, input_ids: Tensor, caches: list[Any] | None = None
     ) -> Tensor:
-        """Logits (b, t, V) of the token ids (b, t), after the cached tokens if any.
+        """Logits (b, t, n_vocab) of the token ids (b, t), after the cached tokens if any.
 
         Raises:
             ValueError: if input_ids is not a (b, t) int64 tensor of ids in [0, vocab_size), or
@@ -392,7 +392,7 @@ class CausalLM(nn.Module):
             x = self.positions(x, start=0 if caches is None else caches[0].length)
         for i, block in enumerate(self.blocks):
             x = block(x, None if caches is None else caches[i])
-        logits = self.lm_head(self.norm(x))  # (b, t, V)
+        logits = self.lm_head(self.norm(x))  # (b, t, n_vocab)
         if self.final_softcap is not None:  # Gemma 2's soft cap: c tanh(z / c)
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
         return logits
@@ -413,7 +413,7 @@ class CausalLM(nn.Module):
         caches = self.new_caches(input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
         ids, new = input_ids, input_ids
         for _ in range(max_new_tokens):
-            logits = self(new, caches)  # (b, t or 1, V)
+            logits = self(new, caches)  # (b, t or 1, n_vocab)
             new = logits[:, -1].argmax(dim=-1, keepdim=True)  # (b, 1)
             ids = torch.cat([ids, new], dim=1)
         return ids
