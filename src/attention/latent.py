@@ -232,7 +232,8 @@ class MultiHeadLatentAttention(nn.Module):
         and each attends to every cached token and to the new ones up to itself.
 
         Raises:
-            ValueError: if x is not (b, t, d_in), or cache is not a :class:`LatentKVCache`.
+            ValueError: if x is not (b, t, d_in), cache is not a :class:`LatentKVCache`, or the
+                new tokens do not fit it (its batch size, dtype or max_tokens).
         """
         check_input(x, self.d_in, ranks=(3,))
         if cache is not None and not isinstance(cache, LatentKVCache):

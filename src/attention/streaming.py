@@ -126,7 +126,8 @@ def streaming_cache(
         The per-layer caches, on the model's device and dtype.
 
     Raises:
-        ValueError: if the model's positions are learned, sinusoidal or ALiBi.
+        ValueError: if the model's positions are learned, sinusoidal or ALiBi, window is not an
+            integer >= 1, or sinks is not an integer >= 0.
 
     Examples:
         >>> model = TinyTransformer(8, 8, 2, 1, context_length=4, positions="rope")
