@@ -378,7 +378,8 @@ class CausalLM(nn.Module):
                 caches does not hold one cache per layer.
         """
         _check_ids(input_ids)
-        if caches is not None and not isinstance(caches, list):
+        if caches is not None and (not isinstance(caches, list) or None in caches):
+            # a None among them would run that layer without its cache, as if it had none
             raise ValueError(f"caches must be the list new_caches() returns, got {caches!r}")
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"caches must hold {len(self.blocks)} caches, got {len(caches)}")

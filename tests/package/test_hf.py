@@ -227,6 +227,8 @@ class TestBadInput:
             ours.generate(torch.tensor([1, 2]), 2)
         with pytest.raises(ValueError, match=r"caches must be the list new_caches\(\) returns, got 5"):
             ours(torch.tensor([[1, 2]]), 5)
+        with pytest.raises(ValueError, match=r"caches must be the list new_caches\(\) returns, got \[None"):
+            ours(torch.tensor([[1, 2]]), [None] * len(ours.blocks))
 
     def test_rope_scaling_the_book_lacks_is_refused(self) -> None:
         rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
