@@ -80,6 +80,20 @@ def check_bool(value: object, name: str) -> None:
         raise ValueError(f"{name} must be a bool, got {value!r} of type {type(value).__name__}")
 
 
+def check_number(name: str, value: object, minimum: float, inclusive: bool = True) -> float:
+    """``value`` as a float, if it is a finite number >= minimum (> minimum if not inclusive)."""
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and (value >= minimum if inclusive else value > minimum)
+    )
+    if not ok:
+        bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
 def check_scale(scale: object) -> None:
     """Require None (1 / sqrt(d_k)) or a finite real number: the score scale torch's SDPA takes."""
     if scale is not None and (

@@ -39,6 +39,7 @@ from ._checks import (
     check_alignment,
     check_batch_dims,
     check_counts,
+    check_number,
     check_qkv,
     check_scale,
     check_sizes,
@@ -550,8 +551,7 @@ def soft_cap(cap: float) -> ScoreMod:
         >>> apply_score_mod(torch.tensor([-100.0, 0.0, 1.0, 100.0]).view(1, 1, 1, 4), soft_cap(50))
         tensor([[[[-48.2014,   0.0000,   0.9999,  48.2014]]]])
     """
-    if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < math.inf:
-        raise ValueError(f"cap must be a finite number > 0, got {cap!r}")
+    check_number("cap", cap, 0.0, inclusive=False)  # an infinite cap would give inf · 0
 
     def soft_cap_score(
         score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor

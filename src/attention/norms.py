@@ -12,14 +12,13 @@ RMSNorm drops the mean and the bias β: it rescales x but does not re-centre it.
 the square root it computes what ``torch.nn.RMSNorm`` and Meta's Llama code compute.
 """
 
-import math
 from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import accumulation_dtype, check_sizes
+from ._checks import accumulation_dtype, check_number, check_sizes
 
 __all__ = ["NORMS", "NormKind", "RMSNorm", "make_norm", "norm_matrix"]
 
@@ -55,7 +54,7 @@ class RMSNorm(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(d=d)
-        _check_eps(eps)
+        check_number("eps", eps, 0.0, inclusive=False)  # 0 divides a constant row by 0
         self.d, self.eps = d, float(eps)
         self.weight = nn.Parameter(torch.ones(d, device=device, dtype=dtype))  # γ
 
@@ -77,12 +76,6 @@ class RMSNorm(nn.Module):
         mean_square = x_acc.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
         y = self.weight.to(acc) * (x_acc * torch.rsqrt(mean_square + self.eps))  # (..., d)
         return y.to(x.dtype)
-
-
-def _check_eps(eps: object) -> None:
-    """Require ε > 0, a finite number: ε = 0 divides a constant row by 0, and ε = inf gives 0."""
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < math.inf:
-        raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
 
 
 def make_norm(
@@ -115,7 +108,7 @@ def make_norm(
     if kind == "rms":
         return RMSNorm(d, eps, device=device, dtype=dtype)
     check_sizes(d=d)  # the checks RMSNorm makes: torch's LayerNorm takes d = 0 and eps < 0
-    _check_eps(eps)
+    check_number("eps", eps, 0.0, inclusive=False)
     return nn.LayerNorm(d, eps=eps, bias=bias, device=device, dtype=dtype)
 
 

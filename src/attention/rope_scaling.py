@@ -38,7 +38,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from ._checks import check_sizes
+from ._checks import check_number, check_sizes
 
 __all__ = [
     "DynamicNTKScaling",
@@ -71,23 +71,9 @@ def rope_frequencies(rotary_dim: int, base: float) -> Tensor:
     check_sizes(rotary_dim=rotary_dim)
     if rotary_dim % 2:  # θ_i turns the pair (2i, 2i + 1)
         raise ValueError(f"rotary_dim must be even, got {rotary_dim}")
-    base = _number("base", base, 1.0, inclusive=False)  # 1 turns nothing; below 1, the wrong way
+    base = check_number("base", base, 1.0, inclusive=False)  # 1 turns nothing; below 1, the wrong way
     even = torch.arange(0, rotary_dim, 2, dtype=torch.float64)  # (d_rot/2,): 2i
     return base ** (-even / rotary_dim)  # (d_rot/2,)
-
-
-def _number(name: str, value: object, minimum: float, inclusive: bool = True) -> float:
-    """``value`` as a float, if it is a finite number >= minimum (> minimum if not inclusive)."""
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and (value >= minimum if inclusive else value > minimum)
-    )
-    if not ok:
-        bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
 
 
 def _context(value: object) -> int:
@@ -130,7 +116,7 @@ class PositionInterpolation:
 
     def __post_init__(self) -> None:
         """Check that the factor stretches (κ >= 1)."""
-        object.__setattr__(self, "factor", _number("factor", self.factor, 1.0))
+        object.__setattr__(self, "factor", check_number("factor", self.factor, 1.0))
 
     @property
     def attention_factor(self) -> float:
@@ -167,7 +153,7 @@ class NTKAwareScaling:
 
     def __post_init__(self) -> None:
         """Check that the factor stretches (κ >= 1)."""
-        object.__setattr__(self, "factor", _number("factor", self.factor, 1.0))
+        object.__setattr__(self, "factor", check_number("factor", self.factor, 1.0))
 
     @property
     def attention_factor(self) -> float:
@@ -262,11 +248,11 @@ class YaRNScaling:
             )
         if self.ramp not in RAMPS:
             raise ValueError(f"ramp must be 'turns' or 'index', got {self.ramp!r}")
-        factor = _number("factor", self.factor, 1.0)
+        factor = check_number("factor", self.factor, 1.0)
         object.__setattr__(self, "factor", factor)
         object.__setattr__(self, "original_context", _context(self.original_context))
-        slow = _number("beta_slow", self.beta_slow, 0.0, inclusive=False)
-        fast = _number("beta_fast", self.beta_fast, 0.0, inclusive=False)
+        slow = check_number("beta_slow", self.beta_slow, 0.0, inclusive=False)
+        fast = check_number("beta_fast", self.beta_fast, 0.0, inclusive=False)
         if not slow < fast:
             raise ValueError(
                 f"beta_slow must be less than beta_fast (turns over the training context), got "
@@ -277,7 +263,7 @@ class YaRNScaling:
         if self.attention_factor is None:
             object.__setattr__(self, "attention_factor", 0.1 * math.log(factor) + 1.0)
         else:
-            value = _number("attention_factor", self.attention_factor, 0.0, inclusive=False)
+            value = check_number("attention_factor", self.attention_factor, 0.0, inclusive=False)
             object.__setattr__(self, "attention_factor", value)
 
     def frequencies(self, rotary_dim: int, base: float) -> Tensor:
@@ -341,10 +327,10 @@ class Llama3Scaling:
 
     def __post_init__(self) -> None:
         """Check every parameter."""
-        object.__setattr__(self, "factor", _number("factor", self.factor, 1.0))
+        object.__setattr__(self, "factor", check_number("factor", self.factor, 1.0))
         object.__setattr__(self, "original_context", _context(self.original_context))
-        low = _number("low_freq_factor", self.low_freq_factor, 0.0, inclusive=False)
-        high = _number("high_freq_factor", self.high_freq_factor, 0.0, inclusive=False)
+        low = check_number("low_freq_factor", self.low_freq_factor, 0.0, inclusive=False)
+        high = check_number("high_freq_factor", self.high_freq_factor, 0.0, inclusive=False)
         if not low < high:
             raise ValueError(
                 f"low_freq_factor must be less than high_freq_factor, got "
@@ -400,7 +386,7 @@ class DynamicNTKScaling:
 
     def __post_init__(self) -> None:
         """Check the factor (κ >= 1) and the training length."""
-        object.__setattr__(self, "factor", _number("factor", self.factor, 1.0))
+        object.__setattr__(self, "factor", check_number("factor", self.factor, 1.0))
         object.__setattr__(self, "original_context", _context(self.original_context))
 
     @property

@@ -11,14 +11,13 @@ asks for the token ``offset`` places back, which only positional information can
 an earlier copy of the current one.
 """
 
-import math
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_counts, check_sizes
+from ._checks import check_counts, check_number, check_sizes
 from .transformer import TinyTransformer
 
 __all__ = [
@@ -67,8 +66,7 @@ def train_lm(
     """
     check_sizes(steps=steps)
     check_counts(seed=seed)
-    if isinstance(lr, bool) or not isinstance(lr, int | float) or not 0 < lr < math.inf:
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    check_number("lr", lr, 0.0, inclusive=False)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()

@@ -32,7 +32,6 @@ appends their keys and values to its layer's cache and the causal mask of t quer
 n + t keys is aligned bottom-right. Every position scheme is shifted by n.
 """
 
-import math
 from typing import Literal, get_args, overload
 
 import torch
@@ -45,6 +44,7 @@ from ._checks import (
     check_dropout,
     check_heads,
     check_input,
+    check_number,
     check_sizes,
     check_token_ids,
     renamed,
@@ -90,14 +90,8 @@ def swiglu_width(
     check_sizes(d_model=d_model, multiple_of=multiple_of)
     width = int(2 * (4 * d_model) / 3)
     if ffn_dim_multiplier is not None:
-        multiplier = ffn_dim_multiplier
-        if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or not (
-            0 < multiplier < math.inf
-        ):
-            raise ValueError(
-                f"ffn_dim_multiplier must be a finite number > 0, got {ffn_dim_multiplier!r}"
-            )
-        width = int(ffn_dim_multiplier * width)
+        multiplier = check_number("ffn_dim_multiplier", ffn_dim_multiplier, 0.0, inclusive=False)
+        width = int(multiplier * width)
     # at least one multiple: a multiplier so small that the width rounds to 0 leaves no FFN
     return multiple_of * max(1, (width + multiple_of - 1) // multiple_of)
 
