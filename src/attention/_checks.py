@@ -80,6 +80,12 @@ def check_bool(value: object, name: str) -> None:
         raise ValueError(f"{name} must be a bool, got {value!r} of type {type(value).__name__}")
 
 
+def shape_or_type(x: object) -> object:
+    """What a message says was given: x's shape as a tuple, or the name of its type if it is not
+    a tensor (a list, say)."""
+    return tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+
+
 def check_number(name: str, value: object, minimum: float, inclusive: bool = True) -> float:
     """``value`` as a float, if it is a finite number >= minimum (> minimum if not inclusive)."""
     ok = (

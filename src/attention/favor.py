@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from ._checks import accumulation_dtype, check_sizes, kernel_keywords
+from ._checks import accumulation_dtype, check_sizes, kernel_keywords, shape_or_type
 from .linear import Form, check_linear_inputs, kernel_attention
 
 __all__ = [
@@ -201,7 +201,7 @@ def favor_attention(
             num_features, d_k, orthogonal, generator, device=query.device
         )  # (m, d_k)
     elif not isinstance(projection, Tensor) or tuple(projection.shape) != (num_features, d_k):
-        got = tuple(projection.shape) if isinstance(projection, Tensor) else type(projection).__name__
+        got = shape_or_type(projection)
         raise ValueError(
             f"projection must have shape (num_features, d_k) = ({num_features}, {d_k}), got {got}"
         )

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import rope_scaling
-from ._checks import accumulation_dtype, check_counts
+from ._checks import accumulation_dtype, check_counts, shape_or_type
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
 from .inference import cached_visible
@@ -423,7 +423,7 @@ class CausalLM(nn.Module):
 def _check_ids(input_ids: Tensor) -> None:
     """Require token ids (b, t) of torch.long."""
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-        shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+        shape = shape_or_type(input_ids)
         dtype = input_ids.dtype if isinstance(input_ids, Tensor) else None
         raise ValueError(
             f"input_ids must be a (b, t) tensor of torch.long, got shape {shape} and dtype {dtype}"

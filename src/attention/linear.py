@@ -40,6 +40,7 @@ from ._checks import (
     check_sizes,
     kernel_keywords,
     renamed,
+    shape_or_type,
 )
 
 __all__ = [
@@ -92,7 +93,7 @@ def apply_feature_map(x: Tensor, feature_map: str | FeatureMap, name: str) -> Te
         raise ValueError(f"feature_map must be a name or a callable, got {feature_map!r}")
     phi = feature_map(x.to(accumulation_dtype(x.dtype)))  # (..., t, r)
     if not isinstance(phi, Tensor) or phi.shape[:-1] != x.shape[:-1]:  # one row of r per token
-        got = tuple(phi.shape) if isinstance(phi, Tensor) else type(phi).__name__
+        got = shape_or_type(phi)
         raise ValueError(f"feature_map must map {name} (..., t, d) to (..., t, r), keeping "
                          f"{tuple(x.shape[:-1])}, got {got}")
     if (phi < 0).any():  # a negative feature can make a normalizer zero or negative

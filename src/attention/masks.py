@@ -44,6 +44,7 @@ from ._checks import (
     check_scale,
     check_sizes,
     kernel_keywords,
+    shape_or_type,
 )
 from .positions import alibi_slopes64
 
@@ -164,7 +165,7 @@ def _check_ids(name: str, ids: Tensor, ranks: tuple[int, ...]) -> None:
     if not isinstance(ids, Tensor) or ids.dim() not in ranks or ids.is_floating_point() or (
         ids.dtype == torch.bool
     ):
-        shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+        shape = shape_or_type(ids)
         dtype = ids.dtype if isinstance(ids, Tensor) else None
         expected = " or ".join(f"{r}-d" for r in ranks)
         raise ValueError(f"{name} must be a {expected} integer tensor, got {shape} of {dtype}")
@@ -521,7 +522,7 @@ def t5_bias(
     """
     _check_t5(num_buckets, max_distance, bidirectional)
     if not isinstance(table, Tensor) or table.dim() != 2 or table.shape[0] != num_buckets:
-        got = tuple(table.shape) if isinstance(table, Tensor) else type(table).__name__
+        got = shape_or_type(table)
         raise ValueError(f"table must have shape (num_buckets={num_buckets}, h), got {got}")
 
     rule = f"t5_bias(table of h={table.shape[1]} heads)"  # built here: FlexAttention traces it
@@ -666,7 +667,7 @@ def apply_score_mod(scores: Tensor, score_mod: ScoreMod) -> Tensor:
                   [-0.0039,  0.0000]]]])
     """
     if not isinstance(scores, Tensor) or scores.dim() != 4:
-        shape = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
+        shape = shape_or_type(scores)
         raise ValueError(f"scores must be (b, h, t_q, t_k), got shape {shape}")
     b, h, t_q, t_k = scores.shape
     batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, scores.device)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_bool, check_qkv, check_scale, check_sizes, kernel_keywords
+from ._checks import check_bool, check_qkv, check_scale, check_sizes, kernel_keywords, shape_or_type
 from .functional import causal_mask
 
 __all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_attention"]
@@ -127,7 +127,7 @@ def pack(x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[0] != len(lengths) or (
         int(lengths.max()) > x.shape[1]
     ):
-        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        shape = shape_or_type(x)
         raise ValueError(
             f"x must be (n, t_max, ...) with n = {len(lengths)} rows and t_max >= "
             f"{int(lengths.max())}, got shape {shape}"
@@ -157,7 +157,7 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
                 [3, 4, 5]])
     """
     if not isinstance(packed, Tensor) or packed.dim() < 1:
-        shape = tuple(packed.shape) if isinstance(packed, Tensor) else type(packed).__name__
+        shape = shape_or_type(packed)
         raise ValueError(f"packed must be (t, ...), one row per packed token, got shape {shape}")
     _check_cu_seqlens(cu_seqlens, packed.shape[0])
     if t_max is not None:

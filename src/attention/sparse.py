@@ -43,6 +43,7 @@ from ._checks import (
     check_sizes,
     kernel_keywords,
     renamed,
+    shape_or_type,
 )
 from .functional import softmax
 from .kv_cache import check_room
@@ -672,7 +673,7 @@ def _check_gates(gates: Tensor, query: Tensor) -> None:
     gates would silently turn a float32 output into float64."""
     b, h, t, _ = query.shape
     if not isinstance(gates, Tensor) or gates.shape != (b, h, t, 3):
-        got = tuple(gates.shape) if isinstance(gates, Tensor) else type(gates).__name__
+        got = shape_or_type(gates)
         raise ValueError(f"gates must have shape (b, h, t, 3) = {(b, h, t, 3)}, got {got}")
     dtypes = dict.fromkeys((query.dtype, accumulation_dtype(query.dtype)))  # in that order
     if gates.dtype not in dtypes or gates.device != query.device:
