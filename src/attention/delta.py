@@ -410,10 +410,7 @@ def delta_rule(
         >>> torch.allclose(recurrent, chunked, atol=1e-5)
         True
     """
-    check_scale(scale)
-    if not isinstance(beta, Tensor):  # g is made from it before the shared checks see it
-        raise ValueError(f"beta must be a tensor (b, h_v, t), got {type(beta).__name__}")
-    g = torch.zeros_like(beta)
+    g = torch.zeros_like(beta) if isinstance(beta, Tensor) else None  # gated_delta_rule checks
     return gated_delta_rule(  # type: ignore[call-overload]
         query, key, value, g, beta, form=form, chunk_size=chunk_size, scale=scale,
         initial_state=initial_state, output_final_state=output_final_state,
