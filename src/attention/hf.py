@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import rope_scaling
-from ._checks import accumulation_dtype, check_counts, shape_or_type
+from ._checks import accumulation_dtype, check_counts, check_token_ids
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
 from .inference import cached_visible
@@ -374,18 +374,15 @@ class CausalLM(nn.Module):
         """Logits (b, t, n_vocab) of the token ids (b, t), after the cached tokens if any.
 
         Raises:
-            ValueError: if input_ids is not a (b, t) int64 tensor of ids in [0, vocab_size), or
-                caches does not hold one cache per layer.
+            ValueError: if input_ids is not a (b, t) tensor of int64 or int32 ids in
+                [0, n_vocab), or caches does not hold one cache per layer.
         """
-        _check_ids(input_ids)
+        check_token_ids(input_ids, "input_ids", self.embed.num_embeddings)
         if caches is not None and (not isinstance(caches, list) or None in caches):
             # a None among them would run that layer without its cache, as if it had none
             raise ValueError(f"caches must be the list new_caches() returns, got {caches!r}")
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"caches must hold {len(self.blocks)} caches, got {len(caches)}")
-        vocab = self.embed.num_embeddings
-        if input_ids.numel() and not 0 <= int(input_ids.min()) <= int(input_ids.max()) < vocab:
-            raise ValueError(f"input_ids must lie in [0, {vocab}), got values outside it")
         x = self.embed(input_ids)  # (b, t, d)
         if self.embed_scale != 1.0:  # Gemma: the scale rounded to the weights' dtype first
             x = x * torch.tensor(self.embed_scale, dtype=x.dtype)
@@ -407,7 +404,7 @@ class CausalLM(nn.Module):
                 input_ids as in :meth:`forward`.
         """
         check_counts(max_new_tokens=max_new_tokens)
-        _check_ids(input_ids)
+        check_token_ids(input_ids, "input_ids", self.embed.num_embeddings)
         if input_ids.shape[1] == 0:  # the first new token is read off the last given one
             raise ValueError(f"input_ids must hold at least one token per sequence, got shape "
                              f"{tuple(input_ids.shape)}")
@@ -418,16 +415,6 @@ class CausalLM(nn.Module):
             new = logits[:, -1].argmax(dim=-1, keepdim=True)  # (b, 1)
             ids = torch.cat([ids, new], dim=1)
         return ids
-
-
-def _check_ids(input_ids: Tensor) -> None:
-    """Require token ids (b, t) of torch.long."""
-    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-        shape = shape_or_type(input_ids)
-        dtype = input_ids.dtype if isinstance(input_ids, Tensor) else None
-        raise ValueError(
-            f"input_ids must be a (b, t) tensor of torch.long, got shape {shape} and dtype {dtype}"
-        )
 
 
 # ---------------------------------------------------------------------------------------------

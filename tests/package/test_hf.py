@@ -162,6 +162,14 @@ def test_the_copy_is_in_eval_mode_with_the_models_dtype() -> None:
     assert {p.dtype for p in ours.parameters()} == {torch.float32}
 
 
+def test_int32_ids_give_the_int64_ids_logits_and_tokens() -> None:
+    # nn.Embedding looks up either; the book's other models take both (check_token_ids)
+    ours = from_transformers(_model(*CASES["gpt2"]))
+    ids = torch.tensor([[1, 5, 9], [2, 0, 63]])
+    torch.testing.assert_close(ours(ids.int()), ours(ids), atol=0, rtol=0)
+    assert torch.equal(ours.generate(ids.int(), 2), ours.generate(ids, 2))
+
+
 def test_gemma_embedding_scale_is_rounded_to_the_weights_dtype() -> None:
     """sqrt(d) becomes a bfloat16 number before the product, as in transformers' embedding."""
     torch.manual_seed(0)
@@ -223,7 +231,7 @@ class TestBadInput:
         ours = from_transformers(_model(*CASES["llama"]))
         with pytest.raises(ValueError, match=r"at least one token per sequence, got shape \(1, 0\)"):
             ours.generate(torch.zeros(1, 0, dtype=torch.long), 2)
-        with pytest.raises(ValueError, match=r"\(b, t\) tensor of torch.long, got shape \(2,\)"):
+        with pytest.raises(ValueError, match=r"input_ids must be 2-d, got a 1-d tensor of shape \(2,\)"):
             ours.generate(torch.tensor([1, 2]), 2)
         with pytest.raises(ValueError, match=r"caches must be the list new_caches\(\) returns, got 5"):
             ours(torch.tensor([[1, 2]]), 5)
@@ -303,10 +311,12 @@ class TestBadInput:
 
     def test_token_ids_max_new_tokens_and_dtype_must_be_valid(self) -> None:
         ours = from_transformers(_model(*CASES["gpt2"]))
-        with pytest.raises(ValueError, match=r"\(b, t\) tensor of torch.long.*got shape \(7,\) and dtype torch\.int64"):
+        with pytest.raises(ValueError, match=r"input_ids must be 2-d, got a 1-d tensor of shape \(7,\)"):
             ours(torch.zeros(7, dtype=torch.long))
-        with pytest.raises(ValueError, match=r"lie in \[0, 64\).*got values outside it"):
-            ours(torch.full((1, 3), 64))
+        with pytest.raises(ValueError, match=r"integer token ids \(torch.int64 or torch.int32\), got torch.float32"):
+            ours.generate(torch.zeros(1, 3), 1)
+        with pytest.raises(ValueError, match=r"in \[0, vocab_size=64\), got ids from 0 to 64"):
+            ours(torch.tensor([[0, 64]]))
         with pytest.raises(ValueError, match=r"max_new_tokens.*got -1"):
             ours.generate(torch.zeros(1, 3, dtype=torch.long), -1)
         with pytest.raises(ValueError, match="must be float64"):
