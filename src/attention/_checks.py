@@ -86,26 +86,39 @@ def shape_or_type(x: object) -> object:
     return tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
 
 
+def real_number(value: object) -> float | None:
+    """``value`` as a finite float if it is a real number: a Python or NumPy scalar, or a 0-d
+    tensor, as torch's SDPA takes for its scale (not a bool, which torch reads as 0 or 1); else
+    None."""
+    if isinstance(value, Tensor):
+        real = value.dim() == 0 and value.dtype != torch.bool and not value.is_complex()
+    else:
+        real = isinstance(value, Real) and not isinstance(value, bool)
+    try:
+        number = float(value) if real else math.nan  # type: ignore[arg-type]
+    except (OverflowError, RuntimeError):  # an int past float's range; a tensor without data
+        return None
+    return number if math.isfinite(number) else None
+
+
 def check_number(name: str, value: object, minimum: float, inclusive: bool = True) -> float:
     """``value`` as a float, if it is a finite number >= minimum (> minimum if not inclusive)."""
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and (value >= minimum if inclusive else value > minimum)
-    )
-    if not ok:
+    number = real_number(value)
+    if number is None or not (number >= minimum if inclusive else number > minimum):
         bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
+    return number
 
 
-def check_scale(scale: object) -> None:
-    """Require None (1 / sqrt(d_k)) or a finite real number: the score scale torch's SDPA takes."""
-    if scale is not None and (
-        isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale)
-    ):
+def check_scale(scale: object) -> float | None:
+    """The score scale as a float, or None (1 / sqrt(d_k)): refuses what is not a finite real
+    number, where torch's SDPA takes NumPy scalars and 0-d tensors as well as floats."""
+    if scale is None:
+        return None
+    number = real_number(scale)
+    if number is None:
         raise ValueError(f"scale must be None or a finite number, got {scale!r}")
+    return number
 
 
 def check_alignment(alignment: str) -> None:

@@ -149,7 +149,7 @@ def split_kv_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6)
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     check_qkv(query, key, value)
     check_sizes(num_splits=num_splits)
     t_k = key.shape[-2]

@@ -234,7 +234,7 @@ def decayed_linear_attention(
         >>> torch.allclose(out, delta_attention_matrix(q, k, g) @ v, atol=1e-5)
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     _check(query, key, value, g, None, form, DECAY_FORMS, chunk_size, initial_state)
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
     g = _log_decay(g, v.dtype)
@@ -349,7 +349,7 @@ def gated_delta_rule(
         >>> torch.allclose(out, delta_attention_matrix(q, k, g, beta) @ v, atol=1e-5)
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     _check(query, key, value, g, beta, form, DELTA_FORMS, chunk_size, initial_state)
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
     g, beta = _log_decay(g, v.dtype), beta.to(v.dtype)
@@ -459,7 +459,7 @@ def delta_attention_matrix(
                   [0., 1., 0.],
                   [0., 0., 1.]]]])
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     if query.dim() != 4 or query.shape != key.shape:
         raise ValueError(
             f"query and key must be 4-d (b, h, t, d_k) of one shape, got {tuple(query.shape)} "

@@ -485,7 +485,7 @@ def flash_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6), lse.shape
         (True, torch.Size([1, 2, 6]))
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     check_bool(enable_gqa, "enable_gqa")
     check_bool(return_lse, "return_lse")
     min_dim = 3 if enable_gqa else 2

@@ -342,7 +342,7 @@ def attention_weights(
         tensor([[1.0000, 0.0000],
                 [0.3302, 0.6698]])
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     check_dropout(dropout_p, "dropout_p")
     check_bool(is_causal, "is_causal")
     check_qkv(query, key)
@@ -418,7 +418,7 @@ def scaled_dot_product_attention(
         >>> torch.allclose(z, sdpa, atol=1e-6)
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     check_dropout(dropout_p, "dropout_p")
     check_bool(is_causal, "is_causal")
     check_qkv(query, key, value)

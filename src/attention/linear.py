@@ -273,7 +273,7 @@ def linear_attention(
         >>> torch.allclose(torch.cat([z_prefill, z_next], dim=1), z, atol=1e-6), state.shape
         (True, torch.Size([1, 4, 5]))
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     check_linear_inputs(query, key, value, is_causal, form, chunk_size)
     check_bool(output_final_state, "output_final_state")
     if scale is not None:

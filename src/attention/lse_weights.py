@@ -78,7 +78,7 @@ def weights_from_lse(
         >>> torch.allclose(rows, full[..., 4:, :], atol=1e-6)
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     check_qkv(query, key)
     batch = check_batch_dims(("query", query), ("key", key))  # the weights' leading dimensions
     check_bool(is_causal, "is_causal")

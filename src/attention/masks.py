@@ -833,7 +833,7 @@ def dense_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6)
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     for name, x in (("query", query), ("key", key), ("value", value)):
         if isinstance(x, Tensor) and x.dim() != 4:
             raise ValueError(f"{name} must be (b, h, t, d), got shape {tuple(x.shape)}")

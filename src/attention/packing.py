@@ -215,7 +215,7 @@ def varlen_attention(
         >>> torch.allclose(out[2:], alone.transpose(0, 1), atol=1e-6)
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     cu_seqlens_k = cu_seqlens_q if cu_seqlens_k is None else cu_seqlens_k
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.dim() != 3:

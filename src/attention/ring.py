@@ -178,7 +178,7 @@ def ring_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6)
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     check_qkv(query, key, value)
     check_bool(is_causal, "is_causal")
     if query.shape[-2] != key.shape[-2] or key.shape[-2] != value.shape[-2]:

@@ -418,7 +418,7 @@ def dsa_attention(
         >>> torch.allclose(dense, dsa_attention(q, k, v, scores, top_k=3, gather=True), atol=1e-6)
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     _check_4d(query=query, key=key, value=value)
     check_qkv(query, key, value)  # also on the gather path, which dense_attention does not see
     check_batch_dims(("query", query), ("key", key), ("value", value))
@@ -596,7 +596,7 @@ def moba_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6)
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     _check_4d(query=query, key=key, value=value)
     check_qkv(query, key, value)  # value too, before moba_mask's matmul
     rule = moba_mask(query, key, block_size=block_size, top_k=top_k)
@@ -655,7 +655,7 @@ def nsa_mask(
                 [ True, False,  True, False],
                 [ True, False, False,  True]])
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     _check_self_attention(query, key)  # the compressed branch puts query i at position i
     acc = accumulation_dtype(query.dtype)  # half precision would tie blocks that float32 ranks
     keys_c = _block_means(key.to(acc), block_size, "keys")  # (b, h, T, d_k)
@@ -731,7 +731,7 @@ def nsa_attention(
         >>> torch.allclose(out, sdpa, atol=1e-6)  # a window of t keys is causal attention
         True
     """
-    check_scale(scale)
+    scale = check_scale(scale)
     _check_self_attention(query, key)
     _check_4d(value=value)
     check_qkv(query, key, value)  # before the upcast below, which would hide a dtype mismatch

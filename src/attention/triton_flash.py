@@ -426,7 +426,7 @@ def triton_flash_attention(
         if not ok:
             raise RuntimeError(f"triton_flash_attention cannot run here: {reason}")
     _check_tensors(query, key, value, enable_gqa)
-    check_scale(scale)
+    scale = check_scale(scale)
     _check_options(is_causal, block_m, block_n, alignment, window)
     check_sinks(sinks, query)
     t_q, t_k, d_h = query.shape[2], key.shape[2], query.shape[3]

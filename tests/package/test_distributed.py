@@ -10,6 +10,7 @@ from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -222,6 +223,10 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
             lambda: ring_attention(*shard(4), sharding="striped" if rank == 0 else "contiguous"))
     attempt("is_causal not a bool on one rank", lambda: ring_attention(*shard(4), is_causal=1 if rank == 0 else True))
     attempt("a scale that is text", lambda: ring_attention(*shard(4), scale="0.5"))
+    attempt("a scale past float's range on one rank",
+            lambda: ring_attention(*shard(4), scale=10**400 if rank == 0 else None))
+    attempt("a NumPy and a tensor scale", lambda: (ring_attention(*shard(4), scale=np.float64(0.5)),
+                                                  ulysses_attention(*shard(4), scale=torch.tensor(0.5))))
     attempt("a valid call after it", lambda: ring_attention(*shard(4), scale=0.5))  # allowed
     attempt("contiguous unequal", lambda: ring_attention(*shard(5 if rank == 0 else 3)))  # allowed
     attempt("grouped heads", lambda: ring_attention(*shard(4, h=3, h_kv=2)))
@@ -266,6 +271,7 @@ def bad_run(tmp_path_factory):
     ("unknown sharding on one rank", "ValueError", "sharding must be one of ('contiguous', 'zigzag'), got 'striped'"),
     ("is_causal not a bool on one rank", "ValueError", "is_causal must be a bool, got 1"),
     ("a scale that is text", "ValueError", "scale must be None or a finite number, got '0.5'"),
+    ("a scale past float's range on one rank", "ValueError", "scale must be None or a finite number"),
 ])
 def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, words):
     for rank, outcomes in enumerate(bad_run):
@@ -281,6 +287,10 @@ def test_contiguous_shards_may_differ_in_length(bad_run):
 
 def test_a_call_after_a_refused_one_runs(bad_run):  # nothing of the refused call is left posted
     assert all(outcomes["a valid call after it"][0] == "no error" for outcomes in bad_run)
+
+
+def test_numpy_and_tensor_scales_are_taken_as_torch_takes_them(bad_run):
+    assert all(outcomes["a NumPy and a tensor scale"][0] == "no error" for outcomes in bad_run)
 
 
 def test_requires_grad_may_differ_under_no_grad(bad_run):

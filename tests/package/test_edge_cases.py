@@ -14,6 +14,7 @@ import inspect
 import pkgutil
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -395,7 +396,11 @@ def test_a_bad_value_hidden_by_causality_reaches_every_row_in_both(bad, block_si
 
 
 def _calls_check_scale(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check_scale"
+    """``scale = check_scale(scale)``: checked, and the float it returns used from then on."""
+    return (
+        isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["scale"]
+        and ast.unparse(node.value) == "check_scale(scale)"
+    )
 
 
 # Modules whose functions take their arguments checked: the shared checks themselves, and the
@@ -431,8 +436,21 @@ def test_every_kernel_with_a_scale_checks_it(name: str, kernel: Callable) -> Non
     assert reaches(kernel, _calls_check_scale), f"{name} takes a scale but never checks it"
 
 
+@pytest.mark.parametrize("scale", [np.float32(0.5), np.int64(2), torch.tensor(0.5)],
+                         ids=["numpy float32", "numpy int64", "0-d tensor"])
+@pytest.mark.parametrize("kernel", [scaled_dot_product_attention, flash_attention,
+                                    dense_attention, linear_attention])
+def test_a_numpy_or_0d_tensor_scale_gives_the_floats_answer(kernel, scale) -> None:
+    # torch's SDPA takes both kinds of scalar
+    q, k, v = qkv((1, 2, 4, 3), (1, 2, 4, 3), (1, 2, 4, 3))
+    torch.testing.assert_close(kernel(q, k, v, scale=scale), kernel(q, k, v, scale=float(scale)),
+                               atol=0, rtol=0)
+
+
 class TestBadInput:
-    @pytest.mark.parametrize("scale", ["0.5", torch.tensor([0.5, 1.0]), INF, True])
+    @pytest.mark.parametrize("scale", ["0.5", torch.tensor([0.5, 1.0]), INF, True, torch.tensor(True),
+                                       10**400, np.float64("nan")],
+                             ids=["text", "1-d tensor", "inf", "bool", "bool tensor", "10**400", "numpy nan"])
     @pytest.mark.parametrize("kernel", [scaled_dot_product_attention, flash_attention,
                                         dense_attention, linear_attention])
     def test_a_scale_that_is_not_a_finite_number_is_refused(self, kernel, scale) -> None:

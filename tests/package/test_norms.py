@@ -3,6 +3,7 @@
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -68,6 +69,11 @@ def test_rms_norm_in_float32_keeps_its_float32_formula() -> None:
     x = 5 * torch.randn(4, 16)
     expected = norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
     assert torch.equal(norm(x), expected)
+
+
+def test_a_numpy_eps_is_taken_as_a_float() -> None:
+    for kind in ("layer", "rms"):
+        assert make_norm(kind, 4, np.float32(0.25)).eps == 0.25
 
 
 def test_layernorm_is_rmsnorm_of_the_centred_vector_plus_beta() -> None:

@@ -8,6 +8,7 @@ temperature on a partly rotated head are checked against Hugging Face's ``transf
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from _inputs import FAST, seeded_randn, seeds
@@ -60,6 +61,11 @@ def _llama3_by_hand(d: int, base: float, factor: float, old_context: int, low: f
 def _check_frequencies(rope: RotaryEmbedding, expected: list[float]) -> None:
     expected = torch.tensor(expected, dtype=torch.float64)
     torch.testing.assert_close(rope.frequencies, expected, rtol=1e-13, atol=0)
+
+
+def test_a_numpy_base_or_factor_is_taken_as_a_float() -> None:
+    assert torch.equal(rope_frequencies(8, np.float32(10000)), rope_frequencies(8, 10000.0))
+    assert PositionInterpolation(factor=np.int64(4)).factor == 4.0
 
 
 @pytest.mark.parametrize("factor", [1.5, 4.0, 32.0])

@@ -99,7 +99,7 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
     problem = local_problem(q, k, v) or refused
     try:  # refused in the exchange, so that no rank is left waiting
         check_bool(is_causal, "is_causal")
-        check_scale(scale)
+        scale = check_scale(scale)
     except ValueError as error:
         problem = problem or str(error)
     if problem is not None and not (dist.is_available() and dist.is_initialized()):
@@ -109,7 +109,7 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
         row = [1, q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], v.shape[3],
                DTYPES.index(q.dtype), int(is_causal), sharding,
                int(torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))),
-               _bits(q.shape[3] ** -0.5 if scale is None else float(scale))]
+               _bits(q.shape[3] ** -0.5 if scale is None else scale)]
     else:
         row = [0] + [-1] * (len(FIELDS) - 1)
     mine = torch.tensor(row, dtype=torch.int64, device=q.device)
