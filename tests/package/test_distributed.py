@@ -225,6 +225,8 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
     attempt("a scale that is text", lambda: ring_attention(*shard(4), scale="0.5"))
     attempt("a scale past float's range on one rank",
             lambda: ring_attention(*shard(4), scale=10**400 if rank == 0 else None))
+    attempt("a list query on one rank", lambda: ring_attention(
+        *(lambda q, k, v: (q.tolist() if rank == 0 else q, k, v))(*shard(4))))
     attempt("a NumPy and a tensor scale", lambda: (ring_attention(*shard(4), scale=np.float64(0.5)),
                                                   ulysses_attention(*shard(4), scale=torch.tensor(0.5))))
     attempt("a valid call after it", lambda: ring_attention(*shard(4), scale=0.5))  # allowed
@@ -272,6 +274,7 @@ def bad_run(tmp_path_factory):
     ("is_causal not a bool on one rank", "ValueError", "is_causal must be a bool, got 1"),
     ("a scale that is text", "ValueError", "scale must be None or a finite number, got '0.5'"),
     ("a scale past float's range on one rank", "ValueError", "scale must be None or a finite number"),
+    ("a list query on one rank", "ValueError", "query must be a torch.Tensor, got list"),
 ])
 def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, words):
     for rank, outcomes in enumerate(bad_run):

@@ -91,6 +91,16 @@ def _float(bits: int) -> float:
     return struct.unpack("<d", struct.pack("<q", bits))[0]
 
 
+def _table_device(q: object, group: dist.ProcessGroup | None) -> torch.device:
+    """Where the table travels: q's device, or, for a q that is no tensor (refused), the device
+    the group's backend exchanges on."""
+    if isinstance(q, Tensor):
+        return q.device
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, scale: float | None,
           group: dist.ProcessGroup | None, name: str, refused: str | None = None) -> list[int]:
     """Exchange every rank's shapes and options; raise the same error on every rank, or return the
@@ -112,7 +122,7 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
                _bits(q.shape[3] ** -0.5 if scale is None else scale)]
     else:
         row = [0] + [-1] * (len(FIELDS) - 1)
-    mine = torch.tensor(row, dtype=torch.int64, device=q.device)
+    mine = torch.tensor(row, dtype=torch.int64, device=_table_device(q, group))
     table = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(table, mine, group=group)
     note("all_gather", mine.numel() * mine.element_size())
@@ -122,7 +132,7 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
     refused = [r for r, values in enumerate(rows) if values[0] == 0]
     if refused:
         raise ValueError(f"{name}: rank(s) {refused} refused their input (see their error); "
-                         f"every rank must pass well-formed q, k, v")
+                         f"every rank must pass well-formed q, k, v and valid options")
     for i, key in enumerate(FIELDS):
         if key in ("ok", "c"):
             continue
