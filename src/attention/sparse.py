@@ -393,10 +393,10 @@ def dsa_attention(
     the first t_q - t_k queries of a t_q > t_k call see no key.
 
     Args:
-        query: (b, h, t_q, d_k).
+        query: (b, h, t_q, d_k); here and in key and value a batch or a head of 1 broadcasts.
         key: (b, h or 1, t_k, d_k).
         value: (b, h or 1, t_k, d_v).
-        index_scores: (b, t_q, t_k), the indexer's scores.
+        index_scores: (b, t_q, t_k), the indexer's scores, b the query's.
         top_k: k, the keys each query attends.
         scale: multiplies the scores; defaults to 1/sqrt(d_k).
         gather: gather the selected keys instead of masking the dense scores.
@@ -406,7 +406,8 @@ def dsa_attention(
 
     Raises:
         ValueError: if the tensors do not agree, index_scores is not a floating-point tensor on
-            the query's device or has another shape, or top_k is not an integer >= 1.
+            the query's device or has another shape, top_k is not an integer >= 1, or gather
+            is not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -421,7 +422,7 @@ def dsa_attention(
     scale = check_scale(scale)
     _check_4d(query=query, key=key, value=value)
     check_qkv(query, key, value)  # also on the gather path, which dense_attention does not see
-    check_batch_dims(("query", query), ("key", key), ("value", value))
+    b, h = check_batch_dims(("query", query), ("key", key), ("value", value))  # broadcast (b, h)
     check_bool(gather, "gather")
     expected = (query.shape[0], query.shape[-2], key.shape[-2])  # (b, t_q, t_k)
     if not isinstance(index_scores, Tensor) or not index_scores.is_floating_point() or (
@@ -438,9 +439,9 @@ def dsa_attention(
         rule = topk_mask(index_scores[:, None], top_k)
         return dense_attention(query, key, value, mask_mod=rule, scale=scale)
     check_sizes(top_k=top_k)
-    b = max(query.shape[0], key.shape[0])  # a query of batch 1 against b sequences' keys, or back
-    query = query.expand(b, *query.shape[1:])
-    (_, h, t_q, d_k), t_k = query.shape, key.shape[-2]
+    # a batch or a head of 1 broadcasts against the others', as in the dense form
+    query = query.expand(b, h, *query.shape[2:])
+    (t_q, d_k), t_k = query.shape[2:], key.shape[-2]
     acc = accumulation_dtype(query.dtype)  # float32 for half precision, rounded once at the end
     visible = _visible(t_q, t_k, query.device)  # (t_q, t_k)
     masked = index_scores.masked_fill(~visible, -math.inf)

@@ -154,8 +154,9 @@ def test_dsa_gather_form_equals_the_dense_form_and_all_keys_is_causal():
                                rtol=0, atol=1e-14)
     torch.testing.assert_close(dsa_attention(q, k, v, index, top_k=T), _causal_attention(q, k, v),
                                rtol=0, atol=1e-14)
-    # a batch of 1 broadcast against the other side's batch, as the dense form allows
-    for one in ((q[:1], k, v, index[:1]), (q, k[:1], v[:1], index)):
+    # a batch or a head of 1 broadcast against the others', as the dense form allows
+    for one in ((q[:1], k, v, index[:1]), (q, k[:1], v[:1], index), (q[:1], k[:1], v, index[:1]),
+                (q[:, :1], k, v, index), (q, k[:, :1], v, index)):
         torch.testing.assert_close(dsa_attention(*one, top_k=5, gather=True),
                                    dsa_attention(*one, top_k=5), rtol=0, atol=1e-14)
 
