@@ -164,6 +164,8 @@ def use_recurrent_attention(
         )
     if kind not in RECURRENT_KINDS:
         raise ValueError(f"kind must be one of {RECURRENT_KINDS}, got {kind!r}")
-    for i in chosen:
-        blocks[i].attn = RecurrentBlockAttention(blocks[i].attn, kind, conv_size)
+    # every sublayer built (and checked) before any is replaced: all or none
+    new = [RecurrentBlockAttention(blocks[i].attn, kind, conv_size) for i in chosen]
+    for i, attn in zip(chosen, new):
+        blocks[i].attn = attn
     return model

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention import TinyTransformer
+from attention import BlockAttention, TinyTransformer
 from attention.delta import gated_delta_rule
 from attention.delta_model import RECURRENT_KINDS, RecurrentBlockAttention, use_recurrent_attention
 
@@ -49,6 +49,13 @@ class TestBadInput:
         model = TinyTransformer(16, 16, 2, 2, 8, positions="rope", mlp=False, **options)
         with pytest.raises(ValueError, match=r"without an output gate or QK-norm .*got output_gate="):
             use_recurrent_attention(model, "delta", layers=[0])
+
+    def test_a_refused_layer_leaves_every_layer_as_it_was(self):
+        model = _model()
+        model.blocks[1].attn = BlockAttention(16, 2, is_causal=True, output_gate=True)
+        with pytest.raises(ValueError, match=r"without an output gate or QK-norm"):
+            use_recurrent_attention(model, "delta")
+        assert [type(block.attn) for block in model.blocks] == [BlockAttention, BlockAttention]
 
     def test_kind_must_be_known_and_layers_must_exist(self):
         with pytest.raises(ValueError, match=r"kind must be one of .*got 'gla'"):
