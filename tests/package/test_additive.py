@@ -3,6 +3,7 @@
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -90,6 +91,14 @@ def test_seq2seq_shapes_and_attention_rows():
     torch.testing.assert_close(attn.sum(-1), torch.ones(3, 5))
 
 
+def test_greedy_decode_takes_bos_as_a_numpy_or_0d_tensor_integer():
+    model, src = small_model(), reversal_batch(2)[0]
+    expected = model.greedy_decode(src, max_len=3, bos=BOS)
+    for bos in (np.int64(BOS), torch.tensor(BOS)):  # torch.full takes both
+        for got, want in zip(model.greedy_decode(src, max_len=3, bos=bos), expected):
+            assert torch.equal(got, want)
+
+
 def test_greedy_decode_equals_teacher_forcing_on_its_own_output():
     model = small_model()
     src, _, _ = reversal_batch(4)
@@ -145,6 +154,9 @@ class TestBadInput:
             model(src[:, :2], torch.tensor([[-1, 2]]))
         for bos in (1.7, 11):  # 1.7 went through torch.full as token 1
             with pytest.raises(ValueError, match=rf"bos must be a token id in \[0, 11\), got {bos}"):
+                model.greedy_decode(src[:, :2], 3, bos)
+        for bos in (torch.tensor(1.0), torch.tensor([1]), np.float32(1)):
+            with pytest.raises(ValueError, match=r"bos must be a token id in \[0, 11\), got "):
                 model.greedy_decode(src[:, :2], 3, bos)
 
     def test_query_keys_mask_and_model_sizes_must_agree(self):
