@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_counts, check_number, check_sizes
+from ._checks import check_number, check_sizes
 from .transformer import TinyTransformer
 
 __all__ = [
@@ -54,8 +54,8 @@ def train_lm(
         The loss of each step, ``steps`` floats.
 
     Raises:
-        ValueError: if steps is not an integer >= 1, seed not one >= 0, or lr not a finite
-            number > 0.
+        ValueError: if steps is not an integer >= 1, seed not an integer torch's generator takes
+            (-2**63 to 2**64 - 1), or lr not a finite number > 0.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -65,7 +65,9 @@ def train_lm(
         (3, True)
     """
     check_sizes(steps=steps)
-    check_counts(seed=seed)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**64:
+        raise ValueError(f"seed must be an integer in [-2**63, 2**64) as torch.Generator takes, "
+                         f"got {seed!r}")
     check_number("lr", lr, 0.0, inclusive=False)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

@@ -66,6 +66,16 @@ def test_each_scheme_changes_the_logits(positions: str) -> None:
     assert not torch.allclose(model(idx), plain(idx), atol=1e-4)
 
 
+def test_train_lm_takes_every_seed_torch_takes_negative_ones_too() -> None:
+    def losses(seed: int) -> list[float]:
+        torch.manual_seed(0)
+        model = TinyTransformer(8, 8, 2, 1, context_length=4, mlp=False)
+        return train_lm(model, lambda g: lookback_data(2, 4, 8, g), 2, seed=seed)
+
+    # torch reads a negative seed modulo 2**64
+    assert losses(-1) == losses(2**64 - 1) != losses(0)
+
+
 def test_train_lm_is_deterministic_and_learns_to_look_back() -> None:
     def run(seed: int = 0) -> tuple[list[float], TinyTransformer]:
         torch.manual_seed(0)
@@ -268,7 +278,9 @@ class TestBadInput:
             (lambda: train_lm(nn.Linear(2, 2), lambda g: None, steps=0), r"steps must be at least 1.*got 0"),
             (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, lr=0), r"lr must be .* got 0"),
             (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, lr=math.inf), r"lr must be a finite .* got inf"),
-            (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, seed=1.5), r"seed must be an integer >= 0, got 1.5"),
+            (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, seed=1.5), r"seed must be an integer in .*got 1.5"),
+            (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, seed=2**64),
+             r"seed must be an integer in \[-2\*\*63, 2\*\*64\) as torch.Generator takes, got 18446744073709551616"),
             (lambda: induction_data(4, 12, 5, max_period=6),
              r"need min_period <= max_period.*got min_period=2, max_period=6, vocab_size=5, seq_len=12"),
             (lambda: induction_data(4, 12, 16, min_period=5, max_period=4),
