@@ -81,8 +81,10 @@ def _check(
     forms: tuple[str, ...],
     chunk_size: int,
     initial_state: Tensor | None,
+    required: tuple[str, ...] = (),
 ) -> None:
-    """Shapes, dtypes and ranges of the inputs; ValueError naming expected and actual."""
+    """Shapes, dtypes and ranges of the inputs; ValueError naming expected and actual. g and
+    beta may be None (not used) unless named in ``required``."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.dim() != 4:
             raise ValueError(f"{name} must be 4-d (b, h, t, d), got shape {tuple(x.shape)}")
@@ -101,7 +103,7 @@ def _check(
         raise ValueError(f"value heads h_v must be a multiple of h_k={h_k}, got h_v={h_v}")
     check_qkv(query, key, value)  # floating point, one dtype, one device: every kernel's check
     for name, x in (("beta", beta), ("g", g)):  # beta first: delta_rule makes g from it
-        if x is None:
+        if x is None and name not in required:
             continue
         if not isinstance(x, Tensor):
             raise ValueError(f"{name} must be a tensor (b, h_v, t), got {type(x).__name__}")
@@ -222,9 +224,9 @@ def decayed_linear_attention(
         when ``output_final_state``.
 
     Raises:
-        ValueError: a shape, dtype or device that does not match (initial_state's included: a
-            floating tensor on value's device), g > 0 or NaN, an unknown form, or a chunk_size
-            below 1.
+        ValueError: g is not a tensor, a shape, dtype or device does not match (initial_state's
+            included: a floating tensor on value's device), g > 0 or NaN, an unknown form, or a
+            chunk_size below 1.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -235,7 +237,7 @@ def decayed_linear_attention(
         True
     """
     scale = check_scale(scale)
-    _check(query, key, value, g, None, form, DECAY_FORMS, chunk_size, initial_state)
+    _check(query, key, value, g, None, form, DECAY_FORMS, chunk_size, initial_state, ("g",))
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
     g = _log_decay(g, v.dtype)
     t = v.shape[2]
@@ -336,9 +338,9 @@ def gated_delta_rule(
         when ``output_final_state``.
 
     Raises:
-        ValueError: a shape, dtype or device that does not match (initial_state's included: a
-            floating tensor on value's device), g > 0 or NaN, beta outside [0, 1] or NaN, an
-            unknown form, or a chunk_size below 1.
+        ValueError: g or beta is not a tensor, a shape, dtype or device does not match
+            (initial_state's included: a floating tensor on value's device), g > 0 or NaN, beta
+            outside [0, 1] or NaN, an unknown form, or a chunk_size below 1.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -350,7 +352,7 @@ def gated_delta_rule(
         True
     """
     scale = check_scale(scale)
-    _check(query, key, value, g, beta, form, DELTA_FORMS, chunk_size, initial_state)
+    _check(query, key, value, g, beta, form, DELTA_FORMS, chunk_size, initial_state, ("g", "beta"))
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
     g, beta = _log_decay(g, v.dtype), beta.to(v.dtype)
     if form == "chunked":

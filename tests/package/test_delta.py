@@ -248,6 +248,15 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"beta must be on the query's device cpu, got meta"):
             delta_rule(q, k, v, beta.to("meta"))
 
+    def test_a_missing_g_or_beta_is_refused_by_name(self):  # None means "not used" only inside
+        q, k, v, g, beta, _ = _inputs()
+        for call, name in ((lambda: delta_rule(q, k, v, None), "beta"),
+                           (lambda: gated_delta_rule(q, k, v, None, beta), "g"),
+                           (lambda: gated_delta_rule(q, k, v, g, None), "beta"),
+                           (lambda: decayed_linear_attention(q, k, v, None), "g")):
+            with pytest.raises(ValueError, match=rf"{name} must be a tensor \(b, h_v, t\), got NoneType"):
+                call()
+
     def test_positive_log_decay_is_refused(self):
         q, k, v, g, beta, _ = _inputs()
         with pytest.raises(ValueError, match=r"g is a log decay and must be.*got a maximum of 0\.5"):
