@@ -397,7 +397,8 @@ class CausalLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, input_ids: Tensor, max_new_tokens: int) -> Tensor:
-        """Greedy decoding with the book's caches: ids (b, t + max_new_tokens).
+        """Greedy decoding with the book's caches: ids (b, t + max_new_tokens), of
+        input_ids' dtype.
 
         Raises:
             ValueError: if max_new_tokens is not an integer >= 0, input_ids holds no token, or
@@ -412,7 +413,7 @@ class CausalLM(nn.Module):
         ids, new = input_ids, input_ids
         for _ in range(max_new_tokens):
             logits = self(new, caches)  # (b, t or 1, n_vocab)
-            new = logits[:, -1].argmax(dim=-1, keepdim=True)  # (b, 1)
+            new = logits[:, -1].argmax(dim=-1, keepdim=True).to(ids.dtype)  # (b, 1), as given
             ids = torch.cat([ids, new], dim=1)
         return ids
 

@@ -167,7 +167,9 @@ def test_int32_ids_give_the_int64_ids_logits_and_tokens() -> None:
     ours = from_transformers(_model(*CASES["gpt2"]))
     ids = torch.tensor([[1, 5, 9], [2, 0, 63]])
     torch.testing.assert_close(ours(ids.int()), ours(ids), atol=0, rtol=0)
-    assert torch.equal(ours.generate(ids.int(), 2), ours.generate(ids, 2))
+    generated = ours.generate(ids.int(), 2)
+    assert generated.dtype == torch.int32  # the ids' dtype kept, as TinyTransformer.generate does
+    assert torch.equal(generated.long(), ours.generate(ids, 2))
 
 
 def test_gemma_embedding_scale_is_rounded_to_the_weights_dtype() -> None:
