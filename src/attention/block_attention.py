@@ -70,8 +70,8 @@ class BlockAttention(nn.Module):
 
     Raises:
         ValueError: if d_model or num_heads is not an integer >= 1, num_heads does not divide
-            d_model, dropout is outside [0, 1), qk_norm is unknown, or output_gate is not a
-            bool.
+            d_model, dropout is outside [0, 1), qk_norm is unknown, or is_causal or output_gate
+            is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(0)

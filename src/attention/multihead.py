@@ -208,7 +208,7 @@ class FusedMultiHeadAttention(nn.Module):
         use_sdpa: compute the attention with ``F.scaled_dot_product_attention``.
 
     Raises:
-        ValueError: as :class:`MultiHeadAttention`.
+        ValueError: as :class:`MultiHeadAttention`, or if use_sdpa is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)

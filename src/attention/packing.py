@@ -201,7 +201,8 @@ def varlen_attention(
     Raises:
         ValueError: if a tensor is not (t, h, d), key or value has neither h heads nor 1, the
             tensors do not agree (dtype, device, widths), a cu_seqlens does not rise strictly
-            from 0 to its tensor's length, or the two count different sequences.
+            from 0 to its tensor's length, the two count different sequences, or is_causal is
+            not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 

@@ -123,7 +123,8 @@ def topk_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> MaskMod:
         The mask rule.
 
     Raises:
-        ValueError: if scores has another rank or top_k is not an integer >= 1.
+        ValueError: if scores has another rank, top_k is not an integer >= 1, or is_causal is
+            not a bool.
         TypeError: flash-attn's keyword ``causal``, naming the one this function takes.
 
     Examples:
@@ -168,7 +169,8 @@ def block_topk_mask(
 
     Raises:
         ValueError: if block_scores has another rank, top_k or block_size is not an integer
-            >= 1, or top_k is below the blocks always kept (1, or 2 with keep_first).
+            >= 1, top_k is below the blocks always kept (1, or 2 with keep_first), or is_causal
+            or keep_first is not a bool.
         TypeError: flash-attn's keyword ``causal``, naming the one this function takes.
 
     Examples:
