@@ -328,6 +328,19 @@ def check_token_ids(x: Tensor, name: str, vocab_size: int | None = None) -> None
         )
 
 
+def check_token_id(value: object, name: str, vocab_size: int) -> int:
+    """One token id in [0, vocab_size), as an int: a Python or NumPy integer or a 0-d integer
+    tensor, what ``torch.full`` takes (not a bool or a float, which it would round)."""
+    if isinstance(value, Tensor):
+        whole = value.dim() == 0 and not value.is_floating_point() and value.dtype != torch.bool
+    else:
+        whole = isinstance(value, Integral) and not isinstance(value, bool)
+    number = int(value) if whole else -1  # type: ignore[call-overload]
+    if not 0 <= number < vocab_size:
+        raise ValueError(f"{name} must be a token id in [0, {vocab_size}), got {value!r}")
+    return number
+
+
 def check_context_length(t: int, context_length: int) -> None:
     """Require a sequence no longer than the module's ``context_length``."""
     if t > context_length:

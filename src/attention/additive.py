@@ -16,13 +16,18 @@ code W₁ is ``W_query``, W₂ is ``W_key`` and v is ``v``; as everywhere in the
 applies them to row vectors.
 """
 
-from numbers import Integral
-
 import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_input, check_mask, check_rank, check_sizes, check_token_ids
+from ._checks import (
+    check_input,
+    check_mask,
+    check_rank,
+    check_sizes,
+    check_token_id,
+    check_token_ids,
+)
 from .functional import softmax
 
 __all__ = ["AdditiveAttention", "Seq2SeqEncoder", "AttentionDecoder", "Seq2Seq"]
@@ -304,14 +309,9 @@ class Seq2Seq(nn.Module):
                 vocabulary, or src is not (b, t_k) of token ids with t_k >= 1.
         """
         check_sizes(max_len=max_len)
-        vocab = self.decoder.embedding.num_embeddings
-        # an int, a NumPy integer or a 0-d integer tensor, as torch.full takes
-        whole = (bos.dim() == 0 and not bos.is_floating_point() and bos.dtype != torch.bool
-                 if isinstance(bos, Tensor) else isinstance(bos, Integral) and not isinstance(bos, bool))
-        if not whole or not 0 <= int(bos) < vocab:
-            raise ValueError(f"bos must be a token id in [0, {vocab}), got {bos!r}")
+        bos = check_token_id(bos, "bos", self.decoder.embedding.num_embeddings)
         annotations, state = self.encoder(src)  # (b, t_k, 2·d_hidden), (b, d_hidden)
-        token = torch.full((src.shape[0],), int(bos), dtype=torch.long, device=src.device)  # (b,)
+        token = torch.full((src.shape[0],), bos, dtype=torch.long, device=src.device)  # (b,)
         tokens, all_weights = [], []
         for _ in range(max_len):
             logits, state, attn_weights = self.decoder.step(token, state, annotations)
