@@ -91,11 +91,9 @@ def _float(bits: int) -> float:
     return struct.unpack("<d", struct.pack("<q", bits))[0]
 
 
-def _table_device(q: object, group: dist.ProcessGroup | None) -> torch.device:
-    """Where the table travels: q's device, or, for a q that is no tensor (refused), the device
-    the group's backend exchanges on."""
-    if isinstance(q, Tensor):
-        return q.device
+def _table_device(group: dist.ProcessGroup | None) -> torch.device:
+    """Where the table travels, the same on every rank whatever its q: CUDA for an NCCL group
+    (which moves no CPU tensor), else the CPU (gloo, or a group that dispatches by device)."""
     if dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
@@ -122,7 +120,7 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
                _bits(q.shape[3] ** -0.5 if scale is None else scale)]
     else:
         row = [0] + [-1] * (len(FIELDS) - 1)
-    mine = torch.tensor(row, dtype=torch.int64, device=_table_device(q, group))
+    mine = torch.tensor(row, dtype=torch.int64, device=_table_device(group))
     table = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(table, mine, group=group)
     note("all_gather", mine.numel() * mine.element_size())
