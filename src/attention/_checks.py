@@ -88,10 +88,11 @@ def shape_or_type(x: object) -> object:
 
 def real_number(value: object) -> float | None:
     """``value`` as a finite float if it is a real number: a Python or NumPy scalar, or a 0-d
-    tensor, as torch's SDPA takes for its scale (not a bool, which torch reads as 0 or 1); else
-    None."""
+    tensor, as torch's SDPA takes for its scale (not a bool, which torch reads as 0 or 1, nor a
+    tensor that requires grad, whose gradient a float would drop); else None."""
     if isinstance(value, Tensor):
-        real = value.dim() == 0 and value.dtype != torch.bool and not value.is_complex()
+        real = (value.dim() == 0 and value.dtype != torch.bool and not value.is_complex()
+                and not value.requires_grad)
     else:
         real = isinstance(value, Real) and not isinstance(value, bool)
     try:

@@ -449,8 +449,9 @@ def test_a_numpy_or_0d_tensor_scale_gives_the_floats_answer(kernel, scale) -> No
 
 class TestBadInput:
     @pytest.mark.parametrize("scale", ["0.5", torch.tensor([0.5, 1.0]), INF, True, torch.tensor(True),
-                                       10**400, np.float64("nan")],
-                             ids=["text", "1-d tensor", "inf", "bool", "bool tensor", "10**400", "numpy nan"])
+                                       10**400, np.float64("nan"), torch.tensor(0.5, requires_grad=True)],
+                             ids=["text", "1-d tensor", "inf", "bool", "bool tensor", "10**400", "numpy nan",
+                                  "requires grad"])  # torch refuses the last: a float drops its gradient
     @pytest.mark.parametrize("kernel", [scaled_dot_product_attention, flash_attention,
                                         dense_attention, linear_attention])
     def test_a_scale_that_is_not_a_finite_number_is_refused(self, kernel, scale) -> None:
