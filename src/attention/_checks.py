@@ -333,7 +333,8 @@ def check_token_id(value: object, name: str, vocab_size: int) -> int:
     """One token id in [0, vocab_size), as an int: a Python or NumPy integer or a 0-d integer
     tensor, what ``torch.full`` takes (not a bool or a float, which it would round)."""
     if isinstance(value, Tensor):
-        whole = value.dim() == 0 and not value.is_floating_point() and value.dtype != torch.bool
+        whole = value.dim() == 0 and value.device.type != "meta" and not (
+            value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
     else:
         whole = isinstance(value, Integral) and not isinstance(value, bool)
     number = int(value) if whole else -1  # type: ignore[call-overload]

@@ -220,7 +220,13 @@ class AttentionDecoder(nn.Module):
         self, token: Tensor, state: Tensor, annotations: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One step: last token (b,), state (b, d_hidden) → logits (b, n_vocab), state,
-        α (b, t_k)."""
+        α (b, t_k).
+
+        Raises:
+            ValueError: if token is not (b,) of token ids in [0, vocab_size).
+        """
+        check_rank(token, (1,), "token")
+        check_token_ids(token[:, None], "token", self.embedding.num_embeddings)
         context, attn_weights = self.attention(state, annotations)  # (b, 2·d_hidden), (b, t_k)
         # (b, d_emb + 2·d_hidden)
         rnn_input = torch.cat([self.embedding(token), context], dim=-1)

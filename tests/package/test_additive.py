@@ -155,9 +155,15 @@ class TestBadInput:
         for bos in (1.7, 11):  # 1.7 went through torch.full as token 1
             with pytest.raises(ValueError, match=rf"bos must be a token id in \[0, 11\), got {bos}"):
                 model.greedy_decode(src[:, :2], 3, bos)
-        for bos in (torch.tensor(1.0), torch.tensor([1]), np.float32(1)):
+        for bos in (torch.tensor(1.0), torch.tensor([1]), np.float32(1), torch.tensor(3.7 + 0j)):
             with pytest.raises(ValueError, match=r"bos must be a token id in \[0, 11\), got "):
                 model.greedy_decode(src[:, :2], 3, bos)
+        state, annotations = torch.zeros(1, model.decoder.d_hidden), model.encoder(src[:, :2])[0]
+        for token, words in ((torch.tensor([11]), r"token must hold token ids in \[0, vocab_size=11\), got ids from 11"),
+                             (torch.tensor([1.0]), r"token must hold integer token ids"),
+                             (torch.tensor([[1]]), r"token must be 1-d, got a 2-d tensor")):
+            with pytest.raises(ValueError, match=words):
+                model.decoder.step(token, state, annotations)
 
     def test_query_keys_mask_and_model_sizes_must_agree(self):
         attention = AdditiveAttention(4, 3, 5)
