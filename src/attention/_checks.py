@@ -343,6 +343,14 @@ def check_token_id(value: object, name: str, vocab_size: int) -> int:
     return number
 
 
+def check_seed(seed: object) -> None:
+    """Require a seed ``torch.Generator.manual_seed`` takes: an integer in [-2**63, 2**64) (a
+    negative one is read modulo 2**64)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**64:
+        raise ValueError(f"seed must be an integer in [-2**63, 2**64) as torch.Generator takes, "
+                         f"got {seed!r}")
+
+
 def check_context_length(t: int, context_length: int) -> None:
     """Require a sequence no longer than the module's ``context_length``."""
     if t > context_length:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from ._checks import accumulation_dtype, check_sizes, kernel_keywords, shape_or_type
+from ._checks import accumulation_dtype, check_seed, check_sizes, kernel_keywords, shape_or_type
 from .linear import Form, check_linear_inputs, kernel_attention
 
 __all__ = [
@@ -177,8 +177,8 @@ def favor_attention(
 
     Raises:
         ValueError: if the inputs do not agree (as :func:`linear_attention`), num_features is
-            not an integer >= 1, seed is not an integer or None, or projection is not
-            (num_features, d_k).
+            not an integer >= 1, seed is neither None nor an integer torch.Generator takes, or
+            projection is not (num_features, d_k).
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -191,8 +191,8 @@ def favor_attention(
         True
     """
     check_linear_inputs(query, key, value, is_causal, form, 1)
-    if isinstance(seed, bool) or not (seed is None or isinstance(seed, int)):
-        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    if seed is not None:
+        check_seed(seed)
     check_sizes(num_features=num_features)
     d_k = query.shape[-1]
     if projection is None:

@@ -18,7 +18,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_input, check_no_mask_or_cache, check_sizes
+from ._checks import check_input, check_no_mask_or_cache, check_seed, check_sizes
 from .block_attention import BlockAttention
 from .favor import favor_features, random_projection
 from .linear import apply_feature_map, divide_rows, elu_plus_one
@@ -165,7 +165,7 @@ def use_kernel_attention(
 
     Raises:
         ValueError: if model has no blocks of BlockAttention, kind is unknown, num_features does
-            not match kind, or a block has dropout.
+            not match kind, seed is not an integer torch.Generator takes, or a block has dropout.
 
     Examples:
         >>> model = TinyTransformer(8, 8, 2, 1, context_length=4)
@@ -186,6 +186,7 @@ def use_kernel_attention(
         check_sizes(num_features=num_features)
     elif num_features is not None:
         raise ValueError(f"num_features is for kind='favor' only, got {num_features!r}")
+    check_seed(seed)
     for block in blocks:  # before any block is replaced: all or none
         if block.attn.dropout > 0:
             raise ValueError(f"kernel attention takes no dropout, got dropout={block.attn.dropout}")

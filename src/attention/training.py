@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_number, check_sizes
+from ._checks import check_number, check_seed, check_sizes
 from .transformer import TinyTransformer
 
 __all__ = [
@@ -65,9 +65,7 @@ def train_lm(
         (3, True)
     """
     check_sizes(steps=steps)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**64:
-        raise ValueError(f"seed must be an integer in [-2**63, 2**64) as torch.Generator takes, "
-                         f"got {seed!r}")
+    check_seed(seed)
     check_number("lr", lr, 0.0, inclusive=False)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

@@ -193,7 +193,7 @@ class TestBadInput:
         q, k, v = qkv((2, 5, 4))
         with pytest.raises(ValueError, match="num_features must be at least 1, got 0"):
             favor_attention(q, k, v, num_features=0)
-        with pytest.raises(ValueError, match=r"seed must be an integer or None.*got 1\.5"):
+        with pytest.raises(ValueError, match=r"seed must be an integer in .*got 1\.5"):
             favor_attention(q, k, v, num_features=8, seed=1.5)
         with pytest.raises(ValueError, match=r"projection must have shape \(num_features, d_k\).*got \(8, 3\)"):
             favor_attention(q, k, v, num_features=8, projection=torch.randn(8, 3, dtype=F64))
@@ -201,7 +201,9 @@ class TestBadInput:
             favor_attention(q, k, v, num_features=1, projection=[[0.0] * q.shape[-1]])
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(8, 3\)"):
             positive_random_features(q, torch.randn(8, 3))
-        with pytest.raises(ValueError, match=r"seed must be an integer or None.*got True"):
+        with pytest.raises(ValueError, match=r"seed must be an integer in .*got True"):
             favor_attention(q, k, v, num_features=8, seed=True)
+        with pytest.raises(ValueError, match=r"seed must be an integer in \[-2\*\*63, 2\*\*64\).*got 18446744073709551616"):
+            favor_attention(q, k, v, num_features=8, seed=2**64)
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(4,\)"):
             positive_random_features(q, torch.randn(4))

@@ -108,6 +108,10 @@ class TestBadInput:
             use_kernel_attention(tiny(), "favor")
         with pytest.raises(ValueError, match=r"num_features is for kind='favor' only.*got 8"):
             use_kernel_attention(tiny(), num_features=8)
+        model = tiny()
+        with pytest.raises(ValueError, match=r"seed must be an integer in .*got 1\.5"):
+            use_kernel_attention(model, "favor", num_features=4, seed=1.5)
+        assert all(type(block.attn) is BlockAttention for block in model.blocks)  # none replaced
         idx = torch.zeros(1, 4, dtype=torch.long)
         with pytest.raises(ValueError, match=r"no attn_mask or bias .*got attn_mask=a tensor, cache=None"):
             use_kernel_attention(tiny(positions="alibi"))(idx)
