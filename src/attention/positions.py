@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_context_length, check_counts, check_input, check_sizes
+from ._checks import check_context_length, check_counts, check_input, check_number, check_sizes
 from .rope_scaling import DynamicNTKScaling, RopeScaling, rope_frequencies
 
 __all__ = [
@@ -200,7 +200,7 @@ class RotaryEmbedding(nn.Module):
 
     Raises:
         ValueError: if d_h or rotary_dim is not an even integer >= 1, rotary_dim > d_h, base is
-            not a number > 1, or scaling is not a rule of :mod:`attention.rope_scaling`.
+            not a finite number > 1, or scaling is not a rule of :mod:`attention.rope_scaling`.
 
     Examples:
         >>> rope = RotaryEmbedding(d_h=4)
@@ -223,8 +223,7 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         check_sizes(d_h=d_h)
         _check_even("d_h", d_h)
-        if isinstance(base, bool) or not isinstance(base, int | float) or not base > 1.0:
-            raise ValueError(f"base must be a number > 1, got {base!r}")
+        base = check_number("base", base, 1.0, inclusive=False)  # 1 turns nothing
         rotary_dim = d_h if rotary_dim is None else rotary_dim
         check_sizes(rotary_dim=rotary_dim)
         _check_even("rotary_dim", rotary_dim)
@@ -236,7 +235,7 @@ class RotaryEmbedding(nn.Module):
                 f"YaRNScaling, Llama3Scaling, DynamicNTKScaling, got {scaling!r}"
             )
         self.d_h, self.rotary_dim = d_h, rotary_dim
-        self.base = float(base)
+        self.base = base
         self.interleaved = interleaved
         self.scaling = scaling
         self.register_buffer("frequencies", self._frequencies(device), persistent=False)

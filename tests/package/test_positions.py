@@ -277,7 +277,8 @@ class TestBadInput:
         ("make", "message"),
         [
             (lambda: RotaryEmbedding(7), r"d_h must be even .* got 7"),
-            (lambda: RotaryEmbedding(8, base=1.0), r"base must be a number > 1, got 1.0"),
+            (lambda: RotaryEmbedding(8, base=1.0), r"base must be a finite number > 1, got 1.0"),
+            (lambda: RotaryEmbedding(8, base=10**400), r"base must be a finite number > 1, got 1000"),
             (lambda: RotaryEmbedding(8)(torch.zeros(3, 6)), r"d_h=8, got shape \(3, 6\)"),
             (lambda: RotaryEmbedding(8)(torch.zeros(8)), r"d_h=8, got shape \(8,\)"),
             (lambda: RotaryEmbedding(8)(torch.zeros(3, 8), start=1.5), r"start must be an integer >= 0.*got 1\.5"),

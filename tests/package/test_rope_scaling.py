@@ -66,6 +66,8 @@ def _check_frequencies(rope: RotaryEmbedding, expected: list[float]) -> None:
 def test_a_numpy_base_or_factor_is_taken_as_a_float() -> None:
     assert torch.equal(rope_frequencies(8, np.float32(10000)), rope_frequencies(8, 10000.0))
     assert PositionInterpolation(factor=np.int64(4)).factor == 4.0
+    rope = RotaryEmbedding(8, base=np.float32(10000))
+    assert rope.base == 10000.0 and torch.equal(rope.frequencies, RotaryEmbedding(8).frequencies)
 
 
 @pytest.mark.parametrize("factor", [1.5, 4.0, 32.0])
