@@ -176,9 +176,9 @@ def favor_attention(
         rows of 0, as torch's SDPA gives them.
 
     Raises:
-        ValueError: if the inputs do not agree (as :func:`linear_attention`), num_features is
-            not an integer >= 1, seed is neither None nor an integer torch.Generator takes, or
-            projection is not (num_features, d_k).
+        ValueError: if the inputs do not agree (as :func:`linear_attention`), is_causal is not
+            a bool, num_features is not an integer >= 1, seed is neither None nor an integer
+            torch.Generator takes, or projection is not (num_features, d_k).
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -235,8 +235,8 @@ def favor_error_variance(
         The variance (..., t_q, d_v), in the accumulation dtype.
 
     Raises:
-        ValueError: if the inputs do not agree (as :func:`linear_attention`) or num_features is
-            not an integer >= 1.
+        ValueError: if the inputs do not agree (as :func:`linear_attention`), is_causal is not
+            a bool, or num_features is not an integer >= 1.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
