@@ -91,12 +91,17 @@ def _float(bits: int) -> float:
     return struct.unpack("<d", struct.pack("<q", bits))[0]
 
 
-def _table_device(group: dist.ProcessGroup | None) -> torch.device:
-    """Where the table travels, the same on every rank whatever its q: CUDA for an NCCL group
-    (which moves no CPU tensor), else the CPU (gloo, or a group that dispatches by device)."""
-    if dist.get_backend(group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+def _table_device(q: object, group: dist.ProcessGroup | None) -> torch.device:
+    """Where the table travels: a device type every rank picks alike from the group's backends,
+    whatever its q (the CPU where the group has a CPU backend: gloo, or the default group that
+    dispatches by device), on q's device where q is a tensor of that type."""
+    kinds = [part.split(":")[0] for part in dist.get_backend_config(group).split(",")]
+    kind = "cpu" if "cpu" in kinds else kinds[0]
+    if kind == "cpu":
+        return torch.device("cpu")
+    if isinstance(q, Tensor) and q.device.type == kind:
+        return q.device
+    return torch.device(kind, torch.accelerator.current_device_index())
 
 
 def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, scale: float | None,
@@ -120,7 +125,7 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
                _bits(q.shape[3] ** -0.5 if scale is None else scale)]
     else:
         row = [0] + [-1] * (len(FIELDS) - 1)
-    mine = torch.tensor(row, dtype=torch.int64, device=_table_device(group))
+    mine = torch.tensor(row, dtype=torch.int64, device=_table_device(q, group))
     table = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(table, mine, group=group)
     note("all_gather", mine.numel() * mine.element_size())
