@@ -227,6 +227,13 @@ class AttentionDecoder(nn.Module):
         """
         check_rank(token, (1,), "token")
         check_token_ids(token[:, None], "token", self.embedding.num_embeddings)
+        return self._step(token, state, annotations)
+
+    def _step(
+        self, token: Tensor, state: Tensor, annotations: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`step` for tokens already checked (forward's) or made here (greedy_decode's):
+        the check reads the ids back from the device at every step."""
         context, attn_weights = self.attention(state, annotations)  # (b, 2·d_hidden), (b, t_k)
         # (b, d_emb + 2·d_hidden)
         rnn_input = torch.cat([self.embedding(token), context], dim=-1)
@@ -251,7 +258,7 @@ class AttentionDecoder(nn.Module):
             return state.new_zeros(b, 0, n_vocab), state.new_zeros(b, 0, t_k)
         all_logits, all_weights = [], []
         for i in range(t_q):
-            logits, state, attn_weights = self.step(tgt_in[:, i], state, annotations)
+            logits, state, attn_weights = self._step(tgt_in[:, i], state, annotations)
             all_logits.append(logits)
             all_weights.append(attn_weights)
         logits = torch.stack(all_logits, dim=1)  # (b, t_q, n_vocab)
@@ -320,7 +327,7 @@ class Seq2Seq(nn.Module):
         token = torch.full((src.shape[0],), bos, dtype=torch.long, device=src.device)  # (b,)
         tokens, all_weights = [], []
         for _ in range(max_len):
-            logits, state, attn_weights = self.decoder.step(token, state, annotations)
+            logits, state, attn_weights = self.decoder._step(token, state, annotations)
             token = logits.argmax(dim=-1)  # (b,)
             tokens.append(token)
             all_weights.append(attn_weights)
