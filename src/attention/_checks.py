@@ -88,11 +88,11 @@ def shape_or_type(x: object) -> object:
 
 def real_number(value: object) -> float | None:
     """``value`` as a finite float if it is a real number: a Python or NumPy scalar, or a 0-d
-    tensor, as torch's SDPA takes for its scale (not a bool, which torch reads as 0 or 1, nor a
-    tensor that requires grad, whose gradient a float would drop); else None."""
+    tensor, as torch's SDPA takes for its scale (not a bool, which torch reads as 0 or 1); else
+    None."""
     if isinstance(value, Tensor):
-        real = (value.dim() == 0 and value.dtype != torch.bool and not value.is_complex()
-                and not value.requires_grad)
+        real = value.dim() == 0 and value.dtype != torch.bool and not value.is_complex()
+        value = value.detach()
     else:
         real = isinstance(value, Real) and not isinstance(value, bool)
     try:
@@ -102,9 +102,15 @@ def real_number(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def check_number(name: str, value: object, minimum: float, inclusive: bool = True) -> float:
-    """``value`` as a float, if it is a finite number >= minimum (> minimum if not inclusive)."""
+def check_number(
+    name: str, value: object, minimum: float, inclusive: bool = True, *, learnable: bool = False
+) -> float:
+    """``value`` as a float, if it is a finite number >= minimum (> minimum if not inclusive).
+    A tensor that requires grad is refused, as the float would drop its gradient, unless the
+    caller keeps ``value`` itself (``learnable``)."""
     number = real_number(value)
+    if isinstance(value, Tensor) and value.requires_grad and not learnable:
+        number = None
     if number is None or not (number >= minimum if inclusive else number > minimum):
         bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
@@ -117,7 +123,7 @@ def check_scale(scale: object) -> float | None:
     if scale is None:
         return None
     number = real_number(scale)
-    if number is None:
+    if number is None or isinstance(scale, Tensor) and scale.requires_grad:  # as torch refuses
         raise ValueError(f"scale must be None or a finite number, got {scale!r}")
     return number
 

@@ -540,7 +540,7 @@ def soft_cap(cap: float) -> ScoreMod:
     (Gemma 2 caps its attention scores at 50).
 
     Args:
-        cap: the bound, > 0.
+        cap: the bound, > 0: a number, or a 0-d tensor (a learnable cap gets its gradient).
 
     Returns:
         The score rule.
@@ -552,7 +552,8 @@ def soft_cap(cap: float) -> ScoreMod:
         >>> apply_score_mod(torch.tensor([-100.0, 0.0, 1.0, 100.0]).view(1, 1, 1, 4), soft_cap(50))
         tensor([[[[-48.2014,   0.0000,   0.9999,  48.2014]]]])
     """
-    check_number("cap", cap, 0.0, inclusive=False)  # an infinite cap would give inf · 0
+    # an infinite cap would give inf · 0; a learnable one (a 0-d tensor) keeps its gradient
+    check_number("cap", cap, 0.0, inclusive=False, learnable=True)
 
     def soft_cap_score(
         score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor

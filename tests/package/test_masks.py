@@ -129,6 +129,17 @@ def test_score_mods_equal_flex_attention_and_the_written_out_computation():
                                rtol=0, atol=1e-12)
 
 
+def test_a_learnable_soft_cap_gets_its_gradient():
+    q, k, v = qkv((1, 2, 5, 4), dtype=torch.float64, seed=0)
+    cap = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    M.dense_attention(q, k, v, score_mod=M.soft_cap(cap)).sum().backward()
+    scores = (q @ k.transpose(-2, -1) / 2.0).detach()  # d_k = 4
+    fixed = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    (torch.softmax(fixed * torch.tanh(scores / fixed), dim=-1) @ v).sum().backward()
+    torch.testing.assert_close(cap.grad, fixed.grad, rtol=1e-12, atol=0)
+    assert cap.grad != 0
+
+
 def test_alibi_offset_puts_the_queries_after_a_cache():
     """alibi(h, offset=t_k - t_q) is alibi_bias's bottom-right bias: query i sits at t_k - t_q + i."""
     t_q, t_k = 3, 7
