@@ -155,7 +155,8 @@ class TestBadInput:
         for bos in (1.7, 11):  # 1.7 went through torch.full as token 1
             with pytest.raises(ValueError, match=rf"bos must be a token id in \[0, 11\), got {bos}"):
                 model.greedy_decode(src[:, :2], 3, bos)
-        for bos in (torch.tensor(1.0), torch.tensor([1]), np.float32(1), torch.tensor(3.7 + 0j)):
+        for bos in (torch.tensor(1.0), torch.tensor([1]), np.float32(1), torch.tensor(3.7 + 0j),
+                    torch.tensor(1, device="meta")):
             with pytest.raises(ValueError, match=r"bos must be a token id in \[0, 11\), got "):
                 model.greedy_decode(src[:, :2], 3, bos)
         state, annotations = torch.zeros(1, model.decoder.d_hidden), model.encoder(src[:, :2])[0]
