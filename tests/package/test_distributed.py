@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from attention import ring_shards, ring_work
 from attention.distributed import count_traffic, ring_attention, shard_sequence, ulysses_attention
+from attention.distributed._common import _table_device
 from attention.distributed.ring import _runs, _tiles
 from attention.ring import ring_attention_io
 
@@ -311,6 +312,17 @@ def test_shard_sequence_takes_the_rows_of_ring_shards_contiguous_by_default():
 def test_a_rank_that_never_calls_ends_in_the_gloo_timeout(bad_run):
     name, message, seconds = bad_run[0]["absent rank"]
     assert name in ("RuntimeError", "DistBackendError") and seconds < 10, (name, message, seconds)
+
+
+@pytest.mark.parametrize("config, device", [
+    ("cpu:gloo,cuda:gloo", "cpu"), ("cpu:gloo,cuda:nccl", "cpu"), ("cuda:nccl", "cuda:3"), ("xpu:xccl", "xpu:3"),
+])
+def test_every_rank_sends_the_table_on_a_device_type_its_group_has(monkeypatch, config, device):
+    # a rank whose q is no tensor (refused) picks the type its peers pick, from the group alone
+    monkeypatch.setattr(dist, "get_backend_config", lambda group=None: config)
+    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 3)
+    assert _table_device([[1.0]], None) == torch.device(device)
+    assert _table_device(torch.zeros(1), None) == torch.device(device)
 
 
 def test_no_process_group_is_a_runtime_error():

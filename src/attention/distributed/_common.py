@@ -93,8 +93,8 @@ def _float(bits: int) -> float:
 
 def _table_device(q: object, group: dist.ProcessGroup | None) -> torch.device:
     """Where the table travels: a device type every rank picks alike from the group's backends,
-    whatever its q (the CPU where the group has a CPU backend: gloo, or the default group that
-    dispatches by device), on q's device where q is a tensor of that type."""
+    whatever its q (the CPU where the group has a CPU backend, such as gloo; else its device
+    type, CUDA for nccl), on q's device where q is a tensor of that type."""
     kinds = [part.split(":")[0] for part in dist.get_backend_config(group).split(",")]
     kind = "cpu" if "cpu" in kinds else kinds[0]
     if kind == "cpu":
