@@ -110,7 +110,8 @@ def check_number(
     caller keeps ``value`` itself (``learnable``)."""
     number = real_number(value)
     if isinstance(value, Tensor) and value.requires_grad and not learnable:
-        number = None
+        raise ValueError(f"{name} must be a number or a tensor that does not require grad (it is "
+                         f"used as a float, which would drop its gradient), got {value!r}")
     if number is None or not (number >= minimum if inclusive else number > minimum):
         bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
@@ -122,8 +123,11 @@ def check_scale(scale: object) -> float | None:
     number, where torch's SDPA takes NumPy scalars and 0-d tensors as well as floats."""
     if scale is None:
         return None
+    if isinstance(scale, Tensor) and scale.requires_grad:  # as torch refuses it
+        raise ValueError(f"scale must be a number or a tensor that does not require grad (it is "
+                         f"used as a float, which would drop its gradient), got {scale!r}")
     number = real_number(scale)
-    if number is None or isinstance(scale, Tensor) and scale.requires_grad:  # as torch refuses
+    if number is None:
         raise ValueError(f"scale must be None or a finite number, got {scale!r}")
     return number
 

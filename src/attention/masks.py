@@ -535,7 +535,7 @@ def t5_bias(
     return t5_score
 
 
-def soft_cap(cap: float) -> ScoreMod:
+def soft_cap(cap: float | Tensor) -> ScoreMod:
     """Gemma 2's soft cap of each scaled score s_ij: cap · tanh(s_ij / cap), smooth, in (-cap, cap)
     (Gemma 2 caps its attention scores at 50).
 
