@@ -326,7 +326,7 @@ def linear_attention_weights(
         The weights (..., t_q, t_k), rows summing to 1 or, where no key has a weight, to 0.
 
     Raises:
-        ValueError: as :func:`linear_attention` (is_causal not a bool among them).
+        ValueError: as :func:`linear_attention`, an is_causal that is not a bool among them.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 

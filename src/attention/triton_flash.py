@@ -407,9 +407,9 @@ def triton_flash_attention(
     Raises:
         RuntimeError: Triton is missing, or neither CUDA nor its interpreter is available; or a
             second derivative is asked for.
-        ValueError: shapes, dtypes, devices, block sizes or options the kernels do not take
-            (is_causal not a bool among them), b · h above CUDA's grid limit of 65,535, or a
-            (batch, head) slice too long for int32.
+        ValueError: shapes, dtypes, devices, block sizes or options the kernels do not take,
+            such as an is_causal that is not a bool; b · h above CUDA's grid limit of 65,535,
+            or a (batch, head) slice too long for int32.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 

@@ -273,11 +273,11 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
 
     Raises:
         RuntimeError: if no process group is initialised.
-        ValueError: on every rank, if any rank's input is malformed (an unknown sharding, an
-            is_causal that is not a bool or a scale that is not None or a finite number among
-            it) or differs from the others' in anything but c (dtype, heads, widths, is_causal,
-            sharding, the scale, and whether gradients are taken), or the shard lengths do not
-            fit the sharding.
+        ValueError: on every rank, if any rank's input is malformed: an unknown sharding, an
+            is_causal that is not a bool, a scale that is not None or a finite number, or
+            tensors that do not agree; or if it differs from the others' in anything but c
+            (dtype, heads, widths, is_causal, sharding, the scale, and whether gradients are
+            taken), or the shard lengths do not fit the sharding.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 

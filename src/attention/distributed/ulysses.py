@@ -83,8 +83,9 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
     Raises:
         RuntimeError: if no process group is initialised.
         ValueError: on every rank, for the inputs :func:`~attention.distributed.ring_attention`
-            refuses (is_causal not a bool among them), and shards of different lengths, an N that
-            does not divide h, or an h_kv that is neither a multiple nor a divisor of N.
+            refuses, such as an is_causal that is not a bool, and shards of different lengths,
+            an N that does not divide h, or an h_kv that is neither a multiple nor a divisor of
+            N.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
