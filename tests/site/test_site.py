@@ -269,6 +269,20 @@ def test_api_reference_turns_sphinx_roles_into_links(built_site: Path) -> None:
                    for page, target in targets), targets
 
 
+RETURNS_TABLE = re.compile(
+    r'<span class="doc-section-title">(?:Returns|Yields):</span></p>\s*<table>.*?<tbody>(.*?)</tbody>', re.DOTALL
+)
+
+
+def test_api_reference_shows_each_return_value_in_one_row(built_site: Path) -> None:
+    # Every Returns section describes one value in sentences; mkdocstrings read line by line
+    # (returns_multiple_items) made each wrapped line a row of its own
+    rows = [body.count('<tr class="doc-section-item">')
+            for html in api_pages(built_site).values() for body in RETURNS_TABLE.findall(html)]
+    assert len(rows) > 100, f"{len(rows)} Returns tables found: the pattern no longer matches"
+    assert set(rows) == {1}, f"Returns tables of {sorted(set(rows) - {1})} rows"
+
+
 def test_api_reference_shows_notation_legends_as_tables(built_site: Path) -> None:
     html = "".join(api_pages(built_site).values())
     legends = [
