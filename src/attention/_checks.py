@@ -102,6 +102,14 @@ def real_number(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _refuse_grad(name: str, value: object) -> None:
+    """Refuse a tensor that requires grad where its value is used as a float: the float would
+    drop its gradient."""
+    if isinstance(value, Tensor) and value.requires_grad:
+        raise ValueError(f"{name} must be a number or a tensor that does not require grad (it is "
+                         f"used as a float, which would drop its gradient), got {value!r}")
+
+
 def check_number(
     name: str, value: object, minimum: float, inclusive: bool = True, *, learnable: bool = False
 ) -> float:
@@ -109,9 +117,8 @@ def check_number(
     A tensor that requires grad is refused, as the float would drop its gradient, unless the
     caller keeps ``value`` itself (``learnable``)."""
     number = real_number(value)
-    if isinstance(value, Tensor) and value.requires_grad and not learnable:
-        raise ValueError(f"{name} must be a number or a tensor that does not require grad (it is "
-                         f"used as a float, which would drop its gradient), got {value!r}")
+    if not learnable:
+        _refuse_grad(name, value)
     if number is None or not (number >= minimum if inclusive else number > minimum):
         bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
@@ -123,9 +130,7 @@ def check_scale(scale: object) -> float | None:
     number, where torch's SDPA takes NumPy scalars and 0-d tensors as well as floats."""
     if scale is None:
         return None
-    if isinstance(scale, Tensor) and scale.requires_grad:  # as torch refuses it
-        raise ValueError(f"scale must be a number or a tensor that does not require grad (it is "
-                         f"used as a float, which would drop its gradient), got {scale!r}")
+    _refuse_grad("scale", scale)  # as torch refuses it
     number = real_number(scale)
     if number is None:
         raise ValueError(f"scale must be None or a finite number, got {scale!r}")
