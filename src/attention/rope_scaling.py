@@ -92,8 +92,34 @@ def _ramp_frequencies(
     return (1 - ramp) * theta / factor + ramp * theta  # (d_rot/2,)
 
 
+def _check_ramp(rule: object, low: str, high: str, unit: str = "") -> None:
+    """Check the ramp's bounds, the fields ``low`` and ``high`` of ``rule``: 0 < ν_lo < ν_hi."""
+    lo = check_number(low, getattr(rule, low), 0.0, inclusive=False)
+    hi = check_number(high, getattr(rule, high), 0.0, inclusive=False)
+    if not lo < hi:
+        raise ValueError(f"{low} must be less than {high}{unit}, got {low}={lo:g} and {high}={hi:g}")
+    object.__setattr__(rule, low, lo)
+    object.__setattr__(rule, high, hi)
+
+
 @dataclass(frozen=True)
-class PositionInterpolation:
+class _Stretch:
+    """What every rule but YaRN shares: the stretch κ, checked, and queries and keys unscaled."""
+
+    factor: float
+
+    def __post_init__(self) -> None:
+        """Check that the factor stretches (κ >= 1)."""
+        object.__setattr__(self, "factor", check_number("factor", self.factor, 1.0))
+
+    @property
+    def attention_factor(self) -> float:
+        """Queries and keys are not rescaled: 1."""
+        return 1.0
+
+
+@dataclass(frozen=True)
+class PositionInterpolation(_Stretch):
     """Position interpolation (Chen et al., 2023): every frequency divided by ``factor``.
 
     Rotating token p by p (θ_i / κ) rotates it as if it sat at position p / κ: the positions
@@ -112,24 +138,13 @@ class PositionInterpolation:
         tensor([0.2500, 0.0025], dtype=torch.float64)
     """
 
-    factor: float
-
-    def __post_init__(self) -> None:
-        """Check that the factor stretches (κ >= 1)."""
-        object.__setattr__(self, "factor", check_number("factor", self.factor, 1.0))
-
-    @property
-    def attention_factor(self) -> float:
-        """Queries and keys are not rescaled: 1."""
-        return 1.0
-
     def frequencies(self, rotary_dim: int, base: float) -> Tensor:
         """θ'_i = θ_i / κ: shape (rotary_dim/2,), float64."""
         return rope_frequencies(rotary_dim, base) / self.factor  # (d_rot/2,)
 
 
 @dataclass(frozen=True)
-class NTKAwareScaling:
+class NTKAwareScaling(_Stretch):
     """NTK-aware scaling (bloc97, 2023, later formalized in YaRN, Peng et al., 2023): a larger base.
 
     The base becomes base' = base · κ^(d_rot / (d_rot - 2)), chosen so that the last pair's
@@ -148,17 +163,6 @@ class NTKAwareScaling:
         >>> NTKAwareScaling(factor=4.0).frequencies(4, 10000.0)
         tensor([1.0000, 0.0025], dtype=torch.float64)
     """
-
-    factor: float
-
-    def __post_init__(self) -> None:
-        """Check that the factor stretches (κ >= 1)."""
-        object.__setattr__(self, "factor", check_number("factor", self.factor, 1.0))
-
-    @property
-    def attention_factor(self) -> float:
-        """Queries and keys are not rescaled: 1."""
-        return 1.0
 
     def base(self, rotary_dim: int, base: float) -> float:
         """The new base, base · κ^(d_rot / (d_rot - 2)).
@@ -251,15 +255,7 @@ class YaRNScaling:
         factor = check_number("factor", self.factor, 1.0)
         object.__setattr__(self, "factor", factor)
         object.__setattr__(self, "original_context", _context(self.original_context))
-        slow = check_number("beta_slow", self.beta_slow, 0.0, inclusive=False)
-        fast = check_number("beta_fast", self.beta_fast, 0.0, inclusive=False)
-        if not slow < fast:
-            raise ValueError(
-                f"beta_slow must be less than beta_fast (turns over the training context), got "
-                f"beta_slow={slow:g} and beta_fast={fast:g}"
-            )
-        object.__setattr__(self, "beta_slow", slow)
-        object.__setattr__(self, "beta_fast", fast)
+        _check_ramp(self, "beta_slow", "beta_fast", " (turns over the training context)")
         if self.attention_factor is None:
             object.__setattr__(self, "attention_factor", 0.1 * math.log(factor) + 1.0)
         else:
@@ -296,7 +292,7 @@ class YaRNScaling:
 
 
 @dataclass(frozen=True)
-class Llama3Scaling:
+class Llama3Scaling(_Stretch):
     """The frequency-dependent scaling of Llama 3.1 (Meta's ``apply_scaling``).
 
     Wavelengths shorter than t_train / ``high_freq_factor`` are kept, wavelengths longer than
@@ -327,22 +323,9 @@ class Llama3Scaling:
 
     def __post_init__(self) -> None:
         """Check every parameter."""
-        object.__setattr__(self, "factor", check_number("factor", self.factor, 1.0))
+        super().__post_init__()
         object.__setattr__(self, "original_context", _context(self.original_context))
-        low = check_number("low_freq_factor", self.low_freq_factor, 0.0, inclusive=False)
-        high = check_number("high_freq_factor", self.high_freq_factor, 0.0, inclusive=False)
-        if not low < high:
-            raise ValueError(
-                f"low_freq_factor must be less than high_freq_factor, got "
-                f"low_freq_factor={low:g} and high_freq_factor={high:g}"
-            )
-        object.__setattr__(self, "low_freq_factor", low)
-        object.__setattr__(self, "high_freq_factor", high)
-
-    @property
-    def attention_factor(self) -> float:
-        """Queries and keys are not rescaled: 1."""
-        return 1.0
+        _check_ramp(self, "low_freq_factor", "high_freq_factor")
 
     def frequencies(self, rotary_dim: int, base: float) -> Tensor:
         """Meta's rule, written as YaRN's ramp: shape (rotary_dim/2,), float64."""
@@ -353,7 +336,7 @@ class Llama3Scaling:
 
 
 @dataclass(frozen=True)
-class DynamicNTKScaling:
+class DynamicNTKScaling(_Stretch):
     """Dynamic NTK scaling (emozilla, 2023; Peng et al., 2023, section 3.3): factor set by length.
 
     Dynamic NTK scaling was first posted on Reddit by emozilla, the Reddit name of Jeffrey
@@ -386,13 +369,8 @@ class DynamicNTKScaling:
 
     def __post_init__(self) -> None:
         """Check the factor (κ >= 1) and the training length."""
-        object.__setattr__(self, "factor", check_number("factor", self.factor, 1.0))
+        super().__post_init__()
         object.__setattr__(self, "original_context", _context(self.original_context))
-
-    @property
-    def attention_factor(self) -> float:
-        """Queries and keys are not rescaled: 1."""
-        return 1.0
 
     def stretch(self, length: int) -> float:
         """The factor κ_t for t = ``length`` tokens: max(1, κ t / t_train - (κ - 1)).
