@@ -42,7 +42,50 @@ from .positions import RotaryEmbedding
 __all__ = ["BlockAttention"]
 
 
-class BlockAttention(nn.Module):
+class FusedHeads(nn.Module):
+    """The first step of a block's attention sublayer, shared by :class:`BlockAttention` and
+    :class:`~attention.linear_model.KernelBlockAttention`: one fused projection, split into
+    heads, with the QK-norms."""
+
+    d_model: int
+    num_heads: int
+    d_h: int
+    qkv: nn.Linear  # W_q, W_k, W_v stacked: (d, 3d)
+    qk_norm: NormKind | None
+    q_norm: nn.Module  # present when qk_norm is not None
+    k_norm: nn.Module
+
+    def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The queries, keys and values (b, h, t, d_h) of x (b, t, d), before any rotation.
+
+        Args:
+            x: the tokens (b, t, d).
+
+        Returns:
+            The queries, keys and values, (b, h, t, d_h) each; queries and keys are normalized
+            by the QK-norms, if any.
+
+        Raises:
+            ValueError: if x is not (b, t, d).
+
+        Examples:
+            >>> queries, keys, values = BlockAttention(8, 2).heads(torch.randn(1, 3, 8))
+            >>> queries.shape
+            torch.Size([1, 2, 3, 4])
+        """
+        check_input(x, self.d_model, (3,), "x", "d_model")
+        b, t, _ = x.shape
+        h, d_h = self.num_heads, self.d_h
+        queries, keys, values = self.qkv(x).split(self.d_model, dim=2)  # 3 x (b, t, d)
+        queries = queries.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        keys = keys.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        values = values.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        if self.qk_norm is not None:
+            queries, keys = self.q_norm(queries), self.k_norm(keys)  # (b, h, t, d_h) each
+        return queries, keys, values
+
+
+class BlockAttention(FusedHeads):
     """Multi-head self-attention with W_q, W_k, W_v fused in ``qkv``, as a block uses it.
 
     ``is_causal=True`` lets token i attend to tokens j <= i only; ``rotary`` rotates queries and
@@ -172,15 +215,8 @@ class BlockAttention(nn.Module):
             ValueError: if x is not (b, t, d), or attn_mask is neither bool nor a float of
                 x's dtype or float32, or does not broadcast to (b, h, t, t_k).
         """
-        check_input(x, self.d_model, (3,), "x", "d_model")
+        queries, keys, values = self.heads(x)  # (b, h, t, d_h) each
         b, t, _ = x.shape
-        h, d_h = self.num_heads, self.d_h
-        queries, keys, values = self.qkv(x).split(self.d_model, dim=2)  # 3 x (b, t, d)
-        queries = queries.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        keys = keys.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        values = values.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        if self.qk_norm is not None:
-            queries, keys = self.q_norm(queries), self.k_norm(keys)  # (b, h, t, d_h) each
         start = 0 if cache is None else cache.length  # position of x's first token
         if self.rotary is not None:
             queries, keys = self.rotary(queries, start), self.rotary(keys, start)  # (b,h,t,d_h)

@@ -18,8 +18,8 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_input, check_no_mask_or_cache, check_seed, check_sizes
-from .block_attention import BlockAttention
+from ._checks import check_no_mask_or_cache, check_seed, check_sizes
+from .block_attention import BlockAttention, FusedHeads
 from .favor import favor_features, random_projection
 from .linear import apply_feature_map, divide_rows, elu_plus_one
 
@@ -29,7 +29,7 @@ Kind = Literal["elu+1", "favor"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
-class KernelBlockAttention(nn.Module):
+class KernelBlockAttention(FusedHeads):
     """A block's attention sublayer with a kernel in place of the softmax.
 
     Built from a :class:`~attention.BlockAttention`, whose modules it takes over (``qkv``,
@@ -111,15 +111,8 @@ class KernelBlockAttention(nn.Module):
             ValueError: if x is not (b, t, d), or a mask or a cache is given.
         """
         check_no_mask_or_cache("kernel attention", attn_mask, cache)
-        check_input(x, self.d_model, (3,), "x", "d_model")
+        queries, keys, values = self.heads(x)  # (b, h, t, d_h) each
         b, t, _ = x.shape
-        h, d_h = self.num_heads, self.d_h
-        queries, keys, values = self.qkv(x).split(self.d_model, dim=2)  # 3 x (b, t, d)
-        queries = queries.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        keys = keys.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        values = values.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        if self.qk_norm is not None:
-            queries, keys = self.q_norm(queries), self.k_norm(keys)  # (b, h, t, d_h) each
         if self.rotary is not None and self.kind == "favor":
             # FAVOR+ estimates exp((q R_i) . (k R_j) / sqrt(d_h)), which depends on i - j alone:
             # rotate first, as the softmax sublayer does

@@ -80,6 +80,9 @@ def test_forward_is_the_formula_written_out_in_float64() -> None:
     def rms(y: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
         return gain * y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + 0.5)
 
+    heads = attn.heads(x)  # before the rotation
+    for got, want in zip(heads, (rms(q, gain_q), rms(k, gain_k), v), strict=True):
+        torch.testing.assert_close(got, want, atol=1e-14, rtol=0)
     q, k = attn.rotary(rms(q, gain_q)), attn.rotary(rms(k, gain_k))
     scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(~torch.ones(5, 5).tril().bool(), -torch.inf)
     weights = torch.softmax(scores, dim=-1)
@@ -175,6 +178,8 @@ class TestBadInput:
     def test_x_must_be_b_t_d(self, shape, message) -> None:
         with pytest.raises(ValueError, match=message):
             BlockAttention(8, 2)(torch.randn(shape))
+        with pytest.raises(ValueError, match=message):
+            BlockAttention(8, 2).heads(torch.randn(shape))
 
     @pytest.mark.parametrize("is_causal", [False, True])
     def test_a_mask_must_broadcast_to_the_scores(self, is_causal) -> None:
