@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _inputs import mask_dtypes, qkv
+from _reference import book_tensor
 from torch.autograd import gradcheck
 
 from attention import (
@@ -21,58 +22,12 @@ from attention import (
     softmax_naive,
 )
 
-# Reference figures printed in the book's notebook (tests/fixtures/reference/notebook-outputs.txt, "Approach #1"
-# and "Approach #3"), typed in here to 4 decimals.
-BOOK_SIMPLE_WEIGHTS = torch.tensor(
-    [
-        [0.2098, 0.2006, 0.1981, 0.1242, 0.1220, 0.1452],
-        [0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581],
-        [0.1390, 0.2369, 0.2326, 0.1242, 0.1108, 0.1565],
-        [0.1435, 0.2074, 0.2046, 0.1462, 0.1263, 0.1720],
-        [0.1526, 0.1958, 0.1975, 0.1367, 0.1879, 0.1295],
-        [0.1385, 0.2184, 0.2128, 0.1420, 0.0988, 0.1896],
-    ]
-)
-BOOK_SIMPLE_CONTEXT = torch.tensor(
-    [
-        [0.4421, 0.5931, 0.5790],
-        [0.4419, 0.6515, 0.5683],
-        [0.4431, 0.6496, 0.5671],
-        [0.4304, 0.6298, 0.5510],
-        [0.4671, 0.5910, 0.5266],
-        [0.4177, 0.6503, 0.5645],
-    ]
-)
-BOOK_CAUSAL_WEIGHTS = torch.tensor(
-    [
-        [1.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
-        [0.5517, 0.4483, 0.0000, 0.0000, 0.0000, 0.0000],
-        [0.3800, 0.3097, 0.3103, 0.0000, 0.0000, 0.0000],
-        [0.2758, 0.2460, 0.2462, 0.2319, 0.0000, 0.0000],
-        [0.2175, 0.1983, 0.1984, 0.1888, 0.1971, 0.0000],
-        [0.1935, 0.1663, 0.1666, 0.1542, 0.1666, 0.1529],
-    ]
-)
-BOOK_CAUSAL_WEIGHTS_DROPOUT = torch.tensor(
-    [
-        [2.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
-        [0.0000, 0.0000, 0.0000, 0.0000, 0.0000, 0.0000],
-        [0.7599, 0.6194, 0.6206, 0.0000, 0.0000, 0.0000],
-        [0.0000, 0.4921, 0.4925, 0.0000, 0.0000, 0.0000],
-        [0.0000, 0.3966, 0.0000, 0.3775, 0.0000, 0.0000],
-        [0.0000, 0.3327, 0.3331, 0.3084, 0.3331, 0.0000],
-    ]
-)
-BOOK_CAUSAL_CONTEXT = torch.tensor(
-    [
-        [0.1855, 0.8812],
-        [0.2795, 0.9361],
-        [0.3133, 0.9508],
-        [0.2994, 0.8595],
-        [0.2702, 0.7554],
-        [0.2772, 0.7618],
-    ]
-)
+# Printed by the book's notebook ("Approach #1" and "Approach #3"): tests/package/_reference.py.
+BOOK_SIMPLE_WEIGHTS = book_tensor("BOOK_SIMPLE_WEIGHTS")
+BOOK_SIMPLE_CONTEXT = book_tensor("BOOK_SIMPLE_CONTEXT")
+BOOK_CAUSAL_WEIGHTS = book_tensor("BOOK_CAUSAL_WEIGHTS")
+BOOK_CAUSAL_WEIGHTS_DROPOUT = book_tensor("BOOK_CAUSAL_WEIGHTS_DROPOUT")
+BOOK_CAUSAL_CONTEXT = book_tensor("BOOK_CAUSAL_CONTEXT")
 
 
 def book_causal_qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

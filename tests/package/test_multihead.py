@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from _gradcheck import module_gradcheck
 from _inputs import randomize, seeded_randn
+from _reference import book_tensor
 
 from attention import (
     CausalAttention,
@@ -22,44 +23,23 @@ from attention import (
     to_torch_state_dict,
 )
 
-# Reference figures printed in the book's notebook (tests/fixtures/reference/notebook-outputs.txt,
-# "Approach #4" and exercise 3.3), typed in here to 4 decimals; both copies of the batch agree.
-BOOK_WRAPPER_OUTPUT = torch.tensor(
-    [
-        [-0.4519, 0.2216, 0.4772, 0.1063],
-        [-0.5874, 0.0058, 0.5891, 0.3257],
-        [-0.6300, -0.0632, 0.6202, 0.3860],
-        [-0.5675, -0.0843, 0.5478, 0.3589],
-        [-0.5526, -0.0981, 0.5321, 0.3428],
-        [-0.5299, -0.1081, 0.5077, 0.3493],
-    ]
+# Printed by the book's notebook ("Approach #4" and exercise 3.3), both copies of the batch:
+# tests/package/_reference.py.
+BOOK_WRAPPER_OUTPUT = book_tensor("BOOK_WRAPPER_OUTPUT")
+BOOK_MHA_OUTPUT = book_tensor("BOOK_MHA_OUTPUT")
+
+
+@pytest.mark.parametrize(
+    ("module", "printed"),
+    [(MultiHeadAttentionWrapper, BOOK_WRAPPER_OUTPUT), (MultiHeadAttention, BOOK_MHA_OUTPUT)],
+    ids=["MultiHeadAttentionWrapper", "MultiHeadAttention"],
 )
-BOOK_MHA_OUTPUT = torch.tensor(
-    [
-        [0.3190, 0.4858],
-        [0.2943, 0.3897],
-        [0.2856, 0.3593],
-        [0.2693, 0.3873],
-        [0.2639, 0.3928],
-        [0.2575, 0.4028],
-    ]
-)
-
-
-def test_wrapper_reproduces_book_with_seed_123() -> None:
+def test_reproduces_book_with_seed_123(module, printed) -> None:
     torch.manual_seed(123)
-    wrapper = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0.0, num_heads=2)
+    layer = module(3, 2, context_length=6, dropout=0.0, num_heads=2)
     with torch.no_grad():
-        out = wrapper(journey_batch())
-    torch.testing.assert_close(out, BOOK_WRAPPER_OUTPUT.expand(2, 6, 4), atol=1e-4, rtol=0)
-
-
-def test_multihead_reproduces_book_with_seed_123() -> None:
-    torch.manual_seed(123)
-    mha = MultiHeadAttention(3, 2, context_length=6, dropout=0.0, num_heads=2)
-    with torch.no_grad():
-        out = mha(journey_batch())
-    torch.testing.assert_close(out, BOOK_MHA_OUTPUT.expand(2, 6, 2), atol=1e-4, rtol=0)
+        out = layer(journey_batch())
+    torch.testing.assert_close(out, printed, atol=1e-4, rtol=0)
 
 
 def expected_parameters(d_in: int, d_out: int, qkv_bias: bool) -> int:

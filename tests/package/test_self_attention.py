@@ -5,34 +5,16 @@ import re
 import pytest
 import torch
 from _inputs import randomize, seeded_randn
+from _reference import book_tensor
 
 from attention import SelfAttentionV1, SelfAttentionV2, attention_weights, journey_inputs
 
-# Reference figures printed in the book's notebook (tests/fixtures/reference/notebook-outputs.txt,
-# "Approach #2"), typed in here to 4 decimals.
-BOOK_V1_W_QUERY = torch.tensor([[0.2961, 0.5166], [0.2517, 0.6886], [0.0740, 0.8665]])
-BOOK_V1_WEIGHTS_2 = torch.tensor([0.1500, 0.2264, 0.2199, 0.1311, 0.0906, 0.1820])
-BOOK_V1_OUTPUT = torch.tensor(
-    [
-        [0.2996, 0.8053],
-        [0.3061, 0.8210],
-        [0.3058, 0.8203],
-        [0.2948, 0.7939],
-        [0.2927, 0.7891],
-        [0.2990, 0.8040],
-    ]
-)
-BOOK_V2_W_KEY = torch.tensor([[0.4058, -0.4704, 0.2368], [0.2134, -0.2601, -0.5105]])
-BOOK_V2_OUTPUT = torch.tensor(
-    [
-        [-0.0739, 0.0713],
-        [-0.0748, 0.0703],
-        [-0.0749, 0.0702],
-        [-0.0760, 0.0685],
-        [-0.0763, 0.0679],
-        [-0.0754, 0.0693],
-    ]
-)
+# Printed by the book's notebook ("Approach #2"): tests/package/_reference.py.
+BOOK_V1_W_QUERY = book_tensor("BOOK_V1_W_QUERY")
+BOOK_V1_WEIGHTS_2 = book_tensor("BOOK_V1_WEIGHTS_2")
+BOOK_V1_OUTPUT = book_tensor("BOOK_V1_OUTPUT")
+BOOK_V2_W_KEY = book_tensor("BOOK_V2_W_KEY")
+BOOK_V2_OUTPUT = book_tensor("BOOK_V2_OUTPUT")
 
 
 def test_v1_reproduces_book_with_seed_123() -> None:
