@@ -32,18 +32,26 @@ def torch_mha_like(module: CrossAttention) -> torch.nn.MultiheadAttention:
     return ref
 
 
+def assert_equals_torch(
+    module: CrossAttention, x: torch.Tensor, context: torch.Tensor,
+    padding: torch.Tensor | None, got: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    """``got``, the module's output and weights, equals torch's MultiheadAttention with the same
+    parameters, to 1e-12 in float64."""
+    want = torch_mha_like(module)(
+        x, context, context, key_padding_mask=padding, average_attn_weights=False
+    )
+    for got_tensor, want_tensor in zip(got, want, strict=True):
+        torch.testing.assert_close(got_tensor, want_tensor, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("qkv_bias", [False, True])
 @pytest.mark.parametrize("padding", [None, PADDING])
 def test_self_attention_equals_torch_multihead_attention(qkv_bias, padding):
     torch.manual_seed(0)
     module = BidirectionalSelfAttention(6, 6, dropout=0.0, num_heads=3, qkv_bias=qkv_bias).double()
     x = torch.randn(2, 5, 6, dtype=torch.float64)
-    out, weights = module(x, key_padding_mask=padding, return_weights=True)
-    ref_out, ref_weights = torch_mha_like(module)(
-        x, x, x, key_padding_mask=padding, average_attn_weights=False
-    )
-    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
-    torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-12)
+    assert_equals_torch(module, x, x, padding, module(x, key_padding_mask=padding, return_weights=True))
 
 
 def test_padded_keys_get_zero_weight_and_cannot_change_real_tokens():
@@ -120,12 +128,8 @@ def test_cross_attention_equals_torch_multihead_attention(qkv_bias):
         torch.randn(2, 3, 6, dtype=torch.float64),
         torch.randn(2, 5, 5, dtype=torch.float64),
     )
-    out, weights = module(x, context, key_padding_mask=PADDING, return_weights=True)
-    ref_out, ref_weights = torch_mha_like(module)(
-        x, context, context, key_padding_mask=PADDING, average_attn_weights=False
-    )
-    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
-    torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-12)
+    got = module(x, context, key_padding_mask=PADDING, return_weights=True)
+    assert_equals_torch(module, x, context, PADDING, got)
 
 
 def test_cross_attention_padding_hides_context_tokens():
