@@ -29,6 +29,15 @@ def book(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@pytest.fixture
+def chain_log(book: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file where docs/chain_count.md, added to ``book``, logs the number of each fence it runs."""
+    log = book.path / "runs.log"
+    monkeypatch.setenv("CHAIN_LOG", str(log))
+    add_page(book, "chain_count.md")
+    return log
+
+
 def add_page(
     book: pytest.Pytester, name: str, old: str = "", new: str = "", as_name: str = ""
 ) -> Path:
@@ -227,29 +236,21 @@ def test_a_changed_digit_in_a_nested_solution_fails(book: pytest.Pytester) -> No
     result.stdout.fnmatch_lines(["docs/containers.md:28: the printed output differs*"])
 
 
-def test_a_chain_of_n_fences_runs_each_fence_once(
-    book: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    log = book.path / "runs.log"
-    monkeypatch.setenv("CHAIN_LOG", str(log))
-    add_page(book, "chain_count.md")
+def test_a_chain_of_n_fences_runs_each_fence_once(book: pytest.Pytester, chain_log: Path) -> None:
     result = book.runpytest()
     result.assert_outcomes(passed=5)
-    assert log.read_text().split() == ["1", "2", "3", "4", "5"]
+    assert chain_log.read_text().split() == ["1", "2", "3", "4", "5"]
     result.stdout.fnmatch_lines(["book pages: 5 fences and cells executed, 0 of them replays*"])
 
 
 def test_a_fence_run_alone_replays_the_fences_before_it(
-    book: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    book: pytest.Pytester, chain_log: Path
 ) -> None:
-    log = book.path / "runs.log"
-    monkeypatch.setenv("CHAIN_LOG", str(log))
-    add_page(book, "chain_count.md")
     book.runpytest("docs/chain_count.md::line-25").assert_outcomes(passed=1)
-    assert log.read_text().split() == ["1", "2", "3", "4"]
-    log.unlink()
+    assert chain_log.read_text().split() == ["1", "2", "3", "4"]
+    chain_log.unlink()
     book.runpytest("-k", "line-13 or line-31").assert_outcomes(passed=2, deselected=3)
-    assert log.read_text().split() == ["1", "2", "1", "2", "3", "4", "5"]
+    assert chain_log.read_text().split() == ["1", "2", "1", "2", "3", "4", "5"]
 
 
 def test_notebook_outputs_are_checked(book: pytest.Pytester) -> None:
@@ -367,15 +368,13 @@ def test_fences_shown_as_examples_are_neither_run_nor_flagged() -> None:
 
 
 def test_under_xdist_the_count_adds_up_the_workers_and_a_failed_id_runs_again_as_printed(
-    book: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    book: pytest.Pytester, chain_log: Path
 ) -> None:
     """The two xdist papercuts, in one run of two worker processes (a few seconds: each worker
     imports torch). The controller executes nothing, so the count line must add up what the
     workers report; and the id in a FAILED line carries xdist's ``@page:...`` group, which the
     runner must accept on the command line."""
-    monkeypatch.setenv("CHAIN_LOG", str(book.path / "runs.log"))
-    add_page(book, "basic.md", "0.2447", "0.2449")
-    add_page(book, "chain_count.md")
+    add_page(book, "basic.md", "0.2447", "0.2449")  # and chain_count.md, from chain_log
     # Hypothesis' plugin costs each worker a second or two at start, and no page needs it.
     result = book.runpytest("-n", "2", "--dist", "loadgroup", "-p", "no:hypothesispytest")
     result.assert_outcomes(passed=8, failed=1)
