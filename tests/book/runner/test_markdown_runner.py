@@ -8,6 +8,7 @@ outcome and the message readers of a failure would see.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import IPython.lib.pretty  # noqa: F401  (imported once here, not again by every in-process run)
@@ -51,6 +52,14 @@ def add_page(
     path = book.path / "docs" / (as_name or name)
     path.write_bytes(text.encode("utf-8"))
     return path
+
+
+def add_notebook(book: pytest.Pytester, change: Callable[[list[dict]], object]) -> None:
+    """Copy the fixture notebook into ``docs/`` with ``change`` applied to its list of cells."""
+    page = add_page(book, "notebook.ipynb")
+    notebook = json.loads(page.read_text())
+    change(notebook["cells"])
+    page.write_text(json.dumps(notebook))
 
 
 def line_of(name: str, needle: str) -> int:
@@ -285,10 +294,7 @@ def test_update_rewrites_stored_notebook_outputs(book: pytest.Pytester) -> None:
 
 
 def test_a_notebook_cell_that_prints_without_stored_outputs_fails(book: pytest.Pytester) -> None:
-    page = add_page(book, "notebook.ipynb")
-    notebook = json.loads(page.read_text())
-    notebook["cells"][1]["outputs"] = []
-    page.write_text(json.dumps(notebook))
+    add_notebook(book, lambda cells: cells[1].update(outputs=[]))
     result = book.runpytest()
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(
@@ -297,10 +303,8 @@ def test_a_notebook_cell_that_prints_without_stored_outputs_fails(book: pytest.P
 
 
 def test_a_python_fence_in_a_notebook_markdown_cell_fails(book: pytest.Pytester) -> None:
-    page = add_page(book, "notebook.ipynb")
-    notebook = json.loads(page.read_text())
-    notebook["cells"][0]["source"] = ["Try this:\n", "```python\n", "print(1)\n", "```\n"]
-    page.write_text(json.dumps(notebook))
+    fence = ["Try this:\n", "```python\n", "print(1)\n", "```\n"]
+    add_notebook(book, lambda cells: cells[0].update(source=fence))
     result = book.runpytest()
     result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(
