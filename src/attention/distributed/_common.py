@@ -105,10 +105,11 @@ def _table_device(q: object, group: dist.ProcessGroup | None) -> torch.device:
 
 
 def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, scale: float | None,
-          group: dist.ProcessGroup | None, name: str, refused: str | None = None) -> list[int]:
+          group: dist.ProcessGroup | None, name: str,
+          refused: str | None = None) -> tuple[list[int], float | None]:
     """Exchange every rank's shapes and options; raise the same error on every rank, or return the
-    shard lengths c of ranks 0 .. N - 1. ``refused``: what the caller found wrong with this rank's
-    input, refused in the exchange too."""
+    shard lengths c of ranks 0 .. N - 1 and the checked scale (a float, or None for 1/sqrt(d_k)).
+    ``refused``: what the caller found wrong with this rank's input, refused in the exchange too."""
     problem = local_problem(q, k, v) or refused
     try:  # refused in the exchange, so that no rank is left waiting
         check_bool(is_causal, "is_causal")
@@ -144,4 +145,4 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
             shown = ([str(DTYPES[x]) for x in values] if key == "dtype"
                      else [_float(x) for x in values] if key == "scale" else values)
             raise ValueError(f"{name}: every rank must pass the same {key}, got {shown} on ranks 0 .. {world - 1}")
-    return [values[FIELDS.index("c")] for values in rows]
+    return [values[FIELDS.index("c")] for values in rows], scale

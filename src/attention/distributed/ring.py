@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.types import Device
 
-from .._checks import accumulation_dtype, check_scale, kernel_keywords
+from .._checks import accumulation_dtype, kernel_keywords
 from ..ring import SHARDINGS, Sharding, ring_shards
 from ._common import agree, global_rank, merge, note
 
@@ -290,10 +290,9 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
     """
     q, k, v = query, key, value
     known = sharding in SHARDINGS  # if not, refused in the exchange, on every rank
-    lengths = agree(q, k, v, is_causal=is_causal, sharding=SHARDINGS.index(sharding) if known else -1,
-                    scale=scale, group=group, name="ring_attention",
-                    refused=None if known else f"sharding must be one of {SHARDINGS}, got {sharding!r}")
+    lengths, scale = agree(q, k, v, is_causal=is_causal, sharding=SHARDINGS.index(sharding) if known else -1,
+                           scale=scale, group=group, name="ring_attention",
+                           refused=None if known else f"sharding must be one of {SHARDINGS}, got {sharding!r}")
     positions = shard_positions(lengths, sharding, q.device)
-    scale = check_scale(scale)  # a float or None now: agreed on every rank above
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     return _RingAttention.apply(q, k, v, positions, is_causal, scale, group)

@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._checks import check_scale, kernel_keywords
+from .._checks import kernel_keywords
 from ._common import agree, note
 
 __all__ = ["ulysses_attention"]
@@ -97,9 +97,8 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
         RuntimeError: ulysses_attention runs on every rank of a process group: ...
     """
     q, k, v = query, key, value
-    lengths = agree(q, k, v, is_causal=is_causal, sharding=0, scale=scale, group=group,
-                    name="ulysses_attention")
-    scale = check_scale(scale)  # a float or None now: agreed on every rank above
+    lengths, scale = agree(q, k, v, is_causal=is_causal, sharding=0, scale=scale, group=group,
+                           name="ulysses_attention")
     world, rank = len(lengths), dist.get_rank(group)
     b, h, c, _ = q.shape
     h_kv = k.shape[1]
