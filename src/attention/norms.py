@@ -54,8 +54,8 @@ class RMSNorm(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(d=d)
-        check_number("eps", eps, 0.0, inclusive=False)  # 0 divides a constant row by 0
-        self.d, self.eps = d, float(eps)
+        self.d = d
+        self.eps = check_number("eps", eps, 0.0, inclusive=False)  # 0 divides a constant row by 0
         self.weight = nn.Parameter(torch.ones(d, device=device, dtype=dtype))  # γ
 
     def forward(self, x: Tensor) -> Tensor:
