@@ -6,19 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from attention import (
-    RotaryEmbedding,
-    TinyTransformer,
-    TransformerBlock,
-    ablate_heads,
-    composition_score,
-    copying_score,
-    head_output_means,
-    head_weights,
-    ov_circuit,
-    qk_circuit,
-    rotation_matrix,
-)
+from attention import RotaryEmbedding, TinyTransformer, TransformerBlock, circuits
 
 
 def _block(norm: str, rotary: bool) -> TransformerBlock:
@@ -52,16 +40,16 @@ def test_circuits_reproduce_the_block_s_weights_and_output(norm: str, rotary: bo
         scores = torch.full((6, 6), -math.inf, dtype=torch.float64)
         for i in range(6):
             for j in range(i + 1):
-                scores[i, j] = tokens[i] @ qk_circuit(block, head, i - j) @ tokens[j] / 2.0
+                scores[i, j] = tokens[i] @ circuits.qk_circuit(block, head, i - j) @ tokens[j] / 2.0
         expected = torch.softmax(scores, dim=-1)
         torch.testing.assert_close(weights[0, head], expected, atol=1e-12, rtol=0)
-        written += expected @ tokens @ ov_circuit(block, head)
+        written += expected @ tokens @ circuits.ov_circuit(block, head)
     torch.testing.assert_close(out[0] - x[0], written, atol=1e-12, rtol=0)
 
 
 def test_head_weights_are_the_slices_of_the_projections() -> None:
     block = TransformerBlock(8, 2, 16, norm_first=False).double()  # post-norm: nothing folded
-    w_q, w_k, w_v, w_o = head_weights(block, 1)
+    w_q, w_k, w_v, w_o = circuits.head_weights(block, 1)
     qkv, out = block.attn.qkv.weight, block.attn.out_proj.weight
     torch.testing.assert_close(w_q, qkv[4:8].T, rtol=0, atol=0)
     torch.testing.assert_close(w_k, qkv[12:16].T, rtol=0, atol=0)
@@ -75,28 +63,28 @@ def test_rotation_matrix_turns_two_rotations_into_one() -> None:
     q, k = torch.randn(1, 6, dtype=torch.float64), torch.randn(1, 6, dtype=torch.float64)
     for i, j in ((5, 2), (9, 9), (3, 0)):
         score = rotary(q, i) @ rotary(k, j).T
-        torch.testing.assert_close(score, q @ rotation_matrix(rotary, i - j) @ k.T)
-    torch.testing.assert_close(rotation_matrix(rotary, 0), torch.eye(6, dtype=torch.float64))
+        torch.testing.assert_close(score, q @ circuits.rotation_matrix(rotary, i - j) @ k.T)
+    torch.testing.assert_close(circuits.rotation_matrix(rotary, 0), torch.eye(6, dtype=torch.float64))
 
 
 def test_composition_score_measures_shared_subspaces() -> None:
     u, v, w = (torch.randn(5, 1, dtype=torch.float64) for _ in range(3))
-    assert composition_score(u @ v.T, v @ w.T) == pytest.approx(1.0)  # A writes what B reads
+    assert circuits.composition_score(u @ v.T, v @ w.T) == pytest.approx(1.0)  # A writes what B reads
     e = torch.eye(4, dtype=torch.float64)
     writes_first_two, reads_last_two = e[:, :2] @ e[:2], e[:, 2:] @ e[2:]
-    assert composition_score(writes_first_two, reads_last_two) == 0.0  # orthogonal subspaces
+    assert circuits.composition_score(writes_first_two, reads_last_two) == 0.0  # orthogonal subspaces
     a, b = torch.randn(6, 6, dtype=torch.float64), torch.randn(6, 6, dtype=torch.float64)
-    score = composition_score(a, b)
-    assert 0.0 < score <= 1.0 and composition_score(3 * a, -b / 7) == pytest.approx(score)
+    score = circuits.composition_score(a, b)
+    assert 0.0 < score <= 1.0 and circuits.composition_score(3 * a, -b / 7) == pytest.approx(score)
     assert score == pytest.approx(((a @ b).norm() / (a.norm() * b.norm())).item())
 
 
 def test_copying_score_of_known_matrices() -> None:
-    assert copying_score(torch.eye(5) * 2.0) == pytest.approx(1.0)
-    assert copying_score(-torch.eye(5)) == pytest.approx(-1.0)
+    assert circuits.copying_score(torch.eye(5) * 2.0) == pytest.approx(1.0)
+    assert circuits.copying_score(-torch.eye(5)) == pytest.approx(-1.0)
     quarter_turn = torch.tensor([[0.0, 1.0], [-1.0, 0.0]])  # eigenvalues ±i: neither
-    assert copying_score(quarter_turn) == pytest.approx(0.0, abs=1e-12)
-    assert copying_score(torch.diag(torch.tensor([3.0, -1.0]))) == pytest.approx(0.5)
+    assert circuits.copying_score(quarter_turn) == pytest.approx(0.0, abs=1e-12)
+    assert circuits.copying_score(torch.diag(torch.tensor([3.0, -1.0]))) == pytest.approx(0.5)
 
 
 def _tiny() -> TinyTransformer:
@@ -123,7 +111,7 @@ def _with_context_replaced(model: TinyTransformer, layer: int, head: int, value)
 def test_ablations_replace_a_head_s_context_by_zero_or_by_its_mean() -> None:
     model = _tiny()
     idx = torch.randint(11, (4, 6))
-    means = head_output_means(model, idx)  # (L, h, d_h)
+    means = circuits.head_output_means(model, idx)  # (L, h, d_h)
     with torch.no_grad():
         z = []
         hook = model.blocks[1].attn.out_proj.register_forward_pre_hook(
@@ -131,8 +119,8 @@ def test_ablations_replace_a_head_s_context_by_zero_or_by_its_mean() -> None:
         before = model(idx)
         hook.remove()
         torch.testing.assert_close(means[1, 0], z[0][..., :4].mean(dim=(0, 1)))
-        zeroed = ablate_heads(model, [(1, 0)])(idx)
-        meaned = ablate_heads(model, [(1, 0)], means)(idx)
+        zeroed = circuits.ablate_heads(model, [(1, 0)])(idx)
+        meaned = circuits.ablate_heads(model, [(1, 0)], means)(idx)
         torch.testing.assert_close(model(idx), before)  # the original is left alone
         hooked = _with_context_replaced(_tiny(), 1, 0, 0.0)
         torch.testing.assert_close(zeroed, hooked(idx), atol=1e-12, rtol=0)
@@ -145,22 +133,22 @@ class TestBadInput:
     @pytest.mark.parametrize(
         ("make", "message"),
         [
-            (lambda: head_weights(TransformerBlock(8, 2, 16), 2), r"\[0, 2\), got 2"),
-            (lambda: ov_circuit(TransformerBlock(8, 2, 16), True), r"got True"),
-            (lambda: rotation_matrix(RotaryEmbedding(4), -1), r"offset must be an integer >= 0.*got -1"),
+            (lambda: circuits.head_weights(TransformerBlock(8, 2, 16), 2), r"\[0, 2\), got 2"),
+            (lambda: circuits.ov_circuit(TransformerBlock(8, 2, 16), True), r"got True"),
+            (lambda: circuits.rotation_matrix(RotaryEmbedding(4), -1), r"offset must be an integer >= 0.*got -1"),
             (
-                lambda: composition_score(torch.ones(3, 4), torch.ones(3, 4)),
+                lambda: circuits.composition_score(torch.ones(3, 4), torch.ones(3, 4)),
                 r"\(m, n\) and \(n, k\), got shapes \(3, 4\) and \(3, 4\)",
             ),
-            (lambda: copying_score(torch.ones(3, 4)), r"square, got shape \(3, 4\)"),
-            (lambda: ablate_heads(_tiny(), [(2, 0)]), r"layer must be in \[0, 2\), got 2"),
-            (lambda: ablate_heads(_tiny(), [(0, 5)]), r"head must be .* got 5"),
+            (lambda: circuits.copying_score(torch.ones(3, 4)), r"square, got shape \(3, 4\)"),
+            (lambda: circuits.ablate_heads(_tiny(), [(2, 0)]), r"layer must be in \[0, 2\), got 2"),
+            (lambda: circuits.ablate_heads(_tiny(), [(0, 5)]), r"head must be .* got 5"),
             (
-                lambda: ablate_heads(_tiny(), [(0, 0)], torch.zeros(2, 2)),
+                lambda: circuits.ablate_heads(_tiny(), [(0, 0)], torch.zeros(2, 2)),
                 r"means must have shape \(L, h, d_h\) = \(2, 2, 4\), got \(2, 2\)",
             ),
             (
-                lambda: ablate_heads(
+                lambda: circuits.ablate_heads(
                     TinyTransformer(5, 8, 2, 1, 4, bias=False), [(0, 0)], torch.zeros(1, 2, 4)
                 ),
                 r"mean ablation needs out_proj with a bias.*got bias=None",
@@ -174,12 +162,12 @@ class TestBadInput:
     @pytest.mark.parametrize(
         ("make", "message"),
         [
-            (lambda: composition_score(torch.zeros(3, 4), torch.ones(4, 2)),
+            (lambda: circuits.composition_score(torch.zeros(3, 4), torch.ones(4, 2)),
              r"undefined for a zero matrix: \|\|first\|\|_F = 0"),
-            (lambda: composition_score(torch.ones(3, 4), torch.zeros(4, 2)),
+            (lambda: circuits.composition_score(torch.ones(3, 4), torch.zeros(4, 2)),
              r"undefined for a zero matrix: \|\|second\|\|_F = 0"),
-            (lambda: copying_score(torch.zeros(3, 3)), r"undefined when every eigenvalue is 0"),
-            (lambda: copying_score(torch.tensor([[0.0, 1.0], [0.0, 0.0]])),
+            (lambda: circuits.copying_score(torch.zeros(3, 3)), r"undefined when every eigenvalue is 0"),
+            (lambda: circuits.copying_score(torch.tensor([[0.0, 1.0], [0.0, 0.0]])),
              r"undefined when every eigenvalue is 0"),
         ],
     )

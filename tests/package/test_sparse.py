@@ -9,19 +9,8 @@ import torch.nn.functional as F
 from _inputs import qkv
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from attention import sparse
 from attention.masks import dense_attention, sliding_window, to_dense
-from attention.sparse import (
-    IndexedLatentKVCache,
-    LightningIndexer,
-    block_topk_mask,
-    dsa_attention,
-    dsa_flops,
-    moba_attention,
-    moba_mask,
-    nsa_attention,
-    nsa_mask,
-    topk_mask,
-)
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -35,7 +24,7 @@ def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
 def test_topk_mask_keeps_the_k_best_visible_keys_of_each_query():
     scores = torch.randn(T, T, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     k = 5
-    mask = to_dense(topk_mask(scores, k), T, T)  # (t, t)
+    mask = to_dense(sparse.topk_mask(scores, k), T, T)  # (t, t)
     assert not mask.triu(1).any(), "a query selected a later key"
     assert mask.sum(dim=1).tolist() == [min(i + 1, k) for i in range(T)]
     for i in range(T):
@@ -45,8 +34,8 @@ def test_topk_mask_keeps_the_k_best_visible_keys_of_each_query():
 
 def test_selecting_before_the_causal_mask_would_see_the_future():
     scores = torch.arange(T, dtype=torch.float64).expand(T, T)  # later keys score higher
-    after = to_dense(topk_mask(scores, 3), T, T)
-    before = to_dense(topk_mask(scores, 3, is_causal=False), T, T) & torch.ones(T, T).tril().bool()
+    after = to_dense(sparse.topk_mask(scores, 3), T, T)
+    before = to_dense(sparse.topk_mask(scores, 3, is_causal=False), T, T) & torch.ones(T, T).tril().bool()
     assert after.sum(dim=1).tolist() == [min(i + 1, 3) for i in range(T)]
     assert before[:-3].sum() < after[:-3].sum(), "masking after selecting should lose keys"
 
@@ -55,12 +44,12 @@ def test_selecting_before_the_causal_mask_would_see_the_future():
 def test_dense_and_flex_forms_are_equal_in_float64(rule_name):
     q, k, v = qkv((B, H, T, D), seed=123)
     if rule_name == "topk":
-        rule = topk_mask(q @ k.transpose(-2, -1), 5)
+        rule = sparse.topk_mask(q @ k.transpose(-2, -1), 5)
     elif rule_name == "block_topk":
         scores = torch.randn(B, H, T, T // BLOCK, dtype=torch.float64)
-        rule = block_topk_mask(scores, 2, BLOCK, keep_first=True)
+        rule = sparse.block_topk_mask(scores, 2, BLOCK, keep_first=True)
     else:
-        rule = moba_mask(q, k, block_size=BLOCK, top_k=2)
+        rule = sparse.moba_mask(q, k, block_size=BLOCK, top_k=2)
     dense = dense_attention(q, k, v, mask_mod=rule)
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=to_dense(rule, T, T, B, H))
     block_mask = create_block_mask(rule, B, H, T, T, device="cpu", BLOCK_SIZE=BLOCK)
@@ -72,7 +61,7 @@ def test_dense_and_flex_forms_are_equal_in_float64(rule_name):
 def test_block_selection_keeps_the_own_and_first_block_and_no_later_one():
     scores = torch.randn(B, H, T, T // BLOCK, dtype=torch.float64)
     scores[..., 0] = -1e9  # the first block would never win on its score
-    mask = to_dense(block_topk_mask(scores, 2, BLOCK, keep_first=True), T, T, B, H)
+    mask = to_dense(sparse.block_topk_mask(scores, 2, BLOCK, keep_first=True), T, T, B, H)
     blocks = mask.view(B, H, T, T // BLOCK, BLOCK).any(dim=-1)  # (b, h, t, T_k)
     for i in range(T):
         assert blocks[..., i, i // BLOCK].all() and blocks[..., i, 0].all()
@@ -84,7 +73,7 @@ def test_block_selection_keeps_the_own_and_first_block_and_no_later_one():
 def test_moba_keeps_the_own_block_and_the_earlier_blocks_with_the_best_mean_key():
     q, k, _ = qkv((B, H, T, D), seed=123)
     top, n_blocks = 2, T // BLOCK
-    mask = to_dense(moba_mask(q, k, block_size=BLOCK, top_k=top), T, T, B, H)  # (b, h, t, t)
+    mask = to_dense(sparse.moba_mask(q, k, block_size=BLOCK, top_k=top), T, T, B, H)  # (b, h, t, t)
     blocks = mask.view(B, H, T, n_blocks, BLOCK).any(dim=-1)  # (b, h, t, T_k)
     gate = q @ k.unflatten(-2, (n_blocks, BLOCK)).mean(-2).transpose(-2, -1)  # (b, h, t, T_k)
     for i in range(T):
@@ -101,7 +90,7 @@ def test_nsa_selects_the_blocks_the_compressed_branch_weighs_most():
     q, k, v = qkv((B, H, T, D), seed=123)
     ones = torch.ones(B, H, T, 1, dtype=torch.float64)
     gates = torch.cat([0 * ones, ones, 0 * ones], -1)  # the selected branch alone
-    selected = nsa_attention(q, k, v, gates, block_size=BLOCK, top_k=3, window=5)
+    selected = sparse.nsa_attention(q, k, v, gates, block_size=BLOCK, top_k=3, window=5)
     means = k.unflatten(-2, (T // BLOCK, BLOCK)).mean(-2)  # (b, h, T_k, d)
     mask = torch.zeros(B, H, T, T, dtype=torch.bool)
     for i in range(T):
@@ -118,7 +107,7 @@ def test_nsa_selects_the_blocks_the_compressed_branch_weighs_most():
 
 def test_moba_with_every_block_is_causal_attention():
     q, k, v = qkv((B, H, T, D), seed=123)
-    torch.testing.assert_close(moba_attention(q, k, v, block_size=BLOCK, top_k=T // BLOCK),
+    torch.testing.assert_close(sparse.moba_attention(q, k, v, block_size=BLOCK, top_k=T // BLOCK),
                                _causal_attention(q, k, v), rtol=0, atol=1e-14)
 
 
@@ -128,14 +117,14 @@ def test_each_nsa_branch_alone_is_its_own_attention():
     zeros = torch.zeros_like(ones)
     sliding = dense_attention(q, k, v, mask_mod=sliding_window(5))
     torch.testing.assert_close(
-        nsa_attention(q, k, v, torch.cat([zeros, zeros, ones], -1), block_size=BLOCK, top_k=2,
+        sparse.nsa_attention(q, k, v, torch.cat([zeros, zeros, ones], -1), block_size=BLOCK, top_k=2,
                       window=5), sliding,
         rtol=0, atol=1e-14)
     every_block = torch.cat([zeros, ones, zeros], -1)
-    torch.testing.assert_close(nsa_attention(q, k, v, every_block, block_size=BLOCK, top_k=T // BLOCK,
+    torch.testing.assert_close(sparse.nsa_attention(q, k, v, every_block, block_size=BLOCK, top_k=T // BLOCK,
                                              window=5),
                                _causal_attention(q, k, v), rtol=0, atol=1e-14)
-    compressed = nsa_attention(q, k, v, torch.cat([ones, zeros, zeros], -1), block_size=BLOCK,
+    compressed = sparse.nsa_attention(q, k, v, torch.cat([ones, zeros, zeros], -1), block_size=BLOCK,
                                top_k=2, window=5)
     assert compressed[..., : BLOCK - 1, :].abs().max() == 0, "no complete block before them"
     i = 9  # sees the complete blocks 0 and 1, written out
@@ -149,27 +138,27 @@ def test_each_nsa_branch_alone_is_its_own_attention():
 def test_dsa_gather_form_equals_the_dense_form_and_all_keys_is_causal():
     q, k, v = qkv((B, H, T, D), seed=123)
     index = torch.randn(B, T, T, dtype=torch.float64)
-    dense = dsa_attention(q, k, v, index, top_k=5)
-    torch.testing.assert_close(dsa_attention(q, k, v, index, top_k=5, gather=True), dense,
+    dense = sparse.dsa_attention(q, k, v, index, top_k=5)
+    torch.testing.assert_close(sparse.dsa_attention(q, k, v, index, top_k=5, gather=True), dense,
                                rtol=0, atol=1e-14)
-    torch.testing.assert_close(dsa_attention(q, k, v, index, top_k=T), _causal_attention(q, k, v),
+    torch.testing.assert_close(sparse.dsa_attention(q, k, v, index, top_k=T), _causal_attention(q, k, v),
                                rtol=0, atol=1e-14)
     # a batch or a head of 1 broadcast against the others', as the dense form allows
     for one in ((q[:1], k, v, index[:1]), (q, k[:1], v[:1], index), (q[:1], k[:1], v, index[:1]),
                 (q[:, :1], k, v, index), (q, k[:, :1], v, index)):
-        torch.testing.assert_close(dsa_attention(*one, top_k=5, gather=True),
-                                   dsa_attention(*one, top_k=5), rtol=0, atol=1e-14)
+        torch.testing.assert_close(sparse.dsa_attention(*one, top_k=5, gather=True),
+                                   sparse.dsa_attention(*one, top_k=5), rtol=0, atol=1e-14)
 
 
 def test_queries_after_a_cache_select_bottom_right():
     q, k, v = qkv((B, H, T, D), seed=123)
     q = q[..., -5:, :]  # the 5 newest queries, at positions 11 .. 15, against all 16 keys
     index = torch.randn(B, 5, T, dtype=torch.float64)
-    mask = to_dense(topk_mask(index[:, None], 13), 5, T, B, 1)  # (b, 1, t_q, t_k)
+    mask = to_dense(sparse.topk_mask(index[:, None], 13), 5, T, B, 1)  # (b, 1, t_q, t_k)
     assert mask.sum(-1).flatten().tolist() == [12, 13, 13, 13, 13] * B
     assert not (mask & ~torch.ones(5, T, dtype=torch.bool).tril(T - 5)).any()
-    torch.testing.assert_close(dsa_attention(q, k, v, index, top_k=13, gather=True),
-                               dsa_attention(q, k, v, index, top_k=13), rtol=0, atol=1e-14)
+    torch.testing.assert_close(sparse.dsa_attention(q, k, v, index, top_k=13, gather=True),
+                               sparse.dsa_attention(q, k, v, index, top_k=13), rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("form", ["moba", "dsa", "dsa gather"])
@@ -182,8 +171,8 @@ def test_a_query_block_at_the_end_of_a_cache_sees_what_it_sees_in_the_whole_sequ
 
     def attend(q_rows: torch.Tensor, index_rows: torch.Tensor) -> torch.Tensor:
         if form == "moba":
-            return moba_attention(q_rows, k, v, block_size=BLOCK, top_k=2)
-        return dsa_attention(q_rows, k, v, index_rows, top_k=5, gather=form == "dsa gather")
+            return sparse.moba_attention(q_rows, k, v, block_size=BLOCK, top_k=2)
+        return sparse.dsa_attention(q_rows, k, v, index_rows, top_k=5, gather=form == "dsa gather")
 
     tail = attend(q[..., -5:, :], index[:, -5:])
     torch.testing.assert_close(tail, attend(q, index)[..., -5:, :], rtol=0, atol=1e-14)
@@ -194,12 +183,12 @@ def test_dsa_gather_gives_zero_to_a_query_that_sees_no_key_as_sdpa_does():
     torch's SDPA and the dense form give them 0; the gather form gave nan (softmax of -infs)."""
     q, k, v = qkv((B, H, 6, D), (B, H, 4, D))
     index = torch.randn(B, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    mask = to_dense(topk_mask(index[:, None], 2), 6, 4, B, 1)  # (b, 1, t_q, t_k)
+    mask = to_dense(sparse.topk_mask(index[:, None], 2), 6, 4, B, 1)  # (b, 1, t_q, t_k)
     assert not mask[..., :2, :].any() and mask[..., 2:, :].any(-1).all()
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert not sdpa[..., :2, :].any()
     for gather in (False, True):
-        out = dsa_attention(q, k, v, index, top_k=2, gather=gather)
+        out = sparse.dsa_attention(q, k, v, index, top_k=2, gather=gather)
         torch.testing.assert_close(out, sdpa, rtol=0, atol=1e-14, msg=f"gather={gather}")
 
 
@@ -215,10 +204,10 @@ def test_dsa_in_half_precision_is_the_exact_answer_rounded_once(dtype):
     rounding error). The reference is torch's SDPA in float64 on the same rounded inputs."""
     q, k, v = qkv((1, 2, 113, 32), (1, 2, 203, 32), dtype=torch.float32, to=dtype)
     index = torch.randn(1, 113, 203, generator=torch.Generator().manual_seed(1))
-    mask = to_dense(topk_mask(index[:, None], 16), 113, 203, 1, 1)  # (b, 1, t_q, t_k)
+    mask = to_dense(sparse.topk_mask(index[:, None], 16), 113, 203, 1, 1)  # (b, 1, t_q, t_k)
     exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
     for gather in (False, True):
-        out = dsa_attention(q, k, v, index, top_k=16, gather=gather)
+        out = sparse.dsa_attention(q, k, v, index, top_k=16, gather=gather)
         assert out.dtype == dtype
         error, rounding = _rounding_errors(out, exact)
         assert error <= 1.2 * rounding, f"gather={gather}: {error:.3g} > 1.2 x {rounding:.3g}"
@@ -232,8 +221,8 @@ def test_nsa_in_half_precision_is_the_exact_answer_rounded_once(dtype):
     q, k, v = qkv((1, 2, 64, 32), dtype=torch.float32, to=dtype)
     gates = torch.rand(1, 2, 64, 3, generator=torch.Generator().manual_seed(2)).to(dtype)
     sizes = dict(block_size=8, top_k=3, window=16)
-    exact = nsa_attention(q.double(), k.double(), v.double(), gates.double(), **sizes)
-    out = nsa_attention(q, k, v, gates, **sizes)
+    exact = sparse.nsa_attention(q.double(), k.double(), v.double(), gates.double(), **sizes)
+    out = sparse.nsa_attention(q, k, v, gates, **sizes)
     assert out.dtype == dtype
     error, rounding = _rounding_errors(out, exact)
     assert error <= 1.2 * rounding, f"{error:.3g} > 1.2 x rounding once {rounding:.3g}"
@@ -250,7 +239,7 @@ def test_half_precision_selections_rank_blocks_by_float32_scores(dtype, larger):
     k[..., 2:6, 0] = 1.0
     k[..., 2 * larger + 1, 0] = 1 + eps  # block `larger` has the mean 1 + eps / 2, the other 1
     q = torch.tensor([1.0, 0.0], dtype=torch.float64).expand(1, 1, 8, 2)
-    for select, top_k in ((moba_mask, 2), (nsa_mask, 3)):  # one free block besides the kept ones
+    for select, top_k in ((sparse.moba_mask, 2), (sparse.nsa_mask, 3)):  # one free block besides the kept ones
         exact = to_dense(select(q, k, block_size=2, top_k=top_k), 8, 8, 1, 1)
         assert exact[0, 0, 7, 2 * larger] and not exact[0, 0, 7, 2 * (3 - larger)]
         half = to_dense(select(q.to(dtype), k.to(dtype), block_size=2, top_k=top_k), 8, 8, 1, 1)
@@ -262,13 +251,13 @@ def test_nsa_takes_float32_gates_for_a_half_precision_query():
     q, k, v = qkv((1, 2, 32, 16), dtype=torch.float32, to=torch.bfloat16)
     gates = torch.rand(1, 2, 32, 3, generator=torch.Generator().manual_seed(2)).bfloat16()
     sizes = dict(block_size=8, top_k=2, window=8)
-    out = nsa_attention(q, k, v, gates, **sizes)
+    out = sparse.nsa_attention(q, k, v, gates, **sizes)
     assert out.dtype == torch.bfloat16
-    assert torch.equal(nsa_attention(q, k, v, gates.float(), **sizes), out)
+    assert torch.equal(sparse.nsa_attention(q, k, v, gates.float(), **sizes), out)
 
 
 def test_dsa_flops_count_the_pairs():
-    indexer, selected, dense = dsa_flops(10, 4, 2, 3, 1, 5, 6)
+    indexer, selected, dense = sparse.dsa_flops(10, 4, 2, 3, 1, 5, 6)
     per_pair = 2 * 2 * (2 * 3 + 1)
     assert dense == per_pair * 55 and selected == per_pair * (1 + 2 + 3 + 4 * 7)
     assert indexer == 2 * 5 * 7 * 55
@@ -277,13 +266,13 @@ def test_dsa_flops_count_the_pairs():
 def test_dsa_flops_price_a_dense_prefill_in_the_expanded_form():
     """head_dim changes the dense baseline only: 2 h (2 d_h + d_h^R) per pair, not 2 h (2 d_c +
     d_h^R); the selected attention stays absorbed."""
-    absorbed = dsa_flops(10, 4, 2, 3, 1, 5, 6)
-    expanded = dsa_flops(10, 4, 2, 3, 1, 5, 6, head_dim=2)
+    absorbed = sparse.dsa_flops(10, 4, 2, 3, 1, 5, 6)
+    expanded = sparse.dsa_flops(10, 4, 2, 3, 1, 5, 6, head_dim=2)
     assert expanded[:2] == absorbed[:2]
     assert expanded[2] == 2 * 2 * (2 * 2 + 1) * 55
     # at DeepSeek-V3.2's sizes the expanded form is 3.4 times cheaper per pair
     sizes = dict(num_heads=128, kv_rank=512, rope_dim=64, index_heads=64, index_dim=128)
-    ratio = dsa_flops(1, 1, **sizes)[2] / dsa_flops(1, 1, **sizes, head_dim=128)[2]
+    ratio = sparse.dsa_flops(1, 1, **sizes)[2] / sparse.dsa_flops(1, 1, **sizes, head_dim=128)[2]
     assert ratio == pytest.approx((2 * 512 + 64) / (2 * 128 + 64))
 
 
@@ -322,7 +311,7 @@ def test_dsa_equals_transformers_deepseek_v32_attention():
     with mock.patch.dict(ds.ALL_ATTENTION_FUNCTIONS._local_mapping, {"sdpa": capture}):
         reference, _ = attn(x, cos_sin, mask)
 
-    indexer = LightningIndexer(d, 16, 3, 8, 4).double()
+    indexer = sparse.LightningIndexer(d, 16, 3, 8, 4).double()
     names = {"wq_b": "W_query", "wk": "W_key", "k_norm": "key_norm", "weights_proj": "W_weights"}
     indexer.load_state_dict({names[n.split(".")[0]] + "." + n.split(".")[1]: p
                              for n, p in attn.indexer.state_dict().items()})
@@ -330,11 +319,11 @@ def test_dsa_equals_transformers_deepseek_v32_attention():
         scores = indexer(seen["x"], seen["q_latent"])  # (b, t, t)
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         theirs = torch.zeros(b, t, t, dtype=torch.bool).scatter(-1, seen["indices"].long(), True)
-        ours = to_dense(topk_mask(scores[:, None], top_k), t, t, b, 1)[:, 0]
+        ours = to_dense(sparse.topk_mask(scores[:, None], top_k), t, t, b, 1)[:, 0]
         assert torch.equal(ours, theirs & causal)  # theirs lists hidden keys too, in rows < k
         assert ours.sum(-1).tolist() == [[min(i + 1, top_k) for i in range(t)]] * b
         for gather in (False, True):
-            context = dsa_attention(seen["q"], seen["k"], seen["v"], scores, top_k=top_k,
+            context = sparse.dsa_attention(seen["q"], seen["k"], seen["v"], scores, top_k=top_k,
                                     scale=seen["scale"], gather=gather)  # (b, h, t, d_v)
             out = attn.o_proj(context.transpose(1, 2).reshape(b, t, -1))
             torch.testing.assert_close(out, reference, rtol=0, atol=1e-14)
@@ -343,11 +332,11 @@ def test_dsa_equals_transformers_deepseek_v32_attention():
 def test_indexer_with_a_cache_scores_chunk_by_chunk_as_all_at_once() -> None:
     """Generating: the cached index keys keep their positions, so each chunk's rows are the same."""
     torch.manual_seed(0)
-    indexer = LightningIndexer(8, 4, 2, 6, 4).double()
+    indexer = sparse.LightningIndexer(8, 4, 2, 6, 4).double()
     x, c_q = torch.randn(2, 7, 8, dtype=torch.float64), torch.randn(2, 7, 4, dtype=torch.float64)
     with torch.no_grad():
         whole = indexer(x, c_q)  # (2, 7, 7)
-        cache = IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
+        cache = sparse.IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
                                      dtype=torch.float64)
         rows = []
         for lo, hi in ((0, 4), (4, 5), (5, 7)):
@@ -362,21 +351,21 @@ class TestBadInput:
     def test_flags_must_be_bools(self) -> None:  # a string is truthy: it would pass as True
         q = torch.randn(1, 2, 4, 3)
         with pytest.raises(ValueError, match=r"gather must be a bool, got 'no' of type str"):
-            dsa_attention(q, q, q, torch.randn(1, 4, 4), top_k=2, gather="no")
+            sparse.dsa_attention(q, q, q, torch.randn(1, 4, 4), top_k=2, gather="no")
         with pytest.raises(ValueError, match=r"is_causal must be a bool, got 1 of type int"):
-            topk_mask(torch.randn(4, 4), 2, is_causal=1)
+            sparse.topk_mask(torch.randn(4, 4), 2, is_causal=1)
         with pytest.raises(ValueError, match=r"keep_first must be a bool, got 'yes' of type str"):
-            block_topk_mask(torch.randn(4, 2), 2, 2, keep_first="yes")
+            sparse.block_topk_mask(torch.randn(4, 2), 2, 2, keep_first="yes")
 
     @pytest.mark.parametrize("gather", [False, True])
     def test_dsa_index_scores_must_be_floating_point(self, gather) -> None:
         q = torch.randn(1, 2, 5, 4)
         with pytest.raises(ValueError, match=r"index_scores must be a floating-point tensor on the "
                                              r"query's device cpu, got \(torch.int64, 'cpu'\)"):
-            dsa_attention(q, q, q, torch.randint(0, 5, (1, 5, 5)), top_k=2, gather=gather)
+            sparse.dsa_attention(q, q, q, torch.randint(0, 5, (1, 5, 5)), top_k=2, gather=gather)
 
     def test_the_indexer_checks_its_tokens_and_query_latents(self) -> None:
-        indexer = LightningIndexer(8, 4, 2, 4, 2)
+        indexer = sparse.LightningIndexer(8, 4, 2, 4, 2)
         with pytest.raises(ValueError, match=r"x must have last dimension d_in=8, got 7"):
             indexer(torch.randn(1, 5, 7), torch.randn(1, 5, 4))
         with pytest.raises(ValueError, match=r"q_latent must have x's \(b, t\) = \(1, 5\), got \(1, 4\)"):
@@ -385,7 +374,7 @@ class TestBadInput:
             indexer(torch.randn(5, 8), torch.randn(5, 4))
 
     def test_index_keys_may_not_lag_the_latents_or_change_dtype(self) -> None:
-        cache = IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
+        cache = sparse.IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
                                      dtype=torch.float64)
         cache.append(torch.zeros(2, 2, 3, dtype=torch.float64), torch.zeros(2, 2, 2, dtype=torch.float64))
         with pytest.raises(ValueError, match=r"2 latents are stored, and 0 \+ 1 index keys would be"):
@@ -394,7 +383,7 @@ class TestBadInput:
             cache.append_index_keys(torch.ones(2, 2, 6))
 
     def test_index_keys_must_follow_the_latents_and_have_their_width(self) -> None:
-        cache = IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
+        cache = sparse.IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
                                      dtype=torch.float64)
         keys = torch.zeros(2, 1, 6, dtype=torch.float64)
         with pytest.raises(ValueError, match="index keys must follow the latents"):
@@ -406,71 +395,71 @@ class TestBadInput:
 
     def test_top_k_below_one(self):
         with pytest.raises(ValueError, match=r"top_k must be at least 1, got 0"):
-            topk_mask(torch.zeros(4, 4), 0)
+            sparse.topk_mask(torch.zeros(4, 4), 0)
 
     def test_top_k_below_the_always_kept_blocks(self):
         with pytest.raises(ValueError, match=r"at least the 2 always-kept blocks, got 1"):
-            block_topk_mask(torch.zeros(8, 2), 1, 4, keep_first=True)
+            sparse.block_topk_mask(torch.zeros(8, 2), 1, 4, keep_first=True)
 
     def test_nsa_mask_needs_the_first_and_own_block(self):
         q, k, _ = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"at least the 2 always-kept blocks, got 1"):
-            nsa_mask(q, k, block_size=BLOCK, top_k=1)
+            sparse.nsa_mask(q, k, block_size=BLOCK, top_k=1)
 
     def test_nsa_needs_as_many_queries_as_keys(self):
-        # nsa_mask's compressed branch places query i at position i, its selection at
+        # sparse.nsa_mask's compressed branch places query i at position i, its selection at
         # t_k - t_q + i: with t_q < t_k the two disagreed and the mask came out silently wrong.
         q, k, v = qkv((B, H, T, D), seed=123)
         message = r"NSA is self-attention: key must hold t_k = t_q = 4 tokens, got t_k=16"
         with pytest.raises(ValueError, match=message):
-            nsa_mask(q[..., -4:, :], k, block_size=BLOCK, top_k=2)
+            sparse.nsa_mask(q[..., -4:, :], k, block_size=BLOCK, top_k=2)
         with pytest.raises(ValueError, match=message):
-            nsa_attention(q[..., -4:, :], k, v, torch.ones(B, H, 4, 3), block_size=BLOCK,
+            sparse.nsa_attention(q[..., -4:, :], k, v, torch.ones(B, H, 4, 3), block_size=BLOCK,
                           top_k=2, window=4)
 
     def test_dsa_gather_checks_query_key_and_value(self):
         q, k, v = qkv((B, H, T, D), seed=123)
         scores = torch.zeros(B, T, T, dtype=q.dtype)
         with pytest.raises(ValueError, match=r"same last dimension d_k, got 8 and 7"):
-            dsa_attention(q, k[..., :7], v, scores, top_k=2, gather=True)
+            sparse.dsa_attention(q, k[..., :7], v, scores, top_k=2, gather=True)
 
     def test_moba_needs_4d_tensors(self):
         q, k, _ = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"query must be \(b, h, t, d\), got shape \(3, 16, 8\)"):
-            moba_mask(q[0], k[0], block_size=BLOCK, top_k=2)
+            sparse.moba_mask(q[0], k[0], block_size=BLOCK, top_k=2)
 
     def test_selections_refuse_mixed_dtypes_before_scoring(self):
         # The block scores' matmul ran first and raised torch's "expected scalar type Double".
         q, k, v = qkv((B, H, T, D), seed=123)
         message = r"query, key must share one dtype, got query torch.float64 on cpu, key torch.float32"
         with pytest.raises(ValueError, match=message):
-            moba_mask(q, k.float(), block_size=BLOCK, top_k=2)
+            sparse.moba_mask(q, k.float(), block_size=BLOCK, top_k=2)
         with pytest.raises(ValueError, match=message):
-            nsa_mask(q, k.float(), block_size=BLOCK, top_k=2)
+            sparse.nsa_mask(q, k.float(), block_size=BLOCK, top_k=2)
         with pytest.raises(ValueError, match=message.replace("key must", "key, value must")):
-            moba_attention(q, k.float(), v, block_size=BLOCK, top_k=2)
+            sparse.moba_attention(q, k.float(), v, block_size=BLOCK, top_k=2)
         with pytest.raises(ValueError, match=r"query, key, value must share one dtype.*value "
                                              r"torch\.float32"):
-            moba_attention(q, k, v.float(), block_size=BLOCK, top_k=2)
+            sparse.moba_attention(q, k, v.float(), block_size=BLOCK, top_k=2)
         with pytest.raises(ValueError, match=r"query, key, value must share one dtype.*value "
                                              r"torch\.float32"):  # refused before NSA upcasts
-            nsa_attention(q.half(), k.half(), v.float(), torch.zeros(B, H, T, 3), block_size=BLOCK,
+            sparse.nsa_attention(q.half(), k.half(), v.float(), torch.zeros(B, H, T, 3), block_size=BLOCK,
                           top_k=2, window=4)
 
     def test_block_size_must_divide(self):
         q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"block_size must divide the keys' t_k=16, got "
                                              r"block_size=5"):
-            moba_attention(q, k, v, block_size=5, top_k=2)
+            sparse.moba_attention(q, k, v, block_size=5, top_k=2)
 
     def test_scores_must_be_a_matrix(self):
         with pytest.raises(ValueError, match=r"scores must be a floating.*got \(\(4,\), torch\.float32\)"):
-            topk_mask(torch.zeros(4), 2)
+            sparse.topk_mask(torch.zeros(4), 2)
 
     def test_gates_must_have_one_per_branch(self):
         q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"gates must have shape .* got \(2, 3, 16, 2\)"):
-            nsa_attention(q, k, v, torch.zeros(B, H, T, 2), block_size=BLOCK, top_k=2, window=4)
+            sparse.nsa_attention(q, k, v, torch.zeros(B, H, T, 2), block_size=BLOCK, top_k=2, window=4)
 
     def test_gates_must_be_floats_of_the_querys_dtype_and_device(self):
         # Float64 gates silently made a float32 output float64; integer gates were accepted.
@@ -481,12 +470,12 @@ class TestBadInput:
                            (gates.to("meta"), "torch.float32 on meta")):
             with pytest.raises(ValueError, match=rf"gates must be torch\.float32 on cpu, as the "
                                                  rf"query, got {got}"):
-                nsa_attention(q, k, v, wrong, **sizes)
+                sparse.nsa_attention(q, k, v, wrong, **sizes)
         with pytest.raises(ValueError, match=r"gates must be torch\.bfloat16 or torch\.float32 on "
                                              r"cpu, as the query, got torch\.float16 on cpu"):
-            nsa_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), gates.half(), **sizes)
+            sparse.nsa_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), gates.half(), **sizes)
         with pytest.raises(ValueError, match=r"gates must have shape .* got list"):
-            nsa_attention(q, k, v, gates.tolist(), **sizes)
+            sparse.nsa_attention(q, k, v, gates.tolist(), **sizes)
 
     def test_gates_must_lie_in_0_1(self):
         # NSA's gates are a sigmoid's outputs; 5 g - 2 ran and mixed the branches with -2 and 3.
@@ -494,25 +483,25 @@ class TestBadInput:
         sizes = dict(block_size=BLOCK, top_k=2, window=4)
         gates = torch.rand(B, H, T, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
         gates[0, 0, 0] = torch.tensor([0.0, 1.0, 0.5])  # the ends are gates too
-        nsa_attention(q, k, v, gates, **sizes)
+        sparse.nsa_attention(q, k, v, gates, **sizes)
         gates[0, 1, 2, 0], gates[1, 2, 3, 1] = -0.25, 3.0
         with pytest.raises(ValueError, match=r"gates must be in \[0, 1\], got values in \[-0\.25, 3\]"):
-            nsa_attention(q, k, v, gates, **sizes)
+            sparse.nsa_attention(q, k, v, gates, **sizes)
         gates[0, 1, 2, 0], gates[1, 2, 3, 1] = 0.5, math.nan
         with pytest.raises(ValueError, match=r"gates must be in \[0, 1\], got nan"):
-            nsa_attention(q, k, v, gates, **sizes)
+            sparse.nsa_attention(q, k, v, gates, **sizes)
 
     def test_index_scores_must_have_one_per_query_and_key(self):
         q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"index_scores must have shape .* got \(2, 16\)"):
-            dsa_attention(q, k, v, torch.zeros(B, T), top_k=2)
+            sparse.dsa_attention(q, k, v, torch.zeros(B, T), top_k=2)
 
     def test_dsa_flops_head_dim_must_be_a_size(self):
         with pytest.raises(ValueError, match=r"head_dim must be at least 1, got 0"):
-            dsa_flops(10, 4, 2, 3, 1, 5, 6, head_dim=0)
+            sparse.dsa_flops(10, 4, 2, 3, 1, 5, 6, head_dim=0)
 
     def test_top_k_above_the_keys_is_clamped(self):
-        mask = to_dense(topk_mask(torch.zeros(3, 3), 10), 3, 3)
+        mask = to_dense(sparse.topk_mask(torch.zeros(3, 3), 10), 3, 3)
         assert torch.equal(mask, torch.ones(3, 3, dtype=torch.bool).tril())
 
 
@@ -521,10 +510,10 @@ def test_dsa_takes_its_scale_in_both_forms():
     the selection as its mask and that scale."""
     q, k, v = qkv((B, H, T, D), seed=123)
     index = torch.randn(B, T, T, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
-    mask = to_dense(topk_mask(index[:, None], 5), T, T, B, 1)  # (b, 1, t, t)
+    mask = to_dense(sparse.topk_mask(index[:, None], 5), T, T, B, 1)  # (b, 1, t, t)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
     for gather in (False, True):
-        got = dsa_attention(q, k, v, index, top_k=5, scale=0.3, gather=gather)
+        got = sparse.dsa_attention(q, k, v, index, top_k=5, scale=0.3, gather=gather)
         torch.testing.assert_close(got, want, rtol=0, atol=1e-14, msg=f"gather={gather}")
 
 
@@ -533,7 +522,7 @@ def test_nsa_compressed_branch_sees_a_block_once_it_has_ended():
     seen by query i itself, written out as SDPA over the block means."""
     q, k, v = qkv((B, H, T, D), seed=123)
     ones = torch.ones(B, H, T, 1, dtype=torch.float64)
-    compressed = nsa_attention(q, k, v, torch.cat([ones, 0 * ones, 0 * ones], -1),
+    compressed = sparse.nsa_attention(q, k, v, torch.cat([ones, 0 * ones, 0 * ones], -1),
                                block_size=BLOCK, top_k=2, window=5)
     keys, values = (x.unflatten(-2, (T // BLOCK, BLOCK)).mean(-2) for x in (k, v))  # (b, h, T_k, d)
     ends = torch.arange(1, T // BLOCK + 1) * BLOCK - 1  # block n ends at token (n + 1) B - 1
@@ -548,7 +537,7 @@ def test_indexer_scores_are_the_written_out_sum_over_index_heads():
     entry from the indexer's own rotated queries and normalized keys."""
     torch.manual_seed(0)
     h_i, d_i = 3, 6
-    indexer = LightningIndexer(8, 4, h_i, d_i, 4).double()
+    indexer = sparse.LightningIndexer(8, 4, h_i, d_i, 4).double()
     x, c_q = torch.randn(1, 5, 8, dtype=torch.float64), torch.randn(1, 5, 4, dtype=torch.float64)
     with torch.no_grad():
         scores = indexer(x, c_q)[0]  # (t, t)
@@ -564,11 +553,11 @@ def test_indexer_scores_are_the_written_out_sum_over_index_heads():
 
 
 class TestIndexedCache:
-    def _cache(self) -> IndexedLatentKVCache:
-        return IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6, dtype=torch.float64)
+    def _cache(self) -> sparse.IndexedLatentKVCache:
+        return sparse.IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6, dtype=torch.float64)
 
     @staticmethod
-    def _append_latents(cache: IndexedLatentKVCache, t: int) -> None:
+    def _append_latents(cache: sparse.IndexedLatentKVCache, t: int) -> None:
         dtype = cache.index_keys.dtype
         cache.append(torch.zeros(2, t, 3, dtype=dtype), torch.zeros(2, t, 2, dtype=dtype))
 
