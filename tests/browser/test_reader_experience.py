@@ -14,18 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from book.browser.checks import (
-    check_copy_buttons,
-    check_equations_fit,
-    check_fits_width,
-    check_images,
-    check_links,
-    check_loads_cleanly,
-    check_math,
-    check_stays_on_host,
-    check_tables,
-    figure_problems,
-)
+from book.browser import checks
 from book.browser.chromium import PHONE
 from book.browser.crawl import LinkTargets, Snapshot, built_pages
 from book.browser.server import SiteServer
@@ -58,7 +47,7 @@ def test_only_the_print_page_is_left_alone_by_the_themes_scripts(
     pages: dict[str, Snapshot]
 ) -> None:
     # The whole book on one page has no copy buttons (overrides/print.html): mounting them took
-    # seconds of a phone's CPU. Every other page gets them (check_copy_buttons).
+    # seconds of a phone's CPU. Every other page gets them (checks.check_copy_buttons).
     left_alone = [path for path, snap in pages.items() if not snap.dom["mounted"]]
     assert left_alone == ["/print/"], left_alone
     assert all(block["buttons"] == 0 for block in pages["/print/"].dom["blocks"])
@@ -69,17 +58,17 @@ def test_only_the_print_page_is_left_alone_by_the_themes_scripts(
 
 
 def test_pages_load_without_errors(pages: dict[str, Snapshot]) -> None:
-    problems = problems_on(pages, check_loads_cleanly)
+    problems = problems_on(pages, checks.check_loads_cleanly)
     assert not problems, "\n".join(problems)
 
 
 def test_nothing_is_requested_outside_localhost(pages: dict[str, Snapshot]) -> None:
-    problems = problems_on(pages, check_stays_on_host)
+    problems = problems_on(pages, checks.check_stays_on_host)
     assert not problems, "\n".join(problems)
 
 
 def test_math_is_typeset(pages: dict[str, Snapshot]) -> None:
-    problems = problems_on(pages, check_math)
+    problems = problems_on(pages, checks.check_math)
     assert not problems, "\n".join(problems)
     typeset = [path for path, snap in pages.items() if snap.dom["math"]["rendered"]]
     assert typeset, "no page shows any typeset math: nothing was checked"
@@ -87,17 +76,17 @@ def test_math_is_typeset(pages: dict[str, Snapshot]) -> None:
 
 def test_internal_links_and_anchors_resolve(pages: dict[str, Snapshot]) -> None:
     targets = LinkTargets(pages)
-    problems = problems_on(pages, lambda snap: check_links(snap, targets))
+    problems = problems_on(pages, lambda snap: checks.check_links(snap, targets))
     assert not problems, "\n".join(sorted(set(problems)))
 
 
 def test_images_have_alt_text(pages: dict[str, Snapshot]) -> None:
-    problems = problems_on(pages, check_images)
+    problems = problems_on(pages, checks.check_images)
     assert not problems, "\n".join(problems)
 
 
 def test_code_blocks_have_copy_buttons_and_outputs_none(pages: dict[str, Snapshot]) -> None:
-    problems = problems_on(pages, check_copy_buttons)
+    problems = problems_on(pages, checks.check_copy_buttons)
     assert not problems, "\n".join(problems)
     blocks = [block for snap in pages.values() for block in snap.dom["blocks"]]
     assert any(b["output"] for b in blocks) and any(not b["output"] for b in blocks), (
@@ -109,7 +98,7 @@ def test_phone_viewport_has_no_horizontal_scroll(
     pages: dict[str, Snapshot], screenshots: Path
 ) -> None:
     chapters(pages)  # the chapters are among the pages checked
-    problems = problems_on(pages, check_fits_width)
+    problems = problems_on(pages, checks.check_fits_width)
     assert not problems, "\n".join(problems)
     widths = {snap.dom["overflow"]["clientWidth"] for snap in pages.values()}
     assert widths == {PHONE["width"]}, f"the phone tabs laid pages out {widths} px wide"
@@ -119,7 +108,7 @@ def test_phone_viewport_has_no_horizontal_scroll(
 
 def test_equations_fit_a_phone(pages: dict[str, Snapshot]) -> None:
     """No display equation is wider than its box at 390 px, and every number shows (math.css)."""
-    problems = [problem for snap in pages.values() for problem in check_equations_fit(snap)]
+    problems = [problem for snap in pages.values() for problem in checks.check_equations_fit(snap)]
     assert not problems, f"{len(problems)} display equations at {PHONE['width']} px:\n" + "\n".join(
         problems
     )
@@ -141,7 +130,7 @@ def test_figure_text_is_legible_on_a_phone(pages: dict[str, Snapshot]) -> None:
     for kind, snaps in (("chapters", chapters(pages)), ("appendix", appendix(pages))):
         for snap in snaps:
             figures = snap.dom["figures"]
-            problems += figure_problems(figures, f"390 px {snap.path}")
+            problems += checks.figure_problems(figures, f"390 px {snap.path}")
             count[kind] += len(figures)
     assert count["chapters"] >= 15, f"expected the chapters' figures inline in their pages: {count}"
     assert count["appendix"] >= 20, f"expected the appendix's plots inline in their pages: {count}"
@@ -153,7 +142,7 @@ def test_tables_fit_or_scroll_with_their_first_column_and_code_names_never_break
 ) -> None:
     """At 390 px every table fits its column or scrolls sideways in its own box with its first
     column in view, and no code name in a table breaks across lines."""
-    problems = problems_on(pages, check_tables)
+    problems = problems_on(pages, checks.check_tables)
     assert not problems, "\n".join(problems)
     wide = [t for snap in appendix(pages) for t in snap.dom["tables"] if not t["fits"]]
     assert len(wide) >= 10, "the appendix has too few tables wider than a phone for this to check them"
