@@ -151,10 +151,8 @@ def training_curves() -> Figure:
     guess = guessing_loss(*held_out())
     left.axhline(guess, color="#e6550d", linestyle="--", linewidth=1,
                  label=f"uniform over the other P - 1 tokens: {guess:.2f}")
-    left.set_xlabel("training step")
-    left.set_ylabel("cross-entropy (nats)")
-    left.set_ylim(0, 3.0)
-    left.set_title("Training loss (one batch of 64 sequences per step)")
+    left.set(xlabel="training step", ylabel="cross-entropy (nats)", ylim=(0, 3.0),
+             title="Training loss (one batch of 64 sequences per step)")
     left.legend(loc="upper right")
     previous = torch.stack([s[0] for s in scores])  # (measurements, L, h)
     induction = torch.stack([s[1] for s in scores])  # (measurements, L, h)
@@ -164,10 +162,8 @@ def training_curves() -> Figure:
                    label=f"previous-token score, layer 0 head {head}")
         right.plot(measured, induction[:, 1, head], color="#756bb1", linestyle=styles[head],
                    label=f"induction score, layer 1 head {head}")
-    right.set_xlabel("training step")
-    right.set_ylabel("score (attention weight)")
-    right.set_ylim(0, 1.0)
-    right.set_title("Head scores on 64 held-out sequences")
+    right.set(xlabel="training step", ylabel="score (attention weight)", ylim=(0, 1.0),
+              title="Head scores on 64 held-out sequences")
     right.legend(loc="center right")
     fig.suptitle("Training the two-layer attention-only model (seed 123): trained weights")
     return fig
