@@ -115,6 +115,15 @@ def tile_pointers(base, batch, head, i, j, stride_b, stride_h, stride_i, stride_
 
 
 @triton.jit
+def in_order(lo, mid_lo, mid_hi, hi):
+    """The four ends of a loop's range clamped so that lo <= mid_lo <= mid_hi <= hi."""
+    hi = tl.maximum(hi, lo)
+    mid_lo = tl.minimum(tl.maximum(mid_lo, lo), hi)
+    mid_hi = tl.minimum(tl.maximum(mid_hi, mid_lo), hi)
+    return lo, mid_lo, mid_hi, hi
+
+
+@triton.jit
 def key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr,
               HAS_WINDOW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Key blocks of the query block at start_m: [lo, mid_lo) masked, [mid_lo, mid_hi) whole,
@@ -136,10 +145,7 @@ def key_range(start_m, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr,
             # not even over the block lo rounds down to. seen is 1 if first < hi, else 0.
             seen = tl.minimum(tl.maximum(hi - first, 0), 1)
             hi = lo + (hi - lo) * seen
-    hi = tl.maximum(hi, lo)
-    mid_lo = tl.minimum(tl.maximum(mid_lo, lo), hi)
-    mid_hi = tl.minimum(tl.maximum(mid_hi, mid_lo), hi)
-    return lo, mid_lo, mid_hi, hi
+    return in_order(lo, mid_lo, mid_hi, hi)
 
 
 @triton.jit
@@ -165,10 +171,7 @@ def query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL: tl.constexpr,
         # not even over the block lo rounds down to. seen is 1 if some row does, else 0.
         seen = tl.minimum(tl.maximum(hi - tl.maximum(start_n - OFFSET, 0), 0), 1)
         hi = lo + (hi - lo) * seen
-    hi = tl.maximum(hi, lo)
-    mid_lo = tl.minimum(tl.maximum(mid_lo, lo), hi)
-    mid_hi = tl.minimum(tl.maximum(mid_hi, mid_lo), hi)
-    return lo, mid_lo, mid_hi, hi
+    return in_order(lo, mid_lo, mid_hi, hi)
 
 
 @triton.jit
