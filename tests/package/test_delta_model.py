@@ -44,7 +44,8 @@ def test_the_gated_delta_sublayer_is_the_rule_on_its_convolved_inputs():
 
 
 class TestBadInput:
-    @pytest.mark.parametrize("options", [{"output_gate": True}, {"qk_norm": "rms"}])
+    # qk_norm is a bool that takes the model's norm ("rms" was truth-tested: a LayerNorm q/k norm)
+    @pytest.mark.parametrize("options", [{"output_gate": True}, {"qk_norm": True, "norm": "rms"}])
     def test_a_gated_or_qk_normed_sublayer_is_refused_not_dropped(self, options):
         model = TinyTransformer(16, 16, 2, 2, 8, positions="rope", mlp=False, **options)
         with pytest.raises(ValueError, match=r"without an output gate or QK-norm .*got output_gate="):
