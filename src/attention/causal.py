@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_context_length, check_dropout, check_input, check_sizes
+from ._checks import check_bool, check_context_length, check_dropout, check_input, check_sizes
 from .functional import causal_mask
 
 
@@ -78,7 +78,8 @@ class CausalAttention(nn.Module):
         dtype: their dtype (torch's default when None).
 
     Raises:
-        ValueError: if a size is not an integer >= 1 or dropout is outside [0, 1).
+        ValueError: if a size is not an integer >= 1, dropout is outside [0, 1), or qkv_bias
+            is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -96,6 +97,7 @@ class CausalAttention(nn.Module):
         factory = {"device": device, "dtype": dtype}
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_dropout(dropout)
+        check_bool(qkv_bias, "qkv_bias")
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_dropout, check_heads, check_input, check_sizes
+from ._checks import check_bool, check_dropout, check_heads, check_input, check_sizes
 from .functional import attention_weights
 
 __all__ = ["CrossAttention", "BidirectionalSelfAttention"]
@@ -48,8 +48,8 @@ class CrossAttention(nn.Module):
         dtype: their dtype (torch's default when None).
 
     Raises:
-        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or
-            dropout is outside [0, 1).
+        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads,
+            dropout is outside [0, 1), or qkv_bias is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -74,6 +74,7 @@ class CrossAttention(nn.Module):
         check_sizes(d_q=d_q, d_kv=d_kv, d_out=d_out)
         check_heads(d_out, num_heads)
         check_dropout(dropout)
+        check_bool(qkv_bias, "qkv_bias")
         self.d_q, self.d_kv, self.d_out = d_q, d_kv, d_out
         self.num_heads, self.d_h = num_heads, d_out // num_heads
         factory = {"device": device, "dtype": dtype}
@@ -137,10 +138,11 @@ class CrossAttention(nn.Module):
 
         Raises:
             ValueError: if x or context does not have the shape above, their batch sizes differ,
-                or key_padding_mask is not a (b, t_k) bool tensor.
+                key_padding_mask is not a (b, t_k) bool tensor, or return_weights is not a bool.
         """
         check_input(x, self.d_q, (3,), "x", "d_q")
         check_input(context, self.d_kv, (3,), "context", "d_kv")
+        check_bool(return_weights, "return_weights")
         (b, t_q, _), t_k = x.shape, context.shape[1]
         if context.shape[0] != b:
             raise ValueError(
@@ -178,7 +180,7 @@ class BidirectionalSelfAttention(CrossAttention):
         d_in: width of an input token, both CrossAttention's d_q and its d_kv.
 
     Raises:
-        ValueError: as :class:`CrossAttention`.
+        ValueError: as :class:`CrossAttention`, a qkv_bias that is not a bool among them.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -194,6 +196,7 @@ class BidirectionalSelfAttention(CrossAttention):
         device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         check_sizes(d_in=d_in)
+        check_bool(qkv_bias, "qkv_bias")  # here too: CrossAttention's error is this one's
         super().__init__(d_in, d_in, d_out, num_heads, dropout, qkv_bias=qkv_bias,
                          device=device, dtype=dtype)
         self.d_in = d_in
@@ -225,4 +228,5 @@ class BidirectionalSelfAttention(CrossAttention):
         keys, so they cannot change the outputs of real tokens. No tokens (t = 0) give an empty
         (b, 0, d_out) and weights (b, h, 0, 0).
         """
+        check_bool(return_weights, "return_weights")
         return super().forward(x, x, key_padding_mask, return_weights)

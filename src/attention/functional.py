@@ -331,8 +331,8 @@ def attention_weights(
     Raises:
         ValueError: if the tensors do not agree (dtype, device, widths, leading dimensions that
             do not broadcast) or are not floating point, the mask is not bool or float (or does
-            not broadcast), ``is_causal`` is combined with a mask or is not a bool, dropout_p is
-            outside [0, 1), or h_kv does not divide h.
+            not broadcast), ``is_causal`` is combined with a mask, ``is_causal`` or
+            ``enable_gqa`` is not a bool, dropout_p is outside [0, 1), or h_kv does not divide h.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -345,6 +345,7 @@ def attention_weights(
     scale = check_scale(scale)
     check_dropout(dropout_p, "dropout_p")
     check_bool(is_causal, "is_causal")
+    check_bool(enable_gqa, "enable_gqa")
     check_qkv(query, key)
     if enable_gqa:
         key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
@@ -404,9 +405,10 @@ def scaled_dot_product_attention(
     Raises:
         ValueError: if the tensors do not agree (dtype, device, widths, lengths, leading
             dimensions that do not broadcast) or are not floating point, the mask is not bool
-            or float (or does not broadcast), ``is_causal`` is combined with a mask or is not a
-            bool, dropout_p is outside [0, 1), h_kv does not divide h, or sinks is not a float
-            tensor of shape (h,) on the query's device.
+            or float (or does not broadcast), ``is_causal`` is combined with a mask,
+            ``is_causal`` or ``enable_gqa`` is not a bool, dropout_p is outside [0, 1), h_kv
+            does not divide h, or sinks is not a float tensor of shape (h,) on the query's
+            device.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -421,6 +423,7 @@ def scaled_dot_product_attention(
     scale = check_scale(scale)
     check_dropout(dropout_p, "dropout_p")
     check_bool(is_causal, "is_causal")
+    check_bool(enable_gqa, "enable_gqa")
     check_qkv(query, key, value)
     check_sinks(sinks, query)
     if enable_gqa:

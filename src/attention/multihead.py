@@ -58,7 +58,8 @@ class MultiHeadAttentionWrapper(nn.Module):
         num_heads: h, the number of heads.
 
     Raises:
-        ValueError: if a size is not an integer >= 1 or dropout is outside [0, 1).
+        ValueError: if a size is not an integer >= 1, dropout is outside [0, 1), or qkv_bias
+            is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -81,6 +82,7 @@ class MultiHeadAttentionWrapper(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(num_heads=num_heads)
+        check_bool(qkv_bias, "qkv_bias")
         self.heads = nn.ModuleList(
             CausalAttention(d_in, d_out, context_length, dropout, qkv_bias=qkv_bias,
                             device=device, dtype=dtype)
@@ -110,8 +112,8 @@ class MultiHeadAttention(nn.Module):
         dtype: their dtype (torch's default when None).
 
     Raises:
-        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or a
-            dropout is outside [0, 1).
+        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, a
+            dropout is outside [0, 1), or qkv_bias is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -140,6 +142,7 @@ class MultiHeadAttention(nn.Module):
         check_heads(d_out, num_heads)
         check_dropout(dropout)
         check_dropout(proj_dropout, "proj_dropout")
+        check_bool(qkv_bias, "qkv_bias")
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
@@ -173,11 +176,13 @@ class MultiHeadAttention(nn.Module):
         applied to the values (after dropout, so in training mode some are zeroed or rescaled).
 
         Raises:
-            ValueError: if x is not (b, t, d_in), or t exceeds context_length.
+            ValueError: if x is not (b, t, d_in), t exceeds context_length, or return_weights
+                is not a bool.
         """
         check_input(x, self.d_in, ranks=(3,))
         b, t, _ = x.shape
         check_context_length(t, self.context_length)
+        check_bool(return_weights, "return_weights")
         h, d_h = self.num_heads, self.d_h
         queries = self.W_query(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         keys = self.W_key(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
@@ -208,7 +213,7 @@ class FusedMultiHeadAttention(nn.Module):
         use_sdpa: compute the attention with ``F.scaled_dot_product_attention``.
 
     Raises:
-        ValueError: as :class:`MultiHeadAttention`, or if use_sdpa is not a bool.
+        ValueError: as :class:`MultiHeadAttention`, or if qkv_bias or use_sdpa is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -238,6 +243,7 @@ class FusedMultiHeadAttention(nn.Module):
         check_heads(d_out, num_heads)
         check_dropout(dropout)
         check_dropout(proj_dropout, "proj_dropout")
+        check_bool(qkv_bias, "qkv_bias")
         check_bool(use_sdpa, "use_sdpa")
         self.d_in = d_in
         self.d_out = d_out
@@ -371,13 +377,15 @@ def from_torch_state_dict(
     Raises:
         ValueError: separate query, key and value weights (kdim or vdim different from
             embed_dim), parameters this module lacks (``bias_k``, ``bias_v`` of
-            ``add_bias_kv=True``), or a non-zero ``in_proj_bias`` with ``qkv_bias=False``.
+            ``add_bias_kv=True``), a non-zero ``in_proj_bias`` with ``qkv_bias=False``, or a
+            qkv_bias that is not a bool.
 
     Examples:
         >>> torch_mha = nn.MultiheadAttention(8, 2)
         >>> sorted(from_torch_state_dict(torch_mha.state_dict()))[:2]
         ['W_key.bias', 'W_key.weight']
     """
+    check_bool(qkv_bias, "qkv_bias")
     if "in_proj_weight" not in state:
         raise ValueError("state must hold in_proj_weight (kdim = vdim = embed_dim), got keys "
                          f"{sorted(state)}")

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_input, check_sizes
+from ._checks import check_bool, check_input, check_sizes
 
 
 class SelfAttentionV1(nn.Module):
@@ -78,7 +78,7 @@ class SelfAttentionV2(nn.Module):
         qkv_bias: give the three projections a bias.
 
     Raises:
-        ValueError: if d_in or d_out is not an integer >= 1.
+        ValueError: if d_in or d_out is not an integer >= 1, or qkv_bias is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(789)
@@ -93,6 +93,7 @@ class SelfAttentionV2(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)
+        check_bool(qkv_bias, "qkv_bias")
         self.d_in = d_in
         factory = {"device": device, "dtype": dtype}
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)

@@ -139,3 +139,9 @@ class TestBadInput:
     def test_sizes_must_be_positive_integers(self, build, message: str) -> None:
         with pytest.raises(ValueError, match=re.escape(message)):
             build()
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    def test_flags_must_be_bools(self, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"qkv_bias must be a bool, got {re.escape(repr(value))} of type"):
+            CausalAttention(3, 2, 6, 0.0, qkv_bias=value)

@@ -227,3 +227,21 @@ class TestBadInput:
     def test_sizes_must_be_positive_integers(self, build, message: str) -> None:
         with pytest.raises(ValueError, match=re.escape(message)):
             build()
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("qkv_bias", lambda value: CrossAttention(4, 3, 4, 2, 0.0, qkv_bias=value)),
+            ("qkv_bias", lambda value: BidirectionalSelfAttention(4, 4, 2, 0.0, qkv_bias=value)),
+            ("return_weights", lambda value: CrossAttention(4, 3, 4, 2, 0.0)(
+                torch.randn(1, 2, 4), torch.randn(1, 5, 3), return_weights=value)),
+            ("return_weights", lambda value: BidirectionalSelfAttention(4, 4, 2, 0.0)(
+                torch.randn(1, 2, 4), return_weights=value)),
+        ],
+        ids=["cross", "bidirectional", "cross forward", "bidirectional forward"],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {re.escape(repr(value))} of type"):
+            call(value)

@@ -423,3 +423,18 @@ class TestBadInput:
             scaled_dot_product_attention(q, k, v, attn_mask=mask)
         with pytest.raises(ValueError, match=message):
             attention_weights(q, k, attn_mask=mask)
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("enable_gqa", lambda q, value: attention_weights(q, q, enable_gqa=value)),
+            ("enable_gqa", lambda q, value: scaled_dot_product_attention(q, q, q, enable_gqa=value)),
+        ],
+        ids=["attention_weights", "scaled_dot_product_attention"],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        q, _, _ = qkv((1, 2, 4, 3))
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {re.escape(repr(value))} of type"):
+            call(q, value)

@@ -378,3 +378,22 @@ class TestBadInput:
         state = torch.nn.MultiheadAttention(6, 2, kdim=4, vdim=4).state_dict()
         with pytest.raises(ValueError, match="must hold in_proj_weight"):
             from_torch_state_dict(state)
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("qkv_bias", lambda value: MultiHeadAttentionWrapper(4, 2, 2, 6, 0.0, qkv_bias=value)),
+            ("qkv_bias", lambda value: MultiHeadAttention(4, 4, 2, 6, 0.0, qkv_bias=value)),
+            ("qkv_bias", lambda value: FusedMultiHeadAttention(4, 4, 2, 6, 0.0, qkv_bias=value)),
+            ("qkv_bias", lambda value: from_torch_state_dict(
+                torch.nn.MultiheadAttention(4, 2).state_dict(), qkv_bias=value)),
+            ("return_weights",
+             lambda value: MultiHeadAttention(4, 4, 2, 6, 0.0)(torch.randn(1, 3, 4), return_weights=value)),
+        ],
+        ids=["wrapper", "multihead", "fused", "from_torch_state_dict", "forward"],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {re.escape(repr(value))} of type"):
+            call(value)
