@@ -113,8 +113,8 @@ class BlockAttention(FusedHeads):
 
     Raises:
         ValueError: if d_model or num_heads is not an integer >= 1, num_heads does not divide
-            d_model, dropout is outside [0, 1), qk_norm is unknown, or is_causal or output_gate
-            is not a bool.
+            d_model, dropout is outside [0, 1), qk_norm is unknown, or is_causal, bias or
+            output_gate is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -145,6 +145,7 @@ class BlockAttention(FusedHeads):
         check_heads(d_model, num_heads, width_name="d_model")
         check_dropout(dropout)
         check_bool(is_causal, "is_causal")
+        check_bool(bias, "bias")
         check_bool(output_gate, "output_gate")
         d_h = d_model // num_heads
         if rotary is not None and rotary.d_h != d_h:

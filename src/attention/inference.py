@@ -30,6 +30,7 @@ from . import masks
 from ._checks import (
     Alignment,
     check_alignment,
+    check_bool,
     check_counts,
     check_dropout,
     check_heads,
@@ -133,7 +134,8 @@ class GroupedQueryAttention(nn.Module):
 
     Raises:
         ValueError: if a size is not an integer >= 1, h_kv does not divide h, h does not divide
-            d_out, dropout is outside [0, 1), or sinks is given without a window.
+            d_out, dropout is outside [0, 1), qkv_bias is not a bool, or sinks is given without a
+            window.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -162,6 +164,7 @@ class GroupedQueryAttention(nn.Module):
                 f"num_kv_heads={num_kv_heads}"
             )
         check_dropout(dropout)
+        check_bool(qkv_bias, "qkv_bias")
         if window is not None:
             check_sizes(window=window)
         check_counts(sinks=sinks)

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_heads, check_input, check_sizes
+from ._checks import check_bool, check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
 from .kv_cache import check_room, check_tokens
 from .positions import RotaryEmbedding
@@ -232,10 +232,12 @@ class MultiHeadLatentAttention(nn.Module):
         and each attends to every cached token and to the new ones up to itself.
 
         Raises:
-            ValueError: if x is not (b, t, d_in), cache is not a :class:`LatentKVCache`, or the
-                new tokens do not fit it (its batch size, dtype or max_tokens).
+            ValueError: if x is not (b, t, d_in), cache is not a :class:`LatentKVCache`, the
+                new tokens do not fit it (its batch size, dtype or max_tokens), or absorbed is not
+                a bool.
         """
         check_input(x, self.d_in, ranks=(3,))
+        check_bool(absorbed, "absorbed")  # before the cache takes the new tokens
         if cache is not None and not isinstance(cache, LatentKVCache):
             raise ValueError(f"cache must be a LatentKVCache from new_cache(), got {cache!r}")
         b, t, _ = x.shape

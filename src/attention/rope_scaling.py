@@ -38,7 +38,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from ._checks import check_number, check_sizes
+from ._checks import check_bool, check_number, check_sizes
 
 __all__ = [
     "DynamicNTKScaling",
@@ -226,8 +226,8 @@ class YaRNScaling:
         truncate: with ``ramp="index"``, floor and ceil the boundary pairs (False keeps them real).
 
     Raises:
-        ValueError: if a number is out of its range, original_context is not an integer >= 1, or
-            beta_slow >= beta_fast.
+        ValueError: if a number is out of its range, original_context is not an integer >= 1,
+            beta_slow >= beta_fast, or truncate is not a bool.
 
     Examples:
         >>> yarn = YaRNScaling(factor=4.0, original_context=64)
@@ -252,6 +252,7 @@ class YaRNScaling:
             )
         if self.ramp not in RAMPS:
             raise ValueError(f"ramp must be 'turns' or 'index', got {self.ramp!r}")
+        check_bool(self.truncate, "truncate")  # with either ramp, though only "index" reads it
         factor = check_number("factor", self.factor, 1.0)
         object.__setattr__(self, "factor", factor)
         object.__setattr__(self, "original_context", _context(self.original_context))

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import (
+    check_bool,
     check_counts,
     check_dropout,
     check_heads,
@@ -133,8 +134,9 @@ class TransformerBlock(nn.Module):
 
     Raises:
         ValueError: if a size is not an integer >= 1, num_heads does not divide d_model,
-            dropout is outside [0, 1), activation or norm is unknown, or parallel is asked of a
-            post-norm block or one without an FFN.
+            dropout is outside [0, 1), activation or norm is unknown, parallel is asked of a
+            post-norm block or one without an FFN, norm_first, is_causal, mlp or parallel is not
+            a bool, or qk_norm, bias or output_gate is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -171,6 +173,13 @@ class TransformerBlock(nn.Module):
         check_heads(d_model, num_heads, width_name="d_model")
         check_sizes(d_ff=d_ff)
         check_dropout(dropout)
+        check_bool(norm_first, "norm_first")
+        check_bool(is_causal, "is_causal")
+        check_bool(mlp, "mlp")
+        check_bool(parallel, "parallel")
+        check_bool(qk_norm, "qk_norm")  # a string would pick the block's norm, not name one
+        check_bool(bias, "bias")
+        check_bool(output_gate, "output_gate")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         if parallel and not (norm_first and mlp):
@@ -256,9 +265,11 @@ class TransformerBlock(nn.Module):
 
         Raises:
             ValueError: if x is not (b, t, d), attn_mask is neither bool nor a float of x's dtype or
-                float32 (or does not broadcast), or a cache is given to a block that is not causal.
+                float32 (or does not broadcast), a cache is given to a block that is not causal,
+                or return_weights is not a bool.
         """
         check_input(x, self.d_model, ranks=(3,), width_name="d_model")
+        check_bool(return_weights, "return_weights")
         if cache is not None and not self.is_causal:
             raise ValueError("a cache needs a causal block (is_causal=True), got is_causal=False")
         if self.parallel:
@@ -366,8 +377,9 @@ class TinyTransformer(nn.Module):
         dtype: their dtype (torch's default when None).
 
     Raises:
-        ValueError: if a size is not an integer >= 1, num_heads does not divide d_model, or
-            positions (or a block's option) is unknown.
+        ValueError: if a size is not an integer >= 1, num_heads does not divide d_model,
+            positions (or a block's option) is unknown, mlp, parallel or qk_norm is not a bool,
+            or bias, output_gate or tie_weights is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -408,6 +420,12 @@ class TinyTransformer(nn.Module):
             d_model=d_model,
         )
         check_heads(d_model, num_heads, width_name="d_model")
+        check_bool(mlp, "mlp")
+        check_bool(parallel, "parallel")
+        check_bool(qk_norm, "qk_norm")
+        check_bool(bias, "bias")
+        check_bool(output_gate, "output_gate")
+        check_bool(tie_weights, "tie_weights")
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.vocab_size, self.num_heads, self.positions = vocab_size, num_heads, positions
@@ -488,10 +506,11 @@ class TinyTransformer(nn.Module):
 
         Raises:
             ValueError: if idx is not (b, t) of integer ids in [0, n_vocab), cache is not a
-                ModelKVCache with one cache per layer, or, with learned positions, the cached and
-                new tokens exceed context_length.
+                ModelKVCache with one cache per layer, with learned positions, the cached and new
+                tokens exceed context_length, or return_weights is not a bool.
         """
         check_token_ids(idx, "idx", self.vocab_size)
+        check_bool(return_weights, "return_weights")
         if cache is not None and (
             not isinstance(cache, ModelKVCache) or len(cache.layers) != len(self.blocks)
         ):
@@ -528,10 +547,12 @@ class TinyTransformer(nn.Module):
 
         Raises:
             ValueError: if idx is not (b, t) of integer ids with t >= 1, max_new_tokens is not an
-                integer >= 0, or, with learned positions, the tokens do not fit in context_length.
+                integer >= 0, with learned positions, the tokens do not fit in context_length, or
+                use_cache is not a bool.
         """
         check_token_ids(idx, "idx")
         check_counts(max_new_tokens=max_new_tokens)
+        check_bool(use_cache, "use_cache")
         b, t = idx.shape
         if t == 0:
             raise ValueError(f"idx must hold at least one token per sequence, got shape {(b, t)}")

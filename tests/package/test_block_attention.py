@@ -199,3 +199,15 @@ class TestBadInput:
     def test_rotary_must_rotate_heads_of_width_d_h(self) -> None:
         with pytest.raises(ValueError, match=r"rotary must rotate heads of width d_h=4, got d_h=8"):
             BlockAttention(8, 2, rotary=RotaryEmbedding(8))
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("bias", lambda value: BlockAttention(8, 2, bias=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)

@@ -261,3 +261,15 @@ class TestBadInput:
     def test_heads_windows_and_caches_must_fit_each_other(self, make: object, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             make()
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("qkv_bias", lambda value: GroupedQueryAttention(8, 8, 2, 1, qkv_bias=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)

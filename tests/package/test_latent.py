@@ -200,3 +200,15 @@ class TestBadInput:
     def test_ranks_inputs_and_cache_must_fit_each_other(self, make: object, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             make()
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("absorbed", lambda value: MultiHeadLatentAttention(8, 8, 2, 4, 2)(torch.randn(1, 3, 8), absorbed=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)

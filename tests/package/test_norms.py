@@ -203,6 +203,20 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             make()  # type: ignore[operator]
 
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("bias", lambda value: make_norm("layer", 4, bias=value)),
+            ("bias", lambda value: make_norm("rms", 4, bias=value)),
+        ],
+        ids=["layer", "rms"],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)
+
 
 def test_rms_norm_returns_the_inputs_dtype_as_torch_does_when_the_gain_is_wider():
     """A bfloat16 x with a float32 γ gives bfloat16, torch.nn.RMSNorm's answer, not float32."""

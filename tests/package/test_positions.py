@@ -322,3 +322,15 @@ class TestBadInput:
     def test_alibi_heads_and_t_q_must_be_valid(self, make: object, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             make()  # type: ignore[operator]
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("interleaved", lambda value: RotaryEmbedding(4, interleaved=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)

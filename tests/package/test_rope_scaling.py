@@ -316,3 +316,17 @@ class TestBadInput:
     def test_yarn_ramp_must_be_turns_or_index(self) -> None:
         with pytest.raises(ValueError, match=r"ramp must be 'turns' or 'index'.*got 'pairs'"):
             YaRNScaling(4.0, 64, ramp="pairs")
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("truncate", lambda value: YaRNScaling(4.0, 4096, truncate=value)),
+            ("truncate", lambda value: YaRNScaling(4.0, 4096, ramp="index", truncate=value)),
+        ],
+        ids=["turns", "index"],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)

@@ -333,3 +333,20 @@ class TestBadInput:
     def test_head_scores_need_a_sequence_that_repeats_a_token(self) -> None:
         with pytest.raises(ValueError, match=r"must repeat a token.*got none"):
             head_scores(_FixedAttention(torch.eye(8)), torch.arange(8)[None])
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            *[(flag, lambda value, flag=flag: TinyTransformer(11, 8, 2, 1, 4, **{flag: value}))
+              for flag in ("mlp", "parallel", "qk_norm", "bias", "output_gate", "tie_weights")],
+            ("return_weights",
+             lambda value: TinyTransformer(11, 8, 2, 1, 4)(torch.zeros(1, 3, dtype=torch.long), return_weights=value)),
+            ("use_cache",
+             lambda value: TinyTransformer(11, 8, 2, 1, 4).generate(torch.zeros(1, 2, dtype=torch.long), 1, use_cache=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)

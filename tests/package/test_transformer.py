@@ -348,3 +348,17 @@ class TestBadInput:
     def test_block_sizes_options_and_torch_layers_must_be_valid(self, make: object, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             make()  # type: ignore[operator]
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            *[(flag, lambda value, flag=flag: TransformerBlock(8, 2, 16, **{flag: value}))
+              for flag in ("norm_first", "is_causal", "mlp", "parallel", "qk_norm", "bias", "output_gate")],
+            ("return_weights", lambda value: TransformerBlock(8, 2, 16)(torch.randn(1, 3, 8), return_weights=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)
