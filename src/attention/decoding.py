@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from ._checks import (
     accumulation_dtype,
     check_batch_dims,
+    check_bool,
     check_qkv,
     check_scale,
     check_sizes,
@@ -136,7 +137,7 @@ def split_kv_attention(
     Raises:
         ValueError: if query, key and value do not agree (dtype, device, widths, lengths,
             leading dimensions that do not broadcast), num_splits is not an integer in
-            [1, t_k], or h_kv does not divide h.
+            [1, t_k], h_kv does not divide h, or enable_gqa or return_lse is not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -150,6 +151,8 @@ def split_kv_attention(
         True
     """
     scale = check_scale(scale)
+    check_bool(enable_gqa, "enable_gqa")
+    check_bool(return_lse, "return_lse")
     check_qkv(query, key, value)
     check_sizes(num_splits=num_splits)
     t_k = key.shape[-2]

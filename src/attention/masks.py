@@ -38,6 +38,7 @@ from ._checks import (
     accumulation_dtype,
     check_alignment,
     check_batch_dims,
+    check_bool,
     check_counts,
     check_number,
     check_qkv,
@@ -455,8 +456,9 @@ def t5_buckets(
 
     Raises:
         ValueError: if relative_position is not an integer tensor, num_buckets is not an
-            integer >= 2 (>= 4 if bidirectional), or max_distance is not an integer above the
-            exact buckets' reach (num_buckets // 2, or num_buckets // 4 if bidirectional).
+            integer >= 2 (>= 4 if bidirectional), max_distance is not an integer above the
+            exact buckets' reach (num_buckets // 2, or num_buckets // 4 if bidirectional), or
+            bidirectional is not a bool.
 
     Examples:
         >>> t5_buckets(-torch.arange(0, 40, 8), num_buckets=8, max_distance=32)
@@ -483,6 +485,7 @@ def t5_buckets(
 def _check_t5(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
     """Require settings for which T5's buckets are defined: an exact bucket at least, and a
     max_distance past the exact ones (log(max_distance / exact) > 0)."""
+    check_bool(bidirectional, "bidirectional")
     least = 4 if bidirectional else 2
     check_sizes(num_buckets=num_buckets, max_distance=max_distance)
     if num_buckets < least:
@@ -508,8 +511,9 @@ def t5_bias(
         The score rule.
 
     Raises:
-        ValueError: if table is not a (num_buckets, h) tensor, the bucket settings are those
-            :func:`t5_buckets` refuses; and, from the rule, if it is
+        ValueError: if table is not a (num_buckets, h) tensor, bidirectional is not a bool or
+            the other bucket settings are those :func:`t5_buckets` refuses; and, from the rule,
+            if it is
             applied (:func:`apply_score_mod`, :func:`to_bias`, :func:`dense_attention`) to scores
             whose number of heads is not the table's h.
 
@@ -822,8 +826,8 @@ def dense_attention(
         Z (b, h, t_q, d_v); with ``return_lse``, (Z, lse) with lse (b, h, t_q).
 
     Raises:
-        ValueError: if a tensor is not 4-d, or query, key and value do not agree in dtype,
-            device or shape (their b and h must broadcast).
+        ValueError: if a tensor is not 4-d, query, key and value do not agree in dtype, device
+            or shape (their b and h must broadcast), or return_lse is not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -835,6 +839,7 @@ def dense_attention(
         True
     """
     scale = check_scale(scale)
+    check_bool(return_lse, "return_lse")
     for name, x in (("query", query), ("key", key), ("value", value)):
         if isinstance(x, Tensor) and x.dim() != 4:
             raise ValueError(f"{name} must be (b, h, t, d), got shape {tuple(x.shape)}")

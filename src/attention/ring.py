@@ -114,7 +114,7 @@ def ring_work(t: int, world_size: int, is_causal: bool = False,
         The work (N, N), steps by devices.
 
     Raises:
-        ValueError: as :func:`ring_shards`.
+        ValueError: as :func:`ring_shards`, or if is_causal is not a bool.
 
     Examples:
         >>> ring_work(8, 2, is_causal=True), ring_work(8, 2, is_causal=True, sharding="zigzag")
@@ -122,6 +122,7 @@ def ring_work(t: int, world_size: int, is_causal: bool = False,
                 [ 0, 16]]), tensor([[10, 10],
                 [ 8,  8]]))
     """
+    check_bool(is_causal, "is_causal")
     shards = ring_shards(t, world_size, sharding)
     work = torch.zeros(world_size, world_size, dtype=torch.int64)  # (N steps, N devices)
     for step in range(world_size):

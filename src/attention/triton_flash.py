@@ -38,6 +38,7 @@ from torch import Tensor
 
 from ._checks import (
     Alignment,
+    check_bool,
     check_causal_options,
     check_qkv,
     check_scale,
@@ -170,6 +171,9 @@ class TritonOptions:
             Needs a GPU of compute capability 10.0 or later (Blackwell): Triton 3.6 failed
             to compile it for an H200.
 
+    Raises:
+        ValueError: if longest_first, descriptors or warp_specialize is not a bool.
+
     Examples:
         >>> TritonOptions(longest_first=True)
         TritonOptions(longest_first=True, descriptors=False, warp_specialize=False)
@@ -178,6 +182,12 @@ class TritonOptions:
     longest_first: bool = False
     descriptors: bool = False
     warp_specialize: bool = False
+
+    def __post_init__(self) -> None:
+        """Check every choice: each is a constexpr of the kernels, compiled in."""
+        check_bool(self.longest_first, "longest_first")
+        check_bool(self.descriptors, "descriptors")
+        check_bool(self.warp_specialize, "warp_specialize")
 
 
 @dataclass(frozen=True)
@@ -408,8 +418,8 @@ def triton_flash_attention(
         RuntimeError: Triton is missing, or neither CUDA nor its interpreter is available; or a
             second derivative is asked for.
         ValueError: shapes, dtypes, devices, block sizes or options the kernels do not take,
-            such as an is_causal that is not a bool; b · h above CUDA's grid limit of 65,535,
-            or a (batch, head) slice too long for int32.
+            such as an is_causal, enable_gqa or deterministic that is not a bool; b · h above
+            CUDA's grid limit of 65,535, or a (batch, head) slice too long for int32.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -425,6 +435,8 @@ def triton_flash_attention(
         ok, reason = triton_available()
         if not ok:
             raise RuntimeError(f"triton_flash_attention cannot run here: {reason}")
+    check_bool(enable_gqa, "enable_gqa")
+    check_bool(deterministic, "deterministic")
     _check_tensors(query, key, value, enable_gqa)
     scale = check_scale(scale)
     _check_options(is_causal, block_m, block_n, alignment, window)

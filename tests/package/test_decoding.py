@@ -148,3 +148,16 @@ class TestBadInput:
         q, k, v = qkv((1, 6, 1, 4), (1, 4, 5, 4))
         with pytest.raises(ValueError, match=r"must divide the query's h=6, got 4"):
             split_kv_attention(q, k, v, num_splits=2, enable_gqa=True)
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("enable_gqa", lambda value: split_kv_attention(*qkv((1, 2, 1, 4), (1, 2, 8, 4)), num_splits=2, enable_gqa=value)),
+            ("return_lse", lambda value: split_kv_attention(*qkv((1, 2, 1, 4), (1, 2, 8, 4)), num_splits=2, return_lse=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)

@@ -364,3 +364,18 @@ class TestBadInput:
     def test_each_rule_checks_its_arguments(self, call, message):
         with pytest.raises(ValueError, match=message):
             call()
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("return_lse", lambda value: M.dense_attention(*qkv((1, 2, 4, 8)), return_lse=value)),
+            ("bidirectional", lambda value: M.t5_buckets(torch.arange(4), bidirectional=value)),
+            ("bidirectional", lambda value: M.t5_bias(torch.zeros(32, 2), bidirectional=value)),
+        ],
+        ids=["dense_attention", "t5_buckets", "t5_bias"],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)

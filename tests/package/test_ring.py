@@ -113,6 +113,18 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"m_device must hold Q, O, lse and " + message):
             ring_attention_io(t, 64, world_size, m_device=m_device)
 
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("is_causal", lambda value: ring_work(8, 2, is_causal=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)
+
 
 def test_leading_dimensions_broadcast_as_in_sdpa():
     # a query shared by the batch: the output takes the broadcast shape, as SDPA's does

@@ -238,6 +238,8 @@ def bad_input_messages() -> list[str]:
         ((meta, meta, meta), {}),
         ((x[:, :, :0], x, x), {}),
         ((x, x.tolist(), x), {}),
+        ((x, x, x), {"enable_gqa": "no"}),
+        ((x, x, x), {"deterministic": 0}),
     ]
     messages = []
     for args, kwargs in calls:
@@ -592,6 +594,8 @@ class TestBadInput:
             "query must be on cpu, got meta",
             "t_q and t_k must be positive, got t_q=0 and t_k=16",
             "key must be a torch.Tensor, got list",
+            "enable_gqa must be a bool, got 'no' of type str",
+            "deterministic must be a bool, got 0 of type int",
             "key: the offset of the last element of a (batch, head) slice must be at most 2147483647 (int32), "
             "got (t - 1) · stride_t + (d_h - 1) · stride_d = 2147483711",
         ]
@@ -617,6 +621,16 @@ class TestBadInput:
         x = torch.randn(1, 1, 16, 64, dtype=torch.float16)
         with pytest.raises(RuntimeError, match="cannot run here: no CUDA device"):
             triton_flash_attention(x, x, x)
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("flag", ["longest_first", "descriptors", "warp_specialize"])
+    def test_flags_must_be_bools(self, flag: str, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the option on; those
+        of triton_flash_attention itself are refused in the interpreter's messages above."""
+        from attention.triton_flash import TritonOptions
+
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            TritonOptions(**{flag: value})
 
 
 @pytest.mark.skipif(not (HAS_TRITON and HAS_CUDA), reason=why_no_triton() if not HAS_TRITON else (
