@@ -31,7 +31,7 @@ from typing import Literal, TypedDict, Unpack, get_args, overload
 import torch
 from torch import Tensor
 
-from ._checks import accumulation_dtype, check_qkv, check_scale, check_sizes
+from ._checks import accumulation_dtype, check_bool, check_qkv, check_scale, check_sizes
 
 __all__ = [
     "DELTA_FORMS",
@@ -225,8 +225,8 @@ def decayed_linear_attention(
 
     Raises:
         ValueError: g is not a tensor, a shape, dtype or device does not match (initial_state's
-            included: a floating tensor on value's device), g > 0 or NaN, an unknown form, or a
-            chunk_size below 1.
+            included: a floating tensor on value's device), g > 0 or NaN, an unknown form, a
+            chunk_size below 1, or an output_final_state that is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -237,6 +237,7 @@ def decayed_linear_attention(
         True
     """
     scale = check_scale(scale)
+    check_bool(output_final_state, "output_final_state")
     _check(query, key, value, g, None, form, DECAY_FORMS, chunk_size, initial_state, ("g",))
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
     g = _log_decay(g, v.dtype)
@@ -340,7 +341,8 @@ def gated_delta_rule(
     Raises:
         ValueError: g or beta is not a tensor, a shape, dtype or device does not match
             (initial_state's included: a floating tensor on value's device), g > 0 or NaN, beta
-            outside [0, 1] or NaN, an unknown form, or a chunk_size below 1.
+            outside [0, 1] or NaN, an unknown form, a chunk_size below 1, or an
+            output_final_state that is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -352,6 +354,7 @@ def gated_delta_rule(
         True
     """
     scale = check_scale(scale)
+    check_bool(output_final_state, "output_final_state")
     _check(query, key, value, g, beta, form, DELTA_FORMS, chunk_size, initial_state, ("g", "beta"))
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
     g, beta = _log_decay(g, v.dtype), beta.to(v.dtype)
@@ -401,7 +404,8 @@ def delta_rule(
         z (b, h_v, t, d_v), and S_t (b, h_v, d_k, d_v) when ``output_final_state``.
 
     Raises:
-        ValueError: as :func:`gated_delta_rule`.
+        ValueError: as :func:`gated_delta_rule`, an output_final_state that is not a bool among
+            them.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -507,13 +511,14 @@ def delta_rule_flops(t: int, d_k: int, d_v: int, *, chunk_size: int = 64, delta:
         The FLOPs, an int.
 
     Raises:
-        ValueError: if a size is not an integer >= 1.
+        ValueError: if a size is not an integer >= 1, or delta is not a bool.
 
     Examples:
         >>> delta_rule_flops(128, 64, 64, chunk_size=64, delta=False)
         4194304
     """
     check_sizes(t=t, d_k=d_k, d_v=d_v, chunk_size=chunk_size)
+    check_bool(delta, "delta")
     total = 0
     for start in range(0, t, chunk_size):
         c = min(chunk_size, t - start)

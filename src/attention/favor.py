@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from ._checks import accumulation_dtype, check_seed, check_sizes, kernel_keywords, shape_or_type
+from ._checks import accumulation_dtype, check_bool, check_seed, check_sizes, kernel_keywords, shape_or_type
 from .linear import Form, check_linear_inputs, kernel_attention
 
 __all__ = [
@@ -92,7 +92,7 @@ def random_projection(
         Ψ (m, d_k).
 
     Raises:
-        ValueError: if num_features or d_k is not an integer >= 1.
+        ValueError: if num_features or d_k is not an integer >= 1, or orthogonal is not a bool.
 
     Examples:
         >>> psi = random_projection(2, 2, generator=torch.Generator().manual_seed(0))
@@ -100,6 +100,7 @@ def random_projection(
         True
     """
     check_sizes(num_features=num_features, d_k=d_k)
+    check_bool(orthogonal, "orthogonal")
     if not orthogonal:
         return torch.randn(num_features, d_k, generator=generator, dtype=dtype, device=device)
     blocks = []
@@ -176,9 +177,9 @@ def favor_attention(
         rows of 0, as torch's SDPA gives them.
 
     Raises:
-        ValueError: if the inputs do not agree (as :func:`linear_attention`), is_causal is not
-            a bool, num_features is not an integer >= 1, seed is neither None nor an integer
-            torch.Generator takes, or projection is not (num_features, d_k).
+        ValueError: if the inputs do not agree (as :func:`linear_attention`), is_causal or
+            orthogonal is not a bool, num_features is not an integer >= 1, seed is neither None
+            nor an integer torch.Generator takes, or projection is not (num_features, d_k).
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -191,6 +192,7 @@ def favor_attention(
         True
     """
     check_linear_inputs(query, key, value, is_causal, form, 1)
+    check_bool(orthogonal, "orthogonal")  # also when a projection is given, which leaves it unread
     if seed is not None:
         check_seed(seed)
     check_sizes(num_features=num_features)

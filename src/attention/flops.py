@@ -17,6 +17,8 @@ output projection, each 2 · b · t · d_in · d_out FLOPs forward (and twice th
 
 from dataclasses import dataclass
 
+from ._checks import check_bool
+
 BACKWARD_FACTOR = 2.5
 
 
@@ -45,13 +47,16 @@ def attention_flops(
         The FLOP count, a float.
 
     Raises:
-        ValueError: if b, h, t or d_h is not a positive integer.
+        ValueError: if b, h, t or d_h is not a positive integer, or causal or backward is not
+            a bool.
 
     Examples:
         >>> attention_flops(1, 1, 4, 2, causal=False), attention_flops(1, 1, 4, 2)
         (128.0, 64.0)
     """
     _check_positive(b=b, h=h, t=t, d_h=d_h)
+    check_bool(causal, "causal")
+    check_bool(backward, "backward")
     forward = 4.0 * b * h * t * t * d_h * (0.5 if causal else 1.0)
     return forward * (1.0 + BACKWARD_FACTOR) if backward else forward
 
@@ -76,13 +81,16 @@ def projection_flops(
         The FLOP count, a float.
 
     Raises:
-        ValueError: if b, t, d_in or d_out is not a positive integer.
+        ValueError: if b, t, d_in or d_out is not a positive integer, or out_proj or backward
+            is not a bool.
 
     Examples:
         >>> projection_flops(1, 2, 3, 4, out_proj=False)  # three products of 2 · 2 · 3 · 4
         144.0
     """
     _check_positive(b=b, t=t, d_in=d_in, d_out=d_out)
+    check_bool(out_proj, "out_proj")
+    check_bool(backward, "backward")
     forward = 2.0 * b * t * d_in * d_out * 3 + (2.0 * b * t * d_out * d_out if out_proj else 0.0)
     return forward * 3.0 if backward else forward
 

@@ -369,7 +369,8 @@ def linear_attention_flops(
         The FLOPs.
 
     Raises:
-        ValueError: if a size is not an integer >= 1 or form is unknown.
+        ValueError: if a size is not an integer >= 1, form is unknown, or is_causal is not a
+            bool.
         TypeError: flash-attn's keyword ``causal``, naming the one this function takes.
 
     Examples:
@@ -380,6 +381,7 @@ def linear_attention_flops(
     check_sizes(t=t, r=r, d_v=d_v, chunk_size=chunk_size)
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    check_bool(is_causal, "is_causal")
     w = d_v + 1
     if form == "parallel":
         return 2 * t * t * (r + w)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ._checks import check_bool
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 else:  # matplotlib stays unimported until a plot is drawn; typing.get_type_hints still resolves
@@ -59,8 +61,8 @@ def plot_attention(
         The Axes drawn on.
 
     Raises:
-        ValueError: if weights is not a 2-d matrix with a row and a column, or a list of labels
-            has the wrong length.
+        ValueError: if weights is not a 2-d matrix with a row and a column, a list of labels
+            has the wrong length, or annotate is not a bool.
 
     Examples:
         >>> ax = plot_attention(torch.tensor([[1.0, 0.0], [0.4, 0.6]]), title="causal")
@@ -68,6 +70,7 @@ def plot_attention(
         ('causal', 'key', 'query')
         >>> import matplotlib.pyplot as plt; plt.close(ax.figure)
     """
+    check_bool(annotate, "annotate")
     matrix = torch.as_tensor(weights).detach().cpu().float()
     if matrix.dim() != 2:
         raise ValueError(

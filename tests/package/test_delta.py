@@ -13,6 +13,7 @@ from attention.delta import (
     decayed_linear_attention,
     delta_attention_matrix,
     delta_rule,
+    delta_rule_flops,
     gated_delta_rule,
 )
 
@@ -335,6 +336,24 @@ class TestBadInput:
         q, k, v, g, _, _ = _inputs()
         with pytest.raises(ValueError, match=r"g must be floating point, got torch\.int64"):
             decayed_linear_attention(q, k, v, g.long())
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("output_final_state", lambda value: decayed_linear_attention(
+                *_inputs()[:4], output_final_state=value)),
+            ("output_final_state", lambda value: gated_delta_rule(*_inputs()[:5], output_final_state=value)),
+            ("output_final_state", lambda value: delta_rule(
+                *_inputs()[:3], _inputs()[4], output_final_state=value)),
+            ("delta", lambda value: delta_rule_flops(16, 4, 4, delta=value)),
+        ],
+        ids=["decayed_linear_attention", "gated_delta_rule", "delta_rule", "delta_rule_flops"],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)
 
 
 @pytest.mark.parametrize("delta", [False, True])

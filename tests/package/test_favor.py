@@ -207,3 +207,19 @@ class TestBadInput:
             favor_attention(q, k, v, num_features=8, seed=2**64)
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(4,\)"):
             positive_random_features(q, torch.randn(4))
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("orthogonal", lambda value: random_projection(4, 4, orthogonal=value)),
+            ("orthogonal", lambda value: favor_attention(*qkv((1, 6, 4)), num_features=4, orthogonal=value)),
+            ("orthogonal", lambda value: favor_attention(
+                *qkv((1, 6, 4)), num_features=4, projection=torch.randn(4, 4), orthogonal=value)),
+        ],
+        ids=["random_projection", "favor_attention", "favor_attention with a projection"],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)

@@ -75,3 +75,18 @@ class TestBadInput:
     def test_precision_must_be_one_with_documented_peaks(self):
         with pytest.raises(ValueError, match=r"precision must be one of.*got 'int8'"):
             device_peak("NVIDIA H200", "int8")
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("causal", lambda value: attention_flops(1, 1, 4, 4, causal=value)),
+            ("backward", lambda value: attention_flops(1, 1, 4, 4, backward=value)),
+            ("out_proj", lambda value: projection_flops(1, 4, 4, 4, out_proj=value)),
+            ("backward", lambda value: projection_flops(1, 4, 4, 4, backward=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)

@@ -209,6 +209,18 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"initial_state must have shape .* = \(2, 4, 5\), got \(1, 4, 5\)"):
             linear_attention(query, key, value, initial_state=state)
 
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("is_causal", lambda value: linear_attention_flops(16, 4, 4, "chunked", is_causal=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)
+
 
 def test_chunked_prefill_then_recurrent_decode_equals_one_call():
     """As flash-linear-attention's (o, final_state): the state carries on from a prefill."""

@@ -177,3 +177,15 @@ class TestBadInput:
         expected = re.escape(f"at least one row (query) and one column (key), got shape {shape}")
         with pytest.raises(ValueError, match=expected):
             plot_attention(torch.rand(shape))
+
+    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize(
+        ("flag", "call"),
+        [
+            ("annotate", lambda value: plot_attention(torch.rand(2, 2), annotate=value)),
+        ],
+    )
+    def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
+        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
+        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+            call(value)
