@@ -196,7 +196,7 @@ class BidirectionalSelfAttention(CrossAttention):
         device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         check_sizes(d_in=d_in)
-        check_bool(qkv_bias, "qkv_bias")  # here too: CrossAttention's error is this one's
+        check_bool(qkv_bias, "qkv_bias")  # CrossAttention checks it too; this Raises names it
         super().__init__(d_in, d_in, d_out, num_heads, dropout, qkv_bias=qkv_bias,
                          device=device, dtype=dtype)
         self.d_in = d_in

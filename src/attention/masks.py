@@ -513,9 +513,8 @@ def t5_bias(
     Raises:
         ValueError: if table is not a (num_buckets, h) tensor, bidirectional is not a bool or
             the other bucket settings are those :func:`t5_buckets` refuses; and, from the rule,
-            if it is
-            applied (:func:`apply_score_mod`, :func:`to_bias`, :func:`dense_attention`) to scores
-            whose number of heads is not the table's h.
+            if it is applied (:func:`apply_score_mod`, :func:`to_bias`, :func:`dense_attention`)
+            to scores whose number of heads is not the table's h.
 
     Examples:
         >>> table = torch.arange(4.0)[:, None]  # (num_buckets, h) = (4, 1)

@@ -184,7 +184,8 @@ class TritonOptions:
     warp_specialize: bool = False
 
     def __post_init__(self) -> None:
-        """Check every choice: each is a constexpr of the kernels, compiled in."""
+        """Refuse a choice that is not a bool: each becomes a constexpr of the kernels, where
+        a string such as "no" would be compiled in as true."""
         check_bool(self.longest_first, "longest_first")
         check_bool(self.descriptors, "descriptors")
         check_bool(self.warp_specialize, "warp_specialize")
