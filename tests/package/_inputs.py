@@ -1,7 +1,9 @@
 """Inputs and weights shared by several test modules."""
 
+import re
 from collections.abc import Sequence
 
+import pytest
 import torch
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -74,3 +76,13 @@ def randomize(module: nn.Module) -> nn.Module:
         for parameter in module.parameters():
             parameter.normal_(0.0, 0.5)
     return module
+
+
+# What a bool flag must refuse: a string from a config file ("no" is truthy, and truth-testing it
+# would turn the flag on) and an int.
+NON_BOOLS = ["no", 1]
+
+
+def refuses_non_bool(flag: str, value: object) -> pytest.RaisesExc:
+    """``pytest.raises`` for ``flag`` given the non-bool ``value``: a ValueError naming both."""
+    return pytest.raises(ValueError, match=rf"{flag} must be a bool, got {re.escape(repr(value))} of type")

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from _inputs import randomize, seeded_randn
+from _inputs import NON_BOOLS, randomize, refuses_non_bool, seeded_randn
 
 from attention import BlockAttention, KVCache, RollingKVCache, RotaryEmbedding, TransformerBlock
 from attention.inference import window_visible
@@ -200,7 +200,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"rotary must rotate heads of width d_h=4, got d_h=8"):
             BlockAttention(8, 2, rotary=RotaryEmbedding(8))
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -208,6 +208,5 @@ class TestBadInput:
         ],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import qkv
+from _inputs import NON_BOOLS, qkv, refuses_non_bool
 
 from attention import TinyTransformer
 from attention.decoding import split_kv_attention, weights_read_per_token
@@ -149,7 +149,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"must divide the query's h=6, got 4"):
             split_kv_attention(q, k, v, num_splits=2, enable_gqa=True)
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -158,6 +158,5 @@ class TestBadInput:
         ],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)

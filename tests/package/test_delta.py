@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import qkv
+from _inputs import NON_BOOLS, qkv, refuses_non_bool
 
 from attention.delta import (
     decayed_linear_attention,
@@ -337,7 +337,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"g must be floating point, got torch\.int64"):
             decayed_linear_attention(q, k, v, g.long())
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -351,8 +351,7 @@ class TestBadInput:
         ids=["decayed_linear_attention", "gated_delta_rule", "delta_rule", "delta_rule_flops"],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)
 
 

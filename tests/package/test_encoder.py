@@ -4,7 +4,7 @@ import re
 
 import pytest
 import torch
-from _inputs import randomize, seeded_randn
+from _inputs import NON_BOOLS, randomize, refuses_non_bool, seeded_randn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -228,7 +228,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=re.escape(message)):
             build()
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -242,6 +242,5 @@ class TestBadInput:
         ids=["cross", "bidirectional", "cross forward", "bidirectional forward"],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {re.escape(repr(value))} of type"):
+        with refuses_non_bool(flag, value):
             call(value)

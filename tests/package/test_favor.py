@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import qkv
+from _inputs import NON_BOOLS, qkv, refuses_non_bool
 
 from attention.favor import (
     favor_attention,
@@ -208,7 +208,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(4,\)"):
             positive_random_features(q, torch.randn(4))
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -220,6 +220,5 @@ class TestBadInput:
         ids=["random_projection", "favor_attention", "favor_attention with a projection"],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import NON_BOOLS, refuses_non_bool
 
 from attention import MultiHeadAttention, sliding_window_mask
 from attention.inference import GroupedQueryAttention, sink_window_mask
@@ -262,7 +263,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             make()
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -270,6 +271,5 @@ class TestBadInput:
         ],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)

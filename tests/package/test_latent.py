@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from _inputs import NON_BOOLS, refuses_non_bool
 
 from attention import RotaryEmbedding, kv_cache_bytes
 from attention.latent import LatentKVCache, MultiHeadLatentAttention, latent_cache_bytes
@@ -201,7 +202,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             make()
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -209,6 +210,5 @@ class TestBadInput:
         ],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)

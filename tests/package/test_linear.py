@@ -5,7 +5,7 @@ reference; FLOPs as PyTorch counts them; bad input."""
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import qkv
+from _inputs import NON_BOOLS, qkv, refuses_non_bool
 from torch.utils.flop_counter import FlopCounterMode
 
 from attention.favor import favor_attention
@@ -209,7 +209,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"initial_state must have shape .* = \(2, 4, 5\), got \(1, 4, 5\)"):
             linear_attention(query, key, value, initial_state=state)
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -217,8 +217,7 @@ class TestBadInput:
         ],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)
 
 

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import qkv
+from _inputs import NON_BOOLS, qkv, refuses_non_bool
 from torch.nn.attention.flex_attention import (
     AuxRequest,
     create_block_mask,
@@ -365,7 +365,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             call()
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -376,6 +376,5 @@ class TestBadInput:
         ids=["dense_attention", "t5_buckets", "t5_bias"],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)

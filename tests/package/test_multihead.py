@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _gradcheck import module_gradcheck
-from _inputs import randomize, seeded_randn
+from _inputs import NON_BOOLS, randomize, refuses_non_bool, seeded_randn
 from _reference import book_tensor
 
 from attention import (
@@ -379,7 +379,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match="must hold in_proj_weight"):
             from_torch_state_dict(state)
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -394,6 +394,5 @@ class TestBadInput:
         ids=["wrapper", "multihead", "fused", "from_torch_state_dict", "forward"],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {re.escape(repr(value))} of type"):
+        with refuses_non_bool(flag, value):
             call(value)

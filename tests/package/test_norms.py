@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import seeded_randn
+from _inputs import NON_BOOLS, refuses_non_bool, seeded_randn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -203,7 +203,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             make()  # type: ignore[operator]
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -213,8 +213,7 @@ class TestBadInput:
         ids=["layer", "rms"],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)
 
 

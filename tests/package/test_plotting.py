@@ -7,6 +7,7 @@ transposed image, swapped tick labels or an annotation in the wrong cell cannot 
 import re
 
 import matplotlib
+from _inputs import NON_BOOLS, refuses_non_bool
 
 matplotlib.use("Agg")
 
@@ -178,7 +179,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=expected):
             plot_attention(torch.rand(shape))
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -186,6 +187,5 @@ class TestBadInput:
         ],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)

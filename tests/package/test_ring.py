@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import qkv
+from _inputs import NON_BOOLS, qkv, refuses_non_bool
 
 from attention.ring import ring_attention, ring_attention_io, ring_shards, ring_work
 
@@ -113,7 +113,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"m_device must hold Q, O, lse and " + message):
             ring_attention_io(t, 64, world_size, m_device=m_device)
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -121,8 +121,7 @@ class TestBadInput:
         ],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)
 
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from _inputs import FAST, seeded_randn, seeds
+from _inputs import FAST, NON_BOOLS, refuses_non_bool, seeded_randn, seeds
 from _rope import rotate_pairs_by_hand
 from hypothesis import given
 from hypothesis import strategies as st
@@ -317,7 +317,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"ramp must be 'turns' or 'index'.*got 'pairs'"):
             YaRNScaling(4.0, 64, ramp="pairs")
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -327,6 +327,5 @@ class TestBadInput:
         ids=["turns", "index"],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from _inputs import randomize
+from _inputs import NON_BOOLS, randomize, refuses_non_bool
 from torch import nn
 
 from attention import (
@@ -334,7 +334,7 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"must repeat a token.*got none"):
             head_scores(_FixedAttention(torch.eye(8)), torch.arange(8)[None])
 
-    @pytest.mark.parametrize("value", ["no", 1])
+    @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
         [
@@ -347,6 +347,5 @@ class TestBadInput:
         ],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
-        """A truthy non-bool ("no" from a config file) would otherwise turn the flag on."""
-        with pytest.raises(ValueError, match=rf"{flag} must be a bool, got {value!r} of type"):
+        with refuses_non_bool(flag, value):
             call(value)
