@@ -512,7 +512,8 @@ def _yarn(params: dict, max_positions: int) -> rope_scaling.YaRNScaling:
     return rope_scaling.YaRNScaling(
         factor, params["original_max_position_embeddings"],
         beta_fast=params.get("beta_fast") or 32.0, beta_slow=params.get("beta_slow") or 1.0,
-        attention_factor=attention_factor, ramp="index", truncate=params.get("truncate", True),
+        attention_factor=attention_factor, ramp="index",
+        truncate=bool(params.get("truncate", True)),  # None: no truncation, as transformers reads it
     )
 
 

@@ -46,6 +46,9 @@ CASES = {
     "llama-yarn": ("llama", {**GQA, "head_dim": 32, "rope_parameters": {  # ramp over pairs 0-5
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
         "original_max_position_embeddings": 64}}),
+    "llama-yarn-truncate-none": ("llama", {**GQA, "head_dim": 32, "rope_parameters": {  # read as False
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+        "original_max_position_embeddings": 64, "truncate": None}}),
     "mistral": ("mistral", dict(GQA, sliding_window=4)),
     "qwen3": ("qwen3", dict(GQA, head_dim=16)),
     "gemma3": ("gemma3_text", GEMMA3),
