@@ -23,7 +23,7 @@ from typing import Any
 
 import griffe
 import pytest
-from _reach import reaches
+from _reach import checks_flag, reaches
 
 import attention
 from book.docstrings import reference_modules
@@ -217,8 +217,9 @@ UNCHECKED_FLAGS: dict[str, tuple[str, ...]] = {
 @pytest.mark.parametrize(("module", "name"), PUBLIC, ids=_IDS)
 def test_bool_flags_refuse_non_bools(module: str, name: str) -> None:
     # A flag that is truth-tested does the opposite of what a string from a config file says
-    # ("no" is true): every parameter annotated bool is passed to check_bool, by the callable
-    # or a package function it calls (a class's in __init__ or a dataclass's __post_init__).
+    # ("no" is true): every parameter annotated bool is passed to check_bool on every path, by
+    # the callable or by the package function it is passed to (a class's in __init__ or a
+    # dataclass's __post_init__); a check under an if, such as a norm's, does not count.
     obj = getattr(importlib.import_module(module), name)
     unchecked = []
     for function in _functions(obj):
@@ -227,10 +228,10 @@ def test_bool_flags_refuse_non_bools(module: str, name: str) -> None:
         checkers = [function]
         if inspect.isclass(obj) and function.__name__ == "__init__":
             checkers.append(getattr(obj, "__post_init__", None))
-        checked = {flag for f in checkers if f is not None for flag in _checked_flags(f)}
         where = f"{module.removeprefix('attention.')}.{function.__qualname__}"
         exempt = UNCHECKED_FLAGS.get(where, ())
-        unchecked += [f"{where}: {flag}" for flag in flags if flag not in checked | set(exempt)]
+        unchecked += [f"{where}: {flag}" for flag in flags if flag not in exempt
+                      and not any(checks_flag(f, flag) for f in checkers if f is not None)]
     assert unchecked == [], f"bool flags that accept any value (no check_bool): {unchecked}"
 
 
@@ -240,7 +241,7 @@ def test_unchecked_flags_are_bool_flags_of_public_callables() -> None:
                  for f in _functions(getattr(importlib.import_module(m), n))}
     stale = [f"{where}: {flag}" for where, flags in UNCHECKED_FLAGS.items() for flag in flags
              if where not in functions or typing.get_type_hints(functions[where]).get(flag) is not bool
-             or flag in _checked_flags(functions[where])]
+             or checks_flag(functions[where], flag)]
     assert stale == []
 
 
