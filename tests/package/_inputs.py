@@ -85,4 +85,4 @@ NON_BOOLS = ["no", 1]
 
 def refuses_non_bool(flag: str, value: object) -> pytest.RaisesExc:
     """``pytest.raises`` for ``flag`` given the non-bool ``value``: a ValueError naming both."""
-    return pytest.raises(ValueError, match=rf"{flag} must be a bool, got {re.escape(repr(value))} of type")
+    return pytest.raises(ValueError, match=rf"\b{flag} must be a bool, got {re.escape(repr(value))} of type")
