@@ -302,8 +302,10 @@ class TransformerBlock(nn.Module):
 
         Raises:
             ValueError: if ``layer`` is not a ``TransformerEncoderLayer``, is not batch-first,
-                has no biases, or its activation is neither ReLU nor the exact GELU.
+                has no biases, or its activation is neither ReLU nor the exact GELU, or if
+                is_causal is not a bool.
         """
+        check_bool(is_causal, "is_causal")
         if not isinstance(layer, nn.TransformerEncoderLayer):
             raise ValueError(f"layer must be a torch.nn.TransformerEncoderLayer, got {layer!r}")
         if not layer.self_attn.batch_first:

@@ -87,10 +87,12 @@ def test_the_wheel_ships_the_typing_marker() -> None:
 
 
 def _functions(obj: Any) -> list[Callable[..., Any]]:
-    """``obj`` itself, or a class's ``__init__`` and its public methods."""
+    """``obj`` itself, or a class's ``__init__`` and its public methods (class and static ones
+    too, as their functions)."""
     if not inspect.isclass(obj):
         return [obj]
-    methods = [v for k, v in vars(obj).items() if not k.startswith("_") and inspect.isfunction(v)]
+    methods = [getattr(v, "__func__", v) for k, v in vars(obj).items() if not k.startswith("_")
+               and inspect.isfunction(getattr(v, "__func__", v))]
     return [obj.__init__, *methods] if "__init__" in vars(obj) else methods
 
 

@@ -290,6 +290,7 @@ def test_from_torch_carries_the_layer_norm_eps() -> None:
     with torch.no_grad():
         torch.testing.assert_close(block(x), layer(x), atol=1e-12, rtol=0)
 
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
@@ -356,6 +357,8 @@ class TestBadInput:
             *[(flag, lambda value, flag=flag: TransformerBlock(8, 2, 16, **{flag: value}))
               for flag in ("norm_first", "is_causal", "mlp", "parallel", "qk_norm", "bias", "output_gate")],
             ("return_weights", lambda value: TransformerBlock(8, 2, 16)(torch.randn(1, 3, 8), return_weights=value)),
+            ("is_causal", lambda value: TransformerBlock.from_torch(
+                nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), is_causal=value)),
         ],
     )
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
