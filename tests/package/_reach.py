@@ -9,6 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 
+def _source(function: Callable[..., Any]) -> ast.Module | None:
+    """The parsed source of ``function`` (None for one without Python source)."""
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError):
+        return None
+
+
 def reaches(function: Callable[..., Any], found: Callable[[ast.AST], bool],
             seen: set[int] | None = None) -> bool:
     """Whether a node of ``function``'s source, or of a package function it calls by name,
@@ -16,9 +24,8 @@ def reaches(function: Callable[..., Any], found: Callable[[ast.AST], bool],
     seen = set() if seen is None else seen
     function = inspect.unwrap(function)  # a decorated function's own source and globals
     seen.add(id(function))
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError):
+    tree = _source(function)
+    if tree is None:
         return False
     for node in ast.walk(tree):
         if found(node):
@@ -56,9 +63,8 @@ def checks_flag(function: Callable[..., Any], flag: str, seen: set[tuple[int, st
     if (id(function), flag) in seen:
         return False
     seen.add((id(function), flag))
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError):
+    tree = _source(function)
+    if tree is None:
         return False
     definition = tree.body[0]
     if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
