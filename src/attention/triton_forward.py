@@ -116,7 +116,7 @@ def tile_pointers(base, batch, head, i, j, stride_b, stride_h, stride_i, stride_
 
 @triton.jit
 def in_order(lo, mid_lo, mid_hi, hi):
-    """The four ends of a loop's range clamped so that lo <= mid_lo <= mid_hi <= hi."""
+    """A loop's four ends, clamped so that lo <= mid_lo <= mid_hi <= hi."""
     hi = tl.maximum(hi, lo)
     mid_lo = tl.minimum(tl.maximum(mid_lo, lo), hi)
     mid_hi = tl.minimum(tl.maximum(mid_hi, mid_lo), hi)
