@@ -357,14 +357,7 @@ def and_masks(*mask_mods: MaskMod) -> MaskMod:
                 [ True,  True, False],
                 [False,  True,  True]])
     """
-
-    def all_of(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        allowed = torch.ones((), dtype=torch.bool, device=q_idx.device)
-        for mask_mod in mask_mods:
-            allowed = allowed & mask_mod(b, h, q_idx, kv_idx)
-        return allowed
-
-    return all_of
+    return _combine(mask_mods, torch.logical_and, none=True)
 
 
 def or_masks(*mask_mods: MaskMod) -> MaskMod:
@@ -382,14 +375,21 @@ def or_masks(*mask_mods: MaskMod) -> MaskMod:
                 [ True,  True, False],
                 [ True, False,  True]])
     """
+    return _combine(mask_mods, torch.logical_or, none=False)
 
-    def any_of(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        allowed = torch.zeros((), dtype=torch.bool, device=q_idx.device)
+
+def _combine(mask_mods: tuple[MaskMod, ...], combine: Callable[[Tensor, Tensor], Tensor],
+             none: bool) -> MaskMod:
+    """The rule whose answer folds the answers of ``mask_mods`` with ``combine``; ``none`` without
+    rules."""
+
+    def combined(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        allowed = torch.full((), none, dtype=torch.bool, device=q_idx.device)
         for mask_mod in mask_mods:
-            allowed = allowed | mask_mod(b, h, q_idx, kv_idx)
+            allowed = combine(allowed, mask_mod(b, h, q_idx, kv_idx))
         return allowed
 
-    return any_of
+    return combined
 
 
 def _check_heads(h: Tensor, num_heads: int, rule: str, hint: str = "") -> None:
