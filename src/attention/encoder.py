@@ -86,37 +86,24 @@ class CrossAttention(nn.Module):
 
     @overload
     def forward(
-        self,
-        x: Tensor,
-        context: Tensor,
-        key_padding_mask: Tensor | None = None,
+        self, x: Tensor, context: Tensor, key_padding_mask: Tensor | None = None,
         return_weights: Literal[False] = False,
     ) -> Tensor: ...
 
     @overload
     def forward(
-        self,
-        x: Tensor,
-        context: Tensor,
-        key_padding_mask: Tensor | None = None,
-        *,
+        self, x: Tensor, context: Tensor, key_padding_mask: Tensor | None = None, *,
         return_weights: Literal[True],
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload
     def forward(
-        self,
-        x: Tensor,
-        context: Tensor,
-        key_padding_mask: Tensor | None = None,
+        self, x: Tensor, context: Tensor, key_padding_mask: Tensor | None = None,
         return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]: ...
 
     def forward(
-        self,
-        x: Tensor,
-        context: Tensor,
-        key_padding_mask: Tensor | None = None,
+        self, x: Tensor, context: Tensor, key_padding_mask: Tensor | None = None,
         return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from x (b, t_q, d_q) to context (b, t_k, d_kv).

@@ -221,37 +221,24 @@ class TransformerBlock(nn.Module):
 
     @overload
     def forward(
-        self,
-        x: Tensor,
-        attn_mask: Tensor | None = None,
-        return_weights: Literal[False] = False,
+        self, x: Tensor, attn_mask: Tensor | None = None, return_weights: Literal[False] = False,
         cache: Cache | None = None,
     ) -> Tensor: ...
 
     @overload
     def forward(
-        self,
-        x: Tensor,
-        attn_mask: Tensor | None = None,
-        *,
-        return_weights: Literal[True],
+        self, x: Tensor, attn_mask: Tensor | None = None, *, return_weights: Literal[True],
         cache: Cache | None = None,
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload
     def forward(
-        self,
-        x: Tensor,
-        attn_mask: Tensor | None = None,
-        return_weights: bool = False,
+        self, x: Tensor, attn_mask: Tensor | None = None, return_weights: bool = False,
         cache: Cache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]: ...
 
     def forward(
-        self,
-        x: Tensor,
-        attn_mask: Tensor | None = None,
-        return_weights: bool = False,
+        self, x: Tensor, attn_mask: Tensor | None = None, return_weights: bool = False,
         cache: Cache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """The block's output (b, t, d) for tokens x (b, t, d).
