@@ -16,6 +16,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
@@ -35,6 +36,14 @@ LAYERS, HEADS, D_H, BYTES, WINDOW = 32, 32, 128, 2, 4096
 # Cited, not measured here: Raschka's KV-cache bonus material (ch04/03_kv-cache/README.md),
 # 124M-parameter GPT, 200 new tokens, Apple M4 CPU: tokens/s without and with his cache.
 RASCHKA = {"without cache": 27.0, "with cache": 144.0}
+
+
+def plain_log_y(ax: Axes) -> None:
+    """Give ``ax`` a log y axis whose decades read as plain numbers (1, 10, 100), without minor
+    ticks: the bars carry their own values."""
+    ax.set_yscale("log")
+    ax.minorticks_off()
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
 
 
 def cache_memory() -> Figure:
@@ -93,9 +102,7 @@ def decode_speed() -> Figure:
         bars[-1].set_hatch("//")
         bars[-1].set_alpha(0.6)
         ax.bar_label(bars, fmt="%.0f", fontsize=8, padding=2)
-    ax.set_yscale("log")
-    ax.minorticks_off()
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    plain_log_y(ax)
     ax.set_ylim(top=4 * max(*speed.values(), *RASCHKA.values()))  # room for the legend
     # "gpt2-small-\nuntrained": three groups' names side by side fit a phone's column
     ax.set_xticks(range(len(groups)), labels=[textwrap.fill(g, 12) for g in groups])
@@ -160,9 +167,7 @@ def decode_bound() -> Figure:
                       label="measured (greedy decoding, b = 1)")
     ax.bar_label(bound, fmt="%.0f", fontsize=8.5, padding=2)
     ax.bar_label(measured, fmt="%.0f", fontsize=8.5, padding=2)
-    ax.set_yscale("log")
-    ax.minorticks_off()
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    plain_log_y(ax)
     ax.set_xticks(list(xs), labels=labels)
     ax.set_ylim(1, 40 * max([r[2] for r in rows], default=10))  # room for the legend
     ax.set_ylabel("tokens per second")
@@ -191,12 +196,9 @@ def mla_cache() -> Figure:
                    color=[color for _, _, color in bars], width=0.6)
     ax.bar_label(drawn, labels=[f"{size / 2**10:,.1f} KiB" for _, size, _ in bars],
                  fontsize=8.5, padding=2)
-    ax.set_yscale("log")
-    ax.minorticks_off()
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    ax.set_ylim(top=8 * bars[0][1] / 2**10)
-    ax.set_ylabel("cache per token, all layers (KiB)")
-    ax.set_title(f"DeepSeek-V2's shape: L = {DSV2_LAYERS}, h = {DSV2_HEADS}, d_h = {DSV2_D_H}, "
+    plain_log_y(ax)
+    ax.set(ylim=(None, 8 * bars[0][1] / 2**10), ylabel="cache per token, all layers (KiB)",
+           title=f"DeepSeek-V2's shape: L = {DSV2_LAYERS}, h = {DSV2_HEADS}, d_h = {DSV2_D_H}, "
                  "16-bit numbers")
     ax.spines[["top", "right"]].set_visible(False)
     return fig
