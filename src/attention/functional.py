@@ -72,6 +72,8 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     Subtracting the row maximum leaves the result unchanged (the factor exp(-max) cancels) and
     keeps every exponent at most 0, so nothing overflows. A row that is entirely -inf (a query
     allowed to see no key) gives zeros instead of nan; an empty dimension gives an empty result.
+    Half-precision logits are exponentiated and summed in float32 and rounded once at the end,
+    as ``torch.softmax`` does.
 
     Args:
         x: the logits, any shape.
@@ -87,11 +89,12 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     """
     if x.shape[dim] == 0:
         return torch.exp(x)  # an empty row has nothing to normalize (and amax would raise)
-    row_max = x.amax(dim=dim, keepdim=True)
+    logits = x.to(accumulation_dtype(x.dtype))  # float16, bfloat16: in float32, rounded once
+    row_max = logits.amax(dim=dim, keepdim=True)
     row_max = row_max.masked_fill(row_max == float("-inf"), 0.0)  # all -inf row: exp(-inf) = 0
-    exp_x = torch.exp(x - row_max)
+    exp_x = torch.exp(logits - row_max)
     total = exp_x.sum(dim=dim, keepdim=True)
-    return exp_x / total.masked_fill(total == 0, 1.0)  # 0 / 1 = 0 for an all -inf row
+    return (exp_x / total.masked_fill(total == 0, 1.0)).to(x.dtype)  # 0 / 1 = 0: all -inf row
 
 
 

@@ -68,6 +68,18 @@ def test_softmax_equals_torch(dim: int) -> None:
     torch.testing.assert_close(softmax(x, dim=dim), torch.softmax(x, dim=dim))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_softmax_is_as_accurate_as_torch(dtype: torch.dtype) -> None:
+    # flash-attention's rule: against float64, at most twice the error of torch's own softmax in
+    # the same dtype (which computes in float32 and rounds once)
+    torch.manual_seed(0)
+    x = (torch.randn(256, 64, dtype=torch.float64) * 3).to(dtype)
+    exact = torch.softmax(x.double(), dim=-1)
+    ours, theirs = softmax(x, dim=-1), torch.softmax(x, dim=-1)
+    assert ours.dtype == dtype
+    assert (ours.double() - exact).abs().max() <= 2 * (theirs.double() - exact).abs().max()
+
+
 def test_softmax_of_all_minus_inf_row_is_zero_with_finite_gradient() -> None:
     x = torch.tensor([[1.0, 2.0, float("-inf")], [float("-inf")] * 3], requires_grad=True)
     out = softmax(x, dim=-1)
