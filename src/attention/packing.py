@@ -200,9 +200,9 @@ def varlen_attention(
 
     Raises:
         ValueError: if a tensor is not (t, h, d), key or value has neither h heads nor 1, the
-            tensors do not agree (dtype, device, widths), a cu_seqlens does not rise strictly
-            from 0 to its tensor's length, the two count different sequences, or is_causal is
-            not a bool.
+            tensors do not agree (dtype, device, widths, key and value tokens), a cu_seqlens
+            does not rise strictly from 0 to its tensor's length, the two count different
+            sequences, or is_causal is not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -223,7 +223,7 @@ def varlen_attention(
             raise ValueError(
                 f"{name} must be (t, h, d) in the varlen layout, got shape {tuple(x.shape)}"
             )
-    check_qkv(query, key, value)
+    check_qkv(*(x.transpose(0, 1) for x in (query, key, value)))  # as (h, t, d): t_k, not h
     h = query.shape[1]
     if any(x.shape[1] not in (1, h) for x in (key, value)):
         raise ValueError(
@@ -233,11 +233,10 @@ def varlen_attention(
     check_bool(is_causal, "is_causal")
     _check_cu_seqlens(cu_seqlens_q, query.shape[0])
     _check_cu_seqlens(cu_seqlens_k, key.shape[0])
-    if len(cu_seqlens_q) != len(cu_seqlens_k) or key.shape[0] != value.shape[0]:
+    if len(cu_seqlens_q) != len(cu_seqlens_k):
         raise ValueError(
-            f"cu_seqlens_q and cu_seqlens_k must count the same sequences and key and value the "
-            f"same tokens, got {len(cu_seqlens_q) - 1} and {len(cu_seqlens_k) - 1} sequences, "
-            f"{key.shape[0]} keys and {value.shape[0]} values"
+            f"cu_seqlens_q and cu_seqlens_k must count the same sequences, got "
+            f"{len(cu_seqlens_q) - 1} and {len(cu_seqlens_k) - 1}"
         )
     out = query.new_empty(*query.shape[:2], value.shape[-1])  # (t_q, h, d_v)
     bounds = zip(cu_seqlens_q.tolist(), cu_seqlens_q[1:].tolist(), cu_seqlens_k.tolist(),

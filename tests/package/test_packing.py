@@ -122,6 +122,20 @@ def test_varlen_takes_one_key_and_value_head_shared_by_every_query_head():
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("shared", ["key", "value"])
+def test_varlen_takes_one_shared_head_for_key_or_value_alone(shared):
+    qs, ks, vs = sequences(h=3)
+    if shared == "key":
+        ks = [k[:1] for k in ks]  # (1, t_i, d): one key head, three value heads
+    else:
+        vs = [v[:1] for v in vs]
+    want = packed_row([F.scaled_dot_product_attention(q, k.expand_as(q), v.expand_as(q))
+                       for q, k, v in zip(qs, ks, vs)])[0].transpose(0, 1)  # (t, h, d)
+    q, k, v = [packed_row(x)[0].transpose(0, 1) for x in (qs, ks, vs)]  # (t, h or 1, d)
+    got = varlen_attention(q, k, v, cu_seqlens_from_lengths(LENGTHS))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
         (lambda: cu_seqlens_from_lengths(torch.tensor([3, 0])), r"lengths must be .* values >= 1, got \[3, 0\]"),
@@ -143,7 +157,7 @@ class TestBadInput:
         (lambda: varlen_attention(torch.zeros(4, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4])),
          r"query must be \(t, h, d\) in the varlen layout.*got shape \(4, 2\)"),
         (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4]), torch.tensor([0, 1, 4])),
-         r"must count the same sequences.*got 1 and 2 sequences"),
+         r"must count the same sequences, got 1 and 2"),
         (lambda: varlen_attention(torch.zeros(4, 4, 2), torch.zeros(4, 2, 2), torch.zeros(4, 2, 2), torch.tensor([0, 4])),
          r"key and value must have the query's h=4 heads \(or 1, shared\), got 2 and 2"),
         (lambda: cu_seqlens_from_lengths(torch.tensor([[3, 2]])),
@@ -155,7 +169,7 @@ class TestBadInput:
         (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4]), is_causal=1),
          r"is_causal must be a bool, got 1 of type int"),
         (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(3, 1, 2), torch.tensor([0, 4])),
-         r"key and value the same tokens, got 1 and 1 sequences, 4 keys and 3 values"),
+         r"key and value must have the same number of tokens t_k, got 4 and 3"),
         (lambda: pack(torch.zeros(2, 2, 1), torch.tensor([3, 1])), r"t_max >= 3, got shape \(2, 2, 1\)"),
     ])
     def test_lengths_and_cu_seqlens_must_describe_the_packed_tokens(self, call, message):
