@@ -1,7 +1,8 @@
 """Inputs and weights shared by several test modules."""
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -86,3 +87,18 @@ NON_BOOLS = ["no", 1]
 def refuses_non_bool(flag: str, value: object) -> pytest.RaisesExc:
     """``pytest.raises`` for ``flag`` given the non-bool ``value``: a ValueError naming both."""
     return pytest.raises(ValueError, match=rf"\b{flag} must be a bool, got {re.escape(repr(value))} of type")
+
+
+@contextmanager
+def uninitialized_memory_filled() -> Iterator[None]:
+    """Within it, ``torch.empty`` (and ``to_empty``) fill their memory: NaN for floats, the largest
+    value for integers and bools, so that a result read from uninitialized memory shows."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        torch.utils.deterministic.fill_uninitialized_memory = fill

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import uninitialized_memory_filled
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from attention import masks as M
@@ -89,15 +90,8 @@ def test_varlen_causal_is_aligned_bottom_right_like_flash_attention():
 
 
 def test_unpack_writes_zeros_in_the_padding_even_from_uninitialized_memory():
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True)  # torch.empty now returns NaN (or the largest int)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    try:
+    with uninitialized_memory_filled():  # torch.empty now returns NaN (or the largest int)
         padded = unpack(torch.ones(4, 2), torch.tensor([0, 3, 4]), t_max=5)
-    finally:
-        torch.use_deterministic_algorithms(deterministic)
-        torch.utils.deterministic.fill_uninitialized_memory = fill
     real = torch.arange(5)[None, :] < torch.tensor([3, 1])[:, None]
     assert padded[real].eq(1).all() and padded[~real].eq(0).all()
 
