@@ -14,7 +14,9 @@ M is 0 on and below the diagonal and -inf above it. The module keeps the upper t
 bool buffer ``mask`` (True above the diagonal): a buffer moves with ``.to(device)`` and is not a
 trainable parameter. It is registered with ``persistent=False``, so checkpoints do not carry it
 (it is rebuilt from ``context_length``, and a checkpoint loads at any context length); a
-checkpoint saved when it was persistent still loads, its ``mask`` entry ignored.
+checkpoint saved when it was persistent still loads, its ``mask`` entry ignored. Because no
+checkpoint carries it, it is built again after every move of the module: ``to_empty``, which
+loading a model built on the meta device uses, would leave uninitialized memory in it.
 """
 
 from typing import Any
@@ -26,6 +28,8 @@ from torch.types import Device
 from ._checks import check_bool, check_context_length, check_dropout, check_input, check_sizes
 from .functional import causal_mask
 
+__all__ = ["CausalAttention", "register_causal_mask"]
+
 
 def register_causal_mask(
     module: nn.Module, context_length: int, device: Device = None
@@ -34,7 +38,9 @@ def register_causal_mask(
     diagonal, not saved in the state dict; an old checkpoint's ``mask`` entry is dropped on
     load.
 
-    Like every buffer it is uninitialized after ``module.to_empty(...)``: call this again then.
+    Like every buffer it is uninitialized after ``module.to_empty(...)``, and no checkpoint
+    restores it: a ``CausallyMasked`` module (the base of this package's owners of the mask)
+    builds it again after every move.
 
     Args:
         module: the module that gets the buffer.
@@ -63,7 +69,21 @@ def register_causal_mask(
     module.register_load_state_dict_pre_hook(drop_saved_mask)
 
 
-class CausalAttention(nn.Module):
+class CausallyMasked(nn.Module):
+    """A module whose buffer ``mask`` (from :func:`register_causal_mask`) is built again after
+    every move (``.to``, ``to_empty``) from ``context_length``: a model built on the meta device
+    and moved with ``to_empty`` would otherwise mask with uninitialized memory."""
+
+    context_length: int
+    mask: Tensor
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        super()._apply(fn, recurse)
+        self.mask = ~causal_mask(self.context_length, device=self.mask.device)
+        return self
+
+
+class CausalAttention(CausallyMasked):
     """Single-head causal self-attention with dropout on the attention weights.
 
     The causal mask for ``context_length`` tokens is a bool buffer, not saved in the state dict.

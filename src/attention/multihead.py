@@ -42,7 +42,7 @@ from ._checks import (
     check_input,
     check_sizes,
 )
-from .causal import CausalAttention, register_causal_mask
+from .causal import CausalAttention, CausallyMasked, register_causal_mask
 
 
 class MultiHeadAttentionWrapper(nn.Module):
@@ -94,7 +94,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         return torch.cat([head(x) for head in self.heads], dim=-1)  # (..., t, h * d_out)
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(CausallyMasked):
     """Causal multi-head self-attention with split heads and an output projection.
 
     The projections d_in → d_out are split into num_heads heads of width d_h = d_out / h.
@@ -198,7 +198,7 @@ class MultiHeadAttention(nn.Module):
         return (out, attn_weights) if return_weights else out
 
 
-class FusedMultiHeadAttention(nn.Module):
+class FusedMultiHeadAttention(CausallyMasked):
     """Causal multi-head self-attention with one fused QKV projection, as in GPT-2.
 
     ``use_sdpa`` chooses between the explicit computation and PyTorch's fused

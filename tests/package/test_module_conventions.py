@@ -7,6 +7,7 @@ import pkgutil
 
 import pytest
 import torch
+from _inputs import uninitialized_memory_filled
 from torch import nn
 
 import attention
@@ -117,6 +118,21 @@ def test_modules_take_device_and_dtype(cls):
     assert {p.dtype for p in module.parameters()} <= {torch.float64}
     buffers = {x.dtype for x in module.buffers()}
     assert buffers <= {torch.bool, torch.float64}  # masks and RoPE's float64 frequencies
+
+
+@pytest.mark.parametrize("cls", [*BUILD, *WRAPPERS], ids=lambda cls: cls.__name__)
+def test_modules_built_on_meta_then_loaded_equal_modules_built_in_place(cls):
+    """Built on the meta device, moved with to_empty and loaded from a checkpoint (how large
+    models are loaded), a module holds what one built in place holds: a buffer the checkpoint
+    does not carry (a causal mask, RoPE's frequencies) is rebuilt, not left uninitialized."""
+    build = {**BUILD, **WRAPPERS}[cls]
+    torch.manual_seed(0)
+    built = build(device="cpu", dtype=torch.float32)
+    with uninitialized_memory_filled():
+        loaded = build(device="meta", dtype=torch.float32).to_empty(device="cpu")
+    loaded.load_state_dict(built.state_dict())
+    for (name, want), (_, got) in zip(built.named_buffers(), loaded.named_buffers(), strict=True):
+        assert torch.equal(got, want), f"{cls.__name__}.{name} is not rebuilt after to_empty"
 
 
 @pytest.mark.parametrize("cls", [CausalAttention, MultiHeadAttention, FusedMultiHeadAttention])
