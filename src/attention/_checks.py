@@ -13,16 +13,26 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypedDict, TypeVar, get_args
 
 import torch
 from torch import Size, Tensor
+from torch.types import Device
 
 # Where a causal mask's diagonal sits when t_q != t_k.
 Alignment = Literal["top_left", "bottom_right"]
 ALIGNMENTS: tuple[Alignment, ...] = get_args(Alignment)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Factory(TypedDict):
+    """The ``device`` and ``dtype`` a module passes on to the layers and tensors it creates, as
+    ``nn.Linear(..., **factory)`` (a TypedDict, so that the type checker reads each keyword's
+    type where a plain dict would give every value the union of both)."""
+
+    device: Device
+    dtype: torch.dtype | None
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:

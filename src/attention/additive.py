@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import (
+    Factory,
     check_input,
     check_mask,
     check_rank,
@@ -64,7 +65,7 @@ class AdditiveAttention(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(d_query=d_query, d_key=d_key, d_attn=d_attn)
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.W_query = nn.Linear(d_query, d_attn, bias=False, **factory)
         self.W_key = nn.Linear(d_key, d_attn, bias=False, **factory)
         self.v = nn.Linear(d_attn, 1, bias=False, **factory)
@@ -149,7 +150,7 @@ class Seq2SeqEncoder(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(vocab_size=vocab_size, d_emb=d_emb, d_hidden=d_hidden)
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.embedding = nn.Embedding(vocab_size, d_emb, **factory)
         self.rnn = nn.GRU(d_emb, d_hidden, batch_first=True, bidirectional=True, **factory)
         self.init_state = nn.Linear(d_hidden, d_hidden, **factory)
@@ -209,7 +210,7 @@ class AttentionDecoder(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(vocab_size=vocab_size, d_emb=d_emb, d_hidden=d_hidden, d_attn=d_attn)
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.embedding = nn.Embedding(vocab_size, d_emb, **factory)
         self.attention = AdditiveAttention(d_hidden, 2 * d_hidden, d_attn, **factory)
         self.cell = nn.GRUCell(d_emb + 2 * d_hidden, d_hidden, **factory)

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import (
+    Factory,
     additive_mask,
     check_attn_mask,
     check_bool,
@@ -152,7 +153,7 @@ class BlockAttention(FusedHeads):
             raise ValueError(f"rotary must rotate heads of width d_h={d_h}, got d_h={rotary.d_h}")
         self.d_model, self.num_heads, self.d_h = d_model, num_heads, d_h
         self.dropout, self.is_causal, self.rotary = dropout, is_causal, rotary
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias, **factory)  # W_q, W_k, W_v stacked
         self.out_proj = nn.Linear(d_model, d_model, bias=bias, **factory)
         self.proj_dropout = nn.Dropout(dropout)  # on out_proj's output (torch's dropout1)

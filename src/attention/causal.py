@@ -114,16 +114,15 @@ class CausalAttention(CausallyMasked):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        factory = {"device": device, "dtype": dtype}
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_dropout(dropout)
         check_bool(qkv_bias, "qkv_bias")
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias, device=device, dtype=dtype)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias, device=device, dtype=dtype)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias, device=device, dtype=dtype)
         self.dropout = nn.Dropout(dropout)
         register_causal_mask(self, context_length, device)
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import accumulation_dtype, check_input, check_sizes
+from ._checks import Factory, accumulation_dtype, check_input, check_sizes
 from .delta import gated_delta_rule
 from .norms import RMSNorm
 
@@ -111,7 +111,7 @@ class GatedDeltaNet(nn.Module):
             )
         self.h_k, self.h_v, self.d_k, self.d_v = num_key_heads, num_value_heads, d_k, d_v
         self.chunk_size = chunk_size
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.q_proj = nn.Linear(d_model, num_key_heads * d_k, bias=False, **factory)
         self.k_proj = nn.Linear(d_model, num_key_heads * d_k, bias=False, **factory)
         self.v_proj = nn.Linear(d_model, num_value_heads * d_v, bias=False, **factory)

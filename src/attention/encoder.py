@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_bool, check_dropout, check_heads, check_input, check_sizes
+from ._checks import Factory, check_bool, check_dropout, check_heads, check_input, check_sizes
 from .functional import attention_weights
 
 __all__ = ["CrossAttention", "BidirectionalSelfAttention"]
@@ -77,7 +77,7 @@ class CrossAttention(nn.Module):
         check_bool(qkv_bias, "qkv_bias")
         self.d_q, self.d_kv, self.d_out = d_q, d_kv, d_out
         self.num_heads, self.d_h = num_heads, d_out // num_heads
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.W_query = nn.Linear(d_q, d_out, bias=qkv_bias, **factory)
         self.W_key = nn.Linear(d_kv, d_out, bias=qkv_bias, **factory)
         self.W_value = nn.Linear(d_kv, d_out, bias=qkv_bias, **factory)

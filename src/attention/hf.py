@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import rope_scaling
-from ._checks import accumulation_dtype, check_counts, check_token_ids
+from ._checks import Factory, accumulation_dtype, check_counts, check_token_ids
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
 from .inference import cached_visible
@@ -113,7 +113,7 @@ class _Attention(nn.Module):
     def new_cache(self, batch_size: int, max_tokens: int) -> KVCache | RollingKVCache:
         """A KVCache, or a RollingKVCache of w slots in a sliding-window layer."""
         weight = self.W_key.weight
-        like = {"dtype": weight.dtype, "device": weight.device}
+        like = Factory(device=weight.device, dtype=weight.dtype)
         if self.window is None:
             return KVCache(batch_size, self.num_kv_heads, max_tokens, self.d_h, **like)
         return RollingKVCache(

@@ -29,6 +29,7 @@ from torch.types import Device
 from . import masks
 from ._checks import (
     Alignment,
+    Factory,
     check_alignment,
     check_bool,
     check_counts,
@@ -173,7 +174,7 @@ class GroupedQueryAttention(nn.Module):
         self.d_in, self.d_out, self.num_heads = d_in, d_out, num_heads
         self.num_kv_heads, self.d_h = num_kv_heads, d_out // num_heads
         self.window, self.sinks, self.dropout = window, sinks, dropout
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
         self.W_key = nn.Linear(d_in, num_kv_heads * self.d_h, bias=qkv_bias, **factory)
         self.W_value = nn.Linear(d_in, num_kv_heads * self.d_h, bias=qkv_bias, **factory)

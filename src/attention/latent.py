@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_bool, check_heads, check_input, check_sizes
+from ._checks import Factory, check_bool, check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
 from .kv_cache import check_room, check_tokens
 from .positions import RotaryEmbedding
@@ -200,16 +200,16 @@ class MultiHeadLatentAttention(nn.Module):
         self.d_in, self.d_out, self.num_heads, self.d_h = d_in, d_out, num_heads, d_out // num_heads
         self.kv_rank, self.rope_dim, self.q_rank = kv_rank, rope_dim, q_rank
         self.rotary = RotaryEmbedding(rope_dim, base, device=device)
-        f = {"bias": False, "device": device, "dtype": dtype}
-        self.W_down_kv = nn.Linear(d_in, kv_rank, **f)  # W_DKV: x -> c
-        self.W_up_key = nn.Linear(kv_rank, d_out, **f)  # W_UK: c -> h content keys
-        self.W_up_value = nn.Linear(kv_rank, d_out, **f)  # W_UV: c -> h values
-        self.W_key_rope = nn.Linear(d_in, rope_dim, **f)  # W_KR: x -> shared k_R
-        self.W_down_query = None if q_rank is None else nn.Linear(d_in, q_rank, **f)
+        f = Factory(device=device, dtype=dtype)
+        self.W_down_kv = nn.Linear(d_in, kv_rank, bias=False, **f)  # W_DKV: x -> c
+        self.W_up_key = nn.Linear(kv_rank, d_out, bias=False, **f)  # W_UK: c -> h content keys
+        self.W_up_value = nn.Linear(kv_rank, d_out, bias=False, **f)  # W_UV: c -> h values
+        self.W_key_rope = nn.Linear(d_in, rope_dim, bias=False, **f)  # W_KR: x -> shared k_R
+        self.W_down_query = None if q_rank is None else nn.Linear(d_in, q_rank, bias=False, **f)
         width = d_in if q_rank is None else q_rank
-        self.W_up_query = nn.Linear(width, d_out, **f)  # W_UQ: c_Q -> h content queries
-        self.W_query_rope = nn.Linear(width, num_heads * rope_dim, **f)  # W_QR
-        self.out_proj = nn.Linear(d_out, d_out, **f)  # W_o
+        self.W_up_query = nn.Linear(width, d_out, bias=False, **f)  # W_UQ: c_Q -> h content queries
+        self.W_query_rope = nn.Linear(width, num_heads * rope_dim, bias=False, **f)  # W_QR
+        self.out_proj = nn.Linear(d_out, d_out, bias=False, **f)  # W_o
 
     def new_cache(self, batch_size: int, max_tokens: int) -> LatentKVCache:
         """An empty :class:`LatentKVCache` on the module's device and dtype.

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import (
+    Factory,
     check_bool,
     check_context_length,
     check_dropout,
@@ -137,7 +138,7 @@ class MultiHeadAttention(CausallyMasked):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_heads(d_out, num_heads)
         check_dropout(dropout)
@@ -238,7 +239,7 @@ class FusedMultiHeadAttention(CausallyMasked):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_heads(d_out, num_heads)
         check_dropout(dropout)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_bool, check_input, check_sizes
+from ._checks import Factory, check_bool, check_input, check_sizes
 
 
 class SelfAttentionV1(nn.Module):
@@ -48,7 +48,7 @@ class SelfAttentionV1(nn.Module):
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)
         self.d_in = d_in
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.W_query = nn.Parameter(torch.rand(d_in, d_out, **factory))
         self.W_key = nn.Parameter(torch.rand(d_in, d_out, **factory))
         self.W_value = nn.Parameter(torch.rand(d_in, d_out, **factory))
@@ -95,7 +95,7 @@ class SelfAttentionV2(nn.Module):
         check_sizes(d_in=d_in, d_out=d_out)
         check_bool(qkv_bias, "qkv_bias")
         self.d_in = d_in
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import (
+    Factory,
     accumulation_dtype,
     check_batch_dims,
     check_bool,
@@ -247,7 +248,7 @@ class LightningIndexer(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, q_rank=q_rank, index_heads=index_heads, index_dim=index_dim)
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.d_in, self.q_rank = d_in, q_rank
         self.index_heads, self.index_dim = index_heads, index_dim
         self.rotary = RotaryEmbedding(index_dim, base, rotary_dim=rope_dim, scaling=scaling,

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import (
+    Factory,
     check_bool,
     check_counts,
     check_dropout,
@@ -195,7 +196,7 @@ class TransformerBlock(nn.Module):
             qk_norm=norm if qk_norm else None, bias=bias, norm_eps=norm_eps,
             output_gate=output_gate, device=device, dtype=dtype,
         )  # built first: the same random draws as before it was a submodule
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.norm1 = make_norm(norm, d_model, norm_eps, bias, **factory)
         if mlp:
             if not parallel:  # a parallel block feeds N1(x) to both sublayers
@@ -419,7 +420,7 @@ class TinyTransformer(nn.Module):
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.vocab_size, self.num_heads, self.positions = vocab_size, num_heads, positions
         self.context_length = context_length
-        factory = {"device": device, "dtype": dtype}
+        factory = Factory(device=device, dtype=dtype)
         self.tok_emb = nn.Embedding(vocab_size, d_model, **factory)  # (n_vocab, d)
         self.pos_emb = (LearnedPositions(context_length, d_model, **factory)
                         if positions == "learned" else None)

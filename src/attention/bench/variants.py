@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
+from .._checks import Factory
 from ..flash import flash_attention
 from ..functional import scaled_dot_product_attention as explicit_attention
 from ..multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
@@ -107,7 +108,7 @@ class Variant:
 def make_inputs(problem: Problem, seed: int = 123) -> Inputs:
     """Random inputs (standard normal) and, for a layer, the book's layer with seeded weights."""
     torch.manual_seed(seed)
-    p, kw = problem, {"dtype": problem.dtype, "device": problem.device}
+    p, kw = problem, Factory(device=problem.device, dtype=problem.dtype)
     if p.level == "layer":
         mha = MultiHeadAttention(p.d, p.d, p.h, p.t, 0.0).to(**kw)
         tensors: tuple[Tensor, ...] = (torch.randn(p.b, p.t, p.d, **kw),)  # x: (b, t, d)
