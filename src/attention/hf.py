@@ -36,7 +36,7 @@ imported only by the functions that need it.
 """
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -105,6 +105,8 @@ class _Attention(nn.Module):
         self.W_key = nn.Linear(d, num_kv_heads * d_h, bias=qkv_bias)
         self.W_value = nn.Linear(d, num_kv_heads * d_h, bias=qkv_bias)
         self.out_proj = nn.Linear(num_heads * d_h, d, bias=out_bias)
+        self.q_norm: nn.Module | None
+        self.k_norm: nn.Module | None
         self.q_norm, self.k_norm = qk_norm if qk_norm is not None else (None, None)
         self.sinks = None if sinks is None else nn.Parameter(sinks.detach().clone())
         # gated attention (Qiu et al. 2025, Qwen3-Next): z ⊙ sigmoid(x W_gate) per feature
@@ -127,7 +129,7 @@ class _Attention(nn.Module):
         queries = self.W_query(x).view(b, t, h, d_h)  # (b, t, h, d_h)
         keys = self.W_key(x).view(b, t, h_kv, d_h)  # (b, t, h_kv, d_h)
         values = self.W_value(x).view(b, t, h_kv, d_h).transpose(1, 2)  # (b, h_kv, t, d_h)
-        if self.q_norm is not None:  # QK-norm: each head's query and key, before RoPE
+        if self.q_norm is not None and self.k_norm is not None:  # QK-norm: each head's query and key, before RoPE
             queries, keys = self.q_norm(queries), self.k_norm(keys)
         queries, keys = queries.transpose(1, 2), keys.transpose(1, 2)  # (b, ·, t, d_h)
         n = 0 if cache is None else cache.length  # position of x's first token
@@ -156,7 +158,7 @@ class _LatentAttention(nn.Module):
     is False; always in V3.2), and YaRN's mscale² on the scores.
     """
 
-    def __init__(self, source: nn.Module, config: Any, rotary: RotaryEmbedding, scale: float) -> None:
+    def __init__(self, source: Any, config: Any, rotary: RotaryEmbedding, scale: float) -> None:
         """Copies of ``source``'s projections and norms."""
         super().__init__()
         self.num_heads, self.rotary, self.scale = config.num_attention_heads, rotary, scale
@@ -186,7 +188,9 @@ class _LatentAttention(nn.Module):
         b, t, _ = x.shape
         h, d_nope, d_r, d_v = self.num_heads, self.d_nope, self.d_r, self.d_v
         n = 0 if cache is None else cache.length
-        c_q = x if self.W_down_query is None else self.q_norm(self.W_down_query(x))
+        c_q = x
+        if self.W_down_query is not None and self.q_norm is not None:
+            c_q = self.q_norm(self.W_down_query(x))
         queries = self.W_up_query(c_q).view(b, t, h, d_nope + d_r).transpose(1, 2)
         q_content, q_rope = queries.split([d_nope, d_r], dim=-1)  # (b, h, t, ·)
         latents, rope_keys = self.W_down_kv(x).split([self.d_c, d_r], dim=-1)  # (b, t, ·)
@@ -219,7 +223,7 @@ class _SparseLatentAttention(_LatentAttention):
     model's, in two halves where MLA's pairs are interleaved, as transformers' indexer has it.
     """
 
-    def __init__(self, source: nn.Module, config: Any, rotary: RotaryEmbedding, scale: float) -> None:
+    def __init__(self, source: Any, config: Any, rotary: RotaryEmbedding, scale: float) -> None:
         """Copies of ``source``'s projections, norms and indexer."""
         super().__init__(source, config, rotary, scale)
         theirs = source.indexer
@@ -300,6 +304,8 @@ class _Block(nn.Module):
         super().__init__()
         self.attention, self.ffn, self.parallel = attention, ffn, parallel
         self.attn_norm, self.ffn_norm = norms
+        self.post_attn_norm: nn.Module | None
+        self.post_ffn_norm: nn.Module | None
         self.post_attn_norm, self.post_ffn_norm = post_norms if post_norms else (None, None)
 
     def forward(self, x: Tensor, cache: Any = None) -> Tensor:
@@ -343,7 +349,7 @@ class CausalLM(nn.Module):
     """
 
     def __init__(
-        self, embed: nn.Embedding, blocks: list[nn.Module], norm: nn.Module, lm_head: nn.Linear, *,
+        self, embed: nn.Embedding, blocks: Sequence[nn.Module], norm: nn.Module, lm_head: nn.Linear, *,
         positions: LearnedPositions | None = None, embed_scale: float = 1.0,
         final_softcap: float | None = None, name: str = "",
     ) -> None:
@@ -356,8 +362,8 @@ class CausalLM(nn.Module):
     @property
     def layer_kinds(self) -> list[str]:
         """"local" (sliding window), "global" (every token) or "linear" (a gated delta layer)."""
-        return ["linear" if isinstance(b.attention, GatedDeltaNet)
-                else "global" if b.attention.window is None else "local" for b in self.blocks]
+        return ["linear" if isinstance(a, GatedDeltaNet)
+                else "global" if a.window is None else "local" for a in self._attentions()]
 
     def new_caches(self, batch_size: int, max_tokens: int) -> list[Any]:
         """One empty cache per layer, for up to ``max_tokens`` positions.
@@ -365,8 +371,12 @@ class CausalLM(nn.Module):
         A gated delta layer's cache is its :class:`~attention.delta_layer.DeltaState`, whose
         size does not depend on ``max_tokens``.
         """
-        return [DeltaState() if isinstance(block.attention, GatedDeltaNet)
-                else block.attention.new_cache(batch_size, max_tokens) for block in self.blocks]
+        return [DeltaState() if isinstance(a, GatedDeltaNet)
+                else a.new_cache(batch_size, max_tokens) for a in self._attentions()]
+
+    def _attentions(self) -> list[Any]:
+        """Each block's attention sublayer, read by name (nn.Module types it Tensor | Module)."""
+        return [block.attention for block in self.blocks]
 
     def forward(
         self, input_ids: Tensor, caches: list[Any] | None = None
@@ -420,6 +430,10 @@ class CausalLM(nn.Module):
 
 # ---------------------------------------------------------------------------------------------
 # Reading a transformers model
+#
+# Its modules and configurations are typed Any here: they are read by attribute name, which
+# names exist depends on the model type, and nn.Module's annotations type every such name
+# Tensor | Module.
 
 
 def _copy(linear: nn.Linear, weight: Tensor, bias: Tensor | None = None) -> None:
@@ -436,7 +450,7 @@ def _copy(linear: nn.Linear, weight: Tensor, bias: Tensor | None = None) -> None
         )
     with torch.no_grad():
         linear.weight.copy_(weight)
-        if linear.bias is not None:
+        if bias is not None:  # linear has one too, as checked above
             linear.bias.copy_(bias)
 
 
@@ -455,7 +469,7 @@ def _layer_norm(source: nn.LayerNorm) -> nn.LayerNorm:
     return norm
 
 
-def _rms_norm(source: nn.Module, eps: float, offset: float = 0.0) -> RMSNorm:
+def _rms_norm(source: Any, eps: float, offset: float = 0.0) -> RMSNorm:
     """The book's RMSNorm with gain ``offset`` + ``source.weight`` (Gemma stores γ - 1)."""
     norm = RMSNorm(source.weight.shape[0], eps)
     with torch.no_grad():
@@ -542,7 +556,7 @@ def _rotary(
     return rotary
 
 
-def _gpt2(model: nn.Module) -> CausalLM:
+def _gpt2(model: Any) -> CausalLM:
     """GPT-2: learned positions, LayerNorm, fused QKV stored as Conv1D (in, out) weights."""
     config, body = model.config, model.transformer
     _option(config, "scale_attn_weights", (True,))
@@ -575,7 +589,7 @@ def _gpt2(model: nn.Module) -> CausalLM:
     )
 
 
-def _gpt_neox(model: nn.Module) -> CausalLM:
+def _gpt_neox(model: Any) -> CausalLM:
     """GPT-NeoX: partial rotary, parallel residual, fused QKV laid out head by head."""
     config, body = model.config, model.gpt_neox
     _option(config, "hidden_act", tuple(_ACTIVATIONS))
@@ -608,13 +622,14 @@ def _gpt_neox(model: nn.Module) -> CausalLM:
     )
 
 
-def _feed_forward(config: Any, mlp: nn.Module, gemma: bool) -> _FeedForward:
+def _feed_forward(config: Any, mlp: Any, gemma: bool) -> _FeedForward:
     """SwiGLU (GeGLU in Gemma) with the weights of ``mlp``'s gate, up and down projections."""
     ffn = _FeedForward(
         config.hidden_size, config.intermediate_size,
         config.hidden_activation if gemma else config.hidden_act, gated=True,
         bias=getattr(config, "mlp_bias", False),
     )
+    assert ffn.gate is not None  # made by gated=True (the type checker cannot tell)
     for ours, theirs in ((ffn.gate, mlp.gate_proj), (ffn.up, mlp.up_proj),
                          (ffn.down, mlp.down_proj)):
         _copy(ours, theirs.weight, theirs.bias)
@@ -622,7 +637,7 @@ def _feed_forward(config: Any, mlp: nn.Module, gemma: bool) -> _FeedForward:
 
 
 def _attention(
-    source: nn.Module, config: Any, rotary: RotaryEmbedding, layer_type: str, scale: float,
+    source: Any, config: Any, rotary: RotaryEmbedding, layer_type: str, scale: float,
     norm: tuple[float, float], output_gate: bool,
 ) -> _Attention:
     """The book's attention with the weights of a Llama-like ``self_attn`` module."""
@@ -640,7 +655,7 @@ def _attention(
         output_gate=output_gate,
     )
     q_weight, q_bias = source.q_proj.weight, source.q_proj.bias
-    if output_gate:  # Qwen3-Next's q_proj: per head, d_h query rows then d_h gate rows
+    if attention.W_gate is not None:  # Qwen3-Next's q_proj: per head, d_h query rows then d_h gate rows
         q_weight = q_weight.view(h, 2, d_h, d)
         q_bias = None if q_bias is None else q_bias.view(h, 2, d_h)
         _copy(attention.W_gate, q_weight[:, 1].reshape(h * d_h, d),
@@ -654,7 +669,7 @@ def _attention(
     return attention
 
 
-def _llama_like(model: nn.Module) -> CausalLM:
+def _llama_like(model: Any) -> CausalLM:
     """Llama, Mistral, Qwen3, Gemma 3, gpt-oss, Qwen3-Next: RMSNorm, RoPE, grouped-query."""
     config, body = model.config, model.model
     if config.model_type == "gemma3":  # multimodal Gemma 3: its text model and lm_head only
@@ -721,7 +736,7 @@ def _llama_like(model: nn.Module) -> CausalLM:
     )
 
 
-def _deepseek_v3(model: nn.Module) -> CausalLM:
+def _deepseek_v3(model: Any) -> CausalLM:
     """DeepSeek-V3 (and V3.2): multi-head latent attention, YaRN on the shared rotary key, MoE
     borrowed; V3.2 adds the lightning indexer's selection."""
     config, body = model.config, model.model
@@ -831,7 +846,7 @@ def _in_float64(forward: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def _rms_forward(module: nn.Module) -> Callable[[Tensor], Tensor]:
+def _rms_forward(module: Any) -> Callable[[Tensor], Tensor]:
     """RMSNorm without transformers' float32 round trip: γ ⊙ x / sqrt(mean(x²) + ε).
 
     A float64 x stays float64; half precision (a model cast after the patch) is normalized in
@@ -849,7 +864,7 @@ def _rms_forward(module: nn.Module) -> Callable[[Tensor], Tensor]:
     return forward
 
 
-def _rotary_forward(module: nn.Module) -> Callable[..., tuple[Tensor, Tensor]]:
+def _rotary_forward(module: Any) -> Callable[..., tuple[Tensor, Tensor]]:
     """The rotary module's cos and sin, from its own rule evaluated in float64.
 
     Dynamic scaling takes the frequencies of the current length, without transformers' memory
