@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..delta import decayed_linear_attention, delta_rule_flops, gated_delta_rule
+from ..delta import DeltaForm, decayed_linear_attention, delta_rule_flops, gated_delta_rule
 from .linear import Form, linear_form, run_variants
 from .sweep import Settings
 
@@ -50,7 +50,7 @@ def delta_form(name: str, chunk_size: int) -> Form:
         return linear_form(name, chunk_size)
     delta = name == "gated-delta-chunked"
 
-    def fn(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, form: str = "chunked") -> Tensor:
+    def fn(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *, form: DeltaForm = "chunked") -> Tensor:
         if delta:
             return gated_delta_rule(q, k, v, g, beta, form=form, chunk_size=chunk_size)
         return decayed_linear_attention(q, k, v, g, form=form, chunk_size=chunk_size)

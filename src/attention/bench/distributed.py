@@ -36,12 +36,12 @@ import torch.multiprocessing as mp
 
 from .. import distributed as cp
 from ..distributed import ring as ring_module
-from ..ring import ring_attention_io, ring_shards
+from ..ring import Sharding, ring_attention_io, ring_shards
 from .rows import DistributedRow
 from .sweep import Settings
 
 WORLD_SIZES = (2, 4)
-SCHEMES = (("ring", "contiguous"), ("ring", "zigzag"), ("ulysses", "contiguous"))
+SCHEMES: tuple[tuple[str, Sharding], ...] = (("ring", "contiguous"), ("ring", "zigzag"), ("ulysses", "contiguous"))
 SHAPE = {"b": 1, "t": 2048, "h": 8, "h_kv": 8, "d_h": 64}
 PASSES = ("forward", "forward+backward")
 TOLERANCE = 2e-3  # float32 against float64, as the sweep's

@@ -23,13 +23,15 @@ off the sweep's rows by the appendix.
 A goal that was not measured says so and why; a goal that was missed says so too.
 """
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
 from .memprobe import measure_in_subprocess
 from .sweep import Settings, measure
 from .timing import cuda_peak_bytes
-from .variants import Built, Inputs, Problem, Variant, get_variant, make_call, make_inputs
+from .variants import Built, Inputs, Problem, Reference, Variant, get_variant, make_call, make_inputs
 
 SPEED_TOLERANCE = 1.05
 MEMORY_FRACTION = 0.05
@@ -95,7 +97,7 @@ def memory_goal(device: torch.device, t: int, b: int, h: int, d_h: int, seed: in
     """
     problem = Problem("kernel", b, t, h, d_h, torch.float32, device, backward=False)
     goal: dict[str, object] = {"t": t, "b": b, "h": h, "d_h": d_h, "dtype": "float32", "pass": "forward"}
-    peaks: dict[str, object] = {}
+    peaks: dict[str, Any] = {}  # bytes, or why the measure failed
     for name in ("explicit", "flash_attention"):
         if device.type == "cpu":
             measured = measure_in_subprocess(problem, name, seed)
@@ -132,13 +134,15 @@ def _ratio_goal(name: str, variant: Variant, baseline: Variant, problem: Problem
         "b": p.b, "h": p.h, "t": p.t, "d_h": p.d_h, "dtype": str(p.dtype).removeprefix("torch."),
         "pass": "forward+backward" if p.backward else "forward", "target": target,
     }
-    inputs, refs = make_inputs(p, settings.seed), {}
+    inputs = make_inputs(p, settings.seed)
+    refs: Reference = {}  # filled by the first variant measured
     peak = {"tflops": None, "source": ""}
     rows = {v.name: measure(v, p, inputs, refs, settings, peak) for v in (variant, baseline)}
     bad = {n: r.reason for n, r in rows.items() if r.status != "ok"}
     if bad:
         return goal | {"status": "not measured", "reason": f"a variant did not run: {bad}"}
     mine, base = rows[variant.name], rows[baseline.name]
+    assert mine.median_s is not None and base.median_s is not None  # an ok row is timed
     ratio = mine.median_s / base.median_s
     return goal | {
         "variant_s": mine.median_s, "variant_iqr_s": mine.iqr_s, "variant_backend": mine.backend,

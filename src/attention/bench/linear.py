@@ -27,6 +27,7 @@ computes two products of the same size per product); the softmax variants the sw
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,7 @@ from torch import Tensor
 
 from ..flops import attention_flops
 from ..functional import scaled_dot_product_attention
+from ..linear import Form as LinearForm
 from ..linear import elu_plus_one, linear_attention, linear_attention_flops
 from .rows import LinearRow
 from .sweep import TOLERANCE, Settings, error_reason, kernel_problems, relative_error
@@ -80,7 +82,7 @@ def linear_form(name: str, chunk_size: int) -> Form:
     causal = lambda b, h, t, d_h, backward: attention_flops(  # noqa: E731
         b, h, t, d_h, causal=True, backward=backward)
     if name in FORM_VARIANTS:
-        form = name.removeprefix("linear-")
+        form = cast(LinearForm, name.removeprefix("linear-"))  # a form name, as FORM_VARIANTS hold
 
         def flops(b: int, h: int, t: int, d_h: int, backward: bool) -> float:
             forward = b * h * linear_attention_flops(
@@ -132,13 +134,14 @@ def measure_variant(
         want = form.reference(*double)
         errors = [relative_error(out.detach(), want.detach())]
         if backward:  # the gradients of the first call, against the reference's
-            want.backward(grad_out.double())
-            errors += [relative_error(x.grad, x64.grad) for x, x64 in zip(inputs, double)
-                       if x.requires_grad]
+            # the first call drew grad_out and filled the grads (torch types them Tensor | None)
+            want.backward(cast(Tensor, grad_out).double())
+            errors += [relative_error(cast(Tensor, x.grad), cast(Tensor, x64.grad))
+                       for x, x64 in zip(inputs, double) if x.requires_grad]
         row = replace(row, max_rel_err=max(errors))
         del out, want
-        if row.max_rel_err > TOLERANCE[dtype]:
-            reason = f"relative error {row.max_rel_err:.2e} > {TOLERANCE[dtype]:.0e}"
+        if max(errors) > TOLERANCE[dtype]:
+            reason = f"relative error {max(errors):.2e} > {TOLERANCE[dtype]:.0e}"
             return replace(row, status="failed", reason=reason)
         if device.type == "cuda":
             timing = time_cuda(

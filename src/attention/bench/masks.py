@@ -60,13 +60,13 @@ def _calls(q, k, v, lengths, device, compile_flex: bool) -> dict:
     cu_seqlens = cu_seqlens_from_lengths(lengths)
     rule = and_masks(causal(), document(document_ids(cu_seqlens).to(device)))
     dense = to_dense(rule, t, t, device=device)  # (t, t)
-    varlen_layout = [x[0].transpose(0, 1).contiguous() for x in (q, k, v)]  # (t, h, d_h)
-    padded = [unpack(x, cu_seqlens).transpose(1, 2) for x in varlen_layout]  # (n, h, t_max, d_h)
+    q_var, k_var, v_var = (x[0].transpose(0, 1).contiguous() for x in (q, k, v))  # (t, h, d_h)
+    q_pad, k_pad, v_pad = (unpack(x, cu_seqlens).transpose(1, 2) for x in (q_var, k_var, v_var))  # (n, h, t_max, d_h)
     calls = {
         "sdpa-dense-mask": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense),
-        "varlen": lambda: varlen_attention(*varlen_layout, cu_seqlens.to(device), is_causal=True
+        "varlen": lambda: varlen_attention(q_var, k_var, v_var, cu_seqlens.to(device), is_causal=True
                                            ).transpose(0, 1)[None],  # (1, h, t, d_h)
-        "sdpa-padded": lambda: _repack(F.scaled_dot_product_attention(*padded, is_causal=True),
+        "sdpa-padded": lambda: _repack(F.scaled_dot_product_attention(q_pad, k_pad, v_pad, is_causal=True),
                                        lengths),
     }
     if compile_flex:
@@ -145,8 +145,8 @@ def run_masks(settings: Settings, seq_lens: tuple[int, ...] = SEQ_LENS) -> list[
         torch.manual_seed(settings.seed)
         q, k, v = (torch.randn(1, h, t, d_h, device=device) for _ in range(3))  # (1, h, t, d_h)
         cu_seqlens = cu_seqlens_from_lengths(lengths)
-        layout64 = [x[0].transpose(0, 1).double() for x in (q, k, v)]  # (t, h, d_h), float64
-        want = varlen_attention(*layout64, cu_seqlens.to(device), is_causal=True)  # (t, h, d_h)
+        q64, k64, v64 = (x[0].transpose(0, 1).double() for x in (q, k, v))  # (t, h, d_h), float64
+        want = varlen_attention(q64, k64, v64, cu_seqlens.to(device), is_causal=True)  # (t, h, d_h)
         want = want.transpose(0, 1)[None]  # (1, h, t, d_h)
         useful = 4.0 * h * d_h * float((lengths * (lengths + 1) // 2).sum())
         calls = _calls(q, k, v, lengths, device, settings.compile)

@@ -77,9 +77,10 @@ def _merge_keyed(
 
 
 def _union(values: list[list | None]) -> list | None:
-    if any(v is None for v in values):
+    lists = [v for v in values if v is not None]
+    if len(lists) < len(values):
         return None
-    return list(dict.fromkeys(x for v in values for x in v))
+    return list(dict.fromkeys(x for v in lists for x in v))
 
 
 def merge_results(sources: list[tuple[str, dict]], prefer_newest: bool = False, command: str = "") -> dict:

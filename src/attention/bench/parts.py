@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from .decode import MODELS, run_decode
 from .delta import METHOD as DELTA_METHOD
@@ -53,6 +53,13 @@ def _peak_measured(entry: dict) -> bool:
     return bool(entry.get("measured"))
 
 
+class RowClass(Protocol):
+    """A class of rows (:class:`~attention.bench.rows.Row`, ...): ``from_json`` builds one row
+    from its JSON object and checks its fields."""
+
+    def from_json(self, data: object, where: str = ...) -> object: ...
+
+
 @dataclass(frozen=True)
 class RowKind:
     """One kind of row in a results file.
@@ -67,7 +74,7 @@ class RowKind:
     key: str
     what: str  # a row's name in messages: "decode row"
     merge_key: tuple[str, ...]
-    row: type | None = None
+    row: RowClass | None = None
     shape: Literal["list", "one", "named"] = "list"
     measured: Callable[[dict], bool] = _always
     label: str | None = None  # how the appendix's list of runs counts them; None: not counted

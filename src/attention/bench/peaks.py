@@ -21,6 +21,7 @@ import functools
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -69,7 +70,7 @@ def _wall(fn) -> float:
 def measure_matmul(
     device: torch.device, sizes: tuple[int, ...] = MATMUL_SIZES, repeats: int = 5,
     max_time: float = 3.0, dtype: torch.dtype = torch.float32, min_time: float = 0.2,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Best median GFLOP/s of ``torch.mm`` over square sizes n: 2 n³ FLOPs per call."""
     if not sizes or any(n < 1 for n in sizes):
         raise ValueError(f"sizes must be positive matrix sides, got {sizes}")
@@ -89,7 +90,7 @@ def measure_matmul(
 def measure_bandwidth(
     device: torch.device, array_bytes: int | None = None, repeats: int = 5, max_time: float = 3.0,
     min_time: float = 0.2,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """STREAM copy and triad in torch: bytes per second, counted as STREAM counts them."""
     llc = last_level_cache_bytes() if device.type == "cpu" else None
     if device.type == "cuda":
@@ -106,8 +107,8 @@ def measure_bandwidth(
         "copy": (lambda: c.copy_(a), 2 * n * s),  # c = a: read a, write c
         "triad": (lambda: torch.add(b, c, alpha=q, out=a), 3 * n * s),  # a = b + q c
     }
-    out: dict[str, object] = {"array_bytes": n * s, "dtype": str(STREAM_DTYPE).removeprefix("torch."),
-                              "last_level_cache_bytes": llc}
+    out: dict[str, Any] = {"array_bytes": n * s, "dtype": str(STREAM_DTYPE).removeprefix("torch."),
+                           "last_level_cache_bytes": llc}
     for name, (fn, nbytes) in kernels.items():
         timing = _time(fn, device, repeats, max_time, min_time)
         out[name] = {"bytes": nbytes, "median_s": timing.median_s, "iqr_s": timing.iqr_s,

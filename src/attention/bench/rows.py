@@ -16,7 +16,7 @@ import functools
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 STATUSES = ("ok", "skipped", "unsupported", "failed")
 JSON_NAMES = {"pass_name": "pass"}  # a field whose JSON key is a Python keyword
@@ -51,7 +51,7 @@ def _from_json(cls: type[T], data: object, where: str) -> T:
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
     values = {}
-    for f, kind in _fields(cls):
+    for f, kind in _fields(cls):  # type: ignore[arg-type]  # a class is hashable: python/mypy#11470
         key = JSON_NAMES.get(f.name, f.name)
         if key not in data:
             if f.default is dataclasses.MISSING:
@@ -65,6 +65,8 @@ def _from_json(cls: type[T], data: object, where: str) -> T:
 
 class _JsonRow:
     """What every kind of row shares: ``to_json``, the inverse of its ``from_json``."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field]]  # each kind of row is a dataclass
 
     def to_json(self) -> dict[str, Any]:
         """The row as its JSON object."""

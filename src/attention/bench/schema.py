@@ -109,7 +109,7 @@ def validate_results(doc: object) -> None:
             _require(goal, fields, f"goals.{kind}")
     from .parts import ROW_KINDS  # here, not above: the parts import the harness, which imports SCHEMA
 
-    for kind in ROW_KINDS:
-        if kind.row is not None:
-            for i, row in enumerate(kind.read(doc)):
-                kind.row.from_json(row, f"{kind.key}[{i}]")
+    for row_kind in ROW_KINDS:
+        if row_kind.row is not None:
+            for i, row in enumerate(row_kind.read(doc)):
+                row_kind.row.from_json(row, f"{row_kind.key}[{i}]")

@@ -33,7 +33,7 @@ A dense form computes every pair and masks most, so its FLOP/s read low.
 
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -223,7 +223,8 @@ def sparse_form(name: str, h: int, d_h: int, top_k: int = TOP_K, block_size: int
                 dense_attention(qj, kj, vj, mask_mod=_rule(chosen[:, j:j + 1])),
                 dense_attention(qj, kj, vj, mask_mod=sliding_window(window)),
             )
-            return sum(g[..., None] * z for g, z in zip(gates[:, j:j + 1].unbind(-1), branches))
+            # three branches: a tensor, never the 0 that sum() returns for an empty sequence
+            return cast(Tensor, sum(g[..., None] * z for g, z in zip(gates[:, j:j + 1].unbind(-1), branches)))
 
         return _head_by_head(h, head)
 
@@ -251,7 +252,7 @@ def measure_sparse(
     form = sparse_form(name, h, d_h, top_k, block_size, seed)
     row = asdict(measure_variant(name, form, b, h, t, d_h, dtype, backward, settings, block_size, seed))
     del row["chunk_size"], row["run"]
-    return SparseRow(**row, **sizes)
+    return SparseRow(**(row | sizes))  # row's fields and sizes' do not overlap
 
 
 def run_sparse(settings: Settings, top_k: int = TOP_K, block_size: int = BLOCK_SIZE,

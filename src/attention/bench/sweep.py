@@ -20,6 +20,7 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import cast
 
 import torch
 from tqdm import tqdm
@@ -29,7 +30,7 @@ from .provenance import load_average, provenance
 from .rows import Row
 from .schema import SCHEMA
 from .timing import cuda_peak_bytes, profiled_call, time_cpu, time_cuda
-from .variants import Inputs, Problem, Unsupported, Variant, make_call, make_inputs, reference, variants_for
+from .variants import Inputs, Problem, Reference, Unsupported, Variant, make_call, make_inputs, reference, variants_for
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TOLERANCE = {torch.float32: 2e-3, torch.bfloat16: 5e-2, torch.float16: 2e-2}
@@ -161,7 +162,7 @@ def error_reason(error: BaseException) -> tuple[str, str]:
 
 
 def measure(
-    variant: Variant, problem: Problem, inputs: Inputs, refs: dict, settings: Settings, peak: dict
+    variant: Variant, problem: Problem, inputs: Inputs, refs: Reference, settings: Settings, peak: dict
 ) -> Row:
     """One result row: check the variant against the reference, then profile, time, measure.
 
@@ -193,13 +194,14 @@ def measure(
             refs |= reference(p, inputs)
         want_out, want_grads = refs[built.out_proj]
         errors = [relative_error(out, want_out)]
-        errors += [relative_error(x.grad, g) for x, g in zip(inputs.tensors, want_grads)]
+        # the backward pass filled each input's grad (torch types it Tensor | None)
+        errors += [relative_error(cast(torch.Tensor, x.grad), g) for x, g in zip(inputs.tensors, want_grads)]
         del out
         if variant.compiled:
             _, seen, seconds, peak_bytes = profile()
         row = replace(row, max_rel_err=max(errors), backend=seen["sdpa_backend"] or variant.path,
                       ops=seen["ops"], peak_bytes=peak_bytes, gpu_kernels=seen["gpu_kernels"])
-        if row.max_rel_err > TOLERANCE[p.dtype]:
+        if max(errors) > TOLERANCE[p.dtype]:
             return replace(row, status="failed", reason=f"relative error {max(errors):.2e} > {TOLERANCE[p.dtype]:.0e}")
         if variant.compiled and not seen["compiled"]:
             return replace(row, status="failed", reason="no torch.compile region ran")
@@ -209,8 +211,8 @@ def measure(
             row = replace(row, peak_bytes=cuda_peak_bytes(call) if settings.memory else None)
         else:
             timing = time_cpu(call, seconds, settings.repeats, settings.min_time, settings.max_time)
-    except Unsupported as reason:
-        return replace(row, status="unsupported", reason=str(reason))
+    except Unsupported as unsupported:
+        return replace(row, status="unsupported", reason=str(unsupported))
     except Exception as error:  # recorded in the results, never hidden
         status, reason = error_reason(error)
         return replace(row, status=status, reason=reason)
@@ -259,7 +261,8 @@ def run_sweep(
         if deadline is not None and time.monotonic() > deadline:
             doc["stopped"] = f"time budget spent after {len(rows)} rows; the rest of the sweep was not run"
             break
-        inputs, refs = make_inputs(problem, settings.seed), {}
+        inputs = make_inputs(problem, settings.seed)
+        refs: Reference = {}  # filled by the first variant measured
         peak = _peak(settings, problem, str(record["device_name"]), measured)
         peaks[str(problem.dtype).removeprefix("torch.")] = peak
         for variant in variants:

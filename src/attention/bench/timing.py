@@ -25,7 +25,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 import torch
 from torch.utils import benchmark
@@ -180,9 +180,18 @@ def _is_attention_op(name: str) -> bool:
     return name.startswith(("Torch-Compiled Region", "FlexAttention"))
 
 
+class Kernels(TypedDict):
+    """What :func:`profiled_call` saw run (its docstring says what each key holds)."""
+
+    sdpa_backend: str | None
+    ops: list[str]
+    compiled: bool
+    gpu_kernels: int | None
+
+
 def profiled_call(
     fn: Callable[[], T], memory: bool = False
-) -> tuple[T, dict[str, object], float, int | None]:
+) -> tuple[T, Kernels, float, int | None]:
     """Run ``fn()`` once under the profiler: its result, the kernels that ran, its duration and,
     with ``memory=True``, its peak of CPU tensor memory.
 
@@ -216,7 +225,7 @@ def profiled_call(
         else:
             names.add(event.name())
     labels = [label for op, label in _BACKEND_OPS.items() if op in names]
-    seen = {
+    seen: Kernels = {
         "sdpa_backend": " + ".join(labels) if labels else None,
         "ops": sorted(n for n in names if _is_attention_op(n)),
         "compiled": any(n.startswith("Torch-Compiled Region") for n in names),

@@ -14,8 +14,9 @@ it once, or raises :class:`Unsupported` with the reason it cannot run here (no C
 a backend this device lacks, ...); that reason is written into the results instead of a time.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 from .._checks import Factory
+from ..causal import CausalAttention
 from ..flash import flash_attention
 from ..functional import scaled_dot_product_attention as explicit_attention
 from ..multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
@@ -74,7 +76,13 @@ class Inputs:
 
     tensors: tuple[Tensor, ...]
     grad_out: Tensor
-    mha: MultiHeadAttention | None
+    mha: MultiHeadAttention | None  # None at the kernel level
+
+    @property
+    def layer(self) -> MultiHeadAttention:
+        """``mha``, for a layer variant: a layer-level problem always has one."""
+        assert self.mha is not None, "a kernel-level problem has no layer"
+        return self.mha
 
 
 @dataclass
@@ -187,7 +195,7 @@ def reference(problem: Problem, inputs: Inputs) -> Reference:
         if p.level == "kernel":
             outs = {True: exact_causal_attention(*leaves)}  # (b, h, t, d_h)
         else:
-            x, mha = leaves[0], inputs.mha
+            x, mha = leaves[0], inputs.layer
             heads = []
             for proj in (mha.W_query, mha.W_key, mha.W_value):
                 y = x @ proj.weight.detach().double().T  # (b, t, d)
@@ -213,23 +221,24 @@ def _train_or_eval(module: nn.Module, problem: Problem) -> nn.Module:
 def _wrapper(p: Problem, inp: Inputs) -> Built:
     wrapper = MultiHeadAttentionWrapper(p.d, p.d_h, p.h, p.t, 0.0).to(p.device, p.dtype)
     with torch.no_grad():
-        for i, head in enumerate(wrapper.heads):
+        # the wrapper's heads are CausalAttention (torch types a ModuleList's items Module)
+        for i, head in enumerate(cast(Iterable[CausalAttention], wrapper.heads)):
             rows = slice(i * p.d_h, (i + 1) * p.d_h)
-            head.W_query.weight.copy_(inp.mha.W_query.weight[rows])  # (d_h, d)
-            head.W_key.weight.copy_(inp.mha.W_key.weight[rows])  # (d_h, d)
-            head.W_value.weight.copy_(inp.mha.W_value.weight[rows])  # (d_h, d)
+            head.W_query.weight.copy_(inp.layer.W_query.weight[rows])  # (d_h, d)
+            head.W_key.weight.copy_(inp.layer.W_key.weight[rows])  # (d_h, d)
+            head.W_value.weight.copy_(inp.layer.W_value.weight[rows])  # (d_h, d)
     module = _train_or_eval(wrapper, p)
     return Built(lambda: module(inp.tensors[0]), out_proj=False, params=tuple(module.parameters()))
 
 
 def _book_mha(p: Problem, inp: Inputs) -> Built:
-    module = _train_or_eval(inp.mha, p)
+    module = _train_or_eval(inp.layer, p)
     return Built(lambda: module(inp.tensors[0]), params=tuple(module.parameters()))
 
 
 def _fused(use_sdpa: bool, backend: str | None = None) -> Callable[[Problem, Inputs], Built]:
     def build(p: Problem, inp: Inputs) -> Built:
-        fused = FusedMultiHeadAttention.from_multihead(inp.mha)
+        fused = FusedMultiHeadAttention.from_multihead(inp.layer)
         fused.use_sdpa = use_sdpa
         module, x = _train_or_eval(fused, p), inp.tensors[0]
         if backend is None:
@@ -246,7 +255,7 @@ def _fused(use_sdpa: bool, backend: str | None = None) -> Callable[[Problem, Inp
 
 def _torch_mha(p: Problem, inp: Inputs) -> Built:
     torch_mha = nn.MultiheadAttention(p.d, p.h, batch_first=True, device=p.device, dtype=p.dtype)
-    mha = inp.mha
+    mha = inp.layer
     with torch.no_grad():
         stacked = torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight])  # (3d, d)
         torch_mha.in_proj_weight.copy_(stacked)
