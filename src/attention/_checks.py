@@ -281,7 +281,7 @@ def check_dropout(p: float, name: str = "dropout") -> None:
         raise ValueError(f"{name} must be in [0, 1), got {p!r}")
 
 
-def check_sizes(**sizes: int) -> None:
+def check_sizes(**sizes: object) -> None:
     """Require each named size (``d_in=3``, ``context_length=6``, ...) to be an integer >= 1.
 
     A bool or a float such as 2.0 is refused, even where it would compare equal to an integer:

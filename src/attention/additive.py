@@ -326,11 +326,11 @@ class Seq2Seq(nn.Module):
         bos = check_token_id(bos, "bos", self.decoder.embedding.num_embeddings)
         annotations, state = self.encoder(src)  # (b, t_k, 2·d_hidden), (b, d_hidden)
         token = torch.full((src.shape[0],), bos, dtype=torch.long, device=src.device)  # (b,)
-        tokens, all_weights = [], []
+        all_tokens, all_weights = [], []
         for _ in range(max_len):
             logits, state, attn_weights = self.decoder._step(token, state, annotations)
             token = logits.argmax(dim=-1)  # (b,)
-            tokens.append(token)
+            all_tokens.append(token)
             all_weights.append(attn_weights)
-        tokens = torch.stack(tokens, dim=1)  # (b, max_len)
+        tokens = torch.stack(all_tokens, dim=1)  # (b, max_len)
         return tokens, torch.stack(all_weights, dim=1)  # ..., (b, max_len, t_k)

@@ -17,6 +17,8 @@ computed in float64.
 """
 
 import copy
+from collections.abc import Iterable
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -240,7 +242,7 @@ def head_output_means(model: TinyTransformer, inputs: Tensor) -> Tensor:
     recorded: list[Tensor] = []
     hooks = [
         block.attn.out_proj.register_forward_pre_hook(lambda _, args: recorded.append(args[0]))
-        for block in model.blocks
+        for block in cast(Iterable[TransformerBlock], model.blocks)  # torch types them Module
     ]
     try:
         model(inputs)
@@ -289,7 +291,7 @@ def ablate_heads(
             0 <= layer < len(ablated.blocks)
         ):
             raise ValueError(f"layer must be in [0, {len(ablated.blocks)}), got {layer!r}")
-        block = ablated.blocks[layer]
+        block = cast(TransformerBlock, ablated.blocks[layer])  # torch types it Module
         _check_head(block, head)
         out_proj: nn.Linear = block.attn.out_proj
         rows = slice(head * block.d_h, (head + 1) * block.d_h)
@@ -298,6 +300,6 @@ def ablate_heads(
                 if out_proj.bias is None:
                     raise ValueError("mean ablation needs out_proj with a bias, got bias=None")
                 mean = means[layer, head].to(out_proj.weight)  # (d_h,)
-                out_proj.bias += out_proj.weight[:, rows] @ mean  # (d,): z W_o, z the mean
+                out_proj.bias.add_(out_proj.weight[:, rows] @ mean)  # (d,): z W_o, z the mean
             out_proj.weight[:, rows] = 0  # the columns of nn.Linear's W_oᵀ read head's z
     return ablated

@@ -85,9 +85,9 @@ def _check(
 ) -> None:
     """Shapes, dtypes and ranges of the inputs; ValueError naming expected and actual. g and
     beta may be None (not used) unless named in ``required``."""
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if x.dim() != 4:
-            raise ValueError(f"{name} must be 4-d (b, h, t, d), got shape {tuple(x.shape)}")
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if tensor.dim() != 4:
+            raise ValueError(f"{name} must be 4-d (b, h, t, d), got shape {tuple(tensor.shape)}")
     if query.shape != key.shape:
         raise ValueError(
             f"query and key must have one shape (b, h_k, t, d_k), got {tuple(query.shape)} "

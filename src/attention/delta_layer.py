@@ -15,6 +15,8 @@ Per token, from the residual stream x (Qwen3-Next's ``Qwen3NextGatedDeltaNet``):
     y       = (RMSNorm(o) * SiLU(x W_z)) W_out           per head; z is an output gate
 """
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -172,7 +174,7 @@ class GatedDeltaNet(nn.Module):
         return self.out_proj((o * F.silu(z)).reshape(b, t, self.h_v * self.d_v))  # (b, t, d)
 
     @classmethod
-    def from_qwen3_next(cls, layer: nn.Module) -> "GatedDeltaNet":
+    def from_qwen3_next(cls, layer: Any) -> "GatedDeltaNet":
         """The same layer with the weights of a transformers ``Qwen3NextGatedDeltaNet``.
 
         Qwen3-Next fuses q, k, v, z into one projection laid out per key head as

@@ -21,7 +21,7 @@ convolution and the recurrence, as in the models that ship them. The output is W
 token can be read as attention weights are.
 """
 
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import torch
 import torch.nn.functional as F
@@ -110,6 +110,8 @@ class RecurrentBlockAttention(nn.Module):
         queries = F.normalize(queries.view(b, t, h, d_h).transpose(1, 2), dim=-1)  # (b,h,t,d_h)
         keys = F.normalize(keys.view(b, t, h, d_h).transpose(1, 2), dim=-1)  # (b, h, t, d_h)
         values = values.view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
+        beta: Tensor | None  # beta and g are None below for a kind without them
+        g: Tensor | None
         beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)  # (b, h, t)
         g = -self.A_log.exp() * F.softplus(self.g_proj(x) + self.dt_bias)  # (b, t, h)
         g = g.transpose(1, 2) if self.kind in ("decay", "gated_delta") else None  # (b, h, t)
@@ -165,7 +167,7 @@ def use_recurrent_attention(
     if kind not in RECURRENT_KINDS:
         raise ValueError(f"kind must be one of {RECURRENT_KINDS}, got {kind!r}")
     # every sublayer built (and checked) before any is replaced: all or none
-    new = [RecurrentBlockAttention(blocks[i].attn, kind, conv_size) for i in chosen]
+    new = [RecurrentBlockAttention(cast(BlockAttention, blocks[i].attn), kind, conv_size) for i in chosen]
     for i, attn in zip(chosen, new):
         blocks[i].attn = attn
     return model

@@ -204,6 +204,7 @@ def _flash_forward(
             if m is None:  # the first tile: nothing to rescale
                 l, acc = p.sum(dim=-1), torch.bmm(p, value[:, keys])  # (N, g n_q), (.., d_v)
             else:
+                assert l is not None and acc is not None  # set together with m
                 rescale = (m - shift).exp2_()  # (N, g n_q), 0 while m = -inf
                 l.mul_(rescale).add_(p.sum(dim=-1))
                 add_product_(acc.mul_(rescale[..., None]), p, value[:, keys])  # (N, g n_q, d_v)
@@ -214,6 +215,7 @@ def _flash_forward(
             out[:, :, rows] = 0.0
             lse[:, :, rows] = -math.inf
             continue
+        assert l is not None and acc is not None  # set together with m
         # l >= 1 once a row has met a finite score (its maximum contributes exp(0) = 1). A row
         # that met none (only -inf scores) has l = 0 and acc = 0: its output is 0, and
         # lse = -inf, the log of an empty sum (the backward reads it as +inf).
@@ -310,8 +312,8 @@ def _flash_backward(
     if sinks is not None:  # a row with lse = -inf saw nothing, not even its sink: P_sink = 0
         p_sink = (sinks[:, :, None] - lse.nan_to_num(neginf=math.inf)).exp()  # (N, g, t_q)
         grad_sinks = -(p_sink * d).sum(dim=-1)  # (N, g); d is D - dlse
-    grads = (grad_q * scale).to(query.dtype), grad_k.to(key.dtype), grad_v.to(value.dtype)
-    return *grads, grad_sinks
+    grads_qkv = (grad_q * scale).to(query.dtype), grad_k.to(key.dtype), grad_v.to(value.dtype)
+    return *grads_qkv, grad_sinks
 
 
 class _FlashAttention(torch.autograd.Function):

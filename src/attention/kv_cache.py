@@ -311,7 +311,7 @@ class ModelKVCache:
         (0, 16, 3072)
     """
 
-    def __init__(self, layers: list[KVCache]) -> None:
+    def __init__(self, layers: list[KVCache | RollingKVCache]) -> None:
         if not layers:  # its length and size are its first layer's
             raise ValueError(f"layers must hold at least one cache, got {layers!r}")
         self.layers = layers
@@ -322,8 +322,8 @@ class ModelKVCache:
         return self.layers[0].length
 
     @property
-    def max_tokens(self) -> int:
-        """Tokens each layer's cache can hold."""
+    def max_tokens(self) -> int | None:
+        """Tokens each layer's cache can hold (None: rolling caches without a bound)."""
         return self.layers[0].max_tokens
 
     @property

@@ -13,7 +13,7 @@ kernel phi(q) . phi(k) of :mod:`attention.linear` (with the rotation where it ke
 relative): chapter 12 trains the same model, seed and steps with each kind of attention.
 """
 
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import torch
 from torch import Tensor, nn
@@ -65,6 +65,8 @@ class KernelBlockAttention(FusedHeads):
         >>> out.shape, weights.sum(dim=-1).allclose(torch.ones(1, 2, 4))
         (torch.Size([1, 4, 8]), True)
     """
+
+    projection: Tensor  # (m, d_h), the buffer of kind="favor"
 
     def __init__(self, attn: BlockAttention, kind: Kind, projection: Tensor | None = None) -> None:
         super().__init__()
@@ -180,16 +182,17 @@ def use_kernel_attention(
     elif num_features is not None:
         raise ValueError(f"num_features is for kind='favor' only, got {num_features!r}")
     check_seed(seed)
-    for block in blocks:  # before any block is replaced: all or none
-        if block.attn.dropout > 0:
-            raise ValueError(f"kernel attention takes no dropout, got dropout={block.attn.dropout}")
+    attns = [cast(BlockAttention, block.attn) for block in blocks]  # as checked above
+    for attn in attns:  # before any block is replaced: all or none
+        if attn.dropout > 0:
+            raise ValueError(f"kernel attention takes no dropout, got dropout={attn.dropout}")
     generator = torch.Generator().manual_seed(seed)
-    for block in blocks:
+    for block, attn in zip(blocks, attns):
         projection = None
-        if kind == "favor":
-            weight = block.attn.qkv.weight
+        if num_features is not None:  # kind="favor", as checked above
+            weight = attn.qkv.weight
             projection = random_projection(
-                num_features, block.attn.d_h, True, generator, weight.dtype
+                num_features, attn.d_h, True, generator, weight.dtype
             ).to(weight.device)  # (m, d_h)
-        block.attn = KernelBlockAttention(block.attn, kind, projection)
+        block.attn = KernelBlockAttention(attn, kind, projection)
     return model

@@ -80,14 +80,14 @@ def weights_from_lse(
     """
     scale = check_scale(scale)
     check_qkv(query, key)
-    batch = check_batch_dims(("query", query), ("key", key))  # the weights' leading dimensions
+    leading = check_batch_dims(("query", query), ("key", key))  # the weights' leading dimensions
     check_bool(is_causal, "is_causal")
     if not isinstance(lse, Tensor) or not lse.is_floating_point() or lse.device != query.device:
         got = f"{lse.dtype} on {lse.device}" if isinstance(lse, Tensor) else type(lse).__name__
         raise ValueError(
             f"lse must be floating point on the query's device {query.device}, got {got}"
         )  # an integer lse would give wrong weights silently
-    rows_shape = (*batch, query.shape[-2])  # (..., n), as flash_attention returns lse
+    rows_shape = (*leading, query.shape[-2])  # (..., n), as flash_attention returns lse
     if tuple(lse.shape) != rows_shape:
         raise ValueError(f"lse must have the shape of the weights' rows (..., n) = {rows_shape}, "
                          f"got {tuple(lse.shape)}")
@@ -111,7 +111,7 @@ def weights_from_lse(
             visible = mask_mod(batch, head, rows, cols).expand_as(scores)  # (b, h, n, t_k)
             scores = scores.masked_fill(~visible, -math.inf)
     if is_causal:
-        causal = masks.causal()(0, 0, rows, cols)  # (n, t_k): the rule, j <= row_offset + i
+        causal = masks.visible(masks.causal(), rows[:, 0], cols)  # (n, t_k): j <= row_offset + i
         scores = scores.masked_fill(~causal, -math.inf)
     lse = lse.to(acc_dtype)
     finite = lse.isfinite()  # (..., n); a row that saw no key has lse = -inf

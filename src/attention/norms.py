@@ -81,7 +81,7 @@ class RMSNorm(nn.Module):
 def make_norm(
     kind: NormKind, d: int, eps: float = 1e-5, bias: bool = True, *,
     device: Device = None, dtype: torch.dtype | None = None,
-) -> nn.Module:
+) -> nn.LayerNorm | RMSNorm:
     """``nn.LayerNorm(d)`` for ``kind="layer"`` (with β unless ``bias=False``), or RMSNorm.
 
     Args:

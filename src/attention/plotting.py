@@ -92,8 +92,8 @@ def plot_attention(
     vmax = max(1.0, matrix.max().item())
     image = ax.imshow(matrix.numpy(), cmap=cmap, vmin=0.0, vmax=vmax)
     image.set_gid(WEIGHTS_GID)
-    ax.set_xticks(range(t_k), labels=col_labels if col_labels is not None else range(t_k))
-    ax.set_yticks(range(t_q), labels=row_labels if row_labels is not None else range(t_q))
+    ax.set_xticks(range(t_k), labels=col_labels if col_labels is not None else [str(j) for j in range(t_k)])
+    ax.set_yticks(range(t_q), labels=row_labels if row_labels is not None else [str(i) for i in range(t_q)])
     ax.tick_params(axis="x", labelrotation=45 if col_labels is not None else 0)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
@@ -106,5 +106,7 @@ def plot_attention(
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=10,
                         color=_cell_text_colour(value / vmax), gid=LABEL_GID)
     else:
-        ax.figure.colorbar(image, ax=ax).solids.set_gid(WEIGHTS_GID)
+        solids = ax.figure.colorbar(image, ax=ax).solids
+        assert solids is not None  # a colour bar draws them when it is made
+        solids.set_gid(WEIGHTS_GID)
     return ax

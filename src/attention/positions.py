@@ -23,6 +23,7 @@ The tables are computed in float64 and returned in torch's default dtype (float3
 """
 
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -241,7 +242,8 @@ class RotaryEmbedding(nn.Module):
         self.interleaved = interleaved
         self.scaling = scaling
         self.register_buffer("frequencies", self._frequencies(device), persistent=False)
-        self.attention_factor = 1.0 if scaling is None else scaling.attention_factor
+        # YaRNScaling replaces an attention_factor of None by the paper's value when it is made
+        self.attention_factor = 1.0 if scaling is None else cast(float, scaling.attention_factor)
 
     def _frequencies(self, device: Device) -> Tensor:
         """θ_i (d_rot/2,) in float64 on ``device``, from the base and the scaling rule."""

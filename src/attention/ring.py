@@ -194,7 +194,8 @@ def ring_attention(
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     acc = accumulation_dtype(query.dtype)
     q, k, v = (x.to(acc) for x in (query, key, value))  # partials and merges in float32 for half
-    state = {}  # (q0, q1) -> running O (..., n, d_v) and lse (..., n) of the queries q0 .. q1 - 1
+    # (q0, q1) -> running O (..., n, d_v) and lse (..., n) of the queries q0 .. q1 - 1
+    state: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
     for step in range(world_size):
         for r in range(world_size):
             for q0, q1 in runs[r]:  # the queries device r holds

@@ -22,6 +22,9 @@ which gives exactly the scores of StreamingLLM's re-rotation, at the cost of rot
 keys instead of all t_k. Before the first eviction δ = 0 and nothing changes.
 """
 
+from collections.abc import Iterable
+from typing import cast
+
 import torch
 from torch import Tensor
 from torch.types import Device
@@ -29,7 +32,7 @@ from torch.types import Device
 from .kv_cache import ModelKVCache, RollingKVCache, check_chunk
 from .positions import RotaryEmbedding
 from .rope_scaling import DynamicNTKScaling
-from .transformer import TinyTransformer
+from .transformer import TinyTransformer, TransformerBlock
 
 __all__ = ["StreamingKVCache", "streaming_cache"]
 
@@ -146,5 +149,5 @@ def streaming_cache(
     return ModelKVCache([
         StreamingKVCache(batch_size, block.num_heads, window, block.d_h, sinks, block.attn.rotary,
                          dtype=weight.dtype, device=weight.device)
-        for block in model.blocks
+        for block in cast(Iterable[TransformerBlock], model.blocks)  # torch types them Module
     ])

@@ -32,7 +32,8 @@ appends their keys and values to its layer's cache and the causal mask of t quer
 n + t keys is aligned bottom-right. Every position scheme is shifted by n.
 """
 
-from typing import Literal, get_args, overload
+from collections.abc import Iterable
+from typing import Literal, cast, get_args, overload
 
 import torch
 import torch.nn.functional as F
@@ -300,7 +301,8 @@ class TransformerBlock(nn.Module):
             raise ValueError("layer must be batch_first=True (inputs (b, t, d)), got False")
         if layer.linear1.bias is None or layer.self_attn.in_proj_bias is None:
             raise ValueError("layer must have biases (bias=True), got bias=False")
-        activation = {1: "relu", 2: "gelu"}.get(layer.activation_relu_or_gelu)
+        activations: dict[int, Activation] = {1: "relu", 2: "gelu"}  # by torch's activation_relu_or_gelu
+        activation = activations.get(layer.activation_relu_or_gelu)
         if activation is None:
             raise ValueError(f"layer's activation must be gelu or relu, got {layer.activation}")
         if isinstance(layer.activation, nn.GELU) and layer.activation.approximate != "none":
@@ -466,7 +468,7 @@ class TinyTransformer(nn.Module):
         weight = self.lm_head.weight
         return ModelKVCache([
             KVCache(batch_size, block.num_heads, max_tokens, block.d_h, weight.dtype, weight.device)
-            for block in self.blocks
+            for block in cast(Iterable[TransformerBlock], self.blocks)  # torch types them Module
         ])
 
     @overload
@@ -512,6 +514,7 @@ class TinyTransformer(nn.Module):
         n = 0 if cache is None else cache.length  # tokens cached: x's first position
         x = self.tok_emb(idx)  # (b, t, d)
         if self.positions == "learned":
+            assert self.pos_emb is not None  # made for learned positions
             x = self.pos_emb(x, start=n)  # (b, t, d)
         elif self.positions == "sinusoidal":
             x = x + sinusoidal_positions(n + t, x.shape[-1])[n:].to(x)  # (b, t, d) + (t, d)

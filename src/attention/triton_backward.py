@@ -251,7 +251,8 @@ _backward_dq_tuned = tuned(_backward_dq, DQ_CONFIGS, ("LONGEST_FIRST",))
 def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
              sinks: Tensor | None, scale: float, causal: bool, offset: int, window: int | None,
              blocks: tuple[int, int] | None, deterministic: bool,
-             longest_first: bool) -> tuple[tuple[Tensor, ...], dict[str, tuple[int, ...]]]:
+             longest_first: bool,
+) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor | None], dict[str, tuple[int, int, int, int]]]:
     """(dQ, dK, dV, dsinks or None) and the (BLOCK_M, BLOCK_N, warps, stages) of each kernel
     that ran: D first, then the dK/dV kernel over key blocks, then (``deterministic``) the dQ
     kernel; without it, dQ is added up in float32 by the dK/dV kernel and rounded once.

@@ -46,6 +46,7 @@ from ._checks import (
     kernel_keywords,
 )
 
+_IMPORT_ERROR: ImportError | None  # why Triton could not be imported, if it could not
 try:
     import triton
 except ImportError as error:  # the package works without Triton; this module explains why not

@@ -133,9 +133,9 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
     rows = [t.tolist() for t in table]  # (N, fields)
     if problem is not None:
         raise ValueError(f"{name}, rank {rank}: {problem}")
-    refused = [r for r, values in enumerate(rows) if values[0] == 0]
-    if refused:
-        raise ValueError(f"{name}: rank(s) {refused} refused their input (see their error); "
+    refusing = [r for r, values in enumerate(rows) if values[0] == 0]
+    if refusing:
+        raise ValueError(f"{name}: rank(s) {refusing} refused their input (see their error); "
                          f"every rank must pass well-formed q, k, v and valid options")
     for i, key in enumerate(FIELDS):
         if key in ("ok", "c"):

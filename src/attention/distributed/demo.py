@@ -9,6 +9,7 @@ whole sequence.
 
 import argparse
 import os
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
             x.grad = None
         want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
         want.square().sum().backward()  # a loss whose gradient is not constant
-        grads = [x.grad.clone() for x in (q, k, v)]
+        grads = [cast(torch.Tensor, x.grad).clone() for x in (q, k, v)]  # filled by backward()
         runs = [("ring", "contiguous", lambda *a, **kw: ring_attention(*a, sharding="contiguous", **kw)),
                 ("ring", "zigzag", lambda *a, **kw: ring_attention(*a, sharding="zigzag", **kw)),
                 ("ulysses", "contiguous", ulysses_attention)]
@@ -61,10 +62,10 @@ def main(argv: list[str] | None = None) -> None:
                 lines.append(f"rank {rank}/{world}: {scheme:<7} {sharding:<10} causal={causal!s:<5} refused: {error}")
                 continue
             out.square().sum().backward()
-            error = max([float((out.detach() - part(want)).abs().max())]
-                        + [float((x.grad - part(g)).abs().max()) for x, g in zip(mine, grads)])
+            difference = max([float((out.detach() - part(want)).abs().max())]
+                             + [float((x.grad - part(g)).abs().max()) for x, g in zip(mine, grads)])
             lines.append(f"rank {rank}/{world} {dist.get_backend()}: {scheme:<7} {sharding:<10} "
-                         f"causal={causal!s:<5} max |difference| from SDPA, output and gradients: {error:.1e}")
+                         f"causal={causal!s:<5} max |difference| from SDPA, output and gradients: {difference:.1e}")
     print("\n".join(lines), flush=True)
     dist.destroy_process_group()
 

@@ -16,6 +16,7 @@ complete at the rank that owns the block.
 """
 
 import math
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -200,7 +201,7 @@ class _RingAttention(torch.autograd.Function):
                 partial = _block_forward(q_acc[..., rows, :], kv[..., cols, :d_k], kv[..., cols, d_k:], mask, scale)
                 out[..., rows, :], lse[..., rows] = merge(out[..., rows, :], lse[..., rows], *partial)
             _wait(requests)
-            block = incoming
+            block = cast(Tensor, incoming)  # None after the last step, when block is not read again
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.positions, ctx.runs, ctx.is_causal, ctx.scale, ctx.group = positions, runs, is_causal, scale, group
         return out.to(v.dtype)
@@ -215,7 +216,8 @@ class _RingAttention(torch.autograd.Function):
         d_q = torch.zeros_like(q_acc)
         block = torch.cat([k, v], dim=-1).contiguous()  # (b, h_kv, c, d_k + d_v)
         grads = torch.zeros(block.shape, dtype=acc, device=block.device)  # dK, dV so far of the block held
-        arriving, pending = grads, []  # the accumulator in flight from the previous rank
+        arriving = grads  # the accumulator in flight from the previous rank
+        pending: list = []  # the requests of its transfer
         for step in range(ring.world):
             source = (ring.rank - step) % ring.world
             requests, incoming = [], None
@@ -227,6 +229,7 @@ class _RingAttention(torch.autograd.Function):
             own = torch.zeros(block.shape, dtype=acc, device=block.device) if tiles else None  # dK, dV here
             kv = block.to(acc)
             for rows, cols, mask in tiles:
+                assert own is not None  # made for the tiles
                 dq, dk, dv = _block_backward(q_acc[..., rows, :], kv[..., cols, :d_k], kv[..., cols, d_k:],
                                              d_out[..., rows, :], lse[..., rows], delta[..., rows], mask, ctx.scale)
                 d_q[..., rows, :] += dq
@@ -239,7 +242,7 @@ class _RingAttention(torch.autograd.Function):
                 arriving = grads.new_empty(*grads.shape[:2], len(positions[nxt]), grads.shape[-1])
                 pending = ring.pass_on(grads, arriving)
             _wait(requests)
-            block = incoming
+            block = cast(Tensor, incoming)  # None after the last step, when block is not read again
         _wait(pending)
         grads = arriving if ring.world > 1 else grads
         d_kv = grads  # (b, h_kv, c, d_k + d_v): this rank's own block, every rank's share summed
