@@ -182,12 +182,19 @@ class GatedDeltaNet(nn.Module):
         [b (G_v), a (G_v)].
 
         Raises:
-            ValueError: if layer is not such a layer (it lacks the fused projections).
+            ValueError: if layer is not such a layer (it lacks the fused projections), or its
+                convolution is followed by another activation than SiLU (its config's
+                hidden_act), which this layer applies.
         """
         fused = ("in_proj_qkvz", "in_proj_ba", "A_log", "dt_bias")
         if not all(hasattr(layer, name) for name in fused):
             raise ValueError(
                 f"layer must be transformers' Qwen3NextGatedDeltaNet, got {type(layer).__name__}"
+            )
+        if layer.activation not in ("silu", "swish"):  # transformers' names for one function
+            raise ValueError(
+                f"the layer's activation after the convolution must be 'silu', got "
+                f"{layer.activation!r} (config.hidden_act)"
             )
         h_k, h_v, d_k, d_v = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
         g_v = h_v // h_k

@@ -86,6 +86,19 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"layer must be transformers' Qwen3NextGatedDeltaNet, got Linear"):
             GatedDeltaNet.from_qwen3_next(torch.nn.Linear(2, 2))
 
+    @pytest.mark.parametrize("hidden_act", ["gelu", "relu"])
+    def test_a_qwen3_next_layer_with_another_convolution_activation_is_refused(self, hidden_act):
+        """The layer applies config.hidden_act after its convolution; this one applies SiLU."""
+        qwen3_next = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
+        from transformers import AutoConfig
+
+        config = AutoConfig.for_model("qwen3_next", hidden_size=32, hidden_act=hidden_act,
+                                      linear_num_key_heads=2, linear_num_value_heads=4,
+                                      linear_key_head_dim=8, linear_value_head_dim=6)
+        theirs = qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0)
+        with pytest.raises(ValueError, match=rf"activation after the convolution must be 'silu', got '{hidden_act}'"):
+            GatedDeltaNet.from_qwen3_next(theirs)
+
     def test_the_cache_must_be_a_delta_state_of_the_same_batch(self):
         layer = GatedDeltaNet(16, 2, 2, 4, 4)
         with pytest.raises(ValueError, match=r"cache must be a DeltaState, got int"):
