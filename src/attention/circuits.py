@@ -119,12 +119,19 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
         W_QK (d, d) in float64: x_i W_QK x_jᵀ is the score of query x_i against key x_j.
 
     Raises:
-        ValueError: if head is not an integer in [0, h), or offset not an integer >= 0.
+        ValueError: if head is not an integer in [0, h), offset not an integer >= 0, or the
+            block normalizes its queries and keys (QK-norm): its scores are then no bilinear
+            form of the two tokens.
 
     Examples:
         >>> qk_circuit(TransformerBlock(4, 2, 8), head=0).shape
         torch.Size([4, 4])
     """
+    if block.attn.qk_norm is not None:
+        raise ValueError(
+            f"qk_circuit reads a head without a QK-norm (a normalized query and key give a score "
+            f"that no W_QK gives), got qk_norm={block.attn.qk_norm!r}"
+        )
     w_q, w_k, _, _ = head_weights(block, head)  # (d, d_h) each
     rotary = block.attn.rotary
     rotate = rotation_matrix(rotary, offset) if rotary is not None else torch.eye(block.d_h)
@@ -142,12 +149,18 @@ def ov_circuit(block: TransformerBlock, head: int) -> Tensor:
         W_OV (d, d) in float64.
 
     Raises:
-        ValueError: if head is not an integer in [0, h).
+        ValueError: if head is not an integer in [0, h), or the block gates its attention's
+            output: what a head writes then depends on the query token too.
 
     Examples:
         >>> ov_circuit(TransformerBlock(4, 2, 8), head=0).shape
         torch.Size([4, 4])
     """
+    if block.attn.gate is not None:
+        raise ValueError(
+            "ov_circuit reads a head without an output gate (the gate, a function of the query "
+            "token, multiplies what the head writes), got output_gate=True"
+        )
     _, _, w_v, w_o = head_weights(block, head)
     return w_v @ w_o  # (d, d)
 

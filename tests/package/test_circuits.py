@@ -135,6 +135,14 @@ class TestBadInput:
         [
             (lambda: circuits.head_weights(TransformerBlock(8, 2, 16), 2), r"\[0, 2\), got 2"),
             (lambda: circuits.ov_circuit(TransformerBlock(8, 2, 16), True), r"got True"),
+            (  # normalized q and k: the score is not x_i W_QK x_jᵀ
+                lambda: circuits.qk_circuit(TransformerBlock(8, 2, 16, qk_norm=True), 0),
+                r"qk_circuit reads a head without a QK-norm.*got qk_norm='layer'",
+            ),
+            (  # a gate that the query token sets multiplies what the head writes
+                lambda: circuits.ov_circuit(TransformerBlock(8, 2, 16, output_gate=True), 0),
+                r"ov_circuit reads a head without an output gate.*got output_gate=True",
+            ),
             (lambda: circuits.rotation_matrix(RotaryEmbedding(4), -1), r"offset must be an integer >= 0.*got -1"),
             (
                 lambda: circuits.composition_score(torch.ones(3, 4), torch.ones(3, 4)),
