@@ -80,7 +80,11 @@ class RowKind:
     label: str | None = None  # how the appendix's list of runs counts them; None: not counted
 
     def read(self, doc: dict) -> list[dict]:
-        """The rows of this kind in ``doc`` (a ``named`` entry carries its name as ``name``)."""
+        """The rows of this kind in ``doc`` (a ``named`` entry carries its name as ``name``).
+
+        Raises:
+            ValueError: if the rows are not held as this kind holds them (a list, an object).
+        """
         *parents, last = self.key.split(".")
         holder = doc
         for parent in parents:
@@ -90,7 +94,10 @@ class RowKind:
             return []
         if self.shape == "one":
             return [value]
-        if self.shape == "named":
+        expected = "an object of" if self.shape == "named" else "a list of"
+        if not isinstance(value, dict if self.shape == "named" else list):
+            raise ValueError(f"{self.key}: expected {expected} {self.what}s, got {type(value).__name__}")
+        if isinstance(value, dict):
             return [{"name": name, **entry} for name, entry in value.items()]
         return list(value)
 

@@ -48,7 +48,9 @@ _MEMORY_GOAL = {"t": int, "b": int, "h": int, "d_h": int, "dtype": str, "method"
                 "explicit_peak_bytes": int, "flash_attention_peak_bytes": int}
 
 
-def _require(mapping: dict, fields: dict, where: str) -> None:
+def _require(mapping: object, fields: dict, where: str) -> None:
+    if not isinstance(mapping, dict):
+        raise ValueError(f"{where}: expected an object, got {type(mapping).__name__}")
     for key, kind in fields.items():
         if key not in mapping:
             raise ValueError(f"{where}: expected key {key!r}, got keys {sorted(mapping)}")
@@ -90,16 +92,23 @@ def validate_results(doc: object) -> None:
     if "bandwidth" in doc["peaks"]:
         _positive(doc["peaks"]["bandwidth"].get("bytes_per_s"), "peaks.bandwidth.bytes_per_s")
     _require(doc["goals"], {"speed": list}, "goals")
-    memory = [doc["goals"]["memory"]] if doc["goals"].get("memory") else []
-    for i, goal in enumerate(doc["goals"].get("ratios", [])):
+    memory, ratios = doc["goals"].get("memory"), doc["goals"].get("ratios", [])
+    if not isinstance(memory, (dict, type(None))):
+        raise ValueError(f"goals.memory: expected an object or null, got {type(memory).__name__}")
+    if not isinstance(ratios, list):
+        raise ValueError(f"goals.ratios: expected a list, got {type(ratios).__name__}")
+    memory = [memory] if memory else []
+    for i, goal in enumerate(ratios):
         _require(goal, {"name": str, "variant": str, "baseline": str, "pass": str, "target": float},
                  f"goals.ratios[{i}]")
         if goal.get("status") == "met" or goal.get("status") == "missed":
             _require(goal, _RATIO_GOAL, f"goals.ratios[{i}]")
             _positive(goal.get("ratio"), f"goals.ratios[{i}].ratio")
     kinds = [("speed", g, _SPEED_GOAL) for g in doc["goals"]["speed"]] + [("memory", g, _MEMORY_GOAL) for g in memory]
-    kinds += [("ratios", g, {}) for g in doc["goals"].get("ratios", [])]
-    for i, (kind, goal, fields) in enumerate(kinds):
+    kinds += [("ratios", g, {}) for g in ratios]
+    for kind, goal, fields in kinds:
+        if not isinstance(goal, dict):
+            raise ValueError(f"goals.{kind}: expected an object, got {type(goal).__name__}")
         if goal.get("status") not in GOAL_STATUSES:
             status = goal.get("status")
             raise ValueError(f"goals.{kind}: expected a status in {GOAL_STATUSES}, got {status!r}")

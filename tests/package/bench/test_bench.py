@@ -469,6 +469,15 @@ class TestBadInput:
             (lambda d: d["goals"]["speed"][0].update(status="not measured"), r"goals\.speed: expected key 'reason'"),
             (lambda d: d["goals"]["speed"][0].pop("ratio_fused_sdpa_to_torch_mha"),
              r"goals\.speed: expected key 'ratio_fused_sdpa_to_torch_mha'"),
+            # a value of the wrong kind where an object or a list belongs: named, never a
+            # TypeError or AttributeError from inside the validator
+            (lambda d: d["goals"].update(memory=[1]), r"goals\.memory: expected an object or null, got list"),
+            (lambda d: d["goals"].update(speed=[1]), r"goals\.speed: expected an object, got int"),
+            (lambda d: d["goals"].update(ratios=[1]), r"goals\.ratios\[0\]: expected an object, got int"),
+            (lambda d: d["goals"].update(ratios=5), r"goals\.ratios: expected a list, got int"),
+            (lambda d: d["peaks"].update(float32=5), r"peaks\.float32: expected an object, got int"),
+            (lambda d: d.update(decode=5), r"decode: expected a list of decode rows, got int"),
+            (lambda d: d.update(decode={"a": 1}), r"decode: expected a list of decode rows, got dict"),
         ],
     )
     def test_the_schema_refuses_each_field_out_of_place(self, edit, message):
