@@ -547,8 +547,9 @@ def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> Mas
         The mask rule.
 
     Raises:
-        ValueError: if the tensors are not 4-d or do not agree in dtype, device or width d_k, B
-            does not divide t_k, or top_k is not an integer >= 1.
+        ValueError: if the tensors are not 4-d or do not agree in dtype, device, width d_k or
+            batch and heads (which broadcast), B does not divide t_k, or top_k is not an
+            integer >= 1.
 
     Examples:
         >>> q = k = torch.ones(1, 1, 4, 2)
@@ -560,6 +561,7 @@ def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> Mas
     """
     _check_4d(query=query, key=key)
     check_qkv(query, key)  # before the matmul, whose own error names neither
+    check_batch_dims(("query", query), ("key", key))  # (b, h) broadcast, as in the matmul
     acc = accumulation_dtype(query.dtype)  # half precision would tie blocks that float32 ranks
     means = _block_means(key.to(acc), block_size, "keys")  # (b, h, T_k, d_k)
     gate = query.to(acc) @ means.transpose(-2, -1)  # (b, h, t_q, T_k)
@@ -603,6 +605,7 @@ def moba_attention(
     scale = check_scale(scale)
     _check_4d(query=query, key=key, value=value)
     check_qkv(query, key, value)  # value too, before moba_mask's matmul
+    check_batch_dims(("query", query), ("key", key), ("value", value))
     rule = moba_mask(query, key, block_size=block_size, top_k=top_k)
     return dense_attention(query, key, value, mask_mod=rule, scale=scale)
 

@@ -428,6 +428,15 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"query must be \(b, h, t, d\), got shape \(3, 16, 8\)"):
             sparse.moba_mask(q[0], k[0], block_size=BLOCK, top_k=2)
 
+    def test_moba_refuses_batches_and_heads_that_do_not_broadcast(self):
+        # The gate's matmul ran first and raised torch's "size of tensor a (4) must match".
+        q, k, v = qkv((B, H, T, D), seed=123)
+        with pytest.raises(ValueError, match=r"leading dimensions of query and key must broadcast, "
+                                             r"got \(2, 3\), \(2, 2\)"):
+            sparse.moba_mask(q, k[:, :2], block_size=BLOCK, top_k=2)  # 2 key heads for 3 queries'
+        with pytest.raises(ValueError, match=r"leading dimensions of query, key and value must broadcast"):
+            sparse.moba_attention(q, k[:1].repeat(B + 1, 1, 1, 1), v, block_size=BLOCK, top_k=2)
+
     def test_selections_refuse_mixed_dtypes_before_scoring(self):
         # The block scores' matmul ran first and raised torch's "expected scalar type Double".
         q, k, v = qkv((B, H, T, D), seed=123)
