@@ -177,6 +177,7 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
 def varlen_attention(
     query: Tensor, key: Tensor, value: Tensor, cu_seqlens_q: Tensor,
     cu_seqlens_k: Tensor | None = None, *, is_causal: bool = False, scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> Tensor:
     """Attention within each packed sequence, in flash-attention's varlen layout.
 
@@ -188,21 +189,25 @@ def varlen_attention(
 
     Args:
         query: (t_q, h, d_k), t_q packed tokens.
-        key: (t_k, h, d_k), t_k packed tokens.
-        value: (t_k, h, d_v).
+        key: (t_k, h, d_k), t_k packed tokens; 1 head, shared, or h_kv dividing h with
+            ``enable_gqa``.
+        value: (t_k, h, d_v), the same.
         cu_seqlens_q: [0, t_0, t_0 + t_1, ..., t_q] (n + 1,), where each sequence's queries start.
         cu_seqlens_k: the same for the keys (the queries' when None).
         is_causal: causal within each sequence, aligned bottom-right.
         scale: multiplies the scores; defaults to 1/sqrt(d_k).
+        enable_gqa: key and value may have h_kv heads, h_kv dividing h; query head i reads
+            key-value head i // (h / h_kv), as in torch's SDPA and ``varlen_attn``.
 
     Returns:
         (t_q, h, d_v).
 
     Raises:
-        ValueError: if a tensor is not (t, h, d), key or value has neither h heads nor 1, the
-            tensors do not agree (dtype, device, widths, key and value tokens), a cu_seqlens
-            does not rise strictly from 0 to its tensor's length, the two count different
-            sequences, or is_causal is not a bool.
+        ValueError: if a tensor is not (t, h, d), key or value has neither h heads nor 1 (nor,
+            with enable_gqa, a number dividing h), the tensors do not agree (dtype, device,
+            widths, key and value tokens), a cu_seqlens does not rise strictly from 0 to its
+            tensor's length, the two count different sequences, or is_causal or enable_gqa is
+            not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -224,11 +229,21 @@ def varlen_attention(
                 f"{name} must be (t, h, d) in the varlen layout, got shape {tuple(x.shape)}"
             )
     check_qkv(*(x.transpose(0, 1) for x in (query, key, value)))  # as (h, t, d): t_k, not h
+    check_bool(enable_gqa, "enable_gqa")
     h = query.shape[1]
+    if enable_gqa:
+        h_kv = key.shape[1]
+        if value.shape[1] != h_kv or h_kv == 0 or h % h_kv != 0:
+            raise ValueError(
+                f"with enable_gqa=True, key and value must have one number of heads h_kv that "
+                f"divides the query's h={h}, got {key.shape[1]} and {value.shape[1]}"
+            )
+        key = key.repeat_interleave(h // h_kv, dim=1)  # (t_k, h, d_k): head i // (h / h_kv)
+        value = value.repeat_interleave(h // h_kv, dim=1)  # (t_k, h, d_v)
     if any(x.shape[1] not in (1, h) for x in (key, value)):
         raise ValueError(
-            f"key and value must have the query's h={h} heads (or 1, shared), got "
-            f"{key.shape[1]} and {value.shape[1]}"
+            f"key and value must have the query's h={h} heads (or 1, shared; fewer that divide h "
+            f"with enable_gqa=True), got {key.shape[1]} and {value.shape[1]}"
         )
     check_bool(is_causal, "is_causal")
     _check_cu_seqlens(cu_seqlens_q, query.shape[0])

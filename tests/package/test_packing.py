@@ -130,6 +130,17 @@ def test_varlen_takes_one_shared_head_for_key_or_value_alone(shared):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_varlen_with_enable_gqa_reads_each_key_value_head_with_its_group(is_causal):
+    qs, ks, vs = sequences(h=4)
+    ks, vs = [k[:2] for k in ks], [v[:2] for v in vs]  # h_kv = 2 heads for h = 4 queries
+    want = packed_row([F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
+                       for q, k, v in zip(qs, ks, vs)])[0].transpose(0, 1)  # (t, h, d)
+    q, k, v = [packed_row(x)[0].transpose(0, 1) for x in (qs, ks, vs)]  # k, v: (t, 2, d)
+    got = varlen_attention(q, k, v, cu_seqlens_from_lengths(LENGTHS), is_causal=is_causal, enable_gqa=True)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
         (lambda: cu_seqlens_from_lengths(torch.tensor([3, 0])), r"lengths must be .* values >= 1, got \[3, 0\]"),
@@ -153,7 +164,13 @@ class TestBadInput:
         (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4]), torch.tensor([0, 1, 4])),
          r"must count the same sequences, got 1 and 2"),
         (lambda: varlen_attention(torch.zeros(4, 4, 2), torch.zeros(4, 2, 2), torch.zeros(4, 2, 2), torch.tensor([0, 4])),
-         r"key and value must have the query's h=4 heads \(or 1, shared\), got 2 and 2"),
+         r"key and value must have the query's h=4 heads \(or 1, shared; .* enable_gqa=True\), got 2 and 2"),
+        (lambda: varlen_attention(torch.zeros(4, 4, 2), torch.zeros(4, 3, 2), torch.zeros(4, 3, 2), torch.tensor([0, 4]),
+                                  enable_gqa=True),
+         r"with enable_gqa=True, key and value must have one number of heads h_kv that divides the "
+         r"query's h=4, got 3 and 3"),
+        (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4]), enable_gqa=1),
+         r"enable_gqa must be a bool, got 1 of type int"),
         (lambda: cu_seqlens_from_lengths(torch.tensor([[3, 2]])),
          r"lengths must be a non-empty 1-d integer.*got \[\[3, 2\]\]"),
         (lambda: cu_seqlens_from_lengths(torch.tensor([], dtype=torch.long)),
