@@ -117,8 +117,10 @@ class RecurrentBlockAttention(nn.Module):
         g = g.transpose(1, 2) if self.kind in ("decay", "gated_delta") else None  # (b, h, t)
         beta = beta if self.kind in ("delta", "gated_delta") else None
         weights = delta_attention_matrix(queries, keys, g, beta)  # (b, h, t, t)
-        context = (weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
-        return self.out_proj(context), weights
+        # half precision: the rule's weights are float32, and so is their sum, rounded once
+        context = (weights @ values.to(weights.dtype)).to(values.dtype)  # (b, h, t, d_h)
+        context = context.transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
+        return self.out_proj(context), weights.to(values.dtype)
 
 
 def use_recurrent_attention(

@@ -131,7 +131,10 @@ class KernelBlockAttention(FusedHeads):
         else:
             kernel = normalizer
         attn_weights = divide_rows(kernel, normalizer.sum(dim=-1, keepdim=True))  # (b, h, t, t)
-        context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
+        # half precision: features and weights are float32, and so is their sum, rounded once
+        context = (attn_weights @ values.to(attn_weights.dtype)).to(values.dtype)  # (b, h, t, d_h)
+        context = context.transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
+        attn_weights = attn_weights.to(values.dtype)
         if self.gate is not None:  # gated attention, as in BlockAttention
             context = context * torch.sigmoid(self.gate(x))  # (b, t, d)
         return self.proj_dropout(self.out_proj(context)), attn_weights

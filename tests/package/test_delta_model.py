@@ -1,6 +1,8 @@
 """attention.delta_model: a TinyTransformer whose attention sublayers run the rules of
 attention.delta, with the weights W (Z = W V) returned as attention weights are."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -41,6 +43,19 @@ def test_the_gated_delta_sublayer_is_the_rule_on_its_convolved_inputs():
         rule = gated_delta_rule(F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, g, beta)
         expected = attn.out_proj(rule.transpose(1, 2).reshape(2, 7, 16))
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", RECURRENT_KINDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_model_swaps_its_attention_and_stays_in_its_dtype(kind, dtype):
+    # the rule's weights are computed in float32: the weighted sum too, rounded once
+    model = use_recurrent_attention(_model(), kind)
+    ids = torch.randint(16, (2, 12), generator=torch.Generator().manual_seed(1))
+    half = copy.deepcopy(model).to(dtype)
+    logits, weights = half(ids, return_weights=True)
+    assert logits.dtype == dtype and {w.dtype for w in weights} == {dtype}
+    want = model(ids)
+    assert (logits.double() - want).abs().max() <= 0.05 * want.abs().max()
 
 
 class TestBadInput:

@@ -2,6 +2,8 @@
 attention on its own projections; FAVOR+ with many features approaches the softmax model, rotary
 embeddings and scale included; the weights it reports; bad input."""
 
+import copy
+
 import pytest
 import torch
 
@@ -90,6 +92,20 @@ def test_a_favor_row_whose_features_all_underflow_is_zero_not_nan():
     assert weights.detach().flatten().tolist() == [0.0, 0.0, 0.0, 1.0]
     out.sum().backward()
     assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("kind", ["elu+1", "favor"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_model_swaps_its_attention_and_stays_in_its_dtype(kind, dtype):
+    # the features and weights are computed in float32: the weighted sum too, rounded once
+    torch.manual_seed(0)
+    model = use_kernel_attention(tiny(), kind, num_features=32 if kind == "favor" else None)
+    ids = torch.randint(16, (2, 10), generator=torch.Generator().manual_seed(1))
+    half = copy.deepcopy(model).to(dtype)
+    logits, weights = half(ids, return_weights=True)
+    assert logits.dtype == dtype and {w.dtype for w in weights} == {dtype}
+    want = model(ids)
+    assert (logits.double() - want).abs().max() <= 0.05 * want.abs().max()
 
 
 class TestBadInput:
