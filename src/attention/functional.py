@@ -82,11 +82,17 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     Returns:
         The probabilities, the shape of x.
 
+    Raises:
+        ValueError: if x is not a floating-point tensor (``torch.softmax`` refuses integers too).
+
     Examples:
         >>> softmax(torch.tensor([[1.0, 1000.0], [float("-inf"), float("-inf")]]), dim=-1)
         tensor([[0., 1.],
                 [0., 0.]])
     """
+    if not isinstance(x, Tensor) or not x.is_floating_point():  # probabilities of its dtype
+        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x must be a floating-point tensor of logits, got {got}")
     if x.shape[dim] == 0:
         return torch.exp(x)  # an empty row has nothing to normalize (and amax would raise)
     logits = x.to(accumulation_dtype(x.dtype))  # float16, bfloat16: in float32, rounded once
