@@ -19,7 +19,8 @@ checkpoint carries it, it is built again after every move of the module: ``to_em
 loading a model built on the meta device uses, would leave uninitialized memory in it.
 """
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Self
 
 import torch
 from torch import Tensor, nn
@@ -39,8 +40,8 @@ def register_causal_mask(
     load.
 
     Like every buffer it is uninitialized after ``module.to_empty(...)``, and no checkpoint
-    restores it: a ``CausallyMasked`` module (the base of this package's owners of the mask)
-    builds it again after every move.
+    restores it: call this again then, or derive the module from ``CausallyMasked``, which
+    builds it again after every move (as this package's owners of the mask do).
 
     Args:
         module: the module that gets the buffer.
@@ -70,16 +71,19 @@ def register_causal_mask(
 
 
 class CausallyMasked(nn.Module):
-    """A module whose buffer ``mask`` (from :func:`register_causal_mask`) is built again after
-    every move (``.to``, ``to_empty``) from ``context_length``: a model built on the meta device
-    and moved with ``to_empty`` would otherwise mask with uninitialized memory."""
+    """A module whose buffer ``mask`` (from :func:`register_causal_mask`) is built again from
+    ``context_length`` whenever a move replaces it (``.to(device)``, ``to_empty``): a model
+    built on the meta device and moved with ``to_empty`` would otherwise mask with
+    uninitialized memory."""
 
     context_length: int
     mask: Tensor
 
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Self:
+        before = self.mask
         super()._apply(fn, recurse)
-        self.mask = ~causal_mask(self.context_length, device=self.mask.device)
+        if self.mask is not before:  # moved: its new memory holds nothing yet (to_empty)
+            self.mask = ~causal_mask(self.context_length, device=self.mask.device)
         return self
 
 

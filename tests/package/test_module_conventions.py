@@ -136,6 +136,19 @@ def test_modules_built_on_meta_then_loaded_equal_modules_built_in_place(cls):
 
 
 @pytest.mark.parametrize("cls", [CausalAttention, MultiHeadAttention, FusedMultiHeadAttention])
+def test_a_move_that_changes_nothing_keeps_the_causal_mask(cls):
+    """Rebuilt under inference mode, the mask became an inference tensor that training cannot
+    save for backward; a shared module lost its shared mask."""
+    module = BUILD[cls]()
+    mask = module.mask
+    with torch.inference_mode():
+        module.to("cpu").float()
+    assert module.share_memory().mask is mask and mask.is_shared()
+    x = torch.randn(2, 6, 4, requires_grad=True)
+    module(x).sum().backward()  # trains: the mask is no inference tensor
+
+
+@pytest.mark.parametrize("cls", [CausalAttention, MultiHeadAttention, FusedMultiHeadAttention])
 def test_causal_mask_is_a_bool_buffer_that_checkpoints_do_not_carry(cls):
     """A float context² buffer was saved in every checkpoint and failed to load at another
     context length."""
