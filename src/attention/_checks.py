@@ -407,19 +407,20 @@ def check_block_size(block_size: object) -> None:
         )
 
 
-def check_kv_heads(query: Tensor, kv: Tensor, name: str) -> None:
+def check_kv_heads(query: Tensor, kv: Tensor, name: str, dim: int = -3) -> None:
     """``enable_gqa``: require query (..., h, t_q, d_k) and kv (..., h_kv, t_k, d) with h_kv
-    dividing h, as PyTorch's ``scaled_dot_product_attention`` does."""
+    dividing h, as PyTorch's ``scaled_dot_product_attention`` does; the heads are dimension
+    ``dim`` (1 in the varlen layout (t, h, d))."""
     for tensor_name, tensor in (("query", query), (name, kv)):
         if tensor.dim() < 3:
             raise ValueError(
                 f"with enable_gqa=True, {tensor_name} must have at least 3 dimensions "
                 f"(..., heads, t, d), got shape {tuple(tensor.shape)}"
             )
-    h, h_kv = query.shape[-3], kv.shape[-3]
+    h, h_kv = query.shape[dim], kv.shape[dim]
     if h_kv == 0 or h % h_kv != 0:
         raise ValueError(
-            f"with enable_gqa=True, {name}'s number of heads (dim -3) must divide the query's "
+            f"with enable_gqa=True, {name}'s number of heads (dim {dim}) must divide the query's "
             f"h={h}, got {h_kv}"
         )
 

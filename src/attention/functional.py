@@ -239,7 +239,7 @@ def additive_causal_mask(
     return additive_mask(causal_mask(t_q, t_k, device=device, alignment=alignment), dtype)
 
 
-def repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
+def repeat_kv_heads(query: Tensor, kv: Tensor, name: str, dim: int = -3) -> Tensor:
     """``enable_gqa``: kv (..., h_kv, t_k, d) with each head repeated h / h_kv times.
 
     Query head i then meets key/value head i // (h / h_kv), as ``repeat_interleave`` on dim -3
@@ -249,6 +249,7 @@ def repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
         query: (..., h, t_q, d_k), whose h the heads are repeated to.
         kv: keys or values (..., h_kv, t_k, d).
         name: kv's name in error messages (``"key"`` or ``"value"``).
+        dim: the heads' dimension in both (1 in the varlen layout (t, h, d)).
 
     Returns:
         kv with h heads (..., h, t_k, d); kv itself when h_kv = h.
@@ -261,9 +262,9 @@ def repeat_kv_heads(query: Tensor, kv: Tensor, name: str) -> Tensor:
         >>> repeat_kv_heads(torch.zeros(4, 1, 1), kv, "key").flatten()
         tensor([0., 0., 1., 1.])
     """
-    check_kv_heads(query, kv, name)
-    h, h_kv = query.shape[-3], kv.shape[-3]
-    return kv if h == h_kv else kv.repeat_interleave(h // h_kv, dim=-3)  # (..., h, t_k, d)
+    check_kv_heads(query, kv, name, dim)
+    h, h_kv = query.shape[dim], kv.shape[dim]
+    return kv if h == h_kv else kv.repeat_interleave(h // h_kv, dim=dim)  # (..., h, t_k, d)
 
 
 def _weights(

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._checks import check_bool, check_qkv, check_scale, check_sizes, kernel_keywords, shape_or_type
-from .functional import causal_mask
+from .functional import causal_mask, repeat_kv_heads
 
 __all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_attention"]
 
@@ -231,15 +231,9 @@ def varlen_attention(
     check_qkv(*(x.transpose(0, 1) for x in (query, key, value)))  # as (h, t, d): t_k, not h
     check_bool(enable_gqa, "enable_gqa")
     h = query.shape[1]
-    if enable_gqa:
-        h_kv = key.shape[1]
-        if value.shape[1] != h_kv or h_kv == 0 or h % h_kv != 0:
-            raise ValueError(
-                f"with enable_gqa=True, key and value must have one number of heads h_kv that "
-                f"divides the query's h={h}, got {key.shape[1]} and {value.shape[1]}"
-            )
-        key = key.repeat_interleave(h // h_kv, dim=1)  # (t_k, h, d_k): head i // (h / h_kv)
-        value = value.repeat_interleave(h // h_kv, dim=1)  # (t_k, h, d_v)
+    if enable_gqa:  # query head i reads head i // (h / h_kv), the heads being dimension 1
+        key = repeat_kv_heads(query, key, "key", dim=1)  # (t_k, h, d_k)
+        value = repeat_kv_heads(query, value, "value", dim=1)  # (t_k, h, d_v)
     if any(x.shape[1] not in (1, h) for x in (key, value)):
         raise ValueError(
             f"key and value must have the query's h={h} heads (or 1, shared; fewer that divide h "

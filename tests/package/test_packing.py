@@ -133,7 +133,7 @@ def test_varlen_takes_one_shared_head_for_key_or_value_alone(shared):
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_varlen_with_enable_gqa_reads_each_key_value_head_with_its_group(is_causal):
     qs, ks, vs = sequences(h=4)
-    ks, vs = [k[:2] for k in ks], [v[:2] for v in vs]  # h_kv = 2 heads for h = 4 queries
+    ks, vs = [k[:2] for k in ks], [v[:1] for v in vs]  # 2 key heads, 1 value head, h = 4
     want = packed_row([F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
                        for q, k, v in zip(qs, ks, vs)])[0].transpose(0, 1)  # (t, h, d)
     q, k, v = [packed_row(x)[0].transpose(0, 1) for x in (qs, ks, vs)]  # k, v: (t, 2, d)
@@ -167,8 +167,7 @@ class TestBadInput:
          r"key and value must have the query's h=4 heads \(or 1, shared; .* enable_gqa=True\), got 2 and 2"),
         (lambda: varlen_attention(torch.zeros(4, 4, 2), torch.zeros(4, 3, 2), torch.zeros(4, 3, 2), torch.tensor([0, 4]),
                                   enable_gqa=True),
-         r"with enable_gqa=True, key and value must have one number of heads h_kv that divides the "
-         r"query's h=4, got 3 and 3"),
+         r"with enable_gqa=True, key's number of heads \(dim 1\) must divide the query's h=4, got 3"),
         (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4]), enable_gqa=1),
          r"enable_gqa must be a bool, got 1 of type int"),
         (lambda: cu_seqlens_from_lengths(torch.tensor([[3, 2]])),
