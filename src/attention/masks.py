@@ -26,6 +26,7 @@ kernel that ``torch.compile`` generates from it.
 """
 
 import math
+import operator
 from collections.abc import Callable
 from typing import Literal, overload
 
@@ -357,7 +358,7 @@ def and_masks(*mask_mods: MaskMod) -> MaskMod:
                 [ True,  True, False],
                 [False,  True,  True]])
     """
-    return _combine(mask_mods, torch.logical_and, none=True)
+    return _combine(mask_mods, operator.and_, none=True)
 
 
 def or_masks(*mask_mods: MaskMod) -> MaskMod:
@@ -375,13 +376,13 @@ def or_masks(*mask_mods: MaskMod) -> MaskMod:
                 [ True,  True, False],
                 [ True, False,  True]])
     """
-    return _combine(mask_mods, torch.logical_or, none=False)
+    return _combine(mask_mods, operator.or_, none=False)
 
 
 def _combine(mask_mods: tuple[MaskMod, ...], combine: Callable[[Tensor, Tensor], Tensor],
              none: bool) -> MaskMod:
-    """The rule whose answer folds the answers of ``mask_mods`` with ``combine``; ``none`` without
-    rules."""
+    """The rule whose answer folds the answers of ``mask_mods`` with ``combine`` (``&`` or ``|``,
+    which also take a rule's Python bool); ``none`` without rules."""
 
     def combined(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         allowed = torch.full((), none, dtype=torch.bool, device=q_idx.device)

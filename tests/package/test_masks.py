@@ -233,6 +233,10 @@ def test_and_masks_intersect_and_or_masks_unite():
     assert torch.equal(M.to_dense(M.and_masks(rule_a, rule_b), T, T), dense_a & dense_b)
     assert torch.equal(M.to_dense(M.or_masks(rule_a, rule_b), T, T), dense_a | dense_b)
     assert bool(M.to_dense(M.and_masks(), 3, 3).all()) and not M.to_dense(M.or_masks(), 3, 3).any()
+    # a rule may answer with a Python bool, as torch's own and_masks and or_masks take
+    everyone, no_one = (lambda b, h, q, k: True), (lambda b, h, q, k: False)
+    assert torch.equal(M.to_dense(M.and_masks(everyone, rule_a), T, T), dense_a)
+    assert torch.equal(M.to_dense(M.or_masks(no_one, rule_a), T, T), dense_a)
 
 
 @pytest.mark.parametrize(("b", "t_q", "t_k"), [(2, 0, 5), (2, 5, 0), (2, 0, 0), (0, 5, 5)])
