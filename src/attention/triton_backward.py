@@ -248,11 +248,13 @@ _backward_dkdv_atomic_tuned = tuned(_backward_dkdv, DKDV_CONFIGS, reset_to_zero=
 _backward_dq_tuned = tuned(_backward_dq, DQ_CONFIGS, ("LONGEST_FIRST",))
 
 
+Gradients = tuple[Tensor, Tensor, Tensor, Tensor | None]  # dQ, dK, dV, dsinks or None
+
+
 def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
              sinks: Tensor | None, scale: float, causal: bool, offset: int, window: int | None,
-             blocks: tuple[int, int] | None, deterministic: bool,
-             longest_first: bool,
-) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor | None], dict[str, tuple[int, int, int, int]]]:
+             blocks: tuple[int, int] | None, deterministic: bool, longest_first: bool,
+             ) -> tuple[Gradients, dict[str, tuple[int, int, int, int]]]:
     """(dQ, dK, dV, dsinks or None) and the (BLOCK_M, BLOCK_N, warps, stages) of each kernel
     that ran: D first, then the dK/dV kernel over key blocks, then (``deterministic``) the dQ
     kernel; without it, dQ is added up in float32 by the dK/dV kernel and rounded once.
