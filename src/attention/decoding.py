@@ -57,8 +57,9 @@ def weights_read_per_token(model: nn.Module) -> int:
 
     A token looks up one row of each ``nn.Embedding`` (token and learned positions) and
     multiplies every other weight; the unembedding (``lm_head``) is read whole, also when it
-    shares the token embedding's matrix (tied weights, counted once). Works on the ``meta``
-    device, where a model has shapes and no memory.
+    shares the token embedding's matrix (tied weights, counted once); a matrix that several
+    embeddings share is counted as one. Works on the ``meta`` device, where a model has shapes
+    and no memory.
 
     Args:
         model: the model, on any device (``meta`` included).
@@ -73,8 +74,9 @@ def weights_read_per_token(model: nn.Module) -> int:
     """
     total = sum(p.numel() for p in model.parameters())  # a shared parameter counts once
     multiplied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
-    for module in model.modules():
-        if isinstance(module, nn.Embedding) and id(module.weight) not in multiplied:
+    tables = {id(m.weight): m for m in model.modules() if isinstance(m, nn.Embedding)}  # shared: one
+    for key, module in tables.items():
+        if key not in multiplied:
             total -= (module.num_embeddings - 1) * module.embedding_dim  # rows not read
     return total
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _inputs import NON_BOOLS, qkv, refuses_non_bool
+from torch import nn
 
 from attention import TinyTransformer
 from attention.decoding import split_kv_attention, weights_read_per_token
@@ -118,6 +119,15 @@ def test_tied_weights_are_read_whole_once() -> None:
     # untied: the LM head (50 x 8) read whole plus one row of the embedding; tied: the shared
     # matrix read whole, once
     assert weights_read_per_token(untied) - weights_read_per_token(tied) == 8
+
+
+def test_a_matrix_two_embeddings_share_loses_its_unread_rows_once() -> None:
+    # counted once among the parameters, its unread rows were subtracted once per embedding
+    with torch.device("meta"):
+        model = nn.ModuleDict({"enc": nn.Embedding(1000, 8), "dec": nn.Embedding(1000, 8),
+                               "proj": nn.Linear(8, 8)})
+    model["dec"].weight = model["enc"].weight
+    assert weights_read_per_token(model) == 8 + (8 * 8 + 8)  # one row, then the Linear
 
 
 class TestBadInput:
