@@ -33,6 +33,7 @@ else:  # matplotlib stays unimported until a plot is drawn; typing.get_type_hint
     Figure = Any
 
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+PASSES = ("forward", "forward+backward")  # what a row times
 SCORE_MATRIX_BACKENDS = ("explicit", "sdpa: math")  # backends (as recorded) that store (t, t)
 
 
@@ -41,6 +42,8 @@ def _check_row(row: dict) -> None:
         raise ValueError(f"row must be a kernel row (level 'kernel'), got level {row.get('level')!r}")
     if row.get("dtype") not in DTYPE_BYTES:
         raise ValueError(f"row dtype must be one of {sorted(DTYPE_BYTES)}, got {row.get('dtype')!r}")
+    if row.get("pass") not in PASSES:
+        raise ValueError(f"row pass must be one of {PASSES}, got {row.get('pass')!r}")
     for key in ("b", "h", "t", "d_h"):
         value = row.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -74,8 +77,8 @@ def kernel_bytes(row: dict) -> int:
         The bytes, an int.
 
     Raises:
-        ValueError: if the row is not a kernel row, its dtype is unknown, or a size is not a
-            positive integer.
+        ValueError: if the row is not a kernel row, its dtype or pass is unknown, or a size is
+            not a positive integer.
 
     Examples:
         >>> kernel_bytes({"level": "kernel", "pass": "forward", "b": 1, "h": 1, "t": 4, "d_h": 2, "dtype": "float32"})  # Q, K, V and Z: 4 · 4 · 2 numbers of 4 bytes
@@ -156,7 +159,8 @@ def roofline_points(doc: dict, rows: Iterable[dict] | None = None) -> list[dict]
         One dict per point, in the rows' order.
 
     Raises:
-        ValueError: if a kernel row is malformed (see ``kernel_bytes``).
+        ValueError: if a kernel row is malformed (see ``kernel_bytes``), or an ok one has no
+            positive ``flops`` or ``median_s``.
 
     Examples:
         >>> row = {**{"level": "kernel", "pass": "forward", "b": 1, "h": 1, "t": 4, "d_h": 2, "dtype": "float32"}, "status": "ok", "variant": "v", "backend": "sdpa: flash",
@@ -173,6 +177,10 @@ def roofline_points(doc: dict, rows: Iterable[dict] | None = None) -> list[dict]
         if machine is None:
             continue
         nbytes = kernel_bytes(row)
+        for key in ("flops", "median_s"):  # measured: a count and a time, both above 0
+            value = row.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"an ok kernel row's {key} must be a positive number, got {value!r}")
         intensity = row["flops"] / nbytes
         attainable = roof(intensity, machine["peak_flops"], machine["bandwidth"])
         achieved = row["flops"] / row["median_s"]
@@ -231,7 +239,7 @@ def plot_roofline(
     handles = [Line2D([], [], color=ink, linewidth=1.6, label="roof min(P, β I)")]
     for i, name in enumerate(names):
         color = (colours or {}).get(name, cmap(i % 10))
-        for pass_name, fill in (("forward", True), ("forward+backward", False)):
+        for pass_name, fill in zip(PASSES, (True, False)):  # forward filled, with backward hollow
             mine = [p for p in points if p["variant"] == name and p["pass"] == pass_name]
             ax.plot([p["intensity"] for p in mine], [p["achieved"] / scale for p in mine], "o", markersize=5,
                     color=color, markerfacecolor=color if fill else "none", linestyle="none")

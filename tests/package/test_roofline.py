@@ -151,6 +151,16 @@ class TestBadInput:
             kernel_bytes(row("sdpa: math") | {"level": "layer"})
         with pytest.raises(ValueError, match="t must be a positive integer, got 0"):
             kernel_bytes(row("sdpa: math", t=0))
+        # a backward alone was counted as a forward; no pass at all was a KeyError
+        for bad in ({"pass": "backward"}, {"pass": None}):
+            with pytest.raises(ValueError, match=r"pass must be one of \('forward', 'forward\+backward'\)"):
+                kernel_bytes(row("sdpa: math") | bad)
+        # a time of 0 was a ZeroDivisionError, flops of None a TypeError
+        peaks = {"float32": {"tflops": 1.0, "source": "a"}, "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}
+        ok = row("sdpa: flash") | {"status": "ok", "variant": "v", "flops": 128.0, "median_s": 1e-6}
+        for key, value in (("median_s", 0), ("flops", None)):
+            with pytest.raises(ValueError, match=rf"ok kernel row's {key} must be a positive number, got {value}"):
+                roofline_points({"peaks": peaks, "results": [ok | {key: value}]})
         with pytest.raises(ValueError, match=r"bandwidth must be positive.*got 0\.0"):
             roof(1.0, 1e9, 0.0)
 

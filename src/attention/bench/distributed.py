@@ -37,13 +37,13 @@ import torch.multiprocessing as mp
 from .. import distributed as cp
 from ..distributed import ring as ring_module
 from ..ring import Sharding, ring_attention_io, ring_shards
+from ..roofline import PASSES
 from .rows import DistributedRow
 from .sweep import Settings
 
 WORLD_SIZES = (2, 4)
 SCHEMES: tuple[tuple[str, Sharding], ...] = (("ring", "contiguous"), ("ring", "zigzag"), ("ulysses", "contiguous"))
 SHAPE = {"b": 1, "t": 2048, "h": 8, "h_kv": 8, "d_h": 64}
-PASSES = ("forward", "forward+backward")
 TOLERANCE = 2e-3  # float32 against float64, as the sweep's
 METHOD = ("N forked processes on this machine, gloo over 127.0.0.1, one thread each; causal, float32, "
           "b = 1, t = 2048, h = h_kv = 8, d_h = 64; each rank's output checked against float64 first; a call "
