@@ -96,7 +96,11 @@ class TwoLevelMemory:
         self.peak = 0
 
     def load(self, name: str, rows: int, cols: int) -> None:
-        """Read a (rows, cols) block from slow memory into fast memory."""
+        """Read a (rows, cols) block from slow memory into fast memory.
+
+        Raises:
+            ValueError: as :meth:`allocate`.
+        """
         self.allocate(name, rows, cols)
         self.reads += rows * cols
 
@@ -104,8 +108,11 @@ class TwoLevelMemory:
         """Hold a (rows, cols) block computed in fast memory (an accumulator, a tile of scores).
 
         Raises:
-            ValueError: if the block is already held or does not fit in m_sram.
+            ValueError: if rows or cols is not an integer >= 1, or the block is already held or
+                does not fit in m_sram.
         """
+        _check_positive("rows", rows)  # a negative block would count negative traffic
+        _check_positive("cols", cols)
         if name in self.held:
             raise ValueError(f"block {name!r} is already held; free it first")
         used = sum(self.held.values()) + rows * cols
@@ -128,8 +135,14 @@ class TwoLevelMemory:
         self.writes += self.held[name]
 
     def free(self, *names: str) -> None:
-        """Drop held blocks (no traffic: fast memory is simply reused)."""
+        """Drop held blocks (no traffic: fast memory is simply reused).
+
+        Raises:
+            ValueError: if a block is not held.
+        """
         for name in names:
+            if name not in self.held:
+                raise ValueError(f"block {name!r} must be held to be freed; held: {sorted(self.held)}")
             del self.held[name]
 
     def count(self) -> IOCount:

@@ -137,6 +137,10 @@ class TestBadInput:
             (lambda: standard_attention_io(4, 8, 16), "needs m_sram >= 17 elements, got 16"),
             (lambda: tiled_io_formula(8, 8, 34), "tiled attention needs m_sram >= 35 elements, got 34"),
             (lambda: standard_io_formula(0, 8), "t must be a positive int, got 0"),
+            # a block of -3 rows counted -12 reads; 2.5 rows counted 5.0
+            (lambda: TwoLevelMemory(16).load("A", -3, 4), "rows must be a positive int, got -3"),
+            (lambda: TwoLevelMemory(16).allocate("A", 2, 2.5), "cols must be a positive int, got 2.5"),
+            (lambda: TwoLevelMemory(16).free("B"), r"block 'B' must be held to be freed; held: \[\]"),
         ],
     )
     def test_sizes_must_be_positive_and_fast_memory_large_enough(self, call, message):
