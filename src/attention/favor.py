@@ -92,7 +92,8 @@ def random_projection(
         Ψ (m, d_k).
 
     Raises:
-        ValueError: if num_features or d_k is not an integer >= 1, or orthogonal is not a bool.
+        ValueError: if num_features or d_k is not an integer >= 1, orthogonal is not a bool,
+            or dtype is not a floating-point dtype.
 
     Examples:
         >>> psi = random_projection(2, 2, generator=torch.Generator().manual_seed(0))
@@ -101,6 +102,8 @@ def random_projection(
     """
     check_sizes(num_features=num_features, d_k=d_k)
     check_bool(orthogonal, "orthogonal")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:  # an int Ψ is truncated
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     if not orthogonal:
         return torch.randn(num_features, d_k, generator=generator, dtype=dtype, device=device)
     blocks = []

@@ -208,6 +208,12 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(4,\)"):
             positive_random_features(q, torch.randn(4))
 
+    @pytest.mark.parametrize("orthogonal", [True, False])
+    def test_projection_dtype_must_be_floating_point(self, orthogonal):
+        # orthogonal rows came back truncated to integers; independent ones raised torch's error
+        with pytest.raises(ValueError, match=r"dtype must be a floating-point torch\.dtype, got torch\.int64"):
+            random_projection(4, 2, orthogonal=orthogonal, dtype=torch.int64)
+
     @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
