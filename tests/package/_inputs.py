@@ -1,5 +1,6 @@
 """Inputs and weights shared by several test modules."""
 
+import copy
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -102,3 +103,12 @@ def uninitialized_memory_filled() -> Iterator[None]:
     finally:
         torch.use_deterministic_algorithms(deterministic)
         torch.utils.deterministic.fill_uninitialized_memory = fill
+
+
+def check_half_precision_copy(model: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> None:
+    """A float64 language model copied to ``dtype`` returns logits and attention weights in that
+    dtype, the logits within 5% (of the largest) of the float64 model's."""
+    logits, weights = copy.deepcopy(model).to(dtype)(ids, return_weights=True)
+    assert logits.dtype == dtype and {w.dtype for w in weights} == {dtype}
+    want = model(ids)
+    assert (logits.double() - want).abs().max() <= 0.05 * want.abs().max()

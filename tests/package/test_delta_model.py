@@ -1,11 +1,10 @@
 """attention.delta_model: a TinyTransformer whose attention sublayers run the rules of
 attention.delta, with the weights W (Z = W V) returned as attention weights are."""
 
-import copy
-
 import pytest
 import torch
 import torch.nn.functional as F
+from _inputs import check_half_precision_copy
 
 from attention import BlockAttention, TinyTransformer
 from attention.delta import gated_delta_rule
@@ -51,11 +50,7 @@ def test_a_half_precision_model_swaps_its_attention_and_stays_in_its_dtype(kind,
     # the rule's weights are computed in float32: the weighted sum too, rounded once
     model = use_recurrent_attention(_model(), kind)
     ids = torch.randint(16, (2, 12), generator=torch.Generator().manual_seed(1))
-    half = copy.deepcopy(model).to(dtype)
-    logits, weights = half(ids, return_weights=True)
-    assert logits.dtype == dtype and {w.dtype for w in weights} == {dtype}
-    want = model(ids)
-    assert (logits.double() - want).abs().max() <= 0.05 * want.abs().max()
+    check_half_precision_copy(model, ids, dtype)
 
 
 class TestBadInput:

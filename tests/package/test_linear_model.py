@@ -2,10 +2,9 @@
 attention on its own projections; FAVOR+ with many features approaches the softmax model, rotary
 embeddings and scale included; the weights it reports; bad input."""
 
-import copy
-
 import pytest
 import torch
+from _inputs import check_half_precision_copy
 
 from attention import BlockAttention, TinyTransformer, head_scores, induction_data
 from attention.linear import linear_attention
@@ -101,11 +100,7 @@ def test_a_half_precision_model_swaps_its_attention_and_stays_in_its_dtype(kind,
     torch.manual_seed(0)
     model = use_kernel_attention(tiny(), kind, num_features=32 if kind == "favor" else None)
     ids = torch.randint(16, (2, 10), generator=torch.Generator().manual_seed(1))
-    half = copy.deepcopy(model).to(dtype)
-    logits, weights = half(ids, return_weights=True)
-    assert logits.dtype == dtype and {w.dtype for w in weights} == {dtype}
-    want = model(ids)
-    assert (logits.double() - want).abs().max() <= 0.05 * want.abs().max()
+    check_half_precision_copy(model, ids, dtype)
 
 
 class TestBadInput:
