@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attention import ring_shards, ring_work
 from attention.distributed import count_traffic, ring_attention, shard_sequence, ulysses_attention
@@ -87,6 +88,29 @@ def _case(rank, world, fn, sharding, causal, t, h, h_kv, seed, dtype=torch.float
     return max(errors), dict(traffic.sent), ratio
 
 
+def _second_order(rank, world, fn, sharding):
+    """Second derivatives (of sum(g_q) + |g_k|² + sum(g_v), g the gradients of |out|², causal):
+    the largest difference from explicit float64 attention on the whole sequence, or the message
+    of the error refusing them; as _case's results, with no traffic and no ratio."""
+    torch.manual_seed(500)
+    full = [torch.randn(B, 4, 24, D_H, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    mine = [shard_sequence(x.detach(), rank, world, sharding).requires_grad_() for x in full]
+
+    def second(out, inputs):
+        g = torch.autograd.grad(out.square().sum(), inputs, create_graph=True)
+        (g[0].sum() + g[1].square().sum() + g[2].sum()).backward()
+
+    scores = full[0] @ full[1].transpose(-2, -1) / D_H**0.5  # (b, h, t, t)
+    second(torch.softmax(scores.masked_fill(torch.ones(24, 24).triu(1).bool(), -torch.inf), -1) @ full[2], full)
+    try:
+        with sdpa_kernel(SDPBackend.MATH):  # torch's CPU flash backward has no derivative itself
+            second(fn(*mine, is_causal=True), mine)
+    except RuntimeError as error:
+        return str(error), {}, None
+    return max(float((m.grad - shard_sequence(x.grad, rank, world, sharding)).abs().max())
+               for m, x in zip(mine, full)), {}, None
+
+
 def _correctness(rank: int, world: int, port: int, out_dir: str) -> None:
     _init(rank, world, port, timeout_s=DEADLINE_S)
     results = {}
@@ -104,6 +128,8 @@ def _correctness(rank: int, world: int, port: int, out_dir: str) -> None:
     for name, (sharding, fn) in SCHEMES.items():
         for scale in (None, 0.3):
             results["scale", name, scale] = _case(rank, world, fn, sharding, True, 24, 4, 2, 300, d_v=12, scale=scale)
+    for name, (sharding, fn) in SCHEMES.items():
+        results["second", name] = _second_order(rank, world, fn, sharding)
     # Subgroups, made by every rank: rank 0 alone (N = 1: the ring holds its own block, nothing
     # travels), and the odd ranks (with N = 4 ranks 1 and 3, group ranks 0 and 1: a send must
     # address the global rank of the next group rank).
@@ -169,6 +195,16 @@ def test_a_subgroup_is_a_ring_of_its_own_ranks(run):
                 if len(key[1]) == 1 and key[2] == "ring":
                     assert set(sent) == {"all_gather"}, (key, sent)  # the one exchange of the checks
     assert len(worst) == 2 * len(SCHEMES) and all(err < 1e-12 for err in worst.values()), (world, worst)
+
+
+def test_second_derivatives_are_right_or_refused_on_every_rank(run):
+    """Ulysses differentiates its all-to-all again: equal to explicit attention. The ring's
+    backward is a graph node that refuses to be differentiated, on every rank: autograd cannot
+    follow the dK and dV that arrive by irecv, and gave wrong second derivatives silently."""
+    world, ranks, _ = run
+    assert max(r["second", "ulysses"][0] for r in ranks) < 1e-12, world
+    assert all(r["second", "ring"][0].startswith("ring_attention has first derivatives only")
+               for r in ranks), [r["second", "ring"][0] for r in ranks]
 
 
 def test_ring_sends_what_the_io_model_counts(run):

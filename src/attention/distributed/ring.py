@@ -208,8 +208,21 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        q, k, v, out, lse = ctx.saved_tensors
-        positions, ring = ctx.positions, _Ring(ctx.group)
+        grads = _RingAttentionBackward.apply(grad_out, *ctx.saved_tensors, ctx.positions, ctx.runs,
+                                             ctx.is_causal, ctx.scale, ctx.group)
+        return *grads, None, None, None, None
+
+
+class _RingAttentionBackward(torch.autograd.Function):
+    """The ring's backward as a graph node of its own, so that differentiating it raises, as
+    flash_attention's does: the dK, dV that arrive from other ranks come through irecv, which
+    autograd cannot follow, so it would differentiate only this rank's part, silently."""
+
+    @staticmethod
+    def forward(ctx, grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,  # type: ignore[override]
+                positions: list[Tensor], runs: list, is_causal: bool, scale: float,
+                group: dist.ProcessGroup | None) -> tuple[Tensor, Tensor, Tensor]:
+        ring = _Ring(group)
         acc, d_k = out.dtype, k.shape[-1]
         q_acc, d_out = q.to(acc), grad_out.to(acc)
         delta = (d_out * out).sum(dim=-1)  # (b, h, c_q): D = rowsum(dO ∘ O)
@@ -225,13 +238,13 @@ class _RingAttention(torch.autograd.Function):
                 nxt = (ring.rank - step - 1) % ring.world
                 incoming = block.new_empty(*block.shape[:2], len(positions[nxt]), block.shape[-1])
                 requests = ring.pass_on(block, incoming)
-            tiles = _tiles(ctx.runs[ring.rank], ctx.runs[source], ctx.is_causal, q.device)
+            tiles = _tiles(runs[ring.rank], runs[source], is_causal, q.device)
             own = torch.zeros(block.shape, dtype=acc, device=block.device) if tiles else None  # dK, dV here
             kv = block.to(acc)
             for rows, cols, mask in tiles:
                 assert own is not None  # made for the tiles
                 dq, dk, dv = _block_backward(q_acc[..., rows, :], kv[..., cols, :d_k], kv[..., cols, d_k:],
-                                             d_out[..., rows, :], lse[..., rows], delta[..., rows], mask, ctx.scale)
+                                             d_out[..., rows, :], lse[..., rows], delta[..., rows], mask, scale)
                 d_q[..., rows, :] += dq
                 own[..., cols, :] += torch.cat([dk, dv], dim=-1)  # (b, h_kv, n_k, d_k + d_v)
             _wait(pending)  # this block's dK, dV from the ranks it met before this one
@@ -246,8 +259,15 @@ class _RingAttention(torch.autograd.Function):
         _wait(pending)
         grads = arriving if ring.world > 1 else grads
         d_kv = grads  # (b, h_kv, c, d_k + d_v): this rank's own block, every rank's share summed
-        return (d_q.to(q.dtype), d_kv[..., :d_k].to(k.dtype), d_kv[..., d_k:].to(v.dtype),
-                None, None, None, None)
+        return d_q.to(q.dtype), d_kv[..., :d_k].to(k.dtype), d_kv[..., d_k:].to(v.dtype)
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        raise RuntimeError(
+            "ring_attention has first derivatives only: its backward passes dK and dV round the "
+            "ring, which autograd cannot differentiate; for second derivatives gather the "
+            "sequence and use scaled_dot_product_attention"
+        )
 
 
 @kernel_keywords
@@ -258,7 +278,8 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
 
     Call it on every rank with that rank's shard; K and V travel round the ring (see the module
     docstring), and so does the backward pass, which every rank must run too. Half precision is
-    computed in float32.
+    computed in float32. Gradients are first-order only: the backward is hand-written, so a
+    second derivative raises a RuntimeError (on every rank) instead of returning a wrong value.
 
     Args:
         query: this rank's queries (b, h, c, d_k).

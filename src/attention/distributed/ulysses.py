@@ -27,7 +27,7 @@ __all__ = ["ulysses_attention"]
 
 class _AllToAll(torch.autograd.Function):
     """Slot j of x (N, ...) goes to rank j; slot i of the result came from rank i. Its gradient is
-    the same exchange run backwards."""
+    the same exchange run backwards, itself differentiable: second derivatives go through it."""
 
     @staticmethod
     def forward(ctx, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
@@ -36,7 +36,7 @@ class _AllToAll(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return _exchange(grad, ctx.group), None
+        return _AllToAll.apply(grad, ctx.group), None
 
 
 def _exchange(x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
