@@ -254,6 +254,8 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
     attempt("ulysses heads", lambda: ulysses_attention(*shard(4, h=3, h_kv=3)))
     attempt("one malformed rank", lambda: ring_attention(*shard(4, dims=4 if rank == 0 else 3)))
     attempt("causal on one rank", lambda: ring_attention(*shard(4), is_causal=rank == 0))
+    attempt("ring on one rank, ulysses on the other",  # both hung in their first transfer
+            lambda: (ring_attention if rank == 0 else ulysses_attention)(*shard(4)))
     attempt("scale on one rank", lambda: ulysses_attention(*shard(4), scale=0.25 if rank == 0 else None))
     # refused on one rank only: the others must not wait in the exchange
     attempt("unknown sharding on one rank",
@@ -299,7 +301,9 @@ def bad_run(tmp_path_factory):
     ("ulysses lengths", "ValueError", "equal length"),
     ("ulysses heads", "ValueError", "h=3, N=2"),
     ("one malformed rank", "ValueError", "at least 4 dimensions"),
-    ("causal on one rank", "ValueError", "same is_causal"),
+    ("causal on one rank", "ValueError", "same is_causal, got [True, False]"),
+    ("ring on one rank, ulysses on the other", "ValueError",
+     "every rank must call the same function, got ['ring_attention', 'ulysses_attention']"),
     ("grouped heads", "ValueError", "h must be a multiple of h_kv (grouped-query attention), got h=3, h_kv=2"),
     ("ulysses kv heads", "ValueError", "h_kv a multiple or a divisor of N, got h_kv=3, N=2"),
     ("key and value heads", "ValueError", "k and v must share (b, h_kv, c)"),

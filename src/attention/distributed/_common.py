@@ -22,8 +22,9 @@ from .._checks import check_bool, check_qkv, check_scale
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # The integers each rank contributes: ok (1, or 0 when its own input is malformed), then its shapes
 # and options, which must agree across ranks except for c; the scale travels as its float64 bits.
-FIELDS = ("ok", "b", "h", "h_kv", "c", "d_k", "d_v", "dtype", "is_causal", "sharding", "requires_grad",
-          "scale")
+FIELDS = ("ok", "function", "b", "h", "h_kv", "c", "d_k", "d_v", "dtype", "is_causal", "sharding",
+          "requires_grad", "scale")
+FUNCTIONS = ("ring_attention", "ulysses_attention")  # what each rank called: one for all
 
 
 OPEN_LOGS: list = []  # the Traffic logs of attention.distributed.traffic.count_traffic now open
@@ -120,7 +121,7 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
         raise ValueError(f"{name}: {problem}")  # no process group: no rank can be waiting
     rank, world = group_info(group, name)
     if problem is None:
-        row = [1, q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], v.shape[3],
+        row = [1, FUNCTIONS.index(name), q.shape[0], q.shape[1], k.shape[1], q.shape[2], q.shape[3], v.shape[3],
                DTYPES.index(q.dtype), int(is_causal), sharding,
                int(torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))),
                _bits(q.shape[3] ** -0.5 if scale is None else scale)]
@@ -143,6 +144,9 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
         values = [values[i] for values in rows]
         if len(set(values)) > 1:
             shown = ([str(DTYPES[x]) for x in values] if key == "dtype"
+                     else [FUNCTIONS[x] for x in values] if key == "function"
+                     else [bool(x) for x in values] if key in ("is_causal", "requires_grad")
                      else [_float(x) for x in values] if key == "scale" else values)
-            raise ValueError(f"{name}: every rank must pass the same {key}, got {shown} on ranks 0 .. {world - 1}")
+            verb = "call" if key == "function" else "pass"
+            raise ValueError(f"{name}: every rank must {verb} the same {key}, got {shown} on ranks 0 .. {world - 1}")
     return [values[FIELDS.index("c")] for values in rows], scale
