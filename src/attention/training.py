@@ -40,8 +40,10 @@ def train_lm(
     """Train ``model`` with AdamW on next-token cross-entropy; return the loss of each step.
 
     ``data(generator)`` returns a batch (inputs (b, t), targets (b, t)); a target of -100 is
-    not scored. The batches are drawn from a generator seeded with ``seed``, so the same model
-    initialization, data and seed give the same losses. The model is left in eval mode.
+    not scored. The batches are drawn from a generator seeded with ``seed``, and dropout from
+    torch's own generators seeded with ``seed`` too (their state is restored afterwards), so the
+    same model initialization, data and seed give the same losses. The model is left in eval
+    mode.
 
     Args:
         model: maps token ids (b, t) to logits (b, t, n_vocab); trained in place.
@@ -71,14 +73,17 @@ def train_lm(
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
     losses = []
-    for _ in range(steps):
-        inputs, targets = data(generator)  # (b, t), (b, t)
-        logits = model(inputs)  # (b, t, n_vocab)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    gpus = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+    with torch.random.fork_rng(devices=gpus):  # dropout draws from the global generators
+        torch.manual_seed(seed)
+        for _ in range(steps):
+            inputs, targets = data(generator)  # (b, t), (b, t)
+            logits = model(inputs)  # (b, t, n_vocab)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
     model.eval()
     return losses
 
