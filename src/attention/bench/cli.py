@@ -1,9 +1,11 @@
 """Command line of the benchmark: ``python -m attention.bench --help`` lists every option."""
 
 import argparse
+import math
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -55,6 +57,33 @@ variants: """ + ", ".join(v.name for v in VARIANTS if not v.on_request) + """
 run only when named in --variants: """ + ", ".join(v.name for v in VARIANTS if v.on_request) + "\n"
 
 
+def at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
+    """An argparse ``type``: a finite ``kind`` (int or float) >= ``minimum``; anything else is
+    argparse's usage error, naming the option."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__} >= {minimum}, got {text!r}") from None
+        if not math.isfinite(value) or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__} >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
+def above_zero(text: str) -> float:
+    """An argparse ``type``: a finite float > 0 (seconds, TFLOP/s)."""
+    value = at_least(0.0, float)(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected float > 0, got {text!r}")
+    return value
+
+
+POSITIVE = at_least(1)  # sizes, counts
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (its --help is the benchmark's documentation)."""
     ap = argparse.ArgumentParser(
@@ -69,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="what to measure (default: all but "
              + ", ".join(p.name for p in PARTS if not p.default) + "; see below)")
     add("--preset", choices=tuple(PRESETS), help="a whole measurement sized for a short GPU slot (see below)")
-    add("--time-budget", type=float, metavar="SECONDS",
+    add("--time-budget", type=at_least(0.0, float), metavar="SECONDS",
         help="start no sweep row after this many seconds (the file says the run stopped; quick: 450)")
     add("--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="where to run (auto: cuda if available, else cpu)")
@@ -77,14 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="results JSON to write (default: bench-<device>.json in the current directory)")
     add("--levels", nargs="+", choices=LEVELS, default=list(LEVELS),
         help="layer: whole layers on x (b, t, d); kernel: attention on Q, K, V (b, h, t, d_h)")
-    add("--seq-lens", nargs="+", type=int, help="sequence lengths t to sweep")
-    add("--d-model", type=int, default=768,
+    add("--seq-lens", nargs="+", type=POSITIVE, help="sequence lengths t to sweep")
+    add("--d-model", type=POSITIVE, default=768,
         help="model width d = d_in = d_out (default: 768, GPT-2 small)")
-    add("--heads", type=int, default=12, help="heads h of the layers (default: 12)")
-    add("--head-dims", nargs="+", type=int, default=[64, 128],
+    add("--heads", type=POSITIVE, default=12, help="heads h of the layers (default: 12)")
+    add("--head-dims", nargs="+", type=POSITIVE, default=[64, 128],
         help="head widths d_h of the kernels, each with h = d_model / d_h heads (default: 64 128)")
-    add("--tokens", type=int, help="tokens per batch: b = tokens // t, at least 1")
-    add("--batch", type=int, help="a fixed batch size b instead of --tokens")
+    add("--tokens", type=POSITIVE, help="tokens per batch: b = tokens // t, at least 1")
+    add("--batch", type=POSITIVE, help="a fixed batch size b instead of --tokens")
     add("--dtypes", nargs="+", choices=tuple(DTYPES), help="data types")
     add("--passes", nargs="+", choices=tuple(PASSES), default=list(PASSES),
         help="forward (no autograd) and/or forward+backward")
@@ -96,47 +125,47 @@ def build_parser() -> argparse.ArgumentParser:
     add("--memory-goal", action=on_off, default=True,
         help="measure the memory goal: flash_attention against the explicit path, forward, float32 "
         "(CPU: peak RSS, each in a fresh process)")
-    add("--memory-goal-shape", nargs=4, type=int, default=[8192, 1, 8, 64],
+    add("--memory-goal-shape", nargs=4, type=POSITIVE, default=[8192, 1, 8, 64],
         metavar=("T", "B", "H", "D_H"),
         help="shape of the memory goal (default: 8192 1 8 64, about 6.5 GB for the explicit path)")
-    add("--speed-goal-t", type=int, default=1024,
+    add("--speed-goal-t", type=POSITIVE, default=1024,
         help="t at which the speed goal is read off the sweep (default: 1024)")
-    add("--flash-goal-shape", nargs=4, type=int, default=list(FLASH_GOAL_SHAPE),
+    add("--flash-goal-shape", nargs=4, type=POSITIVE, default=list(FLASH_GOAL_SHAPE),
         metavar=("B", "H", "T", "D_H"), help="shape of the flash_attention ÷ SDPA goal (default: 1 12 2048 64)")
-    add("--fused-goal-shape", nargs=4, type=int, default=list(FUSED_GOAL_SHAPE),
+    add("--fused-goal-shape", nargs=4, type=POSITIVE, default=list(FUSED_GOAL_SHAPE),
         metavar=("B", "H", "T", "D_H"),
         help="shape of the fused ÷ unfused layer goal, d = H * D_H (default: 4 12 1024 64)")
-    add("--matmul-sizes", nargs="+", type=int, metavar="N",
+    add("--matmul-sizes", nargs="+", type=POSITIVE, metavar="N",
         help="peaks: sides n of the square torch.mm timed (default: CPU 1024 2048 4096, float32; "
         "GPU 4096 8192 16384, bfloat16)")
-    add("--stream-bytes", type=int,
+    add("--stream-bytes", type=POSITIVE,
         help="peaks: bytes of each STREAM array (default: CPU 4 x the last-level cache, at least 64 MiB; "
         "GPU 1 GiB)")
     add("--decode-models", nargs="+", choices=tuple(MODELS), default=list(MODELS),
         help="decode: the models (default: both)")
-    add("--decode-prompt", type=int, default=4, help="decode: prompt tokens (default: 4)")
-    add("--decode-new-tokens", type=int, default=200, help="decode: new tokens (default: 200)")
-    add("--decode-repeats", type=int, help="decode: timed generate calls, at most (default: 3)")
-    add("--decode-max-time", type=float,
+    add("--decode-prompt", type=POSITIVE, default=4, help="decode: prompt tokens (default: 4)")
+    add("--decode-new-tokens", type=POSITIVE, default=200, help="decode: new tokens (default: 200)")
+    add("--decode-repeats", type=POSITIVE, help="decode: timed generate calls, at most (default: 3)")
+    add("--decode-max-time", type=above_zero,
         help="decode: no further call once this many seconds are spent on one measurement (default: 60)")
-    add("--sparse-top-k", type=int, default=SPARSE_TOP_K,
+    add("--sparse-top-k", type=POSITIVE, default=SPARSE_TOP_K,
         help=f"sparse: keys k_top each selection keeps per query (default: {SPARSE_TOP_K})")
-    add("--sparse-block-size", type=int, default=SPARSE_BLOCK_SIZE,
+    add("--sparse-block-size", type=POSITIVE, default=SPARSE_BLOCK_SIZE,
         help=f"sparse: keys B per block of MoBA and NSA, dividing k_top and every t (default: {SPARSE_BLOCK_SIZE})")
-    add("--repeats", type=int,
+    add("--repeats", type=at_least(3),  # the IQR needs three
         help="CPU: time about this many calls per measurement; GPU: timed calls (the IQR is over them)")
-    add("--min-time", type=float, default=0.3, help="CPU: seconds each measurement runs at least")
-    add("--max-time", type=float,
+    add("--min-time", type=above_zero, default=0.3, help="CPU: seconds each measurement runs at least")
+    add("--max-time", type=above_zero,
         help="seconds of timed calls per measurement, at most (but at least 3 calls on CPU, 5 on GPU; "
         "default: 4)")
-    add("--warmup", type=float, help="GPU: seconds of untimed calls before timing (2 to 10 calls; default: 0.2)")
+    add("--warmup", type=at_least(0.0, float), help="GPU: seconds of untimed calls before timing (2 to 10 calls; default: 0.2)")
     add("--cuda-graphs", action="store_true",
         help="GPU: time each call replayed from a CUDA graph, so that host overhead (Python, autograd, "
         "launchers) is outside the timed window")
-    add("--threads", type=int, help="torch.set_num_threads before running (default: torch's choice)")
+    add("--threads", type=POSITIVE, help="torch.set_num_threads before running (default: torch's choice)")
     add("--tf32", action=on_off, default=False,
         help="CUDA: allow TF32 for float32 matmuls (recorded; the peak used follows it)")
-    add("--peak-tflops", type=float, help="peak TFLOP/s to compare with (overrides the GPU table)")
+    add("--peak-tflops", type=above_zero, help="peak TFLOP/s to compare with (overrides the GPU table)")
     add("--peak-source", help="where --peak-tflops comes from (printed next to it)")
     add("--seed", type=int, default=123, help="seed of the random inputs and weights")
     add("--no-progress", action="store_true", help="no progress bar")
@@ -161,9 +190,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     unknown = sorted(set(args.variants or []) - {v.name for v in VARIANTS})
     if unknown:
         raise ValueError(f"--variants must be among the names listed in --help, got {unknown}")
-    for name in ("seq_lens", "head_dims"):
-        if any(n < 1 for n in getattr(args, name) or []):
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("seq_lens", "head_dims"):  # a value twice would measure its rows twice
+        values = getattr(args, name) or []
+        if len(set(values)) < len(values):
+            raise ValueError(f"--{name.replace('_', '-')} must not repeat a value, got {values}")
     preset = PRESETS[args.preset] if args.preset else None
     if preset:
         seq_lens = tuple(args.seq_lens or (preset.gpu_seq_lens if gpu else preset.cpu_seq_lens))
@@ -183,16 +213,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         d_model=args.d_model,
         heads=args.heads,
         head_dims=tuple(args.head_dims),
-        tokens=args.tokens or (16384 if gpu else 4096),
+        tokens=(16384 if gpu else 4096) if args.tokens is None else args.tokens,
         batch=args.batch,
         dtypes=dtypes,
         passes=tuple(args.passes),
         variants=tuple(args.variants) if args.variants else None,
         compile=args.compile,
         memory=args.memory,
-        repeats=args.repeats or repeats,
+        repeats=repeats if args.repeats is None else args.repeats,
         min_time=args.min_time,
-        max_time=args.max_time or max_time,
+        max_time=max_time if args.max_time is None else args.max_time,
         seed=args.seed,
         peak_tflops=args.peak_tflops,
         peak_source=args.peak_source,

@@ -222,6 +222,30 @@ def test_bad_options_are_rejected(tmp_path):
         main(["--d-model", "30", "--heads", "4", "--output", str(tmp_path / "x.json")])
 
 
+@pytest.mark.parametrize("option, value", [
+    ("--heads", "0"), ("--head-dims", "0"), ("--d-model", "0"), ("--batch", "-2"), ("--tokens", "-5"),
+    ("--threads", "-1"), ("--repeats", "0"), ("--repeats", "2"), ("--max-time", "0"), ("--max-time", "nan"),
+    ("--min-time", "-1"), ("--min-time", "inf"), ("--warmup", "-1"), ("--time-budget", "-5"),
+    ("--decode-prompt", "0"), ("--decode-new-tokens", "-1"), ("--sparse-top-k", "0"), ("--peak-tflops", "-1"),
+    ("--memory-goal-shape", "0"),
+])
+def test_numbers_out_of_range_are_usage_errors(option, value, tmp_path, capsys):
+    # they crashed deep in the run (a ZeroDivisionError for --heads 0), were replaced by the
+    # default (--repeats 0 recorded as 7), or were recorded as given (--tokens -5)
+    values = [value] * 4 if option == "--memory-goal-shape" else [value]
+    with pytest.raises(SystemExit):
+        main([option, *values, "--output", str(tmp_path / "x.json")])
+    assert f"argument {option}: expected" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--seq-lens", "--head-dims"])
+def test_a_value_twice_is_a_usage_error(option, tmp_path, capsys):
+    # its rows were measured twice, and the file could not be merged, even with itself
+    with pytest.raises(SystemExit):
+        main([option, "16", "16", "--output", str(tmp_path / "x.json")])
+    assert f"{option} must not repeat a value, got [16, 16]" in capsys.readouterr().err
+
+
 def test_tiny_run_measures_peaks_and_uses_them(tiny_run):
     peaks = tiny_run["peaks"]
     sizes = peaks["float32"]["matmul"]["sizes"]
