@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attention import ring_shards, ring_work
-from attention.distributed import count_traffic, ring_attention, shard_sequence, ulysses_attention
+from attention.distributed import count_traffic, ring_attention, shard_positions, shard_sequence, ulysses_attention
 from attention.distributed._common import _table_device
 from attention.distributed.ring import _runs, _tiles
 from attention.ring import ring_attention_io
@@ -387,6 +387,18 @@ class TestBadInput:
             fn(q, q, q, causal=True)
         with pytest.raises(ValueError, match=r"is_causal must be a bool.*got tensor\(True\) of type Tensor"):
             fn(q, q, q, is_causal=torch.tensor(True))
+
+    @pytest.mark.parametrize("rank", [-1, 2, True])
+    def test_a_shard_belongs_to_a_rank_of_the_group(self, rank):
+        # -1 and True took another rank's shard silently; 2 was an IndexError
+        with pytest.raises(ValueError, match=rf"rank must be an integer in \[0, 2\), got {rank}"):
+            shard_sequence(torch.zeros(1, 8, 4), rank, 2, "zigzag")
+
+    @pytest.mark.parametrize("lengths", [[2.5, 1], [3, -1]])
+    def test_shard_lengths_are_counts(self, lengths):
+        # 2.5 gave float positions; -1 was torch's RuntimeError from arange
+        with pytest.raises(ValueError, match=r"lengths\[\d\] must be an integer >= 0"):
+            shard_positions(lengths, "contiguous")
 
 
 def _computed_pace(t: int, world: int, sharding: str) -> int:

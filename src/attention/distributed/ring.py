@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.types import Device
 
-from .._checks import accumulation_dtype, kernel_keywords
+from .._checks import accumulation_dtype, check_counts, kernel_keywords
 from ..ring import SHARDINGS, Sharding, ring_shards
 from ._common import agree, global_rank, merge, note
 
@@ -46,7 +46,8 @@ def shard_positions(lengths: list[int], sharding: Sharding, device: Device = Non
         N int64 tensors of positions, one per rank.
 
     Raises:
-        ValueError: if sharding is unknown, or zig-zag lengths are not those of ``ring_shards``.
+        ValueError: if sharding is unknown, a length is not an integer >= 0, or zig-zag
+            lengths are not those of ``ring_shards``.
 
     Examples:
         >>> shard_positions([3, 2], "contiguous")
@@ -54,6 +55,7 @@ def shard_positions(lengths: list[int], sharding: Sharding, device: Device = Non
     """
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
+    check_counts(**{f"lengths[{r}]": n for r, n in enumerate(lengths)})
     t, world = sum(lengths), len(lengths)
     if sharding == "contiguous":
         starts = [sum(lengths[:r]) for r in range(world)]
@@ -82,13 +84,17 @@ def shard_sequence(x: Tensor, rank: int, world_size: int, sharding: Sharding = "
         The shard (..., c, d).
 
     Raises:
-        ValueError: if ``ring_shards`` refuses t, N or the sharding.
+        ValueError: if ``ring_shards`` refuses t, N or the sharding, or rank is not an integer
+            in [0, N).
 
     Examples:
         >>> shard_sequence(torch.arange(8.0)[:, None], 0, 2, "zigzag").flatten()
         tensor([0., 1., 6., 7.])
     """
-    positions = ring_shards(x.shape[-2], world_size, sharding)[rank]
+    shards = ring_shards(x.shape[-2], world_size, sharding)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+    positions = shards[rank]
     return x.index_select(-2, positions.to(x.device))  # (..., c, d)
 
 
