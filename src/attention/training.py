@@ -128,7 +128,14 @@ def induction_data(
     check_sizes(
         batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, min_period=min_period
     )
-    max_period = min(vocab_size, seq_len // 2) if max_period is None else max_period
+    if max_period is None:  # the default, never given: name what leaves it too small
+        max_period = min(vocab_size, seq_len // 2)
+        if max_period < min_period:
+            raise ValueError(
+                f"seq_len and vocab_size must leave room for a period of min_period={min_period} "
+                f"(seq_len >= {2 * min_period}, vocab_size >= {min_period}), got "
+                f"seq_len={seq_len}, vocab_size={vocab_size}"
+            )
     check_sizes(max_period=max_period)
     if not min_period <= max_period <= min(vocab_size, seq_len - 1):
         raise ValueError(

@@ -281,6 +281,8 @@ class TestBadInput:
             (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, seed=1.5), r"seed must be an integer in .*got 1.5"),
             (lambda: train_lm(nn.Linear(2, 2), lambda g: None, 5, seed=2**64),
              r"seed must be an integer in \[-2\*\*63, 2\*\*64\) as torch.Generator takes, got 18446744073709551616"),
+            (lambda: induction_data(1, 1, 4),  # it named a max_period of 0, never given
+             r"seq_len and vocab_size must leave room for a period of min_period=2.*got seq_len=1, vocab_size=4"),
             (lambda: induction_data(4, 12, 5, max_period=6),
              r"need min_period <= max_period.*got min_period=2, max_period=6, vocab_size=5, seq_len=12"),
             (lambda: induction_data(4, 12, 16, min_period=5, max_period=4),
