@@ -201,21 +201,19 @@ def _flash_forward(
             # same).
             shift = m_new.nan_to_num(nan=math.nan, posinf=math.inf, neginf=0.0)  # (N, g n_q)
             p = s.sub_(shift[..., None]).exp2_()  # (N, g n_q, n_k), 0 where hidden; in place
-            if m is None:  # the first tile: nothing to rescale
+            if m is None or l is None or acc is None:  # the first tile (all three set together)
                 l, acc = p.sum(dim=-1), torch.bmm(p, value[:, keys])  # (N, g n_q), (.., d_v)
             else:
-                assert l is not None and acc is not None  # set together with m
                 rescale = (m - shift).exp2_()  # (N, g n_q), 0 while m = -inf
                 l.mul_(rescale).add_(p.sum(dim=-1))
                 add_product_(acc.mul_(rescale[..., None]), p, value[:, keys])  # (N, g n_q, d_v)
             m = m_new
             del s, p  # one tile at a time: free it before the next one is made
         # the block sees no key (t_k = 0, say) nor a sink: zero output, lse = -inf
-        if m is None:
+        if m is None or l is None or acc is None:
             out[:, :, rows] = 0.0
             lse[:, :, rows] = -math.inf
             continue
-        assert l is not None and acc is not None  # set together with m
         # l >= 1 once a row has met a finite score (its maximum contributes exp(0) = 1). A row
         # that met none (only -inf scores) has l = 0 and acc = 0: its output is 0, and
         # lse = -inf, the log of an empty sum (the backward reads it as +inf).

@@ -38,7 +38,7 @@ imported only by the functions that need it.
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -629,8 +629,7 @@ def _feed_forward(config: Any, mlp: Any, gemma: bool) -> _FeedForward:
         config.hidden_activation if gemma else config.hidden_act, gated=True,
         bias=getattr(config, "mlp_bias", False),
     )
-    assert ffn.gate is not None  # made by gated=True (the type checker cannot tell)
-    for ours, theirs in ((ffn.gate, mlp.gate_proj), (ffn.up, mlp.up_proj),
+    for ours, theirs in ((cast(nn.Linear, ffn.gate), mlp.gate_proj), (ffn.up, mlp.up_proj),
                          (ffn.down, mlp.down_proj)):
         _copy(ours, theirs.weight, theirs.bias)
     return ffn

@@ -106,7 +106,7 @@ def plot_attention(
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=10,
                         color=_cell_text_colour(value / vmax), gid=LABEL_GID)
     else:
-        solids = ax.figure.colorbar(image, ax=ax).solids
-        assert solids is not None  # a colour bar draws them when it is made
-        solids.set_gid(WEIGHTS_GID)
+        solids = ax.figure.colorbar(image, ax=ax).solids  # drawn when the bar is made
+        if solids is not None:
+            solids.set_gid(WEIGHTS_GID)
     return ax

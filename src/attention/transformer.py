@@ -513,8 +513,7 @@ class TinyTransformer(nn.Module):
         t = idx.shape[1]
         n = 0 if cache is None else cache.length  # tokens cached: x's first position
         x = self.tok_emb(idx)  # (b, t, d)
-        if self.positions == "learned":
-            assert self.pos_emb is not None  # made for learned positions
+        if self.pos_emb is not None:  # learned positions
             x = self.pos_emb(x, start=n)  # (b, t, d)
         elif self.positions == "sinusoidal":
             x = x + sinusoidal_positions(n + t, x.shape[-1])[n:].to(x)  # (b, t, d) + (t, d)

@@ -81,7 +81,8 @@ class Inputs:
     @property
     def layer(self) -> MultiHeadAttention:
         """``mha``, for a layer variant: a layer-level problem always has one."""
-        assert self.mha is not None, "a kernel-level problem has no layer"
+        if self.mha is None:
+            raise RuntimeError("a kernel-level problem has no layer")
         return self.mha
 
 

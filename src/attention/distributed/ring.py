@@ -245,14 +245,14 @@ class _RingAttentionBackward(torch.autograd.Function):
                 incoming = block.new_empty(*block.shape[:2], len(positions[nxt]), block.shape[-1])
                 requests = ring.pass_on(block, incoming)
             tiles = _tiles(runs[ring.rank], runs[source], is_causal, q.device)
-            own = torch.zeros(block.shape, dtype=acc, device=block.device) if tiles else None  # dK, dV here
-            kv = block.to(acc)
-            for rows, cols, mask in tiles:
-                assert own is not None  # made for the tiles
-                dq, dk, dv = _block_backward(q_acc[..., rows, :], kv[..., cols, :d_k], kv[..., cols, d_k:],
-                                             d_out[..., rows, :], lse[..., rows], delta[..., rows], mask, scale)
-                d_q[..., rows, :] += dq
-                own[..., cols, :] += torch.cat([dk, dv], dim=-1)  # (b, h_kv, n_k, d_k + d_v)
+            own = None  # dK, dV of the block held, from this rank's tiles
+            if tiles:
+                own, kv = torch.zeros(block.shape, dtype=acc, device=block.device), block.to(acc)
+                for rows, cols, mask in tiles:
+                    dq, dk, dv = _block_backward(q_acc[..., rows, :], kv[..., cols, :d_k], kv[..., cols, d_k:],
+                                                 d_out[..., rows, :], lse[..., rows], delta[..., rows], mask, scale)
+                    d_q[..., rows, :] += dq
+                    own[..., cols, :] += torch.cat([dk, dv], dim=-1)  # (b, h_kv, n_k, d_k + d_v)
             _wait(pending)  # this block's dK, dV from the ranks it met before this one
             grads = arriving if own is None else arriving + own
             if ring.world > 1:  # pass it on; the one arriving belongs to the next block held, and
