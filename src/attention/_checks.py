@@ -84,10 +84,12 @@ def kernel_keywords(fn: F) -> F:
     return renamed(**KERNEL_RENAMES)(fn)
 
 
-def check_bool(value: object, name: str) -> None:
-    """Require a Python bool (a tensor or an int would be truth-tested silently)."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be a bool, got {value!r} of type {type(value).__name__}")
+def check_flags(**flags: object) -> None:
+    """Require each named flag (``is_causal=True``, ...) to be a Python bool: a tensor or an int
+    would be truth-tested silently."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be a bool, got {value!r} of type {type(value).__name__}")
 
 
 def shape_or_type(x: object) -> object:
@@ -428,7 +430,7 @@ def check_kv_heads(query: Tensor, kv: Tensor, name: str, dim: int = -3) -> None:
 def check_causal_options(is_causal: bool, alignment: str, window: int | None) -> None:
     """``is_causal`` a bool; the causal mask's alignment and window: known values, and only with
     ``is_causal``."""
-    check_bool(is_causal, "is_causal")
+    check_flags(is_causal=is_causal)
     check_alignment(alignment)
     if window is not None and (type(window) is not int or window < 1):
         raise ValueError(f"window must be None or an integer >= 1, got {window!r}")

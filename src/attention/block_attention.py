@@ -26,8 +26,8 @@ from ._checks import (
     Factory,
     additive_mask,
     check_attn_mask,
-    check_bool,
     check_dropout,
+    check_flags,
     check_heads,
     check_input,
     check_mask,
@@ -145,9 +145,7 @@ class BlockAttention(FusedHeads):
         check_sizes(d_model=d_model)
         check_heads(d_model, num_heads, width_name="d_model")
         check_dropout(dropout)
-        check_bool(is_causal, "is_causal")
-        check_bool(bias, "bias")
-        check_bool(output_gate, "output_gate")
+        check_flags(is_causal=is_causal, bias=bias, output_gate=output_gate)
         d_h = d_model // num_heads
         if rotary is not None and rotary.d_h != d_h:
             raise ValueError(f"rotary must rotate heads of width d_h={d_h}, got d_h={rotary.d_h}")

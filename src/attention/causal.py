@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_bool, check_context_length, check_dropout, check_input, check_sizes
+from ._checks import check_context_length, check_dropout, check_flags, check_input, check_sizes
 from .functional import causal_mask
 
 __all__ = ["CausalAttention", "register_causal_mask"]
@@ -120,7 +120,7 @@ class CausalAttention(CausallyMasked):
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out, context_length=context_length)
         check_dropout(dropout)
-        check_bool(qkv_bias, "qkv_bias")
+        check_flags(qkv_bias=qkv_bias)
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from ._checks import (
     accumulation_dtype,
     check_batch_dims,
-    check_bool,
+    check_flags,
     check_qkv,
     check_scale,
     check_sizes,
@@ -153,8 +153,7 @@ def split_kv_attention(
         True
     """
     scale = check_scale(scale)
-    check_bool(enable_gqa, "enable_gqa")
-    check_bool(return_lse, "return_lse")
+    check_flags(enable_gqa=enable_gqa, return_lse=return_lse)
     check_qkv(query, key, value)
     check_sizes(num_splits=num_splits)
     t_k = key.shape[-2]

@@ -31,7 +31,7 @@ from typing import Literal, TypedDict, Unpack, get_args, overload
 import torch
 from torch import Tensor
 
-from ._checks import accumulation_dtype, check_bool, check_qkv, check_scale, check_sizes
+from ._checks import accumulation_dtype, check_flags, check_qkv, check_scale, check_sizes
 
 __all__ = [
     "DELTA_FORMS",
@@ -237,7 +237,7 @@ def decayed_linear_attention(
         True
     """
     scale = check_scale(scale)
-    check_bool(output_final_state, "output_final_state")
+    check_flags(output_final_state=output_final_state)
     _check(query, key, value, g, None, form, DECAY_FORMS, chunk_size, initial_state, ("g",))
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
     g = _log_decay(g, v.dtype)
@@ -354,7 +354,7 @@ def gated_delta_rule(
         True
     """
     scale = check_scale(scale)
-    check_bool(output_final_state, "output_final_state")
+    check_flags(output_final_state=output_final_state)
     _check(query, key, value, g, beta, form, DELTA_FORMS, chunk_size, initial_state, ("g", "beta"))
     q, k, v, state = _prepare(query, key, value, scale, initial_state)
     g, beta = _log_decay(g, v.dtype), beta.to(v.dtype)
@@ -518,7 +518,7 @@ def delta_rule_flops(t: int, d_k: int, d_v: int, *, chunk_size: int = 64, delta:
         4194304
     """
     check_sizes(t=t, d_k=d_k, d_v=d_v, chunk_size=chunk_size)
-    check_bool(delta, "delta")
+    check_flags(delta=delta)
     total = 0
     for start in range(0, t, chunk_size):
         c = min(chunk_size, t - start)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import Factory, check_bool, check_dropout, check_heads, check_input, check_sizes
+from ._checks import Factory, check_dropout, check_flags, check_heads, check_input, check_sizes
 from .functional import attention_weights
 
 __all__ = ["CrossAttention", "BidirectionalSelfAttention"]
@@ -74,7 +74,7 @@ class CrossAttention(nn.Module):
         check_sizes(d_q=d_q, d_kv=d_kv, d_out=d_out)
         check_heads(d_out, num_heads)
         check_dropout(dropout)
-        check_bool(qkv_bias, "qkv_bias")
+        check_flags(qkv_bias=qkv_bias)
         self.d_q, self.d_kv, self.d_out = d_q, d_kv, d_out
         self.num_heads, self.d_h = num_heads, d_out // num_heads
         factory = Factory(device=device, dtype=dtype)
@@ -129,7 +129,7 @@ class CrossAttention(nn.Module):
         """
         check_input(x, self.d_q, (3,), "x", "d_q")
         check_input(context, self.d_kv, (3,), "context", "d_kv")
-        check_bool(return_weights, "return_weights")
+        check_flags(return_weights=return_weights)
         (b, t_q, _), t_k = x.shape, context.shape[1]
         if context.shape[0] != b:
             raise ValueError(
@@ -183,7 +183,8 @@ class BidirectionalSelfAttention(CrossAttention):
         device: Device = None, dtype: torch.dtype | None = None,
     ) -> None:
         check_sizes(d_in=d_in)
-        check_bool(qkv_bias, "qkv_bias")  # CrossAttention checks it too; this Raises names it
+        # qkv_bias: CrossAttention checks it too; this Raises names it
+        check_flags(qkv_bias=qkv_bias)
         super().__init__(d_in, d_in, d_out, num_heads, dropout, qkv_bias=qkv_bias,
                          device=device, dtype=dtype)
         self.d_in = d_in
@@ -215,5 +216,5 @@ class BidirectionalSelfAttention(CrossAttention):
         keys, so they cannot change the outputs of real tokens. No tokens (t = 0) give an empty
         (b, 0, d_out) and weights (b, h, 0, 0).
         """
-        check_bool(return_weights, "return_weights")
+        check_flags(return_weights=return_weights)
         return super().forward(x, x, key_padding_mask, return_weights)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from ._checks import accumulation_dtype, check_bool, check_seed, check_sizes, kernel_keywords, shape_or_type
+from ._checks import accumulation_dtype, check_flags, check_seed, check_sizes, kernel_keywords, shape_or_type
 from .linear import Form, check_linear_inputs, kernel_attention
 
 __all__ = [
@@ -101,7 +101,7 @@ def random_projection(
         True
     """
     check_sizes(num_features=num_features, d_k=d_k)
-    check_bool(orthogonal, "orthogonal")
+    check_flags(orthogonal=orthogonal)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:  # an int Ψ is truncated
         raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     if not orthogonal:
@@ -195,7 +195,8 @@ def favor_attention(
         True
     """
     check_linear_inputs(query, key, value, is_causal, form, 1)
-    check_bool(orthogonal, "orthogonal")  # also when a projection is given, which leaves it unread
+    # orthogonal: also when a projection is given, which leaves it unread
+    check_flags(orthogonal=orthogonal)
     if seed is not None:
         check_seed(seed)
     check_sizes(num_features=num_features)

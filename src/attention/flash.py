@@ -97,8 +97,8 @@ from ._checks import (
     accumulation_dtype,
     check_batch_dims,
     check_block_size,
-    check_bool,
     check_causal_options,
+    check_flags,
     check_kv_heads,
     check_qkv,
     check_scale,
@@ -486,8 +486,7 @@ def flash_attention(
         (True, torch.Size([1, 2, 6]))
     """
     scale = check_scale(scale)
-    check_bool(enable_gqa, "enable_gqa")
-    check_bool(return_lse, "return_lse")
+    check_flags(enable_gqa=enable_gqa, return_lse=return_lse)
     min_dim = 3 if enable_gqa else 2
     check_qkv(query, key, value, min_dim=min_dim)
     check_block_size(block_size)

@@ -17,7 +17,7 @@ output projection, each 2 · b · t · d_in · d_out FLOPs forward (and twice th
 
 from dataclasses import dataclass
 
-from ._checks import check_bool
+from ._checks import check_flags
 
 BACKWARD_FACTOR = 2.5
 
@@ -55,8 +55,7 @@ def attention_flops(
         (128.0, 64.0)
     """
     _check_positive(b=b, h=h, t=t, d_h=d_h)
-    check_bool(causal, "causal")
-    check_bool(backward, "backward")
+    check_flags(causal=causal, backward=backward)
     forward = 4.0 * b * h * t * t * d_h * (0.5 if causal else 1.0)
     return forward * (1.0 + BACKWARD_FACTOR) if backward else forward
 
@@ -89,8 +88,7 @@ def projection_flops(
         144.0
     """
     _check_positive(b=b, t=t, d_in=d_in, d_out=d_out)
-    check_bool(out_proj, "out_proj")
-    check_bool(backward, "backward")
+    check_flags(out_proj=out_proj, backward=backward)
     forward = 2.0 * b * t * d_in * d_out * 3 + (2.0 * b * t * d_out * d_out if out_proj else 0.0)
     return forward * 3.0 if backward else forward
 

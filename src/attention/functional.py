@@ -30,9 +30,9 @@ from ._checks import (
     check_alignment,
     check_attn_mask,
     check_batch_dims,
-    check_bool,
     check_counts,
     check_dropout,
+    check_flags,
     check_kv_heads,
     check_mask,
     check_qkv,
@@ -354,8 +354,7 @@ def attention_weights(
     """
     scale = check_scale(scale)
     check_dropout(dropout_p, "dropout_p")
-    check_bool(is_causal, "is_causal")
-    check_bool(enable_gqa, "enable_gqa")
+    check_flags(is_causal=is_causal, enable_gqa=enable_gqa)
     check_qkv(query, key)
     if enable_gqa:
         key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
@@ -432,8 +431,7 @@ def scaled_dot_product_attention(
     """
     scale = check_scale(scale)
     check_dropout(dropout_p, "dropout_p")
-    check_bool(is_causal, "is_causal")
-    check_bool(enable_gqa, "enable_gqa")
+    check_flags(is_causal=is_causal, enable_gqa=enable_gqa)
     check_qkv(query, key, value)
     check_sinks(sinks, query)
     if enable_gqa:

@@ -31,9 +31,9 @@ from ._checks import (
     Alignment,
     Factory,
     check_alignment,
-    check_bool,
     check_counts,
     check_dropout,
+    check_flags,
     check_heads,
     check_input,
     check_sizes,
@@ -165,7 +165,7 @@ class GroupedQueryAttention(nn.Module):
                 f"num_kv_heads={num_kv_heads}"
             )
         check_dropout(dropout)
-        check_bool(qkv_bias, "qkv_bias")
+        check_flags(qkv_bias=qkv_bias)
         if window is not None:
             check_sizes(window=window)
         check_counts(sinks=sinks)

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import Factory, check_bool, check_heads, check_input, check_sizes
+from ._checks import Factory, check_flags, check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
 from .kv_cache import check_room, check_tokens
 from .positions import RotaryEmbedding
@@ -237,7 +237,8 @@ class MultiHeadLatentAttention(nn.Module):
                 a bool.
         """
         check_input(x, self.d_in, ranks=(3,))
-        check_bool(absorbed, "absorbed")  # before the cache takes the new tokens
+        # absorbed: before the cache takes the new tokens
+        check_flags(absorbed=absorbed)
         if cache is not None and not isinstance(cache, LatentKVCache):
             raise ValueError(f"cache must be a LatentKVCache from new_cache(), got {cache!r}")
         b, t, _ = x.shape

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ._checks import (
     accumulation_dtype,
-    check_bool,
+    check_flags,
     check_qkv,
     check_scale,
     check_sizes,
@@ -105,7 +105,7 @@ def check_linear_inputs(
     query: Tensor, key: Tensor, value: Tensor, is_causal: bool, form: Form, chunk_size: int
 ) -> None:
     check_qkv(query, key, value)
-    check_bool(is_causal, "is_causal")
+    check_flags(is_causal=is_causal)
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
         raise ValueError(
             f"query, key and value must have the same leading dimensions, got "
@@ -275,7 +275,7 @@ def linear_attention(
     """
     scale = check_scale(scale)
     check_linear_inputs(query, key, value, is_causal, form, chunk_size)
-    check_bool(output_final_state, "output_final_state")
+    check_flags(output_final_state=output_final_state)
     if scale is not None:
         query = query * scale
     phi_q = apply_feature_map(query, feature_map, "query")  # (..., t_q, r)
@@ -381,7 +381,7 @@ def linear_attention_flops(
     check_sizes(t=t, r=r, d_v=d_v, chunk_size=chunk_size)
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
-    check_bool(is_causal, "is_causal")
+    check_flags(is_causal=is_causal)
     w = d_v + 1
     if form == "parallel":
         return 2 * t * t * (r + w)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import masks
-from ._checks import accumulation_dtype, check_batch_dims, check_bool, check_qkv, check_scale
+from ._checks import accumulation_dtype, check_batch_dims, check_flags, check_qkv, check_scale
 from .masks import MaskMod, ScoreMod
 
 __all__ = ["weights_from_lse"]
@@ -81,7 +81,7 @@ def weights_from_lse(
     scale = check_scale(scale)
     check_qkv(query, key)
     leading = check_batch_dims(("query", query), ("key", key))  # the weights' leading dimensions
-    check_bool(is_causal, "is_causal")
+    check_flags(is_causal=is_causal)
     if not isinstance(lse, Tensor) or not lse.is_floating_point() or lse.device != query.device:
         got = f"{lse.dtype} on {lse.device}" if isinstance(lse, Tensor) else type(lse).__name__
         raise ValueError(

@@ -39,8 +39,8 @@ from ._checks import (
     accumulation_dtype,
     check_alignment,
     check_batch_dims,
-    check_bool,
     check_counts,
+    check_flags,
     check_number,
     check_qkv,
     check_scale,
@@ -486,7 +486,7 @@ def t5_buckets(
 def _check_t5(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
     """Require settings for which T5's buckets are defined: an exact bucket at least, and a
     max_distance past the exact ones (log(max_distance / exact) > 0)."""
-    check_bool(bidirectional, "bidirectional")
+    check_flags(bidirectional=bidirectional)
     least = 4 if bidirectional else 2
     check_sizes(num_buckets=num_buckets, max_distance=max_distance)
     if num_buckets < least:
@@ -839,7 +839,7 @@ def dense_attention(
         True
     """
     scale = check_scale(scale)
-    check_bool(return_lse, "return_lse")
+    check_flags(return_lse=return_lse)
     for name, x in (("query", query), ("key", key), ("value", value)):
         if isinstance(x, Tensor) and x.dim() != 4:
             raise ValueError(f"{name} must be (b, h, t, d), got shape {tuple(x.shape)}")

@@ -36,9 +36,9 @@ from torch.types import Device
 
 from ._checks import (
     Factory,
-    check_bool,
     check_context_length,
     check_dropout,
+    check_flags,
     check_heads,
     check_input,
     check_sizes,
@@ -83,7 +83,7 @@ class MultiHeadAttentionWrapper(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(num_heads=num_heads)
-        check_bool(qkv_bias, "qkv_bias")
+        check_flags(qkv_bias=qkv_bias)
         self.heads = nn.ModuleList(
             CausalAttention(d_in, d_out, context_length, dropout, qkv_bias=qkv_bias,
                             device=device, dtype=dtype)
@@ -143,7 +143,7 @@ class MultiHeadAttention(CausallyMasked):
         check_heads(d_out, num_heads)
         check_dropout(dropout)
         check_dropout(proj_dropout, "proj_dropout")
-        check_bool(qkv_bias, "qkv_bias")
+        check_flags(qkv_bias=qkv_bias)
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
@@ -183,7 +183,7 @@ class MultiHeadAttention(CausallyMasked):
         check_input(x, self.d_in, ranks=(3,))
         b, t, _ = x.shape
         check_context_length(t, self.context_length)
-        check_bool(return_weights, "return_weights")
+        check_flags(return_weights=return_weights)
         h, d_h = self.num_heads, self.d_h
         queries = self.W_query(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         keys = self.W_key(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
@@ -244,8 +244,7 @@ class FusedMultiHeadAttention(CausallyMasked):
         check_heads(d_out, num_heads)
         check_dropout(dropout)
         check_dropout(proj_dropout, "proj_dropout")
-        check_bool(qkv_bias, "qkv_bias")
-        check_bool(use_sdpa, "use_sdpa")
+        check_flags(qkv_bias=qkv_bias, use_sdpa=use_sdpa)
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
@@ -386,7 +385,7 @@ def from_torch_state_dict(
         >>> sorted(from_torch_state_dict(torch_mha.state_dict()))[:2]
         ['W_key.bias', 'W_key.weight']
     """
-    check_bool(qkv_bias, "qkv_bias")
+    check_flags(qkv_bias=qkv_bias)
     if "in_proj_weight" not in state:
         raise ValueError("state must hold in_proj_weight (kdim = vdim = embed_dim), got keys "
                          f"{sorted(state)}")

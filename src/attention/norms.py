@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import accumulation_dtype, check_bool, check_number, check_sizes
+from ._checks import accumulation_dtype, check_flags, check_number, check_sizes
 
 __all__ = ["NORMS", "NormKind", "RMSNorm", "make_norm", "norm_matrix"]
 
@@ -105,7 +105,8 @@ def make_norm(
     """
     if kind not in NORMS:
         raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
-    check_bool(bias, "bias")  # with RMSNorm too, which has no β: "no" is an error either way
+    # bias: with RMSNorm too, which has no β: "no" is an error either way
+    check_flags(bias=bias)
     if kind == "rms":
         return RMSNorm(d, eps, device=device, dtype=dtype)
     check_sizes(d=d)  # the checks RMSNorm makes: torch's LayerNorm takes d = 0 and eps < 0

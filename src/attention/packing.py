@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_bool, check_qkv, check_scale, check_sizes, kernel_keywords, shape_or_type
+from ._checks import check_flags, check_qkv, check_scale, check_sizes, kernel_keywords, shape_or_type
 from .functional import causal_mask, repeat_kv_heads
 
 __all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_attention"]
@@ -229,7 +229,7 @@ def varlen_attention(
                 f"{name} must be (t, h, d) in the varlen layout, got shape {tuple(x.shape)}"
             )
     check_qkv(*(x.transpose(0, 1) for x in (query, key, value)))  # as (h, t, d): t_k, not h
-    check_bool(enable_gqa, "enable_gqa")
+    check_flags(enable_gqa=enable_gqa)
     h = query.shape[1]
     if enable_gqa:  # query head i reads head i // (h / h_kv), the heads being dimension 1
         key = repeat_kv_heads(query, key, "key", dim=1)  # (t_k, h, d_k)
@@ -239,7 +239,7 @@ def varlen_attention(
             f"key and value must have the query's h={h} heads (or 1, shared; fewer that divide h "
             f"with enable_gqa=True), got {key.shape[1]} and {value.shape[1]}"
         )
-    check_bool(is_causal, "is_causal")
+    check_flags(is_causal=is_causal)
     _check_cu_seqlens(cu_seqlens_q, query.shape[0])
     _check_cu_seqlens(cu_seqlens_k, key.shape[0])
     if len(cu_seqlens_q) != len(cu_seqlens_k):

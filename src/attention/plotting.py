@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ._checks import check_bool
+from ._checks import check_flags
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -70,7 +70,7 @@ def plot_attention(
         ('causal', 'key', 'query')
         >>> import matplotlib.pyplot as plt; plt.close(ax.figure)
     """
-    check_bool(annotate, "annotate")
+    check_flags(annotate=annotate)
     matrix = torch.as_tensor(weights).detach().cpu().float()
     if matrix.dim() != 2:
         raise ValueError(

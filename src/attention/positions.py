@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_bool, check_context_length, check_counts, check_input, check_number, check_sizes
+from ._checks import check_context_length, check_counts, check_flags, check_input, check_number, check_sizes
 from .rope_scaling import DynamicNTKScaling, RopeScaling, rope_frequencies
 
 __all__ = [
@@ -226,7 +226,7 @@ class RotaryEmbedding(nn.Module):
         check_sizes(d_h=d_h)
         _check_even("d_h", d_h)
         base = check_number("base", base, 1.0, inclusive=False)  # 1 turns nothing
-        check_bool(interleaved, "interleaved")
+        check_flags(interleaved=interleaved)
         rotary_dim = d_h if rotary_dim is None else rotary_dim
         check_sizes(rotary_dim=rotary_dim)
         _check_even("rotary_dim", rotary_dim)

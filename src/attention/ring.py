@@ -38,7 +38,7 @@ from . import masks
 from ._checks import (
     accumulation_dtype,
     check_batch_dims,
-    check_bool,
+    check_flags,
     check_qkv,
     check_scale,
     check_sizes,
@@ -122,7 +122,7 @@ def ring_work(t: int, world_size: int, is_causal: bool = False,
                 [ 0, 16]]), tensor([[10, 10],
                 [ 8,  8]]))
     """
-    check_bool(is_causal, "is_causal")
+    check_flags(is_causal=is_causal)
     shards = ring_shards(t, world_size, sharding)
     work = torch.zeros(world_size, world_size, dtype=torch.int64)  # (N steps, N devices)
     for step in range(world_size):
@@ -182,7 +182,7 @@ def ring_attention(
     """
     scale = check_scale(scale)
     check_qkv(query, key, value)
-    check_bool(is_causal, "is_causal")
+    check_flags(is_causal=is_causal)
     if query.shape[-2] != key.shape[-2] or key.shape[-2] != value.shape[-2]:
         raise ValueError(
             "ring attention shards one sequence: query, key and value must have the same t, "

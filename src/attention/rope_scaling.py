@@ -38,7 +38,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from ._checks import check_bool, check_number, check_sizes
+from ._checks import check_flags, check_number, check_sizes
 
 __all__ = [
     "DynamicNTKScaling",
@@ -252,7 +252,7 @@ class YaRNScaling:
             )
         if self.ramp not in RAMPS:
             raise ValueError(f"ramp must be 'turns' or 'index', got {self.ramp!r}")
-        check_bool(self.truncate, "truncate")  # with either ramp, though only "index" reads it
+        check_flags(truncate=self.truncate)  # with either ramp, though only "index" reads it
         factor = check_number("factor", self.factor, 1.0)
         object.__setattr__(self, "factor", factor)
         object.__setattr__(self, "original_context", _context(self.original_context))

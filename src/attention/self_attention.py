@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import Factory, check_bool, check_input, check_sizes
+from ._checks import Factory, check_flags, check_input, check_sizes
 
 
 class SelfAttentionV1(nn.Module):
@@ -93,7 +93,7 @@ class SelfAttentionV2(nn.Module):
     ) -> None:
         super().__init__()
         check_sizes(d_in=d_in, d_out=d_out)
-        check_bool(qkv_bias, "qkv_bias")
+        check_flags(qkv_bias=qkv_bias)
         self.d_in = d_in
         factory = Factory(device=device, dtype=dtype)
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias, **factory)

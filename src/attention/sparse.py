@@ -37,7 +37,7 @@ from ._checks import (
     Factory,
     accumulation_dtype,
     check_batch_dims,
-    check_bool,
+    check_flags,
     check_input,
     check_qkv,
     check_scale,
@@ -137,7 +137,7 @@ def topk_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> MaskMod:
     """
     _check_scores("scores", scores)
     check_sizes(top_k=top_k)
-    check_bool(is_causal, "is_causal")
+    check_flags(is_causal=is_causal)
     t_q, t_k = scores.shape[-2:]
     allowed = _visible(t_q, t_k, scores.device) if is_causal else torch.ones(
         t_q, t_k, dtype=torch.bool, device=scores.device)
@@ -186,8 +186,7 @@ def block_topk_mask(
     """
     _check_scores("block_scores", block_scores)
     check_sizes(top_k=top_k, block_size=block_size)
-    check_bool(is_causal, "is_causal")
-    check_bool(keep_first, "keep_first")
+    check_flags(is_causal=is_causal, keep_first=keep_first)
     always = 1 + int(keep_first)
     if top_k < always:
         raise ValueError(f"top_k must be at least the {always} always-kept blocks, got {top_k}")
@@ -426,7 +425,7 @@ def dsa_attention(
     _check_4d(query=query, key=key, value=value)
     check_qkv(query, key, value)  # also on the gather path, which dense_attention does not see
     b, h = check_batch_dims(("query", query), ("key", key), ("value", value))  # broadcast (b, h)
-    check_bool(gather, "gather")
+    check_flags(gather=gather)
     expected = (query.shape[0], query.shape[-2], key.shape[-2])  # (b, t_q, t_k)
     if not isinstance(index_scores, Tensor) or not index_scores.is_floating_point() or (
         index_scores.device != query.device

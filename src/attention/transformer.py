@@ -42,9 +42,9 @@ from torch.types import Device
 
 from ._checks import (
     Factory,
-    check_bool,
     check_counts,
     check_dropout,
+    check_flags,
     check_heads,
     check_input,
     check_number,
@@ -175,13 +175,9 @@ class TransformerBlock(nn.Module):
         check_heads(d_model, num_heads, width_name="d_model")
         check_sizes(d_ff=d_ff)
         check_dropout(dropout)
-        check_bool(norm_first, "norm_first")
-        check_bool(is_causal, "is_causal")
-        check_bool(mlp, "mlp")
-        check_bool(parallel, "parallel")
-        check_bool(qk_norm, "qk_norm")  # a string would pick the block's norm, not name one
-        check_bool(bias, "bias")
-        check_bool(output_gate, "output_gate")
+        # qk_norm: a string would pick the block's norm, not name one
+        check_flags(norm_first=norm_first, is_causal=is_causal, mlp=mlp, parallel=parallel,
+                    qk_norm=qk_norm, bias=bias, output_gate=output_gate)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         if parallel and not (norm_first and mlp):
@@ -258,7 +254,7 @@ class TransformerBlock(nn.Module):
                 or return_weights is not a bool.
         """
         check_input(x, self.d_model, ranks=(3,), width_name="d_model")
-        check_bool(return_weights, "return_weights")
+        check_flags(return_weights=return_weights)
         if cache is not None and not self.is_causal:
             raise ValueError("a cache needs a causal block (is_causal=True), got is_causal=False")
         if self.parallel:
@@ -294,7 +290,7 @@ class TransformerBlock(nn.Module):
                 has no biases, or its activation is neither ReLU nor the exact GELU, or if
                 is_causal is not a bool.
         """
-        check_bool(is_causal, "is_causal")
+        check_flags(is_causal=is_causal)
         if not isinstance(layer, nn.TransformerEncoderLayer):
             raise ValueError(f"layer must be a torch.nn.TransformerEncoderLayer, got {layer!r}")
         if not layer.self_attn.batch_first:
@@ -412,12 +408,8 @@ class TinyTransformer(nn.Module):
             d_model=d_model,
         )
         check_heads(d_model, num_heads, width_name="d_model")
-        check_bool(mlp, "mlp")
-        check_bool(parallel, "parallel")
-        check_bool(qk_norm, "qk_norm")
-        check_bool(bias, "bias")
-        check_bool(output_gate, "output_gate")
-        check_bool(tie_weights, "tie_weights")
+        check_flags(mlp=mlp, parallel=parallel, qk_norm=qk_norm, bias=bias,
+                    output_gate=output_gate, tie_weights=tie_weights)
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.vocab_size, self.num_heads, self.positions = vocab_size, num_heads, positions
@@ -502,7 +494,7 @@ class TinyTransformer(nn.Module):
                 tokens exceed context_length, or return_weights is not a bool.
         """
         check_token_ids(idx, "idx", self.vocab_size)
-        check_bool(return_weights, "return_weights")
+        check_flags(return_weights=return_weights)
         if cache is not None and (
             not isinstance(cache, ModelKVCache) or len(cache.layers) != len(self.blocks)
         ):
@@ -544,7 +536,7 @@ class TinyTransformer(nn.Module):
         """
         check_token_ids(idx, "idx")
         check_counts(max_new_tokens=max_new_tokens)
-        check_bool(use_cache, "use_cache")
+        check_flags(use_cache=use_cache)
         b, t = idx.shape
         if t == 0:
             raise ValueError(f"idx must hold at least one token per sequence, got shape {(b, t)}")

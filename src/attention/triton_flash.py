@@ -38,8 +38,8 @@ from torch import Tensor
 
 from ._checks import (
     Alignment,
-    check_bool,
     check_causal_options,
+    check_flags,
     check_qkv,
     check_scale,
     check_sinks,
@@ -187,9 +187,8 @@ class TritonOptions:
     def __post_init__(self) -> None:
         """Refuse a choice that is not a bool: each becomes a constexpr of the kernels, where
         a string such as "no" would be compiled in as true."""
-        check_bool(self.longest_first, "longest_first")
-        check_bool(self.descriptors, "descriptors")
-        check_bool(self.warp_specialize, "warp_specialize")
+        check_flags(longest_first=self.longest_first, descriptors=self.descriptors,
+                    warp_specialize=self.warp_specialize)
 
 
 @dataclass(frozen=True)
@@ -437,8 +436,7 @@ def triton_flash_attention(
         ok, reason = triton_available()
         if not ok:
             raise RuntimeError(f"triton_flash_attention cannot run here: {reason}")
-    check_bool(enable_gqa, "enable_gqa")
-    check_bool(deterministic, "deterministic")
+    check_flags(enable_gqa=enable_gqa, deterministic=deterministic)
     _check_tensors(query, key, value, enable_gqa)
     scale = check_scale(scale)
     _check_options(is_causal, block_m, block_n, alignment, window)

@@ -56,8 +56,8 @@ def _unconditional(body: list[ast.stmt]) -> list[ast.AST]:
 
 def checks_flag(function: Callable[..., Any], flag: str, seen: set[tuple[int, str]] | None = None) -> bool:
     """Whether ``function`` always refuses a non-bool ``flag`` (one of its parameters, or a
-    dataclass's field in its ``__post_init__``): it calls ``check_bool(flag, "flag")`` on every path, or passes ``flag`` on every path to a package
-    function that does so for the parameter it lands in."""
+    dataclass's field in its ``__post_init__``): it calls ``check_flags(flag=flag)`` on every path, or passes ``flag`` on every path to a
+    package function that does so for the parameter it lands in."""
     seen = set() if seen is None else seen
     function = inspect.unwrap(function)
     if (id(function), flag) in seen:
@@ -72,11 +72,11 @@ def checks_flag(function: Callable[..., Any], flag: str, seen: set[tuple[int, st
     for node in _unconditional(definition.body):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             continue
-        if node.func.id == "check_bool" and len(node.args) == 2:
-            value, named = node.args
-            if (isinstance(named, ast.Constant) and named.value == flag
-                    and ast.unparse(value) in (flag, f"self.{flag}")):  # a dataclass's field
-                return True
+        if node.func.id == "check_flags" and any(
+            k.arg == flag and ast.unparse(k.value) in (flag, f"self.{flag}")  # a dataclass's field
+            for k in node.keywords
+        ):
+            return True
         callee = getattr(function, "__globals__", {}).get(node.func.id)
         if not (inspect.isfunction(callee) or inspect.isclass(callee)):
             continue

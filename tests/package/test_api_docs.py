@@ -113,14 +113,12 @@ def _raises_value_error(node: ast.AST) -> bool:
 
 def _checked_flags(function: Callable[..., Any]) -> list[str]:
     """The names ``function`` and the package functions it calls pass to
-    ``check_bool(value, "name")``."""
+    ``check_flags(name=value)``."""
     names: list[str] = []
 
     def collect(node: ast.AST) -> bool:
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id == "check_bool" and len(node.args) == 2
-                and isinstance(node.args[1], ast.Constant)):
-            names.append(node.args[1].value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check_flags":
+            names.extend(k.arg for k in node.keywords if k.arg)
         return False  # never found: every reachable function is read
 
     reaches(function, collect)
@@ -204,7 +202,7 @@ def test_docstring_sections(module: str, name: str, griffe_package: griffe.Modul
     ), f"{path}: no Examples section with a >>> line"
 
 
-# Flags annotated bool that no check_bool refuses, on purpose: callable (module-relative
+# Flags annotated bool that no check_flags refuses, on purpose: callable (module-relative
 # qualified name) -> its unchecked flags. Only where refusing would be wrong or is done before.
 UNCHECKED_FLAGS: dict[str, tuple[str, ...]] = {
     # The Triton launchers check nothing (their docstrings say so): triton_flash_attention and
@@ -219,7 +217,7 @@ UNCHECKED_FLAGS: dict[str, tuple[str, ...]] = {
 @pytest.mark.parametrize(("module", "name"), PUBLIC, ids=_IDS)
 def test_bool_flags_refuse_non_bools(module: str, name: str) -> None:
     # A flag that is truth-tested does the opposite of what a string from a config file says
-    # ("no" is true): every parameter annotated bool is passed to check_bool on every path, by
+    # ("no" is true): every parameter annotated bool is passed to check_flags on every path, by
     # the callable or by the package function it is passed to (a class's in __init__ or a
     # dataclass's __post_init__); a check under an if, such as a norm's, does not count.
     obj = getattr(importlib.import_module(module), name)
@@ -234,7 +232,7 @@ def test_bool_flags_refuse_non_bools(module: str, name: str) -> None:
         exempt = UNCHECKED_FLAGS.get(where, ())
         unchecked += [f"{where}: {flag}" for flag in flags if flag not in exempt
                       and not any(checks_flag(f, flag) for f in checkers if f is not None)]
-    assert unchecked == [], f"bool flags that accept any value (no check_bool): {unchecked}"
+    assert unchecked == [], f"bool flags that accept any value (no check_flags): {unchecked}"
 
 
 def test_unchecked_flags_are_bool_flags_of_public_callables() -> None:

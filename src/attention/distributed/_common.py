@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .._checks import check_bool, check_qkv, check_scale
+from .._checks import check_flags, check_qkv, check_scale
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # The integers each rank contributes: ok (1, or 0 when its own input is malformed), then its shapes
@@ -113,7 +113,7 @@ def agree(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool, sharding: int, sc
     ``refused``: what the caller found wrong with this rank's input, refused in the exchange too."""
     problem = local_problem(q, k, v) or refused
     try:  # refused in the exchange, so that no rank is left waiting
-        check_bool(is_causal, "is_causal")
+        check_flags(is_causal=is_causal)
         scale = check_scale(scale)
     except ValueError as error:
         problem = problem or str(error)
