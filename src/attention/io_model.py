@@ -231,10 +231,7 @@ def standard_attention_io(t: int, d_h: int, m_sram: int) -> IOCount:
     Three passes, each through slow memory: S = QK^T / sqrt(d_h) tile by tile, written out;
     A = softmax(S) one row at a time, read and written; Z = AV tile by tile, reading A and V.
 
-    Args:
-        t: number of tokens.
-        d_h: width of a head.
-        m_sram: capacity of the fast memory, in elements.
+    Arguments as in :func:`standard_blocks`.
 
     Returns:
         The reads, writes and peak of fast memory.
@@ -284,10 +281,9 @@ def tiled_attention_io(
     (inner loop), keeping Q_i, O_i, m_i and l_i in fast memory throughout; then it writes O_i and
     the log-sum-exp lse_i = m_i + log l_i (kept for the backward pass).
 
+    Other arguments as in :func:`standard_blocks`.
+
     Args:
-        t: number of tokens.
-        d_h: width of a head.
-        m_sram: capacity of the fast memory, in elements.
         block_size: B (B_q = B_k = B) or (B_q, B_k); by default :func:`tiled_blocks` chooses it
             from ``m_sram``.
 
@@ -336,9 +332,9 @@ def standard_io_formula(t: int, d_h: int, m_sram: int | None = None) -> int:
     (t d_h). With ``m_sram=None``, T_q^std = 1: the count when a query block holds all t rows,
     4 t d_h + 4 t^2, the Theta(t d_h + t^2) of Dao et al.'s Theorem 2.
 
+    Other arguments as in :func:`standard_blocks`.
+
     Args:
-        t: number of tokens.
-        d_h: width of a head.
         m_sram: capacity of the fast memory, in elements; None: one query block.
 
     Returns:
@@ -367,10 +363,7 @@ def tiled_io_formula(t: int, d_h: int, m_sram: int) -> int:
     m_sram >= t (3 d_h + 2) + 2 d_h^2, one query block holds everything and the total stops
     falling, at 4 t d_h + t: each input read once, the output written once.
 
-    Args:
-        t: number of tokens.
-        d_h: width of a head.
-        m_sram: capacity of the fast memory, in elements.
+    Arguments as in :func:`standard_blocks`.
 
     Returns:
         Reads plus writes, in elements.
