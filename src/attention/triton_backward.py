@@ -49,8 +49,10 @@ from .triton_forward import (
     key_range,
     launch,
     launched_config,
+    load_rows,
     mask_args,
     query_range,
+    store_rows,
     tile_pointers,
     tuned,
     visible_mask,
@@ -66,12 +68,10 @@ def _preprocess(O, DO, DELTA, stride_ob, stride_oh, stride_ot, stride_od,
     bh = tl.program_id(1).to(tl.int64)
     batch, head = bh // H, bh % H
     dims = tl.arange(0, D_H)
-    o_ptrs = tile_pointers(O, batch, head, rows, dims,
-                           stride_ob, stride_oh, stride_ot, stride_od)
-    do_ptrs = tile_pointers(DO, batch, head, rows, dims,
-                            stride_dob, stride_doh, stride_dot, stride_dod)
-    o = tl.load(o_ptrs, mask=rows[:, None] < T_Q, other=0.0).to(tl.float32)  # (BLOCK_M, D_H)
-    do = tl.load(do_ptrs, mask=rows[:, None] < T_Q, other=0.0).to(tl.float32)  # (BLOCK_M, D_H)
+    o = load_rows(O, batch, head, rows, dims, stride_ob, stride_oh, stride_ot, stride_od, T_Q)
+    do = load_rows(DO, batch, head, rows, dims, stride_dob, stride_doh, stride_dot, stride_dod,
+                   T_Q)  # (BLOCK_M, D_H) each
+    o, do = o.to(tl.float32), do.to(tl.float32)
     tl.store(DELTA + bh * T_Q + rows, tl.sum(o * do, 1), mask=rows < T_Q)
 
 
@@ -132,12 +132,10 @@ def _backward_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC,
     keys = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     rows = tl.arange(0, BLOCK_M)  # (BLOCK_M,) row offsets in a query block
     dims = tl.arange(0, D_H)
-    k_ptrs = tile_pointers(K, batch, kv_head, keys, dims,
-                           stride_kb, stride_kh, stride_kt, stride_kd)
-    v_ptrs = tile_pointers(V, batch, kv_head, keys, dims,
-                           stride_vb, stride_vh, stride_vt, stride_vd)
-    k = tl.load(k_ptrs, mask=keys[:, None] < T_K, other=0.0)  # (BLOCK_N, D_H), kept all along
-    v = tl.load(v_ptrs, mask=keys[:, None] < T_K, other=0.0)  # (BLOCK_N, D_H)
+    k = load_rows(K, batch, kv_head, keys, dims, stride_kb, stride_kh, stride_kt, stride_kd,
+                  T_K)  # (BLOCK_N, D_H), kept all along
+    v = load_rows(V, batch, kv_head, keys, dims, stride_vb, stride_vh, stride_vt, stride_vd,
+                  T_K)  # (BLOCK_N, D_H), kept all along
     dk = tl.zeros([BLOCK_N, D_H], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, D_H], dtype=tl.float32)
     lo, mid_lo, mid_hi, hi = query_range(start_n, T_Q, T_K, OFFSET, WINDOW, IS_CAUSAL,
@@ -167,12 +165,10 @@ def _backward_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, DQ_ACC,
                             stride_qt, stride_dot, D_H, keys, mid_hi, hi, T_Q, T_K, OFFSET,
                             WINDOW, qk_scale, sm_scale, IS_CAUSAL, HAS_WINDOW,
                             True, BLOCK_M, ATOMIC_DQ)
-    dk_ptrs = tile_pointers(DK, batch, kv_head, keys, dims,
-                            stride_dkb, stride_dkh, stride_dkt, stride_dkd)
-    dv_ptrs = tile_pointers(DV, batch, kv_head, keys, dims,
-                            stride_dvb, stride_dvh, stride_dvt, stride_dvd)
-    tl.store(dk_ptrs, (dk * sm_scale).to(DK.dtype.element_ty), mask=keys[:, None] < T_K)
-    tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=keys[:, None] < T_K)
+    store_rows(DK, dk * sm_scale, batch, kv_head, keys, dims,
+               stride_dkb, stride_dkh, stride_dkt, stride_dkd, T_K)
+    store_rows(DV, dv, batch, kv_head, keys, dims,
+               stride_dvb, stride_dvh, stride_dvt, stride_dvd, T_K)
 
 
 @triton.jit
@@ -216,12 +212,10 @@ def _backward_dq(Q, K, V, DO, LSE, DELTA, DQ,
     rows = start_m + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, D_H)
-    q_ptrs = tile_pointers(Q, batch, head, rows, dims,
-                           stride_qb, stride_qh, stride_qt, stride_qd)
-    do_ptrs = tile_pointers(DO, batch, head, rows, dims,
-                            stride_dob, stride_doh, stride_dot, stride_dod)
-    q = tl.load(q_ptrs, mask=rows[:, None] < T_Q, other=0.0)  # (BLOCK_M, D_H), kept all along
-    do = tl.load(do_ptrs, mask=rows[:, None] < T_Q, other=0.0)  # (BLOCK_M, D_H)
+    q = load_rows(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd,
+                  T_Q)  # (BLOCK_M, D_H), kept all along
+    do = load_rows(DO, batch, head, rows, dims, stride_dob, stride_doh, stride_dot, stride_dod,
+                   T_Q)  # (BLOCK_M, D_H), kept all along
     lse = tl.load(LSE + bh * T_Q + rows, mask=rows < T_Q, other=float("inf"))  # (BLOCK_M,)
     delta = tl.load(DELTA + bh * T_Q + rows, mask=rows < T_Q, other=0.0)  # (BLOCK_M,)
     k_ptrs = tile_pointers(K, batch, kv_head, cols, dims,
@@ -238,9 +232,8 @@ def _backward_dq(Q, K, V, DO, LSE, DELTA, DQ,
                   False, BLOCK_N)
     dq = _dq_loop(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kt, stride_vt, rows, mid_hi, hi,
                   T_Q, T_K, OFFSET, WINDOW, qk_scale, IS_CAUSAL, HAS_WINDOW, True, BLOCK_N)
-    dq_ptrs = tile_pointers(DQ, batch, head, rows, dims,
-                            stride_dqb, stride_dqh, stride_dqt, stride_dqd)
-    tl.store(dq_ptrs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=rows[:, None] < T_Q)
+    store_rows(DQ, dq * sm_scale, batch, head, rows, dims,
+               stride_dqb, stride_dqh, stride_dqt, stride_dqd, T_Q)
 
 
 _backward_dkdv_tuned = tuned(_backward_dkdv, DKDV_CONFIGS)

@@ -115,6 +115,20 @@ def tile_pointers(base, batch, head, i, j, stride_b, stride_h, stride_i, stride_
 
 
 @triton.jit
+def load_rows(base, batch, head, rows, dims, stride_b, stride_h, stride_t, stride_d, T):
+    """The (len(rows), len(dims)) tile of one (batch, head) slice, zeros in rows past T."""
+    ptrs = tile_pointers(base, batch, head, rows, dims, stride_b, stride_h, stride_t, stride_d)
+    return tl.load(ptrs, mask=rows[:, None] < T, other=0.0)
+
+
+@triton.jit
+def store_rows(base, tile, batch, head, rows, dims, stride_b, stride_h, stride_t, stride_d, T):
+    """Write ``tile`` in base's dtype to rows ``rows`` (those below T) of one (batch, head)."""
+    ptrs = tile_pointers(base, batch, head, rows, dims, stride_b, stride_h, stride_t, stride_d)
+    tl.store(ptrs, tile.to(base.dtype.element_ty), mask=rows[:, None] < T)
+
+
+@triton.jit
 def in_order(lo, mid_lo, mid_hi, hi):
     """A loop's four ends, clamped so that lo <= mid_lo <= mid_hi <= hi."""
     hi = tl.maximum(hi, lo)
@@ -269,10 +283,8 @@ def _forward(Q, K, V, O, LSE, SINKS,
         v_src = _slice_descriptor(V + batch * stride_vb + kv_head * stride_vh,
                                   T_K, stride_vt, D_H, BLOCK_N)
     else:
-        q_ptrs = tile_pointers(Q, batch, head, rows, dims,
-                               stride_qb, stride_qh, stride_qt, stride_qd)
-        # (BLOCK_M, D_H), kept all along
-        q = tl.load(q_ptrs, mask=rows[:, None] < T_Q, other=0.0)
+        q = load_rows(Q, batch, head, rows, dims, stride_qb, stride_qh, stride_qt, stride_qd,
+                      T_Q)  # (BLOCK_M, D_H), kept all along
         # The first key block's pointers; block n adds n · stride. Swapping the roles of the
         # two strides reads K transposed, (D_H, BLOCK_N), with no copy.
         k_src = tile_pointers(K, batch, kv_head, dims, cols,
@@ -311,9 +323,7 @@ def _forward(Q, K, V, O, LSE, SINKS,
     out = acc / l[:, None]  # (BLOCK_M, D_H)
     # (BLOCK_M,), log2 of the row's sum
     lse = tl.where(empty, float("inf"), m + tl.math.log2(l))
-    o_ptrs = tile_pointers(O, batch, head, rows, dims,
-                           stride_ob, stride_oh, stride_ot, stride_od)
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=rows[:, None] < T_Q)
+    store_rows(O, out, batch, head, rows, dims, stride_ob, stride_oh, stride_ot, stride_od, T_Q)
     tl.store(LSE + bh * T_Q + rows, lse, mask=rows < T_Q)
 
 
