@@ -62,12 +62,14 @@ def register_causal_mask(
     check_sizes(context_length=context_length)
     mask = ~causal_mask(context_length, device=device)  # (t, t), True above the diagonal
     module.register_buffer("mask", mask, persistent=False)
+    module.register_load_state_dict_pre_hook(_drop_saved_mask)
 
-    def drop_saved_mask(_module: nn.Module, state_dict: dict[str, Any], prefix: str,
-                        *args: Any) -> None:
-        state_dict.pop(prefix + "mask", None)  # saved by an older version: rebuilt, not loaded
 
-    module.register_load_state_dict_pre_hook(drop_saved_mask)
+def _drop_saved_mask(_module: nn.Module, state_dict: dict[str, Any], prefix: str,
+                     *args: Any) -> None:
+    """A load hook: a checkpoint of an older version saved the mask; it is rebuilt, not loaded.
+    (A module-level function, so that a module holding the hook still pickles.)"""
+    state_dict.pop(prefix + "mask", None)
 
 
 class CausallyMasked(nn.Module):

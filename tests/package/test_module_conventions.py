@@ -3,6 +3,7 @@ that convert to and from torch's, buffers that follow .to(), caches that move.""
 
 import importlib
 import inspect
+import io
 import pkgutil
 
 import pytest
@@ -133,6 +134,22 @@ def test_modules_built_on_meta_then_loaded_equal_modules_built_in_place(cls):
     loaded.load_state_dict(built.state_dict())
     for (name, want), (_, got) in zip(built.named_buffers(), loaded.named_buffers(), strict=True):
         assert torch.equal(got, want), f"{cls.__name__}.{name} is not rebuilt after to_empty"
+
+
+@pytest.mark.parametrize("cls", [*BUILD, *WRAPPERS], ids=lambda cls: cls.__name__)
+def test_modules_pickle_whole(cls):
+    """``torch.save(model)`` pickles the module itself (so do copies sent to other processes):
+    every hook and attribute is importable, and the copy holds the same tensors."""
+    module = {**BUILD, **WRAPPERS}[cls](device="cpu", dtype=torch.float32)
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    buffer.seek(0)
+    copy = torch.load(buffer, weights_only=False)
+    for (name, want), (_, got) in zip(module.state_dict(keep_vars=True).items(),
+                                      copy.state_dict(keep_vars=True).items(), strict=True):
+        assert torch.equal(got, want), f"{cls.__name__}.{name} differs after a round trip"
+    for (name, want), (_, got) in zip(module.named_buffers(), copy.named_buffers(), strict=True):
+        assert torch.equal(got, want), f"{cls.__name__}.{name} differs after a round trip"
 
 
 @pytest.mark.parametrize("cls", [CausalAttention, MultiHeadAttention, FusedMultiHeadAttention])
