@@ -19,7 +19,14 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attention import ring_shards, ring_work
-from attention.distributed import count_traffic, ring_attention, shard_positions, shard_sequence, ulysses_attention
+from attention.distributed import (
+    count_traffic,
+    demo,
+    ring_attention,
+    shard_positions,
+    shard_sequence,
+    ulysses_attention,
+)
 from attention.distributed._common import _table_device
 from attention.distributed.ring import _runs, _tiles
 from attention.ring import ring_attention_io
@@ -370,6 +377,24 @@ def test_no_process_group_is_a_runtime_error():
     for fn in (ring_attention, ulysses_attention):
         with pytest.raises(RuntimeError, match="init_process_group"):
             fn(q, q, q)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--tokens", "7"], "--tokens must be at least 2N = 8 on 4 ranks, got 7"),
+        (["--heads", "6", "--kv-heads", "4"], "--heads must be a multiple of --kv-heads, got 6 and 4"),
+        (["--head-dim", "0"], "--head-dim must be at least 1, got 0"),
+    ],
+)
+def test_the_demo_refuses_sizes_it_cannot_shard_before_starting(monkeypatch, capsys, argv, words):
+    """As torchrun starts it on 4 ranks: a usage error, not a traceback from every rank."""
+    for name, value in {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **kw: pytest.fail("started a process group"))
+    with pytest.raises(SystemExit) as exit_:
+        demo.main(argv)
+    assert exit_.value.code == 2 and words in capsys.readouterr().err
 
 
 def test_the_run_takes_seconds(run):

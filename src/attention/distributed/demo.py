@@ -30,12 +30,20 @@ def main(argv: list[str] | None = None) -> None:
     if "RANK" not in os.environ:
         ap.error("run it under torchrun, which sets RANK and WORLD_SIZE: "
                  "torchrun --nproc-per-node 4 -m attention.distributed.demo")
+    world = int(os.environ["WORLD_SIZE"])
+    for name in ("tokens", "heads", "kv_heads", "head_dim"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.tokens < 2 * world:  # zig-zag sharding cuts the sequence into 2N chunks
+        ap.error(f"--tokens must be at least 2N = {2 * world} on {world} ranks, got {args.tokens}")
+    if args.heads % args.kv_heads:
+        ap.error(f"--heads must be a multiple of --kv-heads, got {args.heads} and {args.kv_heads}")
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
     device = torch.device(f"cuda:{os.environ['LOCAL_RANK']}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     dtype = torch.float64 if not cuda else torch.float32  # NCCL GPUs: float32 (float64 is slow there)
     torch.manual_seed(args.seed)
     shape = (1, args.heads, args.tokens, args.head_dim)
@@ -66,7 +74,10 @@ def main(argv: list[str] | None = None) -> None:
                              + [float((x.grad - part(g)).abs().max()) for x, g in zip(mine, grads)])
             lines.append(f"rank {rank}/{world} {dist.get_backend()}: {scheme:<7} {sharding:<10} "
                          f"causal={causal!s:<5} max |difference| from SDPA, output and gradients: {difference:.1e}")
-    print("\n".join(lines), flush=True)
+    for turn in range(world):  # rank by rank, so that the lines of two ranks do not interleave
+        if turn == rank:
+            print("\n".join(lines), flush=True)
+        dist.barrier()
     dist.destroy_process_group()
 
 
