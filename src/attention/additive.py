@@ -224,11 +224,21 @@ class AttentionDecoder(nn.Module):
         α (b, t_k).
 
         Raises:
-            ValueError: if token is not (b,) of token ids in [0, vocab_size).
+            ValueError: if token is not (b,) of token ids in [0, vocab_size), state is not
+                (b, d_hidden) or annotations not (b, t_k, 2·d_hidden).
         """
         check_rank(token, (1,), "token")
         check_token_ids(token[:, None], "token", self.embedding.num_embeddings)
+        self._check_state(len(token), state, annotations)
         return self._step(token, state, annotations)
+
+    def _check_state(self, b: int, state: Tensor, annotations: Tensor) -> None:
+        """The encoder's outputs, under the decoder's names (not its attention's)."""
+        check_input(state, self.d_hidden, (2,), "state", "d_hidden")
+        check_input(annotations, 2 * self.d_hidden, (3,), "annotations", "2·d_hidden")
+        if not b == len(state) == len(annotations):
+            raise ValueError("the tokens, state and annotations must agree on b, got "
+                             f"{b}, {len(state)} and {len(annotations)}")
 
     def _step(
         self, token: Tensor, state: Tensor, annotations: Tensor
@@ -250,10 +260,12 @@ class AttentionDecoder(nn.Module):
         No target tokens (t_q = 0) give empty logits (b, 0, n_vocab) and weights (b, 0, t_k).
 
         Raises:
-            ValueError: if tgt_in is not (b, t_q) of token ids in [0, vocab_size).
+            ValueError: if tgt_in is not (b, t_q) of token ids in [0, vocab_size), state is
+                not (b, d_hidden) or annotations not (b, t_k, 2·d_hidden).
         """
         check_token_ids(tgt_in, "tgt_in", self.embedding.num_embeddings)
         b, t_q = tgt_in.shape
+        self._check_state(b, state, annotations)
         if t_q == 0:
             n_vocab, t_k = self.out.out_features, annotations.shape[1]
             return state.new_zeros(b, 0, n_vocab), state.new_zeros(b, 0, t_k)

@@ -145,6 +145,24 @@ def _seq2seq() -> Seq2Seq:
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
+    @pytest.mark.parametrize(
+        ("state", "annotations", "message"),
+        [
+            ((2, 4), (2, 5, 6), "state must have last dimension d_hidden=3, got 4"),
+            ((2, 3), (2, 5, 5), "annotations must have last dimension 2·d_hidden=6, got 5"),
+            ((2, 3), (2, 6), "annotations must be 3-d, got a 2-d tensor"),
+            ((3, 3), (2, 5, 6), "the tokens, state and annotations must agree on b, got 2, 3 and 2"),
+        ],
+    )
+    def test_decoder_names_the_encoder_outputs_it_is_given(self, state, annotations, message):
+        """Not the names of the attention inside it (query, keys, d_query)."""
+        decoder = AttentionDecoder(10, 4, 3, 5)
+        tokens = torch.zeros(2, 1, dtype=torch.long)
+        for call in (lambda: decoder.step(tokens[:, 0], torch.zeros(state), torch.zeros(annotations)),
+                     lambda: decoder(tokens, torch.zeros(state), torch.zeros(annotations))):
+            with pytest.raises(ValueError, match=re.escape(message)):
+                call()
+
     def test_token_ids_and_bos_must_lie_in_the_vocabulary(self):
         model = _seq2seq()  # vocabularies of 11
         src = torch.tensor([[1, 2, 11]])
