@@ -46,7 +46,8 @@ def plot_attention(
     The colour scale starts at 0 and ends at 1 (or at the largest weight, if dropout pushed one
     above 1), so figures of different chapters can be compared. With ``annotate`` each cell
     shows its weight to two decimals; without it a colour bar gives the scale. Masked weights
-    (exact zeros) are drawn like any other zero.
+    (exact zeros) are drawn like any other zero; a NaN or an infinite weight is left blank (and
+    written, with ``annotate``), and the scale is taken from the finite ones.
 
     Args:
         weights: the attention weights (t_q, t_k).
@@ -89,7 +90,8 @@ def plot_attention(
         import matplotlib.pyplot as plt
 
         _, ax = plt.subplots(figsize=(0.6 * t_k + 1.5, 0.6 * t_q + 1.0), layout="constrained")
-    vmax = max(1.0, matrix.max().item())
+    finite = matrix[matrix.isfinite()]  # an inf would stretch the scale and blank every cell
+    vmax = max(1.0, finite.max().item()) if finite.numel() else 1.0
     image = ax.imshow(matrix.numpy(), cmap=cmap, vmin=0.0, vmax=vmax)
     image.set_gid(WEIGHTS_GID)
     ax.set_xticks(range(t_k), labels=col_labels if col_labels is not None else [str(j) for j in range(t_k)])

@@ -105,6 +105,22 @@ def test_colour_scale_is_0_to_1_or_to_the_largest_weight(
         plt.close(ax.figure)
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_non_finite_weight_is_left_blank_and_the_scale_kept(bad: float) -> None:
+    """An inf (an overflowed softmax) must not stretch the scale to inf and blank every cell."""
+    weights = torch.tensor([[1.0, 0.0], [0.4, bad]])
+    ax = plot_attention(weights)
+    try:
+        (image,) = ax.get_images()
+        assert image.get_clim() == (0.0, 1.0)
+        shown = image.to_rgba(image.get_array())  # the colour of each cell, alpha 0 where blank
+        assert shown[1, 1, 3] == 0.0 and (shown[[0, 0, 1], [0, 1, 0], 3] == 1.0).all()
+        assert shown[0, 0, :3].sum() < shown[1, 0, :3].sum() < shown[0, 1, :3].sum()  # 1 darkest
+        assert [t.get_text() for t in ax.texts][-1] == f"{bad:.2f}"
+    finally:
+        plt.close(ax.figure)
+
+
 def test_heatmap_of_causal_weights() -> None:
     inputs = journey_inputs()
     weights = attention_weights(inputs, inputs, is_causal=True)  # (t, t), zero above the diagonal
