@@ -477,7 +477,7 @@ def _rms_norm(source: Any, eps: float, offset: float = 0.0) -> RMSNorm:
     return norm
 
 
-def _option(config: Any, name: str, allowed: tuple, default: Any = None) -> None:
+def _option(config: Any, name: str, allowed: tuple[object, ...], default: Any = None) -> None:
     """Refuse a configuration option whose value the book does not implement."""
     value = getattr(config, name, default)
     if value not in allowed:
@@ -488,7 +488,7 @@ def _option(config: Any, name: str, allowed: tuple, default: Any = None) -> None
 
 
 def _rope_rule(
-    params: dict, model_type: str, max_positions: int
+    params: dict[str, Any], model_type: str, max_positions: int
 ) -> rope_scaling.RopeScaling | None:
     """The attention.rope_scaling rule of a ``rope_parameters`` dict, or None for plain RoPE."""
     kind = params.get("rope_type", "default")
@@ -511,7 +511,7 @@ def _rope_rule(
     )
 
 
-def _yarn(params: dict, max_positions: int) -> rope_scaling.YaRNScaling:
+def _yarn(params: dict[str, Any], max_positions: int) -> rope_scaling.YaRNScaling:
     """YaRN as transformers reads it: the index ramp, and DeepSeek's ratio of two mscales."""
     factor = params.get("factor") or max_positions / params["original_max_position_embeddings"]
 
@@ -532,7 +532,8 @@ def _yarn(params: dict, max_positions: int) -> rope_scaling.YaRNScaling:
 
 
 def _rotary(
-    params: dict, d_h: int, config: Any, reference: Tensor | None, interleaved: bool = False
+    params: dict[str, Any], d_h: int, config: Any, reference: Tensor | None,
+    interleaved: bool = False,
 ) -> RotaryEmbedding:
     """The book's RoPE for ``params``, checked against the reference's float32 frequencies."""
     rotary_dim = int(d_h * params.get("partial_rotary_factor", 1.0))
@@ -888,7 +889,9 @@ def _rotary_forward(module: Any) -> Callable[..., tuple[Tensor, Tensor]]:
                            *([layer_types[0]] if layer_types else []))[0]  # (1, 1, width)
     repeat = probe.shape[-1] // tables[layer_types[0] if layer_types else None][0].shape[0]
 
-    def forward(x: Tensor, position_ids: Tensor, layer_type: str | None = None) -> tuple:
+    def forward(
+        x: Tensor, position_ids: Tensor, layer_type: str | None = None
+    ) -> tuple[Tensor, Tensor]:
         inv_freq, factor = tables[layer_type]
         # Gemma 3 keeps a rule per layer type (rope_type a dict), the others one rule
         kind = module.rope_type[layer_type] if layer_types else module.rope_type

@@ -57,7 +57,8 @@ class MemoryTracker(TorchDispatchMode):
             del self._refs[key]
 
     def __torch_dispatch__(
-        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+        self, func: Any, types: Any, args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
         out = func(*args, **(kwargs or {}))
         inputs = {

@@ -37,7 +37,7 @@ PASSES = ("forward", "forward+backward")  # what a row times
 SCORE_MATRIX_BACKENDS = ("explicit", "sdpa: math")  # backends (as recorded) that store (t, t)
 
 
-def _check_row(row: dict) -> None:
+def _check_row(row: dict[str, Any]) -> None:
     if row.get("level") != "kernel":
         raise ValueError(f"row must be a kernel row (level 'kernel'), got level {row.get('level')!r}")
     if row.get("dtype") not in DTYPE_BYTES:
@@ -50,7 +50,7 @@ def _check_row(row: dict) -> None:
             raise ValueError(f"row {key} must be a positive integer, got {value!r}")
 
 
-def stores_scores(row: dict) -> bool:
+def stores_scores(row: dict[str, Any]) -> bool:
     """Whether the kernel that ran (the row's ``backend``) materializes the (t, t) matrices.
 
     Args:
@@ -66,7 +66,7 @@ def stores_scores(row: dict) -> bool:
     return str(row.get("backend") or "").startswith(SCORE_MATRIX_BACKENDS)
 
 
-def kernel_bytes(row: dict) -> int:
+def kernel_bytes(row: dict[str, Any]) -> int:
     """The bytes a kernel row must move at least (see the module docstring): a lower bound.
 
     Args:
@@ -116,7 +116,7 @@ def roof(intensity: float, peak_flops: float, bandwidth: float) -> float:
     return min(peak_flops, bandwidth * intensity)
 
 
-def machine_roof(doc: dict, dtype: str) -> dict | None:
+def machine_roof(doc: dict[str, Any], dtype: str) -> dict[str, Any] | None:
     """P (FLOP/s), β (bytes/s), the ridge point and their sources for one dtype of a results file.
 
     None when the file lacks either peak (an older file, or a device with no documented figure).
@@ -144,7 +144,9 @@ def machine_roof(doc: dict, dtype: str) -> dict | None:
             "measured": bool(compute.get("measured")) and bool(memory.get("measured"))}
 
 
-def roofline_points(doc: dict, rows: Iterable[dict] | None = None) -> list[dict]:
+def roofline_points(
+    doc: dict[str, Any], rows: Iterable[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Every ok kernel row of a results file placed on its machine's roofline.
 
     Each point: the row's variant, pass, shape and dtype; ``flops``, ``bytes`` (lower bound),
@@ -194,7 +196,8 @@ def roofline_points(doc: dict, rows: Iterable[dict] | None = None) -> list[dict]
 
 
 def plot_roofline(
-    points: list[dict], machine: dict, title: str, colours: dict[str, str] | None = None
+    points: list[dict[str, Any]], machine: dict[str, Any], title: str,
+    colours: dict[str, str] | None = None,
 ) -> "Figure":
     """A log-log roofline: the roof min(P, β I), and every point at (intensity, achieved FLOP/s).
 

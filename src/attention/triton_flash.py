@@ -32,6 +32,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -120,7 +121,7 @@ def triton_interpreter() -> Iterator[None]:
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    interpreted: dict = {}
+    interpreted: dict[object, Any] = {}
 
     def call(self, *args, **kwargs):  # a @triton.jit function called from an interpreted kernel
         if self.fn not in interpreted:

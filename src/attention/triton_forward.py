@@ -407,7 +407,7 @@ def launched_config(kernel: Any, meta: dict[str, int]) -> tuple[int, int, int, i
     return best.kwargs["BLOCK_M"], best.kwargs["BLOCK_N"], best.num_warps, best.num_stages
 
 
-def mask_args(causal: bool, offset: int, window: int | None) -> dict:
+def mask_args(causal: bool, offset: int, window: int | None) -> dict[str, Any]:
     """The kernels' arguments that say which keys each query sees.
 
     Args:

@@ -7,6 +7,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -262,7 +263,7 @@ def methods(device: torch.device, cuda_graphs: bool = False) -> dict[str, str]:
             "decode": decode}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark described by ``argv``, write the JSON file and return its contents.
 
     ``merge`` as the first argument combines results files instead (:mod:`attention.bench.merge`).
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict:
     return doc
 
 
-def rows_summary(doc: dict) -> str:
+def rows_summary(doc: dict[str, Any]) -> str:
     """How many timed rows of each part came out ok, and why the run stopped early, if it did."""
     counts = [
         f"{sum(row['status'] == 'ok' for row in rows)} of {len(rows)} {part.name} rows ok"

@@ -18,6 +18,7 @@ model carry them, though only the cached run allocates that cache.
 
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -40,9 +41,10 @@ def _quartiles(times: list[float]) -> tuple[float, float]:
 
 
 def measure_decode(
-    name: str, config: dict, prompt_tokens: int = 4, new_tokens: int = 200, repeats: int = 3,
-    seed: int = 123, device: torch.device = torch.device("cpu"), max_time: float = 60.0,
-) -> list[dict]:
+    name: str, config: dict[str, Any], prompt_tokens: int = 4, new_tokens: int = 200,
+    repeats: int = 3, seed: int = 123, device: torch.device = torch.device("cpu"),
+    max_time: float = 60.0,
+) -> list[dict[str, Any]]:
     """Two rows for one model: tokens/s without and with the KV cache (see the module docstring).
 
     Each is timed ``repeats`` times, but no more once ``max_time`` seconds have passed (at least
@@ -85,9 +87,10 @@ def measure_decode(
 
 
 def run_decode(
-    models: dict[str, dict] | None = None, prompt_tokens: int = 4, new_tokens: int = 200,
-    repeats: int = 3, seed: int = 123, device: torch.device = torch.device("cpu"), max_time: float = 60.0,
-) -> list[dict]:
+    models: dict[str, dict[str, Any]] | None = None, prompt_tokens: int = 4,
+    new_tokens: int = 200, repeats: int = 3, seed: int = 123,
+    device: torch.device = torch.device("cpu"), max_time: float = 60.0,
+) -> list[dict[str, Any]]:
     """The ``decode`` rows of a results file: every model, without and with the cache."""
     rows = []
     for name, config in (MODELS if models is None else models).items():

@@ -17,6 +17,8 @@ against causal softmax attention); FLOPs count the matrix products
 (:func:`attention.delta.delta_rule_flops`, 3 times that with the backward pass).
 """
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -62,7 +64,7 @@ def delta_form(name: str, chunk_size: int) -> Form:
     return Form(fn, lambda *x: fn(*x, form="recurrent"), flops, _rule_inputs)
 
 
-def run_delta(settings: Settings, chunk_size: int = 64) -> list[dict]:
+def run_delta(settings: Settings, chunk_size: int = 64) -> list[dict[str, Any]]:
     """The ``delta`` rows of a results file: every head width of ``settings``, dtype, pass, t
     and variant (:func:`~attention.bench.linear.run_variants`)."""
     return run_variants(settings, chunk_size, VARIANTS, delta_form)

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import torch
@@ -105,7 +106,9 @@ def _predicted(scheme: str, pass_name: str, world: int, b: int, t: int, h: int, 
     return one_way if pass_name == "forward" else 2 * one_way
 
 
-def _worker(rank: int, world: int, port: int, repeats: int, seed: int, shape: dict, out: str) -> None:
+def _worker(
+    rank: int, world: int, port: int, repeats: int, seed: int, shape: dict[str, Any], out: str
+) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=300))
@@ -170,7 +173,7 @@ def _worker(rank: int, world: int, port: int, repeats: int, seed: int, shape: di
 
 
 def run_distributed(settings: Settings, world_sizes: tuple[int, ...] = WORLD_SIZES,
-                    shape: dict | None = None) -> list[dict]:
+                    shape: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The ``distributed`` rows of a results file (:class:`~attention.bench.rows.DistributedRow` as
     JSON): every N, scheme and pass (see the module docstring). CPU only: gloo processes.
     ``shape`` (keys b, t, h, h_kv, d_h; default :data:`SHAPE`) needs t a multiple of 2N."""

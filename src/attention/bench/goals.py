@@ -50,14 +50,16 @@ SDPA_DEFAULT = Variant("sdpa", "kernel", "F.scaled_dot_product_attention, torch 
                        _sdpa_default, "sdpa: no fused kernel seen")
 
 
-def _find(rows: list[dict], variant: str, **where: object) -> dict | None:
+def _find(rows: list[dict[str, Any]], variant: str, **where: object) -> dict[str, Any] | None:
     for row in rows:
         if row["variant"] == variant and row["status"] == "ok" and all(row[k] == v for k, v in where.items()):
             return row
     return None
 
 
-def speed_goals(rows: list[dict], t: int = 1024, d: int = 768, h: int = 12) -> list[dict]:
+def speed_goals(
+    rows: list[dict[str, Any]], t: int = 1024, d: int = 768, h: int = 12
+) -> list[dict[str, Any]]:
     """For each dtype and pass measured at the goal's point: the time ratios of the goal."""
     points = sorted({(r["dtype"], r["pass"]) for r in rows if r["level"] == "layer"})
     goals = []

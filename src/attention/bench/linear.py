@@ -27,7 +27,7 @@ computes two products of the same size per product); the softmax variants the sw
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -169,7 +169,7 @@ def measure_linear(
 def run_variants(
     settings: Settings, chunk_size: int, variants: tuple[str, ...],
     form_of: Callable[[str, int], Form],
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """:class:`~attention.bench.rows.LinearRow` s as JSON, one per head width of ``settings``,
     dtype, pass, t and variant, each ``form_of(variant, chunk_size)`` measured."""
     rows = []
@@ -181,7 +181,7 @@ def run_variants(
     return rows
 
 
-def run_linear(settings: Settings, chunk_size: int = 64) -> list[dict]:
+def run_linear(settings: Settings, chunk_size: int = 64) -> list[dict[str, Any]]:
     """The ``linear`` rows of a results file: every head width of ``settings``, dtype, pass, t
     and variant (:func:`run_variants`)."""
     return run_variants(settings, chunk_size, (*FORM_VARIANTS, *SOFTMAX_VARIANTS), linear_form)

@@ -22,6 +22,7 @@ all: whole matrices (or whole tiles), before any causal skipping (see :func:`sco
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,7 @@ def document_lengths(t: int, n: int, seed: int) -> torch.Tensor:
     return torch.diff(torch.cat([torch.tensor([0]), cuts, torch.tensor([t])]))  # (n,)
 
 
-def _calls(q, k, v, lengths, device, compile_flex: bool) -> dict:
+def _calls(q, k, v, lengths, device, compile_flex: bool) -> dict[str, Any]:
     """The four variants as functions of no arguments, for the packed q, k, v (1, h, t, d_h)."""
     t = q.shape[2]
     cu_seqlens = cu_seqlens_from_lengths(lengths)
@@ -129,7 +130,7 @@ def measure_form(call: Callable[[], torch.Tensor], want: torch.Tensor, row: Mask
                    number=timing.number, tflops=row.flops / timing.median_s / 1e12)
 
 
-def run_masks(settings: Settings, seq_lens: tuple[int, ...] = SEQ_LENS) -> list[dict]:
+def run_masks(settings: Settings, seq_lens: tuple[int, ...] = SEQ_LENS) -> list[dict[str, Any]]:
     """The ``masks`` rows of a results file (:class:`~attention.bench.rows.MaskRow` as JSON):
     every t, every form (see the module docstring).
 

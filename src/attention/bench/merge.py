@@ -19,6 +19,7 @@ import argparse
 import datetime
 import sys
 from pathlib import Path
+from typing import Any
 
 from .goals import speed_goals
 from .parts import ROW_KINDS, SWEEP_KEY, unknown_keys
@@ -35,7 +36,7 @@ class MergeError(ValueError):
     """Files that cannot be merged; the message names the files and what differs."""
 
 
-def _check_compatible(sources: list[tuple[str, dict]]) -> None:
+def _check_compatible(sources: list[tuple[str, dict[str, Any]]]) -> None:
     (first, base), *rest = sources
     for name, doc in rest:
         for section, fields in (("provenance", SAME_PROVENANCE), ("settings", SAME_SETTINGS)):
@@ -50,12 +51,12 @@ def _check_compatible(sources: list[tuple[str, dict]]) -> None:
 
 
 def _merge_keyed(
-    entries: list[tuple[int, dict]], key: tuple[str, ...], what: str, names: list[str],
-    dates: list[str], prefer_newest: bool, measured=lambda entry: True,
-) -> list[dict]:
+    entries: list[tuple[int, dict[str, Any]]], key: tuple[str, ...], what: str,
+    names: list[str], dates: list[str], prefer_newest: bool, measured=lambda entry: True,
+) -> list[dict[str, Any]]:
     """Entries of all runs, one per key: a measured one beats an unmeasured one; two measured
     ones are an error unless ``prefer_newest``. Keeps the order in which keys first appear."""
-    chosen: dict[tuple, tuple[int, dict]] = {}
+    chosen: dict[tuple[Any, ...], tuple[int, dict[str, Any]]] = {}
     for run, entry in entries:
         k = tuple(entry.get(field) for field in key)
         if k not in chosen:
@@ -76,14 +77,16 @@ def _merge_keyed(
     return [entry | {"run": run} for run, entry in chosen.values()]
 
 
-def _union(values: list[list | None]) -> list | None:
+def _union(values: list[list[Any] | None]) -> list[Any] | None:
     lists = [v for v in values if v is not None]
     if len(lists) < len(values):
         return None
     return list(dict.fromkeys(x for v in lists for x in v))
 
 
-def merge_results(sources: list[tuple[str, dict]], prefer_newest: bool = False, command: str = "") -> dict:
+def merge_results(
+    sources: list[tuple[str, dict[str, Any]]], prefer_newest: bool = False, command: str = ""
+) -> dict[str, Any]:
     """One results document from ``sources`` (name, validated document) of one device."""
     if not sources:
         raise MergeError("merge needs at least one results file, got none")
@@ -96,7 +99,7 @@ def merge_results(sources: list[tuple[str, dict]], prefer_newest: bool = False, 
     names = [name for name, _ in sources]
     docs = [doc for _, doc in sources]
     dates = [doc["provenance"]["date_utc"] for doc in docs]
-    merged: dict = {"goals": {"speed": []}}
+    merged: dict[str, Any] = {"goals": {"speed": []}}
     for kind in ROW_KINDS:
         rows = _merge_keyed([(i, r) for i, d in enumerate(docs) for r in kind.read(d)], kind.merge_key, kind.what,
                             names, dates, prefer_newest, kind.measured)
@@ -127,7 +130,7 @@ def merge_results(sources: list[tuple[str, dict]], prefer_newest: bool = False, 
             for name, d in sources
         ],
     }
-    methods: dict = {}
+    methods: dict[str, Any] = {}
     for d in docs:  # a part's method comes with the first run that measured it
         methods |= {k: v for k, v in d["methods"].items() if k not in methods}
     doc = {
@@ -156,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str]) -> dict:
+def main(argv: list[str]) -> dict[str, Any]:
     """Merge the files named in ``argv``, write the output, and return the merged document."""
     ap = build_parser()
     args = ap.parse_args(argv)

@@ -37,19 +37,19 @@ from .sweep import Settings, run_sweep
 RUN_KEYS = ("schema", "provenance", "settings", "methods", "complete", "stopped")
 
 
-def _always(entry: dict) -> bool:
+def _always(entry: dict[str, Any]) -> bool:
     return True
 
 
-def _has_status(entry: dict) -> bool:
+def _has_status(entry: dict[str, Any]) -> bool:
     return entry.get("status") in ("ok", "failed")
 
 
-def _goal_measured(entry: dict) -> bool:
+def _goal_measured(entry: dict[str, Any]) -> bool:
     return entry.get("status") != "not measured"
 
 
-def _peak_measured(entry: dict) -> bool:
+def _peak_measured(entry: dict[str, Any]) -> bool:
     return bool(entry.get("measured"))
 
 
@@ -76,10 +76,10 @@ class RowKind:
     merge_key: tuple[str, ...]
     row: RowClass | None = None
     shape: Literal["list", "one", "named"] = "list"
-    measured: Callable[[dict], bool] = _always
+    measured: Callable[[dict[str, Any]], bool] = _always
     label: str | None = None  # how the appendix's list of runs counts them; None: not counted
 
-    def read(self, doc: dict) -> list[dict]:
+    def read(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         """The rows of this kind in ``doc`` (a ``named`` entry carries its name as ``name``).
 
         Raises:
@@ -101,7 +101,7 @@ class RowKind:
             return [{"name": name, **entry} for name, entry in value.items()]
         return list(value)
 
-    def write(self, doc: dict, rows: list[dict]) -> None:
+    def write(self, doc: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         """Store ``rows`` in ``doc`` as :meth:`read` finds them (an empty list is left out)."""
         *parents, last = self.key.split(".")
         holder = doc
@@ -123,11 +123,11 @@ class Context:
     args: argparse.Namespace
     settings: Settings
     command: str
-    doc: dict
+    doc: dict[str, Any]
     save: Callable[[], None]
     deadline: float | None = None
     preset: Preset | None = None
-    measured_peaks: dict = field(default_factory=dict)
+    measured_peaks: dict[str, Any] = field(default_factory=dict)
 
     def say(self, message: str) -> None:
         """A line of progress on stderr."""
@@ -283,7 +283,7 @@ ROW_KINDS: tuple[RowKind, ...] = tuple(kind for part in PARTS for kind in part.k
 DERIVED_KEYS = ("goals.speed",)
 
 
-def unknown_keys(doc: dict) -> list[str]:
+def unknown_keys(doc: dict[str, Any]) -> list[str]:
     """Keys of ``doc`` (and of its ``goals``) that neither describe the run nor hold a known kind
     of row: what a merge would lose."""
     known = {*RUN_KEYS, *DERIVED_KEYS, *(kind.key for kind in ROW_KINDS)}

@@ -120,7 +120,7 @@ def measure_bandwidth(
 def measure_peaks(
     device: torch.device, sizes: tuple[int, ...] = MATMUL_SIZES, array_bytes: int | None = None,
     repeats: int = 5, max_time: float = 3.0, min_time: float = 0.2,
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """The ``peaks`` entries of a results file, measured: ``float32`` and ``bandwidth``."""
     threads = torch.get_num_threads()
     mm = measure_matmul(device, sizes, repeats, max_time, min_time=min_time)
@@ -143,7 +143,7 @@ def measure_peaks(
 def measure_gpu_peaks(
     device: torch.device, sizes: tuple[int, ...] = GPU_MATMUL_SIZES, array_bytes: int = GPU_STREAM_BYTES,
     repeats: int = 10, max_time: float = 2.0,
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """A GPU's ``peaks`` entries, measured: ``bfloat16_measured`` (``torch.mm``) and
     ``bandwidth_measured`` (STREAM copy and triad); the datasheet's entries stay beside them.
     (It runs on a CPU too, which is how it is tested.)"""

@@ -41,7 +41,7 @@ def _accepts(kind: Any, value: object) -> bool:
 
 
 @functools.cache
-def _fields(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
+def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
     """Each field of a row class with its resolved type: resolved once per class, not per row."""
     hints = typing.get_type_hints(cls)
     return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
@@ -66,7 +66,8 @@ def _from_json(cls: type[T], data: object, where: str) -> T:
 class _JsonRow:
     """What every kind of row shares: ``to_json``, the inverse of its ``from_json``."""
 
-    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field]]  # each kind of row is a dataclass
+    # each kind of row is a dataclass
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def to_json(self) -> dict[str, Any]:
         """The row as its JSON object."""
@@ -166,7 +167,9 @@ class Row(_Timed):
     pct_of_peak: float | None
     peak_bytes: int | None
     gpu_kernels: int | None = None  # GPU kernels one call launched (counted on GPUs)
-    kernel_config: dict | None = None  # our Triton kernels: {kernel: [BLOCK_M, BLOCK_N, warps, stages]}
+    # our Triton kernels: {kernel: [BLOCK_M, BLOCK_N, warps, stages]}. A bare dict, here and in
+    # DecodeRow.config: from_json checks each field's type at run time and names it in errors.
+    kernel_config: dict | None = None  # type: ignore[type-arg]
 
     @classmethod
     def from_json(cls, data: object, where: str = "row") -> Row:
@@ -189,7 +192,7 @@ class DecodeRow(_JsonRow):
     """Greedy decoding of one model, with or without the KV cache: its speed and its cache."""
 
     model: str
-    config: dict
+    config: dict  # type: ignore[type-arg]  # a bare dict: see Row.kernel_config
     use_cache: bool
     prompt_tokens: int
     new_tokens: int

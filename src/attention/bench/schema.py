@@ -28,6 +28,8 @@ files only; :func:`validate_results` checks everything it reads, so that a stale
 stops the build with the field's name instead of a KeyError.
 """
 
+from typing import Any
+
 SCHEMA = "attention-bench/1"
 GOAL_STATUSES = ("met", "missed", "not measured")
 
@@ -48,7 +50,7 @@ _MEMORY_GOAL = {"t": int, "b": int, "h": int, "d_h": int, "dtype": str, "method"
                 "explicit_peak_bytes": int, "flash_attention_peak_bytes": int}
 
 
-def _require(mapping: object, fields: dict, where: str) -> None:
+def _require(mapping: object, fields: dict[str, Any], where: str) -> None:
     if not isinstance(mapping, dict):
         raise ValueError(f"{where}: expected an object, got {type(mapping).__name__}")
     for key, kind in fields.items():

@@ -256,7 +256,8 @@ def measure_sparse(
 
 
 def run_sparse(settings: Settings, top_k: int = TOP_K, block_size: int = BLOCK_SIZE,
-               rows: list[dict] | None = None, done: Callable[[SparseRow], None] | None = None) -> list[dict]:
+               rows: list[dict[str, Any]] | None = None,
+               done: Callable[[SparseRow], None] | None = None) -> list[dict[str, Any]]:
     """The ``sparse`` rows of a results file (:class:`~attention.bench.rows.SparseRow` as JSON):
     every head width of ``settings``, dtype, pass, t and variant, appended to ``rows``;
     ``done(row)`` after each (the command line saves the file, so that a run killed at a long t

@@ -8,11 +8,12 @@ target in one step (``os.replace``): a reader, or a run killed mid-write, never 
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from .schema import validate_results
 
 
-def write_results(doc: dict, path: Path) -> None:
+def write_results(doc: dict[str, Any], path: Path) -> None:
     """Validate ``doc`` and write it to ``path`` atomically (JSON, one space of indent)."""
     validate_results(doc)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -21,7 +22,7 @@ def write_results(doc: dict, path: Path) -> None:
     os.replace(partial, path)
 
 
-def read_results(path: Path) -> dict:
+def read_results(path: Path) -> dict[str, Any]:
     """A results file, validated; ValueError names the file and the first field out of place."""
     try:
         doc = json.loads(Path(path).read_text())

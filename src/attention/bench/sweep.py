@@ -20,7 +20,7 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 import torch
 from tqdm import tqdm
@@ -137,7 +137,9 @@ def _precision(problem: Problem) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}[problem.dtype]
 
 
-def _peak(settings: Settings, problem: Problem, device_name: str, measured: dict) -> dict[str, object]:
+def _peak(
+    settings: Settings, problem: Problem, device_name: str, measured: dict[str, Any]
+) -> dict[str, object]:
     if settings.peak_tflops is not None:
         source = settings.peak_source or "given on the command line"
         return {"tflops": settings.peak_tflops, "source": source}
@@ -162,7 +164,8 @@ def error_reason(error: BaseException) -> tuple[str, str]:
 
 
 def measure(
-    variant: Variant, problem: Problem, inputs: Inputs, refs: Reference, settings: Settings, peak: dict
+    variant: Variant, problem: Problem, inputs: Inputs, refs: Reference, settings: Settings,
+    peak: dict[str, Any],
 ) -> Row:
     """One result row: check the variant against the reference, then profile, time, measure.
 
@@ -224,7 +227,9 @@ def measure(
     )
 
 
-def start_document(settings: Settings, command: str, measured_peaks: dict | None = None) -> dict:
+def start_document(
+    settings: Settings, command: str, measured_peaks: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A results document with provenance, settings and peaks, and no rows yet.
 
     ``measured_peaks`` (from :func:`attention.bench.peaks.measure_peaks`) go into ``peaks``; on a
@@ -241,9 +246,10 @@ def start_document(settings: Settings, command: str, measured_peaks: dict | None
 
 
 def run_sweep(
-    settings: Settings, command: str, measured_peaks: dict | None = None, doc: dict | None = None,
+    settings: Settings, command: str, measured_peaks: dict[str, Any] | None = None,
+    doc: dict[str, Any] | None = None,
     save: Callable[[], None] | None = None, deadline: float | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Run the whole sweep and return the results document (see :mod:`attention.bench.schema`).
 
     ``command`` is the command line that asked for it, recorded with the results; a dtype in
@@ -255,7 +261,7 @@ def run_sweep(
     doc = doc if doc is not None else start_document(settings, command, measured_peaks)
     record, peaks, measured = doc["provenance"], doc["peaks"], measured_peaks or {}
     todo = work(settings)
-    rows: list[dict] = doc["results"]
+    rows: list[dict[str, Any]] = doc["results"]
     bar = tqdm(total=sum(len(v) for _, v in todo), disable=not settings.progress, unit="variant")
     for problem, variants in todo:
         if deadline is not None and time.monotonic() > deadline:

@@ -16,7 +16,7 @@ a backend this device lacks, ...); that reason is written into the results inste
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -94,7 +94,7 @@ class Built:
     forward: Callable[[], Tensor]
     out_proj: bool = True
     params: tuple[Tensor, ...] = ()
-    config: Callable[[], dict] | None = None  # what the kernels last ran with, for the row
+    config: Callable[[], dict[str, Any]] | None = None  # what the kernels last ran with
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,16 @@ in a send that has no receiver.
 
 import math
 import struct
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from .._checks import check_flags, check_qkv, check_scale
+
+if TYPE_CHECKING:
+    from .traffic import Traffic
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # The integers each rank contributes: ok (1, or 0 when its own input is malformed), then its shapes
@@ -27,7 +31,8 @@ FIELDS = ("ok", "function", "b", "h", "h_kv", "c", "d_k", "d_v", "dtype", "is_ca
 FUNCTIONS = ("ring_attention", "ulysses_attention")  # what each rank called: one for all
 
 
-OPEN_LOGS: list = []  # the Traffic logs of attention.distributed.traffic.count_traffic now open
+# the Traffic logs of attention.distributed.traffic.count_traffic now open
+OPEN_LOGS: list["Traffic"] = []
 
 
 def note(kind: str, nbytes: int) -> None:

@@ -98,7 +98,10 @@ def shard_sequence(x: Tensor, rank: int, world_size: int, sharding: Sharding = "
     return x.index_select(-2, positions.to(x.device))  # (..., c, d)
 
 
-def _runs(positions: Tensor) -> list[tuple[int, int, int]]:
+Run = tuple[int, int, int]  # first local row, last + 1, first position
+
+
+def _runs(positions: Tensor) -> list[Run]:
     """The contiguous runs of a shard: (first local row, last + 1, first position) for each."""
     breaks = [0, *((positions.diff() != 1).nonzero().flatten() + 1).tolist(), len(positions)]
     return [(lo, hi, int(positions[lo])) for lo, hi in zip(breaks, breaks[1:])]
@@ -107,7 +110,9 @@ def _runs(positions: Tensor) -> list[tuple[int, int, int]]:
 Tile = tuple[slice, slice, Tensor | None]
 
 
-def _tiles(q_runs: list, k_runs: list, is_causal: bool, device: torch.device) -> list[Tile]:
+def _tiles(
+    q_runs: list[Run], k_runs: list[Run], is_causal: bool, device: torch.device
+) -> list[Tile]:
     """The (query rows, key rows, mask) pairs of runs where some query sees some key; the mask
     (n_q, n_k) is None where every query sees every key. A zig-zag shard is two runs (one on rank
     N - 1, whose chunks N - 1 and N are adjacent), so a block splits into up to four tiles, of
@@ -170,7 +175,7 @@ class _Ring:
         self.next = global_rank(group, (self.rank + 1) % self.world)
         self.prev = global_rank(group, (self.rank - 1) % self.world)
 
-    def pass_on(self, block: Tensor, incoming: Tensor) -> list:
+    def pass_on(self, block: Tensor, incoming: Tensor) -> list[dist.Work]:
         """Post: send ``block`` to the next rank, receive ``incoming`` from the previous one."""
         note("p2p", block.numel() * block.element_size())
         ops = [dist.P2POp(dist.isend, block, self.next, self.group),
@@ -178,7 +183,7 @@ class _Ring:
         return dist.batch_isend_irecv(ops)
 
 
-def _wait(requests: list) -> None:
+def _wait(requests: list[dist.Work]) -> None:
     for request in requests:
         request.wait()
 
@@ -226,7 +231,7 @@ class _RingAttentionBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,  # type: ignore[override]
-                positions: list[Tensor], runs: list, is_causal: bool, scale: float,
+                positions: list[Tensor], runs: list[list[Run]], is_causal: bool, scale: float,
                 group: dist.ProcessGroup | None) -> tuple[Tensor, Tensor, Tensor]:
         ring = _Ring(group)
         acc, d_k = out.dtype, k.shape[-1]
@@ -236,7 +241,7 @@ class _RingAttentionBackward(torch.autograd.Function):
         block = torch.cat([k, v], dim=-1).contiguous()  # (b, h_kv, c, d_k + d_v)
         grads = torch.zeros(block.shape, dtype=acc, device=block.device)  # dK, dV so far of the block held
         arriving = grads  # the accumulator in flight from the previous rank
-        pending: list = []  # the requests of its transfer
+        pending: list[dist.Work] = []  # the requests of its transfer
         for step in range(ring.world):
             source = (ring.rank - step) % ring.world
             requests, incoming = [], None
