@@ -87,7 +87,7 @@ the exact answer rounded once, which forming D from the unrounded O gives
 """
 
 import math
-from typing import Literal, TypedDict, Unpack, overload
+from typing import Any, Literal, NoReturn, TypedDict, Unpack, overload
 
 import torch
 from torch import Tensor
@@ -322,7 +322,10 @@ class _FlashAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, query, key, value, sinks, scale, tiles, blocks):  # type: ignore[override]
+    def forward(
+        ctx: Any, query: Tensor, key: Tensor, value: Tensor, sinks: Tensor | None, scale: float,
+        tiles: Tiles, blocks: tuple[int, int],
+    ) -> tuple[Tensor, Tensor]:
         out, lse = _flash_forward(query, key, value, sinks, scale, tiles, blocks)
         ctx.save_for_backward(query, key, value, out, lse, sinks)
         ctx.scale, ctx.tiles, ctx.blocks = scale, tiles, blocks
@@ -330,7 +333,9 @@ class _FlashAttention(torch.autograd.Function):
         return out.to(query.dtype), lse  # out rounded once (no copy when the dtypes agree)
 
     @staticmethod
-    def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
+    def backward(
+        ctx: Any, grad_out: Tensor | None, grad_lse: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
         if grad_out is None and grad_lse is None:  # no gradient reached either output
             return None, None, None, None, None, None, None
         query, key, value, out, lse, sinks = ctx.saved_tensors
@@ -353,13 +358,14 @@ class _FlashAttentionBackward(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore
-        ctx, grad_out, grad_lse, query, key, value, out, lse, sinks, *args
-    ):
+    def forward(
+        ctx: Any, grad_out: Tensor, grad_lse: Tensor | None, query: Tensor, key: Tensor,
+        value: Tensor, out: Tensor, lse: Tensor, sinks: Tensor | None, *args: Any,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         return _flash_backward(query, key, value, out, lse, sinks, grad_out, grad_lse, *args)
 
     @staticmethod
-    def backward(ctx, *grads):  # type: ignore[override]
+    def backward(ctx: Any, *grads: Tensor | None) -> NoReturn:
         raise RuntimeError(
             "flash_attention has first derivatives only: its tiled backward cannot be "
             "differentiated again; for second derivatives use scaled_dot_product_attention"

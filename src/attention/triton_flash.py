@@ -32,7 +32,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import torch
 from torch import Tensor
@@ -123,7 +123,8 @@ def triton_interpreter() -> Iterator[None]:
 
     interpreted: dict[object, Any] = {}
 
-    def call(self, *args, **kwargs):  # a @triton.jit function called from an interpreted kernel
+    # a @triton.jit function called from an interpreted kernel
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if self.fn not in interpreted:
             interpreted[self.fn] = InterpretedFunction(self.fn)
         return interpreted[self.fn](*args, **kwargs)
@@ -225,7 +226,9 @@ class _TritonFlashAttention(torch.autograd.Function):
     """Autograd wrapper: saves Q, K, V, O and lse (all O(t · d_h)), never the score matrix."""
 
     @staticmethod
-    def forward(ctx, query, key, value, sinks, call):  # type: ignore[override]
+    def forward(
+        ctx: Any, query: Tensor, key: Tensor, value: Tensor, sinks: Tensor | None, call: _Call
+    ) -> Tensor:
         forward = _kernels()[0].forward
         out, lse, config = forward(query, key, value, sinks, call.scale, call.causal,
                                    call.offset, call.window, call.blocks,
@@ -235,10 +238,10 @@ class _TritonFlashAttention(torch.autograd.Function):
         _last_configs["forward"] = config
         ctx.save_for_backward(query, key, value, out, lse, sinks)
         ctx.call = call
-        return out
+        return cast(Tensor, out)
 
     @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         query, key, value, out, lse, sinks = ctx.saved_tensors
         grads = _TritonFlashAttentionBackward.apply(grad_out, query, key, value, out, lse,
                                                     sinks, ctx.call)
@@ -253,17 +256,18 @@ class _TritonFlashAttentionBackward(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, grad_out, query, key, value, out, lse, sinks,  # type: ignore[override]
-                call):
+    def forward(ctx: Any, grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor,
+                out: Tensor, lse: Tensor, sinks: Tensor | None,
+                call: _Call) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         backward = _kernels()[1].backward
         grads, configs = backward(query, key, value, out, lse, grad_out, sinks, call.scale,
                                   call.causal, call.offset, call.window, call.blocks,
                                   call.deterministic, call.tuning.longest_first)
         _last_configs.update(configs)
-        return grads
+        return cast(tuple[Tensor, Tensor, Tensor, Tensor | None], grads)
 
     @staticmethod
-    def backward(ctx, *grads):  # type: ignore[override]
+    def backward(ctx: Any, *grads: Tensor | None) -> NoReturn:
         raise RuntimeError(
             "triton_flash_attention has first derivatives only: its backward kernels cannot be "
             "differentiated again; for second derivatives use scaled_dot_product_attention"
@@ -455,4 +459,4 @@ def triton_flash_attention(
         deterministic=bool(deterministic),
         tuning=options,
     )
-    return _TritonFlashAttention.apply(query, key, value, sinks, call)
+    return cast(Tensor, _TritonFlashAttention.apply(query, key, value, sinks, call))

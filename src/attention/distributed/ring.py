@@ -16,7 +16,7 @@ complete at the rank that owns the block.
 """
 
 import math
-from typing import cast
+from typing import Any, NoReturn, cast
 
 import torch
 import torch.distributed as dist
@@ -161,7 +161,7 @@ def _block_backward(q: Tensor, k: Tensor, v: Tensor, d_out: Tensor, lse: Tensor,
     d_s = p * (d_out @ v_all.transpose(-2, -1) - delta[..., None])  # (b, h, c_q, c_k)
     d_q = d_s @ k_all * scale  # (b, h, c_q, d_k)
     d_k = d_s.transpose(-2, -1) @ q * scale  # (b, h, c_k, d_k)
-    def fold(x):
+    def fold(x: Tensor) -> Tensor:
         return x.view(b, h_kv, groups, c_k, x.shape[-1]).sum(dim=2)  # (b, h_kv, c_k, d)
     return d_q, fold(d_k), fold(d_v)
 
@@ -190,8 +190,8 @@ def _wait(requests: list[dist.Work]) -> None:
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, positions: list[Tensor], is_causal: bool,
-                scale: float, group: dist.ProcessGroup | None) -> Tensor:
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, positions: list[Tensor],
+                is_causal: bool, scale: float, group: dist.ProcessGroup | None) -> Tensor:
         ring = _Ring(group)
         acc = accumulation_dtype(q.dtype)
         d_k = k.shape[-1]
@@ -218,7 +218,7 @@ class _RingAttention(torch.autograd.Function):
         return out.to(v.dtype)
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor):
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         grads = _RingAttentionBackward.apply(grad_out, *ctx.saved_tensors, ctx.positions, ctx.runs,
                                              ctx.is_causal, ctx.scale, ctx.group)
         return *grads, None, None, None, None
@@ -230,9 +230,9 @@ class _RingAttentionBackward(torch.autograd.Function):
     autograd cannot follow, so it would differentiate only this rank's part, silently."""
 
     @staticmethod
-    def forward(ctx, grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,  # type: ignore[override]
-                positions: list[Tensor], runs: list[list[Run]], is_causal: bool, scale: float,
-                group: dist.ProcessGroup | None) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(ctx: Any, grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                lse: Tensor, positions: list[Tensor], runs: list[list[Run]], is_causal: bool,
+                scale: float, group: dist.ProcessGroup | None) -> tuple[Tensor, Tensor, Tensor]:
         ring = _Ring(group)
         acc, d_k = out.dtype, k.shape[-1]
         q_acc, d_out = q.to(acc), grad_out.to(acc)
@@ -273,7 +273,7 @@ class _RingAttentionBackward(torch.autograd.Function):
         return d_q.to(q.dtype), d_kv[..., :d_k].to(k.dtype), d_kv[..., d_k:].to(v.dtype)
 
     @staticmethod
-    def backward(ctx, *grads):  # type: ignore[override]
+    def backward(ctx: Any, *grads: Tensor | None) -> NoReturn:
         raise RuntimeError(
             "ring_attention has first derivatives only: its backward passes dK and dV round the "
             "ring, which autograd cannot differentiate; for second derivatives gather the "
@@ -330,4 +330,4 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
                            refused=None if known else f"sharding must be one of {SHARDINGS}, got {sharding!r}")
     positions = shard_positions(lengths, sharding, q.device)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    return _RingAttention.apply(q, k, v, positions, is_causal, scale, group)
+    return cast(Tensor, _RingAttention.apply(q, k, v, positions, is_causal, scale, group))

@@ -14,6 +14,8 @@ gets its own copy of a key-value head, and k and v each move (N - 1) / h_kv of t
 h must be a multiple of N, and h_kv a multiple or a divisor of N.
 """
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -30,12 +32,12 @@ class _AllToAll(torch.autograd.Function):
     the same exchange run backwards, itself differentiable: second derivatives go through it."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+    def forward(ctx: Any, x: Tensor, group: dist.ProcessGroup | None) -> Tensor:
         ctx.group = group
         return _exchange(x, group)
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return _AllToAll.apply(grad, ctx.group), None
 
 
@@ -114,7 +116,8 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
 
     def to_heads(x: Tensor, n: int, first: list[int]) -> Tensor:
         send = torch.stack([x[:, f:f + n] for f in first])  # (N, b, n, c, d): slot j for rank j
-        got = _AllToAll.apply(send, group)  # (N, b, n, c, d): slot i holds rank i's tokens
+        # (N, b, n, c, d): slot i holds rank i's tokens
+        got: Tensor = _AllToAll.apply(send, group)
         return got.permute(1, 2, 0, 3, 4).reshape(b, n, world * c, x.shape[-1])  # (b, n, t, d)
 
     q_heads = to_heads(q, heads, [j * heads for j in range(world)])  # (b, h / N, t, d_k)
@@ -124,5 +127,6 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
     out = F.scaled_dot_product_attention(q_heads, k_heads[:, serve], v_heads[:, serve],
                                          is_causal=is_causal, scale=scale)  # (b, h / N, t, d_v)
     send = out.view(b, heads, world, c, -1).permute(2, 0, 1, 3, 4)  # (N, b, h / N, c, d_v)
-    got = _AllToAll.apply(send, group)  # (N, b, h / N, c, d_v): slot i holds rank i's heads
+    # (N, b, h / N, c, d_v): slot i holds rank i's heads
+    got: Tensor = _AllToAll.apply(send, group)
     return got.permute(1, 0, 2, 3, 4).reshape(b, h, c, -1)  # (b, h, c, d_v)
