@@ -18,6 +18,7 @@ model carry them, though only the cached run allocates that cache.
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -57,7 +58,7 @@ def measure_decode(
     torch.manual_seed(seed)
     model = TinyTransformer(**config).to(device).eval()
     prompt = torch.randint(config["vocab_size"], (1, prompt_tokens), device=device)  # (b, t)
-    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    sync: Callable[[], None] = torch.cuda.synchronize if device.type == "cuda" else lambda: None
     tokens = {}
     rows = []
     for use_cache in (False, True):

@@ -24,6 +24,7 @@ import socket
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
@@ -33,7 +34,7 @@ from unittest import mock
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import start_processes
 
 from .. import distributed as cp
 from ..distributed import ring as ring_module
@@ -55,7 +56,8 @@ METHOD = ("N forked processes on this machine, gloo over 127.0.0.1, one thread e
 def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _slowest(seconds: float) -> float:
@@ -64,7 +66,7 @@ def _slowest(seconds: float) -> float:
     return float(value)
 
 
-def _time(fn, repeats: int) -> list[float]:
+def _time(fn: Callable[[], object], repeats: int) -> list[float]:
     """The slowest rank's seconds for each of ``repeats`` calls, after one untimed call."""
     fn()
     times = []
@@ -77,9 +79,12 @@ def _time(fn, repeats: int) -> list[float]:
 
 
 @contextmanager
-def _local_copies():
+def _local_copies() -> Iterator[None]:
     """The ring with every transfer replaced by a copy: the same blocks computed, nothing sent."""
-    def pass_on(self, block, incoming):  # equal shards: the incoming block has the held one's shape
+    # equal shards: the incoming block has the held one's shape
+    def pass_on(
+        self: ring_module._Ring, block: torch.Tensor, incoming: torch.Tensor
+    ) -> list[dist.Work]:
         incoming.copy_(block)
         return []
 
@@ -87,7 +92,9 @@ def _local_copies():
         yield
 
 
-def _reference(q, k, v, positions) -> torch.Tensor:
+def _reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
     """float64 causal attention of this rank's queries over the whole sequence: (b, h, c, d_h)."""
     mask = torch.arange(k.shape[-2])[None, :] <= positions[:, None]  # (c, t)
     groups = q.shape[1] // k.shape[1]
@@ -120,8 +127,9 @@ def _worker(
         k, v = (torch.randn(b, h_kv, t, d_h) for _ in range(2))
         positions = ring_shards(t, world, sharding)[rank]
         mine = [cp.shard_sequence(x, rank, world, sharding).requires_grad_() for x in (q, k, v)]
-        fn = (lambda *a: cp.ring_attention(*a, is_causal=True, sharding=sharding)) if scheme == "ring" else \
-            (lambda *a: cp.ulysses_attention(*a, is_causal=True))
+        fn: Callable[..., torch.Tensor] = (
+            (lambda *a: cp.ring_attention(*a, is_causal=True, sharding=sharding))
+            if scheme == "ring" else (lambda *a: cp.ulysses_attention(*a, is_causal=True)))
         got = fn(*mine).detach()
         want = _reference(q[..., positions, :], k, v, positions)
         error = _slowest(float((got.double() - want).abs().max() / want.abs().max()))
@@ -136,10 +144,10 @@ def _worker(
                 rows.append(replace(row, status="failed", reason=f"relative error {error:.2e} > {TOLERANCE:.0e}"))
                 continue
             if pass_name == "forward":
-                def call():
+                def call() -> object:
                     return fn(*mine)
             else:
-                def call():
+                def call() -> object:
                     return fn(*mine).sum().backward()
             with torch.no_grad() if pass_name == "forward" else torch.enable_grad():
                 with cp.count_traffic() as traffic:
@@ -156,7 +164,7 @@ def _worker(
                 block = torch.cat([mine[1], mine[2]], dim=-1).detach().contiguous()  # (b, h_kv, c, 2 d_h)
                 ring = ring_module._Ring(None)
 
-                def transfers():
+                def transfers() -> None:
                     held = block
                     for _ in range(world - 1):
                         incoming = torch.empty_like(held)
@@ -187,7 +195,7 @@ def run_distributed(settings: Settings, world_sizes: tuple[int, ...] = WORLD_SIZ
     rows = []
     for world in world_sizes:
         with tempfile.TemporaryDirectory() as out:
-            mp.start_processes(_worker, args=(world, _port(), settings.repeats, settings.seed, shape, out),
-                               nprocs=world, start_method="fork")
+            start_processes(_worker, nprocs=world, start_method="fork",
+                            args=(world, _port(), settings.repeats, settings.seed, shape, out))
             rows += torch.load(Path(out) / "rows.pt")
     return rows

@@ -55,7 +55,8 @@ def document_lengths(t: int, n: int, seed: int) -> torch.Tensor:
     return torch.diff(torch.cat([torch.tensor([0]), cuts, torch.tensor([t])]))  # (n,)
 
 
-def _calls(q, k, v, lengths, device, compile_flex: bool) -> dict[str, Any]:
+def _calls(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
+           device: torch.device, compile_flex: bool) -> dict[str, Any]:
     """The four variants as functions of no arguments, for the packed q, k, v (1, h, t, d_h)."""
     t = q.shape[2]
     cu_seqlens = cu_seqlens_from_lengths(lengths)

@@ -18,6 +18,7 @@ files (one per sweep slice, say). Merging them gives the appendix one document p
 import argparse
 import datetime
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,8 @@ def _check_compatible(sources: list[tuple[str, dict[str, Any]]]) -> None:
 
 def _merge_keyed(
     entries: list[tuple[int, dict[str, Any]]], key: tuple[str, ...], what: str,
-    names: list[str], dates: list[str], prefer_newest: bool, measured=lambda entry: True,
+    names: list[str], dates: list[str], prefer_newest: bool,
+    measured: Callable[[dict[str, Any]], bool] = lambda entry: True,
 ) -> list[dict[str, Any]]:
     """Entries of all runs, one per key: a measured one beats an unmeasured one; two measured
     ones are an error unless ``prefer_newest``. Keeps the order in which keys first appear."""

@@ -20,12 +20,13 @@ recorded next to the datasheet's figures, which the appendix's percentages and r
 import functools
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .timing import time_cpu, time_cuda
+from .timing import Timing, time_cpu, time_cuda
 
 MATMUL_SIZES = (1024, 2048, 4096)
 GPU_MATMUL_SIZES = (4096, 8192, 16384)
@@ -46,7 +47,8 @@ def last_level_cache_bytes() -> int | None:
     return max(sizes) if sizes else None
 
 
-def _time(fn, device: torch.device, repeats: int, max_time: float, min_time: float = 0.2):
+def _time(fn: Callable[[], object], device: torch.device, repeats: int, max_time: float,
+          min_time: float = 0.2) -> Timing:
     fn()  # warm-up: first-touch page faults, thread pool start
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -61,7 +63,7 @@ def _time(fn, device: torch.device, repeats: int, max_time: float, min_time: flo
     return time_cpu(fn, estimate, repeats, min_time=min_time, max_time=max_time)
 
 
-def _wall(fn) -> float:
+def _wall(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start

@@ -218,9 +218,9 @@ def profiled_call(
     names, allocations, gpu_kernels = set(), [], 0
     for event in prof.profiler.kineto_results.events():
         if event.name() == "[memory]":
-            if event.device_type() == torch.autograd.DeviceType.CPU:
+            if event.device_type() == torch.profiler.DeviceType.CPU:
                 allocations.append((event.start_ns(), event.nbytes()))  # > 0 allocated, < 0 freed
-        elif event.device_type() == torch.autograd.DeviceType.CUDA:
+        elif event.device_type() == torch.profiler.DeviceType.CUDA:
             gpu_kernels += not event.name().startswith(("Memcpy", "Memset"))
         else:
             names.add(event.name())

@@ -9,12 +9,14 @@ whole sequence.
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import cast
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from ..ring import Sharding
 from . import ring_attention, shard_sequence, ulysses_attention
 
 
@@ -57,11 +59,13 @@ def main(argv: list[str] | None = None) -> None:
         want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
         want.square().sum().backward()  # a loss whose gradient is not constant
         grads = [cast(torch.Tensor, x.grad).clone() for x in (q, k, v)]  # filled by backward()
-        runs = [("ring", "contiguous", lambda *a, **kw: ring_attention(*a, sharding="contiguous", **kw)),
-                ("ring", "zigzag", lambda *a, **kw: ring_attention(*a, sharding="zigzag", **kw)),
-                ("ulysses", "contiguous", ulysses_attention)]
+        runs: list[tuple[str, Sharding, Callable[..., torch.Tensor]]] = [
+            ("ring", "contiguous",
+             lambda *a, **kw: ring_attention(*a, sharding="contiguous", **kw)),
+            ("ring", "zigzag", lambda *a, **kw: ring_attention(*a, sharding="zigzag", **kw)),
+            ("ulysses", "contiguous", ulysses_attention)]
         for scheme, sharding, fn in runs:
-            def part(x):
+            def part(x: torch.Tensor) -> torch.Tensor:
                 return shard_sequence(x.detach(), rank, world, sharding)  # (1, ., c, d_h)
             mine = [part(x).requires_grad_() for x in (q, k, v)]
             try:
@@ -71,7 +75,8 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             out.square().sum().backward()
             difference = max([float((out.detach() - part(want)).abs().max())]
-                             + [float((x.grad - part(g)).abs().max()) for x, g in zip(mine, grads)])
+                             + [float((cast(torch.Tensor, x.grad) - part(g)).abs().max())
+                                for x, g in zip(mine, grads)])
             lines.append(f"rank {rank}/{world} {dist.get_backend()}: {scheme:<7} {sharding:<10} "
                          f"causal={causal!s:<5} max |difference| from SDPA, output and gradients: {difference:.1e}")
     for turn in range(world):  # rank by rank, so that the lines of two ranks do not interleave
