@@ -83,7 +83,7 @@ class CausallyMasked(nn.Module):
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Self:
         before = self.mask
-        super()._apply(fn, recurse)
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
         if self.mask is not before:  # moved: its new memory holds nothing yet (to_empty)
             self.mask = ~causal_mask(self.context_length, device=self.mask.device)
         return self

@@ -43,7 +43,7 @@ class MemoryTracker(TorchDispatchMode):
     """
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it untyped
         self.current_bytes = 0
         self.peak_bytes = 0
         self.largest_bytes = 0

@@ -23,7 +23,8 @@ The tables are computed in float64 and returned in torch's default dtype (float3
 """
 
 import math
-from typing import cast
+from collections.abc import Callable
+from typing import Self, cast
 
 import torch
 from torch import Tensor, nn
@@ -212,6 +213,8 @@ class RotaryEmbedding(nn.Module):
                  [-1.3254,  0.9798,  0.4932,  1.0198]]])
     """
 
+    frequencies: Tensor
+
     def __init__(
         self,
         d_h: int,
@@ -253,10 +256,10 @@ class RotaryEmbedding(nn.Module):
             theta = self.scaling.frequencies(self.rotary_dim, self.base)  # (d_rot/2,) float64
         return theta.to(device)
 
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Self:
         """Every move of the module (``.to``, ``.cuda``, ``to_empty``) moves the frequencies, but
         a cast to float16 would round θ_i: they are recomputed in float64 on the new device."""
-        super()._apply(fn, recurse)
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
         self.frequencies = self._frequencies(self.frequencies.device)
         return self
 
