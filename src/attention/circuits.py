@@ -293,7 +293,7 @@ def ablate_heads(
         >>> ablated.blocks[0].attn.out_proj.weight[:, 2:].abs().sum().item()
         0.0
     """
-    expected = (len(model.blocks), model.num_heads, model.blocks[0].d_h)
+    expected = (len(model.blocks), model.num_heads, cast(TransformerBlock, model.blocks[0]).d_h)
     if means is not None and tuple(means.shape) != expected:
         raise ValueError(
             f"means must have shape (L, h, d_h) = {expected}, got {tuple(means.shape)}"
