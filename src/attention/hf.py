@@ -829,11 +829,11 @@ def _float_is_float64() -> Iterator[None]:
     transformers' RoPE rules then compute in float64 (they name float32 explicitly).
     """
     saved = torch.float
-    torch.float = torch.float32 = torch.float64  # type: ignore[misc]
+    torch.float = torch.float32 = torch.float64
     try:
         yield
     finally:
-        torch.float = torch.float32 = saved  # type: ignore[misc]
+        torch.float = torch.float32 = saved
 
 
 def _in_float64(forward: Callable[..., Any]) -> Callable[..., Any]:
