@@ -33,7 +33,7 @@ NOT_IMPORTED = {
     "pytest-xdist": "pytest plugin: pyproject.toml's addopts run the suite with -n 2 "
     "--dist loadgroup",
     "ruff": "a command: .ci/run runs `ruff check` (configured in pyproject.toml)",
-    "mypy": "a command: .ci/run type-checks the package, and tests/package/typed_usage.py with "
+    "mypy": "a command: .ci/run type-checks the package and tests/package/typed_usage.py with "
     "`mypy --strict`",
     "black": "mkdocstrings-python formats the API reference's signatures with it when installed",
 }
