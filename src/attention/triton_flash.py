@@ -32,7 +32,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 import torch
 from torch import Tensor
@@ -238,7 +238,7 @@ class _TritonFlashAttention(torch.autograd.Function):
         _last_configs["forward"] = config
         ctx.save_for_backward(query, key, value, out, lse, sinks)
         ctx.call = call
-        return cast(Tensor, out)
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
@@ -264,7 +264,7 @@ class _TritonFlashAttentionBackward(torch.autograd.Function):
                                   call.causal, call.offset, call.window, call.blocks,
                                   call.deterministic, call.tuning.longest_first)
         _last_configs.update(configs)
-        return cast(tuple[Tensor, Tensor, Tensor, Tensor | None], grads)
+        return grads
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> NoReturn:
@@ -459,4 +459,4 @@ def triton_flash_attention(
         deterministic=bool(deterministic),
         tuning=options,
     )
-    return cast(Tensor, _TritonFlashAttention.apply(query, key, value, sinks, call))
+    return _TritonFlashAttention.apply(query, key, value, sinks, call)

@@ -330,4 +330,4 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
                            refused=None if known else f"sharding must be one of {SHARDINGS}, got {sharding!r}")
     positions = shard_positions(lengths, sharding, q.device)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    return cast(Tensor, _RingAttention.apply(q, k, v, positions, is_causal, scale, group))
+    return _RingAttention.apply(q, k, v, positions, is_causal, scale, group)
