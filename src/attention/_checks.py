@@ -13,7 +13,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
-from typing import Any, Literal, TypedDict, TypeVar, get_args
+from typing import Any, Literal, TypedDict, TypeVar, cast, get_args
 
 import torch
 from torch import Size, Tensor
@@ -63,8 +63,8 @@ def renamed(**hints: str) -> Callable[[F], F]:
             return fn(*args, **kwargs)
 
         # which keywords are refused, for the API tests (each must say so under Raises)
-        call.refused_keywords = dict(hints)  # type: ignore[attr-defined]
-        return call  # type: ignore[return-value]
+        call.refused_keywords = dict(hints)  # type: ignore[attr-defined]  # set on a function
+        return cast(F, call)
 
     return wrap
 
@@ -103,12 +103,13 @@ def real_number(value: object) -> float | None:
     tensor, as torch's SDPA takes for its scale (not a bool, which torch reads as 0 or 1); else
     None."""
     if isinstance(value, Tensor):
-        real = value.dim() == 0 and value.dtype != torch.bool and not value.is_complex()
+        if value.dim() != 0 or value.dtype == torch.bool or value.is_complex():
+            return None
         value = value.detach()
-    else:
-        real = isinstance(value, Real) and not isinstance(value, bool)
+    elif not isinstance(value, Real) or isinstance(value, bool):
+        return None
     try:
-        number = float(value) if real else math.nan  # type: ignore[arg-type]
+        number = float(value)
     except (OverflowError, RuntimeError):  # an int past float's range; a tensor without data
         return None
     return number if math.isfinite(number) else None
@@ -359,12 +360,13 @@ def check_token_ids(x: Tensor, name: str, vocab_size: int | None = None) -> None
 def check_token_id(value: object, name: str, vocab_size: int) -> int:
     """One token id in [0, vocab_size), as an int: a Python or NumPy integer or a 0-d integer
     tensor, what ``torch.full`` takes (not a bool or a float, which it would round)."""
+    number = -1
     if isinstance(value, Tensor):
-        whole = value.dim() == 0 and value.device.type != "meta" and not (
-            value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
-    else:
-        whole = isinstance(value, Integral) and not isinstance(value, bool)
-    number = int(value) if whole else -1  # type: ignore[call-overload]
+        if value.dim() == 0 and value.device.type != "meta" and not (
+                value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+            number = int(value)
+    elif isinstance(value, Integral) and not isinstance(value, bool):
+        number = int(value)
     if not 0 <= number < vocab_size:
         raise ValueError(f"{name} must be a token id in [0, {vocab_size}), got {value!r}")
     return number

@@ -417,7 +417,7 @@ def delta_rule(
         True
     """
     g = torch.zeros_like(beta) if isinstance(beta, Tensor) else None  # gated_delta_rule checks
-    return gated_delta_rule(  # type: ignore[call-overload]
+    return gated_delta_rule(  # type: ignore[call-overload]  # a bool, not a Literal, here
         query, key, value, g, beta, form=form, chunk_size=chunk_size, scale=scale,
         initial_state=initial_state, output_final_state=output_final_state,
     )

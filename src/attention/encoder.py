@@ -189,7 +189,7 @@ class BidirectionalSelfAttention(CrossAttention):
                          device=device, dtype=dtype)
         self.d_in = d_in
 
-    @overload  # type: ignore[override]
+    @overload  # type: ignore[override]  # self-attention: no context, unlike CrossAttention
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None,
         return_weights: Literal[False] = False,

@@ -169,7 +169,7 @@ class Row(_Timed):
     gpu_kernels: int | None = None  # GPU kernels one call launched (counted on GPUs)
     # our Triton kernels: {kernel: [BLOCK_M, BLOCK_N, warps, stages]}. A bare dict, here and in
     # DecodeRow.config: from_json checks each field's type at run time and names it in errors.
-    kernel_config: dict | None = None  # type: ignore[type-arg]
+    kernel_config: dict | None = None  # type: ignore[type-arg]  # bare: see above
 
     @classmethod
     def from_json(cls, data: object, where: str = "row") -> Row:
