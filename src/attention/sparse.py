@@ -197,7 +197,10 @@ def block_topk_mask(
     own = block == position // block_size  # (t_q, T_k)
     forced = own | (block == 0) if keep_first else own
     allowed = block * block_size <= position if is_causal else torch.ones_like(own)
-    boosted = block_scores.masked_fill(forced, math.inf)  # forced blocks win every comparison
+    # forced blocks win every comparison: a +inf or NaN score (NaN ranks first in torch.topk)
+    # counts as the largest finite one, below the forced blocks' +inf
+    largest = torch.finfo(block_scores.dtype).max
+    boosted = block_scores.nan_to_num(largest, largest, -math.inf).masked_fill(forced, math.inf)
     rule = _selection_rule(_top(boosted, top_k, allowed), block_size)
     return and_masks(rule, causal_rule("bottom_right", t_q, t_k)) if is_causal else rule
 

@@ -70,6 +70,19 @@ def test_block_selection_keeps_the_own_and_first_block_and_no_later_one():
         assert (blocks[..., i, :].sum(dim=-1) == min(2, i // BLOCK + 1)).all()
 
 
+@pytest.mark.parametrize("score", [math.inf, math.nan])
+def test_block_selection_keeps_the_own_and_first_block_against_inf_and_nan_scores(score):
+    # The always-kept blocks were boosted to +inf: a block scoring +inf tied with them and a NaN
+    # (first in torch.topk's order) beat them, so a query lost its own block and itself.
+    scores = torch.zeros(B, H, T, T // BLOCK, dtype=torch.float64)
+    scores[..., 1] = score
+    mask = to_dense(sparse.block_topk_mask(scores, 2, BLOCK, keep_first=True), T, T, B, H)
+    blocks = mask.view(B, H, T, T // BLOCK, BLOCK).any(dim=-1)  # (b, h, t, T_k)
+    for i in range(T):
+        assert blocks[..., i, i // BLOCK].all() and blocks[..., i, 0].all()
+        assert mask[..., i, i].all(), f"query {i} does not see itself"
+
+
 def test_moba_keeps_the_own_block_and_the_earlier_blocks_with_the_best_mean_key():
     q, k, _ = qkv((B, H, T, D), seed=123)
     top, n_blocks = 2, T // BLOCK
