@@ -652,9 +652,9 @@ def nsa_mask(
         The mask rule.
 
     Raises:
-        ValueError: if query or key is not 4-d, they do not agree in dtype, device or width
-            d_k, they hold different numbers of tokens, B does not divide t, or top_k is not an
-            integer >= 2.
+        ValueError: if query or key is not 4-d, they do not agree in dtype, device, width d_k
+            or batch and heads (which broadcast), they hold different numbers of tokens, B does
+            not divide t, or top_k is not an integer >= 2.
 
     Examples:
         >>> q = k = torch.ones(1, 1, 4, 2)
@@ -666,6 +666,7 @@ def nsa_mask(
     """
     scale = check_scale(scale)
     _check_self_attention(query, key)  # the compressed branch puts query i at position i
+    check_batch_dims(("query", query), ("key", key))  # (b, h) broadcast, as in the matmul
     acc = accumulation_dtype(query.dtype)  # half precision would tie blocks that float32 ranks
     keys_c = _block_means(key.to(acc), block_size, "keys")  # (b, h, T, d_k)
     t, n_blocks = query.shape[-2], keys_c.shape[-2]

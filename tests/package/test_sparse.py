@@ -450,6 +450,14 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"leading dimensions of query, key and value must broadcast"):
             sparse.moba_attention(q, k[:1].repeat(B + 1, 1, 1, 1), v, block_size=BLOCK, top_k=2)
 
+    def test_nsa_mask_refuses_batches_and_heads_that_do_not_broadcast(self):
+        # The compressed scores' matmul ran first and raised torch's "size of tensor a (3) must
+        # match the size of tensor b (2)".
+        q, k, _ = qkv((B, H, T, D), seed=123)
+        with pytest.raises(ValueError, match=r"leading dimensions of query and key must broadcast, "
+                                             r"got \(2, 3\), \(2, 2\)"):
+            sparse.nsa_mask(q, k[:, :2], block_size=BLOCK, top_k=2)
+
     def test_selections_refuse_mixed_dtypes_before_scoring(self):
         # The block scores' matmul ran first and raised torch's "expected scalar type Double".
         q, k, v = qkv((B, H, T, D), seed=123)
