@@ -191,7 +191,7 @@ def block_topk_mask(
     if top_k < always:
         raise ValueError(f"top_k must be at least the {always} always-kept blocks, got {top_k}")
     t_q, n_blocks = block_scores.shape[-2:]
-    t_k = n_blocks * block_size
+    t_k = n_blocks * int(block_size)  # a Python int, as the causal rule takes (not NumPy's)
     position = torch.arange(t_q, device=block_scores.device)[:, None] + (t_k - t_q)  # (t_q, 1)
     block = torch.arange(n_blocks, device=block_scores.device)[None, :]  # (1, T_k)
     own = block == position // block_size  # (t_q, T_k)

@@ -3,6 +3,7 @@
 import math
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -81,6 +82,17 @@ def test_block_selection_keeps_the_own_and_first_block_against_inf_and_nan_score
     for i in range(T):
         assert blocks[..., i, i // BLOCK].all() and blocks[..., i, 0].all()
         assert mask[..., i, i].all(), f"query {i} does not see itself"
+
+
+def test_block_sizes_may_be_numpy_integers():
+    # check_sizes takes a NumPy integer, but t_k = T_k · B became one too, and the causal rule
+    # refused it: "t_k must be an integer >= 0, got np.int64(16)".
+    q, k, v = qkv((B, H, T, D), seed=123)
+    scores = torch.randn(T, T // BLOCK, dtype=torch.float64)
+    expected = to_dense(sparse.block_topk_mask(scores, 2, BLOCK), T, T)
+    assert torch.equal(to_dense(sparse.block_topk_mask(scores, 2, np.int64(BLOCK)), T, T), expected)
+    torch.testing.assert_close(sparse.moba_attention(q, k, v, block_size=np.int64(BLOCK), top_k=2),
+                               sparse.moba_attention(q, k, v, block_size=BLOCK, top_k=2))
 
 
 def test_moba_keeps_the_own_block_and_the_earlier_blocks_with_the_best_mean_key():
