@@ -274,7 +274,9 @@ class LightningIndexer(nn.Module):
         Unmasked: :func:`topk_mask` (or :func:`dsa_attention`) hides the later keys first.
 
         Raises:
-            ValueError: if x is not (b, t, d_in) or q_latent not (b, t, q_rank).
+            ValueError: if x is not (b, t, d_in) or q_latent not (b, t, q_rank), or cache is not
+                an :class:`IndexedLatentKVCache` holding the latents of these t tokens after
+                the indexed ones.
         """
         check_input(x, self.d_in, (3,), "x", "d_in")
         check_input(q_latent, self.q_rank, (3,), "q_latent", "q_rank")
@@ -284,6 +286,14 @@ class LightningIndexer(nn.Module):
         b, t, _ = x.shape
         h_i, d_i = self.index_heads, self.index_dim
         if cache is not None:
+            if not isinstance(cache, IndexedLatentKVCache):
+                raise ValueError(f"cache must be an IndexedLatentKVCache, got {type(cache).__name__}")
+            if cache.length != cache.index_length + t:
+                raise ValueError(
+                    f"cache must hold the latents of x's {t} tokens after its {cache.index_length} "
+                    f"indexed ones (append them first): {cache.index_length + t} latents, got "
+                    f"{cache.length}"
+                )
             start = cache.length - t  # the latents of these tokens are already appended
         queries = self.W_query(q_latent).view(b, t, h_i, d_i).transpose(1, 2)  # (b, h_I, t, d_I)
         queries = self.rotary(queries, start=start)

@@ -11,6 +11,7 @@ from _inputs import qkv
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from attention import sparse
+from attention.latent import LatentKVCache
 from attention.masks import dense_attention, sliding_window, to_dense
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -397,6 +398,22 @@ class TestBadInput:
             indexer(torch.randn(1, 5, 8), torch.randn(1, 4, 4))
         with pytest.raises(ValueError, match=r"x must be 3-d, got a 2-d tensor of shape \(5, 8\)"):
             indexer(torch.randn(5, 8), torch.randn(5, 4))
+
+    def test_the_indexer_needs_an_indexed_cache_holding_its_latents(self) -> None:
+        # start = cache.length - t came out negative: "start must be an integer >= 0, got -5",
+        # and a plain LatentKVCache had no append_index_keys (an AttributeError).
+        indexer = sparse.LightningIndexer(8, 4, 2, 4, 2)
+        x, c_q = torch.randn(1, 5, 8), torch.randn(1, 5, 4)
+        cache = sparse.IndexedLatentKVCache(1, 8, kv_rank=3, rope_dim=2, index_dim=4)
+        with pytest.raises(ValueError, match=r"cache must hold the latents of x's 5 tokens after "
+                                             r"its 0 indexed ones \(append them first\): 5 "
+                                             r"latents, got 0"):
+            indexer(x, c_q, cache=cache)
+        latent = LatentKVCache(1, 8, kv_rank=3, rope_dim=2)
+        latent.append(torch.zeros(1, 5, 3), torch.zeros(1, 5, 2))
+        with pytest.raises(ValueError, match=r"cache must be an IndexedLatentKVCache, got "
+                                             r"LatentKVCache"):
+            indexer(x, c_q, cache=latent)
 
     def test_index_keys_may_not_lag_the_latents_or_change_dtype(self) -> None:
         cache = sparse.IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
