@@ -99,7 +99,7 @@ def _check(
         raise ValueError(
             f"value must be (b={b}, h_v, t={t}, d_v), got shape {tuple(value.shape)}"
         )
-    if h_v % h_k != 0:
+    if (h_v % h_k if h_k else h_v) != 0:  # no key heads: no value heads either
         raise ValueError(f"value heads h_v must be a multiple of h_k={h_k}, got h_v={h_v}")
     check_qkv(query, key, value)  # floating point, one dtype, one device: every kernel's check
     for name, x in (("beta", beta), ("g", g)):  # beta first: delta_rule makes g from it

@@ -274,6 +274,8 @@ class TestBadInput:
         q, k, v, g, beta, s0 = _inputs()
         with pytest.raises(ValueError, match=r"value heads h_v must be a multiple of h_k=2, got h_v=3"):
             gated_delta_rule(q, k, v[:, :3], g[:, :3], beta[:, :3])
+        with pytest.raises(ValueError, match=r"value heads h_v must be a multiple of h_k=0, got h_v=4"):
+            gated_delta_rule(q[:, :0], k[:, :0], v, g, beta)  # h_v % h_k: a ZeroDivisionError
         with pytest.raises(ValueError, match=r"beta must have shape \(b, h_v, t\) = \(2, 4, 23\).*got \(2, 4, 22\)"):
             gated_delta_rule(q, k, v, g, beta[..., :-1])
         with pytest.raises(ValueError, match=r"initial_state must have shape.*got \(2, 4, 8, 5\)"):
@@ -397,6 +399,20 @@ def test_no_tokens_give_an_empty_output_and_keep_the_state(form):
     for out, state in runs:
         assert out.shape == (2, 4, 0, 6)
         torch.testing.assert_close(state, s0, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("form", ["recurrent", "parallel", "chunked"])
+def test_no_heads_give_an_empty_output(form):
+    """h_k = h_v = 0: (b, 0, t, d_v), as torch's SDPA gives for no heads (h_v % h_k raised a
+    ZeroDivisionError)."""
+    q, k, v, g, beta, _ = _inputs()
+    q, k, v, g, beta = q[:, :0], k[:, :0], v[:, :0], g[:, :0], beta[:, :0]
+    outs = [decayed_linear_attention(q, k, v, g, form=form)]
+    if form != "parallel":
+        outs += [gated_delta_rule(q, k, v, g, beta, form=form), delta_rule(q, k, v, beta, form=form)]
+    for out in outs:
+        assert out.shape == (2, 0, 23, 6)
+    assert delta_attention_matrix(q, k, g, beta).shape == (2, 0, 23, 23)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
