@@ -135,7 +135,7 @@ class GatedDeltaNet(nn.Module):
 
         Raises:
             ValueError: if x is not (b, t, d), or cache is not a :class:`DeltaState` of b
-                sequences.
+                sequences whose conv and state have this layer's shapes.
         """
         check_input(x, self.q_proj.in_features, (3,), "x", "d_model")
         if cache is not None and not isinstance(cache, DeltaState):
@@ -143,6 +143,13 @@ class GatedDeltaNet(nn.Module):
         if cache is not None and cache.conv is not None and cache.conv.shape[0] != x.shape[0]:
             raise ValueError(f"cache holds b={cache.conv.shape[0]} sequences, x has b={x.shape[0]}")
         b, t, _ = x.shape
+        if cache is not None:  # before the cache takes anything: a refused call leaves it as it was
+            conv_shape = (b, self.conv.in_channels, self.conv.kernel_size[0] - 1)
+            for name, shape in (("conv", conv_shape), ("state", (b, self.h_v, self.d_k, self.d_v))):
+                held = getattr(cache, name)
+                if held is not None and tuple(held.shape) != shape:
+                    raise ValueError(f"cache.{name} must have shape {shape} (a DeltaState of this "
+                                     f"layer), got {tuple(held.shape)}")
         if t == 0:  # nothing read: the cache, even a new one, stays as it was
             return self.out_proj(self.z_proj(x))  # (b, 0, d), in x's graph as a full call is
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # (b, t, ch)

@@ -108,6 +108,23 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"cache holds b=1 sequences, x has b=2"):
             layer(torch.randn(2, 1, 16), cache=cache)
 
+    def test_the_cache_must_come_from_a_layer_of_this_shape(self):
+        # A DeltaState of another layer failed inside torch.cat or view, and a state of the
+        # wrong shape was refused only after the cache had taken the new tokens' conv inputs.
+        layer = GatedDeltaNet(16, 2, 2, 4, 4)
+        cache = DeltaState()
+        GatedDeltaNet(16, 2, 2, 4, 4, conv_size=2)(torch.randn(1, 5, 16), cache=cache)
+        with pytest.raises(ValueError, match=r"cache\.conv must have shape \(1, 24, 3\) .*got "
+                                             r"\(1, 24, 1\)"):
+            layer(torch.randn(1, 1, 16), cache=cache)
+        cache = DeltaState()
+        layer(torch.randn(1, 5, 16), cache=cache)
+        conv, cache.state = cache.conv, cache.state[:, :1]
+        with pytest.raises(ValueError, match=r"cache\.state must have shape \(1, 2, 4, 4\) .*got "
+                                             r"\(1, 1, 4, 4\)"):
+            layer(torch.randn(1, 1, 16), cache=cache)
+        assert cache.conv is conv and cache.length == 5, "a refused call changed the cache"
+
     def test_x_must_be_b_t_d(self):
         layer = GatedDeltaNet(16, 2, 2, 4, 4)
         with pytest.raises(ValueError, match=r"x must have last dimension d_model=16, got 8"):
