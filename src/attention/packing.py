@@ -46,7 +46,7 @@ def _check_cu_seqlens(cu_seqlens: Tensor, total: int | None = None) -> None:
     valid = (
         isinstance(cu_seqlens, Tensor) and cu_seqlens.dim() == 1 and cu_seqlens.numel() >= 2
         and not cu_seqlens.is_floating_point() and cu_seqlens.dtype != torch.bool
-        and int(cu_seqlens[0]) == 0 and bool((cu_seqlens.diff() > 0).all())
+        and int(cu_seqlens[0]) == 0 and bool((cu_seqlens.long().diff() > 0).all())  # no wrap
         and (total is None or int(cu_seqlens[-1]) == total)
     )
     if not valid:

@@ -181,6 +181,9 @@ class TestBadInput:
         (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(3, 1, 2), torch.tensor([0, 4])),
          r"key and value must have the same number of tokens t_k, got 4 and 3"),
         (lambda: pack(torch.zeros(2, 2, 1), torch.tensor([3, 1])), r"t_max >= 3, got shape \(2, 2, 1\)"),
+        # uint8's diff wraps (100 - 200 = 156 > 0): it passed as rising, 356 ids for 100 tokens
+        (lambda: document_ids(torch.tensor([0, 200, 100], dtype=torch.uint8)),
+         r"rises strictly, got \[0, 200, 100\]"),
     ])
     def test_lengths_and_cu_seqlens_must_describe_the_packed_tokens(self, call, message):
         with pytest.raises(ValueError, match=message):
