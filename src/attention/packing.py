@@ -76,7 +76,7 @@ def cu_seqlens_from_lengths(lengths: Tensor) -> Tensor:
         tensor([0, 3, 5, 9], dtype=torch.int32)
     """
     _check_lengths(lengths)
-    total = int(lengths.sum())
+    total = sum(lengths.tolist())  # Python ints: an int64 sum could wrap below the bound
     if total > torch.iinfo(torch.int32).max:  # cu_seqlens are int32, as flash-attn's
         raise ValueError(f"the lengths must sum to at most 2**31 - 1 (int32), got {total}")
     return F.pad(torch.cumsum(lengths, dim=0, dtype=torch.int32), (1, 0))  # (n + 1,)

@@ -184,6 +184,9 @@ class TestBadInput:
         # uint8's diff wraps (100 - 200 = 156 > 0): it passed as rising, 356 ids for 100 tokens
         (lambda: document_ids(torch.tensor([0, 200, 100], dtype=torch.uint8)),
          r"rises strictly, got \[0, 200, 100\]"),
+        # the int64 sum wrapped to a negative total, under the int32 bound: cu_seqlens [0, 0, 0, 0]
+        (lambda: cu_seqlens_from_lengths(torch.tensor([2**62] * 3)),
+         r"lengths must sum to at most 2\*\*31 - 1 \(int32\), got 13835058055282163712"),
     ])
     def test_lengths_and_cu_seqlens_must_describe_the_packed_tokens(self, call, message):
         with pytest.raises(ValueError, match=message):
