@@ -33,7 +33,7 @@ __all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_
 def _check_lengths(lengths: Tensor) -> None:
     """Require a 1-d integer tensor of lengths >= 1."""
     if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.is_floating_point() or (
-        lengths.dtype == torch.bool
+        lengths.is_complex() or lengths.dtype == torch.bool
     ) or lengths.numel() == 0 or bool((lengths < 1).any()):
         got = lengths.tolist() if isinstance(lengths, Tensor) else lengths
         raise ValueError(
@@ -45,7 +45,8 @@ def _check_cu_seqlens(cu_seqlens: Tensor, total: int | None = None) -> None:
     """Require (n + 1,) integers that start at 0 and rise strictly (to ``total``, if given)."""
     valid = (
         isinstance(cu_seqlens, Tensor) and cu_seqlens.dim() == 1 and cu_seqlens.numel() >= 2
-        and not cu_seqlens.is_floating_point() and cu_seqlens.dtype != torch.bool
+        and not (cu_seqlens.is_floating_point() or cu_seqlens.is_complex())
+        and cu_seqlens.dtype != torch.bool
         and int(cu_seqlens[0]) == 0 and bool((cu_seqlens.long().diff() > 0).all())  # no wrap
         and (total is None or int(cu_seqlens[-1]) == total)
     )

@@ -187,6 +187,10 @@ class TestBadInput:
         # the int64 sum wrapped to a negative total, under the int32 bound: cu_seqlens [0, 0, 0, 0]
         (lambda: cu_seqlens_from_lengths(torch.tensor([2**62] * 3)),
          r"lengths must sum to at most 2\*\*31 - 1 \(int32\), got 13835058055282163712"),
+        # complex numbers are not floating point: torch's comparisons raised NotImplementedError
+        (lambda: cu_seqlens_from_lengths(torch.tensor([2 + 0j])),
+         r"lengths must be a non-empty 1-d integer.*got \[\(2\+0j\)\]"),
+        (lambda: document_ids(torch.tensor([0j, 2])), r"1-d integer tensor .* got \[0j, \(2\+0j\)\]"),
     ])
     def test_lengths_and_cu_seqlens_must_describe_the_packed_tokens(self, call, message):
         with pytest.raises(ValueError, match=message):
