@@ -14,6 +14,8 @@ is one sequence's view, with the ``length`` and ``append`` of every cache of
 :mod:`attention.kv_cache`.
 """
 
+from numbers import Integral
+
 import torch
 from torch import Tensor
 from torch.types import Device
@@ -81,7 +83,8 @@ class PagedKVCache:
         return seq
 
     def _check_sequence(self, seq: int) -> None:
-        if seq not in self.block_tables:
+        # an integer id: 0.0 and False hash as 0 and would find sequence 0
+        if isinstance(seq, bool) or not isinstance(seq, Integral) or seq not in self.block_tables:
             raise ValueError(
                 f"seq must be one of the sequences {sorted(self.block_tables)}, got {seq!r}"
             )

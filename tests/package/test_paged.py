@@ -128,6 +128,11 @@ class TestBadInput:
              r"keys must have shape \(b, h_kv, t, d_h\) = \(1, 1, t, 1\), got \(2, 1, 1, 1\)"),
             (lambda: _pool_with(1).gather(1), r"one of the sequences \[0\], got 1"),
             (lambda: _free_twice(), r"one of the sequences \[\], got 0"),
+            # ids are dict keys: 0.0 and False hashed as 0 and wrote into sequence 0; a list
+            # raised a TypeError (unhashable)
+            (lambda: _pool_with(1).gather(0.0), r"one of the sequences \[0\], got 0\.0"),
+            (lambda: _pool_with(1).gather(False), r"one of the sequences \[0\], got False"),
+            (lambda: _pool_with(1).free([0]), r"one of the sequences \[0\], got \[0\]"),
         ],
     )
     def test_sequences_must_exist_and_fit_the_pool(self, make: object, message: str) -> None:
