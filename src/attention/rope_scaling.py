@@ -33,6 +33,7 @@ queries and keys (1 except for YaRN). Pass one to ``RotaryEmbedding(..., scaling
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Literal, get_args
 
 import torch
@@ -77,10 +78,10 @@ def rope_frequencies(rotary_dim: int, base: float) -> Tensor:
 
 
 def _context(value: object) -> int:
-    """``value`` if it is an integer >= 1: a number of tokens."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """``value`` as an int if it is an integer >= 1 (a Python or NumPy one): a number of tokens."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ValueError(f"original_context must be an integer >= 1 (tokens), got {value!r}")
-    return value
+    return int(value)
 
 
 def _ramp_frequencies(

@@ -70,6 +70,16 @@ def test_a_numpy_base_or_factor_is_taken_as_a_float() -> None:
     assert rope.base == 10000.0 and torch.equal(rope.frequencies, RotaryEmbedding(8).frequencies)
 
 
+def test_a_numpy_original_context_is_taken_as_an_int() -> None:
+    # It was refused as "original_context must be an integer >= 1 (tokens), got np.int64(64)",
+    # where every size of the package (check_sizes) takes a NumPy integer.
+    for rule in (YaRNScaling(4.0, np.int64(64)), Llama3Scaling(8.0, np.int64(64)),
+                 DynamicNTKScaling(4.0, np.int64(64))):
+        assert rule.original_context == 64 and type(rule.original_context) is int
+    assert torch.equal(YaRNScaling(4.0, np.int64(64)).frequencies(8, 10000.0),
+                       YaRNScaling(4.0, 64).frequencies(8, 10000.0))
+
+
 @pytest.mark.parametrize("factor", [1.5, 4.0, 32.0])
 def test_position_interpolation_divides_every_frequency(factor: float) -> None:
     """Chen et al. (2023): f'(x, m) = f(x, m L / L'), position m read as m / factor."""
