@@ -31,7 +31,14 @@ from typing import Literal, TypedDict, Unpack, get_args, overload
 import torch
 from torch import Tensor
 
-from ._checks import accumulation_dtype, check_flags, check_qkv, check_scale, check_sizes
+from ._checks import (
+    accumulation_dtype,
+    check_flags,
+    check_qkv,
+    check_scale,
+    check_sizes,
+    shape_or_type,
+)
 
 __all__ = [
     "DELTA_FORMS",
@@ -86,8 +93,10 @@ def _check(
     """Shapes, dtypes and ranges of the inputs; ValueError naming expected and actual. g and
     beta may be None (not used) unless named in ``required``."""
     for name, tensor in (("query", query), ("key", key), ("value", value)):
-        if tensor.dim() != 4:
-            raise ValueError(f"{name} must be 4-d (b, h, t, d), got shape {tuple(tensor.shape)}")
+        if not isinstance(tensor, Tensor) or tensor.dim() != 4:
+            got = (f"shape {tuple(tensor.shape)}" if isinstance(tensor, Tensor)
+                   else type(tensor).__name__)
+            raise ValueError(f"{name} must be 4-d (b, h, t, d), got {got}")
     if query.shape != key.shape:
         raise ValueError(
             f"query and key must have one shape (b, h_k, t, d_k), got {tuple(query.shape)} "
@@ -466,10 +475,12 @@ def delta_attention_matrix(
                   [0., 0., 1.]]]])
     """
     scale = check_scale(scale)
-    if query.dim() != 4 or query.shape != key.shape:
+    if not (isinstance(query, Tensor) and isinstance(key, Tensor)) or (
+        query.dim() != 4 or query.shape != key.shape
+    ):
         raise ValueError(
-            f"query and key must be 4-d (b, h, t, d_k) of one shape, got {tuple(query.shape)} "
-            f"and {tuple(key.shape)}"
+            f"query and key must be 4-d (b, h, t, d_k) of one shape, got {shape_or_type(query)} "
+            f"and {shape_or_type(key)}"
         )
     value_like = key[..., :1]  # (b, h, t, 1): only its shape and dtype are used
     _check(query, key, value_like, g, beta, "recurrent", DELTA_FORMS, 1, None)

@@ -258,6 +258,17 @@ class TestBadInput:
             with pytest.raises(ValueError, match=rf"{name} must be a tensor \(b, h_v, t\), got NoneType"):
                 call()
 
+    def test_a_query_key_or_value_that_is_not_a_tensor_is_refused_by_name(self):
+        # x.dim() ran first: "'list' object has no attribute 'dim'"
+        q, k, v, g, beta, _ = _inputs()
+        with pytest.raises(ValueError, match=r"value must be 4-d \(b, h, t, d\), got list"):
+            gated_delta_rule(q, k, v.tolist(), g, beta)
+        with pytest.raises(ValueError, match=r"query must be 4-d \(b, h, t, d\), got list"):
+            decayed_linear_attention(q.tolist(), k, v, g)
+        with pytest.raises(ValueError, match=r"query and key must be 4-d \(b, h, t, d_k\) of one "
+                                             r"shape, got list and \(2, 2, 23, 8\)"):
+            delta_attention_matrix(q.tolist(), k)
+
     def test_positive_log_decay_is_refused(self):
         q, k, v, g, beta, _ = _inputs()
         with pytest.raises(ValueError, match=r"g is a log decay and must be.*got a maximum of 0\.5"):
