@@ -225,10 +225,9 @@ def varlen_attention(
     scale = check_scale(scale)
     cu_seqlens_k = cu_seqlens_q if cu_seqlens_k is None else cu_seqlens_k
     for name, x in (("query", query), ("key", key), ("value", value)):
-        if x.dim() != 3:
-            raise ValueError(
-                f"{name} must be (t, h, d) in the varlen layout, got shape {tuple(x.shape)}"
-            )
+        if not isinstance(x, Tensor) or x.dim() != 3:
+            got = f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be (t, h, d) in the varlen layout, got {got}")
     check_qkv(*(x.transpose(0, 1) for x in (query, key, value)))  # as (h, t, d): t_k, not h
     check_flags(enable_gqa=enable_gqa)
     h = query.shape[1]

@@ -191,6 +191,9 @@ class TestBadInput:
         (lambda: cu_seqlens_from_lengths(torch.tensor([2 + 0j])),
          r"lengths must be a non-empty 1-d integer.*got \[\(2\+0j\)\]"),
         (lambda: document_ids(torch.tensor([0j, 2])), r"1-d integer tensor .* got \[0j, \(2\+0j\)\]"),
+        # x.dim() ran first: "'list' object has no attribute 'dim'"
+        (lambda: varlen_attention([[[0.0]]], torch.zeros(1, 1, 1), torch.zeros(1, 1, 1), torch.tensor([0, 1])),
+         r"query must be \(t, h, d\) in the varlen layout, got list"),
     ])
     def test_lengths_and_cu_seqlens_must_describe_the_packed_tokens(self, call, message):
         with pytest.raises(ValueError, match=message):
