@@ -38,7 +38,7 @@ from .functional import additive_causal_mask, attention_weights
 from .inference import window_visible
 from .kv_cache import Cache, RollingKVCache
 from .norms import NormKind, make_norm
-from .positions import RotaryEmbedding
+from .positions import RotaryEmbedding, check_rotary
 
 __all__ = ["BlockAttention"]
 
@@ -114,7 +114,8 @@ class BlockAttention(FusedHeads):
 
     Raises:
         ValueError: if d_model or num_heads is not an integer >= 1, num_heads does not divide
-            d_model, dropout is outside [0, 1), qk_norm is unknown, or is_causal, bias or
+            d_model, dropout is outside [0, 1), qk_norm is unknown, rotary is not a
+            RotaryEmbedding of width d_model / num_heads (or None), or is_causal, bias or
             output_gate is not a bool.
 
     Examples:
@@ -147,8 +148,7 @@ class BlockAttention(FusedHeads):
         check_dropout(dropout)
         check_flags(is_causal=is_causal, bias=bias, output_gate=output_gate)
         d_h = d_model // num_heads
-        if rotary is not None and rotary.d_h != d_h:
-            raise ValueError(f"rotary must rotate heads of width d_h={d_h}, got d_h={rotary.d_h}")
+        check_rotary(rotary, d_h)
         self.d_model, self.num_heads, self.d_h = d_model, num_heads, d_h
         self.dropout, self.is_causal, self.rotary = dropout, is_causal, rotary
         factory = Factory(device=device, dtype=dtype)

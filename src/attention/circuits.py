@@ -91,13 +91,15 @@ def rotation_matrix(rotary: RotaryEmbedding, offset: int) -> Tensor:
         R_Δ (d_h, d_h) in float64.
 
     Raises:
-        ValueError: if offset is not an integer >= 0.
+        ValueError: if rotary is not a RotaryEmbedding or offset is not an integer >= 0.
 
     Examples:
         >>> rotation_matrix(RotaryEmbedding(2), 0)
         tensor([[1., 0.],
                 [0., 1.]], dtype=torch.float64)
     """
+    if not isinstance(rotary, RotaryEmbedding):
+        raise ValueError(f"rotary must be a RotaryEmbedding, got {type(rotary).__name__}")
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"offset must be an integer >= 0 (query i - key j), got {offset!r}")
     basis = torch.eye(rotary.d_h, dtype=torch.float64)[:, None, :]  # (d_h, 1, d_h): t = 1

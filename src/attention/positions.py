@@ -342,6 +342,17 @@ class RotaryEmbedding(nn.Module):
         return ", ".join(parts)
 
 
+def check_rotary(rotary: object, d_h: int, what: str = "heads") -> None:
+    """Require None or a :class:`RotaryEmbedding` that rotates ``what`` of width d_h (a layer's
+    ``rotary`` argument)."""
+    if rotary is None:
+        return
+    if not isinstance(rotary, RotaryEmbedding):
+        raise ValueError(f"rotary must be a RotaryEmbedding or None, got {type(rotary).__name__}")
+    if rotary.d_h != d_h:
+        raise ValueError(f"rotary must rotate {what} of width d_h={d_h}, got d_h={rotary.d_h}")
+
+
 def alibi_slopes(num_heads: int) -> Tensor:
     """The ALiBi slope m_η of each head η = 1 .. h (Press et al., 2022): shape (h,).
 

@@ -360,12 +360,13 @@ class IndexedLatentKVCache(LatentKVCache):
                 appended last, or overflows max_tokens.
         """
         b, _, width = self.index_keys.shape
-        if keys.dim() != 3 or (keys.shape[0], keys.shape[2]) != (b, width) or (
-            keys.dtype != self.index_keys.dtype
+        if not isinstance(keys, Tensor) or keys.dim() != 3 or (
+            (keys.shape[0], keys.shape[2]) != (b, width) or keys.dtype != self.index_keys.dtype
         ):
             raise ValueError(
                 f"keys must have shape (b, t, {width}) with b={b} and dtype "
-                f"{self.index_keys.dtype}, got {tuple(keys.shape)} and {keys.dtype}"
+                f"{self.index_keys.dtype}, got {shape_or_type(keys)}"
+                + (f" and {keys.dtype}" if isinstance(keys, Tensor) else "")
             )
         start, end = self.index_length, self.index_length + keys.shape[1]
         check_room(start, keys.shape[1], self.max_tokens)

@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.types import Device
 
 from .kv_cache import ModelKVCache, RollingKVCache, check_chunk
-from .positions import RotaryEmbedding
+from .positions import RotaryEmbedding, check_rotary
 from .rope_scaling import DynamicNTKScaling
 from .transformer import TinyTransformer, TransformerBlock
 
@@ -60,7 +60,8 @@ class StreamingKVCache(RollingKVCache):
         device: device of the cache.
 
     Raises:
-        ValueError: if a size is out of range, or rotary rotates another width than d_h.
+        ValueError: if a size is out of range, or rotary is neither None nor a
+            RotaryEmbedding of width d_h.
 
     Examples:
         >>> cache = StreamingKVCache(1, 1, window=2, d_h=2, sinks=1, rotary=RotaryEmbedding(2))
@@ -76,8 +77,7 @@ class StreamingKVCache(RollingKVCache):
         device: Device = None,
     ) -> None:
         super().__init__(batch_size, num_kv_heads, window, d_h, None, dtype, device, sinks=sinks)
-        if rotary is not None and rotary.d_h != d_h:
-            raise ValueError(f"rotary must rotate keys of width d_h={d_h}, got d_h={rotary.d_h}")
+        check_rotary(rotary, d_h, "keys")
         if rotary is not None and isinstance(rotary.scaling, DynamicNTKScaling):
             raise ValueError(
                 "rotary must have fixed frequencies: with DynamicNTKScaling they change with the "
@@ -129,8 +129,8 @@ def streaming_cache(
         The per-layer caches, on the model's device and dtype.
 
     Raises:
-        ValueError: if the model's positions are learned, sinusoidal or ALiBi, window is not an
-            integer >= 1, or sinks is not an integer >= 0.
+        ValueError: if model is not a TinyTransformer, its positions are learned, sinusoidal or
+            ALiBi, window is not an integer >= 1, or sinks is not an integer >= 0.
 
     Examples:
         >>> model = TinyTransformer(8, 8, 2, 1, context_length=4, positions="rope")
@@ -140,6 +140,8 @@ def streaming_cache(
         >>> cache.length, logits.shape
         (6, torch.Size([1, 1, 8]))
     """
+    if not isinstance(model, TinyTransformer):
+        raise ValueError(f"model must be a TinyTransformer, got {type(model).__name__}")
     if model.positions not in ("rope", None):
         raise ValueError(
             f"model must use positions='rope' or None (positions within the cache), got "

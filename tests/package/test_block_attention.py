@@ -196,9 +196,13 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"attn_mask must be bool .* got torch.int64"):
             block(torch.randn(1, 4, 8), keep.long())
 
-    def test_rotary_must_rotate_heads_of_width_d_h(self) -> None:
-        with pytest.raises(ValueError, match=r"rotary must rotate heads of width d_h=4, got d_h=8"):
-            BlockAttention(8, 2, rotary=RotaryEmbedding(8))
+    @pytest.mark.parametrize(("rotary", "message"), [
+        (RotaryEmbedding(8), r"rotary must rotate heads of width d_h=4, got d_h=8"),
+        ("rope", r"rotary must be a RotaryEmbedding or None, got str"),  # was an AttributeError
+    ])
+    def test_rotary_must_be_a_rotary_embedding_of_width_d_h(self, rotary, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            BlockAttention(8, 2, rotary=rotary)
 
     @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(

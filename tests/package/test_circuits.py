@@ -144,6 +144,7 @@ class TestBadInput:
                 r"ov_circuit reads a head without an output gate.*got output_gate=True",
             ),
             (lambda: circuits.rotation_matrix(RotaryEmbedding(4), -1), r"offset must be an integer >= 0.*got -1"),
+            (lambda: circuits.rotation_matrix("rope", 0), r"rotary must be a RotaryEmbedding, got str"),
             (
                 lambda: circuits.composition_score(torch.ones(3, 4), torch.ones(3, 4)),
                 r"\(m, n\) and \(n, k\), got shapes \(3, 4\) and \(3, 4\)",

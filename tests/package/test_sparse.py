@@ -434,6 +434,8 @@ class TestBadInput:
                      torch.zeros(2, 1, 2, dtype=torch.float64))
         with pytest.raises(ValueError, match=r"keys must have shape \(b, t, 6\) with b=2.*got"):
             cache.append_index_keys(keys[..., :5])
+        with pytest.raises(ValueError, match=r"dtype torch\.float64, got list$"):  # AttributeError
+            cache.append_index_keys([[[0.0] * 6]])
 
     def test_top_k_below_one(self):
         with pytest.raises(ValueError, match=r"top_k must be at least 1, got 0"):

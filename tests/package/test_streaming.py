@@ -183,6 +183,9 @@ class TestBadInput:
             (lambda: streaming_cache(_model(1), 1, 0, 1), r"window must be at least 1, got 0"),
             (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(4)),
              r"rotary must rotate keys of width d_h=8, got d_h=4"),
+            (lambda: StreamingKVCache(1, 2, 4, 8, 1, "rope"),
+             r"rotary must be a RotaryEmbedding or None, got str"),
+            (lambda: streaming_cache("m", 1, 4), r"model must be a TinyTransformer, got str"),
             (lambda: StreamingKVCache(1, 2, 4, 8, 1, RotaryEmbedding(8, scaling=DynamicNTKScaling(
                 2.0, 4))), r"rotary must have fixed frequencies"),
         ],
