@@ -6,6 +6,7 @@ compiling it costs seconds per call on a CPU, and the benchmark times the compil
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -279,6 +280,16 @@ def test_block_sparsity_with_a_pair_of_block_sizes_is_the_block_mask():
     block_mask = create_block_mask(M.causal(), None, None, t_q, t_k, device="cpu", BLOCK_SIZE=(2, 4))
     assert torch.equal((kinds == 1).sum(-1), block_mask.kv_num_blocks[0, 0].long())
     assert torch.equal((kinds == 2).sum(-1), block_mask.full_kv_num_blocks[0, 0].long())
+
+
+def test_counts_may_be_numpy_integers_as_sizes_may():
+    # check_sizes took np.int64 and check_counts refused it: "num_sinks must be an integer >= 0,
+    # got np.int64(2)", a message that named an integer.
+    n, t = np.int64(2), np.int64(5)
+    assert torch.equal(M.to_dense(M.sinks(n), t, t), M.to_dense(M.sinks(2), 5, 5))
+    assert torch.equal(M.to_dense(M.prefix_lm(n), t, t), M.to_dense(M.prefix_lm(2), 5, 5))
+    assert torch.equal(causal_mask(n, t), causal_mask(2, 5))
+    assert torch.equal(sliding_window_mask(n, t, 2), sliding_window_mask(2, 5, 2))
 
 
 def test_dense_attention_scale_multiplies_the_scores():
