@@ -383,7 +383,9 @@ class DynamicNTKScaling(_Stretch):
         if isinstance(length, bool) or not isinstance(length, int) or length < 0:
             raise ValueError(f"length must be an integer >= 0 (tokens), got {length!r}")
         length = max(length, self.original_context)
-        return self.factor * length / self.original_context - (self.factor - 1)
+        # κ (t - t_train) / t_train + 1, the same number without subtracting κ t / t_train and
+        # κ - 1: their difference cancelled to 0 for a large κ, and κ_t = 0 was refused
+        return self.factor * (length - self.original_context) / self.original_context + 1.0
 
     def frequencies(self, rotary_dim: int, base: float, length: int = 0) -> Tensor:
         """NTK-aware θ'_i for the factor κ_t, t = ``length``: shape (rotary_dim/2,), float64."""

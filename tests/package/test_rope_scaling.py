@@ -223,6 +223,15 @@ def test_dynamic_ntk_scaling_is_what_transformers_computes(length: int) -> None:
     assert rule.stretch(length) == max(1.0, 4.0 * length / 64 - 3.0)
 
 
+def test_dynamic_ntk_scaling_with_a_large_factor_is_still_one_within_training() -> None:
+    # κ t / t_train - (κ - 1) cancelled to 0.0 at t = t_train for κ = 1e300, and the rule
+    # refused its own stretch: "factor must be a finite number >= 1, got 0.0".
+    rule = DynamicNTKScaling(1e300, original_context=64)
+    assert rule.stretch(64) == 1.0 and rule.stretch(65) == 1e300 / 64 + 1.0
+    torch.testing.assert_close(rule.frequencies(8, 10000.0, 64),
+                               rope_frequencies(8, 10000.0), rtol=1e-15, atol=0)
+
+
 def test_shift_turns_rotated_vectors_further_without_the_attention_factor() -> None:
     """R_p R_δ = R_(p+δ): shifting a rotated key by δ is rotating it at p + δ, factor once."""
     rope = RotaryEmbedding(16, rotary_dim=8, scaling=YaRNScaling(4.0, 64))
