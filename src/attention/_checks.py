@@ -164,6 +164,16 @@ def check_counts(**values: int) -> None:
             raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
 
 
+def check_cache(cache: object, name: str = "cache") -> None:
+    """Require a KV cache: what has a ``length`` and an ``append(keys, values)``, as a
+    ``KVCache``, a ``RollingKVCache`` or a ``PagedSequence`` has."""
+    if not (hasattr(cache, "length") and callable(getattr(cache, "append", None))):
+        raise ValueError(
+            f"{name} must be a KV cache with length and append (a KVCache, a RollingKVCache, "
+            f"...), got {type(cache).__name__}"
+        )
+
+
 def check_no_mask_or_cache(layer: str, attn_mask: object, cache: object) -> None:
     """Require neither a mask (or an additive bias such as ALiBi) nor a KV cache, for a ``layer``
     that replaces a block's attention and can use neither."""

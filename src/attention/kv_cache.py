@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from ._checks import check_counts, check_sizes
+from ._checks import check_cache, check_counts, check_sizes
 
 __all__ = ["KVCache", "ModelKVCache", "RollingKVCache", "kv_cache_bytes"]
 
@@ -303,7 +303,8 @@ class ModelKVCache:
         layers: the caches of the layers, in order.
 
     Raises:
-        ValueError: if layers is empty.
+        ValueError: if layers is not a list or tuple of at least one cache (each with the
+            ``length`` and ``append`` of a KV cache).
 
     Examples:
         >>> cache = ModelKVCache([KVCache(1, 2, 16, 4) for _ in range(3)])
@@ -312,8 +313,12 @@ class ModelKVCache:
     """
 
     def __init__(self, layers: list[KVCache | RollingKVCache]) -> None:
+        if not isinstance(layers, (list, tuple)):
+            raise ValueError(f"layers must be a list of caches, got {type(layers).__name__}")
         if not layers:  # its length and size are its first layer's
             raise ValueError(f"layers must hold at least one cache, got {layers!r}")
+        for i, cache in enumerate(layers):
+            check_cache(cache, f"layers[{i}]")
         self.layers = layers
 
     @property

@@ -108,6 +108,12 @@ class TestBadInput:
         [
             (lambda: RollingKVCache(1, 1, 2, 1, max_tokens=0), r"max_tokens must be at least 1, got 0"),
             (lambda: ModelKVCache([]), r"layers must hold at least one cache, got \[\]"),
+            # a string of as many characters as the model has layers reached the blocks, which
+            # raised an AttributeError ("'str' object has no attribute 'length'")
+            (lambda: ModelKVCache("ab"), r"layers must be a list of caches, got str"),
+            (lambda: ModelKVCache(KVCache(1, 1, 4, 1)), r"layers must be a list of caches, got KVCache"),
+            (lambda: ModelKVCache([KVCache(1, 1, 4, 1), 1]),
+             r"layers\[1\] must be a KV cache with length and append .*, got int"),
             (lambda: KVCache(1, 1, 4, 1).append([1.0], [1.0]), r"keys must be a tensor \(b, h_kv, t, d_h\), got list"),
             # (b, h_kv, t) with t = d_h would broadcast over d_h without the rank check
             (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 2), torch.ones(1, 2, 2)),
