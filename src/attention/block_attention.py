@@ -26,6 +26,7 @@ from ._checks import (
     Factory,
     additive_mask,
     check_attn_mask,
+    check_cache,
     check_dropout,
     check_flags,
     check_heads,
@@ -212,9 +213,12 @@ class BlockAttention(FusedHeads):
             SA(x) (b, t, d) and A (b, h, t, t_k).
 
         Raises:
-            ValueError: if x is not (b, t, d), or attn_mask is neither bool nor a float of
-                x's dtype or float32, or does not broadcast to (b, h, t, t_k).
+            ValueError: if x is not (b, t, d), attn_mask is neither bool nor a float of
+                x's dtype or float32, or does not broadcast to (b, h, t, t_k), or cache is
+                not a KV cache (with a ``length`` and an ``append``).
         """
+        if cache is not None:
+            check_cache(cache)
         queries, keys, values = self.heads(x)  # (b, h, t, d_h) each
         b, t, _ = x.shape
         start = 0 if cache is None else cache.length  # position of x's first token

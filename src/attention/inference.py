@@ -31,6 +31,7 @@ from ._checks import (
     Alignment,
     Factory,
     check_alignment,
+    check_cache,
     check_counts,
     check_dropout,
     check_flags,
@@ -208,10 +209,13 @@ class GroupedQueryAttention(nn.Module):
         sinks, if any).
 
         Raises:
-            ValueError: if x is not (b, t, d_in), or a :class:`~attention.RollingKVCache` has
-                another window or other sinks than the layer.
+            ValueError: if x is not (b, t, d_in), cache is not a KV cache (with a ``length``
+                and an ``append``), or a :class:`~attention.RollingKVCache` has another window
+                or other sinks than the layer.
         """
         check_input(x, self.d_in, ranks=(3,))
+        if cache is not None:
+            check_cache(cache)
         if isinstance(cache, RollingKVCache) and (cache.window, cache.sinks) != (
             self.window, self.sinks
         ):

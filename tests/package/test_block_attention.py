@@ -188,6 +188,12 @@ class TestBadInput:
                                              r"\(1, 2, 4, 4\), got shape \(5, 5\)"):
             block(torch.randn(1, 4, 8), torch.ones(5, 5, dtype=torch.bool))
 
+    @pytest.mark.parametrize("cache", ["kv", [1.0], 3])
+    def test_a_cache_must_have_length_and_append(self, cache) -> None:
+        # was an AttributeError: 'str' object has no attribute 'length'
+        with pytest.raises(ValueError, match=r"cache must be a KV cache with length and append"):
+            BlockAttention(8, 2, is_causal=True)(torch.randn(1, 4, 8), cache=cache)
+
     @pytest.mark.parametrize("is_causal", [False, True])
     def test_an_integer_mask_is_refused(self, is_causal):
         """An int 0/1 mask was added to the scores of a causal block and refused otherwise."""

@@ -241,6 +241,9 @@ class TestBadInput:
             (lambda: _fill(_gqa(2), RollingKVCache(1, 2, 2, 2, dtype=torch.float64), 1),
              r"window=None and sinks=0, got window=2"),
             (lambda: GroupedQueryAttention(6, 8, 4, 2, sinks=1), r"sinks=1 needs a window.*got None"),
+            # was an AttributeError: 'str' object has no attribute 'length'
+            (lambda: _gqa(2)(torch.randn(1, 3, 6, dtype=torch.float64), cache="kv"),
+             r"cache must be a KV cache with length and append .*, got str"),
             (lambda: GroupedQueryAttention(6, 8, 4, 2, window=2, sinks=-1),
              r"sinks must be an integer.*got -1"),
             (lambda: _fill(_sink_gqa(2, 2, 1), _gqa(2, 2).new_cache(1, 4), 1),
