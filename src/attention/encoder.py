@@ -137,6 +137,9 @@ class CrossAttention(nn.Module):
             )
         attn_mask = None
         if key_padding_mask is not None:
+            if not isinstance(key_padding_mask, Tensor):
+                raise ValueError(f"key_padding_mask must be a bool tensor of shape (b, t_k) = "
+                                 f"{(b, t_k)} or None, got {type(key_padding_mask).__name__}")
             if key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (b, t_k):
                 raise ValueError(
                     f"key_padding_mask must be a bool tensor of shape (b, t_k) = {(b, t_k)}, "

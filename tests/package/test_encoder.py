@@ -198,6 +198,9 @@ class TestBadInput:
             module(torch.randn(2, 5, 4), key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
         with pytest.raises(ValueError, match=r"bool tensor.*got torch\.float32 of shape \(2, 5\)"):
             module(torch.randn(2, 5, 4), key_padding_mask=torch.zeros(2, 5))
+        # a list of flags raised an AttributeError ('list' object has no attribute 'dtype')
+        with pytest.raises(ValueError, match=r"bool tensor of shape \(b, t_k\) = \(2, 5\) or None, got list"):
+            module(torch.randn(2, 5, 4), key_padding_mask=[[False] * 5] * 2)
 
     def test_context_must_have_d_kv_and_the_querys_batch(self):
         module = CrossAttention(3, 5, 4, dropout=0.0, num_heads=2)
