@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_number, check_seed, check_sizes
+from ._checks import check_number, check_seed, check_sizes, shape_or_type
 from .transformer import TinyTransformer
 
 __all__ = [
@@ -28,6 +28,12 @@ __all__ = [
     "recall_data",
     "train_lm",
 ]
+
+
+def _check_model(model: object) -> None:
+    """Require a module (a function of token ids would have no parameters or mode)."""
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
 
 
 def train_lm(
@@ -56,8 +62,9 @@ def train_lm(
         The loss of each step, ``steps`` floats.
 
     Raises:
-        ValueError: if steps is not an integer >= 1, seed not an integer torch's generator takes
-            (-2**63 to 2**64 - 1), or lr not a finite number > 0.
+        ValueError: if model is not a torch.nn.Module, data is not callable, steps is not an
+            integer >= 1, seed not an integer torch's generator takes (-2**63 to 2**64 - 1),
+            or lr not a finite number > 0.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -66,6 +73,11 @@ def train_lm(
         >>> len(losses), losses[-1] < losses[0]
         (3, True)
     """
+    _check_model(model)
+    if not callable(data):
+        raise ValueError(
+            f"data must be a function of a torch.Generator, got {type(data).__name__}"
+        )
     check_sizes(steps=steps)
     check_seed(seed)
     check_number("lr", lr, 0.0, inclusive=False)
@@ -206,8 +218,8 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
         The accuracy, a float in [0, 1].
 
     Raises:
-        ValueError: if targets is not an integer tensor of the inputs' shape with a scored
-            entry.
+        ValueError: if model is not a torch.nn.Module, inputs is not a tensor, or targets is not
+            an integer tensor of the inputs' shape with a scored entry.
 
     Examples:
         >>> model = TinyTransformer(4, 8, 2, 1, context_length=6)  # n_vocab, d, h, L
@@ -215,6 +227,10 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
         >>> 0.0 <= next_token_accuracy(model, inputs, targets) <= 1.0
         True
     """
+    _check_model(model)
+    for name, ids in (("inputs", inputs), ("targets", targets)):
+        if not isinstance(ids, Tensor):
+            raise ValueError(f"{name} must be a tensor of token ids, got {shape_or_type(ids)}")
     if targets.is_floating_point():  # an id compared with a float would never be refused
         raise ValueError(f"targets must be integer ids, got {targets.dtype}")
     scored = targets != -100  # (b, t)
@@ -246,7 +262,8 @@ def head_scores(model: TinyTransformer, inputs: Tensor) -> tuple[Tensor, Tensor]
         (previous, induction), each (L, h).
 
     Raises:
-        ValueError: if no token of inputs occurs twice.
+        ValueError: if model is not a torch.nn.Module, inputs is not a tensor, or no token of
+            inputs occurs twice.
 
     Examples:
         >>> model = TinyTransformer(4, 8, 2, 1, context_length=6)  # n_vocab, d, h, L
@@ -254,6 +271,9 @@ def head_scores(model: TinyTransformer, inputs: Tensor) -> tuple[Tensor, Tensor]
         >>> previous.shape, induction.shape
         (torch.Size([1, 2]), torch.Size([1, 2]))
     """
+    _check_model(model)
+    if not isinstance(inputs, Tensor):
+        raise ValueError(f"inputs must be a tensor of token ids, got {shape_or_type(inputs)}")
     model.eval()
     _, all_weights = model(inputs, return_weights=True)
     attn = torch.stack(all_weights, dim=1)  # (b, L, h, t, t)

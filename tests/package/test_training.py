@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attention import TinyTransformer
-from attention.training import lookback_data, recall_data, train_lm
+from attention.training import head_scores, lookback_data, next_token_accuracy, recall_data, train_lm
 
 
 def test_recall_data_targets_are_each_keys_latest_value():
@@ -31,6 +31,28 @@ def test_train_lm_with_dropout_repeats_its_losses_and_leaves_torchs_generator_al
 
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
+
+    @pytest.mark.parametrize(
+        ("call", "message"),
+        [
+            # each raised an AttributeError ('str' object has no attribute 'parameters', 'eval')
+            (lambda m, x, y: train_lm("model", lambda g: (x, y), 1),
+             r"model must be a torch.nn.Module, got str"),
+            (lambda m, x, y: train_lm(m, "data", 1),  # a TypeError: 'str' object is not callable
+             r"data must be a function of a torch.Generator, got str"),
+            (lambda m, x, y: next_token_accuracy("model", x, y), r"model must be a torch.nn.Module, got str"),
+            (lambda m, x, y: next_token_accuracy(m, x, y.tolist()),
+             r"targets must be a tensor of token ids, got list"),
+            (lambda m, x, y: next_token_accuracy(m, x.tolist(), y),
+             r"inputs must be a tensor of token ids, got list"),
+            (lambda m, x, y: head_scores("model", x), r"model must be a torch.nn.Module, got str"),
+        ],
+    )
+    def test_models_and_ids_must_be_modules_and_tensors(self, call, message: str) -> None:
+        model = TinyTransformer(4, 8, 2, 1, context_length=6)
+        inputs, targets = lookback_data(2, 6, 4, torch.Generator().manual_seed(0))
+        with pytest.raises(ValueError, match=message):
+            call(model, inputs, targets)
 
     def test_recall_data_refuses_more_distinct_keys_than_pairs(self):
         with pytest.raises(ValueError, match=r"at most min\(num_pairs, num_keys\) distinct keys, got 5"):
