@@ -231,7 +231,8 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
     for name, ids in (("inputs", inputs), ("targets", targets)):
         if not isinstance(ids, Tensor):
             raise ValueError(f"{name} must be a tensor of token ids, got {shape_or_type(ids)}")
-    if targets.is_floating_point():  # an id compared with a float would never be refused
+    # an id compared with a float, a complex or a bool (read as 0 or 1) would never be refused
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
         raise ValueError(f"targets must be integer ids, got {targets.dtype}")
     scored = targets != -100  # (b, t)
     if targets.shape != inputs.shape or not scored.any():

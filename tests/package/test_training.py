@@ -46,6 +46,10 @@ class TestBadInput:
             (lambda m, x, y: next_token_accuracy(m, x.tolist(), y),
              r"inputs must be a tensor of token ids, got list"),
             (lambda m, x, y: head_scores("model", x), r"model must be a torch.nn.Module, got str"),
+            # scored as ids 0 and 1, and 0 + 0j ..., without a word
+            (lambda m, x, y: next_token_accuracy(m, x, y > 0), r"targets must be integer ids, got torch.bool"),
+            (lambda m, x, y: next_token_accuracy(m, x, y.to(torch.complex64)),
+             r"targets must be integer ids, got torch.complex64"),
         ],
     )
     def test_models_and_ids_must_be_modules_and_tensors(self, call, message: str) -> None:
