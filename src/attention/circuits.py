@@ -18,6 +18,7 @@ computed in float64.
 
 import copy
 from collections.abc import Iterable
+from numbers import Integral
 from typing import cast
 
 import torch
@@ -40,8 +41,9 @@ __all__ = [
 
 
 def _check_head(block: TransformerBlock, head: int) -> None:
-    """Require a head index 0 .. h - 1 of ``block``."""
-    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < block.num_heads:
+    """Require a head index 0 .. h - 1 of ``block`` (a Python or NumPy integer)."""
+    h = block.num_heads
+    if isinstance(head, bool) or not isinstance(head, Integral) or not 0 <= head < h:
         raise ValueError(f"head must be an integer in [0, {block.num_heads}), got {head!r}")
 
 
@@ -100,7 +102,7 @@ def rotation_matrix(rotary: RotaryEmbedding, offset: int) -> Tensor:
     """
     if not isinstance(rotary, RotaryEmbedding):
         raise ValueError(f"rotary must be a RotaryEmbedding, got {type(rotary).__name__}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+    if isinstance(offset, bool) or not isinstance(offset, Integral) or offset < 0:
         raise ValueError(f"offset must be an integer >= 0 (query i - key j), got {offset!r}")
     basis = torch.eye(rotary.d_h, dtype=torch.float64)[:, None, :]  # (d_h, 1, d_h): t = 1
     return rotary.shift(basis, offset)[:, 0, :]  # (d_h, d_h)
@@ -302,7 +304,7 @@ def ablate_heads(
         )
     ablated = copy.deepcopy(model)
     for layer, head in heads:
-        if isinstance(layer, bool) or not isinstance(layer, int) or not (
+        if isinstance(layer, bool) or not isinstance(layer, Integral) or not (
             0 <= layer < len(ablated.blocks)
         ):
             raise ValueError(f"layer must be in [0, {len(ablated.blocks)}), got {layer!r}")

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -127,6 +128,16 @@ def test_ablations_replace_a_head_s_context_by_zero_or_by_its_mean() -> None:
         hooked = _with_context_replaced(_tiny(), 1, 0, means[1, 0])
         torch.testing.assert_close(meaned, hooked(idx), atol=1e-12, rtol=0)
     assert not torch.allclose(zeroed, meaned) and not torch.allclose(zeroed, before)
+
+
+def test_heads_layers_and_offsets_may_be_numpy_integers() -> None:
+    # refused as "head must be an integer in [0, 2), got np.int64(1)", a message naming an integer
+    model, n = _tiny(), np.int64
+    block = model.blocks[1]
+    assert torch.equal(circuits.qk_circuit(block, n(1), n(3)), circuits.qk_circuit(block, 1, 3))
+    assert torch.equal(circuits.ov_circuit(block, n(1)), circuits.ov_circuit(block, 1))
+    ablated, expected = circuits.ablate_heads(model, [(n(1), n(0))]), circuits.ablate_heads(model, [(1, 0)])
+    assert torch.equal(ablated.blocks[1].attn.out_proj.weight, expected.blocks[1].attn.out_proj.weight)
 
 
 class TestBadInput:
