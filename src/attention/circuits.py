@@ -47,6 +47,12 @@ def _check_head(block: TransformerBlock, head: int) -> None:
         raise ValueError(f"head must be an integer in [0, {block.num_heads}), got {head!r}")
 
 
+def _check_offset(offset: int) -> None:
+    """Require Δ = i - j, an integer >= 0 (a Python or NumPy one)."""
+    if isinstance(offset, bool) or not isinstance(offset, Integral) or offset < 0:
+        raise ValueError(f"offset must be an integer >= 0 (query i - key j), got {offset!r}")
+
+
 def head_weights(block: TransformerBlock, head: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """W_q, W_k, W_v (d, d_h) and W_o (d_h, d) of one head, float64, as x W multiplies them.
 
@@ -102,8 +108,7 @@ def rotation_matrix(rotary: RotaryEmbedding, offset: int) -> Tensor:
     """
     if not isinstance(rotary, RotaryEmbedding):
         raise ValueError(f"rotary must be a RotaryEmbedding, got {type(rotary).__name__}")
-    if isinstance(offset, bool) or not isinstance(offset, Integral) or offset < 0:
-        raise ValueError(f"offset must be an integer >= 0 (query i - key j), got {offset!r}")
+    _check_offset(offset)
     basis = torch.eye(rotary.d_h, dtype=torch.float64)[:, None, :]  # (d_h, 1, d_h): t = 1
     return rotary.shift(basis, offset)[:, 0, :]  # (d_h, d_h)
 
@@ -136,6 +141,7 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
             f"qk_circuit reads a head without a QK-norm (a normalized query and key give a score "
             f"that no W_QK gives), got qk_norm={block.attn.qk_norm!r}"
         )
+    _check_offset(offset)  # without RoPE too, where it changes nothing
     w_q, w_k, _, _ = head_weights(block, head)  # (d, d_h) each
     rotary = block.attn.rotary
     rotate = rotation_matrix(rotary, offset) if rotary is not None else torch.eye(block.d_h)

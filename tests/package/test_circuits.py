@@ -156,6 +156,11 @@ class TestBadInput:
             ),
             (lambda: circuits.rotation_matrix(RotaryEmbedding(4), -1), r"offset must be an integer >= 0.*got -1"),
             (lambda: circuits.rotation_matrix("rope", 0), r"rotary must be a RotaryEmbedding, got str"),
+            # without RoPE the offset was never read, so any value passed
+            (lambda: circuits.qk_circuit(TransformerBlock(8, 2, 16), 0, offset=1.5),
+             r"offset must be an integer >= 0.*got 1\.5"),
+            (lambda: circuits.qk_circuit(TransformerBlock(8, 2, 16), 0, offset=float("nan")),
+             r"offset must be an integer >= 0.*got nan"),
             (
                 lambda: circuits.composition_score(torch.ones(3, 4), torch.ones(3, 4)),
                 r"\(m, n\) and \(n, k\), got shapes \(3, 4\) and \(3, 4\)",
