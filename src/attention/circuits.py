@@ -24,6 +24,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
+from ._checks import shape_or_type
 from .norms import norm_matrix
 from .positions import RotaryEmbedding
 from .transformer import TinyTransformer, TransformerBlock
@@ -40,8 +41,17 @@ __all__ = [
 ]
 
 
+def _check_matrix(name: str, matrix: object) -> None:
+    """Require a 2-d tensor."""
+    if not isinstance(matrix, Tensor) or matrix.dim() != 2:
+        raise ValueError(f"{name} must be a 2-d tensor, got {shape_or_type(matrix)}")
+
+
 def _check_head(block: TransformerBlock, head: int) -> None:
-    """Require a head index 0 .. h - 1 of ``block`` (a Python or NumPy integer)."""
+    """Require a TransformerBlock and a head index 0 .. h - 1 of it (a Python or NumPy
+    integer)."""
+    if not isinstance(block, TransformerBlock):
+        raise ValueError(f"block must be a TransformerBlock, got {type(block).__name__}")
     h = block.num_heads
     if isinstance(head, bool) or not isinstance(head, Integral) or not 0 <= head < h:
         raise ValueError(f"head must be an integer in [0, {block.num_heads}), got {head!r}")
@@ -67,7 +77,7 @@ def head_weights(block: TransformerBlock, head: int) -> tuple[Tensor, Tensor, Te
         (W_q, W_k, W_v, W_o), detached float64 copies.
 
     Raises:
-        ValueError: if head is not an integer in [0, h).
+        ValueError: if block is not a TransformerBlock or head is not an integer in [0, h).
 
     Examples:
         >>> block = TransformerBlock(4, 2, 8)
@@ -128,14 +138,15 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
         W_QK (d, d) in float64: x_i W_QK x_jᵀ is the score of query x_i against key x_j.
 
     Raises:
-        ValueError: if head is not an integer in [0, h), offset not an integer >= 0, or the
-            block normalizes its queries and keys (QK-norm): its scores are then no bilinear
-            form of the two tokens.
+        ValueError: if block is not a TransformerBlock, head is not an integer in [0, h),
+            offset not an integer >= 0, or the block normalizes its queries and keys
+            (QK-norm): its scores are then no bilinear form of the two tokens.
 
     Examples:
         >>> qk_circuit(TransformerBlock(4, 2, 8), head=0).shape
         torch.Size([4, 4])
     """
+    _check_head(block, head)
     if block.attn.qk_norm is not None:
         raise ValueError(
             f"qk_circuit reads a head without a QK-norm (a normalized query and key give a score "
@@ -159,13 +170,15 @@ def ov_circuit(block: TransformerBlock, head: int) -> Tensor:
         W_OV (d, d) in float64.
 
     Raises:
-        ValueError: if head is not an integer in [0, h), or the block gates its attention's
-            output: what a head writes then depends on the query token too.
+        ValueError: if block is not a TransformerBlock, head is not an integer in [0, h), or
+            the block gates its attention's output: what a head writes then depends on the
+            query token too.
 
     Examples:
         >>> ov_circuit(TransformerBlock(4, 2, 8), head=0).shape
         torch.Size([4, 4])
     """
+    _check_head(block, head)
     if block.attn.gate is not None:
         raise ValueError(
             "ov_circuit reads a head without an output gate (the gate, a function of the query "
@@ -190,14 +203,16 @@ def composition_score(first: Tensor, second: Tensor) -> float:
         The score, a float in [0, 1].
 
     Raises:
-        ValueError: if the two are not matrices whose product is defined, or one of them is 0
-            (the score is then 0 / 0).
+        ValueError: if the two are not matrices (2-d tensors) whose product is defined, or one
+            of them is 0 (the score is then 0 / 0).
 
     Examples:
         >>> composition_score(torch.eye(2), torch.eye(2))
         0.7071067811865475
     """
-    if first.dim() != 2 or second.dim() != 2 or first.shape[1] != second.shape[0]:
+    _check_matrix("first", first)
+    _check_matrix("second", second)
+    if first.shape[1] != second.shape[0]:
         raise ValueError(
             f"first and second must be matrices (m, n) and (n, k), got shapes "
             f"{tuple(first.shape)} and {tuple(second.shape)}"
@@ -224,12 +239,15 @@ def copying_score(matrix: Tensor) -> float:
         The score, a float in [-1, 1].
 
     Raises:
-        ValueError: if matrix is not square, or every eigenvalue is 0 (the score is then 0 / 0).
+        ValueError: if matrix is not a square tensor, or every eigenvalue is 0 (the score is
+            then 0 / 0).
 
     Examples:
         >>> copying_score(torch.diag(torch.tensor([3.0, -1.0])))
         0.5
     """
+    if not isinstance(matrix, Tensor):
+        raise ValueError(f"matrix must be a square tensor, got {type(matrix).__name__}")
     if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"matrix must be square, got shape {tuple(matrix.shape)}")
     eigenvalues = torch.linalg.eigvals(matrix.double())  # (n,), complex
@@ -240,6 +258,12 @@ def copying_score(matrix: Tensor) -> float:
             f"matrix): got sum |λ| = 0 over the {matrix.shape[0]} eigenvalues"
         )
     return (eigenvalues.sum().real / total).item()
+
+
+def _check_model(model: object) -> None:
+    """Require a TinyTransformer, whose blocks the hooks and the ablation reach."""
+    if not isinstance(model, TinyTransformer):
+        raise ValueError(f"model must be a TinyTransformer, got {type(model).__name__}")
 
 
 @torch.no_grad()
@@ -256,11 +280,15 @@ def head_output_means(model: TinyTransformer, inputs: Tensor) -> Tensor:
     Returns:
         The means (L, h, d_h).
 
+    Raises:
+        ValueError: if model is not a TinyTransformer, or as it raises for inputs.
+
     Examples:
         >>> model = TinyTransformer(5, 4, 2, 1, context_length=3)  # n_vocab, d, h, L
         >>> head_output_means(model, torch.tensor([[0, 1, 2]])).shape
         torch.Size([1, 2, 2])
     """
+    _check_model(model)
     model.eval()
     recorded: list[Tensor] = []
     hooks = [
@@ -294,8 +322,9 @@ def ablate_heads(
         The ablated copy.
 
     Raises:
-        ValueError: if means has another shape, a layer or head is out of range, or mean
-            ablation meets an ``out_proj`` without a bias.
+        ValueError: if model is not a TinyTransformer, means is not a tensor of the shape
+            above, a layer or head is out of range, or mean ablation meets an ``out_proj``
+            without a bias.
 
     Examples:
         >>> model = TinyTransformer(5, 4, 2, 1, context_length=3)  # n_vocab, d, h, L
@@ -303,10 +332,11 @@ def ablate_heads(
         >>> ablated.blocks[0].attn.out_proj.weight[:, 2:].abs().sum().item()
         0.0
     """
+    _check_model(model)
     expected = (len(model.blocks), model.num_heads, cast(TransformerBlock, model.blocks[0]).d_h)
-    if means is not None and tuple(means.shape) != expected:
+    if means is not None and shape_or_type(means) != expected:
         raise ValueError(
-            f"means must have shape (L, h, d_h) = {expected}, got {tuple(means.shape)}"
+            f"means must have shape (L, h, d_h) = {expected}, got {shape_or_type(means)}"
         )
     ablated = copy.deepcopy(model)
     for layer, head in heads:

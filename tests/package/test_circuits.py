@@ -156,6 +156,18 @@ class TestBadInput:
             ),
             (lambda: circuits.rotation_matrix(RotaryEmbedding(4), -1), r"offset must be an integer >= 0.*got -1"),
             (lambda: circuits.rotation_matrix("rope", 0), r"rotary must be a RotaryEmbedding, got str"),
+            # each raised an AttributeError ('str' object has no attribute 'num_heads', 'dim', ...)
+            (lambda: circuits.head_weights("block", 0), r"block must be a TransformerBlock, got str"),
+            (lambda: circuits.qk_circuit(_tiny(), 0), r"block must be a TransformerBlock, got TinyTransformer"),
+            (lambda: circuits.ov_circuit(None, 0), r"block must be a TransformerBlock, got NoneType"),
+            (lambda: circuits.composition_score([[1.0]], torch.eye(2)), r"first must be a 2-d tensor, got list"),
+            (lambda: circuits.composition_score(torch.eye(2), torch.ones(2)), r"second must be a 2-d tensor, got \(2,\)"),
+            (lambda: circuits.copying_score([[1.0]]), r"matrix must be a square tensor, got list"),
+            (lambda: circuits.head_output_means("model", torch.zeros(1, 2, dtype=torch.long)),
+             r"model must be a TinyTransformer, got str"),
+            (lambda: circuits.ablate_heads(_tiny().blocks[0], [(0, 0)]), r"model must be a TinyTransformer, got TransformerBlock"),
+            (lambda: circuits.ablate_heads(_tiny(), [(0, 0)], means=[0.0]),
+             r"means must have shape \(L, h, d_h\) = \(2, 2, 4\), got list"),
             # without RoPE the offset was never read, so any value passed
             (lambda: circuits.qk_circuit(TransformerBlock(8, 2, 16), 0, offset=1.5),
              r"offset must be an integer >= 0.*got 1\.5"),
