@@ -16,6 +16,7 @@ output projection, each 2 · b · t · d_in · d_out FLOPs forward (and twice th
 """
 
 from dataclasses import dataclass
+from numbers import Integral
 
 from ._checks import check_flags
 
@@ -23,8 +24,9 @@ BACKWARD_FACTOR = 2.5
 
 
 def _check_positive(**values: int) -> None:
+    """Require integers >= 1, NumPy's among them (the counts are computed in float)."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 

@@ -1,6 +1,7 @@
 """attention.flops: FLOP counts equal PyTorch's own count, device peaks and bandwidths are
 documented figures or unknown."""
 
+import numpy as np
 import pytest
 import torch
 from _inputs import NON_BOOLS, refuses_non_bool
@@ -64,6 +65,13 @@ def test_gpu_bandwidth_is_documented_or_unknown():
     assert set(GPU_BANDWIDTH) == set(GPU_PEAKS)  # every GPU with a peak has a bandwidth
     assert device_bandwidth("NVIDIA H100 80GB HBM3").bytes_per_s == 3.35e12  # the chapter's figure
     assert device_bandwidth("Intel(R) Xeon(R) Processor") is None
+
+
+def test_sizes_may_be_numpy_integers():
+    # refused as "b must be a positive integer, got np.int64(1)", a message naming an integer
+    n = np.int64
+    assert attention_flops(n(2), n(3), n(4), n(5)) == attention_flops(2, 3, 4, 5)
+    assert projection_flops(n(2), n(3), n(4), n(5)) == projection_flops(2, 3, 4, 5)
 
 
 class TestBadInput:
