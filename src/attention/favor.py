@@ -45,7 +45,7 @@ def positive_random_features(x: Tensor, projection: Tensor) -> Tensor:
         phi(x) (..., t, m), positive.
 
     Raises:
-        ValueError: if projection is not (m, d_k) with x's d_k.
+        ValueError: if x is not a tensor, or projection is not a tensor (m, d_k) with x's d_k.
 
     Examples:
         >>> psi = random_projection(4096, 2, False, torch.Generator().manual_seed(0))  # N(0, I) rows
@@ -54,10 +54,13 @@ def positive_random_features(x: Tensor, projection: Tensor) -> Tensor:
         >>> round(estimate.item(), 2), round(math.exp(0.25), 2)  # the estimate and exp(x . y)
         (1.27, 1.28)
     """
-    if projection.dim() != 2 or projection.shape[1] != x.shape[-1]:
+    if not isinstance(x, Tensor):
+        raise ValueError(f"x must be a torch.Tensor (..., t, d_k), got {type(x).__name__}")
+    if (not isinstance(projection, Tensor) or projection.dim() != 2
+            or projection.shape[1] != x.shape[-1]):
         raise ValueError(
             f"projection must have shape (m, d_k) with d_k={x.shape[-1]}, "
-            f"got {tuple(projection.shape)}"
+            f"got {shape_or_type(projection)}"
         )
     m = projection.shape[0]
     squared = (x * x).sum(dim=-1, keepdim=True) / 2  # (..., t, 1)

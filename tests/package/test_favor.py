@@ -207,6 +207,11 @@ class TestBadInput:
             favor_attention(q, k, v, num_features=8, seed=2**64)
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(4,\)"):
             positive_random_features(q, torch.randn(4))
+        # lists raised an AttributeError
+        with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got list"):
+            positive_random_features(q, [[0.0] * q.shape[-1]])
+        with pytest.raises(ValueError, match=r"x must be a torch\.Tensor \(\.\.\., t, d_k\), got list"):
+            positive_random_features([[0.5, 0.0]], torch.randn(4, 2))
 
     @pytest.mark.parametrize("orthogonal", [True, False])
     def test_projection_dtype_must_be_floating_point(self, orthogonal):
