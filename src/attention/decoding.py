@@ -67,11 +67,16 @@ def weights_read_per_token(model: nn.Module) -> int:
     Returns:
         The number of parameters read.
 
+    Raises:
+        ValueError: if ``model`` is not a ``torch.nn.Module``.
+
     Examples:
         >>> model = torch.nn.Sequential(torch.nn.Embedding(100, 8), torch.nn.Linear(8, 100))
         >>> weights_read_per_token(model)  # one row of 8, then 8 x 100 + 100
         908
     """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     total = sum(p.numel() for p in model.parameters())  # a shared parameter counts once
     multiplied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     tables = {id(m.weight): m for m in model.modules() if isinstance(m, nn.Embedding)}  # shared: one

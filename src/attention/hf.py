@@ -927,7 +927,7 @@ def upcast_transformers(model: nn.Module) -> nn.Module:
         ``model`` itself, changed in place.
 
     Raises:
-        ValueError: if ``model`` is not float64.
+        ValueError: if ``model`` is not a ``torch.nn.Module`` with float64 parameters.
 
     Examples:
         >>> from transformers import AutoConfig, AutoModelForCausalLM  # doctest: +SKIP
@@ -935,8 +935,12 @@ def upcast_transformers(model: nn.Module) -> nn.Module:
         ...                               num_attention_heads=2, intermediate_size=64)  # doctest: +SKIP
         >>> model = upcast_transformers(AutoModelForCausalLM.from_config(config).double())  # doctest: +SKIP
     """
-    if next(model.parameters()).dtype != torch.float64:
-        raise ValueError("model must be float64 (call model.double() first)")
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    first = next(model.parameters(), None)  # a model without parameters has no dtype
+    if first is None or first.dtype != torch.float64:
+        got = "no parameters" if first is None else first.dtype
+        raise ValueError(f"model must be float64 (call model.double() first), got {got}")
     for module in model.modules():
         name = type(module).__name__
         if name.endswith("RotaryEmbedding"):

@@ -170,3 +170,8 @@ class TestBadInput:
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
         with refuses_non_bool(flag, value):
             call(value)
+
+    def test_weights_read_per_token_model_must_be_a_module(self) -> None:
+        # a string raised an AttributeError ('str' object has no attribute 'parameters')
+        with pytest.raises(ValueError, match=r"model must be a torch\.nn\.Module, got str"):
+            weights_read_per_token("m")

@@ -324,5 +324,10 @@ class TestBadInput:
             ours(torch.tensor([[0, 64]]))
         with pytest.raises(ValueError, match=r"max_new_tokens.*got -1"):
             ours.generate(torch.zeros(1, 3, dtype=torch.long), -1)
-        with pytest.raises(ValueError, match="must be float64"):
+        with pytest.raises(ValueError, match=r"must be float64 .*, got torch\.float32"):
             upcast_transformers(_model(*CASES["gpt2"]).float())
+        # a string raised an AttributeError, a model without parameters a StopIteration
+        with pytest.raises(ValueError, match=r"model must be a torch\.nn\.Module, got str"):
+            upcast_transformers("m")
+        with pytest.raises(ValueError, match=r"must be float64 .*, got no parameters"):
+            upcast_transformers(torch.nn.ReLU())
