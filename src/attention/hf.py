@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import rope_scaling
-from ._checks import Factory, accumulation_dtype, check_counts, check_token_ids
+from ._checks import Factory, accumulation_dtype, check_counts, check_number, check_token_ids
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
 from .inference import cached_visible
@@ -339,6 +339,11 @@ class CausalLM(nn.Module):
         final_softcap: soft-capping of the logits, or None.
         name: the model type it was built from.
 
+    Raises:
+        ValueError: if embed is not an ``nn.Embedding``, norm or lm_head not an ``nn.Module``,
+            positions not None or a ``LearnedPositions``, embed_scale not a finite number > 0,
+            or final_softcap not None or a finite number > 0.
+
     Examples:
         >>> from transformers import AutoConfig, AutoModelForCausalLM  # doctest: +SKIP
         >>> config = AutoConfig.for_model("qwen3", num_hidden_layers=2, hidden_size=32,
@@ -354,6 +359,20 @@ class CausalLM(nn.Module):
         final_softcap: float | None = None, name: str = "",
     ) -> None:
         """Embedding, blocks, final norm and output projection."""
+        if not isinstance(embed, nn.Embedding):
+            raise ValueError(f"embed must be an nn.Embedding, got {type(embed).__name__}")
+        for module_name, module in (("norm", norm), ("lm_head", lm_head)):
+            if not isinstance(module, nn.Module):
+                raise ValueError(
+                    f"{module_name} must be a torch.nn.Module, got {type(module).__name__}"
+                )
+        if positions is not None and not isinstance(positions, LearnedPositions):
+            raise ValueError(
+                f"positions must be None or a LearnedPositions, got {type(positions).__name__}"
+            )
+        embed_scale = check_number("embed_scale", embed_scale, 0.0, inclusive=False)
+        if final_softcap is not None:  # c tanh(z / c): a negative c would act as -c
+            final_softcap = check_number("final_softcap", final_softcap, 0.0, inclusive=False)
         super().__init__()
         self.embed, self.positions, self.embed_scale = embed, positions, embed_scale
         self.blocks, self.norm, self.lm_head = nn.ModuleList(blocks), norm, lm_head

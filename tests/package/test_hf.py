@@ -243,6 +243,28 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"caches must be the list new_caches\(\) returns, got \[None"):
             ours(torch.tensor([[1, 2]]), [None] * len(ours.blocks))
 
+    @pytest.mark.parametrize(
+        ("option", "message"),
+        [
+            ({"embed": "e"}, r"embed must be an nn\.Embedding, got str"),
+            ({"norm": "n"}, r"norm must be a torch\.nn\.Module, got str"),
+            ({"lm_head": "h"}, r"lm_head must be a torch\.nn\.Module, got str"),
+            ({"positions": "p"}, r"positions must be None or a LearnedPositions, got str"),
+            ({"embed_scale": float("nan")}, r"embed_scale must be a finite number > 0, got nan"),
+            ({"embed_scale": "2"}, r"embed_scale must be a finite number > 0, got '2'"),
+            ({"final_softcap": -30.0}, r"final_softcap must be a finite number > 0, got -30\.0"),
+            ({"final_softcap": "30"}, r"final_softcap must be a finite number > 0, got '30'"),
+        ],
+    )
+    def test_causal_lm_parts_and_scales_must_be_valid(self, option: dict, message: str) -> None:
+        # an AttributeError or a TypeError came at the first call; NaN and a negative cap
+        # (c tanh(z / c) is the cap -c) passed
+        parts = {"embed": torch.nn.Embedding(8, 4), "blocks": [], "norm": torch.nn.LayerNorm(4),
+                 "lm_head": torch.nn.Linear(4, 8)}
+        parts.update(option)
+        with pytest.raises(ValueError, match=message):
+            CausalLM(**parts)
+
     def test_rope_scaling_the_book_lacks_is_refused(self) -> None:
         rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4,
                 "long_factor": [1.0] * 4, "original_max_position_embeddings": 16}
