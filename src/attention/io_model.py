@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Integral
 
 __all__ = [
     "IOCount",
@@ -76,7 +77,7 @@ class TwoLevelMemory:
         m_sram: capacity of the fast memory, in elements.
 
     Raises:
-        ValueError: if m_sram is not an integer >= 1.
+        ValueError: if m_sram is not an integer >= 1 (NumPy's are taken).
 
     Examples:
         >>> mem = TwoLevelMemory(m_sram=16)
@@ -88,8 +89,7 @@ class TwoLevelMemory:
     """
 
     def __init__(self, m_sram: int) -> None:
-        _check_positive("m_sram", m_sram)
-        self.m_sram = m_sram
+        self.m_sram = _check_positive("m_sram", m_sram)
         self.held: dict[str, int] = {}  # block name -> elements
         self.reads = 0
         self.writes = 0
@@ -102,17 +102,18 @@ class TwoLevelMemory:
             ValueError: as :meth:`allocate`.
         """
         self.allocate(name, rows, cols)
-        self.reads += rows * cols
+        self.reads += self.held[name]  # rows * cols, as Python ints
 
     def allocate(self, name: str, rows: int, cols: int) -> None:
         """Hold a (rows, cols) block computed in fast memory (an accumulator, a tile of scores).
 
         Raises:
-            ValueError: if rows or cols is not an integer >= 1, or the block is already held or
-                does not fit in m_sram.
+            ValueError: if name is not a str, rows or cols is not an integer >= 1, or the block
+                is already held or does not fit in m_sram.
         """
-        _check_positive("rows", rows)  # a negative block would count negative traffic
-        _check_positive("cols", cols)
+        _check_name(name)
+        rows = _check_positive("rows", rows)  # a negative block would count negative traffic
+        cols = _check_positive("cols", cols)
         if name in self.held:
             raise ValueError(f"block {name!r} is already held; free it first")
         used = sum(self.held.values()) + rows * cols
@@ -128,8 +129,9 @@ class TwoLevelMemory:
         """Write a held block to slow memory; it stays held.
 
         Raises:
-            ValueError: if the block is not held.
+            ValueError: if name is not a str or the block is not held.
         """
+        _check_name(name)
         if name not in self.held:
             raise ValueError(f"block {name!r} must be held to be stored; held: {sorted(self.held)}")
         self.writes += self.held[name]
@@ -138,9 +140,10 @@ class TwoLevelMemory:
         """Drop held blocks (no traffic: fast memory is simply reused).
 
         Raises:
-            ValueError: if a block is not held.
+            ValueError: if a name is not a str or a block is not held.
         """
         for name in names:
+            _check_name(name)
             if name not in self.held:
                 raise ValueError(f"block {name!r} must be held to be freed; held: {sorted(self.held)}")
             del self.held[name]
@@ -150,15 +153,23 @@ class TwoLevelMemory:
         return IOCount(self.reads, self.writes, self.peak)
 
 
-def _check_positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+def _check_positive(name: str, value: int) -> int:
+    """``value`` as a Python int if it is an integer >= 1, NumPy's among them: the counts
+    multiply sizes (t * t, rows * cols), which would overflow silently in int64."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
 
 
-def _check_sizes(t: int, d_h: int, m_sram: int) -> None:
-    _check_positive("t", t)
-    _check_positive("d_h", d_h)
-    _check_positive("m_sram", m_sram)
+def _check_sizes(t: int, d_h: int, m_sram: int) -> tuple[int, int, int]:
+    """(t, d_h, m_sram) as Python ints, each checked by :func:`_check_positive`."""
+    return _check_positive("t", t), _check_positive("d_h", d_h), _check_positive("m_sram", m_sram)
+
+
+def _check_name(name: object) -> None:
+    """Require a block name that is a str (a list is unhashable: no dict key)."""
+    if not isinstance(name, str):
+        raise ValueError(f"block name must be a str, got {name!r} of type {type(name).__name__}")
 
 
 def standard_blocks(t: int, d_h: int, m_sram: int) -> tuple[int, int]:
@@ -184,7 +195,7 @@ def standard_blocks(t: int, d_h: int, m_sram: int) -> tuple[int, int]:
         >>> standard_blocks(t=64, d_h=8, m_sram=256)
         (12, 8)
     """
-    _check_sizes(t, d_h, m_sram)
+    t, d_h, m_sram = _check_sizes(t, d_h, m_sram)
     block_k = min(t, d_h, m_sram // (2 * d_h))
     block_q = min(t, (m_sram - block_k * d_h) // (d_h + block_k)) if block_k >= 1 else 0
     needed = max(2 * d_h + 1, t)  # one row each of Q, K and S; one row of S for the softmax
@@ -217,7 +228,7 @@ def tiled_blocks(t: int, d_h: int, m_sram: int) -> tuple[int, int]:
         >>> tiled_blocks(t=64, d_h=8, m_sram=256)
         (4, 8)
     """
-    _check_sizes(t, d_h, m_sram)
+    t, d_h, m_sram = _check_sizes(t, d_h, m_sram)
     block_k = min(t, d_h, m_sram // (4 * d_h))
     block_q = min(t, (m_sram - 2 * block_k * d_h) // (2 * d_h + 2 + block_k)) if block_k >= 1 else 0
     if block_q < 1:
@@ -243,6 +254,7 @@ def standard_attention_io(t: int, d_h: int, m_sram: int) -> IOCount:
         >>> standard_attention_io(t=64, d_h=8, m_sram=256)
         IOCount(reads=14848, writes=8704, peak=256)
     """
+    t, d_h, m_sram = _check_sizes(t, d_h, m_sram)
     block_q, block_k = standard_blocks(t, d_h, m_sram)
     mem = TwoLevelMemory(m_sram)
     for q_start in range(0, t, block_q):  # 1. S = Q K^T
@@ -291,19 +303,24 @@ def tiled_attention_io(
         The reads, writes and peak of fast memory.
 
     Raises:
-        ValueError: if a size is not an integer >= 1, or the tiles do not fit in m_sram.
+        ValueError: if a size is not an integer >= 1, block_size not one or a pair of them, or
+            the tiles do not fit in m_sram.
 
     Examples:
         >>> tiled_attention_io(t=64, d_h=8, m_sram=256)
         IOCount(reads=16896, writes=576, peak=232)
     """
+    t, d_h, m_sram = _check_sizes(t, d_h, m_sram)
     if block_size is None:
         block_q, block_k = tiled_blocks(t, d_h, m_sram)
+    elif isinstance(block_size, tuple):
+        if len(block_size) != 2:
+            raise ValueError(f"block_size must be a positive int or a pair (B_q, B_k) of them, "
+                             f"got {block_size!r}")
+        block_q = _check_positive("block_size", block_size[0])
+        block_k = _check_positive("block_size", block_size[1])
     else:
-        _check_sizes(t, d_h, m_sram)
-        block_q, block_k = (block_size, block_size) if isinstance(block_size, int) else block_size
-        _check_positive("block_size", block_q)
-        _check_positive("block_size", block_k)
+        block_q = block_k = _check_positive("block_size", block_size)
     mem = TwoLevelMemory(m_sram)
     for q_start in range(0, t, block_q):
         rows = min(block_q, t - q_start)
@@ -347,8 +364,7 @@ def standard_io_formula(t: int, d_h: int, m_sram: int | None = None) -> int:
         >>> standard_io_formula(t=64, d_h=8, m_sram=256) == standard_attention_io(64, 8, 256).total
         True
     """
-    _check_positive("t", t)
-    _check_positive("d_h", d_h)
+    t, d_h = _check_positive("t", t), _check_positive("d_h", d_h)
     blocks_q = 1 if m_sram is None else math.ceil(t / standard_blocks(t, d_h, m_sram)[0])
     return 2 * t * d_h * (1 + blocks_q) + 4 * t * t
 
@@ -375,5 +391,6 @@ def tiled_io_formula(t: int, d_h: int, m_sram: int) -> int:
         >>> tiled_io_formula(t=64, d_h=8, m_sram=256) == tiled_attention_io(64, 8, 256).total
         True
     """
+    t, d_h, m_sram = _check_sizes(t, d_h, m_sram)
     blocks_q = math.ceil(t / tiled_blocks(t, d_h, m_sram)[0])
     return 2 * t * d_h * (1 + blocks_q) + t

@@ -1,6 +1,7 @@
 """The two-level IO model: exact counts on small cases worked out by hand, growth rates of
 Theorem 2 of Dao et al. (2022), the fast-memory limit, and where tiling stops paying."""
 
+import numpy as np
 import pytest
 
 from attention.io_model import (
@@ -117,6 +118,26 @@ def test_a_key_tile_never_has_more_rows_than_there_are_tokens():
     assert tiled_blocks(4, 8, 160) == (4, 4)
     assert tiled_attention_io(4, 8, 160) == IOCount(reads=96, writes=36, peak=152)
 
+def test_numpy_integers_are_taken_as_python_ints():
+    # np.int64 was refused everywhere ("t must be a positive int, got np.int64(64)"), and a
+    # block_size of one raised a TypeError; the counts come back as Python ints
+    i = np.int64
+    assert standard_blocks(i(64), i(8), i(256)) == standard_blocks(64, 8, 256)
+    assert tiled_blocks(i(64), i(8), i(256)) == tiled_blocks(64, 8, 256)
+    assert standard_attention_io(i(64), i(8), i(256)) == standard_attention_io(64, 8, 256)
+    assert tiled_attention_io(i(64), i(8), i(256)) == tiled_attention_io(64, 8, 256)
+    assert tiled_attention_io(64, 8, 256, block_size=i(2)) == tiled_attention_io(64, 8, 256, block_size=2)
+    assert (tiled_attention_io(64, 8, 256, block_size=(i(2), i(4)))
+            == tiled_attention_io(64, 8, 256, block_size=(2, 4)))
+    assert tiled_io_formula(i(64), i(8), i(256)) == tiled_io_formula(64, 8, 256)
+    # 4 t^2 + 4 t d_h passes int64's range here: computed in int64 it would wrap
+    assert standard_io_formula(i(2**31), i(2**20)) == standard_io_formula(2**31, 2**20) > 2**63
+    mem, ref = TwoLevelMemory(i(16)), TwoLevelMemory(16)
+    mem.load("Q_i", i(2), i(3))
+    ref.load("Q_i", 2, 3)
+    assert mem.count() == ref.count() and type(mem.count().reads) is int
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
@@ -141,6 +162,12 @@ class TestBadInput:
             (lambda: TwoLevelMemory(16).load("A", -3, 4), "rows must be a positive int, got -3"),
             (lambda: TwoLevelMemory(16).allocate("A", 2, 2.5), "cols must be a positive int, got 2.5"),
             (lambda: TwoLevelMemory(16).free("B"), r"block 'B' must be held to be freed; held: \[\]"),
+            # an unhashable name raised a TypeError; a float or a triple as block_size too
+            (lambda: TwoLevelMemory(16).load(["A"], 2, 2), r"block name must be a str, got \['A'\] of type list"),
+            (lambda: TwoLevelMemory(16).store(["A"]), r"block name must be a str, got \['A'\]"),
+            (lambda: TwoLevelMemory(16).free(["A"]), r"block name must be a str, got \['A'\]"),
+            (lambda: tiled_attention_io(8, 8, 100, block_size=2.5), r"block_size must be a positive int, got 2\.5"),
+            (lambda: tiled_attention_io(8, 8, 100, block_size=(1, 2, 3)), r"or a pair \(B_q, B_k\).*got \(1, 2, 3\)"),
         ],
     )
     def test_sizes_must_be_positive_and_fast_memory_large_enough(self, call, message):
