@@ -62,8 +62,9 @@ def plot_attention(
         The Axes drawn on.
 
     Raises:
-        ValueError: if weights is not a 2-d matrix with a row and a column, a list of labels
-            has the wrong length, or annotate is not a bool.
+        ValueError: if weights is not a 2-d matrix of real numbers with a row and a column,
+            labels are not None or a sequence of the right length, ax is not None or an Axes,
+            or annotate is not a bool.
 
     Examples:
         >>> ax = plot_attention(torch.tensor([[1.0, 0.0], [0.4, 0.6]]), title="causal")
@@ -72,7 +73,14 @@ def plot_attention(
         >>> import matplotlib.pyplot as plt; plt.close(ax.figure)
     """
     check_flags(annotate=annotate)
-    matrix = torch.as_tensor(weights).detach().cpu().float()
+    try:
+        matrix = torch.as_tensor(weights).detach().cpu()
+    except (TypeError, ValueError, RuntimeError):  # a string, a ragged list
+        matrix = None
+    if matrix is None or matrix.is_complex():  # .float() would drop the imaginary part
+        got = type(weights).__name__ if matrix is None else matrix.dtype
+        raise ValueError(f"weights must be a (t_q, t_k) matrix of real numbers, got {got}")
+    matrix = matrix.float()
     if matrix.dim() != 2:
         raise ValueError(
             f"weights must be a 2-d (t_q, t_k) matrix, got shape {tuple(matrix.shape)}"
@@ -84,9 +92,18 @@ def plot_attention(
             f"got shape {tuple(matrix.shape)}"
         )
     for name, labels, n in (("row_labels", row_labels, t_q), ("col_labels", col_labels, t_k)):
+        if labels is not None and not hasattr(labels, "__len__"):
+            raise ValueError(
+                f"{name} must be None or a sequence of {n} labels, got {type(labels).__name__}"
+            )
         if labels is not None and len(labels) != n:
             raise ValueError(f"{name} must have {n} entries, got {len(labels)}")
-    if ax is None:
+    if ax is not None:
+        from matplotlib.axes import Axes as MatplotlibAxes
+
+        if not isinstance(ax, MatplotlibAxes):
+            raise ValueError(f"ax must be None or a matplotlib Axes, got {type(ax).__name__}")
+    else:
         import matplotlib.pyplot as plt
 
         _, ax = plt.subplots(figsize=(0.6 * t_k + 1.5, 0.6 * t_q + 1.0), layout="constrained")

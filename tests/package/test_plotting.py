@@ -189,6 +189,21 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"col_labels must have 3 entries, got 2"):
             plot_attention(torch.rand(2, 3), col_labels=["a", "b"])
 
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            # a TypeError, an AttributeError; complex weights lost their imaginary part
+            ({"row_labels": 3}, r"row_labels must be None or a sequence of 2 labels, got int"),
+            ({"col_labels": 3}, r"col_labels must be None or a sequence of 3 labels, got int"),
+            ({"ax": "ax"}, r"ax must be None or a matplotlib Axes, got str"),
+            ({"weights": torch.rand(2, 3, dtype=torch.complex64)}, r"real numbers, got torch\.complex64"),
+            ({"weights": "w"}, r"weights must be a \(t_q, t_k\) matrix of real numbers, got str"),
+        ],
+    )
+    def test_labels_axes_and_weights_of_the_wrong_kind_are_refused(self, options: dict, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            plot_attention(**{"weights": torch.rand(2, 3), **options})
+
     @pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0)])
     def test_an_empty_matrix_is_refused(self, shape: tuple[int, int]) -> None:
         expected = re.escape(f"at least one row (query) and one column (key), got shape {shape}")
