@@ -22,10 +22,13 @@ A real kernel moves more (K and V once per query block, spills, temporaries), so
 intensity is lower and its true roof, if it is below the ridge point, lower too.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from ._checks import check_number
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -37,7 +40,14 @@ PASSES = ("forward", "forward+backward")  # what a row times
 SCORE_MATRIX_BACKENDS = ("explicit", "sdpa: math")  # backends (as recorded) that store (t, t)
 
 
+def _check_dict(name: str, value: object) -> None:
+    """Require a dict (a parsed JSON object): a list or a string has no keys to read."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be a dict, got {type(value).__name__}")
+
+
 def _check_row(row: dict[str, Any]) -> None:
+    _check_dict("row", row)
     if row.get("level") != "kernel":
         raise ValueError(f"row must be a kernel row (level 'kernel'), got level {row.get('level')!r}")
     if row.get("dtype") not in DTYPE_BYTES:
@@ -46,7 +56,7 @@ def _check_row(row: dict[str, Any]) -> None:
         raise ValueError(f"row pass must be one of {PASSES}, got {row.get('pass')!r}")
     for key in ("b", "h", "t", "d_h"):
         value = row.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
             raise ValueError(f"row {key} must be a positive integer, got {value!r}")
 
 
@@ -59,10 +69,14 @@ def stores_scores(row: dict[str, Any]) -> bool:
     Returns:
         True for the explicit computation and SDPA's math backend.
 
+    Raises:
+        ValueError: if row is not a dict.
+
     Examples:
         >>> stores_scores({"backend": "sdpa: math"}), stores_scores({"backend": "sdpa: flash"})
         (True, False)
     """
+    _check_dict("row", row)
     return str(row.get("backend") or "").startswith(SCORE_MATRIX_BACKENDS)
 
 
@@ -77,15 +91,17 @@ def kernel_bytes(row: dict[str, Any]) -> int:
         The bytes, an int.
 
     Raises:
-        ValueError: if the row is not a kernel row, its dtype or pass is unknown, or a size is
-            not a positive integer.
+        ValueError: if the row is not a dict or not a kernel row, its dtype or pass is unknown,
+            or a size is not a positive integer (NumPy's are taken).
 
     Examples:
         >>> kernel_bytes({"level": "kernel", "pass": "forward", "b": 1, "h": 1, "t": 4, "d_h": 2, "dtype": "float32"})  # Q, K, V and Z: 4 · 4 · 2 numbers of 4 bytes
         128
     """
     _check_row(row)
-    b, h, t, d_h, s = row["b"], row["h"], row["t"], row["d_h"], DTYPE_BYTES[row["dtype"]]
+    # Python ints: NumPy's would wrap past int64 in b · h · t · t
+    b, h, t, d_h = (int(row[key]) for key in ("b", "h", "t", "d_h"))
+    s = DTYPE_BYTES[row["dtype"]]
     backward = row["pass"] == "forward+backward"
     tensors = 4 + (8 if backward else 0)  # (b, h, t, d_h) tensors read or written once
     squares = (2 + (3 if backward else 0)) if stores_scores(row) else 0  # (t, t) matrix passes
@@ -104,15 +120,15 @@ def roof(intensity: float, peak_flops: float, bandwidth: float) -> float:
         min(P, β · I) in FLOP/s.
 
     Raises:
-        ValueError: if a value is not positive.
+        ValueError: if a value is not a positive real number.
 
     Examples:
         >>> roof(2.0, peak_flops=100.0, bandwidth=10.0), roof(20.0, peak_flops=100.0, bandwidth=10.0)
         (20.0, 100.0)
     """
     for name, value in (("intensity", intensity), ("peak_flops", peak_flops), ("bandwidth", bandwidth)):
-        if not value > 0:
-            raise ValueError(f"{name} must be positive, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
+            raise ValueError(f"{name} must be positive (a real number > 0), got {value!r}")
     return min(peak_flops, bandwidth * intensity)
 
 
@@ -129,16 +145,27 @@ def machine_roof(doc: dict[str, Any], dtype: str) -> dict[str, Any] | None:
         ``peak_flops``, ``bandwidth``, ``ridge`` (FLOP per byte), their sources and whether both
         were measured; or None.
 
+    Raises:
+        ValueError: if doc, its peaks or the dtype's and the bandwidth's entries are not dicts,
+            dtype is not a str, or a peak given is not a finite number > 0.
+
     Examples:
         >>> doc = {"peaks": {"float32": {"tflops": 1.0, "source": "a"}, "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}}
         >>> machine_roof(doc, "float32")["ridge"], machine_roof(doc, "float16")
         (10.0, None)
     """
-    peaks = doc.get("peaks", {})
+    _check_dict("doc", doc)
+    if not isinstance(dtype, str):
+        raise ValueError(f"dtype must be a str such as 'float32', got {dtype!r}")
+    peaks = doc.get("peaks") or {}
+    _check_dict("doc['peaks']", peaks)
     compute, memory = peaks.get(dtype) or {}, peaks.get("bandwidth") or {}
+    _check_dict(f"doc['peaks'][{dtype!r}]", compute)
+    _check_dict("doc['peaks']['bandwidth']", memory)
     if not compute.get("tflops") or not memory.get("bytes_per_s"):
         return None
-    flops, bandwidth = compute["tflops"] * 1e12, memory["bytes_per_s"]
+    flops = check_number(f"peaks[{dtype!r}]['tflops']", compute["tflops"], 0, False) * 1e12
+    bandwidth = check_number("peaks['bandwidth']['bytes_per_s']", memory["bytes_per_s"], 0, False)
     return {"peak_flops": flops, "bandwidth": bandwidth, "ridge": flops / bandwidth,
             "flops_source": compute["source"], "bandwidth_source": memory["source"],
             "measured": bool(compute.get("measured")) and bool(memory.get("measured"))}
@@ -161,8 +188,9 @@ def roofline_points(
         One dict per point, in the rows' order.
 
     Raises:
-        ValueError: if a kernel row is malformed (see ``kernel_bytes``), or an ok one has no
-            positive ``flops`` or ``median_s``.
+        ValueError: if doc is not a dict with a list of ``results`` (unless ``rows`` is given),
+            a row is not a dict, a kernel row is malformed (see ``kernel_bytes``), or an ok one
+            has no positive ``flops`` or ``median_s``.
 
     Examples:
         >>> row = {**{"level": "kernel", "pass": "forward", "b": 1, "h": 1, "t": 4, "d_h": 2, "dtype": "float32"}, "status": "ok", "variant": "v", "backend": "sdpa: flash",
@@ -171,23 +199,30 @@ def roofline_points(
         >>> point["intensity"], point["bound"]
         (1.0, 'memory')
     """
+    _check_dict("doc", doc)
+    if rows is None and not isinstance(doc.get("results"), list):
+        got = type(doc["results"]).__name__ if "results" in doc else "no 'results'"
+        raise ValueError(f"doc must hold a list of rows as 'results' (or pass rows), got {got}")
     points = []
     for row in doc["results"] if rows is None else rows:
-        if row["level"] != "kernel" or row["status"] != "ok":
+        _check_dict("each row", row)
+        if row.get("level") != "kernel" or row.get("status") != "ok":
             continue
+        _check_row(row)  # its dtype too, before it is looked up
         machine = machine_roof(doc, row["dtype"])
         if machine is None:
             continue
         nbytes = kernel_bytes(row)
         for key in ("flops", "median_s"):  # measured: a count and a time, both above 0
             value = row.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if isinstance(value, bool) or not isinstance(value, Real) or not float(value) > 0:
                 raise ValueError(f"an ok kernel row's {key} must be a positive number, got {value!r}")
         intensity = row["flops"] / nbytes
         attainable = roof(intensity, machine["peak_flops"], machine["bandwidth"])
         achieved = row["flops"] / row["median_s"]
         points.append({
-            **{k: row[k] for k in ("variant", "pass", "b", "h", "t", "d_h", "dtype", "backend", "flops")},
+            **{k: row.get(k) for k in ("variant", "pass", "b", "h", "t", "d_h", "dtype", "backend",
+                                       "flops")},
             "bytes": nbytes, "intensity": intensity, "achieved": achieved, "roof": attainable,
             "fraction_of_roof": achieved / attainable,
             "bound": "memory" if intensity < machine["ridge"] else "compute",

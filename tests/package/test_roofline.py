@@ -4,13 +4,14 @@ counts checked against the sizes of real tensors, the roof and the bound, and th
 import copy
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from attention.bench import peaks as peaks_module
 from attention.bench.peaks import last_level_cache_bytes, measure_bandwidth, measure_matmul
 from attention.bench.timing import Timing
-from attention.roofline import kernel_bytes, machine_roof, plot_roofline, roof, roofline_points
+from attention.roofline import kernel_bytes, machine_roof, plot_roofline, roof, roofline_points, stores_scores
 from book.constants import REPO
 
 FIXTURE = REPO / "tests/fixtures/bench/cpu-tiny.json"
@@ -143,6 +144,21 @@ def test_chapter_figure_reads_the_results_file(tmp_path, monkeypatch):
     assert n_points == len(roofline_points(copy.deepcopy(doc_with_peaks(0.05, 2e9))))
 
 
+def test_numpy_integers_in_a_row_are_taken():
+    # np.int64 was refused ("row t must be a positive integer, got np.int64(40)"); the bytes are
+    # counted in Python ints, where int64 would wrap: 2^20 · 64 · (2^22)^2 · 5 · 4 > 2^63
+    numpy_row = row("sdpa: math", b=np.int64(2**20), h=np.int64(64), t=np.int64(2**22), d_h=np.int64(8))
+    python_row = row("sdpa: math", b=2**20, h=64, t=2**22, d_h=8)
+    assert kernel_bytes(numpy_row) == kernel_bytes(python_row) > 2**63
+    peaks = {"float32": {"tflops": 1.0, "source": "a"}, "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}
+    timed = {"flops": 128.0, "median_s": 1e-6}
+    [ours] = roofline_points({"peaks": peaks}, [row("sdpa: flash", t=np.int64(4)) | timed])
+    [theirs] = roofline_points({"peaks": peaks}, [row("sdpa: flash", t=4) | timed])
+    assert ours == theirs
+    [ours] = roofline_points({"peaks": peaks}, [row("sdpa: flash", t=4) | timed | {"flops": np.int64(128)}])
+    assert ours == theirs
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
@@ -163,6 +179,28 @@ class TestBadInput:
                 roofline_points({"peaks": peaks, "results": [ok | {key: value}]})
         with pytest.raises(ValueError, match=r"bandwidth must be positive.*got 0\.0"):
             roof(1.0, 1e9, 0.0)
+
+    @pytest.mark.parametrize(
+        ("call", "message"),
+        [
+            # an AttributeError ('list' object has no attribute 'get'), a KeyError, a TypeError
+            (lambda: kernel_bytes([1]), r"row must be a dict, got list"),
+            (lambda: stores_scores("sdpa: math"), r"row must be a dict, got str"),
+            (lambda: machine_roof([1], "float32"), r"doc must be a dict, got list"),
+            (lambda: machine_roof({"peaks": [1]}, "float32"), r"doc\['peaks'\] must be a dict, got list"),
+            (lambda: machine_roof({"peaks": {}}, ["float32"]), r"dtype must be a str .*got \['float32'\]"),
+            (lambda: machine_roof({"peaks": {"float32": {"tflops": "1", "source": "a"},
+                                             "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}}, "float32"),
+             r"peaks\['float32'\]\['tflops'\] must be a finite number > 0, got '1'"),
+            (lambda: roofline_points({}), r"doc must hold a list of rows as 'results' .*got no 'results'"),
+            (lambda: roofline_points({"results": "rows"}), r"'results' .*got str"),
+            (lambda: roofline_points({"peaks": {}}, ["row"]), r"each row must be a dict, got str"),
+            (lambda: roof("1", 1e9, 1e9), r"intensity must be positive \(a real number > 0\), got '1'"),
+        ],
+    )
+    def test_rows_and_files_that_are_not_dicts_are_refused(self, call, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            call()
 
     def test_matmul_peak_needs_positive_matrix_sides(self):
         with pytest.raises(ValueError, match=r"positive matrix sides.*got \(0,\)"):
