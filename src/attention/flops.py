@@ -181,11 +181,24 @@ def device_bandwidth(device_name: str) -> Bandwidth | None:
     Returns:
         Its ``Bandwidth``, or None.
 
+    Raises:
+        ValueError: if device_name is not a str.
+
     Examples:
         >>> device_bandwidth("NVIDIA H200").bytes_per_s, device_bandwidth("cpu")
         (4800000000000.0, None)
     """
+    _check_device_name(device_name)
     return GPU_BANDWIDTH.get(device_name)
+
+
+def _check_device_name(device_name: object) -> None:
+    """Require a device name, the str the tables are keyed by (a list is unhashable)."""
+    if not isinstance(device_name, str):
+        raise ValueError(
+            f"device_name must be a str such as torch.cuda.get_device_name() returns, got "
+            f"{device_name!r}"
+        )
 
 
 def device_peak(device_name: str, precision: str) -> Peak | None:
@@ -202,12 +215,13 @@ def device_peak(device_name: str, precision: str) -> Peak | None:
         Its ``Peak`` for that precision, or None.
 
     Raises:
-        ValueError: if precision is not one of the four.
+        ValueError: if device_name is not a str, or precision is not one of the four.
 
     Examples:
         >>> device_peak("NVIDIA H200", "bf16").tflops, device_peak("cpu", "fp32")
         (989.5, None)
     """
+    _check_device_name(device_name)
     if precision not in ("fp32", "tf32", "bf16", "fp16"):
         raise ValueError(f"precision must be one of fp32, tf32, bf16, fp16, got {precision!r}")
     peaks = GPU_PEAKS.get(device_name)

@@ -85,6 +85,13 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"precision must be one of.*got 'int8'"):
             device_peak("NVIDIA H200", "int8")
 
+    @pytest.mark.parametrize("call", [lambda: device_peak(["H100"], "bf16"), lambda: device_bandwidth(["H100"])],
+                             ids=["device_peak", "device_bandwidth"])
+    def test_device_name_must_be_a_str(self, call) -> None:
+        # a list raised a TypeError (unhashable type: 'list')
+        with pytest.raises(ValueError, match=r"device_name must be a str .*got \['H100'\]"):
+            call()
+
     @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
