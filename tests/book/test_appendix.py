@@ -33,7 +33,16 @@ from book.appendix.load import (
     pinned_version,
     results_files,
 )
-from book.appendix.page import PAGES, fill_markers, groups_markdown, provenance_markdown, renderer, run_markdown
+from book.appendix.page import (
+    PAGES,
+    fill_markers,
+    groups_markdown,
+    part_markdown,
+    provenance_markdown,
+    renderer,
+    run_markdown,
+    runs_table,
+)
 from book.constants import REPO
 from book.hooks import appendix as appendix_hook
 from book.hooks import figures as figures_hook
@@ -337,6 +346,28 @@ def test_an_unverified_tree_is_labelled_wherever_its_commit_is_printed(runs, pag
     assert unverified >= 2  # the autotuned Triton run, alone and as a source of cuda-h200.json
     assert "unverified tree" in provenance_markdown(runs["cuda-h200"])
     assert "unverified tree" not in provenance_markdown(runs["cpu-masks"])
+
+
+def test_a_part_section_states_its_commit(runs):
+    # a part shown on its own (the CPU page's sparse and delta sections) names the commit measured
+    for stem, part in (("cpu-sparse", "sparse"), ("cpu-delta", "delta")):
+        head = part_markdown(runs[stem], part).split("Command:")[0]
+        assert commit_words(runs[stem].provenance["git"]) in head
+
+
+def test_the_runs_table_gives_a_merged_files_dates_as_a_range(runs):
+    rows = {ln.split("|")[1].strip(): ln.split("|")[2].strip() for ln in runs_table(runs).splitlines()
+            if ln.startswith("| [")}
+    assert rows["[NVIDIA H200](gpu-h200.md)"] == "2026-11-26 to 2026-11-30"
+    assert rows[f"[{runs['cpu'].device}](cpu.md)"] == runs["cpu"].date
+
+
+def test_the_measured_line_names_only_commits_whose_runs_gave_rows(runs):
+    # the autotuned Triton run of 2026-11-26 (f9d0804) kept no row: every one was measured again
+    measured, _, rest = provenance_markdown(runs["cuda-h200"]).partition("\n")
+    assert "`409322d`" in measured and "`90e3841`" in measured
+    assert "`f9d0804`" not in measured
+    assert "`f9d0804`" in rest  # the list of source runs still names it
 
 
 def test_each_source_run_states_its_own_timing_settings(runs):

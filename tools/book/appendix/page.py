@@ -46,6 +46,14 @@ def timing_words(settings: dict, gpu: bool) -> str:
             "per point (torch.utils.benchmark)")
 
 
+def _contributed(run: Run, i: int) -> bool:
+    """Whether source run ``i`` of a merged file gave any row, decoding row or goal it shows."""
+    goals = run.doc["goals"]
+    return (any((r.run or 0) == i for r in run.rows) or any((r.run or 0) == i for r in run.decode)
+            or any(g.get("run", 0) == i for g in goals.get("ratios", []))
+            or (goals.get("memory") or {}).get("run", -1) == i)
+
+
 def _what(run: Run, i: int) -> str:
     """What source run ``i`` of a merged file measured, from the rows and goals it gave."""
     rows = [r for r in run.rows if (r.run or 0) == i]
@@ -108,7 +116,9 @@ def provenance_markdown(run: Run) -> str:
     else:
         machine = f"{run.device}, {threads_words(p)}"
     sources = run.sources
-    commits = list(dict.fromkeys(_commit(s["git"]) for s in sources))
+    # the commits of the runs whose rows are shown (a merged file's list below names every run's)
+    commits = list(dict.fromkeys(_commit(s["git"]) for i, s in enumerate(sources)
+                                 if len(sources) == 1 or _contributed(run, i)))
     days = sorted({source["date_utc"][:10] for source in sources})
     when = f"on {days[0]}" if len(days) == 1 else f"from {days[0]} to {days[-1]}"
     s = run.doc["settings"]
@@ -272,7 +282,8 @@ def part_markdown(run: Run, part: str) -> str:
     load = load_words(p)
     load = f", {load}" if load else ""
     body = renderer(BY_NAME[part])(run)
-    return (f"*Measured on {run.date} on {run.device}, {threads}{load}, torch {p['torch']}{how}. "
+    return (f"*Measured on {run.date} on {run.device}, {threads}{load}, torch {p['torch']}, "
+            f"{_commit(p.get('git'))}{how}. "
             f"Command: `{p['command']}`.*\n\n{body}\n")
 
 
@@ -294,7 +305,9 @@ def runs_table(runs: dict[str, Run]) -> str:
                 counts.append(f"{sum(r['status'] == 'ok' for r in rows)} of {len(rows)} {kind.label}")
         page = PAGES.get(stem)
         where = f"[{run.device}]({page})" if page else run.device
-        body.append([where, run.date, run.provenance["torch"], "; ".join(counts) or "—",
+        days = sorted({source["date_utc"][:10] for source in run.sources})
+        when = days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"  # a merged file's runs
+        body.append([where, when, run.provenance["torch"], "; ".join(counts) or "—",
                      f"[`{stem}.json`](results/{stem}.json)"])
     return table(["device", "measured", "torch", "with a time", "results"], body,
                  [False, False, False, False, False])
