@@ -217,6 +217,18 @@ def test_detail_table_is_fastest_first_with_the_ratio_in_its_own_column(runs):
     assert times == sorted(times) and body_rows(text)[0][3] == "1.00×"
 
 
+def test_a_gpu_runs_detail_tables_are_at_its_longest_t(runs):
+    # at t = 1024 a GPU call takes a tenth of a millisecond and the quick runs' times are noisiest
+    from book.appendix.page import _detail_t
+
+    for stem in ("cuda-h200", "cuda-h100-quick"):
+        assert _detail_t(runs[stem], [1024, 4096, 16384]) == 16384, stem
+        assert _detail_t(runs[stem], [1024]) == 1024, stem  # a group timed at one t only
+    text = groups_markdown(runs["cuda-h100-quick"], "kernel")
+    assert set(re.findall(r"Every variant at \$t = (\d+)\$", text)) == {"16384"}
+    assert _detail_t(runs["cpu"], [1024, 2048, 4096]) == 1024  # a CPU run: its speed goal's t
+
+
 def test_the_masks_table_recounts_scores_and_names_a_file_count_it_disagrees_with(runs):
     # The table counts every form's scores by one convention (attention.bench.masks.scores_formed);
     # a file that recorded another count for a form says so under the table, naming the form.

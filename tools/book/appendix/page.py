@@ -170,6 +170,10 @@ def _figure(run: Run, name: str) -> str:
 
 
 def _detail_t(run: Run, ts: list[int]) -> int:
+    """The t of a group's detail table and of the roofline tables: on a GPU the longest, since the
+    shortest calls there are the noisiest; on a CPU the speed goal's t where it was timed."""
+    if run.gpu:
+        return ts[-1]
     goal_t = run.doc["goals"]["speed"][0]["t"] if run.doc["goals"]["speed"] else None
     return goal_t if goal_t in ts else ts[-1]
 
