@@ -40,8 +40,9 @@ def timing_words(settings: dict, gpu: bool) -> str:
     """How a run timed each point, from its settings: repeats and time limits."""
     if gpu:
         return (f"up to {settings['repeats']} timed calls per point (fewer where they would take more than "
-                f"{settings['max_time']:g} s, never fewer than 5), each after a 256 MiB buffer is zeroed to "
-                "flush the L2 cache")
+                f"{settings['max_time']:g} s as estimated from the first, profiled call, which includes the "
+                "profiler's start-up and any plan building; never fewer than 5), each after a 256 MiB "
+                "buffer is zeroed to flush the L2 cache")
     return (f"blocks of calls for at least {settings['min_time']:g} s and at most {settings['max_time']:g} s "
             "per point (torch.utils.benchmark)")
 
