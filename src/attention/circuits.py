@@ -24,7 +24,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from ._checks import shape_or_type
+from ._checks import check_counts, shape_or_type
 from .norms import norm_matrix
 from .positions import RotaryEmbedding
 from .transformer import TinyTransformer, TransformerBlock
@@ -55,12 +55,6 @@ def _check_head(block: TransformerBlock, head: int) -> None:
     h = block.num_heads
     if isinstance(head, bool) or not isinstance(head, Integral) or not 0 <= head < h:
         raise ValueError(f"head must be an integer in [0, {block.num_heads}), got {head!r}")
-
-
-def _check_offset(offset: int) -> None:
-    """Require Δ = i - j, an integer >= 0 (a Python or NumPy one)."""
-    if isinstance(offset, bool) or not isinstance(offset, Integral) or offset < 0:
-        raise ValueError(f"offset must be an integer >= 0 (query i - key j), got {offset!r}")
 
 
 def head_weights(block: TransformerBlock, head: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -118,7 +112,7 @@ def rotation_matrix(rotary: RotaryEmbedding, offset: int) -> Tensor:
     """
     if not isinstance(rotary, RotaryEmbedding):
         raise ValueError(f"rotary must be a RotaryEmbedding, got {type(rotary).__name__}")
-    _check_offset(offset)
+    check_counts(offset=offset)  # Δ = i - j
     basis = torch.eye(rotary.d_h, dtype=torch.float64)[:, None, :]  # (d_h, 1, d_h): t = 1
     return rotary.shift(basis, offset)[:, 0, :]  # (d_h, d_h)
 
@@ -152,7 +146,7 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
             f"qk_circuit reads a head without a QK-norm (a normalized query and key give a score "
             f"that no W_QK gives), got qk_norm={block.attn.qk_norm!r}"
         )
-    _check_offset(offset)  # without RoPE too, where it changes nothing
+    check_counts(offset=offset)  # Δ = i - j; checked without RoPE too, where it changes nothing
     w_q, w_k, _, _ = head_weights(block, head)  # (d, d_h) each
     rotary = block.attn.rotary
     rotate = rotation_matrix(rotary, offset) if rotary is not None else torch.eye(block.d_h)
