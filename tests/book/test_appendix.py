@@ -419,7 +419,7 @@ def test_gpu_goals_are_read_off_the_rows(runs):
                   for t in (4096, 8192, 16384) for d in (64, 128) for dtype in ("bfloat16", "float16")
                   if run.row("triton", pass_name, t=t, d_h=d, dtype=dtype)]
         assert t_min == 4096 and found[0] == f"`triton` ÷ `{baseline}`, speed, {pass_name}, $t \\geq 4096$"
-        assert found[1] == f"**{min(speeds):.2f}** … {max(speeds):.2f} (6 points)"
+        assert found[1] == f"**{min(speeds):.3f}** … {max(speeds):.3f} (6 points)"
         assert found[2:] == [f"≥ {target:g}", "met" if min(speeds) >= target else "missed"]
     assert [goal[2] for goal in tables.GPU_GOALS] == [0.9, 0.8, 1.2]
     (_, _, untimed) = body_rows(tables.gpu_goals_table(runs["cuda-h100-quick"]))

@@ -218,7 +218,7 @@ def gpu_goals_table(run: Run) -> str:
         if not speeds:
             body.append([goal, "—", f"≥ {target:g}", "not measured in this run"])
             continue
-        measured = f"**{min(speeds):.2f}** … {max(speeds):.2f} ({len(speeds)} points)"
+        measured = f"**{min(speeds):.3f}** … {max(speeds):.3f} ({len(speeds)} points)"
         body.append([goal, measured, f"≥ {target:g}", "met" if min(speeds) >= target else "missed"])
     return table(["goal", "measured", "target", "status"], body)
 
