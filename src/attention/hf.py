@@ -340,7 +340,8 @@ class CausalLM(nn.Module):
         name: the model type it was built from.
 
     Raises:
-        ValueError: if embed is not an ``nn.Embedding``, norm or lm_head not an ``nn.Module``,
+        ValueError: if embed is not an ``nn.Embedding``, a block not an ``nn.Module`` with an
+            ``attention`` sublayer, norm or lm_head not an ``nn.Module``,
             positions not None or a ``LearnedPositions``, embed_scale not a finite number > 0,
             or final_softcap not None or a finite number > 0.
 
@@ -366,6 +367,10 @@ class CausalLM(nn.Module):
                 raise ValueError(
                     f"{module_name} must be a torch.nn.Module, got {type(module).__name__}"
                 )
+        for i, block in enumerate(blocks):  # read by layer_kinds and new_caches
+            if not isinstance(block, nn.Module) or not isinstance(getattr(block, "attention", None), nn.Module):
+                raise ValueError(f"blocks[{i}] must be a torch.nn.Module with an attention sublayer "
+                                 f"(a torch.nn.Module), got {type(block).__name__}")
         if positions is not None and not isinstance(positions, LearnedPositions):
             raise ValueError(
                 f"positions must be None or a LearnedPositions, got {type(positions).__name__}"

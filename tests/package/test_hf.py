@@ -247,6 +247,8 @@ class TestBadInput:
         ("option", "message"),
         [
             ({"embed": "e"}, r"embed must be an nn\.Embedding, got str"),
+            ({"blocks": ["b"]}, r"blocks\[0\] must be a torch\.nn\.Module with an attention sublayer .*, got str"),
+            ({"blocks": [torch.nn.Linear(4, 4)]}, r"blocks\[0\] must be .* attention sublayer .*, got Linear"),
             ({"norm": "n"}, r"norm must be a torch\.nn\.Module, got str"),
             ({"lm_head": "h"}, r"lm_head must be a torch\.nn\.Module, got str"),
             ({"positions": "p"}, r"positions must be None or a LearnedPositions, got str"),
