@@ -167,7 +167,8 @@ class Row(_Timed):
     pct_of_peak: float | None
     peak_bytes: int | None
     gpu_kernels: int | None = None  # GPU kernels one call launched (counted on GPUs)
-    # our Triton kernels: {kernel: [BLOCK_M, BLOCK_N, warps, stages]}. A bare dict, here and in
+    # our Triton kernels: {kernel: [BLOCK_M, BLOCK_N, warps, stages]}; flash_attention: {"tiles":
+    # [B_q, B_k]}. A bare dict, here and in
     # DecodeRow.config: from_json checks each field's type at run time and names it in errors.
     kernel_config: dict | None = None  # type: ignore[type-arg]  # bare: see above
 

@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .._checks import Factory
 from ..causal import CausalAttention
-from ..flash import flash_attention
+from ..flash import default_block_sizes, flash_attention
 from ..functional import scaled_dot_product_attention as explicit_attention
 from ..multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
 
@@ -321,7 +321,8 @@ def _flex(p: Problem, inp: Inputs) -> Built:
 
 def _flash_attention(p: Problem, inp: Inputs) -> Built:
     q, k, v = inp.tensors
-    return Built(lambda: flash_attention(q, k, v, is_causal=True))
+    tiles = list(default_block_sizes(q.shape[-2], k.shape[-2]))  # [B_q, B_k]: its default's
+    return Built(lambda: flash_attention(q, k, v, is_causal=True), config=lambda: {"tiles": tiles})
 
 
 def _triton(deterministic: bool = True, **options: bool) -> Callable[[Problem, Inputs], Built]:

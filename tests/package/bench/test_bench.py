@@ -103,6 +103,14 @@ def test_a_row_records_the_kernel_config_its_variant_reports():
     assert Row.from_json(row.to_json()).kernel_config == configs
 
 
+def test_a_flash_attention_row_records_its_tiles():
+    """The appendix reads the tiles of flash_attention's rows (their bytes per tile) from the row."""
+    problem = Problem("kernel", 1, 2048, 2, 16, torch.float32, CPU, backward=False)
+    variant = next(v for v in variants.VARIANTS if v.name == "flash_attention")
+    row = measure(variant, problem, make_inputs(problem), {}, _settings(), {"tflops": None, "source": ""})
+    assert row.status == "ok" and row.kernel_config == {"tiles": [128, 512]}
+
+
 def test_a_copy_of_the_tree_is_clean_only_when_checked(monkeypatch):
     from attention.bench.provenance import git_commit
 
