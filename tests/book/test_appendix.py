@@ -132,6 +132,12 @@ def test_queries_answer_with_the_files_numbers(runs):
     tile = launched.b * launched.h * 128 * 512 * 4  # one 128 x 512 tile of float32 scores
     assert ask("{{ cuda-h100-quick: tile_mib(flash_attention, forward, t=16384, d_h=64, "
                "dtype=bfloat16) }}") == f"{tile / 2**20:.2g}"
+    # a row that records its tiles is read as it says
+    tiled = Run(h100.stem, h100.doc | {"results": [r | {"kernel_config": {"tiles": [64, 256]}}
+                                                   if r["variant"] == "flash_attention" else r
+                                                   for r in h100.doc["results"]]})
+    assert facts.fill("{{ tile_mib(flash_attention, forward, t=16384, d_h=64, dtype=bfloat16) }}",
+                      {tiled.stem: tiled}, tiled.stem) == f"{tile / 4 / 2**20:.2g}"
     bandwidth = h100.doc["peaks"]["bandwidth"]["bytes_per_s"]
     assert ask("{{ cuda-h100-quick: tile_transfer_us(flash_attention, forward, t=16384, d_h=64, "
                "dtype=bfloat16) }}") == f"{2 * tile / bandwidth * 1e6:.2g}"

@@ -127,9 +127,10 @@ def per_launch_us(run: Run, variant: str, pass_name: str, **where) -> str:
 
 def _tile_bytes(row: Row) -> int:
     """Bytes of one tile of ``flash_attention``'s scores, every head: b · h · B_q · B_k float32
-    numbers (its tiles of :func:`~attention.flash.default_block_sizes`; half inputs accumulate in
-    float32)."""
-    block_q, block_k = default_block_sizes(row.t, row.t)
+    numbers (half inputs accumulate in float32), its tiles as the row records them. Rows that
+    record none, from runs before the benchmark recorded them, ran the tiles of
+    :func:`~attention.flash.default_block_sizes`, whose rule is older than every stored run."""
+    block_q, block_k = (row.kernel_config or {}).get("tiles") or default_block_sizes(row.t, row.t)
     return row.b * row.h * block_q * block_k * 4
 
 
