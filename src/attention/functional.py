@@ -17,6 +17,8 @@ Everything is written out explicitly so that each step can be read, printed and 
 result equals ``torch.nn.functional.scaled_dot_product_attention`` for the same arguments.
 """
 
+from numbers import Integral
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -83,7 +85,8 @@ def softmax(x: Tensor, dim: int) -> Tensor:
         The probabilities, the shape of x.
 
     Raises:
-        ValueError: if x is not a floating-point tensor (``torch.softmax`` refuses integers too).
+        ValueError: if x is not a floating-point tensor (``torch.softmax`` refuses integers too),
+            or dim is not an integer that indexes one of its dimensions.
 
     Examples:
         >>> softmax(torch.tensor([[1.0, 1000.0], [float("-inf"), float("-inf")]]), dim=-1)
@@ -93,6 +96,11 @@ def softmax(x: Tensor, dim: int) -> Tensor:
     if not isinstance(x, Tensor) or not x.is_floating_point():  # probabilities of its dtype
         got = x.dtype if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"x must be a floating-point tensor of logits, got {got}")
+    ndim = max(x.dim(), 1)  # a 0-d tensor is one logit in one row, as torch.softmax takes it
+    if isinstance(dim, bool) or not isinstance(dim, Integral) or not -ndim <= dim < ndim:
+        raise ValueError(f"dim must be an integer in [{-ndim}, {ndim - 1}], got {dim!r}")
+    if x.dim() == 0:
+        return softmax(x.reshape(1), 0).reshape(())
     if x.shape[dim] == 0:
         return torch.exp(x)  # an empty row has nothing to normalize (and amax would raise)
     logits = x.to(accumulation_dtype(x.dtype))  # float16, bfloat16: in float32, rounded once

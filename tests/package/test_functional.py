@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from _inputs import NON_BOOLS, mask_dtypes, qkv, refuses_non_bool
 from _reference import book_tensor
+from torch import Tensor
 from torch.autograd import gradcheck
 
 from attention import (
@@ -66,6 +67,12 @@ def test_naive_softmax_overflows_where_stable_softmax_does_not() -> None:
 def test_softmax_equals_torch(dim: int) -> None:
     x = torch.randn(4, 5, 6, dtype=torch.float64) * 30
     torch.testing.assert_close(softmax(x, dim=dim), torch.softmax(x, dim=dim))
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+def test_softmax_of_a_0d_tensor_is_torchs_one(dim: int) -> None:
+    x = torch.tensor(2.5, dtype=torch.float64)
+    assert softmax(x, dim=dim).shape == () and softmax(x, dim=dim).item() == torch.softmax(x, dim).item() == 1.0
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -301,6 +308,22 @@ class TestBadInput:
         # integer logits became integer probabilities, all 0, once the result took x's dtype
         with pytest.raises(ValueError, match=r"x must be a floating-point tensor of logits, got"):
             softmax(x, dim=-1)
+
+    @pytest.mark.parametrize(
+        ("x", "dim", "message"),
+        [
+            (torch.zeros(2, 3), 2, r"dim must be an integer in \[-2, 1\], got 2"),
+            (torch.zeros(2, 3), -3, r"dim must be an integer in \[-2, 1\], got -3"),
+            (torch.zeros(2, 3), None, r"dim must be an integer in \[-2, 1\], got None"),
+            (torch.zeros(2, 3), 1.0, r"dim must be an integer in \[-2, 1\], got 1\.0"),
+            (torch.zeros(2, 3), True, r"dim must be an integer in \[-2, 1\], got True"),
+            (torch.tensor(1.0), 1, r"dim must be an integer in \[-1, 0\], got 1"),
+        ],
+    )
+    def test_softmax_dim_must_index_a_dimension(self, x: Tensor, dim: object, message: str) -> None:
+        # an IndexError or a TypeError from x.shape[dim]; a 0-d x raised for every dim
+        with pytest.raises(ValueError, match=message):
+            softmax(x, dim=dim)
 
     @pytest.mark.parametrize(
         ("q_shape", "k_shape", "message"),
