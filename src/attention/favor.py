@@ -230,8 +230,12 @@ def favor_error_variance(
         Var[z_hat_ic] ~ (1/m) sum_{a,b} alpha_ia alpha_ib (v_ac - z_ic) (v_bc - z_ic)
                                         exp((x_i + y_a) . (x_i + y_b))
 
-    (equation (12.13) of the book), computed as exp(|x_i|^2) u_i^T exp(Y Y^T) u_i with
-    u_ia = alpha_ia exp(x_i . y_a)(v_a - z_i).
+    (equation (12.13) of the book). Each deviation is summed as v_a - z_i = sum_c alpha_ic
+    (v_a - v_c): subtracting z_i from v_a would cancel to 0 where one key takes nearly all the
+    weight, and lose a deviation that an enormous exponential multiplies. The weights of the
+    pairs (a, b) are taken in log space, shifted by their largest per query, so that a weight
+    that underflows and an exponential that overflows never meet as 0 * inf. Memory grows as
+    t_q t_k^2: the function is meant for the book's short sequences.
 
     Args:
         query: (..., t_q, d_k).
@@ -266,11 +270,19 @@ def favor_error_variance(
     if is_causal:
         future = ~torch.ones_like(scores, dtype=torch.bool).tril()  # (..., t_q, t_k)
         scores = scores.masked_fill(future, float("-inf"))
-    alpha = torch.softmax(scores, dim=-1)  # (..., t_q, t_k)
-    z = alpha @ v  # (..., t_q, d_v)
-    deviation = v[..., None, :, :] - z[..., :, None, :]  # (..., t_q, t_k, d_v): v_a - z_i
-    u = (alpha * scores.exp())[..., None] * deviation  # (..., t_q, t_k, d_v)
-    gram = torch.exp(y @ y.transpose(-2, -1))  # (..., t_k, t_k)
-    quadratic = (u * (gram[..., None, :, :] @ u)).sum(dim=-2)  # (..., t_q, d_v)
-    return torch.exp((x * x).sum(-1, keepdim=True)) * quadratic / num_features
+    if scores.shape[-1] == 0:  # no key: no estimate to err
+        return scores @ v  # (..., t_q, d_v) of zeros
+    lse = scores.logsumexp(dim=-1, keepdim=True)  # (..., t_q, 1)
+    alpha = (scores - lse).exp()  # (..., t_q, t_k)
+    pairs = v[..., :, None, :] - v[..., None, :, :]  # (..., t_k, t_k, d_v): v_a - v_c
+    deviation = torch.einsum("...ic,...acd->...iad", alpha, pairs)  # (..., t_q, t_k, d_v)
+    # log of alpha_ia alpha_ib exp((x_i + y_a) . (x_i + y_b)): |x_i|^2 + h_ia + h_ib + y_a . y_b
+    h = 2 * scores - lse  # (..., t_q, t_k), -inf for a hidden key
+    log_w = (h[..., :, :, None] + h[..., :, None, :] + (y @ y.transpose(-2, -1))[..., None, :, :]
+             + (x * x).sum(-1)[..., :, None, None])  # (..., t_q, t_k, t_k)
+    shift = log_w.amax(dim=(-2, -1))[..., None]  # (..., t_q, 1): finite, key 0 is always seen
+    w = (log_w - shift[..., None]).exp()  # (..., t_q, t_k, t_k), at most 1
+    quadratic = (deviation * (w @ deviation)).sum(dim=-2)  # (..., t_q, d_v)
+    # 0 stays 0 (equal values) even where exp(shift) overflows
+    return torch.where(quadratic == 0, quadratic, quadratic * shift.exp()) / num_features
 

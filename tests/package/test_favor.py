@@ -183,6 +183,34 @@ def test_error_variance_is_the_double_sum_of_chapter_12(is_causal: bool) -> None
     got = favor_error_variance(query, key, value, num_features=7, is_causal=is_causal)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-10)
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_error_variance_keeps_what_a_dominant_key_leaves(dtype: torch.dtype) -> None:
+    """Two keys, d_k = 1: x = (4.5), y = (4.5, 0), v = (1, 0). The first key takes all but
+    sigma(-20.25) of the weight, and v_1 - z = sigma(-20.25) is multiplied by exp(81): the
+    double sum is close to exp(40.5). Subtracting z from v_1 gave 0, and a variance of 1.6e-9."""
+    query, key = torch.tensor([[4.5]], dtype=dtype), torch.tensor([[4.5], [0.0]], dtype=dtype)
+    value = torch.tensor([[1.0], [0.0]], dtype=dtype)
+    rest = torch.sigmoid(torch.tensor(-20.25, dtype=torch.float64))  # alpha_2 = 1 - alpha_1
+    alpha, deviation = (1 - rest, rest), (rest, rest - 1)  # v_a - z
+    sums = torch.tensor([[81.0, 40.5], [40.5, 20.25]], dtype=torch.float64)  # (x + y_a)(x + y_b)
+    want = sum(alpha[a] * alpha[b] * deviation[a] * deviation[b] * sums[a, b].exp()
+               for a in range(2) for b in range(2))
+    got = favor_error_variance(query, key, value, num_features=1)
+    torch.testing.assert_close(got.double(), want.reshape(1, 1), rtol=1e-5, atol=0)
+
+
+def test_error_variance_is_finite_where_a_weight_underflows_beside_an_overflowing_exponential() -> None:
+    """x = sqrt(30), y = (0, -4 sqrt(30)) in float32: alpha_2 = e^-120 underflows to 0 and
+    exp(y_2 y_2) = e^480 overflows to inf; their product entered the sum as NaN."""
+    root = math.sqrt(30)
+    query, key = torch.tensor([[root]]), torch.tensor([[0.0], [-4 * root]])
+    value = torch.tensor([[1.0], [0.0]])
+    got = favor_error_variance(query, key, value, num_features=1)
+    want = favor_error_variance(query.double(), key.double(), value.double(), num_features=1)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=0)
+
+
 # Bad input ------------------------------------------------------------------------------------
 
 
