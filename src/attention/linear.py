@@ -101,6 +101,18 @@ def apply_feature_map(x: Tensor, feature_map: str | FeatureMap, name: str) -> Te
     return phi
 
 
+def feature_pair(query: Tensor, key: Tensor, feature_map: str | FeatureMap) -> tuple[Tensor, Tensor]:
+    """phi(Q) (..., t_q, r) and phi(K) (..., t_k, r), refusing features of two widths."""
+    phi_q = apply_feature_map(query, feature_map, "query")
+    phi_k = apply_feature_map(key, feature_map, "key")
+    if phi_q.shape[-1] != phi_k.shape[-1]:
+        raise ValueError(
+            f"feature_map must give queries and keys features of one width r, got "
+            f"{phi_q.shape[-1]} and {phi_k.shape[-1]}"
+        )
+    return phi_q, phi_k
+
+
 def check_linear_inputs(
     query: Tensor, key: Tensor, value: Tensor, is_causal: bool, form: Form, chunk_size: int
 ) -> None:
@@ -278,13 +290,7 @@ def linear_attention(
     check_flags(output_final_state=output_final_state)
     if scale is not None:
         query = query * scale
-    phi_q = apply_feature_map(query, feature_map, "query")  # (..., t_q, r)
-    phi_k = apply_feature_map(key, feature_map, "key")  # (..., t_k, r)
-    if phi_q.shape[-1] != phi_k.shape[-1]:
-        raise ValueError(
-            f"feature_map must give queries and keys features of one width r, got "
-            f"{phi_q.shape[-1]} and {phi_k.shape[-1]}"
-        )
+    phi_q, phi_k = feature_pair(query, key, feature_map)  # (..., t_q, r), (..., t_k, r)
     width = (*query.shape[:-2], phi_k.shape[-1], value.shape[-1] + 1)
     if initial_state is not None and (
         not isinstance(initial_state, Tensor) or tuple(initial_state.shape) != width
@@ -338,8 +344,7 @@ def linear_attention_weights(
                  [0.3333, 0.3333, 0.3333]]])
     """
     check_linear_inputs(query, key, key, is_causal, "parallel", 1)
-    phi_q = apply_feature_map(query, feature_map, "query")  # (..., t_q, r)
-    phi_k = apply_feature_map(key, feature_map, "key")  # (..., t_k, r)
+    phi_q, phi_k = feature_pair(query, key, feature_map)  # (..., t_q, r), (..., t_k, r)
     kernel = phi_q @ phi_k.transpose(-2, -1)  # (..., t_q, t_k)
     kernel = kernel.tril() if is_causal else kernel
     return divide_rows(kernel, kernel.sum(dim=-1, keepdim=True)).to(query.dtype)  # a sum of 0: zeros

@@ -170,6 +170,8 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"one width r.*got 3 and 2"):
             linear_attention(q, k[:, :4], v[:, :4],
                              feature_map=lambda x: x.exp()[..., : x.shape[-2] - 2])
+        with pytest.raises(ValueError, match=r"one width r.*got 3 and 2"):
+            linear_attention_weights(q, k[:, :4], feature_map=lambda x: x.exp()[..., : x.shape[-2] - 2])
         with pytest.raises(ValueError, match=r"as many queries as keys.*got t_q=3 and t_k=5"):
             linear_attention(q[:, :3], k, v, is_causal=True)
         with pytest.raises(ValueError, match=r"same last dimension d_k.*got 4 and 3"):
