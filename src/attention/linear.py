@@ -288,8 +288,8 @@ def linear_attention(
     scale = check_scale(scale)
     check_linear_inputs(query, key, value, is_causal, form, chunk_size)
     check_flags(output_final_state=output_final_state)
-    if scale is not None:
-        query = query * scale
+    if scale is not None:  # after the cast: a half query times the scale could overflow
+        query = query.to(accumulation_dtype(query.dtype)) * scale
     phi_q, phi_k = feature_pair(query, key, feature_map)  # (..., t_q, r), (..., t_k, r)
     width = (*query.shape[:-2], phi_k.shape[-1], value.shape[-1] + 1)
     if initial_state is not None and (

@@ -154,6 +154,15 @@ def test_half_precision_is_the_float64_answer_rounded_once(form: str) -> None:
     assert error <= 1.2 * rounding, f"error {error:.3g} > 1.2 x rounding once {rounding:.3g}"
 
 
+def test_a_half_precision_query_is_scaled_in_float32() -> None:
+    """query * scale in float16 overflowed to inf (300 * 300 > 65,504) and every output was NaN."""
+    query, key, value = qkv((1, 4, 8), dtype=torch.float32, seed=1)
+    query = query * 300
+    ours = linear_attention(*(x.half() for x in (query, key, value)), scale=300.0, is_causal=True)
+    want = linear_attention(*(x.half().float() for x in (query, key, value)), scale=300.0, is_causal=True)
+    torch.testing.assert_close(ours, want.half())
+
+
 class TestBadInput:
     def test_forms_feature_maps_and_shapes_must_be_valid(self):
         q, k, v = qkv((2, 5, 4))
