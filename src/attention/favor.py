@@ -38,14 +38,15 @@ def positive_random_features(x: Tensor, projection: Tensor) -> Tensor:
     Lemma 1).
 
     Args:
-        x: queries or keys (..., t, d_k).
+        x: queries or keys (..., d_k): one vector, or (..., t, d_k).
         projection: Ψ (m, d_k).
 
     Returns:
-        phi(x) (..., t, m), positive.
+        phi(x) (..., m), positive.
 
     Raises:
-        ValueError: if x is not a tensor, or projection is not a tensor (m, d_k) with x's d_k.
+        ValueError: if x is not a floating-point tensor of at least 1 dimension, or projection
+            is not a tensor (m, d_k) with x's d_k, dtype and device.
 
     Examples:
         >>> psi = random_projection(4096, 2, False, torch.Generator().manual_seed(0))  # N(0, I) rows
@@ -54,14 +55,18 @@ def positive_random_features(x: Tensor, projection: Tensor) -> Tensor:
         >>> round(estimate.item(), 2), round(math.exp(0.25), 2)  # the estimate and exp(x . y)
         (1.27, 1.28)
     """
-    if not isinstance(x, Tensor):
-        raise ValueError(f"x must be a torch.Tensor (..., t, d_k), got {type(x).__name__}")
+    if not isinstance(x, Tensor) or x.dim() < 1 or not x.is_floating_point():
+        got = f"{x.dtype} of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x must be a floating-point tensor (..., d_k), got {got}")
     if (not isinstance(projection, Tensor) or projection.dim() != 2
             or projection.shape[1] != x.shape[-1]):
         raise ValueError(
             f"projection must have shape (m, d_k) with d_k={x.shape[-1]}, "
             f"got {shape_or_type(projection)}"
         )
+    if projection.dtype != x.dtype or projection.device != x.device:  # x Ψ^T needs one of each
+        raise ValueError(f"projection must have x's dtype and device, {x.dtype} on {x.device}, "
+                         f"got {projection.dtype} on {projection.device}")
     m = projection.shape[0]
     squared = (x * x).sum(dim=-1, keepdim=True) / 2  # (..., t, 1)
     return torch.exp(x @ projection.transpose(0, 1) - squared) / math.sqrt(m)  # (..., t, m)

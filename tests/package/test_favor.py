@@ -238,8 +238,13 @@ class TestBadInput:
         # lists raised an AttributeError
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got list"):
             positive_random_features(q, [[0.0] * q.shape[-1]])
-        with pytest.raises(ValueError, match=r"x must be a torch\.Tensor \(\.\.\., t, d_k\), got list"):
+        with pytest.raises(ValueError, match=r"x must be a floating-point tensor \(\.\.\., d_k\), got list"):
             positive_random_features([[0.5, 0.0]], torch.randn(4, 2))
+        # torch's IndexError and RuntimeError were raised
+        with pytest.raises(ValueError, match=r"x must be a floating-point tensor .*got torch\.float32 of shape \(\)"):
+            positive_random_features(torch.tensor(1.0), torch.randn(4, 1))
+        with pytest.raises(ValueError, match=r"x's dtype and device, torch\.float32 on cpu, got torch\.float64 on cpu"):
+            positive_random_features(torch.randn(3, 2), torch.randn(4, 2, dtype=F64))
 
     @pytest.mark.parametrize("orthogonal", [True, False])
     def test_projection_dtype_must_be_floating_point(self, orthogonal):
