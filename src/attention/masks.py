@@ -39,6 +39,7 @@ from ._checks import (
     accumulation_dtype,
     check_alignment,
     check_batch_dims,
+    check_block_size,
     check_counts,
     check_flags,
     check_number,
@@ -717,6 +718,7 @@ def to_bias(
     """
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:  # a bias is a score
         raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
+    check_counts(t_q=t_q, t_k=t_k, h=h, **({"b": b} if b is not None else {}))  # before zeros()
     b_rows = 1 if b is None else b
     zeros = torch.zeros(b_rows, h, t_q, t_k, dtype=dtype, device=device)  # (b, h, t_q, t_k)
     bias = apply_score_mod(zeros, score_mod)
@@ -769,8 +771,10 @@ def block_sparsity(
                 [2, 2, 1, 0],
                 [2, 2, 2, 1]])
     """
+    check_block_size(block_size)  # (2,) or (1, 2, 3) failed in the unpacking below
+    if block_size is None:  # a kernel's default elsewhere; here the tiles must be named
+        raise ValueError("block_size must be an integer >= 1 or a pair of them, got None")
     block_q, block_k = block_size if isinstance(block_size, tuple) else (block_size, block_size)
-    check_sizes(block_q=block_q, block_k=block_k)
     b_rows, heads = 1 if b is None else b, 1 if h is None else h
     dense = to_dense(mask_mod, t_q, t_k, b_rows, heads)  # (b, h, t_q, t_k)
     n_q, n_k = -(-t_q // block_q), -(-t_k // block_k)  # T_q, T_k: ceil

@@ -315,6 +315,25 @@ def test_dense_attention_hides_keys_after_the_score_mod_not_before():
 
 
 class TestBadInput:
+    @pytest.mark.parametrize(
+        ("sizes", "message"),
+        [
+            ({"h": -1}, r"h must be an integer >= 0, got -1"),
+            ({"t_q": 2.0}, r"t_q must be an integer >= 0, got 2\.0"),
+            ({"b": -1}, r"b must be an integer >= 0, got -1"),
+        ],
+    )
+    def test_to_bias_sizes_must_be_counts(self, sizes, message):
+        # torch.zeros raised its RuntimeError or TypeError before any check
+        with pytest.raises(ValueError, match=message):
+            M.to_bias(M.alibi(1), **({"t_q": 2, "t_k": 2, "h": 1} | sizes))
+
+    @pytest.mark.parametrize("block_size", [(2,), (1, 2, 3), None, 2.0])
+    def test_block_sparsity_block_size_is_an_integer_or_a_pair(self, block_size):
+        # (2,) and (1, 2, 3) failed in tuple unpacking, with a message naming neither
+        with pytest.raises(ValueError, match=r"block_size must be an integer >= 1 or a pair of them, got "):
+            M.block_sparsity(M.causal(), 4, 4, block_size)
+
     @pytest.mark.parametrize("rule", [
         lambda s, b, h, i, j: s * s,  # 0 at s = 0 and 1 at s = 1: a probe of 0 and 1 alone passes it
         lambda s, b, h, i, j: s * (i + 1),  # adds at query 0 only
@@ -365,7 +384,7 @@ class TestBadInput:
          r"alibi\(num_heads=4\) applied to scores with h=2 heads"),
         (lambda: M.to_bias(M.t5_bias(torch.zeros(32, 2)), 3, 3, h=4),
          r"t5_bias\(table of h=2 heads\) applied to scores with h=4 heads"),
-        (lambda: M.block_sparsity(M.causal(), 4, 4, 0), r"block_q must be at least 1, got 0"),
+        (lambda: M.block_sparsity(M.causal(), 4, 4, 0), r"block_size must be an integer >= 1 or a pair of them, got 0"),
         (lambda: M.to_bias(M.soft_cap(5.0), 3, 3, 1),
          r"score_mod must add a term.*got xi\(s\) - xi\(0\) = -4\.99994 for s = -30"),
         (lambda: M.apply_score_mod(torch.zeros(3, 3), M.alibi(1)),
