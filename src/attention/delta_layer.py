@@ -168,8 +168,8 @@ class GatedDeltaNet(nn.Module):
         q, k = (_l2_normalize(y) for y in (q, k))  # (b, h_k, t, d_k)
         beta = self.b_proj(x).sigmoid().transpose(1, 2)  # (b, h_v, t)
         g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)
-        o, final = gated_delta_rule(
-            q, k, v, g.transpose(1, 2).to(v.dtype), beta, form="chunked",
+        o, final = gated_delta_rule(  # g in float32, as Qwen3-Next: its cumulative sums need it
+            q, k, v, g.transpose(1, 2), beta, form="chunked",
             chunk_size=self.chunk_size, initial_state=None if cache is None else cache.state,
             output_final_state=True,
         )  # (b, h_v, t, d_v), (b, h_v, d_k, d_v)

@@ -60,6 +60,19 @@ def test_float16_layer_is_as_accurate_with_large_queries_and_keys_as_with_small_
     assert errors[1] <= 2 * errors[0], errors
 
 
+def test_a_bfloat16_layer_hands_the_rule_its_log_decay_in_float32(monkeypatch):
+    """g is summed over each chunk; the layer rounded it to bfloat16 (8 bits) first, a rounding
+    that transformers' Qwen3-Next layer, which keeps g in float32, does not make."""
+    import attention.delta_layer as delta_layer
+
+    seen = []
+    rule = delta_layer.gated_delta_rule
+    monkeypatch.setattr(delta_layer, "gated_delta_rule", lambda q, k, v, g, *a, **kw: seen.append(g.dtype)
+                        or rule(q, k, v, g, *a, **kw))
+    GatedDeltaNet(16, 2, 4, 4, 3).bfloat16()(torch.randn(1, 5, 16).bfloat16())
+    assert seen == [torch.float32]
+
+
 def test_no_tokens_give_an_empty_output_and_leave_the_state_as_it_was():
     """t = 0, as the attention modules take it: an empty (b, 0, d) output that gradients pass
     through, and a DeltaState that an empty call leaves unchanged."""
