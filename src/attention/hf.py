@@ -27,7 +27,10 @@ the same over the top-k tokens a :class:`~attention.sparse.LightningIndexer` sel
 :class:`~attention.delta_layer.DeltaState`, and its attention layers have an output gate.
 Anything else, a configuration option the book does not implement, or a model whose RoPE
 frequencies differ from the book's rule, is a ValueError that says so: never a silently
-different model.
+different model. Dropout is the one exception, as it changes nothing at inference: the copy is
+for inference, returned in eval mode, and its dropout probabilities (``attention_dropout``,
+GPT-2's ``attn_pdrop``, ``resid_pdrop`` and ``embd_pdrop``) are not copied, so that in training
+mode the book's parts drop nothing.
 
 ``transformers`` computes RoPE's angles, and RMSNorm, in float32 whatever the model's dtype;
 :func:`upcast_transformers` makes those float64 (the same formulas), so that a float64 copy of
