@@ -249,7 +249,13 @@ class LightningIndexer(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_sizes(d_in=d_in, q_rank=q_rank, index_heads=index_heads, index_dim=index_dim)
+        check_sizes(d_in=d_in, q_rank=q_rank, index_heads=index_heads, index_dim=index_dim,
+                    rope_dim=rope_dim)  # None would rotate every feature, as RotaryEmbedding's
+        if index_dim % 2 or rope_dim % 2:  # checked here, in this layer's names, not the rotary's
+            raise ValueError(f"index_dim and rope_dim must be even (RoPE turns pairs of features), "
+                             f"got index_dim={index_dim} and rope_dim={rope_dim}")
+        if rope_dim > index_dim:
+            raise ValueError(f"rope_dim must be at most index_dim={index_dim}, got {rope_dim}")
         factory = Factory(device=device, dtype=dtype)
         self.d_in, self.q_rank = d_in, q_rank
         self.index_heads, self.index_dim = index_heads, index_dim

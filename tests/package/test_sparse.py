@@ -383,6 +383,21 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"keep_first must be a bool, got 'yes' of type str"):
             sparse.block_topk_mask(torch.randn(4, 2), 2, 2, keep_first="yes")
 
+    @pytest.mark.parametrize(
+        ("sizes", "message"),
+        [
+            ({"rope_dim": 3}, r"index_dim and rope_dim must be even .*got index_dim=4 and rope_dim=3"),
+            ({"index_dim": 3}, r"index_dim and rope_dim must be even .*got index_dim=3 and rope_dim=2"),
+            ({"rope_dim": 6}, r"rope_dim must be at most index_dim=4, got 6"),
+            ({"rope_dim": None}, r"rope_dim must be an integer, got None"),
+        ],
+    )
+    def test_indexer_sizes_are_named_as_the_indexer_names_them(self, sizes, message) -> None:
+        # RotaryEmbedding's messages named rotary_dim and d_h; None rotated every feature
+        with pytest.raises(ValueError, match=message):
+            sparse.LightningIndexer(**({"d_in": 8, "q_rank": 4, "index_heads": 2, "index_dim": 4,
+                                        "rope_dim": 2} | sizes))
+
     @pytest.mark.parametrize("gather", [False, True])
     def test_dsa_index_scores_must_be_floating_point(self, gather) -> None:
         q = torch.randn(1, 2, 5, 4)
