@@ -353,12 +353,17 @@ def and_masks(*mask_mods: MaskMod) -> MaskMod:
     Returns:
         The mask rule of their conjunction.
 
+    Raises:
+        ValueError: if a rule is not callable.
+
     Examples:
         >>> to_dense(and_masks(causal(), sliding_window(2)), 3, 3)
         tensor([[ True, False, False],
                 [ True,  True, False],
                 [False,  True,  True]])
     """
+    for i, mask_mod in enumerate(mask_mods):
+        _check_rule(mask_mod, f"mask_mods[{i}]")
     return _combine(mask_mods, operator.and_, none=True)
 
 
@@ -371,12 +376,17 @@ def or_masks(*mask_mods: MaskMod) -> MaskMod:
     Returns:
         The mask rule of their disjunction.
 
+    Raises:
+        ValueError: if a rule is not callable.
+
     Examples:
         >>> to_dense(or_masks(sliding_window(1), sinks(1)), 3, 3)
         tensor([[ True, False, False],
                 [ True,  True, False],
                 [ True, False,  True]])
     """
+    for i, mask_mod in enumerate(mask_mods):
+        _check_rule(mask_mod, f"mask_mods[{i}]")
     return _combine(mask_mods, operator.or_, none=False)
 
 
@@ -392,6 +402,22 @@ def _combine(mask_mods: tuple[MaskMod, ...], combine: Callable[[Tensor, Tensor],
         return allowed
 
     return combined
+
+
+def _check_rule(rule: object, name: str) -> None:
+    """Require a rule: a callable, as flex_attention takes it."""
+    if not callable(rule):
+        raise ValueError(f"{name} must be a callable rule, as flex_attention takes it, got "
+                         f"{type(rule).__name__}")
+
+
+def _answer(dense: object, device: torch.device) -> Tensor:
+    """A mask rule's answer as a bool tensor, refusing one of numbers (nonzero is no answer)."""
+    answer = torch.as_tensor(dense, device=device)
+    if answer.dtype != torch.bool:
+        raise ValueError(f"mask_mod must answer True or False (a bool tensor, as flex_attention's "
+                         f"mask_mod does), got {answer.dtype}")
+    return answer
 
 
 def _check_heads(h: Tensor, num_heads: int, rule: str, hint: str = "") -> None:
@@ -598,16 +624,18 @@ def visible(mask_mod: MaskMod, query_pos: Tensor, key_pos: Tensor) -> Tensor:
     Returns:
         The mask (t_q, t_k), bool.
 
+    Raises:
+        ValueError: if mask_mod is not callable or answers with numbers, not bools.
+
     Examples:
         >>> visible(sliding_window(2), torch.tensor([5, 6]), torch.tensor([4, 5, 6]))
         tensor([[ True,  True, False],
                 [False,  True,  True]])
     """
+    _check_rule(mask_mod, "mask_mod")
     zero = torch.zeros((), dtype=torch.long, device=query_pos.device)
     dense = mask_mod(zero, zero, query_pos[:, None], key_pos[None, :])  # (t_q, t_k)
-    return torch.as_tensor(dense, device=query_pos.device).to(torch.bool).expand(
-        len(query_pos), len(key_pos)
-    )
+    return _answer(dense, query_pos.device).expand(len(query_pos), len(key_pos))
 
 
 def to_dense(
@@ -631,9 +659,9 @@ def to_dense(
         The mask, bool; empty where a size is 0.
 
     Raises:
-        ValueError: if a size is not an integer >= 0, or the rule indexes past a tensor it holds
-            (a rule made for fewer tokens or sequences, such as :func:`document` or
-            :func:`padding`).
+        ValueError: if a size is not an integer >= 0, mask_mod is not callable or answers with
+            numbers, not bools, or the rule indexes past a tensor it holds (a rule made for
+            fewer tokens or sequences, such as :func:`document` or :func:`padding`).
 
     Examples:
         >>> to_dense(causal(), 3, 3)
@@ -641,16 +669,17 @@ def to_dense(
                 [ True,  True, False],
                 [ True,  True,  True]])
     """
+    _check_rule(mask_mod, "mask_mod")
     batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, device)
     shape = (batch.shape[0], head.shape[1], t_q, t_k)
     try:
-        dense = torch.as_tensor(mask_mod(batch, head, q_idx, kv_idx), device=q_idx.device)
+        dense = _answer(mask_mod(batch, head, q_idx, kv_idx), q_idx.device)
     except IndexError as error:  # doc_ids or lengths shorter than the grid asked for
         raise ValueError(
             f"mask_mod must hold a value for every index of b={b}, h={h}, t_q={t_q}, t_k={t_k}, "
             f"got a rule that indexes past a tensor it holds ({error})"
         ) from error
-    dense = dense.to(torch.bool).expand(shape)  # (b, h, t_q, t_k); a rule may return fewer dims
+    dense = dense.expand(shape)  # (b, h, t_q, t_k); a rule may return fewer dims
     return dense[0, 0] if b is None and h is None else dense
 
 
@@ -665,7 +694,7 @@ def apply_score_mod(scores: Tensor, score_mod: ScoreMod) -> Tensor:
         The modified scores (b, h, t_q, t_k).
 
     Raises:
-        ValueError: if scores is not a 4-d tensor.
+        ValueError: if scores is not a 4-d tensor, or score_mod is not callable.
 
     Examples:
         >>> apply_score_mod(torch.zeros(1, 1, 2, 2), alibi(1))
@@ -675,6 +704,7 @@ def apply_score_mod(scores: Tensor, score_mod: ScoreMod) -> Tensor:
     if not isinstance(scores, Tensor) or scores.dim() != 4:
         shape = shape_or_type(scores)
         raise ValueError(f"scores must be (b, h, t_q, t_k), got shape {shape}")
+    _check_rule(score_mod, "score_mod")
     b, h, t_q, t_k = scores.shape
     batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, scores.device)
     return score_mod(scores, batch, head, q_idx, kv_idx).expand_as(scores)  # (b, h, t_q, t_k)

@@ -316,6 +316,25 @@ def test_dense_attention_hides_keys_after_the_score_mod_not_before():
 
 class TestBadInput:
     @pytest.mark.parametrize(
+        ("call", "message"),
+        [
+            (lambda: M.to_dense(None, 2, 2), r"mask_mod must be a callable rule.*got NoneType"),
+            (lambda: M.and_masks(M.causal(), None), r"mask_mods\[1\] must be a callable rule.*got NoneType"),
+            (lambda: M.or_masks("causal"), r"mask_mods\[0\] must be a callable rule.*got str"),
+            (lambda: M.visible(None, torch.arange(2), torch.arange(2)), r"mask_mod must be a callable"),
+            (lambda: M.apply_score_mod(torch.zeros(1, 1, 2, 2), 3.0), r"score_mod must be a callable rule.*float"),
+            # i - j: a number, not an answer; it was read as "nonzero is visible"
+            (lambda: M.to_dense(lambda b, h, i, j: i - j, 3, 3), r"mask_mod must answer True or False.*torch\.int64"),
+            (lambda: M.visible(lambda b, h, i, j: i - j, torch.arange(2), torch.arange(2)),
+             r"mask_mod must answer True or False.*torch\.int64"),
+        ],
+    )
+    def test_rules_are_callables_and_mask_rules_answer_with_bools(self, call, message):
+        # None raised Python's TypeError ("'NoneType' object is not callable")
+        with pytest.raises(ValueError, match=message):
+            call()
+
+    @pytest.mark.parametrize(
         ("sizes", "message"),
         [
             ({"h": -1}, r"h must be an integer >= 0, got -1"),
