@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from ._checks import check_cache, check_counts, check_sizes
+from ._checks import check_counts, check_sizes
 
 __all__ = ["KVCache", "ModelKVCache", "RollingKVCache", "kv_cache_bytes"]
 
@@ -303,8 +303,8 @@ class ModelKVCache:
         layers: the caches of the layers, in order.
 
     Raises:
-        ValueError: if layers is not a list or tuple of at least one cache (each with the
-            ``length`` and ``append`` of a KV cache).
+        ValueError: if layers is not a list or tuple of at least one KVCache or RollingKVCache,
+            or its layers differ in length, batch size or max_tokens.
 
     Examples:
         >>> cache = ModelKVCache([KVCache(1, 2, 16, 4) for _ in range(3)])
@@ -317,8 +317,17 @@ class ModelKVCache:
             raise ValueError(f"layers must be a list of caches, got {type(layers).__name__}")
         if not layers:  # its length and size are its first layer's
             raise ValueError(f"layers must hold at least one cache, got {layers!r}")
-        for i, cache in enumerate(layers):
-            check_cache(cache, f"layers[{i}]")
+        for i, cache in enumerate(layers):  # a PagedSequence has no max_tokens, reset or to of its own
+            if not isinstance(cache, (KVCache, RollingKVCache)):
+                raise ValueError(f"layers[{i}] must be a KVCache or a RollingKVCache, got {type(cache).__name__}")
+        # what every layer of one model shares: a layer that took tokens its successor refuses
+        # would leave the layers at different lengths, and every later call wrong
+        shared: dict[str, list[int | None]] = {
+            "length": [c.length for c in layers], "batch size": [c.keys.shape[0] for c in layers],
+            "max_tokens": [c.max_tokens for c in layers]}
+        for name, found in shared.items():
+            if any(value != found[0] for value in found):
+                raise ValueError(f"layers must share one {name}, as a model's layers do, got {found}")
         self.layers = layers
 
     @property

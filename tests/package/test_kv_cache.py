@@ -5,6 +5,7 @@ import torch
 from _inputs import qkv
 
 from attention.kv_cache import KVCache, ModelKVCache, RollingKVCache
+from attention.paged import PagedKVCache
 
 
 def _filled(cache: RollingKVCache, t: int) -> RollingKVCache:
@@ -66,7 +67,7 @@ def test_resetting_a_model_cache_empties_every_layer() -> None:
 
 
 def test_moving_a_model_cache_moves_every_layer_and_the_positions() -> None:
-    cache = ModelKVCache([KVCache(1, 1, 4, 2), RollingKVCache(1, 1, 2, 2, sinks=1)])
+    cache = ModelKVCache([KVCache(1, 1, 4, 2), RollingKVCache(1, 1, 2, 2, max_tokens=4, sinks=1)])
     for layer in cache.layers:
         layer.append(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
     assert cache.to(device="meta", dtype=torch.float64) is cache and cache.length == 3
@@ -113,7 +114,19 @@ class TestBadInput:
             (lambda: ModelKVCache("ab"), r"layers must be a list of caches, got str"),
             (lambda: ModelKVCache(KVCache(1, 1, 4, 1)), r"layers must be a list of caches, got KVCache"),
             (lambda: ModelKVCache([KVCache(1, 1, 4, 1), 1]),
-             r"layers\[1\] must be a KV cache with length and append .*, got int"),
+             r"layers\[1\] must be a KVCache or a RollingKVCache, got int"),
+            # its max_tokens, nbytes, reset and to raised an AttributeError
+            (lambda: ModelKVCache([(pool := PagedKVCache(2, 2, 1, 1)).sequence(pool.add_sequence())]),
+             r"layers\[0\] must be a KVCache or a RollingKVCache, got PagedSequence"),
+            # the second layer refused a call that the first had already taken: lengths 5 and 0
+            (lambda: ModelKVCache([KVCache(1, 2, 8, 8), KVCache(1, 2, 4, 8)]),
+             r"layers must share one max_tokens, as a model's layers do, got \[8, 4\]"),
+            (lambda: ModelKVCache([RollingKVCache(1, 1, 2, 1), KVCache(1, 1, 4, 1)]),
+             r"layers must share one max_tokens, as a model's layers do, got \[None, 4\]"),
+            (lambda: ModelKVCache([KVCache(1, 1, 4, 1), KVCache(2, 1, 4, 1)]),
+             r"layers must share one batch size, as a model's layers do, got \[1, 2\]"),
+            (lambda: ModelKVCache([_filled(RollingKVCache(1, 1, 2, 1), 3), RollingKVCache(1, 1, 2, 1)]),
+             r"layers must share one length, as a model's layers do, got \[3, 0\]"),
             (lambda: KVCache(1, 1, 4, 1).append([1.0], [1.0]), r"keys must be a tensor \(b, h_kv, t, d_h\), got list"),
             # (b, h_kv, t) with t = d_h would broadcast over d_h without the rank check
             (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 2), torch.ones(1, 2, 2)),
