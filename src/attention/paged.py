@@ -156,6 +156,9 @@ class PagedSequence:
         pool: the pool that stores the sequence.
         seq: the sequence's id, from :meth:`PagedKVCache.add_sequence`.
 
+    Raises:
+        ValueError: if pool is not a PagedKVCache.
+
     Examples:
         >>> pool = PagedKVCache(num_blocks=2, block_size=4, num_kv_heads=1, d_h=2)
         >>> view = pool.sequence(pool.add_sequence())
@@ -165,6 +168,8 @@ class PagedSequence:
     """
 
     def __init__(self, pool: PagedKVCache, seq: int) -> None:
+        if not isinstance(pool, PagedKVCache):  # its length and append read the pool's
+            raise ValueError(f"pool must be a PagedKVCache, got {type(pool).__name__}")
         self.pool, self.seq = pool, seq
 
     @property

@@ -5,7 +5,7 @@ import torch
 
 from attention.inference import GroupedQueryAttention
 from attention.kv_cache import KVCache
-from attention.paged import PagedKVCache
+from attention.paged import PagedKVCache, PagedSequence
 
 
 def _gqa(num_kv_heads: int, window: int | None = None) -> GroupedQueryAttention:
@@ -133,6 +133,8 @@ class TestBadInput:
             (lambda: _pool_with(1).gather(0.0), r"one of the sequences \[0\], got 0\.0"),
             (lambda: _pool_with(1).gather(False), r"one of the sequences \[0\], got False"),
             (lambda: _pool_with(1).free([0]), r"one of the sequences \[0\], got \[0\]"),
+            # its length raised an AttributeError ('NoneType' object has no attribute ...)
+            (lambda: PagedSequence(None, 0), r"pool must be a PagedKVCache, got NoneType"),
         ],
     )
     def test_sequences_must_exist_and_fit_the_pool(self, make: object, message: str) -> None:
