@@ -299,7 +299,12 @@ class FusedMultiHeadAttention(CausallyMasked):
         that ``qkv(x)`` splits into the three projections; both dropout probabilities and the
         training mode are carried over. Draws (and discards) a fresh random initialization
         first, so it advances the global random number generator.
+
+        Raises:
+            ValueError: if mha is not the book's MultiHeadAttention.
         """
+        if not isinstance(mha, MultiHeadAttention):  # torch's has its own layout of weights
+            raise ValueError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
         fused = cls(
             mha.d_in,
             mha.d_out,

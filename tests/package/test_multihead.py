@@ -13,6 +13,7 @@ from _reference import book_tensor
 from attention import (
     CausalAttention,
     FusedMultiHeadAttention,
+    GroupedQueryAttention,
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
     additive_causal_mask,
@@ -344,6 +345,16 @@ class TestBadInput:
     def test_proj_dropout_must_be_in_the_unit_interval(self, cls: type, p: float) -> None:
         with pytest.raises(ValueError, match=rf"proj_dropout must be in \[0, 1\), got {p}"):
             cls(3, 4, num_heads=2, context_length=6, dropout=0.0, proj_dropout=p)
+
+    # torch's module and GroupedQueryAttention have other weights: an AttributeError was raised
+    @pytest.mark.parametrize(
+        ("other", "name"),
+        [(lambda: torch.nn.MultiheadAttention(8, 2), "MultiheadAttention"),
+         (lambda: GroupedQueryAttention(8, 8, 2, 1), "GroupedQueryAttention")],
+    )
+    def test_from_multihead_needs_a_multihead_attention(self, other, name: str) -> None:
+        with pytest.raises(ValueError, match=rf"mha must be a MultiHeadAttention, got {name}$"):
+            FusedMultiHeadAttention.from_multihead(other())
 
     # the torch state-dict conversions refuse what torch's or our module could not load as the
     # same attention
