@@ -55,8 +55,9 @@ class KernelBlockAttention(FusedHeads):
         projection: FAVOR+'s random projection (m, d_h), for ``kind="favor"`` only.
 
     Raises:
-        ValueError: if kind is unknown, projection is given for ``"elu+1"`` or missing for
-            ``"favor"`` or not a floating-point (m, d_h) tensor, or attn has dropout.
+        ValueError: if attn is not a BlockAttention, kind is unknown, projection is given for
+            ``"elu+1"`` or missing for ``"favor"`` or not a floating-point (m, d_h) tensor, or
+            attn has dropout.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -70,6 +71,8 @@ class KernelBlockAttention(FusedHeads):
 
     def __init__(self, attn: BlockAttention, kind: Kind, projection: Tensor | None = None) -> None:
         super().__init__()
+        if not isinstance(attn, BlockAttention):  # whose modules it takes over
+            raise ValueError(f"attn must be a BlockAttention, got {type(attn).__name__}")
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if (projection is None) != (kind == "elu+1"):

@@ -110,6 +110,11 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"\(m, d_h\) tensor with d_h=4, got shape \(4,\)"):
             KernelBlockAttention(BlockAttention(8, 2), "favor", torch.ones(4))
 
+    def test_the_sublayer_must_be_a_block_attention(self):
+        # an AttributeError ('Linear' object has no attribute 'dropout') was raised
+        with pytest.raises(ValueError, match=r"attn must be a BlockAttention, got Linear"):
+            KernelBlockAttention(torch.nn.Linear(2, 2), "elu+1")
+
     def test_only_a_block_without_masks_or_dropout_is_swapped(self):
         with pytest.raises(ValueError, match=r"attn is a BlockAttention.*got Linear"):
             use_kernel_attention(torch.nn.Linear(2, 2))
