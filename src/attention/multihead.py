@@ -42,6 +42,7 @@ from ._checks import (
     check_heads,
     check_input,
     check_sizes,
+    shape_or_type,
 )
 from .causal import CausalAttention, CausallyMasked, register_causal_mask
 
@@ -324,6 +325,14 @@ class FusedMultiHeadAttention(CausallyMasked):
         return fused.train(mha.training)
 
 
+def _entry(state: Mapping[str, Tensor], key: str, axes: str, shape: tuple[int, ...]) -> Tensor:
+    """state[key], required to be a tensor of ``shape``, whose axes ``axes`` names."""
+    value = state[key]
+    if not isinstance(value, Tensor) or tuple(value.shape) != shape:
+        raise ValueError(f"{key} must have shape {axes} = {shape}, got {shape_or_type(value)}")
+    return value
+
+
 def to_torch_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """A :class:`MultiHeadAttention` state dict as ``torch.nn.MultiheadAttention``'s.
 
@@ -339,22 +348,36 @@ def to_torch_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
         (True above the diagonal).
 
     Raises:
-        ValueError: a state dict without the module's projections, or with d_in != d_out.
+        ValueError: if state is not a state dict with the module's projections, weights
+            (d_out, d_in) and biases (d_out,) of one d_out (a GroupedQueryAttention's keys and
+            values have fewer rows), or d_in != d_out.
 
     Examples:
         >>> mha = MultiHeadAttention(8, 8, context_length=4, dropout=0.0, num_heads=2)
         >>> sorted(to_torch_state_dict(mha.state_dict()))
         ['in_proj_bias', 'in_proj_weight', 'out_proj.bias', 'out_proj.weight']
     """
+    if not isinstance(state, Mapping):
+        raise ValueError(f"state must be a MultiHeadAttention state dict, got {type(state).__name__}")
     names = ("W_query", "W_key", "W_value")
-    missing = [f"{n}.weight" for n in (*names, "out_proj") if f"{n}.weight" not in state]
+    needed = [*(f"{n}.weight" for n in (*names, "out_proj")), "out_proj.bias"]
+    missing = [key for key in needed if key not in state]
     if missing:
         raise ValueError(f"state must be a MultiHeadAttention state dict, got no {missing}")
-    d_out, d_in = state["W_query.weight"].shape
+    query = state["W_query.weight"]
+    if not isinstance(query, Tensor) or query.dim() != 2:
+        raise ValueError(f"W_query.weight must be a (d_out, d_in) tensor, got {shape_or_type(query)}")
+    d_out, d_in = query.shape
     if d_in != d_out:
         raise ValueError(
             f"torch.nn.MultiheadAttention needs d_in = d_out, got {d_in} and {d_out}"
         )
+    for name in names[1:]:
+        _entry(state, f"{name}.weight", "(d_out, d_in)", (d_out, d_in))
+    for name in (*names, "out_proj"):
+        if f"{name}.bias" in state:
+            _entry(state, f"{name}.bias", "(d_out,)", (d_out,))
+    _entry(state, "out_proj.weight", "(d_out, d_out)", (d_out, d_out))
     weight = torch.cat([state[f"{n}.weight"] for n in names])  # (3 d_out, d_in)
     biases = [state.get(f"{n}.bias") for n in names]
     bias = torch.cat([b if b is not None else weight.new_zeros(d_out) for b in biases])
@@ -380,10 +403,11 @@ def from_torch_state_dict(
         zero ``out_proj.bias``.
 
     Raises:
-        ValueError: separate query, key and value weights (kdim or vdim different from
-            embed_dim), parameters this module lacks (``bias_k``, ``bias_v`` of
-            ``add_bias_kv=True``), a non-zero ``in_proj_bias`` with ``qkv_bias=False``, or a
-            qkv_bias that is not a bool.
+        ValueError: if state is not a state dict, has separate query, key and value weights
+            (kdim or vdim different from embed_dim), no ``out_proj.weight``, parameters this
+            module lacks (``bias_k``, ``bias_v`` of ``add_bias_kv=True``), an ``in_proj_weight``
+            that is not (3 embed_dim, embed_dim) or other parameters not of that embed_dim, a
+            non-zero ``in_proj_bias`` with ``qkv_bias=False``, or a qkv_bias that is not a bool.
 
     Examples:
         >>> torch_mha = nn.MultiheadAttention(8, 2)
@@ -391,14 +415,30 @@ def from_torch_state_dict(
         ['W_key.bias', 'W_key.weight']
     """
     check_flags(qkv_bias=qkv_bias)
+    if not isinstance(state, Mapping):
+        raise ValueError(
+            f"state must be a torch.nn.MultiheadAttention state dict, got {type(state).__name__}"
+        )
     if "in_proj_weight" not in state:
         raise ValueError("state must hold in_proj_weight (kdim = vdim = embed_dim), got keys "
                          f"{sorted(state)}")
+    if "out_proj.weight" not in state:
+        raise ValueError(f"state must hold out_proj.weight, got keys {sorted(state)}")
     extra = sorted(set(state) - {"in_proj_weight", "in_proj_bias", "out_proj.weight",
                                  "out_proj.bias"})
     if extra:  # bias_k and bias_v (add_bias_kv=True): this module has no such parameters
         raise ValueError(f"state must hold only what MultiHeadAttention has, got also {extra}")
-    weights = state["in_proj_weight"].chunk(3)  # W_query, W_key, W_value: (d, d) each
+    in_proj = state["in_proj_weight"]
+    if not isinstance(in_proj, Tensor) or in_proj.dim() != 2:
+        raise ValueError(f"in_proj_weight must be a (3 embed_dim, embed_dim) tensor, got "
+                         f"{shape_or_type(in_proj)}")
+    d = in_proj.shape[1]  # embed_dim
+    _entry(state, "in_proj_weight", "(3 embed_dim, embed_dim)", (3 * d, d))
+    _entry(state, "out_proj.weight", "(embed_dim, embed_dim)", (d, d))
+    for key, axes, shape in (("in_proj_bias", "(3 embed_dim,)", (3 * d,)), ("out_proj.bias", "(embed_dim,)", (d,))):
+        if key in state:
+            _entry(state, key, axes, shape)
+    weights = in_proj.chunk(3)  # W_query, W_key, W_value: (d, d) each
     bias = state.get("in_proj_bias")
     out: dict[str, Tensor] = {}
     for i, name in enumerate(("W_query", "W_key", "W_value")):

@@ -369,6 +369,51 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"got no \['W_key.weight'\]"):
             to_torch_state_dict(state)
 
+    @pytest.mark.parametrize(
+        ("state", "message"),
+        [
+            # a GroupedQueryAttention's keys and values have h_kv · d_h rows: torch could not load
+            # the (16, 8) in_proj_weight that came out
+            (lambda: GroupedQueryAttention(8, 8, 2, 1).state_dict(),
+             r"W_key.weight must have shape \(d_out, d_in\) = \(8, 8\), got \(4, 8\)"),
+            (lambda: {k: v for k, v in MultiHeadAttention(8, 8, 2, 8, 0.0).state_dict().items()
+                      if k != "out_proj.bias"},  # a KeyError
+             r"got no \['out_proj.bias'\]"),
+            (lambda: {**MultiHeadAttention(8, 8, 2, 8, 0.0, qkv_bias=True).state_dict(),
+                      "W_value.bias": torch.zeros(3)},
+             r"W_value.bias must have shape \(d_out,\) = \(8,\), got \(3,\)"),
+            (lambda: {**MultiHeadAttention(8, 8, 2, 8, 0.0).state_dict(), "W_query.weight": torch.ones(8)},
+             r"W_query.weight must be a \(d_out, d_in\) tensor, got \(8,\)"),
+            (lambda: None, r"state must be a MultiHeadAttention state dict, got NoneType"),  # a TypeError
+        ],
+    )
+    def test_to_torch_refuses_what_torch_could_not_load(self, state, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            to_torch_state_dict(state())
+
+    @pytest.mark.parametrize(
+        ("state", "message"),
+        [
+            # 7 rows were split into 3, 3 and 1, and an out_proj.bias of shape (3,) invented
+            ({"in_proj_weight": torch.randn(7, 8), "out_proj.weight": torch.randn(8, 8)},
+             r"in_proj_weight must have shape \(3 embed_dim, embed_dim\) = \(24, 8\), got \(7, 8\)"),
+            ({"in_proj_weight": torch.randn(24), "out_proj.weight": torch.randn(8, 8)},
+             r"in_proj_weight must be a \(3 embed_dim, embed_dim\) tensor, got \(24,\)"),
+            ({"in_proj_weight": torch.randn(24, 8), "out_proj.weight": torch.randn(8, 4)},
+             r"out_proj.weight must have shape \(embed_dim, embed_dim\) = \(8, 8\), got \(8, 4\)"),
+            ({"in_proj_weight": torch.randn(24, 8), "in_proj_bias": torch.randn(8),
+              "out_proj.weight": torch.randn(8, 8)},
+             r"in_proj_bias must have shape \(3 embed_dim,\) = \(24,\), got \(8,\)"),
+            ({"in_proj_weight": torch.randn(24, 8), "out_proj.weight": torch.randn(8, 8), "out_proj.bias": [0.0]},
+             r"out_proj.bias must have shape \(embed_dim,\) = \(8,\), got list"),
+            ({"in_proj_weight": torch.randn(24, 8)}, r"state must hold out_proj.weight, got keys \['in_proj_weight'\]"),
+            (None, r"state must be a torch.nn.MultiheadAttention state dict, got NoneType"),  # a TypeError
+        ],
+    )
+    def test_from_torch_refuses_what_is_not_torchs_state(self, state, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            from_torch_state_dict(state)
+
     def test_from_torch_refuses_a_nonzero_in_proj_bias_without_qkv_bias(self) -> None:
         state = randomize(torch.nn.MultiheadAttention(6, 2)).state_dict()
         with pytest.raises(ValueError, match="in_proj_bias must be zero"):
