@@ -39,7 +39,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from ._checks import check_flags, check_number, check_sizes
+from ._checks import check_counts, check_flags, check_number, check_sizes
 
 __all__ = [
     "DynamicNTKScaling",
@@ -380,9 +380,8 @@ class DynamicNTKScaling(_Stretch):
         Raises:
             ValueError: if length is not an integer >= 0.
         """
-        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-            raise ValueError(f"length must be an integer >= 0 (tokens), got {length!r}")
-        length = max(length, self.original_context)
+        check_counts(length=length)  # a NumPy integer too, as every count of the package
+        length = max(int(length), self.original_context)
         # κ (t - t_train) / t_train + 1, the same number without subtracting κ t / t_train and
         # κ - 1: their difference cancelled to 0 for a large κ, and κ_t = 0 was refused
         return self.factor * (length - self.original_context) / self.original_context + 1.0

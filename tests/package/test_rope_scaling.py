@@ -80,6 +80,15 @@ def test_a_numpy_original_context_is_taken_as_an_int() -> None:
                        YaRNScaling(4.0, 64).frequencies(8, 10000.0))
 
 
+def test_a_numpy_length_is_taken_as_an_int() -> None:
+    # It was refused as "length must be an integer >= 0 (tokens), got np.int64(5)", from a
+    # rotary embedding called with a NumPy start, which every other count (check_counts) takes.
+    rule = DynamicNTKScaling(2.0, 4)
+    assert rule.stretch(np.int64(6)) == rule.stretch(6) == 2.0
+    rope, x = RotaryEmbedding(8, scaling=rule), torch.randn(1, 1, 3, 8)
+    assert torch.equal(rope(x, start=np.int64(2)), rope(x, start=2))
+
+
 @pytest.mark.parametrize("factor", [1.5, 4.0, 32.0])
 def test_position_interpolation_divides_every_frequency(factor: float) -> None:
     """Chen et al. (2023): f'(x, m) = f(x, m L / L'), position m read as m / factor."""
@@ -319,9 +328,9 @@ class TestBadInput:
             (lambda: DynamicNTKScaling(0.5, 16), r"factor must be a finite number >= 1, got 0.5"),
             (lambda: DynamicNTKScaling(2.0, 0), r"original_context must be an integer >= 1 .* got 0"),
             (lambda: DynamicNTKScaling(2.0, 16).stretch(-1),
-             r"length must be an integer >= 0 \(tokens\), got -1"),
+             r"length must be an integer >= 0, got -1"),
             (lambda: DynamicNTKScaling(2.0, 16).stretch(True),
-             r"length must be an integer >= 0 \(tokens\), got True"),
+             r"length must be an integer >= 0, got True"),
             (lambda: Llama3Scaling(low_freq_factor=0.0),
              r"low_freq_factor must be a finite number > 0, got 0\.0"),
             (lambda: NTKAwareScaling(2.0).frequencies(2, 10000.0),
