@@ -191,6 +191,7 @@ class GroupedQueryAttention(nn.Module):
         Raises:
             ValueError: if batch_size or max_tokens is not an integer >= 1.
         """
+        check_sizes(max_tokens=max_tokens)  # a RollingKVCache would take None as no bound
         weight = self.W_key.weight
         args = (batch_size, self.num_kv_heads)
         if self.window is None:

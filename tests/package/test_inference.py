@@ -233,6 +233,8 @@ class TestBadInput:
              r"d_out must be divisible by num_heads.*got d_out=9 and num_heads=4"),
             (lambda: _gqa(2)(torch.randn(1, 3, 5, dtype=torch.float64)), r"d_in=6, got 5"),
             (lambda: _gqa(2).new_cache(1, 0), r"max_tokens must be at least 1, got 0"),
+            # with a window, None gave a RollingKVCache without a bound, against the docstring
+            (lambda: _gqa(2, 2).new_cache(1, None), r"max_tokens must be an integer, got None of type NoneType"),
             (lambda: _fill(_gqa(2), _gqa(2).new_cache(1, 4), 5), r"max_tokens=4 tokens, got 5"),
             (lambda: _fill(_gqa(2, 2), _gqa(2, 2).new_cache(1, 4), 5), r"max_tokens=4 tokens, got 5"),
             (lambda: _fill(_gqa(2), _gqa(2).new_cache(2, 4), 1), r"\(2, 2, t, 2\), got \(1, 2, 1, 2\)"),
