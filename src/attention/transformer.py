@@ -507,7 +507,7 @@ class TinyTransformer(nn.Module):
         x = self.tok_emb(idx)  # (b, t, d)
         if self.pos_emb is not None:  # learned positions
             x = self.pos_emb(x, start=n)  # (b, t, d)
-        elif self.positions == "sinusoidal":
+        elif self.positions == "sinusoidal" and n + t:  # no table of 0 rows: x is empty then
             x = x + sinusoidal_positions(n + t, x.shape[-1])[n:].to(x)  # (b, t, d) + (t, d)
         bias = alibi_bias(self.num_heads, t, n + t).to(x) if self.positions == "alibi" else None
         layer_caches = [None] * len(self.blocks) if cache is None else cache.layers

@@ -167,6 +167,17 @@ def test_cached_forward_equals_the_full_pass(positions: str | None, chunks: tupl
 
 
 @pytest.mark.parametrize("positions", POSITIONS)
+def test_no_tokens_give_no_logits(positions: str | None) -> None:
+    # sinusoidal positions refused t = 0 ("t must be at least 1, got 0"), the others did not
+    model = _decoder(positions)
+    assert model(torch.zeros(2, 0, dtype=torch.long)).shape == (2, 0, 11)
+    cache = model.new_cache(2, 9)
+    model(torch.zeros(2, 3, dtype=torch.long), cache=cache)
+    assert model(torch.zeros(2, 0, dtype=torch.long), cache=cache).shape == (2, 0, 11)
+    assert cache.length == 3
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
 def test_generate_gives_the_same_tokens_with_and_without_the_cache(positions: str | None) -> None:
     model = _decoder(positions, torch.float32)
     prompt = torch.randint(11, (3, 2))
