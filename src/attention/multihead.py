@@ -358,7 +358,9 @@ def to_torch_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
         ['in_proj_bias', 'in_proj_weight', 'out_proj.bias', 'out_proj.weight']
     """
     if not isinstance(state, Mapping):
-        raise ValueError(f"state must be a MultiHeadAttention state dict, got {type(state).__name__}")
+        raise ValueError(
+            f"state must be a MultiHeadAttention state dict, got {type(state).__name__}"
+        )
     names = ("W_query", "W_key", "W_value")
     needed = [*(f"{n}.weight" for n in (*names, "out_proj")), "out_proj.bias"]
     missing = [key for key in needed if key not in state]
@@ -366,7 +368,9 @@ def to_torch_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
         raise ValueError(f"state must be a MultiHeadAttention state dict, got no {missing}")
     query = state["W_query.weight"]
     if not isinstance(query, Tensor) or query.dim() != 2:
-        raise ValueError(f"W_query.weight must be a (d_out, d_in) tensor, got {shape_or_type(query)}")
+        raise ValueError(
+            f"W_query.weight must be a (d_out, d_in) tensor, got {shape_or_type(query)}"
+        )
     d_out, d_in = query.shape
     if d_in != d_out:
         raise ValueError(
@@ -417,7 +421,8 @@ def from_torch_state_dict(
     check_flags(qkv_bias=qkv_bias)
     if not isinstance(state, Mapping):
         raise ValueError(
-            f"state must be a torch.nn.MultiheadAttention state dict, got {type(state).__name__}"
+            "state must be a torch.nn.MultiheadAttention state dict, got "
+            f"{type(state).__name__}"
         )
     if "in_proj_weight" not in state:
         raise ValueError("state must hold in_proj_weight (kdim = vdim = embed_dim), got keys "
@@ -435,7 +440,9 @@ def from_torch_state_dict(
     d = in_proj.shape[1]  # embed_dim
     _entry(state, "in_proj_weight", "(3 embed_dim, embed_dim)", (3 * d, d))
     _entry(state, "out_proj.weight", "(embed_dim, embed_dim)", (d, d))
-    for key, axes, shape in (("in_proj_bias", "(3 embed_dim,)", (3 * d,)), ("out_proj.bias", "(embed_dim,)", (d,))):
+    biases = (("in_proj_bias", "(3 embed_dim,)", (3 * d,)),
+              ("out_proj.bias", "(embed_dim,)", (d,)))
+    for key, axes, shape in biases:
         if key in state:
             _entry(state, key, axes, shape)
     weights = in_proj.chunk(3)  # W_query, W_key, W_value: (d, d) each
