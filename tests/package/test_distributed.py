@@ -278,6 +278,9 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
     attempt("a valid call after it", lambda: ring_attention(*shard(4), scale=0.5))  # allowed
     attempt("contiguous unequal", lambda: ring_attention(*shard(5 if rank == 0 else 3)))  # allowed
     attempt("grouped heads", lambda: ring_attention(*shard(4, h=3, h_kv=2)))
+    # h_kv = 0 raised ZeroDivisionError on that rank alone, before the exchange: the other waited
+    attempt("no key heads on one rank", lambda: ring_attention(*shard(4, h_kv=0 if rank == 1 else 2)))
+
     attempt("ulysses kv heads", lambda: ulysses_attention(*shard(4, h=6, h_kv=3)))
     q, k, v = shard(4)
     attempt("key and value heads", lambda: ring_attention(q, k, v[:, :1]))
@@ -313,6 +316,7 @@ def bad_run(tmp_path_factory):
      "every rank must call the same function, got ['ring_attention', 'ulysses_attention']"),
     ("grouped heads", "ValueError", "h must be a multiple of h_kv (grouped-query attention), got h=3, h_kv=2"),
     ("ulysses kv heads", "ValueError", "h_kv a multiple or a divisor of N, got h_kv=3, N=2"),
+    ("no key heads on one rank", "ValueError", "h and h_kv must be at least 1, got h=2, h_kv=0"),
     ("key and value heads", "ValueError", "k and v must share (b, h_kv, c)"),
     ("query and key lengths", "ValueError", "q and k must share b and c"),
     ("sharding on one rank", "ValueError", "same sharding"),

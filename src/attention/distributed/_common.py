@@ -79,6 +79,8 @@ def local_problem(q: Tensor, k: Tensor, v: Tensor) -> str | None:
         return f"q and k must share b and c, got {tuple(q.shape)} and {tuple(k.shape)}"
     if q.shape[-1] != k.shape[-1]:
         return f"q and k must share d_k, got {q.shape[-1]} and {k.shape[-1]}"
+    if q.shape[1] < 1 or k.shape[1] < 1:  # h % h_kv below; a rank that raised would leave the others waiting
+        return f"h and h_kv must be at least 1, got h={q.shape[1]}, h_kv={k.shape[1]}"
     if q.shape[1] % k.shape[1]:
         return f"h must be a multiple of h_kv (grouped-query attention), got h={q.shape[1]}, h_kv={k.shape[1]}"
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in DTYPES:
