@@ -281,6 +281,12 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
     # h_kv = 0 raised ZeroDivisionError on that rank alone, before the exchange: the other waited
     attempt("no key heads on one rank", lambda: ring_attention(*shard(4, h_kv=0 if rank == 1 else 2)))
 
+    def empty_batch() -> None:  # a reshape of 0 elements raised torch's RuntimeError
+        out = ulysses_attention(*(x[:0] for x in shard(4)))
+        if out.shape != (0, 2, 4, 4):
+            raise AssertionError(f"expected an empty (0, 2, 4, 4) output, got {tuple(out.shape)}")
+
+    attempt("ulysses empty batch", empty_batch)
     attempt("ulysses kv heads", lambda: ulysses_attention(*shard(4, h=6, h_kv=3)))
     q, k, v = shard(4)
     attempt("key and value heads", lambda: ring_attention(q, k, v[:, :1]))
@@ -334,6 +340,10 @@ def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, word
         assert name == kind, (rank, name, message)
         assert seconds < 5, f"rank {rank} took {seconds:.1f} s: it waited instead of failing"
     assert any(words in outcomes[case][1] for outcomes in bad_run), [o[case][1] for o in bad_run]
+
+
+def test_an_empty_batch_gives_an_empty_output_as_sdpa_does(bad_run):
+    assert [outcomes["ulysses empty batch"][:2] for outcomes in bad_run] == [("no error", "")] * 2
 
 
 def test_contiguous_shards_may_differ_in_length(bad_run):

@@ -111,6 +111,8 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
                          f"of N, got h={h}, N={world}")
     if h_kv % world and world % h_kv:
         raise ValueError(f"ulysses_attention needs h_kv a multiple or a divisor of N, got h_kv={h_kv}, N={world}")
+    if b == 0:  # nothing to send, on every rank (b is agreed): SDPA's empty answer, as ring's
+        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=True)
     heads = h // world
     n_kv, kv_first = _kv_heads(h, h_kv, world)
 
