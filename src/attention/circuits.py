@@ -121,7 +121,8 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
     """W_QK = (Γ W_q) R_Δ (Γ W_k)ᵀ (d, d): query on the left, key on the right.
 
     Without RoPE there is no R_Δ and the offset changes nothing. The scale 1 / sqrt(d_h) is
-    left out, as in Elhage et al.
+    left out, as in Elhage et al.; YaRN's attention factor, which multiplies both the rotated
+    query and the rotated key, is kept, squared.
 
     Args:
         block: the Transformer block that holds the head.
@@ -150,7 +151,8 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
     w_q, w_k, _, _ = head_weights(block, head)  # (d, d_h) each
     rotary = block.attn.rotary
     rotate = rotation_matrix(rotary, offset) if rotary is not None else torch.eye(block.d_h)
-    return w_q @ rotate.double() @ w_k.T  # (d, d)
+    factor = 1.0 if rotary is None else rotary.attention_factor**2  # YaRN's, on q and k alike
+    return factor * (w_q @ rotate.double() @ w_k.T)  # (d, d)
 
 
 def ov_circuit(block: TransformerBlock, head: int) -> Tensor:

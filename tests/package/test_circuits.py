@@ -7,14 +7,19 @@ import pytest
 import torch
 from torch import nn
 
-from attention import RotaryEmbedding, TinyTransformer, TransformerBlock, circuits
+from attention import RotaryEmbedding, TinyTransformer, TransformerBlock, YaRNScaling, circuits
+
+ROTARIES = {"none": None, "rope": lambda: RotaryEmbedding(4),
+            # YaRN's attention factor multiplies the rotated q and k: the score by its square
+            "yarn": lambda: RotaryEmbedding(4, scaling=YaRNScaling(4.0, 16))}
 
 
-def _block(norm: str, rotary: bool) -> TransformerBlock:
+def _block(norm: str, rotary: str) -> TransformerBlock:
     """A causal pre-norm attention-only block without biases, every weight random, float64."""
     torch.manual_seed(0)
+    make = ROTARIES[rotary]
     block = TransformerBlock(8, 2, 16, is_causal=True, mlp=False, norm=norm, bias=False,
-                             rotary=RotaryEmbedding(4) if rotary else None).double()
+                             rotary=make() if make else None).double()
     with torch.no_grad():
         for parameter in block.parameters():
             parameter.normal_(0.0, 0.7)
@@ -28,9 +33,9 @@ def _scaled_tokens(x: torch.Tensor, norm: str, eps: float = 1e-5) -> torch.Tenso
     return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
-@pytest.mark.parametrize("rotary", [False, True])
+@pytest.mark.parametrize("rotary", list(ROTARIES))
 @pytest.mark.parametrize("norm", ["layer", "rms"])
-def test_circuits_reproduce_the_block_s_weights_and_output(norm: str, rotary: bool) -> None:
+def test_circuits_reproduce_the_block_s_weights_and_output(norm: str, rotary: str) -> None:
     """A = softmax(x̃_i W_QK(i - j) x̃_jᵀ / sqrt(d_h)), output - x = Σ_h A_h x̃ W_OV^h."""
     block = _block(norm, rotary)
     x = torch.randn(1, 6, 8, dtype=torch.float64)
