@@ -295,11 +295,13 @@ def check_dropout(p: float, name: str = "dropout") -> None:
         raise ValueError(f"{name} must be in [0, 1), got {p!r}")
 
 
-def check_sizes(**sizes: object) -> None:
-    """Require each named size (``d_in=3``, ``context_length=6``, ...) to be an integer >= 1.
+def check_sizes(**sizes: object) -> tuple[int, ...]:
+    """Require each named size (``d_in=3``, ``context_length=6``, ...) to be an integer >= 1;
+    return them as Python ints, in order.
 
     A bool or a float such as 2.0 is refused, even where it would compare equal to an integer:
     a size is a count, and PyTorch's layers (``nn.Linear``, ``Tensor.view``) take only integers.
+    A NumPy integer is taken, and returned as an int: arithmetic in np.int32 wraps around.
     """
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, Integral):
@@ -308,6 +310,8 @@ def check_sizes(**sizes: object) -> None:
             )
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
+    # int() of an Integral: mypy knows no such overload
+    return tuple(int(value) for value in sizes.values())  # type: ignore[call-overload]
 
 
 def check_heads(d_out: int, num_heads: int, width_name: str = "d_out") -> None:

@@ -528,7 +528,7 @@ def delta_rule_flops(t: int, d_k: int, d_v: int, *, chunk_size: int = 64, delta:
         >>> delta_rule_flops(128, 64, 64, chunk_size=64, delta=False)
         4194304
     """
-    check_sizes(t=t, d_k=d_k, d_v=d_v, chunk_size=chunk_size)
+    t, d_k, d_v, chunk_size = check_sizes(t=t, d_k=d_k, d_v=d_v, chunk_size=chunk_size)  # ints
     check_flags(delta=delta)
     total = 0
     for start in range(0, t, chunk_size):

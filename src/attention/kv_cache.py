@@ -61,10 +61,11 @@ def kv_cache_bytes(
         >>> kv_cache_bytes(1, 4096, 32, 32, 128, 2) / 2**30  # Llama 2 7B, 4096 tokens, GiB
         2.0
     """
-    check_sizes(
+    sizes = check_sizes(  # as ints: NumPy's np.int32 would wrap around past 2**31
         batch_size=batch_size, tokens=tokens, num_layers=num_layers, num_kv_heads=num_kv_heads,
         d_h=d_h, bytes_per_value=bytes_per_value,
     )
+    batch_size, tokens, num_layers, num_kv_heads, d_h, bytes_per_value = sizes
     return 2 * batch_size * tokens * num_layers * num_kv_heads * d_h * bytes_per_value
 
 

@@ -71,10 +71,11 @@ def latent_cache_bytes(
         >>> latent_cache_bytes(1, 4096, 60, kv_rank=512, rope_dim=64, bytes_per_value=2)
         283115520
     """
-    check_sizes(
+    sizes = check_sizes(  # as ints: NumPy's np.int32 would wrap around past 2**31
         batch_size=batch_size, tokens=tokens, num_layers=num_layers, kv_rank=kv_rank,
         rope_dim=rope_dim, bytes_per_value=bytes_per_value,
     )
+    batch_size, tokens, num_layers, kv_rank, rope_dim, bytes_per_value = sizes
     return batch_size * tokens * num_layers * (kv_rank + rope_dim) * bytes_per_value
 
 

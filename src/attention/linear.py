@@ -383,7 +383,8 @@ def linear_attention_flops(
         ...  for form in ("parallel", "recurrent", "chunked")]
         [4328521728, 68157440, 135790592]
     """
-    check_sizes(t=t, r=r, d_v=d_v, chunk_size=chunk_size)
+    # as Python ints: NumPy's np.int32 would wrap around
+    t, r, d_v, chunk_size = check_sizes(t=t, r=r, d_v=d_v, chunk_size=chunk_size)
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
     check_flags(is_causal=is_causal)

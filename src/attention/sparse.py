@@ -518,10 +518,11 @@ def dsa_flops(
         >>> dsa_flops(4, 2, 1, 1, 1, 1, 1, head_dim=2)[2]  # expanded: 2 (2·2 + 1) per pair
         100
     """
-    check_sizes(t=t, top_k=top_k, num_heads=num_heads, kv_rank=kv_rank, rope_dim=rope_dim,
-                index_heads=index_heads, index_dim=index_dim)
+    t, top_k, num_heads, kv_rank, rope_dim, index_heads, index_dim = check_sizes(  # as ints
+        t=t, top_k=top_k, num_heads=num_heads, kv_rank=kv_rank, rope_dim=rope_dim,
+        index_heads=index_heads, index_dim=index_dim)
     if head_dim is not None:
-        check_sizes(head_dim=head_dim)
+        (head_dim,) = check_sizes(head_dim=head_dim)
     causal_pairs = t * (t + 1) // 2
     k = min(top_k, t)
     selected_pairs = k * (k + 1) // 2 + (t - k) * k  # Σ_i min(i + 1, k)

@@ -90,7 +90,8 @@ def swiglu_width(
         >>> swiglu_width(4096)  # Llama 2 7B's d_ff
         11008
     """
-    check_sizes(d_model=d_model, multiple_of=multiple_of)
+    # as Python ints: NumPy's np.int32 would wrap around
+    d_model, multiple_of = check_sizes(d_model=d_model, multiple_of=multiple_of)
     width = int(2 * (4 * d_model) / 3)
     if ffn_dim_multiplier is not None:
         multiplier = check_number("ffn_dim_multiplier", ffn_dim_multiplier, 0.0, inclusive=False)

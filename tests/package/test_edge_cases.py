@@ -459,3 +459,27 @@ class TestBadInput:
         words = "does not require grad" if isinstance(scale, Tensor) and scale.requires_grad else "None or a finite"
         with pytest.raises(ValueError, match=rf"scale must be (a number or a tensor that )?{words}"):
             kernel(q, k, v, scale=scale)
+
+
+SIZE_FORMULAS = {  # a size function, and sizes at which np.int32 arithmetic wraps around
+    "kv_cache_bytes": (attention.kv_cache_bytes, (1, 4096, 32, 32, 128, 2), {}),
+    "latent_cache_bytes": (attention.latent_cache_bytes, (8, 131072, 61),
+                           {"kv_rank": 512, "rope_dim": 64, "bytes_per_value": 2}),
+    "swiglu_width": (attention.swiglu_width, (2**29,), {}),
+    "linear_attention_flops": (attention.linear_attention_flops, (2**16, 128, 128, "parallel"), {}),
+    "delta_rule_flops": (attention.delta.delta_rule_flops, (2**16, 128, 128), {"chunk_size": 64}),
+    "dsa_flops": (attention.dsa_flops, (2**16, 2048, 128, 512, 64, 64, 128), {}),
+}
+
+
+@pytest.mark.parametrize("name", list(SIZE_FORMULAS))
+def test_numpy_sizes_give_the_python_ints_answer(name: str) -> None:
+    """Sizes are checked as integers, NumPy's among them; the arithmetic then ran in np.int32
+    and wrapped around (kv_cache_bytes gave -2**31 for Llama 2's 2 GiB)."""
+    formula, args, kwargs = SIZE_FORMULAS[name]
+    want = formula(*args, **kwargs)
+    got = formula(*(np.int32(a) if isinstance(a, int) else a for a in args),
+                  **{k: np.int32(v) for k, v in kwargs.items()})
+    numbers = got if isinstance(got, tuple) else (got,)  # dsa_flops gives three
+    assert got == want and all(type(n) is int for n in numbers), (got, want)
+
