@@ -147,7 +147,8 @@ def machine_roof(doc: dict[str, Any], dtype: str) -> dict[str, Any] | None:
 
     Raises:
         ValueError: if doc, its peaks or the dtype's and the bandwidth's entries are not dicts,
-            dtype is not a str, or a peak given is not a finite number > 0.
+            dtype is not a str, a peak given is not a finite number > 0, or its entry has no
+            ``source`` str (the results file's schema requires one).
 
     Examples:
         >>> doc = {"peaks": {"float32": {"tflops": 1.0, "source": "a"}, "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}}
@@ -166,6 +167,10 @@ def machine_roof(doc: dict[str, Any], dtype: str) -> dict[str, Any] | None:
         return None
     flops = check_number(f"peaks[{dtype!r}]['tflops']", compute["tflops"], 0, False) * 1e12
     bandwidth = check_number("peaks['bandwidth']['bytes_per_s']", memory["bytes_per_s"], 0, False)
+    for key, entry in ((dtype, compute), ("bandwidth", memory)):  # the schema requires a source
+        if not isinstance(entry.get("source"), str):
+            got = repr(entry["source"]) if "source" in entry else "no 'source'"
+            raise ValueError(f"peaks[{key!r}] must have a 'source' (a str), got {got}")
     return {"peak_flops": flops, "bandwidth": bandwidth, "ridge": flops / bandwidth,
             "flops_source": compute["source"], "bandwidth_source": memory["source"],
             "measured": bool(compute.get("measured")) and bool(memory.get("measured"))}
@@ -190,7 +195,8 @@ def roofline_points(
     Raises:
         ValueError: if doc is not a dict with a list of ``results`` (unless ``rows`` is given),
             a row is not a dict, a kernel row is malformed (see ``kernel_bytes``), or an ok one
-            has no positive ``flops`` or ``median_s``.
+            has no positive ``flops`` or ``median_s``, or the peaks are malformed (see
+            ``machine_roof``).
 
     Examples:
         >>> row = {**{"level": "kernel", "pass": "forward", "b": 1, "h": 1, "t": 4, "d_h": 2, "dtype": "float32"}, "status": "ok", "variant": "v", "backend": "sdpa: flash",
