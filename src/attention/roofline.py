@@ -22,6 +22,8 @@ A real kernel moves more (K and V once per query block, spills, temporaries), so
 intensity is lower and its true roof, if it is below the ridge point, lower too.
 """
 
+import math
+import sys
 from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
@@ -44,6 +46,14 @@ def _check_dict(name: str, value: object) -> None:
     """Require a dict (a parsed JSON object): a list or a string has no keys to read."""
     if not isinstance(value, Mapping):
         raise ValueError(f"{name} must be a dict, got {type(value).__name__}")
+
+
+def _as_float(value: Real) -> float:
+    """A real number as a float; an int past float's range as inf (Python's ``float`` raises)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _check_row(row: dict[str, Any]) -> None:
@@ -120,15 +130,15 @@ def roof(intensity: float, peak_flops: float, bandwidth: float) -> float:
         min(P, β · I) in FLOP/s.
 
     Raises:
-        ValueError: if a value is not a positive real number.
+        ValueError: if a value is not a finite positive real number.
 
     Examples:
         >>> roof(2.0, peak_flops=100.0, bandwidth=10.0), roof(20.0, peak_flops=100.0, bandwidth=10.0)
         (20.0, 100.0)
     """
     for name, value in (("intensity", intensity), ("peak_flops", peak_flops), ("bandwidth", bandwidth)):
-        if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
-            raise ValueError(f"{name} must be positive (a real number > 0), got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, Real) or not 0 < _as_float(value) < math.inf:
+            raise ValueError(f"{name} must be positive and finite (a real number > 0), got {value!r}")
     return min(peak_flops, bandwidth * intensity)
 
 
@@ -166,6 +176,9 @@ def machine_roof(doc: dict[str, Any], dtype: str) -> dict[str, Any] | None:
     if not compute.get("tflops") or not memory.get("bytes_per_s"):
         return None
     flops = check_number(f"peaks[{dtype!r}]['tflops']", compute["tflops"], 0, False) * 1e12
+    if flops == math.inf:  # finite in TFLOP/s, past float's range in FLOP/s
+        raise ValueError(f"peaks[{dtype!r}]['tflops'] must be at most {sys.float_info.max / 1e12:g}, "
+                         f"got {compute['tflops']!r}")
     bandwidth = check_number("peaks['bandwidth']['bytes_per_s']", memory["bytes_per_s"], 0, False)
     for key, entry in ((dtype, compute), ("bandwidth", memory)):  # the schema requires a source
         if not isinstance(entry.get("source"), str):
@@ -195,7 +208,7 @@ def roofline_points(
     Raises:
         ValueError: if doc is not a dict with a list of ``results`` (unless ``rows`` is given),
             a row is not a dict, a kernel row is malformed (see ``kernel_bytes``), or an ok one
-            has no positive ``flops`` or ``median_s``, or the peaks are malformed (see
+            has no positive finite ``flops`` or ``median_s``, or the peaks are malformed (see
             ``machine_roof``).
 
     Examples:
@@ -221,8 +234,8 @@ def roofline_points(
         nbytes = kernel_bytes(row)
         for key in ("flops", "median_s"):  # measured: a count and a time, both above 0
             value = row.get(key)
-            if isinstance(value, bool) or not isinstance(value, Real) or not float(value) > 0:
-                raise ValueError(f"an ok kernel row's {key} must be a positive number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, Real) or not 0 < _as_float(value) < math.inf:
+                raise ValueError(f"an ok kernel row's {key} must be a positive finite number, got {value!r}")
         intensity = row["flops"] / nbytes
         attainable = roof(intensity, machine["peak_flops"], machine["bandwidth"])
         achieved = row["flops"] / row["median_s"]

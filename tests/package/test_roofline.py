@@ -175,10 +175,25 @@ class TestBadInput:
         peaks = {"float32": {"tflops": 1.0, "source": "a"}, "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}
         ok = row("sdpa: flash") | {"status": "ok", "variant": "v", "flops": 128.0, "median_s": 1e-6}
         for key, value in (("median_s", 0), ("flops", None)):
-            with pytest.raises(ValueError, match=rf"ok kernel row's {key} must be a positive number, got {value}"):
+            with pytest.raises(ValueError, match=rf"ok kernel row's {key} must be a positive finite number, got {value}"):
                 roofline_points({"peaks": peaks, "results": [ok | {key: value}]})
         with pytest.raises(ValueError, match=r"bandwidth must be positive.*got 0\.0"):
             roof(1.0, 1e9, 0.0)
+
+    def test_non_finite_values_are_refused(self):
+        # flops of inf gave an intensity and a fraction of the roof of inf; roof took inf
+        peaks = {"float32": {"tflops": 1.0, "source": "a"}, "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}
+        ok = row("sdpa: flash") | {"status": "ok", "variant": "v", "flops": 128.0, "median_s": 1e-6}
+        for key, value in (("flops", float("inf")), ("median_s", float("nan")), ("flops", 10**400)):
+            with pytest.raises(ValueError, match=rf"ok kernel row's {key} must be a positive finite number, got"):
+                roofline_points({"peaks": peaks, "results": [ok | {key: value}]})
+        for args in ((float("inf"), 1e9, 1e9), (1.0, float("nan"), 1e9), (1.0, 1e9, 10**400)):
+            with pytest.raises(ValueError, match=r"must be positive and finite \(a real number > 0\), got"):
+                roof(*args)
+        # 1e300 TFLOP/s is finite, but inf FLOP/s, and the ridge point came out inf
+        huge = {"float32": {"tflops": 1e300, "source": "a"}, "bandwidth": peaks["bandwidth"]}
+        with pytest.raises(ValueError, match=r"peaks\['float32'\]\['tflops'\] must be at most 1\.79769e\+296, got 1e\+300"):
+            machine_roof({"peaks": huge}, "float32")
 
     @pytest.mark.parametrize(
         ("call", "message"),
@@ -203,7 +218,7 @@ class TestBadInput:
             (lambda: roofline_points({}), r"doc must hold a list of rows as 'results' .*got no 'results'"),
             (lambda: roofline_points({"results": "rows"}), r"'results' .*got str"),
             (lambda: roofline_points({"peaks": {}}, ["row"]), r"each row must be a dict, got str"),
-            (lambda: roof("1", 1e9, 1e9), r"intensity must be positive \(a real number > 0\), got '1'"),
+            (lambda: roof("1", 1e9, 1e9), r"intensity must be positive and finite \(a real number > 0\), got '1'"),
         ],
     )
     def test_rows_and_files_that_are_not_dicts_are_refused(self, call, message: str) -> None:
