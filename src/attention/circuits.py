@@ -42,9 +42,18 @@ __all__ = [
 
 
 def _check_matrix(name: str, matrix: object) -> None:
-    """Require a 2-d tensor."""
+    """Require a 2-d real floating-point tensor of finite entries: a complex matrix would lose
+    its imaginary part in float64, an integer or bool one is no circuit, and inf or NaN makes
+    the scores NaN."""
     if not isinstance(matrix, Tensor) or matrix.dim() != 2:
         raise ValueError(f"{name} must be a 2-d tensor, got {shape_or_type(matrix)}")
+    if not matrix.is_floating_point():
+        raise ValueError(f"{name} must be a real floating-point matrix, got {matrix.dtype}")
+    if not bool(torch.isfinite(matrix).all()):
+        bad = int((~torch.isfinite(matrix)).sum())
+        raise ValueError(
+            f"{name} must have finite entries, got {bad} inf or NaN of {matrix.numel()}"
+        )
 
 
 def _check_head(block: TransformerBlock, head: int) -> None:
@@ -199,8 +208,8 @@ def composition_score(first: Tensor, second: Tensor) -> float:
         The score, a float in [0, 1].
 
     Raises:
-        ValueError: if the two are not matrices (2-d tensors) whose product is defined, or one
-            of them is 0 (the score is then 0 / 0).
+        ValueError: if the two are not real floating-point matrices (2-d tensors) of finite
+            entries whose product is defined, or one of them is 0 (the score is then 0 / 0).
 
     Examples:
         >>> composition_score(torch.eye(2), torch.eye(2))
@@ -235,8 +244,8 @@ def copying_score(matrix: Tensor) -> float:
         The score, a float in [-1, 1].
 
     Raises:
-        ValueError: if matrix is not a square tensor, or every eigenvalue is 0 (the score is
-            then 0 / 0).
+        ValueError: if matrix is not a square real floating-point tensor of finite entries, or
+            every eigenvalue is 0 (the score is then 0 / 0).
 
     Examples:
         >>> copying_score(torch.diag(torch.tensor([3.0, -1.0])))
@@ -246,6 +255,7 @@ def copying_score(matrix: Tensor) -> float:
         raise ValueError(f"matrix must be a square tensor, got {type(matrix).__name__}")
     if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"matrix must be square, got shape {tuple(matrix.shape)}")
+    _check_matrix("matrix", matrix)
     eigenvalues = torch.linalg.eigvals(matrix.double())  # (n,), complex
     total = eigenvalues.abs().sum()
     if total == 0:  # the score would be 0 / 0

@@ -204,6 +204,30 @@ class TestBadInput:
     @pytest.mark.parametrize(
         ("make", "message"),
         [
+            # the imaginary part was dropped with a UserWarning: 1.0 for eigenvalues 1 ± i
+            (lambda: circuits.copying_score(torch.eye(2) + torch.diag(torch.tensor([1j, -1j]))),
+             r"matrix must be a real floating-point matrix, got torch.complex64"),
+            (lambda: circuits.composition_score(torch.eye(2), 1j * torch.eye(2)),
+             r"second must be a real floating-point matrix, got torch.complex64"),
+            # integer and bool matrices were read as floats without a word
+            (lambda: circuits.copying_score(torch.eye(2, dtype=torch.long)),
+             r"matrix must be a real floating-point matrix, got torch.int64"),
+            (lambda: circuits.composition_score(torch.eye(2, dtype=torch.bool), torch.eye(2)),
+             r"first must be a real floating-point matrix, got torch.bool"),
+            # the scores were NaN
+            (lambda: circuits.copying_score(torch.tensor([[float("nan"), 0.0], [0.0, 1.0]])),
+             r"matrix must have finite entries, got 1 inf or NaN of 4"),
+            (lambda: circuits.composition_score(torch.eye(2), torch.full((2, 3), float("inf"))),
+             r"second must have finite entries, got 6 inf or NaN of 6"),
+        ],
+    )
+    def test_complex_integer_and_non_finite_matrices_are_refused(self, make: object, message: str) -> None:
+        with pytest.raises(ValueError, match=message):
+            make()  # type: ignore[operator]
+
+    @pytest.mark.parametrize(
+        ("make", "message"),
+        [
             (lambda: circuits.composition_score(torch.zeros(3, 4), torch.ones(4, 2)),
              r"undefined for a zero matrix: \|\|first\|\|_F = 0"),
             (lambda: circuits.composition_score(torch.ones(3, 4), torch.zeros(4, 2)),
