@@ -310,6 +310,16 @@ def head_output_means(model: TinyTransformer, inputs: Tensor) -> Tensor:
     return means.view(len(model.blocks), model.num_heads, -1)  # (L, h, d_h)
 
 
+def _check_pairs(heads: object) -> list[tuple[int, int]]:
+    """Require an iterable (a list, a tuple) of (layer, head) pairs, each a tuple or a list of
+    two; returns them as a list (the ranges are checked per model)."""
+    pairs = list(heads) if isinstance(heads, Iterable) and not isinstance(heads, str) else None
+    if pairs is None or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
+        raise ValueError(f"heads must be a list of (layer, head) pairs, such as [(0, 1)], got "
+                         f"{heads!r}")
+    return [(layer, head) for layer, head in pairs]
+
+
 def ablate_heads(
     model: TinyTransformer, heads: list[tuple[int, int]], means: Tensor | None = None
 ) -> TinyTransformer:
@@ -328,9 +338,9 @@ def ablate_heads(
         The ablated copy.
 
     Raises:
-        ValueError: if model is not a TinyTransformer, means is not a tensor of the shape
-            above, a layer or head is out of range, or mean ablation meets an ``out_proj``
-            without a bias.
+        ValueError: if model is not a TinyTransformer, heads is not a list of (layer, head)
+            pairs, means is not a tensor of the shape above, a layer or head is out of range,
+            or mean ablation meets an ``out_proj`` without a bias.
 
     Examples:
         >>> model = TinyTransformer(5, 4, 2, 1, context_length=3)  # n_vocab, d, h, L
@@ -339,13 +349,14 @@ def ablate_heads(
         0.0
     """
     _check_model(model)
+    pairs = _check_pairs(heads)
     expected = (len(model.blocks), model.num_heads, cast(TransformerBlock, model.blocks[0]).d_h)
     if means is not None and shape_or_type(means) != expected:
         raise ValueError(
             f"means must have shape (L, h, d_h) = {expected}, got {shape_or_type(means)}"
         )
     ablated = copy.deepcopy(model)
-    for layer, head in heads:
+    for layer, head in pairs:
         if isinstance(layer, bool) or not isinstance(layer, Integral) or not (
             0 <= layer < len(ablated.blocks)
         ):

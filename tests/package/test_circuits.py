@@ -1,6 +1,7 @@
 """QK and OV circuits reproduce a block's weights and outputs; composition, copying, ablation."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -224,6 +225,20 @@ class TestBadInput:
     def test_complex_integer_and_non_finite_matrices_are_refused(self, make: object, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             make()  # type: ignore[operator]
+
+    @pytest.mark.parametrize(
+        "heads",
+        [
+            (0, 1),  # one pair, not a list of them: a TypeError (cannot unpack int)
+            None,  # a TypeError ('NoneType' object is not iterable)
+            [(0, 1, 2)],  # "too many values to unpack (expected 2)"
+            [0, 1],
+            "01",
+        ],
+    )
+    def test_heads_that_are_not_a_list_of_pairs_are_refused(self, heads: object) -> None:
+        with pytest.raises(ValueError, match=r"heads must be a list of \(layer, head\) pairs.*got " + re.escape(repr(heads))):
+            circuits.ablate_heads(_tiny(), heads)  # type: ignore[arg-type]
 
     @pytest.mark.parametrize(
         ("make", "message"),
