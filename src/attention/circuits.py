@@ -332,15 +332,16 @@ def ablate_heads(
     Args:
         model: the model; it is not changed.
         heads: the (layer, head) pairs to remove.
-        means: the heads' mean context vectors (L, h, d_h) for mean ablation; None zeroes them.
+        means: the heads' mean context vectors (L, h, d_h), floating point, for mean ablation;
+            None zeroes them.
 
     Returns:
         The ablated copy.
 
     Raises:
         ValueError: if model is not a TinyTransformer, heads is not a list of (layer, head)
-            pairs, means is not a tensor of the shape above, a layer or head is out of range,
-            or mean ablation meets an ``out_proj`` without a bias.
+            pairs, means is not a floating-point tensor of the shape above, a layer or head is
+            out of range, or mean ablation meets an ``out_proj`` without a bias.
 
     Examples:
         >>> model = TinyTransformer(5, 4, 2, 1, context_length=3)  # n_vocab, d, h, L
@@ -355,6 +356,8 @@ def ablate_heads(
         raise ValueError(
             f"means must have shape (L, h, d_h) = {expected}, got {shape_or_type(means)}"
         )
+    if isinstance(means, Tensor) and not means.is_floating_point():  # as head_output_means gives
+        raise ValueError(f"means must be floating point (mean context vectors), got {means.dtype}")
     ablated = copy.deepcopy(model)
     for layer, head in pairs:
         if isinstance(layer, bool) or not isinstance(layer, Integral) or not (

@@ -240,6 +240,12 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"heads must be a list of \(layer, head\) pairs.*got " + re.escape(repr(heads))):
             circuits.ablate_heads(_tiny(), heads)  # type: ignore[arg-type]
 
+    @pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.complex64])
+    def test_means_that_are_not_floating_point_are_refused(self, dtype: torch.dtype) -> None:
+        # True was read as a mean of 1.0, an integer as a float, a complex lost its imaginary part
+        with pytest.raises(ValueError, match=rf"means must be floating point .*got {dtype}"):
+            circuits.ablate_heads(_tiny(), [(0, 0)], torch.ones(2, 2, 4, dtype=dtype))
+
     @pytest.mark.parametrize(
         ("make", "message"),
         [
