@@ -90,8 +90,8 @@ class AdditiveAttention(nn.Module):
 
         Raises:
             ValueError: if query, keys or values do not have the shapes above or disagree on
-                b and t_k, or mask is not bool, does not broadcast to (b, t_k) or is on
-                another device.
+                b and t_k, or mask is not a bool tensor, does not broadcast to (b, t_k) or is
+                on another device.
         """
         check_input(query, self.d_query, (2,), "query", "d_query")
         check_input(keys, self.d_key, (3,), "keys", "d_key")
@@ -107,10 +107,9 @@ class AdditiveAttention(nn.Module):
         hidden = torch.tanh(self.W_query(query)[:, None, :] + self.W_key(keys))
         attn_scores = self.v(hidden).squeeze(-1)  # (b, t_k)
         if mask is not None:
-            if mask.dtype != torch.bool:
-                raise ValueError(
-                    f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}"
-                )
+            if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+                got = f"dtype {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
+                raise ValueError(f"mask must be a bool tensor (True = may attend), got {got}")
             check_mask(mask, attn_scores.shape, "mask")
             if mask.device != attn_scores.device:
                 raise ValueError(f"mask must be on the keys' device {attn_scores.device}, "

@@ -201,6 +201,9 @@ class TestBadInput:
             attention(query, keys, mask=torch.ones(2, 5, dtype=torch.bool))
         with pytest.raises(ValueError, match=r"bool tensor.*got dtype torch\.float32"):
             attention(query, keys, mask=torch.ones(2, 6))
+        # a list raised an AttributeError ('list' object has no attribute 'dtype')
+        with pytest.raises(ValueError, match=r"mask must be a bool tensor \(True = may attend\), got list"):
+            attention(query, keys, mask=[[True] * 6] * 2)
         with pytest.raises(ValueError, match="share d_hidden, got 32 and 16"):
             Seq2Seq(Seq2SeqEncoder(11, 16, 32), AttentionDecoder(11, 16, 16, 32))
         with pytest.raises(ValueError, match="max_len must be at least 1, got 0"):
