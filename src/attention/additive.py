@@ -89,14 +89,17 @@ class AdditiveAttention(nn.Module):
         keys.
 
         Raises:
-            ValueError: if query, keys or values do not have the shapes above or disagree on
-                b and t_k, or mask is not a bool tensor, does not broadcast to (b, t_k) or is
-                on another device.
+            ValueError: if query, keys or values are not floating point, do not have the
+                shapes above or disagree on b and t_k, or mask is not a bool tensor, does not
+                broadcast to (b, t_k) or is on another device.
         """
         check_input(query, self.d_query, (2,), "query", "d_query")
         check_input(keys, self.d_key, (3,), "keys", "d_key")
         values = keys if values is None else values
         check_rank(values, (3,), "values")
+        for name, x in (("query", query), ("keys", keys), ("values", values)):
+            if not x.is_floating_point():  # values meet no nn.Linear to refuse integers
+                raise ValueError(f"{name} must be floating point, got {x.dtype}")
         if keys.shape[0] != query.shape[0] or values.shape[:2] != keys.shape[:2]:
             raise ValueError(
                 "query (b, d_query), keys (b, t_k, d_key) and values (b, t_k, d_value) must "

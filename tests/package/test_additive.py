@@ -184,6 +184,17 @@ class TestBadInput:
             with pytest.raises(ValueError, match=words):
                 model.decoder.step(token, state, annotations)
 
+    @pytest.mark.parametrize("which", ["query", "keys", "values"])
+    @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
+    def test_inputs_must_be_floating_point(self, which: str, dtype: torch.dtype) -> None:
+        # integer or bool values were multiplied by the weights without a word (complex ones
+        # too); an integer query or keys raised torch's RuntimeError from nn.Linear
+        attention = AdditiveAttention(4, 3, 5)
+        inputs = {"query": torch.randn(2, 4), "keys": torch.randn(2, 6, 3), "values": torch.randn(2, 6, 3)}
+        inputs[which] = torch.ones_like(inputs[which], dtype=dtype)
+        with pytest.raises(ValueError, match=rf"{which} must be floating point, got {dtype}"):
+            attention(**inputs)
+
     def test_query_keys_mask_and_model_sizes_must_agree(self):
         attention = AdditiveAttention(4, 3, 5)
         query, keys = torch.randn(2, 4), torch.randn(2, 6, 3)
