@@ -288,7 +288,8 @@ class Seq2Seq(nn.Module):
         decoder: the target decoder; its GRU state has the encoder's width d_hidden.
 
     Raises:
-        ValueError: if encoder and decoder have different d_hidden.
+        ValueError: if encoder is not a Seq2SeqEncoder, decoder not an AttentionDecoder, or
+            they have different d_hidden.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -300,6 +301,10 @@ class Seq2Seq(nn.Module):
 
     def __init__(self, encoder: Seq2SeqEncoder, decoder: AttentionDecoder) -> None:
         super().__init__()
+        if not isinstance(encoder, Seq2SeqEncoder) or not isinstance(decoder, AttentionDecoder):
+            raise ValueError("encoder and decoder must be a Seq2SeqEncoder and an "
+                             f"AttentionDecoder, got {type(encoder).__name__} and "
+                             f"{type(decoder).__name__}")
         if encoder.d_hidden != decoder.d_hidden:
             raise ValueError(
                 "encoder and decoder must share d_hidden, "

@@ -195,6 +195,13 @@ class TestBadInput:
         with pytest.raises(ValueError, match=rf"{which} must be floating point, got {dtype}"):
             attention(**inputs)
 
+    def test_seq2seq_needs_the_book_s_encoder_and_decoder(self) -> None:
+        # an AttributeError ('NoneType' object has no attribute 'd_hidden')
+        with pytest.raises(ValueError, match="must be a Seq2SeqEncoder and an AttentionDecoder, got NoneType and NoneType"):
+            Seq2Seq(None, None)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="got Seq2SeqEncoder and GRU"):
+            Seq2Seq(Seq2SeqEncoder(11, 4, 3), torch.nn.GRU(4, 3))  # type: ignore[arg-type]
+
     def test_query_keys_mask_and_model_sizes_must_agree(self):
         attention = AdditiveAttention(4, 3, 5)
         query, keys = torch.randn(2, 4), torch.randn(2, 6, 3)
