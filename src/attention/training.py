@@ -219,7 +219,8 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
 
     Raises:
         ValueError: if model is not a torch.nn.Module, inputs is not a tensor, or targets is not
-            an integer tensor of the inputs' shape with a scored entry.
+            an integer tensor of the inputs' shape with a scored entry, or holds an id outside
+            [0, n_vocab) other than -100 (n_vocab the logits' last dimension).
 
     Examples:
         >>> model = TinyTransformer(4, 8, 2, 1, context_length=6)  # n_vocab, d, h, L
@@ -241,8 +242,15 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
             f"(not -100), got shape {tuple(targets.shape)} with {int(scored.sum())} scored"
         )
     model.eval()
-    predictions = model(inputs).argmax(dim=-1)  # (b, t)
-    return (predictions[scored] == targets[scored]).double().mean().item()
+    logits = model(inputs)  # (b, t, n_vocab)
+    n_vocab, ids = logits.shape[-1], targets[scored]
+    if not bool(((ids >= 0) & (ids < n_vocab)).all()):  # F.cross_entropy refuses them too
+        raise ValueError(
+            f"targets must be token ids in [0, n_vocab={n_vocab}) or -100 (not scored), got ids "
+            f"from {int(ids.min())} to {int(ids.max())}"
+        )
+    predictions = logits.argmax(dim=-1)  # (b, t)
+    return (predictions[scored] == ids).double().mean().item()
 
 
 @torch.no_grad()

@@ -58,6 +58,15 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             call(model, inputs, targets)
 
+    @pytest.mark.parametrize(("bad", "ids"), [(-1, "-1 to 2"), (4, "1 to 4"), (-101, "-101 to 2")])
+    def test_target_ids_outside_the_vocabulary_are_refused(self, bad: int, ids: str) -> None:
+        # scored as misses without a word; F.cross_entropy refuses them (-100 is not scored)
+        model = TinyTransformer(4, 8, 2, 1, context_length=6)
+        inputs = torch.tensor([[0, 1, 2, 3, 0, 1]])
+        targets = torch.tensor([[-100, 1, 2, -100, 1, bad]])
+        with pytest.raises(ValueError, match=rf"targets must be token ids in \[0, n_vocab=4\) or -100 \(not scored\), got ids from {ids}$"):
+            next_token_accuracy(model, inputs, targets)
+
     def test_recall_data_refuses_more_distinct_keys_than_pairs(self):
         with pytest.raises(ValueError, match=r"at most min\(num_pairs, num_keys\) distinct keys, got 5"):
             recall_data(2, 4, 12, 8, distinct_keys=5)
