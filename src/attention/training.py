@@ -11,6 +11,7 @@ asks for the token ``offset`` places back, which only positional information can
 an earlier copy of the current one.
 """
 
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -34,6 +35,16 @@ def _check_model(model: object) -> None:
     """Require a module (a function of token ids would have no parameters or mode)."""
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+
+
+def _takes_return_weights(model: nn.Module) -> bool:
+    """Whether the model's forward takes a ``return_weights`` keyword (or any keyword); True
+    when its signature cannot be read."""
+    try:
+        parameters = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):  # a builtin or a wrapped forward: let the call decide
+        return True
+    return any(p.name == "return_weights" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def train_lm(
@@ -271,7 +282,8 @@ def head_scores(model: TinyTransformer, inputs: Tensor) -> tuple[Tensor, Tensor]
         (previous, induction), each (L, h).
 
     Raises:
-        ValueError: if model is not a torch.nn.Module, inputs is not a tensor, or no token of
+        ValueError: if model is not a torch.nn.Module whose forward takes ``return_weights``
+            and returns (logits, weights) as above, inputs is not a tensor, or no token of
             inputs occurs twice.
 
     Examples:
@@ -281,10 +293,28 @@ def head_scores(model: TinyTransformer, inputs: Tensor) -> tuple[Tensor, Tensor]
         (torch.Size([1, 2]), torch.Size([1, 2]))
     """
     _check_model(model)
+    if not _takes_return_weights(model):
+        raise ValueError(
+            "model must take return_weights=True and return (logits, weights), as a "
+            f"TinyTransformer does, got {type(model).__name__}, whose forward takes no "
+            "return_weights"
+        )
     if not isinstance(inputs, Tensor):
         raise ValueError(f"inputs must be a tensor of token ids, got {shape_or_type(inputs)}")
     model.eval()
-    _, all_weights = model(inputs, return_weights=True)
+    output = model(inputs, return_weights=True)
+    all_weights = output[1] if isinstance(output, tuple) and len(output) == 2 else None
+    b, t = inputs.shape[0], inputs.shape[-1]
+    if not (isinstance(all_weights, (list, tuple)) and all_weights and all(
+            isinstance(w, Tensor) and w.dim() == 4 and w.shape[::2] == (b, t)
+            and w.shape[1:] == all_weights[0].shape[1:] and w.shape[-1] == t
+            for w in all_weights)):
+        got = ([shape_or_type(w) for w in all_weights] if isinstance(all_weights, (list, tuple))
+               else shape_or_type(output if all_weights is None else all_weights))
+        raise ValueError(
+            f"model(inputs, return_weights=True) must return (logits, weights), weights a list "
+            f"of one (b, h, t, t) = ({b}, h, {t}, {t}) tensor per layer, got {got}"
+        )
     attn = torch.stack(all_weights, dim=1)  # (b, L, h, t, t)
     same = inputs[:, :, None] == inputs[:, None, :]  # (b, t, t): token i == token j
     earlier = same & torch.ones_like(same).tril(-1)  # (b, t, t): j < i

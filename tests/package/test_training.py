@@ -67,6 +67,24 @@ class TestBadInput:
         with pytest.raises(ValueError, match=rf"targets must be token ids in \[0, n_vocab=4\) or -100 \(not scored\), got ids from {ids}$"):
             next_token_accuracy(model, inputs, targets)
 
+    def test_head_scores_refuse_a_model_without_attention_weights(self) -> None:
+        class Weights(torch.nn.Module):
+            def __init__(self, weights: object) -> None:
+                super().__init__()
+                self.weights = weights
+
+            def forward(self, x: torch.Tensor, return_weights: bool = False) -> object:
+                return None, self.weights
+
+        inputs = torch.tensor([[0, 1, 0, 1]])
+        # a TypeError: Linear.forward() got an unexpected keyword argument 'return_weights'
+        with pytest.raises(ValueError, match=r"model must take return_weights=True .*got Linear, whose forward"):
+            head_scores(torch.nn.Linear(2, 2), inputs)
+        for weights, got in ((torch.ones(1, 2, 4, 4), r"\(1, 2, 4, 4\)"), ([torch.ones(1, 2, 4, 3)], r"\[\(1, 2, 4, 3\)\]"),
+                             ([], r"\[\]")):
+            with pytest.raises(ValueError, match=r"weights a list of one \(b, h, t, t\) = \(1, h, 4, 4\) tensor per layer, got " + got):
+                head_scores(Weights(weights), inputs)
+
     def test_recall_data_refuses_more_distinct_keys_than_pairs(self):
         with pytest.raises(ValueError, match=r"at most min\(num_pairs, num_keys\) distinct keys, got 5"):
             recall_data(2, 4, 12, 8, distinct_keys=5)
