@@ -395,6 +395,14 @@ def check_seed(seed: object) -> None:
                          f"got {seed!r}")
 
 
+def check_generator(generator: object) -> None:
+    """Require None (torch's default generator) or a ``torch.Generator`` to draw from: torch's
+    random functions raise a ``TypeError`` listing their overloads for anything else."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {generator!r} of "
+                         f"type {type(generator).__name__}")
+
+
 def check_context_length(t: int, context_length: int) -> None:
     """Require a sequence no longer than the module's ``context_length``."""
     if t > context_length:

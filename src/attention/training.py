@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_number, check_seed, check_sizes, shape_or_type
+from ._checks import check_generator, check_number, check_seed, check_sizes, shape_or_type
 from .transformer import TinyTransformer
 
 __all__ = [
@@ -140,8 +140,8 @@ def induction_data(
         (inputs, targets), int64 tensors (b, seq_len) each.
 
     Raises:
-        ValueError: if a size is not an integer >= 1, or not min_period <= max_period <=
-            min(vocab_size, seq_len - 1).
+        ValueError: if a size is not an integer >= 1, not min_period <= max_period <=
+            min(vocab_size, seq_len - 1), or generator is not a torch.Generator or None.
 
     Examples:
         >>> inputs, targets = induction_data(1, 6, 8, torch.Generator().manual_seed(0), 3, 3)
@@ -151,6 +151,7 @@ def induction_data(
     check_sizes(
         batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, min_period=min_period
     )
+    check_generator(generator)
     if max_period is None:  # the default, never given: name what leaves it too small
         max_period = min(vocab_size, seq_len // 2)
         if max_period < min_period:
@@ -199,13 +200,15 @@ def lookback_data(
         (inputs, targets), int64 tensors (b, seq_len) each.
 
     Raises:
-        ValueError: if a size is not an integer >= 1 or offset >= seq_len.
+        ValueError: if a size is not an integer >= 1, offset >= seq_len, or generator is not
+            a torch.Generator or None.
 
     Examples:
         >>> lookback_data(1, 5, 10, torch.Generator().manual_seed(0), offset=2)
         (tensor([[4, 9, 3, 0, 3]]), tensor([[-100, -100,    4,    9,    3]]))
     """
     check_sizes(batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size, offset=offset)
+    check_generator(generator)
     if offset >= seq_len:
         raise ValueError(f"offset must be less than seq_len={seq_len}, got {offset}")
     inputs = torch.randint(vocab_size, (batch_size, seq_len), generator=generator)  # (b, t)
@@ -363,7 +366,8 @@ def recall_data(
         (inputs, targets), int64 tensors (b, 2 n + n_q) each.
 
     Raises:
-        ValueError: if a size is not an integer >= 1, or the counts do not fit each other.
+        ValueError: if a size is not an integer >= 1, the counts do not fit each other, or
+            generator is not a torch.Generator or None.
 
     Examples:
         >>> inputs, targets = recall_data(1, 2, 4, 4, torch.Generator().manual_seed(0))
@@ -373,6 +377,7 @@ def recall_data(
     m = num_pairs if distinct_keys is None else distinct_keys
     check_sizes(batch_size=batch_size, num_pairs=num_pairs, num_keys=num_keys,
                 num_values=num_values, distinct_keys=m)
+    check_generator(generator)
     if m > min(num_pairs, num_keys):
         raise ValueError(
             f"need at most min(num_pairs, num_keys) distinct keys, got {m} with "

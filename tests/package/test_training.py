@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from attention import TinyTransformer
-from attention.training import head_scores, lookback_data, next_token_accuracy, recall_data, train_lm
+from attention.training import (
+    head_scores,
+    induction_data,
+    lookback_data,
+    next_token_accuracy,
+    recall_data,
+    train_lm,
+)
 
 
 def test_recall_data_targets_are_each_keys_latest_value():
@@ -84,6 +91,17 @@ class TestBadInput:
                              ([], r"\[\]")):
             with pytest.raises(ValueError, match=r"weights a list of one \(b, h, t, t\) = \(1, h, 4, 4\) tensor per layer, got " + got):
                 head_scores(Weights(weights), inputs)
+
+    @pytest.mark.parametrize(("generator", "got"), [(3, "3 of type int"), ("x", "'x' of type str")])
+    @pytest.mark.parametrize(
+        "draw",
+        [lambda g: induction_data(1, 6, 8, g), lambda g: lookback_data(1, 6, 8, g), lambda g: recall_data(1, 2, 4, 4, g)],
+        ids=["induction_data", "lookback_data", "recall_data"],
+    )
+    def test_data_refuse_a_generator_that_is_not_one(self, draw, generator: object, got: str) -> None:
+        # a TypeError from torch.randint or torch.rand, listing its overloads
+        with pytest.raises(ValueError, match=rf"generator must be a torch.Generator or None, got {got}"):
+            draw(generator)
 
     def test_recall_data_refuses_more_distinct_keys_than_pairs(self):
         with pytest.raises(ValueError, match=r"at most min\(num_pairs, num_keys\) distinct keys, got 5"):
