@@ -19,7 +19,15 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from ._checks import accumulation_dtype, check_flags, check_seed, check_sizes, kernel_keywords, shape_or_type
+from ._checks import (
+    accumulation_dtype,
+    check_flags,
+    check_generator,
+    check_seed,
+    check_sizes,
+    kernel_keywords,
+    shape_or_type,
+)
 from .linear import Form, check_linear_inputs, kernel_attention
 
 __all__ = [
@@ -101,7 +109,7 @@ def random_projection(
 
     Raises:
         ValueError: if num_features or d_k is not an integer >= 1, orthogonal is not a bool,
-            or dtype is not a floating-point dtype.
+            generator is not a torch.Generator or None, or dtype is not a floating-point dtype.
 
     Examples:
         >>> psi = random_projection(2, 2, generator=torch.Generator().manual_seed(0))
@@ -110,6 +118,7 @@ def random_projection(
     """
     check_sizes(num_features=num_features, d_k=d_k)
     check_flags(orthogonal=orthogonal)
+    check_generator(generator)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:  # an int Ψ is truncated
         raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     if not orthogonal:

@@ -252,6 +252,12 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"dtype must be a floating-point torch\.dtype, got torch\.int64"):
             random_projection(4, 2, orthogonal=orthogonal, dtype=torch.int64)
 
+    @pytest.mark.parametrize("orthogonal", [True, False])
+    def test_projection_generator_must_be_a_generator(self, orthogonal):
+        # a TypeError from torch.randn, listing its overloads
+        with pytest.raises(ValueError, match=r"generator must be a torch\.Generator or None, got 3 of type int"):
+            random_projection(4, 2, orthogonal=orthogonal, generator=3)
+
     @pytest.mark.parametrize("value", NON_BOOLS)
     @pytest.mark.parametrize(
         ("flag", "call"),
