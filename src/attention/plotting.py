@@ -8,7 +8,7 @@ cell); its image, colour bar and numbers carry SVG ids (``WEIGHTS_GID``, ``LABEL
 by which a figure's style can restyle them, as the book's site does for its dark theme.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -92,7 +92,8 @@ def plot_attention(
             f"got shape {tuple(matrix.shape)}"
         )
     for name, labels, n in (("row_labels", row_labels, t_q), ("col_labels", col_labels, t_k)):
-        if labels is not None and not hasattr(labels, "__len__"):
+        # a mapping would show its keys, a set labels in no order
+        if labels is not None and (isinstance(labels, (Mapping, Set)) or not hasattr(labels, "__len__")):
             raise ValueError(
                 f"{name} must be None or a sequence of {n} labels, got {type(labels).__name__}"
             )

@@ -195,6 +195,9 @@ class TestBadInput:
             # a TypeError, an AttributeError; complex weights lost their imaginary part
             ({"row_labels": 3}, r"row_labels must be None or a sequence of 2 labels, got int"),
             ({"col_labels": 3}, r"col_labels must be None or a sequence of 3 labels, got int"),
+            # a dict drew its keys, 0 1 2, and a set its labels in no set order
+            ({"col_labels": {0: "a", 1: "b", 2: "c"}}, r"col_labels must be None or a sequence .*got dict"),
+            ({"row_labels": {"a", "b"}}, r"row_labels must be None or a sequence of 2 labels, got set"),
             ({"ax": "ax"}, r"ax must be None or a matplotlib Axes, got str"),
             ({"weights": torch.rand(2, 3, dtype=torch.complex64)}, r"real numbers, got torch\.complex64"),
             ({"weights": "w"}, r"weights must be a \(t_q, t_k\) matrix of real numbers, got str"),
