@@ -10,7 +10,9 @@ operations created and that are still alive:
 - ``largest_bytes``: the largest single tensor created (e.g. a ``(b, h, t, t)`` score matrix).
 
 Outputs that share storage with an input (views such as ``transpose``) allocate nothing; a view
-keeps its storage counted as alive for as long as the view lives. Use it under
+keeps its storage counted as alive for as long as the view lives. A tensor that an ``out=`` or
+``resize_`` moves to a larger storage is counted at its new size from then on, and at its old
+one too until the tensor dies (its old storage is freed at once). Use it under
 ``torch.no_grad()``: tensors that autograd saves for backward are freed by autograd, not by
 Python, and would be released from the count too early.
 """
@@ -60,19 +62,23 @@ class MemoryTracker(TorchDispatchMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        out = func(*args, **(kwargs or {}))
+        # the inputs' storages before the call: one that an out= or resize_ grows moves
         inputs = {
             t.untyped_storage().data_ptr()
             for t in tree_leaves((args, kwargs))
             if isinstance(t, torch.Tensor)
         }
+        out = func(*args, **(kwargs or {}))
+        # torch.tensor(data) builds its tensor outside the operations seen here and hands it to
+        # lift_fresh, as an input: it is new all the same
+        fresh = func is torch.ops.aten.lift_fresh.default
         for t in tree_leaves(out):
             if not isinstance(t, torch.Tensor):
                 continue
             storage = t.untyped_storage()
             key, nbytes = storage.data_ptr(), storage.nbytes()
             if key not in self._refs:
-                if key in inputs or nbytes == 0:
+                if (key in inputs and not fresh) or nbytes == 0:
                     continue  # a view of an untracked input, or empty: nothing was allocated
                 self._refs[key] = 0
                 self._sizes[key] = nbytes

@@ -30,3 +30,21 @@ def test_score_matrix_is_the_largest_tensor_of_naive_attention():
     with torch.no_grad(), MemoryTracker() as mem:
         torch.softmax(q @ q.transpose(-2, -1), dim=-1) @ q
     assert mem.largest_bytes == b * h * t * t * 4  # float32 (b, h, t, t)
+
+
+def test_a_tensor_made_from_python_data_is_counted():
+    """torch.tensor(data) hands its new tensor to lift_fresh as an input: it counted 0 bytes."""
+    with torch.no_grad(), MemoryTracker() as mem:
+        x = torch.tensor([1.0, 2.0, 3.0, 4.0])  # 4 float32 numbers
+    assert (mem.peak_bytes, mem.largest_bytes) == (16, 16)
+    del x
+
+
+def test_an_out_argument_that_grows_is_counted_at_its_new_size():
+    """The inputs' storages were read after the call, when an out= had already moved to its new
+    storage, which then passed for an input's view: 256 bytes of the 512 were counted."""
+    with torch.no_grad(), MemoryTracker() as mem:
+        a = torch.ones(8, 8)  # 256 bytes
+        out = torch.matmul(a, a, out=torch.empty(0))  # grows to 256 bytes
+    assert mem.peak_bytes == 512
+    del a, out
