@@ -19,7 +19,7 @@ from .provenance import command_line, load_average
 from .sparse import BLOCK_SIZE as SPARSE_BLOCK_SIZE
 from .sparse import TOP_K as SPARSE_TOP_K
 from .sparse import check_sizes as check_sparse_sizes
-from .store import write_results
+from .store import output_file, write_results
 from .sweep import DTYPES, PASSES, Settings, start_document
 from .variants import LEVELS, VARIANTS
 
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="start no sweep row after this many seconds (the file says the run stopped; quick: 450)")
     add("--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="where to run (auto: cuda if available, else cpu)")
-    add("--output", "-o", type=Path,
+    add("--output", "-o", type=output_file,
         help="results JSON to write (default: bench-<device>.json in the current directory)")
     add("--levels", nargs="+", choices=LEVELS, default=list(LEVELS),
         help="layer: whole layers on x (b, t, d); kernel: attention on Q, K, V (b, h, t, d_h)")

@@ -25,7 +25,7 @@ from typing import Any
 from .goals import speed_goals
 from .parts import ROW_KINDS, SWEEP_KEY, unknown_keys
 from .provenance import command_line
-from .store import read_results, write_results
+from .store import output_file, read_results, write_results
 
 ROW_KEY = SWEEP_KEY
 # What must agree for rows of two files to mean the same thing.
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         "tokens per batch) into one; the merged file keeps every source run's provenance.",
     )
     ap.add_argument("files", nargs="+", type=Path, metavar="FILE", help="results files, in order")
-    ap.add_argument("--output", "-o", type=Path, required=True, help="the merged results file to write")
+    ap.add_argument("--output", "-o", type=output_file, required=True, help="the merged results file to write")
     ap.add_argument("--prefer", choices=("newest",),
                     help="when two files measured the same row (or goal, decode row, peak), keep the "
                     "newer run's instead of refusing")

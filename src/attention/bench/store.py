@@ -5,6 +5,7 @@ finished row behind. Each write goes to a temporary file beside the target, then
 target in one step (``os.replace``): a reader, or a run killed mid-write, never sees half a file.
 """
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -18,8 +19,29 @@ def write_results(doc: dict[str, Any], path: Path) -> None:
     validate_results(doc)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(partial, path)
+    try:
+        partial.write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)  # no stray file beside a target that could not be written
+        raise
+
+
+def output_file(text: str) -> Path:
+    """An argparse ``type`` for a results file to write: not a directory, in an existing folder
+    that we may write to. Checked when the options are read, so that a run never measures for
+    minutes and then fails to write; anything else is argparse's usage error."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a file to write, got the directory {text!r}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a file in an existing folder, got {text!r}, whose folder "
+                                         f"{str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"expected a file in a folder we may write to, got {text!r}, whose "
+                                         f"folder {str(parent)!r} is not writable")
+    return path
 
 
 def read_results(path: Path) -> dict[str, Any]:

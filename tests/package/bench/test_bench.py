@@ -17,6 +17,7 @@ from attention.bench.goals import SPEED_TOLERANCE, speed_goals
 from attention.bench.memprobe import measure_in_subprocess
 from attention.bench.parts import PARTS
 from attention.bench.rows import DecodeRow, DistributedRow, LinearRow, MaskRow, Row
+from attention.bench.store import write_results
 from attention.bench.sweep import Settings, measure
 from attention.bench.timing import profiled_call, time_cpu
 from attention.bench.variants import Built, Problem, Variant, make_inputs
@@ -434,6 +435,28 @@ class TestBadInput:
         next(r for r in broken["results"] if r["status"] != "ok")["reason"] = None
         with pytest.raises(ValueError, match=r"results\[\d+\]\.reason: expected why a skipped row has no time, got None"):
             validate_results(broken)
+
+    @pytest.mark.parametrize("command", [["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8"],
+                                         ["merge", "a.json", "b.json"]], ids=["run", "merge"])
+    def test_an_output_that_cannot_be_written_is_a_usage_error_before_anything_runs(self, command, tmp_path,
+                                                                                   capsys):
+        # the run measured its parts, then failed with IsADirectoryError or FileNotFoundError
+        # (a traceback, exit code 1) and left a stray .partial file beside the target
+        (tmp_path / "a file").write_text("")
+        for output, message in [(tmp_path, "expected a file to write, got the directory"),
+                                (tmp_path / "missing" / "x.json", "expected a file in an existing folder"),
+                                (tmp_path / "a file" / "x.json", "expected a file in an existing folder")]:
+            with pytest.raises(SystemExit) as exit_info:
+                main([*command, "--output", str(output)])
+            assert exit_info.value.code == 2
+            assert f"argument --output/-o: {message}" in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a file"]
+
+    def test_a_failed_write_leaves_no_partial_file(self, tmp_path):
+        (tmp_path / "x.json").mkdir()
+        with pytest.raises(IsADirectoryError):
+            write_results(_committed("cpu.json"), tmp_path / "x.json")
+        assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
 
     def test_problem_rejects_bad_shapes(self):
         with pytest.raises(ValueError, match=r"level must be one of.*got 'block'"):
