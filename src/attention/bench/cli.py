@@ -14,6 +14,7 @@ import torch
 from .decode import MODELS
 from .goals import FLASH_GOAL_SHAPE, FUSED_GOAL_SHAPE, speed_goals
 from .parts import BY_NAME, PARTS, Context
+from .peaks import STREAM_DTYPE
 from .presets import PRESETS
 from .provenance import command_line, load_average
 from .sparse import BLOCK_SIZE as SPARSE_BLOCK_SIZE
@@ -139,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--matmul-sizes", nargs="+", type=POSITIVE, metavar="N",
         help="peaks: sides n of the square torch.mm timed (default: CPU 1024 2048 4096, float32; "
         "GPU 4096 8192 16384, bfloat16)")
-    add("--stream-bytes", type=POSITIVE,
+    add("--stream-bytes", type=at_least(STREAM_DTYPE.itemsize),  # one number per array at least
         help="peaks: bytes of each STREAM array (default: CPU 4 x the last-level cache, at least 64 MiB; "
         "GPU 1 GiB)")
     add("--decode-models", nargs="+", choices=tuple(MODELS), default=list(MODELS),

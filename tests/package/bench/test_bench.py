@@ -236,7 +236,7 @@ def test_bad_options_are_rejected(tmp_path):
     ("--threads", "-1"), ("--repeats", "0"), ("--repeats", "2"), ("--max-time", "0"), ("--max-time", "nan"),
     ("--min-time", "-1"), ("--min-time", "inf"), ("--warmup", "-1"), ("--time-budget", "-5"),
     ("--decode-prompt", "0"), ("--decode-new-tokens", "-1"), ("--sparse-top-k", "0"), ("--peak-tflops", "-1"),
-    ("--memory-goal-shape", "0"),
+    ("--memory-goal-shape", "0"), ("--stream-bytes", "7"),  # a STREAM array holds one float64 at least
 ])
 def test_numbers_out_of_range_are_usage_errors(option, value, tmp_path, capsys):
     # they crashed deep in the run (a ZeroDivisionError for --heads 0), were replaced by the
