@@ -17,12 +17,13 @@ from .parts import BY_NAME, PARTS, Context
 from .peaks import STREAM_DTYPE
 from .presets import PRESETS
 from .provenance import command_line, load_average
+from .rows import LEVELS
 from .sparse import BLOCK_SIZE as SPARSE_BLOCK_SIZE
 from .sparse import TOP_K as SPARSE_TOP_K
 from .sparse import check_sizes as check_sparse_sizes
 from .store import output_file, write_results
 from .sweep import DTYPES, PASSES, Settings, start_document
-from .variants import LEVELS, VARIANTS
+from .variants import VARIANTS
 
 DEFAULT_PARTS = tuple(part.name for part in PARTS if part.default)
 

@@ -13,12 +13,23 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeVar
 
+from ..roofline import PASSES
+
 STATUSES = ("ok", "skipped", "unsupported", "failed")
+LEVELS = ("layer", "kernel")  # what a sweep row measures: whole layers, or attention on Q, K, V
+# The range of a number in a row, by field name, for every kind of row: a size or count is >= 1;
+# every other number (a time, spread, error, FLOP or byte count, rate, index) is finite and
+# >= 0. None (not measured) passes here: the status checks say when a number is required. A
+# failed row may record the non-finite error that failed its check.
+SIZES = frozenset({"b", "t", "h", "h_kv", "d_h", "d", "repeats", "number", "world_size", "prompt_tokens",
+                   "new_tokens", "batch_size", "chunk_size", "top_k", "block_size"})
+CHOICES = {"pass_name": PASSES, "level": LEVELS}  # a string field with a known set of values
 JSON_NAMES = {"pass_name": "pass"}  # a field whose JSON key is a Python keyword
 T = TypeVar("T")
 
@@ -59,8 +70,25 @@ def _from_json(cls: type[T], data: object, where: str) -> T:
             continue
         if not _accepts(kind, data[key]):
             raise ValueError(f"{where}.{key}: expected {kind}, got {data[key]!r}")
+        _check_range(f.name, data[key], f"{where}.{key}", data.get("status"))
         values[f.name] = data[key]
     return cls(**values)
+
+
+def _check_range(name: str, value: object, where: str, status: object) -> None:
+    """The rule of :data:`SIZES` and :data:`CHOICES` for one field's value (each item of a list)."""
+    if name in CHOICES and value not in CHOICES[name]:
+        raise ValueError(f"{where}: expected one of {CHOICES[name]}, got {value!r}")
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, bool) or not isinstance(item, int | float):
+            continue
+        if name in SIZES:
+            if not item >= 1:
+                raise ValueError(f"{where}: expected a size or count >= 1, got {item!r}")
+        elif name == "max_rel_err" and status == "failed" and not item < 0:
+            continue  # a check that failed on inf or NaN records what it found
+        elif not (math.isfinite(item) and item >= 0):
+            raise ValueError(f"{where}: expected a finite number >= 0, got {item!r}")
 
 
 class _JsonRow:
@@ -257,7 +285,7 @@ class MaskRow(_Measured):
         if sum(row.lengths) != row.t:
             raise ValueError(f"{where}.lengths: expected document lengths summing to t={row.t}, "
                              f"got {row.lengths}")
-        _check_status(row, where, positive=("median_s", "tflops"))
+        _check_status(row, where, positive=("median_s", "flops", "tflops"))
         return row
 
 

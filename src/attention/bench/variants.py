@@ -29,8 +29,8 @@ from ..causal import CausalAttention
 from ..flash import default_block_sizes, flash_attention
 from ..functional import scaled_dot_product_attention as explicit_attention
 from ..multihead import FusedMultiHeadAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from .rows import LEVELS
 
-LEVELS = ("layer", "kernel")
 SDPA_BACKENDS = {
     "math": SDPBackend.MATH,
     "flash": SDPBackend.FLASH_ATTENTION,

@@ -4,6 +4,7 @@ and a tiny real sweep whose JSON must follow the schema the appendix page is gen
 import copy
 import functools
 import json
+import math
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from attention.bench.goals import SPEED_TOLERANCE, speed_goals
 from attention.bench.memprobe import measure_in_subprocess
 from attention.bench.parts import PARTS
 from attention.bench.rows import DecodeRow, DistributedRow, LinearRow, MaskRow, Row
-from attention.bench.store import write_results
+from attention.bench.store import read_results, write_results
 from attention.bench.sweep import Settings, measure
 from attention.bench.timing import profiled_call, time_cpu
 from attention.bench.variants import Built, Problem, Variant, make_inputs
@@ -422,7 +423,7 @@ class TestBadInput:
         ok_row["median_s"] = None
         with pytest.raises(ValueError, match=r"results\[\d+\]\.median_s.*got None"):
             validate_results(broken)
-        for key, value, message in [("tflops", 0.0, "a positive number.*got 0.0"), ("iqr_s", -1.0, "a number >= 0.*got -1.0")]:
+        for key, value, message in [("tflops", 0.0, "a positive number.*got 0.0"), ("iqr_s", -1.0, "a finite number >= 0.*got -1.0")]:
             broken = copy.deepcopy(tiny_run)
             next(r for r in broken["results"] if r["status"] == "ok")[key] = value
             with pytest.raises(ValueError, match=rf"results\[\d+\]\.{key}: expected {message}"):
@@ -503,6 +504,48 @@ class TestBadInput:
         row = {k: v for k, v in (_ok_row(key) | change).items() if v is not DROP}
         with pytest.raises(ValueError, match=message):
             kind.from_json(row, "row")
+
+    @pytest.mark.parametrize(
+        "key, change, message",
+        [
+            ("results", {"iqr_s": float("nan")}, r"\.iqr_s: expected a finite number >= 0, got nan"),
+            ("results", {"iqr_s": float("inf")}, r"\.iqr_s: expected a finite number >= 0, got inf"),
+            ("results", {"median_s": float("inf")}, r"\.median_s: expected a finite number >= 0, got inf"),
+            ("results", {"max_rel_err": float("nan")}, r"\.max_rel_err: expected a finite number >= 0, got nan"),
+            ("results", {"max_rel_err": -1e-7}, r"\.max_rel_err: expected a finite number >= 0"),
+            ("results", {"t": 0}, r"\.t: expected a size or count >= 1, got 0"),
+            ("results", {"b": -1}, r"\.b: expected a size or count >= 1, got -1"),
+            ("results", {"repeats": 0}, r"\.repeats: expected a size or count >= 1, got 0"),
+            ("results", {"pass": "backward"}, r"\.pass: expected one of \('forward', 'forward\+backward'\)"),
+            ("results", {"level": "block"}, r"\.level: expected one of \('layer', 'kernel'\), got 'block'"),
+            ("results", {"status": "skipped", "reason": "no time", "median_s": -5},
+             r"\.median_s: expected a finite number >= 0, got -5"),
+            ("linear", {"max_rel_err": float("inf")}, r"\.max_rel_err: expected a finite number >= 0, got inf"),
+            ("linear", {"number": 0}, r"\.number: expected a size or count >= 1, got 0"),
+            ("masks", {"flops": -1.0}, r"\.flops: expected a finite number >= 0, got -1\.0"),
+            ("masks", {"flops": 0.0}, r"\.flops: expected a positive number for an ok row, got 0\.0"),
+            ("masks", {"flops": float("nan")}, r"\.flops: expected a finite number >= 0, got nan"),
+            ("distributed", {"step_s": -1.0}, r"\.step_s: expected a finite number >= 0, got -1\.0"),
+            ("distributed", {"compute_step_s": float("nan")}, r"\.compute_step_s: expected a finite number"),
+            ("distributed", {"world_size": 0}, r"\.world_size: expected a size or count >= 1, got 0"),
+            ("decode", {"iqr_s": -1.0}, r"\.iqr_s: expected a finite number >= 0, got -1\.0"),
+        ],
+    )
+    def test_a_results_file_with_a_number_out_of_range_names_file_row_and_field(self, key, change, message,
+                                                                                tmp_path):
+        # validate_results (and so merge and the appendix) accepted NaN, inf and negative times,
+        # errors and spreads, sizes of 0, and passes and levels the harness does not know
+        doc = _committed(FILE_OF[key])
+        i = next(i for i, r in enumerate(doc[key]) if r.get("status", "ok") == "ok")
+        doc[key][i] |= change
+        (tmp_path / "bad.json").write_text(json.dumps(doc))
+        with pytest.raises(ValueError, match=rf"bad\.json: {key}\[{i}\]{message}"):
+            read_results(tmp_path / "bad.json")
+
+    def test_a_failed_row_may_record_the_non_finite_error_that_failed_it(self):
+        failed = {"status": "failed", "reason": "relative error inf > 2e-03", "median_s": None, "iqr_s": None}
+        assert math.isinf(Row.from_json(_ok_row("results") | failed | {"max_rel_err": float("inf")}).max_rel_err)
+        assert math.isnan(LinearRow.from_json(_ok_row("linear") | failed | {"max_rel_err": float("nan")}).max_rel_err)
 
     @pytest.mark.parametrize(
         "edit, message",
