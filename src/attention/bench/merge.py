@@ -128,7 +128,7 @@ def merge_results(
              "git": d["provenance"]["git"], "torch": d["provenance"]["torch"],
              "load_average_start": d["provenance"]["load_average_start"],
              "load_average_end": d["provenance"]["load_average_end"], "settings": d["settings"],
-             "complete": d.get("complete", True)}
+             "complete": d.get("complete", True)} | ({"stopped": d["stopped"]} if "stopped" in d else {})
             for name, d in sources
         ],
     }

@@ -129,6 +129,14 @@ def test_an_incomplete_run_makes_an_incomplete_merge(run):
     assert merged["complete"] is False and [s["complete"] for s in merged["provenance"]["sources"]] == [False, True]
 
 
+def test_a_stopped_runs_reason_is_kept_in_its_sources_entry(run):
+    # merge kept "complete": false and dropped why the run stopped
+    a = split(run, "2026-11-26T05:00:00+00:00", t=64) | {"complete": False, "stopped": "time budget spent"}
+    b = split(run, "2026-11-26T06:00:00+00:00", t=128)
+    sources = merge_results([("a.json", a), ("b.json", b)])["provenance"]["sources"]
+    assert sources[0]["stopped"] == "time budget spent" and "stopped" not in sources[1]
+
+
 def test_command_line_writes_the_merged_file_and_names_what_is_wrong(run, tmp_path, capsys):
     a, b = split(run, "2026-11-26T05:00:00+00:00", t=64), split(run, "2026-11-26T06:00:00+00:00", t=128)
     for name, doc in (("a.json", a), ("b.json", b)):
