@@ -13,6 +13,8 @@ files (one per sweep slice, say). Merging them gives the appendix one document p
   means (model width, heads, tokens per batch, TF32), are refused with the difference named;
 - the merged provenance keeps every source run's provenance (command, date, commit) and
   settings, in the order given, and each row says which run it came from (``run``: an index).
+  A merged file is refused as a source: its rows' ``run`` indices point into its own sources,
+  which a second merge would drop; merge the original files together instead.
 """
 
 import argparse
@@ -94,6 +96,10 @@ def merge_results(
         raise MergeError("merge needs at least one results file, got none")
     _check_compatible(sources)
     for name, doc in sources:
+        if "sources" in doc["provenance"]:
+            raise MergeError(f"{name} is a merged file (provenance.sources lists {len(doc['provenance']['sources'])} "
+                             "runs): merging it again would drop its source runs and which one each row came "
+                             "from; merge its source files with the others instead")
         unknown = unknown_keys(doc)
         if unknown:
             raise MergeError(f"{name} holds {unknown}, which no benchmark part knows: merging would drop "
@@ -151,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m attention.bench merge",
         description="Combine results files of one device (one torch version, one model width and "
-        "tokens per batch) into one; the merged file keeps every source run's provenance.",
+        "tokens per batch) into one; the merged file keeps every source run's provenance (a merged "
+        "file is refused as a source: merge the original files instead).",
     )
     ap.add_argument("files", nargs="+", type=Path, metavar="FILE", help="results files, in order")
     ap.add_argument("--output", "-o", type=output_file, required=True, help="the merged results file to write")

@@ -129,6 +129,14 @@ def test_an_incomplete_run_makes_an_incomplete_merge(run):
     assert merged["complete"] is False and [s["complete"] for s in merged["provenance"]["sources"]] == [False, True]
 
 
+def test_a_merged_file_is_refused_as_a_source(run):
+    # its sources were dropped and its rows' run indices pointed at the wrong files
+    a, b = split(run, "2026-11-26T05:00:00+00:00", t=64), split(run, "2026-11-26T06:00:00+00:00", t=128)
+    merged = merge_results([("a.json", a), ("b.json", b)])
+    with pytest.raises(MergeError, match=r"m\.json is a merged file \(provenance\.sources lists 2 runs\)"):
+        merge_results([("m.json", merged), ("b.json", b)])
+
+
 def test_a_stopped_runs_reason_is_kept_in_its_sources_entry(run):
     # merge kept "complete": false and dropped why the run stopped
     a = split(run, "2026-11-26T05:00:00+00:00", t=64) | {"complete": False, "stopped": "time budget spent"}
