@@ -41,7 +41,7 @@ from ..distributed import ring as ring_module
 from ..ring import Sharding, ring_attention_io, ring_shards
 from ..roofline import PASSES
 from .rows import DistributedRow
-from .sweep import Settings
+from .sweep import Settings, exceeds
 
 WORLD_SIZES = (2, 4)
 SCHEMES: tuple[tuple[str, Sharding], ...] = (("ring", "contiguous"), ("ring", "zigzag"), ("ulysses", "contiguous"))
@@ -140,7 +140,7 @@ def _worker(
                 max_rel_err=error, median_s=None, iqr_s=None, repeats=None, step_s=None,
                 compute_step_s=None, transfer_step_s=None, bytes_sent=None,
                 bytes_predicted=_predicted(scheme, pass_name, world, b, t, h, h_kv, d_h, 4))
-            if error > TOLERANCE:
+            if exceeds(error, TOLERANCE):
                 rows.append(replace(row, status="failed", reason=f"relative error {error:.2e} > {TOLERANCE:.0e}"))
                 continue
             if pass_name == "forward":

@@ -38,7 +38,7 @@ from ..functional import scaled_dot_product_attention
 from ..linear import Form as LinearForm
 from ..linear import elu_plus_one, linear_attention, linear_attention_flops
 from .rows import LinearRow
-from .sweep import TOLERANCE, Settings, error_reason, kernel_problems, relative_error
+from .sweep import TOLERANCE, Settings, error_reason, exceeds, kernel_problems, relative_error, worst_error
 from .timing import time_cpu, time_cuda
 
 FORM_VARIANTS = ("linear-parallel", "linear-recurrent", "linear-chunked")
@@ -138,10 +138,11 @@ def measure_variant(
             want.backward(cast(Tensor, grad_out).double())
             errors += [relative_error(cast(Tensor, x.grad), cast(Tensor, x64.grad))
                        for x, x64 in zip(inputs, double) if x.requires_grad]
-        row = replace(row, max_rel_err=max(errors))
+        error = worst_error(errors)
+        row = replace(row, max_rel_err=error)
         del out, want
-        if max(errors) > TOLERANCE[dtype]:
-            reason = f"relative error {max(errors):.2e} > {TOLERANCE[dtype]:.0e}"
+        if exceeds(error, TOLERANCE[dtype]):
+            reason = f"relative error {error:.2e} > {TOLERANCE[dtype]:.0e}"
             return replace(row, status="failed", reason=reason)
         if device.type == "cuda":
             timing = time_cuda(

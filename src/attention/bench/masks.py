@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from ..masks import and_masks, block_sparsity, causal, document, to_dense
 from ..packing import cu_seqlens_from_lengths, document_ids, unpack, varlen_attention
 from .rows import MaskRow
-from .sweep import Settings
+from .sweep import Settings, exceeds
 from .timing import time_cpu, time_cuda
 
 SEQ_LENS = (512, 1024, 2048)  # t, packed tokens per row
@@ -118,7 +118,7 @@ def measure_form(call: Callable[[], torch.Tensor], want: torch.Tensor, row: Mask
         estimate = time.perf_counter() - began
         error = float((out.double() - want).abs().max() / want.abs().max())
         row = replace(row, max_rel_err=error)
-        if error > TOLERANCE:
+        if exceeds(error, TOLERANCE):
             return replace(row, status="failed", reason=f"relative error {error:.2e} > {TOLERANCE:.0e}")
         if cuda:
             timing = time_cuda(call, estimate, settings.repeats, settings.max_time, settings.warmup_s)

@@ -17,6 +17,7 @@ is timed. A variant that cannot run gets a row with its status and the reason in
 import dataclasses
 import functools
 import gc
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -156,6 +157,16 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want).abs().max() / want.abs().max().clamp_min(1e-30))
 
 
+def worst_error(errors: list[float]) -> float:
+    """The largest of ``errors``; NaN if one is NaN (``max`` keeps or drops a NaN by its place)."""
+    return math.nan if any(math.isnan(e) for e in errors) else max(errors)
+
+
+def exceeds(error: float, tolerance: float) -> bool:
+    """Whether a check failed: a NaN error fails it, which ``error > tolerance`` would pass."""
+    return not error <= tolerance
+
+
 def error_reason(error: BaseException) -> tuple[str, str]:
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     if isinstance(error, torch.OutOfMemoryError) or "out of memory" in message.lower():
@@ -202,10 +213,11 @@ def measure(
         del out
         if variant.compiled:
             _, seen, seconds, peak_bytes = profile()
-        row = replace(row, max_rel_err=max(errors), backend=seen["sdpa_backend"] or variant.path,
+        error = worst_error(errors)
+        row = replace(row, max_rel_err=error, backend=seen["sdpa_backend"] or variant.path,
                       ops=seen["ops"], peak_bytes=peak_bytes, gpu_kernels=seen["gpu_kernels"])
-        if max(errors) > TOLERANCE[p.dtype]:
-            return replace(row, status="failed", reason=f"relative error {max(errors):.2e} > {TOLERANCE[p.dtype]:.0e}")
+        if exceeds(error, TOLERANCE[p.dtype]):
+            return replace(row, status="failed", reason=f"relative error {error:.2e} > {TOLERANCE[p.dtype]:.0e}")
         if variant.compiled and not seen["compiled"]:
             return replace(row, status="failed", reason="no torch.compile region ran")
         if cuda:

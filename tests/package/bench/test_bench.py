@@ -92,6 +92,18 @@ def test_a_wrong_variant_fails_the_check_and_is_not_timed():
     assert row.median_s is None
 
 
+def test_a_variant_whose_output_is_nan_fails_its_check():
+    """A NaN error passed `error > tolerance` (False for NaN): the row was marked ok and timed."""
+    problem = Problem("kernel", 1, 32, 2, 16, torch.float32, CPU, backward=False)
+    inputs = make_inputs(problem)
+    q, _, _ = inputs.tensors
+    nan = Built(lambda: torch.full_like(q, float("nan")))
+    broken = Variant("nan", "kernel", "returns NaN", lambda p, i: nan)
+    row = measure(broken, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
+    assert row.status == "failed" and row.reason.startswith("relative error nan")
+    assert row.median_s is None
+
+
 def test_a_row_records_the_kernel_config_its_variant_reports():
     """What our Triton variants report (the autotuner's choice per kernel) lands in the timed row."""
     problem = Problem("kernel", 1, 32, 2, 16, torch.float32, CPU, backward=False)
