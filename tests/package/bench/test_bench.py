@@ -530,6 +530,8 @@ class TestBadInput:
             ("results", {"repeats": 0}, r"\.repeats: expected a size or count >= 1, got 0"),
             ("results", {"pass": "backward"}, r"\.pass: expected one of \('forward', 'forward\+backward'\)"),
             ("results", {"level": "block"}, r"\.level: expected one of \('layer', 'kernel'\), got 'block'"),
+            ("results", {"dtype": "int3"}, r"\.dtype: expected the name of a floating-point torch dtype, got 'int3'"),
+            ("linear", {"dtype": "int64"}, r"\.dtype: expected the name of a floating-point torch dtype, got 'int64'"),
             ("results", {"status": "skipped", "reason": "no time", "median_s": -5},
              r"\.median_s: expected a finite number >= 0, got -5"),
             ("linear", {"max_rel_err": float("inf")}, r"\.max_rel_err: expected a finite number >= 0, got inf"),
