@@ -78,9 +78,12 @@ def at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
 
 def above_zero(text: str) -> float:
     """An argparse ``type``: a finite float > 0 (seconds, TFLOP/s)."""
-    value = at_least(0.0, float)(text)
+    try:
+        value = at_least(0.0, float)(text)
+    except argparse.ArgumentTypeError:  # its message would say >= 0, which 0 is not
+        value = 0.0
     if value == 0:
-        raise argparse.ArgumentTypeError(f"expected float > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite float > 0, got {text!r}")
     return value
 
 

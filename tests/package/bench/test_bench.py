@@ -260,6 +260,14 @@ def test_numbers_out_of_range_are_usage_errors(option, value, tmp_path, capsys):
     assert f"argument {option}: expected" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["0", "inf", "-1", "x"])
+def test_a_time_that_must_be_positive_says_so(value, tmp_path, capsys):
+    # inf and -1 were refused as "expected float >= 0.0", which 0 is not either
+    with pytest.raises(SystemExit):
+        main(["--max-time", value, "--output", str(tmp_path / "x.json")])
+    assert f"argument --max-time: expected a finite float > 0, got '{value}'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("option", ["--seq-lens", "--head-dims"])
 def test_a_value_twice_is_a_usage_error(option, tmp_path, capsys):
     # its rows were measured twice, and the file could not be merged, even with itself
