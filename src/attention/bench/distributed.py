@@ -20,6 +20,7 @@ transfer replaced by a local copy (the blocks it computes, masks and skips are t
 transfers). The ring hides its transfers when the first is the larger: equation (11.9).
 """
 
+import math
 import socket
 import statistics
 import tempfile
@@ -60,10 +61,12 @@ def _port() -> int:
         return port
 
 
-def _slowest(seconds: float) -> float:
-    value = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return float(value)
+def _slowest(value: float) -> float:
+    """The largest of every rank's ``value`` (a time, an error); a NaN is taken as inf, which
+    gloo's MAX keeps: it keeps or drops a NaN by the rank that holds it."""
+    tensor = torch.tensor([math.inf if math.isnan(value) else value], dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return float(tensor)
 
 
 def _time(fn: Callable[[], object], repeats: int) -> list[float]:

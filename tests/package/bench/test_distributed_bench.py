@@ -3,6 +3,7 @@ processes, checked against float64, timed, and their bytes set beside the model'
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,23 @@ class TestBadInput:
         broken["distributed"][0]["bytes_sent"] = None
         with pytest.raises(ValueError, match=r"distributed\[0\]\.bytes_sent: expected a positive number.*got None"):
             validate_results(broken)
+
+
+def _reduce_nan_on_the_last_rank(rank: int, world: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    got = distributed._slowest(float("nan") if rank == world - 1 else 1e-9)
+    if rank == 0:
+        (Path(out) / "got.txt").write_text(repr(got))
+    dist.destroy_process_group()
+
+
+def test_an_error_that_is_nan_on_one_rank_reaches_the_check(tmp_path):
+    """gloo's MAX kept a NaN held by rank 0 and dropped one held by rank 1: a check whose error
+    was NaN on rank 1 alone saw 1e-9 on rank 0, and the row was marked ok."""
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_reduce_nan_on_the_last_rank, args=(2, distributed._port(), str(tmp_path)), nprocs=2,
+                       start_method="fork")
+    assert (tmp_path / "got.txt").read_text() == "inf"
