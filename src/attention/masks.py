@@ -362,8 +362,6 @@ def and_masks(*mask_mods: MaskMod) -> MaskMod:
                 [ True,  True, False],
                 [False,  True,  True]])
     """
-    for i, mask_mod in enumerate(mask_mods):
-        _check_rule(mask_mod, f"mask_mods[{i}]")
     return _combine(mask_mods, operator.and_, none=True)
 
 
@@ -385,8 +383,6 @@ def or_masks(*mask_mods: MaskMod) -> MaskMod:
                 [ True,  True, False],
                 [ True, False,  True]])
     """
-    for i, mask_mod in enumerate(mask_mods):
-        _check_rule(mask_mod, f"mask_mods[{i}]")
     return _combine(mask_mods, operator.or_, none=False)
 
 
@@ -394,6 +390,8 @@ def _combine(mask_mods: tuple[MaskMod, ...], combine: Callable[[Tensor, Tensor],
              none: bool) -> MaskMod:
     """The rule whose answer folds the answers of ``mask_mods`` with ``combine`` (``&`` or ``|``,
     which also take a rule's Python bool); ``none`` without rules."""
+    for i, mask_mod in enumerate(mask_mods):
+        _check_rule(mask_mod, f"mask_mods[{i}]")
 
     def combined(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         allowed = torch.full((), none, dtype=torch.bool, device=q_idx.device)
