@@ -79,10 +79,10 @@ def at_least(minimum: float, kind: type = int) -> Callable[[str], float]:
 def above_zero(text: str) -> float:
     """An argparse ``type``: a finite float > 0 (seconds, TFLOP/s)."""
     try:
-        value = at_least(0.0, float)(text)
-    except argparse.ArgumentTypeError:  # its message would say >= 0, which 0 is not
-        value = 0.0
-    if value == 0:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"expected a finite float > 0, got {text!r}")
     return value
 
