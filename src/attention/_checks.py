@@ -265,9 +265,16 @@ def check_batch_dims(*named: tuple[str, Tensor], min_dim: int = 2, gqa: bool = F
 def check_attn_mask(attn_mask: Tensor, query: Tensor, name: str = "attn_mask") -> None:
     """The one mask rule: ``bool`` keeps (True = may attend) or hides; a float is added to the
     scaled scores and has dtype float32 or the query's (torch's rule); any other dtype, an int
-    0/1 mask included, is refused rather than added. On the query's device."""
+    0/1 mask included, is refused rather than added. On the query's device, with at least the
+    two dimensions (t_q, t_k): torch raises an IndexError for fewer, where broadcasting would
+    silently apply a key mask to every query."""
     if not isinstance(attn_mask, Tensor):
         raise ValueError(f"{name} must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+    if attn_mask.dim() < 2:
+        raise ValueError(
+            f"{name} must have at least 2 dimensions (..., t_q, t_k), got shape "
+            f"{tuple(attn_mask.shape)}"
+        )
     if attn_mask.dtype not in (torch.bool, torch.float32, query.dtype):
         raise ValueError(
             f"{name} must be bool (True = may attend) or a float added to the scores, of dtype "

@@ -188,6 +188,12 @@ class TestBadInput:
                                              r"\(1, 2, 4, 4\), got shape \(5, 5\)"):
             block(torch.randn(1, 4, 8), torch.ones(5, 5, dtype=torch.bool))
 
+    def test_a_mask_needs_a_query_and_a_key_dimension(self) -> None:
+        """nn.MultiheadAttention refuses a 1-d attn_mask; it was broadcast over every query."""
+        with pytest.raises(ValueError, match=r"attn_mask must have at least 2 dimensions \(\.\.\., t_q, "
+                                             r"t_k\), got shape \(4,\)"):
+            BlockAttention(8, 2)(torch.randn(1, 4, 8), torch.ones(4, dtype=torch.bool))
+
     @pytest.mark.parametrize("cache", ["kv", [1.0], 3])
     def test_a_cache_must_have_length_and_append(self, cache) -> None:
         # was an AttributeError: 'str' object has no attribute 'length'

@@ -415,6 +415,14 @@ class TestBadInput:
             with pytest.raises(ValueError, match=expected):
                 scaled_dot_product_attention(q, k, k, attn_mask=mask)
 
+    @pytest.mark.parametrize("mask", [torch.ones(5, dtype=torch.bool), torch.tensor(0.0)], ids=["1-d", "0-d"])
+    def test_a_mask_needs_a_query_and_a_key_dimension(self, mask: Tensor) -> None:
+        """torch raises an IndexError; broadcasting a (t_k,) mask over every query was silent."""
+        q, k = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 5, 8)
+        expected = re.escape(f"attn_mask must have at least 2 dimensions (..., t_q, t_k), got shape {tuple(mask.shape)}")
+        with pytest.raises(ValueError, match=expected):
+            scaled_dot_product_attention(q, k, k, attn_mask=mask)
+
     def test_query_key_and_value_must_agree_in_d_k_and_t_k(self) -> None:
         with pytest.raises(ValueError, match=r"same last dimension d_k, got 4 and 5"):
             attention_weights(torch.randn(3, 4), torch.randn(3, 5))
