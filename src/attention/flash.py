@@ -166,8 +166,9 @@ def _flash_forward(
     # means every value is finite (an overflowing sum of finite values only costs the skipping),
     # and the sum allocates no (t_k, d_v) temporary, which isfinite(value) would. Under
     # torch.compile that test would be a data-dependent branch: every tile is visited, and
-    # masks are filled in (tiles.exact), which needs no test either.
-    if torch.compiler.is_compiling():
+    # masks are filled in (tiles.exact), which needs no test either; so on the meta device,
+    # which has shapes but no values to test.
+    if torch.compiler.is_compiling() or value.is_meta:
         skip, tiles.exact = False, True
     else:
         skip = tiles.offset is not None and bool(torch.isfinite(value.sum(dtype=acc_dtype)))
