@@ -5,9 +5,11 @@ import copy
 import functools
 import json
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
+from torch import Tensor
 from torch.utils import benchmark
 
 from attention import flash
@@ -81,38 +83,33 @@ def test_reference_is_exact_attention_block_by_block(monkeypatch):
         torch.testing.assert_close(g, w)
 
 
-def test_a_wrong_variant_fails_the_check_and_is_not_timed():
+def _row_of(build: Callable[[Tensor, Tensor, Tensor], Built]) -> Row:
+    """The row that `measure` writes for a causal kernel variant built by ``build(q, k, v)``."""
     problem = Problem("kernel", 1, 32, 2, 16, torch.float32, CPU, backward=False)
     inputs = make_inputs(problem)
-    q, k, v = inputs.tensors
-    unmasked = Built(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
-    not_causal = Variant("not-causal", "kernel", "forgets the mask", lambda p, i: unmasked)
-    row = measure(not_causal, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
+    variant = Variant("probe", "kernel", "a test's variant", lambda p, i: build(*inputs.tensors))
+    return measure(variant, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
+
+
+def test_a_wrong_variant_fails_the_check_and_is_not_timed():
+    """A variant that forgets the causal mask."""
+    row = _row_of(lambda q, k, v: Built(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)))
     assert row.status == "failed" and row.reason.startswith("relative error")
     assert row.median_s is None
 
 
 def test_a_variant_whose_output_is_nan_fails_its_check():
     """A NaN error passed `error > tolerance` (False for NaN): the row was marked ok and timed."""
-    problem = Problem("kernel", 1, 32, 2, 16, torch.float32, CPU, backward=False)
-    inputs = make_inputs(problem)
-    q, _, _ = inputs.tensors
-    nan = Built(lambda: torch.full_like(q, float("nan")))
-    broken = Variant("nan", "kernel", "returns NaN", lambda p, i: nan)
-    row = measure(broken, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
+    row = _row_of(lambda q, k, v: Built(lambda: torch.full_like(q, float("nan"))))
     assert row.status == "failed" and row.reason.startswith("relative error nan")
     assert row.median_s is None
 
 
 def test_a_row_records_the_kernel_config_its_variant_reports():
     """What our Triton variants report (the autotuner's choice per kernel) lands in the timed row."""
-    problem = Problem("kernel", 1, 32, 2, 16, torch.float32, CPU, backward=False)
-    inputs = make_inputs(problem)
-    q, k, v = inputs.tensors
     configs = {"forward": [64, 64, 4, 3]}
-    exact = Built(lambda: explicit_attention(q, k, v, is_causal=True), config=lambda: configs)
-    reporting = Variant("reporting", "kernel", "exact, and says its config", lambda p, i: exact)
-    row = measure(reporting, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
+    row = _row_of(lambda q, k, v: Built(lambda: explicit_attention(q, k, v, is_causal=True),
+                                        config=lambda: configs))
     assert row.status == "ok" and row.kernel_config == configs
     assert Row.from_json(row.to_json()).kernel_config == configs
 
@@ -490,12 +487,8 @@ class TestBadInput:
             time_cpu(lambda: None, estimate=1e-6, repeats=2)
 
     def test_a_kernel_config_must_be_a_dict_of_kernels(self):
-        problem = Problem("kernel", 1, 32, 2, 16, torch.float32, CPU, backward=False)
-        inputs = make_inputs(problem)
-        q, k, v = inputs.tensors
-        exact = Built(lambda: explicit_attention(q, k, v, is_causal=True), config=lambda: {"forward": [64, 64, 4, 3]})
-        reporting = Variant("reporting", "kernel", "exact, and says its config", lambda p, i: exact)
-        row = measure(reporting, problem, inputs, {}, _settings(), {"tflops": None, "source": ""})
+        row = _row_of(lambda q, k, v: Built(lambda: explicit_attention(q, k, v, is_causal=True),
+                                            config=lambda: {"forward": [64, 64, 4, 3]}))
         with pytest.raises(ValueError, match=r"row\.kernel_config: expected dict \| None, got \[64, 64\]"):
             Row.from_json(row.to_json() | {"kernel_config": [64, 64]})
 
