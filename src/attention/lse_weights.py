@@ -51,7 +51,7 @@ def weights_from_lse(
             ``row_offset``.
         key: (..., t_k, d_k), all keys.
         lse: (..., n), the rows' log-sum-exp from ``flash_attention(..., return_lse=True)`` with
-            the same ``scale`` and masking: floating point, on the query's device, its leading
+            the same ``scale`` and masking: float32 or float64, on the query's device, its leading
             dimensions those of query and key broadcast (as the weights' are).
         scale: multiplies the scores; defaults to 1/sqrt(d_k).
         is_causal: query i sees keys j <= row_offset + i.
@@ -65,7 +65,7 @@ def weights_from_lse(
 
     Raises:
         ValueError: if query and key do not agree (dtype, device, d_k) or their leading
-            dimensions do not broadcast, lse is not floating point on the query's device or
+            dimensions do not broadcast, lse is not float32 or float64 on the query's device or
             does not have the rows' shape, row_offset is not an integer, is_causal is not a
             bool, or mask_mod or score_mod is given with a query that is not 4-d.
 
@@ -87,6 +87,11 @@ def weights_from_lse(
         raise ValueError(
             f"lse must be floating point on the query's device {query.device}, got {got}"
         )  # an integer lse would give wrong weights silently
+    if lse.dtype not in (torch.float32, torch.float64):
+        raise ValueError(  # rounded to half, lse shifts every weight by up to |lse| 2^-11
+            f"lse must be float32 or float64, as the kernels return it for half inputs too, got "
+            f"{lse.dtype}"
+        )
     rows_shape = (*leading, query.shape[-2])  # (..., n), as flash_attention returns lse
     if tuple(lse.shape) != rows_shape:
         raise ValueError(f"lse must have the shape of the weights' rows (..., n) = {rows_shape}, "

@@ -122,6 +122,8 @@ class TestBadInput:
          r"lse must be floating point on the query's device cpu, got torch\.int64 on cpu"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3, device="meta")),
          r"lse must be floating point on the query's device cpu, got torch\.float32 on meta"),
+        (lambda: weights_from_lse(torch.zeros(3, 4).half(), torch.zeros(5, 4).half(), torch.zeros(3).half()),
+         r"lse must be float32 or float64, as the kernels return it for half inputs too, got torch\.float16"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), row_offset=1.0),
          r"row_offset must be an integer, got 1.0"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), mask_mod=masks.causal()),
