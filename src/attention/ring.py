@@ -150,12 +150,11 @@ def ring_attention(
     One sequence of t tokens is sharded over ``world_size`` devices by :func:`ring_shards`. The
     devices run one after another here; what each computes at each step, and what it skips, is
     what it would compute on its own device. Half-precision inputs are computed in float32.
-    Equal to SDPA up to rounding, and in float32 the merges round more than SDPA does: each
-    weighs a partial by exp(lse_J - lse), and a float32 lse is rounded to 2^-24 of its size, so
-    the error can reach several times a float32 SDPA's (about 1e-6 for scores of order 1); in
-    half precision the output's own rounding hides it. Differentiable: each partial's lse
-    carries its gradient into the merge weights (``flash_attention``'s lse is differentiable),
-    so the gradients equal SDPA's.
+    Equal to SDPA up to rounding, and in float32 the merges round differently from SDPA: each
+    weighs a partial by exp(lse_J - lse), and a float32 lse is rounded to 2^-24 of its size, an
+    error a single softmax does not have; in half precision the output's own rounding hides it.
+    Differentiable: each partial's lse carries its gradient into the merge weights
+    (``flash_attention``'s lse is differentiable), so the gradients equal SDPA's.
 
     Args:
         query: (..., t, d_k).
