@@ -43,8 +43,11 @@ def timing_words(settings: dict, gpu: bool) -> str:
                 f"{settings['max_time']:g} s as estimated from the first, profiled call, which includes the "
                 "profiler's start-up and any plan building; never fewer than 5), each after a 256 MiB "
                 "buffer is zeroed to flush the L2 cache")
-    return (f"blocks of calls for at least {settings['min_time']:g} s and at most {settings['max_time']:g} s "
-            "per point (torch.utils.benchmark)")
+    # time_cpu: a call slower than a third of max_time still gets three blocks, so only a faster
+    # call's point is bounded by max_time
+    return (f"blocks of calls for at least {settings['min_time']:g} s per point and at most "
+            f"{settings['max_time']:g} s, except that a call slower than a third of that still gets "
+            "at least three blocks, and takes longer (torch.utils.benchmark)")
 
 
 def _contributed(run: Run, i: int) -> bool:
