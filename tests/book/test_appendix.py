@@ -144,6 +144,8 @@ def test_queries_answer_with_the_files_numbers(runs):
     decode = {r.use_cache: r.tokens_per_s for r in h200.decode if r.model == "tiny"}
     assert ask("{{ decode_speedup(tiny) }}") == f"{decode[True] / decode[False]:.2f}×"
     assert ask("{{ peak(bfloat16) }}") == "989.5 TFLOP/s"  # the datasheet's figure, as printed there
+    l2 = h200.doc["peaks"]["bandwidth_measured"]["stream"]["last_level_cache_bytes"]
+    assert ask("{{ last_level_cache() }}") == f"{l2 / 2**20:.0f} MiB"  # as the driver reported it
 
 
 def test_the_tiles_query_lists_each_choice_of_the_autotuner_once(runs):

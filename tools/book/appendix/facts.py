@@ -22,7 +22,7 @@ from collections.abc import Callable
 from attention.bench.rows import DecodeRow, Row
 from attention.flash import default_block_sizes
 
-from .format import digits3, rate, ratio, ratio_range
+from .format import digits3, rate, ratio, ratio_range, readable_bytes
 from .format import ms as _ms
 from .load import Run, load_source_run
 from .page import settings_words
@@ -150,6 +150,17 @@ def tile_transfer_us(run: Run, variant: str, pass_name: str, **where) -> str:
     if not bandwidth:
         raise FactError(f"{run.stem} has no datasheet bandwidth")
     return f"{2 * _tile_bytes(row) / bandwidth * 1e6:.2g}"
+
+
+@query
+def last_level_cache(run: Run) -> str:
+    """The GPU's L2 cache as the run recorded it with its measured bandwidth (the size the driver
+    reports, torch's ``L2_cache_size``), in binary units: ``60 MiB``."""
+    stream = (run.doc["peaks"].get("bandwidth_measured") or {}).get("stream") or {}
+    size = stream.get("last_level_cache_bytes")
+    if not run.gpu or not size:
+        raise FactError(f"{run.stem} records no GPU L2 cache size")
+    return readable_bytes(size)
 
 
 @query
