@@ -18,11 +18,11 @@ def _mla(q_rank: int | None = None) -> MultiHeadLatentAttention:
     return MultiHeadLatentAttention(10, 12, 3, kv_rank=5, rope_dim=4, q_rank=q_rank).double()
 
 
-def _reference(mla: MultiHeadLatentAttention, x: torch.Tensor) -> torch.Tensor:
+def _reference(mla: MultiHeadLatentAttention, x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     """DeepSeek-V2's equations (9)-(19), one head and one query at a time, from the weights."""
     b, t, _ = x.shape
     h, d_h, d_r = mla.num_heads, mla.d_h, mla.rope_dim
-    rope = RotaryEmbedding(d_r)
+    rope = RotaryEmbedding(d_r, base)
     c_kv = x @ mla.W_down_kv.weight.T  # (b, t, d_c)
     k_rope = rope(x @ mla.W_key_rope.weight.T)  # (b, t, d_R), position i for token i
     c_q = x if mla.W_down_query is None else x @ mla.W_down_query.weight.T
@@ -51,6 +51,17 @@ def test_mla_equals_the_papers_equations_written_out(q_rank: int | None, absorbe
     with torch.no_grad():
         torch.testing.assert_close(mla(x, absorbed=absorbed), _reference(mla, x), atol=1e-12,
                                    rtol=0)
+
+
+def test_the_rotary_base_reaches_the_queries_and_the_shared_key() -> None:
+    """base=50 turns the second pair of features by 1/sqrt(50) per position, not 1/100."""
+    torch.manual_seed(0)
+    mla = MultiHeadLatentAttention(10, 12, 3, kv_rank=5, rope_dim=4, base=50.0).double()
+    x = torch.randn(1, 9, 10, dtype=torch.float64)
+    with torch.no_grad():
+        for absorbed in (False, True):
+            torch.testing.assert_close(mla(x, absorbed=absorbed), _reference(mla, x, base=50.0),
+                                       atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("chunks", CHUNKS)
