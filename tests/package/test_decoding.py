@@ -74,6 +74,16 @@ def test_half_precision_returns_the_lse_in_float32(dtype: torch.dtype) -> None:
     torch.testing.assert_close(lse.double(), exact, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_applies_the_scale_after_the_float32_cast(dtype: torch.dtype) -> None:
+    """0.3 is no power of two: q · 0.3 rounded in half precision moves the scores by about
+    |s| · 2^-11 (2^-8 in bfloat16), far past the float32 lse's error against float64."""
+    q, k, v = qkv((1, 2, 1, 64), (1, 2, 300, 64), to=dtype)
+    _, lse = split_kv_attention(q, k, v, num_splits=4, scale=0.3, return_lse=True)
+    exact = (q.double() @ k.double().transpose(-2, -1) * 0.3).logsumexp(dim=-1)  # (1, 2, 1)
+    torch.testing.assert_close(lse.double(), exact, atol=1e-5, rtol=0)
+
+
 def test_gradients_flow_through_the_merge_weights_as_through_sdpa() -> None:
     """z = Σ_r e^{lse_r - lse} z_r: the weights depend on q and k, and so do their gradients."""
     q, k, v = qkv((1, 2, 2, 4), (1, 2, 9, 4), requires_grad=True)
@@ -147,6 +157,13 @@ class TestBadInput:
         q, k, v = qkv(shape_q, shape_kv)
         with pytest.raises(ValueError, match=message):
             split_kv_attention(q, k, v, num_splits=num_splits)
+
+    @pytest.mark.parametrize("scale", [math.nan, math.inf, "0.5"], ids=str)
+    def test_scale_must_be_a_finite_number(self, scale: object) -> None:
+        # NaN gave NaN outputs without a word; a string raised a TypeError from the product
+        q, k, v = qkv((1, 1, 4), (1, 5, 4))
+        with pytest.raises(ValueError, match=r"scale must be None or a finite number, got"):
+            split_kv_attention(q, k, v, num_splits=2, scale=scale)
 
     def test_fewer_key_heads_without_enable_gqa(self) -> None:
         q, k, v = qkv((1, 4, 1, 4), (1, 2, 5, 4))
