@@ -197,6 +197,20 @@ def test_sink_window_mask_aligns_top_left_by_default() -> None:
     assert torch.equal(sink_window_mask(3, 6, 2, sinks=1), sink_window_mask(3, 6, 2, 1, alignment="top_left"))
 
 
+@pytest.mark.parametrize(("t_q", "t_k", "window", "sinks"),
+                         [(2, 5, 2, 1), (3, 9, 3, 2), (4, 4, 2, 1), (2, 6, 3, 0)])
+def test_sink_window_mask_bottom_right_puts_the_last_query_at_the_last_key(
+    t_q: int, t_k: int, window: int, sinks: int
+) -> None:
+    """Query i sits at position t_k - t_q + i: the queries of a call after t_k - t_q cached keys."""
+    i, j = torch.arange(t_k - t_q, t_k)[:, None], torch.arange(t_k)
+    allowed = (j <= i) & ((j > i - window) | (j < sinks))  # (t_q, t_k), written out
+    mask = sink_window_mask(t_q, t_k, window, sinks, alignment="bottom_right")
+    assert torch.equal(mask, allowed)
+    if sinks == 0:
+        assert torch.equal(mask, sliding_window_mask(t_q, t_k, window, alignment="bottom_right"))
+
+
 @pytest.mark.parametrize("qkv_bias", [False, True])
 def test_only_the_output_projection_has_a_bias_without_qkv_bias(qkv_bias: bool) -> None:
     """The key bias adds q . b_k to every score of a query, which softmax ignores: only the
@@ -252,6 +266,8 @@ class TestBadInput:
              r"window=2 and sinks=1, got window=2 and sinks=0"),
             (lambda: sink_window_mask(2, 4, 2, sinks=True), r"^sinks must be an integer >= 0, got True"),
             (lambda: sink_window_mask(-1, 4, 2), r"t_q must be an integer >= 0, got -1"),
+            # was a RuntimeError from torch.arange without the check of t_k
+            (lambda: sink_window_mask(2, -1, 2), r"t_k must be an integer >= 0, got -1"),
             (lambda: sink_window_mask(2, 4, 2, alignment="bottom-right"),
              r"alignment must be one of \('top_left', 'bottom_right'\), got 'bottom-right'"),
             (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 2, 2)),
