@@ -194,6 +194,16 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             make()
 
+    @pytest.mark.parametrize(("cached", "t"), [(0, 8), (5, 3)], ids=["first-call", "straddling"])
+    def test_a_chunk_that_runs_past_the_first_eviction_is_refused(self, cached: int, t: int) -> None:
+        """n_sink + w = 7: a chunk that ends past token 7 would need one δ per query, whatever
+        the cache held before it (the count is of cached and new tokens together)."""
+        cache = StreamingKVCache(1, 2, 5, 8, 2, RotaryEmbedding(8), dtype=torch.float64)
+        if cached:
+            cache.append(*torch.ones(2, 1, 2, cached, 8, dtype=torch.float64))
+        with pytest.raises(ValueError, match=rf"one at a time, got {t} tokens after {cached}"):
+            cache.append(*torch.ones(2, 1, 2, t, 8, dtype=torch.float64))
+
     def test_after_the_first_eviction_tokens_come_one_at_a_time(self) -> None:
         model = _model(2)
         idx = torch.randint(16, (3, 7), generator=torch.Generator().manual_seed(3))
