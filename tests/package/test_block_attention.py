@@ -124,6 +124,26 @@ def test_decoding_in_chunks_with_a_cache_equals_one_forward(qk_norm) -> None:
         start += t
 
 
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_a_mask_with_a_cache_covers_all_cached_keys(is_causal) -> None:
+    """With n cached tokens, attn_mask is (t, n + t): one row per query, one column per key,
+    old and new; each chunk's rows of the full mask give the one-forward result."""
+    attn = randomize(BlockAttention(8, 2, is_causal=is_causal, rotary=RotaryEmbedding(4)).double())
+    x = seeded_randn(4, 2, 6, 8)
+    keep = torch.ones(6, 6, dtype=torch.bool).tril()  # causal either way: chunks see no future
+    keep[:, 1] = False  # key 1 hidden from every query, a padded token
+    full, full_weights = attn(x, keep)
+    cache = KVCache(2, 2, 6, 4, dtype=torch.float64)
+    start = 0
+    for t in (2, 3, 1):
+        out, weights = attn(x[:, start:start + t], keep[start:start + t, :start + t], cache=cache)
+        torch.testing.assert_close(out, full[:, start:start + t], atol=1e-13, rtol=0)
+        torch.testing.assert_close(weights, full_weights[:, :, start:start + t, :start + t],
+                                   atol=1e-14, rtol=0)
+        assert not weights[..., 1].any()
+        start += t
+
+
 @pytest.mark.parametrize("sinks", [0, 1])
 def test_decoding_with_a_rolling_cache_equals_one_forward_under_its_window(sinks) -> None:
     """Each query of a chunk sees its own window (and the sinks), not the first query's."""
