@@ -12,6 +12,7 @@ from torch import nn
 from attention import (
     KVCache,
     RMSNorm,
+    RotaryEmbedding,
     TinyTransformer,
     TransformerBlock,
     head_scores,
@@ -243,6 +244,30 @@ def test_model_cache_memory_is_the_formula() -> None:
     model(torch.zeros(2, 3, dtype=torch.long), cache=cache)
     cache.reset()
     assert cache.length == 0
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_bias_reaches_the_final_norm_and_the_lm_head_never_has_one(bias: bool) -> None:
+    """bias=False leaves no bias anywhere, the final norm's β too; the LM head has none either
+    way (GPT-2's): a bias there would add a parameter no checkpoint holds."""
+    model = TinyTransformer(11, 8, 2, 2, context_length=4, mlp=True, bias=bias, output_gate=True)
+    assert model.lm_head.bias is None
+    assert (model.final_norm.bias is not None) == bias
+    with_bias = [name for name, module in model.named_modules()
+                 if getattr(module, "bias", None) is not None]
+    assert bool(with_bias) == bias, with_bias
+
+
+def test_rope_model_rotates_as_rotary_embedding_defaults() -> None:
+    """positions="rope" is one RotaryEmbedding(d_h) shared by every block: halves pairing, base
+    10000. Its frequencies are not in the state dict, so another pairing or base would silently
+    change what a saved checkpoint computes."""
+    model = TinyTransformer(11, 16, 2, 2, context_length=6, positions="rope")
+    rotary = model.blocks[0].attn.rotary
+    assert all(block.attn.rotary is rotary for block in model.blocks)
+    x = torch.randn(1, 2, 6, 8)
+    torch.testing.assert_close(rotary(x, start=3), RotaryEmbedding(8)(x, start=3),
+                               rtol=0, atol=0)
 
 
 def test_linear_and_embedding_weights_start_at_gpt2_s_scale_and_biases_at_zero() -> None:
