@@ -256,6 +256,16 @@ def test_to_torch_state_dict_makes_torch_multihead_attention_compute_the_same(qk
         torch.testing.assert_close(mha(x), causal_torch_output(theirs, x))
 
 
+def test_to_torch_state_dict_puts_zeros_in_the_slot_of_each_missing_bias() -> None:
+    """in_proj_bias is (b_q, b_k, b_v) in that order: a missing one is zeros in its own slot,
+    so the biases that are there stay with their projection."""
+    state = randomize(MultiHeadAttention(6, 6, 3, 8, 0.0, qkv_bias=True)).state_dict()
+    del state["W_query.bias"], state["W_value.bias"]
+    bias = to_torch_state_dict(state)["in_proj_bias"]
+    torch.testing.assert_close(bias, torch.cat([torch.zeros(6), state["W_key.bias"], torch.zeros(6)]),
+                               rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_from_torch_state_dict_computes_what_torch_multihead_attention_computes(bias: bool) -> None:
     """Q, K, V in torch's order; torch's biases, or zeros where its module has none."""
