@@ -132,6 +132,18 @@ def test_cross_attention_equals_torch_multihead_attention(qkv_bias):
     assert_equals_torch(module, x, context, PADDING, got)
 
 
+@pytest.mark.parametrize("qkv_bias", [False, True])
+@pytest.mark.parametrize("name", ["cross", "bidirectional"])
+def test_qkv_bias_gives_all_three_projections_a_bias_or_none(name, qkv_bias):
+    """qkv_bias sets W_q, W_k and W_v alike (torch_mha_like copies whatever the module has, so
+    only this catches a stray bias); out_proj has one either way, as torch's."""
+    module = (CrossAttention(4, 6, 8, 2, 0.0, qkv_bias=qkv_bias) if name == "cross"
+              else BidirectionalSelfAttention(6, 8, 2, 0.0, qkv_bias=qkv_bias))
+    for projection in (module.W_query, module.W_key, module.W_value):
+        assert (projection.bias is not None) == qkv_bias
+    assert module.out_proj.bias is not None
+
+
 def test_cross_attention_padding_hides_context_tokens():
     torch.manual_seed(0)
     module = CrossAttention(3, 5, 4, dropout=0.0, num_heads=2)
