@@ -290,6 +290,14 @@ def test_sliding_window_mask_is_the_definition_in_either_alignment(
     assert torch.equal(mask, (j <= p) & (j > p - window))
 
 
+def test_masks_default_to_top_left_alignment_as_is_causal() -> None:
+    """Without ``alignment``, query i sits at i (torch's is_causal), also when t_q != t_k."""
+    i, j = torch.arange(2)[:, None], torch.arange(5)
+    assert torch.equal(causal_mask(2, 5), j <= i)
+    assert torch.equal(sliding_window_mask(2, 5, window=2), (j <= i) & (j > i - 2))
+    assert torch.equal(additive_causal_mask(2, 5) == 0, j <= i)
+
+
 def test_a_scale_of_zero_is_a_scale_not_the_default() -> None:
     """scale=0.0 makes every score 0: uniform weights, each output the mean value, as in torch."""
     q, k, v = qkv((2, 4, 5), (2, 6, 5), (2, 6, 3))
