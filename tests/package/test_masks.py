@@ -302,6 +302,16 @@ def test_dense_attention_scale_multiplies_the_scores():
     torch.testing.assert_close(lse, scores.logsumexp(-1), rtol=0, atol=1e-12)
 
 
+def test_dense_attention_default_scale_is_one_over_sqrt_d_k_not_d_v():
+    q, k, v = qkv((2, 3, T, 16), (2, 3, T, 16), (2, 3, T, 4))  # d_k = 16, d_v = 4
+    out, lse = M.dense_attention(q, k, v, mask_mod=M.causal(), return_lse=True)
+    torch.testing.assert_close(
+        out, F.scaled_dot_product_attention(q, k, v, is_causal=True), rtol=0, atol=1e-12
+    )
+    scores = (q @ k.transpose(-2, -1) / 4.0).masked_fill(~causal_mask(T, T), -math.inf)
+    torch.testing.assert_close(lse, scores.logsumexp(-1), rtol=0, atol=1e-12)
+
+
 def test_dense_attention_hides_keys_after_the_score_mod_not_before():
     """A soft cap of -inf is -cap, a finite score: masking first would let hidden keys back in."""
     q, k, v = qkv((2, 3, T, 8))
