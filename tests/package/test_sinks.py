@@ -138,6 +138,21 @@ def test_flash_row_without_keys_keeps_its_sink_and_a_minus_inf_sink_is_no_sink()
         flash_attention(q, k, v, enable_gqa=True, is_causal=True), rtol=1e-12, atol=1e-14)
 
 
+def test_flash_minus_inf_sink_on_a_row_that_sees_no_key_gets_a_zero_not_nan_gradient() -> None:
+    """Bottom-right with t_q > t_k: the first rows see no key; a -inf sink leaves their lse -inf."""
+    q, k, v = qkv((1, 2, 5, 4), (1, 2, 3, 4))
+    sinks = torch.tensor([float("-inf"), 0.5], dtype=torch.float64, requires_grad=True)
+    options = {"is_causal": True, "alignment": "bottom_right", "block_size": 2}
+    out, lse = flash_attention(q, k, v, sinks=sinks, return_lse=True, **options)
+    assert torch.isinf(lse[0, 0, :2]).all()  # the rows that saw neither a key nor a sink
+    (grad,) = torch.autograd.grad(out.sum(), sinks)
+    mask = causal_mask(5, 3, alignment="bottom_right")
+    explicit = scaled_dot_product_attention(q, k, v, attn_mask=mask, sinks=sinks)
+    (want,) = torch.autograd.grad(explicit.sum(), sinks)
+    assert torch.isfinite(grad).all() and grad[0].item() == 0.0
+    torch.testing.assert_close(grad, want, rtol=0, atol=1e-12)
+
+
 def test_flash_half_precision_sinks_get_their_gradient_in_their_dtype() -> None:
     q, k, v, sinks = (x.to(torch.bfloat16).requires_grad_() for x in _inputs())
     out = flash_attention(q, k, v, sinks=sinks, enable_gqa=True, is_causal=True)
