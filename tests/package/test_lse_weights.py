@@ -126,6 +126,8 @@ class TestBadInput:
          r"lse must be float32 or float64, as the kernels return it for half inputs too, got torch\.float16"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), row_offset=1.0),
          r"row_offset must be an integer, got 1.0"),
+        (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), row_offset=True),
+         r"row_offset must be an integer, got True"),
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 4), torch.zeros(3), mask_mod=masks.causal()),
          r"mask_mod and score_mod need query \(b, h, n, d_k\), got shape \(3, 4\)"),
         (lambda: weights_from_lse(torch.zeros(2, 3, 4), torch.zeros(3, 5, 4), torch.zeros(2, 3)),
