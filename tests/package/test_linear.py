@@ -163,6 +163,31 @@ def test_a_half_precision_query_is_scaled_in_float32() -> None:
     torch.testing.assert_close(ours, want.half())
 
 
+
+def test_scale_multiplies_the_queries_before_the_feature_map() -> None:
+    """scale=s is the written-out sum over phi(s q_i): not phi(q_i / s), nor s phi(q_i)."""
+    query, key, value = qkv((2, 6, 4), seed=2)
+    want = written_out(query * 0.5, key, value, causal=True)
+    for form in FORMS:
+        got = linear_attention(query, key, value, is_causal=True, form=form, chunk_size=4, scale=0.5)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=form)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_state_of_another_float_dtype_is_cast_to_the_features(form: str) -> None:
+    """A float32 state (a half-precision prefill's) continues a float64 decode: cast, as the
+    float64 state rounded to float32 would give, not refused by the product of two dtypes."""
+    query, key, value = qkv((2, 9, 4), seed=4)
+    _, state = linear_attention(query[:, :5], key[:, :5], value[:, :5], is_causal=True,
+                                output_final_state=True)
+    rounded = state.float().double()
+    got = linear_attention(query[:, 5:], key[:, 5:], value[:, 5:], is_causal=True, form=form,
+                           chunk_size=2, initial_state=state.float())
+    want = linear_attention(query[:, 5:], key[:, 5:], value[:, 5:], is_causal=True,
+                            initial_state=rounded)
+    assert got.dtype == F64
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
 class TestBadInput:
     def test_forms_feature_maps_and_shapes_must_be_valid(self):
         q, k, v = qkv((2, 5, 4))
@@ -174,6 +199,10 @@ class TestBadInput:
             linear_attention(q, k, v, feature_map="relu")
         with pytest.raises(ValueError, match=r"features >= 0.*got a negative feature of query"):
             linear_attention(q, k, v, feature_map=lambda x: x)
+        with pytest.raises(ValueError, match=r"features >= 0.*got a negative feature of query"):
+            linear_attention(q, k, v, feature_map=lambda x: torch.relu(x) - 1e-12)  # barely
+        with pytest.raises(ValueError, match=r"features >= 0.*got a negative feature of query"):
+            linear_attention_weights(q, k, feature_map=lambda x: torch.relu(x) - 1e-12)
         with pytest.raises(ValueError, match=r"feature_map must map query \(..., t, d\) to \(..., t, r\)"):
             linear_attention(q, k, v, feature_map=lambda x: x[..., :1, :].exp())  # drops tokens
         with pytest.raises(ValueError, match=r"one width r.*got 3 and 2"):
