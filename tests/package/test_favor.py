@@ -211,6 +211,16 @@ def test_error_variance_is_finite_where_a_weight_underflows_beside_an_overflowin
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=0)
 
 
+def test_error_variance_of_equal_values_is_zero_where_the_exponential_overflows() -> None:
+    """Equal values: z = v exactly, no deviation, a variance of 0, even where the pairs' largest
+    exponent (x + y_1)^2 = 6400 overflows exp in float64: 0 times inf gave NaN."""
+    query, key = torch.tensor([[40.0]], dtype=F64), torch.tensor([[40.0], [0.0]], dtype=F64)
+    value = torch.tensor([[3.0, -1.0], [3.0, -1.0]], dtype=F64)
+    for got in (favor_error_variance(query, key, value, num_features=4),
+                favor_error_variance(key, key, value, num_features=4, is_causal=True)):
+        assert torch.equal(got, torch.zeros_like(got)), got
+
+
 # Bad input ------------------------------------------------------------------------------------
 
 
