@@ -215,6 +215,29 @@ def test_half_precision_meets_flash_attentions_rule(form):
     assert error <= 2 * plain, f"{form}: error {error:.3g}, plain bfloat16 {plain:.3g}"
 
 
+
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_a_given_scale_replaces_the_default_not_multiplies_it(form):
+    """scale=s multiplies the queries by s alone, not by s d_k^(-1/2): against the plain loops,
+    run on queries that the loops' own d_k^(-1/2) turns into s q."""
+    q, k, v, g, beta, _ = _inputs(t=9)
+    s, root = 0.3, q.shape[-1] ** 0.5
+    want = plain_gated_delta_rule(q * s * root, k, v, g, beta)
+    got = gated_delta_rule(q, k, v, g, beta, form=form, chunk_size=4, scale=s)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    want = plain_gated_delta_rule(q * s * root, k, v, torch.zeros_like(g), beta)
+    got = delta_rule(q, k, v, beta, form=form, chunk_size=4, scale=s)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    qs, ks = (x.repeat_interleave(2, dim=1) for x in (q * s, k))  # h_k = 2 -> h_v = 4
+    state, rows = torch.zeros(2, 4, 8, 6, dtype=F64), []
+    for i in range(9):  # S_i = a_i S_{i-1} + k_i^T v_i, read as (s q_i) S_i
+        state = g[..., i, None, None].exp() * state + ks[..., i, :, None] * v[..., i, None, :]
+        rows.append((qs[..., i, None, :] @ state).squeeze(-2))
+    for decay_form in ("recurrent", "parallel", "chunked"):
+        got = decayed_linear_attention(q, k, v, g, form=decay_form, chunk_size=4, scale=s)
+        torch.testing.assert_close(got, torch.stack(rows, dim=-2), rtol=1e-12, atol=1e-12)
+
+
 @pytest.fixture(scope="module")
 def qwen3_next():
     logging.getLogger("transformers").setLevel(logging.ERROR)  # "fla is not installed" notices
