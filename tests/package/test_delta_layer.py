@@ -6,6 +6,7 @@ import logging
 
 import pytest
 import torch
+from _inputs import randomize
 
 from attention.delta_layer import DeltaState, GatedDeltaNet
 
@@ -29,6 +30,59 @@ def test_layer_matches_transformers_qwen3_next_layer():
         expected, got = theirs(x), ours(x)
     # transformers' rule runs in float32 inside a float64 layer: agreement to float32 rounding.
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
+
+def _qwen3_next_layer(**config_options):
+    """transformers' Qwen3NextGatedDeltaNet in float64, every parameter drawn anew (dt_bias,
+    A_log and the norm's gain included: their initial values are ours too)."""
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    qwen3_next = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(
+        "qwen3_next", hidden_size=32, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=8, linear_value_head_dim=6, **config_options,
+    )
+    torch.manual_seed(0)
+    return randomize(qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0).double())
+
+
+def test_the_conversion_takes_every_parameter_and_the_configs_sizes():
+    """A convolution of width 3 and an RMSNorm epsilon of 0.5 (not the defaults 4 and 1e-6), and
+    parameters none of which is at its initial value: the converted layer computes theirs."""
+    theirs = _qwen3_next_layer(linear_conv_kernel_dim=3, rms_norm_eps=0.5)
+    ours = GatedDeltaNet.from_qwen3_next(theirs)
+    assert (ours.conv.kernel_size, ours.norm.eps) == ((3,), 0.5)
+    x = torch.randn(2, 10, 32, dtype=F64)
+    with torch.no_grad():
+        expected, got = theirs(x), ours(x)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
+def test_short_queries_and_keys_are_normalised_with_qwen3_nexts_epsilon():
+    """q / sqrt(|q|^2 + 1e-6), as FLA's l2norm: for |q| near 1e-3 the epsilon halves |q|^2's
+    share, and a smaller one (or none) gives another output."""
+    theirs = _qwen3_next_layer()
+    with torch.no_grad():
+        theirs.in_proj_qkvz.weight.mul_(1e-3)  # q, k (and v, z) of length near 1e-3
+    ours = GatedDeltaNet.from_qwen3_next(theirs)
+    x = torch.randn(2, 10, 32, dtype=F64)
+    with torch.no_grad():
+        expected, got = theirs(x), ours(x)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
+def test_a_layer_without_convolution_history_continues_with_a_state():
+    """conv_size = 1 keeps no earlier inputs (w_conv - 1 = 0): the cache's conv stays empty, and
+    prefill then decoding equals one call (a slice [-0:] kept every input instead)."""
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(16, 2, 4, 4, 3, conv_size=1).double()
+    x = torch.randn(2, 6, 16, dtype=F64)
+    state = DeltaState()
+    parts = [layer(x[:, :4], state)] + [layer(x[:, i:i + 1], state) for i in range(4, 6)]
+    assert state.conv.shape == (2, 28, 0)  # 2 h_k d_k + h_v d_v channels
+    torch.testing.assert_close(torch.cat(parts, dim=1), layer(x), rtol=1e-12, atol=1e-13)
 
 
 def test_layer_with_a_state_continues_where_it_stopped():
