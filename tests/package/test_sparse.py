@@ -112,11 +112,16 @@ def test_moba_keeps_the_own_block_and_the_earlier_blocks_with_the_best_mean_key(
         assert torch.equal(blocks[..., i, :], expected), f"query {i}"
 
 
-def test_nsa_selects_the_blocks_the_compressed_branch_weighs_most():
+@pytest.mark.parametrize("scale", [None, -0.5], ids=["default", "negative"])
+def test_nsa_selects_the_blocks_the_compressed_branch_weighs_most(scale):
+    """A negative scale reverses the compressed branch's ranking: the selection follows the
+    weights of the scale given, not of the default 1/sqrt(d_k)."""
     q, k, v = qkv((B, H, T, D), seed=123)
     ones = torch.ones(B, H, T, 1, dtype=torch.float64)
     gates = torch.cat([0 * ones, ones, 0 * ones], -1)  # the selected branch alone
-    selected = sparse.nsa_attention(q, k, v, gates, block_size=BLOCK, top_k=3, window=5)
+    selected = sparse.nsa_attention(q, k, v, gates, block_size=BLOCK, top_k=3, window=5,
+                                    scale=scale)
+    sign = 1 if scale is None else math.copysign(1, scale)  # the ranking's direction
     means = k.unflatten(-2, (T // BLOCK, BLOCK)).mean(-2)  # (b, h, T_k, d)
     mask = torch.zeros(B, H, T, T, dtype=torch.bool)
     for i in range(T):
@@ -124,10 +129,10 @@ def test_nsa_selects_the_blocks_the_compressed_branch_weighs_most():
         chosen = torch.zeros(B, H, T // BLOCK, dtype=torch.bool)
         chosen[..., [0, own]] = True
         if own > 1:  # one free choice among blocks 1 .. own - 1, all complete before query i
-            scores = q[..., i : i + 1, :] @ means[..., 1:own, :].transpose(-2, -1)  # (b, h, 1, ·)
+            scores = sign * q[..., i : i + 1, :] @ means[..., 1:own, :].transpose(-2, -1)  # (b, h, 1, ·)
             chosen[..., 1:own] = chosen[..., 1:own].scatter(-1, scores.argmax(-1), True)
         mask[..., i, : i + 1] = chosen.repeat_interleave(BLOCK, dim=-1)[..., : i + 1]
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     torch.testing.assert_close(selected, expected, rtol=0, atol=1e-14)
 
 
