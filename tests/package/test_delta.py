@@ -215,7 +215,6 @@ def test_half_precision_meets_flash_attentions_rule(form):
     assert error <= 2 * plain, f"{form}: error {error:.3g}, plain bfloat16 {plain:.3g}"
 
 
-
 @pytest.mark.parametrize("form", ["recurrent", "chunked"])
 def test_a_given_scale_replaces_the_default_not_multiplies_it(form):
     """scale=s multiplies the queries by s alone, not by s d_k^(-1/2): against the plain loops,

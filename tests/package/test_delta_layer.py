@@ -13,30 +13,11 @@ from attention.delta_layer import DeltaState, GatedDeltaNet
 F64 = torch.float64
 
 
-def test_layer_matches_transformers_qwen3_next_layer():
+def _qwen3_next_layer(randomized: bool = True, **config_options):
+    """transformers' Qwen3NextGatedDeltaNet in float64, built after seed 0; ``randomized``: every
+    parameter drawn anew (dt_bias, A_log and the norm's gain included: their initial values are
+    ours too)."""
     logging.getLogger("transformers").setLevel(logging.ERROR)  # "fla is not installed" notices
-    qwen3_next = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
-    from transformers import AutoConfig
-
-    config = AutoConfig.for_model(
-        "qwen3_next", hidden_size=32, linear_num_key_heads=2, linear_num_value_heads=4,
-        linear_key_head_dim=8, linear_value_head_dim=6, linear_conv_kernel_dim=4,
-    )
-    torch.manual_seed(0)
-    theirs = qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0).double()
-    ours = GatedDeltaNet.from_qwen3_next(theirs)
-    x = torch.randn(2, 70, 32, dtype=F64)
-    with torch.no_grad():
-        expected, got = theirs(x), ours(x)
-    # transformers' rule runs in float32 inside a float64 layer: agreement to float32 rounding.
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
-
-
-
-def _qwen3_next_layer(**config_options):
-    """transformers' Qwen3NextGatedDeltaNet in float64, every parameter drawn anew (dt_bias,
-    A_log and the norm's gain included: their initial values are ours too)."""
-    logging.getLogger("transformers").setLevel(logging.ERROR)
     qwen3_next = pytest.importorskip("transformers.models.qwen3_next.modeling_qwen3_next")
     from transformers import AutoConfig
 
@@ -45,7 +26,18 @@ def _qwen3_next_layer(**config_options):
         linear_key_head_dim=8, linear_value_head_dim=6, **config_options,
     )
     torch.manual_seed(0)
-    return randomize(qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0).double())
+    layer = qwen3_next.Qwen3NextGatedDeltaNet(config, layer_idx=0).double()
+    return randomize(layer) if randomized else layer
+
+
+def test_layer_matches_transformers_qwen3_next_layer():
+    theirs = _qwen3_next_layer(randomized=False, linear_conv_kernel_dim=4)
+    ours = GatedDeltaNet.from_qwen3_next(theirs)
+    x = torch.randn(2, 70, 32, dtype=F64)
+    with torch.no_grad():
+        expected, got = theirs(x), ours(x)
+    # transformers' rule runs in float32 inside a float64 layer: agreement to float32 rounding.
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
 
 
 def test_the_conversion_takes_every_parameter_and_the_configs_sizes():

@@ -163,7 +163,6 @@ def test_a_half_precision_query_is_scaled_in_float32() -> None:
     torch.testing.assert_close(ours, want.half())
 
 
-
 def test_scale_multiplies_the_queries_before_the_feature_map() -> None:
     """scale=s is the written-out sum over phi(s q_i): not phi(q_i / s), nor s phi(q_i)."""
     query, key, value = qkv((2, 6, 4), seed=2)
@@ -187,6 +186,7 @@ def test_a_state_of_another_float_dtype_is_cast_to_the_features(form: str) -> No
                             initial_state=rounded)
     assert got.dtype == F64
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
 
 class TestBadInput:
     def test_forms_feature_maps_and_shapes_must_be_valid(self):
