@@ -82,9 +82,10 @@ def _check_range(name: str, value: object, where: str, status: object) -> None:
     and a ``dtype`` that names a floating-point torch dtype (``"bfloat16"``), as rows record it."""
     if name in CHOICES and value not in CHOICES[name]:
         raise ValueError(f"{where}: expected one of {CHOICES[name]}, got {value!r}")
-    dtype = getattr(torch, value, None) if name == "dtype" and isinstance(value, str) else None
-    if name == "dtype" and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ValueError(f"{where}: expected the name of a floating-point torch dtype, got {value!r}")
+    if name == "dtype":
+        dtype = getattr(torch, value, None) if isinstance(value, str) else None
+        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise ValueError(f"{where}: expected the name of a floating-point torch dtype, got {value!r}")
     for item in value if isinstance(value, list) else [value]:
         if isinstance(item, bool) or not isinstance(item, int | float):
             continue
