@@ -30,26 +30,28 @@ def _qwen3_next_layer(randomized: bool = True, **config_options):
     return randomize(layer) if randomized else layer
 
 
-def test_layer_matches_transformers_qwen3_next_layer():
-    theirs = _qwen3_next_layer(randomized=False, linear_conv_kernel_dim=4)
+def _assert_converted_layer_computes_theirs(theirs, t: int) -> GatedDeltaNet:
+    """Convert ``theirs`` and check both layers on one batch of t tokens; return ours."""
     ours = GatedDeltaNet.from_qwen3_next(theirs)
-    x = torch.randn(2, 70, 32, dtype=F64)
+    x = torch.randn(2, t, 32, dtype=F64)
     with torch.no_grad():
         expected, got = theirs(x), ours(x)
     # transformers' rule runs in float32 inside a float64 layer: agreement to float32 rounding.
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+    return ours
+
+
+def test_layer_matches_transformers_qwen3_next_layer():
+    theirs = _qwen3_next_layer(randomized=False, linear_conv_kernel_dim=4)
+    _assert_converted_layer_computes_theirs(theirs, t=70)
 
 
 def test_the_conversion_takes_every_parameter_and_the_configs_sizes():
     """A convolution of width 3 and an RMSNorm epsilon of 0.5 (not the defaults 4 and 1e-6), and
     parameters none of which is at its initial value: the converted layer computes theirs."""
     theirs = _qwen3_next_layer(linear_conv_kernel_dim=3, rms_norm_eps=0.5)
-    ours = GatedDeltaNet.from_qwen3_next(theirs)
+    ours = _assert_converted_layer_computes_theirs(theirs, t=10)
     assert (ours.conv.kernel_size, ours.norm.eps) == ((3,), 0.5)
-    x = torch.randn(2, 10, 32, dtype=F64)
-    with torch.no_grad():
-        expected, got = theirs(x), ours(x)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
 
 
 def test_short_queries_and_keys_are_normalised_with_qwen3_nexts_epsilon():
@@ -58,11 +60,7 @@ def test_short_queries_and_keys_are_normalised_with_qwen3_nexts_epsilon():
     theirs = _qwen3_next_layer()
     with torch.no_grad():
         theirs.in_proj_qkvz.weight.mul_(1e-3)  # q, k (and v, z) of length near 1e-3
-    ours = GatedDeltaNet.from_qwen3_next(theirs)
-    x = torch.randn(2, 10, 32, dtype=F64)
-    with torch.no_grad():
-        expected, got = theirs(x), ours(x)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+    _assert_converted_layer_computes_theirs(theirs, t=10)
 
 
 def test_a_layer_without_convolution_history_continues_with_a_state():
