@@ -348,9 +348,11 @@ def attention_weights(
 
     Raises:
         ValueError: if the tensors do not agree (dtype, device, widths, leading dimensions that
-            do not broadcast) or are not floating point, the mask is not bool or float (or does
-            not broadcast), ``is_causal`` is combined with a mask, ``is_causal`` or
-            ``enable_gqa`` is not a bool, dropout_p is outside [0, 1), or h_kv does not divide h.
+            do not broadcast) or are not floating point, the mask is not bool, float32 or the
+            query's dtype (or has fewer than 2 dimensions, is on another device or does not
+            broadcast), ``is_causal`` is combined with a mask, ``is_causal`` or ``enable_gqa``
+            is not a bool, dropout_p is outside [0, 1), scale is not None or a finite number,
+            or h_kv does not divide h.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -388,7 +390,9 @@ def scaled_dot_product_attention(
     Same arguments and semantics as ``torch.nn.functional.scaled_dot_product_attention``, the
     options keyword-only here (torch also takes ``attn_mask``, ``dropout_p`` and ``is_causal``
     by position); with ``enable_gqa=True``, key and value (..., h_kv, t_k, d) may each have
-    fewer heads than the query, a number that divides h.
+    fewer heads than the query, a number that divides h. Two differences: a bad argument raises
+    a ValueError where torch raises a RuntimeError, TypeError or IndexError, and dropout_p = 1
+    is refused, where torch takes it (every weight dropped, Z = 0).
 
     A query whose keys are all masked gets a zero context vector, never nan, and with no keys
     (t_k = 0) every context vector is zero; PyTorch's SDPA on the CPU does the same (its GPU
@@ -421,11 +425,12 @@ def scaled_dot_product_attention(
 
     Raises:
         ValueError: if the tensors do not agree (dtype, device, widths, lengths, leading
-            dimensions that do not broadcast) or are not floating point, the mask is not bool
-            or float (or does not broadcast), ``is_causal`` is combined with a mask,
-            ``is_causal`` or ``enable_gqa`` is not a bool, dropout_p is outside [0, 1), h_kv
-            does not divide h, or sinks is not a float tensor of shape (h,) on the query's
-            device.
+            dimensions that do not broadcast) or are not floating point, the mask is not bool,
+            float32 or the query's dtype (or has fewer than 2 dimensions, is on another device
+            or does not broadcast), ``is_causal`` is combined with a mask, ``is_causal`` or
+            ``enable_gqa`` is not a bool, dropout_p is outside [0, 1), scale is not None or a
+            finite number, h_kv does not divide h, or sinks is not a float tensor of shape (h,)
+            on the query's device.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
