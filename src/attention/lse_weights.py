@@ -67,7 +67,8 @@ def weights_from_lse(
         ValueError: if query and key do not agree (dtype, device, d_k) or their leading
             dimensions do not broadcast, lse is not float32 or float64 on the query's device or
             does not have the rows' shape, row_offset is not an integer, is_causal is not a
-            bool, or mask_mod or score_mod is given with a query that is not 4-d.
+            bool, scale is not None or a finite number, or mask_mod or score_mod is given with
+            a query that is not 4-d.
 
     Examples:
         >>> _ = torch.manual_seed(0)

@@ -859,7 +859,9 @@ def dense_attention(
 
     Raises:
         ValueError: if a tensor is not 4-d, query, key and value do not agree in dtype, device
-            or shape (their b and h must broadcast), or return_lse is not a bool.
+            or shape (their b and h must broadcast), scale is not None or a finite number, a
+            rule is not callable, mask_mod answers with numbers, not bools, or return_lse is
+            not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 

@@ -207,8 +207,8 @@ def varlen_attention(
         ValueError: if a tensor is not (t, h, d), key or value has neither h heads nor 1 (nor,
             with enable_gqa, a number dividing h), the tensors do not agree (dtype, device,
             widths, key and value tokens), a cu_seqlens does not rise strictly from 0 to its
-            tensor's length, the two count different sequences, or is_causal or enable_gqa is
-            not a bool.
+            tensor's length, the two count different sequences, scale is not None or a finite
+            number, or is_causal or enable_gqa is not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 

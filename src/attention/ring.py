@@ -170,8 +170,8 @@ def ring_attention(
 
     Raises:
         ValueError: if query, key and value do not agree (dtype, device, one t, one d_k) or
-            their leading dimensions do not broadcast, the sharding does not fit t, or
-            is_causal is not a bool.
+            their leading dimensions do not broadcast, the sharding does not fit t, scale is
+            not None or a finite number, or is_causal is not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
