@@ -235,7 +235,8 @@ def decayed_linear_attention(
     Raises:
         ValueError: g is not a tensor, a shape, dtype or device does not match (initial_state's
             included: a floating tensor on value's device), g > 0 or NaN, an unknown form, a
-            chunk_size below 1, or an output_final_state that is not a bool.
+            chunk_size below 1, a scale that is not None or a finite number, or an
+            output_final_state that is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -350,8 +351,8 @@ def gated_delta_rule(
     Raises:
         ValueError: g or beta is not a tensor, a shape, dtype or device does not match
             (initial_state's included: a floating tensor on value's device), g > 0 or NaN, beta
-            outside [0, 1] or NaN, an unknown form, a chunk_size below 1, or an
-            output_final_state that is not a bool.
+            outside [0, 1] or NaN, an unknown form, a chunk_size below 1, a scale that is not
+            None or a finite number, or an output_final_state that is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -464,8 +465,8 @@ def delta_attention_matrix(
         W (b, h, t, t).
 
     Raises:
-        ValueError: if the tensors do not agree in shape, dtype or device, g > 0 or NaN, or
-            beta outside [0, 1] or NaN.
+        ValueError: if the tensors do not agree in shape, dtype or device, g > 0 or NaN, beta
+            outside [0, 1] or NaN, or scale is not None or a finite number.
 
     Examples:
         >>> q = k = torch.eye(3)[None, None]  # (b, h, t, d_k) = (1, 1, 3, 3)

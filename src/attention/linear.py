@@ -267,9 +267,10 @@ def linear_attention(
     Raises:
         ValueError: if query, key and value do not agree (dtype, device, leading dimensions,
             widths), is_causal has t_q != t_k or is not a bool, form or feature_map is unknown,
-            a feature is negative, chunk_size is not an integer >= 1, output_final_state is
-            not a bool, or initial_state has another shape than (..., r, d_v + 1), is not
-            floating point or is not on the value's device.
+            a feature is negative, chunk_size is not an integer >= 1, scale is not None or a
+            finite number, output_final_state is not a bool, or initial_state has another
+            shape than (..., r, d_v + 1), is not floating point or is not on the value's
+            device.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 

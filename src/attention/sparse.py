@@ -428,8 +428,8 @@ def dsa_attention(
 
     Raises:
         ValueError: if the tensors do not agree, index_scores is not a floating-point tensor on
-            the query's device or has another shape, top_k is not an integer >= 1, or gather
-            is not a bool.
+            the query's device or has another shape, top_k is not an integer >= 1, scale is not
+            None or a finite number, or gather is not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -610,7 +610,8 @@ def moba_attention(
         Z (b, h, t_q, d_v).
 
     Raises:
-        ValueError: as :func:`moba_mask`, or if query, key and value do not agree.
+        ValueError: as :func:`moba_mask`, or if query, key and value do not agree or scale is
+            not None or a finite number.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -672,7 +673,8 @@ def nsa_mask(
     Raises:
         ValueError: if query or key is not 4-d, they do not agree in dtype, device, width d_k
             or batch and heads (which broadcast), they hold different numbers of tokens, B does
-            not divide t, or top_k is not an integer >= 2.
+            not divide t, top_k is not an integer >= 2, or scale is not None or a finite
+            number.
 
     Examples:
         >>> q = k = torch.ones(1, 1, 4, 2)
@@ -746,7 +748,8 @@ def nsa_attention(
     Raises:
         ValueError: if query, key or value is not 4-d, they do not agree or t_k != t_q, gates
             has another shape, dtype or device or a value outside [0, 1], a size is not an
-            integer >= 1, B does not divide t, or top_k is below the 2 blocks always kept.
+            integer >= 1, B does not divide t, top_k is below the 2 blocks always kept, or
+            scale is not None or a finite number.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
