@@ -144,7 +144,8 @@ def split_kv_attention(
     Raises:
         ValueError: if query, key and value do not agree (dtype, device, widths, lengths,
             leading dimensions that do not broadcast), num_splits is not an integer in
-            [1, t_k], h_kv does not divide h, or enable_gqa or return_lse is not a bool.
+            [1, t_k], h_kv does not divide h, scale is not None or a finite number, or
+            enable_gqa or return_lse is not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 

@@ -479,8 +479,9 @@ def flash_attention(
             dimensions that do not broadcast, tensors that are not floating point or not of one
             dtype and one device, a bad ``block_size``, h not a multiple of h_kv, an
             ``is_causal``, ``enable_gqa`` or ``return_lse`` that is not a bool, an unknown
-            ``alignment``, a ``window`` < 1, an alignment or window without ``is_causal``, or
-            ``sinks`` that are not a float tensor of shape (h,) on the query's device.
+            ``alignment``, a ``window`` < 1, an alignment or window without ``is_causal``, a
+            ``scale`` that is not None or a finite number, or ``sinks`` that are not a float
+            tensor of shape (h,) on the query's device.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
