@@ -92,7 +92,12 @@ class MultiHeadAttentionWrapper(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        """Concatenated context vectors (..., t, h * d_out) of the tokens x (..., t, d_in)."""
+        """Concatenated context vectors (..., t, h * d_out) of the tokens x (t, d_in) or
+        (b, t, d_in).
+
+        Raises:
+            ValueError: if x is not (t, d_in) or (b, t, d_in), or t exceeds context_length.
+        """
         return torch.cat([head(x) for head in self.heads], dim=-1)  # (..., t, h * d_out)
 
 
