@@ -180,7 +180,9 @@ class MultiHeadAttention(CausallyMasked):
         """Context vectors (b, t, d_out) of the tokens x (b, t, d_in).
 
         With ``return_weights=True`` also returns the attention weights (b, h, t, t) that were
-        applied to the values (after dropout, so in training mode some are zeroed or rescaled).
+        applied to the values (after dropout, so in training mode some are zeroed or rescaled),
+        one matrix per head: ``torch.nn.MultiheadAttention`` returns their mean over the heads,
+        (b, t, t), unless called with ``average_attn_weights=False``.
 
         Raises:
             ValueError: if x is not (b, t, d_in), t exceeds context_length, or return_weights
