@@ -130,8 +130,9 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
     """W_QK = (Γ W_q) R_Δ (Γ W_k)ᵀ (d, d): query on the left, key on the right.
 
     Without RoPE there is no R_Δ and the offset changes nothing. The scale 1 / sqrt(d_h) is
-    left out, as in Elhage et al.; YaRN's attention factor, which multiplies both the rotated
-    query and the rotated key, is kept, squared.
+    left out, as in Elhage et al.; YaRN's attention factor, which multiplies the rotated
+    features of both query and key (every feature with ``scaled_features="head"``), is kept,
+    squared, on those features.
 
     Args:
         block: the Transformer block that holds the head.
@@ -159,9 +160,14 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
     check_counts(offset=offset)  # Δ = i - j; checked without RoPE too, where it changes nothing
     w_q, w_k, _, _ = head_weights(block, head)  # (d, d_h) each
     rotary = block.attn.rotary
-    rotate = rotation_matrix(rotary, offset) if rotary is not None else torch.eye(block.d_h)
-    factor = 1.0 if rotary is None else rotary.attention_factor**2  # YaRN's, on q and k alike
-    return factor * (w_q @ rotate.double() @ w_k.T)  # (d, d)
+    if rotary is None:
+        return w_q @ w_k.T  # (d, d)
+    # YaRN's factor multiplies the rotated features of q and k (all d_h with
+    # scaled_features="head"): their terms of the score by its square, the others by 1
+    factor = torch.ones(block.d_h, dtype=torch.float64)  # (d_h,)
+    scaled = getattr(rotary.scaling, "scaled_features", "rotated") == "head"
+    factor[: block.d_h if scaled else rotary.rotary_dim] = rotary.attention_factor**2
+    return w_q @ (rotation_matrix(rotary, offset) * factor) @ w_k.T  # (d, d)
 
 
 def ov_circuit(block: TransformerBlock, head: int) -> Tensor:

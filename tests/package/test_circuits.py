@@ -12,7 +12,11 @@ from attention import RotaryEmbedding, TinyTransformer, TransformerBlock, YaRNSc
 
 ROTARIES = {"none": None, "rope": lambda: RotaryEmbedding(4),
             # YaRN's attention factor multiplies the rotated q and k: the score by its square
-            "yarn": lambda: RotaryEmbedding(4, scaling=YaRNScaling(4.0, 16))}
+            "yarn": lambda: RotaryEmbedding(4, scaling=YaRNScaling(4.0, 16)),
+            # only d_rot = 2 of the d_h = 4 features are rotated, and scaled by the factor
+            "yarn-partial": lambda: RotaryEmbedding(4, rotary_dim=2, scaling=YaRNScaling(4.0, 16)),
+            "yarn-partial-head": lambda: RotaryEmbedding(
+                4, rotary_dim=2, scaling=YaRNScaling(4.0, 16, scaled_features="head"))}
 
 
 def _block(norm: str, rotary: str) -> TransformerBlock:
