@@ -79,8 +79,8 @@ class GatedDeltaNet(nn.Module):
         dtype: their dtype (torch's default when None).
 
     Raises:
-        ValueError: if a size is not an integer >= 1 or num_value_heads is not a multiple of
-            num_key_heads.
+        ValueError: if a size is not an integer >= 1, num_value_heads is not a multiple of
+            num_key_heads, or eps is not a finite number > 0.
 
     Examples:
         >>> _ = torch.manual_seed(0)

@@ -192,3 +192,9 @@ class TestBadInput:
     def test_value_heads_must_be_a_multiple_of_key_heads(self):
         with pytest.raises(ValueError, match="num_value_heads must be a multiple of num_key_heads=2, got 3"):
             GatedDeltaNet(16, 2, 3, 4, 4)
+
+    @pytest.mark.parametrize("eps", [0.0, -1e-6, float("nan")])
+    def test_eps_must_be_a_positive_number(self, eps):
+        """The RMSNorm's ε, named under Raises: 0 divides a zero head by 0."""
+        with pytest.raises(ValueError, match=r"eps must be a finite number > 0, got"):
+            GatedDeltaNet(16, 2, 2, 4, 4, eps=eps)
