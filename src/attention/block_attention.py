@@ -116,8 +116,9 @@ class BlockAttention(FusedHeads):
     Raises:
         ValueError: if d_model or num_heads is not an integer >= 1, num_heads does not divide
             d_model, dropout is outside [0, 1), qk_norm is unknown, rotary is not a
-            RotaryEmbedding of width d_model / num_heads (or None), or is_causal, bias or
-            output_gate is not a bool.
+            RotaryEmbedding of width d_model / num_heads (or None), norm_eps is not a finite
+            number > 0 (with a qk_norm, which reads it), or is_causal, bias or output_gate is
+            not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(0)

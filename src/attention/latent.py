@@ -175,8 +175,8 @@ class MultiHeadLatentAttention(nn.Module):
         dtype: their dtype (torch's default when None).
 
     Raises:
-        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads, or
-            rope_dim is odd.
+        ValueError: if a size is not an integer >= 1, d_out is not a multiple of num_heads,
+            rope_dim is odd, or base is not a finite number > 1.
 
     Examples:
         >>> _ = torch.manual_seed(0)

@@ -138,8 +138,10 @@ class TransformerBlock(nn.Module):
     Raises:
         ValueError: if a size is not an integer >= 1, num_heads does not divide d_model,
             dropout is outside [0, 1), activation or norm is unknown, parallel is asked of a
-            post-norm block or one without an FFN, norm_first, is_causal, mlp or parallel is not
-            a bool, or qk_norm, bias or output_gate is not a bool.
+            post-norm block or one without an FFN, rotary is not a RotaryEmbedding of width
+            d_model / num_heads (or None), norm_eps is not a finite number > 0, norm_first,
+            is_causal, mlp or parallel is not a bool, or qk_norm, bias or output_gate is not a
+            bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -367,8 +369,9 @@ class TinyTransformer(nn.Module):
 
     Raises:
         ValueError: if a size is not an integer >= 1, num_heads does not divide d_model,
-            positions (or a block's option) is unknown, mlp, parallel or qk_norm is not a bool,
-            or bias, output_gate or tie_weights is not a bool.
+            positions (or a block's option) is unknown, dropout is outside [0, 1), positions
+            is ``"rope"`` and d_model / num_heads is odd, mlp, parallel or qk_norm is not a
+            bool, or bias, output_gate or tie_weights is not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)

@@ -184,6 +184,10 @@ def test_bias_false_leaves_no_bias_in_the_projections_the_gate_or_the_norms() ->
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
+    def test_norm_eps_must_be_a_positive_number_with_a_qk_norm(self) -> None:
+        with pytest.raises(ValueError, match=r"eps must be a finite number > 0, got -1\.0"):
+            BlockAttention(8, 2, qk_norm="rms", norm_eps=-1.0)
+
     def test_output_gate_must_be_a_bool(self) -> None:
         with pytest.raises(ValueError, match="output_gate must be a bool, got 'yes'"):
             BlockAttention(8, 2, output_gate="yes")  # type: ignore[arg-type]

@@ -191,6 +191,7 @@ class TestBadInput:
              r"d_out must be divisible by num_heads.*got d_out=12 and num_heads=5"),
             (lambda: MultiHeadLatentAttention(10, 12, 3, 0, 4), r"kv_rank must be at least 1, got 0"),
             (lambda: MultiHeadLatentAttention(10, 12, 3, 4, 3), r"rope_dim must be even, got 3"),
+            (lambda: MultiHeadLatentAttention(10, 12, 3, 4, 4, base=1.0), r"base must be a finite number > 1, got 1\.0"),
             (lambda: MultiHeadLatentAttention(10, 12, 3, 4, 4, q_rank=0), r"q_rank must be at least 1.*got 0"),
             (lambda: _mla()(torch.randn(1, 3, 9, dtype=torch.float64)), r"d_in=10, got 9"),
             (lambda: _mla()(torch.randn(3, 10, dtype=torch.float64)),

@@ -306,6 +306,8 @@ class TestBadInput:
         ("make", "message"),
         [
             (lambda: TinyTransformer(11, 8, 2, 1, 4, positions="absolute"), r"got 'absolute'"),
+            (lambda: TinyTransformer(11, 6, 2, 1, 4, positions="rope"), r"d_h must be even .*got 3"),
+            (lambda: TinyTransformer(11, 8, 2, 1, 4, dropout=1.0), r"dropout must be in \[0, 1\), got 1\.0"),
             (lambda: TinyTransformer(11, 8, 3, 1, 4),
              r"d_model must be divisible by num_heads.*got d_model=8 and num_heads=3"),
             (lambda: TinyTransformer(11, 8, 2, 1, 4)(torch.zeros(1, 3)), r"idx must hold integer.*got torch\.float32"),

@@ -306,6 +306,7 @@ class TestBadInput:
                 r"one of \('gelu', 'relu', 'swiglu'\), got 'tanh'",
             ),
             (lambda: TransformerBlock(8, 2, 16, rotary=RotaryEmbedding(8)), r"d_h=4, got d_h=8"),
+            (lambda: TransformerBlock(8, 2, 16, norm_eps=0.0), r"eps must be a finite number > 0, got 0\.0"),
             (lambda: TransformerBlock(8, 2, 16, norm="batch"), r"\('layer', 'rms'\), got 'batch'"),
             (
                 lambda: TransformerBlock(8, 2, 16, norm_first=False, parallel=True),
