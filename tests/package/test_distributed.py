@@ -433,6 +433,16 @@ class TestBadInput:
         with pytest.raises(ValueError, match=rf"rank must be an integer in \[0, 2\), got {rank}"):
             shard_sequence(torch.zeros(1, 8, 4), rank, 2, "zigzag")
 
+    @pytest.mark.parametrize(("x", "got"), [(torch.zeros(8), r"\(8,\)"), ([[0.0]] * 8, "list")])
+    def test_the_sequence_is_a_tensor_of_rows(self, x, got):
+        # a 1-d x was an IndexError, a list an AttributeError
+        with pytest.raises(ValueError, match=rf"x must be a tensor \(\.\.\., t, d\), got {got}"):
+            shard_sequence(x, 0, 2)
+
+    def test_a_numpy_rank_is_taken(self):
+        x = torch.arange(8.0)[:, None]
+        assert torch.equal(shard_sequence(x, np.int64(1), 2), shard_sequence(x, 1, 2))
+
     @pytest.mark.parametrize("lengths", [[2.5, 1], [3, -1]])
     def test_shard_lengths_are_counts(self, lengths):
         # 2.5 gave float positions; -1 was torch's RuntimeError from arange

@@ -16,6 +16,7 @@ complete at the rank that owns the block.
 """
 
 import math
+from numbers import Integral
 from typing import Any, NoReturn, cast
 
 import torch
@@ -23,7 +24,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.types import Device
 
-from .._checks import accumulation_dtype, check_counts, kernel_keywords
+from .._checks import accumulation_dtype, check_counts, kernel_keywords, shape_or_type
 from ..ring import SHARDINGS, Sharding, ring_shards
 from ._common import agree, global_rank, merge, note
 
@@ -84,15 +85,18 @@ def shard_sequence(x: Tensor, rank: int, world_size: int, sharding: Sharding = "
         The shard (..., c, d).
 
     Raises:
-        ValueError: if ``ring_shards`` refuses t, N or the sharding, or rank is not an integer
-            in [0, N).
+        ValueError: if x is not a tensor of at least 2 dimensions, ``ring_shards`` refuses t,
+            N or the sharding, or rank is not an integer in [0, N).
 
     Examples:
         >>> shard_sequence(torch.arange(8.0)[:, None], 0, 2, "zigzag").flatten()
         tensor([0., 1., 6., 7.])
     """
+    if not isinstance(x, Tensor) or x.dim() < 2:  # a 1-d x would be sharded along no axis
+        raise ValueError(f"x must be a tensor (..., t, d), got {shape_or_type(x)}")
     shards = ring_shards(x.shape[-2], world_size, sharding)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+    # a NumPy integer too, as every count of the package
+    if isinstance(rank, bool) or not isinstance(rank, Integral) or not 0 <= rank < world_size:
         raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
     positions = shards[rank]
     return x.index_select(-2, positions.to(x.device))  # (..., c, d)
