@@ -709,8 +709,18 @@ def _llama_like(model: Any) -> CausalLM:
     d, h = config.hidden_size, config.num_attention_heads
     d_h = getattr(config, "head_dim", None) or d // h
     eps, offset = config.rms_norm_eps, 1.0 if gemma or next_ else 0.0
-    layer_types = getattr(config, "layer_types", None) or ["full_attention"] * len(body.layers)
+    declared = getattr(config, "layer_types", None)
+    layer_types = declared or ["full_attention"] * len(body.layers)
+    # transformers' cache follows layer_types: a window layer needs a window (its cache fails
+    # without one), and Mistral's attention windows every layer whatever layer_types says
+    if "sliding_attention" in layer_types and getattr(config, "sliding_window", None) is None:
+        raise ValueError(f"{kind}: layer_types has 'sliding_attention' layers, so sliding_window "
+                         f"must be an int, got None")
     if kind == "mistral" and config.sliding_window is not None:
+        if declared and set(declared) != {"sliding_attention"}:
+            raise ValueError(f"mistral: with sliding_window={config.sliding_window} every layer "
+                             f"is windowed, so layer_types must be all 'sliding_attention', got "
+                             f"{sorted(set(declared))}")
         layer_types = ["sliding_attention"] * len(body.layers)
     if kind == "qwen3" and not config.use_sliding_window:
         layer_types = ["full_attention"] * len(body.layers)

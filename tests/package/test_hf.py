@@ -313,6 +313,18 @@ class TestBadInput:
                                              r"got \['full_attention', 'sliding_attention'\]"):
             from_transformers(_model("llama", options))
 
+    def test_window_layer_types_without_one_meaning_are_refused(self) -> None:
+        # transformers' cache follows layer_types: without a window it fails; Mistral's
+        # attention windows every layer, so a full layer's cache would not match it
+        with pytest.raises(ValueError, match=r"qwen3: layer_types has 'sliding_attention' layers, "
+                                             r"so sliding_window must be an int, got None"):
+            from_transformers(_model("qwen3", GQA, layer_types=["sliding_attention", "full_attention"]))
+        with pytest.raises(ValueError, match=r"mistral: with sliding_window=4 every layer is "
+                                             r"windowed, so layer_types must be all 'sliding_attention', "
+                                             r"got \['full_attention', 'sliding_attention'\]"):
+            from_transformers(_model("mistral", GQA, sliding_window=4,
+                                     layer_types=["full_attention", "sliding_attention"]))
+
     def test_an_activation_the_book_lacks_is_refused_before_any_copy(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
