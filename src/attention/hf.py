@@ -744,6 +744,12 @@ def _llama_like(model: Any) -> CausalLM:
     else:
         scale = d_h**-0.5
     params = config.rope_parameters
+    for own in params.values() if gemma else [params]:  # a rule per layer type in Gemma 3
+        # their attention rotates whole heads (Qwen3-Next's a part): transformers fails, or
+        # ignores the option, by rule
+        if not next_ and own.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ValueError(f"{kind}: partial_rotary_factor={own['partial_rotary_factor']!r} is "
+                             f"not implemented here, supported: (1.0,)")
     rotaries = {}
     for layer_type in set(layer_types) - {"linear_attention"}:
         own = params[layer_type] if gemma else params

@@ -325,6 +325,15 @@ class TestBadInput:
             from_transformers(_model("mistral", GQA, sliding_window=4,
                                      layer_types=["full_attention", "sliding_attention"]))
 
+    @pytest.mark.parametrize("model_type", ["llama", "gpt_oss"])
+    def test_a_partial_rotation_of_whole_head_rope_is_refused(self, model_type: str) -> None:
+        # their attention rotates whole heads: transformers fails (YaRN) or ignores the option
+        rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                "original_max_position_embeddings": 16, "partial_rotary_factor": 0.5}
+        with pytest.raises(ValueError, match=rf"{model_type}: partial_rotary_factor=0.5 is not "
+                                             r"implemented here, supported: \(1.0,\)"):
+            from_transformers(_model(model_type, GQA, head_dim=16, rope_parameters=rope))
+
     def test_an_activation_the_book_lacks_is_refused_before_any_copy(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
