@@ -788,6 +788,9 @@ def _deepseek_v3(model: Any) -> CausalLM:
              for i in range(len(body.layers))]  # the book's feed-forward, or transformers' MoE
     if any(dense):
         _option(config, "hidden_act", tuple(_ACTIVATIONS))
+    # MLA gives every head its own key and value from the latent: transformers' attention fails
+    # on fewer key-value heads than query heads
+    _option(config, "num_key_value_heads", (config.num_attention_heads,))
     params = config.rope_parameters
     rotary = _rotary(params, config.qk_rope_head_dim, config, body.rotary_emb.inv_freq,
                      interleaved=sparse or bool(config.rope_interleave))  # V3.2: always

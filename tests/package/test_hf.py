@@ -306,6 +306,12 @@ class TestBadInput:
                                              r"the model's inv_freq"):
             from_transformers(model)
 
+    def test_deepseek_with_fewer_key_value_heads_than_heads_is_refused(self) -> None:
+        # MLA expands the latent into every head's key and value; transformers fails on h_kv < h
+        with pytest.raises(ValueError, match=r"deepseek_v3: num_key_value_heads=1 is not "
+                                             r"implemented here, supported: \(4,\)"):
+            from_transformers(_model("deepseek_v3", dict(DEEPSEEK_V3, num_key_value_heads=1)))
+
     def test_llama_layer_types_with_a_window_are_refused(self) -> None:
         # Llama's attention ignores layer_types (global everywhere) but its cache follows it
         options = dict(GQA, layer_types=["sliding_attention", "full_attention"], sliding_window=4)
