@@ -115,7 +115,7 @@ def make_norm(
 
 
 def norm_matrix(norm: nn.Module) -> Tensor:
-    """The linear part Γ of a normalization as a (d, d) matrix: x Γ is γ ⊙ x, re-centred or not.
+    """The linear part Γ of a normalization as a (d, d) matrix: x Γ is γ ⊙ x, re-centered or not.
 
     LayerNorm computes (x Γ) / σ + β with Γ = (I - 11ᵀ/d) diag(γ), which subtracts the mean and
     then applies γ; RMSNorm computes (x Γ) / σ with Γ = diag(γ). Left out is the division by σ,
@@ -144,6 +144,6 @@ def norm_matrix(norm: nn.Module) -> Tensor:
     if isinstance(norm, nn.LayerNorm) and len(norm.normalized_shape) == 1:
         d = norm.normalized_shape[0]
         weight = norm.weight.detach() if norm.weight is not None else torch.ones(d)
-        centring = torch.eye(d, dtype=weight.dtype, device=weight.device) - 1.0 / d  # (d, d)
-        return centring @ torch.diag(weight)  # (d, d)
+        centering = torch.eye(d, dtype=weight.dtype, device=weight.device) - 1.0 / d  # (d, d)
+        return centering @ torch.diag(weight)  # (d, d)
     raise ValueError(f"norm must be an RMSNorm or a 1-d nn.RMSNorm or nn.LayerNorm, got {norm!r}")
