@@ -54,7 +54,7 @@ def cross_attention() -> Figure:
     cross = CrossAttention(d_q=3, d_kv=5, d_out=4, dropout=0.0, num_heads=2)
     with torch.no_grad():
         _, attn_weights = cross(decoder_states, encoder_states, return_weights=True)
-    fig, axes = plt.subplots(1, 2, figsize=(9.4, 3.6), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(9.4, 4.0), layout="constrained")
     for head, ax in enumerate(axes):
         plot_attention(attn_weights[0, head], JOURNEY_TOKENS[:4], SOURCE_TOKENS, ax=ax,
                        title=f"head {head + 1}")
