@@ -140,13 +140,17 @@ def tiling() -> Figure:
         ax.set_xlabel("key blocks $K_j$, $V_j$ (streamed through SRAM)", labelpad=8)
     axes[0].set_ylabel("query blocks $Q_i$ (one per thread block)")
     axes[0].text(blocks / 2, row + 0.3, "inner loop: update $m$, $\\ell$, $O_i$ tile by tile",
-                 ha="center", va="center", fontsize=9, color="white")
+                 ha="center", va="center", fontsize=9, color="white",
+                 # a backing in the row's colour: the tiles' white edges would cut the text
+                 bbox={"boxstyle": "square,pad=0.1", "facecolor": FLASH_COLOR,
+                       "edgecolor": "none"})
     axes[1].annotate("diagonal tiles: computed,\nthen masked inside",
                      (blocks - 1.5, blocks - 1.5),
                      xytext=(blocks - 0.2, blocks - 5.6), ha="right",
                      bbox={"boxstyle": "round,pad=0.25", "facecolor": PAPER,
                            "edgecolor": "none"},
-                     arrowprops={"arrowstyle": "->", "color": INK, "linewidth": 0.8})
+                     # black: the arrow lies on the tiles, light in either theme
+                     arrowprops={"arrowstyle": "->", "color": "black", "linewidth": 0.8})
     return fig
 
 
