@@ -129,7 +129,8 @@ def linear_timings() -> Figure:
     else:
         source = "the results file has no linear rows"
         ax.text(0.5, 0.5, "not measured yet", transform=ax.transAxes, ha="center", fontsize=10)
-    ax.text(0.0, -0.16, source, transform=ax.transAxes, fontsize=8, va="top")
+    # under the figure, so that the layout keeps it clear of the x label (two lines on a phone)
+    fig.supxlabel(source, fontsize=8)
     return fig
 
 
