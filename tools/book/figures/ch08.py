@@ -56,7 +56,8 @@ def alibi_biases() -> Figure:
     distance = torch.arange(0, 33)  # i - j = 0 .. 32: keys at or before their query
     slopes = alibi_slopes(num_heads).double()  # (h,)
     fig, ax = plt.subplots(figsize=(8.8, 4.4), layout="constrained")
-    colors = plt.get_cmap("viridis")(torch.linspace(0.0, 0.9, 8).numpy())
+    # viridis's middle: its dark end vanishes on the dark theme's page, its light end on white
+    colors = plt.get_cmap("viridis")(torch.linspace(0.3, 0.8, 8).numpy())
     for head, slope in enumerate(slopes.tolist()):
         exponent = math.log2(slope)
         # the heads added past the power of two are dashed, colored like the next gentler solid line
