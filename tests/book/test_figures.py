@@ -777,6 +777,10 @@ def test_figures_are_numbered_captioned_and_referenced(monkeypatch) -> None:
     assert missing == ["9.9"]
     with pytest.raises(PluginError, match="no caption"):
         hook.caption_figures('<p><img alt="A" src="../figures/ch07-a.svg" /></p>', page)
+    # a caption's $d_k$, which arithmatex leaves in the title as \(d_k\), is math for the math hook
+    math = hook.caption_figures(
+        r'<p><img alt="A" src="../figures/ch07-a.svg" title="Scaled by \(1/\sqrt{d_k}\)" /></p>', page)
+    assert r'— Scaled by <span class="arithmatex">\(1/\sqrt{d_k}\)</span></figcaption>' in math
 
 
 def test_the_dark_theme_changes_only_the_figures_colours() -> None:

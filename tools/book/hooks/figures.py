@@ -679,11 +679,17 @@ def caption_figures(fragment: str, page: Page) -> str:
             title = m["alt"]
         missing: list[str] = []  # an equation the caption names is linked as in the prose
         caption = (f"<strong>Figure {number}</strong> — "
-                   f"{link_references(html.escape(title), page, missing)}")
+                   f"{link_references(_caption_math(html.escape(title)), page, missing)}")
         return (f'<figure class="attn-figure-box" id="{figure_anchor(number)}">{m["img"]}'
                 f"<figcaption>{caption}</figcaption></figure>")
 
     return FIGURE_PARAGRAPH.sub(one, fragment)
+
+
+def _caption_math(caption: str) -> str:
+    """A caption's math, which arithmatex leaves in the image's title as ``\\(d_k\\)``, as it
+    writes inline math in the text: the math hook then typesets it with the page's."""
+    return re.sub(r"\\\((.+?)\\\)", r'<span class="arithmatex">\\(\1\\)</span>', caption)
 
 
 def link_figure_references(fragment: str, page: Page, missing: list[str]) -> str:
