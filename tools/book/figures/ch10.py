@@ -22,6 +22,7 @@ from matplotlib.ticker import FuncFormatter
 
 from attention import TinyTransformer, kv_cache_bytes, latent_cache_bytes, weights_read_per_token
 from book.constants import DOCS
+from book.figures import PAPER
 
 RESULTS_DIR = DOCS / "appendix" / "results"
 RESULTS = RESULTS_DIR / "cpu.json"
@@ -161,7 +162,7 @@ def decode_bound() -> Figure:
     width = 0.38
     labels = [f"{device}\nβ from {source}" for device, _, _, source in rows]
     xs = range(len(rows))
-    bound = ax.bar([x - width / 2 for x in xs], [r[2] for r in rows], width, color="white",
+    bound = ax.bar([x - width / 2 for x in xs], [r[2] for r in rows], width, color=PAPER,
                    edgecolor="#7570b3", hatch="//", label="bound: β / bytes read per token")
     measured = ax.bar([x + width / 2 for x in xs], [r[1] for r in rows], width, color="#1b9e77",
                       label="measured (greedy decoding, b = 1)")
