@@ -33,6 +33,10 @@ def per_head_weights() -> Figure:
             ax=axes[head],
             title=f"head {head + 1}",
         )
+        # Anchored right, as the colour bar anchors the difference's panel: where the layout
+        # shrinks a square panel to fit its row (stacked on a phone), all three shrink to the
+        # right, away from their y labels. Centred, the heads' "query" left the figure.
+        axes[head].set_anchor("E")
     difference = attn_weights[0, 0] - attn_weights[0, 1]  # (t, t)
     t = len(JOURNEY_TOKENS)
     # (t, t), blank above the diagonal
