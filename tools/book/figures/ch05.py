@@ -9,7 +9,7 @@ torch.manual_seed(123).
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
-from matplotlib.patches import FancyBboxPatch
+from matplotlib.offsetbox import AnnotationBbox, DrawingArea, TextArea, VPacker
 
 from attention import JOURNEY_TOKENS, MultiHeadAttention, journey_batch, plot_attention
 from book.figures import INK, cell_text_colour, invert_in_dark
@@ -72,26 +72,34 @@ _COLORS = {
     "softmax": "#c7e9c0",
 }
 
-# (x, y, code, shape in legend letters, shape in the running example, kind); y grows downward.
+# (column, row, code, shape in legend letters, shape in the running example, kind); a column is
+# a centre in points from the drawing's left edge, a row counts down from the top. The drawing is
+# narrow enough to fit a phone's column as it is (no phone layout, which would narrow the space
+# between the boxes and not the text in them); a view's code is broken the way Python allows, so
+# that three boxes fit side by side.
+_Q, _K, _V = 61.0, 174.5, 288.0  # the columns of the queries, keys and values
+# .view(b, t, h, d_h) on two lines, the second under the first argument: no-break spaces, which
+# an SVG text keeps (it shows a run of spaces as one).
+_VIEW = ".view(b, t,\n" + "\N{NO-BREAK SPACE}" * 6 + "h, d_h)"
 _BOXES = {
-    "x": (3.6, 0.0, "x", "(b, t, d_in)", "(2, 6, 3)", "input"),
-    "q1": (1.0, 1.1, "queries = W_query(x)", "(b, t, d_out)", "(2, 6, 2)", "linear"),
-    "k1": (3.6, 1.1, "keys = W_key(x)", "(b, t, d_out)", "(2, 6, 2)", "linear"),
-    "v1": (6.2, 1.1, "values = W_value(x)", "(b, t, d_out)", "(2, 6, 2)", "linear"),
-    "q2": (1.0, 2.2, ".view(b, t, h, d_h)", "(b, t, h, d_h)", "(2, 6, 2, 1)", "reshape"),
-    "k2": (3.6, 2.2, ".view(b, t, h, d_h)", "(b, t, h, d_h)", "(2, 6, 2, 1)", "reshape"),
-    "v2": (6.2, 2.2, ".view(b, t, h, d_h)", "(b, t, h, d_h)", "(2, 6, 2, 1)", "reshape"),
-    "q3": (1.0, 3.3, ".transpose(1, 2)", "(b, h, t, d_h)", "(2, 2, 6, 1)", "reshape"),
-    "k3": (3.6, 3.3, ".transpose(1, 2)", "(b, h, t, d_h)", "(2, 2, 6, 1)", "reshape"),
-    "v3": (6.2, 3.3, ".transpose(1, 2)", "(b, h, t, d_h)", "(2, 2, 6, 1)", "reshape"),
-    "k4": (3.6, 4.4, "keys.transpose(2, 3)", "(b, h, d_h, t)", "(2, 2, 1, 6)", "reshape"),
-    "s": (2.3, 5.5, "queries @ keys.transpose(2, 3)", "(b, h, t, t)", "(2, 2, 6, 6)", "matmul"),
-    "a": (2.3, 6.6, "mask, / sqrt(d_h), softmax", "(b, h, t, t)", "(2, 2, 6, 6)", "softmax"),
-    "z": (4.25, 7.7, "attn_weights @ values", "(b, h, t, d_h)", "(2, 2, 6, 1)", "matmul"),
-    "z2": (4.25, 8.8, ".transpose(1, 2)", "(b, t, h, d_h)", "(2, 6, 2, 1)", "reshape"),
-    "z3": (4.25, 9.9, ".contiguous().view(b, t, d_out)", "(b, t, d_out)", "(2, 6, 2)",
+    "x": (_K, 0, "x", "(b, t, d_in)", "(2, 6, 3)", "input"),
+    "q1": (_Q, 1, "queries = W_query(x)", "(b, t, d_out)", "(2, 6, 2)", "linear"),
+    "k1": (_K, 1, "keys = W_key(x)", "(b, t, d_out)", "(2, 6, 2)", "linear"),
+    "v1": (_V, 1, "values = W_value(x)", "(b, t, d_out)", "(2, 6, 2)", "linear"),
+    "q2": (_Q, 2, _VIEW, "(b, t, h, d_h)", "(2, 6, 2, 1)", "reshape"),
+    "k2": (_K, 2, _VIEW, "(b, t, h, d_h)", "(2, 6, 2, 1)", "reshape"),
+    "v2": (_V, 2, _VIEW, "(b, t, h, d_h)", "(2, 6, 2, 1)", "reshape"),
+    "q3": (_Q, 3, ".transpose(1, 2)", "(b, h, t, d_h)", "(2, 2, 6, 1)", "reshape"),
+    "k3": (_K, 3, ".transpose(1, 2)", "(b, h, t, d_h)", "(2, 2, 6, 1)", "reshape"),
+    "v3": (_V, 3, ".transpose(1, 2)", "(b, h, t, d_h)", "(2, 2, 6, 1)", "reshape"),
+    "k4": (_K, 4, "keys.transpose(2, 3)", "(b, h, d_h, t)", "(2, 2, 1, 6)", "reshape"),
+    "s": (118.0, 5, "queries @ keys.transpose(2, 3)", "(b, h, t, t)", "(2, 2, 6, 6)", "matmul"),
+    "a": (118.0, 6, "mask, / sqrt(d_h), softmax", "(b, h, t, t)", "(2, 2, 6, 6)", "softmax"),
+    "z": (222.0, 7, "attn_weights @ values", "(b, h, t, d_h)", "(2, 2, 6, 1)", "matmul"),
+    "z2": (222.0, 8, ".transpose(1, 2)", "(b, t, h, d_h)", "(2, 6, 2, 1)", "reshape"),
+    "z3": (222.0, 9, ".contiguous().view(b, t, d_out)", "(b, t, d_out)", "(2, 6, 2)",
            "reshape"),
-    "o": (4.25, 11.0, "out_proj(context)", "(b, t, d_out)", "(2, 6, 2)", "linear"),
+    "o": (222.0, 10, "out_proj(context)", "(b, t, d_out)", "(2, 6, 2)", "linear"),
 }
 
 _ARROWS = [
@@ -102,47 +110,62 @@ _ARROWS = [
     ("a", "z"), ("v3", "z"), ("z", "z2"), ("z2", "z3"), ("z3", "o"),
 ]
 
-_BOX_W, _BOX_H = 2.3, 0.8
+# Points: the drawing's width (4.85 in: its 9-point text is 9 CSS px in PHONE_COLUMN_PX), the
+# narrowest a box is (it grows with its text), the space between two rows and above the first.
+_WIDTH, _MIN_BOX_W, _ROW_GAP, _TOP = 349.0, 90.0, 18.0, 26.0
 
 
 def shape_flow() -> Figure:
-    """Boxes and arrows: the shape of every tensor in MultiHeadAttention's forward pass."""
-    fig, ax = plt.subplots(figsize=(8.0, 10.4), layout="constrained")
-    for x, y, code, letters, numbers, kind in _BOXES.values():
-        width = _BOX_W + (0.5 if len(code) > 22 else 0.0)
-        ax.add_patch(
-            FancyBboxPatch(
-                (x - width / 2, y - _BOX_H / 2),
-                width,
-                _BOX_H,
-                boxstyle="round,pad=0.02,rounding_size=0.08",
-                facecolor=_COLORS[kind],
-                edgecolor="#4d4d4d",
-                linewidth=0.9,
-            )
+    """Boxes and arrows: the shape of every tensor in MultiHeadAttention's forward pass.
+
+    Each box is sized to its text, in points, so no text leaves its box; the arrows join the
+    boxes' edges."""
+    fig = plt.figure(figsize=(_WIDTH / 72, 10.0))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.axis("off")
+    boxes = {}
+    for key, (x, _, code, letters, numbers, kind) in _BOXES.items():
+        content = VPacker(children=[
+            TextArea(code, textprops={"fontsize": 9, "family": "monospace", "color": "black"}),
+            TextArea(letters, textprops={"fontsize": 10, "weight": "bold", "color": "black"}),
+            TextArea(numbers, textprops={"fontsize": 9, "color": "#4d4d4d"}),
+            DrawingArea(_MIN_BOX_W - 8, 0),  # a box's least width, less its padding
+        ], align="center", pad=1, sep=2)
+        boxes[key] = AnnotationBbox(
+            content, (x, 0), box_alignment=(0.5, 1), fontsize=10,
+            bboxprops={"boxstyle": "round,pad=0.3,rounding_size=0.5",
+                       "facecolor": _COLORS[kind], "edgecolor": "#4d4d4d", "linewidth": 0.9},
         )
-        ax.text(x, y - 0.22, code, ha="center", va="center", fontsize=9, family="monospace",
-                color="black")
-        ax.text(x, y + 0.03, letters, ha="center", va="center", fontsize=10, weight="bold",
-                color="black")
-        ax.text(x, y + 0.25, numbers, ha="center", va="center", fontsize=9, color="#4d4d4d")
+        ax.add_artist(boxes[key])
+    # Rows top down, each as tall as its tallest box (points: the figure's dpi is not 72).
+    renderer = fig.canvas.get_renderer()
+    points = 72 / fig.dpi
+    heights: dict[int, float] = {}
+    for key, box in boxes.items():
+        row = _BOXES[key][1]
+        height = box.get_window_extent(renderer).height * points
+        heights[row] = max(heights.get(row, 0.0), height)
+    tops = [_TOP]
+    for row in sorted(heights):
+        tops.append(tops[-1] + heights[row] + _ROW_GAP)
+    for key, box in boxes.items():
+        box.xy = box.xybox = (_BOXES[key][0], tops[_BOXES[key][1]])
+    height = tops[-1] - _ROW_GAP + 4.0
+    fig.set_size_inches(_WIDTH / 72, height / 72)
+    ax.set_xlim(0, _WIDTH)
+    ax.set_ylim(height, 0)
     for start, end in _ARROWS:
-        x0, y0 = _BOXES[start][:2]
-        x1, y1 = _BOXES[end][:2]
         ax.annotate(
-            "",
-            xy=(x1, y1 - _BOX_H / 2 - 0.03),
-            xytext=(x0, y0 + _BOX_H / 2 + 0.03),
+            "", xy=(0.5, 1), xycoords=boxes[end], xytext=(0.5, 0), textcoords=boxes[start],
             arrowprops={"arrowstyle": "-|>", "color": INK, "linewidth": 0.9,
-                        "shrinkA": 0, "shrinkB": 0},
+                        "shrinkA": 1, "shrinkB": 1},
         )
-    ax.text(-0.2, 11.0, "bold: legend letters\ngray: running example\n"
+    # Beside the last box, left of it.
+    ax.text(4.0, tops[10] + heights[10] / 2, "bold: legend letters\ngray: running example\n"
             "b=2, t=6, d_in=3,\nd_out=2, h=2, d_h=1",
             ha="left", va="center", fontsize=9, color=INK, alpha=0.75)
-    ax.set_xlim(-0.3, 7.5)
-    ax.set_ylim(11.5, -0.5)
-    ax.axis("off")
-    ax.set_title("Shapes in multi-head attention", fontsize=12)
+    ax.text(_WIDTH / 2, _TOP / 2, "Shapes in multi-head attention", ha="center", va="center",
+            fontsize=12, color=INK)
     return fig
 
 
