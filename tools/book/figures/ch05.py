@@ -72,11 +72,11 @@ _COLORS = {
     "softmax": "#c7e9c0",
 }
 
-# (column, row, code, shape in legend letters, shape in the running example, kind); a column is
-# a centre in points from the drawing's left edge, a row counts down from the top. The drawing is
-# narrow enough to fit a phone's column as it is (no phone layout, which would narrow the space
-# between the boxes and not the text in them); a view's code is broken the way Python allows, so
-# that three boxes fit side by side.
+# (column, row, code, shape in legend letters, shape in the running example, kind); a column
+# is a center in points from the drawing's left edge, a row counts down from the top. The
+# drawing is narrow enough to fit a phone's column as it is (no phone layout, which would
+# narrow the space between the boxes and not the text in them); a view's code is broken the
+# way Python allows, so that three boxes fit side by side.
 _Q, _K, _V = 61.0, 174.5, 288.0  # the columns of the queries, keys and values
 # .view(b, t, h, d_h) on two lines, the second under the first argument: no-break spaces, which
 # an SVG text keeps (it shows a run of spaces as one).
