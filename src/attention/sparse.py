@@ -99,9 +99,17 @@ def _selection_rule(selected: Tensor, block_size: int = 1) -> MaskMod:
     return chosen_bh
 
 
+def _rankable(scores: Tensor, allowed: Tensor) -> Tensor:
+    """scores with the hidden ones -inf and an allowed -inf raised to the lowest finite value:
+    every allowed key then ranks above every hidden one, so torch.topk cannot fill a row's k
+    places with hidden keys while an allowed key scoring -inf, tied with them, is left out."""
+    lowest = torch.finfo(scores.dtype).min
+    return scores.masked_fill(scores == -math.inf, lowest).masked_fill(~allowed, -math.inf)
+
+
 def _top(scores: Tensor, k: int, allowed: Tensor) -> Tensor:
     """Boolean selection of the k highest allowed scores per row (all allowed, if fewer)."""
-    masked = scores.masked_fill(~allowed, -math.inf)
+    masked = _rankable(scores, allowed)
     index = masked.topk(min(k, scores.shape[-1]), dim=-1).indices  # (…, t_q, k)
     return torch.zeros_like(allowed).expand_as(scores).scatter(-1, index, True) & allowed
 
@@ -111,9 +119,10 @@ def topk_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> MaskMod:
     """Mask rule of the ``top_k`` highest scores of each query, chosen among its visible keys.
 
     With ``is_causal`` the later keys are hidden *before* the selection; a row with fewer visible
-    keys than ``top_k`` keeps them all (the clamp of transformers' DeepSeek-V3.2 indexer). For
-    t_q != t_k the causal mask is aligned bottom-right, as for a query block at the end of a
-    cache: query i sees keys j <= i + t_k - t_q (torch's ``is_causal`` aligns it top-left).
+    keys than ``top_k`` keeps them all, those scoring -inf too (the clamp of transformers'
+    DeepSeek-V3.2 indexer). For t_q != t_k the causal mask is aligned bottom-right, as for a
+    query block at the end of a cache: query i sees keys j <= i + t_k - t_q (torch's
+    ``is_causal`` aligns it top-left).
 
     Args:
         scores: (t_q, t_k), or (b, h, t_q, t_k) with b or h possibly 1 (shared).
@@ -466,7 +475,7 @@ def dsa_attention(
     (t_q, d_k), t_k = query.shape[2:], key.shape[-2]
     acc = accumulation_dtype(query.dtype)  # float32 for half precision, rounded once at the end
     visible = _visible(t_q, t_k, query.device)  # (t_q, t_k)
-    masked = index_scores.masked_fill(~visible, -math.inf)
+    masked = _rankable(index_scores, visible)  # (b, t_q, t_k)
     index = masked.topk(min(top_k, t_k), dim=-1).indices  # (b, t_q, k)
     # (b, t_q, k): False where a clamped top-k returned a hidden key
     valid = visible.expand(index.shape[0], t_q, t_k).gather(-1, index)

@@ -586,6 +586,27 @@ class TestBadInput:
         assert torch.equal(mask, torch.ones(3, 3, dtype=torch.bool).tril())
 
 
+def test_a_visible_key_scoring_minus_inf_is_kept_when_the_row_has_room():
+    """A row with fewer visible keys than top_k keeps them all, a key scoring -inf included:
+    the hidden keys were masked to -inf too, and torch.topk broke that tie for hidden keys, so
+    such rows kept fewer keys, in the dense and gather forms and in the block selection."""
+    t, top_k = 5, 3
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    # hidden keys score 1; rows 0-2 (at most 3 visible keys): key 0 scores 0, the others -inf;
+    # rows 3-4: key j scores -j, so keys 0, 1 and 2 are their top 3
+    scores = torch.where(j > i, 1.0, torch.where((i < top_k) & (j > 0), -math.inf, -j * 1.0))
+    scores = scores.double()
+    want_mask = (j <= i) & (j < top_k)
+    assert torch.equal(to_dense(sparse.topk_mask(scores, top_k), t, t), want_mask)
+    own_kept = (j <= i) & ((j < top_k - 1) | (j == i))  # blocks of 1 key: the own one is kept
+    assert torch.equal(to_dense(sparse.block_topk_mask(scores, top_k, 1), t, t), own_kept)
+    q, k, v = qkv((1, 2, t, 4), seed=7)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=want_mask)
+    for gather in (False, True):
+        got = sparse.dsa_attention(q, k, v, scores[None], top_k=top_k, gather=gather)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-14, msg=f"gather={gather}")
+
+
 def test_dsa_takes_its_scale_in_both_forms():
     """scale multiplies the scores (not 1/sqrt(d_k)) in the dense and the gather form: SDPA with
     the selection as its mask and that scale."""
