@@ -254,12 +254,15 @@ def varlen_attention(
         # 4-d (1, h, t_i, d): on a CPU, SDPA takes its fused kernel for 4-d inputs only
         q = query[q0:q1].transpose(0, 1)[None]  # (1, h, t_i, d_k)
         k, v = key[k0:k1].transpose(0, 1)[None], value[k0:k1].transpose(0, 1)[None]  # (1, h, .., d)
-        same = q1 - q0 == k1 - k0  # then top-left and bottom-right are one mask: is_causal
+        # With as many queries as keys, top-left and bottom-right are one mask: is_causal. Not
+        # for a scale <= 0: torch's fused CPU kernel then gives nan rows for is_causal=True
+        # (torch 2.13; its math backend and a bool mask give softmax(scale · Q Kᵀ) V)
+        flag = is_causal and q1 - q0 == k1 - k0 and (scale is None or scale > 0)
         mask = None
-        if is_causal and not same:
+        if is_causal and not flag:
             mask = causal_mask(q1 - q0, k1 - k0, q.device, alignment="bottom_right")  # (t_i, t_k_i)
         z = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal and same, scale=scale
+            q, k, v, attn_mask=mask, is_causal=flag, scale=scale
         )  # (1, h, t_i, d_v)
         out[q0:q1] = z[0].transpose(0, 1)
     return out

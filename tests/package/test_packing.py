@@ -106,6 +106,19 @@ def test_varlen_uses_the_scale_it_is_given(is_causal):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("scale", [-0.7, 0.0])
+def test_varlen_causal_with_a_scale_at_most_zero_is_finite(scale):
+    # torch's fused CPU kernel gives nan rows for is_causal=True with a scale <= 0; the answer
+    # is softmax(scale · Q Kᵀ) V under the causal mask, as torch's math backend computes it
+    qs, ks, vs = sequences()
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        want = packed_row([F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+                           for q, k, v in zip(qs, ks, vs)])[0].transpose(0, 1)  # (t, h, d)
+    layout = [packed_row(x)[0].transpose(0, 1) for x in (qs, ks, vs)]  # (t, h, d)
+    got = varlen_attention(*layout, cu_seqlens_from_lengths(LENGTHS), is_causal=True, scale=scale)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
 def test_varlen_takes_one_key_and_value_head_shared_by_every_query_head():
     qs, ks, vs = sequences(h=3)
     ks, vs = [k[:1] for k in ks], [v[:1] for v in vs]  # (1, t_i, d): one shared head
