@@ -167,11 +167,11 @@ def split_kv_attention(
         raise ValueError(
             f"num_splits must be at most t_k={t_k} (each chunk needs a key), got {num_splits}"
         )
-    if enable_gqa:
-        key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
-        value = repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
-    check_batch_dims(("query", query), ("key", key), ("value", value), gqa=not enable_gqa)
     acc = accumulation_dtype(query.dtype)
+    if enable_gqa:  # upcast first: the repeat's backward sums the g heads' gradients in acc
+        key = repeat_kv_heads(query, key.to(acc), "key")  # (..., h, t_k, d_k)
+        value = repeat_kv_heads(query, value.to(acc), "value")  # (..., h, t_k, d_v)
+    check_batch_dims(("query", query), ("key", key), ("value", value), gqa=not enable_gqa)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     q = query.to(acc) * scale  # (..., t_q, d_k)
     outputs, lses = [], []

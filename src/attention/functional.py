@@ -366,8 +366,8 @@ def attention_weights(
     check_dropout(dropout_p, "dropout_p")
     check_flags(is_causal=is_causal, enable_gqa=enable_gqa)
     check_qkv(query, key)
-    if enable_gqa:
-        key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
+    if enable_gqa:  # repeated in the accumulation dtype: see scaled_dot_product_attention
+        key = repeat_kv_heads(query, key.to(accumulation_dtype(key.dtype)), "key")
     check_batch_dims(("query", query), ("key", key), gqa=not enable_gqa)
     return _weights(query, key, attn_mask, dropout_p, is_causal, scale).to(query.dtype)
 
@@ -447,11 +447,16 @@ def scaled_dot_product_attention(
     check_flags(is_causal=is_causal, enable_gqa=enable_gqa)
     check_qkv(query, key, value)
     check_sinks(sinks, query)
+    out_dtype = value.dtype
     if enable_gqa:
-        key = repeat_kv_heads(query, key, "key")  # (..., h, t_k, d_k)
-        value = repeat_kv_heads(query, value, "value")  # (..., h, t_k, d_v)
+        # Upcast before repeating (float32 for half inputs): the repeat's backward then sums the
+        # g query heads' gradients of a key or value head in float32, not g half-precision
+        # roundings in half precision.
+        acc_dtype = accumulation_dtype(key.dtype)
+        key = repeat_kv_heads(query, key.to(acc_dtype), "key")  # (..., h, t_k, d_k)
+        value = repeat_kv_heads(query, value.to(acc_dtype), "value")  # (..., h, t_k, d_v)
     check_batch_dims(("query", query), ("key", key), ("value", value), gqa=not enable_gqa)
     attn_weights = _weights(
         query, key, attn_mask, dropout_p, is_causal, scale, sinks
     )  # (..., t_q, t_k)
-    return (attn_weights @ value.to(attn_weights.dtype)).to(value.dtype)  # (..., t_q, d_v)
+    return (attn_weights @ value.to(attn_weights.dtype)).to(out_dtype)  # (..., t_q, d_v)

@@ -112,3 +112,33 @@ def check_half_precision_copy(model: nn.Module, ids: torch.Tensor, dtype: torch.
     assert logits.dtype == dtype and {w.dtype for w in weights} == {dtype}
     want = model(ids)
     assert (logits.double() - want).abs().max() <= 0.05 * want.abs().max()
+
+
+def gqa_half_grad_errors(attend, dtype: torch.dtype) -> tuple[list[float], list[float]]:
+    """Max errors of dq, dk, dv against float64, of ``attend(q, k, v)`` (enable_gqa, h = 4 query
+    heads on h_kv = 1) and of the plain computation in float32 from ``dtype`` inputs rounded
+    once. The g = 4 query heads are nearly equal and their output gradients nearly cancel, so
+    that a key-value head's gradient, the sum of the g heads', is far smaller than each term."""
+    g = torch.Generator().manual_seed(0)
+    q0 = torch.randn(1, 1, 8, 16, generator=g, dtype=torch.float64)
+    q = torch.cat([q0 + 1e-3 * torch.randn(q0.shape, generator=g, dtype=torch.float64)
+                   for _ in range(4)], dim=1)  # (1, 4, 8, 16)
+    k, v = torch.randn(2, 1, 1, 8, 16, generator=g, dtype=torch.float64).unbind(0)
+    do0 = torch.randn(1, 1, 8, 16, generator=g, dtype=torch.float64)
+    d_out = torch.cat([do0, -do0, 1.01 * do0, -do0], dim=1)  # (1, 4, 8, 16)
+
+    def grads(fn, in_dtype):
+        leaves = [x.to(in_dtype).detach().clone().requires_grad_() for x in (q, k, v)]
+        (fn(*leaves).double() * d_out).sum().backward()
+        return [x.grad.double() for x in leaves]
+
+    def plain(q, k, v, compute):
+        qc, kc, vc = (x.to(compute) for x in (q, k, v))
+        kc, vc = (x.expand(1, 4, 8, 16) for x in (kc, vc))
+        return (torch.softmax(qc @ kc.transpose(-2, -1) / 4, dim=-1) @ vc).to(q.dtype)
+
+    exact = grads(lambda q, k, v: plain(q, k, v, torch.float64), torch.float64)
+    base = grads(lambda q, k, v: plain(q, k, v, torch.float32), dtype)
+    ours = grads(attend, dtype)
+    error = lambda got: [float((a - e).abs().max()) for a, e in zip(got, exact)]  # noqa: E731
+    return error(ours), error(base)

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import NON_BOOLS, qkv, refuses_non_bool
+from _inputs import NON_BOOLS, gqa_half_grad_errors, qkv, refuses_non_bool
 from torch import nn
 
 from attention import TinyTransformer
@@ -138,6 +138,14 @@ def test_a_matrix_two_embeddings_share_loses_its_unread_rows_once() -> None:
                                "proj": nn.Linear(8, 8)})
     model["dec"].weight = model["enc"].weight
     assert weights_read_per_token(model) == 8 + (8 * 8 + 8)  # one row, then the Linear
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gqa_half_precision_gradients_sum_the_heads_in_float32(dtype: torch.dtype) -> None:
+    # flash-attn's rule: at most 2x the error of the plain float32 computation rounded once
+    ours, base = gqa_half_grad_errors(
+        lambda q, k, v: split_kv_attention(q, k, v, num_splits=3, enable_gqa=True), dtype)
+    assert all(o <= 2 * b for o, b in zip(ours, base)), (ours, base)
 
 
 class TestBadInput:

@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import NON_BOOLS, mask_dtypes, qkv, refuses_non_bool
+from _inputs import NON_BOOLS, gqa_half_grad_errors, mask_dtypes, qkv, refuses_non_bool
 from _reference import book_tensor
 from torch import Tensor
 from torch.autograd import gradcheck
@@ -306,6 +306,15 @@ def test_a_scale_of_zero_is_a_scale_not_the_default() -> None:
     out = scaled_dot_product_attention(q, k, v, scale=0.0)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=0.0), rtol=0, atol=1e-12)
     torch.testing.assert_close(out, v.mean(dim=-2, keepdim=True).expand(2, 4, 3), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gqa_half_precision_gradients_sum_the_heads_in_float32(dtype: torch.dtype) -> None:
+    # flash-attn's rule: at most 2x the error of the plain float32 computation rounded once;
+    # repeating K and V in half precision summed g rounded gradients in half precision
+    ours, base = gqa_half_grad_errors(
+        lambda q, k, v: scaled_dot_product_attention(q, k, v, enable_gqa=True), dtype)
+    assert all(o <= 2 * b for o, b in zip(ours, base)), (ours, base)
 
 
 class TestBadInput:
