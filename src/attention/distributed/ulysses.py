@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import kernel_keywords
+from ..functional import causal_mask
 from ._common import agree, note
 
 __all__ = ["ulysses_attention"]
@@ -126,8 +127,12 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
     k_heads, v_heads = (to_heads(x, n_kv, kv_first) for x in (k, v))  # (b, n_kv, t, d)
     # Which received key-value head serves each of this rank's query heads.
     serve = (torch.arange(rank * heads, (rank + 1) * heads) // (h // h_kv) - kv_first[rank]).to(q.device)
-    out = F.scaled_dot_product_attention(q_heads, k_heads[:, serve], v_heads[:, serve],
-                                         is_causal=is_causal, scale=scale)  # (b, h / N, t, d_v)
+    # torch's fused CPU kernel gives nan rows for is_causal with a scale <= 0 (torch 2.13; its
+    # math backend does not): the causal mask is then passed as a mask, as varlen_attention does
+    fused = is_causal and (scale is None or scale > 0)
+    mask = causal_mask(world * c, device=q.device) if is_causal and not fused else None  # (t, t)
+    out = F.scaled_dot_product_attention(q_heads, k_heads[:, serve], v_heads[:, serve], attn_mask=mask,
+                                         is_causal=fused, scale=scale)  # (b, h / N, t, d_v)
     send = out.view(b, heads, world, c, -1).permute(2, 0, 1, 3, 4)  # (N, b, h / N, c, d_v)
     # (N, b, h / N, c, d_v): slot i holds rank i's heads
     got: Tensor = _AllToAll.apply(send, group)
