@@ -69,10 +69,13 @@ def kv_cache_bytes(
     return 2 * batch_size * tokens * num_layers * num_kv_heads * d_h * bytes_per_value
 
 
-def check_tokens(dims: str, dtype: torch.dtype, **chunks: tuple[Tensor, tuple[int | str, ...]]) -> None:
+def check_tokens(
+    dims: str, dtype: torch.dtype, device: torch.device,
+    **chunks: tuple[Tensor, tuple[int | str, ...]],
+) -> None:
     """Require each named chunk of new tokens to have its expected shape, where ``"t"`` stands
-    for any number of tokens, the same in every chunk, and the cache's dtype; ``dims`` names the
-    axes in the message."""
+    for any number of tokens, the same in every chunk, and the cache's dtype and device; ``dims``
+    names the axes in the message."""
     for name, (tensor, expected) in chunks.items():
         if not isinstance(tensor, Tensor):
             raise ValueError(f"{name} must be a tensor {dims}, got {type(tensor).__name__}")
@@ -82,6 +85,8 @@ def check_tokens(dims: str, dtype: torch.dtype, **chunks: tuple[Tensor, tuple[in
             raise ValueError(f"{name} must have shape {dims} = ({shown}), got {shape}")
         if tensor.dtype != dtype:
             raise ValueError(f"{name} must have the cache's dtype {dtype}, got {tensor.dtype}")
+        if tensor.device != device:  # a slice assignment would copy it over without a word
+            raise ValueError(f"{name} must be on the cache's device {device}, got {tensor.device}")
     tokens = {name: tensor.shape[expected.index("t")] for name, (tensor, expected) in chunks.items()}
     if len(set(tokens.values())) > 1:
         raise ValueError(
@@ -93,10 +98,10 @@ def check_tokens(dims: str, dtype: torch.dtype, **chunks: tuple[Tensor, tuple[in
 def check_chunk(
     keys: Tensor, values: Tensor, expected: tuple[int, int, int], store: Tensor
 ) -> None:
-    """Require keys and values (b, h_kv, t, d_h) of the cache's (b, h_kv, d_h) and dtype."""
+    """Require keys and values (b, h_kv, t, d_h) of the cache's (b, h_kv, d_h), dtype and device."""
     b, h_kv, d_h = expected
     shape = (b, h_kv, "t", d_h)
-    check_tokens("(b, h_kv, t, d_h)", store.dtype, keys=(keys, shape), values=(values, shape))
+    check_tokens("(b, h_kv, t, d_h)", store.dtype, store.device, keys=(keys, shape), values=(values, shape))
 
 
 def check_room(length: int, t: int, max_tokens: int | None) -> None:
@@ -164,8 +169,8 @@ class KVCache:
         """Store keys, values (b, h_kv, t, d_h); return all stored ones, (b, h_kv, t_k, d_h).
 
         Raises:
-            ValueError: if keys or values are not (b, h_kv, t, d_h) of the cache's dtype, or the
-                tokens overflow max_tokens.
+            ValueError: if keys or values are not (b, h_kv, t, d_h) of the cache's dtype and
+                device, or the tokens overflow max_tokens.
         """
         b, h_kv, _, d_h = self.keys.shape
         check_chunk(keys, values, (b, h_kv, d_h), self.keys)

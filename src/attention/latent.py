@@ -125,12 +125,12 @@ class LatentKVCache:
         """Store latents (b, t, d_c), rope_keys (b, t, d_h^R); return all, (b, t_k, ·) each.
 
         Raises:
-            ValueError: if latents or rope_keys do not have the cache's shape and dtype, or the
+            ValueError: if latents or rope_keys do not have the cache's shape, dtype and device, or the
                 tokens overflow max_tokens.
         """
         b, _, d_c = self.latents.shape
         rope_dim = self.rope_keys.shape[2]
-        check_tokens("(b, t, width)", self.latents.dtype,
+        check_tokens("(b, t, width)", self.latents.dtype, self.latents.device,
                      latents=(latents, (b, "t", d_c)), rope_keys=(rope_keys, (b, "t", rope_dim)))
         start, end = self.length, self.length + latents.shape[1]
         check_room(start, latents.shape[1], self.max_tokens)

@@ -97,7 +97,7 @@ class PagedKVCache:
 
         Raises:
             ValueError: if seq is not a sequence of the pool, keys or values are not (1, h_kv, t,
-                d_h) of its dtype, or the pool has too few free blocks.
+                d_h) of its dtype and device, or the pool has too few free blocks.
         """
         self._check_sequence(seq)
         _, h_kv, size, d_h = self.keys.shape

@@ -89,8 +89,8 @@ class StreamingKVCache(RollingKVCache):
         """Store keys, values (b, h_kv, t, d_h); return the cache's, (b, h_kv, t_k, d_h) each.
 
         Raises:
-            ValueError: if keys or values are not (b, h_kv, t, d_h) of the cache's dtype, or a chunk
-                of t > 1 tokens overflows the n_sink + w slots.
+            ValueError: if keys or values are not (b, h_kv, t, d_h) of the cache's dtype and
+                device, or a chunk of t > 1 tokens overflows the n_sink + w slots.
         """
         b, h_kv, _, d_h = self.keys.shape
         check_chunk(keys, values, (b, h_kv, d_h), self.keys)

@@ -135,6 +135,12 @@ class TestBadInput:
             (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 1, 2, dtype=torch.float64),
                                                 torch.ones(1, 2, 1, 2, dtype=torch.float64)),
              r"keys must have the cache's dtype torch.float32, got torch.float64"),
+            # a chunk on another device was copied into the cache without a word (the meta
+            # device stands for a GPU: the copy into a KVCache's slots crossed devices)
+            (lambda: KVCache(1, 2, 4, 2, device="meta").append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 1, 2)),
+             r"keys must be on the cache's device meta, got cpu"),
+            (lambda: RollingKVCache(1, 2, 3, 2, device="meta").append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 1, 2)),
+             r"keys must be on the cache's device meta, got cpu"),
             (lambda: RollingKVCache(1, 2, 3, 2).append(torch.ones(1, 2, 1, 2), torch.ones(1, 2, 2, 2)),
              r"keys and values must hold the same number of tokens, got 1 and 2"),
             (lambda: KVCache(1, 1, 4, 1).append(torch.ones(1, 1, 5, 1), torch.ones(1, 1, 5, 1)),

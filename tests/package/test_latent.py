@@ -205,6 +205,9 @@ class TestBadInput:
             (lambda: LatentKVCache(1, 4, 5, 4, torch.float64).append(torch.ones(1, 1, 5),
                                                                    torch.ones(1, 1, 4)),
              r"latents must have the cache's dtype torch.float64, got torch.float32"),
+            # a chunk on another device was copied into the cache without a word
+            (lambda: LatentKVCache(1, 4, 5, 4, device="meta").append(torch.ones(1, 1, 5), torch.ones(1, 1, 4)),
+             r"latents must be on the cache's device meta, got cpu"),
             (lambda: LatentKVCache(1, 4, 5, 4).append(torch.ones(1, 2, 5), torch.ones(1, 1, 4)),
              r"same number of tokens, got 2 and 1"),
             (lambda: latent_cache_bytes(1, 0, 1, 1, 1, 2), r"tokens must be at least 1, got 0"),

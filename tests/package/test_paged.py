@@ -106,6 +106,13 @@ def _free_twice() -> None:
     pool.free(0)
 
 
+def _on_meta() -> PagedKVCache:
+    """A pool on the meta device (it stands for a GPU) with one sequence, 0."""
+    pool = PagedKVCache(2, 2, 1, 1, device="meta")
+    pool.add_sequence()
+    return pool
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
@@ -121,6 +128,9 @@ class TestBadInput:
         [
             (lambda: PagedKVCache(2, 2, 1, 1).append(0, torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1)),
              r"seq must be one of the sequences \[\], got 0"),
+            # a chunk on another device was copied into the pool's blocks without a word
+            (lambda: _on_meta().append(0, torch.ones(1, 1, 1, 1), torch.ones(1, 1, 1, 1)),
+             r"keys must be on the cache's device meta, got cpu"),
             (lambda: _fill(_gqa(2), PagedKVCache(1, 2, 2, 2, torch.float64).sequence(0), 1),
              r"one of the sequences.*got 0"),
             (lambda: _exhaust(), r"the pool has 1 free blocks, sequence 0 needs 2"),
