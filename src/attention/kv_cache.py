@@ -338,8 +338,16 @@ class ModelKVCache:
 
     @property
     def length(self) -> int:
-        """Tokens cached (the same in every layer): the position of the next token."""
-        return self.layers[0].length
+        """Tokens cached (the same in every layer): the position of the next token.
+
+        Raises:
+            ValueError: if the layers hold different numbers of tokens (one was appended to on
+                its own): a model then has no one position for its next token.
+        """
+        lengths = [cache.length for cache in self.layers]
+        if any(n != lengths[0] for n in lengths):
+            raise ValueError(f"layers must share one length, as a model's layers do, got {lengths}")
+        return lengths[0]
 
     @property
     def max_tokens(self) -> int | None:

@@ -104,6 +104,15 @@ def test_caches_are_made_on_the_device_and_dtype_asked_for(make: type) -> None:
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
+    def test_a_model_cache_whose_layers_hold_different_lengths_has_no_length(self) -> None:
+        # a layer appended to on its own: TinyTransformer took the first layer's length as the
+        # next position, and ran every other layer at another one
+        cache = ModelKVCache([KVCache(1, 1, 4, 1), KVCache(1, 1, 4, 1)])
+        cache.layers[0].append(torch.ones(1, 1, 2, 1), torch.ones(1, 1, 2, 1))
+        with pytest.raises(ValueError, match=r"layers must share one length, as a model's layers "
+                                             r"do, got \[2, 0\]"):
+            _ = cache.length
+
     @pytest.mark.parametrize(
         ("make", "message"),
         [
