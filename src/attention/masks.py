@@ -478,7 +478,7 @@ def t5_buckets(
         bidirectional: an encoder's buckets (later keys apart from earlier ones).
 
     Returns:
-        The bucket of each offset, the shape of relative_position.
+        The bucket of each offset (int64), the shape of relative_position.
 
     Raises:
         ValueError: if relative_position is not an integer tensor, num_buckets is not an
@@ -490,11 +490,14 @@ def t5_buckets(
         >>> t5_buckets(-torch.arange(0, 40, 8), num_buckets=8, max_distance=32)
         tensor([0, 5, 6, 7, 7])
     """
-    if not isinstance(relative_position, Tensor) or relative_position.is_floating_point():
+    if (not isinstance(relative_position, Tensor) or relative_position.is_floating_point()
+            or relative_position.is_complex() or relative_position.dtype == torch.bool):
         got = relative_position.dtype if isinstance(relative_position, Tensor) else relative_position
         raise ValueError(f"relative_position must be an integer tensor, got {got!r}")
     _check_t5(num_buckets, max_distance, bidirectional)
-    n = -relative_position  # distance i - j, > 0 for a key before its query
+    # in int64: negating an unsigned offset wrapped it (2 in uint8 became 254, a far bucket),
+    # -(-128) stayed -128 in int8, and an encoder's upper buckets overflowed a small dtype
+    n = -relative_position.long()  # distance i - j, > 0 for a key before its query
     bucket = torch.zeros_like(n)
     if bidirectional:
         num_buckets //= 2

@@ -213,6 +213,18 @@ def test_t5_buckets_follow_equation_8_11():
     assert set(both.tolist()) == set(range(32)) - {16}  # offset 0 is in the first half
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16])
+def test_t5_buckets_of_small_integer_offsets_are_those_of_int64(dtype: torch.dtype) -> None:
+    # Computed in the input's dtype, a uint8 offset 2 was negated to 254 (a far bucket instead
+    # of a decoder's 0), -128 stayed -128 in int8, and an encoder's 300 buckets wrapped in int8.
+    low = 0 if dtype == torch.uint8 else int(torch.iinfo(dtype).min)
+    offsets = torch.arange(low, int(torch.iinfo(dtype).max) + 1).clamp(-1000, 1000)
+    for num_buckets, bidirectional in [(32, False), (300, True)]:
+        expected = M.t5_buckets(offsets, num_buckets, 1000, bidirectional)
+        got = M.t5_buckets(offsets.to(dtype), num_buckets, 1000, bidirectional)
+        assert torch.equal(got.long(), expected) and got.dtype == torch.int64
+
+
 @pytest.mark.parametrize(("b", "h"), [(None, None), (2, None), (None, 3), (2, 3)])
 def test_to_dense_keeps_the_batch_and_head_dimensions_whenever_one_is_asked_for(b, h):
     """(t_q, t_k) only when b and h are both None; else (b or 1, h or 1, t_q, t_k), row by row."""
@@ -404,6 +416,7 @@ class TestBadInput:
         (lambda: M.t5_bias(torch.zeros(2, 1), 2, 8, bidirectional=True),
          r"num_buckets must be at least 4 \(bidirectional\), got 2"),
         (lambda: M.t5_buckets(-torch.arange(5.0), 8, 32), r"relative_position must be an integer tensor, got torch.float32"),
+        (lambda: M.t5_buckets(torch.arange(5) > 2, 8, 32), r"relative_position must be an integer tensor, got torch.bool"),
         (lambda: M.to_dense(M.causal(), -1, 3), r"t_q must be an integer >= 0, got -1"),
         (lambda: M.causal("bottom_right", 2, -3), r"t_k must be an integer >= 0, got -3"),
         (lambda: M.apply_score_mod(torch.zeros(1, 4, 2, 2), M.alibi(2)),
