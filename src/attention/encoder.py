@@ -113,7 +113,9 @@ class CrossAttention(nn.Module):
             context: the sequence that answers, (b, t_k, d_kv).
             key_padding_mask: (b, t_k) bool, **True marks a PADDING token** of the context (as
                 in ``torch.nn.MultiheadAttention``); padded keys get attention weight 0. A query
-                whose keys are all padding gets a zero context vector before ``out_proj``.
+                whose keys are all padding gets a zero context vector before ``out_proj`` and
+                zero weights; torch's module returns nan for it, except with
+                ``need_weights=False`` outside its inference fast path.
             return_weights: also return the attention weights (after dropout).
 
         Returns:
