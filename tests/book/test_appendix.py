@@ -340,6 +340,9 @@ def test_every_results_file_shows_its_provenance_or_says_not_recorded(pages):
     assert backward == [NOT_RECORDED] * 6  # the backward check's file records nothing
     log = rows["runs/h200-2026-11-26/triton-check-forward.log"]
     assert log[2:5] == ["2.11.0+cu130", "3.6.0", "NVIDIA H200"] and log[1] == NOT_RECORDED
+    # an older measure.sh wrote the three as plain words on the log's first line
+    log = rows["runs/h200-2026-11-30/measure.log"]
+    assert log[2:5] == ["2.11.0+cu130", "3.6.0", "NVIDIA H200"] and log[1] == NOT_RECORDED
 
 
 def test_an_unverified_tree_is_labelled_wherever_its_commit_is_printed(runs, pages):

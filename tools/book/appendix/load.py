@@ -150,12 +150,17 @@ def commit_words(git: dict | None) -> str:
     return f"{text} ({git['source']})" if git.get("source") else text
 
 
+# torch's version, Triton's and the GPU's name, the first line of an older measure.sh's log
+_VERSIONS_LINE = re.compile(r"(\d+\.\d+\.\d+\S*) (\d+\.\d+\.\d+\S*) (\S.*)")
+
+
 def file_provenance(path: Path) -> dict[str, str]:
     """What a results file records about where it came from, one entry per
     :data:`PROVENANCE_FIELDS`, ``"not recorded"`` for what it does not say.
 
     A benchmark file carries a ``provenance`` block; a check's log may open with a line of JSON
-    naming torch, Triton and the GPU; any other file records nothing.
+    naming torch, Triton and the GPU, or (an older tools/gpu/measure.sh's) with those three as
+    plain words, ``2.11.0+cu130 3.6.0 NVIDIA H200``; any other file records nothing.
     """
     found: dict[str, str | None] = dict.fromkeys(PROVENANCE_FIELDS)
     text = path.read_text(encoding="utf-8")
@@ -172,10 +177,12 @@ def file_provenance(path: Path) -> dict[str, str]:
                 found["date"] = f"{dates[0]} … {dates[-1]} ({len(sources)} runs, merged)"
                 found["commit"] = "; ".join(dict.fromkeys(commit_words(s.get("git")) for s in sources))
     else:
+        first = text.splitlines()[0] if text else ""
         try:
-            head = json.loads(text.splitlines()[0]) if text else {}
+            head = json.loads(first) if first else {}
         except json.JSONDecodeError:
-            head = {}
+            words = _VERSIONS_LINE.fullmatch(first)
+            head = {"torch": words[1], "triton": words[2], "gpu": words[3]} if words else {}
         if isinstance(head, dict):
             found |= {"torch": head.get("torch"), "triton": head.get("triton"), "device": head.get("gpu")}
     return {k: (v if v and v != NOT_RECORDED else NOT_RECORDED) for k, v in found.items()}
