@@ -44,9 +44,10 @@ from torch import Tensor
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner tries on a GPU. Chosen from what is
 # known; the autotuner measures them on the GPU at hand, once per shape:
 # - forward: 64 x 64 with 4 warps (and Triton's default 3 stages) was the fastest block shape of
-#   the forward-only kernel of commit 409322d on an H200 at d_h = 64 and 128, and 128 x 128 with
-#   4 warps its slowest at d_h = 128 (docs/appendix/results/runs/h200-2026-11-26/
-#   triton-check-forward.log); not measured again for today's kernel. FlashAttention-2 runs
+#   an earlier forward-only kernel on an H200 at d_h = 64 and 128, and 128 x 128 with 4 warps
+#   its slowest at d_h = 128 (docs/appendix/results/runs/h200-2026-11-26/
+#   triton-check-forward.log, which records no commit; committed beside H200 runs of commit
+#   409322d); not measured again for today's kernel. FlashAttention-2 runs
 #   128 x 64 with 4 warps at d_h = 128 and 128 x 128 at d_h = 64 on A100 and H100
 #   (csrc/flash_attn/src/flash_fwd_launch_template.h); 128 query rows with 8 warps are two
 #   warpgroups, as FlashAttention-3's two consumer warpgroups on Hopper. Triton's tutorial
