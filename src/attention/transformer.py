@@ -534,11 +534,11 @@ class TinyTransformer(nn.Module):
         ``context_length``.
 
         Raises:
-            ValueError: if idx is not (b, t) of integer ids with t >= 1, max_new_tokens is not an
-                integer >= 0, with learned positions, the tokens do not fit in context_length, or
-                use_cache is not a bool.
+            ValueError: if idx is not (b, t) of integer ids in [0, n_vocab) with t >= 1,
+                max_new_tokens is not an integer >= 0, with learned positions, the tokens do not
+                fit in context_length, or use_cache is not a bool.
         """
-        check_token_ids(idx, "idx")
+        check_token_ids(idx, "idx", self.vocab_size)  # max_new_tokens=0 would return them
         check_counts(max_new_tokens=max_new_tokens)
         check_flags(use_cache=use_cache)
         b, t = idx.shape

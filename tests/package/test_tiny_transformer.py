@@ -356,6 +356,11 @@ class TestBadInput:
              r"max_new_tokens must be an integer >= 0, got -1"),
             (lambda: _decoder(None).generate(torch.zeros(1, 0, dtype=torch.long), 2),
              r"at least one token per sequence, got shape \(1, 0\)"),
+            # returned as the "generated" sequence without a word when max_new_tokens=0
+            (lambda: _decoder(None).generate(torch.tensor([[0, -1, 3]]), 0),
+             r"idx must hold token ids in \[0, vocab_size=11\), got ids from -1 to 3"),
+            (lambda: _decoder(None).generate(torch.tensor([[0, 11]]), 0),
+             r"idx must hold token ids in \[0, vocab_size=11\), got ids from 0 to 11"),
             (lambda: _decoder(None)(torch.zeros(1, 4, dtype=torch.long), cache=_cache(1, 3)),
              r"max_tokens=3 tokens, got 4"),
             (lambda: _decoder(None)(torch.zeros(2, 1, dtype=torch.long), cache=_cache(1, 3)),
