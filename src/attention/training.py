@@ -75,7 +75,7 @@ def train_lm(
     Raises:
         ValueError: if model is not a torch.nn.Module, data is not callable, steps is not an
             integer >= 1, seed not an integer torch's generator takes (-2**63 to 2**64 - 1),
-            or lr not a finite number > 0.
+            lr not a finite number > 0, or a batch's targets do not have the logits' (b, t).
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -102,6 +102,12 @@ def train_lm(
         for _ in range(steps):
             inputs, targets = data(generator)  # (b, t), (b, t)
             logits = model(inputs)  # (b, t, n_vocab)
+            if not isinstance(targets, Tensor) or targets.shape != logits.shape[:-1]:
+                # flattened, targets of another shape with as many ids would be misaligned
+                raise ValueError(
+                    f"targets must have the logits' shape (b, t) = {tuple(logits.shape[:-1])}, "
+                    f"got {shape_or_type(targets)}"
+                )
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -106,3 +106,11 @@ class TestBadInput:
     def test_recall_data_refuses_more_distinct_keys_than_pairs(self):
         with pytest.raises(ValueError, match=r"at most min\(num_pairs, num_keys\) distinct keys, got 5"):
             recall_data(2, 4, 12, 8, distinct_keys=5)
+
+    def test_train_lm_refuses_targets_that_do_not_line_up_with_the_logits(self) -> None:
+        # both were flattened: targets (3, 2) against logits (2, 3, 4) trained on misaligned
+        # targets, with a finite loss and without a word
+        model = TinyTransformer(4, 8, 2, 1, context_length=6)
+        inputs, targets = torch.tensor([[0, 1, 2], [3, 0, 1]]), torch.tensor([[1, 2], [3, 0], [1, 2]])
+        with pytest.raises(ValueError, match=r"targets must have the logits' shape \(b, t\) = \(2, 3\), got \(3, 2\)"):
+            train_lm(model, lambda g: (inputs, targets), 1)
