@@ -824,7 +824,8 @@ _READERS = {
 def from_transformers(model: nn.Module) -> CausalLM:
     """The book's :class:`CausalLM` with the weights of a ``transformers`` causal-LM ``model``.
 
-    The copy has ``model``'s dtype and device and is in eval mode.
+    The copy has ``model``'s dtype and device and is in eval mode. Tied embeddings stay tied:
+    its ``lm_head`` then uses its token embedding's matrix.
 
     Args:
         model: a ``transformers`` causal LM whose ``config.model_type`` is in :data:`SUPPORTED`.
@@ -861,6 +862,9 @@ def from_transformers(model: nn.Module) -> CausalLM:
             ours = _READERS[kind](model)
     finally:
         torch.set_default_dtype(saved)
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and embed is not None and head.weight is embed.weight:
+        ours.lm_head.weight = ours.embed.weight  # tied weights: one matrix, as in the source
     return ours.eval()
 
 

@@ -165,6 +165,16 @@ def test_the_copy_is_in_eval_mode_with_the_models_dtype() -> None:
     assert {p.dtype for p in ours.parameters()} == {torch.float32}
 
 
+@pytest.mark.parametrize("case", ["gpt2", "llama"])
+def test_tied_embeddings_stay_one_matrix(case: str) -> None:
+    model_type, options = CASES[case]
+    model = _model(model_type, options, tie_word_embeddings=True)
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    ours = from_transformers(model)
+    assert ours.lm_head.weight is ours.embed.weight  # one (n_vocab, d) matrix, as in the source
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in model.parameters())
+
+
 def test_int32_ids_give_the_int64_ids_logits_and_tokens() -> None:
     # nn.Embedding looks up either; the book's other models take both (check_token_ids)
     ours = from_transformers(_model(*CASES["gpt2"]))
