@@ -132,6 +132,8 @@ def sliding_window(
 ) -> MaskMod:
     """Causal attention over the ``window`` latest keys: the query at position p sees keys
     p - window < j <= p, as ``flash_attention(..., is_causal=True, window=window)``.
+    The window counts the query's own key: attention-gym's ``generate_sliding_window(n)``,
+    whose n is the look-back (i - j <= n), is ``sliding_window(n + 1)``.
 
     Args:
         window: w, the keys each query sees, itself included.
@@ -433,6 +435,8 @@ def _check_heads(h: Tensor, num_heads: int, rule: str, hint: str = "") -> None:
 def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
     """ALiBi (Press et al., 2022): add -m_h (i + offset - j) to the score of head h, with the slopes
     of :func:`~attention.alibi_slopes`; ``offset`` = t_k - t_q puts queries after a cache.
+    attention-gym's ``generate_alibi_bias`` adds the same term with slopes 2^(-8 (h + 1) / num_heads)
+    (head h counted from 0), which are ALiBi's only when num_heads is a power of two.
 
     Args:
         num_heads: h, one slope per head.
