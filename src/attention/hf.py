@@ -862,7 +862,8 @@ def from_transformers(model: nn.Module) -> CausalLM:
             ours = _READERS[kind](model)
     finally:
         torch.set_default_dtype(saved)
-    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    source: Any = model  # a transformers PreTrainedModel, which nn.Module's type does not know
+    head, embed = source.get_output_embeddings(), source.get_input_embeddings()
     if head is not None and embed is not None and head.weight is embed.weight:
         ours.lm_head.weight = ours.embed.weight  # tied weights: one matrix, as in the source
     return ours.eval()
