@@ -162,11 +162,10 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
     rotary = block.attn.rotary
     if rotary is None:
         return w_q @ w_k.T  # (d, d)
-    # YaRN's factor multiplies the rotated features of q and k (all d_h with
-    # scaled_features="head"): their terms of the score by its square, the others by 1
+    # YaRN's factor multiplies the scaled features of q and k: their terms of the score by its
+    # square, the others by 1
     factor = torch.ones(block.d_h, dtype=torch.float64)  # (d_h,)
-    scaled = getattr(rotary.scaling, "scaled_features", "rotated") == "head"
-    factor[: block.d_h if scaled else rotary.rotary_dim] = rotary.attention_factor**2
+    factor[: rotary.scaled_dim] = rotary.attention_factor**2
     return w_q @ (rotation_matrix(rotary, offset) * factor) @ w_k.T  # (d, d)
 
 

@@ -328,9 +328,16 @@ class RotaryEmbedding(nn.Module):
             rotated = torch.stack([rot_a, rot_b], dim=-1).flatten(-2)  # (..., t, d_rot)
         else:
             rotated = torch.cat([rot_a, rot_b], dim=-1)  # (..., t, d_rot)
-        if factor != 1.0 and getattr(self.scaling, "scaled_features", "rotated") == "head":
+        if factor != 1.0 and self.scaled_dim > self.rotary_dim:
             passed = passed * factor  # every feature scaled: the whole score divided by τ
         return torch.cat([rotated, passed], dim=-1)  # (..., t, d_h)
+
+    @property
+    def scaled_dim(self) -> int:
+        """The leading features that the attention factor multiplies: the rotated d_rot, or all
+        d_h with ``scaled_features="head"``."""
+        head = getattr(self.scaling, "scaled_features", "rotated") == "head"
+        return self.d_h if head else self.rotary_dim
 
     def extra_repr(self) -> str:
         """The settings, shown when the module is printed."""
