@@ -44,6 +44,13 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+def torch_takes_is_causal(t_q: int, t_k: int, scale: float | None) -> bool:
+    """Whether torch's SDPA may be handed ``is_causal=True`` for a causal call: its top-left mask
+    is the bottom-right one only for t_q = t_k, and its fused CPU kernel gives nan rows for a
+    scale <= 0 (torch 2.13; its math backend and a bool mask give softmax(scale · Q Kᵀ) V)."""
+    return t_q == t_k and (scale is None or scale > 0)
+
+
 def renamed(**hints: str) -> Callable[[F], F]:
     """Decorator: a keyword another library (or an older version) spells differently raises a
     ``TypeError`` that says which keyword this function takes, instead of Python's bare one.

@@ -24,7 +24,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_flags, check_qkv, check_scale, check_sizes, kernel_keywords, shape_or_type
+from ._checks import (
+    check_flags,
+    check_qkv,
+    check_scale,
+    check_sizes,
+    kernel_keywords,
+    shape_or_type,
+    torch_takes_is_causal,
+)
 from .functional import causal_mask, repeat_kv_heads
 
 __all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_attention"]
@@ -254,10 +262,7 @@ def varlen_attention(
         # 4-d (1, h, t_i, d): on a CPU, SDPA takes its fused kernel for 4-d inputs only
         q = query[q0:q1].transpose(0, 1)[None]  # (1, h, t_i, d_k)
         k, v = key[k0:k1].transpose(0, 1)[None], value[k0:k1].transpose(0, 1)[None]  # (1, h, .., d)
-        # With as many queries as keys, top-left and bottom-right are one mask: is_causal. Not
-        # for a scale <= 0: torch's fused CPU kernel then gives nan rows for is_causal=True
-        # (torch 2.13; its math backend and a bool mask give softmax(scale · Q Kᵀ) V)
-        flag = is_causal and q1 - q0 == k1 - k0 and (scale is None or scale > 0)
+        flag = is_causal and torch_takes_is_causal(q1 - q0, k1 - k0, scale)
         mask = None
         if is_causal and not flag:
             mask = causal_mask(q1 - q0, k1 - k0, q.device, alignment="bottom_right")  # (t_i, t_k_i)

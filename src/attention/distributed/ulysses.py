@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._checks import kernel_keywords
+from .._checks import kernel_keywords, torch_takes_is_causal
 from ..functional import causal_mask
 from ._common import agree, note
 
@@ -127,9 +127,7 @@ def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: b
     k_heads, v_heads = (to_heads(x, n_kv, kv_first) for x in (k, v))  # (b, n_kv, t, d)
     # Which received key-value head serves each of this rank's query heads.
     serve = (torch.arange(rank * heads, (rank + 1) * heads) // (h // h_kv) - kv_first[rank]).to(q.device)
-    # torch's fused CPU kernel gives nan rows for is_causal with a scale <= 0 (torch 2.13; its
-    # math backend does not): the causal mask is then passed as a mask, as varlen_attention does
-    fused = is_causal and (scale is None or scale > 0)
+    fused = is_causal and torch_takes_is_causal(world * c, world * c, scale)  # else a mask
     mask = causal_mask(world * c, device=q.device) if is_causal and not fused else None  # (t, t)
     out = F.scaled_dot_product_attention(q_heads, k_heads[:, serve], v_heads[:, serve], attn_mask=mask,
                                          is_causal=fused, scale=scale)  # (b, h / N, t, d_v)
