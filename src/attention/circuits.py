@@ -66,6 +66,25 @@ def _check_head(block: TransformerBlock, head: int) -> None:
         raise ValueError(f"head must be an integer in [0, {block.num_heads}), got {head!r}")
 
 
+# The part of a block that each circuit cannot read, as the block's option, the part, and why the
+# circuit is no fixed matrix with it.
+_UNREADABLE = {
+    "qk_circuit": ("qk_norm", "a QK-norm", "a normalized query and key give a score that no W_QK gives"),
+    "ov_circuit": ("output_gate", "an output gate",
+                   "the gate, a function of the query token, multiplies what the head writes"),
+}
+
+
+def _check_circuit_head(circuit: str, block: TransformerBlock, head: int) -> None:
+    """Require a head as _check_head does, in a block built without the option whose part
+    ``circuit`` cannot read (_UNREADABLE)."""
+    _check_head(block, head)
+    option, part, why = _UNREADABLE[circuit]
+    got = block.attn.qk_norm if option == "qk_norm" else block.attn.gate is not None
+    if got not in (None, False):
+        raise ValueError(f"{circuit} reads a head without {part} ({why}), got {option}={got!r}")
+
+
 def head_weights(block: TransformerBlock, head: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """W_q, W_k, W_v (d, d_h) and W_o (d_h, d) of one head, float64, as x W multiplies them.
 
@@ -151,12 +170,7 @@ def qk_circuit(block: TransformerBlock, head: int, offset: int = 0) -> Tensor:
         >>> qk_circuit(TransformerBlock(4, 2, 8), head=0).shape
         torch.Size([4, 4])
     """
-    _check_head(block, head)
-    if block.attn.qk_norm is not None:
-        raise ValueError(
-            f"qk_circuit reads a head without a QK-norm (a normalized query and key give a score "
-            f"that no W_QK gives), got qk_norm={block.attn.qk_norm!r}"
-        )
+    _check_circuit_head("qk_circuit", block, head)
     check_counts(offset=offset)  # Δ = i - j; checked without RoPE too, where it changes nothing
     w_q, w_k, _, _ = head_weights(block, head)  # (d, d_h) each
     rotary = block.attn.rotary
@@ -188,12 +202,7 @@ def ov_circuit(block: TransformerBlock, head: int) -> Tensor:
         >>> ov_circuit(TransformerBlock(4, 2, 8), head=0).shape
         torch.Size([4, 4])
     """
-    _check_head(block, head)
-    if block.attn.gate is not None:
-        raise ValueError(
-            "ov_circuit reads a head without an output gate (the gate, a function of the query "
-            "token, multiplies what the head writes), got output_gate=True"
-        )
+    _check_circuit_head("ov_circuit", block, head)
     _, _, w_v, w_o = head_weights(block, head)
     return w_v @ w_o  # (d, d)
 
