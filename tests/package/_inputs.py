@@ -2,7 +2,7 @@
 
 import copy
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import pytest
@@ -88,6 +88,14 @@ NON_BOOLS = ["no", 1]
 def refuses_non_bool(flag: str, value: object) -> pytest.RaisesExc:
     """``pytest.raises`` for ``flag`` given the non-bool ``value``: a ValueError naming both."""
     return pytest.raises(ValueError, match=rf"\b{flag} must be a bool, got {re.escape(repr(value))} of type")
+
+
+def check_refuses_non_bools(flag: str, call: Callable[[object], object]) -> None:
+    """``call(value)`` raises :func:`refuses_non_bool`'s ValueError for every value of
+    :data:`NON_BOOLS`: the whole test of a module's one flag."""
+    for value in NON_BOOLS:
+        with refuses_non_bool(flag, value):
+            call(value)
 
 
 @contextmanager
