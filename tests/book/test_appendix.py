@@ -209,7 +209,7 @@ def test_a_noisy_time_is_marked_where_its_spread_is_not_shown(runs):
     marked = {(cells[0].strip("`"), t) for cells in body_rows(text) for t, c in zip(ts, cells[1:]) if c.endswith("†")}
     expected = {(r.variant, r.t) for r in rows if r.status == "ok" and r.iqr_s > 0.1 * r.median_s}
     assert expected and marked == expected
-    assert "† a noisy time, its IQR more than 10 % of the median." in text
+    assert "† a noisy time, its IQR more than 10% of the median." in text
     delta = tables.delta_table(runs["cpu-delta"])  # every time within 10 %: no dagger, no note
     assert "†" not in delta
 

@@ -36,7 +36,7 @@ def batch_note(rows: list[Row]) -> str:
 # A time whose interquartile range exceeds this fraction of its median is marked noisy (†) in the
 # grids that show medians alone: a reader should not rank it against a neighbour a few % away.
 NOISY_IQR = 0.10
-NOISY_NOTE = f"† a noisy time, its IQR more than {100 * NOISY_IQR:g} % of the median"
+NOISY_NOTE = f"† a noisy time, its IQR more than {100 * NOISY_IQR:g}% of the median"
 
 
 def noisy(row) -> bool:

@@ -72,7 +72,7 @@ def cell_text_colour(strength: float) -> str:
 def _plotted(artist: Any) -> list[Any]:
     """Every artist under ``artist`` and itself, in ``findobj``'s order, but an axis's own (its
     label and ticks, which carry no gid): ``Axis.get_children`` makes a tick object for every
-    tick location, 6 % of the time the figures take to draw."""
+    tick location, 6% of the time the figures take to draw."""
     found = [a for child in artist.get_children() if not isinstance(child, Axis)
              for a in _plotted(child)]
     return [*found, artist]
