@@ -371,12 +371,15 @@ def test_decode_bound_bars_are_the_measured_rows_and_equation_10_11(
               "context_length": 8, "positions": "learned", "mlp": False}
     row = {"model": "gpt2-small-untrained", "config": config, "use_cache": True,
            "prompt_tokens": 2, "new_tokens": 4, "tokens_per_s": 7.0}
-    run = {"peaks": {"bandwidth": {"bytes_per_s": 1e6, "measured": True}}, "decode": [row]}
+    run = {"peaks": {"bandwidth": {"bytes_per_s": 1e6, "measured": True}}, "decode": [row],
+           "provenance": {"cpu_model": "Some CPU", "cpu_count": 3}}
     (tmp_path / "cpu.json").write_text(json.dumps(run), encoding="utf-8")
     monkeypatch.setitem(make.__globals__, "RESULTS_DIR", tmp_path)
     fig = make()
     bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers}
+    devices = [label.get_text() for label in fig.axes[0].get_xticklabels()]
     plt.close(fig)
+    assert devices == ["Some CPU\n3 CPUs\nβ from STREAM"]  # the CPU as its run records it
     # weights read: W_qkv 4·12 + 12, out 4·4 + 4, two LayerNorms 2·8, lm_head 4·10, one row of
     # each embedding 2·4; the cache holds 2 + 4 // 2 = 4 tokens: 2 · 4 · 1 · 2 · 2 values
     weights = 4 * 12 + 12 + 4 * 4 + 4 + 2 * 8 + 4 * 10 + 2 * 4

@@ -26,8 +26,9 @@ from book.figures import PAPER
 
 RESULTS_DIR = DOCS / "appendix" / "results"
 RESULTS = RESULTS_DIR / "cpu.json"
-# The runs with decode rows, and how the figure names their device.
-DEVICES = {"cpu.json": "CPU (2 cores)", "cuda-h100-quick.json": "H100", "cuda-h200.json": "H200"}
+# The runs with decode rows, and how the figure names their GPU; the CPU's name is its run's record
+# (cpu_label).
+DEVICES = {"cpu.json": None, "cuda-h100-quick.json": "H100", "cuda-h200.json": "H200"}
 # DeepSeek-V2 (DeepSeek-AI 2024, section 3.1.2): 60 layers, 128 heads of 128, d_c = 512,
 # d_h^R = 64; 16-bit numbers.
 DSV2_LAYERS, DSV2_HEADS, DSV2_D_H, DSV2_D_C, DSV2_D_R = 60, 128, 128, 512, 64
@@ -126,6 +127,13 @@ def decode_speed() -> Figure:
     return fig
 
 
+def cpu_label(provenance: dict) -> str:
+    """A CPU run's machine as its provenance records it: the CPU model and the number of logical
+    CPUs (``os.cpu_count()``), "AMD EPYC" over "2 CPUs"; "CPU" where it records neither."""
+    model = textwrap.fill(provenance.get("cpu_model", "CPU"), 16)
+    return f"{model}\n{provenance['cpu_count']} CPUs" if "cpu_count" in provenance else model
+
+
 def decode_bound_rows() -> list[tuple[str, float, float, str]]:
     """(device, measured tokens/s, bandwidth bound, β's source) of GPT-2 small with the cache.
 
@@ -151,7 +159,8 @@ def decode_bound_rows() -> list[tuple[str, float, float, str]]:
                                    config["d_model"] // config["num_heads"], 4)
             bound = bandwidth["bytes_per_s"] / (4 * weights + cache)
             source = "STREAM" if bandwidth.get("measured") else "datasheet"
-            found.append((device, row["tokens_per_s"], bound, source))
+            label = device or cpu_label(run.get("provenance", {}))
+            found.append((label, row["tokens_per_s"], bound, source))
     return found
 
 
