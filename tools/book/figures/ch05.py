@@ -22,9 +22,11 @@ def per_head_weights() -> Figure:
     mha = MultiHeadAttention(3, 2, context_length=6, dropout=0.0, num_heads=2)
     with torch.no_grad():
         _, attn_weights = mha(journey_batch(), return_weights=True)  # (b, h, t, t)
-    fig, grid = plt.subplot_mosaic([["1", "2"], ["diff", "diff"]], figsize=(8.4, 8.6),
+    fig, grid = plt.subplot_mosaic([["1", "2"], ["diff", "diff"]], figsize=(8.4, 8.4),
                                    layout="constrained")
-    axes = [grid["1"], grid["2"], grid["diff"]]  # two rows: legible on a phone
+    # Two rows, not three panels in one: in one row the differences' numbers (+0.021) overflow
+    # their cells at the width a desktop column shows.
+    axes = [grid["1"], grid["2"], grid["diff"]]
     for head in range(2):
         plot_attention(
             attn_weights[0, head],
@@ -33,18 +35,20 @@ def per_head_weights() -> Figure:
             ax=axes[head],
             title=f"head {head + 1}",
         )
-        # Anchored right, as the colour bar anchors the difference's panel: where the layout
-        # shrinks a square panel to fit its row (stacked on a phone), all three shrink to the
-        # right, away from their y labels. Centred, the heads' "query" left the figure.
+        # Anchored right: where the layout shrinks a square panel to fit its row (stacked on a
+        # phone), the heads shrink to the right, away from their y labels. Centred, the heads'
+        # "query" left the figure.
         axes[head].set_anchor("E")
     difference = attn_weights[0, 0] - attn_weights[0, 1]  # (t, t)
     t = len(JOURNEY_TOKENS)
     # (t, t), blank above the diagonal
     future = torch.ones(t, t, dtype=torch.bool).triu(diagonal=1)
     limit = difference.abs().max().item()
+    # Cells wider than tall (aspect "auto"): the difference fills its row, which a square panel
+    # left half empty beside the heads above it.
     image = axes[2].imshow(
         difference.masked_fill(future, float("nan")).numpy(), cmap="RdBu_r",
-        vmin=-limit, vmax=limit
+        vmin=-limit, vmax=limit, aspect="auto"
     )
     for i in range(t):
         for j in range(i + 1):
