@@ -99,17 +99,25 @@ def _selection_rule(selected: Tensor, block_size: int = 1) -> MaskMod:
     return chosen_bh
 
 
-def _rankable(scores: Tensor, allowed: Tensor) -> Tensor:
+def _rankable(scores: Tensor, allowed: Tensor, name: str) -> Tensor:
     """scores with the hidden ones -inf and an allowed -inf raised to the lowest finite value:
     every allowed key then ranks above every hidden one, so torch.topk cannot fill a row's k
-    places with hidden keys while an allowed key scoring -inf, tied with them, is left out."""
+    places with hidden keys while an allowed key scoring -inf, tied with them, is left out.
+
+    An allowed NaN is refused: torch.topk ranks NaN above every number, so a query would keep a
+    key whose score is undefined. A hidden NaN is never ranked and passes."""
+    nan = scores.isnan() & allowed
+    if nan.any():  # a device sync, once per selection
+        at = tuple(nan.nonzero()[0].tolist())
+        raise ValueError(f"{name} must be numbers where a query ranks them, not NaN (torch.topk "
+                         f"ranks NaN first), got NaN at index {at}")
     lowest = torch.finfo(scores.dtype).min
     return scores.masked_fill(scores == -math.inf, lowest).masked_fill(~allowed, -math.inf)
 
 
-def _top(scores: Tensor, k: int, allowed: Tensor) -> Tensor:
+def _top(scores: Tensor, k: int, allowed: Tensor, name: str) -> Tensor:
     """Boolean selection of the k highest allowed scores per row (all allowed, if fewer)."""
-    masked = _rankable(scores, allowed)
+    masked = _rankable(scores, allowed, name)
     index = masked.topk(min(k, scores.shape[-1]), dim=-1).indices  # (…, t_q, k)
     return torch.zeros_like(allowed).expand_as(scores).scatter(-1, index, True) & allowed
 
@@ -133,8 +141,8 @@ def topk_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> MaskMod:
         The mask rule.
 
     Raises:
-        ValueError: if scores has another rank, top_k is not an integer >= 1, or is_causal is
-            not a bool.
+        ValueError: if scores has another rank or is NaN where a query ranks it (a key it
+            sees), top_k is not an integer >= 1, or is_causal is not a bool.
         TypeError: flash-attn's keyword ``causal``, naming the one this function takes.
 
     Examples:
@@ -150,7 +158,7 @@ def topk_mask(scores: Tensor, top_k: int, *, is_causal: bool = True) -> MaskMod:
     t_q, t_k = scores.shape[-2:]
     allowed = _visible(t_q, t_k, scores.device) if is_causal else torch.ones(
         t_q, t_k, dtype=torch.bool, device=scores.device)
-    return _selection_rule(_top(scores, top_k, allowed))
+    return _selection_rule(_top(scores, top_k, allowed, "scores"))
 
 
 @renamed(causal="is_causal")
@@ -178,7 +186,8 @@ def block_topk_mask(
         The mask rule.
 
     Raises:
-        ValueError: if block_scores has another rank, top_k or block_size is not an integer
+        ValueError: if block_scores has another rank or is NaN where a query ranks it (a
+            block it may choose, not one always kept), top_k or block_size is not an integer
             >= 1, top_k is below the blocks always kept (1, or 2 with keep_first), or is_causal
             or keep_first is not a bool.
         TypeError: flash-attn's keyword ``causal``, naming the one this function takes.
@@ -206,11 +215,11 @@ def block_topk_mask(
     own = block == position // block_size  # (t_q, T_k)
     forced = own | (block == 0) if keep_first else own
     allowed = block * block_size <= position if is_causal else torch.ones_like(own)
-    # forced blocks win every comparison: a +inf or NaN score (NaN ranks first in torch.topk)
-    # counts as the largest finite one, below the forced blocks' +inf
+    # forced blocks win every comparison: a +inf score counts as the largest finite one, below
+    # the forced blocks' +inf (a forced block's NaN is overwritten; another ranked one refused)
     largest = torch.finfo(block_scores.dtype).max
-    boosted = block_scores.nan_to_num(largest, largest, -math.inf).masked_fill(forced, math.inf)
-    rule = _selection_rule(_top(boosted, top_k, allowed), block_size)
+    boosted = block_scores.clamp(max=largest).masked_fill(forced, math.inf)
+    rule = _selection_rule(_top(boosted, top_k, allowed, "block_scores"), block_size)
     return and_masks(rule, causal_rule("bottom_right", t_q, t_k)) if is_causal else rule
 
 
@@ -437,8 +446,9 @@ def dsa_attention(
 
     Raises:
         ValueError: if the tensors do not agree, index_scores is not a floating-point tensor on
-            the query's device or has another shape, top_k is not an integer >= 1, scale is not
-            None or a finite number, or gather is not a bool.
+            the query's device, has another shape or is NaN where a query ranks it (a key it
+            sees), top_k is not an integer >= 1, scale is not None or a finite number, or
+            gather is not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -466,16 +476,17 @@ def dsa_attention(
     if tuple(index_scores.shape) != expected:
         raise ValueError(f"index_scores must have shape (b, t_q, t_k) = {expected}, "
                          f"got {tuple(index_scores.shape)}")
-    if not gather:
-        rule = topk_mask(index_scores[:, None], top_k)
-        return dense_attention(query, key, value, mask_mod=rule, scale=scale)
     check_sizes(top_k=top_k)
+    t_q, t_k = expected[1:]
+    visible = _visible(t_q, t_k, query.device)  # (t_q, t_k)
+    if not gather:  # topk_mask's selection, with index_scores named in its errors
+        chosen = _top(index_scores, top_k, visible, "index_scores")[:, None]  # (b, 1, t_q, t_k)
+        return dense_attention(query, key, value, mask_mod=_selection_rule(chosen), scale=scale)
     # a batch or a head of 1 broadcasts against the others', as in the dense form
     query = query.expand(b, h, *query.shape[2:])
-    (t_q, d_k), t_k = query.shape[2:], key.shape[-2]
+    d_k = query.shape[-1]
     acc = accumulation_dtype(query.dtype)  # float32 for half precision, rounded once at the end
-    visible = _visible(t_q, t_k, query.device)  # (t_q, t_k)
-    masked = _rankable(index_scores, visible)  # (b, t_q, t_k)
+    masked = _rankable(index_scores, visible, "index_scores")  # (b, t_q, t_k)
     index = masked.topk(min(top_k, t_k), dim=-1).indices  # (b, t_q, k)
     # (b, t_q, k): False where a clamped top-k returned a hidden key
     valid = visible.expand(index.shape[0], t_q, t_k).gather(-1, index)
@@ -594,6 +605,9 @@ def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> Mas
     acc = accumulation_dtype(query.dtype)  # half precision would tie blocks that float32 ranks
     means = _block_means(key.to(acc), block_size, "keys")  # (b, h, T_k, d_k)
     gate = query.to(acc) @ means.transpose(-2, -1)  # (b, h, t_q, T_k)
+    # a NaN in the query or a key makes NaN gates: such a block ranks first, so the rows that
+    # see the NaN come out NaN, as torch's SDPA gives them (block_topk_mask refuses NaN)
+    gate = gate.masked_fill(gate.isnan(), torch.finfo(gate.dtype).max)
     return block_topk_mask(gate, top_k, block_size)
 
 

@@ -72,17 +72,27 @@ def test_block_selection_keeps_the_own_and_first_block_and_no_later_one():
         assert (blocks[..., i, :].sum(dim=-1) == min(2, i // BLOCK + 1)).all()
 
 
-@pytest.mark.parametrize("score", [math.inf, math.nan])
-def test_block_selection_keeps_the_own_and_first_block_against_inf_and_nan_scores(score):
-    # The always-kept blocks were boosted to +inf: a block scoring +inf tied with them and a NaN
-    # (first in torch.topk's order) beat them, so a query lost its own block and itself.
+def test_block_selection_keeps_the_own_and_first_block_against_inf_scores():
+    # The always-kept blocks were boosted to +inf: a block scoring +inf tied with them and beat
+    # them, so a query lost its own block and itself. (A NaN score is refused: TestBadInput.)
     scores = torch.zeros(B, H, T, T // BLOCK, dtype=torch.float64)
-    scores[..., 1] = score
+    scores[..., 1] = math.inf
     mask = to_dense(sparse.block_topk_mask(scores, 2, BLOCK, keep_first=True), T, T, B, H)
     blocks = mask.view(B, H, T, T // BLOCK, BLOCK).any(dim=-1)  # (b, h, t, T_k)
     for i in range(T):
         assert blocks[..., i, i // BLOCK].all() and blocks[..., i, 0].all()
         assert mask[..., i, i].all(), f"query {i} does not see itself"
+
+
+def test_moba_gives_nan_to_the_rows_that_see_a_nan_key_as_sdpa_does():
+    # block_topk_mask refuses NaN scores; moba_mask ranks a block whose mean key is NaN first,
+    # so every row that sees the NaN key attends to it, and no other row turns NaN
+    q, k, v = qkv((1, 1, T, D), seed=123)
+    k[..., 6, 0] = math.nan  # key 6, in block 1
+    out = sparse.moba_attention(q, k, v, block_size=BLOCK, top_k=2)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert out.isnan().any(-1).flatten().tolist() == [i >= 6 for i in range(T)]
+    assert torch.equal(out.isnan(), expected.isnan())
 
 
 def test_block_sizes_may_be_numpy_integers():
@@ -402,6 +412,30 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             sparse.LightningIndexer(**({"d_in": 8, "q_rank": 4, "index_heads": 2, "index_dim": 4,
                                         "rope_dim": 2} | sizes))
+
+    @pytest.mark.parametrize("gather", [False, True])
+    def test_selections_refuse_a_nan_score_they_rank(self, gather) -> None:
+        # torch.topk ranks NaN first: the row kept the key (or block) whose score is undefined
+        scores = torch.zeros(4, 4, dtype=torch.float64)
+        scores[2, 1] = math.nan
+        nan = r"must be numbers where a query ranks them, not NaN \(torch.topk ranks NaN first\)"
+        with pytest.raises(ValueError, match=rf"^scores {nan}, got NaN at index \(2, 1\)$"):
+            sparse.topk_mask(scores, 1)
+        with pytest.raises(ValueError, match=rf"^block_scores {nan}, got NaN at index \(2, 1\)$"):
+            sparse.block_topk_mask(scores, 2, 1)  # block 1 of query 2: not its own, ranked
+        q = torch.randn(1, 2, 4, 3)
+        with pytest.raises(ValueError, match=rf"^index_scores {nan}, got NaN at index \(0, 2, 1\)$"):
+            sparse.dsa_attention(q, q, q, scores[None], top_k=1, gather=gather)
+        # never ranked: the later keys (hidden), and with them each query's own block (kept)
+        zeros = torch.zeros(4, 4, dtype=torch.float64)
+        later = zeros.masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1), math.nan)
+        own = later.masked_fill(torch.eye(4, dtype=torch.bool), math.nan)
+        assert torch.equal(to_dense(sparse.topk_mask(later, 1), 4, 4),
+                           to_dense(sparse.topk_mask(zeros, 1), 4, 4))
+        assert torch.equal(to_dense(sparse.block_topk_mask(own, 1, 1), 4, 4),
+                           to_dense(sparse.block_topk_mask(zeros, 1, 1), 4, 4))
+        torch.testing.assert_close(sparse.dsa_attention(q, q, q, later[None], top_k=1, gather=gather),
+                                   sparse.dsa_attention(q, q, q, zeros[None], top_k=1, gather=gather))
 
     @pytest.mark.parametrize("gather", [False, True])
     def test_dsa_index_scores_must_be_floating_point(self, gather) -> None:
