@@ -37,6 +37,23 @@ def _check_model(model: object) -> None:
         raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
 
 
+def _check_target_ids(targets: Tensor) -> None:
+    """Require integer ids: a float, complex or bool target (a bool read as 0 or 1) is no id."""
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+        raise ValueError(f"targets must be integer ids, got {targets.dtype}")
+
+
+def _check_in_vocabulary(targets: Tensor, n_vocab: int) -> Tensor:
+    """The scored targets (not -100), required in [0, n_vocab), as F.cross_entropy requires."""
+    ids = targets[targets != -100]
+    if not bool(((ids >= 0) & (ids < n_vocab)).all()):
+        raise ValueError(
+            f"targets must be token ids in [0, n_vocab={n_vocab}) or -100 (not scored), got ids "
+            f"from {int(ids.min())} to {int(ids.max())}"
+        )
+    return ids
+
+
 def _takes_return_weights(model: nn.Module) -> bool:
     """Whether the model's forward takes a ``return_weights`` keyword (or any keyword); True
     when its signature cannot be read."""
@@ -56,11 +73,11 @@ def train_lm(
 ) -> list[float]:
     """Train ``model`` with AdamW on next-token cross-entropy; return the loss of each step.
 
-    ``data(generator)`` returns a batch (inputs (b, t), targets (b, t)); a target of -100 is
-    not scored. The batches are drawn from a generator seeded with ``seed``, and dropout from
-    torch's own generators seeded with ``seed`` too (their state is restored afterwards), so the
-    same model initialization, data and seed give the same losses. The model is left in eval
-    mode.
+    ``data(generator)`` returns a batch (inputs (b, t), targets (b, t)); targets are integer ids
+    in [0, n_vocab), or -100, not scored (``F.cross_entropy``'s ``ignore_index``). The batches
+    are drawn from a generator seeded with ``seed``, and dropout from torch's own generators
+    seeded with ``seed`` too (their state is restored afterwards), so the same model
+    initialization, data and seed give the same losses. The model is left in eval mode.
 
     Args:
         model: maps token ids (b, t) to logits (b, t, n_vocab); trained in place.
@@ -75,7 +92,8 @@ def train_lm(
     Raises:
         ValueError: if model is not a torch.nn.Module, data is not callable, steps is not an
             integer >= 1, seed not an integer torch's generator takes (-2**63 to 2**64 - 1),
-            lr not a finite number > 0, or a batch's targets do not have the logits' (b, t).
+            lr not a finite number > 0, or a batch's targets are not integer ids of the logits'
+            (b, t) in [0, n_vocab) or -100 (n_vocab the logits' last dimension).
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -108,7 +126,12 @@ def train_lm(
                     f"targets must have the logits' shape (b, t) = {tuple(logits.shape[:-1])}, "
                     f"got {shape_or_type(targets)}"
                 )
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+            # checked here, not by cross_entropy: its RuntimeError or IndexError names no batch
+            _check_target_ids(targets)
+            _check_in_vocabulary(targets, logits.shape[-1])
+            # int64 as cross_entropy takes them (it refuses int32, which the models take as ids)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten().long(),
+                                   ignore_index=-100)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -252,9 +275,7 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
     for name, ids in (("inputs", inputs), ("targets", targets)):
         if not isinstance(ids, Tensor):
             raise ValueError(f"{name} must be a tensor of token ids, got {shape_or_type(ids)}")
-    # an id compared with a float, a complex or a bool (read as 0 or 1) would never be refused
-    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
-        raise ValueError(f"targets must be integer ids, got {targets.dtype}")
+    _check_target_ids(targets)  # an id compared with a float would never be refused
     scored = targets != -100  # (b, t)
     if targets.shape != inputs.shape or not scored.any():
         raise ValueError(
@@ -263,12 +284,7 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
         )
     model.eval()
     logits = model(inputs)  # (b, t, n_vocab)
-    n_vocab, ids = logits.shape[-1], targets[scored]
-    if not bool(((ids >= 0) & (ids < n_vocab)).all()):  # F.cross_entropy refuses them too
-        raise ValueError(
-            f"targets must be token ids in [0, n_vocab={n_vocab}) or -100 (not scored), got ids "
-            f"from {int(ids.min())} to {int(ids.max())}"
-        )
+    ids = _check_in_vocabulary(targets, logits.shape[-1])  # F.cross_entropy refuses them too
     predictions = logits.argmax(dim=-1)  # (b, t)
     return (predictions[scored] == ids).double().mean().item()
 

@@ -24,6 +24,17 @@ def test_recall_data_targets_are_each_keys_latest_value():
         assert len(set(row[20:])) == 4 and all(t == -100 for t in target[:20])
 
 
+def test_train_lm_takes_int32_targets_as_the_models_take_int32_ids():
+    # int64 and int32 ids (-100 among them) give one loss; cross_entropy refused int32
+    inputs, targets = lookback_data(2, 6, 4, torch.Generator().manual_seed(0))
+    assert (targets == -100).any()
+    torch.manual_seed(0)
+    base = TinyTransformer(4, 8, 2, 1, context_length=6)
+    losses = [train_lm(copy.deepcopy(base), lambda g: (inputs, targets.to(dtype)), 2)
+              for dtype in (torch.int64, torch.int32)]
+    assert losses[0] == losses[1]
+
+
 def test_train_lm_with_dropout_repeats_its_losses_and_leaves_torchs_generator_alone():
     # dropout drew from torch's global generator: two runs with one seed differed, and the
     # caller's random numbers after training depended on it
@@ -114,3 +125,19 @@ class TestBadInput:
         inputs, targets = torch.tensor([[0, 1, 2], [3, 0, 1]]), torch.tensor([[1, 2], [3, 0], [1, 2]])
         with pytest.raises(ValueError, match=r"targets must have the logits' shape \(b, t\) = \(2, 3\), got \(3, 2\)"):
             train_lm(model, lambda g: (inputs, targets), 1)
+
+    @pytest.mark.parametrize(
+        ("targets", "message"),
+        [  # torch's RuntimeError (expected target dtype to be Long or Byte) or IndexError
+            (torch.tensor([[1.0, 2.0, 3.0]]), r"targets must be integer ids, got torch.float32"),
+            (torch.tensor([[True, False, True]]), r"targets must be integer ids, got torch.bool"),
+            (torch.tensor([[1, 4, -100]]), r"\[0, n_vocab=4\) or -100 \(not scored\), got ids from 1 to 4$"),
+            (torch.tensor([[-1, 2, -100]]), r"\[0, n_vocab=4\) or -100 \(not scored\), got ids from -1 to 2$"),
+        ],
+    )
+    def test_train_lm_refuses_targets_that_are_not_ids_of_the_vocabulary(self, targets, message) -> None:
+        model = TinyTransformer(4, 8, 2, 1, context_length=6)
+        before = copy.deepcopy(model.state_dict())
+        with pytest.raises(ValueError, match=message):
+            train_lm(model, lambda g: (torch.tensor([[0, 1, 2]]), targets), 1)
+        assert all(torch.equal(before[name], p) for name, p in model.state_dict().items())  # no step
