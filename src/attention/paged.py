@@ -145,8 +145,7 @@ class PagedKVCache:
 
     def sequence(self, seq: int) -> "PagedSequence":
         """Sequence ``seq`` seen as a one-sequence cache that attention layers accept."""
-        self._check_sequence(seq)
-        return PagedSequence(self, seq)
+        return PagedSequence(self, seq)  # which checks seq
 
 
 class PagedSequence:
@@ -157,7 +156,8 @@ class PagedSequence:
         seq: the sequence's id, from :meth:`PagedKVCache.add_sequence`.
 
     Raises:
-        ValueError: if pool is not a PagedKVCache.
+        ValueError: if pool is not a PagedKVCache or seq is not one of its sequences (added and
+            not freed).
 
     Examples:
         >>> pool = PagedKVCache(num_blocks=2, block_size=4, num_kv_heads=1, d_h=2)
@@ -170,6 +170,7 @@ class PagedSequence:
     def __init__(self, pool: PagedKVCache, seq: int) -> None:
         if not isinstance(pool, PagedKVCache):  # its length and append read the pool's
             raise ValueError(f"pool must be a PagedKVCache, got {type(pool).__name__}")
+        pool._check_sequence(seq)  # here, not at the first length or append far from this call
         self.pool, self.seq = pool, seq
 
     @property

@@ -145,6 +145,9 @@ class TestBadInput:
             (lambda: _pool_with(1).free([0]), r"one of the sequences \[0\], got \[0\]"),
             # its length raised an AttributeError ('NoneType' object has no attribute ...)
             (lambda: PagedSequence(None, 0), r"pool must be a PagedKVCache, got NoneType"),
+            # a view of no sequence was made, and refused at its first length or append
+            (lambda: PagedSequence(_pool_with(1), 1), r"seq must be one of the sequences \[0\], got 1$"),
+            (lambda: PagedSequence(_pool_with(1), 0.0), r"seq must be one of the sequences \[0\], got 0\.0$"),
         ],
     )
     def test_sequences_must_exist_and_fit_the_pool(self, make: object, message: str) -> None:
