@@ -46,6 +46,12 @@ class DeltaState:
     tokens and ``state`` (b, h_v, d_k, d_v) the memory S; both are None before the first call.
     ``length`` counts the tokens read. Its size does not grow with the length.
 
+    The layer keeps ``conv`` in its own dtype and ``state`` in float32 for a half-precision
+    layer (the dtype it computes S in: the layer's, otherwise), as flash-linear-attention's
+    kernels and transformers' Qwen3-Next keep them. A ``conv`` or ``state`` of another floating
+    dtype is cast to that dtype, as they cast it: a bfloat16 state is taken, computed in
+    float32 and returned in float32.
+
     Examples:
         >>> layer = GatedDeltaNet(16, num_key_heads=1, num_value_heads=2, d_k=4, d_v=4)
         >>> cache = DeltaState()
@@ -135,7 +141,8 @@ class GatedDeltaNet(nn.Module):
 
         Raises:
             ValueError: if x is not (b, t, d), or cache is not a :class:`DeltaState` of b
-                sequences whose conv and state have this layer's shapes.
+                sequences whose conv and state have this layer's shapes and are floating point
+                on x's device (of any floating dtype: see :class:`DeltaState`).
         """
         check_input(x, self.q_proj.in_features, (3,), "x", "d_model")
         if cache is not None and not isinstance(cache, DeltaState):
@@ -147,17 +154,24 @@ class GatedDeltaNet(nn.Module):
             conv_shape = (b, self.conv.in_channels, self.conv.kernel_size[0] - 1)
             for name, shape in (("conv", conv_shape), ("state", (b, self.h_v, self.d_k, self.d_v))):
                 held = getattr(cache, name)
-                if held is not None and tuple(held.shape) != shape:
+                if held is None:
+                    continue
+                if tuple(held.shape) != shape:
                     raise ValueError(f"cache.{name} must have shape {shape} (a DeltaState of this "
                                      f"layer), got {tuple(held.shape)}")
+                if not held.is_floating_point() or held.device != x.device:  # cast, or moved
+                    raise ValueError(f"cache.{name} must be floating point on x's device "
+                                     f"{x.device}, got {held.dtype} on {held.device}")
         if t == 0:  # nothing read: the cache, even a new one, stays as it was
             return self.out_proj(self.z_proj(x))  # (b, 0, d), in x's graph as a full call is
         qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # (b, t, ch)
         k_size = self.conv.kernel_size[0]
         if cache is None or cache.conv is None:
             qkv = F.pad(qkv.transpose(1, 2), (k_size - 1, 0))  # (b, ch, w_conv - 1 + t): causal
-        else:  # the last w_conv - 1 inputs of the previous call instead of zeros
-            qkv = torch.cat([cache.conv, qkv.transpose(1, 2)], dim=-1)  # (b, ch, w_conv - 1 + t)
+        else:  # the last w_conv - 1 inputs of the previous call instead of zeros, in the
+            # layer's dtype as transformers casts them (a float32 conv met bfloat16 weights)
+            conv = cache.conv.to(qkv.dtype)
+            qkv = torch.cat([conv, qkv.transpose(1, 2)], dim=-1)  # (b, ch, w_conv - 1 + t)
         if cache is not None:
             cache.conv = qkv[..., qkv.shape[-1] - (k_size - 1):]  # (b, ch, w_conv - 1)
         qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, ch)

@@ -117,6 +117,26 @@ def test_a_bfloat16_layer_hands_the_rule_its_log_decay_in_float32(monkeypatch):
     assert seen == [torch.float32]
 
 
+def test_a_cache_of_another_floating_dtype_is_cast_as_transformers_casts_it():
+    """conv to the layer's dtype, state to float32 (flash-linear-attention's kernels and
+    transformers' Qwen3-Next take any); a float32 conv met bfloat16 weights: torch's
+    RuntimeError."""
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(16, 2, 4, 4, 3).bfloat16()
+    x = torch.randn(1, 7, 16).bfloat16()
+    outs, caches = [], []
+    for conv_dtype, state_dtype in ((torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16)):
+        cache = DeltaState()
+        layer(x[:, :5], cache)
+        cache.conv, cache.state = cache.conv.to(conv_dtype), cache.state.bfloat16().to(state_dtype)
+        outs.append(layer(x[:, 5:], cache))
+        caches.append(cache)
+    assert torch.equal(outs[0], outs[1])
+    for cache in caches:
+        assert (cache.conv.dtype, cache.state.dtype) == (torch.bfloat16, torch.float32)
+        assert torch.equal(cache.state, caches[0].state)
+
+
 def test_no_tokens_give_an_empty_output_and_leave_the_state_as_it_was():
     """t = 0, as the attention modules take it: an empty (b, 0, d) output that gradients pass
     through, and a DeltaState that an empty call leaves unchanged."""
@@ -179,6 +199,24 @@ class TestBadInput:
         conv, cache.state = cache.conv, cache.state[:, :1]
         with pytest.raises(ValueError, match=r"cache\.state must have shape \(1, 2, 4, 4\) .*got "
                                              r"\(1, 1, 4, 4\)"):
+            layer(torch.randn(1, 1, 16), cache=cache)
+        assert cache.conv is conv and cache.length == 5, "a refused call changed the cache"
+
+    def test_the_cache_must_be_floating_point_on_the_inputs_device(self):
+        # An integer conv was promoted by torch.cat without a word; a state on another device
+        # was refused only after the cache had taken the new tokens' conv inputs, as
+        # gated_delta_rule's initial_state.
+        layer = GatedDeltaNet(16, 2, 2, 4, 4)
+        cache = DeltaState()
+        layer(torch.randn(1, 5, 16), cache=cache)
+        conv, state = cache.conv, cache.state
+        cache.conv = conv.long()
+        with pytest.raises(ValueError, match=r"cache\.conv must be floating point on x's device cpu, "
+                                             r"got torch\.int64 on cpu"):
+            layer(torch.randn(1, 1, 16), cache=cache)
+        cache.conv, cache.state = conv, state.to("meta")
+        with pytest.raises(ValueError, match=r"cache\.state must be floating point on x's device cpu, "
+                                             r"got torch\.float32 on meta"):
             layer(torch.randn(1, 1, 16), cache=cache)
         assert cache.conv is conv and cache.length == 5, "a refused call changed the cache"
 
