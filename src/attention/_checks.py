@@ -164,7 +164,7 @@ def check_alignment(alignment: str) -> None:
 
 
 def check_counts(**values: int) -> None:
-    """Require counts that may be zero (sink tokens, a prefix, new tokens): integers >= 0,
+    """Require counts that may be zero (sink tokens, a prefix, queries or keys): integers >= 0,
     NumPy's among them, as :func:`check_sizes` takes."""
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import rope_scaling
-from ._checks import Factory, accumulation_dtype, check_counts, check_number, check_token_ids
+from ._checks import Factory, accumulation_dtype, check_number, check_sizes, check_token_ids
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
 from .inference import cached_visible
@@ -438,10 +438,10 @@ class CausalLM(nn.Module):
         input_ids' dtype.
 
         Raises:
-            ValueError: if max_new_tokens is not an integer >= 0, input_ids holds no token, or
-                input_ids as in :meth:`forward`.
+            ValueError: if max_new_tokens is not an integer >= 1 (transformers' ``generate``
+                refuses 0 too), input_ids holds no token, or input_ids as in :meth:`forward`.
         """
-        check_counts(max_new_tokens=max_new_tokens)
+        check_sizes(max_new_tokens=max_new_tokens)  # 0 returned input_ids itself, not a copy
         check_token_ids(input_ids, "input_ids", self.embed.num_embeddings)
         if input_ids.shape[1] == 0:  # the first new token is read off the last given one
             raise ValueError(f"input_ids must hold at least one token per sequence, got shape "

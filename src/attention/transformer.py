@@ -42,7 +42,6 @@ from torch.types import Device
 
 from ._checks import (
     Factory,
-    check_counts,
     check_dropout,
     check_flags,
     check_heads,
@@ -535,11 +534,12 @@ class TinyTransformer(nn.Module):
 
         Raises:
             ValueError: if idx is not (b, t) of integer ids in [0, n_vocab) with t >= 1,
-                max_new_tokens is not an integer >= 0, with learned positions, the tokens do not
-                fit in context_length, or use_cache is not a bool.
+                max_new_tokens is not an integer >= 1 (transformers' ``generate`` refuses 0
+                too), with learned positions, the tokens do not fit in context_length, or
+                use_cache is not a bool.
         """
-        check_token_ids(idx, "idx", self.vocab_size)  # max_new_tokens=0 would return them
-        check_counts(max_new_tokens=max_new_tokens)
+        check_token_ids(idx, "idx", self.vocab_size)
+        check_sizes(max_new_tokens=max_new_tokens)  # 0 returned idx itself, not a copy
         check_flags(use_cache=use_cache)
         b, t = idx.shape
         if t == 0:
@@ -549,7 +549,7 @@ class TinyTransformer(nn.Module):
                 f"t + max_new_tokens - 1 must be at most context_length={self.context_length} "
                 f"with learned positions, got {t} + {max_new_tokens} - 1 = {t + max_new_tokens - 1}"
             )
-        cache = self.new_cache(b, t + max_new_tokens - 1) if use_cache and max_new_tokens else None
+        cache = self.new_cache(b, t + max_new_tokens - 1) if use_cache else None
         new_tokens = idx
         for step in range(max_new_tokens):
             logits = self(new_tokens if use_cache else idx, cache=cache)  # (b, t', n_vocab)

@@ -385,6 +385,9 @@ class TestBadInput:
             ours(torch.tensor([[0, 64]]))
         with pytest.raises(ValueError, match=r"max_new_tokens.*got -1"):
             ours.generate(torch.zeros(1, 3, dtype=torch.long), -1)
+        # returned input_ids itself, as transformers' generate does not: it refuses 0
+        with pytest.raises(ValueError, match=r"max_new_tokens must be at least 1, got 0$"):
+            ours.generate(torch.zeros(1, 3, dtype=torch.long), 0)
         with pytest.raises(ValueError, match=r"must be float64 .*, got torch\.float32"):
             upcast_transformers(_model(*CASES["gpt2"]).float())
         # a string raised an AttributeError, a model without parameters a StopIteration
