@@ -441,7 +441,7 @@ class CausalLM(nn.Module):
             ValueError: if max_new_tokens is not an integer >= 1 (transformers' ``generate``
                 refuses 0 too), input_ids holds no token, or input_ids as in :meth:`forward`.
         """
-        check_sizes(max_new_tokens=max_new_tokens)  # 0 returned input_ids itself, not a copy
+        check_sizes(max_new_tokens=max_new_tokens)  # as transformers: 0 is refused
         check_token_ids(input_ids, "input_ids", self.embed.num_embeddings)
         if input_ids.shape[1] == 0:  # the first new token is read off the last given one
             raise ValueError(f"input_ids must hold at least one token per sequence, got shape "

@@ -539,7 +539,7 @@ class TinyTransformer(nn.Module):
                 use_cache is not a bool.
         """
         check_token_ids(idx, "idx", self.vocab_size)
-        check_sizes(max_new_tokens=max_new_tokens)  # 0 returned idx itself, not a copy
+        check_sizes(max_new_tokens=max_new_tokens)  # as transformers: 0 is refused
         check_flags(use_cache=use_cache)
         b, t = idx.shape
         if t == 0:
