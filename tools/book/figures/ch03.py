@@ -33,7 +33,7 @@ def variance_vs_dk() -> Figure:
         scaled_var.append((scores / d_k**0.5).var().item())
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.8), layout="constrained")
-    left.plot(widths, widths, color="0.6", linestyle=":", linewidth=1.2, label="$d_k$")
+    left.plot(widths, widths, color=GUIDE_COLOR, linestyle=":", linewidth=1.2, label="$d_k$")
     left.plot(widths, raw_var, "o-", color=RAW_COLOR, label="Var$(q \\cdot k)$")
     left.plot(widths, scaled_var, "s-", color=SCALED_COLOR,
               label="Var$(q \\cdot k / √d_k)$")
