@@ -21,6 +21,7 @@ from attention import flash_attention, scaled_dot_product_attention
 from attention.flops import device_bandwidth, device_peak
 from attention.memory import MemoryTracker
 from attention.roofline import machine_roof, plot_roofline, roofline_points
+from book.appendix.plots import style
 from book.constants import DOCS
 from book.figures import INK, PAPER
 
@@ -63,7 +64,7 @@ def memory_vs_t() -> Figure:
     for rows, color, name in curves:
         ax.plot(lengths, [p / kib for p, _ in rows], "o-", color=color,
                 label=f"{name}: peak live bytes")
-        ax.plot(lengths, [g / kib for _, g in rows], "s--", color=color, alpha=0.7,
+        ax.plot(lengths, [g / kib for _, g in rows], "s--", color=color,
                 label=f"{name}: largest tensor")
     ratio = explicit[-1][0] / flash[-1][0]
     # In the empty corner under the curves: beside the point it names, it ran into the dashed
@@ -187,7 +188,7 @@ def roofline() -> Figure:
 
     fig, ax = plt.subplots(figsize=(7.6, 6.0), layout="constrained")
     ax.plot(intensities.numpy(), attainable.numpy(), color=INK, linewidth=1.8)
-    ax.axvline(ridge, color="0.6", linestyle=":", linewidth=1)
+    ax.axvline(ridge, color="0.5", linestyle=":", linewidth=1)  # 3.9:1 on white, 4.1:1 on dark
     ax.annotate(f"ridge point\n{ridge:.0f} FLOP/byte", (ridge, 1.2), xytext=(6, 0),
                 textcoords="offset points", fontsize=9, color=INK, alpha=0.75)
     ax.annotate("memory-bound: $I \\cdot \\beta$", (0.2, 0.2 * beta / 1e12), rotation=29,
@@ -237,7 +238,9 @@ def measured_roofline() -> Figure:
         return fig
     points = roofline_points(run, [r for r in run["results"] if r["dtype"] == "float32"])
     cpu = run["provenance"]["device_name"]
-    return plot_roofline(points, machine, f"Measured roofline: {cpu}, float32")
+    # each kernel in its colour of the appendix's figures (tab10's orange is 2.5:1 on white)
+    colours = {p["variant"]: style(p["variant"])["color"] for p in points}
+    return plot_roofline(points, machine, f"Measured roofline: {cpu}, float32", colours)
 
 
 FIGURES = {
