@@ -56,8 +56,9 @@ def alibi_biases() -> Figure:
     distance = torch.arange(0, 33)  # i - j = 0 .. 32: keys at or before their query
     slopes = alibi_slopes(num_heads).double()  # (h,)
     fig, ax = plt.subplots(figsize=(8.8, 4.4), layout="constrained")
-    # viridis's middle: its dark end vanishes on the dark theme's page, its light end on white
-    colors = plt.get_cmap("viridis")(torch.linspace(0.3, 0.8, 8).numpy())
+    # cool from sky blue to magenta: each colour 3:1 or more on white and on the dark page,
+    # which viridis keeps only between 0.38 and 0.6, too little to tell 8 lines apart
+    colors = plt.get_cmap("cool")(torch.linspace(0.45, 1.0, 8).numpy())
     for head, slope in enumerate(slopes.tolist()):
         exponent = math.log2(slope)
         # the heads added past the power of two are dashed, colored like the next gentler solid line
@@ -115,7 +116,7 @@ def relative_buckets() -> Figure:
         buckets = [t5_bucket(n, bidirectional) for n in offsets]
         axes[1].step(offsets, buckets, where="mid", color=color, label=name)
     for x in (-128, 128):
-        axes[1].axvline(x, color="0.6", linewidth=0.8, linestyle=":")
+        axes[1].axvline(x, color="0.5", linewidth=0.8, linestyle=":")  # 3:1 on either page
     axes[1].set_xlabel("offset $j - i$ (negative: the key comes before its query)")
     axes[1].set_ylabel("bucket")
     axes[1].set_title("T5 (Raffel et al., 2020): 32 buckets, log-spaced up to 128")
