@@ -798,3 +798,98 @@ def test_the_dark_theme_changes_only_the_figures_colours() -> None:
     assert dark and properties, "figures.css has no rule for the dark theme: nothing was checked"
     layout = {p for p in properties if p != "filter" and not p.startswith("--attn-")}
     assert layout == set(), f"the dark theme's figure rules set {sorted(layout)}"
+
+
+# WCAG 2.1's success criterion 1.4.11 (non-text contrast): the lines, markers and edges a reader
+# needs must reach 3:1 against the colours next to them, here the page in either theme: white,
+# and Material's slate background (--md-default-bg-color, hsl(225, 15%, 14%) at the theme's hue),
+# #1e2129 as the browser computes it.
+PAGES = {"light": "#ffffff", "dark": "#1e2129"}
+MIN_GRAPHICS_CONTRAST = 3.0
+# Strokes the test leaves alone, each for its reason:
+# - the theme's colours (currentColor, var(--...)) follow the page: they are the text's colour;
+# - heatmaps and colour bars that the dark theme inverts (id dark-invert-N): their colours are a
+#   scale read against the colour bar, and the dark page shows them inverted, not as written;
+# - the outline of a shape filled in another colour (a tile's white seam, a box's grey edge) and
+#   hatching on a filled bar: they lie on that fill, and the fill is what meets the page;
+# - a translucent area edged in its own colour (the band of a standard deviation around a mean
+#   line, which is checked itself): the faintness is the point, the band only shades the spread;
+# - matplotlib's grid colour (grid.color, drawn faint): grid lines are decorative;
+# - strokes drawn on a figure's own panels, which stay light in the dark theme: named below.
+GRID_COLOR = matplotlib.colors.to_hex(matplotlib.rcParams["grid.color"])
+ON_THEIR_OWN_PANELS = {"ch07-tiling": {"#000000"}}  # the arrows lie on the light tiles
+
+
+def relative_luminance(colour: str) -> float:
+    """WCAG 2.1's relative luminance of a colour."""
+    channels = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+                for c in matplotlib.colors.to_rgb(colour)]
+    return 0.2126 * channels[0] + 0.7152 * channels[1] + 0.0722 * channels[2]
+
+
+def contrast(colour: str, alpha: float, page: str) -> float:
+    """WCAG's contrast ratio of ``colour`` drawn at opacity ``alpha`` on ``page``."""
+    over = matplotlib.colors.to_rgb(page)
+    seen = [alpha * c + (1 - alpha) * p for c, p in zip(matplotlib.colors.to_rgb(colour), over)]
+    lighter, darker = sorted((relative_luminance(seen), relative_luminance(page)), reverse=True)
+    return (lighter + 0.05) / (darker + 0.05)
+
+
+def page_strokes(svg: str) -> set[tuple[str, float]]:
+    """The (colour, opacity) of every stroke of ``svg`` that meets the page, the exemptions
+    above aside: lines, markers, outlines of unfilled shapes, hatching on nothing but the page."""
+    import xml.etree.ElementTree as ET
+
+    def style(element: ET.Element) -> dict[str, str]:
+        pairs = (part.split(":", 1) for part in element.get("style", "").split(";") if ":" in part)
+        return {key.strip(): value.strip() for key, value in pairs}
+
+    root = ET.fromstring(svg.encode("utf-8"))
+    # a hatch pattern is drawn at the opacity of the shapes that it fills
+    pattern_alpha = {m[1]: float(style(e).get("opacity", 1)) for e in root.iter()
+                     if (m := re.fullmatch(r"url\(#(.+)\)", style(e).get("fill", "")))}
+    # a hatch pattern with a background colour: the hatching of a filled bar or tile
+    on_fill = {e.get("id") for e in root.iter() if e.tag.endswith("}pattern")
+               and any(r.get("fill", "none") != "none" for r in e if r.tag.endswith("}rect"))}
+    found: set[tuple[str, float]] = set()
+
+    def walk(element: ET.Element, pattern: ET.Element | None) -> None:
+        tag, css = element.tag.rpartition("}")[2], style(element)
+        if element.get("id", "").startswith("dark-invert-"):
+            return  # a heatmap or a colour bar that the dark theme inverts
+        if tag == "defs" and not any(child.tag.endswith("}pattern") for child in element):
+            return  # a marker's shape: judged where a <use> draws it, in the use's colours
+        stroke, fill = css.get("stroke", "none"), css.get("fill", "none")
+        alpha = float(css.get("stroke-opacity", 1)) * float(css.get("opacity", 1))
+        if pattern is not None:  # hatching: on the pattern's background, if it has one
+            if stroke.startswith("#") and pattern.get("id") not in on_fill:
+                found.add((stroke, alpha * pattern_alpha.get(pattern.get("id", ""), 1)))
+        elif stroke.startswith("#") and stroke != GRID_COLOR:
+            hatched = re.fullmatch(r"url\(#(.+)\)", fill)
+            filled = (fill.startswith("#") and float(css.get("fill-opacity", 1)) > 0
+                      or hatched is not None and hatched[1] in on_fill)
+            if not filled or (fill == stroke and float(css.get("fill-opacity", 1)) == 1):
+                found.add((stroke, alpha))
+        for child in element:
+            walk(child, element if tag == "pattern" else pattern)
+
+    walk(root, None)
+    return found
+
+
+def test_figure_lines_contrast_with_the_light_and_the_dark_page(built_site: Path) -> None:
+    """Every figure's lines, markers, hatching and outlines in a colour of their own reach 3:1 on
+    the light page and on the dark one: read from the site build's SVGs, none drawn again."""
+    failing = []
+    for name in sorted(FIGURES):
+        svg = (built_site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
+        for colour, alpha in sorted(page_strokes(svg)):
+            if colour in ON_THEIR_OWN_PANELS.get(name, ()):
+                continue
+            ratios = {theme: contrast(colour, alpha, page) for theme, page in PAGES.items()}
+            if min(ratios.values()) < MIN_GRAPHICS_CONTRAST:
+                shown = colour if alpha == 1 else f"{colour} at opacity {alpha:g}"
+                failing.append(f"{name}: {shown}: " + ", ".join(
+                    f"{ratio:.2f}:1 on {theme}" for theme, ratio in ratios.items()))
+    assert not failing, (f"figure colours under {MIN_GRAPHICS_CONTRAST}:1 against a page "
+                         f"({len(failing)}):\n" + "\n".join(failing))
