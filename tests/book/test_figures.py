@@ -9,6 +9,7 @@ import io
 import json
 import math
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import matplotlib
@@ -838,8 +839,6 @@ def contrast(colour: str, alpha: float, page: str) -> float:
 def page_strokes(svg: str) -> set[tuple[str, float]]:
     """The (colour, opacity) of every stroke of ``svg`` that meets the page, the exemptions
     above aside: lines, markers, outlines of unfilled shapes, hatching on nothing but the page."""
-    import xml.etree.ElementTree as ET
-
     def style(element: ET.Element) -> dict[str, str]:
         pairs = (part.split(":", 1) for part in element.get("style", "").split(";") if ":" in part)
         return {key.strip(): value.strip() for key, value in pairs}
