@@ -186,37 +186,32 @@ class TestBadInput:
             layer(torch.randn(2, 1, 16), cache=cache)
 
     def test_the_cache_must_come_from_a_layer_of_this_shape(self):
-        # A DeltaState of another layer failed inside torch.cat or view, and a state of the
-        # wrong shape was refused only after the cache had taken the new tokens' conv inputs.
+        # A DeltaState of another layer failed inside torch.cat or view.
         layer = GatedDeltaNet(16, 2, 2, 4, 4)
         cache = DeltaState()
         GatedDeltaNet(16, 2, 2, 4, 4, conv_size=2)(torch.randn(1, 5, 16), cache=cache)
         with pytest.raises(ValueError, match=r"cache\.conv must have shape \(1, 24, 3\) .*got "
                                              r"\(1, 24, 1\)"):
             layer(torch.randn(1, 1, 16), cache=cache)
-        cache = DeltaState()
-        layer(torch.randn(1, 5, 16), cache=cache)
-        conv, cache.state = cache.conv, cache.state[:, :1]
-        with pytest.raises(ValueError, match=r"cache\.state must have shape \(1, 2, 4, 4\) .*got "
-                                             r"\(1, 1, 4, 4\)"):
-            layer(torch.randn(1, 1, 16), cache=cache)
-        assert cache.conv is conv and cache.length == 5, "a refused call changed the cache"
 
-    def test_the_cache_must_be_floating_point_on_the_inputs_device(self):
-        # An integer conv was promoted by torch.cat without a word; a state on another device
-        # was refused only after the cache had taken the new tokens' conv inputs, as
-        # gated_delta_rule's initial_state.
+    # A state of the wrong shape or device was refused only after the cache had taken the new
+    # tokens' conv inputs, as gated_delta_rule's initial_state; an integer conv was promoted by
+    # torch.cat without a word.
+    @pytest.mark.parametrize(("spoil", "message"), [
+        (lambda c: setattr(c, "state", c.state[:, :1]),
+         r"cache\.state must have shape \(1, 2, 4, 4\) .*got \(1, 1, 4, 4\)"),
+        (lambda c: setattr(c, "conv", c.conv.long()),
+         r"cache\.conv must be floating point on x's device cpu, got torch\.int64 on cpu"),
+        (lambda c: setattr(c, "state", c.state.to("meta")),
+         r"cache\.state must be floating point on x's device cpu, got torch\.float32 on meta"),
+    ], ids=["state shape", "conv dtype", "state device"])
+    def test_a_refused_cache_is_left_as_it_was(self, spoil, message):
         layer = GatedDeltaNet(16, 2, 2, 4, 4)
         cache = DeltaState()
         layer(torch.randn(1, 5, 16), cache=cache)
-        conv, state = cache.conv, cache.state
-        cache.conv = conv.long()
-        with pytest.raises(ValueError, match=r"cache\.conv must be floating point on x's device cpu, "
-                                             r"got torch\.int64 on cpu"):
-            layer(torch.randn(1, 1, 16), cache=cache)
-        cache.conv, cache.state = conv, state.to("meta")
-        with pytest.raises(ValueError, match=r"cache\.state must be floating point on x's device cpu, "
-                                             r"got torch\.float32 on meta"):
+        spoil(cache)
+        conv = cache.conv
+        with pytest.raises(ValueError, match=message):
             layer(torch.randn(1, 1, 16), cache=cache)
         assert cache.conv is conv and cache.length == 5, "a refused call changed the cache"
 
