@@ -13,9 +13,9 @@ from book.figures import INK
 
 RAW_COLOR = "#d95f02"
 SCALED_COLOR = "#1b9e77"
-# The six tokens' lines: tab10's hues, but each at least 3:1 (WCAG's minimum for graphics) against
-# the light page (#ffffff) and the dark one (#1e2129): tab10's orange (2.5:1 on white) becomes
-# RAW_COLOR's darker orange, its brown (2.7:1 on the dark page) a lighter brown.
+# The six tokens' lines: tab10's hues, but each at least 3:1 (WCAG's minimum for graphics)
+# against the light page (#ffffff) and the dark one (#1e2129): tab10's orange (2.5:1 on white)
+# becomes RAW_COLOR's darker orange, its brown (2.7:1 on the dark page) a lighter brown.
 TOKEN_COLORS = ("#1f77b4", "#d95f02", "#2ca02c", "#d62728", "#9467bd", "#ad6f61")
 GUIDE_COLOR = "0.5"  # dotted guide lines: 3.9:1 on white, 4.1:1 on dark ("0.6": 2.8:1 on white)
 
