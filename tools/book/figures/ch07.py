@@ -28,6 +28,8 @@ from book.figures import INK, PAPER
 EXPLICIT_COLOR = "#d95f02"
 FLASH_COLOR = "#1b9e77"
 SKIPPED_COLOR = "0.93"
+# The tiles' edges: the pale tiles reach 3:1 on the dark page, their edges on the light one.
+TILE_EDGE, SKIPPED_EDGE = FLASH_COLOR, "0.55"
 
 # NVIDIA's datasheet figures for the H100 SXM (dense BF16 on tensor cores, HBM3 bandwidth), kept
 # with their sources in attention.flops.
@@ -100,11 +102,12 @@ def _draw_grid(ax: Axes, blocks: int, is_causal: bool, highlight_row: int) -> No
     for i in range(blocks):
         for j in range(blocks):
             if is_causal and j > i:
-                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=SKIPPED_COLOR, edgecolor="0.75",
-                                       hatch="///", linewidth=0.6))
+                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=SKIPPED_COLOR,
+                                       edgecolor=SKIPPED_EDGE, hatchcolor="0.75", hatch="///",
+                                       linewidth=0.6))
                 continue
             color = FLASH_COLOR if i == highlight_row else "#a6d8c8"
-            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=color, edgecolor="white",
+            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=color, edgecolor=TILE_EDGE,
                                    linewidth=1.2))
             # a diagonal tile: computed, then masked above its diagonal
             if is_causal and i == j:
@@ -140,11 +143,9 @@ def tiling() -> Figure:
         ax.set_title(f"{title}\n{visited} of {blocks * blocks} tiles computed", fontsize=11)
         ax.set_xlabel("key blocks $K_j$, $V_j$ (streamed through SRAM)", labelpad=8)
     axes[0].set_ylabel("query blocks $Q_i$ (one per thread block)")
+    # black: 6.2:1 on the row's green, in either theme (white would be 3.4:1)
     axes[0].text(blocks / 2, row + 0.3, "inner loop: update $m$, $\\ell$, $O_i$ tile by tile",
-                 ha="center", va="center", fontsize=9, color="white",
-                 # a backing in the row's colour: the tiles' white edges would cut the text
-                 bbox={"boxstyle": "square,pad=0.1", "facecolor": FLASH_COLOR,
-                       "edgecolor": "none"})
+                 ha="center", va="center", fontsize=9, color="black")
     axes[1].annotate("diagonal tiles: computed,\nthen masked inside",
                      (blocks - 1.5, blocks - 1.5),
                      xytext=(blocks - 0.2, blocks - 5.6), ha="right",
