@@ -26,8 +26,9 @@ from .load import Group, Run
 WIDTH = 5.4  # inches: the 10-point ticks stay at 9 CSS px or more on a 390 px phone
 # Dark2 (ColorBrewer), each colour 3:1 or more on white and on the dark theme's slate (WCAG's
 # minimum for graphics): its green a little darker than #66a61e (2.98:1 on white), its yellow
-# #e6ab02 (2.1:1) a dark gold, its grey #666666 (2.8:1 on slate) a mid grey; then dashed lines.
-COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#5f9c1c", "#b08d00", "#a6761d", "#808080")
+# #e6ab02 (2.1:1) a blue (a dark gold was too close to Dark2's brown, and Dark2 has no blue),
+# its grey #666666 (2.8:1 on slate) a mid grey; then dashed lines.
+COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#5f9c1c", "#1a6ce8", "#a6761d", "#808080")
 MARKERS = "os^Dv<>ph*"
 KINDS = {
     "throughput": ("TFLOP/s", "tflops", 1.0, "linear"),
