@@ -10,6 +10,7 @@ import json
 import math
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
@@ -807,18 +808,25 @@ def test_the_dark_theme_changes_only_the_figures_colours() -> None:
 # #1e2129 as the browser computes it.
 PAGES = {"light": "#ffffff", "dark": "#1e2129"}
 MIN_GRAPHICS_CONTRAST = 3.0
-# Strokes the test leaves alone, each for its reason:
-# - the theme's colours (currentColor, var(--...)) follow the page: they are the text's colour;
+# Strokes and fills the tests leave alone, each for its reason:
+# - the theme's colours (currentColor, var(--...)) follow the page: the text's colour, and the
+#   page's own behind a legend or a label (PAPER);
 # - heatmaps and colour bars that the dark theme inverts (id dark-invert-N): their colours are a
 #   scale read against the colour bar, and the dark page shows them inverted, not as written;
-# - the outline of a shape filled in another colour (a tile's white seam, a box's grey edge) and
+# - the outline of a shape filled in another colour (a tile's seam, a box's grey edge) and
 #   hatching on a filled bar: they lie on that fill, and the fill is what meets the page;
 # - a translucent area edged in its own colour (the band of a standard deviation around a mean
 #   line, which is checked itself): the faintness is the point, the band only shades the spread;
 # - matplotlib's grid colour (grid.color, drawn faint): grid lines are decorative;
-# - strokes drawn on a figure's own panels, which stay light in the dark theme: named below.
+# - text (its contrast is 1.4.3's, at 4.5:1, and it is drawn in the page's colours);
+# - strokes and fills drawn on a figure's own panels, which stay light in the dark theme: named
+#   below.
+# A filled shape (a bar, a tile, a box, a marker) may show its bounds by its fill or its edge:
+# on each page one of the two must reach 3:1, as WCAG lets either carry the contrast. Raster
+# images are not read: a category drawn in one (chapter 11's tiles) is checked by its legend key.
 GRID_COLOR = matplotlib.colors.to_hex(matplotlib.rcParams["grid.color"])
-ON_THEIR_OWN_PANELS = {"ch07-tiling": {"#000000"}}  # the arrows lie on the light tiles
+# the arrows and the white halves of the diagonal tiles lie on the light tiles
+ON_THEIR_OWN_PANELS = {"ch07-tiling": {"#000000", "#ffffff"}}
 
 
 def relative_luminance(colour: str) -> float:
@@ -836,13 +844,15 @@ def contrast(colour: str, alpha: float, page: str) -> float:
     return (lighter + 0.05) / (darker + 0.05)
 
 
+def style(element: ET.Element) -> dict[str, str]:
+    """The properties of an SVG element's ``style`` attribute."""
+    pairs = (part.split(":", 1) for part in element.get("style", "").split(";") if ":" in part)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
 def page_strokes(svg: str) -> set[tuple[str, float]]:
     """The (colour, opacity) of every stroke of ``svg`` that meets the page, the exemptions
     above aside: lines, markers, outlines of unfilled shapes, hatching on nothing but the page."""
-    def style(element: ET.Element) -> dict[str, str]:
-        pairs = (part.split(":", 1) for part in element.get("style", "").split(";") if ":" in part)
-        return {key.strip(): value.strip() for key, value in pairs}
-
     root = ET.fromstring(svg.encode("utf-8"))
     # a hatch pattern is drawn at the opacity of the shapes that it fills
     pattern_alpha = {m[1]: float(style(e).get("opacity", 1)) for e in root.iter()
@@ -892,3 +902,67 @@ def test_figure_lines_contrast_with_the_light_and_the_dark_page(built_site: Path
                     f"{ratio:.2f}:1 on {theme}" for theme, ratio in ratios.items()))
     assert not failing, (f"figure colours under {MIN_GRAPHICS_CONTRAST}:1 against a page "
                          f"({len(failing)}):\n" + "\n".join(failing))
+
+
+SHAPES = {"path", "use", "rect", "circle", "ellipse", "polygon"}
+
+
+def page_fills(svg: str) -> set[tuple[str, float, str, float]]:
+    """(colour, opacity, edge colour, edge opacity) of every shape of ``svg`` filled in a colour of
+    its own, the exemptions above aside: bars, tiles, boxes, markers; a hatched shape's fill is
+    its pattern's background."""
+    root = ET.fromstring(svg.encode("utf-8"))
+    backgrounds = {e.get("id"): r.get("fill") for e in root.iter() if e.tag.endswith("}pattern")
+                   for r in e if r.tag.endswith("}rect") and r.get("fill", "none") != "none"}
+
+    def drawn(element: ET.Element) -> Iterator[tuple[str, dict[str, str]]]:
+        for child in element:
+            tag = child.tag.rpartition("}")[2]
+            # <defs>: markers' shapes (judged where a <use> draws them) and hatch patterns
+            if tag not in ("defs", "text") and not child.get("id", "").startswith("dark-invert-"):
+                yield tag, style(child)
+                yield from drawn(child)
+
+    found: set[tuple[str, float, str, float]] = set()
+    for tag, css in drawn(root):
+        fill = css.get("fill", "none")
+        if hatched := re.fullmatch(r"url\(#(.+)\)", fill):
+            fill = backgrounds.get(hatched[1], "none")  # no background: only hatching, a stroke
+        opacity = float(css.get("opacity", 1))
+        alpha = float(css.get("fill-opacity", 1)) * opacity
+        edge = (css.get("stroke", "none"), float(css.get("stroke-opacity", 1)) * opacity)
+        if tag in SHAPES and fill.startswith("#") and alpha > 0 and (
+                alpha == 1 or edge != (fill, alpha)):  # not a translucent band
+            found.add((fill, alpha, *edge))
+    return found
+
+
+def edge_contrast(colour: str, alpha: float, page: str) -> float:
+    """``contrast`` for an edge, which may be the text's colour (enough on either page) or none."""
+    if colour == "currentColor":
+        return math.inf
+    return contrast(colour, alpha, page) if colour.startswith("#") else 0.0
+
+
+def test_figure_fills_contrast_with_the_light_and_the_dark_page(built_site: Path) -> None:
+    """Every figure's bars, tiles, boxes and markers filled in a colour of their own show their
+    bounds on the light page and on the dark one: on each, their fill or their edge reaches 3:1."""
+    failing = []
+    for name in sorted(FIGURES):
+        svg = (built_site / "figures" / f"{name}.svg").read_text(encoding="utf-8")
+        for colour, alpha, edge, edge_alpha in sorted(page_fills(svg)):
+            if colour in ON_THEIR_OWN_PANELS.get(name, ()):
+                continue
+            ratios = {theme: contrast(colour, alpha, page) for theme, page in PAGES.items()}
+            edges = {theme: edge_contrast(edge, edge_alpha, page) for theme, page in PAGES.items()}
+            if any(max(ratios[t], edges[t]) < MIN_GRAPHICS_CONTRAST for t in PAGES):
+                shown = colour if alpha == 1 else f"{colour} at opacity {alpha:g}"
+                edged = "" if edge == "none" else f"; edge {edge}: {on_pages(edges)}"
+                failing.append(f"{name}: {shown}: {on_pages(ratios)}{edged}")
+    assert not failing, (f"figure fills under {MIN_GRAPHICS_CONTRAST}:1 against a page, and their "
+                         f"edges too ({len(failing)}):\n" + "\n".join(failing))
+
+
+def on_pages(ratios: dict[str, float]) -> str:
+    """Contrast ratios by theme, as a failure message shows them."""
+    return ", ".join(f"{ratio:.2f}:1 on {theme}" for theme, ratio in ratios.items())
