@@ -199,7 +199,8 @@ def favor_attention(
     Raises:
         ValueError: if the inputs do not agree (as :func:`linear_attention`), is_causal or
             orthogonal is not a bool, num_features is not an integer >= 1, seed is neither None
-            nor an integer torch.Generator takes, or projection is not (num_features, d_k).
+            nor an integer torch.Generator takes, or projection is not (num_features, d_k) or not
+            floating point on the query's device.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -228,6 +229,10 @@ def favor_attention(
         raise ValueError(
             f"projection must have shape (num_features, d_k) = ({num_features}, {d_k}), got {got}"
         )
+    elif not projection.is_floating_point() or projection.device != query.device:
+        # cast to the inputs' dtype below, but never moved: x Ψ^T failed inside torch
+        raise ValueError(f"projection must be floating point on the query's device {query.device}, "
+                         f"got {projection.dtype} on {projection.device}")
     phi_q = favor_features(query, projection, over=(-1,))  # (..., t_q, m)
     phi_k = favor_features(key, projection, over=(-2, -1))  # (..., t_k, m)
     return kernel_attention(phi_q, phi_k, value, is_causal, form, 64)[0].to(value.dtype)

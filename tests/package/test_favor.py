@@ -239,6 +239,13 @@ class TestBadInput:
             favor_attention(q, k, v, num_features=1, projection=[[0.0] * q.shape[-1]])
         with pytest.raises(ValueError, match=r"projection must have shape \(m, d_k\).*got \(8, 3\)"):
             positive_random_features(q, torch.randn(8, 3))
+        # a projection on another device failed inside the matrix product, an integer one was cast
+        with pytest.raises(ValueError, match=r"projection must be floating point on the query's "
+                                             r"device cpu, got torch\.float64 on meta"):
+            favor_attention(q, k, v, num_features=8, projection=torch.randn(8, 4, dtype=F64, device="meta"))
+        with pytest.raises(ValueError, match=r"projection must be floating point on the query's "
+                                             r"device cpu, got torch\.int64 on cpu"):
+            favor_attention(q, k, v, num_features=8, projection=torch.ones(8, 4, dtype=torch.int64))
         with pytest.raises(ValueError, match=r"seed must be an integer in .*got True"):
             favor_attention(q, k, v, num_features=8, seed=True)
         with pytest.raises(ValueError, match=r"seed must be an integer in \[-2\*\*63, 2\*\*64\).*got 18446744073709551616"):
