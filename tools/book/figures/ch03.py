@@ -9,7 +9,7 @@ import torch
 from matplotlib.figure import Figure
 
 from attention import JOURNEY_TOKENS, journey_inputs, softmax
-from book.figures import INK
+from book.figures import GUIDE, INK
 
 RAW_COLOR = "#d95f02"
 SCALED_COLOR = "#1b9e77"
@@ -17,7 +17,6 @@ SCALED_COLOR = "#1b9e77"
 # against the light page (#ffffff) and the dark one (#1e2129): tab10's orange (2.5:1 on white)
 # becomes RAW_COLOR's darker orange, its brown (2.7:1 on the dark page) a lighter brown.
 TOKEN_COLORS = ("#1f77b4", "#d95f02", "#2ca02c", "#d62728", "#9467bd", "#ad6f61")
-GUIDE_COLOR = "0.5"  # dotted guide lines: 3.9:1 on white, 4.1:1 on dark ("0.6": 2.8:1 on white)
 
 
 def variance_vs_dk() -> Figure:
@@ -33,7 +32,7 @@ def variance_vs_dk() -> Figure:
         scaled_var.append((scores / d_k**0.5).var().item())
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.8), layout="constrained")
-    left.plot(widths, widths, color=GUIDE_COLOR, linestyle=":", linewidth=1.2, label="$d_k$")
+    left.plot(widths, widths, color=GUIDE, linestyle=":", linewidth=1.2, label="$d_k$")
     left.plot(widths, raw_var, "o-", color=RAW_COLOR, label="Var$(q \\cdot k)$")
     left.plot(widths, scaled_var, "s-", color=SCALED_COLOR,
               label="Var$(q \\cdot k / √d_k)$")
@@ -81,7 +80,7 @@ def softmax_saturation() -> Figure:
     for j, token in enumerate(JOURNEY_TOKENS):
         left.plot(factors.numpy(), alpha[:, j].numpy(), color=TOKEN_COLORS[j], label=token,
                   linewidth=2.2 if token == "journey" else 1.4)
-    left.axvline(1.0, color=GUIDE_COLOR, linestyle=":", linewidth=1)
+    left.axvline(1.0, color=GUIDE, linestyle=":", linewidth=1)
     left.annotate("$c = 1$: the scaled scores", (1.08, 0.9), color=INK, alpha=0.75)
     left.set_xscale("log")
     left.set_xlabel("factor $c$ on the scores")
@@ -90,7 +89,7 @@ def softmax_saturation() -> Figure:
     left.legend(frameon=False, loc="center left")
 
     right.plot(factors.numpy(), norm.numpy(), color="#7570b3", linewidth=2)
-    right.axvline(1.0, color=GUIDE_COLOR, linestyle=":", linewidth=1)
+    right.axvline(1.0, color=GUIDE, linestyle=":", linewidth=1)
     right.set_xscale("log")
     right.set_ylim(bottom=0)
     right.set_xlabel("factor $c$ on the scores")

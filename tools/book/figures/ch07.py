@@ -23,7 +23,7 @@ from attention.memory import MemoryTracker
 from attention.roofline import machine_roof, plot_roofline, roofline_points
 from book.appendix.plots import style
 from book.constants import DOCS
-from book.figures import INK, PAPER
+from book.figures import GUIDE, INK, PAPER
 
 EXPLICIT_COLOR = "#d95f02"
 FLASH_COLOR = "#1b9e77"
@@ -189,7 +189,7 @@ def roofline() -> Figure:
 
     fig, ax = plt.subplots(figsize=(7.6, 6.0), layout="constrained")
     ax.plot(intensities.numpy(), attainable.numpy(), color=INK, linewidth=1.8)
-    ax.axvline(ridge, color="0.5", linestyle=":", linewidth=1)  # 3.9:1 on white, 4.1:1 on dark
+    ax.axvline(ridge, color=GUIDE, linestyle=":", linewidth=1)
     ax.annotate(f"ridge point\n{ridge:.0f} FLOP/byte", (ridge, 1.2), xytext=(6, 0),
                 textcoords="offset points", fontsize=9, color=INK, alpha=0.75)
     ax.annotate("memory-bound: $I \\cdot \\beta$", (0.2, 0.2 * beta / 1e12), rotation=29,

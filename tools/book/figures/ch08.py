@@ -23,7 +23,7 @@ from attention import (
     alibi_slopes,
     sinusoidal_positions,
 )
-from book.figures import INK, invert_in_dark
+from book.figures import GUIDE, INK, invert_in_dark
 
 
 def sinusoidal_table() -> Figure:
@@ -116,7 +116,7 @@ def relative_buckets() -> Figure:
         buckets = [t5_bucket(n, bidirectional) for n in offsets]
         axes[1].step(offsets, buckets, where="mid", color=color, label=name)
     for x in (-128, 128):
-        axes[1].axvline(x, color="0.5", linewidth=0.8, linestyle=":")  # 3:1 on either page
+        axes[1].axvline(x, color=GUIDE, linewidth=0.8, linestyle=":")
     axes[1].set_xlabel("offset $j - i$ (negative: the key comes before its query)")
     axes[1].set_ylabel("bucket")
     axes[1].set_title("T5 (Raffel et al., 2020): 32 buckets, log-spaced up to 128")

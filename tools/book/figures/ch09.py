@@ -40,7 +40,7 @@ from attention import (
 from attention.norms import norm_matrix
 from book.cache import keep
 from book.constants import REPO
-from book.figures import invert_in_dark
+from book.figures import GUIDE, invert_in_dark
 
 Trained = tuple[TinyTransformer, list[float], list[int], list[tuple[Tensor, Tensor]]]
 # what trained() trained, named by what it was trained from
@@ -49,7 +49,6 @@ TRAINED = REPO / ".cache" / "trained"
 STEPS, EVERY = 300, 10  # training steps; the heads are measured every EVERY steps
 SEQUENCE = 2  # the held-out sequence drawn in the heatmaps (period 6)
 OFFSET = 5  # i - j of the virtual QK matrix drawn: P - 1 for the period P = 6 of SEQUENCE
-GUIDE_COLOR = "0.5"  # reference lines: 3.9:1 on white, 4.1:1 on dark (#636363: 2.7:1 on dark)
 
 
 def held_out() -> tuple[Tensor, Tensor]:
@@ -147,7 +146,7 @@ def training_curves() -> Figure:
     _, losses, measured, scores = trained()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.4), layout="constrained")
     left.plot(range(len(losses)), losses, color="#3182bd", linewidth=1.2, label="training loss")
-    left.axhline(math.log(16), color=GUIDE_COLOR, linestyle=":", linewidth=1,
+    left.axhline(math.log(16), color=GUIDE, linestyle=":", linewidth=1,
                  label=f"uniform over 16 tokens: ln 16 = {math.log(16):.2f}")
     guess = guessing_loss(*held_out())
     left.axhline(guess, color="#e6550d", linestyle="--", linewidth=1,
@@ -266,7 +265,7 @@ def circuits() -> Figure:
         mean, std = scores.mean(dim=1).numpy(), scores.std(dim=1).numpy()
         axes[0, 0].plot(offsets, mean, style, color="#31a354", label=f"head {head}")
         axes[0, 0].fill_between(offsets, mean - std, mean + std, color="#31a354", alpha=0.25)
-    axes[0, 0].axhline(0.0, color=GUIDE_COLOR, linewidth=0.8)
+    axes[0, 0].axhline(0.0, color=GUIDE, linewidth=0.8)
     axes[0, 0].set_xlabel("offset $i - j$")
     axes[0, 0].set_ylabel("score (mean ± sd)")
     axes[0, 0].set_title("Layer 0: scores set by position")
@@ -285,8 +284,8 @@ def circuits() -> Figure:
         axes[1, 1].scatter(eigenvalues.real.numpy(), eigenvalues.imag.numpy(), marker=marker,
                            color=color, s=22,
                            label=f"L{layer}H{head}: {copying_score(matrix):+.2f}")
-    axes[1, 1].axvline(0.0, color=GUIDE_COLOR, linewidth=0.8)
-    axes[1, 1].axhline(0.0, color=GUIDE_COLOR, linewidth=0.8)
+    axes[1, 1].axvline(0.0, color=GUIDE, linewidth=0.8)
+    axes[1, 1].axhline(0.0, color=GUIDE, linewidth=0.8)
     axes[1, 1].set_xlim(-1.1, 1.1)
     axes[1, 1].set_ylim(-1.1, 2.2)  # room above the points for the legend
     axes[1, 1].set_yticks([-1.0, -0.5, 0.0, 0.5, 1.0])
