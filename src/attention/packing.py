@@ -39,31 +39,32 @@ __all__ = ["cu_seqlens_from_lengths", "document_ids", "pack", "unpack", "varlen_
 
 
 def _check_lengths(lengths: Tensor) -> None:
-    """Require a 1-d integer tensor of lengths >= 1."""
+    """Require a non-empty 1-d integer tensor of lengths >= 0 (a sequence may be empty)."""
     if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.is_floating_point() or (
         lengths.is_complex() or lengths.dtype == torch.bool
-    ) or lengths.numel() == 0 or bool((lengths < 1).any()):
+    ) or lengths.numel() == 0 or bool((lengths < 0).any()):
         got = lengths.tolist() if isinstance(lengths, Tensor) else lengths
         raise ValueError(
-            f"lengths must be a non-empty 1-d integer tensor of values >= 1, got {got!r}"
+            f"lengths must be a non-empty 1-d integer tensor of values >= 0, got {got!r}"
         )
 
 
 def _check_cu_seqlens(cu_seqlens: Tensor, total: int | None = None) -> None:
-    """Require (n + 1,) integers that start at 0 and rise strictly (to ``total``, if given)."""
+    """Require (n + 1,) integers that start at 0 and never fall (to ``total``, if given): an empty
+    sequence repeats an entry, as flash-attention's varlen interface allows."""
     valid = (
         isinstance(cu_seqlens, Tensor) and cu_seqlens.dim() == 1 and cu_seqlens.numel() >= 2
         and not (cu_seqlens.is_floating_point() or cu_seqlens.is_complex())
         and cu_seqlens.dtype != torch.bool
-        and int(cu_seqlens[0]) == 0 and bool((cu_seqlens.long().diff() > 0).all())  # no wrap
+        and int(cu_seqlens[0]) == 0 and bool((cu_seqlens.long().diff() >= 0).all())  # no wrap
         and (total is None or int(cu_seqlens[-1]) == total)
     )
     if not valid:
         got = cu_seqlens.tolist() if isinstance(cu_seqlens, Tensor) else cu_seqlens
         end = "" if total is None else f" ending at the number of packed tokens {total}"
         raise ValueError(
-            f"cu_seqlens must be a 1-d integer tensor [0, t_0, t_0 + t_1, ...] that rises "
-            f"strictly{end}, got {got!r}"
+            f"cu_seqlens must be a 1-d integer tensor [0, t_0, t_0 + t_1, ...] that never "
+            f"falls{end}, got {got!r}"
         )
 
 
@@ -71,13 +72,13 @@ def cu_seqlens_from_lengths(lengths: Tensor) -> Tensor:
     """[0, t_0, t_0 + t_1, ..., t] as int32, shape (n + 1,), from the lengths (n,).
 
     Args:
-        lengths: t_0 .. t_{n-1}, a 1-d integer tensor of values >= 1.
+        lengths: t_0 .. t_{n-1}, a 1-d integer tensor of values >= 0.
 
     Returns:
         cu_seqlens (n + 1,), int32.
 
     Raises:
-        ValueError: if lengths is not a non-empty 1-d integer tensor of values >= 1, or its
+        ValueError: if lengths is not a non-empty 1-d integer tensor of values >= 0, or its
             sum does not fit int32.
 
     Examples:
@@ -95,13 +96,13 @@ def document_ids(cu_seqlens: Tensor) -> Tensor:
     """The sequence (document) of each packed token, shape (t,): [0, 0, 0, 1, 1, 2, ...].
 
     Args:
-        cu_seqlens: [0, t_0, t_0 + t_1, ..., t], (n + 1,) integers that rise strictly from 0.
+        cu_seqlens: [0, t_0, t_0 + t_1, ..., t], (n + 1,) integers that never fall from 0.
 
     Returns:
         The ids (t,), int64: token r belongs to sequence ids[r].
 
     Raises:
-        ValueError: if cu_seqlens does not start at 0 and rise strictly.
+        ValueError: if cu_seqlens does not start at 0, or falls.
 
     Examples:
         >>> document_ids(torch.tensor([0, 3, 5, 6]))
@@ -158,7 +159,7 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
 
     Raises:
         ValueError: if packed is not a tensor of one row per token, cu_seqlens does not rise
-            strictly from 0 to t, or t_max is not an integer >= max t_m.
+            from 0 to t without falling, or t_max is not an integer >= max t_m.
 
     Examples:
         >>> unpack(torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 2, 5]))
@@ -194,7 +195,9 @@ def varlen_attention(
     ``cu_seqlens_k[m]:...``. Each sequence is attended alone, so the work is that of the diagonal
     blocks, the sum of t_m², never t². ``is_causal`` aligns each sequence's mask bottom-right, as
     ``flash_attn_varlen_func`` does since flash-attention 2.1 (the same as top-left when a
-    sequence has as many queries as keys).
+    sequence has as many queries as keys). A sequence may be empty, a repeated entry of
+    cu_seqlens, as flash-attention allows; the queries of a sequence without keys give zeros,
+    as there.
 
     Args:
         query: (t_q, h, d_k), t_q packed tokens.
@@ -214,8 +217,8 @@ def varlen_attention(
     Raises:
         ValueError: if a tensor is not (t, h, d), key or value has neither h heads nor 1 (nor,
             with enable_gqa, a number dividing h), the tensors do not agree (dtype, device,
-            widths, key and value tokens), a cu_seqlens does not rise strictly from 0 to its
-            tensor's length, the two count different sequences, scale is not None or a finite
+            widths, key and value tokens), a cu_seqlens does not rise from 0 to its tensor's
+            length without falling, the two count different sequences, scale is not None or a finite
             number, or is_causal or enable_gqa is not a bool.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.

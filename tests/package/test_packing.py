@@ -69,6 +69,39 @@ def test_every_packed_form_equals_each_sequence_alone(is_causal):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_empty_sequences_are_allowed_as_in_flash_attention(is_causal):
+    # flash-attention's varlen tests pack batches with zero-length sequences (hopper/test_util.py,
+    # zero_lengths): an empty sequence repeats an entry of cu_seqlens and changes nothing else.
+    with_empty = torch.tensor([0, 5, 1, 0, 8, 3, 0])
+    qs, ks, vs = sequences(with_empty)
+    layout = [packed_row(x)[0].transpose(0, 1) for x in (qs, ks, vs)]  # (t, h, d)
+    cu_seqlens = cu_seqlens_from_lengths(with_empty)
+    assert cu_seqlens.tolist() == [0, 0, 5, 6, 6, 14, 17, 17]
+    assert torch.equal(document_ids(cu_seqlens), torch.repeat_interleave(torch.arange(7), with_empty))
+    got = varlen_attention(*layout, cu_seqlens, is_causal=is_causal)
+    want = varlen_attention(*layout, cu_seqlens_from_lengths(LENGTHS), is_causal=is_causal)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    x = torch.randn(3, 4, 2)
+    packed, cu = pack(x, torch.tensor([2, 0, 4]))
+    assert cu.tolist() == [0, 2, 2, 6] and torch.equal(packed, torch.cat([x[0, :2], x[2]]))
+    assert torch.equal(unpack(packed, cu), torch.stack([F.pad(x[0, :2], (0, 0, 0, 2)), x[1] * 0, x[2]]))
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_queries_of_a_sequence_without_keys_give_zeros_as_in_flash_attention(is_causal):
+    # flash-attention's reference (attention_ref) zeroes a query row that sees no key, and SDPA
+    # gives zeros for zero keys: the sequence's queries are zeros, never NaN
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(5, 2, 4, generator=g), torch.randn(3, 2, 4, generator=g)
+    cu_q, cu_k = torch.tensor([0, 2, 5]), torch.tensor([0, 3, 3])  # sequence 1: 3 queries, no keys
+    out = varlen_attention(q, k, k, cu_q, cu_k, is_causal=is_causal)
+    assert torch.equal(out[2:], torch.zeros(3, 2, 4))
+    first = F.scaled_dot_product_attention(*(x.transpose(0, 1) for x in (q[:2], k, k)),
+                                           attn_mask=M.to_dense(M.causal("bottom_right", 2, 3), 2, 3) if is_causal else None)
+    torch.testing.assert_close(out[:2], first.transpose(0, 1))
+
+
 def test_a_packed_row_without_the_document_mask_leaks_across_documents():
     qs, ks, vs = sequences()
     want = packed_row([F.scaled_dot_product_attention(q, k, v) for q, k, v in zip(qs, ks, vs)])
@@ -156,12 +189,12 @@ def test_varlen_with_enable_gqa_reads_each_key_value_head_with_its_group(is_caus
 
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
-        (lambda: cu_seqlens_from_lengths(torch.tensor([3, 0])), r"lengths must be .* values >= 1, got \[3, 0\]"),
+        (lambda: cu_seqlens_from_lengths(torch.tensor([3, -1])), r"lengths must be .* values >= 0, got \[3, -1\]"),
         (lambda: cu_seqlens_from_lengths(torch.tensor([2**31 - 1, 5])),
          r"lengths must sum to at most 2\*\*31 - 1 \(int32\), got 2147483652"),
         (lambda: cu_seqlens_from_lengths(torch.tensor([2.0])),
          r"lengths must be a non-empty 1-d integer.*got \[2\.0\]"),
-        (lambda: document_ids(torch.tensor([1, 3])), r"cu_seqlens must be .* rises strictly, got \[1, 3\]"),
+        (lambda: document_ids(torch.tensor([1, 3])), r"cu_seqlens must be .* never falls, got \[1, 3\]"),
         (lambda: pack(torch.zeros(2, 3, 1), LENGTHS), r"x must be \(n, t_max, ...\) with n = 4.*got shape \(2, 3, 1\)"),
         (lambda: unpack(torch.zeros(5, 2), torch.tensor([0, 2, 4])),
          r"ending at the number of packed tokens 5.*got \[0, 2, 4\]"),
@@ -187,7 +220,7 @@ class TestBadInput:
          r"lengths must be a non-empty 1-d integer.*got \[\[3, 2\]\]"),
         (lambda: cu_seqlens_from_lengths(torch.tensor([], dtype=torch.long)),
          r"lengths must be a non-empty 1-d integer.*got \[\]"),
-        (lambda: document_ids(torch.tensor([0, 2, 2, 4])), r"rises strictly, got \[0, 2, 2, 4\]"),
+        (lambda: document_ids(torch.tensor([0, 2, 1, 4])), r"never falls, got \[0, 2, 1, 4\]"),
         (lambda: document_ids(torch.tensor([0.0, 2.0])), r"1-d integer tensor .* got \[0\.0, 2\.0\]"),
         (lambda: varlen_attention(torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4]), is_causal=1),
          r"is_causal must be a bool, got 1 of type int"),
@@ -196,7 +229,7 @@ class TestBadInput:
         (lambda: pack(torch.zeros(2, 2, 1), torch.tensor([3, 1])), r"t_max >= 3, got shape \(2, 2, 1\)"),
         # uint8's diff wraps (100 - 200 = 156 > 0): it passed as rising, 356 ids for 100 tokens
         (lambda: document_ids(torch.tensor([0, 200, 100], dtype=torch.uint8)),
-         r"rises strictly, got \[0, 200, 100\]"),
+         r"never falls, got \[0, 200, 100\]"),
         # the int64 sum wrapped to a negative total, under the int32 bound: cu_seqlens [0, 0, 0, 0]
         (lambda: cu_seqlens_from_lengths(torch.tensor([2**62] * 3)),
          r"lengths must sum to at most 2\*\*31 - 1 \(int32\), got 13835058055282163712"),
