@@ -34,7 +34,7 @@ __all__ = ["ring_attention", "shard_positions", "shard_sequence"]
 def shard_positions(lengths: list[int], sharding: Sharding, device: Device = None) -> list[Tensor]:
     """The positions each rank's shard holds, from the shard lengths c of ranks 0 .. N - 1.
 
-    ``"contiguous"``: rank r holds the c_r tokens after those of rank r - 1 (any lengths).
+    ``"contiguous"``: rank r holds the c_r tokens after those of rank r - 1 (any lengths >= 1).
     ``"zigzag"``: the shards of :func:`attention.ring.ring_shards` (2N chunks of t, rank r holding
     chunks r and 2N - 1 - r).
 
@@ -303,7 +303,8 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
         value: its values (b, h_kv, c, d_v).
         is_causal: SDPA's causal mask, by position in the whole sequence.
         sharding: which positions each rank holds (:func:`shard_positions`): ``"contiguous"``
-            shards of any lengths, or ``"zigzag"`` ones (those of ``attention.ring.ring_shards``).
+            shards of any lengths >= 1, or ``"zigzag"`` ones (those of
+            ``attention.ring.ring_shards``).
         scale: the score scale, 1 / sqrt(d_k) by default.
         group: the process group, the default one if None.
 
@@ -316,7 +317,7 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
             is_causal that is not a bool, a scale that is not None or a finite number, or
             tensors that do not agree; or if it differs from the others' in anything but c
             (dtype, heads, widths, is_causal, sharding, the scale, and whether gradients are
-            taken), or the shard lengths do not fit the sharding.
+            taken), or a shard holds no token, or the shard lengths do not fit the sharding.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
