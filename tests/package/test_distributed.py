@@ -284,6 +284,7 @@ def _bad(rank: int, world: int, port: int, out_dir: str) -> None:
                                                   ulysses_attention(*shard(4), scale=torch.tensor(0.5))))
     attempt("a valid call after it", lambda: ring_attention(*shard(4), scale=0.5))  # allowed
     attempt("contiguous unequal", lambda: ring_attention(*shard(5 if rank == 0 else 3)))  # allowed
+    attempt("a shard of no token on one rank", lambda: ring_attention(*shard(0 if rank == 1 else 4)))
     attempt("grouped heads", lambda: ring_attention(*shard(4, h=3, h_kv=2)))
     # h_kv = 0 raised ZeroDivisionError on that rank alone, before the exchange: the other waited
     attempt("no key heads on one rank", lambda: ring_attention(*shard(4, h_kv=0 if rank == 1 else 2)))
@@ -340,6 +341,7 @@ def bad_run(tmp_path_factory):
     ("a scale that is text", "ValueError", "scale must be None or a finite number, got '0.5'"),
     ("a scale past float's range on one rank", "ValueError", "scale must be None or a finite number"),
     ("a list query on one rank", "ValueError", "query must be a torch.Tensor, got list"),
+    ("a shard of no token on one rank", "ValueError", "a shard must hold at least one token, got c=0"),
 ])
 def test_bad_input_fails_on_every_rank_without_waiting(bad_run, case, kind, words):
     for rank, outcomes in enumerate(bad_run):
