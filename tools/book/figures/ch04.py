@@ -79,7 +79,7 @@ def dropout_weights() -> Figure:
     plot_attention(weights, JOURNEY_TOKENS, JOURNEY_TOKENS, ax=axes[0],
                    title="Causal weights (rows sum to 1)")
     plot_attention(dropped, JOURNEY_TOKENS, JOURNEY_TOKENS, ax=axes[1],
-                   title="After dropout, $p = 0.5$ (survivors doubled)")
+                   title="After dropout, $p_\\mathrm{drop} = 0.5$ (survivors doubled)")
     fig.suptitle("Dropout on causal weights (untrained SelfAttentionV2, seed 789)")
     return fig
 
