@@ -68,7 +68,9 @@ def weights_from_lse(
             dimensions do not broadcast, lse is not float32 or float64 on the query's device or
             does not have the rows' shape, row_offset is not an integer, is_causal is not a
             bool, scale is not None or a finite number, or mask_mod or score_mod is given with
-            a query that is not 4-d.
+            a query that is not 4-d, is not callable, or indexes past a tensor it holds (a
+            :func:`~attention.masks.document` rule made for fewer tokens), or mask_mod answers
+            with numbers, not bools (as :func:`~attention.masks.dense_attention` refuses them).
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -111,11 +113,22 @@ def weights_from_lse(
         b, h = scores.shape[:2]
         batch = torch.arange(b, device=query.device).view(-1, 1, 1, 1)  # (b, 1, 1, 1)
         head = torch.arange(h, device=query.device).view(1, -1, 1, 1)  # (1, h, 1, 1)
-        if score_mod is not None:  # the rule sees the scaled score, as FlexAttention's does
-            scores = score_mod(scores, batch, head, rows, cols).expand_as(scores)  # (b, h, n, t_k)
-        if mask_mod is not None:
-            visible = mask_mod(batch, head, rows, cols).expand_as(scores)  # (b, h, n, t_k)
-            scores = scores.masked_fill(~visible, -math.inf)
+        for name, rule in (("mask_mod", mask_mod), ("score_mod", score_mod)):
+            if rule is not None:
+                masks._check_rule(rule, name)  # checked as dense_attention, which made lse
+        try:
+            if score_mod is not None:  # the rule sees the scaled score, as FlexAttention's does
+                modded = score_mod(scores, batch, head, rows, cols)  # broadcasts to the scores
+                scores = modded.expand_as(scores)  # (b, h, n, t_k)
+            if mask_mod is not None:  # a Python bool taken, numbers refused, as by to_dense
+                visible = masks._answer(mask_mod(batch, head, rows, cols), query.device)
+                scores = scores.masked_fill(~visible.expand_as(scores), -math.inf)  # (b, h, n, t_k)
+        except IndexError as error:  # doc_ids or lengths shorter than the rows or keys asked for
+            raise ValueError(
+                f"mask_mod and score_mod must hold a value for every index of b={b}, h={h}, rows "
+                f"{row_offset} .. {row_offset + query.shape[-2] - 1}, t_k={key.shape[-2]}, got a "
+                f"rule that indexes past a tensor it holds ({error})"
+            ) from error
     if is_causal:
         causal = masks.visible(masks.causal(), rows[:, 0], cols)  # (n, t_k): j <= row_offset + i
         scores = scores.masked_fill(~causal, -math.inf)

@@ -110,6 +110,13 @@ def test_a_row_whose_lse_is_minus_inf_is_zero_even_where_its_scores_are_finite()
     torch.testing.assert_close(got[:, [0, 2, 3]], want[:, [0, 2, 3]], rtol=0, atol=1e-12)
 
 
+def test_a_mask_rule_may_answer_a_python_bool_as_dense_attention_takes_it():
+    q, k, _ = qkv((1, 1, 4, 8), (1, 1, 4, 8))
+    _, lse = masks.dense_attention(q, k, k, mask_mod=lambda b, h, i, j: True, return_lse=True)
+    got = weights_from_lse(q, k, lse, mask_mod=lambda b, h, i, j: True)
+    torch.testing.assert_close(got, attention_weights(q, k), rtol=0, atol=1e-12)
+
+
 class TestBadInput:
     @pytest.mark.parametrize("call, message", [
         (lambda: weights_from_lse(torch.zeros(3, 4), torch.zeros(5, 3), torch.zeros(3)),
@@ -138,3 +145,18 @@ class TestBadInput:
     def test_weights_from_lse_needs_matching_shapes(self, call, message):
         with pytest.raises(ValueError, match=message):
             call()
+
+    @pytest.mark.parametrize("rules, message", [
+        (dict(mask_mod=lambda b, h, i, j: (j <= i).long()), r"mask_mod must answer True or False.*torch\.int64"),
+        (dict(mask_mod="causal"), r"mask_mod must be a callable rule.*got str"),
+        (dict(score_mod=2.0), r"score_mod must be a callable rule.*got float"),
+        (dict(mask_mod=masks.document(torch.tensor([0, 0, 1]))),
+         r"mask_mod and score_mod must hold a value for every index of b=1, h=1, rows 0 .. 3, t_k=4.* indexes past"),
+    ], ids=["int answer", "mask not callable", "score not callable", "short doc_ids"])
+    def test_rules_are_checked_as_dense_attention_checks_them(self, rules, message):
+        """dense_attention, which made the lse, refuses these with a ValueError; weights_from_lse
+        raised torch's RuntimeError (masked_fill of an int mask), a TypeError or an IndexError."""
+        q, k = torch.zeros(2, 1, 1, 4, 8).unbind(0)
+        with pytest.raises(ValueError, match=message):
+            weights_from_lse(q, k, torch.zeros(1, 1, 4), **rules)
+
