@@ -28,6 +28,7 @@ kernel that ``torch.compile`` generates from it.
 import math
 import operator
 from collections.abc import Callable
+from numbers import Integral
 from typing import Literal, overload
 
 import torch
@@ -446,9 +447,9 @@ def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
         The score rule.
 
     Raises:
-        ValueError: if num_heads is not an integer >= 1; and, from the rule, if it is applied
-            (:func:`apply_score_mod`, :func:`to_bias`, :func:`dense_attention`) to scores whose
-            number of heads h is not num_heads.
+        ValueError: if num_heads is not an integer >= 1 or offset not an integer; and, from the
+            rule, if it is applied (:func:`apply_score_mod`, :func:`to_bias`,
+            :func:`dense_attention`) to scores whose number of heads h is not num_heads.
 
     Examples:
         >>> to_bias(alibi(1), 2, 2, h=1)
@@ -456,6 +457,9 @@ def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
                  [-0.0039,  0.0000]]])
     """
     slopes = alibi_slopes64(num_heads)  # (h,), float64
+    # a position, negative too (t_k < t_q): 1.5 gave fractional distances, True was 1
+    if isinstance(offset, bool) or not isinstance(offset, Integral):
+        raise ValueError(f"offset must be an integer (the position of query 0), got {offset!r}")
     rule = f"alibi(num_heads={num_heads})"  # built here: FlexAttention traces the score rule
 
     def alibi_score(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:

@@ -398,6 +398,10 @@ class TestBadInput:
         (lambda: M.padding(torch.tensor([[3]])), r"lengths must be a 1-d integer tensor.*got \(1, 1\) of torch\.int64"),
         (lambda: M.prefix_lm(-1), r"prefix_length must be an integer >= 0, got -1"),
         (lambda: M.sinks(1.5), r"num_sinks must be an integer >= 0, got 1.5"),
+        # a position: 1.5 gave fractional distances, True was 1, a str failed in the rule
+        (lambda: M.alibi(2, offset=1.5), r"offset must be an integer \(the position of query 0\), got 1\.5"),
+        (lambda: M.alibi(2, offset=True), r"offset must be an integer .*got True"),
+        (lambda: M.alibi(2, offset="3"), r"offset must be an integer .*got '3'"),
         (lambda: M.global_tokens(torch.tensor([0, 1])),
          r"is_global must be a 1-d bool tensor.*got \(\(2,\), torch\.int64\)"),
         (lambda: M.soft_cap(0), r"cap must be a finite number > 0, got 0"),
