@@ -13,6 +13,7 @@ xi(scale · q_i · k_j, b, h, i, j) and the hidden keys get weight 0, as in the 
 """
 
 import math
+from numbers import Integral
 
 import torch
 from torch import Tensor
@@ -99,8 +100,9 @@ def weights_from_lse(
     if tuple(lse.shape) != rows_shape:
         raise ValueError(f"lse must have the shape of the weights' rows (..., n) = {rows_shape}, "
                          f"got {tuple(lse.shape)}")
-    if type(row_offset) is not int:
+    if isinstance(row_offset, bool) or not isinstance(row_offset, Integral):  # NumPy's taken
         raise ValueError(f"row_offset must be an integer, got {row_offset!r}")
+    row_offset = int(row_offset)  # a Python int: arithmetic in np.int32 would wrap around
     if (mask_mod is not None or score_mod is not None) and query.dim() != 4:
         raise ValueError("mask_mod and score_mod need query (b, h, n, d_k), got shape "
                          f"{tuple(query.shape)}")

@@ -3,6 +3,7 @@ attention) saved, equal to the explicit weights in float64."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from _inputs import qkv
@@ -108,6 +109,15 @@ def test_a_row_whose_lse_is_minus_inf_is_zero_even_where_its_scores_are_finite()
     assert not got[:, 1].any()
     want = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1)
     torch.testing.assert_close(got[:, [0, 2, 3]], want[:, [0, 2, 3]], rtol=0, atol=1e-12)
+
+
+def test_row_offset_may_be_a_numpy_integer_as_every_count_may():
+    # it was refused as "row_offset must be an integer, got np.int64(5)"
+    q, k, v = qkv((2, 3, 13, 8))
+    _, lse = flash_attention(q, k, v, is_causal=True, return_lse=True)
+    rows = (q[..., 5:, :], k, lse[..., 5:])
+    got = weights_from_lse(*rows, is_causal=True, row_offset=np.int64(5))
+    torch.testing.assert_close(got, weights_from_lse(*rows, is_causal=True, row_offset=5), rtol=0, atol=0)
 
 
 def test_a_mask_rule_may_answer_a_python_bool_as_dense_attention_takes_it():
