@@ -514,7 +514,9 @@ def t5_buckets(
     else:
         n = n.clamp(min=0)
     exact = num_buckets // 2
-    log_ratio = torch.log(n.clamp(min=1).double() / exact) / math.log(max_distance / exact)
+    # in float32, as Mesh TensorFlow and transformers take it: a trained table is indexed by
+    # their buckets, and where the ratio is a whole bucket float64 fell just below it
+    log_ratio = torch.log(n.clamp(min=1).float() / exact) / math.log(max_distance / exact)
     large = (exact + (log_ratio * (num_buckets - exact)).to(n.dtype)).clamp(max=num_buckets - 1)
     return bucket + torch.where(n < exact, n, large)
 

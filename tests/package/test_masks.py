@@ -213,6 +213,20 @@ def test_t5_buckets_follow_equation_8_11():
     assert set(both.tolist()) == set(range(32)) - {16}  # offset 0 is in the first half
 
 
+@pytest.mark.parametrize(("offsets", "num_buckets", "max_distance", "bidirectional", "expected"), [
+    ([-64, -16, -8], 9, 128, False, [8, 6, 5]),  # exact = 4: log(64 / 4) / log(128 / 4) · 5 = 4
+    ([-12], 19, 16, False, [14]),
+    ([-16, 8, 16], 18, 128, True, [6, 14, 15]),
+])
+def test_t5_buckets_are_those_of_transformers_float32_logarithm(
+        offsets, num_buckets, max_distance, bidirectional, expected):
+    """Mesh TensorFlow and transformers take the logarithm in float32; where the ratio is a whole
+    number of buckets, float64's log(a) / log(b) fell just below it and int() gave the bucket
+    before (7, 5, 4 for the first row)."""
+    got = M.t5_buckets(torch.tensor(offsets), num_buckets, max_distance, bidirectional)
+    assert got.tolist() == expected
+
+
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16])
 def test_t5_buckets_of_small_integer_offsets_are_those_of_int64(dtype: torch.dtype) -> None:
     # Computed in the input's dtype, a uint8 offset 2 was negated to 254 (a far bucket instead
