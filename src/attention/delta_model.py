@@ -103,7 +103,8 @@ class RecurrentBlockAttention(nn.Module):
         b, t, _ = x.shape
         h, d_h = self.num_heads, self.d_h
         qkv = self.qkv(x)  # (b, t, 3d)
-        if self.conv is not None:
+        if self.conv is not None and t > 0:  # no token: nothing to mix (torch's convolution
+            # refuses the w_conv - 1 zeros of padding alone, shorter than its kernel)
             qkv = F.pad(qkv.transpose(1, 2), (self.conv.kernel_size[0] - 1, 0))  # (b, 3d, t + w_conv - 1)
             qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, 3d): each mixes its last w_conv
         queries, keys, values = qkv.split(self.d_model, dim=2)  # 3 x (b, t, d)

@@ -53,6 +53,14 @@ def test_a_half_precision_model_swaps_its_attention_and_stays_in_its_dtype(kind,
     check_half_precision_copy(model, ids, dtype)
 
 
+@pytest.mark.parametrize("conv_size", [4, None])
+def test_no_tokens_give_an_empty_output_as_softmax_attention_does(conv_size):
+    # torch's convolution refused the w_conv - 1 zeros of padding alone (shorter than its kernel)
+    model = use_recurrent_attention(_model(), "gated_delta", conv_size=conv_size)
+    logits, weights = model(torch.zeros(2, 0, dtype=torch.long), return_weights=True)
+    assert logits.shape == (2, 0, 16) and [w.shape for w in weights] == [(2, 2, 0, 0)] * 2
+
+
 class TestBadInput:
     # qk_norm is a bool that takes the model's norm ("rms" was truth-tested: a LayerNorm q/k norm)
     @pytest.mark.parametrize("options", [{"output_gate": True}, {"qk_norm": True, "norm": "rms"}])
