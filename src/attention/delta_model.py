@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_no_mask_or_cache
+from ._checks import check_no_mask_or_cache, check_sizes
 from .block_attention import BlockAttention
 from .delta import delta_attention_matrix
 
@@ -51,8 +51,8 @@ class RecurrentBlockAttention(nn.Module):
         conv_size: w_conv, the convolution's width, or None for no convolution.
 
     Raises:
-        ValueError: an unknown kind, or a sublayer that is not causal, has dropout, an output
-            gate or a QK-norm.
+        ValueError: an unknown kind, a conv_size that is not None or an integer >= 1, or a
+            sublayer that is not causal, has dropout, an output gate or a QK-norm.
 
     Examples:
         >>> from attention import BlockAttention
@@ -66,6 +66,8 @@ class RecurrentBlockAttention(nn.Module):
         super().__init__()
         if kind not in RECURRENT_KINDS:
             raise ValueError(f"kind must be one of {RECURRENT_KINDS}, got {kind!r}")
+        if conv_size is not None:  # 0 would build a convolution that fails at the first call
+            check_sizes(conv_size=conv_size)
         if not attn.is_causal or attn.dropout > 0:
             raise ValueError(
                 f"recurrent attention replaces a causal sublayer without dropout, got "
@@ -145,8 +147,8 @@ def use_recurrent_attention(
 
     Raises:
         ValueError: a model without such blocks, an unknown kind, an empty ``layers`` or an
-            index out of range, or a chosen block whose attention has dropout, an output gate or
-            a QK-norm.
+            index out of range, a conv_size that is not None or an integer >= 1, or a chosen
+            block whose attention has dropout, an output gate or a QK-norm.
 
     Examples:
         >>> from attention import TinyTransformer

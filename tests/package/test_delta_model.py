@@ -81,3 +81,12 @@ class TestBadInput:
             use_recurrent_attention(_model(), "gla")
         with pytest.raises(ValueError, match=r"layers must be indices of the model's 2 blocks, got \[2\]"):
             use_recurrent_attention(_model(), "sum", layers=[2])
+
+    @pytest.mark.parametrize("conv_size", [0, -1, 1.5, True])
+    def test_conv_size_must_be_an_integer_of_at_least_1_or_none(self, conv_size):
+        # 0 built a convolution of no width that failed at the first call, inside torch
+        attn = BlockAttention(16, 2, is_causal=True)
+        with pytest.raises(ValueError, match=r"conv_size must be"):
+            RecurrentBlockAttention(attn, "delta", conv_size=conv_size)
+        with pytest.raises(ValueError, match=r"conv_size must be"):
+            use_recurrent_attention(_model(), "delta", conv_size=conv_size)
