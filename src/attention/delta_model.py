@@ -51,7 +51,7 @@ class RecurrentBlockAttention(nn.Module):
         conv_size: w_conv, the convolution's width, or None for no convolution.
 
     Raises:
-        ValueError: an unknown kind, a conv_size that is not None or an integer >= 1, or a
+        ValueError: an attn that is not a BlockAttention, an unknown kind, a conv_size that is not None or an integer >= 1, or a
             sublayer that is not causal, has dropout, an output gate or a QK-norm.
 
     Examples:
@@ -64,6 +64,8 @@ class RecurrentBlockAttention(nn.Module):
 
     def __init__(self, attn: BlockAttention, kind: RecurrentKind, conv_size: int | None = 4) -> None:
         super().__init__()
+        if not isinstance(attn, BlockAttention):  # whose modules it takes over
+            raise ValueError(f"attn must be a BlockAttention, got {type(attn).__name__}")
         if kind not in RECURRENT_KINDS:
             raise ValueError(f"kind must be one of {RECURRENT_KINDS}, got {kind!r}")
         if conv_size is not None:  # 0 would build a convolution that fails at the first call

@@ -90,3 +90,9 @@ class TestBadInput:
             RecurrentBlockAttention(attn, "delta", conv_size=conv_size)
         with pytest.raises(ValueError, match=r"conv_size must be"):
             use_recurrent_attention(_model(), "delta", conv_size=conv_size)
+
+    @pytest.mark.parametrize("attn", [torch.nn.Linear(16, 16), None])
+    def test_the_sublayer_must_be_a_block_attention(self, attn):
+        # its is_causal was read first: an AttributeError naming no argument
+        with pytest.raises(ValueError, match=r"attn must be a BlockAttention, got (Linear|NoneType)"):
+            RecurrentBlockAttention(attn, "delta")
