@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_no_mask_or_cache, check_sizes
+from ._checks import check_input, check_no_mask_or_cache, check_sizes
 from .block_attention import BlockAttention
 from .delta import delta_attention_matrix
 
@@ -101,9 +101,10 @@ class RecurrentBlockAttention(nn.Module):
         """SA(x) (b, t, d) and the weights W (b, h, t, t) of the rule.
 
         Raises:
-            ValueError: if a mask or a cache is given.
+            ValueError: if x is not (b, t, d), or a mask or a cache is given.
         """
         check_no_mask_or_cache("recurrent attention", attn_mask, cache)
+        check_input(x, self.d_model, (3,), "x", "d_model")  # as BlockAttention checks it
         b, t, _ = x.shape
         h, d_h = self.num_heads, self.d_h
         qkv = self.qkv(x)  # (b, t, 3d)

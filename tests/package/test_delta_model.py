@@ -96,3 +96,11 @@ class TestBadInput:
         # its is_causal was read first: an AttributeError naming no argument
         with pytest.raises(ValueError, match=r"attn must be a BlockAttention, got (Linear|NoneType)"):
             RecurrentBlockAttention(attn, "delta")
+
+    def test_x_must_be_b_t_d(self):
+        # unchecked, a 2-d x failed to unpack its shape and a wrong width inside nn.Linear
+        layer = RecurrentBlockAttention(BlockAttention(16, 2, is_causal=True), "delta")
+        with pytest.raises(ValueError, match=r"x must have last dimension d_model=16, got 8"):
+            layer(torch.randn(1, 5, 8))
+        with pytest.raises(ValueError, match=r"x must be 3-d, got a 2-d tensor of shape \(5, 16\)"):
+            layer(torch.randn(5, 16))
