@@ -21,6 +21,8 @@ convolution and the recurrence, as in the models that ship them. The output is W
 token can be read as attention weights are.
 """
 
+from collections.abc import Iterable
+from numbers import Integral
 from typing import Literal, cast, get_args
 
 import torch
@@ -149,8 +151,8 @@ def use_recurrent_attention(
         ``model``, changed in place.
 
     Raises:
-        ValueError: a model without such blocks, an unknown kind, an empty ``layers`` or an
-            index out of range, a conv_size that is not None or an integer >= 1, or a chosen
+        ValueError: a model without such blocks, an unknown kind, a ``layers`` that is not a
+            list of integer indices in range, or is empty, a conv_size that is not None or an integer >= 1, or a chosen
             block whose attention has dropout, an output gate or a QK-norm.
 
     Examples:
@@ -167,8 +169,13 @@ def use_recurrent_attention(
         raise ValueError(
             f"model must have blocks whose attn is a BlockAttention, got {type(model).__name__}"
         )
-    chosen = list(range(len(blocks))) if layers is None else list(layers)
-    if not chosen or any(not 0 <= i < len(blocks) for i in chosen):
+    chosen = list(range(len(blocks))) if layers is None else (
+        list(layers) if isinstance(layers, Iterable) and not isinstance(layers, str) else []
+    )  # a bool is no index: True would choose block 1
+    if not chosen or any(
+        isinstance(i, bool) or not isinstance(i, Integral) or not 0 <= i < len(blocks)
+        for i in chosen
+    ):
         raise ValueError(
             f"layers must be indices of the model's {len(blocks)} blocks, got {layers!r}"
         )

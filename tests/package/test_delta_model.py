@@ -104,3 +104,11 @@ class TestBadInput:
             layer(torch.randn(1, 5, 8))
         with pytest.raises(ValueError, match=r"x must be 3-d, got a 2-d tensor of shape \(5, 16\)"):
             layer(torch.randn(5, 16))
+
+    @pytest.mark.parametrize("layers", [1, "0", [1.0], [True]])
+    def test_layers_must_be_a_list_of_integer_indices(self, layers):
+        # 1 and "0" raised a TypeError, [1.0] one from the ModuleList; [True] changed block 1
+        model = _model()
+        with pytest.raises(ValueError, match=r"layers must be indices of the model's 2 blocks"):
+            use_recurrent_attention(model, "delta", layers=layers)
+        assert [type(block.attn) for block in model.blocks] == [BlockAttention, BlockAttention]
