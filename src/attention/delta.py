@@ -176,20 +176,29 @@ def _prepare(
 def _log_decay(g: Tensor, dtype: torch.dtype) -> Tensor:
     """g in ``dtype``, raised to a floor whose exp is exactly 0 in ``dtype``, as exp(-inf) is.
 
-    g = -inf (a_i = 0: forget everything) is a decay the recurrence takes, but the running sums
-    of the other forms would give gbar_i - gbar_j = -inf - (-inf) = NaN. The floor, the log of
-    the smallest subnormal less a margin for exp's rounding, changes no exp(g) and no g above it;
-    sums of t such floors (float32: -111.3 each) stay far from overflowing.
+    g = -inf (a_i = 0: forget everything) is a decay the recurrence takes; the other forms sum g
+    over chunks and segments, which the floor keeps finite. The floor, the log of the smallest
+    subnormal less a margin for exp's rounding, changes no exp(g) and no g above it; sums of t
+    such floors (float32: -111.3 each) stay far from overflowing.
     """
     finfo = torch.finfo(dtype)
     return g.to(dtype).clamp_min(math.log(finfo.tiny * finfo.eps) - 8.0)
 
 
-def _decay_mask(g_cum: Tensor) -> Tensor:
-    """Lambda (..., t, t): exp(gbar_i - gbar_j) for j <= i, else 0; gbar (..., t) = cumsum(g)."""
-    diff = g_cum[..., :, None] - g_cum[..., None, :]  # (..., t, t)
-    keep = torch.ones(diff.shape[-2:], dtype=torch.bool, device=diff.device).tril()
-    return torch.where(keep, diff, float("-inf")).exp()  # exp(-inf) = 0 above the diagonal
+def _decay_mask(g: Tensor) -> Tensor:
+    """Lambda (..., t, t) from g (..., t): exp(g_{j+1} + ... + g_i) = exp(gbar_i - gbar_j) for
+    j <= i, else 0.
+
+    Each entry sums its own segment of g (Mamba-2's stable ``segsum``): the difference of two
+    running sums cancels, and once gbar is large (resets, floored to about -111 each in float32,
+    or strong decays) its spacing exceeds the small g that follow, which it then loses.
+    """
+    t = g.shape[-1]
+    later = torch.ones(t, t, dtype=torch.bool, device=g.device).tril(-1)  # (t, t): l > j
+    # row i, column j: the sum of g_l over j < l <= i (0 on the diagonal)
+    segments = g[..., :, None].expand(*g.shape, t).masked_fill(~later, 0).cumsum(-2)
+    keep = torch.ones_like(later).tril()  # j <= i
+    return segments.masked_fill(~keep, float("-inf")).exp()  # exp(-inf) = 0 above the diagonal
 
 
 @overload
@@ -264,9 +273,10 @@ def decayed_linear_attention(
         for start in range(0, t, step):
             q_c, k_c, v_c = (x[..., start : start + step, :] for x in (q, k, v))  # (.., C, d)
             g_cum = g[..., start : start + step].cumsum(-1)  # (b, h_v, C): gbar within the chunk
-            within = ((q_c @ k_c.transpose(-2, -1)) * _decay_mask(g_cum)) @ v_c  # (.., C, d_v)
+            lam = _decay_mask(g[..., start : start + step])  # (b, h_v, C, C): Lambda
+            within = ((q_c @ k_c.transpose(-2, -1)) * lam) @ v_c  # (.., C, d_v)
             chunks.append(within + (q_c * g_cum[..., None].exp()) @ state)  # earlier chunks
-            to_end = (g_cum[..., -1:] - g_cum).exp()  # (b, h_v, C): decay from s to chunk end
+            to_end = lam[..., -1, :]  # (b, h_v, C): decay from s to the chunk's end
             state = g_cum[..., -1, None, None].exp() * state + (
                 k_c * to_end[..., None]
             ).transpose(-2, -1) @ v_c  # (b, h_v, d_k, d_v)
@@ -293,14 +303,14 @@ def _delta_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, sta
         q_c, k_c, v_c = (x[..., start : start + chunk_size, :] for x in (q, k, v))  # (.., C, d)
         g_cum = g[..., start : start + chunk_size].cumsum(-1)  # (b, h_v, C)
         b_c = beta[..., start : start + chunk_size, None]  # (b, h_v, C, 1)
-        lam = _decay_mask(g_cum)  # (b, h_v, C, C): Lambda
+        lam = _decay_mask(g[..., start : start + chunk_size])  # (b, h_v, C, C): Lambda
         decay = g_cum[..., None].exp()  # (b, h_v, C, 1)
         lower = (b_c * (k_c @ k_c.transpose(-2, -1)) * lam).tril(-1)  # (b, h_v, C, C)
         eye = torch.eye(lower.shape[-1], dtype=lower.dtype, device=lower.device)
         rhs = b_c * (v_c - decay * (k_c @ state))  # (b, h_v, C, d_v)
         d = torch.linalg.solve_triangular(eye + lower, rhs, upper=False, unitriangular=True)  # (b, h_v, C, d_v): D
         chunks.append(decay * (q_c @ state) + ((q_c @ k_c.transpose(-2, -1)) * lam) @ d)
-        to_end = (g_cum[..., -1:] - g_cum).exp()[..., None]  # (b, h_v, C, 1)
+        to_end = lam[..., -1, :, None]  # (b, h_v, C, 1): decay from s to the chunk's end
         state = g_cum[..., -1, None, None].exp() * state + (k_c * to_end).transpose(-2, -1) @ d
     out = torch.cat(chunks, dim=-2) if chunks else v.new_zeros(v.shape)  # (b, h_v, t, d_v)
     return out, state
@@ -488,7 +498,7 @@ def delta_attention_matrix(
     q, k, _, _ = _prepare(query, key, value_like, scale, None)
     t = k.shape[2]
     lam = torch.ones(t, t, dtype=k.dtype, device=k.device).tril() if g is None else (
-        _decay_mask(_log_decay(g, k.dtype).cumsum(-1))
+        _decay_mask(_log_decay(g, k.dtype))
     )  # (b, h, t, t) or (t, t)
     weights = (q @ k.transpose(-2, -1)).tril() * lam  # (b, h, t, t)
     if beta is None:

@@ -56,6 +56,41 @@ def test_decay_mask_is_the_product_of_decays_between_s_and_t():
                                rtol=0, atol=1e-12)
 
 
+def _decays_small_after_large(dtype):
+    """g: 512 resets (-inf, floored to about -111 in float32) then 512 small decays, the
+    running sum gbar near -57000, whose float32 spacing (0.004) exceeds each later g."""
+    q, k, v, _, beta, _ = _inputs(b=1, h_k=1, h_v=1, t=1024, dtype=dtype)
+    g = torch.full((1, 1, 1024), -0.002, dtype=dtype)
+    g[..., :512] = float("-inf")
+    return q, k, v, g, beta
+
+
+@pytest.mark.parametrize("fn,form,chunk", [
+    ("decay", "parallel", 64), ("decay", "chunked", 64), ("gated", "chunked", 64),
+    ("decay", "matrix", 0), ("gated", "matrix", 0),
+])
+def test_small_decays_after_large_ones_keep_float32s_accuracy(fn, form, chunk):
+    """Lambda_ij sums g over its own segment (Mamba-2's stable segsum): gbar_i - gbar_j, the
+    difference of two running sums of about -57000, lost the small g after the resets and the
+    parallel form and the matrix erred by 2e-3 of the output, where the recurrence (float32
+    too) errs by 1e-6."""
+    inputs64 = _decays_small_after_large(F64)
+    inputs = [x.float() for x in inputs64]
+    if fn == "decay":
+        exact = decayed_linear_attention(*inputs64[:4])
+        plain = decayed_linear_attention(*inputs[:4])  # the recurrence, in float32
+        out = (delta_attention_matrix(*inputs[:2], inputs[3]) @ inputs[2] if form == "matrix"
+               else decayed_linear_attention(*inputs[:4], form=form, chunk_size=chunk))
+    else:
+        exact = gated_delta_rule(*inputs64)
+        plain = gated_delta_rule(*inputs)
+        out = (delta_attention_matrix(*inputs[:2], inputs[3], inputs[4]) @ inputs[2]
+               if form == "matrix" else gated_delta_rule(*inputs, form=form, chunk_size=chunk))
+    error = (out.double() - exact).abs().max() / exact.abs().max()
+    bound = max(4 * (plain.double() - exact).abs().max() / exact.abs().max(), 1e-6)
+    assert error <= bound, f"{fn} {form}: relative error {error:.3g}, bound {bound:.3g}"
+
+
 @pytest.mark.parametrize("chunk", [1, 4, 7, 64])
 def test_gated_delta_chunked_equals_recurrent_in_float64(chunk):
     q, k, v, g, beta, s0 = _inputs()
