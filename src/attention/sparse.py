@@ -94,7 +94,10 @@ def _selection_rule(selected: Tensor, block_size: int = 1) -> MaskMod:
     rows, heads = selected.shape[:2]
 
     def chosen_bh(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return selected[b % rows, h % heads, q_idx, kv_idx // block_size]
+        # a size of 1 broadcasts; a larger one is indexed as it is, so that a selection of fewer
+        # sequences or heads than asked for fails (to_dense: ValueError) where b % rows wrapped
+        return selected[b if rows > 1 else b * 0, h if heads > 1 else h * 0, q_idx,
+                        kv_idx // block_size]
 
     return chosen_bh
 

@@ -561,6 +561,20 @@ class TestBadInput:
             sparse.nsa_attention(q.half(), k.half(), v.float(), torch.zeros(B, H, T, 3), block_size=BLOCK,
                           top_k=2, window=4)
 
+    @pytest.mark.parametrize("shape", [(2, 1), (1, 2)])
+    def test_a_selection_for_fewer_sequences_or_heads_is_refused_not_wrapped(self, shape):
+        # b % 2 and h % 2 gave sequence (head) 2 the selection of 0, where only a size of 1
+        # broadcasts: torch's SDPA refuses a mask of batch 2 for 4 sequences
+        rule = sparse.topk_mask(torch.randn(*shape, T, T), 2)
+        with pytest.raises(ValueError, match=r"mask_mod must hold a value for every index"):
+            to_dense(rule, T, T, b=4, h=4)
+        q, k, v = qkv((4, 4, T, D), seed=123)
+        with pytest.raises(ValueError, match=r"mask_mod must hold a value for every index"):
+            dense_attention(q, k, v, mask_mod=rule)
+        block_rule = sparse.block_topk_mask(torch.randn(*shape, T, T // BLOCK), 2, BLOCK)
+        with pytest.raises(ValueError, match=r"mask_mod must hold a value for every index"):
+            to_dense(block_rule, T, T, b=4, h=4)
+
     def test_block_size_must_divide(self):
         q, k, v = qkv((B, H, T, D), seed=123)
         with pytest.raises(ValueError, match=r"block_size must divide the keys' t_k=16, got "
