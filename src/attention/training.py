@@ -37,10 +37,15 @@ def _check_model(model: object) -> None:
         raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
 
 
-def _check_target_ids(targets: Tensor) -> None:
-    """Require integer ids: a float, complex or bool target (a bool read as 0 or 1) is no id."""
+def _check_target_ids(targets: Tensor) -> Tensor:
+    """Require integer ids: a float, complex or bool target (a bool read as 0 or 1) is no id.
+
+    Returns them in int64, as cross_entropy takes them (it refuses int32, which the models take
+    as ids) and where -100 is itself: compared with uint8 ids it wraps to 156, a byte's id.
+    """
     if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
         raise ValueError(f"targets must be integer ids, got {targets.dtype}")
+    return targets.long()
 
 
 def _check_in_vocabulary(targets: Tensor, n_vocab: int) -> Tensor:
@@ -127,11 +132,9 @@ def train_lm(
                     f"got {shape_or_type(targets)}"
                 )
             # checked here, not by cross_entropy: its RuntimeError or IndexError names no batch
-            _check_target_ids(targets)
+            targets = _check_target_ids(targets)  # int64
             _check_in_vocabulary(targets, logits.shape[-1])
-            # int64 as cross_entropy takes them (it refuses int32, which the models take as ids)
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten().long(),
-                                   ignore_index=-100)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -275,7 +278,7 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
     for name, ids in (("inputs", inputs), ("targets", targets)):
         if not isinstance(ids, Tensor):
             raise ValueError(f"{name} must be a tensor of token ids, got {shape_or_type(ids)}")
-    _check_target_ids(targets)  # an id compared with a float would never be refused
+    targets = _check_target_ids(targets)  # int64; an id compared with a float would never be refused
     scored = targets != -100  # (b, t)
     if targets.shape != inputs.shape or not scored.any():
         raise ValueError(

@@ -47,6 +47,24 @@ def test_train_lm_with_dropout_repeats_its_losses_and_leaves_torchs_generator_al
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
+
+def test_uint8_target_ids_are_scored_as_the_same_ids_in_int64():
+    # uint8 byte ids: 156 != -100 was False (-100 wraps to 156 in uint8), so next_token_accuracy
+    # left out every target 156 and train_lm did not check it against the vocabulary
+    torch.manual_seed(0)
+    model = TinyTransformer(200, 8, 2, 1, context_length=6)
+    inputs = torch.tensor([[0, 1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        predictions = model(inputs).argmax(dim=-1)  # (1, 6)
+    targets = predictions.clone()
+    targets[0, 0] = 156 if predictions[0, 0] != 156 else 157  # one miss in six
+    accuracy = next_token_accuracy(model, inputs, targets.to(torch.uint8))
+    assert accuracy == next_token_accuracy(model, inputs, targets) == pytest.approx(5 / 6)
+    small = TinyTransformer(100, 8, 2, 1, context_length=6)  # 156 is no id of its vocabulary
+    with pytest.raises(ValueError, match=r"n_vocab=100\) or -100 \(not scored\), got ids from"):
+        train_lm(small, lambda g: (inputs, targets.clamp(max=99).index_fill(1, torch.tensor([0]), 156)
+                                   .to(torch.uint8)), 1)
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
