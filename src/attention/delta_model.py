@@ -53,8 +53,9 @@ class RecurrentBlockAttention(nn.Module):
         conv_size: w_conv, the convolution's width, or None for no convolution.
 
     Raises:
-        ValueError: an attn that is not a BlockAttention, an unknown kind, a conv_size that is not None or an integer >= 1, or a
-            sublayer that is not causal, has dropout, an output gate or a QK-norm.
+        ValueError: an attn that is not a BlockAttention, an unknown kind, a conv_size that is
+            not None or an integer >= 1, or a sublayer that is not causal, has dropout, an output
+            gate or a QK-norm.
 
     Examples:
         >>> from attention import BlockAttention
@@ -152,8 +153,9 @@ def use_recurrent_attention(
 
     Raises:
         ValueError: a model without such blocks, an unknown kind, a ``layers`` that is not a
-            list of integer indices in range, or is empty, a conv_size that is not None or an integer >= 1, or a chosen
-            block whose attention has dropout, an output gate or a QK-norm.
+            list of integer indices in range, or is empty, a conv_size that is not None or an
+            integer >= 1, or a chosen block whose attention has dropout, an output gate or a
+            QK-norm.
 
     Examples:
         >>> from attention import TinyTransformer

@@ -278,7 +278,7 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
     for name, ids in (("inputs", inputs), ("targets", targets)):
         if not isinstance(ids, Tensor):
             raise ValueError(f"{name} must be a tensor of token ids, got {shape_or_type(ids)}")
-    targets = _check_target_ids(targets)  # int64; an id compared with a float would never be refused
+    targets = _check_target_ids(targets)  # int64: a float compared with an id is never refused
     scored = targets != -100  # (b, t)
     if targets.shape != inputs.shape or not scored.any():
         raise ValueError(
