@@ -170,16 +170,13 @@ class BlockAttention(FusedHeads):
         """The additive mask M (..., t, t_k): the causal mask plus ``attn_mask``, if any.
 
         ``attn_mask`` follows the package's one rule (bool True = may attend, a float is added,
-        anything else is refused), causal or not.
+        anything else is refused), causal or not; :meth:`forward` checks it.
 
         The causal mask is aligned bottom-right: the t queries are the last t of the t_k keys.
         A :class:`~attention.RollingKVCache` returns only the keys its window (and sinks) keep;
         their positions give the mask instead, so that every query of a chunk sees its own
         window, not the first one's.
         """
-        if attn_mask is not None:
-            check_attn_mask(attn_mask, x)
-            check_mask(attn_mask, torch.Size((x.shape[0], self.num_heads, t, t_k)))
         if not self.is_causal:
             return attn_mask
         if isinstance(cache, RollingKVCache):
@@ -223,6 +220,11 @@ class BlockAttention(FusedHeads):
         queries, keys, values = self.heads(x)  # (b, h, t, d_h) each
         b, t, _ = x.shape
         start = 0 if cache is None else cache.length  # position of x's first token
+        if attn_mask is not None:  # before the cache takes x's keys: a refused call keeps none
+            # t_k: the keys the cache will return, only its window and sinks for a rolling one
+            t_k = t + (len(cache._kept()) if isinstance(cache, RollingKVCache) else start)
+            check_attn_mask(attn_mask, x)
+            check_mask(attn_mask, torch.Size((b, self.num_heads, t, t_k)))
         if self.rotary is not None:
             queries, keys = self.rotary(queries, start), self.rotary(keys, start)  # (b,h,t,d_h)
         if cache is not None:

@@ -259,6 +259,16 @@ class RollingKVCache:
         s, w = self.sinks, self.window
         return torch.where(positions < s, positions, s + (positions - s) % w)
 
+    def _kept(self) -> Tensor:
+        """The positions (k,) of the cached keys that the next token, at position ``length``,
+        sees: the sinks cached so far and the last w - 1 tokens after them. ``append``
+        returns these k keys and then the t new ones."""
+        n, s, w, device = self.length, self.sinks, self.window, self.keys.device
+        return torch.cat([
+            torch.arange(min(n, s), device=device),  # the sinks cached so far
+            torch.arange(min(n, max(s, n - (w - 1))), n, device=device),  # position n's window
+        ])  # (k,)
+
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Store keys, values (b, h_kv, t, d_h); return the visible ones, (b, h_kv, t_k, d_h).
 
@@ -271,10 +281,7 @@ class RollingKVCache:
         n, t, s, w = self.length, keys.shape[2], self.sinks, self.window
         check_room(n, t, self.max_tokens)
         device = self.keys.device
-        kept = torch.cat([
-            torch.arange(min(n, s), device=device),  # the sinks cached so far
-            torch.arange(min(n, max(s, n - (w - 1))), n, device=device),  # position n's window
-        ])  # (k,) positions
+        kept = self._kept()  # (k,) positions
         slots = self._slots(kept)  # (k,)
         all_keys = torch.cat([self.keys[:, :, slots], keys], dim=2)  # (b, h_kv, k + t, d_h)
         all_values = torch.cat([self.values[:, :, slots], values], dim=2)

@@ -224,6 +224,27 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"cache must be a KV cache with length and append"):
             BlockAttention(8, 2, is_causal=True)(torch.randn(1, 4, 8), cache=cache)
 
+    @pytest.mark.parametrize(("new_cache", "t_k"), [
+        (lambda: KVCache(1, 2, 8, 4), 5),  # 3 cached + 2 new
+        (lambda: RollingKVCache(1, 2, window=2, d_h=4, sinks=1), 4),  # sink 0, key 2, 2 new
+    ])
+    @pytest.mark.parametrize("is_causal", [False, True])
+    def test_a_refused_mask_leaves_the_cache_as_it_was(self, new_cache, t_k, is_causal) -> None:
+        """The mask was checked after x's keys were appended: a refused call left them in the
+        cache, at positions every later call then read."""
+        cache = new_cache()
+        block = BlockAttention(8, 2, is_causal=is_causal)
+        block(torch.randn(1, 3, 8), cache=cache)
+        x = torch.randn(1, 2, 8)
+        with pytest.raises(ValueError, match=rf"attn_mask must broadcast to the scores' shape "
+                                             rf"\(1, 2, 2, {t_k}\), got shape \(2, 9\)"):
+            block(x, torch.ones(2, 9, dtype=torch.bool), cache=cache)
+        with pytest.raises(ValueError, match=r"attn_mask must be bool .* got torch.int64"):
+            block(x, torch.ones(2, t_k, dtype=torch.long), cache=cache)
+        assert cache.length == 3
+        _, weights = block(x, torch.ones(2, t_k, dtype=torch.bool), cache=cache)
+        assert weights.shape == (1, 2, 2, t_k) and cache.length == 5
+
     @pytest.mark.parametrize("is_causal", [False, True])
     def test_an_integer_mask_is_refused(self, is_causal):
         """An int 0/1 mask was added to the scores of a causal block and refused otherwise."""
