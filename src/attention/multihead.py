@@ -36,6 +36,7 @@ from torch.types import Device
 
 from ._checks import (
     Factory,
+    accumulation_dtype,
     check_context_length,
     check_dropout,
     check_flags,
@@ -196,10 +197,13 @@ class MultiHeadAttention(CausallyMasked):
         queries = self.W_query(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         keys = self.W_key(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         values = self.W_value(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        attn_scores = queries @ keys.transpose(2, 3)  # (b, h, t, t)
+        # half precision: scores and softmax in float32, as torch's kernels keep them (a float16
+        # score past 65504 was inf, its row nan); the weights are rounded once
+        acc = accumulation_dtype(queries.dtype)
+        attn_scores = queries.to(acc) @ keys.to(acc).transpose(2, 3)  # (b, h, t, t)
         future = self.mask[:t, :t]  # (t, t), True above the diagonal
         attn_scores = attn_scores.masked_fill(future, float("-inf"))
-        attn_weights = torch.softmax(attn_scores / d_h**0.5, dim=-1)
+        attn_weights = torch.softmax(attn_scores / d_h**0.5, dim=-1).to(queries.dtype)
         attn_weights = self.dropout(attn_weights)
         context = (attn_weights @ values).transpose(1, 2)  # (b, t, h, d_h)
         context = context.contiguous().view(b, t, self.d_out)  # (b, t, d_out)

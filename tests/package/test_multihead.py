@@ -137,6 +137,26 @@ def test_multihead_equals_torch_multihead_attention(float_mask: bool) -> None:
     torch.testing.assert_close(weights, expected_weights)
 
 
+def test_float16_scores_beyond_its_range_give_torch_multihead_attention_s_answer() -> None:
+    """Q Kᵀ was computed in float16: a score past 65504 became inf and its row nan, where
+    torch's module, as FusedMultiHeadAttention, keeps the scores in float32."""
+    d, h, t = 8, 2, 4
+    mha = MultiHeadAttention(d, d, context_length=t, dropout=0.0, num_heads=h,
+                             dtype=torch.float16)
+    ref = torch.nn.MultiheadAttention(d, h, batch_first=True, dtype=torch.float16)
+    with torch.no_grad():
+        mha.W_query.weight.copy_(torch.eye(d))
+        mha.W_key.weight.copy_(torch.eye(d))
+        ref.load_state_dict(to_torch_state_dict(mha.state_dict()))
+        x = torch.full((1, t, d), 150.0, dtype=torch.float16)  # q·k = 4 · 150² = 90000 > 65504
+        expected, expected_weights = ref(x, x, x, attn_mask=~causal_mask(t),
+                                         average_attn_weights=False)
+        out, weights = mha(x, return_weights=True)
+    assert out.isfinite().all()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(weights, expected_weights)
+
+
 def test_returned_weights_are_each_heads_causal_weights() -> None:
     mha = MultiHeadAttention(4, 6, context_length=8, dropout=0.0, num_heads=2)
     x = torch.randn(3, 5, 4)
