@@ -127,7 +127,8 @@ class CrossAttention(nn.Module):
 
         Raises:
             ValueError: if x or context does not have the shape above, their batch sizes differ,
-                key_padding_mask is not a (b, t_k) bool tensor, or return_weights is not a bool.
+                key_padding_mask is not a (b, t_k) bool tensor on x's device, or return_weights
+                is not a bool.
         """
         check_input(x, self.d_q, (3,), "x", "d_q")
         check_input(context, self.d_kv, (3,), "context", "d_kv")
@@ -147,6 +148,9 @@ class CrossAttention(nn.Module):
                     f"key_padding_mask must be a bool tensor of shape (b, t_k) = {(b, t_k)}, "
                     f"got {key_padding_mask.dtype} of shape {tuple(key_padding_mask.shape)}"
                 )
+            if key_padding_mask.device != x.device:  # else refused below as an attn_mask
+                raise ValueError(f"key_padding_mask must be on x's device {x.device}, "
+                                 f"got {key_padding_mask.device}")
             attn_mask = ~key_padding_mask[:, None, None, :]  # (b, 1, 1, t_k), True = may attend
         h, d_h = self.num_heads, self.d_h
         queries = self.W_query(x).view(b, t_q, h, d_h).transpose(1, 2)  # (b, h, t_q, d_h)

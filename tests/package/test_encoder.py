@@ -214,6 +214,14 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"bool tensor of shape \(b, t_k\) = \(2, 5\) or None, got list"):
             module(torch.randn(2, 5, 4), key_padding_mask=[[False] * 5] * 2)
 
+    def test_padding_mask_must_be_on_the_device_of_x(self):
+        """It was refused as "attn_mask must be on the query's device", an argument the caller
+        did not pass."""
+        module = BidirectionalSelfAttention(4, 4, dropout=0.0, num_heads=2)
+        padding = torch.zeros(2, 5, dtype=torch.bool, device="meta")
+        with pytest.raises(ValueError, match=r"key_padding_mask must be on x's device cpu, got meta"):
+            module(torch.randn(2, 5, 4), key_padding_mask=padding)
+
     def test_context_must_have_d_kv_and_the_querys_batch(self):
         module = CrossAttention(3, 5, 4, dropout=0.0, num_heads=2)
         with pytest.raises(ValueError, match="context must have last dimension d_kv=5, got 3"):
