@@ -317,7 +317,7 @@ class ModelKVCache:
 
     Raises:
         ValueError: if layers is not a list or tuple of at least one KVCache or RollingKVCache,
-            or its layers differ in length, batch size or max_tokens.
+            holds one cache twice, or its layers differ in length, batch size or max_tokens.
 
     Examples:
         >>> cache = ModelKVCache([KVCache(1, 2, 16, 4) for _ in range(3)])
@@ -333,6 +333,13 @@ class ModelKVCache:
         for i, cache in enumerate(layers):  # a PagedSequence has no max_tokens, reset or to of its own
             if not isinstance(cache, (KVCache, RollingKVCache)):
                 raise ValueError(f"layers[{i}] must be a KVCache or a RollingKVCache, got {type(cache).__name__}")
+        for i, cache in enumerate(layers):  # [cache] * L: each layer would read the others' keys
+            first = next(j for j, other in enumerate(layers) if other is cache)
+            if first != i:
+                raise ValueError(
+                    f"layers[{first}] and layers[{i}] must be distinct caches (each layer appends "
+                    f"its own keys), got the same {type(cache).__name__}"
+                )
         # what every layer of one model shares: a layer that took tokens its successor refuses
         # would leave the layers at different lengths, and every later call wrong
         shared: dict[str, list[int | None]] = {

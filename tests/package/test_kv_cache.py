@@ -136,6 +136,11 @@ class TestBadInput:
              r"layers must share one batch size, as a model's layers do, got \[1, 2\]"),
             (lambda: ModelKVCache([_filled(RollingKVCache(1, 1, 2, 1), 3), RollingKVCache(1, 1, 2, 1)]),
              r"layers must share one length, as a model's layers do, got \[3, 0\]"),
+            # [cache] * L: every layer appended to one cache, so layer 2 read layer 1's keys as
+            # earlier tokens and rotated its own at the next positions, a silently wrong model
+            (lambda: ModelKVCache([KVCache(1, 1, 4, 1)] * 3),
+             r"layers\[0\] and layers\[1\] must be distinct caches \(each layer appends its own "
+             r"keys\), got the same KVCache"),
             (lambda: KVCache(1, 1, 4, 1).append([1.0], [1.0]), r"keys must be a tensor \(b, h_kv, t, d_h\), got list"),
             # (b, h_kv, t) with t = d_h would broadcast over d_h without the rank check
             (lambda: KVCache(1, 2, 4, 2).append(torch.ones(1, 2, 2), torch.ones(1, 2, 2)),
