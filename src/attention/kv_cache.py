@@ -286,9 +286,13 @@ class RollingKVCache:
         all_keys = torch.cat([self.keys[:, :, slots], keys], dim=2)  # (b, h_kv, k + t, d_h)
         all_values = torch.cat([self.values[:, :, slots], values], dim=2)
         new = torch.arange(n, n + t, device=device)  # (t,) positions of the new tokens
-        stay = (new < s) | (new >= n + t - w)  # those a later token may still see
-        self.keys[:, :, self._slots(new[stay])] = keys[:, :, stay]
-        self.values[:, :, self._slots(new[stay])] = values[:, :, stay]
+        # those a later token may still see, the sinks among them and the last w: ranges, not a
+        # bool mask, whose True entries the meta device cannot count
+        sink_end = max(n, min(n + t, s))  # the new sinks are positions n .. sink_end - 1
+        stay = torch.cat([torch.arange(n, sink_end, device=device),
+                          torch.arange(max(sink_end, n + t - w), n + t, device=device)])
+        self.keys[:, :, self._slots(stay)] = keys[:, :, stay - n]
+        self.values[:, :, self._slots(stay)] = values[:, :, stay - n]
         self.key_positions = torch.cat([kept, new])  # (k + t,)
         self.length = n + t
         return all_keys, all_values

@@ -94,6 +94,19 @@ def test_append_returns_each_keys_own_values_in_every_cache(make: object) -> Non
         assert torch.equal(got_keys, keys[:, :, seen]) and torch.equal(got_values, values[:, :, seen])
 
 
+@pytest.mark.parametrize("sinks", [0, 1])
+def test_a_rolling_cache_on_the_meta_device_returns_the_shapes_of_one_on_the_cpu(sinks) -> None:
+    """It chose the new tokens to keep with a bool mask, whose True entries the meta device
+    cannot count: torch raised NotImplementedError (GroupedQueryAttention(window=w) built on
+    meta could not run with its own new_cache)."""
+    meta, cpu = (RollingKVCache(1, 2, 3, 4, sinks=sinks, device=d) for d in ("meta", "cpu"))
+    for t in (2, 1, 4, 1):
+        chunk = torch.ones(1, 2, t, 4)
+        got, expected = meta.append(chunk.to("meta"), chunk.to("meta")), cpu.append(chunk, chunk)
+        assert [x.shape for x in got] == [x.shape for x in expected]
+        assert meta.key_positions.shape == cpu.key_positions.shape
+
+
 @pytest.mark.parametrize("make", [KVCache, RollingKVCache])
 def test_caches_are_made_on_the_device_and_dtype_asked_for(make: type) -> None:
     cache = make(1, 2, 3, 4, dtype=torch.float64, device="meta")  # w = 3 or max_tokens = 3
