@@ -179,6 +179,19 @@ def test_no_tokens_give_no_logits(positions: str | None) -> None:
 
 
 @pytest.mark.parametrize("positions", POSITIONS)
+def test_a_model_on_the_meta_device_gives_the_logits_shape(positions: str | None) -> None:
+    """The check of the ids read their smallest and largest, which the meta device does not
+    hold: "Tensor.item() cannot be called on meta tensors", where torch's nn.Embedding and every
+    other layer of the model give shapes there."""
+    model = TinyTransformer(11, 8, 2, 2, context_length=9, positions=positions, device="meta")
+    idx = torch.zeros(2, 5, dtype=torch.long, device="meta")
+    assert model(idx).shape == (2, 5, 11)
+    cache = model.new_cache(2, 9)
+    model(idx, cache=cache)
+    assert model(idx[:, :1], cache=cache).shape == (2, 1, 11) and cache.length == 6
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
 def test_generate_gives_the_same_tokens_with_and_without_the_cache(positions: str | None) -> None:
     model = _decoder(positions, torch.float32)
     prompt = torch.randint(11, (3, 2))
