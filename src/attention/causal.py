@@ -26,7 +26,14 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import check_context_length, check_dropout, check_flags, check_input, check_sizes
+from ._checks import (
+    accumulation_dtype,
+    check_context_length,
+    check_dropout,
+    check_flags,
+    check_input,
+    check_sizes,
+)
 from .functional import causal_mask
 
 __all__ = ["CausalAttention", "register_causal_mask"]
@@ -144,9 +151,12 @@ class CausalAttention(CausallyMasked):
         queries = self.W_query(x)  # (..., t, d_out)
         keys = self.W_key(x)  # (..., t, d_out)
         values = self.W_value(x)  # (..., t, d_out)
-        attn_scores = queries @ keys.transpose(-2, -1)  # (..., t, t)
+        # half precision: scores and softmax in float32, as torch's kernels keep them (a float16
+        # score past 65504 was inf, its row nan); the weights are rounded once
+        acc = accumulation_dtype(queries.dtype)
+        attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
         future = self.mask[:t, :t]  # (t, t), True above the diagonal
         attn_scores = attn_scores.masked_fill(future, float("-inf"))
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
-        attn_weights = self.dropout(attn_weights)
+        attn_weights = self.dropout(attn_weights.to(queries.dtype))
         return attn_weights @ values  # (..., t, d_out)

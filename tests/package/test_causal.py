@@ -82,6 +82,20 @@ def test_future_tokens_get_exactly_zero_weight_even_for_huge_scores() -> None:
     assert out[0, 0, 0] == 1000.0  # token 0 sees only itself, however low its score
 
 
+def test_float16_scores_beyond_its_range_give_sdpa_s_answer() -> None:
+    """Q Kᵀ was computed in float16: a score past 65504 became inf and its row nan, where torch's
+    SDPA (and the package's), reading the same float16 projections, answers."""
+    ca = CausalAttention(8, 8, context_length=4, dropout=0.0, dtype=torch.float16)
+    with torch.no_grad():
+        for p in (ca.W_query, ca.W_key, ca.W_value):
+            p.weight.copy_(torch.eye(8))
+        x = torch.full((1, 4, 8), 100.0, dtype=torch.float16)  # q·k = 8 · 100² = 80000 > 65504
+        expected = torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+        out = ca(x)
+    assert out.isfinite().all()
+    torch.testing.assert_close(out, expected)
+
+
 def test_dtype_and_device_arguments_reach_parameters_and_mask() -> None:
     ca = CausalAttention(4, 3, context_length=5, dropout=0.0, dtype=torch.float64)
     assert {p.dtype for p in ca.parameters()} == {torch.float64}

@@ -157,6 +157,18 @@ def test_float16_scores_beyond_its_range_give_torch_multihead_attention_s_answer
     torch.testing.assert_close(weights, expected_weights)
 
 
+def test_the_wrapper_in_float16_answers_where_its_scores_pass_float16_s_range() -> None:
+    """Each head is a CausalAttention, whose float16 scores past 65504 were inf, its rows nan."""
+    wrapper = MultiHeadAttentionWrapper(8, 8, context_length=4, dropout=0.0, num_heads=2,
+                                        dtype=torch.float16)
+    with torch.no_grad():
+        for head in wrapper.heads:
+            for p in (head.W_query, head.W_key, head.W_value):
+                p.weight.copy_(torch.eye(8))
+        x = torch.full((1, 4, 8), 100.0, dtype=torch.float16)  # q·k = 80000
+        assert torch.equal(wrapper(x), torch.cat([x, x], dim=-1))  # equal values: their mean
+
+
 def test_returned_weights_are_each_heads_causal_weights() -> None:
     mha = MultiHeadAttention(4, 6, context_length=8, dropout=0.0, num_heads=2)
     x = torch.randn(3, 5, 4)
