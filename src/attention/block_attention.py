@@ -222,7 +222,7 @@ class BlockAttention(FusedHeads):
         start = 0 if cache is None else cache.length  # position of x's first token
         if attn_mask is not None:  # before the cache takes x's keys: a refused call keeps none
             # t_k: the keys the cache will return, only its window and sinks for a rolling one
-            t_k = t + (len(cache._kept()) if isinstance(cache, RollingKVCache) else start)
+            t_k = t + (len(cache.kept_positions()) if isinstance(cache, RollingKVCache) else start)
             check_attn_mask(attn_mask, x)
             check_mask(attn_mask, torch.Size((b, self.num_heads, t, t_k)))
         if self.rotary is not None:

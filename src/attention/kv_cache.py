@@ -259,10 +259,17 @@ class RollingKVCache:
         s, w = self.sinks, self.window
         return torch.where(positions < s, positions, s + (positions - s) % w)
 
-    def _kept(self) -> Tensor:
+    def kept_positions(self) -> Tensor:
         """The positions (k,) of the cached keys that the next token, at position ``length``,
-        sees: the sinks cached so far and the last w - 1 tokens after them. ``append``
-        returns these k keys and then the t new ones."""
+        sees: the sinks cached so far and the last w - 1 tokens after them. ``append`` returns
+        these k keys and then the t new ones, so a mask for the next call has k + t columns.
+
+        Examples:
+            >>> cache = RollingKVCache(1, 1, window=3, d_h=2, sinks=1)
+            >>> _ = cache.append(torch.zeros(1, 1, 5, 2), torch.zeros(1, 1, 5, 2))
+            >>> cache.kept_positions()  # the sink, then positions 3 and 4 for position 5
+            tensor([0, 3, 4])
+        """
         n, s, w, device = self.length, self.sinks, self.window, self.keys.device
         return torch.cat([
             torch.arange(min(n, s), device=device),  # the sinks cached so far
@@ -281,7 +288,7 @@ class RollingKVCache:
         n, t, s, w = self.length, keys.shape[2], self.sinks, self.window
         check_room(n, t, self.max_tokens)
         device = self.keys.device
-        kept = self._kept()  # (k,) positions
+        kept = self.kept_positions()  # (k,)
         slots = self._slots(kept)  # (k,)
         all_keys = torch.cat([self.keys[:, :, slots], keys], dim=2)  # (b, h_kv, k + t, d_h)
         all_values = torch.cat([self.values[:, :, slots], values], dim=2)
