@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import Factory, check_flags, check_input, check_sizes
+from ._checks import Factory, accumulation_dtype, check_flags, check_input, check_sizes
 
 
 class SelfAttentionV1(nn.Module):
@@ -63,9 +63,10 @@ class SelfAttentionV1(nn.Module):
         queries = x @ self.W_query  # (..., t, d_out)
         keys = x @ self.W_key  # (..., t, d_out)
         values = x @ self.W_value  # (..., t, d_out)
-        attn_scores = queries @ keys.transpose(-2, -1)  # (..., t, t)
+        acc = accumulation_dtype(x.dtype)  # scores and softmax of half inputs in float32
+        attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
         d_k = keys.shape[-1]
-        attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)
+        attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1).to(x.dtype)
         return attn_weights @ values  # (..., t, d_out)
 
 
@@ -110,7 +111,8 @@ class SelfAttentionV2(nn.Module):
         queries = self.W_query(x)  # (..., t, d_out)
         keys = self.W_key(x)  # (..., t, d_out)
         values = self.W_value(x)  # (..., t, d_out)
-        attn_scores = queries @ keys.transpose(-2, -1)  # (..., t, t)
+        acc = accumulation_dtype(x.dtype)  # scores and softmax of half inputs in float32
+        attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
         d_k = keys.shape[-1]
-        attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)
+        attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1).to(x.dtype)
         return attn_weights @ values  # (..., t, d_out)

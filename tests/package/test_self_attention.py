@@ -80,6 +80,21 @@ def test_dtype_argument_sets_the_parameters_and_output_dtype(cls: type) -> None:
 
 
 @pytest.mark.parametrize("cls", [SelfAttentionV1, SelfAttentionV2])
+def test_float16_scores_beyond_its_range_give_sdpa_s_answer(cls: type) -> None:
+    """Q Kᵀ in float16 overflowed past 65504 to inf, and the row's softmax to nan; the scores and
+    softmax are kept in float32, as torch's SDPA keeps them for the same float16 projections."""
+    sa = cls(8, 8, dtype=torch.float16)
+    with torch.no_grad():
+        for p in sa.parameters():  # identity projections, V1's and V2's alike
+            p.copy_(torch.eye(8, dtype=torch.float16))
+        x = torch.full((1, 4, 8), 100.0, dtype=torch.float16)  # q·k = 8 · 100² = 80000 > 65504
+        out = sa(x)
+    expected = torch.nn.functional.scaled_dot_product_attention(x, x, x)
+    assert out.dtype == torch.float16 and out.isfinite().all()
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("cls", [SelfAttentionV1, SelfAttentionV2])
 def test_every_weight_is_trainable_and_gets_a_gradient(cls: type) -> None:
     sa = cls(4, 3, dtype=torch.float64)
     (sa(seeded_randn(2, 5, 4)) * seeded_randn(3, 5, 3)).sum().backward()
