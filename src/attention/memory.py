@@ -28,6 +28,15 @@ from torch.utils._pytree import tree_leaves
 
 __all__ = ["MemoryTracker"]
 
+Key = tuple[int, int]  # a storage: its StorageImpl, and where its data lives
+
+
+def _key(storage: torch.UntypedStorage) -> Key:
+    """Which storage this is: the data pointer tells apart the storages of a real device, and
+    the one an out= or resize_ moves to, but every meta storage has pointer 0; the address of
+    the StorageImpl (``_cdata``, which views share) tells those apart."""
+    return storage._cdata, storage.data_ptr()
+
 
 class MemoryTracker(TorchDispatchMode):
     """Context manager that records the peak live bytes and the largest tensor created inside it.
@@ -49,10 +58,10 @@ class MemoryTracker(TorchDispatchMode):
         self.current_bytes = 0
         self.peak_bytes = 0
         self.largest_bytes = 0
-        self._refs: dict[int, int] = {}  # storage address -> number of live tensors using it
-        self._sizes: dict[int, int] = {}  # storage address -> bytes
+        self._refs: dict[Key, int] = {}  # storage (_key) -> number of live tensors using it
+        self._sizes: dict[Key, int] = {}  # storage (_key) -> bytes
 
-    def _release(self, key: int) -> None:
+    def _release(self, key: Key) -> None:
         self._refs[key] -= 1
         if self._refs[key] == 0:
             self.current_bytes -= self._sizes.pop(key)
@@ -64,7 +73,7 @@ class MemoryTracker(TorchDispatchMode):
     ) -> Any:
         # the inputs' storages before the call: one that an out= or resize_ grows moves
         inputs = {
-            t.untyped_storage().data_ptr()
+            _key(t.untyped_storage())
             for t in tree_leaves((args, kwargs))
             if isinstance(t, torch.Tensor)
         }
@@ -76,7 +85,7 @@ class MemoryTracker(TorchDispatchMode):
             if not isinstance(t, torch.Tensor):
                 continue
             storage = t.untyped_storage()
-            key, nbytes = storage.data_ptr(), storage.nbytes()
+            key, nbytes = _key(storage), storage.nbytes()
             if key not in self._refs:
                 if (key in inputs and not fresh) or nbytes == 0:
                     continue  # a view of an untracked input, or empty: nothing was allocated

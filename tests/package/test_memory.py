@@ -48,3 +48,18 @@ def test_an_out_argument_that_grows_is_counted_at_its_new_size():
         out = torch.matmul(a, a, out=torch.empty(0))  # grows to 256 bytes
     assert mem.peak_bytes == 512
     del a, out
+
+
+def test_meta_tensors_are_counted_as_cpu_tensors_are():
+    """Every meta storage has data pointer 0: keyed by it, the first meta tensor stood for all,
+    and a second one passed for its view (1 KiB of the 4 KiB below were counted)."""
+    counts = {}
+    for device in ("cpu", "meta"):
+        with torch.no_grad(), MemoryTracker() as mem:
+            a = torch.zeros(256, device=device)  # 1 KiB
+            b = torch.zeros(512, device=device)  # 2 KiB
+            c = (a + 1).view(16, 16)  # 1 KiB, and a view: nothing more
+        counts[device] = (mem.peak_bytes, mem.largest_bytes, mem.current_bytes)
+        del a, b, c
+        counts[device] += (mem.current_bytes,)
+    assert counts["meta"] == counts["cpu"] == (4096, 2048, 4096, 0)
