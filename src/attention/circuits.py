@@ -237,11 +237,15 @@ def composition_score(first: Tensor, second: Tensor) -> float:
             f"{tuple(first.shape)} and {tuple(second.shape)}"
         )
     first, second = first.double(), second.double()
-    for name, matrix in (("first", first), ("second", second)):
-        if matrix.norm() == 0:  # the score would be 0 / 0
+    largest = [matrix.abs().max() for matrix in (first, second)]  # scalars
+    for name, top in zip(("first", "second"), largest):
+        if top == 0:  # the score would be 0 / 0
             raise ValueError(
                 f"composition_score is undefined for a zero matrix: ||{name}||_F = 0"
             )
+    # The score does not change when a matrix is scaled: scaled to entries of at most 1, the
+    # norms of tiny or huge matrices (1e-170, 1e200) no longer underflow to 0 or overflow to inf
+    first, second = first / largest[0], second / largest[1]  # (m, n), (n, k)
     return ((first @ second).norm() / (first.norm() * second.norm())).item()
 
 

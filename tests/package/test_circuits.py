@@ -90,6 +90,17 @@ def test_composition_score_measures_shared_subspaces() -> None:
     assert score == pytest.approx(((a @ b).norm() / (a.norm() * b.norm())).item())
 
 
+@pytest.mark.parametrize("size", [1e-100, 1e-170, 1e160, 1e200])
+def test_composition_score_does_not_depend_on_the_matrices_size(size: float) -> None:
+    """The score is a ratio of norms: the norms of tiny or huge finite float64 matrices
+    underflowed to 0 or overflowed to inf, and it came out 0.0 or nan, or refused a non-zero
+    matrix as zero."""
+    a, b = torch.randn(6, 6, dtype=torch.float64), torch.randn(6, 6, dtype=torch.float64)
+    score = circuits.composition_score(a, b)
+    assert circuits.composition_score(size * a, size * b) == pytest.approx(score)
+    assert circuits.composition_score(size * a, b) == pytest.approx(score)
+
+
 def test_copying_score_of_known_matrices() -> None:
     assert circuits.copying_score(torch.eye(5) * 2.0) == pytest.approx(1.0)
     assert circuits.copying_score(-torch.eye(5)) == pytest.approx(-1.0)
