@@ -173,7 +173,8 @@ def machine_roof(doc: dict[str, Any], dtype: str) -> dict[str, Any] | None:
     compute, memory = peaks.get(dtype) or {}, peaks.get("bandwidth") or {}
     _check_dict(f"doc['peaks'][{dtype!r}]", compute)
     _check_dict("doc['peaks']['bandwidth']", memory)
-    if not compute.get("tflops") or not memory.get("bytes_per_s"):
+    # missing or None (a device with no documented peak); a peak of 0 is given, and refused
+    if compute.get("tflops") is None or memory.get("bytes_per_s") is None:
         return None
     flops = check_number(f"peaks[{dtype!r}]['tflops']", compute["tflops"], 0, False) * 1e12
     if flops == math.inf:  # finite in TFLOP/s, past float's range in FLOP/s

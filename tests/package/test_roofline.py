@@ -225,6 +225,16 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             call()
 
+    @pytest.mark.parametrize("entry, key", [("float32", "tflops"), ("bandwidth", "bytes_per_s")])
+    @pytest.mark.parametrize("value", [0, 0.0, False, ""])
+    def test_a_peak_of_zero_is_refused_not_taken_for_a_missing_one(self, entry, key, value):
+        """A peak that is 0 (or False, or "") is given and not > 0: it returned None, as for a
+        file without peaks, and roofline_points then left every row out without a word."""
+        peaks = {"float32": {"tflops": 1.0, "source": "a"}, "bandwidth": {"bytes_per_s": 1e11, "source": "b"}}
+        peaks[entry] = peaks[entry] | {key: value}
+        with pytest.raises(ValueError, match=rf"\['{key}'\] must be a finite number > 0, got {value!r}"):
+            machine_roof({"peaks": peaks}, "float32")
+
     def test_matmul_peak_needs_positive_matrix_sides(self):
         with pytest.raises(ValueError, match=r"positive matrix sides.*got \(0,\)"):
             measure_matmul(CPU, (0,))
