@@ -305,7 +305,8 @@ def head_output_means(model: TinyTransformer, inputs: Tensor) -> Tensor:
         The means (L, h, d_h).
 
     Raises:
-        ValueError: if model is not a TinyTransformer, or as it raises for inputs.
+        ValueError: if model is not a TinyTransformer, as it raises for inputs, or inputs hold
+            no token (the mean would be 0 / 0).
 
     Examples:
         >>> model = TinyTransformer(5, 4, 2, 1, context_length=3)  # n_vocab, d, h, L
@@ -324,6 +325,9 @@ def head_output_means(model: TinyTransformer, inputs: Tensor) -> Tensor:
     finally:
         for hook in hooks:
             hook.remove()
+    if recorded[0].shape[:2].numel() == 0:  # z (b, t, d): the mean would be 0 / 0, nan
+        raise ValueError("head_output_means averages over the tokens of inputs: it needs at "
+                         f"least one, got inputs of shape {tuple(inputs.shape)}")
     means = torch.stack([z.mean(dim=(0, 1)) for z in recorded])  # (L, d)
     return means.view(len(model.blocks), model.num_heads, -1)  # (L, h, d_h)
 

@@ -271,6 +271,11 @@ class TestBadInput:
             (lambda: circuits.copying_score(torch.zeros(3, 3)), r"undefined when every eigenvalue is 0"),
             (lambda: circuits.copying_score(torch.tensor([[0.0, 1.0], [0.0, 0.0]])),
              r"undefined when every eigenvalue is 0"),
+            # a mean over no token: nan means, which mean ablation spread to every output
+            (lambda: circuits.head_output_means(_tiny(), torch.zeros(0, 3, dtype=torch.long)),
+             r"averages over the tokens of inputs: it needs at least one, got inputs of shape \(0, 3\)"),
+            (lambda: circuits.head_output_means(_tiny(), torch.zeros(2, 0, dtype=torch.long)),
+             r"needs at least one, got inputs of shape \(2, 0\)"),
         ],
     )
     def test_scores_that_would_be_zero_over_zero_are_refused(self, make: object, message: str) -> None:
