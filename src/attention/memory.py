@@ -10,9 +10,10 @@ operations created and that are still alive:
 - ``largest_bytes``: the largest single tensor created (e.g. a ``(b, h, t, t)`` score matrix).
 
 Outputs that share storage with an input (views such as ``transpose``) allocate nothing; a view
-keeps its storage counted as alive for as long as the view lives. A tensor that an ``out=`` or
-``resize_`` moves to a larger storage is counted at its new size from then on, and at its old
-one too until the tensor dies (its old storage is freed at once). Use it under
+keeps its storage counted as alive for as long as the view lives. A sparse tensor, which has
+no storage of its own, is counted by those of its parts (indices and values). A tensor that an
+``out=`` or ``resize_`` moves to a larger storage is counted at its new size from then on, and
+at its old one too until the tensor dies (its old storage is freed at once). Use it under
 ``torch.no_grad()``: tensors that autograd saves for backward are freed by autograd, not by
 Python, and would be released from the count too early.
 """
@@ -36,6 +37,20 @@ def _key(storage: torch.UntypedStorage) -> Key:
     the one an out= or resize_ moves to, but every meta storage has pointer 0; the address of
     the StorageImpl (``_cdata``, which views share) tells those apart."""
     return storage._cdata, storage.data_ptr()
+
+
+def _storages(t: torch.Tensor) -> list[torch.UntypedStorage]:
+    """The storages that hold t's numbers: its own, or a sparse tensor's parts, which have one
+    each where the sparse tensor has none (its untyped_storage() raises)."""
+    if t.layout == torch.sparse_coo:
+        parts = [t._indices(), t._values()]
+    elif t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        parts = [t.crow_indices(), t.col_indices(), t.values()]
+    elif t.layout in (torch.sparse_csc, torch.sparse_bsc):
+        parts = [t.ccol_indices(), t.row_indices(), t.values()]
+    else:  # strided
+        return [t.untyped_storage()]
+    return [part.untyped_storage() for part in parts]
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -73,9 +88,10 @@ class MemoryTracker(TorchDispatchMode):
     ) -> Any:
         # the inputs' storages before the call: one that an out= or resize_ grows moves
         inputs = {
-            _key(t.untyped_storage())
+            _key(storage)
             for t in tree_leaves((args, kwargs))
             if isinstance(t, torch.Tensor)
+            for storage in _storages(t)
         }
         out = func(*args, **(kwargs or {}))
         # torch.tensor(data) builds its tensor outside the operations seen here and hands it to
@@ -84,16 +100,16 @@ class MemoryTracker(TorchDispatchMode):
         for t in tree_leaves(out):
             if not isinstance(t, torch.Tensor):
                 continue
-            storage = t.untyped_storage()
-            key, nbytes = _key(storage), storage.nbytes()
-            if key not in self._refs:
-                if (key in inputs and not fresh) or nbytes == 0:
-                    continue  # a view of an untracked input, or empty: nothing was allocated
-                self._refs[key] = 0
-                self._sizes[key] = nbytes
-                self.current_bytes += nbytes
-                self.peak_bytes = max(self.peak_bytes, self.current_bytes)
-                self.largest_bytes = max(self.largest_bytes, nbytes)
-            self._refs[key] += 1
-            weakref.finalize(t, self._release, key)
+            for storage in _storages(t):
+                key, nbytes = _key(storage), storage.nbytes()
+                if key not in self._refs:
+                    if (key in inputs and not fresh) or nbytes == 0:
+                        continue  # a view of an untracked input, or empty: nothing was allocated
+                    self._refs[key] = 0
+                    self._sizes[key] = nbytes
+                    self.current_bytes += nbytes
+                    self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+                    self.largest_bytes = max(self.largest_bytes, nbytes)
+                self._refs[key] += 1
+                weakref.finalize(t, self._release, key)
         return out

@@ -1,5 +1,6 @@
 """MemoryTracker counts the bytes that operations allocate, and frees them when tensors die."""
 
+import pytest
 import torch
 
 from attention.memory import MemoryTracker
@@ -63,3 +64,20 @@ def test_meta_tensors_are_counted_as_cpu_tensors_are():
         del a, b, c
         counts[device] += (mem.current_bytes,)
     assert counts["meta"] == counts["cpu"] == (4096, 2048, 4096, 0)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_sparse_tensors_are_counted_by_their_parts():
+    """A sparse tensor has no storage of its own: reading it raised torch's NotImplementedError
+    inside the operation, so that code that ran outside the tracker failed inside it."""
+    a = torch.eye(4)  # created outside: not counted
+    with torch.no_grad(), MemoryTracker() as mem:
+        coo = a.to_sparse()  # indices (2, 4) int64 and values (4,) float32: 64 + 16 bytes
+        assert mem.current_bytes == 80
+        csr = a.to_sparse_csr()  # crow_indices, col_indices and values, each a storage
+        parts = (csr.crow_indices(), csr.col_indices(), csr.values())
+        assert mem.current_bytes == 80 + sum(x.untyped_storage().nbytes() for x in parts)
+        product = torch.sparse.mm(coo, a)  # (4, 4) float32, strided: 64 bytes more
+        assert mem.current_bytes == 80 + sum(x.untyped_storage().nbytes() for x in parts) + 64
+    del coo, csr, parts, product
+    assert mem.current_bytes == 0
