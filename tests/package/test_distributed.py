@@ -395,6 +395,16 @@ def test_every_rank_sends_the_table_on_a_device_type_its_group_has(monkeypatch, 
     assert _table_device(torch.zeros(1), None) == torch.device(device)
 
 
+@pytest.mark.parametrize("lengths", [[5, 5], (5, 5), np.array([5, 5])], ids=["list", "tuple", "array"])
+def test_zigzag_lengths_may_be_any_sequence_of_counts(lengths):
+    """A tuple was compared with ring_shards' list, never equal: contiguous shards took (3, 2),
+    zigzag ones refused (5, 5) as not [5, 5], and a NumPy array raised NumPy's ValueError on
+    the truth value of an array."""
+    for sharding in ("contiguous", "zigzag"):
+        got = shard_positions(lengths, sharding)
+        assert [p.tolist() for p in got] == [p.tolist() for p in shard_positions([5, 5], sharding)]
+
+
 def test_no_process_group_is_a_runtime_error():
     q = torch.randn(1, 2, 4, 4)
     for fn in (ring_attention, ulysses_attention):

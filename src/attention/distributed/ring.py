@@ -16,6 +16,7 @@ complete at the rank that owns the block.
 """
 
 import math
+from collections.abc import Sequence
 from numbers import Integral
 from typing import Any, NoReturn, cast
 
@@ -31,7 +32,7 @@ from ._common import agree, global_rank, merge, note
 __all__ = ["ring_attention", "shard_positions", "shard_sequence"]
 
 
-def shard_positions(lengths: list[int], sharding: Sharding, device: Device = None) -> list[Tensor]:
+def shard_positions(lengths: Sequence[int], sharding: Sharding, device: Device = None) -> list[Tensor]:
     """The positions each rank's shard holds, from the shard lengths c of ranks 0 .. N - 1.
 
     ``"contiguous"``: rank r holds the c_r tokens after those of rank r - 1 (any lengths >= 1).
@@ -39,7 +40,7 @@ def shard_positions(lengths: list[int], sharding: Sharding, device: Device = Non
     chunks r and 2N - 1 - r).
 
     Args:
-        lengths: the shard length c of each rank, in rank order.
+        lengths: the shard length c of each rank, in rank order (a list, a tuple or an array).
         sharding: ``"contiguous"`` or ``"zigzag"``.
         device: where the position tensors go.
 
@@ -57,6 +58,7 @@ def shard_positions(lengths: list[int], sharding: Sharding, device: Device = Non
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
     check_counts(**{f"lengths[{r}]": n for r, n in enumerate(lengths)})
+    lengths = [int(n) for n in lengths]  # a tuple or an array too: compared with a list below
     t, world = sum(lengths), len(lengths)
     if sharding == "contiguous":
         starts = [sum(lengths[:r]) for r in range(world)]
