@@ -4,6 +4,7 @@ One group of forked processes per world size runs every case and writes its erro
 the tests read them. Processes talk over 127.0.0.1 only.
 """
 
+import re
 import socket
 import time
 from datetime import timedelta
@@ -461,6 +462,14 @@ class TestBadInput:
     def test_a_numpy_rank_is_taken(self):
         x = torch.arange(8.0)[:, None]
         assert torch.equal(shard_sequence(x, np.int64(1), 2), shard_sequence(x, 1, 2))
+
+    @pytest.mark.parametrize("lengths", [5, None, {3: 1}, "32"])
+    def test_shard_lengths_are_a_sequence(self, lengths):
+        # 5 and None were Python's TypeError (not iterable); a dict was read by its keys, a str
+        # by its characters
+        with pytest.raises(ValueError, match=r"lengths must be a sequence of shard lengths, one per rank, got "
+                                             + re.escape(repr(lengths))):
+            shard_positions(lengths, "contiguous")
 
     @pytest.mark.parametrize("lengths", [[2.5, 1], [3, -1]])
     def test_shard_lengths_are_counts(self, lengths):

@@ -16,7 +16,7 @@ complete at the rank that owns the block.
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from numbers import Integral
 from typing import Any, NoReturn, cast
 
@@ -48,8 +48,8 @@ def shard_positions(lengths: Sequence[int], sharding: Sharding, device: Device =
         N int64 tensors of positions, one per rank.
 
     Raises:
-        ValueError: if sharding is unknown, a length is not an integer >= 0, or zig-zag
-            lengths are not those of ``ring_shards``.
+        ValueError: if sharding is unknown, lengths is not a sequence, a length is not an
+            integer >= 0, or zig-zag lengths are not those of ``ring_shards``.
 
     Examples:
         >>> shard_positions([3, 2], "contiguous")
@@ -57,6 +57,9 @@ def shard_positions(lengths: Sequence[int], sharding: Sharding, device: Device =
     """
     if sharding not in SHARDINGS:
         raise ValueError(f"sharding must be one of {SHARDINGS}, got {sharding!r}")
+    # a dict would be read by its keys, a str by its characters
+    if isinstance(lengths, (str, Mapping)) or not hasattr(lengths, "__len__"):
+        raise ValueError(f"lengths must be a sequence of shard lengths, one per rank, got {lengths!r}")
     check_counts(**{f"lengths[{r}]": n for r, n in enumerate(lengths)})
     lengths = [int(n) for n in lengths]  # a tuple or an array too: compared with a list below
     t, world = sum(lengths), len(lengths)
