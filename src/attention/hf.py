@@ -584,6 +584,17 @@ def _rotary(
     return rotary
 
 
+def _inv_freq(rotary_emb: Any, params: dict[str, Any], prefix: str = "") -> Tensor:
+    """The reference's frequencies up to t_train, which :func:`_rotary` compares with the book's.
+
+    Dynamic RoPE rescales ``inv_freq`` in place once a forward runs past t_train (and keeps the
+    longest length's until a sequence is shorter than t_train); ``original_inv_freq`` keeps the
+    rule's own, so a model that has run is the same model as before.
+    """
+    name = "original_inv_freq" if params.get("rope_type") == "dynamic" else "inv_freq"
+    return cast(Tensor, getattr(rotary_emb, prefix + name))
+
+
 def _gpt2(model: Any) -> CausalLM:
     """GPT-2: learned positions, LayerNorm, fused QKV stored as Conv1D (in, out) weights."""
     config, body = model.config, model.transformer
@@ -623,7 +634,8 @@ def _gpt_neox(model: Any) -> CausalLM:
     _option(config, "hidden_act", tuple(_ACTIVATIONS))
     d, h = config.hidden_size, config.num_attention_heads
     d_h = d // h
-    rotary = _rotary(config.rope_parameters, d_h, config, body.rotary_emb.inv_freq)
+    rotary = _rotary(config.rope_parameters, d_h, config,
+                     _inv_freq(body.rotary_emb, config.rope_parameters))
     blocks = []
     for layer in body.layers:
         bias = config.attention_bias
@@ -753,8 +765,7 @@ def _llama_like(model: Any) -> CausalLM:
     rotaries = {}
     for layer_type in set(layer_types) - {"linear_attention"}:
         own = params[layer_type] if gemma else params
-        reference = (getattr(body.rotary_emb, f"{layer_type}_inv_freq") if gemma
-                     else body.rotary_emb.inv_freq)
+        reference = _inv_freq(body.rotary_emb, own, f"{layer_type}_" if gemma else "")
         rotaries[layer_type] = _rotary(own, d_h, config, reference)
     blocks = []
     for layer, layer_type, own_ffn in zip(body.layers, layer_types, dense, strict=True):
@@ -792,7 +803,7 @@ def _deepseek_v3(model: Any) -> CausalLM:
     # on fewer key-value heads than query heads
     _option(config, "num_key_value_heads", (config.num_attention_heads,))
     params = config.rope_parameters
-    rotary = _rotary(params, config.qk_rope_head_dim, config, body.rotary_emb.inv_freq,
+    rotary = _rotary(params, config.qk_rope_head_dim, config, _inv_freq(body.rotary_emb, params),
                      interleaved=sparse or bool(config.rope_interleave))  # V3.2: always
     scale = (config.qk_nope_head_dim + config.qk_rope_head_dim) ** -0.5
     weight_all = params.get("mscale_all_dim") or 0.0

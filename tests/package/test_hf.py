@@ -158,6 +158,18 @@ def test_same_logits_with_options_left_at_default_above(case: str) -> None:
     assert error < 1e-10, error
 
 
+@pytest.mark.parametrize("case", ["llama-dynamic", "gemma3-dynamic"])
+def test_dynamic_rope_is_read_after_a_forward_past_t_train(case: str) -> None:
+    """transformers rescales inv_freq in place past t_train (12 here); original_inv_freq keeps
+    the rule's frequencies, which the copy is checked against: it was refused as different."""
+    model = _model(*CASES[case])
+    with torch.no_grad():
+        model(torch.zeros(1, 20, dtype=torch.long))  # inv_freq now that of 20 positions
+    ours = from_transformers(model)
+    error = _logit_error(_model(*CASES[case]), ours, torch.arange(16).repeat(2, 1))  # a fresh one
+    assert error < 1e-10, error
+
+
 def test_the_copy_is_in_eval_mode_with_the_models_dtype() -> None:
     model = _model(*CASES["gpt2"]).float().train()
     ours = from_transformers(model)
