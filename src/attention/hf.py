@@ -739,8 +739,8 @@ def _llama_like(model: Any) -> CausalLM:
     # Llama's attention has no window whatever layer_types says (transformers' cache would
     # follow layer_types and window it): such a model has no one meaning, refuse it
     kinds = {"full_attention"} if kind == "llama" else {"full_attention", "sliding_attention"}
-    if next_:
-        kinds.add("linear_attention")
+    if next_:  # Qwen3-Next builds no attention in a window layer, nor a mask for it
+        kinds = {"full_attention", "linear_attention"}
     if not set(layer_types) <= kinds:
         raise ValueError(
             f"{kind}: layer_types must be in {sorted(kinds)}, got {sorted(set(layer_types))}"

@@ -353,6 +353,16 @@ class TestBadInput:
             from_transformers(_model("mistral", GQA, sliding_window=4,
                                      layer_types=["full_attention", "sliding_attention"]))
 
+    def test_qwen3_next_window_layer_types_are_refused(self) -> None:
+        # Qwen3-Next builds no attention in a 'sliding_attention' layer and has no mask for it:
+        # transformers fails at the first call; an AttributeError was raised here
+        options = dict(CASES["qwen3_next"][1], layer_types=["linear_attention", "sliding_attention"],
+                       sliding_window=3)
+        with pytest.raises(ValueError, match=r"qwen3_next: layer_types must be in \['full_attention', "
+                                             r"'linear_attention'\], got \['linear_attention', "
+                                             r"'sliding_attention'\]"):
+            from_transformers(_model("qwen3_next", options))
+
     @pytest.mark.parametrize("model_type", ["llama", "gpt_oss"])
     def test_a_partial_rotation_of_whole_head_rope_is_refused(self, model_type: str) -> None:
         # their attention rotates whole heads: transformers fails (YaRN) or ignores the option
