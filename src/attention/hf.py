@@ -845,7 +845,8 @@ def from_transformers(model: nn.Module) -> CausalLM:
         The :class:`CausalLM`, built from the book's modules.
 
     Raises:
-        ValueError: an unsupported model type or configuration option, naming what is supported.
+        ValueError: an unsupported model type or configuration option, naming what is supported,
+            or a model without an lm_head (a base model such as ``LlamaModel``, a classifier).
 
     Examples:
         >>> from transformers import AutoConfig, AutoModelForCausalLM  # doctest: +SKIP
@@ -865,6 +866,9 @@ def from_transformers(model: nn.Module) -> CausalLM:
             f"model must be a transformers causal LM of model_type in {SUPPORTED}, got "
             f"{type(model).__name__} with model_type {kind!r}"
         )
+    if not isinstance(getattr(model, "lm_head", None), nn.Linear):  # LlamaModel, a classifier
+        raise ValueError(f"model must be a transformers causal LM with an lm_head, got "
+                         f"{type(model).__name__}, which has none")
     weight = next(model.parameters())
     saved = torch.get_default_dtype()
     torch.set_default_dtype(weight.dtype)  # modules made in the model's dtype: copies exact

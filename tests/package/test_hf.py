@@ -312,6 +312,18 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"use_bidirectional_attention=True .* \(False, None\)"):
             from_transformers(_model(kind, **dict(options, use_bidirectional_attention=True)))
 
+    @pytest.mark.parametrize("auto", ["AutoModel", "AutoModelForSequenceClassification"])
+    @pytest.mark.parametrize("case", ["gpt2", "llama", "deepseek_v3"])
+    def test_a_model_without_a_language_model_head_is_refused(self, auto: str, case: str) -> None:
+        # a supported model_type, but no lm_head (or no .model/.transformer): AttributeError
+        model_type, options = CASES[case]
+        config = transformers.AutoConfig.for_model(model_type, **options)
+        model = getattr(transformers, auto).from_config(config)
+        name = type(model).__name__
+        with pytest.raises(ValueError, match=rf"model must be a transformers causal LM with an "
+                                             rf"lm_head, got {name}, which has none"):
+            from_transformers(model)
+
     def test_attention_scalings_the_book_lacks_are_refused(self) -> None:
         with pytest.raises(ValueError, match=r"gemma3_text: attn_logit_softcapping=50.0 is not implemented"):
             from_transformers(_model("gemma3_text", GEMMA3, attn_logit_softcapping=50.0))
