@@ -170,6 +170,23 @@ def test_dynamic_rope_is_read_after_a_forward_past_t_train(case: str) -> None:
     assert error < 1e-10, error
 
 
+@pytest.mark.parametrize("case", ["llama", "gemma3", "deepseek_v3"])
+def test_a_model_on_the_meta_device_is_copied_there(case: str) -> None:
+    """Its inv_freq holds no numbers to check the book's against: NotImplementedError before.
+    The copy runs where transformers' does (DeepSeek-V3's experts need numbers to route)."""
+    model_type, options = CASES[case]
+    config = transformers.AutoConfig.for_model(model_type, **options)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    ours = from_transformers(model)
+    assert {p.device.type for p in ours.parameters()} == {"meta"}
+    assert [c.nbytes for c in ours.new_caches(1, 8)] == [  # the same caches as on the CPU
+        c.nbytes for c in from_transformers(_model(model_type, options).float()).new_caches(1, 8)]
+    if case != "deepseek_v3":
+        logits = ours(torch.zeros(2, 5, dtype=torch.long, device="meta"))
+        assert logits.shape == (2, 5, 64) and logits.is_meta
+
+
 def test_the_copy_is_in_eval_mode_with_the_models_dtype() -> None:
     model = _model(*CASES["gpt2"]).float().train()
     ours = from_transformers(model)
