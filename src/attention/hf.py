@@ -995,7 +995,9 @@ def upcast_transformers(model: nn.Module) -> nn.Module:
         ``model`` itself, changed in place.
 
     Raises:
-        ValueError: if ``model`` is not a ``torch.nn.Module`` with float64 parameters.
+        ValueError: if ``model`` is not a ``torch.nn.Module`` with float64 parameters, or not
+            of a family in :data:`SUPPORTED` (whose modules could be patched by the wrong rule:
+            VaultGemma's RMSNorm, gain 1 + γ, would compute γ).
 
     Examples:
         >>> from transformers import AutoConfig, AutoModelForCausalLM  # doctest: +SKIP
@@ -1009,6 +1011,10 @@ def upcast_transformers(model: nn.Module) -> nn.Module:
     if first is None or first.dtype != torch.float64:
         got = "no parameters" if first is None else first.dtype
         raise ValueError(f"model must be float64 (call model.double() first), got {got}")
+    kind = getattr(getattr(model, "config", None), "model_type", None)
+    if kind not in SUPPORTED:  # modules are patched by name: another family's may differ
+        raise ValueError(f"model must be a transformers model of model_type in {SUPPORTED}, got "
+                         f"{type(model).__name__} with model_type {kind!r}")
     for module in model.modules():
         name = type(module).__name__
         if name.endswith("RotaryEmbedding"):

@@ -414,6 +414,17 @@ class TestBadInput:
             from_transformers(_model("gemma3_text", GEMMA3, hidden_activation="relu"))
         assert copies == []
 
+    def test_upcast_of_a_family_not_supported_is_refused(self) -> None:
+        # its modules are patched by name: VaultGemma's RMSNorm (gain 1 + γ) became γ, and the
+        # "reference" logits moved by 111% of their size
+        options = dict(GQA, head_dim=8, query_pre_attn_scalar=8, layer_types=["full_attention"] * 2)
+        with pytest.raises(ValueError, match=r"model must be a transformers model of model_type in "
+                                             r"\('gpt2', .*\), got VaultGemmaForCausalLM with "
+                                             r"model_type 'vaultgemma'"):
+            upcast_transformers(_model("vaultgemma", options))
+        with pytest.raises(ValueError, match=r"got Linear with model_type None"):
+            upcast_transformers(torch.nn.Linear(2, 2).double())
+
     def test_a_model_cast_after_loading_is_refused_by_its_inv_freq(self) -> None:
         # .to(torch.bfloat16) casts the float32 inv_freq that from_pretrained(dtype=) keeps
         model = _model(*CASES["llama"]).to(torch.bfloat16)
