@@ -723,8 +723,11 @@ def _llama_like(model: Any) -> CausalLM:
     d, h = config.hidden_size, config.num_attention_heads
     d_h = getattr(config, "head_dim", None) or d // h
     eps, offset = config.rms_norm_eps, 1.0 if gemma or next_ else 0.0
-    declared = getattr(config, "layer_types", None)
-    layer_types = declared or ["full_attention"] * len(body.layers)
+    # transformers runs layers[:num_hidden_layers], gpt-oss all of them: a config set to fewer
+    # layers after loading (early exit, layer pruning) runs fewer
+    layers = body.layers if kind == "gpt_oss" else body.layers[: config.num_hidden_layers]
+    declared = (getattr(config, "layer_types", None) or [])[: len(layers)]  # those layers' types
+    layer_types = declared or ["full_attention"] * len(layers)
     # transformers' cache follows layer_types: a window layer needs a window (its cache fails
     # without one), and Mistral's attention windows every layer whatever layer_types says
     if "sliding_attention" in layer_types and getattr(config, "sliding_window", None) is None:
@@ -735,9 +738,9 @@ def _llama_like(model: Any) -> CausalLM:
             raise ValueError(f"mistral: with sliding_window={config.sliding_window} every layer "
                              f"is windowed, so layer_types must be all 'sliding_attention', got "
                              f"{sorted(set(declared))}")
-        layer_types = ["sliding_attention"] * len(body.layers)
+        layer_types = ["sliding_attention"] * len(layers)
     if kind == "qwen3" and not config.use_sliding_window:
-        layer_types = ["full_attention"] * len(body.layers)
+        layer_types = ["full_attention"] * len(layers)
     # Llama's attention has no window whatever layer_types says (transformers' cache would
     # follow layer_types and window it): such a model has no one meaning, refuse it
     kinds = {"full_attention"} if kind == "llama" else {"full_attention", "sliding_attention"}
@@ -748,7 +751,7 @@ def _llama_like(model: Any) -> CausalLM:
             f"{kind}: layer_types must be in {sorted(kinds)}, got {sorted(set(layer_types))}"
         )
     # the book's feed-forward sublayers, or transformers' experts (gpt-oss's are all experts)
-    dense = [kind != "gpt_oss" and "Moe" not in type(layer.mlp).__name__ for layer in body.layers]
+    dense = [kind != "gpt_oss" and "Moe" not in type(layer.mlp).__name__ for layer in layers]
     if any(dense):
         _option(config, "hidden_activation" if gemma else "hidden_act", tuple(_ACTIVATIONS))
     if gemma:
@@ -770,7 +773,7 @@ def _llama_like(model: Any) -> CausalLM:
         reference = _inv_freq(body.rotary_emb, own, f"{layer_type}_" if gemma else "")
         rotaries[layer_type] = _rotary(own, d_h, config, reference)
     blocks = []
-    for layer, layer_type, own_ffn in zip(body.layers, layer_types, dense, strict=True):
+    for layer, layer_type, own_ffn in zip(layers, layer_types, dense, strict=True):
         if layer_type == "linear_attention":  # chapter 13's gated delta layer
             attention: nn.Module = GatedDeltaNet.from_qwen3_next(layer.linear_attn)
         else:
@@ -797,8 +800,9 @@ def _deepseek_v3(model: Any) -> CausalLM:
     borrowed; V3.2 adds the lightning indexer's selection."""
     config, body = model.config, model.model
     sparse = config.model_type == "deepseek_v32"
+    layers = body.layers[: config.num_hidden_layers]  # those transformers runs
     dense = [config.mlp_layer_types[i] == "dense" if sparse else i < config.first_k_dense_replace
-             for i in range(len(body.layers))]  # the book's feed-forward, or transformers' MoE
+             for i in range(len(layers))]  # the book's feed-forward, or transformers' MoE
     if any(dense):
         _option(config, "hidden_act", tuple(_ACTIVATIONS))
     # MLA gives every head its own key and value from the latent: transformers' attention fails
@@ -812,7 +816,7 @@ def _deepseek_v3(model: Any) -> CausalLM:
     if params.get("rope_type", "default") != "default" and weight_all and params["factor"] > 1:
         scale *= (0.1 * weight_all * math.log(params["factor"]) + 1.0) ** 2  # YaRN's mscale²
     eps, blocks = config.rms_norm_eps, []
-    for layer, own_ffn in zip(body.layers, dense, strict=True):
+    for layer, own_ffn in zip(layers, dense, strict=True):
         kind = _SparseLatentAttention if sparse else _LatentAttention
         attention = kind(layer.self_attn, config, rotary, scale)
         ffn = _feed_forward(config, layer.mlp, False) if own_ffn else _Borrowed(layer.mlp)

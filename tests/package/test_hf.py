@@ -187,6 +187,24 @@ def test_a_model_on_the_meta_device_is_copied_there(case: str) -> None:
         assert logits.shape == (2, 5, 64) and logits.is_meta
 
 
+@pytest.mark.parametrize("case", ["llama", "gemma3", "qwen3_next", "deepseek_v3"])
+def test_the_layers_transformers_runs_are_the_layers_copied(case: str) -> None:
+    """Llama-like models and DeepSeek run layers[:config.num_hidden_layers]: a model whose
+    config was set to fewer layers after loading, as early-exit and layer-pruning studies do,
+    was copied whole, its logits 40% away from transformers'. (gpt-oss, GPT-2 and GPT-NeoX run
+    every layer, and are copied whole.)"""
+    model_type, options = CASES[case]
+    options = dict(options, num_hidden_layers=3)  # Gemma 3's 2 local, 1 global
+    if case == "qwen3_next":
+        options["layer_types"] = ["linear_attention", "full_attention", "linear_attention"]
+    model = randomize(_model(model_type, options))
+    model.config.num_hidden_layers = 2
+    ours = from_transformers(model)
+    assert len(ours.blocks) == 2
+    error = _logit_error(model, ours, torch.arange(11).repeat(2, 1))
+    assert error < 1e-10, error
+
+
 def test_the_copy_is_in_eval_mode_with_the_models_dtype() -> None:
     model = _model(*CASES["gpt2"]).float().train()
     ours = from_transformers(model)
