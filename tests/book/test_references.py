@@ -97,6 +97,38 @@ def html_of(text: str) -> _Ids:
     return parser
 
 
+def test_entries_cited_alike_get_letters_and_others_none(tmp_path) -> None:
+    # Touvron et al., 2023a and 2023b; the key's own letter counts for nothing; Dao 2023 and
+    # Dao et al. 2023 are cited apart without letters; a paper comes before a blog post
+    refs = hook.load_bibliography(write_bib(tmp_path, "\n".join([
+        entry(key="smith1999b", title="B"), entry(key="smith1999", title="A"),
+        entry(key="post", title="C", kind="online"),
+        entry(key="dao2023", author="Dao, T.", year="2023"),
+        entry(key="dao2023x", author="Dao, T. and others", year="2023"),
+        entry(key="lone1999", author="Lone, A."),
+    ])))
+    assert hook.year_labels(refs) == {"smith1999": "1999a", "smith1999b": "1999b", "post": "1999c",
+                                      "dao2023": "2023", "dao2023x": "2023", "lone1999": "1999"}
+    assert "**Smith, J. (1999b).**" in hook.page_markdown(refs)
+
+
+# A citation's link: its text, then the entry it leads to (the text may run over two lines).
+CITATION = re.compile(r"\[([^\]]*)\]\((?:\.\./)*references\.md#([a-z0-9-]+)\)")
+CITED_YEAR = re.compile(r"\b(?:19|20)\d\d[a-z]?\b")
+
+
+def test_a_citation_gives_the_year_label_of_the_entry_it_links(refs) -> None:
+    labels = hook.year_labels(refs)
+    wrong = []
+    for page in sorted(DOCS.rglob("*.md")):
+        for text, key in CITATION.findall(page.read_text(encoding="utf-8")):
+            years = CITED_YEAR.findall(text)
+            if years and key in labels and years[-1] != labels[key]:
+                wrong.append(f"{page.relative_to(DOCS)}: [{' '.join(text.split())}] -> {key}, "
+                             f"listed as {labels[key]}")
+    assert wrong == [], "\n".join(wrong)
+
+
 def test_every_entry_renders_as_a_paragraph_with_its_key_as_id(refs) -> None:
     html = markdown.markdown(hook.page_markdown(refs), extensions=["attr_list"])
     ids = html_of(html).ids
@@ -125,7 +157,7 @@ def test_entries_render_in_the_pages_format(tmp_path) -> None:
       year = {2020}, eprint = {2001.00001}, archivePrefix = {arXiv},
       url = {https://aclanthology.org/2020.acl-1.1/}, note = {published later}, group = {G}}""")
     assert paper == (
-        "**Lee, K., Kim, S., Park, J., et al. (2020b).** Title. In *Proceedings of ICML 2020*, "
+        "**Lee, K., Kim, S., Park, J., et al. (2020).** Title. In *Proceedings of ICML 2020*, "
         "PMLR 119, 1–2; published later. [ACL Anthology 2020.acl-1.1](https://aclanthology.org/"
         "2020.acl-1.1/), [arXiv:2001.00001](https://arxiv.org/abs/2001.00001)"
     )

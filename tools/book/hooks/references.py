@@ -6,7 +6,9 @@ grouped, and within a group sorted by year with code, datasheets and documentati
 .bib itself is copied into the site like any file in docs/, and the page links it for download.
 
 Each entry renders as one paragraph with the entry's key as its id (``{: #key }``), so a chapter
-cites it as ``references.md#`` followed by the key. The standard fields are BibTeX (LaTeX: ``--``,
+cites it as ``references.md#`` followed by the key. Entries that would be cited alike (one first
+author, as many authors, one year) get letters, 2023a and 2023b (``year_labels``); a citation
+in the text uses the label of the entry it links to (tests/book/test_references.py checks). The standard fields are BibTeX (LaTeX: ``--``,
 ``\\&``, ``\\emph{...}``, ``\\texttt{...}``, ``{...}`` protecting case); the book's own fields are
 Markdown and go to the page verbatim:
 
@@ -227,12 +229,36 @@ def add_sentence(sentences: list[str], text: str) -> None:
         sentences[-1] += "; " + text
 
 
-def entry_markdown(ref: Reference) -> str:
-    """The entry as one Markdown paragraph, ending with its id."""
+def cited_as(ref: Reference) -> str:
+    """How the text names the entry's authors: 'Dao', 'Jain and Wallace', 'Touvron et al.'."""
+    last = [" ".join([*p.prelast_names, *p.last_names]) for p in ref.authors]
+    if len(last) > 2 or last[-1] in AUTHOR_TAILS:
+        return f"{last[0]} et al."
+    return " and ".join(last)
+
+
+def year_labels(refs: list[Reference]) -> dict[str, str]:
+    """The year each dated entry is cited with, by key: its year, and a letter where entries
+    would be cited alike, 'Touvron et al., 2023a' and '2023b' (papers before code and
+    documentation, then by key)."""
+    alike: dict[tuple[str, str], list[Reference]] = {}
+    for ref in refs:
+        if ref.has("year"):
+            alike.setdefault((cited_as(ref), ref.fields["year"]), []).append(ref)
+    labels = {}
+    for (_, year), group in alike.items():
+        group.sort(key=lambda ref: (ref.type in LAST_TYPES, ref.key))
+        for i, ref in enumerate(group):
+            labels[ref.key] = year + ("abcdefghijklmnopqrstuvwxyz"[i] if len(group) > 1 else "")
+    return labels
+
+
+def entry_markdown(ref: Reference, year: str | None = None) -> str:
+    """The entry as one Markdown paragraph, ending with its id; ``year`` is its label
+    (:func:`year_labels`; its year field if None)."""
     authors = authors_markdown(ref)
     if ref.has("year"):
-        suffix = re.search(r"\d{4}([a-z]?)$", ref.key)  # touvron2023b: (2023b)
-        head = f"{authors} ({ref.fields['year']}{suffix.group(1) if suffix else ''})."
+        head = f"{authors} ({year or ref.fields['year']})."
     else:
         head = authors if authors.endswith(".") else authors + "."
     title = ref.text("title")
@@ -263,8 +289,9 @@ def page_markdown(refs: list[Reference]) -> str:
     for ref in refs:
         groups.setdefault(ref.fields["group"], []).append(ref)
     groups = {group: sorted(members, key=reading_order) for group, members in groups.items()}
+    years = year_labels(refs)
     return "\n\n".join(
-        f"## {group}\n\n" + "\n\n".join(entry_markdown(ref) for ref in members)
+        f"## {group}\n\n" + "\n\n".join(entry_markdown(ref, years.get(ref.key)) for ref in members)
         for group, members in groups.items()
     )
 
