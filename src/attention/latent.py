@@ -10,7 +10,7 @@ Notation (see CONTRIBUTING.md):
     d_h^R  ``rope_dim``: width of the rotary part of each query and of the one shared rotary key
     L      layers
 
-DeepSeek-AI (2024, section 2.1) write n_h for h, c^KV for c and h_t for x, with column vectors.
+DeepSeek-AI (2024a, section 2.1) write n_h for h, c^KV for c and h_t for x, with column vectors.
 Per token, for each head (its own W_UK, W_UV, W_UQ and W_QR; the head's index is left off), with
 row vectors as everywhere in the book:
 
@@ -51,7 +51,7 @@ def latent_cache_bytes(
     """Bytes of an MLA cache: b · t · L · (d_c + d_h^R) · bytes_per_value.
 
     One latent of d_c numbers and one shared rotary key of d_h^R numbers per token and layer
-    (DeepSeek-AI 2024, table 1), to compare with :func:`~attention.kv_cache_bytes`.
+    (DeepSeek-AI 2024a, table 1), to compare with :func:`~attention.kv_cache_bytes`.
 
     Args:
         batch_size: b.

@@ -29,7 +29,7 @@ RESULTS = RESULTS_DIR / "cpu.json"
 # The runs with decode rows, and how the figure names their GPU; the CPU's name is its run's record
 # (cpu_label).
 DEVICES = {"cpu.json": None, "cuda-h100-quick.json": "H100", "cuda-h200.json": "H200"}
-# DeepSeek-V2 (DeepSeek-AI 2024, section 3.1.2): 60 layers, 128 heads of 128, d_c = 512,
+# DeepSeek-V2 (DeepSeek-AI 2024a, section 3.1.2): 60 layers, 128 heads of 128, d_c = 512,
 # d_h^R = 64; 16-bit numbers.
 DSV2_LAYERS, DSV2_HEADS, DSV2_D_H, DSV2_D_C, DSV2_D_R = 60, 128, 128, 512, 64
 # A 7B-class shape, from the table of section 10.4: L = 32 layers, h = 32 heads of d_h = 128,
