@@ -470,9 +470,11 @@ def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float,
     lse = torch.empty(b, h, t_q, dtype=torch.float32, device=q.device)  # (b, h, t_q)
     if descriptors and not INTERPRET:
         triton.set_allocator(_allocate_descriptor_scratch)
+    # the kernel reads head i's sink at SINKS + i: a slice or an expanded scalar is laid out first
+    sink_logits = lse if sinks is None else sinks.contiguous()  # (h,); lse stands in, unread
     kernel, meta = launch(_forward, _forward_tuned, blocks)
     grid = lambda meta: (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)  # noqa: E731
-    kernel[grid](q, k, v, out, lse, sinks if sinks is not None else lse, *q.stride(),
+    kernel[grid](q, k, v, out, lse, sink_logits, *q.stride(),
                  *k.stride(), *v.stride(), *out.stride(), H=h, G=h // k.shape[1], T_Q=t_q,
                  T_K=k.shape[2], qk_scale=scale * LOG2E, D_H=d_h,
                  **mask_args(causal, offset, window), HAS_SINKS=sinks is not None,

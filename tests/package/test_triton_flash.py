@@ -311,6 +311,7 @@ def interpreter_checks() -> dict:
         "messages": bad_input_messages(),
         "second_derivative": second,
         "limits_allowed": limits_allowed(),
+        "strided_sinks_against_contiguous": strided_sinks_against_contiguous(),
         "blind_block_beside_an_inf": blind_block_beside_an_inf(),
         "unseen_keys_beside_an_inf": {deterministic: unseen_keys_beside_an_inf(deterministic)
                                       for deterministic in (True, False)},
@@ -356,6 +357,24 @@ def unseen_keys_beside_an_inf(deterministic: bool, device: str = "cpu") -> dict[
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
     return {"out, dQ": max(out.abs().max().item(), dq.abs().max().item()),
             "unseen dK, dV": max(dk[..., 16:, :].abs().max().item(), dv[..., 16:, :].abs().max().item())}
+
+
+def strided_sinks_against_contiguous() -> dict[str, float]:
+    """The largest difference of the output and dsinks between sinks given as a slice (stride 2)
+    or an expanded scalar (stride 0) and the same sinks laid out contiguously."""
+    from attention.triton_flash import triton_flash_attention
+
+    q = qkv((1, 4, 20, 16), dtype=torch.float32, to=torch.float16)[0]
+    found = {}
+    for name, sinks in (("slice", torch.randn(8)[::2]), ("expanded", torch.tensor([3.0]).expand(4))):
+        results = []
+        for s in (sinks, sinks.contiguous()):
+            s = s.detach().requires_grad_()
+            out = triton_flash_attention(q, q, q, is_causal=True, sinks=s)
+            results.append((out, torch.autograd.grad(out.float().sum(), s)[0]))
+        (out, dsinks), (dense_out, dense_dsinks) = results
+        found[name] = max((out - dense_out).abs().max().item(), (dsinks - dense_dsinks).abs().max().item())
+    return found
 
 
 def limits_allowed() -> list[str]:
@@ -535,6 +554,13 @@ def test_a_key_block_that_no_query_sees_is_read_by_none(interpreted):
     deterministic dQ and the atomic one."""
     for deterministic, found in interpreted["unseen_keys_beside_an_inf"].items():
         assert math.isfinite(found["out, dQ"]) and found["unseen dK, dV"] == 0.0, (deterministic, found)
+
+
+@needs_triton
+def test_sinks_are_read_through_their_strides(interpreted):
+    """A slice or an expanded scalar as sinks gives what the same logits laid out contiguously
+    give: the kernel once read sink i at i elements from the start, whatever the stride."""
+    assert interpreted["strided_sinks_against_contiguous"] == {"slice": 0.0, "expanded": 0.0}
 
 
 @needs_triton
