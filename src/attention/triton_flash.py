@@ -229,13 +229,17 @@ class _TritonFlashAttention(torch.autograd.Function):
     def forward(
         ctx: Any, query: Tensor, key: Tensor, value: Tensor, sinks: Tensor | None, call: _Call
     ) -> Tensor:
-        forward = _kernels()[0].forward
-        out, lse, config = forward(query, key, value, sinks, call.scale, call.causal,
-                                   call.offset, call.window, call.blocks,
-                                   call.tuning.longest_first, call.tuning.descriptors,
-                                   call.tuning.warp_specialize)
         _last_configs.clear()
-        _last_configs["forward"] = config
+        if query.numel() == 0:  # no batch or no heads: an empty output, as torch's SDPA gives
+            out = torch.empty_like(query)  # (b, h, t_q, d_h), launching nothing (h // h_kv)
+            lse = query.new_empty(query.shape[:3], dtype=torch.float32)  # (b, h, t_q)
+        else:
+            forward = _kernels()[0].forward
+            out, lse, config = forward(query, key, value, sinks, call.scale, call.causal,
+                                       call.offset, call.window, call.blocks,
+                                       call.tuning.longest_first, call.tuning.descriptors,
+                                       call.tuning.warp_specialize)
+            _last_configs["forward"] = config
         ctx.save_for_backward(query, key, value, out, lse, sinks)
         ctx.call = call
         return out
@@ -259,6 +263,9 @@ class _TritonFlashAttentionBackward(torch.autograd.Function):
     def forward(ctx: Any, grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor,
                 out: Tensor, lse: Tensor, sinks: Tensor | None,
                 call: _Call) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        if query.numel() == 0:  # as forward: empty gradients, and a sink's of 0 (no row)
+            return (torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value),
+                    None if sinks is None else torch.zeros_like(sinks))
         backward = _kernels()[1].backward
         grads, configs = backward(query, key, value, out, lse, grad_out, sinks, call.scale,
                                   call.causal, call.offset, call.window, call.blocks,

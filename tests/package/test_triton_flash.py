@@ -311,6 +311,7 @@ def interpreter_checks() -> dict:
         "messages": bad_input_messages(),
         "second_derivative": second,
         "limits_allowed": limits_allowed(),
+        "empty_inputs": empty_inputs(),
         "strided_sinks_against_contiguous": strided_sinks_against_contiguous(),
         "blind_block_beside_an_inf": blind_block_beside_an_inf(),
         "unseen_keys_beside_an_inf": {deterministic: unseen_keys_beside_an_inf(deterministic)
@@ -374,6 +375,28 @@ def strided_sinks_against_contiguous() -> dict[str, float]:
             results.append((out, torch.autograd.grad(out.float().sum(), s)[0]))
         (out, dsinks), (dense_out, dense_dsinks) = results
         found[name] = max((out - dense_out).abs().max().item(), (dsinks - dense_dsinks).abs().max().item())
+    return found
+
+
+EMPTY_CASES = {"no batch": ((0, 2, 16, 16), (0, 2, 16, 16)), "no heads": ((1, 0, 16, 16), (1, 0, 16, 16))}
+
+
+def empty_inputs() -> dict[str, object]:
+    """For each of EMPTY_CASES (query shape, key shape), with sinks: the shapes of the output and
+    of dQ, dK, dV, dsinks, and the largest |x| of each (0.0 for an empty one), or the error."""
+    from attention.triton_flash import triton_flash_attention
+
+    found: dict[str, object] = {}
+    for name, (q_shape, k_shape) in EMPTY_CASES.items():
+        q, k, v = qkv(q_shape, k_shape, dtype=torch.float32, to=torch.float16, requires_grad=True)
+        sinks = torch.zeros(q_shape[1], requires_grad=True)
+        try:
+            out = triton_flash_attention(q, k, v, is_causal=True, sinks=sinks)
+            results = [out, *torch.autograd.grad(out, (q, k, v, sinks), torch.ones_like(out))]
+        except Exception as error:  # noqa: BLE001 - the test shows what was raised
+            found[name] = f"{type(error).__name__}: {error}"
+            continue
+        found[name] = [[list(x.shape), x.abs().max().item() if x.numel() else 0.0] for x in results]
     return found
 
 
@@ -561,6 +584,18 @@ def test_sinks_are_read_through_their_strides(interpreted):
     """A slice or an expanded scalar as sinks gives what the same logits laid out contiguously
     give: the kernel once read sink i at i elements from the start, whatever the stride."""
     assert interpreted["strided_sinks_against_contiguous"] == {"slice": 0.0, "expanded": 0.0}
+
+
+@needs_triton
+def test_no_batch_or_no_heads_give_an_empty_output_as_sdpa(interpreted):
+    """b = 0 or h = 0: the output (b, h, t_q, d_h) and every gradient empty, as torch's
+    scaled_dot_product_attention gives them; h = 0 raised a ZeroDivisionError (h // h_kv)."""
+    assert interpreted["empty_inputs"] == {
+        "no batch": [[[0, 2, 16, 16], 0.0], [[0, 2, 16, 16], 0.0], [[0, 2, 16, 16], 0.0],
+                     [[0, 2, 16, 16], 0.0], [[2], 0.0]],
+        "no heads": [[[1, 0, 16, 16], 0.0], [[1, 0, 16, 16], 0.0], [[1, 0, 16, 16], 0.0],
+                     [[1, 0, 16, 16], 0.0], [[0], 0.0]],
+    }
 
 
 @needs_triton
