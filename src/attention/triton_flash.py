@@ -230,9 +230,10 @@ class _TritonFlashAttention(torch.autograd.Function):
         ctx: Any, query: Tensor, key: Tensor, value: Tensor, sinks: Tensor | None, call: _Call
     ) -> Tensor:
         _last_configs.clear()
-        if query.numel() == 0:  # no batch or no heads: an empty output, as torch's SDPA gives
-            out = torch.empty_like(query)  # (b, h, t_q, d_h), launching nothing (h // h_kv)
-            lse = query.new_empty(query.shape[:3], dtype=torch.float32)  # (b, h, t_q)
+        if query.numel() == 0 or key.shape[2] == 0:  # launch nothing (h // h_kv, t_k of 0):
+            # no batch, head or query: empty; no key: a row that sees none is 0, as in torch
+            out = torch.zeros_like(query)  # (b, h, t_q, d_h)
+            lse = query.new_empty(query.shape[:3], dtype=torch.float32)  # (b, h, t_q), unread
         else:
             forward = _kernels()[0].forward
             out, lse, config = forward(query, key, value, sinks, call.scale, call.causal,
@@ -263,7 +264,8 @@ class _TritonFlashAttentionBackward(torch.autograd.Function):
     def forward(ctx: Any, grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor,
                 out: Tensor, lse: Tensor, sinks: Tensor | None,
                 call: _Call) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        if query.numel() == 0:  # as forward: empty gradients, and a sink's of 0 (no row)
+        # as forward: the output is 0 or empty whatever the inputs, so every gradient is 0
+        if query.numel() == 0 or key.shape[2] == 0:
             return (torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value),
                     None if sinks is None else torch.zeros_like(sinks))
         backward = _kernels()[1].backward
@@ -315,8 +317,6 @@ def _check_tensors(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) 
         )
     if d_h not in HEAD_DIMS:
         raise ValueError(f"d_h must be one of {HEAD_DIMS}, got {d_h}")
-    if key.shape[2] == 0 or t_q == 0:
-        raise ValueError(f"t_q and t_k must be positive, got t_q={t_q} and t_k={key.shape[2]}")
     if b * h > MAX_GRID_Y:  # the grid's second axis numbers the (batch, head) pairs
         raise ValueError(
             f"b · h must be at most {MAX_GRID_Y} (CUDA's grid limit), "

@@ -224,7 +224,6 @@ def bad_input_messages() -> list[str]:
         ((x, x, x), {"is_causal": True, "alignment": "bottom-right"}),
         ((x, x, x), {"is_causal": True, "window": 0}),
         ((x, x, x), {"window": 4}),
-        ((x, x[:, :, :0], x[:, :, :0]), {}),
         ((x[0], x[0], x[0]), {}),
         ((x, x.bfloat16(), x), {}),
         ((four, four, four), {"sinks": torch.zeros(2)}),
@@ -236,7 +235,6 @@ def bad_input_messages() -> list[str]:
         ((x, x, x), {"block_m": 8}),
         ((x, x, x), {"block_n": 16.0}),
         ((meta, meta, meta), {}),
-        ((x[:, :, :0], x, x), {}),
         ((x, x.tolist(), x), {}),
         ((x, x, x), {"enable_gqa": "no"}),
         ((x, x, x), {"deterministic": 0}),
@@ -378,7 +376,8 @@ def strided_sinks_against_contiguous() -> dict[str, float]:
     return found
 
 
-EMPTY_CASES = {"no batch": ((0, 2, 16, 16), (0, 2, 16, 16)), "no heads": ((1, 0, 16, 16), (1, 0, 16, 16))}
+EMPTY_CASES = {"no batch": ((0, 2, 16, 16), (0, 2, 16, 16)), "no heads": ((1, 0, 16, 16), (1, 0, 16, 16)),
+               "no queries": ((1, 2, 0, 16), (1, 2, 16, 16)), "no keys": ((1, 2, 16, 16), (1, 2, 0, 16))}
 
 
 def empty_inputs() -> dict[str, object]:
@@ -590,11 +589,26 @@ def test_sinks_are_read_through_their_strides(interpreted):
 def test_no_batch_or_no_heads_give_an_empty_output_as_sdpa(interpreted):
     """b = 0 or h = 0: the output (b, h, t_q, d_h) and every gradient empty, as torch's
     scaled_dot_product_attention gives them; h = 0 raised a ZeroDivisionError (h // h_kv)."""
-    assert interpreted["empty_inputs"] == {
+    found = interpreted["empty_inputs"]
+    assert {name: found[name] for name in ("no batch", "no heads")} == {
         "no batch": [[[0, 2, 16, 16], 0.0], [[0, 2, 16, 16], 0.0], [[0, 2, 16, 16], 0.0],
                      [[0, 2, 16, 16], 0.0], [[2], 0.0]],
         "no heads": [[[1, 0, 16, 16], 0.0], [[1, 0, 16, 16], 0.0], [[1, 0, 16, 16], 0.0],
                      [[1, 0, 16, 16], 0.0], [[0], 0.0]],
+    }
+
+
+@needs_triton
+def test_no_queries_or_no_keys_give_what_sdpa_gives(interpreted):
+    """t_q = 0: an empty output; t_k = 0: every row sees no key, so it is 0 with gradient 0 (the
+    sinks' too: their value is 0), as torch's scaled_dot_product_attention and flash_attention
+    give them. Both were refused ("t_q and t_k must be positive")."""
+    found = interpreted["empty_inputs"]
+    assert {name: found[name] for name in ("no queries", "no keys")} == {
+        "no queries": [[[1, 2, 0, 16], 0.0], [[1, 2, 0, 16], 0.0], [[1, 2, 16, 16], 0.0],
+                       [[1, 2, 16, 16], 0.0], [[2], 0.0]],
+        "no keys": [[[1, 2, 16, 16], 0.0], [[1, 2, 16, 16], 0.0], [[1, 2, 0, 16], 0.0],
+                    [[1, 2, 0, 16], 0.0], [[2], 0.0]],
     }
 
 
@@ -636,7 +650,6 @@ class TestBadInput:
             "window must be None or an integer >= 1, got 0",
             "window and alignment apply to causal attention only: pass is_causal=True, "
             "got is_causal=False, window=4, alignment='top_left'",
-            "t_q and t_k must be positive, got t_q=16 and t_k=0",
             "query must have shape (b, h, t, d_h), got shape (1, 16, 64)",
             "query, key, value must share one dtype, got query torch.float16 on cpu, key "
             "torch.bfloat16 on cpu, value torch.float16 on cpu",
@@ -653,7 +666,6 @@ class TestBadInput:
             "block_m must be a power of two >= 16, got 8",
             "block_n must be a power of two >= 16, got 16.0",
             "query must be on cpu, got meta",
-            "t_q and t_k must be positive, got t_q=0 and t_k=16",
             "key must be a torch.Tensor, got list",
             "enable_gqa must be a bool, got 'no' of type str",
             "deterministic must be a bool, got 0 of type int",
