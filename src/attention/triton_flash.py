@@ -461,7 +461,9 @@ def triton_flash_attention(
         scale=scale,
         causal=bool(is_causal),
         offset=t_k - t_q if alignment == "bottom_right" else 0,
-        window=window,
+        # max(t_q, t_k) keys already hide none (positions are below it): a wider window, past
+        # 2**63 say, would reach the kernels as an unsigned or too large integer
+        window=window if window is None else min(window, max(t_q, t_k)),
         blocks=None if block_m is None and block_n is None else (block_m or 64, block_n or 64),
         deterministic=bool(deterministic),
         tuning=options,

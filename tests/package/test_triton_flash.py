@@ -309,6 +309,7 @@ def interpreter_checks() -> dict:
         "messages": bad_input_messages(),
         "second_derivative": second,
         "limits_allowed": limits_allowed(),
+        "huge_windows_against_none": huge_windows_against_none(),
         "empty_inputs": empty_inputs(),
         "strided_sinks_against_contiguous": strided_sinks_against_contiguous(),
         "blind_block_beside_an_inf": blind_block_beside_an_inf(),
@@ -396,6 +397,29 @@ def empty_inputs() -> dict[str, object]:
             found[name] = f"{type(error).__name__}: {error}"
             continue
         found[name] = [[list(x.shape), x.abs().max().item() if x.numel() else 0.0] for x in results]
+    return found
+
+
+def huge_windows_against_none() -> dict[str, object]:
+    """For windows of 2**31 .. 2**70 keys, the largest difference of the output and dQ from
+    those without a window (causal, both alignments), or the error raised."""
+    from attention.triton_flash import triton_flash_attention
+
+    q, k, v = qkv((1, 1, 20, 16), (1, 1, 36, 16), dtype=torch.float32, to=torch.float16, requires_grad=True)
+    found: dict[str, object] = {}
+    for alignment in ("top_left", "bottom_right"):
+        results = []
+        for window in (None, 2**31, 2**63 - 1, 2**63, 2**70):
+            try:
+                out = triton_flash_attention(q, k, v, is_causal=True, alignment=alignment, window=window)
+            except Exception as error:  # noqa: BLE001 - the test shows what was raised
+                found[f"{alignment} {window}"] = f"{type(error).__name__}: {error}"
+                continue
+            out_and_dq = (out, torch.autograd.grad(out.sum(), q)[0])
+            if window is None:
+                results = out_and_dq
+            else:
+                found[f"{alignment} {window}"] = max((x - r).abs().max().item() for x, r in zip(out_and_dq, results))
     return found
 
 
@@ -609,6 +633,17 @@ def test_no_queries_or_no_keys_give_what_sdpa_gives(interpreted):
                        [[1, 2, 16, 16], 0.0], [[2], 0.0]],
         "no keys": [[[1, 2, 16, 16], 0.0], [[1, 2, 16, 16], 0.0], [[1, 2, 0, 16], 0.0],
                     [[1, 2, 0, 16], 0.0], [[2], 0.0]],
+    }
+
+
+@needs_triton
+def test_a_window_wider_than_the_sequences_is_no_window_at_any_size(interpreted):
+    """A window of at least max(t_q, t_k) keys hides nothing: it gives the causal answer, up to
+    2**70 keys. Past 2**63 - 1 Triton typed it as an unsigned int64 and the mask wrapped
+    (output off by 3.4), past 2**64 it raised an OverflowError."""
+    assert interpreted["huge_windows_against_none"] == {
+        f"{alignment} {window}": 0.0
+        for alignment in ("top_left", "bottom_right") for window in (2**31, 2**63 - 1, 2**63, 2**70)
     }
 
 
