@@ -230,8 +230,9 @@ class _TritonFlashAttention(torch.autograd.Function):
         ctx: Any, query: Tensor, key: Tensor, value: Tensor, sinks: Tensor | None, call: _Call
     ) -> Tensor:
         _last_configs.clear()
-        if query.numel() == 0 or key.shape[2] == 0:  # launch nothing (h // h_kv, t_k of 0):
-            # no batch, head or query: empty; no key: a row that sees none is 0, as in torch
+        if query.numel() == 0 or key.shape[2] == 0 or query.is_meta:  # launch nothing:
+            # no batch, head or query: empty; no key: a row that sees none is 0, as in torch;
+            # meta: the shapes only, as torch's SDPA gives them
             out = torch.zeros_like(query)  # (b, h, t_q, d_h)
             lse = query.new_empty(query.shape[:3], dtype=torch.float32)  # (b, h, t_q), unread
         else:
@@ -265,7 +266,7 @@ class _TritonFlashAttentionBackward(torch.autograd.Function):
                 out: Tensor, lse: Tensor, sinks: Tensor | None,
                 call: _Call) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         # as forward: the output is 0 or empty whatever the inputs, so every gradient is 0
-        if query.numel() == 0 or key.shape[2] == 0:
+        if query.numel() == 0 or key.shape[2] == 0 or query.is_meta:
             return (torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value),
                     None if sinks is None else torch.zeros_like(sinks))
         backward = _kernels()[1].backward
@@ -295,8 +296,8 @@ def _check_tensors(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) 
             )
         if tensor.dtype not in DTYPES:
             raise ValueError(f"{name} must be float16 or bfloat16, got {tensor.dtype}")
-        if tensor.device.type != device:
-            raise ValueError(f"{name} must be on {device}, got {tensor.device}")
+        if tensor.device.type not in (device, "meta"):  # meta: shapes only, as in torch
+            raise ValueError(f"{name} must be on {device} or meta, got {tensor.device}")
     # one dtype, one device, widths: every kernel's check
     check_qkv(query, key, value, min_dim=4)
     b, h, t_q, d_h = query.shape
