@@ -73,10 +73,12 @@ def validate_results(doc: object) -> None:
     """Raise ValueError naming the first field of ``doc`` that does not follow the schema."""
     if not isinstance(doc, dict):
         raise ValueError(f"results: expected a JSON object, got {type(doc).__name__}")
-    _require(doc, {"schema": str, "provenance": dict, "settings": dict, "methods": dict, "goals": dict,
-                   "peaks": dict, "results": list}, "results")
+    # the version first: a file of another version may lack the keys below, and should say why
+    _require(doc, {"schema": str}, "results")
     if doc["schema"] != SCHEMA:
         raise ValueError(f"results.schema: expected {SCHEMA!r}, got {doc['schema']!r}")
+    _require(doc, {"provenance": dict, "settings": dict, "methods": dict, "goals": dict, "peaks": dict,
+                   "results": list}, "results")
     if not isinstance(doc.get("complete", True), bool):
         raise ValueError(f"results.complete: expected a bool, got {doc['complete']!r}")
     _require(doc["provenance"], _PROVENANCE, "provenance")

@@ -566,6 +566,10 @@ class TestBadInput:
         "edit, message",
         [
             (lambda d: d.update(schema="attention-bench/2"), r"results\.schema: expected 'attention-bench/1'"),
+            # a file of another version whose top-level keys differ too: its version named, not a missing key
+            (lambda d: d.update(schema="attention-bench/2") or d.pop("peaks"),
+             r"results\.schema: expected 'attention-bench/1', got 'attention-bench/2'"),
+            (lambda d: d.pop("schema") and d.pop("peaks"), r"results: expected key 'schema'"),
             (lambda d: d.update(complete="yes"), r"results\.complete: expected a bool, got 'yes'"),
             (lambda d: d["provenance"].update(device_type="cuda"), r"provenance: expected GPU fields \['cuda',"),
             (lambda d: d["provenance"].update(cpu_count=True), r"provenance\.cpu_count: expected int, got bool"),
