@@ -196,7 +196,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     unknown = sorted(set(args.variants or []) - {v.name for v in VARIANTS})
     if unknown:
         raise ValueError(f"--variants must be among the names listed in --help, got {unknown}")
-    for name in ("seq_lens", "head_dims"):  # a value twice would measure its rows twice
+    for name in ("seq_lens", "head_dims", "dtypes", "passes", "levels"):  # a value twice would measure its rows twice
         values = getattr(args, name) or []
         if len(set(values)) < len(values):
             raise ValueError(f"--{name.replace('_', '-')} must not repeat a value, got {values}")

@@ -265,12 +265,15 @@ def test_a_time_that_must_be_positive_says_so(value, tmp_path, capsys):
     assert f"argument --max-time: expected a finite float > 0, got '{value}'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("option", ["--seq-lens", "--head-dims"])
-def test_a_value_twice_is_a_usage_error(option, tmp_path, capsys):
+@pytest.mark.parametrize("option, value", [("--seq-lens", 16), ("--head-dims", 16), ("--dtypes", "fp32"),
+                                           ("--passes", "forward"), ("--levels", "kernel")])
+def test_a_value_twice_is_a_usage_error(option, value, tmp_path, capsys):
     # its rows were measured twice, and the file could not be merged, even with itself
+    quick = ["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8", "--stream-bytes", "64",
+             "--min-time", "0.001", "--max-time", "0.01"]  # seconds, were the value accepted
     with pytest.raises(SystemExit):
-        main([option, "16", "16", "--output", str(tmp_path / "x.json")])
-    assert f"{option} must not repeat a value, got [16, 16]" in capsys.readouterr().err
+        main([*quick, option, str(value), str(value), "--output", str(tmp_path / "x.json")])
+    assert f"{option} must not repeat a value, got {[value, value]}" in capsys.readouterr().err
 
 
 def test_tiny_run_measures_peaks_and_uses_them(tiny_run):
