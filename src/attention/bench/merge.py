@@ -10,7 +10,8 @@ files (one per sweep slice, say). Merging them gives the appendix one document p
   ``--prefer newest``, which keeps the newer run's row. A key no part knows is an error, never a
   silent drop;
 - files from different devices or torch versions, or with settings that change what a row
-  means (model width, heads, tokens per batch, TF32), are refused with the difference named;
+  means (model width, heads, tokens per batch, TF32, CUDA graphs), are refused with the
+  difference named;
 - the merged provenance keeps every source run's provenance (command, date, commit) and
   settings, in the order given, and each row says which run it came from (``run``: an index).
   A merged file is refused as a source: its rows' ``run`` indices point into its own sources,
@@ -32,7 +33,9 @@ from .store import output_file, read_results, write_results
 ROW_KEY = SWEEP_KEY
 # What must agree for rows of two files to mean the same thing.
 SAME_PROVENANCE = ("device_type", "device_name", "torch", "float32_matmul_precision", "tf32_matmul")
-SAME_SETTINGS = ("d_model", "heads", "tokens", "batch")
+# cuda_graphs: a graph's replay leaves host time out of a row's time, and methods.timing says which.
+SAME_SETTINGS = ("d_model", "heads", "tokens", "batch", "cuda_graphs")
+SETTING_DEFAULTS = {"cuda_graphs": False}  # what a file written before the setting existed ran with
 
 
 class MergeError(ValueError):
@@ -44,7 +47,8 @@ def _check_compatible(sources: list[tuple[str, dict[str, Any]]]) -> None:
     for name, doc in rest:
         for section, fields in (("provenance", SAME_PROVENANCE), ("settings", SAME_SETTINGS)):
             for field in fields:
-                want, got = base[section].get(field), doc[section].get(field)
+                default = SETTING_DEFAULTS.get(field) if section == "settings" else None
+                want, got = base[section].get(field, default), doc[section].get(field, default)
                 if want != got:
                     raise MergeError(
                         f"cannot merge {first} and {name}: {section}.{field} differs "

@@ -218,6 +218,9 @@ def test_a_kind_of_row_no_part_knows_is_refused_not_dropped(where):
         ("provenance", "tf32_matmul", True),
         ("settings", "heads", 4),
         ("settings", "batch", 8),
+        # a time replayed from a CUDA graph leaves the host's launch overhead out: the merged file's one
+        # methods.timing would describe the rows of one run only
+        ("settings", "cuda_graphs", True),
     ],
 )
 def test_every_setting_that_changes_a_rows_meaning_is_compared(run, section, field, value):
@@ -226,6 +229,14 @@ def test_every_setting_that_changes_a_rows_meaning_is_compared(run, section, fie
     b[section][field] = value
     with pytest.raises(MergeError, match=rf"{section}\.{field} differs"):
         merge_results([("a.json", a), ("b.json", b)])
+
+
+def test_a_file_from_before_cuda_graphs_merges_with_one_timed_without_them(run):
+    a = split(run, "2026-11-26T05:00:00+00:00", t=64)
+    b = split(run, "2026-11-26T06:00:00+00:00", t=128)
+    a["settings"].pop("cuda_graphs", None)  # written before the option existed: no graphs
+    b["settings"]["cuda_graphs"] = False
+    assert len(merge_results([("a.json", a), ("b.json", b)])["results"]) == len(a["results"] + b["results"])
 
 
 def _changed(value: object) -> object:
