@@ -28,10 +28,10 @@ class Preset:
     decode_max_time: float
 
     def stages(self, seq_lens: tuple[int, ...], dtypes: tuple[str, ...]) -> tuple[Stage, ...]:
-        """Eager variants in the first dtype, compiled ones at the ends of ``seq_lens``, then the
-        other dtypes, eager."""
+        """Eager variants in the first dtype, compiled ones at the shortest and longest of
+        ``seq_lens``, then the other dtypes, eager."""
         first, *rest = dtypes
-        ends = tuple(sorted({seq_lens[0], seq_lens[-1]}))
+        ends = tuple(sorted({min(seq_lens), max(seq_lens)}))  # --seq-lens may come in any order
         return (Stage((first,), compiled=False), Stage((first,), ends, compiled=True),
                 *(Stage((dtype,), compiled=False) for dtype in rest))
 

@@ -341,6 +341,14 @@ def test_quick_preset_runs_its_stages_in_order_on_a_cpu(tmp_path):
     assert {r["dtype"] for r in doc["results"]} == {"bfloat16", "float16", "float32"}
 
 
+def test_the_quick_presets_compiled_stage_takes_the_shortest_and_longest_t_in_any_order():
+    # it took the first and the last given: --seq-lens 1024 128 512 compiled at 512 and 1024
+    from attention.bench.presets import PRESETS
+
+    stages = PRESETS["quick"].stages((1024, 128, 512), ("bf16", "fp32"))
+    assert [stage.seq_lens for stage in stages if stage.compiled] == [(128, 1024)]
+
+
 def test_the_short_parts_are_measured_before_the_sweep(tmp_path, monkeypatch):
     from attention.bench import parts
 
