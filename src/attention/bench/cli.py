@@ -210,6 +210,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         seq_lens = tuple(args.seq_lens or (GPU_SEQ_LENS if gpu else CPU_SEQ_LENS))
         dtypes = tuple(args.dtypes or (("fp32", "bf16", "fp16") if gpu else ("fp32",)))
         stages, repeats, max_time, warmup = None, (50 if gpu else 7), 4.0, 0.2
+    if "distributed" in args.parts and device.type != "cpu":  # else refused after the other parts ran
+        raise ValueError(f"--parts distributed runs gloo processes on this CPU: expected --device cpu, "
+                         f"got {device.type}")
     if "sparse" in args.parts:
         check_sparse_sizes(seq_lens, tuple(args.head_dims), args.sparse_top_k, args.sparse_block_size)
     return Settings(

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from attention.bench import distributed, validate_results
 from attention.bench.cli import build_parser, settings_from_args
@@ -44,6 +45,14 @@ class TestBadInput:
         settings = settings_from_args(build_parser().parse_args(SMALL))
         with pytest.raises(ValueError, match=r"t a multiple of 2N.*got t=12, h=2, N=4"):
             distributed.run_distributed(settings, world_sizes=(4,), shape=SHAPE | {"t": 12})
+
+    def test_a_gpu_device_is_refused_when_the_options_are_read(self, monkeypatch):
+        # run_distributed refused it only when its turn came, after every other part had run
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        args = build_parser().parse_args(["--device", "cuda", "--parts", "sweep", "distributed"])
+        with pytest.raises(ValueError, match=r"--parts distributed runs gloo processes on this CPU: expected "
+                                             r"--device cpu, got cuda"):
+            settings_from_args(args)
 
     def test_the_schema_names_the_field_out_of_place(self, rows):
         doc = json.loads(FIXTURE.read_text()) | {"distributed": rows}
