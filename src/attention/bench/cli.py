@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add, on_off = ap.add_argument, argparse.BooleanOptionalAction
-    add("--parts", nargs="+", choices=tuple(BY_NAME), default=list(DEFAULT_PARTS),
+    add("--parts", nargs="+", choices=tuple(BY_NAME),
         help="what to measure (default: all but "
              + ", ".join(p.name for p in PARTS if not p.default) + "; see below)")
     add("--preset", choices=tuple(PRESETS), help="a whole measurement sized for a short GPU slot (see below)")
@@ -201,6 +201,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if len(set(values)) < len(values):
             raise ValueError(f"--{name.replace('_', '-')} must not repeat a value, got {values}")
     preset = PRESETS[args.preset] if args.preset else None
+    if args.parts is None:  # not given: the default parts (under a preset, those it runs)
+        args.parts = [name for name in DEFAULT_PARTS if preset is None or BY_NAME[name].preset]
+    elif preset and (left_out := [name for name in args.parts if not BY_NAME[name].preset]):
+        # main skips them: the run would measure nothing of theirs and say nothing
+        raise ValueError(f"--preset {preset.name} does not run --parts {' '.join(left_out)}: expected parts among "
+                         f"{[p.name for p in PARTS if p.preset]}, got {args.parts}")
     if preset:
         seq_lens = tuple(args.seq_lens or (preset.gpu_seq_lens if gpu else preset.cpu_seq_lens))
         dtypes = tuple(args.dtypes or preset.dtypes)

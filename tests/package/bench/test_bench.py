@@ -481,6 +481,15 @@ class TestBadInput:
             assert f"argument --output/-o: {message}" in capsys.readouterr().err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["a file"]
 
+    @pytest.mark.parametrize("part", ["masks", "distributed"])
+    def test_a_part_the_preset_does_not_run_is_a_usage_error(self, part, tmp_path, capsys):
+        # the run measured nothing and wrote a file marked complete, with no rows
+        with pytest.raises(SystemExit):
+            main(["--device", "cpu", "--preset", "quick", "--parts", "peaks", part, "--matmul-sizes", "8",
+                  "--stream-bytes", "64", "--output", str(tmp_path / "x.json")])
+        assert f"--preset quick does not run --parts {part}: expected parts among" in capsys.readouterr().err
+        assert not (tmp_path / "x.json").exists()
+
     def test_a_failed_write_leaves_no_partial_file(self, tmp_path):
         (tmp_path / "x.json").mkdir()
         with pytest.raises(IsADirectoryError):
