@@ -216,6 +216,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         seq_lens = tuple(args.seq_lens or (GPU_SEQ_LENS if gpu else CPU_SEQ_LENS))
         dtypes = tuple(args.dtypes or (("fp32", "bf16", "fp16") if gpu else ("fp32",)))
         stages, repeats, max_time, warmup = None, (50 if gpu else 7), 4.0, 0.2
+    max_time = max_time if args.max_time is None else args.max_time
+    if not gpu and args.min_time > max_time:  # time_cpu keeps the max: the min would be dropped unsaid
+        raise ValueError(f"--min-time must not exceed --max-time, got {args.min_time} and {max_time}")
     if "distributed" in args.parts and device.type != "cpu":  # else refused after the other parts ran
         raise ValueError(f"--parts distributed runs gloo processes on this CPU: expected --device cpu, "
                          f"got {device.type}")
@@ -237,7 +240,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         memory=args.memory,
         repeats=repeats if args.repeats is None else args.repeats,
         min_time=args.min_time,
-        max_time=max_time if args.max_time is None else args.max_time,
+        max_time=max_time,
         seed=args.seed,
         peak_tflops=args.peak_tflops,
         peak_source=args.peak_source,

@@ -265,6 +265,14 @@ def test_a_time_that_must_be_positive_says_so(value, tmp_path, capsys):
     assert f"argument --max-time: expected a finite float > 0, got '{value}'" in capsys.readouterr().err
 
 
+def test_a_min_time_above_the_max_time_is_a_usage_error(tmp_path, capsys):
+    # the timer ran each measurement for --max-time: the larger --min-time was dropped unsaid
+    with pytest.raises(SystemExit):
+        main(["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8", "--stream-bytes", "64",
+              "--min-time", "0.2", "--max-time", "0.1", "--output", str(tmp_path / "x.json")])
+    assert "--min-time must not exceed --max-time, got 0.2 and 0.1" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("option, value", [("--seq-lens", 16), ("--head-dims", 16), ("--dtypes", "fp32"),
                                            ("--passes", "forward"), ("--levels", "kernel")])
 def test_a_value_twice_is_a_usage_error(option, value, tmp_path, capsys):
