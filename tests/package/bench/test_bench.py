@@ -1,7 +1,9 @@
 """The benchmark harness: its FLOP formulas, its timer, its memory probe, its correctness gate,
 and a tiny real sweep whose JSON must follow the schema the appendix page is generated from."""
 
+import argparse
 import copy
+import dataclasses
 import functools
 import json
 import math
@@ -630,6 +632,24 @@ class TestBadInput:
         edit(doc)
         with pytest.raises(ValueError, match=message):
             validate_results(doc)
+
+
+@pytest.mark.parametrize("part", ["masks", "linear", "delta", "sparse"])
+def test_a_parts_method_says_its_calls_are_not_replayed_from_a_cuda_graph(part, monkeypatch):
+    # they are timed without a graph, and their methods said "as the sweep times", which under
+    # --cuda-graphs replays every call: host time was in their rows and out of the sweep's
+    from _small import SMALL
+
+    from attention.bench import parts
+
+    monkeypatch.setattr(parts, f"run_{part}", lambda *args: [])
+    for graphs, device in [(True, "cuda"), (False, "cuda"), (True, "cpu")]:
+        settings = dataclasses.replace(SMALL, device=torch.device(device), cuda_graphs=graphs)
+        ctx = parts.Context(argparse.Namespace(sparse_top_k=4, sparse_block_size=2), settings, "", {"methods": {}},
+                            lambda: None)
+        parts.BY_NAME[part].run(ctx)
+        said = "not replayed from a CUDA graph" in ctx.doc["methods"][part]
+        assert said == (graphs and device == "cuda"), (graphs, device)
 
 
 def test_the_help_names_every_part_left_out_by_default():
