@@ -10,8 +10,8 @@ files (one per sweep slice, say). Merging them gives the appendix one document p
   ``--prefer newest``, which keeps the newer run's row. A key no part knows is an error, never a
   silent drop;
 - files from different devices or torch versions, or with settings that change what a row
-  means (model width, heads, tokens per batch, TF32, CUDA graphs), are refused with the
-  difference named;
+  means (model width, heads, tokens per batch, TF32, CUDA graphs, torch's thread count), are
+  refused with the difference named;
 - the merged provenance keeps every source run's provenance (command, date, commit) and
   settings, in the order given, and each row says which run it came from (``run``: an index).
   A merged file is refused as a source: its rows' ``run`` indices point into its own sources,
@@ -32,7 +32,8 @@ from .store import output_file, read_results, write_results
 
 ROW_KEY = SWEEP_KEY
 # What must agree for rows of two files to mean the same thing.
-SAME_PROVENANCE = ("device_type", "device_name", "torch", "float32_matmul_precision", "tf32_matmul")
+SAME_PROVENANCE = ("device_type", "device_name", "torch", "float32_matmul_precision", "tf32_matmul",
+                   "torch_threads")  # a CPU time on 1 thread is not one on 2
 # cuda_graphs: a graph's replay leaves host time out of a row's time, and methods.timing says which.
 SAME_SETTINGS = ("d_model", "heads", "tokens", "batch", "cuda_graphs")
 SETTING_DEFAULTS = {"cuda_graphs": False}  # what a file written before the setting existed ran with

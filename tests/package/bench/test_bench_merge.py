@@ -221,6 +221,9 @@ def test_a_kind_of_row_no_part_knows_is_refused_not_dropped(where):
         # a time replayed from a CUDA graph leaves the host's launch overhead out: the merged file's one
         # methods.timing would describe the rows of one run only
         ("settings", "cuda_graphs", True),
+        # a CPU time on 1 thread and on 2 are different measurements, and the merged provenance
+        # kept the first run's torch_threads only
+        ("provenance", "torch_threads", 64),
     ],
 )
 def test_every_setting_that_changes_a_rows_meaning_is_compared(run, section, field, value):
