@@ -6,7 +6,6 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -303,7 +302,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     preset = PRESETS[args.preset] if args.preset else None
     budget = args.time_budget if args.time_budget is not None else (preset.time_budget_s if preset else None)
     deadline = None if budget is None else started + budget
-    output = args.output or Path(f"bench-{settings.device.type}.json")
+    try:  # the default is checked as --output is, before anything is measured
+        output = args.output or output_file(f"bench-{settings.device.type}.json")
+    except argparse.ArgumentTypeError as error:
+        build_parser().error(str(error))
     doc = start_document(settings, command_line(argv))
     doc |= {"methods": methods(settings.device, settings.cuda_graphs), "goals": {"speed": [], "memory": None},
             "complete": False}

@@ -491,6 +491,18 @@ class TestBadInput:
             assert f"argument --output/-o: {message}" in capsys.readouterr().err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["a file"]
 
+    def test_a_default_output_that_cannot_be_written_is_a_usage_error_before_anything_runs(
+            self, tmp_path, monkeypatch, capsys):
+        # without --output, bench-cpu.json was not checked: the run measured its first part, then
+        # failed with IsADirectoryError
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "bench-cpu.json").mkdir()
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8", "--stream-bytes", "64"])
+        assert exit_info.value.code == 2
+        assert "expected a file to write, got the directory 'bench-cpu.json'" in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bench-cpu.json"]
+
     @pytest.mark.parametrize("part", ["masks", "distributed"])
     def test_a_part_the_preset_does_not_run_is_a_usage_error(self, part, tmp_path, capsys):
         # the run measured nothing and wrote a file marked complete, with no rows
