@@ -126,3 +126,12 @@ def validate_results(doc: object) -> None:
         if row_kind.row is not None:
             for i, row in enumerate(row_kind.read(doc)):
                 row_kind.row.from_json(row, f"{row_kind.key}[{i}]")
+        if row_kind.shape == "list":  # two rows of one problem: the appendix would show either
+            seen: dict[tuple[Any, ...], int] = {}
+            for i, row in enumerate(row_kind.read(doc)):
+                key = tuple(row.get(field) for field in row_kind.merge_key)
+                if key in seen:
+                    where = ", ".join(f"{f}={v}" for f, v in zip(row_kind.merge_key, key))
+                    raise ValueError(f"{row_kind.key}[{i}]: expected one {row_kind.what} per problem, got "
+                                     f"that of {row_kind.key}[{seen[key]}] again ({where})")
+                seen[key] = i

@@ -387,9 +387,10 @@ def test_the_file_keeps_every_finished_row_when_a_run_is_cut_off(tmp_path, monke
             raise KeyboardInterrupt  # what a time limit's signal does to the run
         calls.append(variant.name)
         return Row.from_json({
-            "level": problem.level, "variant": variant.name, "summary": "", "pass": "forward",
+            "level": problem.level, "variant": variant.name, "summary": "",
+            "pass": "forward+backward" if problem.backward else "forward",
             "b": problem.b, "t": problem.t, "h": problem.h, "d_h": problem.d_h, "d": problem.d,
-            "dtype": "float32", "status": "unsupported", "reason": "not timed in this test", "ops": [],
+            "dtype": str(problem.dtype).removeprefix("torch."), "status": "unsupported", "reason": "not timed in this test", "ops": [],
             **dict.fromkeys(("backend", "max_rel_err", "median_s", "iqr_s", "repeats", "number", "flops",
                              "tflops", "peak_tflops", "pct_of_peak", "peak_bytes")),
         })
@@ -637,6 +638,12 @@ class TestBadInput:
             (lambda d: d["peaks"].update(float32=5), r"peaks\.float32: expected an object, got int"),
             (lambda d: d.update(decode=5), r"decode: expected a list of decode rows, got int"),
             (lambda d: d.update(decode={"a": 1}), r"decode: expected a list of decode rows, got dict"),
+            # a problem measured twice (a --dtypes given twice did it): which row the appendix shows is
+            # an accident of order, and merge refuses the file
+            (lambda d: d["results"].append(dict(d["results"][3])),
+             r"results\[\d+\]: expected one row per problem, got that of results\[3\] again \(level=.*, variant="),
+            (lambda d: d["goals"]["ratios"].append(dict(d["goals"]["ratios"][1])),
+             r"goals\.ratios\[\d+\]: expected one goal per problem, got that of goals\.ratios\[1\] again"),
         ],
     )
     def test_the_schema_refuses_each_field_out_of_place(self, edit, message):
