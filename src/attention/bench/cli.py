@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
              + ", ".join(p.name for p in PARTS if not p.default) + "; see below)")
     add("--preset", choices=tuple(PRESETS), help="a whole measurement sized for a short GPU slot (see below)")
     add("--time-budget", type=at_least(0.0, float), metavar="SECONDS",
-        help="start no sweep row after this many seconds (the file says the run stopped; quick: 450)")
+        help="start no sweep row, nor a part after the sweep, after this many seconds (the file says "
+             "the run stopped; quick: 450)")
     add("--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="where to run (auto: cuda if available, else cpu)")
     add("--output", "-o", type=output_file,
@@ -318,10 +319,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         write_results(doc, output)
 
     context = Context(args, settings, doc["provenance"]["command"], doc, save, deadline, preset)
-    for part in PARTS:
-        if part.name in args.parts and (preset is None or part.preset):
-            part.run(context)
-            save()
+    todo = [part for part in PARTS if part.name in args.parts and (preset is None or part.preset)]
+    for i, part in enumerate(todo):
+        if "stopped" in doc:  # the sweep spent the time budget: no row of a later part starts either
+            doc["stopped"] += f"; the parts after it were not run: {', '.join(p.name for p in todo[i:])}"
+            break
+        part.run(context)
+        save()
     doc["complete"] = "stopped" not in doc
     save()
     _say(f"wrote {output}: {rows_summary(doc)}")

@@ -411,6 +411,14 @@ def test_a_spent_time_budget_starts_no_more_rows(tmp_path):
     assert doc["stopped"].startswith("time budget spent after 0 rows")
 
 
+def test_a_spent_time_budget_starts_no_part_after_the_sweep(tmp_path):
+    # the linear part ran all its rows after the budget was spent, where --preset's help says no
+    # row is started after it
+    doc = main([*QUICK, "--parts", "sweep", "linear", "--time-budget", "0", "--output", str(tmp_path / "b.json")])
+    assert "linear" not in doc and doc["complete"] is False
+    assert doc["stopped"].endswith("; the parts after it were not run: linear")
+
+
 def test_gpu_peaks_measure_a_bf16_matmul_and_a_copy():
     from attention.bench.peaks import measure_gpu_peaks
 
