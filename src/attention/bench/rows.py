@@ -123,10 +123,10 @@ def _check_status(row: Any, where: str, positive: tuple[str, ...]) -> None:
         raise ValueError(f"{where}.reason: expected why a {row.status} row has no time, got {row.reason!r}")
 
 
-def _check_timed(row: Any, where: str) -> None:
+def _check_timed(row: Any, where: str, positive: tuple[str, ...] = ("median_s", "flops", "tflops")) -> None:
     """A row checked against its float64 definition, then timed: :func:`_check_status`, and an
     ok row has the checked error, >= 0."""
-    _check_status(row, where, positive=("median_s", "flops", "tflops"))
+    _check_status(row, where, positive)
     if row.status == "ok" and (row.max_rel_err is None or row.max_rel_err < 0):
         raise ValueError(f"{where}.max_rel_err: expected the checked error of an ok row, "
                          f"got {row.max_rel_err!r}")
@@ -211,7 +211,7 @@ class Row(_Timed):
     def from_json(cls, data: object, where: str = "row") -> Row:
         """A row from its JSON object; ValueError names ``where`` and the field out of place."""
         row = _from_json(cls, data, where)
-        _check_status(row, where, positive=("median_s", "flops", "tflops"))
+        _check_timed(row, where)
         if row.status == "ok":
             if row.iqr_s is None or row.iqr_s < 0:
                 raise ValueError(f"{where}.iqr_s: expected a number >= 0 for an ok row, got {row.iqr_s!r}")
@@ -292,7 +292,7 @@ class MaskRow(_Measured):
         if sum(row.lengths) != row.t:
             raise ValueError(f"{where}.lengths: expected document lengths summing to t={row.t}, "
                              f"got {row.lengths}")
-        _check_status(row, where, positive=("median_s", "flops", "tflops"))
+        _check_timed(row, where)
         return row
 
 
@@ -341,7 +341,7 @@ class DistributedRow(_Measured):
     def from_json(cls, data: object, where: str = "distributed row") -> DistributedRow:
         """A distributed row from its JSON object; ValueError names the field out of place."""
         row = _from_json(cls, data, where)
-        _check_status(row, where, positive=("median_s", "bytes_sent"))
+        _check_timed(row, where, positive=("median_s", "bytes_sent"))
         return row
 
 

@@ -553,6 +553,11 @@ class TestBadInput:
             (Row, "results", {"t": DROP}, r"row: expected key 't', got keys \["),
             (Row, "results", {"backend": ""}, r"row\.backend: expected the kernel that ran, got ''"),
             (LinearRow, "linear", {"max_rel_err": None}, r"row\.max_rel_err: expected the checked error.*got None"),
+            # an ok row passed its float64 check: one without its error was never checked
+            (Row, "results", {"max_rel_err": None}, r"row\.max_rel_err: expected the checked error.*got None"),
+            (MaskRow, "masks", {"max_rel_err": None}, r"row\.max_rel_err: expected the checked error.*got None"),
+            (DistributedRow, "distributed", {"max_rel_err": None},
+             r"row\.max_rel_err: expected the checked error.*got None"),
             (LinearRow, "linear", {"flops": 0.0}, r"row\.flops: expected a positive number.*got 0\.0"),
             (DecodeRow, "decode", {"median_s": 0.0}, r"row\.median_s: expected a positive number, got 0\.0"),
             (DecodeRow, "decode", {"config": {"vocab_size": 16, "d_model": 32, "num_heads": 2, "num_layers": True,
