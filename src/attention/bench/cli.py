@@ -196,6 +196,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     unknown = sorted(set(args.variants or []) - {v.name for v in VARIANTS})
     if unknown:
         raise ValueError(f"--variants must be among the names listed in --help, got {unknown}")
+    level = {v.name: v.level for v in VARIANTS}
+    swept = [name for name in args.variants or [] if level[name] in args.levels]
+    if args.variants and not swept and "sweep" in (args.parts or DEFAULT_PARTS):  # else a sweep of no rows
+        raise ValueError(f"--variants must name a variant of the --levels swept ({' '.join(args.levels)}), got "
+                         + ", ".join(f"{name} ({level[name]})" for name in args.variants))
     for name in ("seq_lens", "head_dims", "dtypes", "passes", "levels"):  # a value twice would measure its rows twice
         values = getattr(args, name) or []
         if len(set(values)) < len(values):

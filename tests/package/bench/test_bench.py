@@ -267,6 +267,17 @@ def test_a_time_that_must_be_positive_says_so(value, tmp_path, capsys):
     assert f"argument --max-time: expected a finite float > 0, got '{value}'" in capsys.readouterr().err
 
 
+def test_variants_of_no_level_swept_are_a_usage_error(tmp_path, capsys):
+    # the sweep ran no row and wrote a file marked complete (a list for both levels is fine)
+    with pytest.raises(SystemExit):
+        main(["--device", "cpu", "--parts", "sweep", "--levels", "kernel", "--variants", "mha", "torch-mha",
+              "--seq-lens", "8", "--d-model", "16", "--heads", "2", "--head-dims", "8", "--tokens", "8",
+              "--repeats", "3", "--min-time", "0.001", "--max-time", "0.01", "--no-progress",
+              "--output", str(tmp_path / "x.json")])
+    assert ("--variants must name a variant of the --levels swept (kernel), got mha (layer), torch-mha (layer)"
+            in capsys.readouterr().err)
+
+
 def test_a_min_time_above_the_max_time_is_a_usage_error(tmp_path, capsys):
     # the timer ran each measurement for --max-time: the larger --min-time was dropped unsaid
     with pytest.raises(SystemExit):
