@@ -470,7 +470,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, sinks: Tensor | None, scale: float,
     lse = torch.empty(b, h, t_q, dtype=torch.float32, device=q.device)  # (b, h, t_q)
     if descriptors and not INTERPRET:
         triton.set_allocator(_allocate_descriptor_scratch)
-    # the kernel reads head i's sink at SINKS + i: a slice or an expanded scalar is laid out first
+    # the kernel reads head i's sink at SINKS + i: a slice or expanded scalar is laid out first
     sink_logits = lse if sinks is None else sinks.contiguous()  # (h,); lse stands in, unread
     kernel, meta = launch(_forward, _forward_tuned, blocks)
     grid = lambda meta: (triton.cdiv(t_q, meta["BLOCK_M"]), b * h)  # noqa: E731
