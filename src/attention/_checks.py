@@ -437,17 +437,21 @@ def check_mask(mask: Tensor, scores_shape: Size, name: str = "attn_mask") -> Non
         )
 
 
-def check_block_size(block_size: object) -> None:
+def check_block_size(block_size: object) -> int | tuple[int, int] | None:
     """Require a tiled kernel's block size: None (its default), an integer >= 1, or a pair
-    (B_q, B_k) of them."""
+    (B_q, B_k) of them; return it in Python ints (a NumPy integer is taken, as sizes are)."""
     sizes = block_size if isinstance(block_size, tuple) else (block_size,)
     valid = len(sizes) == (2 if isinstance(block_size, tuple) else 1) and all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes
+        isinstance(s, Integral) and not isinstance(s, bool) and int(s) >= 1 for s in sizes
     )
-    if block_size is not None and not valid:
+    if block_size is None:
+        return None
+    if not valid:
         raise ValueError(
             f"block_size must be an integer >= 1 or a pair of them, got {block_size!r}"
         )
+    ints = tuple(int(cast(Integral, s)) for s in sizes)
+    return (ints[0], ints[1]) if isinstance(block_size, tuple) else ints[0]
 
 
 def check_kv_heads(query: Tensor, kv: Tensor, name: str, dim: int = -3) -> None:
@@ -468,15 +472,18 @@ def check_kv_heads(query: Tensor, kv: Tensor, name: str, dim: int = -3) -> None:
         )
 
 
-def check_causal_options(is_causal: bool, alignment: str, window: int | None) -> None:
+def check_causal_options(is_causal: bool, alignment: str, window: int | None) -> int | None:
     """``is_causal`` a bool; the causal mask's alignment and window: known values, and only with
-    ``is_causal``."""
+    ``is_causal``. Returns the window as a Python int (a NumPy integer is taken), or None."""
     check_flags(is_causal=is_causal)
     check_alignment(alignment)
-    if window is not None and (type(window) is not int or window < 1):
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, Integral) or window < 1
+    ):
         raise ValueError(f"window must be None or an integer >= 1, got {window!r}")
     if not is_causal and (window is not None or alignment != "top_left"):
         raise ValueError(
             "window and alignment apply to causal attention only: pass is_causal=True, "
             f"got is_causal={is_causal!r}, window={window!r}, alignment={alignment!r}"
         )
+    return None if window is None else int(window)

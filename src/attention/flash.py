@@ -497,8 +497,8 @@ def flash_attention(
     check_flags(enable_gqa=enable_gqa, return_lse=return_lse)
     min_dim = 3 if enable_gqa else 2
     check_qkv(query, key, value, min_dim=min_dim)
-    check_block_size(block_size)
-    check_causal_options(is_causal, alignment, window)
+    block_size = check_block_size(block_size)  # Python ints
+    window = check_causal_options(is_causal, alignment, window)
     check_sinks(sinks, query)
     if enable_gqa:
         h = query.shape[-3]

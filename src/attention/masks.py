@@ -812,10 +812,10 @@ def block_sparsity(
                 [2, 2, 1, 0],
                 [2, 2, 2, 1]])
     """
-    check_block_size(block_size)  # (2,) or (1, 2, 3) failed in the unpacking below
-    if block_size is None:  # a kernel's default elsewhere; here the tiles must be named
+    size = check_block_size(block_size)  # (2,) or (1, 2, 3) failed in the unpacking below
+    if size is None:  # a kernel's default elsewhere; here the tiles must be named
         raise ValueError("block_size must be an integer >= 1 or a pair of them, got None")
-    block_q, block_k = block_size if isinstance(block_size, tuple) else (block_size, block_size)
+    block_q, block_k = size if isinstance(size, tuple) else (size, size)
     b_rows, heads = 1 if b is None else b, 1 if h is None else h
     dense = to_dense(mask_mod, t_q, t_k, b_rows, heads)  # (b, h, t_q, t_k)
     n_q, n_k = -(-t_q // block_q), -(-t_k // block_k)  # T_q, T_k: ceil

@@ -31,6 +31,7 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from numbers import Integral
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -368,12 +369,16 @@ def _check_tuning(options: TritonOptions, tensors: tuple[Tensor, ...],
 def _check_options(
     is_causal: bool, block_m: int | None, block_n: int | None, alignment: Alignment,
     window: int | None
-) -> None:
-    """ValueError for options the kernels do not take, each named."""
+) -> tuple[int | None, int | None, int | None]:
+    """ValueError for options the kernels do not take, each named; returns block_m, block_n
+    and window as Python ints (a NumPy integer is taken, as sizes are) or None."""
+    blocks: list[int | None] = []
     for name, block in (("block_m", block_m), ("block_n", block_n)):
-        if block is not None and (type(block) is not int or block < 16 or block & (block - 1)):
+        if block is not None and (isinstance(block, bool) or not isinstance(block, Integral)
+                                  or block < 16 or block & (block - 1)):
             raise ValueError(f"{name} must be a power of two >= 16, got {block!r}")
-    check_causal_options(is_causal, alignment, window)
+        blocks.append(None if block is None else int(block))
+    return blocks[0], blocks[1], check_causal_options(is_causal, alignment, window)
 
 
 @kernel_keywords
@@ -452,7 +457,7 @@ def triton_flash_attention(
     check_flags(enable_gqa=enable_gqa, deterministic=deterministic)
     _check_tensors(query, key, value, enable_gqa)
     scale = check_scale(scale)
-    _check_options(is_causal, block_m, block_n, alignment, window)
+    block_m, block_n, window = _check_options(is_causal, block_m, block_n, alignment, window)
     check_sinks(sinks, query)
     t_q, t_k, d_h = query.shape[2], key.shape[2], query.shape[3]
     scale = 1.0 / math.sqrt(d_h) if scale is None else float(scale)

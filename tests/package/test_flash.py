@@ -4,6 +4,7 @@ import itertools
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -500,6 +501,16 @@ def test_half_inputs_give_the_output_in_their_dtype_and_lse_in_float32(dtype):
     visible = torch.arange(60)[None, :] <= torch.arange(40)[:, None]
     exact = explicit_lse(q.double(), k.double(), visible, 0.25)
     assert (lse.double() - exact).abs().max().item() <= 1e-5
+
+
+def test_numpy_integers_are_taken_for_the_tiles_and_the_window():
+    # the package takes NumPy integers for sizes (check_sizes); window and block_size refused them
+    q, k, v = qkv((1, 2, 9, 4))  # (b, h, t, d) each, float64
+    want = flash_attention(q, k, v, is_causal=True, window=3, block_size=(2, 4))
+    got = flash_attention(q, k, v, is_causal=True, window=np.int64(3),
+                          block_size=(np.int32(2), np.int64(4)))
+    assert torch.equal(got, want)
+    assert torch.equal(flash_attention(q, k, v, block_size=np.int64(4)), flash_attention(q, k, v, block_size=4))
 
 
 class TestBadInput:

@@ -350,6 +350,11 @@ def test_dense_attention_hides_keys_after_the_score_mod_not_before():
     torch.testing.assert_close(out, flex, rtol=0, atol=1e-12)
 
 
+def test_block_sparsity_takes_numpy_block_sizes():
+    want = M.block_sparsity(M.causal(), 8, 8, block_size=(2, 4))
+    assert torch.equal(M.block_sparsity(M.causal(), 8, 8, block_size=(np.int64(2), np.int32(4))), want)
+
+
 class TestBadInput:
     @pytest.mark.parametrize(
         ("call", "message"),

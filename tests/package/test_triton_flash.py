@@ -309,6 +309,7 @@ def interpreter_checks() -> dict:
         "limits_allowed": limits_allowed(),
         "meta_shapes": meta_shapes(),
         "huge_windows_against_none": huge_windows_against_none(),
+        "numpy_sizes_against_ints": numpy_sizes_against_ints(),
         "empty_inputs": empty_inputs(),
         "strided_sinks_against_contiguous": strided_sinks_against_contiguous(),
         "blind_block_beside_an_inf": blind_block_beside_an_inf(),
@@ -397,6 +398,24 @@ def empty_inputs() -> dict[str, object]:
             continue
         found[name] = [[list(x.shape), x.abs().max().item() if x.numel() else 0.0] for x in results]
     return found
+
+
+def numpy_sizes_against_ints() -> object:
+    """The largest difference of the output with block_m, block_n and window as NumPy integers
+    from the output with Python ints, or the error raised."""
+    import numpy as np
+
+    from attention.triton_flash import triton_flash_attention
+
+    q, k, v = qkv((1, 1, 20, 16), (1, 1, 20, 16), dtype=torch.float32, to=torch.float16)
+    sizes = {"block_m": 16, "block_n": 16, "window": 5}
+    want = triton_flash_attention(q, k, v, is_causal=True, **sizes)
+    try:
+        got = triton_flash_attention(q, k, v, is_causal=True,
+                                     **{name: np.int64(n) for name, n in sizes.items()})
+    except Exception as error:  # noqa: BLE001 - the test shows what was raised
+        return f"{type(error).__name__}: {error}"
+    return (got - want).abs().max().item()
 
 
 def huge_windows_against_none() -> dict[str, object]:
@@ -660,6 +679,13 @@ def test_a_window_wider_than_the_sequences_is_no_window_at_any_size(interpreted)
         f"{alignment} {window}": 0.0
         for alignment in ("top_left", "bottom_right") for window in (2**31, 2**63 - 1, 2**63, 2**70)
     }
+
+
+@needs_triton
+def test_numpy_integers_are_taken_for_the_tiles_and_the_window(interpreted):
+    """block_m, block_n and window as NumPy integers give the Python ints' answer, as sizes are
+    taken everywhere in the package; they were refused ("must be a power of two >= 16")."""
+    assert interpreted["numpy_sizes_against_ints"] == 0.0
 
 
 @needs_triton
