@@ -437,6 +437,22 @@ def check_mask(mask: Tensor, scores_shape: Size, name: str = "attn_mask") -> Non
         )
 
 
+def check_rule(rule: object, name: str) -> None:
+    """Require a rule: a callable, as flex_attention takes it."""
+    if not callable(rule):
+        raise ValueError(f"{name} must be a callable rule, as flex_attention takes it, got "
+                         f"{type(rule).__name__}")
+
+
+def mask_answer(dense: object, device: torch.device) -> Tensor:
+    """A mask rule's answer as a bool tensor, refusing one of numbers (nonzero is no answer)."""
+    answer = torch.as_tensor(dense, device=device)
+    if answer.dtype != torch.bool:
+        raise ValueError(f"mask_mod must answer True or False (a bool tensor, as flex_attention's "
+                         f"mask_mod does), got {answer.dtype}")
+    return answer
+
+
 def check_block_size(block_size: object) -> int | tuple[int, int] | None:
     """Require a tiled kernel's block size: None (its default), an integer >= 1, or a pair
     (B_q, B_k) of them; return it in Python ints (a NumPy integer is taken, as sizes are)."""

@@ -19,7 +19,15 @@ import torch
 from torch import Tensor
 
 from . import masks
-from ._checks import accumulation_dtype, check_batch_dims, check_flags, check_qkv, check_scale
+from ._checks import (
+    accumulation_dtype,
+    check_batch_dims,
+    check_flags,
+    check_qkv,
+    check_rule,
+    check_scale,
+    mask_answer,
+)
 from .masks import MaskMod, ScoreMod
 
 __all__ = ["weights_from_lse"]
@@ -117,13 +125,13 @@ def weights_from_lse(
         head = torch.arange(h, device=query.device).view(1, -1, 1, 1)  # (1, h, 1, 1)
         for name, rule in (("mask_mod", mask_mod), ("score_mod", score_mod)):
             if rule is not None:
-                masks._check_rule(rule, name)  # checked as dense_attention, which made lse
+                check_rule(rule, name)  # checked as dense_attention, which made lse
         try:
             if score_mod is not None:  # the rule sees the scaled score, as FlexAttention's does
                 modded = score_mod(scores, batch, head, rows, cols)  # broadcasts to the scores
                 scores = modded.expand_as(scores)  # (b, h, n, t_k)
             if mask_mod is not None:  # a Python bool taken, numbers refused, as by to_dense
-                visible = masks._answer(mask_mod(batch, head, rows, cols), query.device)
+                visible = mask_answer(mask_mod(batch, head, rows, cols), query.device)
                 scores = scores.masked_fill(~visible.expand_as(scores), -math.inf)  # (b, h, n, t_k)
         except IndexError as error:  # doc_ids or lengths shorter than the rows or keys asked for
             raise ValueError(

@@ -45,9 +45,11 @@ from ._checks import (
     check_flags,
     check_number,
     check_qkv,
+    check_rule,
     check_scale,
     check_sizes,
     kernel_keywords,
+    mask_answer,
     shape_or_type,
 )
 from .positions import alibi_slopes64
@@ -394,7 +396,7 @@ def _combine(mask_mods: tuple[MaskMod, ...], combine: Callable[[Tensor, Tensor],
     """The rule whose answer folds the answers of ``mask_mods`` with ``combine`` (``&`` or ``|``,
     which also take a rule's Python bool); ``none`` without rules."""
     for i, mask_mod in enumerate(mask_mods):
-        _check_rule(mask_mod, f"mask_mods[{i}]")
+        check_rule(mask_mod, f"mask_mods[{i}]")
 
     def combined(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         allowed = torch.full((), none, dtype=torch.bool, device=q_idx.device)
@@ -403,22 +405,6 @@ def _combine(mask_mods: tuple[MaskMod, ...], combine: Callable[[Tensor, Tensor],
         return allowed
 
     return combined
-
-
-def _check_rule(rule: object, name: str) -> None:
-    """Require a rule: a callable, as flex_attention takes it."""
-    if not callable(rule):
-        raise ValueError(f"{name} must be a callable rule, as flex_attention takes it, got "
-                         f"{type(rule).__name__}")
-
-
-def _answer(dense: object, device: torch.device) -> Tensor:
-    """A mask rule's answer as a bool tensor, refusing one of numbers (nonzero is no answer)."""
-    answer = torch.as_tensor(dense, device=device)
-    if answer.dtype != torch.bool:
-        raise ValueError(f"mask_mod must answer True or False (a bool tensor, as flex_attention's "
-                         f"mask_mod does), got {answer.dtype}")
-    return answer
 
 
 def _check_heads(h: Tensor, num_heads: int, rule: str, hint: str = "") -> None:
@@ -643,10 +629,10 @@ def visible(mask_mod: MaskMod, query_pos: Tensor, key_pos: Tensor) -> Tensor:
         tensor([[ True,  True, False],
                 [False,  True,  True]])
     """
-    _check_rule(mask_mod, "mask_mod")
+    check_rule(mask_mod, "mask_mod")
     zero = torch.zeros((), dtype=torch.long, device=query_pos.device)
     dense = mask_mod(zero, zero, query_pos[:, None], key_pos[None, :])  # (t_q, t_k)
-    return _answer(dense, query_pos.device).expand(len(query_pos), len(key_pos))
+    return mask_answer(dense, query_pos.device).expand(len(query_pos), len(key_pos))
 
 
 def to_dense(
@@ -680,11 +666,11 @@ def to_dense(
                 [ True,  True, False],
                 [ True,  True,  True]])
     """
-    _check_rule(mask_mod, "mask_mod")
+    check_rule(mask_mod, "mask_mod")
     batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, device)
     shape = (batch.shape[0], head.shape[1], t_q, t_k)
     try:
-        dense = _answer(mask_mod(batch, head, q_idx, kv_idx), q_idx.device)
+        dense = mask_answer(mask_mod(batch, head, q_idx, kv_idx), q_idx.device)
     except IndexError as error:  # doc_ids or lengths shorter than the grid asked for
         raise ValueError(
             f"mask_mod must hold a value for every index of b={b}, h={h}, t_q={t_q}, t_k={t_k}, "
@@ -715,7 +701,7 @@ def apply_score_mod(scores: Tensor, score_mod: ScoreMod) -> Tensor:
     if not isinstance(scores, Tensor) or scores.dim() != 4:
         shape = shape_or_type(scores)
         raise ValueError(f"scores must be (b, h, t_q, t_k), got shape {shape}")
-    _check_rule(score_mod, "score_mod")
+    check_rule(score_mod, "score_mod")
     b, h, t_q, t_k = scores.shape
     batch, head, q_idx, kv_idx = _grid(t_q, t_k, b, h, scores.device)
     return score_mod(scores, batch, head, q_idx, kv_idx).expand_as(scores)  # (b, h, t_q, t_k)
