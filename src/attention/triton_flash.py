@@ -223,6 +223,12 @@ def triton_last_configs() -> dict[str, tuple[int, int, int, int]]:
     return dict(_last_configs)
 
 
+def _launches_nothing(query: Tensor, key: Tensor) -> bool:
+    """Whether a call needs no kernel: no batch, head or query (the output is empty), no key
+    (a row that sees none is 0, as in torch), or meta tensors (shapes only, as torch's SDPA)."""
+    return query.numel() == 0 or key.shape[2] == 0 or query.is_meta
+
+
 class _TritonFlashAttention(torch.autograd.Function):
     """Autograd wrapper: saves Q, K, V, O and lse (all O(t · d_h)), never the score matrix."""
 
@@ -231,9 +237,7 @@ class _TritonFlashAttention(torch.autograd.Function):
         ctx: Any, query: Tensor, key: Tensor, value: Tensor, sinks: Tensor | None, call: _Call
     ) -> Tensor:
         _last_configs.clear()
-        if query.numel() == 0 or key.shape[2] == 0 or query.is_meta:  # launch nothing:
-            # no batch, head or query: empty; no key: a row that sees none is 0, as in torch;
-            # meta: the shapes only, as torch's SDPA gives them
+        if _launches_nothing(query, key):
             out = torch.zeros_like(query)  # (b, h, t_q, d_h)
             lse = query.new_empty(query.shape[:3], dtype=torch.float32)  # (b, h, t_q), unread
         else:
@@ -266,8 +270,7 @@ class _TritonFlashAttentionBackward(torch.autograd.Function):
     def forward(ctx: Any, grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor,
                 out: Tensor, lse: Tensor, sinks: Tensor | None,
                 call: _Call) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        # as forward: the output is 0 or empty whatever the inputs, so every gradient is 0
-        if query.numel() == 0 or key.shape[2] == 0 or query.is_meta:
+        if _launches_nothing(query, key):  # the output is 0 or empty: every gradient is 0
             return (torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value),
                     None if sinks is None else torch.zeros_like(sinks))
         backward = _kernels()[1].backward
