@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         write_results(doc, output)
 
     context = Context(args, settings, doc["provenance"]["command"], doc, save, deadline, preset)
-    todo = [part for part in PARTS if part.name in args.parts and (preset is None or part.preset)]
+    todo = [part for part in PARTS if part.name in args.parts]  # a preset's only (settings_from_args)
     for i, part in enumerate(todo):
         if "stopped" in doc:  # the sweep spent the time budget: no row of a later part starts either
             doc["stopped"] += f"; the parts after it were not run: {', '.join(p.name for p in todo[i:])}"
