@@ -29,13 +29,13 @@ overflows.
 
 The forward pass keeps only the output and the log-sum-exp lse = m + log l of each row. The
 backward pass recomputes each tile's weights from it, P = exp(S - lse), and with
-D = rowsum(dO ∘ O) (equal to rowsum(P ∘ dP), since O = P V) it accumulates, tile by tile,
+D = rowsum(dO ⊙ O) (equal to rowsum(P ⊙ dP), since O = P V) it accumulates, tile by tile,
 
-    dV += Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP - D),   dQ += scale · dS K,   dK += scale · dSᵀ Q
+    dV += Pᵀ dO,   dP = dO Vᵀ,   dS = P ⊙ (dP - D),   dQ += scale · dS K,   dK += scale · dSᵀ Q
 
 so memory stays O(t · d) in both passes instead of O(t_q · t_k). The returned lse is
 differentiable too: ∂lse_i/∂s_ij = P_ij, so a gradient dlse of it (ring attention merges partial
-outputs with weights made from their lse) enters as dS = P ∘ (dP - (D - dlse)). A row that meets
+outputs with weights made from their lse) enters as dS = P ⊙ (dP - (D - dlse)). A row that meets
 no finite score (t_k = 0, or all its scores -inf) gets output 0 and lse = -inf, as
 FlexAttention and torch return it; the backward treats its lse as +inf, so that its
 P = exp(S - lse) = 0 instead of exp(-inf - (-inf)) = nan (FlashAttention-2 stores +inf).
@@ -260,7 +260,7 @@ def _flash_backward(
     block_q, block_k = blocks
     d = (grad_out.to(acc_dtype) * out).sum(dim=-1)  # (N, g, t_q), the D above, from float32 O
     if grad_lse is not None:
-        d = d - grad_lse.to(acc_dtype)  # dS = P ∘ (dP - (D - dlse)): lse's own gradient
+        d = d - grad_lse.to(acc_dtype)  # dS = P ⊙ (dP - (D - dlse)): lse's own gradient
     key, value = key.to(acc_dtype), value.to(acc_dtype)  # upcast once (no copy if they are)
     # Every query block is visited once per key block: cut it (and dO, lse, D) out once, here.
     q_blocks = []  # (q_start, n_q, c Q, dO, lse log2 e, D, dQ / scale accumulator)
@@ -297,7 +297,7 @@ def _flash_backward(
             # (N, g n_q, n), P = exp(S - lse) = 2^(c S - lse log2 e)
             p = s.sub_(lse_blk).exp2_()
             dp = torch.bmm(do_blk, v_blk.transpose(1, 2), out=tile_view(grads, n, r, n_cols))
-            ds = dp.sub_(d_blk).mul_(p)  # (N, g n_q, n), dS = P ∘ (dP - D), in place
+            ds = dp.sub_(d_blk).mul_(p)  # (N, g n_q, n), dS = P ⊙ (dP - D), in place
             add_product_(grad_q, ds, k_blk)  # (N, g n_q, d_k)
             add_product_(dv[:, cols], p.transpose(1, 2), do_blk)  # the g heads summed
             add_product_(dk[:, cols], ds.transpose(1, 2), q_blk)  # c = scale · log2 e in q_blk

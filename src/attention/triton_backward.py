@@ -10,12 +10,12 @@ Notation (see CONTRIBUTING.md):
     c        scale · log2(e)
     lse      the log-sum-exp of a row, saved by the forward pass in base 2 (chapter 7's
              lse · log2 e)
-    D        rowsum(dZ ∘ Z), one number per query
+    D        rowsum(dZ ⊙ Z), one number per query
     P, dP    FlashAttention's names for the book's weights A and their gradient dA
 
 Masks, block ranges and the tuning lists are those of :mod:`attention.triton_forward`.
 
-- ``_preprocess``, grid (t_q / BLOCK_M, b·h): D = rowsum(dZ ∘ Z), one float32 per query.
+- ``_preprocess``, grid (t_q / BLOCK_M, b·h): D = rowsum(dZ ⊙ Z), one float32 per query.
 - ``_backward_dkdv``, grid (t_k / BLOCK_N, b·h_kv): a program holds one block of K and V and
   walks over the query blocks of the G query heads that share them, recomputing
   P = 2^(c·Q Kᵀ - lse) tile by tile, and accumulates dK and dV in registers; each is written
@@ -63,7 +63,7 @@ from .triton_forward import (
 def _preprocess(O, DO, DELTA, stride_ob, stride_oh, stride_ot, stride_od,
                 stride_dob, stride_doh, stride_dot, stride_dod, H, T_Q,
                 D_H: tl.constexpr, BLOCK_M: tl.constexpr):
-    """D = rowsum(dZ ∘ Z) of one block of rows, in float32."""
+    """D = rowsum(dZ ⊙ Z) of one block of rows, in float32."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     bh = tl.program_id(1).to(tl.int64)
     batch, head = bh // H, bh % H
@@ -102,7 +102,7 @@ def _dkdv_loop(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, dq_ptrs, str
             p_t = tl.where(seen, p_t, 0.0)
         dv += tl.dot(p_t.to(do.dtype), do)  # (BLOCK_N, D_H): dV += Pᵀ dZ
         dp_t = tl.dot(v, tl.trans(do))  # (BLOCK_N, BLOCK_M): dPᵀ = V dZᵀ
-        ds_t = p_t * (dp_t - delta[None, :])  # (BLOCK_N, BLOCK_M): dSᵀ = Pᵀ ∘ (dPᵀ - D)
+        ds_t = p_t * (dp_t - delta[None, :])  # (BLOCK_N, BLOCK_M): dSᵀ = Pᵀ ⊙ (dPᵀ - D)
         dk += tl.dot(ds_t.to(q.dtype), q)  # (BLOCK_N, D_H): dK += dSᵀ Q, scaled at the end
         # the fifth product: dQ += scale · dS K, added by every key block's program
         if ATOMIC_DQ:

@@ -180,7 +180,7 @@ def test_half_precision_is_computed_in_float32(run):
 
 
 def test_half_precision_rounds_once_at_the_end(run):
-    """Partials, lse, D = rowsum(dO ∘ O) and the dK, dV accumulators in float32: the output and
+    """Partials, lse, D = rowsum(dO ⊙ O) and the dK, dV accumulators in float32: the output and
     the gradients are float64 SDPA on the rounded inputs, rounded once (within 1.2 times that
     rounding), not rounded again in a bfloat16 lse or at each rank's share of dK and dV."""
     _, ranks, _ = run

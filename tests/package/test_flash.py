@@ -440,7 +440,7 @@ def test_lse_equals_flex_attentions():
 
 
 def test_lse_is_differentiable():
-    """d lse_i / d s_ij = P_ij: the backward adds dlse to dS = P ∘ (dP - (D - dlse))."""
+    """d lse_i / d s_ij = P_ij: the backward adds dlse to dS = P ⊙ (dP - (D - dlse))."""
     q, k, v = qkv((2, 3, 5, 8), (2, 3, 7, 8), requires_grad=True)
     for kwargs in ({}, {"is_causal": True, "alignment": "bottom_right", "window": 3}):
         assert torch.autograd.gradcheck(

@@ -97,7 +97,7 @@ def test_half_precision_error_is_within_flashattentions_bound(t_q: int, t_k: int
             assert e <= factor * e_naive, f"{name} {what}: error {e:.3g} > {factor} x {e_naive:.3g}"
         # Stricter than their rule: every result, from float32 statistics and float32 sums, is
         # the exact answer rounded once, up to float32 rounding. For dQ and dK that needs D =
-        # rowsum(dO ∘ O) formed from the unrounded O (FlashAttention-2 uses the rounded one).
+        # rowsum(dO ⊙ O) formed from the unrounded O (FlashAttention-2 uses the rounded one).
         for what, i in (("out", 0), ("dq", 1), ("dk", 2), ("dv", 3)):
             e, e_rounding = max_error(ours[i], ref[i]), rounding_errors[i]
             assert e <= 1.2 * e_rounding, f"{name} {what}: {e:.3g}, rounded once: {e_rounding:.3g}"
@@ -219,7 +219,7 @@ def test_one_key_gives_exact_output_and_zero_query_and_key_gradients(dtype) -> N
 
     Our explicit attention returns exactly 0. The tiled backward forms dS = P (dP - D) from two
     float32 dot products of the same numbers summed in different orders (dP = dO · v by matmul,
-    D = rowsum(dO ∘ O) with O = v), so it is 0 up to their float32 rounding, which is bounded
+    D = rowsum(dO ⊙ O) with O = v), so it is 0 up to their float32 rounding, which is bounded
     by 2 d eps |dO| |v| per row (the standard bound for a length-d float32 dot product).
     """
     q, k, v = qkv((2, 2, 37, 64), (2, 2, 1, 64), dtype=torch.float32, to=dtype, requires_grad=True)

@@ -131,7 +131,7 @@ def plain_attention(q, k, v, seen: torch.Tensor, scale: float, sinks=None) -> to
 
 
 def sink_error_from_rounded_output(out, exact_out, grad_out, exact, seen, scale) -> float:
-    """Largest |Σ_i p_sink,i · rowsum(dZ ∘ (Z - Z_exact))_i| over heads: the error of the sinks'
+    """Largest |Σ_i p_sink,i · rowsum(dZ ⊙ (Z - Z_exact))_i| over heads: the error of the sinks'
     gradient that FlashAttention's D, computed from the output rounded to the input type, brings
     on its own (D's error in every row, weighted by the sink's share of the row)."""
     q, k, _, sinks = exact
@@ -189,7 +189,7 @@ def check_case(name: str, case: tuple, device: str, dtype: torch.dtype, extra: d
     names = ("out", "dq", "dk", "dv", "dsinks")
     errors = {what: [(x.double() - r).abs().max().item() for x in (o, p)]
               for what, o, p, r in zip(names, ours, plain, reference)}
-    if sinks is not None:  # the error that rounding Z alone brings into D = rowsum(dZ ∘ Z), then into dsinks
+    if sinks is not None:  # the error that rounding Z alone brings into D = rowsum(dZ ⊙ Z), then into dsinks
         errors["dsinks"].append(sink_error_from_rounded_output(out, reference[0], grad_out, exact, seen, scale_or_default))
     no_key = ~seen.any(dim=-1)  # (t_q,)
     return {
