@@ -8,11 +8,11 @@ both counted from 0; lse a log-sum-exp; J and J' two disjoint sets of keys.
 The sequence is cut into N shards; device r holds the queries, keys and values of its shard.
 Keys and values travel round the ring: at step l device r holds the key-value block of device
 (r - l) mod N, attends its queries to it, and passes it on to device r + 1 while it receives the
-next one. Each step gives a partial output O and its lse for the block's keys, and the
+next one. Each step gives a partial output Z and its lse for the block's keys, and the
 partials are merged with the online-softmax rule of chapter 7 (equation 7.8, with the outputs
 kept normalized; equation 11.8):
 
-    lse = log(exp(lse_J) + exp(lse_J')),    O = exp(lse_J - lse) O_J + exp(lse_J' - lse) O_J'.
+    lse = log(exp(lse_J) + exp(lse_J')),    Z = exp(lse_J - lse) Z_J + exp(lse_J' - lse) Z_J'.
 
 After N steps each device holds exact attention for its queries. With causal attention, the
 block of a later device is useless to an earlier one: with contiguous shards device 0 then idles for
@@ -197,7 +197,7 @@ def ring_attention(
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     acc = accumulation_dtype(query.dtype)
     q, k, v = (x.to(acc) for x in (query, key, value))  # partials and merges in float32 for half
-    # (q0, q1) -> running O (..., n, d_v) and lse (..., n) of the queries q0 .. q1 - 1
+    # (q0, q1) -> running Z (..., n, d_v) and lse (..., n) of the queries q0 .. q1 - 1
     state: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
     for step in range(world_size):
         for r in range(world_size):
@@ -210,7 +210,7 @@ def ring_attention(
                     partial = flash_attention(
                         q[..., q0:q1, :], k[..., k0:k1, :], v[..., k0:k1, :],
                         is_causal=is_causal and k1 > q0, scale=scale, return_lse=True,
-                    )  # O (..., n, d_v) and lse (..., n) of this block
+                    )  # Z (..., n, d_v) and lse (..., n) of this block
                     seen = state.get((q0, q1))
                     state[q0, q1] = partial if seen is None else _merge(*seen, *partial)
     result = v.new_empty(*batch, t, v.shape[-1])  # (..., t, d_v), the leading dims broadcast
@@ -232,7 +232,7 @@ def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCou
 
     The device's memory (``m_device`` numbers) is the fast memory; the ring is the slow one: a
     block received from the previous device is a load (reads), a block sent to the next one a
-    store (writes). Its own c = t / N queries, keys and values, the running O and its lse (one
+    store (writes). Its own c = t / N queries, keys and values, the running Z and its lse (one
     number per query: the merge of two partials needs no more) are made on the device (no
     traffic). To hide communication behind compute, it receives the next K and V while it still
     holds the current ones: 6 c d_h + c numbers at once. Per
@@ -261,9 +261,9 @@ def ring_attention_io(t: int, d_h: int, world_size: int, m_device: int) -> IOCou
                          f"world_size={world_size}")
     c = t // world_size
     blocks = "two blocks" if world_size > 1 else "one block"  # of K and V at once: this one and the next
-    need = (6 if world_size > 1 else 4) * c * d_h + c  # Q, O, the blocks of K and V, and lse
+    need = (6 if world_size > 1 else 4) * c * d_h + c  # Q, Z, the blocks of K and V, and lse
     if m_device < need:
-        raise ValueError(f"m_device must hold Q, O, lse and {blocks} of K and V, "
+        raise ValueError(f"m_device must hold Q, Z, lse and {blocks} of K and V, "
                          f"{need} numbers for t_shard={c}, d_h={d_h}, got m_device={m_device}")
     mem = TwoLevelMemory(m_device)
     mem.allocate("Q_r", c, d_h)  # (c, d_h): this device's queries, never sent

@@ -81,7 +81,7 @@ def test_io_counts_each_block_received_and_sent_once():
     c = t // world_size
     count = ring_attention_io(t, d_h, world_size, m_device=10**6)
     assert count.reads == count.writes == 2 * (world_size - 1) * c * d_h
-    assert count.peak == 6 * c * d_h + c  # Q, O, lse, and two blocks of K and V
+    assert count.peak == 6 * c * d_h + c  # Q, Z, lse, and two blocks of K and V
 
 
 class TestBadInput:
@@ -110,7 +110,7 @@ class TestBadInput:
         (128, 1, 32_000, r"one block of K and V, 32896 numbers for t_shard=128, d_h=64, got m_device=32000"),
     ])
     def test_io_model_refuses_a_device_too_small_for_the_working_set(self, t, world_size, m_device, message):
-        with pytest.raises(ValueError, match=r"m_device must hold Q, O, lse and " + message):
+        with pytest.raises(ValueError, match=r"m_device must hold Q, Z, lse and " + message):
             ring_attention_io(t, 64, world_size, m_device=m_device)
 
     @pytest.mark.parametrize("value", NON_BOOLS)

@@ -42,7 +42,7 @@ def note(kind: str, nbytes: int) -> None:
 
 
 def merge(out: Tensor, lse: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tensor, Tensor]:
-    """Two partials normalized over disjoint keys, merged by equation (11.8): O (..., c, d_v),
+    """Two partials normalized over disjoint keys, merged by equation (11.8): Z (..., c, d_v),
     lse (..., c); a query that has seen no key yet has lse = -inf and contributes nothing."""
     new = torch.logaddexp(lse, lse_b)  # (..., c)
     safe = new.masked_fill(new == -math.inf, 0.0)

@@ -9,7 +9,7 @@ same algorithm with the devices made real. At step l rank r holds the key-value 
 (r - l) mod N. It posts the send of that block to rank r + 1 and the receive of the next one
 from rank r - 1 (``batch_isend_irecv``), computes its queries against the block it holds while
 they travel, and only then waits: communication overlaps the block's compute. Partials merge by
-equation (11.8). The backward pass (FlashAttention-2's, tile by tile, with D = rowsum(dO ⊙ O)
+equation (11.8). The backward pass (FlashAttention-2's, tile by tile, with D = rowsum(dZ ⊙ Z)
 and the final lse) sends the blocks round again, and with each block an accumulator of its dK
 and dV: every rank adds its share and passes it on, and after N steps the accumulator arrives
 complete at the rank that owns the block.
@@ -245,7 +245,7 @@ class _RingAttentionBackward(torch.autograd.Function):
         ring = _Ring(group)
         acc, d_k = out.dtype, k.shape[-1]
         q_acc, d_out = q.to(acc), grad_out.to(acc)
-        delta = (d_out * out).sum(dim=-1)  # (b, h, c_q): D = rowsum(dO ⊙ O)
+        delta = (d_out * out).sum(dim=-1)  # (b, h, c_q): D = rowsum(dZ ⊙ Z)
         d_q = torch.zeros_like(q_acc)
         block = torch.cat([k, v], dim=-1).contiguous()  # (b, h_kv, c, d_k + d_v)
         grads = torch.zeros(block.shape, dtype=acc, device=block.device)  # dK, dV so far of the block held
