@@ -1,5 +1,6 @@
-"""Rules every page of the book keeps: citations that resolve both ways, no private torch API, and
-the source of every module the opening chapters teach with shown on a page.
+"""Rules every page of the book keeps: citations that resolve both ways, no private torch API, one
+way to write each symbol, and the source of every module the opening chapters teach with shown on
+a page.
 
 A citation is a link ``references.md#key``; each entry of docs/references.bib becomes a paragraph of
 the references page with its key as id (tools/book/hooks/references.py). The strict build fails on a
@@ -87,6 +88,25 @@ def test_private_api_pattern_catches_what_it_should() -> None:
         assert PRIVATE_TORCH.search(text), text
     for text in ("torch.nn.functional.scaled_dot_product_attention", "x.masked_fill(m, 0)"):
         assert not PRIVATE_TORCH.search(text), text
+
+
+# One way to write a symbol (docs/index.md's notation table): what no page writes -> what it writes.
+NOTATION = {
+    r"\\circ(?![A-Za-z])": r"\odot",  # the entry-by-entry product
+    r"\\operatorname\{lse\}": r"\mathrm{lse}",
+    r"\\(?:mathrm|text)\{softmax\}": r"\operatorname{softmax}",
+}
+
+
+def test_each_symbol_is_written_one_way() -> None:
+    pages = [f for f in citing_files() if f.suffix in {".md", ".ipynb"}]
+    found = [
+        f"{f.relative_to(DOCS)}: {m.group(0)}, where the book writes {ours}"
+        for f in pages
+        for other, ours in NOTATION.items()
+        for m in re.finditer(other, f.read_text())
+    ]
+    assert found == []
 
 
 # Sentences of chapter 7 that are true only while the appendix has no GPU results.
