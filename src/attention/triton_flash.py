@@ -229,6 +229,13 @@ def _launches_nothing(query: Tensor, key: Tensor) -> bool:
     return query.numel() == 0 or key.shape[2] == 0 or query.is_meta
 
 
+def _on_device(tensor: Tensor) -> contextlib.AbstractContextManager[object]:
+    """Make the tensor's GPU current while its kernels launch: Triton launches on the current
+    device, so tensors on cuda:1 while cuda:0 is current would be read from the wrong GPU
+    (flash-attn's and torch's Triton callers guard the same way)."""
+    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
+
+
 class _TritonFlashAttention(torch.autograd.Function):
     """Autograd wrapper: saves Q, K, V, O and lse (all O(t · d_h)), never the score matrix."""
 
@@ -242,10 +249,11 @@ class _TritonFlashAttention(torch.autograd.Function):
             lse = query.new_empty(query.shape[:3], dtype=torch.float32)  # (b, h, t_q), unread
         else:
             forward = _kernels()[0].forward
-            out, lse, config = forward(query, key, value, sinks, call.scale, call.causal,
-                                       call.offset, call.window, call.blocks,
-                                       call.tuning.longest_first, call.tuning.descriptors,
-                                       call.tuning.warp_specialize)
+            with _on_device(query):
+                out, lse, config = forward(query, key, value, sinks, call.scale, call.causal,
+                                           call.offset, call.window, call.blocks,
+                                           call.tuning.longest_first, call.tuning.descriptors,
+                                           call.tuning.warp_specialize)
             _last_configs["forward"] = config
         ctx.save_for_backward(query, key, value, out, lse, sinks)
         ctx.call = call
@@ -274,9 +282,10 @@ class _TritonFlashAttentionBackward(torch.autograd.Function):
             return (torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value),
                     None if sinks is None else torch.zeros_like(sinks))
         backward = _kernels()[1].backward
-        grads, configs = backward(query, key, value, out, lse, grad_out, sinks, call.scale,
-                                  call.causal, call.offset, call.window, call.blocks,
-                                  call.deterministic, call.tuning.longest_first)
+        with _on_device(query):
+            grads, configs = backward(query, key, value, out, lse, grad_out, sinks, call.scale,
+                                      call.causal, call.offset, call.window, call.blocks,
+                                      call.deterministic, call.tuning.longest_first)
         _last_configs.update(configs)
         return grads
 

@@ -16,6 +16,7 @@ by ~1e10), so on CPU only float16 is checked; the kernels have no dtype-specific
 bfloat16 cases run on a GPU only (``TestCudaOnly``).
 """
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -24,6 +25,7 @@ import platform
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -310,6 +312,7 @@ def interpreter_checks() -> dict:
         "meta_shapes": meta_shapes(),
         "huge_windows_against_none": huge_windows_against_none(),
         "numpy_sizes_against_ints": numpy_sizes_against_ints(),
+        "launch_devices": launch_devices(),
         "empty_inputs": empty_inputs(),
         "strided_sinks_against_contiguous": strided_sinks_against_contiguous(),
         "blind_block_beside_an_inf": blind_block_beside_an_inf(),
@@ -397,6 +400,45 @@ def empty_inputs() -> dict[str, object]:
             found[name] = f"{type(error).__name__}: {error}"
             continue
         found[name] = [[list(x.shape), x.abs().max().item() if x.numel() else 0.0] for x in results]
+    return found
+
+
+def launch_devices() -> list[str]:
+    """Each kernel launch, forward then backward, and the device whose guard was open around it:
+    the package's guard and launchers replaced by ones that record."""
+    from attention import triton_flash
+
+    forward_kernels, backward_kernels = triton_flash._kernels()
+    found: list[str] = []
+    open_guards: list[str] = []
+    guard = triton_flash._on_device
+
+    @contextlib.contextmanager
+    def recording(tensor: torch.Tensor):
+        open_guards.append(str(tensor.device))
+        with guard(tensor):
+            yield
+        open_guards.pop()
+
+    def recorded(name: str, launch):
+        def run(*args, **kwargs):
+            found.append(f"{name} in the guard of {open_guards[-1] if open_guards else None}")
+            return launch(*args, **kwargs)
+        return run
+
+    patches = [(triton_flash, "_on_device", recording),
+               (forward_kernels, "forward", recorded("forward", forward_kernels.forward)),
+               (backward_kernels, "backward", recorded("backward", backward_kernels.backward))]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    for module, name, replacement in patches:
+        setattr(module, name, replacement)
+    try:
+        q, k, v = qkv((1, 1, 20, 16), (1, 1, 20, 16), dtype=torch.float32, to=torch.float16)
+        q.requires_grad_(True)
+        triton_flash.triton_flash_attention(q, k, v).sum().backward()
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
     return found
 
 
@@ -686,6 +728,26 @@ def test_numpy_integers_are_taken_for_the_tiles_and_the_window(interpreted):
     """block_m, block_n and window as NumPy integers give the Python ints' answer, as sizes are
     taken everywhere in the package; they were refused ("must be a power of two >= 16")."""
     assert interpreted["numpy_sizes_against_ints"] == 0.0
+
+
+@needs_triton
+def test_each_launch_is_guarded_to_the_inputs_device(interpreted):
+    """Forward and backward launch inside the guard that makes the inputs' GPU current (the CPU
+    here, where the guard does nothing): Triton launches on the current device."""
+    assert interpreted["launch_devices"] == ["forward in the guard of cpu", "backward in the guard of cpu"]
+
+
+@needs_triton
+def test_the_guard_makes_the_inputs_gpu_current():
+    """A tensor on cuda:1 makes cuda:1 current (torch.cuda.device(1)), whatever is current now;
+    a CPU or meta tensor changes nothing. A stand-in tensor: this runs without a GPU."""
+    from attention import triton_flash
+
+    on_gpu_1 = types.SimpleNamespace(is_cuda=True, device=torch.device("cuda", 1))
+    guard = triton_flash._on_device(on_gpu_1)
+    assert isinstance(guard, torch.cuda.device) and guard.idx == 1
+    for tensor in (torch.zeros(1), torch.zeros(1, device="meta")):
+        assert isinstance(triton_flash._on_device(tensor), contextlib.nullcontext)
 
 
 @needs_triton
