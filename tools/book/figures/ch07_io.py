@@ -53,14 +53,15 @@ def io_counts() -> Figure:
     t0, d0, m0 = 1024, 64, 16 * 64 * 64
     fig, axes = plt.subplots(1, 3, figsize=(10.5, 4.2), layout="constrained")
     _panel(axes[0], [2**k for k in range(7, 14)], lambda t: (t, d0, m0), "tokens $t$",
-           f"over $t$ ($d_h = {d0}$, $M = {m0:,}$)")
+           f"over $t$ ($d_h = {d0}$, $M_{{\\mathrm{{SRAM}}}} = {m0:,}$)")
     _panel(axes[1], [2**k for k in range(4, 9)], lambda d: (t0, d, m0), "head width $d_h$",
-           f"over $d_h$ ($t = {t0}$, $M = {m0:,}$)")
+           f"over $d_h$ ($t = {t0}$, $M_{{\\mathrm{{SRAM}}}} = {m0:,}$)")
     _panel(axes[2], [2**k for k in range(11, 19)], lambda m: (t0, d0, m),
-           "fast memory $M$ (elements)", f"over $M$ ($t = {t0}$, $d_h = {d0}$)")
+           r"fast memory $M_{\mathrm{SRAM}}$ (elements)",
+           f"over $M_{{\\mathrm{{SRAM}}}}$ ($t = {t0}$, $d_h = {d0}$)")
     axes[2].axvline(d0 * d0, color="0.5", linestyle="--", linewidth=1)
-    axes[2].annotate("$M = d_h^2$", (d0 * d0, axes[2].get_ylim()[1]), xytext=(4, -12),
-                     textcoords="offset points", color=INK, alpha=0.75)
+    axes[2].annotate(r"$M_{\mathrm{SRAM}} = d_h^2$", (d0 * d0, axes[2].get_ylim()[1]),
+                     xytext=(4, -12), textcoords="offset points", color=INK, alpha=0.75)
     axes[0].set_ylabel("elements read + written in slow memory")
     axes[0].plot([], [], ":", color=INK, alpha=0.6, label="leading term (Theorem 2's order)")
     axes[0].legend(frameon=False, loc="upper left")
