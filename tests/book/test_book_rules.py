@@ -95,7 +95,15 @@ NOTATION = {
     r"\\circ(?![A-Za-z])": r"\odot",  # the entry-by-entry product
     r"\\operatorname\{lse\}": r"\mathrm{lse}",
     r"\\(?:mathrm|text)\{softmax\}": r"\operatorname{softmax}",
+    r"\\mathrm\{(?:LN|FFN|SA|attn)\}": r"\operatorname{LN}, \operatorname{FFN}, \operatorname{SA}",
+    r"\$N\(": r"\mathcal{N}(",  # a normal distribution
+    r"W_[qkvo]\^\{\(": r"W_{k,i}",  # a superscript in parentheses names a token, not a head
+    r"_\{\\text\{(?:old|new)\}\}": r"m^{\text{old}}, m^{\text{new}}",
 }
+# For each rule, text it must catch: what the pages wrote before they were made one notation.
+NOTATION_CAUGHT = (r"dS = A \circ (dA - D)", r"\operatorname{lse}(\omega)", r"\text{softmax}(x)",
+                   r"x + \mathrm{attn}(\mathrm{LN}_1(x))", r"from $N(0, 0.02^2)$",
+                   r"W_k^{(g)} = \frac{1}{G}", r"e^{m_{\text{old}} - m_{\text{new}}}")
 
 
 def test_each_symbol_is_written_one_way() -> None:
@@ -107,6 +115,14 @@ def test_each_symbol_is_written_one_way() -> None:
         for m in re.finditer(other, f.read_text())
     ]
     assert found == []
+
+
+def test_each_notation_rule_catches_what_it_should() -> None:
+    for rule, text in zip(NOTATION, NOTATION_CAUGHT, strict=True):
+        assert re.search(rule, text), (rule, text)
+    for text in (r"\odot", r"\circledast", r"\mathcal{N}(0, 1)", r"W_{k,i}", r"m^{\text{new}}",
+                 r"\operatorname{LN}(x)"):
+        assert not any(re.search(rule, text) for rule in NOTATION), text
 
 
 # Sentences of chapter 7 that are true only while the appendix has no GPU results.
