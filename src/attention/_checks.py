@@ -13,7 +13,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
-from typing import Any, Literal, TypedDict, TypeVar, cast, get_args
+from typing import Any, Literal, TypedDict, TypeGuard, TypeVar, cast, get_args
 
 import torch
 from torch import Size, Tensor
@@ -105,6 +105,13 @@ def shape_or_type(x: object) -> object:
     return tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
 
 
+def is_integer(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is an integer: a Python or NumPy one, not a bool (True is no count, no
+    index and no position, though Python counts it as 1). Typed as int, as the package's sizes
+    are: a NumPy integer is used as one."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
 def real_number(value: object) -> float | None:
     """``value`` as a finite float if it is a real number: a Python or NumPy scalar, or a 0-d
     tensor, as torch's SDPA takes for its scale (not a bool, which torch reads as 0 or 1); else
@@ -167,7 +174,7 @@ def check_counts(**values: int) -> None:
     """Require counts that may be zero (sink tokens, a prefix, queries or keys): integers >= 0,
     NumPy's among them, as :func:`check_sizes` takes."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        if not is_integer(value) or value < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
 
 
@@ -318,7 +325,7 @@ def check_sizes(**sizes: object) -> tuple[int, ...]:
     A NumPy integer is taken, and returned as an int: arithmetic in np.int32 wraps around.
     """
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, Integral):
+        if not is_integer(value):
             raise ValueError(
                 f"{name} must be an integer, got {value!r} of type {type(value).__name__}"
             )
@@ -396,7 +403,7 @@ def check_token_id(value: object, name: str, vocab_size: int) -> int:
         if value.dim() == 0 and value.device.type != "meta" and not (
                 value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
             number = int(value)
-    elif isinstance(value, Integral) and not isinstance(value, bool):
+    elif is_integer(value):
         number = int(value)
     if not 0 <= number < vocab_size:
         raise ValueError(f"{name} must be a token id in [0, {vocab_size}), got {value!r}")
@@ -458,7 +465,7 @@ def check_block_size(block_size: object) -> int | tuple[int, int] | None:
     (B_q, B_k) of them; return it in Python ints (a NumPy integer is taken, as sizes are)."""
     sizes = block_size if isinstance(block_size, tuple) else (block_size,)
     valid = len(sizes) == (2 if isinstance(block_size, tuple) else 1) and all(
-        isinstance(s, Integral) and not isinstance(s, bool) and int(s) >= 1 for s in sizes
+        is_integer(s) and int(s) >= 1 for s in sizes
     )
     if block_size is None:
         return None
@@ -493,9 +500,7 @@ def check_causal_options(is_causal: bool, alignment: str, window: int | None) ->
     ``is_causal``. Returns the window as a Python int (a NumPy integer is taken), or None."""
     check_flags(is_causal=is_causal)
     check_alignment(alignment)
-    if window is not None and (
-        isinstance(window, bool) or not isinstance(window, Integral) or window < 1
-    ):
+    if window is not None and (not is_integer(window) or window < 1):
         raise ValueError(f"window must be None or an integer >= 1, got {window!r}")
     if not is_causal and (window is not None or alignment != "top_left"):
         raise ValueError(

@@ -22,14 +22,13 @@ token can be read as attention weights are.
 """
 
 from collections.abc import Iterable
-from numbers import Integral
 from typing import Literal, cast, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_input, check_no_mask_or_cache, check_sizes
+from ._checks import check_input, check_no_mask_or_cache, check_sizes, is_integer
 from .block_attention import BlockAttention
 from .delta import delta_attention_matrix
 
@@ -175,7 +174,7 @@ def use_recurrent_attention(
         list(layers) if isinstance(layers, Iterable) and not isinstance(layers, str) else []
     )  # a bool is no index: True would choose block 1
     if not chosen or any(
-        isinstance(i, bool) or not isinstance(i, Integral) or not 0 <= i < len(blocks)
+        not is_integer(i) or not 0 <= i < len(blocks)
         for i in chosen
     ):
         raise ValueError(

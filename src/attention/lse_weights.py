@@ -13,7 +13,6 @@ xi(scale · q_i · k_j, b, h, i, j) and the hidden keys get weight 0, as in the 
 """
 
 import math
-from numbers import Integral
 
 import torch
 from torch import Tensor
@@ -26,6 +25,7 @@ from ._checks import (
     check_qkv,
     check_rule,
     check_scale,
+    is_integer,
     mask_answer,
 )
 from .masks import MaskMod, ScoreMod
@@ -108,7 +108,7 @@ def weights_from_lse(
     if tuple(lse.shape) != rows_shape:
         raise ValueError(f"lse must have the shape of the weights' rows (..., n) = {rows_shape}, "
                          f"got {tuple(lse.shape)}")
-    if isinstance(row_offset, bool) or not isinstance(row_offset, Integral):  # NumPy's taken
+    if not is_integer(row_offset):  # NumPy's taken
         raise ValueError(f"row_offset must be an integer, got {row_offset!r}")
     row_offset = int(row_offset)  # a Python int: arithmetic in np.int32 would wrap around
     if (mask_mod is not None or score_mod is not None) and query.dim() != 4:

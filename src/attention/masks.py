@@ -28,7 +28,6 @@ kernel that ``torch.compile`` generates from it.
 import math
 import operator
 from collections.abc import Callable
-from numbers import Integral
 from typing import Literal, overload
 
 import torch
@@ -48,6 +47,7 @@ from ._checks import (
     check_rule,
     check_scale,
     check_sizes,
+    is_integer,
     kernel_keywords,
     mask_answer,
     shape_or_type,
@@ -444,7 +444,7 @@ def alibi(num_heads: int, offset: int = 0) -> ScoreMod:
     """
     slopes = alibi_slopes64(num_heads)  # (h,), float64
     # a position, negative too (t_k < t_q): 1.5 gave fractional distances, True was 1
-    if isinstance(offset, bool) or not isinstance(offset, Integral):
+    if not is_integer(offset):
         raise ValueError(f"offset must be an integer (the position of query 0), got {offset!r}")
     rule = f"alibi(num_heads={num_heads})"  # built here: FlexAttention traces the score rule
 

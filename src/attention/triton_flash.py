@@ -31,7 +31,6 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from numbers import Integral
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -45,6 +44,7 @@ from ._checks import (
     check_qkv,
     check_scale,
     check_sinks,
+    is_integer,
     kernel_keywords,
 )
 
@@ -386,8 +386,7 @@ def _check_options(
     and window as Python ints (a NumPy integer is taken, as sizes are) or None."""
     blocks: list[int | None] = []
     for name, block in (("block_m", block_m), ("block_n", block_n)):
-        if block is not None and (isinstance(block, bool) or not isinstance(block, Integral)
-                                  or block < 16 or block & (block - 1)):
+        if block is not None and (not is_integer(block) or block < 16 or block & (block - 1)):
             raise ValueError(f"{name} must be a power of two >= 16, got {block!r}")
         blocks.append(None if block is None else int(block))
     return blocks[0], blocks[1], check_causal_options(is_causal, alignment, window)
