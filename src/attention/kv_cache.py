@@ -344,8 +344,9 @@ class ModelKVCache:
         for i, cache in enumerate(layers):  # a PagedSequence has no max_tokens, reset or to of its own
             if not isinstance(cache, (KVCache, RollingKVCache)):
                 raise ValueError(f"layers[{i}] must be a KVCache or a RollingKVCache, got {type(cache).__name__}")
+        first_index: dict[int, int] = {}  # id of a cache -> the first layer that holds it
         for i, cache in enumerate(layers):  # [cache] * L: each layer would read the others' keys
-            first = next(j for j, other in enumerate(layers) if other is cache)
+            first = first_index.setdefault(id(cache), i)
             if first != i:
                 raise ValueError(
                     f"layers[{first}] and layers[{i}] must be distinct caches (each layer appends "
