@@ -33,6 +33,7 @@ entry's key.
 from __future__ import annotations
 
 import re
+import string
 from collections import Counter
 from pathlib import Path
 
@@ -249,7 +250,7 @@ def year_labels(refs: list[Reference]) -> dict[str, str]:
     for (_, year), group in alike.items():
         group.sort(key=lambda ref: (ref.type in LAST_TYPES, ref.key))
         for i, ref in enumerate(group):
-            labels[ref.key] = year + ("abcdefghijklmnopqrstuvwxyz"[i] if len(group) > 1 else "")
+            labels[ref.key] = year + (string.ascii_lowercase[i] if len(group) > 1 else "")
     return labels
 
 
