@@ -8,9 +8,9 @@ grouped, and within a group sorted by year with code, datasheets and documentati
 Each entry renders as one paragraph with the entry's key as its id (``{: #key }``), so a chapter
 cites it as ``references.md#`` followed by the key. Entries that would be cited alike (one first
 author, as many authors, one year) get letters, 2023a and 2023b (``year_labels``); a citation
-in the text uses the label of the entry it links to (tests/book/test_references.py checks). The standard fields are BibTeX (LaTeX: ``--``,
-``\\&``, ``\\emph{...}``, ``\\texttt{...}``, ``{...}`` protecting case); the book's own fields are
-Markdown and go to the page verbatim:
+in the text uses the label of the entry it links to (tests/book/test_references.py checks).
+The standard fields are BibTeX (LaTeX: ``--``, ``\\&``, ``\\emph{...}``, ``\\texttt{...}``,
+``{...}`` protecting case); the book's own fields are Markdown and go to the page verbatim:
 
 - ``group`` (required): the heading the entry is listed under; groups appear in the order of
   their first entry; within a group, entries are sorted by year (``reading_order``), with
