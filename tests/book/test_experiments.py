@@ -83,3 +83,30 @@ def test_the_script_builds_and_trains_chapter_12s_models(monkeypatch):
     assert (row["steps"], row["loss"]) == (250, 0.0) and 0 <= row["accuracy"] <= 1
     assert [len(layer) for layer in row["previous_token"]] == [2, 2]  # (L, h)
     assert [len(layer) for layer in row["induction"]] == [2, 2]
+
+
+def test_check_reruns_a_row_of_each_kind_and_fails_on_a_changed_one(monkeypatch, capsys, record):
+    """``--check`` (run by .ci/run) trains again the first induction row of every kind; here
+    ``run`` hands back the stored rows, then one with another accuracy."""
+    rows = {(r["task"], r["kind"], r["conv"], r["seed"]): r for r in reversed(record["runs"])}
+    asked = []
+
+    def stored_run(task, kind, conv, seed):
+        asked.append((task, kind, conv, seed))
+        return dict(rows[task, kind, conv, seed])
+
+    monkeypatch.setattr(delta_training, "run", stored_run)
+    assert delta_training.main(["--check"]) == 0
+    assert [kind for _, kind, _, _ in asked] == list(delta_training.KINDS)
+    assert {(task, seed) for task, _, _, seed in asked} == {("induction", 123)}
+    assert capsys.readouterr().out.count("as stored") == len(delta_training.KINDS)
+
+    def drifted_run(task, kind, conv, seed):
+        return stored_run(task, kind, conv, seed) | ({"accuracy": 0.5} if kind == "delta" else {})
+
+    monkeypatch.setattr(delta_training, "run", drifted_run)
+    assert delta_training.main(["--check"]) == 1
+    out, err = capsys.readouterr()
+    stored = rows["induction", "delta", True, 123]["accuracy"]
+    assert f"delta (conv True, seed 123): changed accuracy {stored} -> 0.5" in out
+    assert "no longer gives: 1 of 7;" in err

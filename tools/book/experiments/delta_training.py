@@ -1,7 +1,7 @@
 """Chapter 13's comparison: the tiny model trained with each recurrent rule, on three tasks.
 
     python -m book.experiments.delta_training            # every run: a few minutes on 2 cores
-    python -m book.experiments.delta_training --check    # reruns one row, compares it
+    python -m book.experiments.delta_training --check    # reruns a row of each kind (CI)
 
 Every run trains chapter 12's two-layer, attention-only TinyTransformer (d = 32, h = 2,
 RoPE, no MLP) with AdamW at 5e-3 on one thread, and scores held-out data. Kinds: softmax,
@@ -87,16 +87,31 @@ def grid() -> list[tuple[str, str, bool, int]]:
     return runs
 
 
+def check_rows() -> list[tuple[dict[str, object], dict[str, object]]]:
+    """Rerun the first stored row of each kind on the induction task (seconds each); return the
+    (stored, again) pairs, so that every rule's stored numbers are checked against today's code."""
+    stored = json.loads(RESULTS.read_text())["runs"]
+    rows = [next(r for r in stored if (r["task"], r["kind"]) == ("induction", kind)) for kind in KINDS]
+    return [(r, run(r["task"], r["kind"], r["conv"], r["seed"])) for r in rows]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="rerun one stored row and compare")
+    parser.add_argument("--check", action="store_true",
+                        help="rerun the first stored induction row of each kind and compare")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.check:
-        stored = json.loads(RESULTS.read_text())["runs"][0]
-        again = run(stored["task"], stored["kind"], stored["conv"], stored["seed"])
-        print("stored:", stored, "\nagain: ", again, sep="\n")
-        return 0 if again == stored else 1
+        stale, pairs = 0, check_rows()
+        for stored, again in pairs:
+            changed = [f"{k} {stored[k]} -> {again.get(k)}" for k in stored if stored[k] != again.get(k)]
+            stale += bool(changed)
+            print(f"{stored['kind']} (conv {stored['conv']}, seed {stored['seed']}): "
+                  + (f"changed {', '.join(changed)}" if changed else "as stored"))
+        if stale:
+            print(f"stored rows that today's code no longer gives: {stale} of {len(pairs)}; rerun the "
+                  "grid (python -m book.experiments.delta_training) at a clean commit", file=sys.stderr)
+        return 1 if stale else 0
     record = {"provenance": provenance(torch.device("cpu"), command_line(None)), "runs": []}
     rows = record["runs"]  # the provenance is taken first: the tree the runs come from
     for task, kind, conv, seed in grid():
