@@ -32,8 +32,8 @@ appends their keys and values to its layer's cache and the causal mask of t quer
 n + t keys is aligned bottom-right. Every position scheme is shifted by n.
 """
 
-from collections.abc import Iterable
-from typing import Literal, cast, get_args, overload
+from collections.abc import Callable, Iterable
+from typing import Literal, Self, cast, get_args, overload
 
 import torch
 import torch.nn.functional as F
@@ -435,6 +435,7 @@ class TinyTransformer(nn.Module):
         )
         self.final_norm = make_norm(norm, d_model, bias=bias, **factory)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False, **factory)  # (d, n_vocab)
+        self.tie_weights = tie_weights
         if tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # one (n_vocab, d) matrix: logits = x E^T
         for module in self.modules():
@@ -442,6 +443,15 @@ class TinyTransformer(nn.Module):
                 nn.init.normal_(module.weight, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Self:
+        # a move that makes new parameters (to_empty from the meta device, which loading a large
+        # model uses) makes one for each module holding the tied matrix: tie them again, or the
+        # loaded model would train two matrices
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+        if self.tie_weights and self.lm_head.weight is not self.tok_emb.weight:
+            self.lm_head.weight = self.tok_emb.weight
+        return self
 
     def new_cache(self, batch_size: int, max_tokens: int) -> ModelKVCache:
         """An empty KV cache for ``max_tokens`` tokens: one :class:`KVCache` per layer.
