@@ -291,14 +291,17 @@ class FusedMultiHeadAttention(CausallyMasked):
         else:
             # As in MultiHeadAttention, with fewer passes over the (b h, t, t) scores: the
             # product applies the scale (alpha), and the mask is written into it in place.
-            # (b h, t, d_h)
+            # Half precision: scores and softmax in float32, as there (a float16 score past
+            # 65504 was inf, its row nan). (b h, t, d_h)
             q, k, v = (y.reshape(b * h, t, d_h) for y in (queries, keys, values))
+            acc = accumulation_dtype(q.dtype)
             attn_scores = torch.baddbmm(
-                q.new_zeros(()), q, k.transpose(1, 2), beta=0, alpha=d_h**-0.5
+                q.new_zeros((), dtype=acc), q.to(acc), k.to(acc).transpose(1, 2), beta=0,
+                alpha=d_h**-0.5,
             )  # (b h, t, t), Q Kᵀ / sqrt(d_h)
             future = self.mask[:t, :t]  # (t, t), True above the diagonal
             attn_scores.masked_fill_(future, float("-inf"))  # (b h, t, t)
-            attn_weights = self.dropout(torch.softmax(attn_scores, dim=-1))
+            attn_weights = self.dropout(torch.softmax(attn_scores, dim=-1).to(q.dtype))
             context = torch.bmm(attn_weights, v).view(b, h, t, d_h)  # (b, h, t, d_h)
         context = context.transpose(1, 2).contiguous().view(b, t, self.d_out)  # (b, t, d_out)
         return self.proj_dropout(self.out_proj(context))  # (b, t, d_out)

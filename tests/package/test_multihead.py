@@ -157,6 +157,24 @@ def test_float16_scores_beyond_its_range_give_torch_multihead_attention_s_answer
     torch.testing.assert_close(weights, expected_weights)
 
 
+@pytest.mark.parametrize("use_sdpa", [False, True], ids=["explicit", "sdpa"])
+def test_fused_in_float16_answers_where_its_scores_pass_float16_s_range(use_sdpa: bool) -> None:
+    """The explicit path (use_sdpa=False) computed Q Kᵀ in float16: a score past 65504 became
+    inf and its row nan, where the SDPA path and MultiHeadAttention keep the scores in float32."""
+    d, h, t = 8, 2, 4
+    mha = MultiHeadAttention(d, d, context_length=t, dropout=0.0, num_heads=h,
+                             dtype=torch.float16)
+    with torch.no_grad():
+        mha.W_query.weight.copy_(torch.eye(d))
+        mha.W_key.weight.copy_(torch.eye(d))
+        fused = FusedMultiHeadAttention.from_multihead(mha)
+        fused.use_sdpa = use_sdpa
+        x = torch.full((1, t, d), 200.0, dtype=torch.float16)  # q·k / sqrt(4) = 80000 > 65504
+        out = fused(x)
+        assert out.isfinite().all()
+        torch.testing.assert_close(out, mha(x))
+
+
 def test_the_wrapper_in_float16_answers_where_its_scores_pass_float16_s_range() -> None:
     """Each head is a CausalAttention, whose float16 scores past 65504 were inf, its rows nan."""
     wrapper = MultiHeadAttentionWrapper(8, 8, context_length=4, dropout=0.0, num_heads=2,
