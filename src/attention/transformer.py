@@ -330,6 +330,15 @@ class TransformerBlock(nn.Module):
         return block.train(layer.training)
 
 
+def _tie_lm_head(model: "TinyTransformer", *_: object) -> None:
+    """Tie a ``tie_weights`` model's LM head to the token embedding again where a move or a load
+    gave each its own Parameter: ``to_empty`` (from the meta device, as large models are loaded)
+    and ``load_state_dict(..., assign=True)`` do, and the model would then train two matrices.
+    (A module-level function, so that a model holding it as a load hook still pickles.)"""
+    if model.tie_weights and model.lm_head.weight is not model.tok_emb.weight:
+        model.lm_head.weight = model.tok_emb.weight
+
+
 class TinyTransformer(nn.Module):
     """A decoder-only language model: embedding, positions, N causal pre-norm blocks, norm, LM head.
 
@@ -438,6 +447,8 @@ class TinyTransformer(nn.Module):
         self.tie_weights = tie_weights
         if tie_weights:
             self.lm_head.weight = self.tok_emb.weight  # one (n_vocab, d) matrix: logits = x E^T
+        # load_state_dict(..., assign=True) gives each module the checkpoint's tensor as its own
+        self.register_load_state_dict_post_hook(_tie_lm_head)  # type: ignore[no-untyped-call]
         for module in self.modules():
             if isinstance(module, nn.Linear | nn.Embedding):
                 nn.init.normal_(module.weight, std=0.02)
@@ -445,12 +456,8 @@ class TinyTransformer(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Self:
-        # a move that makes new parameters (to_empty from the meta device, which loading a large
-        # model uses) makes one for each module holding the tied matrix: tie them again, or the
-        # loaded model would train two matrices
         super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves it untyped
-        if self.tie_weights and self.lm_head.weight is not self.tok_emb.weight:
-            self.lm_head.weight = self.tok_emb.weight
+        _tie_lm_head(self)  # to_empty made a new matrix for each of the two modules
         return self
 
     def new_cache(self, batch_size: int, max_tokens: int) -> ModelKVCache:

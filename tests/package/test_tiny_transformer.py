@@ -2,6 +2,7 @@
 KV cache equal to the full pass, tied weights, and the cache's memory."""
 
 
+import copy
 import math
 
 import pytest
@@ -234,18 +235,21 @@ def test_tied_weights_share_one_matrix_and_its_gradient() -> None:
     assert tied.tok_emb.weight.grad[5].abs().sum() > 0 and tied.lm_head.weight.grad is not None
 
 
-def test_tied_weights_stay_tied_when_built_on_the_meta_device_and_loaded() -> None:
-    """to_empty made one new matrix for the embedding and one for the LM head: loaded, the
-    model had 11 * 8 more parameters, and a step of training moved the two apart."""
+@pytest.mark.parametrize("assign", [False, True], ids=["to_empty", "assign"])
+def test_tied_weights_stay_tied_when_built_on_the_meta_device_and_loaded(assign: bool) -> None:
+    """to_empty, and a load with assign=True, made one matrix for the embedding and one for the
+    LM head: loaded, the model had 11 * 8 more parameters, and training moved the two apart."""
     torch.manual_seed(0)
     tied = TinyTransformer(11, 8, 2, 1, context_length=4, positions=None, tie_weights=True)
     loaded = TinyTransformer(11, 8, 2, 1, context_length=4, positions=None, tie_weights=True,
-                             device="meta").to_empty(device="cpu")
-    loaded.load_state_dict(tied.state_dict())
+                             device="meta")
+    if not assign:
+        loaded = loaded.to_empty(device="cpu")
+    loaded.load_state_dict(copy.deepcopy(tied.state_dict()), assign=assign)
     assert loaded.lm_head.weight is loaded.tok_emb.weight
     for model in (tied, loaded):
         model(torch.tensor([[1, 2, 3]])).logsumexp(-1).sum().backward()
-        torch.optim.SGD(model.parameters(), lr=1.0).step()
+        torch.optim.Adam(model.parameters(), lr=0.1).step()
     torch.testing.assert_close(loaded(torch.tensor([[1, 2, 3]])), tied(torch.tensor([[1, 2, 3]])))
 
 
