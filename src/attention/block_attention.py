@@ -39,7 +39,7 @@ from .functional import additive_causal_mask, attention_weights
 from .inference import window_visible
 from .kv_cache import Cache, RollingKVCache
 from .norms import NormKind, make_norm
-from .positions import RotaryEmbedding, check_rotary
+from .positions import RotaryEmbedding, check_cache_rotary, check_rotary
 
 __all__ = ["BlockAttention"]
 
@@ -212,11 +212,14 @@ class BlockAttention(FusedHeads):
 
         Raises:
             ValueError: if x is not (b, t, d), attn_mask is neither bool nor a float of
-                x's dtype or float32, or does not broadcast to (b, h, t, t_k), or cache is
-                not a KV cache (with a ``length`` and an ``append``).
+                x's dtype or float32, or does not broadcast to (b, h, t, t_k), cache is not a
+                KV cache (with a ``length`` and an ``append``), or a
+                :class:`~attention.StreamingKVCache` rotates otherwise than
+                ``rotary``.
         """
         if cache is not None:
             check_cache(cache)
+            check_cache_rotary(cache, self.rotary)  # a StreamingKVCache turns its sinks
         queries, keys, values = self.heads(x)  # (b, h, t, d_h) each
         b, t, _ = x.shape
         start = 0 if cache is None else cache.length  # position of x's first token

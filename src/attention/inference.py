@@ -42,6 +42,7 @@ from ._checks import (
 from .functional import causal_mask, scaled_dot_product_attention
 from .kv_cache import Cache, KVCache, RollingKVCache
 from .multihead import MultiHeadAttention
+from .positions import check_cache_rotary
 
 __all__ = ["GroupedQueryAttention", "sink_window_mask"]
 
@@ -211,12 +212,15 @@ class GroupedQueryAttention(nn.Module):
 
         Raises:
             ValueError: if x is not (b, t, d_in), cache is not a KV cache (with a ``length``
-                and an ``append``), or a :class:`~attention.RollingKVCache` has another window
-                or other sinks than the layer.
+                and an ``append``), a :class:`~attention.RollingKVCache` has another window
+                or other sinks than the layer, or a
+                :class:`~attention.StreamingKVCache` has a rotary (this module
+                rotates no keys).
         """
         check_input(x, self.d_in, ranks=(3,))
         if cache is not None:
             check_cache(cache)
+            check_cache_rotary(cache, None)  # the module rotates nothing
         if isinstance(cache, RollingKVCache) and (cache.window, cache.sinks) != (
             self.window, self.sinks
         ):

@@ -360,6 +360,27 @@ def check_rotary(rotary: object, d_h: int, what: str = "heads") -> None:
         raise ValueError(f"rotary must rotate {what} of width d_h={d_h}, got d_h={rotary.d_h}")
 
 
+def _rotation(rotary: RotaryEmbedding | None) -> str:
+    """What decides how ``rotary`` turns a key, as a message shows it."""
+    if rotary is None:
+        return "no rotary"
+    return (f"RotaryEmbedding(d_h={rotary.d_h}, base={rotary.base:g}, interleaved="
+            f"{rotary.interleaved}, rotary_dim={rotary.rotary_dim}, scaling={rotary.scaling!r})")
+
+
+def check_cache_rotary(cache: object, rotary: RotaryEmbedding | None) -> None:
+    """Require a cache that turns the keys it holds (a StreamingKVCache, whose ``rotary`` turns
+    its sinks further) to turn them as the layer's ``rotary`` did, or not at all without one: a
+    cache with another rotation turned the sinks by angles of another rule, and a layer's
+    scores came out wrong without an error. Other caches have no ``rotary`` and pass."""
+    if not hasattr(cache, "rotary"):
+        return
+    theirs, ours = _rotation(cache.rotary), _rotation(rotary)
+    if theirs != ours:
+        raise ValueError(f"cache.rotary must rotate keys as the layer's rotary does ({ours}), "
+                         f"got {theirs}")
+
+
 def alibi_slopes(num_heads: int) -> Tensor:
     """The ALiBi slope m_η of each head η = 1 .. h (Press et al., 2022): shape (h,).
 

@@ -8,10 +8,12 @@ import torch.nn.functional as F
 
 from attention import (
     DynamicNTKScaling,
+    GroupedQueryAttention,
     ModelKVCache,
     RollingKVCache,
     RotaryEmbedding,
     TinyTransformer,
+    TransformerBlock,
     YaRNScaling,
     sink_window_mask,
 )
@@ -193,6 +195,42 @@ class TestBadInput:
     def test_streaming_needs_rotary_positions_and_positive_sizes(self, make: object, message: str) -> None:
         with pytest.raises(ValueError, match=message):
             make()
+
+    @pytest.mark.parametrize(("layer_rotary", "cache_rotary", "got"), [
+        (RotaryEmbedding(4), None, "no rotary"),
+        (RotaryEmbedding(4), RotaryEmbedding(4, base=100.0), "base=100,"),
+        (RotaryEmbedding(4), RotaryEmbedding(4, interleaved=True), "interleaved=True"),
+        (None, RotaryEmbedding(4), "base=10000,"),
+    ], ids=["none", "base", "interleaved", "layer-without"])
+    def test_a_cache_that_rotates_otherwise_than_the_layer_is_refused(
+        self, layer_rotary: RotaryEmbedding | None, cache_rotary: RotaryEmbedding | None,
+        got: str,
+    ) -> None:
+        """Past the first eviction the cache turned its sinks with its own rotary: one of another
+        rule (or none, or one where the layer rotates nothing) changed the outputs by 0.02 to
+        0.07 without an error. The refused call leaves the cache empty."""
+        block = TransformerBlock(8, 2, 16, is_causal=True, rotary=layer_rotary)
+        cache = StreamingKVCache(1, 2, 3, 4, sinks=1, rotary=cache_rotary)
+        with pytest.raises(ValueError, match=rf"cache.rotary must rotate keys as the layer's .*"
+                                             rf"got .*{got}"):
+            block(torch.randn(1, 1, 8), cache=cache)
+        assert cache.length == 0
+        if layer_rotary is None:
+            gqa = GroupedQueryAttention(8, 8, 2, 2, window=3, sinks=1)
+            with pytest.raises(ValueError, match=r"\(no rotary\), got RotaryEmbedding"):
+                gqa(torch.randn(1, 1, 8), cache=cache)
+
+    def test_a_cache_with_an_equal_rotary_is_taken(self) -> None:
+        """An equal rotary, not the layer's own (a copied model's cache, say), turns alike."""
+        torch.manual_seed(0)
+        block = TransformerBlock(8, 2, 16, is_causal=True, rotary=RotaryEmbedding(4)).eval()
+        x = torch.randn(1, 8, 8)
+        outs = []
+        for rotary in (block.attn.rotary, RotaryEmbedding(4)):
+            cache = StreamingKVCache(1, 2, 3, 4, sinks=1, rotary=rotary)
+            with torch.no_grad():
+                outs.append(torch.cat([block(x[:, i:i + 1], cache=cache) for i in range(8)], 1))
+        torch.testing.assert_close(outs[0], outs[1], atol=0, rtol=0)
 
     @pytest.mark.parametrize(("cached", "t"), [(0, 8), (5, 3)], ids=["first-call", "straddling"])
     def test_a_chunk_that_runs_past_the_first_eviction_is_refused(self, cached: int, t: int) -> None:
