@@ -52,7 +52,7 @@ from ._checks import (
     renamed,
 )
 from .block_attention import BlockAttention
-from .kv_cache import Cache, KVCache, ModelKVCache
+from .kv_cache import Cache, KVCache, ModelKVCache, RollingKVCache
 from .norms import NormKind, make_norm
 from .positions import LearnedPositions, RotaryEmbedding, alibi_bias, sinusoidal_positions
 
@@ -511,7 +511,9 @@ class TinyTransformer(nn.Module):
         Raises:
             ValueError: if idx is not (b, t) of integer ids in [0, n_vocab), cache is not a
                 ModelKVCache with one cache per layer, with learned positions, the cached and new
-                tokens exceed context_length, or return_weights is not a bool.
+                tokens exceed context_length, with ALiBi, a layer's cache is a
+                :class:`~attention.RollingKVCache` (which hands back only its window's keys), or
+                return_weights is not a bool.
         """
         check_token_ids(idx, "idx", self.vocab_size)
         check_flags(return_weights=return_weights)
@@ -521,6 +523,13 @@ class TinyTransformer(nn.Module):
             raise ValueError(
                 f"cache must be a ModelKVCache of {len(self.blocks)} layers from new_cache(), "
                 f"got {cache!r}"
+            )
+        if self.positions == "alibi" and cache is not None and any(
+            isinstance(layer, RollingKVCache) for layer in cache.layers
+        ):  # its bias is of n + t keys, where a window hands back fewer
+            raise ValueError(
+                "positions='alibi' needs a cache that keeps every key (new_cache()), got "
+                f"{[type(layer).__name__ for layer in cache.layers]}"
             )
         t = idx.shape[1]
         n = 0 if cache is None else cache.length  # tokens cached: x's first position

@@ -12,7 +12,9 @@ from torch import nn
 
 from attention import (
     KVCache,
+    ModelKVCache,
     RMSNorm,
+    RollingKVCache,
     RotaryEmbedding,
     TinyTransformer,
     TransformerBlock,
@@ -332,6 +334,23 @@ class TestBadInput:
                 model(idx)
         else:
             assert model(idx).shape == (1, 6, 11)
+
+    @pytest.mark.parametrize("positions", POSITIONS)
+    def test_alibi_refuses_a_windowed_cache(self, positions: str | None) -> None:
+        """A RollingKVCache hands back only its window's keys: the ALiBi bias, of all n + t,
+        was refused as if the caller had passed a mask, "attn_mask must broadcast to the
+        scores' shape (1, 2, 1, 4), got shape (2, 1, 5)". Other positions decode with it."""
+        model = TinyTransformer(11, 8, 2, 2, context_length=8, positions=positions)
+        cache = ModelKVCache([RollingKVCache(1, 2, window=3, d_h=4, sinks=1) for _ in range(2)])
+        idx = torch.tensor([[1, 2, 3, 4, 5, 6]])
+        if positions != "alibi":
+            assert torch.cat([model(idx[:, i:i + 1], cache=cache) for i in range(6)], 1).shape == (
+                1, 6, 11)
+            return
+        with pytest.raises(ValueError, match=r"positions='alibi' needs a cache that keeps every "
+                                             r"key .*got \['RollingKVCache', 'RollingKVCache'\]"):
+            model(idx[:, :1], cache=cache)
+        assert cache.length == 0
 
     @pytest.mark.parametrize(
         ("make", "message"),
