@@ -104,7 +104,9 @@ class StreamingKVCache(RollingKVCache):
         shift = n + t - all_keys.shape[2]  # δ = i - (t_k - 1) for the last new token i
         if self.rotary is None or shift == 0:
             return all_keys, all_values
-        k = int((self.key_positions < self.sinks).sum())  # the sinks come first
+        # the sinks come first, all of them cached (never evicted): a count, not a sum over a
+        # bool mask, which the meta device cannot read
+        k = min(self.length, self.sinks)
         sinks = self.rotary.shift(all_keys[:, :, :k, None], shift)  # (b, h_kv, k, 1, d_h)
         return torch.cat([sinks[:, :, :, 0], all_keys[:, :, k:]], dim=2), all_values
 

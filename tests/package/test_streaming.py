@@ -172,6 +172,17 @@ def test_streaming_cache_keeps_no_sinks_by_default() -> None:
     assert cache.layers[0].sinks == 0 and cache.layers[0].keys.shape[2] == 4
 
 
+def test_streaming_on_the_meta_device_gives_the_logits_shape() -> None:
+    """The sinks were counted with int() of a sum over the positions, which the meta device
+    cannot read: the first call past the first eviction raised "Tensor.item() cannot be called
+    on meta tensors", where a RollingKVCache gives the shape."""
+    model = TinyTransformer(16, 16, 2, 2, 8, positions="rope", device="meta")
+    cache = streaming_cache(model, 2, window=3, sinks=1)
+    for _ in range(6):
+        logits = model(torch.zeros(2, 1, dtype=torch.long, device="meta"), cache=cache)
+    assert logits.shape == (2, 1, 16) and logits.device.type == "meta" and cache.length == 6
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 
