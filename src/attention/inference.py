@@ -40,7 +40,7 @@ from ._checks import (
     check_sizes,
 )
 from .functional import causal_mask, scaled_dot_product_attention
-from .kv_cache import Cache, KVCache, RollingKVCache
+from .kv_cache import Cache, KVCache, RollingKVCache, storage_dtype
 from .multihead import MultiHeadAttention
 from .positions import check_cache_rotary
 
@@ -187,18 +187,20 @@ class GroupedQueryAttention(nn.Module):
 
         Without a window: a :class:`KVCache` of 2 · b · h_kv · max_tokens · d_h values. With a
         window: a :class:`RollingKVCache` of 2 · b · h_kv · (n_sink + w) · d_h values, whatever
-        max_tokens, which only bounds the positions.
+        max_tokens, which only bounds the positions. In autocast's dtype while autocast is on
+        (the keys come out in it).
 
         Raises:
             ValueError: if batch_size or max_tokens is not an integer >= 1.
         """
         check_sizes(max_tokens=max_tokens)  # a RollingKVCache would take None as no bound
         weight = self.W_key.weight
+        dtype = storage_dtype(weight)  # the weights', or autocast's
         args = (batch_size, self.num_kv_heads)
         if self.window is None:
-            return KVCache(*args, max_tokens, self.d_h, dtype=weight.dtype, device=weight.device)
+            return KVCache(*args, max_tokens, self.d_h, dtype=dtype, device=weight.device)
         return RollingKVCache(
-            *args, self.window, self.d_h, max_tokens, dtype=weight.dtype, device=weight.device,
+            *args, self.window, self.d_h, max_tokens, dtype=dtype, device=weight.device,
             sinks=self.sinks,
         )
 

@@ -38,7 +38,7 @@ from torch.types import Device
 
 from ._checks import Factory, check_flags, check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
-from .kv_cache import check_room, check_tokens
+from .kv_cache import check_room, check_tokens, storage_dtype
 from .positions import RotaryEmbedding
 
 __all__ = ["LatentKVCache", "MultiHeadLatentAttention", "latent_cache_bytes"]
@@ -215,14 +215,15 @@ class MultiHeadLatentAttention(nn.Module):
     def new_cache(self, batch_size: int, max_tokens: int) -> LatentKVCache:
         """An empty :class:`LatentKVCache` on the module's device and dtype.
 
-        It holds b · max_tokens · (d_c + d_h^R) values, whatever the number of heads.
+        It holds b · max_tokens · (d_c + d_h^R) values, whatever the number of heads; in
+        autocast's dtype while autocast is on (the latents come out in it).
 
         Raises:
             ValueError: if batch_size or max_tokens is not an integer >= 1.
         """
         weight = self.W_down_kv.weight
         return LatentKVCache(batch_size, max_tokens, self.kv_rank, self.rope_dim,
-                             dtype=weight.dtype, device=weight.device)
+                             dtype=storage_dtype(weight), device=weight.device)
 
     def forward(
         self, x: Tensor, cache: LatentKVCache | None = None, *, absorbed: bool = False

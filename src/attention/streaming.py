@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 from torch.types import Device
 
-from .kv_cache import ModelKVCache, RollingKVCache, check_chunk
+from .kv_cache import ModelKVCache, RollingKVCache, check_chunk, storage_dtype
 from .positions import RotaryEmbedding, check_rotary
 from .rope_scaling import DynamicNTKScaling
 from .transformer import TinyTransformer, TransformerBlock
@@ -128,7 +128,8 @@ def streaming_cache(
         sinks: n_sink, the first tokens kept per layer.
 
     Returns:
-        The per-layer caches, on the model's device and dtype.
+        The per-layer caches, on the model's device and dtype (autocast's, while autocast is
+        on).
 
     Raises:
         ValueError: if model is not a TinyTransformer, its positions are learned, sinusoidal or
@@ -152,6 +153,6 @@ def streaming_cache(
     weight = model.lm_head.weight
     return ModelKVCache([
         StreamingKVCache(batch_size, block.num_heads, window, block.d_h, sinks, block.attn.rotary,
-                         dtype=weight.dtype, device=weight.device)
+                         dtype=storage_dtype(weight), device=weight.device)
         for block in cast(Iterable[TransformerBlock], model.blocks)  # torch types them Module
     ])

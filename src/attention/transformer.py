@@ -52,7 +52,7 @@ from ._checks import (
     renamed,
 )
 from .block_attention import BlockAttention
-from .kv_cache import Cache, KVCache, ModelKVCache, RollingKVCache
+from .kv_cache import Cache, KVCache, ModelKVCache, RollingKVCache, storage_dtype
 from .norms import NormKind, make_norm
 from .positions import LearnedPositions, RotaryEmbedding, alibi_bias, sinusoidal_positions
 
@@ -463,8 +463,9 @@ class TinyTransformer(nn.Module):
     def new_cache(self, batch_size: int, max_tokens: int) -> ModelKVCache:
         """An empty KV cache for ``max_tokens`` tokens: one :class:`KVCache` per layer.
 
-        On the model's device and dtype; 2 · b · max_tokens · n_layers · h · d_h values. With
-        learned positions, max_tokens must be at most ``context_length``.
+        On the model's device and dtype (autocast's, while autocast is on: the keys come out in
+        it); 2 · b · max_tokens · n_layers · h · d_h values. With learned positions, max_tokens
+        must be at most ``context_length``.
 
         Raises:
             ValueError: if a size is not an integer >= 1, or, with learned positions, max_tokens
@@ -478,8 +479,9 @@ class TinyTransformer(nn.Module):
                     f"learned positions, got {max_tokens}"
                 )
         weight = self.lm_head.weight
+        dtype = storage_dtype(weight)  # the weights', or autocast's
         return ModelKVCache([
-            KVCache(batch_size, block.num_heads, max_tokens, block.d_h, weight.dtype, weight.device)
+            KVCache(batch_size, block.num_heads, max_tokens, block.d_h, dtype, weight.device)
             for block in cast(Iterable[TransformerBlock], self.blocks)  # torch types them Module
         ])
 

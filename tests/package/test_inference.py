@@ -229,6 +229,19 @@ def test_sliding_window_mask_aligned_bottom_right() -> None:
     ]
 
 
+@pytest.mark.parametrize("window", [None, 3])
+def test_a_cache_made_under_autocast_takes_the_keys_made_under_it(window: int | None) -> None:
+    """new_cache took the weights' float32, which the bfloat16 keys of autocast did not fit."""
+    torch.manual_seed(0)
+    gqa = GroupedQueryAttention(8, 8, 2, 1, window=window, sinks=0)
+    x = torch.randn(1, 6, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cache = gqa.new_cache(1, 6)
+        steps = torch.cat([gqa(x[:, i:i + 1], cache=cache) for i in range(6)], dim=1)
+        torch.testing.assert_close(steps, gqa(x))
+    assert cache.keys.dtype == torch.bfloat16
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 

@@ -181,6 +181,19 @@ def test_deepseek_v2_cache_is_that_of_gqa_with_two_and_a_quarter_groups() -> Non
     assert mla / kv_cache_bytes(1, 1, 60, 1, 128, bytes_per_value=2) == 2.25  # table 1
 
 
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_a_cache_made_under_autocast_takes_the_latents_made_under_it(absorbed: bool) -> None:
+    """new_cache took the weights' float32, which the bfloat16 latents of autocast did not fit."""
+    torch.manual_seed(0)
+    mla = MultiHeadLatentAttention(8, 8, 2, 4, 2)
+    x = torch.randn(1, 5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cache = mla.new_cache(1, 5)
+        steps = torch.cat([mla(x[:, i:i + 1], cache=cache, absorbed=absorbed) for i in range(5)], 1)
+        assert cache.latents.dtype == torch.bfloat16
+        torch.testing.assert_close(steps, mla(x), atol=4e-3, rtol=0)
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 

@@ -183,6 +183,16 @@ def test_streaming_on_the_meta_device_gives_the_logits_shape() -> None:
     assert logits.shape == (2, 1, 16) and logits.device.type == "meta" and cache.length == 6
 
 
+def test_a_streaming_cache_made_under_autocast_takes_the_keys_made_under_it() -> None:
+    """streaming_cache took the weights' float32, which autocast's bfloat16 keys did not fit."""
+    model = TinyTransformer(16, 16, 2, 2, 8, positions="rope").eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cache = streaming_cache(model, 1, window=3, sinks=1)
+        for token in range(6):
+            logits = model(torch.tensor([[token]]), cache=cache)
+    assert cache.layers[0].keys.dtype == torch.bfloat16 and logits.shape == (1, 1, 16)
+
+
 class TestBadInput:
     """Bad input raises ValueError naming the expected and the actual value."""
 

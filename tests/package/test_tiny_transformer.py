@@ -255,6 +255,23 @@ def test_tied_weights_stay_tied_when_built_on_the_meta_device_and_loaded(assign:
     torch.testing.assert_close(loaded(torch.tensor([[1, 2, 3]])), tied(torch.tensor([[1, 2, 3]])))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("options", VARIANTS)
+def test_generate_under_autocast_gives_the_tokens_of_the_full_pass(options: dict, dtype) -> None:
+    """Under autocast the keys come out in its dtype: the cache, made in the weights' float32,
+    refused them ("keys must have the cache's dtype torch.float32, got torch.bfloat16"), so
+    generate failed with a cache and ran without one."""
+    torch.manual_seed(0)
+    model = randomize(TinyTransformer(11, 8, 2, 2, context_length=9, positions="rope",
+                                      **options)).eval()
+    prompt = torch.randint(11, (2, 3))
+    with torch.autocast("cpu", dtype=dtype):
+        assert model.new_cache(2, 4).layers[0].keys.dtype == dtype
+        cached = model.generate(prompt, 5)
+        assert torch.equal(cached, model.generate(prompt, 5, use_cache=False))
+    assert model.new_cache(2, 4).layers[0].keys.dtype == torch.float32  # outside: the weights'
+
+
 def test_tiny_model_options_reach_every_block() -> None:
     model = TinyTransformer(11, 32, 2, 2, context_length=4, norm="rms", activation="swiglu",
                             parallel=True, qk_norm=True, bias=False)
