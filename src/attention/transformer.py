@@ -335,7 +335,8 @@ def _tie_lm_head(model: "TinyTransformer", *_: object) -> None:
     gave each its own Parameter: ``to_empty`` (from the meta device, as large models are loaded)
     and ``load_state_dict(..., assign=True)`` do, and the model would then train two matrices.
     (A module-level function, so that a model holding it as a load hook still pickles.)"""
-    if model.tie_weights and model.lm_head.weight is not model.tok_emb.weight:
+    # a model pickled whole before the flag was kept has none: it is moved as it was
+    if getattr(model, "tie_weights", False) and model.lm_head.weight is not model.tok_emb.weight:
         model.lm_head.weight = model.tok_emb.weight
 
 

@@ -4,6 +4,7 @@ KV cache equal to the full pass, tied weights, and the cache's memory."""
 
 import copy
 import math
+import pickle
 
 import pytest
 import torch
@@ -253,6 +254,15 @@ def test_tied_weights_stay_tied_when_built_on_the_meta_device_and_loaded(assign:
         model(torch.tensor([[1, 2, 3]])).logsumexp(-1).sum().backward()
         torch.optim.Adam(model.parameters(), lr=0.1).step()
     torch.testing.assert_close(loaded(torch.tensor([[1, 2, 3]])), tied(torch.tensor([[1, 2, 3]])))
+
+
+def test_a_model_pickled_before_tie_weights_was_kept_still_moves() -> None:
+    """A model pickled whole has no attribute the class added later: moving it must not ask
+    for tie_weights (an AttributeError from the re-tying after a move)."""
+    model = TinyTransformer(11, 8, 2, 1, context_length=4, positions=None, tie_weights=True)
+    del model.__dict__["tie_weights"]  # what unpickling an older model gives
+    moved = pickle.loads(pickle.dumps(model)).to(torch.float64)
+    assert moved.lm_head.weight is moved.tok_emb.weight  # .to() keeps the tie itself
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
