@@ -285,7 +285,11 @@ class TransformerBlock(nn.Module):
         ``layer`` must be batch-first, with biases, and use ReLU or the exact GELU (not
         ``nn.GELU(approximate="tanh")``); norm_first, dropout, LayerNorm's eps and the
         training mode are carried over. With ``is_causal=True`` the block equals the layer
-        called with a causal ``src_mask``.
+        called with a causal ``src_mask``. Masks: torch's bool ``src_mask`` and
+        ``src_key_padding_mask`` mark with True what is hidden, the block's ``attn_mask`` what
+        may be attended, so pass ``~src_mask`` (a float mask as it is) and
+        ``~src_key_padding_mask[:, None, None, :]``; the same bool tensor passed unchanged is
+        taken, and hides the wrong keys.
 
         Raises:
             ValueError: if ``layer`` is not a ``TransformerEncoderLayer``, is not batch-first,

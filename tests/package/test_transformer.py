@@ -32,6 +32,26 @@ def _causal_src_mask(t: int) -> torch.Tensor:
 # --- the block against torch.nn.TransformerEncoderLayer ----------------------------------------
 
 
+def test_torch_s_bool_masks_inverted_give_the_layer_s_answer() -> None:
+    """from_torch's docstring: torch's bool masks mark what is hidden, the block's what may be
+    attended. Inverted, a padding mask and a bool src_mask give the layer's outputs; passed
+    unchanged they are taken and give others (a convention, not something a check can see)."""
+    layer = _torch_layer(True, "gelu", dropout=0.0).eval()
+    block = TransformerBlock.from_torch(layer)
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    padding = torch.zeros(3, 5, dtype=torch.bool)
+    padding[1, 3:] = padding[2, 1:] = True  # True: a padding token, in torch's convention
+    hidden = torch.ones(5, 5, dtype=torch.bool).triu(1)  # torch's bool causal src_mask
+    real = ~padding
+    with torch.no_grad():
+        expected = layer(x, src_key_padding_mask=padding)
+        got = block(x, ~padding[:, None, None, :])
+        torch.testing.assert_close(got[real], expected[real], atol=1e-10, rtol=0)
+        torch.testing.assert_close(block(x, ~hidden), layer(x, src_mask=hidden), atol=1e-10,
+                                   rtol=0)
+        assert not torch.allclose(block(x, hidden), layer(x, src_mask=hidden))
+
+
 @pytest.mark.parametrize("activation", ["gelu", "relu"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("norm_first", [True, False])
