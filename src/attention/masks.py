@@ -888,6 +888,10 @@ def dense_attention(
         allowed = to_dense(mask_mod, t_q, t_k, b, h, device=scores.device)  # (b, h, t_q, t_k)
         scores = scores.masked_fill(~allowed, -math.inf)
     lse = torch.logsumexp(scores, dim=-1)  # (b, h, t_q); -inf for a row that sees nothing
-    weights = torch.exp(scores - lse.masked_fill(lse == -math.inf, 0.0)[..., None])
+    # The stable softmax, not exp(scores - lse): past |s| = 2^24 a float32 lse cannot hold
+    # log t_k, and weights made from it would sum to up to t_k. A row that sees nothing gives 0
+    # (its scores are replaced first, so that no nan reaches the gradients).
+    no_key = (lse == -math.inf)[..., None]  # (b, h, t_q, 1)
+    weights = torch.softmax(scores.masked_fill(no_key, 0.0), dim=-1).masked_fill(no_key, 0.0)
     out = (weights @ value.to(acc)).to(value.dtype)  # (b, h, t_q, d_v)
     return (out, lse) if return_lse else out

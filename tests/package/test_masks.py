@@ -350,6 +350,16 @@ def test_dense_attention_hides_keys_after_the_score_mod_not_before():
     torch.testing.assert_close(out, flex, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_dense_attention_weights_sum_to_one_past_float32_lse_precision(dtype):
+    """Four tied scores of 1e8: a float32 lse of 1e8 + log 4 rounds to 1e8, so weights
+    exp(s - lse) of 1 each would give the sum of the values (6), not their mean (1.5)."""
+    q, k = torch.full((1, 1, 1, 1), 1e4, dtype=dtype), torch.full((1, 1, 4, 1), 1e4, dtype=dtype)
+    v = torch.arange(4.0, dtype=dtype).view(1, 1, 4, 1)
+    out = M.dense_attention(q, k, v, scale=1.0)
+    assert out.item() == F.scaled_dot_product_attention(q, k, v, scale=1.0).item() == 1.5
+
+
 def test_block_sparsity_takes_numpy_block_sizes():
     want = M.block_sparsity(M.causal(), 8, 8, block_size=(2, 4))
     assert torch.equal(M.block_sparsity(M.causal(), 8, 8, block_size=(np.int64(2), np.int32(4))), want)
