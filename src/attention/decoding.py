@@ -28,8 +28,13 @@ and the chunks are merged exactly, by the rescaling the online softmax applies b
     lse = log Σ_r e^{lse_r} ,      z = Σ_r e^{lse_r - lse} z_r .
 
 Every chunk can run on its own processor; the merge reads n_split vectors and n_split numbers
-per query. With float16 or bfloat16 inputs the scores, the partial results and the merge are
-computed in float32, as fused kernels do, and the output is rounded once.
+per query. Here each lse_r is kept as its two parts, m_r = max_{j ∈ J_r} s_j and
+l_r = Σ_{j ∈ J_r} e^{s_j - m_r}, and z_r weighs l_r e^{m_r - m} / Σ_r' l_r' e^{m_r' - m}, m the
+largest m_r: the same e^{lse_r - lse}, but past |s| = 2^24 a float32 lse_r cannot hold
+log l_r <= log |J_r| (it rounds to m_r), and weights made from it would count every chunk
+alike, however many of its keys tie for the maximum. With float16 or bfloat16 inputs the
+scores, the partial results and the merge are computed in float32, as fused kernels do, and the
+output is rounded once.
 """
 
 import math
@@ -174,20 +179,27 @@ def split_kv_attention(
     check_batch_dims(("query", query), ("key", key), ("value", value), gqa=not enable_gqa)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     q = query.to(acc) * scale  # (..., t_q, d_k)
-    outputs, lses = [], []
+    outputs, lses, maxima, sums = [], [], [], []
     chunks = zip(key.tensor_split(num_splits, dim=-2), value.tensor_split(num_splits, dim=-2))
     for k_r, v_r in chunks:  # (..., n_r, d_k) and (..., n_r, d_v): chunk r
         scores = q @ k_r.to(acc).transpose(-2, -1)  # (..., t_q, n_r): one chunk's scores
         lses.append(scores.logsumexp(dim=-1, keepdim=True))  # (..., t_q, 1): lse_r
+        # lse_r in two parts, m_r and l_r (the merge needs no gradient of m_r: z does not
+        # depend on it); a chunk with no finite score has m_r = -inf and l_r = 0
+        m_r = scores.detach().amax(dim=-1, keepdim=True)  # (..., t_q, 1)
+        maxima.append(m_r)
+        sums.append(torch.exp(scores - m_r.masked_fill(m_r == -math.inf, 0.0)).sum(-1, True))
         # e^{s_j - lse_r} by the stable softmax: its weights sum to 1 even where lse_r cannot
         # hold log n_r (|s| past 2^24 in float32), and a chunk with no finite score gives 0
         outputs.append(softmax(scores, dim=-1) @ v_r.to(acc))  # (..., t_q, d_v): z_r
     partial = torch.stack(outputs)  # (n_split, ..., t_q, d_v)
-    partial_lse = torch.stack(lses)  # (n_split, ..., t_q, 1)
-    lse = partial_lse.logsumexp(dim=0)  # (..., t_q, 1): lse = log Σ_r e^{lse_r}
-    # e^{lse_r - lse}, divided by their sum (1 but for rounding, as within a chunk); a chunk at
+    lse = torch.stack(lses).logsumexp(dim=0)  # (..., t_q, 1): lse = log Σ_r e^{lse_r}
+    # e^{lse_r - lse} = l_r e^{m_r - m} / Σ_r' l_r' e^{m_r' - m}, m the largest m_r: a chunk at
     # -inf weighs 0, and a row with no finite score at all is 0, as torch's SDPA gives
-    weights = torch.exp(partial_lse - lse.masked_fill(lse == -math.inf, 0.0))  # (n_split, ..., 1)
+    partial_max = torch.stack(maxima)  # (n_split, ..., t_q, 1)
+    m = partial_max.amax(dim=0)  # (..., t_q, 1)
+    shift = (partial_max - m.masked_fill(m == -math.inf, 0.0)).exp()  # (n_split, ..., t_q, 1)
+    weights = torch.stack(sums) * shift  # (n_split, ..., t_q, 1)
     total = weights.sum(dim=0)  # (..., t_q, 1)
     out = (weights * partial).sum(dim=0) / total.masked_fill(total == 0, 1.0)  # (..., t_q, d_v)
     out = out.to(query.dtype)

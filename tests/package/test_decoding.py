@@ -112,6 +112,17 @@ def test_scores_of_minus_inf_or_past_floats_range_give_sdpas_answer(num_splits) 
     assert lse.eq(-math.inf).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_chunks_weigh_by_their_keys_past_float32_lse_precision(dtype) -> None:
+    """Three tied scores of 1e8 in chunks of 2 and 1 keys: a float32 lse_r of 1e8 + log 2
+    rounds to 1e8, and weights e^{lse_r - lse} would count both chunks alike: (0 + 3) / 2
+    instead of the mean of 0, 0 and 3."""
+    q, k = torch.full((1, 1, 1, 1), 1e4, dtype=dtype), torch.full((1, 1, 3, 1), 1e4, dtype=dtype)
+    v = torch.tensor([0.0, 0.0, 3.0], dtype=dtype).view(1, 1, 3, 1)
+    out = split_kv_attention(q, k, v, num_splits=2, scale=1.0)
+    assert out.item() == F.scaled_dot_product_attention(q, k, v, scale=1.0).item() == 1.0
+
+
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_a_decode_step_reads_every_weight_but_the_unused_embedding_rows(positions: str) -> None:
     with torch.device("meta"):  # shapes only
