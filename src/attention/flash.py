@@ -422,7 +422,12 @@ def flash_attention(
     backward.
 
     Gradients are first-order only: the backward is hand-written and itself not differentiable,
-    so a second derivative raises a RuntimeError instead of returning a wrong value.
+    so a second derivative raises a RuntimeError instead of returning a wrong value. The
+    backward recomputes the weights as P = exp(S - lse) from a float32 lse (for float32 and
+    half inputs), as FlashAttention and torch's fused CPU kernel do: past |s| = 2^24 the lse
+    cannot hold the log of a count of keys, and keys tied at the top score each get P = 1
+    (q = 1e4 against four keys of 1e4, scale 1: dV = 1 per key, not 1/4); the forward pass,
+    which never exponentiates lse, is exact there.
 
     Args:
         query: (..., t_q, d_k); with ``enable_gqa``, (..., h, t_q, d_k).

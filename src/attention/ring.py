@@ -152,7 +152,12 @@ def ring_attention(
     what it would compute on its own device. Half-precision inputs are computed in float32.
     Equal to SDPA up to rounding, and in float32 the merges round differently from SDPA: each
     weighs a partial by exp(lse_J - lse), and a float32 lse is rounded to 2^-24 of its size, an
-    error a single softmax does not have; in half precision the output's own rounding hides it.
+    error a single softmax does not have; in half precision the output's own rounding hides it
+    while |lse| stays below about 2^13 (float16) or 2^16 (bfloat16). Past |s| = 2^24 an lse
+    cannot hold the log of a count of keys at all: keys tied at such a score are weighed by
+    partial, not counted (q = 1e4 against four keys of 1e4, scale 1, two devices: 3.0 for
+    values 0 .. 3, where SDPA gives their mean 1.5), as in any merge through a float32 lse
+    (ring-flash-attention's too).
     Differentiable: each partial's lse carries its gradient into the merge weights
     (``flash_attention``'s lse is differentiable), so the gradients equal SDPA's.
 
