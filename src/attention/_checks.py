@@ -11,6 +11,7 @@ Notation: b batch size, t tokens, d_in input width, d_out output width, h heads.
 
 import functools
 import math
+import sys
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
 from typing import Any, Literal, TypedDict, TypeGuard, TypeVar, cast, get_args
@@ -276,6 +277,14 @@ def check_batch_dims(*named: tuple[str, Tensor], min_dim: int = 2, gqa: bool = F
     raise ValueError(f"leading dimensions of {which} must broadcast, got {got}{hint}")
 
 
+def is_causal_bias(x: object) -> bool:
+    """Whether x is torch's ``CausalBias`` (``causal_upper_left`` or ``causal_lower_right``),
+    which torch's SDPA takes as its attn_mask. Its module is not imported here (it loads
+    torch._dynamo, seconds): while it is not loaded, no CausalBias exists."""
+    bias = sys.modules.get("torch.nn.attention.bias")
+    return bias is not None and isinstance(x, bias.CausalBias)
+
+
 def check_attn_mask(attn_mask: Tensor, query: Tensor, name: str = "attn_mask") -> None:
     """The one mask rule: ``bool`` keeps (True = may attend) or hides; a float is added to the
     scaled scores and has dtype float32 or the query's (torch's rule); any other dtype, an int
@@ -284,6 +293,12 @@ def check_attn_mask(attn_mask: Tensor, query: Tensor, name: str = "attn_mask") -
     silently apply a key mask to every query."""
     if not isinstance(attn_mask, Tensor):
         raise ValueError(f"{name} must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+    if is_causal_bias(attn_mask):  # a Tensor subclass whose shape and values mean nothing
+        raise ValueError(
+            f"{name} must be a bool or float mask here, got torch's CausalBias ({name} of "
+            "scaled_dot_product_attention and attention_weights only): pass "
+            "causal_mask(t_q, t_k, alignment=...) instead"
+        )
     if attn_mask.dim() < 2:
         raise ValueError(
             f"{name} must have at least 2 dimensions (..., t_q, t_k), got shape "

@@ -18,6 +18,7 @@ result equals ``torch.nn.functional.scaled_dot_product_attention`` for the same 
 """
 
 from numbers import Integral
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +42,7 @@ from ._checks import (
     check_scale,
     check_sinks,
     check_sizes,
+    is_causal_bias,
     kernel_keywords,
 )
 
@@ -275,6 +277,19 @@ def repeat_kv_heads(query: Tensor, kv: Tensor, name: str, dim: int = -3) -> Tens
     return kv if h == h_kv else kv.repeat_interleave(h // h_kv, dim=dim)  # (..., h, t_k, d)
 
 
+def _causal_bias_mask(bias: Any, t_q: int, t_k: int, device: Device) -> Tensor:
+    """The bool mask (t_q, t_k) of torch's ``causal_upper_left(t_q, t_k)`` or
+    ``causal_lower_right(t_q, t_k)``, which torch's SDPA takes as its attn_mask: a Tensor
+    subclass whose shape and values are not the mask's."""
+    if (bias.seq_len_q, bias.seq_len_kv) != (t_q, t_k):
+        raise ValueError(
+            f"attn_mask, a CausalBias, must be made for (t_q, t_k) = ({t_q}, {t_k}), got "
+            f"({bias.seq_len_q}, {bias.seq_len_kv})"
+        )
+    lower_right = bias.variant.name == "LOWER_RIGHT"  # torch's CausalVariant
+    return causal_mask(t_q, t_k, device, alignment="bottom_right" if lower_right else "top_left")
+
+
 def _weights(
     query: Tensor,
     key: Tensor,
@@ -297,6 +312,8 @@ def _weights(
         if attn_mask is not None:
             raise ValueError("attn_mask must be None when is_causal=True, got a tensor")
         attn_mask = causal_mask(t_q, t_k, device=query.device)  # (t_q, t_k)
+    if is_causal_bias(attn_mask):  # torch's causal_upper_left / causal_lower_right
+        attn_mask = _causal_bias_mask(attn_mask, t_q, t_k, query.device)  # (t_q, t_k)
     if attn_mask is not None:
         check_attn_mask(attn_mask, query)
         check_mask(attn_mask, attn_scores.shape)
@@ -336,7 +353,8 @@ def attention_weights(
         key: (..., t_k, d_k), same dtype as query.
         attn_mask: broadcastable to (..., t_q, t_k); ``bool`` (True = may attend) or a float
             added to the scaled scores, like M, of dtype float32 or the query's (torch's rule;
-            an integer 0/1 mask is a ValueError, not silently added).
+            an integer 0/1 mask is a ValueError, not silently added); or torch's
+            ``causal_upper_left(t_q, t_k)`` / ``causal_lower_right(t_q, t_k)``, as torch takes.
         dropout_p: dropout probability, applied whenever it is > 0 (as torch's SDPA does).
         is_causal: apply :func:`causal_mask`; cannot be combined with ``attn_mask``.
         scale: factor on the scores; defaults to 1 / sqrt(d_k).
@@ -350,9 +368,9 @@ def attention_weights(
         ValueError: if the tensors do not agree (dtype, device, widths, leading dimensions that
             do not broadcast) or are not floating point, the mask is not bool, float32 or the
             query's dtype (or has fewer than 2 dimensions, is on another device or does not
-            broadcast), ``is_causal`` is combined with a mask, ``is_causal`` or ``enable_gqa``
-            is not a bool, dropout_p is outside [0, 1), scale is not None or a finite number,
-            or h_kv does not divide h.
+            broadcast, or is a causal bias made for other lengths), ``is_causal`` is combined
+            with a mask, ``is_causal`` or ``enable_gqa`` is not a bool, dropout_p is outside
+            [0, 1), scale is not None or a finite number, or h_kv does not divide h.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 
@@ -413,7 +431,7 @@ def scaled_dot_product_attention(
         key: (..., t_k, d_k), the query's dtype and device.
         value: (..., t_k, d_v).
         attn_mask: broadcastable to (..., t_q, t_k): bool (True = may attend) or a float added to
-            the scaled scores, as in :func:`attention_weights`.
+            the scaled scores, or torch's causal bias, as in :func:`attention_weights`.
         dropout_p: dropout probability on A, applied whenever it is > 0 (as torch's SDPA does).
         is_causal: apply :func:`causal_mask`; cannot be combined with ``attn_mask``.
         scale: factor on the scores; defaults to 1 / sqrt(d_k).
@@ -427,10 +445,10 @@ def scaled_dot_product_attention(
         ValueError: if the tensors do not agree (dtype, device, widths, lengths, leading
             dimensions that do not broadcast) or are not floating point, the mask is not bool,
             float32 or the query's dtype (or has fewer than 2 dimensions, is on another device
-            or does not broadcast), ``is_causal`` is combined with a mask, ``is_causal`` or
-            ``enable_gqa`` is not a bool, dropout_p is outside [0, 1), scale is not None or a
-            finite number, h_kv does not divide h, or sinks is not a float tensor of shape (h,)
-            on the query's device.
+            or does not broadcast, or is a causal bias made for other lengths), ``is_causal``
+            is combined with a mask, ``is_causal`` or ``enable_gqa`` is not a bool, dropout_p
+            is outside [0, 1), scale is not None or a finite number, h_kv does not divide h, or
+            sinks is not a float tensor of shape (h,) on the query's device.
         TypeError: flash-attn's keywords and older names (``causal``, ``softmax_scale``,
             ``window_size``, ``causal_alignment``), with the keyword this function takes.
 

@@ -218,6 +218,14 @@ class TestBadInput:
                                              r"t_k\), got shape \(4,\)"):
             BlockAttention(8, 2)(torch.randn(1, 4, 8), torch.ones(4, dtype=torch.bool))
 
+    def test_torchs_causal_bias_is_refused_with_the_mask_to_pass(self) -> None:
+        """A CausalBias is a Tensor subclass without a mask's shape; it used to end in torch's
+        AttributeError ('CausalBias' object has no attribute 'variant')."""
+        from torch.nn.attention.bias import causal_upper_left  # loads torch._dynamo: here only
+
+        with pytest.raises(ValueError, match=r"got torch's CausalBias .*pass causal_mask"):
+            BlockAttention(8, 2)(torch.randn(1, 4, 8), causal_upper_left(4, 4))
+
     @pytest.mark.parametrize("cache", ["kv", [1.0], 3])
     def test_a_cache_must_have_length_and_append(self, cache) -> None:
         # was an AttributeError: 'str' object has no attribute 'length'

@@ -277,6 +277,25 @@ def test_bottom_right_causal_mask_puts_the_queries_last(t_q: int, t_k: int) -> N
     assert torch.equal(additive_causal_mask(t_q, t_k, alignment="bottom_right") == 0, mask)
 
 
+@pytest.mark.filterwarnings("ignore:Lower right causal bias will produce NaNs")  # t_q > t_k
+@pytest.mark.parametrize(("t_q", "t_k"), [(2, 5), (5, 2), (3, 3)])
+def test_torchs_causal_bias_as_attn_mask_gives_torchs_answer(t_q: int, t_k: int) -> None:
+    """torch's SDPA takes causal_upper_left / causal_lower_right as attn_mask. It is a Tensor
+    subclass whose shape and values are not the mask's: upper-left (2, 5) used to pass the checks
+    and give a silently wrong Z, lower-right to be refused for a shape it does not have. (The
+    module is imported here only: it loads torch._dynamo.)"""
+    from torch.nn.attention.bias import causal_lower_right, causal_upper_left
+
+    q, k, v = qkv((2, 3, t_q, 4), (2, 3, t_k, 4), (2, 3, t_k, 6))
+    for make, alignment in ((causal_upper_left, "top_left"), (causal_lower_right, "bottom_right")):
+        bias, mask = make(t_q, t_k), causal_mask(t_q, t_k, alignment=alignment)
+        torch.testing.assert_close(scaled_dot_product_attention(q, k, v, attn_mask=bias),
+                                   F.scaled_dot_product_attention(q, k, v, attn_mask=bias),
+                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(attention_weights(q, k, attn_mask=bias),
+                                   attention_weights(q, k, attn_mask=mask), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(("t_q", "t_k"), [(3, 7), (7, 3), (5, 5)])
 @pytest.mark.parametrize("window", [1, 2, 4])
 @pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
@@ -448,6 +467,14 @@ class TestBadInput:
         expected = r"query must have at least 2 dimensions .*got a 1-d tensor of shape \(4,\)"
         with pytest.raises(ValueError, match=expected):
             attention_weights(torch.randn(4), torch.randn(3, 4))
+
+    def test_a_causal_bias_for_other_lengths_is_refused(self) -> None:
+        from torch.nn.attention.bias import causal_lower_right
+
+        q, k, v = qkv((1, 2, 4), (1, 5, 4), (1, 5, 3))
+        with pytest.raises(ValueError, match=r"CausalBias, must be made for \(t_q, t_k\) = "
+                                             r"\(2, 5\), got \(2, 2\)"):
+            scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(2, 2))
 
     def test_a_mask_and_is_causal_are_exclusive(self) -> None:
         x = torch.randn(4, 3)
