@@ -181,8 +181,11 @@ class GatedDeltaNet(nn.Module):
         v = v.view(b, t, self.h_v, self.d_v).transpose(1, 2)  # (b, h_v, t, d_v)
         q, k = (_l2_normalize(y) for y in (q, k))  # (b, h_k, t, d_k)
         beta = self.b_proj(x).sigmoid().transpose(1, 2)  # (b, h_v, t)
-        g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)
-        o, final = gated_delta_rule(  # g in float32, as Qwen3-Next: its cumulative sums need it
+        # g in float32 for a half-precision layer, as Qwen3-Next (its cumulative sums need it),
+        # and in float64 for a float64 one: Qwen3-Next's float32 lost 8 digits there
+        acc = accumulation_dtype(x.dtype)
+        g = -self.A_log.to(acc).exp() * F.softplus(self.a_proj(x).to(acc) + self.dt_bias.to(acc))
+        o, final = gated_delta_rule(
             q, k, v, g.transpose(1, 2), beta, form="chunked",
             chunk_size=self.chunk_size, initial_state=None if cache is None else cache.state,
             output_final_state=True,
