@@ -6,9 +6,10 @@ import pytest
 import torch
 from _inputs import check_half_precision_copy
 
-from attention import BlockAttention, TinyTransformer, head_scores, induction_data
+from attention import BlockAttention, RotaryEmbedding, TinyTransformer, head_scores, induction_data
 from attention.linear import linear_attention
 from attention.linear_model import KernelBlockAttention, use_kernel_attention
+from attention.rope_scaling import YaRNScaling
 
 F64 = torch.float64
 
@@ -72,6 +73,30 @@ def test_rotary_linear_attention_depends_on_positions_only_through_their_distanc
         diagonal = kernel.diagonal(offset=-offset, dim1=-2, dim2=-1)  # (b, h, t - offset)
         torch.testing.assert_close(diagonal, diagonal[..., :1].expand_as(diagonal), rtol=1e-12, atol=1e-12)
     assert (kernel.diagonal(offset=-1, dim1=-2, dim2=-1) - kernel.diagonal(dim1=-2, dim2=-1)[..., 1:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("scaled_features", ["rotated", "head"])
+def test_rotary_linear_attention_leaves_out_yarns_attention_factor(scaled_features):
+    # YaRN's factor multiplied the numerator's features only: a single token weighed itself
+    # 1.138^2 = 1.296 times and its output was 1.296 v instead of v, as with plain RoPE
+    torch.manual_seed(0)
+    yarn = YaRNScaling(4.0, 64, scaled_features=scaled_features)
+    rotary = RotaryEmbedding(4, rotary_dim=2, scaling=yarn)
+    attn = KernelBlockAttention(BlockAttention(8, 2, is_causal=True, rotary=rotary).double(), "elu+1")
+    x = torch.randn(1, 1, 8, dtype=F64)  # one token: its weight on itself is 1
+    with torch.no_grad():
+        out, weights = attn(x)
+        value = attn.qkv(x).split(8, dim=2)[2]  # (b, t, d): the context of a lone token
+        want = attn.out_proj(value)
+    torch.testing.assert_close(weights, torch.ones(1, 2, 1, 1, dtype=F64), rtol=1e-14, atol=0)
+    torch.testing.assert_close(out, want, rtol=1e-13, atol=1e-13)
+    # the relative kernel of plain RoPE with YaRN's frequencies, on more tokens
+    plain = RotaryEmbedding(4, rotary_dim=2, scaling=YaRNScaling(4.0, 64, attention_factor=1.0))
+    same = KernelBlockAttention(BlockAttention(8, 2, is_causal=True, rotary=plain).double(), "elu+1")
+    same.load_state_dict(attn.state_dict())
+    x = torch.randn(2, 7, 8, dtype=F64)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x)[1], same(x)[1], rtol=1e-13, atol=1e-13)
 
 
 def test_a_favor_row_whose_features_all_underflow_is_zero_not_nan():
