@@ -142,7 +142,9 @@ class GatedDeltaNet(nn.Module):
         Raises:
             ValueError: if x is not (b, t, d), or cache is not a :class:`DeltaState` of b
                 sequences whose conv and state have this layer's shapes and are floating point
-                on x's device (of any floating dtype: see :class:`DeltaState`).
+                on x's device (of any floating dtype: see :class:`DeltaState`), or x gives a
+                NaN write strength or decay (NaN or inf in x or a parameter). A refused call
+                leaves the cache as it was.
         """
         check_input(x, self.q_proj.in_features, (3,), "x", "d_model")
         if cache is not None and not isinstance(cache, DeltaState):
@@ -172,8 +174,7 @@ class GatedDeltaNet(nn.Module):
             # layer's dtype as transformers casts them (a float32 conv met bfloat16 weights)
             conv = cache.conv.to(qkv.dtype)
             qkv = torch.cat([conv, qkv.transpose(1, 2)], dim=-1)  # (b, ch, w_conv - 1 + t)
-        if cache is not None:
-            cache.conv = qkv[..., qkv.shape[-1] - (k_size - 1):]  # (b, ch, w_conv - 1)
+        held = qkv[..., qkv.shape[-1] - (k_size - 1):]  # (b, ch, w_conv - 1): the cache's next
         qkv = F.silu(self.conv(qkv)).transpose(1, 2)  # (b, t, ch)
         q, k, v = qkv.split([self.h_k * self.d_k, self.h_k * self.d_k, self.h_v * self.d_v], -1)
         q = q.view(b, t, self.h_k, self.d_k).transpose(1, 2)  # (b, h_k, t, d_k)
@@ -185,13 +186,16 @@ class GatedDeltaNet(nn.Module):
         # and in float64 for a float64 one: Qwen3-Next's float32 lost 8 digits there
         acc = accumulation_dtype(x.dtype)
         g = -self.A_log.to(acc).exp() * F.softplus(self.a_proj(x).to(acc) + self.dt_bias.to(acc))
+        if beta.isnan().any() or g.isnan().any():  # the rule refused them under its own names
+            raise ValueError("x gives a NaN write strength beta or log decay g: x or a parameter "
+                             "of the layer holds NaN or inf")
         o, final = gated_delta_rule(
             q, k, v, g.transpose(1, 2), beta, form="chunked",
             chunk_size=self.chunk_size, initial_state=None if cache is None else cache.state,
             output_final_state=True,
         )  # (b, h_v, t, d_v), (b, h_v, d_k, d_v)
-        if cache is not None:
-            cache.state, cache.length = final, cache.length + t
+        if cache is not None:  # after every check: a refused call leaves the cache as it was
+            cache.conv, cache.state, cache.length = held, final, cache.length + t
         o = o.transpose(1, 2)  # (b, t, h_v, d_v)
         o = self.norm(o)  # (b, t, h_v, d_v)
         z = self.z_proj(x).view(b, t, self.h_v, self.d_v)  # (b, t, h_v, d_v)

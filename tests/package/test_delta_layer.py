@@ -241,6 +241,20 @@ class TestBadInput:
             layer(torch.randn(1, 1, 16), cache=cache)
         assert cache.conv is conv and cache.length == 5, "a refused call changed the cache"
 
+    def test_a_nan_input_is_refused_by_name_and_leaves_the_cache_as_it_was(self):
+        # NaN in x reached the rule as a NaN beta ("beta must not be NaN", an argument the
+        # caller never gave), after the cache had taken the call's convolution inputs: its conv
+        # was 2 tokens ahead of its state and length
+        layer = GatedDeltaNet(16, 2, 2, 4, 4)
+        cache = DeltaState()
+        layer(torch.randn(1, 5, 16), cache=cache)
+        conv, state = cache.conv, cache.state
+        x = torch.randn(1, 2, 16)
+        x[0, 1, 3] = float("nan")
+        with pytest.raises(ValueError, match=r"x gives a NaN write strength beta or log decay g"):
+            layer(x, cache=cache)
+        assert cache.conv is conv and cache.state is state and cache.length == 5
+
     def test_x_must_be_b_t_d(self):
         layer = GatedDeltaNet(16, 2, 2, 4, 4)
         with pytest.raises(ValueError, match=r"x must have last dimension d_model=16, got 8"):
