@@ -103,7 +103,8 @@ class RecurrentBlockAttention(nn.Module):
         """SA(x) (b, t, d) and the weights W (b, h, t, t) of the rule.
 
         Raises:
-            ValueError: if x is not (b, t, d), or a mask or a cache is given.
+            ValueError: if x is not (b, t, d), a mask or a cache is given, or x gives a NaN
+                write strength or decay that the kind uses (NaN or inf in x or a parameter).
         """
         check_no_mask_or_cache("recurrent attention", attn_mask, cache)
         check_input(x, self.d_model, (3,), "x", "d_model")  # as BlockAttention checks it
@@ -124,6 +125,9 @@ class RecurrentBlockAttention(nn.Module):
         g = -self.A_log.exp() * F.softplus(self.g_proj(x) + self.dt_bias)  # (b, t, h)
         g = g.transpose(1, 2) if self.kind in ("decay", "gated_delta") else None  # (b, h, t)
         beta = beta if self.kind in ("delta", "gated_delta") else None
+        if any(y is not None and y.isnan().any() for y in (beta, g)):  # the rule names its own
+            raise ValueError("x gives a NaN write strength beta or log decay g: x or a parameter "
+                             "of the layer holds NaN or inf")
         weights = delta_attention_matrix(queries, keys, g, beta)  # (b, h, t, t)
         # half precision: the rule's weights are float32, and so is their sum, rounded once
         context = (weights @ values.to(weights.dtype)).to(values.dtype)  # (b, h, t, d_h)

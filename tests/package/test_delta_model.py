@@ -97,6 +97,16 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"attn must be a BlockAttention, got (Linear|NoneType)"):
             RecurrentBlockAttention(attn, "delta")
 
+    @pytest.mark.parametrize("kind", ["decay", "delta", "gated_delta"])
+    def test_a_nan_input_is_refused_by_name(self, kind):
+        # it reached the rule as a NaN g or beta: "beta must not be NaN", an argument the
+        # caller never gave
+        layer = RecurrentBlockAttention(BlockAttention(8, 2, is_causal=True), kind)
+        x = torch.randn(1, 3, 8)
+        x[0, 1, 2] = float("nan")
+        with pytest.raises(ValueError, match=r"x gives a NaN write strength beta or log decay g"):
+            layer(x)
+
     def test_x_must_be_b_t_d(self):
         # unchecked, a 2-d x failed to unpack its shape and a wrong width inside nn.Linear
         layer = RecurrentBlockAttention(BlockAttention(16, 2, is_causal=True), "delta")
