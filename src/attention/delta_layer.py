@@ -207,7 +207,7 @@ class GatedDeltaNet(nn.Module):
 
         Qwen3-Next fuses q, k, v, z into one projection laid out per key head as
         [q (d_k), k (d_k), v (G_v d_v), z (G_v d_v)], G_v = h_v / h_k, and b, a as
-        [b (G_v), a (G_v)].
+        [b (G_v), a (G_v)]. The copy has the layer's dtype and device.
 
         Raises:
             ValueError: if layer is not such a layer (it lacks the fused projections), or its
@@ -227,9 +227,9 @@ class GatedDeltaNet(nn.Module):
         h_k, h_v, d_k, d_v = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
         g_v = h_v // h_k
         d_model = layer.hidden_size
+        weight = layer.out_proj.weight  # the copy takes its dtype and device
         new = cls(d_model, h_k, h_v, d_k, d_v, conv_size=layer.conv_kernel_size,
-                  eps=layer.norm.variance_epsilon)
-        new = new.to(dtype=layer.out_proj.weight.dtype)
+                  eps=layer.norm.variance_epsilon, device=weight.device, dtype=weight.dtype)
         w = layer.in_proj_qkvz.weight.view(h_k, 2 * d_k + 2 * g_v * d_v, d_model)
         wq, wk, wv, wz = w.split([d_k, d_k, g_v * d_v, g_v * d_v], dim=1)  # per key head
         wb, wa = layer.in_proj_ba.weight.view(h_k, 2 * g_v, d_model).split([g_v, g_v], dim=1)

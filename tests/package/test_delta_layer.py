@@ -55,6 +55,14 @@ def test_the_conversion_takes_every_parameter_and_the_configs_sizes():
     assert (ours.conv.kernel_size, ours.norm.eps) == ((3,), 0.5)
 
 
+def test_the_conversion_keeps_the_layers_device_and_dtype():
+    # it was built on torch's default device: a CUDA layer gave a CPU copy that failed at its
+    # first call inside nn.Linear (a meta layer, standing in for one here, failed to copy)
+    theirs = _qwen3_next_layer(randomized=False).to("meta", torch.float32)
+    ours = GatedDeltaNet.from_qwen3_next(theirs)
+    assert {(p.device.type, p.dtype) for p in ours.parameters()} == {("meta", torch.float32)}
+
+
 def test_short_queries_and_keys_are_normalised_with_qwen3_nexts_epsilon():
     """q / sqrt(|q|^2 + 1e-6), as FLA's l2norm: for |q| near 1e-3 the epsilon halves |q|^2's
     share, and a smaller one (or none) gives another output."""
