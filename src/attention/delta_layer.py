@@ -182,10 +182,9 @@ class GatedDeltaNet(nn.Module):
         v = v.view(b, t, self.h_v, self.d_v).transpose(1, 2)  # (b, h_v, t, d_v)
         q, k = (_l2_normalize(y) for y in (q, k))  # (b, h_k, t, d_k)
         beta = self.b_proj(x).sigmoid().transpose(1, 2)  # (b, h_v, t)
-        # g in float32 for a half-precision layer, as Qwen3-Next (its cumulative sums need it),
-        # and in float64 for a float64 one: Qwen3-Next's float32 lost 8 digits there
-        acc = accumulation_dtype(x.dtype)
-        g = -self.A_log.to(acc).exp() * F.softplus(self.a_proj(x).to(acc) + self.dt_bias.to(acc))
+        # g in float32 whatever the layer's dtype, as Qwen3-Next: its cumulative sums need it
+        # in half precision, and a float64 copy must equal transformers' float64 run
+        g = -self.A_log.float().exp() * F.softplus(self.a_proj(x).float() + self.dt_bias)
         if beta.isnan().any() or g.isnan().any():  # the rule refused them under its own names
             raise ValueError("x gives a NaN write strength beta or log decay g: x or a parameter "
                              "of the layer holds NaN or inf")
