@@ -133,6 +133,10 @@ def _correctness(rank: int, world: int, port: int, out_dir: str) -> None:
     def zigzag(*a, **kw):
         return ring_attention(*a, sharding="zigzag", **kw)
     results["ring bfloat16"] = _case(rank, world, zigzag, "zigzag", True, 21, 4, 2, 200, torch.bfloat16)
+    for dtype in (torch.float32, torch.bfloat16):  # rank 0's two keys tied at a score of 1e8
+        q, k = (torch.full((1, 1, 2, 1), x, dtype=dtype) for x in (1e4, 1e4 if rank == 0 else -1e4))
+        v = torch.tensor([0.0, 1.0], dtype=dtype).view(1, 1, 2, 1)
+        results["ties", dtype] = ring_attention(q, k, v, scale=1.0).flatten().tolist(), {}, None
     # Values wider than keys (d_v = 12, d_k = 8), and the scale: its default, or one given.
     for name, (sharding, fn) in SCHEMES.items():
         for scale in (None, 0.3, -0.5):  # -0.5: torch's fused CPU kernel gives nan for is_causal
@@ -186,6 +190,20 @@ def test_half_precision_rounds_once_at_the_end(run):
     _, ranks, _ = run
     ratio = max(r["ring bfloat16"][2] for r in ranks)
     assert ratio <= 1.2, f"error {ratio:.2f} times the rounding once"
+
+
+def test_keys_tied_past_float32_lse_precision_weigh_as_in_sdpa(run):
+    """Rank 0's two keys score 1e8, every other key -1e8: SDPA gives the mean of rank 0's values
+    0 and 1. A float32 lse of 1e8 + log 2 rounds to 1e8, and the block's weights exp(s - lse)
+    gave each tied key weight 1 (sum 2): their sum 1.0, on every rank and in both dtypes."""
+    world, ranks, _ = run
+    for dtype in (torch.float32, torch.bfloat16):
+        q = torch.full((1, 1, 2 * world, 1), 1e4, dtype=dtype)
+        k = torch.tensor([1e4, 1e4] + [-1e4] * (2 * world - 2), dtype=dtype).view(1, 1, -1, 1)
+        v = torch.tensor([0.0, 1.0] * world, dtype=dtype).view(1, 1, -1, 1)
+        want = F.scaled_dot_product_attention(q, k, v, scale=1.0).flatten().tolist()
+        assert want == [0.5] * 2 * world
+        assert [r["ties", dtype][0] for r in ranks] == [[0.5, 0.5]] * world, (world, dtype)
 
 
 def test_scale_multiplies_the_scores_and_defaults_to_one_over_sqrt_d_k(run):

@@ -152,8 +152,12 @@ def _block_forward(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | None, scal
     if visible is not None:
         s = s.masked_fill(~visible, -math.inf)
     lse = s.logsumexp(dim=-1)  # (b, h, c_q); -inf where a query sees none of the block
-    p = torch.exp(s - lse.masked_fill(lse == -math.inf, 0.0)[..., None])  # (b, h, c_q, c_k)
-    return p @ _expand(v, groups), lse
+    # the weights by the stable softmax, not exp(s - lse): past |s| = 2^24 a float32 lse cannot
+    # hold log c_k, and keys tied at the top score would each weigh 1, summing the values
+    m = s.amax(dim=-1, keepdim=True)  # (b, h, c_q, 1); -inf where a query sees none
+    p = torch.exp(s - m.masked_fill(m == -math.inf, 0.0))  # (b, h, c_q, c_k)
+    total = p.sum(dim=-1, keepdim=True)  # (b, h, c_q, 1); 0 where a query sees none
+    return p @ _expand(v, groups) / total.masked_fill(total == 0, 1.0), lse
 
 
 def _block_backward(q: Tensor, k: Tensor, v: Tensor, d_out: Tensor, lse: Tensor, delta: Tensor,
@@ -298,7 +302,12 @@ def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool
 
     Call it on every rank with that rank's shard; K and V travel round the ring (see the module
     docstring), and so does the backward pass, which every rank must run too. Half precision is
-    computed in float32. Gradients are first-order only: the backward is hand-written, so a
+    computed in float32. Each block's partial is normalized by its own softmax, and partials
+    merge through their lse, which for float32 and half inputs is a float32 number, with the
+    limits :func:`attention.ring.ring_attention` states: past |s| = 2^24 keys tied at the top
+    score in different blocks are weighed by block, not counted, and the backward, which
+    recomputes P = exp(S - lse), weighs tied keys 1 each, as ``flash_attention``'s does.
+    Gradients are first-order only: the backward is hand-written, so a
     second derivative raises a RuntimeError (on every rank) instead of returning a wrong value.
 
     Args:
