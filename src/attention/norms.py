@@ -110,7 +110,8 @@ def make_norm(
     if kind == "rms":
         return RMSNorm(d, eps, device=device, dtype=dtype)
     check_sizes(d=d)  # the checks RMSNorm makes: torch's LayerNorm takes d = 0 and eps < 0
-    check_number("eps", eps, 0.0, inclusive=False)
+    # the float, as RMSNorm keeps: LayerNorm would keep a 0-d tensor or a NumPy scalar as given
+    eps = check_number("eps", eps, 0.0, inclusive=False)
     return nn.LayerNorm(d, eps=eps, bias=bias, device=device, dtype=dtype)
 
 

@@ -76,6 +76,13 @@ def test_a_numpy_eps_is_taken_as_a_float() -> None:
         assert make_norm(kind, 4, np.float32(0.25)).eps == 0.25
 
 
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@pytest.mark.parametrize("eps", [np.float32(0.25), torch.tensor(0.25)])
+def test_either_kind_keeps_its_eps_as_a_python_float(kind: str, eps: object) -> None:
+    # LayerNorm kept a 0-d tensor or a NumPy scalar as given, RMSNorm the float it reads
+    assert type(make_norm(kind, 4, eps).eps) is float
+
+
 def test_layernorm_is_rmsnorm_of_the_centred_vector_plus_beta() -> None:
     torch.manual_seed(0)
     ln = _random_gain(nn.LayerNorm(9, eps=1e-5, dtype=torch.float64))
