@@ -205,6 +205,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         values = getattr(args, name) or []
         if len(set(values)) < len(values):
             raise ValueError(f"--{name.replace('_', '-')} must not repeat a value, got {values}")
+    if args.batch is not None and args.tokens is not None:  # b would be --batch, --tokens dropped unsaid
+        raise ValueError(f"--batch fixes b instead of --tokens: give one of them, got --batch {args.batch} and "
+                         f"--tokens {args.tokens}")
     preset = PRESETS[args.preset] if args.preset else None
     if args.parts is None:  # not given: the default parts (under a preset, those it runs)
         args.parts = [name for name in DEFAULT_PARTS if preset is None or BY_NAME[name].preset]

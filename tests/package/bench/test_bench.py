@@ -286,6 +286,16 @@ def test_a_min_time_above_the_max_time_is_a_usage_error(tmp_path, capsys):
     assert "--min-time must not exceed --max-time, got 0.2 and 0.1" in capsys.readouterr().err
 
 
+def test_a_batch_and_tokens_per_batch_together_are_a_usage_error(tmp_path, capsys):
+    # b was --batch and --tokens was dropped unsaid, though the file recorded it
+    with pytest.raises(SystemExit):
+        main(["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8", "--stream-bytes", "64",
+              "--min-time", "0.001", "--max-time", "0.01", "--batch", "2", "--tokens", "48",
+              "--output", str(tmp_path / "x.json")])
+    assert "--batch fixes b instead of --tokens: give one of them, got --batch 2 and --tokens 48" in (
+        capsys.readouterr().err)
+
+
 @pytest.mark.parametrize("option, value", [("--seq-lens", 16), ("--head-dims", 16), ("--dtypes", "fp32"),
                                            ("--passes", "forward"), ("--levels", "kernel")])
 def test_a_value_twice_is_a_usage_error(option, value, tmp_path, capsys):
