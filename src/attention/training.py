@@ -95,10 +95,11 @@ def train_lm(
         The loss of each step, ``steps`` floats.
 
     Raises:
-        ValueError: if model is not a torch.nn.Module, data is not callable, steps is not an
-            integer >= 1, seed not an integer torch's generator takes (-2**63 to 2**64 - 1),
-            lr not a finite number > 0, or a batch's targets are not integer ids of the logits'
-            (b, t) in [0, n_vocab) or -100 (n_vocab the logits' last dimension).
+        ValueError: if model is not a torch.nn.Module, data is not callable or returns no pair
+            (inputs, targets), steps is not an integer >= 1, seed not an integer torch's
+            generator takes (-2**63 to 2**64 - 1), lr not a finite number > 0, or a batch's
+            targets are not integer ids of the logits' (b, t) in [0, n_vocab) or -100 (n_vocab
+            the logits' last dimension).
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -123,7 +124,12 @@ def train_lm(
     with torch.random.fork_rng(devices=gpus):  # dropout draws from the global generators
         torch.manual_seed(seed)
         for _ in range(steps):
-            inputs, targets = data(generator)  # (b, t), (b, t)
+            batch = data(generator)
+            pair = isinstance(batch, (tuple, list))
+            if not pair or len(batch) != 2:  # else Python's error, which names no batch
+                got = f"{len(batch)} values" if pair else type(batch).__name__
+                raise ValueError(f"data must return a batch (inputs, targets), got {got}")
+            inputs, targets = batch  # (b, t), (b, t)
             logits = model(inputs)  # (b, t, n_vocab)
             if not isinstance(targets, Tensor) or targets.shape != logits.shape[:-1]:
                 # flattened, targets of another shape with as many ids would be misaligned

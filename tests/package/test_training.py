@@ -142,6 +142,14 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"at most min\(num_pairs, num_keys\) distinct keys, got 5"):
             recall_data(2, 4, 12, 8, distinct_keys=5)
 
+    @pytest.mark.parametrize(("batch", "got"), [(5, "int"), ((torch.tensor([[0, 1]]),), "1 values"),
+                                                (("inputs", "targets", "extra"), "3 values")])
+    def test_train_lm_refuses_data_that_returns_no_pair(self, batch: object, got: str) -> None:
+        # Python's "cannot unpack non-iterable int object" or "too many values to unpack"
+        model = TinyTransformer(4, 8, 2, 1, context_length=6)
+        with pytest.raises(ValueError, match=rf"data must return a batch \(inputs, targets\), got {got}$"):
+            train_lm(model, lambda g: batch, 1)
+
     def test_train_lm_refuses_targets_that_do_not_line_up_with_the_logits(self) -> None:
         # both were flattened: targets (3, 2) against logits (2, 3, 4) trained on misaligned
         # targets, with a finite loss and without a word
