@@ -227,6 +227,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     max_time = max_time if args.max_time is None else args.max_time
     if not gpu and args.min_time > max_time:  # time_cpu keeps the max: the min would be dropped unsaid
         raise ValueError(f"--min-time must not exceed --max-time, got {args.min_time} and {max_time}")
+    if args.cuda_graphs and not gpu:  # else the file says graphs replayed calls timed without one
+        raise ValueError(f"--cuda-graphs replays each timed call from a CUDA graph: expected --device cuda, got "
+                         f"{device.type}")
     if "distributed" in args.parts and device.type != "cpu":  # else refused after the other parts ran
         raise ValueError(f"--parts distributed runs gloo processes on this CPU: expected --device cpu, "
                          f"got {device.type}")

@@ -296,6 +296,16 @@ def test_a_batch_and_tokens_per_batch_together_are_a_usage_error(tmp_path, capsy
         capsys.readouterr().err)
 
 
+def test_cuda_graphs_on_a_cpu_are_a_usage_error(tmp_path, capsys):
+    # the CPU timer ran without a graph, and the file recorded cuda_graphs: true (merge then
+    # refused it beside a CPU run without the option, whose rows mean the same)
+    with pytest.raises(SystemExit):
+        main(["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8", "--stream-bytes", "64",
+              "--min-time", "0.001", "--max-time", "0.01", "--cuda-graphs", "--output", str(tmp_path / "x.json")])
+    assert "--cuda-graphs replays each timed call from a CUDA graph: expected --device cuda, got cpu" in (
+        capsys.readouterr().err)
+
+
 @pytest.mark.parametrize("option, value", [("--seq-lens", 16), ("--head-dims", 16), ("--dtypes", "fp32"),
                                            ("--passes", "forward"), ("--levels", "kernel")])
 def test_a_value_twice_is_a_usage_error(option, value, tmp_path, capsys):
