@@ -17,6 +17,7 @@ computed in float64.
 """
 
 import copy
+import math
 from collections.abc import Iterable
 from numbers import Integral
 from typing import cast
@@ -274,7 +275,11 @@ def copying_score(matrix: Tensor) -> float:
     if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"matrix must be square, got shape {tuple(matrix.shape)}")
     _check_matrix("matrix", matrix)
-    eigenvalues = torch.linalg.eigvals(matrix.double())  # (n,), complex
+    # as in composition_score, the score does not change when the matrix is scaled: scaled to
+    # entries below 1, eigenvalues of 1e308 no longer sum to inf (a score of nan or 0); by a
+    # power of two, which scales every entry exactly (at least 2**-1000: no overflow)
+    exponent = max(math.frexp(float(matrix.abs().max()))[1], -1000)  # top = m 2**e, m < 1
+    eigenvalues = torch.linalg.eigvals(matrix.double() * 2.0**-exponent)  # (n,), complex
     total = eigenvalues.abs().sum()
     if total == 0:  # the score would be 0 / 0
         raise ValueError(

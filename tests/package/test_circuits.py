@@ -109,6 +109,14 @@ def test_copying_score_of_known_matrices() -> None:
     assert circuits.copying_score(torch.diag(torch.tensor([3.0, -1.0]))) == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize(("entries", "expected"), [((1.7e308, 1.7e308), 1.0), ((1.7e308, -1e308), 0.7 / 2.7)])
+def test_copying_score_does_not_depend_on_the_matrix_s_size(entries: tuple, expected: float) -> None:
+    # eigenvalues summing past float64's range: nan and 0.0 (the sum of |λ| was inf)
+    matrix = torch.diag(torch.tensor(entries, dtype=torch.float64))
+    assert circuits.copying_score(matrix) == pytest.approx(expected, rel=1e-12)
+    assert circuits.copying_score(torch.full((2, 2), 1e308, dtype=torch.float64)) == pytest.approx(1.0)
+
+
 def _tiny() -> TinyTransformer:
     torch.manual_seed(0)
     model = TinyTransformer(11, 8, 2, 2, context_length=6, positions="rope", mlp=False).double()
