@@ -285,7 +285,7 @@ def standard_attention_io(t: int, d_h: int, m_sram: int) -> IOCount:
 
 
 def tiled_attention_io(
-    t: int, d_h: int, m_sram: int, block_size: int | tuple[int, int] | None = None
+    t: int, d_h: int, m_sram: int, block_size: int | tuple[int, int] | list[int] | None = None
 ) -> IOCount:
     """Count the slow-memory traffic of tiled attention in FlashAttention-2's loop order.
 
@@ -296,8 +296,8 @@ def tiled_attention_io(
     Other arguments as in :func:`standard_blocks`.
 
     Args:
-        block_size: B (B_q = B_k = B) or (B_q, B_k); by default :func:`tiled_blocks` chooses it
-            from ``m_sram``.
+        block_size: B (B_q = B_k = B) or (B_q, B_k), a tuple or a list; by default
+            :func:`tiled_blocks` chooses it from ``m_sram``.
 
     Returns:
         The reads, writes and peak of fast memory.
@@ -313,7 +313,7 @@ def tiled_attention_io(
     t, d_h, m_sram = _check_sizes(t, d_h, m_sram)
     if block_size is None:
         block_q, block_k = tiled_blocks(t, d_h, m_sram)
-    elif isinstance(block_size, tuple):
+    elif isinstance(block_size, (tuple, list)):  # a list pair as torch takes sizes
         if len(block_size) != 2:
             raise ValueError(f"block_size must be a positive int or a pair (B_q, B_k) of them, "
                              f"got {block_size!r}")

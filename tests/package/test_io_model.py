@@ -118,6 +118,11 @@ def test_a_key_tile_never_has_more_rows_than_there_are_tokens():
     assert tiled_blocks(4, 8, 160) == (4, 4)
     assert tiled_attention_io(4, 8, 160) == IOCount(reads=96, writes=36, peak=152)
 
+def test_a_block_size_pair_may_be_a_list():
+    # [B_q, B_k] was refused as "block_size must be a positive int", though (B_q, B_k) is taken
+    assert tiled_attention_io(64, 8, 256, block_size=[4, 8]) == tiled_attention_io(64, 8, 256, (4, 8))
+
+
 def test_numpy_integers_are_taken_as_python_ints():
     # np.int64 was refused everywhere ("t must be a positive int, got np.int64(64)"), and a
     # block_size of one raised a TypeError; the counts come back as Python ints
