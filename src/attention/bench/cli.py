@@ -208,6 +208,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if args.batch is not None and args.tokens is not None:  # b would be --batch, --tokens dropped unsaid
         raise ValueError(f"--batch fixes b instead of --tokens: give one of them, got --batch {args.batch} and "
                          f"--tokens {args.tokens}")
+    if args.peak_source is not None and args.peak_tflops is None:  # a source of no peak, kept unsaid
+        raise ValueError(f"--peak-source says where --peak-tflops comes from: give both, got --peak-source "
+                         f"{args.peak_source!r} alone")
     preset = PRESETS[args.preset] if args.preset else None
     if args.parts is None:  # not given: the default parts (under a preset, those it runs)
         args.parts = [name for name in DEFAULT_PARTS if preset is None or BY_NAME[name].preset]

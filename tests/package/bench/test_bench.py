@@ -296,6 +296,16 @@ def test_a_batch_and_tokens_per_batch_together_are_a_usage_error(tmp_path, capsy
         capsys.readouterr().err)
 
 
+def test_a_peak_source_without_a_peak_is_a_usage_error(tmp_path, capsys):
+    # the run went on with the device's peak (unknown on a CPU), the file recording the source
+    with pytest.raises(SystemExit):
+        main(["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8", "--stream-bytes", "64",
+              "--min-time", "0.001", "--max-time", "0.01", "--peak-source", "a datasheet",
+              "--output", str(tmp_path / "x.json")])
+    assert "--peak-source says where --peak-tflops comes from: give both, got --peak-source 'a datasheet' alone" in (
+        capsys.readouterr().err)
+
+
 def test_cuda_graphs_on_a_cpu_are_a_usage_error(tmp_path, capsys):
     # the CPU timer ran without a graph, and the file recorded cuda_graphs: true (merge then
     # refused it beside a CPU run without the option, whose rows mean the same)
