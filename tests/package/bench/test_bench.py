@@ -278,42 +278,31 @@ def test_variants_of_no_level_swept_are_a_usage_error(tmp_path, capsys):
             in capsys.readouterr().err)
 
 
-def test_a_min_time_above_the_max_time_is_a_usage_error(tmp_path, capsys):
+# Options that contradict each other, and what the run did before they were refused.
+CONTRADICTIONS = {
     # the timer ran each measurement for --max-time: the larger --min-time was dropped unsaid
-    with pytest.raises(SystemExit):
-        main(["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8", "--stream-bytes", "64",
-              "--min-time", "0.2", "--max-time", "0.1", "--output", str(tmp_path / "x.json")])
-    assert "--min-time must not exceed --max-time, got 0.2 and 0.1" in capsys.readouterr().err
-
-
-def test_a_batch_and_tokens_per_batch_together_are_a_usage_error(tmp_path, capsys):
+    "min time above max time": (["--min-time", "0.2", "--max-time", "0.1"],
+                                "--min-time must not exceed --max-time, got 0.2 and 0.1"),
     # b was --batch and --tokens was dropped unsaid, though the file recorded it
-    with pytest.raises(SystemExit):
-        main(["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8", "--stream-bytes", "64",
-              "--min-time", "0.001", "--max-time", "0.01", "--batch", "2", "--tokens", "48",
-              "--output", str(tmp_path / "x.json")])
-    assert "--batch fixes b instead of --tokens: give one of them, got --batch 2 and --tokens 48" in (
-        capsys.readouterr().err)
-
-
-def test_a_peak_source_without_a_peak_is_a_usage_error(tmp_path, capsys):
+    "batch and tokens": (["--batch", "2", "--tokens", "48"],
+                         "--batch fixes b instead of --tokens: give one of them, got --batch 2 and --tokens 48"),
     # the run went on with the device's peak (unknown on a CPU), the file recording the source
-    with pytest.raises(SystemExit):
-        main(["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8", "--stream-bytes", "64",
-              "--min-time", "0.001", "--max-time", "0.01", "--peak-source", "a datasheet",
-              "--output", str(tmp_path / "x.json")])
-    assert "--peak-source says where --peak-tflops comes from: give both, got --peak-source 'a datasheet' alone" in (
-        capsys.readouterr().err)
-
-
-def test_cuda_graphs_on_a_cpu_are_a_usage_error(tmp_path, capsys):
+    "peak source without a peak": (["--peak-source", "a datasheet"],
+                                   "--peak-source says where --peak-tflops comes from: give both, got "
+                                   "--peak-source 'a datasheet' alone"),
     # the CPU timer ran without a graph, and the file recorded cuda_graphs: true (merge then
     # refused it beside a CPU run without the option, whose rows mean the same)
+    "cuda graphs on a cpu": (["--cuda-graphs"],
+                             "--cuda-graphs replays each timed call from a CUDA graph: expected --device cuda, got cpu"),
+}
+
+
+@pytest.mark.parametrize("options, message", CONTRADICTIONS.values(), ids=CONTRADICTIONS)
+def test_options_that_contradict_each_other_are_a_usage_error(tmp_path, capsys, options, message):
     with pytest.raises(SystemExit):
         main(["--device", "cpu", "--parts", "peaks", "--matmul-sizes", "8", "--stream-bytes", "64",
-              "--min-time", "0.001", "--max-time", "0.01", "--cuda-graphs", "--output", str(tmp_path / "x.json")])
-    assert "--cuda-graphs replays each timed call from a CUDA graph: expected --device cuda, got cpu" in (
-        capsys.readouterr().err)
+              "--min-time", "0.001", "--max-time", "0.01", *options, "--output", str(tmp_path / "x.json")])
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("option, value", [("--seq-lens", 16), ("--head-dims", 16), ("--dtypes", "fp32"),
