@@ -278,7 +278,7 @@ def copying_score(matrix: Tensor) -> float:
     # as in composition_score, the score does not change when the matrix is scaled: scaled to
     # entries below 1, eigenvalues of 1e308 no longer sum to inf (a score of nan or 0); by a
     # power of two, which scales every entry exactly (at least 2**-1000: no overflow)
-    exponent = max(math.frexp(float(matrix.abs().max()))[1], -1000)  # top = m 2**e, m < 1
+    exponent = max(math.frexp(float(matrix.detach().abs().max()))[1], -1000)  # top = m 2**e, m < 1
     eigenvalues = torch.linalg.eigvals(matrix.double() * 2.0**-exponent)  # (n,), complex
     total = eigenvalues.abs().sum()
     if total == 0:  # the score would be 0 / 0
