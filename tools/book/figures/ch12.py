@@ -157,7 +157,7 @@ def sparse_patterns() -> Figure:
     for ax, (name, rule) in zip(axes, rules.items()):
         mask = to_dense(rule, t, t)  # (t, t)
         # allowed pairs in one blue, the rest empty: the same in both themes (not a scale)
-        ax.imshow(mask.float(), cmap=ALLOWED, vmin=0, vmax=1, interpolation="none")
+        ax.imshow(mask.float().numpy(), cmap=ALLOWED, vmin=0, vmax=1, interpolation="none")
         ax.set_title(f"{name}\n{int(mask.sum())} of {t * (t + 1) // 2} pairs", fontsize=9)
         ax.set_xticks([0, t - 1], labels=["key 0", str(t - 1)], fontsize=9)
         ax.set_yticks([0, t - 1], labels=["query 0", str(t - 1)] if ax is axes[0] else ["", ""],
