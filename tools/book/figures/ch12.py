@@ -15,15 +15,15 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
-from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
 from attention.favor import favor_attention, favor_error_variance, random_projection
 from attention.masks import and_masks, causal, global_tokens, or_masks, sliding_window, to_dense
 from book.constants import DOCS
 
+from ._masks import mask_panels
+
 RESULTS = DOCS / "appendix" / "results" / "cpu-linear.json"
-ALLOWED = ListedColormap([(0, 0, 0, 0), (0.23, 0.47, 0.75, 1)])  # hidden: empty; allowed: blue
 FEATURES = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 IID_COLOR, ORTHOGONAL_COLOR, PREDICTED_COLOR = "#d95f02", "#1b9e77", "#7570b3"
 VARIANT_STYLES = {
@@ -153,16 +153,7 @@ def sparse_patterns() -> Figure:
             causal(), or_masks(window_or_global, lambda b, h, q, kv: random_table[q, kv])
         ),
     }
-    fig, axes = plt.subplots(1, 4, figsize=(7.4, 2.6), layout="constrained")
-    for ax, (name, rule) in zip(axes, rules.items()):
-        mask = to_dense(rule, t, t)  # (t, t)
-        # allowed pairs in one blue, the rest empty: the same in both themes (not a scale)
-        ax.imshow(mask.float().numpy(), cmap=ALLOWED, vmin=0, vmax=1, interpolation="none")
-        ax.set_title(f"{name}\n{int(mask.sum())} of {t * (t + 1) // 2} pairs", fontsize=9)
-        ax.set_xticks([0, t - 1], labels=["key 0", str(t - 1)], fontsize=9)
-        ax.set_yticks([0, t - 1], labels=["query 0", str(t - 1)] if ax is axes[0] else ["", ""],
-                      fontsize=9)
-    return fig
+    return mask_panels(rules, t)
 
 
 FIGURES = {
