@@ -52,7 +52,7 @@ from ._checks import (
     check_sizes,
     kernel_keywords,
 )
-from .functional import repeat_kv_heads, softmax
+from .functional import repeat_kv_heads
 
 __all__ = ["split_kv_attention", "weights_read_per_token"]
 
@@ -179,28 +179,28 @@ def split_kv_attention(
     check_batch_dims(("query", query), ("key", key), ("value", value), gqa=not enable_gqa)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     q = query.to(acc) * scale  # (..., t_q, d_k)
-    outputs, lses, maxima, sums = [], [], [], []
+    outputs, maxima, sums = [], [], []
     chunks = zip(key.tensor_split(num_splits, dim=-2), value.tensor_split(num_splits, dim=-2))
     for k_r, v_r in chunks:  # (..., n_r, d_k) and (..., n_r, d_v): chunk r
         scores = q @ k_r.to(acc).transpose(-2, -1)  # (..., t_q, n_r): one chunk's scores
-        lses.append(scores.logsumexp(dim=-1, keepdim=True))  # (..., t_q, 1): lse_r
-        # lse_r in two parts, m_r and l_r (the merge needs no gradient of m_r: z does not
-        # depend on it); a chunk with no finite score has m_r = -inf and l_r = 0
+        # lse_r in two parts, m_r and l_r (nothing needs the gradient of m_r: it cancels); a
+        # chunk with no finite score has m_r = -inf and l_r = 0, and gives z_r = 0
         m_r = scores.detach().amax(dim=-1, keepdim=True)  # (..., t_q, 1)
+        p = torch.exp(scores - m_r.masked_fill(m_r == -math.inf, 0.0))  # (..., t_q, n_r)
+        l_r = p.sum(dim=-1, keepdim=True)  # (..., t_q, 1)
+        # e^{s_j - lse_r} as p / l_r: its weights sum to 1 even where lse_r cannot hold log n_r
+        outputs.append(p @ v_r.to(acc) / l_r.masked_fill(l_r == 0, 1.0))  # (..., t_q, d_v): z_r
         maxima.append(m_r)
-        sums.append(torch.exp(scores - m_r.masked_fill(m_r == -math.inf, 0.0)).sum(-1, True))
-        # e^{s_j - lse_r} by the stable softmax: its weights sum to 1 even where lse_r cannot
-        # hold log n_r (|s| past 2^24 in float32), and a chunk with no finite score gives 0
-        outputs.append(softmax(scores, dim=-1) @ v_r.to(acc))  # (..., t_q, d_v): z_r
+        sums.append(l_r)
     partial = torch.stack(outputs)  # (n_split, ..., t_q, d_v)
-    lse = torch.stack(lses).logsumexp(dim=0)  # (..., t_q, 1): lse = log Σ_r e^{lse_r}
     # e^{lse_r - lse} = l_r e^{m_r - m} / Σ_r' l_r' e^{m_r' - m}, m the largest m_r: a chunk at
     # -inf weighs 0, and a row with no finite score at all is 0, as torch's SDPA gives
     partial_max = torch.stack(maxima)  # (n_split, ..., t_q, 1)
     m = partial_max.amax(dim=0)  # (..., t_q, 1)
-    shift = (partial_max - m.masked_fill(m == -math.inf, 0.0)).exp()  # (n_split, ..., t_q, 1)
-    weights = torch.stack(sums) * shift  # (n_split, ..., t_q, 1)
-    total = weights.sum(dim=0)  # (..., t_q, 1)
+    m = m.masked_fill(m == -math.inf, 0.0)  # a row with no finite score: any finite m
+    weights = torch.stack(sums) * (partial_max - m).exp()  # (n_split, ..., t_q, 1)
+    total = weights.sum(dim=0)  # (..., t_q, 1): Σ_r l_r e^{m_r - m}
+    lse = m + total.log()  # (..., t_q, 1): lse = log Σ_r e^{lse_r}; -inf for no finite score
     out = (weights * partial).sum(dim=0) / total.masked_fill(total == 0, 1.0)  # (..., t_q, d_v)
     out = out.to(query.dtype)
     return (out, lse[..., 0]) if return_lse else out
