@@ -151,12 +151,13 @@ def _block_forward(q: Tensor, k: Tensor, v: Tensor, visible: Tensor | None, scal
     s = q @ _expand(k, groups).transpose(-2, -1) * scale  # (b, h, c_q, c_k)
     if visible is not None:
         s = s.masked_fill(~visible, -math.inf)
-    lse = s.logsumexp(dim=-1)  # (b, h, c_q); -inf where a query sees none of the block
     # the weights by the stable softmax, not exp(s - lse): past |s| = 2^24 a float32 lse cannot
     # hold log c_k, and keys tied at the top score would each weigh 1, summing the values
     m = s.amax(dim=-1, keepdim=True)  # (b, h, c_q, 1); -inf where a query sees none
-    p = torch.exp(s - m.masked_fill(m == -math.inf, 0.0))  # (b, h, c_q, c_k)
+    m = m.masked_fill(m == -math.inf, 0.0)
+    p = torch.exp(s - m)  # (b, h, c_q, c_k)
     total = p.sum(dim=-1, keepdim=True)  # (b, h, c_q, 1); 0 where a query sees none
+    lse = (m + total.log())[..., 0]  # (b, h, c_q); -inf where a query sees none of the block
     return p @ _expand(v, groups) / total.masked_fill(total == 0, 1.0), lse
 
 
