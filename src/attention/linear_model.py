@@ -22,7 +22,6 @@ from ._checks import check_no_mask_or_cache, check_seed, check_sizes
 from .block_attention import BlockAttention, FusedHeads
 from .favor import favor_features, random_projection
 from .linear import apply_feature_map, divide_rows, elu_plus_one
-from .positions import RotaryEmbedding
 
 __all__ = ["KernelBlockAttention", "use_kernel_attention"]
 
@@ -110,16 +109,6 @@ class KernelBlockAttention(FusedHeads):
         over = (-1,) if name == "query" else (-2, -1)  # one maximum per query; one for all keys
         return favor_features(x, self.projection, over)
 
-    def _rotated(self, phi: Tensor) -> Tensor:
-        """phi (b, h, t, d_h) turned by the rotary embedding without YaRN's attention factor,
-        which multiplies the leading ``scaled_dim`` features: (b, h, t, d_h)."""
-        rotary = cast(RotaryEmbedding, self.rotary)
-        turned, factor = rotary(phi), rotary.attention_factor  # (b, h, t, d_h)
-        if factor == 1.0:
-            return turned
-        n = rotary.scaled_dim  # the features the factor multiplied
-        return torch.cat([turned[..., :n] / factor, turned[..., n:]], dim=-1)  # (b, h, t, d_h)
-
     def forward(
         self, x: Tensor, attn_mask: Tensor | None = None, cache: object | None = None
     ) -> tuple[Tensor, Tensor]:
@@ -142,7 +131,9 @@ class KernelBlockAttention(FusedHeads):
             # phi(q R_i) . phi(k R_j) is no function of i - j; (phi(q) R_i) . (phi(k) R_j) is. As
             # RoFormer does for linear attention (Su et al.), only the numerator's features are
             # rotated: the normalizer keeps the unrotated ones, so it stays positive
-            kernel = self._rotated(phi_q) @ self._rotated(phi_k).transpose(-2, -1)  # (b, h, t, t)
+            # rotated only: YaRN's attention factor is a softmax temperature
+            turned = [self.rotary(phi, attention_factor=False) for phi in (phi_q, phi_k)]
+            kernel = turned[0] @ turned[1].transpose(-2, -1)  # (b, h, t, t)
             kernel = kernel.tril() if self.is_causal else kernel
         else:
             kernel = normalizer

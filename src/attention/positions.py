@@ -263,19 +263,24 @@ class RotaryEmbedding(nn.Module):
         self.frequencies = self._frequencies(self.frequencies.device)
         return self
 
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+    def forward(self, x: Tensor, start: int = 0, *, attention_factor: bool = True) -> Tensor:
         """x (..., t, d_h) with token i rotated by its position start + i: shape (..., t, d_h).
 
+        With ``attention_factor=False`` the turn is a pure rotation, without YaRN's attention
+        factor (a softmax temperature), as features that no softmax reads need it.
+
         Raises:
-            ValueError: if x is not (..., t, d_h) or start is not an integer >= 0.
+            ValueError: if x is not (..., t, d_h), start is not an integer >= 0, or
+                attention_factor is not a bool.
         """
         self._check(x)
         _check_start(start)
+        check_flags(attention_factor=attention_factor)
         frequencies = self.frequencies  # (d_rot/2,) float64
         if isinstance(self.scaling, DynamicNTKScaling):  # s follows the length read so far
             frequencies = self.scaling.frequencies(self.rotary_dim, self.base, start + x.shape[-2])
         positions = torch.arange(start, start + x.shape[-2], dtype=torch.float64)  # (t,)
-        return self._rotate(x, positions, frequencies, self.attention_factor)
+        return self._rotate(x, positions, frequencies, self.attention_factor if attention_factor else 1.0)
 
     def shift(self, x: Tensor, offset: int) -> Tensor:
         """Already rotated x (..., t, d_h), every token turned by ``offset`` positions more.

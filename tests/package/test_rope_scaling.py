@@ -357,3 +357,20 @@ class TestBadInput:
     def test_flags_must_be_bools(self, flag: str, call, value: object) -> None:
         with refuses_non_bool(flag, value):
             call(value)
+
+
+@pytest.mark.parametrize("features", ["rotated", "head"])
+def test_without_the_attention_factor_the_turn_is_a_pure_rotation(features):
+    """rotary(x, attention_factor=False): YaRN's frequencies, without its temperature on the
+    scaled features (what a kernel's features take: chapter 12's elu + 1)."""
+    rotary = RotaryEmbedding(8, rotary_dim=4, scaling=YaRNScaling(4.0, 64, scaled_features=features))
+    x = seeded_randn(1, 2, 5, 8)  # (h, t, d_h)
+    turned, n = rotary(x, 3), rotary.scaled_dim
+    pure = rotary(x, 3, attention_factor=False)
+    factor = rotary.attention_factor
+    assert factor > 1
+    torch.testing.assert_close(pure, torch.cat([turned[..., :n] / factor, turned[..., n:]], -1))
+    assert torch.allclose(pure.norm(dim=-1), x.norm(dim=-1))  # a rotation keeps lengths
+    for value in NON_BOOLS:
+        with refuses_non_bool("attention_factor", value):
+            rotary(x, attention_factor=value)
