@@ -412,7 +412,8 @@ class CausalLM(nn.Module):
 
         Raises:
             ValueError: if input_ids is not a (b, t) tensor of int64 or int32 ids in
-                [0, n_vocab), or caches does not hold one cache per layer.
+                [0, n_vocab), caches does not hold one cache per layer, or is empty in a model
+                with learned positions (it has no layer to count the tokens before).
         """
         check_token_ids(input_ids, "input_ids", self.embed.num_embeddings)
         if caches is not None and (not isinstance(caches, list) or None in caches):
@@ -424,6 +425,9 @@ class CausalLM(nn.Module):
         if self.embed_scale != 1.0:  # Gemma: the scale rounded to the weights' dtype first
             x = x * torch.tensor(self.embed_scale, dtype=x.dtype)
         if self.positions is not None:
+            if caches == []:  # no layer, no cache that counts the tokens before these
+                raise ValueError("caches must be None for a model without layers and with learned "
+                                 "positions (no cache counts the tokens before), got []")
             x = self.positions(x, start=0 if caches is None else caches[0].length)
         for i, block in enumerate(self.blocks):
             x = block(x, None if caches is None else caches[i])
@@ -446,10 +450,12 @@ class CausalLM(nn.Module):
         if input_ids.shape[1] == 0:  # the first new token is read off the last given one
             raise ValueError(f"input_ids must hold at least one token per sequence, got shape "
                              f"{tuple(input_ids.shape)}")
-        caches = self.new_caches(input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
+        # no layer: nothing to cache, and every step reads the whole sequence
+        caches = (self.new_caches(input_ids.shape[0], input_ids.shape[1] + max_new_tokens)
+                  if len(self.blocks) else None)
         ids, new = input_ids, input_ids
         for _ in range(max_new_tokens):
-            logits = self(new, caches)  # (b, t or 1, n_vocab)
+            logits = self(new if caches is not None else ids, caches)  # (b, t or 1, n_vocab)
             new = logits[:, -1].argmax(dim=-1, keepdim=True).to(ids.dtype)  # (b, 1), as given
             ids = torch.cat([ids, new], dim=1)
         return ids
@@ -761,15 +767,14 @@ def _llama_like(model: Any) -> CausalLM:
     else:
         scale = d_h**-0.5
     params = config.rope_parameters
-    for own in params.values() if gemma else [params]:  # a rule per layer type in Gemma 3
+    rotaries = {}
+    for layer_type in set(layer_types) - {"linear_attention"}:  # none in a model of no layers
+        own = params[layer_type] if gemma else params  # a rule per layer type in Gemma 3
         # their attention rotates whole heads (Qwen3-Next's a part): transformers fails, or
         # ignores the option, by rule
         if not next_ and own.get("partial_rotary_factor", 1.0) != 1.0:
             raise ValueError(f"{kind}: partial_rotary_factor={own['partial_rotary_factor']!r} is "
                              f"not implemented here, supported: (1.0,)")
-    rotaries = {}
-    for layer_type in set(layer_types) - {"linear_attention"}:
-        own = params[layer_type] if gemma else params
         reference = _inv_freq(body.rotary_emb, own, f"{layer_type}_" if gemma else "")
         rotaries[layer_type] = _rotary(own, d_h, config, reference)
     blocks = []
@@ -947,6 +952,8 @@ def _rotary_forward(module: Any) -> Callable[..., tuple[Tensor, Tensor]]:
 
     config = module.config
     layer_types = getattr(module, "layer_types", None)
+    if layer_types == []:  # Gemma 3 without layers: no rule to evaluate, nothing calls it
+        return module.forward
     tables = {}
     for layer_type in layer_types or [None]:
         kind = module.rope_type[layer_type] if layer_types else module.rope_type

@@ -205,6 +205,25 @@ def test_the_layers_transformers_runs_are_the_layers_copied(case: str) -> None:
     assert error < 1e-10, error
 
 
+@pytest.mark.parametrize("case", ["gpt2", "llama", "gemma3", "qwen3_next", "deepseek_v3"])
+def test_a_model_without_layers_gives_the_same_logits_and_tokens(case: str) -> None:
+    """No layer: embedding, final norm and head. GPT-2's copy generated nothing (its learned
+    positions counted the tokens before from the first layer's cache) and Gemma 3's was not
+    built (its rope_parameters then hold one rule, not one per layer type)."""
+    model_type, options = CASES[case]
+    options = dict(options, **{"n_layer" if case == "gpt2" else "num_hidden_layers": 0})
+    if "layer_types" in options:
+        options["layer_types"] = []
+    model = randomize(_model(model_type, options))
+    ours = from_transformers(model)
+    assert len(ours.blocks) == 0
+    ids = torch.arange(1, 8).repeat(2, 1)  # (2, 7)
+    assert _logit_error(model, ours, ids) < 1e-10
+    generated = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
+                               do_sample=False)  # (2, 11)
+    assert torch.equal(ours.generate(ids, 4), generated)
+
+
 def test_the_copy_is_in_eval_mode_with_the_models_dtype() -> None:
     model = _model(*CASES["gpt2"]).float().train()
     ours = from_transformers(model)
@@ -299,6 +318,10 @@ class TestBadInput:
             ours(torch.tensor([[1, 2]]), 5)
         with pytest.raises(ValueError, match=r"caches must be the list new_caches\(\) returns, got \[None"):
             ours(torch.tensor([[1, 2]]), [None] * len(ours.blocks))
+        gpt2 = from_transformers(_model("gpt2", dict(CASES["gpt2"][1], n_layer=0)))
+        with pytest.raises(ValueError, match=r"caches must be None for a model without layers and "
+                                             r"with learned positions .*, got \[\]"):
+            gpt2(torch.tensor([[1, 2]]), gpt2.new_caches(1, 4))
 
     @pytest.mark.parametrize(
         ("option", "message"),
