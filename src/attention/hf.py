@@ -52,7 +52,7 @@ from ._checks import Factory, accumulation_dtype, check_number, check_sizes, che
 from .delta_layer import DeltaState, GatedDeltaNet
 from .functional import causal_mask, scaled_dot_product_attention
 from .inference import cached_visible
-from .kv_cache import KVCache, RollingKVCache
+from .kv_cache import KVCache, RollingKVCache, storage_dtype
 from .latent import LatentKVCache
 from .norms import RMSNorm
 from .positions import LearnedPositions, RotaryEmbedding
@@ -118,7 +118,7 @@ class _Attention(nn.Module):
     def new_cache(self, batch_size: int, max_tokens: int) -> KVCache | RollingKVCache:
         """A KVCache, or a RollingKVCache of w slots in a sliding-window layer."""
         weight = self.W_key.weight
-        like = Factory(device=weight.device, dtype=weight.dtype)
+        like = Factory(device=weight.device, dtype=storage_dtype(weight))  # or autocast's
         if self.window is None:
             return KVCache(batch_size, self.num_kv_heads, max_tokens, self.d_h, **like)
         return RollingKVCache(
@@ -184,7 +184,7 @@ class _LatentAttention(nn.Module):
         """d_c + d_h^R numbers per token: the normalized latent and the rotated shared key."""
         weight = self.W_down_kv.weight
         return LatentKVCache(batch_size, max_tokens, self.d_c, self.d_r,
-                             dtype=weight.dtype, device=weight.device)
+                             dtype=storage_dtype(weight), device=weight.device)
 
     def forward(self, x: Tensor, cache: LatentKVCache | None = None) -> Tensor:
         """Context vectors (b, t, d) of x (b, t, d), after the n cached tokens if any."""
@@ -246,7 +246,7 @@ class _SparseLatentAttention(_LatentAttention):
         """d_c + d_h^R + d_I numbers per token: the latent, the rotated key, the index key."""
         weight = self.W_down_kv.weight
         return IndexedLatentKVCache(batch_size, max_tokens, self.d_c, self.d_r,
-                                    self.indexer.index_dim, dtype=weight.dtype,
+                                    self.indexer.index_dim, dtype=storage_dtype(weight),
                                     device=weight.device)
 
     def _attend(self, queries: Tensor, keys: Tensor, values: Tensor, x: Tensor, c_q: Tensor,

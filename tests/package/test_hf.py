@@ -224,6 +224,19 @@ def test_a_model_without_layers_gives_the_same_logits_and_tokens(case: str) -> N
     assert torch.equal(ours.generate(ids, 4), generated)
 
 
+@pytest.mark.parametrize("case", ["gpt2", "gemma3", "deepseek_v32", "qwen3_next"])
+def test_generating_under_autocast_caches_in_autocasts_dtype(case: str) -> None:
+    """Under torch.autocast the projections give bfloat16 keys (latents, index keys): the
+    caches were made in the weights' float32 and refused them, where transformers generates."""
+    model = _model(*CASES[case]).float()
+    ours = from_transformers(model)
+    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        generated = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4,
+                                   do_sample=False)  # (2, 11)
+        assert torch.equal(ours.generate(ids, 4), generated)
+
+
 def test_the_copy_is_in_eval_mode_with_the_models_dtype() -> None:
     model = _model(*CASES["gpt2"]).float().train()
     ours = from_transformers(model)
