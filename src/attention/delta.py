@@ -167,8 +167,10 @@ def _prepare(
         q = q.repeat_interleave(h_v // h_k, dim=1)  # (b, h_v, t, d_k)
         k = k.repeat_interleave(h_v // h_k, dim=1)  # (b, h_v, t, d_k)
     q = q * (d_k**-0.5 if scale is None else scale)
+    # a copy even in its dtype: S_t is a new tensor, for t = 0 too (the caller's S_0 unshared)
     state = (
-        v.new_zeros(b, h_v, d_k, d_v) if initial_state is None else initial_state.to(v.dtype)
+        v.new_zeros(b, h_v, d_k, d_v) if initial_state is None
+        else initial_state.to(v.dtype, copy=True)
     )  # (b, h_v, d_k, d_v)
     return q, k, v, state
 

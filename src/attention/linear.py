@@ -155,7 +155,8 @@ def kernel_attention(
     ones = value.new_ones(*value.shape[:-1], 1)  # (..., t_k, 1): the normalizer's column
     v1 = torch.cat([value, ones], dim=-1).to(phi_q.dtype)  # (..., t_k, d_v + 1)
     r, w = phi_k.shape[-1], v1.shape[-1]
-    state = None if initial_state is None else initial_state.to(phi_q.dtype)  # (..., r, w)
+    # (..., r, w), a copy even in its dtype: the final state is a new tensor, for t = 0 too
+    state = None if initial_state is None else initial_state.to(phi_q.dtype, copy=True)
     final = None
     if form == "parallel":
         kernel = phi_q @ phi_k.transpose(-2, -1)  # (..., t_q, t_k)

@@ -454,8 +454,9 @@ def test_delta_rule_passes_its_scale_on(form):
 
 @pytest.mark.parametrize("form", ["recurrent", "parallel", "chunked"])
 def test_no_tokens_give_an_empty_output_and_keep_the_state(form):
-    """t = 0: every function returns (b, h_v, 0, d_v) and S_t = S_0 (the parallel form raised
-    range()'s "arg 3 must not be zero": its one chunk was t tokens long)."""
+    """t = 0: every function returns (b, h_v, 0, d_v) and S_t = S_0, a copy as for t > 0 (the
+    parallel form raised range()'s "arg 3 must not be zero": its one chunk was t tokens long;
+    the others returned S_0 itself, and writing into S_t changed the caller's S_0)."""
     q, k, v, g, beta, s0 = _inputs()
     q, k, v, g, beta = q[:, :, :0], k[:, :, :0], v[:, :, :0], g[..., :0], beta[..., :0]
     decay = decayed_linear_attention(q, k, v, g, form=form, initial_state=s0, output_final_state=True)
@@ -467,6 +468,7 @@ def test_no_tokens_give_an_empty_output_and_keep_the_state(form):
     for out, state in runs:
         assert out.shape == (2, 4, 0, 6)
         torch.testing.assert_close(state, s0, rtol=0, atol=0)
+        assert state.untyped_storage().data_ptr() != s0.untyped_storage().data_ptr()
 
 
 @pytest.mark.parametrize("form", ["recurrent", "parallel", "chunked"])

@@ -109,6 +109,18 @@ def test_no_tokens_give_an_empty_output_in_every_form(form: str) -> None:
     assert out.shape == want.shape
 
 
+@pytest.mark.parametrize("form", FORMS)
+def test_no_tokens_return_a_copy_of_the_initial_state(form: str) -> None:
+    """t = 0 adds nothing to [S, u], and the state returned is a new tensor, as for t > 0: the
+    recurrent and chunked forms returned initial_state itself (writing into it changed it)."""
+    query, key, value = qkv((2, 0, 4), (2, 0, 4), (2, 0, 5))
+    initial = torch.rand(2, 4, 6, dtype=torch.float64)  # (b, r, d_v + 1): elu+1 keeps r = d_k
+    _, state = linear_attention(query, key, value, is_causal=True, form=form,
+                                initial_state=initial, output_final_state=True)
+    torch.testing.assert_close(state, initial, rtol=0, atol=0)
+    assert state.untyped_storage().data_ptr() != initial.untyped_storage().data_ptr()
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("form", FORMS)
 def test_a_query_whose_normalizer_is_zero_gives_a_zero_row(form: str, causal: bool) -> None:
