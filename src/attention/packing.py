@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._checks import (
+    check_counts,
     check_flags,
     check_qkv,
     check_scale,
-    check_sizes,
     kernel_keywords,
     shape_or_type,
     torch_takes_is_causal,
@@ -170,8 +170,8 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
         shape = shape_or_type(packed)
         raise ValueError(f"packed must be (t, ...), one row per packed token, got shape {shape}")
     _check_cu_seqlens(cu_seqlens, packed.shape[0])
-    if t_max is not None:
-        check_sizes(t_max=t_max)
+    if t_max is not None:  # 0 when every sequence is empty, as pack of an (n, 0, ...) batch
+        check_counts(t_max=t_max)
     lengths = cu_seqlens.diff().long().to(packed.device)  # (n,)
     t_max = int(lengths.max()) if t_max is None else t_max
     if t_max < int(lengths.max()):

@@ -88,6 +88,14 @@ def test_empty_sequences_are_allowed_as_in_flash_attention(is_causal):
     assert torch.equal(unpack(packed, cu), torch.stack([F.pad(x[0, :2], (0, 0, 0, 2)), x[1] * 0, x[2]]))
 
 
+def test_unpack_restores_a_batch_of_empty_sequences_at_its_own_t_max_of_0():
+    # pack of an (n, 0, ...) batch is valid, so unpack must take that batch's t_max back: it
+    # refused t_max=0 ("t_max must be at least 1, got 0") though every length is 0
+    x = torch.randn(3, 0, 4)
+    packed, cu_seqlens = pack(x, torch.zeros(3, dtype=torch.long))
+    assert torch.equal(unpack(packed, cu_seqlens, t_max=x.shape[1]), x)
+
+
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_queries_of_a_sequence_without_keys_give_zeros_as_in_flash_attention(is_causal):
     # flash-attention's reference (attention_ref) zeroes a query row that sees no key, and SDPA
@@ -200,7 +208,8 @@ class TestBadInput:
          r"ending at the number of packed tokens 5.*got \[0, 2, 4\]"),
         (lambda: unpack(torch.zeros(4, 2), torch.tensor([0, 2, 4]), t_max=1),
          r"t_max must be at least the longest length 2, got 1"),
-        (lambda: unpack(torch.zeros(4, 2), torch.tensor([0, 2, 4]), t_max=4.0), r"t_max must be an integer, got 4.0"),
+        (lambda: unpack(torch.zeros(4, 2), torch.tensor([0, 2, 4]), t_max=4.0), r"t_max must be an integer >= 0, got 4.0"),
+        (lambda: unpack(torch.zeros(4, 2), torch.tensor([0, 2, 4]), t_max=-1), r"t_max must be an integer >= 0, got -1"),
         (lambda: unpack(torch.tensor(1.0), torch.tensor([0, 1])), r"packed must be \(t, ...\), one row per packed token, got shape \(\)"),
         (lambda: pack([[1, 2]], torch.tensor([2])), r"x must be \(n, t_max, ...\) with n = 1 rows .*got shape list"),
         (lambda: varlen_attention(torch.zeros(1, 4, 2), torch.zeros(4, 1, 2), torch.zeros(4, 1, 2), torch.tensor([0, 4])),
