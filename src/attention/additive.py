@@ -90,8 +90,9 @@ class AdditiveAttention(nn.Module):
 
         Raises:
             ValueError: if query, keys or values are not floating point, do not have the
-                shapes above or disagree on b and t_k, or mask is not a bool tensor, does not
-                broadcast to (b, t_k) or is on another device.
+                shapes above or disagree on b and t_k, values have another dtype or device
+                than keys, or mask is not a bool tensor, does not broadcast to (b, t_k) or is
+                on another device.
         """
         check_input(query, self.d_query, (2,), "query", "d_query")
         check_input(keys, self.d_key, (3,), "keys", "d_key")
@@ -100,6 +101,11 @@ class AdditiveAttention(nn.Module):
         for name, x in (("query", query), ("keys", keys), ("values", values)):
             if not x.is_floating_point():  # values meet no nn.Linear to refuse integers
                 raise ValueError(f"{name} must be floating point, got {x.dtype}")
+        # as torch's SDPA: values of another dtype were promoted (float16 values, float64 keys:
+        # a float64 context) and another device was torch's RuntimeError naming no argument
+        if (values.dtype, values.device) != (keys.dtype, keys.device):
+            raise ValueError(f"values must have the keys' dtype {keys.dtype} and device "
+                             f"{keys.device}, got {values.dtype} on {values.device}")
         if keys.shape[0] != query.shape[0] or values.shape[:2] != keys.shape[:2]:
             raise ValueError(
                 "query (b, d_query), keys (b, t_k, d_key) and values (b, t_k, d_value) must "

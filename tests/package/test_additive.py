@@ -195,6 +195,17 @@ class TestBadInput:
         with pytest.raises(ValueError, match=rf"{which} must be floating point, got {dtype}"):
             attention(**inputs)
 
+    @pytest.mark.parametrize(("dtype", "device"), [(torch.float16, "cpu"), (torch.float64, "cpu"),
+                                                   (torch.float32, "meta")])
+    def test_values_must_have_the_dtype_and_device_of_keys(self, dtype, device) -> None:
+        # as torch's SDPA refuses: other float values were promoted (a float64 context from
+        # float32 keys) and values on meta raised torch's RuntimeError naming no argument
+        attention = AdditiveAttention(4, 3, 5)
+        values = torch.randn(2, 6, 3, dtype=dtype, device=device)
+        with pytest.raises(ValueError, match=rf"values must have the keys' dtype torch.float32 "
+                                             rf"and device cpu, got {dtype} on {device}"):
+            attention(torch.randn(2, 4), torch.randn(2, 6, 3), values)
+
     def test_seq2seq_needs_the_book_s_encoder_and_decoder(self) -> None:
         # an AttributeError ('NoneType' object has no attribute 'd_hidden')
         with pytest.raises(ValueError, match="must be a Seq2SeqEncoder and an AttentionDecoder, got NoneType and NoneType"):
