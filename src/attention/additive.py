@@ -17,11 +17,13 @@ applies them to row vectors.
 """
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.types import Device
 
 from ._checks import (
     Factory,
+    accumulation_dtype,
     check_input,
     check_mask,
     check_rank,
@@ -86,7 +88,8 @@ class AdditiveAttention(nn.Module):
 
         No keys (t_k = 0) leave nothing to attend to: the weights are empty (b, 0) and the
         context vector is zero, what ``F.scaled_dot_product_attention`` gives a query with no
-        keys.
+        keys. With half-precision inputs, all after the projections W₁ q and W₂ k_j (the tanh,
+        the scores, the softmax and the context) runs in float32, rounded once at the end.
 
         Raises:
             ValueError: if query, keys or values are not floating point, do not have the
@@ -112,9 +115,12 @@ class AdditiveAttention(nn.Module):
                 f"agree on b and t_k, got shapes {tuple(query.shape)}, {tuple(keys.shape)}, "
                 f"{tuple(values.shape)}"
             )
-        # (b, t_k, d_attn)
-        hidden = torch.tanh(self.W_query(query)[:, None, :] + self.W_key(keys))
-        attn_scores = self.v(hidden).squeeze(-1)  # (b, t_k)
+        q_proj, k_proj = self.W_query(query), self.W_key(keys)  # (b, d_attn), (b, t_k, d_attn)
+        # half precision: the hidden layer, scores, softmax and context in float32, rounded
+        # once, as MultiHeadAttention's scores (a float16 score past 65504 was inf, its row nan)
+        acc = accumulation_dtype(k_proj.dtype)
+        hidden = torch.tanh(q_proj.to(acc)[:, None, :] + k_proj.to(acc))  # (b, t_k, d_attn)
+        attn_scores = F.linear(hidden, self.v.weight.to(acc)).squeeze(-1)  # (b, t_k)
         if mask is not None:
             if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
                 got = f"dtype {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
@@ -125,8 +131,9 @@ class AdditiveAttention(nn.Module):
                                  f"got {mask.device}")
             attn_scores = attn_scores.masked_fill(~mask, float("-inf"))
         attn_weights = softmax(attn_scores, dim=-1)  # (b, t_k)
-        context = (attn_weights[:, :, None] * values).sum(dim=1)  # (b, d_value); 0 if t_k = 0
-        return context, attn_weights
+        weighted = attn_weights[:, :, None] * values.to(acc)  # (b, t_k, d_value)
+        context = weighted.sum(dim=1)  # (b, d_value); 0 if t_k = 0
+        return context.to(values.dtype), attn_weights.to(k_proj.dtype)
 
 
 class Seq2SeqEncoder(nn.Module):

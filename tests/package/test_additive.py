@@ -1,5 +1,6 @@
 """Additive (Bahdanau) attention: the score formula, masking, and a seq2seq model that learns."""
 
+import copy
 import math
 import re
 
@@ -49,6 +50,23 @@ def test_score_formula_against_a_hand_loop():
         expected_context = sum(a * values[b, j] for j, a in enumerate(alpha))
         torch.testing.assert_close(weights[b], torch.tensor(alpha, dtype=torch.float64))
         torch.testing.assert_close(context[b], expected_context)
+
+
+def test_float16_scores_past_65504_give_the_float64_answer():
+    # |score| <= 4 · 2e4: past float16's largest number, it was inf, and a row of two such nan;
+    # the scores and softmax run in float32, as MultiHeadAttention's for half inputs
+    attention = AdditiveAttention(1, 1, 4).half()
+    with torch.no_grad():
+        attention.W_query.weight.fill_(5.0), attention.W_key.weight.fill_(5.0)
+        attention.v.weight.fill_(2e4)
+    query, keys = torch.ones(1, 1), torch.tensor([[[1.0], [1.0], [-1.0]]])
+    values = torch.tensor([[[1.0], [2.0], [3.0]]])
+    context, weights = attention(query.half(), keys.half(), values.half())
+    want = copy.deepcopy(attention).double()(query.double(), keys.double(), values.double())
+    assert context.dtype == weights.dtype == torch.float16
+    assert want[1].tolist() == [[0.5, 0.5, 0.0]] and want[0].tolist() == [[1.5]]
+    torch.testing.assert_close(context.double(), want[0], rtol=0, atol=0)
+    torch.testing.assert_close(weights.double(), want[1], rtol=0, atol=0)
 
 
 def test_context_mixes_the_values_given_and_the_keys_by_default():
