@@ -24,6 +24,7 @@ from torch.types import Device
 
 from ._checks import (
     Factory,
+    accumulation_dtype,
     additive_mask,
     check_attn_mask,
     check_cache,
@@ -179,17 +180,20 @@ class BlockAttention(FusedHeads):
         """
         if not self.is_causal:
             return attn_mask
+        # in the accumulation dtype: a float32 attn_mask on half-precision x is added in float32,
+        # as without is_causal (rounded to bfloat16 first, a bias of 100.7 became 100.5)
+        dtype = accumulation_dtype(x.dtype)
         if isinstance(cache, RollingKVCache):
             query_pos = torch.arange(cache.length - t, cache.length, device=x.device)  # (t,)
             visible = window_visible(query_pos, cache.key_positions, cache.window, cache.sinks)
-            causal = additive_mask(visible, x.dtype)  # (t, t_k)
+            causal = additive_mask(visible, dtype)  # (t, t_k)
         else:
             causal = additive_causal_mask(
-                t, t_k, dtype=x.dtype, device=x.device, alignment="bottom_right"
+                t, t_k, dtype=dtype, device=x.device, alignment="bottom_right"
             )  # (t, t_k)
         if attn_mask is None:
             return causal
-        return causal + additive_mask(attn_mask, x.dtype)  # (..., t, t_k)
+        return causal + additive_mask(attn_mask, dtype)  # (..., t, t_k)
 
     def forward(
         self, x: Tensor, attn_mask: Tensor | None = None, cache: Cache | None = None

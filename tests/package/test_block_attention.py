@@ -160,6 +160,19 @@ def test_decoding_with_a_rolling_cache_equals_one_forward_under_its_window(sinks
         start += t
 
 
+def test_a_causal_block_adds_a_float32_mask_to_half_precision_scores_in_float32() -> None:
+    """As without is_causal: the mask was rounded to bfloat16 first (100.7 became 100.5)."""
+    causal = BlockAttention(8, 2, is_causal=True).to(torch.bfloat16)
+    plain = BlockAttention(8, 2).to(torch.bfloat16)
+    plain.load_state_dict(causal.state_dict())
+    x = seeded_randn(5, 1, 6, 8).to(torch.bfloat16)
+    bias = 100 + 2 * torch.rand(6, 6, generator=torch.Generator().manual_seed(6))  # float32
+    hidden = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    out, weights = causal(x, bias)
+    expected_out, expected_weights = plain(x, bias.masked_fill(hidden, float("-inf")))
+    assert torch.equal(weights, expected_weights) and torch.equal(out, expected_out)
+
+
 def test_dropout_acts_on_weights_and_output_in_training_only() -> None:
     torch.manual_seed(0)
     attn = BlockAttention(8, 2, dropout=0.5).double()
