@@ -54,7 +54,16 @@ def _check_start(start: int) -> None:
     check_counts(start=start)
 
 
-def sinusoidal_positions(t: int, d: int) -> Tensor:
+def _table_dtype(dtype: torch.dtype | None) -> torch.dtype:
+    """The dtype of a table computed in float64: torch's default for None, else a float one."""
+    if dtype is None:
+        return torch.get_default_dtype()
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point dtype, got {dtype!r}")
+    return dtype
+
+
+def sinusoidal_positions(t: int, d: int, dtype: torch.dtype | None = None) -> Tensor:
     """The sinusoidal position table of Vaswani et al. (2017), shape (t, d).
 
     Row p is the position vector of token p (p = 0 .. t-1): PE[p, 2i] = sin(p / 10000^(2i/d))
@@ -64,12 +73,14 @@ def sinusoidal_positions(t: int, d: int) -> Tensor:
     Args:
         t: number of positions, the rows of the table.
         d: width of a position vector; even.
+        dtype: dtype of the table, rounded once from float64 (torch's default if None).
 
     Returns:
-        PE (t, d) in torch's default dtype: sin, cos, sin, cos, ... along each row.
+        PE (t, d): sin, cos, sin, cos, ... along each row.
 
     Raises:
-        ValueError: if t or d is not an integer >= 1, or d is odd.
+        ValueError: if t or d is not an integer >= 1, d is odd, or dtype is not a floating-point
+            dtype.
 
     Examples:
         >>> sinusoidal_positions(3, 4)
@@ -82,7 +93,8 @@ def sinusoidal_positions(t: int, d: int) -> Tensor:
     positions = torch.arange(t, dtype=torch.float64)  # (t,)
     angles = positions[:, None] * rope_frequencies(d, 10000.0)  # (t, d/2)
     table = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (t, d/2, 2)
-    return table.reshape(t, d).to(torch.get_default_dtype())  # (t, d): sin, cos, sin, cos, ...
+    dtype = _table_dtype(dtype)
+    return table.reshape(t, d).to(dtype)  # (t, d): sin, cos, sin, cos, ...
 
 
 class LearnedPositions(nn.Module):
@@ -423,7 +435,7 @@ def alibi_slopes64(num_heads: int) -> Tensor:
     return torch.tensor(slopes, dtype=torch.float64)  # (h,)
 
 
-def alibi_bias(num_heads: int, t_q: int, t_k: int) -> Tensor:
+def alibi_bias(num_heads: int, t_q: int, t_k: int, dtype: torch.dtype | None = None) -> Tensor:
     """ALiBi's additive bias -m_η (i - j) of query i against key j, shape (h, t_q, t_k).
 
     Positions are aligned bottom-right, as when a model decodes with a cache of keys: the last
@@ -437,14 +449,15 @@ def alibi_bias(num_heads: int, t_q: int, t_k: int) -> Tensor:
         num_heads: h, the number of heads (one slope each, :func:`alibi_slopes`).
         t_q: number of queries, the last t_q positions.
         t_k: number of keys.
+        dtype: dtype of the bias, rounded once from float64 (torch's default if None).
 
     Returns:
-        The bias (h, t_q, t_k) to add to the scaled scores, in torch's default dtype.
+        The bias (h, t_q, t_k) to add to the scaled scores.
 
     Raises:
-        ValueError: if num_heads is not an integer >= 1, t_q or t_k is not an integer >= 0, or
-            t_q > t_k. No queries or no keys give an empty bias, as :func:`~attention.causal_mask`
-            gives an empty mask.
+        ValueError: if num_heads is not an integer >= 1, t_q or t_k is not an integer >= 0,
+            t_q > t_k, or dtype is not a floating-point dtype. No queries or no keys give an
+            empty bias, as :func:`~attention.causal_mask` gives an empty mask.
 
     Examples:
         >>> alibi_bias(1, 2, 3)
@@ -462,6 +475,7 @@ def alibi_bias(num_heads: int, t_q: int, t_k: int) -> Tensor:
     key_pos = torch.arange(t_k, dtype=torch.float64)  # (t_k,)
     offset = key_pos[None, :] - query_pos[:, None]  # (t_q, t_k), j - i = -(i - j)
     slopes = alibi_slopes64(num_heads)  # (h,)
-    return (slopes[:, None, None] * offset).to(torch.get_default_dtype())  # (h, t_q, t_k)
+    dtype = _table_dtype(dtype)
+    return (slopes[:, None, None] * offset).to(dtype)  # (h, t_q, t_k)
 
 

@@ -42,6 +42,7 @@ from torch.types import Device
 
 from ._checks import (
     Factory,
+    accumulation_dtype,
     check_dropout,
     check_flags,
     check_heads,
@@ -544,8 +545,14 @@ class TinyTransformer(nn.Module):
         if self.pos_emb is not None:  # learned positions
             x = self.pos_emb(x, start=n)  # (b, t, d)
         elif self.positions == "sinusoidal" and n + t:  # no table of 0 rows: x is empty then
-            x = x + sinusoidal_positions(n + t, x.shape[-1])[n:].to(x)  # (b, t, d) + (t, d)
-        bias = alibi_bias(self.num_heads, t, n + t).to(x) if self.positions == "alibi" else None
+            # rounded once from float64 to x's dtype: via torch's default dtype, a float64 model
+            # had float32 positions
+            table = sinusoidal_positions(n + t, x.shape[-1], dtype=x.dtype)[n:]  # (t, d)
+            x = x + table.to(x.device)  # (b, t, d)
+        bias = None
+        if self.positions == "alibi":  # (h, t, n + t), added in the scores' dtype: float32 for
+            # half-precision x, as fused kernels add ALiBi; float64 slopes for a float64 model
+            bias = alibi_bias(self.num_heads, t, n + t, accumulation_dtype(x.dtype)).to(x.device)
         layer_caches = [None] * len(self.blocks) if cache is None else cache.layers
         all_weights = []
         for block, layer_cache in zip(self.blocks, layer_caches):

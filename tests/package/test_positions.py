@@ -253,6 +253,13 @@ class TestBadInput:
         with pytest.raises(ValueError, match=message):
             sinusoidal_positions(t, d)
 
+    @pytest.mark.parametrize("table", [lambda dtype: sinusoidal_positions(4, 2, dtype),
+                                       lambda dtype: alibi_bias(2, 3, 3, dtype)])
+    def test_position_tables_take_a_floating_point_dtype(self, table) -> None:
+        assert table(torch.float64).dtype == torch.float64 and table(None).dtype == torch.float32
+        with pytest.raises(ValueError, match=r"dtype must be a floating-point dtype, got torch.int64"):
+            table(torch.int64)
+
     def test_rotary_embedding_refuses_integer_input(self) -> None:
         # cos and sin take x's dtype: in int64 they would be 0 or 1
         with pytest.raises(ValueError, match=r"x must be a floating-point tensor, got torch.int64"):

@@ -19,6 +19,7 @@ from attention import (
     RotaryEmbedding,
     TinyTransformer,
     TransformerBlock,
+    alibi_bias,
     head_scores,
     induction_data,
     kv_cache_bytes,
@@ -316,6 +317,41 @@ def test_bias_reaches_the_final_norm_and_the_lm_head_never_has_one(bias: bool) -
     with_bias = [name for name, module in model.named_modules()
                  if getattr(module, "bias", None) is not None]
     assert bool(with_bias) == bias, with_bias
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "alibi"])
+def test_a_float64_model_s_position_tables_are_float64(positions: str) -> None:
+    """Both tables came in torch's default dtype: off by 5e-8 (16 heads, whose slopes include
+    2^-0.5, and 200 tokens), not by float64's rounding."""
+    torch.manual_seed(0)
+    model = randomize(TinyTransformer(11, 32, 16, 1, 8, positions=positions, mlp=False)).double()
+    idx = torch.randint(11, (1, 200), generator=torch.Generator().manual_seed(1))
+    i, j = torch.arange(200.0, dtype=torch.float64)[:, None], torch.arange(200.0)[None, :]
+    x, bias = model.tok_emb(idx), None
+    if positions == "alibi":  # slopes 2^(-8 k / 16), k = 1 .. 16
+        slopes = 2.0 ** (-0.5 * torch.arange(1, 17, dtype=torch.float64))  # (h,)
+        bias = -slopes[:, None, None] * (i - j)  # (h, t, t)
+    else:
+        angles = i * 10000.0 ** (-torch.arange(0, 32, 2, dtype=torch.float64) / 32)  # (t, d/2)
+        x = x + torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(200, 32)
+    with torch.no_grad():
+        for block in model.blocks:
+            x = block(x, bias)
+        expected = model.lm_head(model.final_norm(x))
+        torch.testing.assert_close(model(idx), expected, atol=1e-13, rtol=0)
+
+
+def test_a_half_precision_model_adds_alibi_in_float32() -> None:
+    """As fused kernels add it: the bias was rounded to bfloat16 (4.9497 became 4.9375)."""
+    torch.manual_seed(0)
+    model = TinyTransformer(11, 32, 16, 1, 8, positions="alibi", mlp=False).to(torch.bfloat16)
+    idx = torch.randint(11, (1, 40), generator=torch.Generator().manual_seed(1))
+    seen = []
+    model.blocks[0].attn.register_forward_pre_hook(lambda _, args: seen.append(args[1]))
+    model(idx)
+    assert seen[0].dtype == torch.float32
+    torch.testing.assert_close(seen[0], alibi_bias(16, 40, 40, torch.float64).float(), atol=0,
+                               rtol=0)
 
 
 def test_rope_model_rotates_as_rotary_embedding_defaults() -> None:
