@@ -173,10 +173,9 @@ def _check_ids(name: str, ids: Tensor, ranks: tuple[int, ...]) -> None:
     if not isinstance(ids, Tensor) or ids.dim() not in ranks or ids.is_floating_point() or (
         ids.dtype == torch.bool
     ):
-        shape = shape_or_type(ids)
-        dtype = ids.dtype if isinstance(ids, Tensor) else None
+        got = f"{tuple(ids.shape)} of {ids.dtype}" if isinstance(ids, Tensor) else shape_or_type(ids)
         expected = " or ".join(f"{r}-d" for r in ranks)
-        raise ValueError(f"{name} must be a {expected} integer tensor, got {shape} of {dtype}")
+        raise ValueError(f"{name} must be a {expected} integer tensor, got {got}")
 
 
 def document(doc_ids: Tensor) -> MaskMod:
@@ -622,7 +621,8 @@ def visible(mask_mod: MaskMod, query_pos: Tensor, key_pos: Tensor) -> Tensor:
         The mask (t_q, t_k), bool.
 
     Raises:
-        ValueError: if mask_mod is not callable or answers with numbers, not bools.
+        ValueError: if mask_mod is not callable or answers with numbers, not bools, or a
+            position tensor is not a 1-d integer tensor.
 
     Examples:
         >>> visible(sliding_window(2), torch.tensor([5, 6]), torch.tensor([4, 5, 6]))
@@ -630,6 +630,9 @@ def visible(mask_mod: MaskMod, query_pos: Tensor, key_pos: Tensor) -> Tensor:
                 [False,  True,  True]])
     """
     check_rule(mask_mod, "mask_mod")
+    # a list had no .device, (t, 1) positions broadcast to a wrong shape, 0.5 was a position
+    _check_ids("query_pos", query_pos, (1,))
+    _check_ids("key_pos", key_pos, (1,))
     zero = torch.zeros((), dtype=torch.long, device=query_pos.device)
     dense = mask_mod(zero, zero, query_pos[:, None], key_pos[None, :])  # (t_q, t_k)
     return mask_answer(dense, query_pos.device).expand(len(query_pos), len(key_pos))

@@ -469,6 +469,13 @@ class TestBadInput:
         (lambda: M.dense_attention(*qkv((2, 4, T, 8), (2, 2, T, 8))),
          r"leading dimensions of query, key and value must broadcast, got \(2, 4\), \(2, 2\)"),
         (lambda: M.dense_attention(*qkv((3, T, 8))), r"query must be \(b, h, t, d\), got shape \(3, 12, 8\)"),
+        # a list was an AttributeError, (t, 1) positions broadcast to (2, 3), 0.5 was a position
+        (lambda: M.visible(M.causal(), [0, 1], torch.arange(3)),
+         r"query_pos must be a 1-d integer tensor, got list"),
+        (lambda: M.visible(M.causal(), torch.arange(2), torch.arange(3)[:, None]),
+         r"key_pos must be a 1-d integer tensor, got \(3, 1\) of torch\.int64"),
+        (lambda: M.visible(M.causal(), torch.tensor([0.5, 1.5]), torch.arange(3)),
+         r"query_pos must be a 1-d integer tensor, got \(2,\) of torch\.float32"),
     ])
     def test_each_rule_checks_its_arguments(self, call, message):
         with pytest.raises(ValueError, match=message):
