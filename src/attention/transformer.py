@@ -384,8 +384,9 @@ class TinyTransformer(nn.Module):
     Raises:
         ValueError: if a size is not an integer >= 1, num_heads does not divide d_model,
             positions (or a block's option) is unknown, dropout is outside [0, 1), positions
-            is ``"rope"`` and d_model / num_heads is odd, mlp, parallel or qk_norm is not a
-            bool, or bias, output_gate or tie_weights is not a bool.
+            is ``"rope"`` and d_model / num_heads is odd or ``"sinusoidal"`` and d_model is
+            odd, mlp, parallel or qk_norm is not a bool, or bias, output_gate or tie_weights is
+            not a bool.
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -430,6 +431,10 @@ class TinyTransformer(nn.Module):
                     output_gate=output_gate, tie_weights=tie_weights)
         if positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        if positions == "sinusoidal" and d_model % 2:  # else refused by the first forward only
+            raise ValueError(
+                f"positions='sinusoidal' needs an even d_model (sin and cos in pairs), got {d_model}"
+            )
         self.vocab_size, self.num_heads, self.positions = vocab_size, num_heads, positions
         self.context_length = context_length
         factory = Factory(device=device, dtype=dtype)

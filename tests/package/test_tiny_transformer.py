@@ -420,6 +420,9 @@ class TestBadInput:
         [
             (lambda: TinyTransformer(11, 8, 2, 1, 4, positions="absolute"), r"got 'absolute'"),
             (lambda: TinyTransformer(11, 6, 2, 1, 4, positions="rope"), r"d_h must be even .*got 3"),
+            # built, then refused by its first forward ("d must be even")
+            (lambda: TinyTransformer(11, 5, 1, 1, 4, positions="sinusoidal"),
+             r"positions='sinusoidal' needs an even d_model \(sin and cos in pairs\), got 5"),
             (lambda: TinyTransformer(11, 8, 2, 1, 4, dropout=1.0), r"dropout must be in \[0, 1\), got 1\.0"),
             (lambda: TinyTransformer(11, 8, 3, 1, 4),
              r"d_model must be divisible by num_heads.*got d_model=8 and num_heads=3"),
