@@ -597,6 +597,8 @@ class TinyTransformer(nn.Module):
                 f"t + max_new_tokens - 1 must be at most context_length={self.context_length} "
                 f"with learned positions, got {t} + {max_new_tokens} - 1 = {t + max_new_tokens - 1}"
             )
+        # no cache of 0 rows (KVCache refuses batch_size 0): an empty batch reruns nothing
+        use_cache = use_cache and b > 0
         cache = self.new_cache(b, t + max_new_tokens - 1) if use_cache else None
         new_tokens = idx
         for step in range(max_new_tokens):

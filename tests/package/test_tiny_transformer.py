@@ -206,6 +206,13 @@ def test_generate_gives_the_same_tokens_with_and_without_the_cache(positions: st
     assert len(cached.unique()) > 3  # not one token repeated
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_extends_an_empty_batch_with_or_without_the_cache(use_cache: bool) -> None:
+    """As forward takes b = 0: with the cache it was a ValueError, "batch_size must be at least 1"."""
+    out = _decoder("rope").generate(torch.zeros(0, 2, dtype=torch.long), 3, use_cache=use_cache)
+    assert out.shape == (0, 5) and out.dtype == torch.long
+
+
 VARIANTS = [
     {"norm": "rms", "activation": "swiglu", "bias": False},  # Llama's block
     {"parallel": True, "qk_norm": True, "tie_weights": True},
