@@ -519,7 +519,8 @@ class TinyTransformer(nn.Module):
         ``return_weights=True`` also returns each layer's attention weights, a list of
         ``num_layers`` tensors (b, h, t, t). With a ``cache`` from :meth:`new_cache`, idx holds
         only the t new tokens, at positions n .. n + t - 1 after the n cached ones: the logits
-        are those of the full sequence's last t rows, and the weights are (b, h, t, n + t).
+        are those of the full sequence's last t rows, and the weights are (b, h, t, n + t), or
+        (b, h, t, t_k) over the t_k keys a layer's :class:`~attention.RollingKVCache` hands back.
 
         Raises:
             ValueError: if idx is not (b, t) of integer ids in [0, n_vocab), cache is not a
