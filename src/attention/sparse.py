@@ -299,6 +299,8 @@ class LightningIndexer(nn.Module):
         append the latents first) and sit at positions n .. n + t - 1 (the cache's length is
         n + t once the latents are appended; ``start`` is then ignored, the cache gives it).
         Unmasked: :func:`topk_mask` (or :func:`dsa_attention`) hides the later keys first.
+        A half-precision indexer scores in float32 and returns float32 scores, as transformers'
+        ``DeepseekV32Indexer`` ranks them.
 
         Raises:
             ValueError: if x is not (b, t, d_in) or q_latent not (b, t, q_rank), or cache is not
@@ -327,9 +329,13 @@ class LightningIndexer(nn.Module):
         keys = self.rotary(self.key_norm(self.W_key(x)), start=start)  # (b, t, d_I)
         if cache is not None:
             keys = cache.append_index_keys(keys)  # (b, n + t, d_I)
+        # half precision: scored in float32 and returned so, as transformers' indexer does;
+        # scores rounded to bfloat16 tie keys that float32 ranks apart, and top-k then differs
+        acc = accumulation_dtype(queries.dtype)
+        queries, keys = queries.to(acc), keys.to(acc)
         # (b, h_I, t, n + t): each index head's ReLU scores
         per_head = torch.relu(queries @ keys[:, None].transpose(-2, -1) * d_i**-0.5)
-        weights = self.W_weights(x) * h_i**-0.5  # (b, t, h_I): η_il / sqrt(h_I)
+        weights = self.W_weights(x).to(acc) * h_i**-0.5  # (b, t, h_I): η_il / sqrt(h_I)
         return torch.einsum("bih,bhij->bij", weights, per_head)  # (b, t, n + t)
 
 

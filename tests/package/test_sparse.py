@@ -370,6 +370,40 @@ def test_dsa_equals_transformers_deepseek_v32_attention():
             torch.testing.assert_close(out, reference, rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_indexer_scores_in_float32_and_selects_as_transformers(dtype):
+    """Scores rounded to the half dtype tied keys that transformers' indexer (float32 scores)
+    ranks apart: 2 of 128 rows in bfloat16 and 1 in float16 selected other keys."""
+    from transformers import AutoConfig
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as ds
+
+    top_k, b, t, d = 8, 2, 64, 32
+    config = AutoConfig.for_model(
+        "deepseek_v32", hidden_size=d, num_attention_heads=4, q_lora_rank=16, kv_lora_rank=16,
+        qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, index_n_heads=4, index_head_dim=16,
+        index_topk=top_k, num_hidden_layers=1, vocab_size=10,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    torch.manual_seed(0)
+    theirs = ds.DeepseekV32Indexer(config, 0)
+    with torch.no_grad():
+        for name, p in theirs.named_parameters():
+            p.copy_(1 + 0.3 * torch.randn_like(p) if "norm" in name else 0.5 * torch.randn_like(p))
+    names = {"wq_b": "W_query", "wk": "W_key", "k_norm": "key_norm", "weights_proj": "W_weights"}
+    ours = sparse.LightningIndexer(d, 16, 4, 16, 4)
+    ours.load_state_dict({names[n.split(".")[0]] + "." + n.split(".")[1]: p
+                          for n, p in theirs.state_dict().items()})
+    theirs, ours = theirs.to(dtype), ours.to(dtype)
+    x, c_q = torch.randn(b, t, d, dtype=dtype), torch.randn(b, t, 16, dtype=dtype)
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    with torch.no_grad():
+        cos_sin = ds.DeepseekV32RotaryEmbedding(config)(x, torch.arange(t)[None].expand(b, t))
+        indices = theirs(x, c_q, cos_sin, causal, None).long()  # (b, t, k)
+        scores = ours(x, c_q)  # (b, t, t)
+    chosen = torch.zeros(b, t, t, dtype=torch.bool).scatter(-1, indices, True) & causal
+    assert torch.equal(to_dense(sparse.topk_mask(scores[:, None], top_k), t, t, b, 1)[:, 0], chosen)
+    assert scores.dtype == torch.float32
+
+
 def test_indexer_with_a_cache_scores_chunk_by_chunk_as_all_at_once() -> None:
     """Generating: the cached index keys keep their positions, so each chunk's rows are the same."""
     torch.manual_seed(0)
