@@ -155,8 +155,9 @@ def use_recurrent_attention(
         ``model``, changed in place.
 
     Raises:
-        ValueError: a model without such blocks, an unknown kind, a ``layers`` that is not a
-            list of integer indices in range, or is empty, a conv_size that is not None or an
+        ValueError: a model without blocks, a chosen block whose attn is not a BlockAttention
+            (one replaced before included), an unknown kind, a ``layers`` that is not a list
+            of integer indices in range, or is empty, a conv_size that is not None or an
             integer >= 1, or a chosen block whose attention has dropout, an output gate or a
             QK-norm.
 
@@ -168,9 +169,7 @@ def use_recurrent_attention(
         ['RecurrentBlockAttention', 'BlockAttention']
     """
     blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList) or not all(
-        isinstance(getattr(block, "attn", None), BlockAttention) for block in blocks
-    ):
+    if not isinstance(blocks, nn.ModuleList):
         raise ValueError(
             f"model must have blocks whose attn is a BlockAttention, got {type(model).__name__}"
         )
@@ -186,6 +185,11 @@ def use_recurrent_attention(
         )
     if kind not in RECURRENT_KINDS:
         raise ValueError(f"kind must be one of {RECURRENT_KINDS}, got {kind!r}")
+    for i in chosen:  # only the chosen blocks: a hybrid may be built in steps, rule by rule
+        attn = getattr(blocks[i], "attn", None)
+        if not isinstance(attn, BlockAttention):
+            raise ValueError(f"block {i}'s attn must be a BlockAttention to replace, got "
+                             f"{type(attn).__name__}")
     # every sublayer built (and checked) before any is replaced: all or none
     new = [RecurrentBlockAttention(cast(BlockAttention, blocks[i].attn), kind, conv_size) for i in chosen]
     for i, attn in zip(chosen, new):

@@ -61,6 +61,14 @@ def test_no_tokens_give_an_empty_output_as_softmax_attention_does(conv_size):
     assert logits.shape == (2, 0, 16) and [w.shape for w in weights] == [(2, 2, 0, 0)] * 2
 
 
+def test_a_hybrid_of_two_rules_is_built_one_rule_at_a_time():
+    # the second call was refused: "model must have blocks whose attn is a BlockAttention, got
+    # TinyTransformer", for block 0, which it was not asked to change
+    model = use_recurrent_attention(_model(), "delta", layers=[0])
+    use_recurrent_attention(model, "gated_delta", layers=[1])
+    assert [block.attn.kind for block in model.blocks] == ["delta", "gated_delta"]
+
+
 class TestBadInput:
     # qk_norm is a bool that takes the model's norm ("rms" was truth-tested: a LayerNorm q/k norm)
     @pytest.mark.parametrize("options", [{"output_gate": True}, {"qk_norm": True, "norm": "rms"}])
@@ -81,6 +89,13 @@ class TestBadInput:
             use_recurrent_attention(_model(), "gla")
         with pytest.raises(ValueError, match=r"layers must be indices of the model's 2 blocks, got \[2\]"):
             use_recurrent_attention(_model(), "sum", layers=[2])
+
+    def test_a_block_replaced_before_is_named(self):
+        model = use_recurrent_attention(_model(), "delta", layers=[0])
+        with pytest.raises(ValueError, match=r"block 0's attn must be a BlockAttention to replace, "
+                                             r"got RecurrentBlockAttention"):
+            use_recurrent_attention(model, "gated_delta")
+        assert type(model.blocks[1].attn) is BlockAttention  # none replaced
 
     @pytest.mark.parametrize("conv_size", [0, -1, 1.5, True])
     def test_conv_size_must_be_an_integer_of_at_least_1_or_none(self, conv_size):
