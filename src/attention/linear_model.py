@@ -179,12 +179,15 @@ def use_kernel_attention(
         ('KernelBlockAttention', torch.Size([1, 3, 8]))
     """
     blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList) or not all(
-        isinstance(getattr(block, "attn", None), BlockAttention) for block in blocks
-    ):
+    if not isinstance(blocks, nn.ModuleList):
         raise ValueError(
             f"model must have blocks whose attn is a BlockAttention, got {type(model).__name__}"
         )
+    for i, block in enumerate(blocks):  # every block changes: each must be softmax attention
+        attn = getattr(block, "attn", None)
+        if not isinstance(attn, BlockAttention):
+            raise ValueError(f"block {i}'s attn must be a BlockAttention to replace, got "
+                             f"{type(attn).__name__}")
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if kind == "favor":

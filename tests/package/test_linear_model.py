@@ -140,6 +140,14 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"attn must be a BlockAttention, got Linear"):
             KernelBlockAttention(torch.nn.Linear(2, 2), "elu+1")
 
+    def test_a_block_that_is_not_softmax_attention_is_named(self):
+        # "model must have blocks whose attn is a BlockAttention, got TinyTransformer": it named
+        # the model, which has blocks, and not the block that is not a BlockAttention
+        model = use_kernel_attention(tiny())
+        with pytest.raises(ValueError, match=r"block 0's attn must be a BlockAttention to replace, "
+                                             r"got KernelBlockAttention"):
+            use_kernel_attention(model, "favor", num_features=4)
+
     def test_only_a_block_without_masks_or_dropout_is_swapped(self):
         with pytest.raises(ValueError, match=r"attn is a BlockAttention.*got Linear"):
             use_kernel_attention(torch.nn.Linear(2, 2))
