@@ -110,7 +110,7 @@ def _rankable(scores: Tensor, allowed: Tensor, name: str) -> Tensor:
     An allowed NaN is refused: torch.topk ranks NaN above every number, so a query would keep a
     key whose score is undefined. A hidden NaN is never ranked and passes."""
     nan = scores.isnan() & allowed
-    if nan.any():  # a device sync, once per selection
+    if not scores.is_meta and nan.any():  # a device sync, once per selection (meta: no values)
         at = tuple(nan.nonzero()[0].tolist())
         raise ValueError(f"{name} must be numbers where a query ranks them, not NaN (torch.topk "
                          f"ranks NaN first), got NaN at index {at}")
@@ -741,7 +741,7 @@ def _check_gates(gates: Tensor, query: Tensor) -> None:
     if gates.dtype not in dtypes or gates.device != query.device:
         raise ValueError(f"gates must be {' or '.join(map(str, dtypes))} on {query.device}, as the "
                          f"query, got {gates.dtype} on {gates.device}")
-    if not ((gates >= 0) & (gates <= 1)).all():  # nan fails both
+    if not gates.is_meta and not ((gates >= 0) & (gates <= 1)).all():  # nan fails both
         found = "nan" if gates.isnan().any() else (
             f"values in [{gates.min().item():.4g}, {gates.max().item():.4g}]")
         raise ValueError(f"gates must be in [0, 1], got {found}")

@@ -404,6 +404,20 @@ def test_a_half_precision_indexer_scores_in_float32_and_selects_as_transformers(
     assert scores.dtype == torch.float32
 
 
+def test_selections_give_the_output_shape_on_the_meta_device():
+    # the NaN checks read values: "Tensor.item() cannot be called on meta tensors", where
+    # torch's SDPA and dense_attention give the shape
+    q = k = v = torch.zeros(1, 2, 4, 8, device="meta")
+    outputs = [
+        *(sparse.dsa_attention(q, k, v, torch.zeros(1, 4, 4, device="meta"), top_k=2, gather=g)
+          for g in (False, True)),
+        sparse.moba_attention(q, k, v, block_size=2, top_k=1),
+        sparse.nsa_attention(q, k, v, torch.zeros(1, 2, 4, 3, device="meta"), block_size=2,
+                             top_k=2, window=2),
+    ]
+    assert [(o.shape, o.device.type) for o in outputs] == [((1, 2, 4, 8), "meta")] * 4
+
+
 def test_indexer_with_a_cache_scores_chunk_by_chunk_as_all_at_once() -> None:
     """Generating: the cached index keys keep their positions, so each chunk's rows are the same."""
     torch.manual_seed(0)
