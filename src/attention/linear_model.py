@@ -58,8 +58,8 @@ class KernelBlockAttention(FusedHeads):
 
     Raises:
         ValueError: if attn is not a BlockAttention, kind is unknown, projection is given for
-            ``"elu+1"`` or missing for ``"favor"`` or not a floating-point (m, d_h) tensor, or
-            attn has dropout.
+            ``"elu+1"`` or missing for ``"favor"`` or not a floating-point (m, d_h) tensor on
+            attn's device, or attn has dropout.
 
     Examples:
         >>> _ = torch.manual_seed(0)
@@ -92,6 +92,10 @@ class KernelBlockAttention(FusedHeads):
                    if isinstance(projection, Tensor) else type(projection).__name__)
             raise ValueError(f"projection must be a floating-point (m, d_h) tensor with "
                              f"d_h={attn.d_h}, got {got}")
+        device = attn.qkv.weight.device  # the buffer moves with the model, but not apart from it
+        if projection is not None and projection.device != device:
+            raise ValueError(f"projection must be on the sublayer's device {device}, got "
+                             f"{projection.device}")
         self.kind, self.d_model = kind, attn.d_model
         self.num_heads, self.d_h = attn.num_heads, attn.d_h
         self.is_causal, self.rotary, self.qk_norm = attn.is_causal, attn.rotary, attn.qk_norm

@@ -135,6 +135,12 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"\(m, d_h\) tensor with d_h=4, got shape \(4,\)"):
             KernelBlockAttention(BlockAttention(8, 2), "favor", torch.ones(4))
 
+    def test_a_favor_projection_must_be_on_the_sublayers_device(self):
+        # it was taken, and the first call failed inside torch: "Tensor on device cpu is not on
+        # the expected device meta!"
+        with pytest.raises(ValueError, match=r"projection must be on the sublayer's device cpu, got meta"):
+            KernelBlockAttention(BlockAttention(8, 2), "favor", torch.randn(16, 4, device="meta"))
+
     def test_the_sublayer_must_be_a_block_attention(self):
         # an AttributeError ('Linear' object has no attribute 'dropout') was raised
         with pytest.raises(ValueError, match=r"attn must be a BlockAttention, got Linear"):
