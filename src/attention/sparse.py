@@ -389,8 +389,8 @@ class IndexedLatentKVCache(LatentKVCache):
         Returns all stored index keys (b, n + t, d_I), n + t = ``length``.
 
         Raises:
-            ValueError: if keys is not (b, t, d_I) of the cache's dtype, does not follow the latents
-                appended last, or overflows max_tokens.
+            ValueError: if keys is not (b, t, d_I) of the cache's dtype and device, does not
+                follow the latents appended last, or overflows max_tokens.
         """
         b, _, width = self.index_keys.shape
         if not isinstance(keys, Tensor) or keys.dim() != 3 or (
@@ -401,6 +401,9 @@ class IndexedLatentKVCache(LatentKVCache):
                 f"{self.index_keys.dtype}, got {shape_or_type(keys)}"
                 + (f" and {keys.dtype}" if isinstance(keys, Tensor) else "")
             )
+        if keys.device != self.index_keys.device:  # a slice assignment would copy it over
+            raise ValueError(f"keys must be on the cache's device {self.index_keys.device}, got "
+                             f"{keys.device}")
         start, end = self.index_length, self.index_length + keys.shape[1]
         check_room(start, keys.shape[1], self.max_tokens)
         if end != self.length:

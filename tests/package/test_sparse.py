@@ -526,6 +526,15 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"dtype torch\.float64, got \(2, 2, 6\) and torch\.float32"):
             cache.append_index_keys(torch.ones(2, 2, 6))
 
+    def test_index_keys_must_be_on_the_caches_device(self) -> None:
+        # copied over without a word (cpu keys into a meta cache), as LatentKVCache.append
+        # refuses them; meta keys into a cpu cache failed inside torch (NotImplementedError)
+        cache = sparse.IndexedLatentKVCache(1, 4, 3, 2, 5, device="meta")
+        cache.append(torch.zeros(1, 2, 3, device="meta"), torch.zeros(1, 2, 2, device="meta"))
+        with pytest.raises(ValueError, match=r"keys must be on the cache's device meta, got cpu"):
+            cache.append_index_keys(torch.ones(1, 2, 5))
+        assert cache.index_length == 0
+
     def test_index_keys_must_follow_the_latents_and_have_their_width(self) -> None:
         cache = sparse.IndexedLatentKVCache(2, 7, kv_rank=3, rope_dim=2, index_dim=6,
                                      dtype=torch.float64)
