@@ -116,9 +116,11 @@ def check_room(length: int, t: int, max_tokens: int | None) -> None:
 def storage_dtype(weight: Tensor) -> torch.dtype:
     """The dtype of the keys that a layer with this projection ``weight`` makes: the weight's,
     or autocast's lower precision while autocast is on for the weight's device (its linear
-    layers then give keys in that dtype, and a cache of the weight's dtype refused them)."""
+    layers then give keys in that dtype, and a cache of the weight's dtype refused them).
+    Autocast leaves float64 as it is, so a float64 layer's keys stay float64."""
     device_type = weight.device.type  # the meta device has no autocast to ask about
-    if (weight.is_floating_point() and torch.amp.is_autocast_available(device_type)
+    if (weight.is_floating_point() and weight.dtype != torch.float64
+            and torch.amp.is_autocast_available(device_type)
             and torch.is_autocast_enabled(device_type)):
         return torch.get_autocast_dtype(device_type)
     return weight.dtype

@@ -4,7 +4,8 @@ import pytest
 import torch
 from _inputs import qkv
 
-from attention.kv_cache import KVCache, ModelKVCache, RollingKVCache
+from attention import TinyTransformer
+from attention.kv_cache import KVCache, ModelKVCache, RollingKVCache, storage_dtype
 from attention.paged import PagedKVCache
 
 
@@ -112,6 +113,24 @@ def test_caches_are_made_on_the_device_and_dtype_asked_for(make: type) -> None:
     cache = make(1, 2, 3, 4, dtype=torch.float64, device="meta")  # w = 3 or max_tokens = 3
     assert cache.keys.device.type == cache.values.device.type == "meta"
     assert cache.keys.dtype == cache.values.dtype == torch.float64
+
+
+@pytest.mark.parametrize(("weight", "keys"), [(torch.float32, torch.bfloat16),
+                                               (torch.float16, torch.bfloat16),
+                                               (torch.float64, torch.float64)])
+def test_a_cache_under_autocast_takes_the_dtype_autocast_gives_keys(weight, keys) -> None:
+    """Autocast casts every floating dtype but float64: its linear layers leave float64 keys."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert storage_dtype(torch.zeros(1, dtype=weight)) == keys
+        assert torch.nn.functional.linear(torch.zeros(1, 2, dtype=weight),
+                                          torch.zeros(3, 2, dtype=weight)).dtype == keys
+
+
+def test_a_float64_model_generates_with_its_cache_under_autocast() -> None:
+    """Its cache was made in bfloat16 and refused the float64 keys autocast leaves alone."""
+    model, idx = TinyTransformer(11, 8, 2, 1, 16).double(), torch.tensor([[1, 2]])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(model.generate(idx, 3), model.generate(idx, 3, use_cache=False))
 
 
 class TestBadInput:
