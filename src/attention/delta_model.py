@@ -125,7 +125,8 @@ class RecurrentBlockAttention(nn.Module):
         g = -self.A_log.exp() * F.softplus(self.g_proj(x) + self.dt_bias)  # (b, t, h)
         g = g.transpose(1, 2) if self.kind in ("decay", "gated_delta") else None  # (b, h, t)
         beta = beta if self.kind in ("delta", "gated_delta") else None
-        if any(y is not None and y.isnan().any() for y in (beta, g)):  # the rule names its own
+        # the rule names NaN its own way; meta tensors hold no values to check
+        if not x.is_meta and any(y is not None and y.isnan().any() for y in (beta, g)):
             raise ValueError("x gives a NaN write strength beta or log decay g: x or a parameter "
                              "of the layer holds NaN or inf")
         weights = delta_attention_matrix(queries, keys, g, beta)  # (b, h, t, t)

@@ -220,7 +220,9 @@ def favor_attention(
     check_sizes(num_features=num_features)
     d_k = query.shape[-1]
     if projection is None:
-        generator = None if seed is None else torch.Generator(query.device).manual_seed(seed)
+        # the meta device has no generator (nor values to draw): the projection's shape only
+        generator = (None if seed is None or query.is_meta
+                     else torch.Generator(query.device).manual_seed(seed))
         projection = random_projection(
             num_features, d_k, orthogonal, generator, device=query.device
         )  # (m, d_k)

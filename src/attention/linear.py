@@ -96,7 +96,7 @@ def apply_feature_map(x: Tensor, feature_map: str | FeatureMap, name: str) -> Te
         got = shape_or_type(phi)
         raise ValueError(f"feature_map must map {name} (..., t, d) to (..., t, r), keeping "
                          f"{tuple(x.shape[:-1])}, got {got}")
-    if (phi < 0).any():  # a negative feature can make a normalizer zero or negative
+    if not phi.is_meta and (phi < 0).any():  # a negative feature can make a normalizer <= 0
         raise ValueError(f"feature_map must give features >= 0, got a negative feature of {name}")
     return phi
 

@@ -62,6 +62,12 @@ def test_the_conversion_keeps_the_layers_device_and_dtype():
     assert {(p.device.type, p.dtype) for p in ours.parameters()} == {("meta", torch.float32)}
 
 
+def test_a_layer_on_the_meta_device_gives_the_output_shape():
+    """Its NaN check read values (Tensor.item() cannot be called on meta tensors)."""
+    layer = GatedDeltaNet(16, 2, 4, 8, 6, device="meta")
+    assert layer(torch.zeros(2, 5, 16, device="meta")).shape == (2, 5, 16)
+
+
 def test_short_queries_and_keys_are_normalised_with_qwen3_nexts_epsilon():
     """q / sqrt(|q|^2 + 1e-6), as FLA's l2norm: for |q| near 1e-3 the epsilon halves |q|^2's
     share, and a smaller one (or none) gives another output."""

@@ -18,6 +18,16 @@ def _model() -> TinyTransformer:
 
 
 @pytest.mark.parametrize("kind", RECURRENT_KINDS)
+def test_every_kind_gives_the_logits_shape_on_the_meta_device(kind):
+    """A model built on meta (to size it, or to load it with to_empty) runs without values: the
+    NaN checks of the sublayer and of the rule read them (Tensor.item() on meta tensors)."""
+    model = TinyTransformer(16, 16, 2, 2, 12, positions="rope", mlp=False, device="meta")
+    use_recurrent_attention(model, kind)
+    logits = model(torch.zeros(1, 5, dtype=torch.long, device="meta"))
+    assert logits.shape == (1, 5, 16) and logits.is_meta
+
+
+@pytest.mark.parametrize("kind", RECURRENT_KINDS)
 def test_every_kind_runs_and_returns_causal_weights(kind):
     model = use_recurrent_attention(_model(), kind)
     ids = torch.randint(16, (2, 12), generator=torch.Generator().manual_seed(1))

@@ -12,9 +12,12 @@ from attention import (
     BlockAttention,
     TransformerBlock,
     attention_weights,
+    decayed_linear_attention,
+    delta_rule,
     dense_attention,
     favor_attention,
     flash_attention,
+    gated_delta_rule,
     linear_attention,
     ring_attention,
     scaled_dot_product_attention,
@@ -36,8 +39,31 @@ KERNELS = {
     "weights_from_lse": lambda q, k, v, **kw: weights_from_lse(q, k, q[..., 0], **kw),
 }
 
+# FAVOR+ seeded (a generator on the query's device), and the recurrences, with a decay g or
+# strength beta (b, h, t) of zeros on the query's device
+GATED = {
+    "favor_attention-seeded": lambda q, k, v: favor_attention(q, k, v, num_features=4, seed=0),
+    "decayed_linear_attention": lambda q, k, v: decayed_linear_attention(q, k, v, _gate(q)),
+    "delta_rule": lambda q, k, v: delta_rule(q, k, v, _gate(q)),
+    "gated_delta_rule": lambda q, k, v: gated_delta_rule(q, k, v, _gate(q), _gate(q)),
+}
 
 SHAPE = (1, 2, 4, 8)  # (b, h, t, d) of every kernel's query, key and value
+
+
+def _gate(q: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(q.shape[:-1], device=q.device)  # (b, h, t)
+
+
+@pytest.mark.parametrize("name", [*KERNELS, *GATED])
+def test_every_kernel_gives_its_shape_on_the_meta_device(name):
+    """As torch's SDPA: shapes without values, for tracing and sizing. The linear and delta
+    kernels read values in their checks (Tensor.item() cannot be called on meta tensors), and
+    FAVOR+ made a generator on the meta device."""
+    q = torch.zeros(SHAPE, device="meta")
+    out = {**KERNELS, **GATED}[name](q, q, q)
+    cpu = {**KERNELS, **GATED}[name](*(torch.zeros(SHAPE) for _ in range(3)))
+    assert out.device.type == "meta" and out.shape == cpu.shape
 
 
 # Every public function of the package that takes query and key first: a kernel.
