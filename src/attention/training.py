@@ -97,9 +97,10 @@ def train_lm(
     Raises:
         ValueError: if model is not a torch.nn.Module, data is not callable or returns no pair
             (inputs, targets), steps is not an integer >= 1, seed not an integer torch's
-            generator takes (-2**63 to 2**64 - 1), lr not a finite number > 0, or a batch's
+            generator takes (-2**63 to 2**64 - 1), lr not a finite number > 0, a batch's
             targets are not integer ids of the logits' (b, t) in [0, n_vocab) or -100 (n_vocab
-            the logits' last dimension).
+            the logits' last dimension) or are all -100, or a step's loss is nan or infinite
+            (raised before that step updates the model).
 
     Examples:
         >>> _ = torch.manual_seed(123)
@@ -119,11 +120,11 @@ def train_lm(
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
-    losses = []
+    losses: list[float] = []
     gpus = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
     with torch.random.fork_rng(devices=gpus):  # dropout draws from the global generators
         torch.manual_seed(seed)
-        for _ in range(steps):
+        for step in range(steps):
             batch = data(generator)
             pair = isinstance(batch, (tuple, list))
             if not pair or len(batch) != 2:  # else Python's error, which names no batch
@@ -139,8 +140,17 @@ def train_lm(
                 )
             # checked here, not by cross_entropy: its RuntimeError or IndexError names no batch
             targets = _check_target_ids(targets)  # int64
-            _check_in_vocabulary(targets, logits.shape[-1])
+            if not _check_in_vocabulary(targets, logits.shape[-1]).numel():
+                # cross_entropy's mean over no target is nan, which AdamW would step with
+                raise ValueError(f"targets of step {step} must have a scored entry (not -100), "
+                                 f"got none of {targets.numel()}")
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+            if not bool(loss.isfinite()):  # its gradient would make every parameter nan
+                raise ValueError(
+                    f"the loss of step {step} must be finite, got {loss.item()} (the logits are "
+                    f"not: parameters nan or inf, after a lr={lr} too large, say); the model is "
+                    f"left as step {step} found it, the last loss before {losses[-1:]}"
+                )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

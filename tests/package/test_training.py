@@ -158,6 +158,25 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"targets must have the logits' shape \(b, t\) = \(2, 3\), got \(3, 2\)"):
             train_lm(model, lambda g: (inputs, targets), 1)
 
+    def test_train_lm_refuses_a_nan_loss_before_it_steps_the_model(self) -> None:
+        # the nan loss was returned and stepped with: AdamW made every parameter nan, and
+        # train_lm returned [nan, nan, ...] without a word
+        torch.manual_seed(0)
+        model = TinyTransformer(4, 8, 2, 1, context_length=6)
+        with torch.no_grad():
+            model.lm_head.weight[0, 0] = float("nan")
+        before = copy.deepcopy(model.state_dict())
+        with pytest.raises(ValueError, match=r"the loss of step 0 must be finite, got nan"):
+            train_lm(model, lambda g: lookback_data(2, 6, 4, g), 2)
+        torch.testing.assert_close(model.state_dict(), before, rtol=0, atol=0, equal_nan=True)
+
+    def test_train_lm_refuses_a_batch_with_no_scored_target(self) -> None:
+        # cross_entropy's mean over no target is nan, which train_lm returned as the loss
+        model = TinyTransformer(4, 8, 2, 1, context_length=6)
+        batch = torch.tensor([[0, 1, 2]]), torch.full((1, 3), -100)
+        with pytest.raises(ValueError, match=r"targets of step 0 must have a scored entry \(not -100\), got none of 3"):
+            train_lm(model, lambda g: batch, 1)
+
     @pytest.mark.parametrize(
         ("targets", "message"),
         [  # torch's RuntimeError (expected target dtype to be Long or Byte) or IndexError
