@@ -467,7 +467,8 @@ def from_torch_state_dict(
         if qkv_bias:
             out[f"{name}.bias"] = (bias.chunk(3)[i] if bias is not None
                                    else weights[i].new_zeros(weights[i].shape[0]))
-    if not qkv_bias and bias is not None and bool(bias.any()):
+    # a meta bias holds no values to check, as a meta module's state holds none to load
+    if not qkv_bias and bias is not None and not bias.is_meta and bool(bias.any()):
         raise ValueError(
             "in_proj_bias must be zero to load without qkv_bias, got a non-zero bias"
         )

@@ -331,6 +331,16 @@ def test_from_torch_state_dict_computes_what_torch_multihead_attention_computes(
         torch.testing.assert_close(mha(x), causal_torch_output(theirs, x))
 
 
+def test_from_torch_state_dict_converts_a_meta_module_without_qkv_bias() -> None:
+    # the zero check of in_proj_bias read a meta tensor: RuntimeError "Tensor.item() cannot be
+    # called on meta tensors", where a meta state has no values to check, as with qkv_bias=True
+    theirs = torch.nn.MultiheadAttention(6, 3, device="meta")
+    state = from_torch_state_dict(theirs.state_dict(), qkv_bias=False)
+    mha = MultiHeadAttention(6, 6, 3, 8, 0.0, device="meta")
+    mha.load_state_dict(state, assign=True)
+    assert sorted(state) == sorted(mha.state_dict()) and state["W_query.weight"].is_meta
+
+
 MULTIHEAD_CLASSES = [MultiHeadAttention, FusedMultiHeadAttention, MultiHeadAttentionWrapper]
 
 
