@@ -80,7 +80,7 @@ def plot_attention(
     if matrix is None or matrix.is_complex():  # .float() would drop the imaginary part
         got = type(weights).__name__ if matrix is None else matrix.dtype
         raise ValueError(f"weights must be a (t_q, t_k) matrix of real numbers, got {got}")
-    matrix = matrix.float()
+    matrix = matrix.double()  # float32 would draw a float64 weight past 3.4e38 as inf (blank)
     if matrix.dim() != 2:
         raise ValueError(
             f"weights must be a 2-d (t_q, t_k) matrix, got shape {tuple(matrix.shape)}"

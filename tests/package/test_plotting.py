@@ -121,6 +121,17 @@ def test_a_non_finite_weight_is_left_blank_and_the_scale_kept(bad: float) -> Non
         plt.close(ax.figure)
 
 
+def test_a_float64_weight_past_float32_s_range_is_drawn_and_written_as_it_is() -> None:
+    # rounded to float32 it became inf: left blank, written "inf", and left out of the scale
+    ax = plot_attention(torch.tensor([[1e300, 0.5]], dtype=torch.float64))
+    try:
+        (image,) = ax.get_images()
+        assert image.get_clim() == (0.0, 1e300)
+        assert ax.texts[0].get_text() == f"{1e300:.2f}" and image.to_rgba(image.get_array())[0, 0, 3] == 1.0
+    finally:
+        plt.close(ax.figure)
+
+
 def test_heatmap_of_causal_weights() -> None:
     inputs = journey_inputs()
     weights = attention_weights(inputs, inputs, is_causal=True)  # (t, t), zero above the diagonal
