@@ -75,10 +75,12 @@ def plot_attention(
     check_flags(annotate=annotate)
     try:
         matrix = torch.as_tensor(weights).detach().cpu()
-    except (TypeError, ValueError, RuntimeError):  # a string, a ragged list
+    except (TypeError, ValueError, RuntimeError):  # a string, a ragged list, a meta tensor
         matrix = None
-    if matrix is None or matrix.is_complex():  # .float() would drop the imaginary part
-        got = type(weights).__name__ if matrix is None else matrix.dtype
+    if matrix is None or matrix.is_complex():  # .double() would drop the imaginary part
+        meta = isinstance(weights, Tensor) and weights.is_meta  # no values to draw
+        got = ("a tensor on the meta device, which holds no values" if meta
+               else type(weights).__name__ if matrix is None else matrix.dtype)
         raise ValueError(f"weights must be a (t_q, t_k) matrix of real numbers, got {got}")
     matrix = matrix.double()  # float32 would draw a float64 weight past 3.4e38 as inf (blank)
     if matrix.dim() != 2:

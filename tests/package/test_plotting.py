@@ -212,6 +212,8 @@ class TestBadInput:
             ({"ax": "ax"}, r"ax must be None or a matplotlib Axes, got str"),
             ({"weights": torch.rand(2, 3, dtype=torch.complex64)}, r"real numbers, got torch\.complex64"),
             ({"weights": "w"}, r"weights must be a \(t_q, t_k\) matrix of real numbers, got str"),
+            # "got Tensor": the meta tensor's copy to the CPU failed, and the message named its type
+            ({"weights": torch.rand(2, 3, device="meta")}, r"real numbers, got a tensor on the meta device, which holds no values"),
         ],
     )
     def test_labels_axes_and_weights_of_the_wrong_kind_are_refused(self, options: dict, message: str) -> None:
