@@ -59,6 +59,18 @@ def _check_in_vocabulary(targets: Tensor, n_vocab: int) -> Tensor:
     return ids
 
 
+def _check_logits(logits: object, inputs: Tensor | None = None) -> Tensor:
+    """Require what a model returns to be logits (b, t, n_vocab), of the inputs' (b, t) when
+    given: a tuple (logits, extras) has no ``.shape``, and Python's AttributeError names no
+    model."""
+    if not (isinstance(logits, Tensor) and logits.dim() == 3
+            and (inputs is None or logits.shape[:2] == inputs.shape)):
+        bt = "" if inputs is None else f" of the inputs' (b, t) = {tuple(inputs.shape)}"
+        raise ValueError(f"model must return logits (b, t, n_vocab){bt}, got "
+                         f"{shape_or_type(logits)}")
+    return logits
+
+
 def _takes_return_weights(model: nn.Module) -> bool:
     """Whether the model's forward takes a ``return_weights`` keyword (or any keyword); True
     when its signature cannot be read."""
@@ -95,9 +107,10 @@ def train_lm(
         The loss of each step, ``steps`` floats.
 
     Raises:
-        ValueError: if model is not a torch.nn.Module, data is not callable or returns no pair
-            (inputs, targets), steps is not an integer >= 1, seed not an integer torch's
-            generator takes (-2**63 to 2**64 - 1), lr not a finite number > 0, a batch's
+        ValueError: if model is not a torch.nn.Module or returns no logits (b, t, n_vocab), data
+            is not callable or returns no pair (inputs, targets), steps is not an integer >= 1,
+            seed not an integer torch's generator takes (-2**63 to 2**64 - 1), lr not a finite
+            number > 0, a batch's
             targets are not integer ids of the logits' (b, t) in [0, n_vocab) or -100 (n_vocab
             the logits' last dimension) or are all -100, or a step's loss is nan or infinite
             (raised before that step updates the model).
@@ -131,7 +144,7 @@ def train_lm(
                 got = f"{len(batch)} values" if pair else type(batch).__name__
                 raise ValueError(f"data must return a batch (inputs, targets), got {got}")
             inputs, targets = batch  # (b, t), (b, t)
-            logits = model(inputs)  # (b, t, n_vocab)
+            logits = _check_logits(model(inputs))  # (b, t, n_vocab)
             if not isinstance(targets, Tensor) or targets.shape != logits.shape[:-1]:
                 # flattened, targets of another shape with as many ids would be misaligned
                 raise ValueError(
@@ -147,9 +160,9 @@ def train_lm(
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
             if not bool(loss.isfinite()):  # its gradient would make every parameter nan
                 raise ValueError(
-                    f"the loss of step {step} must be finite, got {loss.item()} (the logits are "
-                    f"not: parameters nan or inf, after a lr={lr} too large, say); the model is "
-                    f"left as step {step} found it, the last loss before {losses[-1:]}"
+                    f"the loss of step {step} must be finite, got {loss.item()} (nan or inf "
+                    f"logits: nan or inf parameters, after a lr={lr} too large, say); the model "
+                    f"is left as step {step} found it"
                 )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -280,9 +293,10 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
         The accuracy, a float in [0, 1].
 
     Raises:
-        ValueError: if model is not a torch.nn.Module, inputs is not a tensor, or targets is not
-            an integer tensor of the inputs' shape with a scored entry, or holds an id outside
-            [0, n_vocab) other than -100 (n_vocab the logits' last dimension).
+        ValueError: if model is not a torch.nn.Module or returns no logits (b, t, n_vocab) of
+            the inputs' (b, t), inputs is not a tensor, or targets is not an integer tensor of
+            the inputs' shape with a scored entry, or holds an id outside [0, n_vocab) other
+            than -100 (n_vocab the logits' last dimension).
 
     Examples:
         >>> model = TinyTransformer(4, 8, 2, 1, context_length=6)  # n_vocab, d, h, L
@@ -302,7 +316,7 @@ def next_token_accuracy(model: nn.Module, inputs: Tensor, targets: Tensor) -> fl
             f"(not -100), got shape {tuple(targets.shape)} with {int(scored.sum())} scored"
         )
     model.eval()
-    logits = model(inputs)  # (b, t, n_vocab)
+    logits = _check_logits(model(inputs), inputs)  # (b, t, n_vocab)
     ids = _check_in_vocabulary(targets, logits.shape[-1])  # F.cross_entropy refuses them too
     predictions = logits.argmax(dim=-1)  # (b, t)
     return (predictions[scored] == ids).double().mean().item()

@@ -170,6 +170,26 @@ class TestBadInput:
             train_lm(model, lambda g: lookback_data(2, 6, 4, g), 2)
         torch.testing.assert_close(model.state_dict(), before, rtol=0, atol=0, equal_nan=True)
 
+    @pytest.mark.parametrize("returned", ["tuple", "(b, t)"])
+    def test_train_lm_and_accuracy_refuse_a_model_that_returns_no_logits(self, returned: str) -> None:
+        # a tuple was Python's "'tuple' object has no attribute 'shape'"; logits (b, t) in
+        # next_token_accuracy an IndexError of the mask, in train_lm a message about targets
+        class Model(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.embedding = torch.nn.Embedding(4, 4)
+
+            def forward(self, idx: torch.Tensor) -> object:
+                logits = self.embedding(idx)  # (b, t, 4)
+                return (logits, None) if returned == "tuple" else logits[..., 0]
+
+        inputs, targets = lookback_data(2, 6, 4, torch.Generator().manual_seed(0))
+        got = "tuple" if returned == "tuple" else r"\(2, 6\)"
+        with pytest.raises(ValueError, match=rf"model must return logits \(b, t, n_vocab\), got {got}$"):
+            train_lm(Model(), lambda g: (inputs, targets), 1)
+        with pytest.raises(ValueError, match=rf"logits \(b, t, n_vocab\) of the inputs' \(b, t\) = \(2, 6\), got {got}$"):
+            next_token_accuracy(Model(), inputs, targets)
+
     def test_train_lm_refuses_a_batch_with_no_scored_target(self) -> None:
         # cross_entropy's mean over no target is nan, which train_lm returned as the loss
         model = TinyTransformer(4, 8, 2, 1, context_length=6)
