@@ -19,6 +19,7 @@ checkpoint carries it, it is built again after every move of the module: ``to_em
 loading a model built on the meta device uses, would leave uninitialized memory in it.
 """
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -37,6 +38,15 @@ from ._checks import (
 from .functional import causal_mask
 
 __all__ = ["CausalAttention", "register_causal_mask"]
+
+
+def autocast_off(x: Tensor) -> contextlib.AbstractContextManager[object]:
+    """Autocast turned off on x's device, for scores kept in float32: under autocast a matmul of
+    float32 tensors runs in its float16 or bfloat16 again (a float16 score past 65504 inf, its
+    row nan), where torch's fused kernels keep them in float32 under autocast too."""
+    if torch.amp.is_autocast_available(x.device.type):
+        return torch.autocast(x.device.type, enabled=False)
+    return contextlib.nullcontext()  # the meta device has no autocast
 
 
 def register_causal_mask(
@@ -154,9 +164,10 @@ class CausalAttention(CausallyMasked):
         # half precision: scores and softmax in float32, as torch's kernels keep them (a float16
         # score past 65504 was inf, its row nan); the weights are rounded once
         acc = accumulation_dtype(queries.dtype)
-        attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
-        future = self.mask[:t, :t]  # (t, t), True above the diagonal
-        attn_scores = attn_scores.masked_fill(future, float("-inf"))
-        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        with autocast_off(x):  # which would round the float32 scores to its dtype again
+            attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
+            future = self.mask[:t, :t]  # (t, t), True above the diagonal
+            attn_scores = attn_scores.masked_fill(future, float("-inf"))
+            attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
         attn_weights = self.dropout(attn_weights.to(queries.dtype))
         return attn_weights @ values  # (..., t, d_out)

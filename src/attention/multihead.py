@@ -45,7 +45,7 @@ from ._checks import (
     check_sizes,
     shape_or_type,
 )
-from .causal import CausalAttention, CausallyMasked, register_causal_mask
+from .causal import CausalAttention, CausallyMasked, autocast_off, register_causal_mask
 
 
 class MultiHeadAttentionWrapper(nn.Module):
@@ -200,10 +200,11 @@ class MultiHeadAttention(CausallyMasked):
         # half precision: scores and softmax in float32, as torch's kernels keep them (a float16
         # score past 65504 was inf, its row nan); the weights are rounded once
         acc = accumulation_dtype(queries.dtype)
-        attn_scores = queries.to(acc) @ keys.to(acc).transpose(2, 3)  # (b, h, t, t)
-        future = self.mask[:t, :t]  # (t, t), True above the diagonal
-        attn_scores = attn_scores.masked_fill(future, float("-inf"))
-        attn_weights = torch.softmax(attn_scores / d_h**0.5, dim=-1).to(queries.dtype)
+        with autocast_off(x):  # which would round the float32 scores to its dtype again
+            attn_scores = queries.to(acc) @ keys.to(acc).transpose(2, 3)  # (b, h, t, t)
+            future = self.mask[:t, :t]  # (t, t), True above the diagonal
+            attn_scores = attn_scores.masked_fill(future, float("-inf"))
+            attn_weights = torch.softmax(attn_scores / d_h**0.5, dim=-1).to(queries.dtype)
         attn_weights = self.dropout(attn_weights)
         context = (attn_weights @ values).transpose(1, 2)  # (b, t, h, d_h)
         context = context.contiguous().view(b, t, self.d_out)  # (b, t, d_out)
@@ -295,13 +296,15 @@ class FusedMultiHeadAttention(CausallyMasked):
             # 65504 was inf, its row nan). (b h, t, d_h)
             q, k, v = (y.reshape(b * h, t, d_h) for y in (queries, keys, values))
             acc = accumulation_dtype(q.dtype)
-            attn_scores = torch.baddbmm(
-                q.new_zeros((), dtype=acc), q.to(acc), k.to(acc).transpose(1, 2), beta=0,
-                alpha=d_h**-0.5,
-            )  # (b h, t, t), Q Kᵀ / sqrt(d_h)
-            future = self.mask[:t, :t]  # (t, t), True above the diagonal
-            attn_scores.masked_fill_(future, float("-inf"))  # (b h, t, t)
-            attn_weights = self.dropout(torch.softmax(attn_scores, dim=-1).to(q.dtype))
+            with autocast_off(x):  # which would round the float32 scores to its dtype again
+                attn_scores = torch.baddbmm(
+                    q.new_zeros((), dtype=acc), q.to(acc), k.to(acc).transpose(1, 2), beta=0,
+                    alpha=d_h**-0.5,
+                )  # (b h, t, t), Q Kᵀ / sqrt(d_h)
+                future = self.mask[:t, :t]  # (t, t), True above the diagonal
+                attn_scores.masked_fill_(future, float("-inf"))  # (b h, t, t)
+                weights = torch.softmax(attn_scores, dim=-1).to(q.dtype)  # (b h, t, t)
+            attn_weights = self.dropout(weights)
             context = torch.bmm(attn_weights, v).view(b, h, t, d_h)  # (b, h, t, d_h)
         context = context.transpose(1, 2).contiguous().view(b, t, self.d_out)  # (b, t, d_out)
         return self.proj_dropout(self.out_proj(context))  # (b, t, d_out)

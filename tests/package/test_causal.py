@@ -96,6 +96,22 @@ def test_float16_scores_beyond_its_range_give_sdpa_s_answer() -> None:
     torch.testing.assert_close(out, expected)
 
 
+def test_float16_autocast_keeps_the_scores_in_float32_as_torchs_sdpa_does() -> None:
+    """Under autocast the float32 product Q Kᵀ ran in float16 again: a score past 65504 was
+    inf and its row nan, where torch's SDPA under the same autocast answers."""
+    ca = CausalAttention(8, 8, context_length=4, dropout=0.0)
+    with torch.no_grad():
+        for p in (ca.W_query, ca.W_key, ca.W_value):
+            p.weight.copy_(torch.eye(8))
+        x = torch.full((1, 4, 8), 100.0)  # q·k = 8 · 100² = 80000 > 65504
+        x[0, :, 0] = torch.arange(4.0)  # values that differ, so that the weights matter
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = ca(x)
+            expected = torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True)
+    assert out.dtype == expected.dtype == torch.float16 and out.isfinite().all()
+    torch.testing.assert_close(out, expected)
+
+
 def test_dtype_and_device_arguments_reach_parameters_and_mask() -> None:
     ca = CausalAttention(4, 3, context_length=5, dropout=0.0, dtype=torch.float64)
     assert {p.dtype for p in ca.parameters()} == {torch.float64}

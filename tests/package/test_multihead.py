@@ -175,6 +175,30 @@ def test_fused_in_float16_answers_where_its_scores_pass_float16_s_range(use_sdpa
         torch.testing.assert_close(out, mha(x))
 
 
+@pytest.mark.parametrize("build", [
+    MultiHeadAttention,
+    lambda *args, **kwargs: FusedMultiHeadAttention(*args, **kwargs, use_sdpa=False),
+    lambda d_in, d_out, **kwargs: MultiHeadAttentionWrapper(d_in, d_out // 2, **kwargs),
+], ids=["MultiHeadAttention", "fused-explicit", "wrapper"])
+def test_float16_autocast_keeps_the_scores_in_float32_as_the_sdpa_path_does(build) -> None:
+    """Under autocast the float32 product Q Kᵀ ran in float16 again: a score past 65504 was
+    inf and its row nan, where FusedMultiHeadAttention's SDPA path under it answers."""
+    torch.manual_seed(0)
+    module = build(8, 8, context_length=4, dropout=0.0, num_heads=2)
+    with torch.no_grad():
+        for name, weight in module.named_parameters():  # queries and keys: scores past 10⁵
+            if name.endswith(("W_query.weight", "W_key.weight")):
+                weight.mul_(1000.0)
+            elif name == "qkv.weight":
+                weight[:16].mul_(1000.0)  # (3 d_out, d_in): the query and key rows
+        x = seeded_randn(0, 2, 4, 8).float()
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = module(x)
+        expected = module.double()(x.double())
+    assert out.dtype == torch.float16 and out.isfinite().all()
+    torch.testing.assert_close(out.double(), expected, rtol=0.01, atol=0.01 * expected.abs().max().item())
+
+
 def test_the_wrapper_in_float16_answers_where_its_scores_pass_float16_s_range() -> None:
     """Each head is a CausalAttention, whose float16 scores past 65504 were inf, its rows nan."""
     wrapper = MultiHeadAttentionWrapper(8, 8, context_length=4, dropout=0.0, num_heads=2,
