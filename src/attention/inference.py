@@ -39,6 +39,7 @@ from ._checks import (
     check_input,
     check_sizes,
 )
+from .causal import autocast_off
 from .functional import causal_mask, scaled_dot_product_attention
 from .kv_cache import Cache, KVCache, RollingKVCache, storage_dtype
 from .multihead import MultiHeadAttention
@@ -240,9 +241,10 @@ class GroupedQueryAttention(nn.Module):
             keys, values = cache.append(keys, values)  # (b, h_kv, t_k, d_h) each
         mask = cached_visible(n, t, keys, cache, self.window, self.sinks)  # (t, t_k)
         dropout_p = self.dropout if self.training else 0.0
-        context = scaled_dot_product_attention(
-            queries, keys, values, attn_mask=mask, dropout_p=dropout_p, enable_gqa=True
-        )  # (b, h, t, d_h)
+        with autocast_off(x):  # which would run its float32 scores in float16 again (inf, nan)
+            context = scaled_dot_product_attention(
+                queries, keys, values, attn_mask=mask, dropout_p=dropout_p, enable_gqa=True
+            )  # (b, h, t, d_h)
         context = context.transpose(1, 2).reshape(b, t, self.d_out)  # (b, t, d_out)
         return self.out_proj(context)  # (b, t, d_out)
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from _inputs import NON_BOOLS, refuses_non_bool
+from _inputs import NON_BOOLS, refuses_non_bool, seeded_randn
 
 from attention import MultiHeadAttention, sliding_window_mask
 from attention.inference import GroupedQueryAttention, sink_window_mask
@@ -240,6 +240,29 @@ def test_a_cache_made_under_autocast_takes_the_keys_made_under_it(window: int | 
         steps = torch.cat([gqa(x[:, i:i + 1], cache=cache) for i in range(6)], dim=1)
         torch.testing.assert_close(steps, gqa(x))
     assert cache.keys.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(("num_kv_heads", "window"), [(1, None), (2, None), (1, 3)])
+def test_float16_autocast_keeps_the_scores_in_float32_as_torchs_sdpa_does(
+    num_kv_heads: int, window: int | None
+) -> None:
+    """Under autocast the attention's float32 product Q Kᵀ ran in float16 again: a score past
+    65504 was inf and its row nan, where torch's SDPA under the same autocast answers."""
+    torch.manual_seed(0)
+    gqa = GroupedQueryAttention(8, 8, 2, num_kv_heads, window=window)
+    with torch.no_grad():
+        gqa.W_query.weight.mul_(1000.0)  # scores past 10⁵
+        gqa.W_key.weight.mul_(1000.0)
+        x = seeded_randn(0, 2, 5, 8).float()
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = gqa(x)
+            q = gqa.W_query(x).view(2, 5, 2, 4).transpose(1, 2)  # (b, h, t, d_h)
+            k, v = (w(x).view(2, 5, num_kv_heads, 4).transpose(1, 2) for w in (gqa.W_key, gqa.W_value))
+            mask = torch.ones(5, 5, dtype=torch.bool).tril(0).triu(-(window or 5) + 1)  # (t, t)
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            expected = gqa.out_proj(context.transpose(1, 2).reshape(2, 5, 8))
+    assert out.dtype == expected.dtype == torch.float16 and out.isfinite().all()
+    torch.testing.assert_close(out, expected)
 
 
 class TestBadInput:
