@@ -16,7 +16,9 @@ trainable parameter. It is registered with ``persistent=False``, so checkpoints 
 (it is rebuilt from ``context_length``, and a checkpoint loads at any context length); a
 checkpoint saved when it was persistent still loads, its ``mask`` entry ignored. Because no
 checkpoint carries it, it is built again after every move of the module: ``to_empty``, which
-loading a model built on the meta device uses, would leave uninitialized memory in it.
+loading a model built on the meta device uses, would leave uninitialized memory in it; and
+``load_state_dict(..., assign=True)``, the other way to load one, would leave it on the meta
+device, so it is built on the device of the tensors loaded.
 """
 
 import contextlib
@@ -58,7 +60,9 @@ def register_causal_mask(
 
     Like every buffer it is uninitialized after ``module.to_empty(...)``, and no checkpoint
     restores it: call this again then, or derive the module from ``CausallyMasked``, which
-    builds it again after every move (as this package's owners of the mask do).
+    builds it again after every move (as this package's owners of the mask do). A module built
+    on the meta device and given a checkpoint's tensors by ``load_state_dict(...,
+    assign=True)`` gets its mask built on their device.
 
     Args:
         module: the module that gets the buffer.
@@ -80,6 +84,7 @@ def register_causal_mask(
     mask = ~causal_mask(context_length, device=device)  # (t, t), True above the diagonal
     module.register_buffer("mask", mask, persistent=False)
     module.register_load_state_dict_pre_hook(_drop_saved_mask)
+    module.register_load_state_dict_post_hook(_build_meta_mask)  # type: ignore[no-untyped-call]
 
 
 def _drop_saved_mask(_module: nn.Module, state_dict: dict[str, Any], prefix: str,
@@ -87,6 +92,16 @@ def _drop_saved_mask(_module: nn.Module, state_dict: dict[str, Any], prefix: str
     """A load hook: a checkpoint of an older version saved the mask; it is rebuilt, not loaded.
     (A module-level function, so that a module holding the hook still pickles.)"""
     state_dict.pop(prefix + "mask", None)
+
+
+def _build_meta_mask(module: nn.Module, _incompatible_keys: object) -> None:
+    """A load hook: ``load_state_dict(..., assign=True)`` gives a module built on the meta
+    device the checkpoint's tensors but no mask, which no checkpoint carries; the mask is built
+    on their device, once they share one. (Module-level, so that the module still pickles.)"""
+    mask = module.get_buffer("mask")
+    devices = {p.device for p in module.parameters() if not p.is_meta}
+    if mask.is_meta and len(devices) == 1:
+        module.mask = ~causal_mask(mask.shape[-1], device=devices.pop())  # (t, t)
 
 
 class CausallyMasked(nn.Module):

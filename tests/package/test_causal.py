@@ -112,6 +112,19 @@ def test_float16_autocast_keeps_the_scores_in_float32_as_torchs_sdpa_does() -> N
     torch.testing.assert_close(out, expected)
 
 
+def test_a_meta_module_loaded_with_assign_builds_its_mask_on_the_tensors_device() -> None:
+    """load_state_dict(..., assign=True) gave the parameters the checkpoint's CPU tensors and
+    left the mask, in no checkpoint, on the meta device: the forward raised "Tensor on device
+    cpu is not on the expected device meta!"."""
+    torch.manual_seed(0)
+    trained = CausalAttention(4, 4, context_length=6, dropout=0.0)
+    loaded = torch.nn.Sequential(CausalAttention(4, 4, context_length=6, dropout=0.0, device="meta"))
+    loaded.load_state_dict({f"0.{k}": v for k, v in trained.state_dict().items()}, assign=True)
+    assert torch.equal(loaded[0].mask, trained.mask)
+    x = seeded_randn(0, 2, 5, 4).float()
+    assert torch.equal(loaded(x), trained(x))
+
+
 def test_dtype_and_device_arguments_reach_parameters_and_mask() -> None:
     ca = CausalAttention(4, 3, context_length=5, dropout=0.0, dtype=torch.float64)
     assert {p.dtype for p in ca.parameters()} == {torch.float64}

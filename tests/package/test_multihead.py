@@ -199,6 +199,20 @@ def test_float16_autocast_keeps_the_scores_in_float32_as_the_sdpa_path_does(buil
     torch.testing.assert_close(out.double(), expected, rtol=0.01, atol=0.01 * expected.abs().max().item())
 
 
+@pytest.mark.parametrize("cls", [MultiHeadAttention, FusedMultiHeadAttention])
+def test_a_meta_module_loaded_with_assign_builds_its_mask_on_the_tensors_device(cls: type) -> None:
+    # the mask stayed on the meta device: "Tensor on device cpu is not on the expected device meta!"
+    torch.manual_seed(0)
+    trained = cls(4, 4, 2, 6, 0.0)
+    if cls is FusedMultiHeadAttention:
+        trained.use_sdpa = False  # the path that reads the mask
+    loaded = cls(4, 4, 2, 6, 0.0, device="meta")
+    loaded.load_state_dict(trained.state_dict(), assign=True)
+    loaded.use_sdpa = False
+    x = seeded_randn(0, 2, 5, 4).float()
+    assert torch.equal(loaded.mask, trained.mask) and torch.equal(loaded(x), trained(x))
+
+
 def test_the_wrapper_in_float16_answers_where_its_scores_pass_float16_s_range() -> None:
     """Each head is a CausalAttention, whose float16 scores past 65504 were inf, its rows nan."""
     wrapper = MultiHeadAttentionWrapper(8, 8, context_length=4, dropout=0.0, num_heads=2,
