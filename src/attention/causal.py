@@ -176,13 +176,13 @@ class CausalAttention(CausallyMasked):
         queries = self.W_query(x)  # (..., t, d_out)
         keys = self.W_key(x)  # (..., t, d_out)
         values = self.W_value(x)  # (..., t, d_out)
-        # half precision: scores and softmax in float32, as torch's kernels keep them (a float16
-        # score past 65504 was inf, its row nan); the weights are rounded once
+        # half precision: scores, softmax and A V in float32, as torch's kernels keep them (a
+        # float16 score past 65504 was inf, its row nan); the context is rounded once
         acc = accumulation_dtype(queries.dtype)
         with autocast_off(x):  # which would round the float32 scores to its dtype again
             attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
             future = self.mask[:t, :t]  # (t, t), True above the diagonal
             attn_scores = attn_scores.masked_fill(future, float("-inf"))
             attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
-        attn_weights = self.dropout(attn_weights.to(queries.dtype))
-        return attn_weights @ values  # (..., t, d_out)
+            attn_weights = self.dropout(attn_weights)  # (..., t, t)
+            return (attn_weights @ values.to(acc)).to(values.dtype)  # (..., t, d_out)

@@ -37,6 +37,7 @@ from torch.types import Device
 from ._checks import (
     Factory,
     accumulation_dtype,
+    autocast_off,
     check_context_length,
     check_dropout,
     check_flags,
@@ -45,7 +46,7 @@ from ._checks import (
     check_sizes,
     shape_or_type,
 )
-from .causal import CausalAttention, CausallyMasked, autocast_off, register_causal_mask
+from .causal import CausalAttention, CausallyMasked, register_causal_mask
 
 
 class MultiHeadAttentionWrapper(nn.Module):
@@ -181,9 +182,10 @@ class MultiHeadAttention(CausallyMasked):
         """Context vectors (b, t, d_out) of the tokens x (b, t, d_in).
 
         With ``return_weights=True`` also returns the attention weights (b, h, t, t) that were
-        applied to the values (after dropout, so in training mode some are zeroed or rescaled),
-        one matrix per head: ``torch.nn.MultiheadAttention`` returns their mean over the heads,
-        (b, t, t), unless called with ``average_attn_weights=False``.
+        applied to the values (after dropout, so in training mode some are zeroed or rescaled;
+        in x's dtype, those of half-precision x applied in float32), one matrix per head:
+        ``torch.nn.MultiheadAttention`` returns their mean over the heads, (b, t, t), unless
+        called with ``average_attn_weights=False``.
 
         Raises:
             ValueError: if x is not (b, t, d_in), t exceeds context_length, or return_weights
@@ -197,19 +199,18 @@ class MultiHeadAttention(CausallyMasked):
         queries = self.W_query(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         keys = self.W_key(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
         values = self.W_value(x).view(b, t, h, d_h).transpose(1, 2)  # (b, h, t, d_h)
-        # half precision: scores and softmax in float32, as torch's kernels keep them (a float16
-        # score past 65504 was inf, its row nan); the weights are rounded once
+        # half precision: scores, softmax and A V in float32, as torch's kernels keep them (a
+        # float16 score past 65504 was inf, its row nan); the context is rounded once
         acc = accumulation_dtype(queries.dtype)
         with autocast_off(x):  # which would round the float32 scores to its dtype again
             attn_scores = queries.to(acc) @ keys.to(acc).transpose(2, 3)  # (b, h, t, t)
             future = self.mask[:t, :t]  # (t, t), True above the diagonal
             attn_scores = attn_scores.masked_fill(future, float("-inf"))
-            attn_weights = torch.softmax(attn_scores / d_h**0.5, dim=-1).to(queries.dtype)
-        attn_weights = self.dropout(attn_weights)
-        context = (attn_weights @ values).transpose(1, 2)  # (b, t, h, d_h)
-        context = context.contiguous().view(b, t, self.d_out)  # (b, t, d_out)
+            attn_weights = self.dropout(torch.softmax(attn_scores / d_h**0.5, dim=-1))
+            context = (attn_weights @ values.to(acc)).to(values.dtype)  # (b, h, t, d_h)
+        context = context.transpose(1, 2).contiguous().view(b, t, self.d_out)  # (b, t, d_out)
         out = self.proj_dropout(self.out_proj(context))  # (b, t, d_out)
-        return (out, attn_weights) if return_weights else out
+        return (out, attn_weights.to(queries.dtype)) if return_weights else out
 
 
 class FusedMultiHeadAttention(CausallyMasked):
@@ -292,8 +293,8 @@ class FusedMultiHeadAttention(CausallyMasked):
         else:
             # As in MultiHeadAttention, with fewer passes over the (b h, t, t) scores: the
             # product applies the scale (alpha), and the mask is written into it in place.
-            # Half precision: scores and softmax in float32, as there (a float16 score past
-            # 65504 was inf, its row nan). (b h, t, d_h)
+            # Half precision: scores, softmax and A V in float32, as there (a float16 score
+            # past 65504 was inf, its row nan). (b h, t, d_h)
             q, k, v = (y.reshape(b * h, t, d_h) for y in (queries, keys, values))
             acc = accumulation_dtype(q.dtype)
             with autocast_off(x):  # which would round the float32 scores to its dtype again
@@ -303,9 +304,9 @@ class FusedMultiHeadAttention(CausallyMasked):
                 )  # (b h, t, t), Q Kᵀ / sqrt(d_h)
                 future = self.mask[:t, :t]  # (t, t), True above the diagonal
                 attn_scores.masked_fill_(future, float("-inf"))  # (b h, t, t)
-                weights = torch.softmax(attn_scores, dim=-1).to(q.dtype)  # (b h, t, t)
-            attn_weights = self.dropout(weights)
-            context = torch.bmm(attn_weights, v).view(b, h, t, d_h)  # (b, h, t, d_h)
+                attn_weights = self.dropout(torch.softmax(attn_scores, dim=-1))  # (b h, t, t)
+                context = torch.bmm(attn_weights, v.to(acc)).to(v.dtype)  # (b h, t, d_h)
+            context = context.view(b, h, t, d_h)  # (b, h, t, d_h)
         context = context.transpose(1, 2).contiguous().view(b, t, self.d_out)  # (b, t, d_out)
         return self.proj_dropout(self.out_proj(context))  # (b, t, d_out)
 
