@@ -9,6 +9,7 @@ the intended use (the module itself is not part of the documented API).
 Notation: b batch size, t tokens, d_in input width, d_out output width, h heads.
 """
 
+import contextlib
 import functools
 import math
 import sys
@@ -43,6 +44,15 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     and sums in float32, rounding once at the end; the functions here do the same.
     """
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def autocast_off(x: Tensor) -> contextlib.AbstractContextManager[object]:
+    """Autocast turned off on x's device, for scores kept in float32: under autocast a matmul of
+    float32 tensors runs in its float16 or bfloat16 again (a float16 score past 65504 inf, its
+    row nan), where torch's fused kernels keep them in float32 under autocast too."""
+    if torch.amp.is_autocast_available(x.device.type):
+        return torch.autocast(x.device.type, enabled=False)
+    return contextlib.nullcontext()  # the meta device has no autocast
 
 
 def torch_takes_is_causal(t_q: int, t_k: int, scale: float | None) -> bool:

@@ -21,7 +21,6 @@ loading a model built on the meta device uses, would leave uninitialized memory 
 device, so it is built on the device of the tensors loaded.
 """
 
-import contextlib
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -31,6 +30,7 @@ from torch.types import Device
 
 from ._checks import (
     accumulation_dtype,
+    autocast_off,
     check_context_length,
     check_dropout,
     check_flags,
@@ -40,15 +40,6 @@ from ._checks import (
 from .functional import causal_mask
 
 __all__ = ["CausalAttention", "register_causal_mask"]
-
-
-def autocast_off(x: Tensor) -> contextlib.AbstractContextManager[object]:
-    """Autocast turned off on x's device, for scores kept in float32: under autocast a matmul of
-    float32 tensors runs in its float16 or bfloat16 again (a float16 score past 65504 inf, its
-    row nan), where torch's fused kernels keep them in float32 under autocast too."""
-    if torch.amp.is_autocast_available(x.device.type):
-        return torch.autocast(x.device.type, enabled=False)
-    return contextlib.nullcontext()  # the meta device has no autocast
 
 
 def register_causal_mask(

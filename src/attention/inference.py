@@ -30,6 +30,7 @@ from . import masks
 from ._checks import (
     Alignment,
     Factory,
+    autocast_off,
     check_alignment,
     check_cache,
     check_counts,
@@ -39,7 +40,6 @@ from ._checks import (
     check_input,
     check_sizes,
 )
-from .causal import autocast_off
 from .functional import causal_mask, scaled_dot_product_attention
 from .kv_cache import Cache, KVCache, RollingKVCache, storage_dtype
 from .multihead import MultiHeadAttention
