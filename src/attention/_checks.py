@@ -96,7 +96,7 @@ KERNEL_RENAMES = {
 }
 
 
-def kernel_keywords(fn: F) -> F:
+def attention_kernel(fn: F) -> F:
     """Decorator of the attention kernels: :func:`renamed` with :data:`KERNEL_RENAMES`, so that
     flash-attn's and older names of their keywords raise a ``TypeError`` naming ours."""
     return renamed(**KERNEL_RENAMES)(fn)

@@ -45,12 +45,12 @@ from torch import Tensor, nn
 
 from ._checks import (
     accumulation_dtype,
+    attention_kernel,
     check_batch_dims,
     check_flags,
     check_qkv,
     check_scale,
     check_sizes,
-    kernel_keywords,
 )
 from .functional import repeat_kv_heads
 
@@ -116,7 +116,7 @@ def split_kv_attention(
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
-@kernel_keywords
+@attention_kernel
 def split_kv_attention(
     query: Tensor,
     key: Tensor,

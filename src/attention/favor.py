@@ -21,11 +21,11 @@ from torch.types import Device
 
 from ._checks import (
     accumulation_dtype,
+    attention_kernel,
     check_flags,
     check_generator,
     check_seed,
     check_sizes,
-    kernel_keywords,
     shape_or_type,
 )
 from .linear import Form, check_linear_inputs, kernel_attention
@@ -156,7 +156,7 @@ def favor_features(x: Tensor, projection: Tensor, over: tuple[int, ...]) -> Tens
     return torch.exp(exponent - exponent.amax(dim=over, keepdim=True))  # (..., t, m)
 
 
-@kernel_keywords
+@attention_kernel
 def favor_attention(
     query: Tensor,
     key: Tensor,
@@ -240,7 +240,7 @@ def favor_attention(
     return kernel_attention(phi_q, phi_k, value, is_causal, form, 64)[0].to(value.dtype)
 
 
-@kernel_keywords
+@attention_kernel
 def favor_error_variance(
     query: Tensor, key: Tensor, value: Tensor, *, num_features: int, is_causal: bool = False
 ) -> Tensor:

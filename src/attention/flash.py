@@ -95,6 +95,7 @@ from torch import Tensor
 from ._checks import (
     Alignment,
     accumulation_dtype,
+    attention_kernel,
     check_batch_dims,
     check_block_size,
     check_causal_options,
@@ -103,7 +104,6 @@ from ._checks import (
     check_qkv,
     check_scale,
     check_sinks,
-    kernel_keywords,
 )
 from .flash_tiles import Tiles, add_product_, key_blocks, score_tile, tile_view
 
@@ -403,7 +403,7 @@ def flash_attention(
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
-@kernel_keywords
+@attention_kernel
 def flash_attention(
     query: Tensor,
     key: Tensor,

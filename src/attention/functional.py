@@ -30,6 +30,7 @@ from ._checks import (
     Alignment,
     accumulation_dtype,
     additive_mask,
+    attention_kernel,
     check_alignment,
     check_attn_mask,
     check_batch_dims,
@@ -43,7 +44,6 @@ from ._checks import (
     check_sinks,
     check_sizes,
     is_causal_bias,
-    kernel_keywords,
 )
 
 
@@ -331,7 +331,7 @@ def _weights(
     return attn_weights
 
 
-@kernel_keywords
+@attention_kernel
 def attention_weights(
     query: Tensor,
     key: Tensor,
@@ -390,7 +390,7 @@ def attention_weights(
     return _weights(query, key, attn_mask, dropout_p, is_causal, scale).to(query.dtype)
 
 
-@kernel_keywords
+@attention_kernel
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,

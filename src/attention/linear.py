@@ -34,11 +34,11 @@ from torch import Tensor
 
 from ._checks import (
     accumulation_dtype,
+    attention_kernel,
     check_flags,
     check_qkv,
     check_scale,
     check_sizes,
-    kernel_keywords,
     renamed,
     shape_or_type,
 )
@@ -221,7 +221,7 @@ def linear_attention(
     query: Tensor, key: Tensor, value: Tensor, *, output_final_state: bool = False,
     **options: Unpack[LinearOptions],
 ) -> Tensor | tuple[Tensor, Tensor]: ...
-@kernel_keywords
+@attention_kernel
 def linear_attention(
     query: Tensor,
     key: Tensor,
@@ -313,7 +313,7 @@ def linear_attention(
     return (out, cast(Tensor, final)) if output_final_state else out  # final: asked for above
 
 
-@kernel_keywords
+@attention_kernel
 def linear_attention_weights(
     query: Tensor, key: Tensor, *, feature_map: FeatureMapName | FeatureMap = "elu+1",
     is_causal: bool = False,

@@ -37,6 +37,7 @@ from torch.types import Device
 from ._checks import (
     Alignment,
     accumulation_dtype,
+    attention_kernel,
     check_alignment,
     check_batch_dims,
     check_block_size,
@@ -48,7 +49,6 @@ from ._checks import (
     check_scale,
     check_sizes,
     is_integer,
-    kernel_keywords,
     mask_answer,
     shape_or_type,
 )
@@ -837,7 +837,7 @@ def dense_attention(
 ) -> Tensor | tuple[Tensor, Tensor]: ...
 
 
-@kernel_keywords
+@attention_kernel
 def dense_attention(
     query: Tensor, key: Tensor, value: Tensor, *, score_mod: ScoreMod | None = None,
     mask_mod: MaskMod | None = None, scale: float | None = None, return_lse: bool = False,

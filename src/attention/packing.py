@@ -25,11 +25,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._checks import (
+    attention_kernel,
     check_counts,
     check_flags,
     check_qkv,
     check_scale,
-    kernel_keywords,
     shape_or_type,
     torch_takes_is_causal,
 )
@@ -183,7 +183,7 @@ def unpack(packed: Tensor, cu_seqlens: Tensor, t_max: int | None = None) -> Tens
     return out
 
 
-@kernel_keywords
+@attention_kernel
 def varlen_attention(
     query: Tensor, key: Tensor, value: Tensor, cu_seqlens_q: Tensor,
     cu_seqlens_k: Tensor | None = None, *, is_causal: bool = False, scale: float | None = None,

@@ -37,12 +37,12 @@ from torch import Tensor
 from . import masks
 from ._checks import (
     accumulation_dtype,
+    attention_kernel,
     check_batch_dims,
     check_flags,
     check_qkv,
     check_scale,
     check_sizes,
-    kernel_keywords,
 )
 from .flash import flash_attention
 from .io_model import IOCount, TwoLevelMemory
@@ -140,7 +140,7 @@ def _merge(out: Tensor, lse: Tensor, out_b: Tensor, lse_b: Tensor) -> tuple[Tens
     return weight_a[..., None] * out + weight_b[..., None] * out_b, new
 
 
-@kernel_keywords
+@attention_kernel
 def ring_attention(
     query: Tensor, key: Tensor, value: Tensor, *, world_size: int, is_causal: bool = False,
     sharding: Sharding = "contiguous", scale: float | None = None,

@@ -36,13 +36,13 @@ from torch.types import Device
 from ._checks import (
     Factory,
     accumulation_dtype,
+    attention_kernel,
     check_batch_dims,
     check_flags,
     check_input,
     check_qkv,
     check_scale,
     check_sizes,
-    kernel_keywords,
     renamed,
     shape_or_type,
 )
@@ -429,7 +429,7 @@ class IndexedLatentKVCache(LatentKVCache):
         return self
 
 
-@kernel_keywords
+@attention_kernel
 def dsa_attention(
     query: Tensor, key: Tensor, value: Tensor, index_scores: Tensor, *, top_k: int,
     scale: float | None = None, gather: bool = False,
@@ -623,7 +623,7 @@ def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> Mas
     return block_topk_mask(gate, top_k, block_size)
 
 
-@kernel_keywords
+@attention_kernel
 def moba_attention(
     query: Tensor, key: Tensor, value: Tensor, *, block_size: int, top_k: int,
     scale: float | None = None,
@@ -750,7 +750,7 @@ def _check_gates(gates: Tensor, query: Tensor) -> None:
         raise ValueError(f"gates must be in [0, 1], got {found}")
 
 
-@kernel_keywords
+@attention_kernel
 def nsa_attention(
     query: Tensor, key: Tensor, value: Tensor, gates: Tensor, *, block_size: int, top_k: int,
     window: int, scale: float | None = None,

@@ -39,13 +39,13 @@ from torch import Tensor
 
 from ._checks import (
     Alignment,
+    attention_kernel,
     check_causal_options,
     check_flags,
     check_qkv,
     check_scale,
     check_sinks,
     is_integer,
-    kernel_keywords,
 )
 
 _IMPORT_ERROR: ImportError | None  # why Triton could not be imported, if it could not
@@ -392,7 +392,7 @@ def _check_options(
     return blocks[0], blocks[1], check_causal_options(is_causal, alignment, window)
 
 
-@kernel_keywords
+@attention_kernel
 def triton_flash_attention(
     query: Tensor,
     key: Tensor,

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.types import Device
 
-from .._checks import accumulation_dtype, check_counts, kernel_keywords, shape_or_type
+from .._checks import accumulation_dtype, attention_kernel, check_counts, shape_or_type
 from ..ring import SHARDINGS, Sharding, ring_shards
 from ._common import agree, global_rank, merge, note
 
@@ -295,7 +295,7 @@ class _RingAttentionBackward(torch.autograd.Function):
         )
 
 
-@kernel_keywords
+@attention_kernel
 def ring_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool = False,
                    sharding: Sharding = "contiguous", scale: float | None = None,
                    group: dist.ProcessGroup | None = None) -> Tensor:

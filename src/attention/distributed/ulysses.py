@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from .._checks import kernel_keywords, torch_takes_is_causal
+from .._checks import attention_kernel, torch_takes_is_causal
 from ..functional import causal_mask
 from ._common import agree, note
 
@@ -63,7 +63,7 @@ def _kv_heads(h: int, h_kv: int, world: int) -> tuple[int, list[int]]:
     return 1, [j * (h // world) // groups for j in range(world)]
 
 
-@kernel_keywords
+@attention_kernel
 def ulysses_attention(query: Tensor, key: Tensor, value: Tensor, *, is_causal: bool = False,
                       scale: float | None = None, group: dist.ProcessGroup | None = None) -> Tensor:
     """Attention over a sequence in contiguous equal shards, by heads: this rank's output shard.
