@@ -11,6 +11,7 @@ Notation: b batch size, t tokens, d_in input width, d_out output width, h heads.
 
 import contextlib
 import functools
+import inspect
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -96,10 +97,43 @@ KERNEL_RENAMES = {
 }
 
 
+def autocast_as_sdpa(fn: F) -> F:
+    """Decorator: under ``torch.autocast``, ``fn`` takes its query, key and value in autocast's
+    dtype and runs with autocast off, as torch's SDPA does (autocast casts its inputs down, and
+    its kernels keep their statistics in float32). Else autocast would run the float32 products
+    of ``fn``'s statistics in its dtype again: a float16 score past 65504 inf, its row nan.
+    float64 stays float64, as autocast leaves it."""
+    names = ("query", "key", "value")
+    places = [i for i, name in enumerate(inspect.signature(fn).parameters) if name in names]
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        first = args[0] if args else kwargs.get("query")
+        device = first.device.type if isinstance(first, Tensor) else None  # else fn refuses it
+        if device is None or not (torch.amp.is_autocast_available(device)
+                                  and torch.is_autocast_enabled(device)):
+            return fn(*args, **kwargs)
+        dtype = torch.get_autocast_dtype(device)
+
+        def down(x: object) -> object:
+            if isinstance(x, Tensor) and x.is_floating_point() and x.dtype != torch.float64:
+                return x.to(dtype)
+            return x
+
+        args = tuple(down(x) if i in places else x for i, x in enumerate(args))
+        kwargs = {name: down(x) if name in names else x for name, x in kwargs.items()}
+        with torch.autocast(device, enabled=False):
+            return fn(*args, **kwargs)
+
+    return cast(F, call)
+
+
 def attention_kernel(fn: F) -> F:
-    """Decorator of the attention kernels: :func:`renamed` with :data:`KERNEL_RENAMES`, so that
-    flash-attn's and older names of their keywords raise a ``TypeError`` naming ours."""
-    return renamed(**KERNEL_RENAMES)(fn)
+    """Decorator of the attention kernels, for the conventions they share: flash-attn's and
+    older names of their keywords raise a ``TypeError`` naming ours (:func:`renamed` with
+    :data:`KERNEL_RENAMES`), and ``torch.autocast`` is taken as torch's SDPA takes it
+    (:func:`autocast_as_sdpa`)."""
+    return autocast_as_sdpa(renamed(**KERNEL_RENAMES)(fn))
 
 
 def check_flags(**flags: object) -> None:

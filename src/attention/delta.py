@@ -33,6 +33,7 @@ from torch import Tensor
 
 from ._checks import (
     accumulation_dtype,
+    autocast_as_sdpa,
     check_flags,
     check_qkv,
     check_scale,
@@ -215,6 +216,7 @@ def decayed_linear_attention(
     query: Tensor, key: Tensor, value: Tensor, g: Tensor, *,
     output_final_state: Literal[True], **options: Unpack[DecayOptions],
 ) -> tuple[Tensor, Tensor]: ...
+@autocast_as_sdpa
 def decayed_linear_attention(
     query: Tensor,
     key: Tensor,
@@ -330,6 +332,7 @@ def gated_delta_rule(
     query: Tensor, key: Tensor, value: Tensor, g: Tensor, beta: Tensor, *,
     output_final_state: Literal[True], **options: Unpack[DeltaOptions],
 ) -> tuple[Tensor, Tensor]: ...
+@autocast_as_sdpa
 def gated_delta_rule(
     query: Tensor,
     key: Tensor,
@@ -408,6 +411,7 @@ def delta_rule(
     query: Tensor, key: Tensor, value: Tensor, beta: Tensor, *,
     output_final_state: Literal[True], **options: Unpack[DeltaOptions],
 ) -> tuple[Tensor, Tensor]: ...
+@autocast_as_sdpa
 def delta_rule(
     query: Tensor,
     key: Tensor,

@@ -20,6 +20,7 @@ from torch import Tensor
 from . import masks
 from ._checks import (
     accumulation_dtype,
+    autocast_as_sdpa,
     check_batch_dims,
     check_flags,
     check_qkv,
@@ -33,6 +34,7 @@ from .masks import MaskMod, ScoreMod
 __all__ = ["weights_from_lse"]
 
 
+@autocast_as_sdpa
 def weights_from_lse(
     query: Tensor,
     key: Tensor,

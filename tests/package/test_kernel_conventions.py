@@ -55,6 +55,28 @@ def _gate(q: torch.Tensor) -> torch.Tensor:
     return torch.zeros(q.shape[:-1], device=q.device)  # (b, h, t)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", [*KERNELS, *GATED])
+def test_under_autocast_every_kernel_runs_on_its_inputs_cast_down(name, dtype):
+    """As torch's SDPA: autocast casts query, key and value to its dtype, and the kernel keeps
+    its statistics in float32. Autocast ran the kernels' float32 score products in float16
+    again: scores of 80000 gave nan rows (the SDPA, its weights, dense and linear attention)."""
+    query = torch.full(SHAPE, 100.0)  # scores q.k of 8e4, past float16's 65504
+    key = query.clone()
+    key[..., 0, :] = -100.0  # and of -8e4
+    # small values: decayed linear attention sums q.k v unnormalized, past 65504 otherwise
+    value = 0.01 * torch.randn(SHAPE, generator=torch.Generator().manual_seed(0))
+    # (b, h, t): weights_from_lse takes the float32 lse of the scaled scores
+    lse = torch.logsumexp(query @ key.transpose(-2, -1) * SHAPE[-1] ** -0.5, dim=-1)
+    kernel = {**KERNELS, **GATED, "weights_from_lse": lambda q, k, v: weights_from_lse(q, k, lse)}[name]
+    torch.manual_seed(0)  # FAVOR+'s projection, unseeded, from the global generator
+    with torch.autocast("cpu", dtype=dtype):
+        got = kernel(query, key, value)
+    torch.manual_seed(0)
+    want = kernel(query.to(dtype), key.to(dtype), value.to(dtype))
+    assert got.dtype == dtype and bool(want.isfinite().all()) and torch.equal(got, want)
+
+
 @pytest.mark.parametrize("name", [*KERNELS, *GATED])
 def test_every_kernel_gives_its_shape_on_the_meta_device(name):
     """As torch's SDPA: shapes without values, for tracing and sizing. The linear and delta
