@@ -469,12 +469,14 @@ def check_token_id(value: object, name: str, vocab_size: int) -> int:
     return number
 
 
-def check_seed(seed: object) -> None:
+def check_seed(seed: object) -> int:
     """Require a seed ``torch.Generator.manual_seed`` takes: an integer in [-2**63, 2**64) (a
-    negative one is read modulo 2**64)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**64:
+    negative one is read modulo 2**64). Returns it as a Python int, which the generator needs
+    (a NumPy integer, which ``torch.manual_seed`` takes, is a TypeError there)."""
+    if not is_integer(seed) or not -(2**63) <= seed < 2**64:
         raise ValueError(f"seed must be an integer in [-2**63, 2**64) as torch.Generator takes, "
                          f"got {seed!r}")
+    return int(seed)
 
 
 def check_generator(generator: object) -> None:

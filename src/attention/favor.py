@@ -216,7 +216,7 @@ def favor_attention(
     # orthogonal: also when a projection is given, which leaves it unread
     check_flags(orthogonal=orthogonal)
     if seed is not None:
-        check_seed(seed)
+        seed = check_seed(seed)
     check_sizes(num_features=num_features)
     d_k = query.shape[-1]
     if projection is None:

@@ -198,7 +198,7 @@ def use_kernel_attention(
         check_sizes(num_features=num_features)
     elif num_features is not None:
         raise ValueError(f"num_features is for kind='favor' only, got {num_features!r}")
-    check_seed(seed)
+    seed = check_seed(seed)
     attns = [cast(BlockAttention, block.attn) for block in blocks]  # as checked above
     for attn in attns:  # before any block is replaced: all or none
         if attn.dropout > 0:

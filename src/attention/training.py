@@ -128,7 +128,7 @@ def train_lm(
             f"data must be a function of a torch.Generator, got {type(data).__name__}"
         )
     check_sizes(steps=steps)
-    check_seed(seed)
+    seed = check_seed(seed)
     check_number("lr", lr, 0.0, inclusive=False)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

@@ -3,6 +3,7 @@ the output's mean and error within what the variance derived in chapter 12 allow
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -222,6 +223,15 @@ def test_error_variance_of_equal_values_is_zero_where_the_exponential_overflows(
 
 
 # Bad input ------------------------------------------------------------------------------------
+
+
+def test_a_numpy_integer_seed_draws_the_projection_of_that_int():
+    """As torch.manual_seed takes one: it was refused ("seed must be an integer ..., got
+    np.int64(3)"), torch.Generator.manual_seed raising a TypeError for it."""
+    q, k, v = qkv((2, 5, 4))
+    want = favor_attention(q, k, v, num_features=8, seed=3)
+    torch.testing.assert_close(favor_attention(q, k, v, num_features=8, seed=np.int64(3)), want,
+                               rtol=0, atol=0)
 
 
 class TestBadInput:
