@@ -204,8 +204,8 @@ def test_float16_autocast_keeps_the_scores_in_float32_as_the_sdpa_path_does(buil
 def test_half_precision_context_is_as_close_to_float64_as_float32_rounded_once(
     dtype, use_sdpa: bool | None
 ) -> None:
-    """A V ran in half precision on rounded weights: in bfloat16, 64 tokens, the context was
-    off by about 1.5 times what torch's SDPA, float32 rounded once, is off by."""
+    """A V ran in half precision on rounded weights: with 64 tokens the float16 context was off
+    by 1.43 times what torch's SDPA, float32 rounded once, is off by (bfloat16: 1.03 times)."""
     mha = MultiHeadAttention(8, 8, context_length=64, dropout=0.0, num_heads=2, dtype=dtype)
     with torch.no_grad():
         for p in (mha.W_query, mha.W_key, mha.W_value, mha.out_proj):
