@@ -158,6 +158,9 @@ class CausalAttention(CausallyMasked):
     def forward(self, x: Tensor) -> Tensor:
         """Context vectors (..., t, d_out) of the tokens x (..., t, d_in).
 
+        Half-precision projections (x's, or those ``torch.autocast`` gives) are attended in
+        float32, scores, softmax and A V, and the context is rounded once, as torch's SDPA.
+
         Raises:
             ValueError: if x is not (t, d_in) or (b, t, d_in), or t exceeds context_length.
         """

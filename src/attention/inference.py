@@ -211,7 +211,7 @@ class GroupedQueryAttention(nn.Module):
         Without a cache: causal self-attention over x. With one: x holds the t newest tokens,
         their keys and values are appended to the cache, and each attends to every cached token
         and to the new ones up to itself (bottom-right causal; within the window and the
-        sinks, if any).
+        sinks, if any). Under ``torch.autocast`` the scores stay float32, as in torch's SDPA.
 
         Raises:
             ValueError: if x is not (b, t, d_in), cache is not a KV cache (with a ``length``

@@ -173,8 +173,9 @@ def use_kernel_attention(
         ``model`` itself.
 
     Raises:
-        ValueError: if model has no blocks of BlockAttention, kind is unknown, num_features does
-            not match kind, seed is not an integer torch.Generator takes, or a block has dropout.
+        ValueError: if model has no blocks, a block's attn is not a BlockAttention (one
+            replaced before included), kind is unknown, num_features does not match kind,
+            seed is not an integer torch.Generator takes, or a block has dropout.
 
     Examples:
         >>> model = TinyTransformer(8, 8, 2, 1, context_length=4)

@@ -181,9 +181,12 @@ class MultiHeadAttention(CausallyMasked):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Context vectors (b, t, d_out) of the tokens x (b, t, d_in).
 
+        Half-precision projections (x's, or those ``torch.autocast`` gives) are attended in
+        float32, scores, softmax and A V, and the context is rounded once, as torch's SDPA.
+
         With ``return_weights=True`` also returns the attention weights (b, h, t, t) that were
         applied to the values (after dropout, so in training mode some are zeroed or rescaled;
-        in x's dtype, those of half-precision x applied in float32), one matrix per head:
+        in the projections' dtype, half-precision ones applied in float32), one matrix per head:
         ``torch.nn.MultiheadAttention`` returns their mean over the heads, (b, t, t), unless
         called with ``average_attn_weights=False``.
 
@@ -273,6 +276,9 @@ class FusedMultiHeadAttention(CausallyMasked):
 
     def forward(self, x: Tensor) -> Tensor:
         """Context vectors (b, t, d_out) of the tokens x (b, t, d_in).
+
+        Both paths attend half-precision projections (under ``torch.autocast`` too) in float32
+        and round the context once, as :class:`MultiHeadAttention`.
 
         Raises:
             ValueError: if x is not (b, t, d_in), or t exceeds context_length.

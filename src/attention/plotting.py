@@ -62,9 +62,9 @@ def plot_attention(
         The Axes drawn on.
 
     Raises:
-        ValueError: if weights is not a 2-d matrix of real numbers with a row and a column,
-            labels are not None or a sequence of the right length, ax is not None or an Axes,
-            or annotate is not a bool.
+        ValueError: if weights is not a 2-d matrix of real numbers (a tensor on the meta
+            device holds none) with a row and a column, labels are not None or a sequence of
+            the right length, ax is not None or an Axes, or annotate is not a bool.
 
     Examples:
         >>> ax = plot_attention(torch.tensor([[1.0, 0.0], [0.4, 0.6]]), title="causal")

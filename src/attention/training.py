@@ -110,10 +110,9 @@ def train_lm(
         ValueError: if model is not a torch.nn.Module or returns no logits (b, t, n_vocab), data
             is not callable or returns no pair (inputs, targets), steps is not an integer >= 1,
             seed not an integer torch's generator takes (-2**63 to 2**64 - 1), lr not a finite
-            number > 0, a batch's
-            targets are not integer ids of the logits' (b, t) in [0, n_vocab) or -100 (n_vocab
-            the logits' last dimension) or are all -100, or a step's loss is nan or infinite
-            (raised before that step updates the model).
+            number > 0, a batch's targets are not integer ids of the logits' (b, t) in
+            [0, n_vocab) or -100 (n_vocab the logits' last dimension) or are all -100, or a
+            step's loss is nan or infinite (raised before that step updates the model).
 
     Examples:
         >>> _ = torch.manual_seed(123)
