@@ -207,9 +207,9 @@ def test_the_layers_transformers_runs_are_the_layers_copied(case: str) -> None:
 
 @pytest.mark.parametrize("case", ["gpt2", "llama", "gemma3", "qwen3_next", "deepseek_v3"])
 def test_a_model_without_layers_gives_the_same_logits_and_tokens(case: str) -> None:
-    """No layer: embedding, final norm and head. GPT-2's copy generated nothing (its learned
-    positions counted the tokens before from the first layer's cache) and Gemma 3's was not
-    built (its rope_parameters then hold one rule, not one per layer type)."""
+    """No layer: embedding, final norm and head. GPT-2's copy's generate raised an IndexError
+    (its learned positions counted the tokens before from the first layer's cache) and Gemma
+    3's was not built (its rope_parameters then hold one rule, not one per layer type)."""
     model_type, options = CASES[case]
     options = dict(options, **{"n_layer" if case == "gpt2" else "num_hidden_layers": 0})
     if "layer_types" in options:
