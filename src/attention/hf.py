@@ -394,7 +394,8 @@ class CausalLM(nn.Module):
 
     def new_caches(self, batch_size: int, max_tokens: int) -> list[Any]:
         """One empty cache per layer, for up to ``max_tokens`` positions, in the weights' dtype
-        or, while ``torch.autocast`` is on, in its dtype (the keys come out in it).
+        or, while ``torch.autocast`` is on and they are not float64, in its dtype (the keys
+        come out in it).
 
         A gated delta layer's cache is its :class:`~attention.delta_layer.DeltaState`, whose
         size does not depend on ``max_tokens``.

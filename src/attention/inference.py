@@ -189,7 +189,7 @@ class GroupedQueryAttention(nn.Module):
         Without a window: a :class:`KVCache` of 2 · b · h_kv · max_tokens · d_h values. With a
         window: a :class:`RollingKVCache` of 2 · b · h_kv · (n_sink + w) · d_h values, whatever
         max_tokens, which only bounds the positions. In autocast's dtype while autocast is on
-        (the keys come out in it).
+        and the layer is not float64 (the keys come out in it).
 
         Raises:
             ValueError: if batch_size or max_tokens is not an integer >= 1.

@@ -216,7 +216,8 @@ class MultiHeadLatentAttention(nn.Module):
         """An empty :class:`LatentKVCache` on the module's device and dtype.
 
         It holds b · max_tokens · (d_c + d_h^R) values, whatever the number of heads; in
-        autocast's dtype while autocast is on (the latents come out in it).
+        autocast's dtype while autocast is on and the module is not float64 (the latents come
+        out in it).
 
         Raises:
             ValueError: if batch_size or max_tokens is not an integer >= 1.

@@ -129,7 +129,7 @@ def streaming_cache(
 
     Returns:
         The per-layer caches, on the model's device and dtype (autocast's, while autocast is
-        on).
+        on and the model is not float64).
 
     Raises:
         ValueError: if model is not a TinyTransformer, its positions are learned, sinusoidal or

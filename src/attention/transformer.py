@@ -474,9 +474,9 @@ class TinyTransformer(nn.Module):
     def new_cache(self, batch_size: int, max_tokens: int) -> ModelKVCache:
         """An empty KV cache for ``max_tokens`` tokens: one :class:`KVCache` per layer.
 
-        On the model's device and dtype (autocast's, while autocast is on: the keys come out in
-        it); 2 · b · max_tokens · n_layers · h · d_h values. With learned positions, max_tokens
-        must be at most ``context_length``.
+        On the model's device and dtype (autocast's, while autocast is on and the model is not
+        float64: the keys come out in it); 2 · b · max_tokens · n_layers · h · d_h values. With
+        learned positions, max_tokens must be at most ``context_length``.
 
         Raises:
             ValueError: if a size is not an integer >= 1, or, with learned positions, max_tokens
