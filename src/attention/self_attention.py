@@ -20,7 +20,14 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import Factory, accumulation_dtype, check_flags, check_input, check_sizes
+from ._checks import (
+    Factory,
+    accumulation_dtype,
+    autocast_off,
+    check_flags,
+    check_input,
+    check_sizes,
+)
 
 
 class SelfAttentionV1(nn.Module):
@@ -63,11 +70,14 @@ class SelfAttentionV1(nn.Module):
         queries = x @ self.W_query  # (..., t, d_out)
         keys = x @ self.W_key  # (..., t, d_out)
         values = x @ self.W_value  # (..., t, d_out)
-        acc = accumulation_dtype(x.dtype)  # scores and softmax of half inputs in float32
-        attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
-        d_k = keys.shape[-1]
-        attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1).to(x.dtype)
-        return attn_weights @ values  # (..., t, d_out)
+        # half precision (or autocast's): scores, softmax and A V in float32, as torch's kernels
+        # keep them (a float16 score past 65504 was inf, its row nan); the context rounded once
+        acc = accumulation_dtype(queries.dtype)
+        with autocast_off(x):  # which would round the float32 scores to its dtype again
+            attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
+            d_k = keys.shape[-1]
+            attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)
+            return (attn_weights @ values.to(acc)).to(values.dtype)  # (..., t, d_out)
 
 
 class SelfAttentionV2(nn.Module):
@@ -111,8 +121,11 @@ class SelfAttentionV2(nn.Module):
         queries = self.W_query(x)  # (..., t, d_out)
         keys = self.W_key(x)  # (..., t, d_out)
         values = self.W_value(x)  # (..., t, d_out)
-        acc = accumulation_dtype(x.dtype)  # scores and softmax of half inputs in float32
-        attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
-        d_k = keys.shape[-1]
-        attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1).to(x.dtype)
-        return attn_weights @ values  # (..., t, d_out)
+        # half precision (or autocast's): scores, softmax and A V in float32, as torch's kernels
+        # keep them (a float16 score past 65504 was inf, its row nan); the context rounded once
+        acc = accumulation_dtype(queries.dtype)
+        with autocast_off(x):  # which would round the float32 scores to its dtype again
+            attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
+            d_k = keys.shape[-1]
+            attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)
+            return (attn_weights @ values.to(acc)).to(values.dtype)  # (..., t, d_out)

@@ -95,6 +95,43 @@ def test_float16_scores_beyond_its_range_give_sdpa_s_answer(cls: type) -> None:
 
 
 @pytest.mark.parametrize("cls", [SelfAttentionV1, SelfAttentionV2])
+def test_float16_autocast_keeps_the_scores_in_float32_as_torchs_sdpa_does(cls: type) -> None:
+    """Under autocast the float32 product Q Kᵀ ran in float16 again: a score past 65504 was
+    inf, its row nan (and every gradient nan), where torch's SDPA under the same autocast
+    answers."""
+    sa = cls(8, 8)
+    with torch.no_grad():
+        for p in sa.parameters():  # identity projections, V1's and V2's alike
+            p.copy_(torch.eye(8))
+    x = torch.full((1, 4, 8), 100.0)  # q·k = 8 · 100² = 80000 > 65504
+    x[0, :, 0] = torch.arange(4.0)  # values that differ, so that the weights matter
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = sa(x)
+        expected = torch.nn.functional.scaled_dot_product_attention(x, x, x)
+    out.float().sum().backward()
+    assert out.dtype == expected.dtype == torch.float16 and out.isfinite().all()
+    torch.testing.assert_close(out, expected)
+    assert all(p.grad.isfinite().all() for p in sa.parameters())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_context_is_as_close_to_float64_as_float32_rounded_once(dtype) -> None:
+    """A V ran in half precision on rounded weights: the bfloat16 context was off by 0.0183,
+    the float16 one by 0.0025, where torch's SDPA (float32, rounded once) is off by 0.0149 and
+    0.0018."""
+    sa = SelfAttentionV2(8, 8, dtype=dtype)
+    with torch.no_grad():
+        for p in sa.parameters():
+            p.copy_(torch.eye(8))
+    x = (1.5 * seeded_randn(0, 4, 64, 8)).to(dtype)  # queries = keys = values = x
+    out = sa(x)
+    x64 = x.double()
+    want = torch.nn.functional.scaled_dot_product_attention(x64, x64, x64)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(x, x, x)
+    assert (out.double() - want).abs().max() <= 1.05 * (sdpa.double() - want).abs().max()
+
+
+@pytest.mark.parametrize("cls", [SelfAttentionV1, SelfAttentionV2])
 def test_every_weight_is_trainable_and_gets_a_gradient(cls: type) -> None:
     sa = cls(4, 3, dtype=torch.float64)
     (sa(seeded_randn(2, 5, 4)) * seeded_randn(3, 5, 3)).sum().backward()
