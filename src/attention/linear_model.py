@@ -18,7 +18,7 @@ from typing import Literal, cast, get_args
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_no_mask_or_cache, check_seed, check_sizes
+from ._checks import autocast_off, check_no_mask_or_cache, check_seed, check_sizes
 from .block_attention import BlockAttention, FusedHeads
 from .favor import favor_features, random_projection
 from .linear import apply_feature_map, divide_rows, elu_plus_one
@@ -128,22 +128,28 @@ class KernelBlockAttention(FusedHeads):
             # FAVOR+ estimates exp((q R_i) . (k R_j) / sqrt(d_h)), which depends on i - j alone:
             # rotate first, as the softmax sublayer does
             queries, keys = self.rotary(queries), self.rotary(keys)  # (b, h, t, d_h)
-        phi_q, phi_k = self.features(queries, "query"), self.features(keys, "key")  # (b, h, t, r)
-        normalizer = phi_q @ phi_k.transpose(-2, -1)  # (b, h, t, t)
-        normalizer = normalizer.tril() if self.is_causal else normalizer
-        if self.rotary is not None and self.kind == "elu+1":
-            # phi(q R_i) . phi(k R_j) is no function of i - j; (phi(q) R_i) . (phi(k) R_j) is. As
-            # RoFormer does for linear attention (Su et al.), only the numerator's features are
-            # rotated: the normalizer keeps the unrotated ones, so it stays positive
-            # rotated only: YaRN's attention factor is a softmax temperature
-            turned = [self.rotary(phi, attention_factor=False) for phi in (phi_q, phi_k)]
-            kernel = turned[0] @ turned[1].transpose(-2, -1)  # (b, h, t, t)
-            kernel = kernel.tril() if self.is_causal else kernel
-        else:
-            kernel = normalizer
-        attn_weights = divide_rows(kernel, normalizer.sum(dim=-1, keepdim=True))  # (b, h, t, t)
-        # half precision: features and weights are float32, and so is their sum, rounded once
-        context = (attn_weights @ values.to(attn_weights.dtype)).to(values.dtype)  # (b, h, t, d_h)
+        # autocast off: it would run the float32 products of the features in float16 again
+        # (FAVOR+'s small features flushed to 0), where the kernels keep them in float32
+        with autocast_off(x):
+            # (b, h, t, r) each
+            phi_q, phi_k = self.features(queries, "query"), self.features(keys, "key")
+            normalizer = phi_q @ phi_k.transpose(-2, -1)  # (b, h, t, t)
+            normalizer = normalizer.tril() if self.is_causal else normalizer
+            if self.rotary is not None and self.kind == "elu+1":
+                # phi(q R_i) . phi(k R_j) is no function of i - j; (phi(q) R_i) . (phi(k) R_j)
+                # is. As RoFormer does for linear attention (Su et al.), only the numerator's
+                # features are rotated: the normalizer keeps the unrotated ones, so it stays
+                # positive
+                # rotated only: YaRN's attention factor is a softmax temperature
+                turned = [self.rotary(phi, attention_factor=False) for phi in (phi_q, phi_k)]
+                kernel = turned[0] @ turned[1].transpose(-2, -1)  # (b, h, t, t)
+                kernel = kernel.tril() if self.is_causal else kernel
+            else:
+                kernel = normalizer
+            attn_weights = divide_rows(kernel, normalizer.sum(dim=-1, keepdim=True))  # (b, h, t, t)
+            # half precision: features and weights are float32, and so is their sum, rounded once
+            # (b, h, t, d_h)
+            context = (attn_weights @ values.to(attn_weights.dtype)).to(values.dtype)
         context = context.transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
         attn_weights = attn_weights.to(values.dtype)
         if self.gate is not None:  # gated attention, as in BlockAttention

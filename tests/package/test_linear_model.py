@@ -2,6 +2,8 @@
 attention on its own projections; FAVOR+ with many features approaches the softmax model, rotary
 embeddings and scale included; the weights it reports; bad input."""
 
+import copy
+
 import pytest
 import torch
 from _inputs import check_half_precision_copy
@@ -116,6 +118,24 @@ def test_a_favor_row_whose_features_all_underflow_is_zero_not_nan():
     assert weights.detach().flatten().tolist() == [0.0, 0.0, 0.0, 1.0]
     out.sum().backward()
     assert torch.isfinite(x.grad).all()
+
+
+def test_under_autocast_the_features_multiply_in_float32_as_the_kernels_do():
+    """Autocast ran the float32 products of FAVOR+'s features in float16 again: the smallest
+    flushed to 0, and the context was off from float64 by 28.6, all of its largest value, with
+    inf gradients, where the module converted to float16 is off by 0.23."""
+    torch.manual_seed(0)
+    attn = BlockAttention(32, 4)
+    projection = torch.randn(16, 8, generator=torch.Generator().manual_seed(0))  # (m, d_h)
+    favor = KernelBlockAttention(attn, "favor", projection=projection)
+    x = 30 * torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(0))  # (b, t, d)
+    want = copy.deepcopy(favor).double()(x.double())[0]
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = favor(x)[0]
+    out.float().sum().backward()
+    assert out.dtype == torch.float16
+    assert (out.double() - want).abs().max() <= 0.01 * want.abs().max()
+    assert all(p.grad.isfinite().all() for p in favor.parameters())
 
 
 @pytest.mark.parametrize("kind", ["elu+1", "favor"])
