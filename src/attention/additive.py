@@ -24,6 +24,7 @@ from torch.types import Device
 from ._checks import (
     Factory,
     accumulation_dtype,
+    autocast_off,
     check_input,
     check_mask,
     check_rank,
@@ -120,7 +121,8 @@ class AdditiveAttention(nn.Module):
         # once, as MultiHeadAttention's scores (a float16 score past 65504 was inf, its row nan)
         acc = accumulation_dtype(k_proj.dtype)
         hidden = torch.tanh(q_proj.to(acc)[:, None, :] + k_proj.to(acc))  # (b, t_k, d_attn)
-        attn_scores = F.linear(hidden, self.v.weight.to(acc)).squeeze(-1)  # (b, t_k)
+        with autocast_off(hidden):  # which would run the float32 scores in its dtype again
+            attn_scores = F.linear(hidden, self.v.weight.to(acc)).squeeze(-1)  # (b, t_k)
         if mask is not None:
             if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
                 got = f"dtype {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__

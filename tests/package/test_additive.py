@@ -69,6 +69,21 @@ def test_float16_scores_past_65504_give_the_float64_answer():
     torch.testing.assert_close(weights.double(), want[1], rtol=0, atol=0)
 
 
+def test_float16_autocast_keeps_the_scores_in_float32_too():
+    """Autocast ran the float32 product of the tanh layer and v in float16 again: scores of
+    ±8e4 were inf, and the weights and context nan."""
+    attention = AdditiveAttention(1, 1, 4)
+    with torch.no_grad():
+        attention.W_query.weight.fill_(5.0), attention.W_key.weight.fill_(5.0)
+        attention.v.weight.fill_(2e4)
+    query, keys = torch.ones(1, 1), torch.tensor([[[1.0], [1.0], [-1.0]]])
+    values = torch.tensor([[[1.0], [2.0], [3.0]]])
+    with torch.autocast("cpu", dtype=torch.float16):
+        context, weights = attention(query, keys, values)
+    assert weights.dtype == torch.float16 and context.dtype == torch.float32  # the values'
+    assert weights.tolist() == [[0.5, 0.5, 0.0]] and context.tolist() == [[1.5]]
+
+
 def test_context_mixes_the_values_given_and_the_keys_by_default():
     torch.manual_seed(0)
     attention = AdditiveAttention(2, 3, 4).double()  # d_query=2, d_key=3, d_attn=4
