@@ -26,6 +26,7 @@ from ._checks import (
     Factory,
     accumulation_dtype,
     additive_mask,
+    autocast_off,
     check_attn_mask,
     check_cache,
     check_dropout,
@@ -238,10 +239,18 @@ class BlockAttention(FusedHeads):
             keys, values = cache.append(keys, values)  # (b, h, t_k, d_h) each
         dropout_p = self.dropout if self.training else 0.0
         mask = self._mask(t, keys.shape[2], attn_mask, x, cache)
-        attn_weights = attention_weights(
-            queries, keys, attn_mask=mask, dropout_p=dropout_p
-        )  # (b, h, t, t_k)
-        context = (attn_weights @ values).transpose(1, 2).reshape(b, t, self.d_model)  # (b,t,d)
+        # half precision (or autocast's): the weights and A V in float32, the context rounded
+        # once, as torch's SDPA (nn.TransformerEncoderLayer's path); autocast off, which would
+        # round them again. The weights returned are in the values' dtype.
+        acc = accumulation_dtype(values.dtype)
+        mask = mask if mask is None or mask.dtype == torch.bool else mask.to(acc)
+        with autocast_off(x):
+            attn_weights = attention_weights(
+                queries.to(acc), keys.to(acc), attn_mask=mask, dropout_p=dropout_p
+            )  # (b, h, t, t_k)
+            context = (attn_weights @ values.to(acc)).to(values.dtype)  # (b, h, t, d_h)
+        context = context.transpose(1, 2).reshape(b, t, self.d_model)  # (b, t, d)
+        attn_weights = attn_weights.to(values.dtype)
         if self.gate is not None:  # gated attention: each feature of each head scaled by (0, 1)
             context = context * torch.sigmoid(self.gate(x))  # (b, t, d)
         return self.proj_dropout(self.out_proj(context)), attn_weights
