@@ -25,7 +25,16 @@ import torch
 from torch import Tensor, nn
 from torch.types import Device
 
-from ._checks import Factory, check_dropout, check_flags, check_heads, check_input, check_sizes
+from ._checks import (
+    Factory,
+    accumulation_dtype,
+    autocast_off,
+    check_dropout,
+    check_flags,
+    check_heads,
+    check_input,
+    check_sizes,
+)
 from .functional import attention_weights
 
 __all__ = ["CrossAttention", "BidirectionalSelfAttention"]
@@ -156,9 +165,15 @@ class CrossAttention(nn.Module):
         queries = self.W_query(x).view(b, t_q, h, d_h).transpose(1, 2)  # (b, h, t_q, d_h)
         keys = self.W_key(context).view(b, t_k, h, d_h).transpose(1, 2)  # (b, h, t_k, d_h)
         values = self.W_value(context).view(b, t_k, h, d_h).transpose(1, 2)  # (b, h, t_k, d_h)
-        attn_weights = attention_weights(queries, keys, attn_mask=attn_mask)  # (b, h, t_q, t_k)
-        attn_weights = self.dropout(attn_weights)
-        context_vecs = (attn_weights @ values).transpose(1, 2)  # (b, t_q, h, d_h)
+        # half precision (or autocast's): the weights and A V in float32, the context rounded
+        # once, as torch's SDPA; autocast off, which would round them again
+        acc = accumulation_dtype(values.dtype)
+        with autocast_off(x):
+            attn_weights = attention_weights(queries.to(acc), keys.to(acc), attn_mask=attn_mask)
+            attn_weights = self.dropout(attn_weights)  # (b, h, t_q, t_k)
+            context_vecs = (attn_weights @ values.to(acc)).to(values.dtype)  # (b, h, t_q, d_h)
+        context_vecs = context_vecs.transpose(1, 2)  # (b, t_q, h, d_h)
+        attn_weights = attn_weights.to(values.dtype)
         out = self.out_proj(context_vecs.reshape(b, t_q, self.d_out))  # (b, t_q, d_out)
         return (out, attn_weights) if return_weights else out
 
