@@ -30,6 +30,19 @@ from ._checks import (
 )
 
 
+def _attend(queries: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V (..., t, d_out): what the two versions share.
+
+    Half precision (or autocast's): scores, softmax and A V in float32, as torch's kernels keep
+    them (a float16 score past 65504 was inf, its row nan), and the context rounded once.
+    """
+    acc = accumulation_dtype(queries.dtype)
+    with autocast_off(queries):  # which would round the float32 scores to its dtype again
+        attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        return (attn_weights @ values.to(acc)).to(values.dtype)  # (..., t, d_out)
+
+
 class SelfAttentionV1(nn.Module):
     """Self-attention with weight matrices of shape (d_in, d_out) drawn from U[0, 1).
 
@@ -70,14 +83,7 @@ class SelfAttentionV1(nn.Module):
         queries = x @ self.W_query  # (..., t, d_out)
         keys = x @ self.W_key  # (..., t, d_out)
         values = x @ self.W_value  # (..., t, d_out)
-        # half precision (or autocast's): scores, softmax and A V in float32, as torch's kernels
-        # keep them (a float16 score past 65504 was inf, its row nan); the context rounded once
-        acc = accumulation_dtype(queries.dtype)
-        with autocast_off(x):  # which would round the float32 scores to its dtype again
-            attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
-            d_k = keys.shape[-1]
-            attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)
-            return (attn_weights @ values.to(acc)).to(values.dtype)  # (..., t, d_out)
+        return _attend(queries, keys, values)  # (..., t, d_out)
 
 
 class SelfAttentionV2(nn.Module):
@@ -121,11 +127,4 @@ class SelfAttentionV2(nn.Module):
         queries = self.W_query(x)  # (..., t, d_out)
         keys = self.W_key(x)  # (..., t, d_out)
         values = self.W_value(x)  # (..., t, d_out)
-        # half precision (or autocast's): scores, softmax and A V in float32, as torch's kernels
-        # keep them (a float16 score past 65504 was inf, its row nan); the context rounded once
-        acc = accumulation_dtype(queries.dtype)
-        with autocast_off(x):  # which would round the float32 scores to its dtype again
-            attn_scores = queries.to(acc) @ keys.to(acc).transpose(-2, -1)  # (..., t, t)
-            d_k = keys.shape[-1]
-            attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)
-            return (attn_weights @ values.to(acc)).to(values.dtype)  # (..., t, d_out)
+        return _attend(queries, keys, values)  # (..., t, d_out)
