@@ -125,6 +125,7 @@ def autocast_as_sdpa(fn: F) -> F:
         with torch.autocast(device, enabled=False):
             return fn(*args, **kwargs)
 
+    call.autocast_as_sdpa = True  # type: ignore[attr-defined]  # for the conventions' test
     return cast(F, call)
 
 

@@ -37,6 +37,7 @@ from ._checks import (
     Factory,
     accumulation_dtype,
     attention_kernel,
+    autocast_as_sdpa,
     check_batch_dims,
     check_flags,
     check_input,
@@ -581,6 +582,7 @@ def _block_means(x: Tensor, block_size: int, name: str) -> Tensor:
     return x.view(b, h, t // block_size, block_size, d).mean(dim=3)  # (b, h, T_k, d)
 
 
+@autocast_as_sdpa
 def moba_mask(query: Tensor, key: Tensor, *, block_size: int, top_k: int) -> MaskMod:
     """MoBA's selection: query i keeps the ``top_k`` key blocks n with the highest q_i · mean(K_n).
 
@@ -685,6 +687,7 @@ def _check_self_attention(query: Tensor, key: Tensor) -> None:
                          f"tokens, got t_k={key.shape[-2]}")
 
 
+@autocast_as_sdpa
 def nsa_mask(
     query: Tensor, key: Tensor, *, block_size: int, top_k: int, scale: float | None = None,
 ) -> MaskMod:

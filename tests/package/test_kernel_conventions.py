@@ -101,6 +101,14 @@ def test_the_kernels_are_found():
 
 
 @pytest.mark.parametrize("fn", KEYWORD_ONLY, ids=lambda fn: fn.__name__)
+def test_every_function_of_query_and_key_takes_autocast_as_sdpa(fn):
+    """Each is decorated with _checks.autocast_as_sdpa (the kernels through attention_kernel),
+    whose behaviour the autocast test below checks: MoBA's and NSA's selections scored their
+    blocks in float16 under autocast, where moba_attention scored them in float32."""
+    assert getattr(fn, "autocast_as_sdpa", False), fn.__name__
+
+
+@pytest.mark.parametrize("fn", KEYWORD_ONLY, ids=lambda fn: fn.__name__)
 def test_options_after_the_tensors_are_keyword_only(fn):
     """flash_attention's 4th positional was is_causal, SDPA's attn_mask: a mask passed there
     crashed with 'Boolean value of Tensor ... is ambiguous'. Now both are keywords."""
