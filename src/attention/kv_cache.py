@@ -113,6 +113,20 @@ def check_room(length: int, t: int, max_tokens: int | None) -> None:
         )
 
 
+def stored_tokens(first: Tensor, second: Tensor) -> tuple[Tensor, Tensor]:
+    """The views of a cache's storage that ``append`` returns, copied when autograd records them.
+
+    The attention saves what ``append`` returns for its backward, and the next ``append`` writes
+    into the same storage: autograd would then refuse that backward ("modified by an inplace
+    operation"). A copy keeps the gradient of every call, through the cache to the keys and
+    values of earlier calls, as one call over all the tokens gives it; without autograd (decoding
+    under ``torch.no_grad()``) the views are returned as they are.
+    """
+    if torch.is_grad_enabled() and (first.requires_grad or second.requires_grad):
+        return first.clone(), second.clone()
+    return first, second
+
+
 def storage_dtype(weight: Tensor) -> torch.dtype:
     """The dtype of the keys that a layer with this projection ``weight`` makes: the weight's,
     or autocast's lower precision while autocast is on for the weight's device (its linear
@@ -138,7 +152,8 @@ class KVCache:
     """Preallocated keys and values of one attention layer: (b, h_kv, max_tokens, d_h) each.
 
     ``append(keys, values)`` writes t new tokens after the ``length`` stored ones and returns
-    views of every stored token, (b, h_kv, length, d_h); nothing is reallocated or copied. More
+    views of every stored token, (b, h_kv, length, d_h); nothing is reallocated or copied (while
+    autograd records, copies, so that gradients reach earlier calls' keys and values). More
     than ``max_tokens`` tokens is a ValueError. The storage starts zero-filled.
 
     Args:
@@ -192,7 +207,8 @@ class KVCache:
         self.keys[:, :, start:end] = keys
         self.values[:, :, start:end] = values
         self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]  # (b, h_kv, t_k, d_h) views
+        # (b, h_kv, t_k, d_h) views, copies when autograd records them
+        return stored_tokens(self.keys[:, :, :end], self.values[:, :, :end])
 
     def reset(self) -> None:
         """Forget every token (the storage is kept and overwritten by the next append)."""

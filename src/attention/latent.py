@@ -38,7 +38,7 @@ from torch.types import Device
 
 from ._checks import Factory, check_flags, check_heads, check_input, check_sizes
 from .functional import causal_mask, scaled_dot_product_attention
-from .kv_cache import check_room, check_tokens, storage_dtype
+from .kv_cache import check_room, check_tokens, storage_dtype, stored_tokens
 from .positions import RotaryEmbedding
 
 __all__ = ["LatentKVCache", "MultiHeadLatentAttention", "latent_cache_bytes"]
@@ -83,8 +83,9 @@ class LatentKVCache:
     """Preallocated latents (b, max_tokens, d_c) and rotary keys (b, max_tokens, d_h^R) of a layer.
 
     ``append(latents, rope_keys)`` writes t new tokens after the ``length`` stored ones and
-    returns views of every stored token; more than ``max_tokens`` tokens is a ValueError. The
-    storage starts zero-filled.
+    returns views of every stored token (copies while autograd records them, so that gradients
+    reach earlier calls' tokens); more than ``max_tokens`` tokens is a ValueError. The storage
+    starts zero-filled.
 
     Args:
         batch_size: b.
@@ -137,7 +138,8 @@ class LatentKVCache:
         self.latents[:, start:end] = latents
         self.rope_keys[:, start:end] = rope_keys
         self.length = end
-        return self.latents[:, :end], self.rope_keys[:, :end]  # (b, t_k, d_c), (b, t_k, d_h^R)
+        # (b, t_k, d_c), (b, t_k, d_h^R): views, copies when autograd records them
+        return stored_tokens(self.latents[:, :end], self.rope_keys[:, :end])
 
     def reset(self) -> None:
         """Forget every token (the storage is kept and overwritten by the next append)."""

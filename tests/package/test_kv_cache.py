@@ -126,6 +126,26 @@ def test_a_cache_under_autocast_takes_the_dtype_autocast_gives_keys(weight, keys
                                           torch.zeros(3, 2, dtype=weight)).dtype == keys
 
 
+def test_gradients_through_a_cache_equal_those_of_one_pass_over_all_tokens() -> None:
+    """Each call saved views of the storage that the next call wrote into: backward raised
+    autograd's "modified by an inplace operation". Decoding without autograd keeps the views."""
+    torch.manual_seed(0)
+    model, idx = TinyTransformer(11, 8, 2, 2, 8, positions="rope").double(), torch.tensor([[1, 2, 3, 4]])
+    full = model(idx)
+    weights = torch.randn_like(full)
+    cache = ModelKVCache([KVCache(1, 2, 8, 4, dtype=torch.float64) for _ in range(2)])
+    parts = torch.cat([model(idx[:, :2], cache=cache), model(idx[:, 2:3], cache=cache),
+                       model(idx[:, 3:], cache=cache)], dim=1)
+    want = torch.autograd.grad((full * weights).sum(), list(model.parameters()))
+    got = torch.autograd.grad((parts * weights).sum(), list(model.parameters()))
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+    cache = KVCache(1, 2, 5, 3, dtype=torch.float64)
+    with torch.no_grad():
+        keys, _ = cache.append(*qkv((1, 2, 2, 3), requires_grad=True)[:2])
+    assert keys._base is cache.keys
+
+
 def test_a_float64_model_generates_with_its_cache_under_autocast() -> None:
     """Its cache was made in bfloat16 and refused the float64 keys autocast leaves alone."""
     model, idx = TinyTransformer(11, 8, 2, 1, 16).double(), torch.tensor([[1, 2]])

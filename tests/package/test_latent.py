@@ -107,6 +107,22 @@ def test_the_cache_holds_the_latent_and_the_rotary_key_only() -> None:
                                atol=0, rtol=0)
 
 
+def test_gradients_through_the_cache_equal_those_of_one_pass_in_both_forms() -> None:
+    """The expanded form saved views of the cache that the next call wrote into: backward raised
+    autograd's "modified by an inplace operation"."""
+    torch.manual_seed(0)
+    mla, x = MultiHeadLatentAttention(8, 8, 2, 4, 2).double(), torch.randn(1, 4, 8, dtype=torch.float64)
+    weights = torch.randn(1, 4, 8, dtype=torch.float64)
+    want = torch.autograd.grad((mla(x) * weights).sum(), list(mla.parameters()))
+    for absorbed in (False, True):
+        cache = LatentKVCache(1, 8, 4, 2, dtype=torch.float64)
+        out = torch.cat([mla(x[:, :2], cache, absorbed=absorbed), mla(x[:, 2:3], cache, absorbed=absorbed),
+                         mla(x[:, 3:], cache, absorbed=absorbed)], dim=1)
+        got = torch.autograd.grad((out * weights).sum(), list(mla.parameters()))
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_later_tokens_do_not_change_earlier_outputs() -> None:
     mla = _mla(6)
     x = torch.randn(1, 8, 10, dtype=torch.float64)
