@@ -113,7 +113,7 @@ def check_room(length: int, t: int, max_tokens: int | None) -> None:
         )
 
 
-def stored_tokens(first: Tensor, second: Tensor) -> tuple[Tensor, Tensor]:
+def stored_tokens(*views: Tensor) -> list[Tensor]:
     """The views of a cache's storage that ``append`` returns, copied when autograd records them.
 
     The attention saves what ``append`` returns for its backward, and the next ``append`` writes
@@ -122,9 +122,9 @@ def stored_tokens(first: Tensor, second: Tensor) -> tuple[Tensor, Tensor]:
     values of earlier calls, as one call over all the tokens gives it; without autograd (decoding
     under ``torch.no_grad()``) the views are returned as they are.
     """
-    if torch.is_grad_enabled() and (first.requires_grad or second.requires_grad):
-        return first.clone(), second.clone()
-    return first, second
+    if torch.is_grad_enabled() and any(view.requires_grad for view in views):
+        return [view.clone() for view in views]
+    return list(views)
 
 
 def storage_dtype(weight: Tensor) -> torch.dtype:
@@ -208,7 +208,8 @@ class KVCache:
         self.values[:, :, start:end] = values
         self.length = end
         # (b, h_kv, t_k, d_h) views, copies when autograd records them
-        return stored_tokens(self.keys[:, :, :end], self.values[:, :, :end])
+        keys, values = stored_tokens(self.keys[:, :, :end], self.values[:, :, :end])
+        return keys, values
 
     def reset(self) -> None:
         """Forget every token (the storage is kept and overwritten by the next append)."""

@@ -139,7 +139,8 @@ class LatentKVCache:
         self.rope_keys[:, start:end] = rope_keys
         self.length = end
         # (b, t_k, d_c), (b, t_k, d_h^R): views, copies when autograd records them
-        return stored_tokens(self.latents[:, :end], self.rope_keys[:, :end])
+        latents, rope_keys = stored_tokens(self.latents[:, :end], self.rope_keys[:, :end])
+        return latents, rope_keys
 
     def reset(self) -> None:
         """Forget every token (the storage is kept and overwritten by the next append)."""

@@ -48,7 +48,7 @@ from ._checks import (
     shape_or_type,
 )
 from .functional import softmax
-from .kv_cache import check_room
+from .kv_cache import check_room, stored_tokens
 from .latent import LatentKVCache
 from .masks import MaskMod, and_masks, dense_attention, sliding_window, to_dense
 from .masks import causal as causal_rule
@@ -347,7 +347,8 @@ class IndexedLatentKVCache(LatentKVCache):
     token's index key k_j (d_I numbers, shared by the index heads) as MLA needs its latent:
     d_c + d_h^R + d_I numbers per token and layer. ``append(latents, rope_keys)`` stores a
     chunk's latents as in :class:`~attention.latent.LatentKVCache`; then
-    ``append_index_keys(keys)`` stores the same tokens' index keys and returns all of them.
+    ``append_index_keys(keys)`` stores the same tokens' index keys and returns all of them
+    (a view, a copy while autograd records it, so that gradients reach earlier calls' keys).
     (transformers' DeepSeek-V3.2 keeps them the same way, in its cache's indexed layers.)
 
     Args:
@@ -414,7 +415,9 @@ class IndexedLatentKVCache(LatentKVCache):
             )
         self.index_keys[:, start:end] = keys
         self.index_length = end
-        return self.index_keys[:, :end]  # (b, n + t, d_I)
+        # (b, n + t, d_I): a view, a copy when autograd records it (see stored_tokens)
+        (stored,) = stored_tokens(self.index_keys[:, :end])
+        return stored
 
     def reset(self) -> None:
         """Forget every token (the storage is kept and overwritten by the next append)."""

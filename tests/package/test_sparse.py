@@ -436,6 +436,25 @@ def test_indexer_with_a_cache_scores_chunk_by_chunk_as_all_at_once() -> None:
     assert cache.index_length == cache.length == 7 and cache.nbytes == 2 * 7 * 11 * 8
 
 
+
+def test_indexer_gradients_through_the_cache_equal_those_of_all_tokens_at_once() -> None:
+    """Each call's scores saved a view of the cache's index keys that the next call wrote into:
+    backward raised autograd's "modified by an inplace operation"."""
+    torch.manual_seed(0)
+    indexer = sparse.LightningIndexer(8, 4, 2, 6, 4).double()
+    x, c_q = torch.randn(1, 5, 8, dtype=torch.float64), torch.randn(1, 5, 4, dtype=torch.float64)
+    spans, weights = ((0, 3), (3, 4), (4, 5)), torch.randn(1, 5, 5, dtype=torch.float64)
+    whole = indexer(x, c_q)
+    want = torch.autograd.grad(sum((whole[:, lo:hi, :hi] * weights[:, lo:hi, :hi]).sum()
+                                   for lo, hi in spans), list(indexer.parameters()))
+    cache = sparse.IndexedLatentKVCache(1, 5, kv_rank=3, rope_dim=2, index_dim=6, dtype=torch.float64)
+    loss = torch.zeros((), dtype=torch.float64)
+    for lo, hi in spans:
+        cache.append(x.new_zeros(1, hi - lo, 3), x.new_zeros(1, hi - lo, 2))
+        loss = loss + (indexer(x[:, lo:hi], c_q[:, lo:hi], cache=cache) * weights[:, lo:hi, :hi]).sum()
+    for got, expected in zip(torch.autograd.grad(loss, list(indexer.parameters())), want):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+
 class TestBadInput:
     def test_flags_must_be_bools(self) -> None:  # a string is truthy: it would pass as True
         q = torch.randn(1, 2, 4, 3)
