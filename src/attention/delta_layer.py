@@ -82,7 +82,9 @@ class GatedDeltaNet(nn.Module):
             a :class:`DeltaState` cache, on the tokens that continue it (one at a time when
             decoding).
         device: where the parameters are created (torch's default when None).
-        dtype: their dtype (torch's default when None).
+        dtype: their dtype (torch's default when None). The log decay g is computed in
+            float32 whatever the dtype, as Qwen3-Next computes it: a float64 layer equals
+            transformers' float64 run, and is about 1e-8 (relative) from an exact float64 one.
 
     Raises:
         ValueError: if a size is not an integer >= 1, num_value_heads is not a multiple of
