@@ -112,6 +112,7 @@ def _check(
     if (h_v % h_k if h_k else h_v) != 0:  # no key heads: no value heads either
         raise ValueError(f"value heads h_v must be a multiple of h_k={h_k}, got h_v={h_v}")
     check_qkv(query, key, value)  # floating point, one dtype, one device: every kernel's check
+    values = not query.is_meta  # meta tensors hold none: shapes only, as torch's SDPA on meta
     for name, x in (("beta", beta), ("g", g)):  # beta first: delta_rule makes g from it
         if x is None and name not in required:
             continue
@@ -123,15 +124,13 @@ def _check(
             raise ValueError(f"{name} must have shape (b, h_v, t) = {(b, h_v, t)}, got {tuple(x.shape)}")
         if not x.is_floating_point():
             raise ValueError(f"{name} must be floating point, got {x.dtype}")
-        if query.is_meta:  # no values to check: shapes only, as torch's SDPA on meta
-            continue
-        if x.isnan().any():  # NaN passes the range checks below: NaN > 0 is False
+        if values and x.isnan().any():  # NaN passes the range checks below: NaN > 0 is False
             raise ValueError(
                 f"{name} must not be NaN, got NaN in {int(x.isnan().sum())} of its {x.numel()} values"
             )
-    if g is not None and g.numel() and not g.is_meta and g.max() > 0:
+    if values and g is not None and g.numel() and g.max() > 0:
         raise ValueError(f"g is a log decay and must be <= 0 everywhere, got a maximum of {g.max().item():.4g}")
-    if beta is not None and beta.numel() and not beta.is_meta and (beta.min() < 0 or beta.max() > 1):
+    if values and beta is not None and beta.numel() and (beta.min() < 0 or beta.max() > 1):
         raise ValueError(
             f"beta must lie in [0, 1], got values from {beta.min().item():.4g} to "
             f"{beta.max().item():.4g}"

@@ -90,10 +90,10 @@ def sinusoidal_positions(t: int, d: int, dtype: torch.dtype | None = None) -> Te
     """
     check_sizes(t=t, d=d)
     _check_even("d", d)
+    dtype = _table_dtype(dtype)
     positions = torch.arange(t, dtype=torch.float64)  # (t,)
     angles = positions[:, None] * rope_frequencies(d, 10000.0)  # (t, d/2)
     table = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (t, d/2, 2)
-    dtype = _table_dtype(dtype)
     return table.reshape(t, d).to(dtype)  # (t, d): sin, cos, sin, cos, ...
 
 
@@ -471,11 +471,11 @@ def alibi_bias(num_heads: int, t_q: int, t_k: int, dtype: torch.dtype | None = N
             f"t_q must be at most t_k (queries are the last t_q positions), got t_q={t_q} "
             f"and t_k={t_k}"
         )
+    dtype = _table_dtype(dtype)
     query_pos = torch.arange(t_k - t_q, t_k, dtype=torch.float64)  # (t_q,)
     key_pos = torch.arange(t_k, dtype=torch.float64)  # (t_k,)
     offset = key_pos[None, :] - query_pos[:, None]  # (t_q, t_k), j - i = -(i - j)
     slopes = alibi_slopes64(num_heads)  # (h,)
-    dtype = _table_dtype(dtype)
     return (slopes[:, None, None] * offset).to(dtype)  # (h, t_q, t_k)
 
 
