@@ -4,6 +4,7 @@ figures show what their captions say: the right numbers, queries as rows and key
 
 from __future__ import annotations
 
+import functools
 import importlib
 import io
 import json
@@ -607,6 +608,31 @@ def test_the_lighter_svg_draws_the_same_figure() -> None:
     assert {"figure_1", "patch_1", "axes_1", "dark-invert-0", "dark-invert-1"} <= set(ids)
     assert not any(re.fullmatch(r"(text|line2d|xtick|ytick)_\d+", i) for i in ids)
     assert light.count("'DejaVu Sans'") == 1, "the font is named once, on the <svg>"
+
+
+def test_math_is_parsed_once_for_every_draw_and_draws_the_same(monkeypatch) -> None:
+    """Every renderer shares one parse of a label's math (matplotlib's own cache is a renderer's),
+    and the SVG is the same bytes as with matplotlib's cache."""
+    from matplotlib.mathtext import MathTextParser
+
+    def draw() -> bytes:
+        fig, ax = plt.subplots(layout="constrained")
+        ax.plot([1, 2, 3], label=r"$\alpha_{2j}$")
+        ax.set(xlabel=r"offset $j - i$", title=r"$M_{\mathrm{SRAM}} = d_h^2$")
+        ax.legend()
+        return hook.figure_svg(fig)
+
+    parses: list[str] = []
+    parse = hook._PARSE_MATH
+    monkeypatch.setattr(hook, "_PARSE_MATH", lambda *key: parses.append(key[1]) or parse(*key))
+    monkeypatch.setattr(hook, "_MATH_PARSES", {})
+    shared = [draw()]
+    assert set(parses) == {r"$M_{\mathrm{SRAM}} = d_h^2$", r"$\alpha_{2j}$", r"offset $j - i$"}
+    first = len(parses)
+    shared.append(draw())  # new renderers: no parse again
+    assert len(parses) == first and shared[0] == shared[1]
+    monkeypatch.setattr(MathTextParser, "_parse_cached", functools.lru_cache(50)(parse))
+    assert draw() == shared[0]
 
 
 def test_a_failed_build_stops_the_children_drawing_figures(monkeypatch, tmp_path: Path) -> None:
