@@ -13,6 +13,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import matplotlib
 
@@ -216,6 +217,44 @@ def test_each_module_is_drawn_by_the_one_process_that_claims_it(tmp_path: Path, 
     (first / "ch01-a.svg").unlink()
     hook.render_all(jobs)  # a second process finds both claimed and draws nothing
     assert not (first / "ch01-a.svg").exists()
+
+
+def test_a_page_written_while_its_figures_are_drawn_gets_them_after_the_build(
+    tmp_path: Path, monkeypatch,
+) -> None:
+    """A fresh build writes its pages while the figures are drawn, and puts the figures into
+    them after: the same page as a build that found them cached, and the SVG files copied."""
+    package = figure_package(tmp_path, monkeypatch, {"ch01": (
+        "def wide():\n    fig, axes = plt.subplots(1, 3, figsize=(12, 3))\n    return fig\n\n"
+        'FIGURES = {"ch01-a": good, "ch01-b": wide}\n')})
+    module, entry, site = f"{package.__name__}.ch01", tmp_path / "entry", tmp_path / "site"
+    entry.mkdir()
+    config = SimpleNamespace(site_dir=str(site), use_directory_urls=True,
+                             plugins=SimpleNamespace(_current_plugin=None))
+    files = [hook.FigureFile.generated(config, f"figures/{name}.svg",  # type: ignore[arg-type]
+                                       abs_src_path=str(entry / f"{name}.svg"))
+             for name in ("ch01-a", "ch01-b")]
+    for name, value in [("_entries", {module: entry}), ("_missing", {module: ["ch01-a", "ch01-b"]}),
+                        ("_children", []), ("_waiting", []), ("_figure_files", files),
+                        ("_svgs", {}), ("_phone_svgs", {}), ("CACHE", tmp_path / "no-cache")]:
+        monkeypatch.setattr(hook, name, value)
+    html = ('<html><head><title>t</title></head><body><p><img alt="A" src="../figures/ch01-a.svg" />'
+            '</p><p><img alt="B" src="../figures/ch01-b.svg" /></p></body></html>')
+    page = SimpleNamespace(file=SimpleNamespace(abs_dest_path=str(site / "ch01" / "index.html")))
+    written = hook.on_post_page(html, page, config)  # type: ignore[arg-type]
+    assert written == html.replace("</head>", hook.PHONE_RULES + "</head>")
+    for file in files:
+        file.copy_file()  # mkdocs copies the site's files before the figures are drawn
+    assert not (site / "figures").exists()
+    Path(page.file.abs_dest_path).parent.mkdir(parents=True)
+    Path(page.file.abs_dest_path).write_text(written, encoding="utf-8")
+    hook.on_post_build(config)  # type: ignore[arg-type]
+    after = Path(page.file.abs_dest_path).read_text(encoding="utf-8")
+    assert hook._missing == {} and (entry / hook.NAMES).read_text() == "ch01-a\nch01-b\n"
+    assert hook.on_post_page(html, page, config) == after  # type: ignore[arg-type]
+    assert "ch01-b" in hook._phone_svgs and '<style id="attn-phone-figures">' in after
+    assert after.count("<svg ") == 2 + len(hook._phone_svgs)
+    assert (site / "figures" / "ch01-b.svg").read_bytes() == (entry / "ch01-b.svg").read_bytes()
 
 
 def test_figures_are_drawn_on_one_thread_and_the_thread_count_is_restored(

@@ -17,6 +17,8 @@ KEY hashes everything a figure is drawn from (every module of the package and of
 that the figure modules import, the results files, and the versions of Python, matplotlib, NumPy
 and torch). A build that changed none of them, such
 as one after editing a chapter's text, copies the cached SVG files instead of drawing them again.
+A build that draws some writes its pages while a child process draws, and puts the figures into
+the pages that show them once all are drawn (``on_post_build``): no core waits on the other.
 
 Matplotlib's SVG is made lighter before it is cached (:func:`lighten`: two decimals of a point,
 the font named once, no ids or groups that nothing needs), the same to the eye: a page carries a
@@ -112,7 +114,7 @@ DRAWN_BY = ("matplotlib", "numpy", "torch")
 NAMES = "names.txt"  # written last into a cache entry: the entry is complete
 CLAIMED = "claimed"  # made by the process that draws a cache entry's figures
 # Processes that draw the figures missing from the cache, beside the build's own, which joins them
-# once its pages are rendered. One: with two, three processes drew on two cores, and slower.
+# once its pages are written. One: with two, three processes drew on two cores, and slower.
 CHILDREN = 1
 _svgs: dict[str, bytes] = {}  # this build's figures, by name
 _phone_svgs: dict[str, bytes] = {}  # the phone layouts of those too wide for a phone
@@ -120,6 +122,9 @@ _numbers: dict[str, tuple[str, File]] = {}  # chapter figures: name -> ("7.2", i
 _entries: dict[str, Path] = {}  # this build's cache entry of each figure module
 _children: list[tuple[subprocess.Popen, Path]] = []  # drawing the missing ones, and their logs
 _missing: dict[str, list[str]] = {}  # figure module -> its figures' names, for those drawn now
+_waiting: list[str] = []  # pages written before their figures were drawn: their site files
+_figure_files: list[FigureFile] = []  # this build's figures as files of the site
+PHONE_RULES = "<!-- attn-phone-figures -->"  # where a waiting page's phone rules will go
 
 _command = "build"
 
@@ -460,6 +465,15 @@ def phone_rule(name: str, svg: bytes) -> str:
             f" {figure} > .attn-narrow {{ display: block }} }}")
 
 
+class FigureFile(File):
+    """A figure's SVG file in the site, copied there once drawn: by mkdocs with the other files
+    when it is cached, by :func:`on_post_build` when this build draws it."""
+
+    def copy_file(self, dirty: bool = False) -> None:
+        if not _missing:
+            super().copy_file(dirty)
+
+
 def on_startup(command: str, dirty: bool) -> None:
     """Remember whether this is `mkdocs serve`, which rebuilds in one long-lived process."""
     global _command
@@ -570,15 +584,16 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
     A module whose figures are not cached has them drawn in child processes (``python -P -m
     book.hooks.figures MODULE=FOLDER ...``, :data:`CHILDREN` of them) while this one renders the
-    pages, and then by this one too (``on_env``), each module by whichever process claims it
-    first. Those modules are imported here too, so that a bad name fails at once; the children's
-    SVG files are read in ``on_env``, before any is copied or put into a page.
+    pages, and then by this one too (``on_post_build``), each module by whichever process claims it
+    first. Those modules are imported here too, so that a bad name fails at once; the SVG files
+    are read once all are drawn, and then copied and put into the pages.
     """
     number_figures(files, config["nav"])
     common = inputs_key()
     _entries.clear()
     _missing.clear()
     _children.clear()
+    _figure_files.clear()
     names: dict[str, list[str]] = {}
     for module in figure_modules():
         entry = _entries[module] = cache_entry(module, common)
@@ -611,13 +626,24 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
             uri = f"figures/{name}.svg"
             if files.get_file_from_path(uri) is not None:
                 raise PluginError(f"docs/{uri} exists: figures are made by code, delete the file")
-            files.append(File.generated(config, uri, abs_src_path=str(_entries[module] / f"{name}.svg")))
+            file = FigureFile.generated(config, uri, abs_src_path=str(_entries[module] / f"{name}.svg"))
+            files.append(file)
+            _figure_files.append(file)
     return files
 
 
 def on_env(env: object, config: MkDocsConfig, files: Files) -> object:
-    """Draw the figures no child has started on yet, wait for the children, and keep each
-    figure's SVG for ``on_post_page``.
+    """Keep each figure's SVG for ``on_post_page``, when all are cached; when some are being
+    drawn, leave them to :func:`on_post_build`, so that this process writes the pages first."""
+    _waiting.clear()
+    if not _missing:
+        read_svgs()
+    return env
+
+
+def finish_drawing() -> None:
+    """Draw the figures no child has started on yet, wait for the children, and mark each cache
+    entry complete.
 
     Raises:
         PluginError: with a child's output, if drawing a figure failed.
@@ -629,6 +655,11 @@ def on_env(env: object, config: MkDocsConfig, files: Files) -> object:
             raise PluginError(f"drawing the figures failed:\n{output}")
     for module, module_names in _missing.items():
         (_entries[module] / NAMES).write_text("\n".join(module_names) + "\n", encoding="utf-8")
+    _missing.clear()
+
+
+def read_svgs() -> None:
+    """Read every figure's SVG, and its phone layout's, from the cache."""
     _svgs.clear()
     _phone_svgs.clear()
     for module, entry in _entries.items():
@@ -636,7 +667,6 @@ def on_env(env: object, config: MkDocsConfig, files: Files) -> object:
             _svgs[name] = (entry / f"{name}.svg").read_bytes()
             if (phone := entry / "phone" / f"{name}.svg").is_file():
                 _phone_svgs[name] = phone.read_bytes()
-    return env
 
 
 def on_build_error(error: Exception) -> None:
@@ -648,7 +678,17 @@ def on_build_error(error: Exception) -> None:
 
 
 def on_post_build(config: MkDocsConfig) -> None:
-    """Keep only this build's cache entries: older ones are drawn from files that changed since."""
+    """Finish the figures drawn in this build: put them into the pages written while they were
+    drawn, and copy their files into the site. Then keep only this build's cache entries: older
+    ones are drawn from files that changed since."""
+    if _missing:
+        finish_drawing()
+        read_svgs()
+        for path in _waiting:
+            page = Path(path)
+            page.write_text(inline_figures(page.read_text(encoding="utf-8")), encoding="utf-8")
+        for file in _figure_files:
+            file.copy_file()
     if CACHE.is_dir():
         for entry in CACHE.iterdir():
             if entry not in _entries.values():
@@ -743,7 +783,20 @@ def on_page_content(html_text: str, page: Page, config: MkDocsConfig, files: Fil
 
 def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
     """Put every generated figure that the page shows as an image into the page itself, with
-    its phone layout and the rule that swaps them in the page's head."""
+    its phone layout and the rule that swaps them in the page's head (after the build, when the
+    figures are still being drawn)."""
+    if not FIGURE_IMG.search(output):
+        return output
+    output = output.replace("</head>", PHONE_RULES + "</head>", 1)
+    if _missing:
+        _waiting.append(page.file.abs_dest_path)
+        return output
+    return inline_figures(output)
+
+
+def inline_figures(output: str) -> str:
+    """``output`` with every figure image replaced by its SVG, and :data:`PHONE_RULES` by the rules
+    that swap in the phone layouts it has (or by nothing)."""
     rules: list[str] = []
 
     def inline(match: re.Match[str]) -> str:
@@ -757,10 +810,9 @@ def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
         return inline_svg(name, svg, match["alt"], phone)
 
     output = FIGURE_IMG.sub(inline, output)
-    if rules:
-        style = '<style id="attn-phone-figures">' + "\n".join(dict.fromkeys(rules)) + "</style>"
-        output = output.replace("</head>", style + "</head>", 1)
-    return output
+    style = ('<style id="attn-phone-figures">' + "\n".join(dict.fromkeys(rules)) + "</style>"
+             if rules else "")
+    return output.replace(PHONE_RULES, style, 1)
 
 
 if __name__ == "__main__":  # a child process started by on_files: MODULE=FOLDER ...
