@@ -114,15 +114,17 @@ def check_room(length: int, t: int, max_tokens: int | None) -> None:
 
 
 def stored_tokens(*views: Tensor) -> list[Tensor]:
-    """The views of a cache's storage that ``append`` returns, copied when autograd records them.
+    """The views of a cache's storage that ``append`` returns, copied while autograd is on.
 
     The attention saves what ``append`` returns for its backward, and the next ``append`` writes
     into the same storage: autograd would then refuse that backward ("modified by an inplace
-    operation"). A copy keeps the gradient of every call, through the cache to the keys and
-    values of earlier calls, as one call over all the tokens gives it; without autograd (decoding
-    under ``torch.no_grad()``) the views are returned as they are.
+    operation"). It saves the keys for the queries' gradient even when the keys need none (only
+    W_q trains), so a copy is made whenever grad mode is on. A copy keeps the gradient of every
+    call, through the cache to the keys and values of earlier calls, as one call over all the
+    tokens gives it; without autograd (decoding under ``torch.no_grad()``, as ``generate`` does)
+    the views are returned as they are.
     """
-    if torch.is_grad_enabled() and any(view.requires_grad for view in views):
+    if torch.is_grad_enabled():
         return [view.clone() for view in views]
     return list(views)
 
@@ -153,7 +155,7 @@ class KVCache:
 
     ``append(keys, values)`` writes t new tokens after the ``length`` stored ones and returns
     views of every stored token, (b, h_kv, length, d_h); nothing is reallocated or copied (while
-    autograd records, copies, so that gradients reach earlier calls' keys and values). More
+    grad mode is on, copies, so that gradients reach earlier calls' keys and values). More
     than ``max_tokens`` tokens is a ValueError. The storage starts zero-filled.
 
     Args:
@@ -207,7 +209,7 @@ class KVCache:
         self.keys[:, :, start:end] = keys
         self.values[:, :, start:end] = values
         self.length = end
-        # (b, h_kv, t_k, d_h) views, copies when autograd records them
+        # (b, h_kv, t_k, d_h) views, copies while grad mode is on
         keys, values = stored_tokens(self.keys[:, :, :end], self.values[:, :, :end])
         return keys, values
 

@@ -83,7 +83,7 @@ class LatentKVCache:
     """Preallocated latents (b, max_tokens, d_c) and rotary keys (b, max_tokens, d_h^R) of a layer.
 
     ``append(latents, rope_keys)`` writes t new tokens after the ``length`` stored ones and
-    returns views of every stored token (copies while autograd records them, so that gradients
+    returns views of every stored token (copies while grad mode is on, so that gradients
     reach earlier calls' tokens); more than ``max_tokens`` tokens is a ValueError. The storage
     starts zero-filled.
 
@@ -138,7 +138,7 @@ class LatentKVCache:
         self.latents[:, start:end] = latents
         self.rope_keys[:, start:end] = rope_keys
         self.length = end
-        # (b, t_k, d_c), (b, t_k, d_h^R): views, copies when autograd records them
+        # (b, t_k, d_c), (b, t_k, d_h^R): views, copies while grad mode is on
         latents, rope_keys = stored_tokens(self.latents[:, :end], self.rope_keys[:, :end])
         return latents, rope_keys
 

@@ -348,7 +348,7 @@ class IndexedLatentKVCache(LatentKVCache):
     d_c + d_h^R + d_I numbers per token and layer. ``append(latents, rope_keys)`` stores a
     chunk's latents as in :class:`~attention.latent.LatentKVCache`; then
     ``append_index_keys(keys)`` stores the same tokens' index keys and returns all of them
-    (a view, a copy while autograd records it, so that gradients reach earlier calls' keys).
+    (a view, a copy while grad mode is on, so that gradients reach earlier calls' keys).
     (transformers' DeepSeek-V3.2 keeps them the same way, in its cache's indexed layers.)
 
     Args:
@@ -415,7 +415,7 @@ class IndexedLatentKVCache(LatentKVCache):
             )
         self.index_keys[:, start:end] = keys
         self.index_length = end
-        # (b, n + t, d_I): a view, a copy when autograd records it (see stored_tokens)
+        # (b, n + t, d_I): a view, a copy while grad mode is on (see stored_tokens)
         (stored,) = stored_tokens(self.index_keys[:, :end])
         return stored
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from _inputs import qkv
 
-from attention import TinyTransformer
+from attention import GroupedQueryAttention, TinyTransformer
 from attention.kv_cache import KVCache, ModelKVCache, RollingKVCache, storage_dtype
 from attention.paged import PagedKVCache
 
@@ -31,7 +31,8 @@ def test_the_rolling_buffer_keeps_its_sinks_and_says_where_each_key_is() -> None
 
 def test_appending_writes_in_place_and_returns_views() -> None:
     cache = KVCache(1, 2, 5, 3)
-    keys, values = cache.append(torch.ones(1, 2, 2, 3), torch.full((1, 2, 2, 3), 2.0))
+    with torch.no_grad():  # decoding; with autograd on, append returns copies (stored_tokens)
+        keys, values = cache.append(torch.ones(1, 2, 2, 3), torch.full((1, 2, 2, 3), 2.0))
     assert keys.shape == (1, 2, 2, 3) and keys.data_ptr() == cache.keys.data_ptr()
     assert (cache.keys[:, :, :2] == 1).all() and (cache.values[:, :, 2:] == 0).all()
     cache.reset()
@@ -144,6 +145,22 @@ def test_gradients_through_a_cache_equal_those_of_one_pass_over_all_tokens() -> 
     with torch.no_grad():
         keys, _ = cache.append(*qkv((1, 2, 2, 3), requires_grad=True)[:2])
     assert keys._base is cache.keys
+
+
+def test_gradients_reach_the_query_projection_through_a_cache_of_frozen_keys() -> None:
+    """Only W_query trains (keys and values need no gradient): the attention saved the stored
+    keys for its gradient, the next call wrote into them, and backward raised autograd's
+    "modified by an inplace operation"."""
+    torch.manual_seed(0)
+    gqa, x = GroupedQueryAttention(6, 8, 4, 4).double(), torch.randn(1, 3, 6, dtype=torch.float64)
+    for name, parameter in gqa.named_parameters():
+        parameter.requires_grad_(name.startswith("W_query"))
+    cache = KVCache(1, 4, 8, 2, dtype=torch.float64)  # as many key heads as query heads: no copy
+    parts = torch.cat([gqa(x[:, :2], cache=cache), gqa(x[:, 2:], cache=cache)], dim=1)
+    weights = torch.randn_like(parts)
+    want = torch.autograd.grad((gqa(x) * weights).sum(), gqa.W_query.weight)
+    got = torch.autograd.grad((parts * weights).sum(), gqa.W_query.weight)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
 def test_a_float64_model_generates_with_its_cache_under_autocast() -> None:
