@@ -89,7 +89,7 @@ class AdditiveAttention(nn.Module):
 
         No keys (t_k = 0) leave nothing to attend to: the weights are empty (b, 0) and the
         context vector is zero, what ``F.scaled_dot_product_attention`` gives a query with no
-        keys. With half-precision inputs, all after the projections W₁ q and W₂ k_j (the tanh,
+        keys. With half-precision inputs, all after the projections q W₁ and k_j W₂ (the tanh,
         the scores, the softmax and the context) runs in float32, rounded once at the end.
 
         Raises:
