@@ -506,9 +506,9 @@ def _layer_norm(source: nn.LayerNorm) -> nn.LayerNorm:
 
 def _rms_norm(source: Any, eps: float, offset: float = 0.0) -> RMSNorm:
     """The book's RMSNorm with gain ``offset`` + ``source.weight`` (Gemma stores γ - 1)."""
-    norm = RMSNorm(source.weight.shape[0], eps)
+    norm = RMSNorm(source.weight.shape[0], eps, offset=offset)
     with torch.no_grad():
-        norm.weight.copy_(source.weight.detach() + offset)
+        norm.weight.copy_(source.weight.detach())
     return norm
 
 

@@ -37,11 +37,16 @@ class RMSNorm(nn.Module):
     Args:
         d: width of the normalized vectors.
         eps: ε > 0, added to the mean square; keeps the division finite for x = 0.
+        offset: the gain is ``offset + weight``: 0 (the weight is γ) or, for the norms of Gemma
+            and Qwen3-Next, 1 (the weight stores γ - 1, starting at zeros); the sum is taken in
+            the accumulation dtype, as transformers takes it, so a bfloat16 weight's 1 + γ is
+            not rounded to bfloat16.
         device: where γ is created (torch's default when None).
         dtype: its dtype (torch's default when None).
 
     Raises:
-        ValueError: if d is not an integer >= 1 or eps is not a finite number > 0.
+        ValueError: if d is not an integer >= 1, eps is not a finite number > 0, or offset is
+            not a finite number >= 0.
 
     Examples:
         >>> RMSNorm(2)(torch.tensor([[3.0, 4.0]])).detach()
@@ -49,14 +54,16 @@ class RMSNorm(nn.Module):
     """
 
     def __init__(
-        self, d: int, eps: float = 1e-5, *, device: Device = None,
+        self, d: int, eps: float = 1e-5, *, offset: float = 0.0, device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_sizes(d=d)
         self.d = d
         self.eps = check_number("eps", eps, 0.0, inclusive=False)  # 0 divides a constant row by 0
-        self.weight = nn.Parameter(torch.ones(d, device=device, dtype=dtype))  # γ
+        self.offset = check_number("offset", offset, 0.0)
+        # γ - offset, so that γ starts at ones
+        self.weight = nn.Parameter(torch.full((d,), 1.0 - self.offset, device=device, dtype=dtype))
 
     def forward(self, x: Tensor) -> Tensor:
         """γ ⊙ x / sqrt(mean(x²) + ε) for x (..., d): shape (..., d).
@@ -74,7 +81,8 @@ class RMSNorm(nn.Module):
         acc = accumulation_dtype(torch.promote_types(x.dtype, self.weight.dtype))
         x_acc = x.to(acc)
         mean_square = x_acc.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-        y = self.weight.to(acc) * (x_acc * torch.rsqrt(mean_square + self.eps))  # (..., d)
+        gain = self.weight.to(acc) + self.offset if self.offset else self.weight.to(acc)  # γ, (d,)
+        y = gain * (x_acc * torch.rsqrt(mean_square + self.eps))  # (..., d)
         return y.to(x.dtype)
 
 

@@ -83,6 +83,21 @@ def test_either_kind_keeps_its_eps_as_a_python_float(kind: str, eps: object) -> 
     assert type(make_norm(kind, 4, eps).eps) is float
 
 
+def test_an_offset_gain_is_the_offset_plus_the_weight_summed_in_float32() -> None:
+    """Gemma's and Qwen3-Next's norms store γ - 1; transformers adds the 1 in float32. The sum
+    rounded to bfloat16 first moved outputs by a bfloat16 step (17-22% of them in test_hf)."""
+    torch.manual_seed(0)
+    norm = RMSNorm(32, offset=1.0)
+    assert torch.equal(norm.weight, torch.zeros(32))  # γ = 1 to start, as Gemma's norm
+    x = torch.randn(4, 32, dtype=torch.float64)
+    torch.testing.assert_close(norm.double()(x), RMSNorm(32).double()(x), rtol=0, atol=0)
+    half = _random_gain(RMSNorm(32, offset=1.0)).bfloat16()
+    x = torch.randn(4, 32, dtype=torch.bfloat16)
+    x32 = x.float()
+    expected = (1.0 + half.weight.float()) * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-5))
+    torch.testing.assert_close(half(x), expected.bfloat16(), rtol=0, atol=0)
+
+
 def test_layernorm_is_rmsnorm_of_the_centred_vector_plus_beta() -> None:
     torch.manual_seed(0)
     ln = _random_gain(nn.LayerNorm(9, eps=1e-5, dtype=torch.float64))
@@ -199,6 +214,8 @@ class TestBadInput:
             (lambda: RMSNorm(4)([1.0] * 4), r"x must be a floating-point tensor, got list"),
             (lambda: make_norm("batch", 4), r"norm must be one of \('layer', 'rms'\), got 'batch'"),
             (lambda: RMSNorm(4, eps=math.inf), r"eps must be a finite number > 0, got inf"),
+            (lambda: RMSNorm(4, offset=-1.0), r"offset must be a finite number >= 0, got -1.0"),
+            (lambda: RMSNorm(4, offset=math.nan), r"offset must be a finite number >= 0, got nan"),
             (lambda: make_norm("layer", 0), r"d must be at least 1, got 0"),
             (lambda: make_norm("layer", 4, eps=-1.0), r"eps must be a finite number > 0, got -1.0"),
             (lambda: norm_matrix(nn.Linear(2, 2)), r"RMSNorm or a 1-d nn.RMSNorm or nn.LayerNorm, got Linear"),
