@@ -294,6 +294,25 @@ def test_bfloat16_norms_of_gain_one_plus_gamma_equal_transformers(case: str) -> 
         torch.testing.assert_close(from_transformers(model).norm(x), model.model.norm(x), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", CASES)
+def test_a_half_precision_copy_errs_no_more_than_transformers_model(case: str, dtype) -> None:
+    """flash-attention's rule: against the float64 logits, the copy of a half-precision model
+    errs at most twice as much as that model itself (0.7 to 1.4 times over these cases)."""
+    model_type, options = CASES[case]
+    reference = _model(model_type, options)
+    extra = {"experts_implementation": "eager"} if model_type in MOE else {}
+    model = transformers.AutoModelForCausalLM.from_config(reference.config, dtype=dtype, **extra).eval()
+    model.load_state_dict(reference.state_dict())  # the same weights, rounded to dtype
+    upcast_transformers(reference)
+    ids = torch.randint(0, 64, (2, 14), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        exact = reference(ids).logits  # (2, 14, 64) float64
+        theirs = (model(ids).logits.double() - exact).abs().max().item()
+        ours = (from_transformers(model)(ids).double() - exact).abs().max().item()
+    assert 0 < ours <= 2 * theirs, (ours, theirs)
+
+
 def test_sliding_window_layers_use_a_rolling_cache() -> None:
     ours = from_transformers(_model(*CASES["gemma3"]))
     assert ours.layer_kinds == ["local", "local", "global"]
