@@ -257,6 +257,22 @@ def test_a_page_written_while_its_figures_are_drawn_gets_them_after_the_build(
     assert (site / "figures" / "ch01-b.svg").read_bytes() == (entry / "ch01-b.svg").read_bytes()
 
 
+def test_a_drawing_child_ends_at_once_only_after_drawing_succeeded(tmp_path: Path, monkeypatch) -> None:
+    """The child skips the interpreter's teardown (os._exit(0)) once its files are written; a
+    figure that fails raises instead, so the child ends with status 1 and a traceback."""
+    package = figure_package(tmp_path, monkeypatch, {
+        "ch01": 'FIGURES = {"ch01-a": good}\n', "ch02": 'FIGURES = {"ch02-a": lambda: 1 / 0}\n'})
+    exits: list[int] = []
+    monkeypatch.setattr(hook.os, "_exit", exits.append)
+    for module in ("ch01", "ch02"):
+        (tmp_path / module).mkdir()
+    hook.child([f"{package.__name__}.ch01={tmp_path / 'ch01'}"])
+    assert exits == [0] and (tmp_path / "ch01" / "ch01-a.svg").is_file()
+    with pytest.raises(ZeroDivisionError):
+        hook.child([f"{package.__name__}.ch02={tmp_path / 'ch02'}"])
+    assert exits == [0]
+
+
 def test_figures_are_drawn_on_one_thread_and_the_thread_count_is_restored(
     tmp_path: Path, monkeypatch,
 ) -> None:

@@ -815,5 +815,16 @@ def inline_figures(output: str) -> str:
     return output.replace(PHONE_RULES, style, 1)
 
 
-if __name__ == "__main__":  # a child process started by on_files: MODULE=FOLDER ...
-    render_all([(module, Path(folder)) for module, _, folder in (arg.partition("=") for arg in sys.argv[1:])])
+def child(args: list[str]) -> None:
+    """A drawing child's life (``MODULE=FOLDER`` arguments, see :func:`on_files`): draw, then
+    end at once. Every file is written and closed by then; the interpreter's teardown of torch
+    and matplotlib (0.7 s) would only delay the build, which waits for the child to end. A
+    figure that fails raises, and the traceback ends the child with status 1."""
+    render_all([(module, Path(folder)) for module, _, folder in (arg.partition("=") for arg in args)])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":  # a child process started by on_files
+    child(sys.argv[1:])
