@@ -690,6 +690,29 @@ def test_math_is_parsed_once_for_every_draw_and_draws_the_same(monkeypatch) -> N
     assert draw() == shared[0]
 
 
+def test_text_is_measured_once_for_every_draw_and_draws_the_same(monkeypatch) -> None:
+    """Every renderer of a kind shares one measure of each piece of text (matplotlib's own cache
+    is a renderer's), and the SVG is the same bytes as with matplotlib's cache."""
+    import matplotlib.text
+
+    def draw() -> bytes:
+        fig, ax = plt.subplots(layout="constrained")
+        ax.plot([1, 2, 3], label="a line")
+        ax.set(xlabel="offset $j - i$", title="a title")
+        ax.legend()
+        return hook.figure_svg(fig)
+
+    assert matplotlib.text._get_text_metrics_function is hook._shared_text_metrics
+    monkeypatch.setattr(hook, "_TEXT_METRICS", {})
+    shared = [draw()]
+    measured = len(hook._TEXT_METRICS)
+    assert measured > 10
+    shared.append(draw())  # new renderers: nothing measured again
+    assert len(hook._TEXT_METRICS) == measured and shared[0] == shared[1]
+    monkeypatch.setattr(matplotlib.text, "_get_text_metrics_function", hook._PER_RENDERER_METRICS)
+    assert draw() == shared[0]
+
+
 def test_a_failed_build_stops_the_children_drawing_figures(monkeypatch, tmp_path: Path) -> None:
     import subprocess
     import sys

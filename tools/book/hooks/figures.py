@@ -63,6 +63,7 @@ import matplotlib
 matplotlib.use("Agg")  # render without a display, before pyplot is imported anywhere
 
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.text  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.mathtext import MathTextParser  # noqa: E402
@@ -144,6 +145,26 @@ def _parse_math_once(parser: MathTextParser, *key: object) -> object:
 _PARSE_MATH = MathTextParser._parse_cached.__wrapped__  # type: ignore[attr-defined]
 _MATH_PARSES: dict[tuple[object, ...], object] = {}  # a few thousand at most: the book's labels
 MathTextParser._parse_cached = _parse_math_once  # type: ignore[method-assign]
+
+
+def _shared_text_metrics(renderer: object) -> Callable[..., tuple[float, float, float]]:
+    def metrics(text: str, fontprop: object, ismath: bool | str, dpi: float) -> tuple[float, float, float]:
+        drawing = getattr(renderer, "_renderer", renderer)  # a MixedModeRenderer's current one
+        key = (type(drawing), getattr(drawing, "dpi", None), text, fontprop, ismath, dpi)
+        if key not in _TEXT_METRICS:
+            _TEXT_METRICS[key] = renderer.get_text_width_height_descent(  # type: ignore[attr-defined]
+                text, fontprop, ismath=ismath)
+        return _TEXT_METRICS[key]
+
+    return metrics
+
+
+# The same holds for the size of a piece of text: matplotlib keeps it per renderer (9,564 sizes
+# measured for 1,575 different ones, 2.5 s), though it depends only on the kind of renderer, its
+# dpi, the text, a copy of its font and whether it is math. One cache serves every renderer.
+_TEXT_METRICS: dict[tuple[object, ...], tuple[float, float, float]] = {}
+_PER_RENDERER_METRICS = matplotlib.text._get_text_metrics_function  # type: ignore[attr-defined]
+matplotlib.text._get_text_metrics_function = _shared_text_metrics  # type: ignore[attr-defined]
 
 
 def figure_modules(package: ModuleType = figures) -> list[str]:
