@@ -65,6 +65,11 @@ class RMSNorm(nn.Module):
         # γ - offset, so that γ starts at ones
         self.weight = nn.Parameter(torch.full((d,), 1.0 - self.offset, device=device, dtype=dtype))
 
+    def gain(self, dtype: torch.dtype | None = None) -> Tensor:
+        """γ = offset + weight, (d,), the sum taken in ``dtype`` (the weight's when None)."""
+        weight = self.weight if dtype is None else self.weight.to(dtype)
+        return weight + self.offset if self.offset else weight
+
     def forward(self, x: Tensor) -> Tensor:
         """γ ⊙ x / sqrt(mean(x²) + ε) for x (..., d): shape (..., d).
 
@@ -81,8 +86,7 @@ class RMSNorm(nn.Module):
         acc = accumulation_dtype(torch.promote_types(x.dtype, self.weight.dtype))
         x_acc = x.to(acc)
         mean_square = x_acc.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-        gain = self.weight.to(acc) + self.offset if self.offset else self.weight.to(acc)  # γ, (d,)
-        y = gain * (x_acc * torch.rsqrt(mean_square + self.eps))  # (..., d)
+        y = self.gain(acc) * (x_acc * torch.rsqrt(mean_square + self.eps))  # (..., d)
         return y.to(x.dtype)
 
 
@@ -146,7 +150,7 @@ def norm_matrix(norm: nn.Module) -> Tensor:
                 [-0.5000,  0.5000]])
     """
     if isinstance(norm, RMSNorm):
-        return torch.diag(norm.weight.detach())  # (d, d)
+        return torch.diag(norm.gain().detach())  # (d, d)
     if isinstance(norm, nn.RMSNorm) and len(norm.normalized_shape) == 1:  # torch's, as ours
         d = norm.normalized_shape[0]
         return torch.diag(norm.weight.detach() if norm.weight is not None else torch.ones(d))

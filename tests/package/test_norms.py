@@ -98,6 +98,12 @@ def test_an_offset_gain_is_the_offset_plus_the_weight_summed_in_float32() -> Non
     torch.testing.assert_close(half(x), expected.bfloat16(), rtol=0, atol=0)
 
 
+def test_norm_matrix_of_an_offset_rmsnorm_is_its_whole_gain() -> None:
+    # the weight of a Gemma-style norm stores γ - 1: its matrix is diag(1 + weight)
+    norm = _random_gain(RMSNorm(4, offset=1.0))
+    torch.testing.assert_close(norm_matrix(norm), torch.diag(1.0 + norm.weight.detach()))
+
+
 def test_layernorm_is_rmsnorm_of_the_centred_vector_plus_beta() -> None:
     torch.manual_seed(0)
     ln = _random_gain(nn.LayerNorm(9, eps=1e-5, dtype=torch.float64))
