@@ -90,3 +90,23 @@ def test_the_hook_records_only_a_clean_strict_full_build(
     assert record.is_file() == recorded
     assert all(not isinstance(h, build_record.WarningCount)
                for name in ("mkdocs", None) for h in logging.getLogger(name).handlers)
+
+
+def test_a_quiet_build_is_not_recorded_its_warnings_went_uncounted(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = repo / ".cache" / "site-build.json"
+    monkeypatch.setattr(build_record, "RECORD", record)
+    monkeypatch.setattr(hook, "inputs_digest", lambda: build_record.inputs_digest(repo))
+    config = SimpleNamespace(site_dir=str(repo / "site"), strict=True)
+    mkdocs_logger = logging.getLogger("mkdocs")
+    level = mkdocs_logger.level
+    mkdocs_logger.setLevel(logging.ERROR)  # what `mkdocs build -q` does
+    try:
+        hook.on_startup("build", False)
+        hook.on_config(config)  # type: ignore[arg-type]
+        logging.getLogger("mkdocs.plugins.search").warning("a warning -q hides")
+        hook.on_post_build(config)  # type: ignore[arg-type]
+    finally:
+        mkdocs_logger.setLevel(level)
+    assert not record.exists()

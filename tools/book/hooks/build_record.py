@@ -40,5 +40,8 @@ def on_post_build(config: MkDocsConfig) -> None:
     for name, counter in _build.counters.items():
         logging.getLogger(name or None).removeHandler(counter)
     clean = not any(counter.count for counter in _build.counters.values())
-    if _build.recordable and config.strict and clean:
+    # `mkdocs build -q` raises MkDocs' logger to ERROR: its warnings were never logged, so never
+    # counted (MkDocs' strict check misses them too), and the build cannot be called clean.
+    counted = logging.getLogger("mkdocs").isEnabledFor(logging.WARNING)
+    if _build.recordable and config.strict and clean and counted:
         write(Path(config.site_dir), _build.inputs)
