@@ -713,6 +713,43 @@ def test_text_is_measured_once_for_every_draw_and_draws_the_same(monkeypatch) ->
     assert draw() == shared[0]
 
 
+def test_a_texts_font_is_found_and_read_once_and_draws_the_same(monkeypatch) -> None:
+    """matplotlib.text finds a text's font and reads its height from the font's tables at every
+    layout; the hook's lookup finds each font once, and the SVG is the same bytes as without it."""
+    import matplotlib.font_manager
+    import matplotlib.text
+
+    def draw() -> bytes:
+        fig, ax = plt.subplots(layout="constrained")
+        ax.plot([1, 2, 3], label="a line")
+        ax.set_title("a larger title", fontsize=14)
+        ax.set(xlabel="offset $j - i$")
+        ax.legend()
+        return hook.figure_svg(fig)
+
+    lookup = matplotlib.text.fontManager
+    assert isinstance(lookup, hook._FontLookup)
+    monkeypatch.setattr(lookup, "_paths", {})
+    found: list[object] = []  # what the lookup asked matplotlib's font manager
+
+    class Asking:
+        def _find_fonts_by_props(self, prop: object) -> list[object]:
+            found.append(prop)
+            return matplotlib.font_manager.fontManager._find_fonts_by_props(prop)
+
+    monkeypatch.setattr(lookup, "_manager", Asking())
+    shared = [draw()]
+    assert len(found) == 2  # the two sizes of text, not one lookup a layout
+    first = len(found)
+    shared.append(draw())  # new texts, the same fonts: none looked up again
+    assert len(found) == first and shared[0] == shared[1]
+    paths = next(iter(lookup._paths.values()))
+    assert matplotlib.text.get_font(paths) is matplotlib.text.get_font(paths)
+    monkeypatch.setattr(matplotlib.text, "fontManager", matplotlib.font_manager.fontManager)
+    monkeypatch.setattr(matplotlib.text, "get_font", matplotlib.font_manager.get_font)
+    assert draw() == shared[0]
+
+
 def test_a_failed_build_stops_the_children_drawing_figures(monkeypatch, tmp_path: Path) -> None:
     import subprocess
     import sys
