@@ -816,6 +816,12 @@ def _deepseek_v3(model: Any) -> CausalLM:
     # on fewer key-value heads than query heads
     _option(config, "num_key_value_heads", (config.num_attention_heads,))
     params = config.rope_parameters
+    # MLA rotates the whole d_h^R: transformers' interleaved RoPE broadcasts a partial rule's
+    # fewer angles over every pair, its RoPE in halves fails
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError(f"{config.model_type}: partial_rotary_factor="
+                         f"{params['partial_rotary_factor']!r} is not implemented here, "
+                         f"supported: (1.0,)")
     rotary = _rotary(params, config.qk_rope_head_dim, config, _inv_freq(body.rotary_emb, params),
                      interleaved=sparse or bool(config.rope_interleave))  # V3.2: always
     scale = (config.qk_nope_head_dim + config.qk_rope_head_dim) ** -0.5

@@ -479,14 +479,17 @@ class TestBadInput:
                                              r"'sliding_attention'\]"):
             from_transformers(_model("qwen3_next", options))
 
-    @pytest.mark.parametrize("model_type", ["llama", "gpt_oss"])
+    @pytest.mark.parametrize("model_type", ["llama", "gpt_oss", "deepseek_v3", "deepseek_v32"])
     def test_a_partial_rotation_of_whole_head_rope_is_refused(self, model_type: str) -> None:
-        # their attention rotates whole heads: transformers fails (YaRN) or ignores the option
+        # their attention rotates whole heads: transformers fails (YaRN) or ignores the option;
+        # DeepSeek-V3's interleaved RoPE turned every pair by the first angles, and the copy,
+        # which rotated half of d_h^R, was 121% of the logits' scale away
         rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                 "original_max_position_embeddings": 16, "partial_rotary_factor": 0.5}
+        options = CASES[model_type][1] if model_type.startswith("deepseek") else dict(GQA, head_dim=16)
         with pytest.raises(ValueError, match=rf"{model_type}: partial_rotary_factor=0.5 is not "
                                              r"implemented here, supported: \(1.0,\)"):
-            from_transformers(_model(model_type, GQA, head_dim=16, rope_parameters=rope))
+            from_transformers(_model(model_type, dict(options, rope_parameters=rope)))
 
     def test_an_activation_the_book_lacks_is_refused_before_any_copy(
         self, monkeypatch: pytest.MonkeyPatch
