@@ -843,6 +843,34 @@ def _deepseek_v3(model: Any) -> CausalLM:
     )
 
 
+def _check_cache_windows(config: Any, ours: CausalLM) -> None:
+    """Refuse a layer that transformers' generate caches in a window its attention lacks.
+
+    Its cache follows ``layer_types`` or, without them, ``sliding_window`` (else
+    ``attention_chunk_size``) in every layer, whatever the attention does: a Llama, GPT-2 or
+    DeepSeek-V3 config with one attends to every token in a forward but to the last w in
+    generate, a model without one meaning.
+    """
+    declared = getattr(config, "layer_types", None)
+    window, chunk = getattr(config, "sliding_window", None), getattr(config, "attention_chunk_size", None)
+    inferred = ("sliding_attention" if window is not None
+                else "chunked_attention" if chunk is not None else "full_attention")
+    for i, attention in enumerate(ours._attentions()):
+        kind = inferred if declared is None else declared[i] if i < len(declared) else "full_attention"
+        cached = {"sliding_attention": window, "chunked_attention": chunk}.get(kind)
+        ours_window = getattr(attention, "window", None)  # a gated delta layer has none
+        if cached is None or cached == ours_window:
+            continue
+        name = "sliding_window" if kind == "sliding_attention" else "attention_chunk_size"
+        field = f"{name}={cached!r}" if declared is None else f"layer_types[{i}]={kind!r} with {name}={cached!r}"
+        sees = "every token" if ours_window is None else f"a window of {ours_window}"
+        raise ValueError(
+            f"{config.model_type}: {field} makes transformers' generate cache layer {i} in a window "
+            f"of {cached} tokens, where its attention sees {sees}: no one model, refused; "
+            f"supported: a cache window only where the attention has the same"
+        )
+
+
 _READERS = {
     "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama_like, "mistral": _llama_like,
     "qwen3": _llama_like, "gemma3_text": _llama_like, "gemma3": _llama_like,
@@ -897,6 +925,7 @@ def from_transformers(model: nn.Module) -> CausalLM:
     finally:
         torch.set_default_dtype(saved)
     source: Any = model  # a transformers PreTrainedModel, which nn.Module's type does not know
+    _check_cache_windows(source.config.get_text_config(decoder=True), ours)
     head, embed = source.get_output_embeddings(), source.get_input_embeddings()
     if head is not None and embed is not None and head.weight is embed.weight:
         ours.lm_head.weight = ours.embed.weight  # tied weights: one matrix, as in the source

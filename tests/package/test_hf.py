@@ -469,6 +469,26 @@ class TestBadInput:
             from_transformers(_model("mistral", GQA, sliding_window=4,
                                      layer_types=["full_attention", "sliding_attention"]))
 
+    @pytest.mark.parametrize(("case", "options", "field"), [
+        ("llama", {"sliding_window": 4}, "sliding_window=4"),
+        ("gpt2", {"attention_chunk_size": 4}, "attention_chunk_size=4"),
+        ("mistral", {"sliding_window": None, "attention_chunk_size": 4}, "attention_chunk_size=4"),
+        ("deepseek_v3", {"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 4},
+         r"layer_types\[1\]='sliding_attention' with sliding_window=4"),
+    ], ids=["llama", "gpt2", "mistral", "deepseek_v3"])
+    def test_a_cache_window_the_attention_lacks_is_refused(
+        self, case: str, options: dict, field: str
+    ) -> None:
+        # transformers' generate caches a layer by layer_types, else by sliding_window or
+        # attention_chunk_size, whatever its attention does: a forward sees every token, generate
+        # the last 4. The copies were made (20 of a Llama's 24 greedy tokens differed)
+        model_type, base = CASES[case]
+        layer = 1 if case == "deepseek_v3" else 0
+        with pytest.raises(ValueError, match=rf"{model_type}: {field} makes transformers' generate "
+                                             rf"cache layer {layer} in a window of 4 tokens, where "
+                                             r"its attention sees every token"):
+            from_transformers(_model(model_type, dict(base, **options)))
+
     def test_qwen3_next_window_layer_types_are_refused(self) -> None:
         # Qwen3-Next builds no attention in a 'sliding_attention' layer and has no mask for it:
         # transformers fails at the first call; an AttributeError was raised here
