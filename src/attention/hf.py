@@ -677,7 +677,7 @@ def _feed_forward(config: Any, mlp: Any, gemma: bool) -> _FeedForward:
     ffn = _FeedForward(
         config.hidden_size, config.intermediate_size,
         config.hidden_activation if gemma else config.hidden_act, gated=True,
-        bias=getattr(config, "mlp_bias", False),
+        bias=mlp.gate_proj.bias is not None,  # Qwen3's and DeepSeek's ignore mlp_bias
     )
     for ours, theirs in ((cast(nn.Linear, ffn.gate), mlp.gate_proj), (ffn.up, mlp.up_proj),
                          (ffn.down, mlp.down_proj)):
@@ -693,12 +693,14 @@ def _attention(
     d, h, h_kv = config.hidden_size, config.num_attention_heads, config.num_key_value_heads
     d_h = getattr(config, "head_dim", None) or d // h
     eps, offset = norm
-    bias = getattr(config, "attention_bias", False)
+    # the modules' own biases, as transformers computes with them: Mistral's have none whatever
+    # attention_bias says
+    qkv_bias, out_bias = source.q_proj.bias is not None, source.o_proj.bias is not None
     qk_norm = None
     if hasattr(source, "q_norm"):
         qk_norm = (_rms_norm(source.q_norm, eps, offset), _rms_norm(source.k_norm, eps, offset))
     attention = _Attention(
-        d, h, h_kv, d_h, qkv_bias=bias, out_bias=bias, rotary=rotary,
+        d, h, h_kv, d_h, qkv_bias=qkv_bias, out_bias=out_bias, rotary=rotary,
         window=config.sliding_window if layer_type == "sliding_attention" else None,
         scale=scale, qk_norm=qk_norm, sinks=getattr(source, "sinks", None),
         output_gate=output_gate,
