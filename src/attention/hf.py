@@ -924,6 +924,10 @@ def from_transformers(model: nn.Module) -> CausalLM:
     try:
         with torch.device(weight.device):
             ours = _READERS[kind](model)
+    except ValueError as error:  # what a module of the book refuses: say in which model
+        if str(error).split(":", 1)[0] in SUPPORTED:
+            raise
+        raise ValueError(f"{kind}: {error}") from error
     finally:
         torch.set_default_dtype(saved)
     source: Any = model  # a transformers PreTrainedModel, which nn.Module's type does not know

@@ -472,6 +472,12 @@ class TestBadInput:
             from_transformers(_model("mistral", GQA, sliding_window=4,
                                      layer_types=["full_attention", "sliding_attention"]))
 
+    def test_a_refusal_of_the_books_modules_names_the_model(self) -> None:
+        # the rope rule's own message names the field and value; the model type comes first
+        config = dict(GQA, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 0.5})
+        with pytest.raises(ValueError, match=r"^llama: factor must be .*got 0.5"):
+            from_transformers(_model("llama", config))
+
     @pytest.mark.parametrize(("case", "options", "field"), [
         ("llama", {"sliding_window": 4}, "sliding_window=4"),
         ("gpt2", {"attention_chunk_size": 4}, "attention_chunk_size=4"),
