@@ -522,6 +522,16 @@ def _option(config: Any, name: str, allowed: tuple[object, ...], default: Any = 
         )
 
 
+def _whole_head_rope(params: dict[str, Any], model_type: str) -> None:
+    """Refuse a partial rotary factor in a family whose attention rotates whole heads:
+    transformers fails on it, ignores it, or (DeepSeek's interleaved RoPE) turns every pair by
+    the fewer angles of the partial rule."""
+    factor = params.get("partial_rotary_factor", 1.0)
+    if factor != 1.0:
+        raise ValueError(f"{model_type}: partial_rotary_factor={factor!r} is not implemented here, "
+                         f"supported: (1.0,)")
+
+
 def _rope_rule(
     params: dict[str, Any], model_type: str, max_positions: int
 ) -> rope_scaling.RopeScaling | None:
@@ -774,11 +784,8 @@ def _llama_like(model: Any) -> CausalLM:
     rotaries = {}
     for layer_type in set(layer_types) - {"linear_attention"}:  # none in a model of no layers
         own = params[layer_type] if gemma else params  # a rule per layer type in Gemma 3
-        # their attention rotates whole heads (Qwen3-Next's a part): transformers fails, or
-        # ignores the option, by rule
-        if not next_ and own.get("partial_rotary_factor", 1.0) != 1.0:
-            raise ValueError(f"{kind}: partial_rotary_factor={own['partial_rotary_factor']!r} is "
-                             f"not implemented here, supported: (1.0,)")
+        if not next_:  # Qwen3-Next rotates a part of each head, the others whole heads
+            _whole_head_rope(own, kind)
         reference = _inv_freq(body.rotary_emb, own, f"{layer_type}_" if gemma else "")
         rotaries[layer_type] = _rotary(own, d_h, config, reference)
     blocks = []
@@ -818,12 +825,7 @@ def _deepseek_v3(model: Any) -> CausalLM:
     # on fewer key-value heads than query heads
     _option(config, "num_key_value_heads", (config.num_attention_heads,))
     params = config.rope_parameters
-    # MLA rotates the whole d_h^R: transformers' interleaved RoPE broadcasts a partial rule's
-    # fewer angles over every pair, its RoPE in halves fails
-    if params.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ValueError(f"{config.model_type}: partial_rotary_factor="
-                         f"{params['partial_rotary_factor']!r} is not implemented here, "
-                         f"supported: (1.0,)")
+    _whole_head_rope(params, config.model_type)  # MLA rotates the whole d_h^R
     rotary = _rotary(params, config.qk_rope_head_dim, config, _inv_freq(body.rotary_emb, params),
                      interleaved=sparse or bool(config.rope_interleave))  # V3.2: always
     scale = (config.qk_nope_head_dim + config.qk_rope_head_dim) ** -0.5
